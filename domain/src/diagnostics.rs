@@ -1,0 +1,219 @@
+//! The pure half of publishing review findings as LSP diagnostics (PROTOCOL.md §6):
+//! the range of a finding's line, its message, severity and `data`.
+//!
+//! Lines are counted the way LSP clients count them: a line ends at `\r\n`, `\n` or
+//! a lone `\r`. A text ending in a line break has one more, empty, line after it.
+//! Positions are measured in the negotiated encoding's code units.
+
+use crate::review::Finding;
+use forge_protocol::inputs::Severity;
+use serde_json::{json, Value};
+
+/// `source` of every published finding.
+pub const SOURCE: &str = "forge";
+
+/// The negotiated `positionEncoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PositionEncoding {
+    /// `utf-8`: byte offsets.
+    Utf8,
+    /// `utf-16` (the LSP default): UTF-16 code units.
+    Utf16,
+}
+
+impl PositionEncoding {
+    /// Length of `s` in this encoding's code units, saturated to `u32`.
+    pub fn units(self, s: &str) -> u32 {
+        let n = match self {
+            PositionEncoding::Utf8 => s.len(),
+            PositionEncoding::Utf16 => s.encode_utf16().count(),
+        };
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+}
+
+/// Range of the whole 1-based line `line` of `text`: `(line - 1, 0, end)` where
+/// `end` is the line's length without its line break, in `enc` code units.
+/// `None` when the line does not exist (line < 1 or past the end); the caller then
+/// publishes `0..0` on that line as for an unreadable file.
+pub fn line_range(text: &str, line: i64, enc: PositionEncoding) -> Option<(u32, u32, u32)> {
+    let index = usize::try_from(line.checked_sub(1)?).ok()?;
+    let line0 = u32::try_from(index).ok()?;
+    let content = lsp_lines(text).nth(index)?;
+    Some((line0, 0, enc.units(content)))
+}
+
+/// The lines of `text` without their breaks (`\r\n`, `\n`, `\r`).
+fn lsp_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        match current.find(['\r', '\n']) {
+            Some(at) => {
+                let brk = if current[at..].starts_with("\r\n") { 2 } else { 1 };
+                rest = current.get(at + brk..);
+                current.get(..at)
+            }
+            None => {
+                rest = None;
+                Some(current)
+            }
+        }
+    })
+}
+
+/// The diagnostic message: the description; then a blank line and `Scenario: ...`
+/// when there is one; then a blank line and `loop <name>, section <k>` when the
+/// finding belongs to a loop (`, section <k>` only when it has a section).
+///
+/// `k` is the 0-based `sectionIndex`, the same number `review-read` shows as
+/// `Section:` and `review-write` reports as `for section <k>`, so one finding is
+/// never named by two different numbers.
+pub fn message(f: &Finding) -> String {
+    let mut out = f.description.clone();
+    if let Some(scenario) = f.scenario.as_deref().filter(|s| !s.is_empty()) {
+        out.push_str("\n\nScenario: ");
+        out.push_str(scenario);
+    }
+    let origin = match (f.loop_name.as_deref().filter(|l| !l.is_empty()), f.section_index) {
+        (Some(name), Some(k)) => Some(format!("loop {name}, section {k}")),
+        (Some(name), None) => Some(format!("loop {name}")),
+        (None, Some(k)) => Some(format!("section {k}")),
+        (None, None) => None,
+    };
+    if let Some(origin) = origin {
+        out.push_str("\n\n");
+        out.push_str(&origin);
+    }
+    out
+}
+
+/// LSP `DiagnosticSeverity`: bug → 1 (Error), warning → 2 (Warning).
+pub fn severity_code(s: Severity) -> u8 {
+    match s {
+        Severity::Bug => 1,
+        Severity::Warning => 2,
+    }
+}
+
+/// The diagnostic `data`: `{ findingId, loopName, sectionIndex, crossSection }`;
+/// `loopName` and `sectionIndex` are `null` when absent, and `crossSection` is true
+/// exactly when the finding has no section.
+pub fn data(f: &Finding) -> Value {
+    json!({
+        "findingId": f.id,
+        "loopName": f.loop_name.as_deref().filter(|l| !l.is_empty()),
+        "sectionIndex": f.section_index,
+        "crossSection": f.section_index.is_none(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PositionEncoding::{Utf16, Utf8};
+
+    fn finding() -> Finding {
+        Finding {
+            id: 42,
+            file: "src/a.rs".into(),
+            line: 3,
+            severity: Severity::Bug,
+            description: "Leaks the handle.".into(),
+            scenario: None,
+            loop_name: None,
+            section_index: None,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn ascii_lines() {
+        let text = "fn main() {\n    x();\n}\n";
+        assert_eq!(line_range(text, 1, Utf16), Some((0, 0, 11)));
+        assert_eq!(line_range(text, 2, Utf8), Some((1, 0, 8)));
+        assert_eq!(line_range(text, 3, Utf16), Some((2, 0, 1)));
+        // Trailing newline: one more, empty line.
+        assert_eq!(line_range(text, 4, Utf16), Some((3, 0, 0)));
+        assert_eq!(line_range(text, 5, Utf16), None);
+    }
+
+    #[test]
+    fn emoji_and_cjk() {
+        let text = "let s = \"😀😀\";\n漢字かな\nok";
+        // `let s = "` is 9, two emoji, `";` is 2.
+        assert_eq!(line_range(text, 1, Utf16), Some((0, 0, 9 + 4 + 2)));
+        assert_eq!(line_range(text, 1, Utf8), Some((0, 0, 9 + 8 + 2)));
+        assert_eq!(line_range(text, 2, Utf16), Some((1, 0, 4)));
+        assert_eq!(line_range(text, 2, Utf8), Some((1, 0, 12)));
+        assert_eq!(line_range(text, 3, Utf8), Some((2, 0, 2)));
+    }
+
+    #[test]
+    fn crlf_and_lone_cr() {
+        let text = "ab\r\n😀\r\ncd";
+        assert_eq!(line_range(text, 1, Utf16), Some((0, 0, 2)));
+        assert_eq!(line_range(text, 2, Utf16), Some((1, 0, 2)));
+        assert_eq!(line_range(text, 2, Utf8), Some((1, 0, 4)));
+        assert_eq!(line_range(text, 3, Utf16), Some((2, 0, 2)));
+        assert_eq!(line_range(text, 4, Utf16), None);
+        assert_eq!(line_range("a\rbcd\r\n", 2, Utf8), Some((1, 0, 3)));
+        assert_eq!(line_range("a\rbcd\r\n", 3, Utf8), Some((2, 0, 0)));
+        assert_eq!(line_range("\r\n\r\n", 2, Utf16), Some((1, 0, 0)));
+    }
+
+    #[test]
+    fn missing_zero_and_negative_lines() {
+        assert_eq!(line_range("one\ntwo", 3, Utf16), None);
+        assert_eq!(line_range("one", 0, Utf16), None);
+        assert_eq!(line_range("one", -1, Utf16), None);
+        assert_eq!(line_range("one", i64::MIN, Utf16), None);
+        assert_eq!(line_range("one", i64::MAX, Utf16), None);
+        assert_eq!(line_range("", 1, Utf16), Some((0, 0, 0)));
+        assert_eq!(line_range("", 2, Utf16), None);
+    }
+
+    #[test]
+    fn odd_texts_never_panic() {
+        let texts = ["\r", "\n", "\r\r\n", "\n\r", "é\r😀\n\r\n漢", "\u{feff}x", "a\0b"];
+        for text in texts {
+            let count = lsp_lines(text).count();
+            for line in -2..=(count as i64 + 2) {
+                for enc in [Utf8, Utf16] {
+                    let got = line_range(text, line, enc);
+                    assert_eq!(got.is_some(), line >= 1 && line <= count as i64, "{text:?} {line}");
+                }
+            }
+        }
+        assert_eq!(lsp_lines("\r\r\n").count(), 3);
+        assert_eq!(lsp_lines("\n\r").count(), 3);
+    }
+
+    #[test]
+    fn message_parts() {
+        let mut f = finding();
+        assert_eq!(message(&f), "Leaks the handle.");
+        f.scenario = Some("On early return.".into());
+        assert_eq!(message(&f), "Leaks the handle.\n\nScenario: On early return.");
+        f.loop_name = Some("feat".into());
+        f.section_index = Some(2);
+        assert_eq!(message(&f), "Leaks the handle.\n\nScenario: On early return.\n\nloop feat, section 2");
+        f.scenario = Some(String::new());
+        f.section_index = None;
+        assert_eq!(message(&f), "Leaks the handle.\n\nloop feat");
+        f.loop_name = None;
+        f.section_index = Some(0);
+        assert_eq!(message(&f), "Leaks the handle.\n\nsection 0");
+    }
+
+    #[test]
+    fn severity_and_data() {
+        assert_eq!(severity_code(Severity::Bug), 1);
+        assert_eq!(severity_code(Severity::Warning), 2);
+        let mut f = finding();
+        assert_eq!(data(&f), json!({"findingId": 42, "loopName": null, "sectionIndex": null, "crossSection": true}));
+        f.loop_name = Some("feat".into());
+        f.section_index = Some(1);
+        assert_eq!(data(&f), json!({"findingId": 42, "loopName": "feat", "sectionIndex": 1, "crossSection": false}));
+    }
+}

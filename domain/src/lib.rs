@@ -1,0 +1,14 @@
+//! The pure domain of forge-lsp.
+//!
+//! Everything here is a plain function over plain data: no SQLite, no git, no processes,
+//! no LSP. The server calls these at its edges. The compiler enforces the rule: this
+//! crate depends on no I/O library.
+
+pub mod diagnostics;
+pub mod handoff;
+pub mod loop_machine;
+pub mod naming;
+pub mod permissions;
+pub mod plan;
+pub mod review;
+pub mod text;

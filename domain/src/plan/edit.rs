@@ -1,0 +1,250 @@
+//! `plan-edit` matching and messages (FORGE-REFERENCE §2.3).
+//!
+//! An edit replaces exact, literal text (no pattern syntax), like an editor's
+//! find-and-replace: `oldString` must occur exactly once unless `replaceAll` is
+//! set. Checks run in this order, and the first failure wins:
+//!
+//! 1. `oldString` equal to `newString`;
+//! 2. no stored plan: an empty `oldString` creates the plan from `newString`
+//!    (normalized like `plan-write`), anything else fails;
+//! 3. an empty `oldString` on an existing plan;
+//! 4. no occurrence; more than one without `replaceAll`;
+//! 5. a result that is empty after trimming.
+//!
+//! Nothing else is normalized. Storing (and the running-loop guard) is the
+//! caller's; this module returns the new text and which sections the edit touched,
+//! so the report can list only those.
+
+use super::decompose::decompose;
+use super::js_trim;
+use super::normalize::normalize_plan;
+
+/// The result of an accepted edit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EditOutcome {
+    /// No plan was stored and `oldString` was empty: `text` is the normalized
+    /// `newString`, to store as the new plan (report: `Created plan.`).
+    Created { text: String },
+    /// The replaced plan text, the number of occurrences replaced, and the indexes
+    /// of the sections (of the new text) whose body overlaps a replaced span.
+    Replaced { text: String, count: usize, touched: Vec<usize> },
+}
+
+/// Prefix of every failure.
+const FAILED: &str = "plan-edit failed: ";
+
+/// Applies one edit to the stored plan `existing` (`None` when the session has no
+/// plan). `Err` is the complete failure text, starting `plan-edit failed: `.
+pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: bool) -> Result<EditOutcome, String> {
+    if old == new {
+        return Err(format!("{FAILED}oldString and newString are identical."));
+    }
+    let Some(existing) = existing else {
+        if old.is_empty() {
+            return normalize_plan(new)
+                .map(|text| EditOutcome::Created { text })
+                .map_err(|reason| format!("{FAILED}{reason}"));
+        }
+        return Err(format!("{FAILED}no plan stored for this session. Use plan-write to create it first."));
+    };
+    if old.is_empty() {
+        return Err(format!(
+            "{FAILED}oldString cannot be empty when editing an existing plan. \
+             Quote the exact text to change (plan-read shows it), or use plan-write to replace the whole plan."
+        ));
+    }
+
+    let positions: Vec<usize> = existing.match_indices(old).map(|(at, _)| at).collect();
+    let count = positions.len();
+    if count == 0 {
+        return Err(format!(
+            "{FAILED}oldString not found in the stored plan. \
+             Copy it from plan-read output without the \"N: \" line-number prefixes; \
+             spaces, tabs, indentation and line breaks must match the plan exactly."
+        ));
+    }
+    if count > 1 && !replace_all {
+        return Err(format!(
+            "{FAILED}found {count} matches for oldString. \
+             Add surrounding context to make it unique, or set replaceAll: true."
+        ));
+    }
+
+    // Build the new text and remember which lines each replacement covers in it:
+    // from the line it starts on to the line of its last character (a deletion
+    // covers the line it sits on).
+    let new_newlines = new.matches('\n').count();
+    let covered_below = if new.ends_with('\n') { new_newlines - 1 } else { new_newlines };
+    let mut text = String::with_capacity(existing.len());
+    let mut ranges: Vec<(usize, usize)> = Vec::with_capacity(count);
+    let mut line = 0;
+    let mut copied = 0;
+    for &at in &positions {
+        let kept = &existing[copied..at];
+        line += kept.matches('\n').count();
+        text.push_str(kept);
+        text.push_str(new);
+        ranges.push((line, line + covered_below));
+        line += new_newlines;
+        copied = at + old.len();
+    }
+    text.push_str(&existing[copied..]);
+
+    if js_trim(&text).is_empty() {
+        return Err(format!(
+            "{FAILED}replacement would leave the plan empty. \
+             Leave some non-whitespace text in the plan, or use plan-write to replace it entirely."
+        ));
+    }
+
+    let touched = touched_sections(&text, &ranges);
+    Ok(EditOutcome::Replaced { text, count, touched })
+}
+
+/// Indexes of the sections of `text` whose `[start_line, end_line)` shares a line
+/// with one of the replaced line ranges (`first..=last`).
+fn touched_sections(text: &str, ranges: &[(usize, usize)]) -> Vec<usize> {
+    decompose(text)
+        .sections
+        .iter()
+        .filter(|s| ranges.iter().any(|&(first, last)| first < s.end_line && last >= s.start_line))
+        .map(|s| s.index)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str =
+        "# Plan\n\n<!-- forge-section -->\n## Phase 1\n- do one\n\n<!-- forge-section -->\n## Phase 2\n- do two\n";
+
+    fn replaced(outcome: Result<EditOutcome, String>) -> (String, usize, Vec<usize>) {
+        match outcome {
+            Ok(EditOutcome::Replaced { text, count, touched }) => (text, count, touched),
+            other => panic!("expected a replacement, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn identical_strings_fail_first() {
+        assert_eq!(
+            apply_edit(None, "x", "x", false).unwrap_err(),
+            "plan-edit failed: oldString and newString are identical."
+        );
+        assert_eq!(
+            apply_edit(Some(BASE), "", "", false).unwrap_err(),
+            "plan-edit failed: oldString and newString are identical."
+        );
+    }
+
+    #[test]
+    fn no_plan_and_empty_old_creates_normalized() {
+        let out = apply_edit(None, "", "\n<!-- forge-plan:start -->\n# New\n<!-- forge-plan:end -->\n", false);
+        assert_eq!(out, Ok(EditOutcome::Created { text: "# New".to_string() }));
+        assert_eq!(apply_edit(None, "", "   ", false).unwrap_err(), "plan-edit failed: content is empty.");
+        assert_eq!(
+            apply_edit(None, "", "<!-- forge-plan:start -->\nx", false).unwrap_err(),
+            "plan-edit failed: content contains an unbalanced <!-- forge-plan:start --> / <!-- forge-plan:end --> marker."
+        );
+    }
+
+    #[test]
+    fn no_plan_with_old_text_fails() {
+        assert_eq!(
+            apply_edit(None, "foo", "bar", false).unwrap_err(),
+            "plan-edit failed: no plan stored for this session. Use plan-write to create it first."
+        );
+    }
+
+    #[test]
+    fn empty_old_on_existing_plan_fails() {
+        let err = apply_edit(Some(BASE), "", "more", false).unwrap_err();
+        assert!(err.starts_with("plan-edit failed: oldString cannot be empty when editing an existing plan"));
+    }
+
+    #[test]
+    fn not_found_gives_whitespace_advice() {
+        let err = apply_edit(Some(BASE), "no such text", "x", false).unwrap_err();
+        assert!(err.starts_with("plan-edit failed: oldString not found in the stored plan. "));
+        assert!(err.contains("indentation"));
+    }
+
+    #[test]
+    fn several_matches_need_replace_all() {
+        let plan = "# Plan\n\nline\nline\nline\n";
+        assert_eq!(
+            apply_edit(Some(plan), "line", "replaced", false).unwrap_err(),
+            "plan-edit failed: found 3 matches for oldString. Add surrounding context to make it unique, or set replaceAll: true."
+        );
+        let (text, count, touched) = replaced(apply_edit(Some(plan), "line", "replaced", true));
+        assert_eq!(text, "# Plan\n\nreplaced\nreplaced\nreplaced\n");
+        assert_eq!(count, 3);
+        assert!(touched.is_empty());
+    }
+
+    #[test]
+    fn occurrences_do_not_overlap() {
+        let (text, count, _) = replaced(apply_edit(Some("aaaa"), "aa", "b", true));
+        assert_eq!((text.as_str(), count), ("bb", 2));
+        assert!(apply_edit(Some("aaa"), "aa", "b", false).is_ok());
+    }
+
+    #[test]
+    fn unique_match_changes_only_the_span() {
+        let (text, count, touched) = replaced(apply_edit(Some(BASE), "- do one", "- do one (revised)", false));
+        assert_eq!(text, BASE.replace("- do one", "- do one (revised)"));
+        assert_eq!(count, 1);
+        assert_eq!(touched, vec![0]);
+    }
+
+    #[test]
+    fn regex_characters_are_literal() {
+        let plan = "# Plan\n\n[Phase 1] (a|b) $x is a.*(b) special\n";
+        let (text, _, _) = replaced(apply_edit(Some(plan), "[Phase 1] (a|b) $x is a.*(b)", "[Phase 2] $1 $$", false));
+        assert_eq!(text, "# Plan\n\n[Phase 2] $1 $$ special\n");
+        assert!(apply_edit(Some("abcb"), "a.*(b)", "x", false).is_err());
+    }
+
+    #[test]
+    fn emptying_the_plan_fails() {
+        let err = apply_edit(Some("# The entire plan"), "# The entire plan", "   ", false).unwrap_err();
+        assert!(err.starts_with("plan-edit failed: replacement would leave the plan empty."));
+        let (text, _, _) = replaced(apply_edit(Some("# Plan\n\nLine A\nLine B"), "Line B", "", false));
+        assert_eq!(text, "# Plan\n\nLine A\n");
+    }
+
+    #[test]
+    fn touched_sections_in_new_text() {
+        // An edit that adds a section touches the old one and the new one.
+        let (text, _, touched) = replaced(apply_edit(
+            Some(BASE),
+            "- do one",
+            "- do one\n\n<!-- forge-section -->\n## Phase 1b\n- more",
+            false,
+        ));
+        assert_eq!(decompose(&text).sections.len(), 3);
+        assert_eq!(touched, vec![0, 1]);
+        // Preamble edits touch nothing.
+        let (_, _, touched) = replaced(apply_edit(Some(BASE), "# Plan", "# Better plan", false));
+        assert!(touched.is_empty());
+        // replaceAll across sections.
+        let (_, count, touched) = replaced(apply_edit(Some(BASE), "- do", "- really do", true));
+        assert_eq!((count, touched), (2, vec![0, 1]));
+        // A deletion touches the section it happens in.
+        let (_, _, touched) = replaced(apply_edit(Some(BASE), "- do two", "", false));
+        assert_eq!(touched, vec![1]);
+        // A replacement ending in a newline does not reach into the next line.
+        let (_, _, touched) = replaced(apply_edit(Some(BASE), "- do one\n\n", "- one\n\n", false));
+        assert_eq!(touched, vec![0]);
+        let (_, _, touched) = replaced(apply_edit(Some(BASE), "- do one\n", "- one\n", false));
+        assert_eq!(touched, vec![0]);
+        // Multi-byte text at the end of the replacement.
+        let (_, _, touched) = replaced(apply_edit(Some(BASE), "- do two", "- ünïcødé 😀", false));
+        assert_eq!(touched, vec![1]);
+        // Many occurrences on earlier lines shift later ranges correctly.
+        let plan = "x\nx\nx\n<!-- forge-section -->\n## Phase 1\nx y\n";
+        let (_, count, touched) = replaced(apply_edit(Some(plan), "x", "z\nz", true));
+        assert_eq!((count, touched), (4, vec![0]));
+    }
+}

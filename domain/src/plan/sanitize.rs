@@ -1,0 +1,67 @@
+//! Path sanitizing on the session write path (FORGE-REFERENCE §2.2 step 3).
+//!
+//! Plans are written inside one checkout but executed in a worktree elsewhere, so
+//! absolute prefixes of the project directory are removed before a plan is stored:
+//! every `<projectDir>/` and, when the project lies under the home directory, every
+//! `~/<path below home>/`. What remains is repo-relative.
+
+/// Removes every `<project_dir>/` from `text` and, when `project_dir` is below
+/// `home`, every `~/<relative>/`. Trailing slashes of `project_dir` are ignored;
+/// an empty (or `/`) project directory changes nothing. Occurrences are removed
+/// left to right without overlapping, and removal does not rescan the result.
+pub fn sanitize_paths(text: &str, project_dir: &str, home: Option<&str>) -> String {
+    let dir = project_dir.trim_end_matches('/');
+    if dir.is_empty() {
+        return text.to_string();
+    }
+    let mut prefixes = vec![format!("{dir}/")];
+    if let Some(home) = home.filter(|h| !h.is_empty()) {
+        if let Some(relative) = dir.strip_prefix(home).filter(|r| r.starts_with('/')) {
+            let tilde = format!("~{relative}/");
+            if !prefixes.contains(&tilde) {
+                prefixes.push(tilde);
+            }
+        }
+    }
+    prefixes.iter().fold(text.to_string(), |acc, prefix| acc.replace(prefix.as_str(), ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removes_project_prefix() {
+        let text = "Edit /home/u/proj/src/a.rs and `/home/u/proj/b.rs`; keep /home/u/other/c.rs";
+        assert_eq!(sanitize_paths(text, "/home/u/proj", None), "Edit src/a.rs and `b.rs`; keep /home/u/other/c.rs");
+    }
+
+    #[test]
+    fn trailing_slash_on_project_dir_is_ignored() {
+        assert_eq!(sanitize_paths("/p/x/y", "/p/x///", None), "y");
+    }
+
+    #[test]
+    fn removes_tilde_form_under_home() {
+        let text = "see ~/proj/src/a.rs and /home/u/proj/b.rs and ~/projects/c";
+        assert_eq!(sanitize_paths(text, "/home/u/proj", Some("/home/u")), "see src/a.rs and b.rs and ~/projects/c");
+    }
+
+    #[test]
+    fn no_tilde_form_outside_home() {
+        assert_eq!(sanitize_paths("~/p/a and /work/p/b", "/work/p", Some("/home/u")), "~/p/a and b");
+        // A sibling that merely shares the prefix text is not "under" home.
+        assert_eq!(sanitize_paths("~/2/p/a", "/home/u2/p", Some("/home/u")), "~/2/p/a");
+    }
+
+    #[test]
+    fn directory_without_slash_is_kept() {
+        assert_eq!(sanitize_paths("cd /home/u/proj now", "/home/u/proj", None), "cd /home/u/proj now");
+    }
+
+    #[test]
+    fn empty_or_root_project_dir_changes_nothing() {
+        assert_eq!(sanitize_paths("/a/b", "", None), "/a/b");
+        assert_eq!(sanitize_paths("/a/b", "/", Some("/")), "/a/b");
+    }
+}

@@ -1,0 +1,227 @@
+//! Ordering, searching and rendering of findings, and the one-line results of
+//! `review-write` / `review-delete` (FORGE-REFERENCE §2.6–2.8).
+
+use super::Finding;
+use forge_protocol::inputs::Severity;
+use regex::Regex;
+use std::fmt::Write as _;
+
+/// Keeps the findings whose `description + " " + scenario` (scenario or `""`)
+/// matches `pattern`. No pattern, or an empty one, keeps everything.
+///
+/// Errors: `Invalid regex pattern: <reason>`.
+pub fn filter_pattern(findings: Vec<Finding>, pattern: Option<&str>) -> Result<Vec<Finding>, String> {
+    let Some(pattern) = pattern.filter(|p| !p.is_empty()) else {
+        return Ok(findings);
+    };
+    let re = Regex::new(pattern).map_err(|e| format!("Invalid regex pattern: {}", one_line(&e.to_string())))?;
+    Ok(findings
+        .into_iter()
+        .filter(|f| {
+            let hay = format!("{} {}", f.description, f.scenario.as_deref().unwrap_or(""));
+            re.is_match(&hay)
+        })
+        .collect())
+}
+
+/// Sorts by file, then line; section (cross-section first) and id keep the order
+/// stable when several findings share a `file:line`.
+pub fn sort_findings(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        a.file.cmp(&b.file).then(a.line.cmp(&b.line)).then(a.section_index.cmp(&b.section_index)).then(a.id.cmp(&b.id))
+    });
+}
+
+/// The `review-read` listing, also the shared renderer for prompts.
+///
+/// ```text
+/// 2 review findings:
+///
+/// - **src/a.rs:3**
+///   - Severity: bug
+///   - File: src/a.rs:3
+///   - Description: ...
+///   - Scenario: N/A
+///   - Loop: feat
+///   - Section: 1
+///
+/// - **src/b.rs:9**
+///   ...
+/// ```
+///
+/// `Section:` appears only for findings with a section; an empty scenario or loop
+/// reads `N/A`. No findings: `No review findings found.`
+pub fn render_findings(findings: &[Finding]) -> String {
+    if findings.is_empty() {
+        return "No review findings found.".to_string();
+    }
+    let noun = if findings.len() == 1 { "finding" } else { "findings" };
+    let mut out = format!("{} review {noun}:\n", findings.len());
+    for f in findings {
+        out.push('\n');
+        render_entry(&mut out, f);
+    }
+    // Entries are separated by one blank line; no trailing newline.
+    while out.ends_with('\n') {
+        out.pop();
+    }
+    out
+}
+
+fn render_entry(out: &mut String, f: &Finding) {
+    let at = format!("{}:{}", f.file, f.line);
+    let _ = writeln!(out, "- **{at}**");
+    let _ = writeln!(out, "  - Severity: {}", f.severity.as_str());
+    let _ = writeln!(out, "  - File: {at}");
+    let _ = writeln!(out, "  - Description: {}", f.description);
+    let _ = writeln!(out, "  - Scenario: {}", or_na(f.scenario.as_deref()));
+    let _ = writeln!(out, "  - Loop: {}", or_na(f.loop_name.as_deref()));
+    if let Some(k) = f.section_index {
+        let _ = writeln!(out, "  - Section: {k}");
+    }
+}
+
+fn or_na(s: Option<&str>) -> &str {
+    s.filter(|s| !s.is_empty()).unwrap_or("N/A")
+}
+
+/// `Stored review finding at <file>:<line> (<severity>)`, plus ` for section <k>`
+/// when the finding has a section (0-based).
+pub fn stored_message(file: &str, line: i64, severity: Severity, section: Option<u32>) -> String {
+    let mut s = format!("Stored review finding at {file}:{line} ({})", severity.as_str());
+    if let Some(k) = section {
+        let _ = write!(s, " for section {k}");
+    }
+    s
+}
+
+/// The conflict text of a write whose identity (loop, file, line, section) is taken.
+pub fn duplicate_message(file: &str, line: i64) -> String {
+    format!(
+        "Finding already exists at {file}:{line}. Findings are write-once: \
+         only the auditor can remove it, with review-delete."
+    )
+}
+
+/// `Deleted review finding at <file>:<line>`, `Deleted <n> review findings at
+/// <file>:<line>` when several rows went, or `No review finding found at <file>:<line>`.
+pub fn deleted_message(file: &str, line: i64, n: usize) -> String {
+    match n {
+        0 => format!("No review finding found at {file}:{line}"),
+        1 => format!("Deleted review finding at {file}:{line}"),
+        n => format!("Deleted {n} review findings at {file}:{line}"),
+    }
+}
+
+/// Regex engine errors span several lines (a caret diagram); fold them into one.
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(id: i64, file: &str, line: i64) -> Finding {
+        Finding {
+            id,
+            file: file.into(),
+            line,
+            severity: Severity::Bug,
+            description: format!("desc {id}"),
+            scenario: None,
+            loop_name: None,
+            section_index: None,
+            created_at: 1_700_000_000_000,
+        }
+    }
+
+    #[test]
+    fn pattern_searches_description_and_scenario() {
+        let mut a = f(1, "a.rs", 1);
+        a.description = "null deref".into();
+        let mut b = f(2, "b.rs", 1);
+        b.description = "off by one".into();
+        b.scenario = Some("when the list is empty".into());
+        let c = f(3, "c.rs", 1);
+        let all = vec![a, b, c];
+        let hit = filter_pattern(all.clone(), Some("list is (empty|full)")).expect("valid");
+        assert_eq!(hit.iter().map(|f| f.id).collect::<Vec<_>>(), vec![2]);
+        // Description and scenario are joined by one space.
+        let hit = filter_pattern(all.clone(), Some("one when")).expect("valid");
+        assert_eq!(hit.len(), 1);
+        let hit = filter_pattern(all.clone(), Some("deref $")).expect("valid");
+        assert_eq!(hit.iter().map(|f| f.id).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(filter_pattern(all.clone(), None).expect("none").len(), 3);
+        assert_eq!(filter_pattern(all, Some("")).expect("empty").len(), 3);
+    }
+
+    #[test]
+    fn invalid_regex() {
+        let err = filter_pattern(vec![f(1, "a", 1)], Some("(unclosed")).expect_err("invalid");
+        assert!(err.starts_with("Invalid regex pattern: "), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        assert!(filter_pattern(Vec::new(), Some("[z-a]")).is_err());
+    }
+
+    #[test]
+    fn sorting() {
+        let mut a = f(5, "b.rs", 2);
+        a.section_index = Some(1);
+        let mut b = f(4, "b.rs", 2);
+        b.section_index = None;
+        let mut v = vec![f(1, "b.rs", 10), a, f(2, "a.rs", 7), b, f(3, "b.rs", 9)];
+        sort_findings(&mut v);
+        assert_eq!(v.iter().map(|f| f.id).collect::<Vec<_>>(), vec![2, 4, 5, 3, 1]);
+    }
+
+    #[test]
+    fn render_none() {
+        assert_eq!(render_findings(&[]), "No review findings found.");
+    }
+
+    #[test]
+    fn render_singular_with_na_fields() {
+        let out = render_findings(&[f(1, "src/x.rs", 4)]);
+        assert_eq!(
+            out,
+            "1 review finding:\n\n\
+             - **src/x.rs:4**\n  - Severity: bug\n  - File: src/x.rs:4\n  - Description: desc 1\n\
+             \x20 - Scenario: N/A\n  - Loop: N/A"
+        );
+        assert!(!out.contains("Section:"));
+    }
+
+    #[test]
+    fn render_plural_with_section() {
+        let mut a = f(1, "a.rs", 1);
+        a.scenario = Some("on retry".into());
+        a.loop_name = Some("feat".into());
+        a.section_index = Some(0);
+        let mut b = f(2, "b.rs", 2);
+        b.severity = Severity::Warning;
+        b.loop_name = Some("feat".into());
+        b.scenario = Some(String::new());
+        let out = render_findings(&[a, b]);
+        let expected = "2 review findings:\n\n\
+            - **a.rs:1**\n  - Severity: bug\n  - File: a.rs:1\n  - Description: desc 1\n\
+            \x20 - Scenario: on retry\n  - Loop: feat\n  - Section: 0\n\n\
+            - **b.rs:2**\n  - Severity: warning\n  - File: b.rs:2\n  - Description: desc 2\n\
+            \x20 - Scenario: N/A\n  - Loop: feat";
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn messages() {
+        assert_eq!(
+            stored_message("a.rs", 3, Severity::Bug, Some(2)),
+            "Stored review finding at a.rs:3 (bug) for section 2"
+        );
+        assert_eq!(stored_message("a.rs", 3, Severity::Warning, None), "Stored review finding at a.rs:3 (warning)");
+        assert!(duplicate_message("a.rs", 3).starts_with("Finding already exists at a.rs:3."));
+        assert!(duplicate_message("a.rs", 3).contains("review-delete"));
+        assert_eq!(deleted_message("a.rs", 3, 0), "No review finding found at a.rs:3");
+        assert_eq!(deleted_message("a.rs", 3, 1), "Deleted review finding at a.rs:3");
+        assert_eq!(deleted_message("a.rs", 3, 3), "Deleted 3 review findings at a.rs:3");
+    }
+}

@@ -1,0 +1,158 @@
+//! Checks on review-tool input that its JSON shape cannot express: non-empty
+//! fields, a 1-based line, size caps, and the attempt-history page.
+//!
+//! Size caps: a description or a scenario may be up to [`MAX_TEXT_BYTES`] (8 MiB of
+//! UTF-8) and is stored verbatim, so a 1 MB description is accepted unchanged; only
+//! beyond the cap does the write fail, with a message naming the field, its size and
+//! the cap. Text is never truncated. The cap sits well below the 64 MiB message limit
+//! of the transport (PROTOCOL.md §8), so every stored finding can still be read back
+//! and published as a diagnostic. File paths are capped at [`MAX_FILE_BYTES`].
+
+/// Largest accepted `description` / `scenario`, in UTF-8 bytes (8 MiB).
+pub const MAX_TEXT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Largest accepted `file`, in UTF-8 bytes.
+pub const MAX_FILE_BYTES: usize = 4096;
+
+/// Default attempt-history page size.
+pub const DEFAULT_ATTEMPTS_LIMIT: i64 = 20;
+
+/// Largest attempt-history page size.
+pub const MAX_ATTEMPTS_LIMIT: i64 = 100;
+
+/// Validates a `review-write` beyond its JSON shape: `file` is non-empty after
+/// trimming, at most [`MAX_FILE_BYTES`] and free of NUL; `line` is at least 1;
+/// `description` is non-empty after trimming; `description` and `scenario` are at
+/// most [`MAX_TEXT_BYTES`]. The error names the field.
+pub fn validate_write(file: &str, line: i64, description: &str, scenario: Option<&str>) -> Result<(), String> {
+    if file.trim().is_empty() {
+        return Err("Invalid file: must be a non-empty path.".to_string());
+    }
+    if file.len() > MAX_FILE_BYTES {
+        return Err(format!("Invalid file: {} bytes is longer than the {MAX_FILE_BYTES}-byte limit.", file.len()));
+    }
+    if file.contains('\0') {
+        return Err("Invalid file: must not contain NUL characters.".to_string());
+    }
+    if line < 1 {
+        return Err(format!("Invalid line {line}: must be a positive integer (lines are 1-based)."));
+    }
+    if description.trim().is_empty() {
+        return Err("Invalid description: must not be empty.".to_string());
+    }
+    check_size("description", description)?;
+    if let Some(scenario) = scenario {
+        check_size("scenario", scenario)?;
+    }
+    Ok(())
+}
+
+fn check_size(field: &str, text: &str) -> Result<(), String> {
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(format!(
+            "Invalid {field}: {} bytes is larger than the {MAX_TEXT_BYTES}-byte (8 MiB) limit.",
+            text.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The attempt-history page of `review-read attempts: true`: `(limit, beforeId)`.
+///
+/// `limit` defaults to 20 and must be within 1..=100; `beforeId` must be a positive
+/// integer. Out-of-range values are errors naming the field, not silently clamped.
+pub fn attempts_page(limit: Option<i64>, before_id: Option<i64>) -> Result<(usize, Option<i64>), String> {
+    let limit = limit.unwrap_or(DEFAULT_ATTEMPTS_LIMIT);
+    if !(1..=MAX_ATTEMPTS_LIMIT).contains(&limit) {
+        return Err(format!("Invalid limit {limit}: must be between 1 and {MAX_ATTEMPTS_LIMIT}."));
+    }
+    if let Some(id) = before_id {
+        if id < 1 {
+            return Err(format!("Invalid beforeId {id}: must be a positive integer."));
+        }
+    }
+    let limit = usize::try_from(limit).map_err(|_| format!("Invalid limit {limit}."))?;
+    Ok((limit, before_id))
+}
+
+/// `attempts: true` reads attempt history, which has no file, pattern or
+/// cross-section dimension: naming any of them is an error that lists them.
+pub fn attempts_exclusive(file: Option<&str>, pattern: Option<&str>, cross_section: bool) -> Result<(), String> {
+    let mut given = Vec::new();
+    if file.is_some() {
+        given.push("file");
+    }
+    if pattern.is_some() {
+        given.push("pattern");
+    }
+    if cross_section {
+        given.push("crossSection");
+    }
+    if given.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("attempts cannot be combined with {}.", given.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_ok() {
+        assert_eq!(validate_write("src/a.rs", 1, "bad", None), Ok(()));
+        assert_eq!(validate_write("a", i64::MAX, "bad", Some("")), Ok(()));
+    }
+
+    #[test]
+    fn write_fields() {
+        assert!(validate_write("  ", 1, "d", None).expect_err("file").contains("file"));
+        assert!(validate_write("a\0b", 1, "d", None).expect_err("nul").contains("file"));
+        assert!(validate_write(&"x".repeat(MAX_FILE_BYTES + 1), 1, "d", None).expect_err("long file").contains("file"));
+        assert_eq!(
+            validate_write("a", 0, "d", None),
+            Err("Invalid line 0: must be a positive integer (lines are 1-based).".to_string())
+        );
+        assert!(validate_write("a", -4, "d", None).expect_err("neg").contains("line -4"));
+        assert!(validate_write("a", 1, " \n ", None).expect_err("desc").contains("description"));
+    }
+
+    #[test]
+    fn one_megabyte_description_is_accepted() {
+        let big = "é".repeat(500_000); // 1,000,000 bytes
+        assert_eq!(validate_write("a", 1, &big, Some(&big)), Ok(()));
+        let mib = "x".repeat(1024 * 1024);
+        assert_eq!(validate_write("a", 1, &mib, None), Ok(()));
+    }
+
+    #[test]
+    fn over_cap_is_rejected_by_field() {
+        let huge = "x".repeat(MAX_TEXT_BYTES + 1);
+        assert!(validate_write("a", 1, &huge, None).expect_err("desc").starts_with("Invalid description:"));
+        assert!(validate_write("a", 1, "d", Some(&huge)).expect_err("scen").starts_with("Invalid scenario:"));
+        let exact = "x".repeat(MAX_TEXT_BYTES);
+        assert_eq!(validate_write("a", 1, &exact, None), Ok(()));
+    }
+
+    #[test]
+    fn attempts_paging() {
+        assert_eq!(attempts_page(None, None), Ok((20, None)));
+        assert_eq!(attempts_page(Some(1), Some(7)), Ok((1, Some(7))));
+        assert_eq!(attempts_page(Some(100), None), Ok((100, None)));
+        assert_eq!(attempts_page(Some(0), None), Err("Invalid limit 0: must be between 1 and 100.".to_string()));
+        assert!(attempts_page(Some(101), None).is_err());
+        assert!(attempts_page(Some(i64::MIN), None).is_err());
+        assert_eq!(attempts_page(None, Some(0)), Err("Invalid beforeId 0: must be a positive integer.".to_string()));
+        assert!(attempts_page(None, Some(-3)).expect_err("neg").contains("beforeId"));
+    }
+
+    #[test]
+    fn attempts_mode_exclusivity() {
+        assert_eq!(attempts_exclusive(None, None, false), Ok(()));
+        assert_eq!(
+            attempts_exclusive(Some("a.rs"), None, true),
+            Err("attempts cannot be combined with file, crossSection.".to_string())
+        );
+    }
+}

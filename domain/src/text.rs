@@ -1,0 +1,50 @@
+//! Text helpers with the JavaScript semantics Forge's formats are defined in:
+//! "chars" are UTF-16 code units, lines are `split('\n')` (a trailing newline gives
+//! an extra empty line), timestamps are `toISOString()`.
+
+/// Length in UTF-16 code units (JavaScript `string.length`).
+pub fn js_len(s: &str) -> usize {
+    s.encode_utf16().count()
+}
+
+/// JavaScript `s.split("\n")`.
+pub fn split_lines(s: &str) -> Vec<&str> {
+    s.split('\n').collect()
+}
+
+/// JavaScript `new Date(ms).toISOString()`: `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn iso_millis(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", sod / 3600, (sod % 3600) / 60, sod % 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn js_semantics() {
+        assert_eq!(js_len("a😀"), 3);
+        assert_eq!(split_lines("a\nb\n"), vec!["a", "b", ""]);
+        assert_eq!(iso_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_millis(1_733_150_000_123), "2024-12-02T14:33:20.123Z");
+    }
+}

@@ -1,0 +1,57 @@
+//! The Forge protocol (v1) as Rust types: command names, tool inputs and outputs,
+//! notifications, virtual-document URIs and error codes.
+//!
+//! This crate does no I/O. The server, the `forge-lsp call` client and the tests all
+//! use these types, so a change to the contract is a change here (and in
+//! `docs/protocol.md`), in one commit. See `../shared/PROTOCOL.md`.
+
+pub mod errors;
+pub mod inputs;
+pub mod notifications;
+pub mod uri;
+
+pub use errors::{ErrorKind, ToolError};
+
+/// Protocol version announced in `experimental.forge.protocolVersion`.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Prefix of every command: tool `plan-read` is command `forge.plan-read`.
+pub const COMMAND_PREFIX: &str = "forge.";
+
+/// The command name of a tool.
+pub fn command_name(tool: &str) -> String {
+    format!("{COMMAND_PREFIX}{tool}")
+}
+
+/// The agents a connection may declare in `initializationOptions.forge.agent`.
+pub const AGENTS: &[&str] = &["user", "architect", "code", "auditor", "auditor-loop", "minion"];
+
+/// A successful command result: `{ text, data }`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CommandResult {
+    /// The tool's textual output, as an agent reads it.
+    pub text: String,
+    /// The same result as structured JSON.
+    pub data: serde_json::Value,
+}
+
+/// One entry of `forge.tools`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolOffer {
+    pub name: String,
+    pub command: String,
+    pub description: String,
+    pub input_schema: serde_json::Value,
+}
+
+/// `initializationOptions.forge`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InitOptions {
+    pub agent: Option<String>,
+    pub session: Option<String>,
+    pub token: Option<String>,
+    pub data_dir: Option<String>,
+    pub config: Option<serde_json::Value>,
+}

@@ -1,0 +1,137 @@
+//! `forge:` virtual document URIs (PROTOCOL.md §4).
+
+/// The URI scheme of virtual documents.
+pub const SCHEME: &str = "forge";
+
+/// A parsed `forge:` URI.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ForgeUri {
+    /// `forge://plan/session/<sessionId>.md`
+    SessionPlan(String),
+    /// `forge://plan/loop/<loopName>.md`
+    LoopPlan(String),
+    /// `forge://loop/<loopName>/section/<index>.md`
+    LoopSection(String, u32),
+    /// `forge://loop/<loopName>/status.md`
+    LoopStatus(String),
+    /// `forge://index.md`
+    Index,
+}
+
+fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl ForgeUri {
+    /// Parses a `forge://...` URI; `None` when it names no known document.
+    pub fn parse(uri: &str) -> Option<Self> {
+        let rest = uri.strip_prefix("forge://")?;
+        let rest = rest.split(['?', '#']).next()?;
+        if rest == "index.md" {
+            return Some(Self::Index);
+        }
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts.as_slice() {
+            ["plan", "session", file] => {
+                let id = decode(file.strip_suffix(".md")?)?;
+                (!id.is_empty()).then_some(Self::SessionPlan(id))
+            }
+            ["plan", "loop", file] => {
+                let name = decode(file.strip_suffix(".md")?)?;
+                (!name.is_empty()).then_some(Self::LoopPlan(name))
+            }
+            ["loop", name, "section", file] => {
+                let idx = file.strip_suffix(".md")?;
+                if idx.is_empty() || !idx.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                let name = decode(name)?;
+                (!name.is_empty()).then_some(Self::LoopSection(name, idx.parse().ok()?))
+            }
+            ["loop", name, "status.md"] => {
+                let name = decode(name)?;
+                (!name.is_empty()).then_some(Self::LoopStatus(name))
+            }
+            _ => None,
+        }
+    }
+
+    /// The canonical URI string.
+    pub fn to_uri(&self) -> String {
+        match self {
+            Self::SessionPlan(id) => format!("forge://plan/session/{}.md", encode(id)),
+            Self::LoopPlan(name) => format!("forge://plan/loop/{}.md", encode(name)),
+            Self::LoopSection(name, i) => format!("forge://loop/{}/section/{i}.md", encode(name)),
+            Self::LoopStatus(name) => format!("forge://loop/{}/status.md", encode(name)),
+            Self::Index => "forge://index.md".to_string(),
+        }
+    }
+
+    /// The path of the materialized copy under `<project>/.forge/view/`.
+    pub fn view_path(&self) -> String {
+        self.to_uri().trim_start_matches("forge://").to_string()
+    }
+
+    /// Whether the document is a plan (has sections, symbols and folding).
+    pub fn is_plan(&self) -> bool {
+        matches!(self, Self::SessionPlan(_) | Self::LoopPlan(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        for u in [
+            ForgeUri::SessionPlan("ses_01ABC".into()),
+            ForgeUri::SessionPlan("odd id/with:chars".into()),
+            ForgeUri::LoopPlan("add-oauth".into()),
+            ForgeUri::LoopSection("add-oauth".into(), 3),
+            ForgeUri::LoopStatus("add-oauth".into()),
+            ForgeUri::Index,
+        ] {
+            assert_eq!(ForgeUri::parse(&u.to_uri()), Some(u));
+        }
+    }
+
+    #[test]
+    fn rejects_unknown() {
+        for s in [
+            "forge://nope.md",
+            "forge://plan/session/.md",
+            "forge://plan/session/x.txt",
+            "forge://loop/a/section/x.md",
+            "file:///x.md",
+            "forge://plan/session/%ZZ.md",
+        ] {
+            assert_eq!(ForgeUri::parse(s), None, "{s}");
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Command-line clients of the server.
+
+pub mod call;
+pub mod lsp_client;

@@ -1,0 +1,377 @@
+//! Configuration (PROTOCOL.md §9).
+//!
+//! Sources, later ones winning key by key: the user file
+//! `$XDG_CONFIG_HOME/forge-lsp/config.toml`, the project file `<project>/.forge/config.toml`,
+//! `initializationOptions.forge.config`, then `workspace/didChangeConfiguration`
+//! (section `forge`). Keys are camelCase and nested (`loop.stallTimeoutMs`). An unknown key
+//! is a warning (reported once); a value of the wrong type is an error naming the key and
+//! the source.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+/// Expected type of a key.
+#[derive(Clone, Copy, Debug)]
+enum Ty {
+    Bool,
+    Str,
+    UInt,
+    Percent,
+    StrList,
+    /// `loop.permissions.deny`: a list of strings or `{ permission, pattern }` objects.
+    DenyList,
+    /// `agent.command`: an argv template (list of strings) or one string split on spaces.
+    Argv,
+    /// `documents.materialize`: true, false or "auto".
+    BoolOrAuto,
+}
+
+impl Ty {
+    fn describe(self) -> &'static str {
+        match self {
+            Ty::Bool => "a boolean",
+            Ty::Str => "a string",
+            Ty::UInt => "a non-negative integer",
+            Ty::Percent => "an integer from 0 to 100",
+            Ty::StrList => "a list of strings",
+            Ty::DenyList => "a list of strings or { permission, pattern } tables",
+            Ty::Argv => "a list of strings (an argv template) or a string",
+            Ty::BoolOrAuto => "true, false or \"auto\"",
+        }
+    }
+    fn accepts(self, v: &Value) -> bool {
+        match self {
+            Ty::Bool => v.is_boolean(),
+            Ty::Str => v.is_string(),
+            Ty::UInt => v.as_u64().is_some(),
+            Ty::Percent => v.as_u64().is_some_and(|n| n <= 100),
+            Ty::StrList => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            Ty::DenyList => v.as_array().is_some_and(|a| {
+                a.iter().all(|e| {
+                    e.is_string()
+                        || e.as_object().is_some_and(|o| {
+                            o.get("permission").is_some_and(Value::is_string)
+                                && o.get("pattern").is_none_or(Value::is_string)
+                        })
+                })
+            }),
+            Ty::Argv => v.is_string() || v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string)),
+            Ty::BoolOrAuto => v.is_boolean() || v.as_str() == Some("auto"),
+        }
+    }
+}
+
+/// Every known key and its type.
+const KEYS: &[(&str, Ty)] = &[
+    ("executionModel", Ty::Str),
+    ("auditorModel", Ty::Str),
+    ("auditorFallbackModels", Ty::StrList),
+    ("loop.enabled", Ty::Bool),
+    ("loop.defaultMaxIterations", Ty::UInt),
+    ("loop.cleanupWorktree", Ty::Bool),
+    ("loop.stallTimeoutMs", Ty::UInt),
+    ("loop.busyStallTimeoutMs", Ty::UInt),
+    ("loop.maxConsecutiveStalls", Ty::UInt),
+    ("loop.postAction.enabled", Ty::Bool),
+    ("loop.postAction.skill", Ty::Str),
+    ("loop.postAction.prompt", Ty::Str),
+    ("loop.postAction.model", Ty::Str),
+    ("loop.sessionReuse.coderContextPercent", Ty::Percent),
+    ("loop.sessionReuse.auditorContextPercent", Ty::Percent),
+    ("loop.permissions.deny", Ty::DenyList),
+    ("completedLoopTtlMs", Ty::UInt),
+    ("sandbox.enabled", Ty::Bool),
+    ("sandbox.mode", Ty::Str),
+    ("sandbox.network", Ty::Bool),
+    ("agent.command", Ty::Argv),
+    ("agent.compactCommand", Ty::Argv),
+    ("documents.materialize", Ty::BoolOrAuto),
+    ("diagnostics.mirrorLoopFindings", Ty::Bool),
+];
+
+/// A configuration problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The merged configuration, typed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub execution_model: Option<String>,
+    pub auditor_model: Option<String>,
+    pub auditor_fallback_models: Vec<String>,
+    pub loop_enabled: bool,
+    pub default_max_iterations: u64,
+    pub cleanup_worktree: bool,
+    pub stall_timeout_ms: u64,
+    pub busy_stall_timeout_ms: u64,
+    pub max_consecutive_stalls: u64,
+    pub post_action_enabled: bool,
+    pub post_action_skill: Option<String>,
+    pub post_action_prompt: Option<String>,
+    pub post_action_model: Option<String>,
+    pub coder_context_percent: u64,
+    pub auditor_context_percent: u64,
+    pub permissions_deny: Vec<Value>,
+    pub completed_loop_ttl_ms: u64,
+    pub sandbox_enabled: bool,
+    pub sandbox_mode: String,
+    pub sandbox_network: bool,
+    pub agent_command: Option<Vec<String>>,
+    pub agent_compact_command: Option<Vec<String>>,
+    /// None = auto.
+    pub materialize: Option<bool>,
+    pub mirror_loop_findings: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            execution_model: None,
+            auditor_model: None,
+            auditor_fallback_models: vec![],
+            loop_enabled: true,
+            default_max_iterations: 0,
+            cleanup_worktree: false,
+            stall_timeout_ms: 60_000,
+            busy_stall_timeout_ms: 900_000,
+            max_consecutive_stalls: 5,
+            post_action_enabled: false,
+            post_action_skill: None,
+            post_action_prompt: None,
+            post_action_model: None,
+            coder_context_percent: 50,
+            auditor_context_percent: 50,
+            permissions_deny: vec![],
+            completed_loop_ttl_ms: 604_800_000,
+            sandbox_enabled: true,
+            sandbox_mode: "bwrap".into(),
+            sandbox_network: false,
+            agent_command: None,
+            agent_compact_command: None,
+            materialize: None,
+            mirror_loop_findings: true,
+        }
+    }
+}
+
+/// Collects sources, validates each, and merges them.
+#[derive(Debug, Default, Clone)]
+pub struct Loader {
+    merged: Map<String, Value>,
+    /// Unknown-key warnings, one per key and source.
+    pub warnings: Vec<String>,
+}
+
+fn toml_to_json(v: toml::Value) -> Value {
+    match v {
+        toml::Value::String(s) => Value::String(s),
+        toml::Value::Integer(i) => Value::from(i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null),
+        toml::Value::Boolean(b) => Value::Bool(b),
+        toml::Value::Datetime(d) => Value::String(d.to_string()),
+        toml::Value::Array(a) => Value::Array(a.into_iter().map(toml_to_json).collect()),
+        toml::Value::Table(t) => Value::Object(t.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect()),
+    }
+}
+
+fn flatten(prefix: &str, v: &Map<String, Value>, out: &mut Vec<(String, Value)>) {
+    for (k, val) in v {
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let is_leaf_key = KEYS.iter().any(|(n, _)| *n == key);
+        match val {
+            Value::Object(m) if !is_leaf_key => flatten(&key, m, out),
+            _ => out.push((key, val.clone())),
+        }
+    }
+}
+
+impl Loader {
+    /// The user config file path.
+    pub fn user_file() -> PathBuf {
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| crate::project::home_dir().join(".config"));
+        base.join("forge-lsp/config.toml")
+    }
+
+    /// The project config file path.
+    pub fn project_file(project_root: &Path) -> PathBuf {
+        project_root.join(".forge/config.toml")
+    }
+
+    /// Adds a TOML file if it exists.
+    pub fn add_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(ConfigError(format!("cannot read configuration file {}: {e}", path.display()))),
+        };
+        let table: toml::Table = toml::from_str(&text).map_err(|e| {
+            ConfigError(format!("configuration file {} is not valid TOML: {}", path.display(), e.message()))
+        })?;
+        let json = toml_to_json(toml::Value::Table(table));
+        self.add_value(&json, &path.display().to_string())
+    }
+
+    /// Adds a JSON object source, named `source` in messages.
+    pub fn add_value(&mut self, v: &Value, source: &str) -> Result<(), ConfigError> {
+        let Some(obj) = v.as_object() else {
+            if v.is_null() {
+                return Ok(());
+            }
+            return Err(ConfigError(format!("configuration in {source} must be a table/object")));
+        };
+        let mut flat = vec![];
+        flatten("", obj, &mut flat);
+        for (key, val) in &flat {
+            match KEYS.iter().find(|(n, _)| n == key) {
+                None => self.warnings.push(format!("unknown configuration key `{key}` in {source} (ignored)")),
+                Some((_, ty)) if !ty.accepts(val) => {
+                    return Err(ConfigError(format!(
+                        "configuration key `{key}` in {source} must be {}, found {}",
+                        ty.describe(),
+                        short(val)
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        for (key, val) in flat {
+            if KEYS.iter().any(|(n, _)| *n == key) {
+                self.merged.insert(key, val);
+            }
+        }
+        Ok(())
+    }
+
+    /// The typed configuration.
+    pub fn build(&self) -> Config {
+        let m = &self.merged;
+        let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+        let b = |k: &str, d: bool| m.get(k).and_then(Value::as_bool).unwrap_or(d);
+        let u = |k: &str, d: u64| m.get(k).and_then(Value::as_u64).unwrap_or(d);
+        let argv = |k: &str| {
+            m.get(k).map(|v| match v {
+                Value::String(s) => s.split_whitespace().map(str::to_string).collect(),
+                Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
+                _ => vec![],
+            })
+        };
+        let d = Config::default();
+        Config {
+            execution_model: s("executionModel"),
+            auditor_model: s("auditorModel"),
+            auditor_fallback_models: m
+                .get("auditorFallbackModels")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+                .unwrap_or_default(),
+            loop_enabled: b("loop.enabled", d.loop_enabled),
+            default_max_iterations: u("loop.defaultMaxIterations", d.default_max_iterations),
+            cleanup_worktree: b("loop.cleanupWorktree", d.cleanup_worktree),
+            stall_timeout_ms: u("loop.stallTimeoutMs", d.stall_timeout_ms),
+            busy_stall_timeout_ms: u("loop.busyStallTimeoutMs", d.busy_stall_timeout_ms),
+            max_consecutive_stalls: u("loop.maxConsecutiveStalls", d.max_consecutive_stalls),
+            post_action_enabled: b("loop.postAction.enabled", d.post_action_enabled),
+            post_action_skill: s("loop.postAction.skill"),
+            post_action_prompt: s("loop.postAction.prompt"),
+            post_action_model: s("loop.postAction.model"),
+            coder_context_percent: u("loop.sessionReuse.coderContextPercent", d.coder_context_percent),
+            auditor_context_percent: u("loop.sessionReuse.auditorContextPercent", d.auditor_context_percent),
+            permissions_deny: m.get("loop.permissions.deny").and_then(Value::as_array).cloned().unwrap_or_default(),
+            completed_loop_ttl_ms: u("completedLoopTtlMs", d.completed_loop_ttl_ms),
+            sandbox_enabled: b("sandbox.enabled", d.sandbox_enabled),
+            sandbox_mode: s("sandbox.mode").unwrap_or(d.sandbox_mode),
+            sandbox_network: b("sandbox.network", d.sandbox_network),
+            agent_command: argv("agent.command"),
+            agent_compact_command: argv("agent.compactCommand"),
+            materialize: m.get("documents.materialize").and_then(Value::as_bool),
+            mirror_loop_findings: b("diagnostics.mirrorLoopFindings", d.mirror_loop_findings),
+        }
+    }
+
+    /// Loads the user and project files and the initialization options.
+    pub fn standard(project_root: &Path, init: Option<&Value>) -> Result<Loader, ConfigError> {
+        let mut l = Loader::default();
+        l.add_file(&Self::user_file())?;
+        l.add_file(&Self::project_file(project_root))?;
+        if let Some(v) = init {
+            l.add_value(v, "initializationOptions.forge.config")?;
+        }
+        Ok(l)
+    }
+}
+
+fn short(v: &Value) -> String {
+    let s = match v {
+        Value::String(_) => format!("the string {v}"),
+        Value::Bool(_) => format!("the boolean {v}"),
+        Value::Number(_) => format!("the number {v}"),
+        Value::Array(_) => "a list".to_string(),
+        Value::Object(_) => "a table".to_string(),
+        Value::Null => "null".to_string(),
+    };
+    if s.len() > 80 {
+        format!("{}...", &s[..s.char_indices().take(77).last().map(|(i, c)| i + c.len_utf8()).unwrap_or(0)])
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_and_merge_order() {
+        let mut l = Loader::default();
+        l.add_value(&json!({"loop": {"defaultMaxIterations": 10, "stallTimeoutMs": 5}}), "a").unwrap();
+        l.add_value(&json!({"loop": {"defaultMaxIterations": 3}}), "b").unwrap();
+        let c = l.build();
+        assert_eq!(c.default_max_iterations, 3);
+        assert_eq!(c.stall_timeout_ms, 5);
+        assert_eq!(c.busy_stall_timeout_ms, 900_000);
+        assert!(c.sandbox_enabled);
+        assert!(l.warnings.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_warns_wrong_type_errors() {
+        let mut l = Loader::default();
+        l.add_value(&json!({"loop": {"bogus": 1}, "nope": true}), "x.toml").unwrap();
+        assert_eq!(l.warnings.len(), 2);
+        assert!(l.warnings[0].contains("`loop.bogus`") && l.warnings[0].contains("x.toml"));
+        let e = l.add_value(&json!({"loop": {"stallTimeoutMs": "soon"}}), "/p/.forge/config.toml").unwrap_err();
+        assert!(
+            e.0.contains("`loop.stallTimeoutMs`")
+                && e.0.contains("/p/.forge/config.toml")
+                && e.0.contains("non-negative integer"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn toml_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        std::fs::write(&p, "executionModel = \"a/b\"\n[agent]\ncommand = [\"sh\", \"{prompt_file}\"]\n[documents]\nmaterialize = \"auto\"\n").unwrap();
+        let mut l = Loader::default();
+        l.add_file(&p).unwrap();
+        let c = l.build();
+        assert_eq!(c.execution_model.as_deref(), Some("a/b"));
+        assert_eq!(c.agent_command, Some(vec!["sh".into(), "{prompt_file}".into()]));
+        assert_eq!(c.materialize, None);
+        std::fs::write(&p, "[sandbox]\nnetwork = 1\n").unwrap();
+        let e = Loader::default().add_file(&p).unwrap_err();
+        assert!(e.0.contains("`sandbox.network`") && e.0.contains(&p.display().to_string()));
+    }
+}

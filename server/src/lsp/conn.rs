@@ -1,0 +1,232 @@
+//! One client connection: who it is (agent, session, project), what it supports, the
+//! documents it has open, and the queue that turns change-feed entries into
+//! announcements (refresh requests, diagnostics, materialized views).
+//!
+//! Announcements for one connection are processed by one task, in feed order.
+//! Requests to the client (refresh) are never awaited inside a handler: they are spawned
+//! with a timeout.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use forge_domain::diagnostics::PositionEncoding;
+use forge_protocol::uri::ForgeUri;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tower_lsp_server::gen_lsp_types::{Diagnostic, Uri};
+use tower_lsp_server::Client;
+
+use crate::hub::Workspace;
+use crate::lsp::{documents, plan_features};
+use crate::store::changes::{Change, Kind};
+use crate::tools::ToolEnv;
+
+/// Timeout for requests we send to the client.
+pub const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the client declared it supports.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCaps {
+    pub encoding: PositionEncoding,
+    /// `workspace.textDocumentContent` declared: virtual documents and their refresh.
+    pub text_document_content: bool,
+    pub work_done_progress: bool,
+    /// Materialize read-only copies under `<project>/.forge/view/`.
+    pub materialize: bool,
+}
+
+/// An open document (full sync).
+#[derive(Debug, Clone)]
+pub struct OpenDoc {
+    pub version: i32,
+    pub text: String,
+}
+
+pub struct Conn {
+    pub id: u64,
+    pub client: Client,
+    pub ws: Arc<Workspace>,
+    env: RwLock<Arc<ToolEnv>>,
+    pub caps: ClientCaps,
+    pub docs: Mutex<HashMap<String, OpenDoc>>,
+    /// Plan documents this client has seen (opened or fetched): their structure warnings
+    /// are published as diagnostics and kept current.
+    known_plans: Mutex<HashSet<String>>,
+    /// Warnings of the config files, shown once after `initialized`.
+    pub config_warnings: Mutex<Vec<String>>,
+    queue: mpsc::UnboundedSender<Arc<Vec<Change>>>,
+}
+
+impl Conn {
+    pub fn new(id: u64, client: Client, ws: Arc<Workspace>, env: ToolEnv, caps: ClientCaps) -> Arc<Conn> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Arc<Vec<Change>>>();
+        let conn = Arc::new(Conn {
+            id,
+            client,
+            ws,
+            env: RwLock::new(Arc::new(env)),
+            caps,
+            docs: Mutex::new(HashMap::new()),
+            known_plans: Mutex::new(HashSet::new()),
+            config_warnings: Mutex::new(vec![]),
+            queue: tx,
+        });
+        let weak = Arc::downgrade(&conn);
+        tokio::spawn(async move {
+            while let Some(batch) = rx.recv().await {
+                let Some(conn) = weak.upgrade() else { return };
+                conn.announce(&batch).await;
+            }
+        });
+        conn
+    }
+
+    pub fn env(&self) -> Arc<ToolEnv> {
+        self.env.read().expect("env lock").clone()
+    }
+
+    pub fn set_env(&self, env: ToolEnv) {
+        *self.env.write().expect("env lock") = Arc::new(env);
+    }
+
+    pub fn project_id(&self) -> String {
+        self.env().project.id.clone()
+    }
+
+    /// Queues a batch of feed entries (called by the hub's watcher).
+    pub async fn on_changes(&self, batch: &Arc<Vec<Change>>) {
+        let _ = self.queue.send(batch.clone());
+    }
+
+    pub fn mark_known(&self, uri: &str) {
+        self.known_plans.lock().expect("known").insert(uri.to_string());
+    }
+
+    fn is_known(&self, uri: &str) -> bool {
+        self.known_plans.lock().expect("known").contains(uri)
+    }
+
+    /// The text of an open document, if open.
+    pub fn open_text(&self, uri: &str) -> Option<String> {
+        self.docs.lock().expect("docs").get(uri).map(|d| d.text.clone())
+    }
+
+    async fn announce(self: &Arc<Self>, batch: &[Change]) {
+        let project = self.project_id();
+        let mut plan_uris: Vec<String> = vec![];
+        for c in batch.iter().filter(|c| c.project_id == project) {
+            if c.kind == Kind::Plan && !plan_uris.contains(&c.key) {
+                plan_uris.push(c.key.clone());
+            }
+        }
+        if plan_uris.is_empty() {
+            return;
+        }
+        for uri in &plan_uris {
+            self.refresh(uri);
+            if self.is_known(uri) {
+                self.publish_plan_warnings(uri).await;
+            }
+        }
+        self.refresh(&ForgeUri::Index.to_uri());
+        if self.caps.materialize {
+            for uri in plan_uris.iter().chain(std::iter::once(&ForgeUri::Index.to_uri())) {
+                self.materialize(uri).await;
+            }
+        }
+    }
+
+    /// Sends `workspace/textDocumentContent/refresh` without waiting in the caller.
+    pub fn refresh(&self, uri: &str) {
+        if !self.caps.text_document_content {
+            return;
+        }
+        let client = self.client.clone();
+        let uri = Uri::from(uri.to_string());
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, client.text_document_content_refresh(uri)).await;
+        });
+    }
+
+    /// Publishes a plan document's structure warnings as diagnostics.
+    pub async fn publish_plan_warnings(&self, uri: &str) {
+        let Some(parsed) = ForgeUri::parse(uri) else { return };
+        if !parsed.is_plan() {
+            return;
+        }
+        let text = match self.open_text(uri) {
+            Some(t) => Some(t),
+            None => documents::render(self, &parsed).await.ok(),
+        };
+        let diags: Vec<Value> = match text {
+            Some(t) => plan_features::warning_diagnostics(&t, self.caps.encoding),
+            None => vec![],
+        };
+        self.publish(uri, diags).await;
+    }
+
+    /// `textDocument/publishDiagnostics` from JSON diagnostics.
+    pub async fn publish(&self, uri: &str, diags: Vec<Value>) {
+        let diags: Vec<Diagnostic> = diags.into_iter().filter_map(|d| serde_json::from_value(d).ok()).collect();
+        self.client.publish_diagnostics(Uri::from(uri.to_string()), diags, None).await;
+    }
+
+    /// Where the materialized copy of `uri` lives.
+    pub fn view_path(&self, uri: &ForgeUri) -> PathBuf {
+        self.env().project.root.join(".forge/view").join(uri.view_path())
+    }
+
+    /// Writes (or removes) the read-only copy of a virtual document.
+    pub async fn materialize(&self, uri: &str) {
+        let Some(parsed) = ForgeUri::parse(uri) else { return };
+        let path = self.view_path(&parsed);
+        let text = documents::render(self, &parsed).await.ok();
+        let root = self.env().project.root.clone();
+        let _ = tokio::task::spawn_blocking(move || write_view(&root, &path, text.as_deref())).await;
+    }
+}
+
+/// Writes a read-only view file (mode 0444), replacing any previous one; `None` removes it.
+fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    crate::lsp::documents::exclude_forge_dir(root);
+    let Some(text) = text else {
+        let _ = std::fs::remove_file(path);
+        return Ok(());
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("md.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::write(&tmp, text)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Diagnostics JSON helper.
+pub fn diagnostic(
+    line: u32,
+    start: u32,
+    end: u32,
+    severity: u8,
+    message: &str,
+    code: Option<Value>,
+    data: Option<Value>,
+) -> Value {
+    let mut d = json!({
+        "range": { "start": { "line": line, "character": start }, "end": { "line": line, "character": end } },
+        "severity": severity,
+        "source": "forge",
+        "message": message,
+    });
+    if let Some(c) = code {
+        d["code"] = c;
+    }
+    if let Some(x) = data {
+        d["data"] = x;
+    }
+    d
+}

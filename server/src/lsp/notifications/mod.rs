@@ -1,0 +1,7 @@
+//! Notification handlers, one file per method.
+
+pub mod did_change;
+pub mod did_change_configuration;
+pub mod did_close;
+pub mod did_open;
+pub mod initialized;

@@ -1,0 +1,100 @@
+//! `initialize`: identity (agent, session, token), project, data directory,
+//! configuration and capabilities (PROTOCOL.md §2).
+
+use std::path::PathBuf;
+
+use forge_domain::diagnostics::PositionEncoding;
+use forge_protocol::{InitOptions, ToolError, AGENTS};
+use serde_json::{json, Value};
+use tower_lsp_server::gen_lsp_types::{InitializeParams, InitializeResult};
+use tower_lsp_server::jsonrpc::Result;
+
+use crate::config::Loader;
+use crate::lsp::conn::{ClientCaps, Conn};
+use crate::lsp::server::{typed, Backend};
+use crate::project::{self, Project};
+use crate::tools::{rpc_error, ToolEnv};
+
+pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<InitializeResult> {
+    let p = serde_json::to_value(&params).unwrap_or(Value::Null);
+    let options: InitOptions = match p.pointer("/initializationOptions/forge") {
+        None | Some(Value::Null) => InitOptions::default(),
+        Some(v) => crate::tools::parse_input(v.clone()).map_err(|e| {
+            rpc_error(&ToolError::invalid_params(format!("initializationOptions.forge: {}", e.message)))
+        })?,
+    };
+    let agent = options.agent.clone().unwrap_or_else(|| "user".into());
+    if !AGENTS.contains(&agent.as_str()) {
+        return Err(rpc_error(&ToolError::invalid_params(format!(
+            "initializationOptions.forge.agent must be one of {}, got {agent:?}",
+            AGENTS.join(", ")
+        ))));
+    }
+
+    let folder = workspace_folder(&p).unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
+    let project = Project::detect(&folder);
+    let data_dir = project::data_dir(options.data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
+    let ws = backend.hub.workspace(&data_dir).map_err(|e| rpc_error(&ToolError::precondition(e.to_string())))?;
+
+    let loader =
+        Loader::standard(&project.root, options.config.as_ref()).map_err(|e| rpc_error(&ToolError::invalid(e.0)))?;
+    let config = loader.build();
+
+    let (agent_opt, session_opt, token_opt) = (Some(agent.clone()), options.session.clone(), options.token.clone());
+    let caller = ws
+        .store
+        .call(move |db| {
+            crate::identity::resolve(db, agent_opt.as_deref(), session_opt.as_deref(), token_opt.as_deref())
+        })
+        .await
+        .map_err(|e| rpc_error(&e))?;
+    let session_id = caller.session_id.clone();
+
+    let encoding = if p
+        .pointer("/capabilities/general/positionEncodings")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|e| e == "utf-8"))
+    {
+        PositionEncoding::Utf8
+    } else {
+        PositionEncoding::Utf16
+    };
+    let text_document_content = p.pointer("/capabilities/workspace/textDocumentContent").is_some_and(|v| !v.is_null());
+    let work_done_progress =
+        p.pointer("/capabilities/window/workDoneProgress").and_then(Value::as_bool).unwrap_or(false);
+    let materialize = config.materialize.unwrap_or(!text_document_content);
+    let caps = ClientCaps { encoding, text_document_content, work_done_progress, materialize };
+
+    let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok() };
+    let conn = Conn::new(backend.hub.next_conn_id(), backend.client.clone(), ws.clone(), env, caps);
+    *conn.config_warnings.lock().expect("warnings") = loader.warnings.clone();
+    if backend.conn.set(conn.clone()).is_err() {
+        return Err(rpc_error(&ToolError::invalid("initialize was already called on this connection")));
+    }
+    ws.add(conn);
+
+    typed(json!({
+        "capabilities": {
+            "positionEncoding": if encoding == PositionEncoding::Utf8 { "utf-8" } else { "utf-16" },
+            "textDocumentSync": { "openClose": true, "change": 1 },
+            "executeCommandProvider": { "commands": crate::tools::commands() },
+            "workspace": { "textDocumentContent": { "schemes": [forge_protocol::uri::SCHEME] } },
+            "documentSymbolProvider": true,
+            "foldingRangeProvider": true,
+            "codeLensProvider": { "resolveProvider": false },
+            "codeActionProvider": true,
+            "experimental": { "forge": { "protocolVersion": forge_protocol::PROTOCOL_VERSION, "tools": true, "sessionId": session_id } }
+        },
+        "serverInfo": { "name": "forge-lsp", "version": env!("CARGO_PKG_VERSION") }
+    }))
+}
+
+/// The first workspace folder, else `rootUri`, as a path.
+fn workspace_folder(p: &Value) -> Option<PathBuf> {
+    let uri = p
+        .pointer("/workspaceFolders/0/uri")
+        .and_then(Value::as_str)
+        .or_else(|| p.get("rootUri").and_then(Value::as_str))?;
+    let path = uri.strip_prefix("file://")?;
+    Some(PathBuf::from(super::percent_decode(path)))
+}

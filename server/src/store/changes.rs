@@ -1,0 +1,92 @@
+//! The change feed (`changes` table): every write appends a row in its own transaction;
+//! every server process tails the feed to announce changes made by any process.
+
+use rusqlite::{params, Connection};
+
+/// What changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// key = the plan document's `forge://` URI.
+    Plan,
+    /// key = `<loop bucket>\u{1f}<file>` (loop bucket '' outside loops).
+    Finding,
+    /// key = the loop name.
+    Loop,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Plan => "plan",
+            Kind::Finding => "finding",
+            Kind::Loop => "loop",
+        }
+    }
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "plan" => Some(Kind::Plan),
+            "finding" => Some(Kind::Finding),
+            "loop" => Some(Kind::Loop),
+            _ => None,
+        }
+    }
+}
+
+/// One row of the feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub id: i64,
+    pub project_id: String,
+    pub kind: Kind,
+    pub key: String,
+    pub at: i64,
+}
+
+/// The key of a finding change.
+pub fn finding_key(loop_bucket: &str, file: &str) -> String {
+    format!("{loop_bucket}\u{1f}{file}")
+}
+
+/// Splits a finding key into (loop bucket, file).
+pub fn split_finding_key(key: &str) -> (&str, &str) {
+    key.split_once('\u{1f}').unwrap_or(("", key))
+}
+
+pub fn record(conn: &Connection, project_id: &str, kind: Kind, key: &str, at: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT INTO changes (project_id, kind, key, at) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![project_id, kind.as_str(), key, at])?;
+    Ok(())
+}
+
+/// The newest change id (the feed position a new reader starts from).
+pub fn head(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT coalesce(max(id), 0) FROM changes", [], |r| r.get(0))
+}
+
+/// Changes after `after`, oldest first, at most `limit`.
+pub fn since(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<Vec<Change>> {
+    let mut st =
+        conn.prepare_cached("SELECT id, project_id, kind, key, at FROM changes WHERE id > ?1 ORDER BY id LIMIT ?2")?;
+    let rows = st.query_map(params![after, limit as i64], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, i64>(4)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, project_id, kind, key, at) = row?;
+        if let Some(kind) = Kind::parse(&kind) {
+            out.push(Change { id, project_id, kind, key, at });
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes feed rows older than `before` (epoch ms).
+pub fn prune(conn: &Connection, before: i64) -> rusqlite::Result<usize> {
+    conn.execute("DELETE FROM changes WHERE at < ?1", params![before])
+}

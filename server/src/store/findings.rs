@@ -1,0 +1,1 @@
+//! Review findings (filled by the findings work).

@@ -1,0 +1,103 @@
+//! Loop rows and loop sessions, as far as the tools that do not run loops need them
+//! (the caller's direct loop, session binding). The loop engine extends this module.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+/// The columns of a loop the tools read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopRow {
+    pub project_id: String,
+    pub loop_name: String,
+    pub status: String,
+    pub phase: String,
+    pub current_session_id: String,
+    pub worktree_dir: String,
+    pub worktree_branch: Option<String>,
+    pub iteration: i64,
+    pub max_iterations: i64,
+    pub current_section_index: i64,
+    pub total_sections: i64,
+    pub started_at: i64,
+    pub completed_at: Option<i64>,
+    pub termination_reason: Option<String>,
+}
+
+const COLS: &str = "project_id, loop_name, status, phase, current_session_id, worktree_dir, worktree_branch, iteration, max_iterations, current_section_index, total_sections, started_at, completed_at, termination_reason";
+
+fn row(r: &Row) -> rusqlite::Result<LoopRow> {
+    Ok(LoopRow {
+        project_id: r.get(0)?,
+        loop_name: r.get(1)?,
+        status: r.get(2)?,
+        phase: r.get(3)?,
+        current_session_id: r.get(4)?,
+        worktree_dir: r.get(5)?,
+        worktree_branch: r.get(6)?,
+        iteration: r.get(7)?,
+        max_iterations: r.get(8)?,
+        current_section_index: r.get(9)?,
+        total_sections: r.get(10)?,
+        started_at: r.get(11)?,
+        completed_at: r.get(12)?,
+        termination_reason: r.get(13)?,
+    })
+}
+
+pub fn get(conn: &Connection, project: &str, name: &str) -> rusqlite::Result<Option<LoopRow>> {
+    conn.prepare_cached(&format!("SELECT {COLS} FROM loops WHERE project_id = ?1 AND loop_name = ?2"))?
+        .query_row(params![project, name], row)
+        .optional()
+}
+
+/// The running loop whose current session is `session` (the "direct loop").
+pub fn running_for_session(conn: &Connection, project: &str, session: &str) -> rusqlite::Result<Option<LoopRow>> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM loops WHERE project_id = ?1 AND current_session_id = ?2 AND status = 'running'"
+    ))?
+    .query_row(params![project, session], row)
+    .optional()
+}
+
+/// Every loop of the project, newest first.
+pub fn list(conn: &Connection, project: &str) -> rusqlite::Result<Vec<LoopRow>> {
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM loops WHERE project_id = ?1 ORDER BY started_at DESC, loop_name"
+    ))?;
+    let rows = st.query_map(params![project], row)?;
+    rows.collect()
+}
+
+/// A session a loop runs, with its hashed token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopSession {
+    pub session_id: String,
+    pub project_id: String,
+    pub loop_name: String,
+    pub role: String,
+    pub token_hash: String,
+    pub status: String,
+}
+
+pub fn session(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<LoopSession>> {
+    conn.prepare_cached(
+        "SELECT session_id, project_id, loop_name, role, token_hash, status FROM loop_sessions WHERE session_id = ?1",
+    )?
+    .query_row(params![session_id], |r| {
+        Ok(LoopSession {
+            session_id: r.get(0)?,
+            project_id: r.get(1)?,
+            loop_name: r.get(2)?,
+            role: r.get(3)?,
+            token_hash: r.get(4)?,
+            status: r.get(5)?,
+        })
+    })
+    .optional()
+}
+
+/// Hex sha-256 of a session token (tokens are stored hashed).
+pub fn hash_token(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(token.as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}

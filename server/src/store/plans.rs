@@ -1,0 +1,105 @@
+//! Plan rows: session plans and loop-scoped master plans.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::changes::{self, Kind};
+use forge_protocol::uri::ForgeUri;
+
+/// A stored plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanRow {
+    pub id: i64,
+    pub project_id: String,
+    pub loop_name: Option<String>,
+    pub session_id: Option<String>,
+    pub content: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl PlanRow {
+    /// `loop: <name>` or `session: <id>`, as plan-read lists it.
+    pub fn label(&self) -> String {
+        match (&self.loop_name, &self.session_id) {
+            (Some(l), _) => format!("loop: {l}"),
+            (_, Some(s)) => format!("session: {s}"),
+            _ => String::new(),
+        }
+    }
+    /// The plan's virtual document.
+    pub fn uri(&self) -> ForgeUri {
+        match (&self.loop_name, &self.session_id) {
+            (Some(l), _) => ForgeUri::LoopPlan(l.clone()),
+            (_, Some(s)) => ForgeUri::SessionPlan(s.clone()),
+            _ => ForgeUri::Index,
+        }
+    }
+}
+
+const COLS: &str = "id, project_id, loop_name, session_id, content, created_at, updated_at";
+
+fn row(r: &Row) -> rusqlite::Result<PlanRow> {
+    Ok(PlanRow {
+        id: r.get(0)?,
+        project_id: r.get(1)?,
+        loop_name: r.get(2)?,
+        session_id: r.get(3)?,
+        content: r.get(4)?,
+        created_at: r.get(5)?,
+        updated_at: r.get(6)?,
+    })
+}
+
+pub fn get_session(conn: &Connection, project: &str, session: &str) -> rusqlite::Result<Option<PlanRow>> {
+    conn.prepare_cached(&format!("SELECT {COLS} FROM plans WHERE project_id = ?1 AND session_id = ?2"))?
+        .query_row(params![project, session], row)
+        .optional()
+}
+
+pub fn get_loop(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<PlanRow>> {
+    conn.prepare_cached(&format!("SELECT {COLS} FROM plans WHERE project_id = ?1 AND loop_name = ?2"))?
+        .query_row(params![project, loop_name], row)
+        .optional()
+}
+
+/// Newest first.
+pub fn recent(conn: &Connection, project: &str, limit: usize) -> rusqlite::Result<Vec<PlanRow>> {
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM plans WHERE project_id = ?1 ORDER BY updated_at DESC, id DESC LIMIT ?2"
+    ))?;
+    let rows = st.query_map(params![project, limit as i64], row)?;
+    rows.collect()
+}
+
+/// Writes a session plan. Identical content is not rewritten (`updated_at` kept);
+/// returns whether a write happened.
+pub fn put_session(conn: &Connection, project: &str, session: &str, content: &str, now: i64) -> rusqlite::Result<bool> {
+    if let Some(existing) = get_session(conn, project, session)? {
+        if existing.content == content {
+            return Ok(false);
+        }
+        conn.prepare_cached("UPDATE plans SET content = ?1, updated_at = ?2 WHERE id = ?3")?.execute(params![
+            content,
+            now,
+            existing.id
+        ])?;
+    } else {
+        conn.prepare_cached(
+            "INSERT INTO plans (project_id, session_id, content, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?4)",
+        )?
+        .execute(params![project, session, content, now])?;
+    }
+    changes::record(conn, project, Kind::Plan, &ForgeUri::SessionPlan(session.to_string()).to_uri(), now)?;
+    Ok(true)
+}
+
+/// Writes a loop's master plan.
+pub fn put_loop(conn: &Connection, project: &str, loop_name: &str, content: &str, now: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO plans (project_id, loop_name, content, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?4)
+         ON CONFLICT (project_id, loop_name) WHERE loop_name IS NOT NULL DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
+    )?
+    .execute(params![project, loop_name, content, now])?;
+    changes::record(conn, project, Kind::Plan, &ForgeUri::LoopPlan(loop_name.to_string()).to_uri(), now)?;
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! The tool registry. One file per tool in this directory: it holds the tool's
+//! `DESCRIPTION`, its `Input` type (whose JSON Schema is generated) and its
+//! `execute(input, ctx)`. `build.rs` derives the registry from the file names, so
+//! `forge.tools`, `executeCommandProvider.commands` and dispatch are never maintained
+//! by hand.
+//!
+//! A tool runs on the store thread inside one transaction: it commits when `execute`
+//! returns `Ok`, and nothing is written when it returns an error.
+
+use std::sync::Arc;
+
+use forge_protocol::{CommandResult, ErrorKind, ToolError, ToolOffer};
+use rusqlite::Connection;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::project::Project;
+use crate::store::Store;
+
+mod registry {
+    use super::*;
+    include!(concat!(env!("OUT_DIR"), "/tools_registry.rs"));
+}
+pub use registry::TOOLS;
+
+/// A registered tool.
+pub struct ToolEntry {
+    /// Tool name (`plan-read`); the command is `forge.<name>`.
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Controls loops (needs a running server); `forge-lsp call` refuses it in-process.
+    pub needs_server: bool,
+    pub schema: fn() -> Value,
+    pub run: fn(Value, &mut ToolCtx) -> Result<CommandResult, ToolError>,
+}
+
+/// An authenticated loop phase session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopBinding {
+    pub loop_name: String,
+    /// `coder`, `auditor` or `post_action`.
+    pub role: String,
+}
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub agent: String,
+    pub session_id: String,
+    pub binding: Option<LoopBinding>,
+}
+
+impl Caller {
+    pub fn facts(&self) -> forge_domain::permissions::CallerFacts<'_> {
+        forge_domain::permissions::CallerFacts {
+            agent: &self.agent,
+            session: &self.session_id,
+            loop_role: self.binding.as_ref().map(|b| b.role.as_str()),
+        }
+    }
+}
+
+/// Everything a tool call knows besides its input.
+#[derive(Debug, Clone)]
+pub struct ToolEnv {
+    pub project: Project,
+    pub caller: Caller,
+    pub config: Config,
+    /// `$HOME`, for path sanitisation.
+    pub home: Option<String>,
+}
+
+/// The context of one call: the environment, the open transaction, the clock.
+pub struct ToolCtx<'a> {
+    pub env: &'a ToolEnv,
+    pub db: &'a Connection,
+    pub now: i64,
+}
+
+impl ToolCtx<'_> {
+    pub fn project_id(&self) -> &str {
+        &self.env.project.id
+    }
+    pub fn caller(&self) -> &Caller {
+        &self.env.caller
+    }
+}
+
+/// `?` for database errors inside tools.
+pub trait Db<T> {
+    fn db(self) -> Result<T, ToolError>;
+}
+
+impl<T> Db<T> for rusqlite::Result<T> {
+    fn db(self) -> Result<T, ToolError> {
+        self.map_err(|e| ToolError::internal(format!("database error: {e}")))
+    }
+}
+
+/// Builds a result.
+pub fn ok(text: impl Into<String>, data: Value) -> Result<CommandResult, ToolError> {
+    Ok(CommandResult { text: text.into(), data })
+}
+
+/// The JSON Schema (draft 2020-12) of an input type.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// Parses a tool input; errors name the offending field.
+pub fn parse_input<T: DeserializeOwned>(v: Value) -> Result<T, ToolError> {
+    serde_path_to_error::deserialize::<_, T>(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." || path.is_empty() {
+            ToolError::invalid_params(format!("invalid arguments: {inner}"))
+        } else {
+            ToolError::invalid_params(format!("invalid argument `{path}`: {inner}"))
+        }
+    })
+}
+
+/// Finds a tool by command (`forge.plan-read`) or by name (`plan-read`).
+pub fn find(command_or_name: &str) -> Option<&'static ToolEntry> {
+    let name = command_or_name.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(command_or_name);
+    TOOLS.iter().find(|t| t.name == name)
+}
+
+/// Every command the server offers.
+pub fn commands() -> Vec<String> {
+    TOOLS.iter().map(|t| forge_protocol::command_name(t.name)).collect()
+}
+
+/// The `forge.tools` offers.
+pub fn offers() -> Vec<ToolOffer> {
+    TOOLS
+        .iter()
+        .map(|t| ToolOffer {
+            name: t.name.to_string(),
+            command: forge_protocol::command_name(t.name),
+            description: t.description.to_string(),
+            input_schema: (t.schema)(),
+        })
+        .collect()
+}
+
+/// Extracts the single input object from `workspace/executeCommand` arguments.
+pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError> {
+    match args {
+        None => Ok(Value::Object(Default::default())),
+        Some(v) if v.is_empty() => Ok(Value::Object(Default::default())),
+        Some(mut v) if v.len() == 1 => match v.remove(0) {
+            Value::Object(m) => Ok(Value::Object(m)),
+            Value::Null => Ok(Value::Object(Default::default())),
+            other => Err(ToolError::invalid_params(format!(
+                "arguments must be a list with exactly one JSON object (the tool's input), got {}",
+                match other {
+                    Value::Array(_) => "a list",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    Value::Bool(_) => "a boolean",
+                    _ => "something else",
+                }
+            ))),
+        },
+        Some(v) => Err(ToolError::invalid_params(format!(
+            "arguments must be a list with exactly one JSON object (the tool's input), got {} items",
+            v.len()
+        ))),
+    }
+}
+
+/// Runs one tool call synchronously on `conn` in one transaction.
+pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value) -> Result<CommandResult, ToolError> {
+    let Some(tool) = find(command) else {
+        return Err(ToolError::invalid_params(format!(
+            "unknown command `{command}`; forge.tools lists the available commands"
+        )));
+    };
+    forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).db()?;
+    let mut ctx = ToolCtx { env, db: &tx, now: crate::store::now_ms() };
+    let result = (tool.run)(input, &mut ctx);
+    match result {
+        Ok(r) => {
+            tx.commit().db()?;
+            Ok(r)
+        }
+        Err(e) => {
+            let _ = tx.rollback();
+            Err(e)
+        }
+    }
+}
+
+/// Runs one tool call through the store's owner thread.
+pub async fn call(store: &Store, env: Arc<ToolEnv>, command: &str, input: Value) -> Result<CommandResult, ToolError> {
+    let command = command.to_string();
+    let r = store
+        .call(move |conn| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_on(conn, &env, &command, input)))
+                .unwrap_or_else(|_| {
+                    Err(ToolError::internal(format!(
+                        "{command} failed with an internal error (a bug); the server keeps running"
+                    )))
+                })
+        })
+        .await;
+    if r.is_ok() {
+        store.wrote.wake();
+    }
+    r
+}
+
+/// The JSON-RPC error of a tool error.
+pub fn rpc_error(e: &ToolError) -> tower_lsp_server::jsonrpc::Error {
+    tower_lsp_server::jsonrpc::Error {
+        code: tower_lsp_server::jsonrpc::ErrorCode::from(e.kind.code()),
+        message: e.message.clone().into(),
+        data: Some(serde_json::json!({ "kind": e.kind.as_str() })),
+    }
+}
+
+/// Kind of a JSON-RPC error code, for clients.
+pub fn kind_of(code: i64) -> Option<ErrorKind> {
+    ErrorKind::from_code(code)
+}

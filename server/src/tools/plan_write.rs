@@ -1,0 +1,23 @@
+//! `forge.plan-write`: create or overwrite the caller's session plan and report its
+//! structure (FORGE-REFERENCE.md §2.2, §3.6).
+
+use forge_domain::plan::{normalize::normalize_plan, structure};
+use forge_protocol::{CommandResult, ToolError};
+
+use super::{ok, ToolCtx};
+use crate::plan_ops;
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "Create or overwrite the plan stored for the current session (the plan of record read by plan-read and execute-plan). Returns a structure report: line and char counts, the detected Loop Name, the section outline and any structural warnings. Use <!-- forge-section --> markers before each ## Phase heading; use plan-edit for small revisions. Denied inside loop sessions and while the session runs a loop.";
+
+pub type Input = forge_protocol::inputs::PlanWriteInput;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let session = plan_ops::target_session(ctx, "plan-write", input.session_id.as_deref())?;
+    plan_ops::running_loop_guard(ctx, &session)?;
+    let normalized = normalize_plan(&input.content).map_err(|m| ToolError::invalid(format!("plan-write failed: {m}")))?;
+    let (stored, written) = plan_ops::write_session_plan(ctx, &session, &normalized)?;
+    let report = structure::report(&stored, structure::Outline::Full);
+    ok(report.render(), plan_ops::report_data(&session, &report, written))
+}
