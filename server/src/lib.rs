@@ -12,6 +12,7 @@ pub mod config;
 pub mod findings_index;
 pub mod hub;
 pub mod identity;
+pub mod loop_scope;
 pub mod lsp;
 pub mod plan_ops;
 pub mod project;

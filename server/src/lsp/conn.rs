@@ -19,7 +19,7 @@ use tower_lsp_server::gen_lsp_types::{Diagnostic, Uri};
 use tower_lsp_server::Client;
 
 use crate::hub::Workspace;
-use crate::lsp::{documents, plan_features};
+use crate::lsp::{diagnostics, documents, plan_features};
 use crate::store::changes::{Change, Kind};
 use crate::tools::ToolEnv;
 
@@ -57,6 +57,9 @@ pub struct Conn {
     /// Warnings of the config files, shown once after `initialized`.
     pub config_warnings: Mutex<Vec<String>>,
     queue: mpsc::UnboundedSender<Arc<Vec<Change>>>,
+    /// The findings-diagnostics publisher.
+    pub diagnostics: std::sync::OnceLock<mpsc::UnboundedSender<diagnostics::Work>>,
+    pub published: Mutex<diagnostics::Published>,
 }
 
 impl Conn {
@@ -72,7 +75,10 @@ impl Conn {
             known_plans: Mutex::new(HashSet::new()),
             config_warnings: Mutex::new(vec![]),
             queue: tx,
+            diagnostics: std::sync::OnceLock::new(),
+            published: Mutex::new(diagnostics::Published::default()),
         });
+        let _ = conn.diagnostics.set(diagnostics::start(Arc::downgrade(&conn)));
         let weak = Arc::downgrade(&conn);
         tokio::spawn(async move {
             while let Some(batch) = rx.recv().await {
@@ -117,9 +123,18 @@ impl Conn {
         let project = self.project_id();
         let mut plan_uris: Vec<String> = vec![];
         for c in batch.iter().filter(|c| c.project_id == project) {
-            if c.kind == Kind::Plan && !plan_uris.contains(&c.key) {
-                plan_uris.push(c.key.clone());
+            match c.kind {
+                Kind::Plan if !plan_uris.contains(&c.key) => plan_uris.push(c.key.clone()),
+                Kind::Finding => {
+                    let (_, file) = crate::store::changes::split_finding_key(&c.key);
+                    self.queue_diagnostics(diagnostics::Work::File(file.to_string()));
+                }
+                Kind::Loop => self.queue_diagnostics(diagnostics::Work::Loop(c.key.clone())),
+                _ => {}
             }
+        }
+        if batch.iter().any(|c| c.project_id == project && c.kind == Kind::Finding) {
+            self.refresh(&ForgeUri::Index.to_uri());
         }
         if plan_uris.is_empty() {
             return;
@@ -135,6 +150,13 @@ impl Conn {
             for uri in plan_uris.iter().chain(std::iter::once(&ForgeUri::Index.to_uri())) {
                 self.materialize(uri).await;
             }
+        }
+    }
+
+    /// Queues work for the findings-diagnostics publisher.
+    pub fn queue_diagnostics(&self, w: diagnostics::Work) {
+        if let Some(tx) = self.diagnostics.get() {
+            let _ = tx.send(w);
         }
     }
 

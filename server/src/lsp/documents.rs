@@ -14,12 +14,13 @@ use crate::tools::Db;
 /// Renders a document; unknown documents are `not_found` (1002).
 pub async fn render(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolError> {
     let project = conn.project_id();
+    let root = conn.env().project.root.clone();
     let uri = uri.clone();
-    conn.ws.store.call(move |db| render_sync(db, &project, &uri)).await
+    conn.ws.store.call(move |db| render_sync(db, &project, &root, &uri)).await
 }
 
 /// Renders a document on a connection the caller owns.
-pub fn render_sync(db: &Connection, project: &str, uri: &ForgeUri) -> Result<String, ToolError> {
+pub fn render_sync(db: &Connection, project: &str, root: &Path, uri: &ForgeUri) -> Result<String, ToolError> {
     match uri {
         ForgeUri::SessionPlan(id) => plans::get_session(db, project, id)
             .db()?
@@ -31,11 +32,11 @@ pub fn render_sync(db: &Connection, project: &str, uri: &ForgeUri) -> Result<Str
             .ok_or_else(|| ToolError::not_found(format!("No plan stored for loop \"{name}\"."))),
         ForgeUri::LoopSection(name, index) => render_section(db, project, name, *index),
         ForgeUri::LoopStatus(name) => render_status(db, project, name),
-        ForgeUri::Index => render_index(db, project),
+        ForgeUri::Index => render_index(db, project, root),
     }
 }
 
-fn render_index(db: &Connection, project: &str) -> Result<String, ToolError> {
+fn render_index(db: &Connection, project: &str, root: &Path) -> Result<String, ToolError> {
     let mut out = format!("# Forge: project {project}\n\n## Plans\n\n");
     let recent = plans::recent(db, project, 100).db()?;
     if recent.is_empty() {
@@ -67,7 +68,7 @@ fn render_index(db: &Connection, project: &str) -> Result<String, ToolError> {
             ForgeUri::LoopPlan(l.loop_name.clone()).to_uri()
         ));
     }
-    out.push_str(&crate::findings_index::render(db, project)?);
+    out.push_str(&crate::findings_index::render(db, project, root)?);
     Ok(out)
 }
 

@@ -7,6 +7,7 @@
 //! `transport.rs` is the validating framing layer.
 
 pub mod conn;
+pub mod diagnostics;
 pub mod documents;
 pub mod ext;
 pub mod notifications;

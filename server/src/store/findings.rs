@@ -1,1 +1,173 @@
-//! Review findings (filled by the findings work).
+//! Review findings: write-once rows keyed by (project, loop bucket, file, line, section).
+
+use forge_domain::review::{loop_from_db, section_from_db, section_to_db, DeleteFilter, Finding, SectionFilter};
+use forge_protocol::inputs::Severity;
+use rusqlite::{params, params_from_iter, Connection, Row};
+
+use super::changes::{self, Kind};
+
+const COLS: &str = "id, file, line, severity, description, scenario, loop_name, section_index, created_at";
+
+fn row(r: &Row) -> rusqlite::Result<Finding> {
+    let severity: String = r.get(3)?;
+    let bucket: String = r.get(6)?;
+    Ok(Finding {
+        id: r.get(0)?,
+        file: r.get(1)?,
+        line: r.get(2)?,
+        severity: Severity::parse(&severity).unwrap_or(Severity::Warning),
+        description: r.get(4)?,
+        scenario: r.get(5)?,
+        loop_name: loop_from_db(&bucket),
+        section_index: section_from_db(r.get(7)?),
+        created_at: r.get(8)?,
+    })
+}
+
+/// The SQL condition of a section filter (on column `section_index`).
+fn section_sql(filter: &SectionFilter) -> String {
+    match *filter {
+        SectionFilter::All => "1".into(),
+        SectionFilter::CrossOnly => "section_index = -1".into(),
+        SectionFilter::Only(k) => format!("section_index = {k}"),
+        SectionFilter::ScopeOf(k) => format!("section_index <= {k}"),
+    }
+}
+
+/// A new finding.
+pub struct NewFinding<'a> {
+    pub bucket: &'a str,
+    pub file: &'a str,
+    pub line: i64,
+    pub section: Option<u32>,
+    pub severity: Severity,
+    pub description: &'a str,
+    pub scenario: Option<&'a str>,
+}
+
+/// Inserts a finding; `None` when one exists at that identity (write-once).
+pub fn insert(conn: &Connection, project: &str, f: &NewFinding, now: i64) -> rusqlite::Result<Option<Finding>> {
+    let n = conn
+        .prepare_cached(
+            "INSERT INTO review_findings (project_id, loop_name, file, line, section_index, severity, description, scenario, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (project_id, loop_name, file, line, section_index) DO NOTHING",
+        )?
+        .execute(params![
+            project,
+            f.bucket,
+            f.file,
+            f.line,
+            section_to_db(f.section),
+            f.severity.as_str(),
+            f.description,
+            f.scenario,
+            now
+        ])?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let id = conn.last_insert_rowid();
+    changes::record(conn, project, Kind::Finding, &changes::finding_key(f.bucket, f.file), now)?;
+    Ok(Some(Finding {
+        id,
+        file: f.file.to_string(),
+        line: f.line,
+        severity: f.severity,
+        description: f.description.to_string(),
+        scenario: f.scenario.map(str::to_string),
+        loop_name: loop_from_db(f.bucket),
+        section_index: f.section,
+        created_at: now,
+    }))
+}
+
+/// Findings of one loop bucket under a section filter, optionally of one file.
+pub fn query(
+    conn: &Connection,
+    project: &str,
+    bucket: &str,
+    filter: &SectionFilter,
+    file: Option<&str>,
+) -> rusqlite::Result<Vec<Finding>> {
+    let sql = format!(
+        "SELECT {COLS} FROM review_findings WHERE project_id = ?1 AND loop_name = ?2 AND {} AND (?3 IS NULL OR file = ?3) ORDER BY file, line, section_index, id",
+        section_sql(filter)
+    );
+    let mut st = conn.prepare_cached(&sql)?;
+    let rows = st.query_map(params![project, bucket, file], row)?;
+    rows.collect()
+}
+
+/// Deletes the findings at file:line of a bucket under a delete filter; returns them.
+pub fn delete(
+    conn: &Connection,
+    project: &str,
+    bucket: &str,
+    file: &str,
+    line: i64,
+    filter: &DeleteFilter,
+    now: i64,
+) -> rusqlite::Result<Vec<Finding>> {
+    let cond = section_sql(&filter.as_section_filter());
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM review_findings WHERE project_id = ?1 AND loop_name = ?2 AND file = ?3 AND line = ?4 AND {cond}"
+    ))?;
+    let gone: Vec<Finding> =
+        st.query_map(params![project, bucket, file, line], row)?.collect::<rusqlite::Result<_>>()?;
+    for f in &gone {
+        conn.prepare_cached("DELETE FROM review_findings WHERE id = ?1")?.execute([f.id])?;
+    }
+    if !gone.is_empty() {
+        changes::record(conn, project, Kind::Finding, &changes::finding_key(bucket, file), now)?;
+    }
+    Ok(gone)
+}
+
+/// The open findings of the project (outside loops, or of a loop that is not
+/// completed), optionally only those whose `file` is one of `files`.
+pub fn open(conn: &Connection, project: &str, files: Option<&[String]>) -> rusqlite::Result<Vec<Finding>> {
+    let base = format!(
+        "SELECT {} FROM review_findings f WHERE f.project_id = ?1 AND (f.loop_name = '' OR EXISTS (
+            SELECT 1 FROM loops l WHERE l.project_id = f.project_id AND l.loop_name = f.loop_name AND l.status != 'completed'))",
+        COLS.split(", ").map(|c| format!("f.{c}")).collect::<Vec<_>>().join(", ")
+    );
+    match files {
+        None => {
+            let mut st = conn.prepare_cached(&format!("{base} ORDER BY f.file, f.line, f.id"))?;
+            let rows = st.query_map(params![project], row)?;
+            rows.collect()
+        }
+        Some(files) => {
+            let mut out = vec![];
+            for chunk in files.chunks(500) {
+                let marks = (0..chunk.len()).map(|i| format!("?{}", i + 2)).collect::<Vec<_>>().join(", ");
+                let sql = format!("{base} AND f.file IN ({marks}) ORDER BY f.file, f.line, f.id");
+                let mut st = conn.prepare(&sql)?;
+                let args = std::iter::once(project.to_string()).chain(chunk.iter().cloned());
+                out.extend(st.query_map(params_from_iter(args), row)?.collect::<rusqlite::Result<Vec<_>>>()?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Open-finding counts per file: (file, bugs, warnings), by file.
+pub fn counts_per_file(conn: &Connection, project: &str) -> rusqlite::Result<Vec<(String, i64, i64)>> {
+    let mut st = conn.prepare_cached(
+        "SELECT f.file, sum(f.severity = 'bug'), sum(f.severity = 'warning') FROM review_findings f
+         WHERE f.project_id = ?1 AND (f.loop_name = '' OR EXISTS (
+            SELECT 1 FROM loops l WHERE l.project_id = f.project_id AND l.loop_name = f.loop_name AND l.status != 'completed'))
+         GROUP BY f.file ORDER BY f.file",
+    )?;
+    let rows = st.query_map(params![project], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    rows.collect()
+}
+
+/// The distinct files of a loop's findings (to republish when the loop's status changes).
+pub fn files_of_loop(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Vec<String>> {
+    let mut st =
+        conn.prepare_cached("SELECT DISTINCT file FROM review_findings WHERE project_id = ?1 AND loop_name = ?2")?;
+    let rows = st.query_map(params![project, loop_name], |r| r.get(0))?;
+    rows.collect()
+}

@@ -9,6 +9,7 @@
 //! database, or one whose schema is newer than this binary, is refused before any
 //! pragma or migration writes to it.
 
+pub mod attempts;
 pub mod changes;
 pub mod findings;
 pub mod loops;
