@@ -7,8 +7,10 @@
 pub mod diagnostics;
 pub mod handoff;
 pub mod loop_machine;
+pub mod loop_status;
 pub mod naming;
 pub mod permissions;
 pub mod plan;
+pub mod prompts;
 pub mod review;
 pub mod text;

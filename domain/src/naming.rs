@@ -148,3 +148,58 @@ mod tests {
         assert_eq!(execution_name(&"a".repeat(70)).len(), 60);
     }
 }
+
+/// The result of matching a user-given loop name (FORGE-REFERENCE.md §4.11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Match<T> {
+    One(T),
+    Ambiguous(Vec<T>),
+    None,
+}
+
+/// Matches `query` against candidates `(name, branch)` ordered newest first: an exact
+/// (case-insensitive) name or branch wins; else a single substring match wins; several
+/// substring matches are ambiguous.
+pub fn partial_match<T: Clone>(query: &str, candidates: &[(T, String, Option<String>)]) -> Match<T> {
+    let q = query.trim().to_lowercase();
+    if q.is_empty() {
+        return Match::None;
+    }
+    let fields = |c: &(T, String, Option<String>)| {
+        let mut v = vec![c.1.to_lowercase()];
+        if let Some(b) = &c.2 {
+            v.push(b.to_lowercase());
+        }
+        v
+    };
+    if let Some(c) = candidates.iter().find(|c| fields(c).contains(&q)) {
+        return Match::One(c.0.clone());
+    }
+    let hits: Vec<T> =
+        candidates.iter().filter(|c| fields(c).iter().any(|f| f.contains(&q))).map(|c| c.0.clone()).collect();
+    match hits.len() {
+        0 => Match::None,
+        1 => Match::One(hits[0].clone()),
+        _ => Match::Ambiguous(hits),
+    }
+}
+
+#[cfg(test)]
+mod partial_match_tests {
+    use super::*;
+
+    #[test]
+    fn exact_substring_ambiguous() {
+        let c = vec![
+            ("add-oauth", "add-oauth".to_string(), Some("forge/add-oauth".to_string())),
+            ("add-oauth-1", "add-oauth-1".to_string(), Some("forge/add-oauth-1".to_string())),
+            ("fix-db", "fix-db".to_string(), None),
+        ];
+        assert_eq!(partial_match("ADD-OAUTH", &c), Match::One("add-oauth"));
+        assert_eq!(partial_match("forge/add-oauth-1", &c), Match::One("add-oauth-1"));
+        assert_eq!(partial_match("db", &c), Match::One("fix-db"));
+        assert_eq!(partial_match("oauth", &c), Match::Ambiguous(vec!["add-oauth", "add-oauth-1"]));
+        assert_eq!(partial_match("zzz", &c), Match::None);
+        assert_eq!(partial_match("  ", &c), Match::None);
+    }
+}

@@ -27,6 +27,14 @@ pub struct Hub {
 }
 
 impl Hub {
+    /// Stops every running loop of this process (each terminates with `shutdown`).
+    pub async fn shutdown(&self) {
+        let all: Vec<Arc<Workspace>> = self.workspaces.lock().expect("hub lock").values().cloned().collect();
+        for ws in all {
+            ws.engine.shutdown().await;
+        }
+    }
+
     pub fn new(cli_data_dir: Option<PathBuf>) -> Arc<Hub> {
         Arc::new(Hub { cli_data_dir, workspaces: Mutex::new(HashMap::new()), next_conn: AtomicU64::new(1) })
     }
@@ -43,7 +51,8 @@ impl Hub {
             return Ok(ws.clone());
         }
         let store = Store::open(&data_dir.join("forge.db"))?;
-        let ws = Arc::new(Workspace { data_dir: key.clone(), store, conns: Mutex::new(HashMap::new()) });
+        let engine = crate::engine::Engine::new(store.clone(), key.clone());
+        let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine, conns: Mutex::new(HashMap::new()) });
         start_watcher(&ws, tokio::runtime::Handle::current());
         map.insert(key, ws.clone());
         Ok(ws)
@@ -53,6 +62,7 @@ impl Hub {
 pub struct Workspace {
     pub data_dir: PathBuf,
     pub store: Store,
+    pub engine: Arc<crate::engine::Engine>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
 }
 

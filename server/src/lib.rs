@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod findings_index;
 pub mod hub;
 pub mod identity;

@@ -30,3 +30,54 @@ pub fn scope(row: &LoopRow) -> LoopScope {
         current_section: row.current_section_index.max(0) as u32,
     }
 }
+
+/// Finds a loop by (partial) name or branch, newest first (FORGE-REFERENCE.md §4.11).
+pub fn find_loop(ctx: &ToolCtx, query: &str) -> Result<LoopRow, ToolError> {
+    use forge_domain::naming::{partial_match, Match};
+    let all = loops::list(ctx.db, ctx.project_id()).db()?;
+    let cands: Vec<(usize, String, Option<String>)> =
+        all.iter().enumerate().map(|(i, l)| (i, l.loop_name.clone(), l.worktree_branch.clone())).collect();
+    match partial_match(query, &cands) {
+        Match::One(i) => Ok(all[i].clone()),
+        Match::Ambiguous(v) => {
+            let names: Vec<String> = v.iter().map(|&i| format!("- {}", all[i].loop_name)).collect();
+            Err(ToolError::conflict(format!(
+                "Multiple loops match \"{query}\":\n{}\n\nBe more specific.",
+                names.join("\n")
+            )))
+        }
+        Match::None => {
+            let mut msg = format!("No loop found for loop \"{query}\".");
+            if !all.is_empty() {
+                msg.push_str("\n\nAvailable loops:\n");
+                msg.push_str(&all.iter().map(|l| format!("- {}", l.loop_name)).collect::<Vec<_>>().join("\n"));
+            }
+            Err(ToolError::not_found(msg))
+        }
+    }
+}
+
+/// The caller's direct loop (running, current session = caller), or an error naming the
+/// rule: section tools and handoffs are for the loop's current session only.
+pub fn direct_loop(ctx: &ToolCtx, tool: &str) -> Result<LoopRow, ToolError> {
+    let caller = ctx.caller();
+    let row = match &caller.binding {
+        Some(b) => loops::get(ctx.db, ctx.project_id(), &b.loop_name).db()?,
+        None => loops::running_for_session(ctx.db, ctx.project_id(), &caller.session_id).db()?,
+    };
+    match row {
+        Some(r) if r.status == "running" && r.current_session_id == caller.session_id => Ok(r),
+        Some(r) if r.status != "running" => Err(ToolError::denied(format!(
+            "forge.{tool} is not available to session {}: loop \"{}\" is not running ({}).",
+            caller.session_id, r.loop_name, r.status
+        ))),
+        Some(r) => Err(ToolError::denied(format!(
+            "forge.{tool} is not available to session {}: only the current session of loop \"{}\" may call it.",
+            caller.session_id, r.loop_name
+        ))),
+        None => Err(ToolError::denied(format!(
+            "forge.{tool} is not available to session {}: not in a loop session.",
+            caller.session_id
+        ))),
+    }
+}

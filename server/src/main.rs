@@ -88,10 +88,11 @@ fn main() {
             };
             let rt = runtime();
             let hub = Hub::new(cli.data_dir);
+            let hub2 = hub.clone();
             let r = rt.block_on(async move {
                 tokio::select! {
                     r = serve::listen(hub, addr) => r,
-                    _ = tokio::signal::ctrl_c() => Ok(()),
+                    _ = tokio::signal::ctrl_c() => { hub2.shutdown().await; Ok(()) }
                 }
             });
             serve::remove_private_socket();

@@ -17,14 +17,17 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (service, socket) = LspService::new(move |client| Backend::new(client, hub));
+    let (service, socket) = LspService::build(move |client| Backend::new(client, hub))
+        .custom_method("window/workDoneProgress/cancel", Backend::work_done_progress_cancel)
+        .finish();
     transport::serve(reader, writer, service, socket).await;
 }
 
 /// Serves stdin/stdout until `exit` or end of input.
 pub async fn stdio(hub: Arc<Hub>) {
     start_private_socket(hub.clone());
-    serve_connection(hub, tokio::io::stdin(), tokio::io::stdout()).await;
+    serve_connection(hub.clone(), tokio::io::stdin(), tokio::io::stdout()).await;
+    hub.shutdown().await;
 }
 
 /// Where a listen address points.

@@ -60,6 +60,8 @@ pub struct Conn {
     /// The findings-diagnostics publisher.
     pub diagnostics: std::sync::OnceLock<mpsc::UnboundedSender<diagnostics::Work>>,
     pub published: Mutex<diagnostics::Published>,
+    /// Work-done progress of loops on this connection.
+    pub progress: Mutex<crate::lsp::loops::ProgressState>,
 }
 
 impl Conn {
@@ -77,6 +79,7 @@ impl Conn {
             queue: tx,
             diagnostics: std::sync::OnceLock::new(),
             published: Mutex::new(diagnostics::Published::default()),
+            progress: Mutex::new(Default::default()),
         });
         let _ = conn.diagnostics.set(diagnostics::start(Arc::downgrade(&conn)));
         let weak = Arc::downgrade(&conn);
@@ -122,6 +125,7 @@ impl Conn {
     async fn announce(self: &Arc<Self>, batch: &[Change]) {
         let project = self.project_id();
         let mut plan_uris: Vec<String> = vec![];
+        let mut loop_names: Vec<String> = vec![];
         for c in batch.iter().filter(|c| c.project_id == project) {
             match c.kind {
                 Kind::Plan if !plan_uris.contains(&c.key) => plan_uris.push(c.key.clone()),
@@ -129,11 +133,22 @@ impl Conn {
                     let (_, file) = crate::store::changes::split_finding_key(&c.key);
                     self.queue_diagnostics(diagnostics::Work::File(file.to_string()));
                 }
-                Kind::Loop => self.queue_diagnostics(diagnostics::Work::Loop(c.key.clone())),
+                Kind::Loop => {
+                    self.queue_diagnostics(diagnostics::Work::Loop(c.key.clone()));
+                    if !loop_names.contains(&c.key) {
+                        loop_names.push(c.key.clone());
+                    }
+                }
                 _ => {}
             }
         }
         if batch.iter().any(|c| c.project_id == project && c.kind == Kind::Finding) {
+            self.refresh(&ForgeUri::Index.to_uri());
+        }
+        for name in &loop_names {
+            crate::lsp::loops::announce(self, name).await;
+        }
+        if !loop_names.is_empty() {
             self.refresh(&ForgeUri::Index.to_uri());
         }
         if plan_uris.is_empty() {

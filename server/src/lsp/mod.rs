@@ -10,6 +10,7 @@ pub mod conn;
 pub mod diagnostics;
 pub mod documents;
 pub mod ext;
+pub mod loops;
 pub mod notifications;
 pub mod plan_features;
 pub mod requests;

@@ -46,6 +46,14 @@ pub fn typed<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T> 
     })
 }
 
+impl Backend {
+    /// `window/workDoneProgress/cancel` (not in the framework's trait; registered as a
+    /// custom method): cancelling a loop's progress cancels the loop.
+    pub async fn work_done_progress_cancel(&self, params: WorkDoneProgressCancelParams) {
+        notifications::work_done_progress_cancel::work_done_progress_cancel(self, params).await
+    }
+}
+
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         requests::initialize::initialize(self, params).await

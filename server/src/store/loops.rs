@@ -20,9 +20,28 @@ pub struct LoopRow {
     pub started_at: i64,
     pub completed_at: Option<i64>,
     pub termination_reason: Option<String>,
+    pub title: String,
+    pub audit_count: i64,
+    pub error_count: i64,
+    pub base_commit: Option<String>,
+    pub host_session_id: Option<String>,
+    pub project_dir: String,
+    pub model_failed: bool,
+    pub completion_summary: Option<String>,
+    pub standby_session_id: Option<String>,
+    pub sandbox: bool,
+    pub execution_model: Option<String>,
+    pub auditor_model: Option<String>,
 }
 
-const COLS: &str = "project_id, loop_name, status, phase, current_session_id, worktree_dir, worktree_branch, iteration, max_iterations, current_section_index, total_sections, started_at, completed_at, termination_reason";
+impl LoopRow {
+    /// The section index for sectioned loops, `None` otherwise.
+    pub fn section(&self) -> Option<u32> {
+        (self.total_sections > 0).then_some(self.current_section_index.max(0) as u32)
+    }
+}
+
+const COLS: &str = "project_id, loop_name, status, phase, current_session_id, worktree_dir, worktree_branch, iteration, max_iterations, current_section_index, total_sections, started_at, completed_at, termination_reason, title, audit_count, error_count, base_commit, host_session_id, project_dir, model_failed, completion_summary, standby_session_id, sandbox, execution_model, auditor_model";
 
 fn row(r: &Row) -> rusqlite::Result<LoopRow> {
     Ok(LoopRow {
@@ -40,6 +59,18 @@ fn row(r: &Row) -> rusqlite::Result<LoopRow> {
         started_at: r.get(11)?,
         completed_at: r.get(12)?,
         termination_reason: r.get(13)?,
+        title: r.get(14)?,
+        audit_count: r.get(15)?,
+        error_count: r.get(16)?,
+        base_commit: r.get(17)?,
+        host_session_id: r.get(18)?,
+        project_dir: r.get(19)?,
+        model_failed: r.get::<_, i64>(20)? != 0,
+        completion_summary: r.get(21)?,
+        standby_session_id: r.get(22)?,
+        sandbox: r.get::<_, i64>(23)? != 0,
+        execution_model: r.get(24)?,
+        auditor_model: r.get(25)?,
     })
 }
 

@@ -77,6 +77,11 @@ pub struct ToolCtx<'a> {
     pub env: &'a ToolEnv,
     pub db: &'a Connection,
     pub now: i64,
+    /// Work for the loop engine, carried out after the transaction commits; its result
+    /// replaces the tool's.
+    pub effect: Option<crate::engine::Effect>,
+    /// Whether an engine is there to carry out effects (false for in-process calls).
+    pub has_engine: bool,
 }
 
 impl ToolCtx<'_> {
@@ -172,8 +177,19 @@ pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError
     }
 }
 
-/// Runs one tool call synchronously on `conn` in one transaction.
+/// Runs one tool call synchronously on `conn` in one transaction, without an engine.
 pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value) -> Result<CommandResult, ToolError> {
+    run_tx(conn, env, command, input, false).map(|(r, _)| r)
+}
+
+/// Runs one tool call in one transaction; returns its result and any engine effect.
+pub fn run_tx(
+    conn: &mut Connection,
+    env: &ToolEnv,
+    command: &str,
+    input: Value,
+    has_engine: bool,
+) -> Result<(CommandResult, Option<crate::engine::Effect>), ToolError> {
     let Some(tool) = find(command) else {
         return Err(ToolError::invalid_params(format!(
             "unknown command `{command}`; forge.tools lists the available commands"
@@ -181,12 +197,13 @@ pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value)
     };
     forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).db()?;
-    let mut ctx = ToolCtx { env, db: &tx, now: crate::store::now_ms() };
+    let mut ctx = ToolCtx { env, db: &tx, now: crate::store::now_ms(), effect: None, has_engine };
     let result = (tool.run)(input, &mut ctx);
+    let effect = ctx.effect.take();
     match result {
         Ok(r) => {
             tx.commit().db()?;
-            Ok(r)
+            Ok((r, effect))
         }
         Err(e) => {
             let _ = tx.rollback();
@@ -196,11 +213,18 @@ pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value)
 }
 
 /// Runs one tool call through the store's owner thread.
-pub async fn call(store: &Store, env: Arc<ToolEnv>, command: &str, input: Value) -> Result<CommandResult, ToolError> {
+pub async fn call(
+    store: &Store,
+    engine: &Arc<crate::engine::Engine>,
+    env: Arc<ToolEnv>,
+    command: &str,
+    input: Value,
+) -> Result<CommandResult, ToolError> {
     let command = command.to_string();
+    let env2 = env.clone();
     let r = store
         .call(move |conn| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_on(conn, &env, &command, input)))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_tx(conn, &env2, &command, input, true)))
                 .unwrap_or_else(|_| {
                     Err(ToolError::internal(format!(
                         "{command} failed with an internal error (a bug); the server keeps running"
@@ -211,7 +235,11 @@ pub async fn call(store: &Store, env: Arc<ToolEnv>, command: &str, input: Value)
     if r.is_ok() {
         store.wrote.wake();
     }
-    r
+    let (result, effect) = r?;
+    match effect {
+        None => Ok(result),
+        Some(e) => engine.run(e, env).await,
+    }
 }
 
 /// The JSON-RPC error of a tool error.

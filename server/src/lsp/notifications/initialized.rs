@@ -15,6 +15,7 @@ pub async fn initialized(backend: &Backend, _params: InitializedParams) {
     let conn = conn.clone();
     tokio::spawn(async move {
         crate::findings_index::publish_initial(&conn).await;
+        crate::lsp::loops::announce_initial(&conn).await;
         if conn.caps.materialize {
             let project = conn.project_id();
             let session = conn.env().caller.session_id.clone();

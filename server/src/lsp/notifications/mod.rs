@@ -5,3 +5,4 @@ pub mod did_change_configuration;
 pub mod did_close;
 pub mod did_open;
 pub mod initialized;
+pub mod work_done_progress_cancel;

@@ -10,7 +10,7 @@ use crate::tools::{self, rpc_error};
 pub async fn execute_command(backend: &Backend, params: ExecuteCommandParams) -> Result<Option<LspAny>> {
     let conn = backend.conn()?;
     let input = tools::input_from_arguments(params.arguments).map_err(|e| rpc_error(&e))?;
-    match tools::call(&conn.ws.store, conn.env(), &params.command, input).await {
+    match tools::call(&conn.ws.store, &conn.ws.engine, conn.env(), &params.command, input).await {
         Ok(r) => Ok(Some(serde_json::to_value(r).unwrap_or(Value::Null))),
         Err(e) => Err(rpc_error(&e)),
     }

@@ -1,0 +1,191 @@
+//! `loop-status` text (FORGE-REFERENCE.md §6, without the usage block, which comes
+//! with usage tracking).
+
+use crate::text::iso_millis;
+
+/// What the formatter needs of one loop.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LoopView {
+    pub name: String,
+    pub status: String,
+    pub phase: String,
+    pub iteration: i64,
+    pub max_iterations: i64,
+    pub session: String,
+    pub worktree: String,
+    pub branch: Option<String>,
+    pub started_at: i64,
+    pub completed_at: Option<i64>,
+    pub termination_reason: Option<String>,
+    /// (k 0-based, total, title) for sectioned loops.
+    pub section: Option<(i64, i64, String)>,
+    pub audit_count: i64,
+    pub error_count: i64,
+    pub last_audit: Option<String>,
+    pub post_action_report: Option<String>,
+    pub completion_summary: Option<String>,
+    pub execution_model: Option<String>,
+    pub auditor_model: Option<String>,
+    /// Whether a session of the loop is busy right now.
+    pub busy: bool,
+    pub last_activity_at: Option<i64>,
+}
+
+/// `<h>h <m>m`, `<m>m <s>s` or `<s>s`.
+pub fn duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    if s >= 3600 {
+        format!("{}h {}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m {}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn iterations(v: &LoopView) -> String {
+    if v.max_iterations > 0 {
+        format!("{} / {}", v.iteration, v.max_iterations)
+    } else {
+        format!("{} (unlimited)", v.iteration)
+    }
+}
+
+fn cut(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        format!("{}...", s.chars().take(max).collect::<String>())
+    }
+}
+
+/// The list (no name given).
+pub fn render_list(loops: &[LoopView], now: i64) -> String {
+    if loops.is_empty() {
+        return "No loops found.".into();
+    }
+    let running: Vec<&LoopView> = loops.iter().filter(|l| l.status == "running").collect();
+    let done: Vec<&LoopView> = loops.iter().filter(|l| l.status != "running").collect();
+    let mut out = String::new();
+    let recent = |out: &mut String, items: &[&LoopView], limit: usize| {
+        for (i, l) in items.iter().take(limit).enumerate() {
+            let end = l.completed_at.unwrap_or(now);
+            out.push_str(&format!(
+                "{}. {}\n   Status: {} | Iterations: {} | Duration: {} | Completed: {}\n\n",
+                i + 1,
+                l.name,
+                l.termination_reason.as_deref().unwrap_or("unknown"),
+                l.iteration,
+                duration(end - l.started_at),
+                l.completed_at.map(iso_millis).unwrap_or_else(|| "unknown".into())
+            ));
+        }
+        if items.len() > limit {
+            out.push_str(&format!("   ... and {} more\n\n", items.len() - limit));
+        }
+    };
+    if running.is_empty() {
+        out.push_str("Recent Loops\n\n");
+        recent(&mut out, &done, usize::MAX);
+        out.push_str("Use loop-status name=<name> for details.");
+        return out;
+    }
+    out.push_str(&format!("Active Loops ({})\n\n", running.len()));
+    for (i, l) in running.iter().enumerate() {
+        let section = l.section.as_ref().map(|(k, n, _)| format!(" | Section: {}/{}", k + 1, n)).unwrap_or_default();
+        out.push_str(&format!(
+            "{}. {}\n   Phase: {} | Iteration: {}{section} | Duration: {} | Status: {}\n\n",
+            i + 1,
+            l.name,
+            l.phase,
+            iterations(l),
+            duration(now - l.started_at),
+            if l.busy { "busy" } else { "idle" }
+        ));
+    }
+    if !done.is_empty() {
+        out.push_str("Recent Loops:\n\n");
+        recent(&mut out, &done, 10);
+    }
+    out.push_str("Use loop-status name=<name> for details.\nUse loop-cancel name=<name> to stop a loop.");
+    out
+}
+
+/// One loop in detail. `restart_line` is the `Restart...` line.
+pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
+    let mut out = String::new();
+    let running = l.status == "running";
+    out.push_str(if running { "Loop Status\n\n" } else { "Loop Status (Inactive)\n\n" });
+    out.push_str(&format!("Name: {}\nSession: {}\nWorktree: {}\n", l.name, l.session, l.worktree));
+    if running {
+        out.push_str(&format!("Status: {}\nPhase: {}\n", if l.busy { "busy" } else { "idle" }, l.phase));
+    } else {
+        out.push_str(&format!("Status: {}\n", l.status));
+    }
+    out.push_str(&format!("Iteration: {}\n", iterations(l)));
+    if let Some((k, n, title)) = &l.section {
+        out.push_str(&format!("Section: {}/{} {}\n", k + 1, n, title));
+    }
+    out.push_str(&format!("Duration: {}\n", duration(l.completed_at.unwrap_or(now) - l.started_at)));
+    if let Some(r) = &l.termination_reason {
+        out.push_str(&format!("Reason: {r}\n"));
+    }
+    if let Some(b) = &l.branch {
+        out.push_str(&format!("Branch: {b}\n"));
+    }
+    out.push_str(&format!("Started: {}\n", iso_millis(l.started_at)));
+    if let Some(c) = l.completed_at {
+        out.push_str(&format!("Completed: {}\n", iso_millis(c)));
+    }
+    out.push_str(&format!("Audit count: {}\n", l.audit_count));
+    out.push_str(&format!("Error count: {} (retries before termination: 3)\n", l.error_count));
+    out.push_str(&format!("Model: {}\n", l.execution_model.as_deref().unwrap_or("default")));
+    out.push_str(&format!("Auditor model: {}\n", l.auditor_model.as_deref().unwrap_or("default")));
+    if let Some(t) = l.last_activity_at {
+        out.push_str(&format!("Last activity: {}s ago\n", ((now - t).max(0)) / 1000));
+    }
+    if let Some(r) = &l.post_action_report {
+        out.push_str(&format!("\nPost-Action Report:\n{r}\n"));
+    } else if let Some(s) = &l.completion_summary {
+        out.push_str(&format!("\nCompletion Summary (post-action):\n{}\n", cut(s, 1000)));
+    }
+    if let Some(a) = &l.last_audit {
+        out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
+    }
+    out.push_str(&format!("\n{restart_line}"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(name: &str, status: &str) -> LoopView {
+        LoopView {
+            name: name.into(),
+            status: status.into(),
+            phase: "coding".into(),
+            iteration: 2,
+            started_at: 0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lists_and_details() {
+        assert_eq!(render_list(&[], 0), "No loops found.");
+        let mut done = v("old", "completed");
+        done.termination_reason = Some("completed".into());
+        done.completed_at = Some(65_000);
+        let t = render_list(&[done.clone()], 100_000);
+        assert!(t.starts_with("Recent Loops\n\n1. old\n   Status: completed | Iterations: 2 | Duration: 1m 5s"), "{t}");
+        let mut run = v("live", "running");
+        run.section = Some((1, 4, "Phase 2".into()));
+        let t = render_list(&[run.clone(), done], 7_200_000);
+        assert!(t.starts_with("Active Loops (1)\n\n1. live\n   Phase: coding | Iteration: 2 (unlimited) | Section: 2/4 | Duration: 2h 0m"), "{t}");
+        assert!(t.contains("Recent Loops:"));
+        let d = render_detail(&run, "Restart: available with force=true", 1000);
+        assert!(d.starts_with("Loop Status\n\nName: live\n"));
+        assert!(d.contains("Section: 2/4 Phase 2") && d.ends_with("Restart: available with force=true"));
+    }
+}

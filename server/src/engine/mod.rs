@@ -1,0 +1,82 @@
+//! The loop engine: starts loops (`execute-plan`), runs each running loop in one
+//! serialized task ([`runner`]), and carries out the loop-control effects of tools
+//! (cancel, restart).
+//!
+//! Tools stay synchronous database transactions; a tool that needs git, processes or a
+//! running loop's task returns an [`Effect`], which the engine carries out after the
+//! tool's transaction committed. Every persisted loop change appends to the change feed,
+//! from which every connection announces `forge/loopStatus`.
+
+pub mod db;
+pub mod git;
+pub mod host;
+pub mod prompt_context;
+pub mod runner;
+pub mod start;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use forge_protocol::{CommandResult, ToolError};
+
+use crate::store::Store;
+use crate::tools::ToolEnv;
+
+/// Work a tool hands to the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    StartLoop { title: String, plan: String, loop_name: Option<String> },
+    NewSession { title: String, plan: String },
+    Cancel { loop_name: String },
+    Restart { loop_name: String, force: bool },
+}
+
+/// The engine of one data directory.
+pub struct Engine {
+    pub store: Store,
+    pub data_dir: PathBuf,
+    runners: Mutex<HashMap<(String, String), runner::Handle>>,
+}
+
+impl Engine {
+    pub fn new(store: Store, data_dir: PathBuf) -> Arc<Engine> {
+        Arc::new(Engine { store, data_dir, runners: Mutex::new(HashMap::new()) })
+    }
+
+    /// The runner of a loop, if this process runs it.
+    pub fn runner(&self, project: &str, loop_name: &str) -> Option<runner::Handle> {
+        self.runners.lock().expect("runners").get(&(project.to_string(), loop_name.to_string())).cloned()
+    }
+
+    pub(crate) fn register(&self, project: &str, loop_name: &str, h: runner::Handle) {
+        self.runners.lock().expect("runners").insert((project.to_string(), loop_name.to_string()), h);
+    }
+
+    pub(crate) fn unregister(&self, project: &str, loop_name: &str) {
+        self.runners.lock().expect("runners").remove(&(project.to_string(), loop_name.to_string()));
+    }
+
+    /// Carries out an effect for the caller `env`.
+    pub async fn run(self: &Arc<Self>, effect: Effect, env: Arc<ToolEnv>) -> Result<CommandResult, ToolError> {
+        match effect {
+            Effect::StartLoop { title, plan, loop_name } => start::start_loop(self, &env, title, plan, loop_name).await,
+            Effect::NewSession { title, plan } => start::new_session(self, &env, title, plan).await,
+            Effect::Cancel { loop_name } => runner::cancel(self, &env, &loop_name).await,
+            Effect::Restart { loop_name, force } => start::restart(self, &env, &loop_name, force).await,
+        }
+    }
+
+    /// Stops every runner (server shutdown): each loop terminates with `shutdown`.
+    pub async fn shutdown(&self) {
+        let all: Vec<runner::Handle> = self.runners.lock().expect("runners").values().cloned().collect();
+        for h in all {
+            h.shutdown().await;
+        }
+    }
+}
+
+/// The private socket agents call back on.
+pub fn socket() -> Option<PathBuf> {
+    crate::serve::PRIVATE_SOCKET.lock().ok().and_then(|g| g.clone())
+}
