@@ -33,6 +33,8 @@ pub struct ToolEntry {
     /// Controls loops (needs a running server); `forge-lsp call` refuses it in-process.
     pub needs_server: bool,
     pub schema: fn() -> Value,
+    /// Parses an input without running the tool (docs examples, clients).
+    pub validate: fn(Value) -> Result<(), ToolError>,
     pub run: fn(Value, &mut ToolCtx) -> Result<CommandResult, ToolError>,
 }
 
