@@ -14,3 +14,4 @@ pub mod plan;
 pub mod prompts;
 pub mod review;
 pub mod text;
+pub mod usage;

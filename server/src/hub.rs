@@ -32,6 +32,8 @@ impl Hub {
         let all: Vec<Arc<Workspace>> = self.workspaces.lock().expect("hub lock").values().cloned().collect();
         for ws in all {
             ws.engine.shutdown().await;
+            let pid = std::process::id();
+            let _ = ws.store.call(move |c| c.execute("DELETE FROM servers WHERE pid = ?1", [pid])).await;
         }
     }
 
@@ -82,37 +84,37 @@ fn start_watcher(ws: &Arc<Workspace>, rt: tokio::runtime::Handle) {
     let weak: Weak<Workspace> = Arc::downgrade(ws);
     let path = ws.store.path().to_path_buf();
     let waker = ws.store.wrote.clone();
-    let _ = std::thread::Builder::new().name("forge-watch".into()).spawn(move || {
-        let Ok(conn) = rusqlite::Connection::open_with_flags(
-            &path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        ) else {
-            tracing::error!("change watcher cannot open {}", path.display());
-            return;
-        };
-        let _ = conn.busy_timeout(Duration::from_millis(2000));
-        let mut last = changes::head(&conn).unwrap_or(0);
-        loop {
-            waker.wait(POLL);
-            let Some(ws) = weak.upgrade() else { return };
-            let batch = match changes::since(&conn, last, 10_000) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!("change watcher: {e}");
-                    continue;
-                }
-            };
-            if let Some(c) = batch.last() {
-                last = c.id;
-            }
-            if batch.is_empty() {
+    // The feed position is read here, before the workspace is used: read inside the thread,
+    // a write made before the thread got to run would be skipped and never announced.
+    let Ok(conn) = rusqlite::Connection::open_with_flags(
+        &path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) else {
+        tracing::error!("change watcher cannot open {}", path.display());
+        return;
+    };
+    let _ = conn.busy_timeout(Duration::from_millis(2000));
+    let mut last = changes::head(&conn).unwrap_or(0);
+    let _ = std::thread::Builder::new().name("forge-watch".into()).spawn(move || loop {
+        waker.wait(POLL);
+        let Some(ws) = weak.upgrade() else { return };
+        let batch = match changes::since(&conn, last, 10_000) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("change watcher: {e}");
                 continue;
             }
-            let batch = Arc::new(batch);
-            for conn in ws.connections() {
-                let batch = batch.clone();
-                rt.spawn(async move { conn.on_changes(&batch).await });
-            }
+        };
+        if let Some(c) = batch.last() {
+            last = c.id;
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let batch = Arc::new(batch);
+        for conn in ws.connections() {
+            let batch = batch.clone();
+            rt.spawn(async move { conn.on_changes(&batch).await });
         }
     });
 }

@@ -1,5 +1,6 @@
 //! The `forge-lsp` binary: `forge-lsp` / `forge-lsp serve --stdio` serves one connection
-//! over stdio; `serve --listen` accepts many; `call` runs one tool from the command line.
+//! over stdio; `serve --listen` accepts many; `call` runs one tool from the command line;
+//! `cleanup` removes old plans or one loop.
 
 use std::path::PathBuf;
 
@@ -51,6 +52,11 @@ enum Cmd {
         #[arg(long)]
         session: Option<String>,
     },
+    /// Remove old session plans, or one loop with its worktree and forge/ branch.
+    Cleanup {
+        #[command(subcommand)]
+        what: cli::cleanup::CleanupCmd,
+    },
 }
 
 fn init_logging(file: Option<&PathBuf>) {
@@ -78,6 +84,7 @@ fn main() {
                 cli::call::run(cli::call::CallArgs { tool, input, json, agent, session, data_dir: cli.data_dir });
             std::process::exit(code);
         }
+        Some(Cmd::Cleanup { what }) => std::process::exit(cli::cleanup::run(what, cli.data_dir)),
         Some(Cmd::Serve { listen: Some(addr), .. }) => {
             let addr = match serve::ListenAddr::parse(&addr) {
                 Ok(a) => a,

@@ -41,6 +41,10 @@ fn every_command_has_an_offer_with_a_closed_schema() {
         let o = offers.iter().find(|o| o.command == cmd).unwrap_or_else(|| panic!("no offer for {cmd}"));
         assert!(!o.description.is_empty());
         assert_eq!(o.input_schema["$schema"], "https://json-schema.org/draft/2020-12/schema", "{cmd}");
-        assert_eq!(o.input_schema["additionalProperties"], Value::Bool(false), "{cmd} schema must reject unknown fields");
+        assert_eq!(
+            o.input_schema["additionalProperties"],
+            Value::Bool(false),
+            "{cmd} schema must reject unknown fields"
+        );
     }
 }

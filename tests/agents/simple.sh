@@ -8,6 +8,10 @@ set -euo pipefail
 prompt=$(cat)
 log=${FORGE_AGENT_LOG:-/dev/null}
 echo "role=$FORGE_ROLE session=$FORGE_SESSION_ID loop=$FORGE_LOOP args=$*" >> "$log"
+# Report usage like a real agent would (one JSON line per assistant message).
+if [ -n "${FORGE_USAGE_FILE:-}" ]; then
+  echo "{\"model\":\"test/${FORGE_ROLE}\",\"input\":1000,\"output\":100,\"cost\":0.01}" >> "$FORGE_USAGE_FILE"
+fi
 case "$FORGE_ROLE" in
   coder)
     echo "turn by $FORGE_SESSION_ID" >> work.txt

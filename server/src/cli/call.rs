@@ -174,7 +174,11 @@ fn via_server(
     data_dir: &Path,
 ) -> Result<CommandResult, Option<ToolError>> {
     let mut c = LspClient::connect(sock).map_err(|_| None)?;
-    let mut forge = json!({ "dataDir": data_dir.display().to_string() });
+    // A one-shot call is not an editor: it never reads materialized views, and writing them
+    // into its working directory (an agent's loop worktree) could recreate that worktree
+    // after the loop removed it.
+    let mut forge =
+        json!({ "dataDir": data_dir.display().to_string(), "config": { "documents": { "materialize": false } } });
     if let Some(a) = agent {
         forge["agent"] = json!(a);
     }

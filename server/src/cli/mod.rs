@@ -1,4 +1,5 @@
 //! Command-line clients of the server.
 
 pub mod call;
+pub mod cleanup;
 pub mod lsp_client;

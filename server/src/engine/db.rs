@@ -140,6 +140,27 @@ pub fn delete_sessions(
     Ok(())
 }
 
+/// Retires every session of a loop except those in `keep`.
+pub fn delete_sessions_except(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    keep: &[String],
+    now: i64,
+) -> rusqlite::Result<()> {
+    let mut st = db.prepare_cached(
+        "SELECT session_id FROM loop_sessions WHERE project_id = ?1 AND loop_name = ?2 AND status != 'deleted'",
+    )?;
+    let ids: Vec<String> = st.query_map(params![project, loop_name], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    for id in ids.iter().filter(|id| !keep.contains(id)) {
+        db.execute(
+            "UPDATE loop_sessions SET status = 'deleted', deleted_at = ?2 WHERE session_id = ?1",
+            params![id, now],
+        )?;
+    }
+    Ok(())
+}
+
 /// Sessions of the loop other than `me` that are busy or retrying.
 pub fn busy_others(db: &Connection, project: &str, loop_name: &str, me: &str) -> rusqlite::Result<Vec<String>> {
     let mut st = db.prepare_cached(
@@ -286,13 +307,15 @@ pub fn last_transition(db: &Connection, project: &str, loop_name: &str) -> rusql
     .optional()
 }
 
-/// Announces a loop change on the feed.
+/// Announces a loop change on the feed, with a snapshot of its status notification taken
+/// in this transaction (so each announcement reflects its own change).
 pub fn touch(db: &Connection, project: &str, loop_name: &str, now: i64) -> rusqlite::Result<()> {
     db.execute(
         "UPDATE loops SET last_activity_at = ?3 WHERE project_id = ?1 AND loop_name = ?2",
         params![project, loop_name, now],
     )?;
-    changes::record(db, project, Kind::Loop, loop_name, now)
+    let snapshot = crate::lsp::loops::snapshot(db, project, loop_name)?;
+    changes::record_with(db, project, Kind::Loop, loop_name, now, snapshot.map(|s| s.to_string()).as_deref())
 }
 
 pub fn set_large(

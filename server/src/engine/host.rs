@@ -52,6 +52,9 @@ pub struct TurnRequest {
     /// Where prompt files go.
     pub prompt_dir: PathBuf,
     pub turn: u32,
+    /// The loop's sandbox shims (engine/sandbox.rs): first on the agent's `PATH`, and
+    /// `SHELL=<dir>/sh`, so the shells the agent starts run sandboxed.
+    pub shim_dir: Option<PathBuf>,
 }
 
 /// A running turn; dropping it does not stop the process, `abort` does.
@@ -64,8 +67,10 @@ impl TurnHandle {
     /// Kills the turn's whole process group.
     pub fn abort(&self) {
         if let Some(pid) = self.pid {
+            // `--` is required: procps-ng 4.0.2's kill (Debian 12) reads `-KILL -<pgid>`
+            // as `kill -KILL -1`, which kills every process the user may signal.
             let _ = std::process::Command::new("kill")
-                .args(["-KILL", &format!("-{pid}")])
+                .args(["-KILL", "--", &format!("-{pid}")])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
@@ -90,9 +95,37 @@ pub fn expand(argv: &[String], req: &TurnRequest, prompt_file: &Path) -> Vec<Str
         .collect()
 }
 
+/// Last activity (epoch ms) per session: output from its process or a tool call by it.
+static ACTIVITY: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, i64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Records activity of a session (its process printed, or it called a tool).
+pub fn touch(session: &str) {
+    if let Ok(mut m) = ACTIVITY.lock() {
+        m.insert(session.to_string(), crate::store::now_ms());
+    }
+}
+
+/// The last recorded activity of a session.
+pub fn last_activity(session: &str) -> Option<i64> {
+    ACTIVITY.lock().ok().and_then(|m| m.get(session).copied())
+}
+
+/// Forgets a retired session.
+pub fn forget(session: &str) {
+    if let Ok(mut m) = ACTIVITY.lock() {
+        m.remove(session);
+    }
+}
+
+/// Where a session's agent reports usage (JSON lines).
+pub fn usage_file(data_dir: &Path, session: &str) -> PathBuf {
+    data_dir.join("usage").join(format!("{session}.jsonl"))
+}
+
 const TAIL: usize = 64 * 1024;
 
-async fn read_tail<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> (String, bool) {
+async fn read_tail<R: tokio::io::AsyncRead + Unpin>(mut r: R, session: String) -> (String, bool) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let mut any = false;
@@ -101,6 +134,7 @@ async fn read_tail<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> (String, bool) 
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 any = true;
+                touch(&session);
                 buf.extend_from_slice(&chunk[..n]);
                 if buf.len() > 2 * TAIL {
                     buf.drain(..buf.len() - TAIL);
@@ -114,11 +148,12 @@ async fn read_tail<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> (String, bool) 
     (String::from_utf8_lossy(&buf).into_owned(), any)
 }
 
-/// Starts a turn; its outcome is sent on `done` as `(session_id, outcome)`.
-pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, TurnOutcome)>) -> TurnHandle {
+/// Starts a turn; its outcome is sent on `done` as `(session_id, turn, outcome)`.
+pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, TurnOutcome)>) -> TurnHandle {
     let session = req.session_id.clone();
+    let turn = req.turn;
     let fail = |msg: String| {
-        let _ = done.send((session.clone(), TurnOutcome::Error(msg)));
+        let _ = done.send((session.clone(), turn, TurnOutcome::Error(msg)));
         TurnHandle { pid: None }
     };
     if req.argv.is_empty() {
@@ -128,6 +163,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, TurnOut
         return fail(format!("cannot create {}: {e}", req.prompt_dir.display()));
     }
     let prompt_file = req.prompt_dir.join(format!("{}-{}.md", req.session_id, req.turn));
+    let _ = std::fs::create_dir_all(req.data_dir.join("usage"));
     if let Err(e) = std::fs::write(&prompt_file, &req.prompt) {
         return fail(format!("cannot write the prompt file {}: {e}", prompt_file.display()));
     }
@@ -142,6 +178,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, TurnOut
         .env("FORGE_WORKTREE", &req.cwd)
         .env("FORGE_DATA_DIR", &req.data_dir)
         .env("FORGE_PROMPT_FILE", &prompt_file)
+        .env("FORGE_USAGE_FILE", usage_file(&req.data_dir, &req.session_id))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -149,6 +186,13 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, TurnOut
         .kill_on_drop(false);
     if let Some(s) = &req.socket {
         cmd.env("FORGE_LSP_SOCKET", s);
+    }
+    // Sandbox shims (engine/sandbox.rs).
+    if let Some(dir) = &req.shim_dir {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let path = std::env::join_paths(std::iter::once(dir.clone()).chain(std::env::split_paths(&path)))
+            .unwrap_or_else(|_| dir.clone().into_os_string());
+        cmd.env("PATH", path).env("SHELL", dir.join("sh")).env_remove(super::sandbox::INSIDE_ENV);
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -165,15 +209,16 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, TurnOut
             let _ = s.write_all(prompt.as_bytes()).await;
             let _ = s.shutdown().await;
         }
+        let (s1, s2) = (session.clone(), session.clone());
         let out = tokio::spawn(async move {
             match stdout {
-                Some(s) => read_tail(s).await,
+                Some(s) => read_tail(s, s1).await,
                 None => (String::new(), false),
             }
         });
         let err = tokio::spawn(async move {
             match stderr {
-                Some(s) => read_tail(s).await,
+                Some(s) => read_tail(s, s2).await,
                 None => (String::new(), false),
             }
         });
@@ -199,7 +244,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, TurnOut
             }
             Err(e) => TurnOutcome::Error(format!("waiting for the agent failed: {e}")),
         };
-        let _ = done.send((session, outcome));
+        let _ = done.send((session, turn, outcome));
     });
     TurnHandle { pid }
 }

@@ -12,6 +12,7 @@ pub mod git;
 pub mod host;
 pub mod prompt_context;
 pub mod runner;
+pub mod sandbox;
 pub mod start;
 
 use std::collections::HashMap;
@@ -23,13 +24,16 @@ use forge_protocol::{CommandResult, ToolError};
 use crate::store::Store;
 use crate::tools::ToolEnv;
 
-/// Work a tool hands to the engine.
+/// Work a tool hands to the engine. `Shell` is `forge.shell`: `sh -c command` in
+/// `<worktree>/<cwd>` (cwd normalized, relative), in the loop's sandbox when it has one
+/// ([`sandbox::shell`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     StartLoop { title: String, plan: String, loop_name: Option<String> },
     NewSession { title: String, plan: String },
     Cancel { loop_name: String },
     Restart { loop_name: String, force: bool },
+    Shell { loop_name: String, command: String, cwd: String, timeout_ms: u64 },
 }
 
 /// The engine of one data directory.
@@ -64,6 +68,9 @@ impl Engine {
             Effect::NewSession { title, plan } => start::new_session(self, &env, title, plan).await,
             Effect::Cancel { loop_name } => runner::cancel(self, &env, &loop_name).await,
             Effect::Restart { loop_name, force } => start::restart(self, &env, &loop_name, force).await,
+            Effect::Shell { loop_name, command, cwd, timeout_ms } => {
+                sandbox::shell(self, &env, &loop_name, &command, &cwd, timeout_ms).await
+            }
         }
     }
 

@@ -20,6 +20,10 @@ pub enum Kind {
     Continuation,
     Audit,
     PostAction,
+    /// A resumed coder session (standby): loop notice, open findings, handoff instruction.
+    CoderFollowUp,
+    /// A resumed audit session: coder decisions, attempt history, re-verify findings.
+    AuditFollowUp,
 }
 
 fn view(s: &SectionRow) -> SectionView {
@@ -117,5 +121,7 @@ pub fn build(kind: Kind, ctx: &PromptContext) -> String {
         Kind::Continuation => prompts::plan_continuation(ctx),
         Kind::Audit => prompts::audit(ctx),
         Kind::PostAction => prompts::post_action(ctx),
+        Kind::CoderFollowUp => prompts::coder_follow_up(ctx),
+        Kind::AuditFollowUp => prompts::audit_follow_up(ctx),
     }
 }

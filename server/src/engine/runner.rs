@@ -29,6 +29,10 @@ use crate::store::loops::{self, LoopRow};
 use crate::store::{attempts, now_ms};
 use crate::tools::ToolEnv;
 
+/// The one-line prompt a stalled busy turn gets after it was aborted.
+pub const CONTINUE_NUDGE: &str =
+    "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
+
 /// Control messages.
 pub enum Msg {
     Cancel(oneshot::Sender<Result<CommandResult, ToolError>>),
@@ -73,7 +77,13 @@ pub struct Runner {
     loop_name: String,
     config: Config,
     live: Live,
-    done_tx: mpsc::UnboundedSender<(String, TurnOutcome)>,
+    done_tx: mpsc::UnboundedSender<(String, u32, TurnOutcome)>,
+    /// Watchdog: consecutive stalls, and the time activity is measured from.
+    stalls: u32,
+    quiet_since: i64,
+    /// Sessions this runner created: id → (token, turns so far, role). The standby can only
+    /// be resumed from here (tokens are stored hashed).
+    sessions: std::collections::HashMap<String, (String, u32, Role)>,
 }
 
 /// What the first turn of a (re)started runner sends.
@@ -115,6 +125,9 @@ pub fn spawn(
             handle: None,
         },
         done_tx,
+        stalls: 0,
+        quiet_since: now_ms(),
+        sessions: std::collections::HashMap::new(),
     };
     tokio::spawn(run(runner, rx, done_rx));
     handle
@@ -123,12 +136,20 @@ pub fn spawn(
 async fn run(
     mut r: Runner,
     mut ctl: mpsc::UnboundedReceiver<Msg>,
-    mut done: mpsc::UnboundedReceiver<(String, TurnOutcome)>,
+    mut done: mpsc::UnboundedReceiver<(String, u32, TurnOutcome)>,
 ) {
     let prompt = r.live.last_prompt.clone();
     r.send(prompt).await;
+    let tick = watchdog_tick(&r.config);
+    let mut ticker = tokio::time::interval(tick.unwrap_or(Duration::from_secs(3600)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = ticker.tick(), if tick.is_some() => {
+                if !r.watchdog().await {
+                    break;
+                }
+            }
             msg = ctl.recv() => match msg {
                 Some(Msg::Cancel(reply)) => {
                     let res = r.cancel().await;
@@ -142,12 +163,14 @@ async fn run(
                 }
                 None => break,
             },
-            Some((sid, outcome)) = done.recv() => {
-                if sid != r.live.id {
+            Some((sid, turn, outcome)) = done.recv() => {
+                // A turn the runner aborted, or of a retired session: not a turn end.
+                if sid != r.live.id || turn != r.live.turns {
                     continue;
                 }
                 r.live.handle = None;
                 let _ = r.db(move |c| db::set_session_status(c, &sid, "idle")).await;
+                r.capture_usage().await;
                 if !r.on_turn_end(outcome).await {
                     break;
                 }
@@ -158,6 +181,20 @@ async fn run(
         h.abort();
     }
     r.engine.unregister(&r.project, &r.loop_name);
+}
+
+/// How often the watchdog looks: a quarter of the shorter enabled timeout, 50 ms to 5 s;
+/// `None` when both timeouts are 0 (disabled).
+fn watchdog_tick(c: &Config) -> Option<Duration> {
+    let t = [c.stall_timeout_ms, c.busy_stall_timeout_ms].into_iter().filter(|&t| t > 0).min()?;
+    Some(Duration::from_millis((t / 4).clamp(50, 5000)))
+}
+
+/// A provider limit (quota / auth), as opposed to an ordinary error (429 is not one).
+fn provider_limit(msg: &str) -> bool {
+    regex::Regex::new(r"(?i)usage\s*limit|quota\s*(exceeded|reached)|ProviderAuthError|\b403\b")
+        .map(|re| re.is_match(msg))
+        .unwrap_or(false)
 }
 
 fn model_error(msg: &str) -> bool {
@@ -221,10 +258,117 @@ impl Runner {
             data_dir: self.engine.data_dir.clone(),
             prompt_dir: self.engine.data_dir.join("prompts").join(&self.loop_name),
             turn: self.live.turns,
+            shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
         };
         let sid = self.live.id.clone();
         let _ = self.db(move |c| db::set_session_status(c, &sid, "busy")).await;
+        self.quiet_since = now_ms();
         self.live.handle = Some(host::start_turn(req, self.done_tx.clone()));
+    }
+
+    /// The auditor model chain: the configured auditor model (else the loop's or the
+    /// configured execution model, else the default), then the fallbacks, deduplicated.
+    fn auditor_chain(&self) -> Vec<Option<String>> {
+        let first = self.config.auditor_model.clone().or(self.config.execution_model.clone());
+        let mut chain = vec![first];
+        for m in &self.config.auditor_fallback_models {
+            if !chain.iter().any(|c| c.as_deref() == Some(m.as_str())) {
+                chain.push(Some(m.clone()));
+            }
+        }
+        chain
+    }
+
+    /// Stores the live session's reported usage (its rows are replaced, so nothing is
+    /// counted twice).
+    async fn capture_usage(&self) {
+        let file = host::usage_file(&self.engine.data_dir, &self.live.id);
+        let Ok(text) = tokio::fs::read_to_string(&file).await else { return };
+        let (lines, bad) = forge_domain::usage::parse(&text);
+        if bad > 0 {
+            tracing::warn!(loop_name = %self.loop_name, "{bad} malformed usage line(s) in {}", file.display());
+        }
+        let role = match self.live.role {
+            Role::Auditor => "auditor",
+            _ => "code",
+        };
+        let fallback = match self.live.role {
+            Role::Auditor => self.auditor_chain().first().cloned().flatten(),
+            _ => self.config.execution_model.clone(),
+        }
+        .unwrap_or_else(|| "default".into());
+        let per_model = forge_domain::usage::per_model(&lines, &fallback);
+        let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        let _ = self
+            .db(move |c| {
+                c.execute(
+                    "DELETE FROM loop_session_usage WHERE project_id = ?1 AND loop_name = ?2 AND session_id = ?3",
+                    rusqlite::params![p, n, sid],
+                )?;
+                for (model, t) in &per_model {
+                    c.execute(
+                        "INSERT INTO loop_session_usage (project_id, loop_name, session_id, model, role, cost, input_tokens, output_tokens,
+                            reasoning_tokens, cache_read_tokens, cache_write_tokens, message_count, captured_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                        rusqlite::params![
+                            p, n, sid, model, role, t.cost, t.input as i64, t.output as i64, t.reasoning as i64,
+                            t.cache_read as i64, t.cache_write as i64, t.messages as i64, now_ms()
+                        ],
+                    )?;
+                }
+                Ok(())
+            })
+            .await;
+    }
+
+    /// One watchdog look. A busy turn without activity past `busyStallTimeoutMs`, or no
+    /// turn running past `stallTimeoutMs`, is a stall: the busy turn is aborted and nudged
+    /// to continue, an idle phase is re-triggered; the `maxConsecutiveStalls`-th stall ends
+    /// the loop (`stall_timeout`). Activity (output of the agent, tool calls of its
+    /// session) resets the timer and the count. Returns false when the loop stopped.
+    async fn watchdog(&mut self) -> bool {
+        let now = now_ms();
+        let activity = host::last_activity(&self.live.id).unwrap_or(0);
+        if activity > self.quiet_since {
+            self.quiet_since = activity;
+            self.stalls = 0;
+        }
+        let busy = self.live.handle.is_some();
+        let limit = if busy { self.config.busy_stall_timeout_ms } else { self.config.stall_timeout_ms } as i64;
+        if limit == 0 || now - self.quiet_since < limit {
+            return true;
+        }
+        self.stalls += 1;
+        self.quiet_since = now;
+        let (p, n, k) = (self.project.clone(), self.loop_name.clone(), self.stalls);
+        let _ = self
+            .db(move |c| {
+                c.execute(
+                    "UPDATE loops SET stall_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                    rusqlite::params![p, n, k],
+                )?;
+                db::touch(c, &p, &n, now_ms())
+            })
+            .await;
+        self.engine.store.wrote.wake();
+        tracing::warn!(loop_name = %self.loop_name, stalls = self.stalls, busy, "loop stalled");
+        let max = self.config.max_consecutive_stalls as u32;
+        if max > 0 && self.stalls >= max {
+            self.external(Event::StallTimeout).await;
+            return false;
+        }
+        if busy {
+            if let Some(h) = self.live.handle.take() {
+                h.abort();
+            }
+            let (p, n) = (self.project.clone(), self.loop_name.clone());
+            let _ = self.db(move |c| db::discard_pending(c, &p, &n, now_ms())).await;
+            self.send(CONTINUE_NUDGE.to_string()).await;
+        } else {
+            let prompt = self.live.last_prompt.clone();
+            self.send(prompt).await;
+        }
+        true
     }
 
     /// Handles a turn end; returns false when the loop stopped.
@@ -247,6 +391,11 @@ impl Runner {
             TurnOutcome::Error(msg) => {
                 if facts.phase == Phase::PostAction && pending.is_some() {
                     Event::PostActionComplete
+                } else if provider_limit(msg) {
+                    let chain = self.auditor_chain();
+                    let fallback_available =
+                        facts.phase == Phase::Auditing && (row.auditor_fallback_index() as usize + 1) < chain.len();
+                    Event::ProviderLimit { message: msg.clone(), fallback_available }
                 } else {
                     Event::AssistantError { message: msg.clone(), model_error: model_error(msg) }
                 }
@@ -309,7 +458,25 @@ impl Runner {
     /// Carries out a transition; returns false when the loop stopped.
     async fn apply(&mut self, row: LoopRow, t: Transition, pending: Option<db::Pending>) -> bool {
         match t.kind {
-            TransitionKind::Noop | TransitionKind::AuditorFallback => true,
+            TransitionKind::Noop => true,
+            TransitionKind::AuditorFallback => {
+                // Next model of the auditor chain, same session, the pending record of the
+                // aborted turn discarded, the audit prompt sent again.
+                let (p, n) = (self.project.clone(), self.loop_name.clone());
+                let _ = self
+                    .db(move |c| {
+                        db::discard_pending(c, &p, &n, now_ms())?;
+                        c.execute(
+                            "UPDATE loops SET auditor_fallback_index = auditor_fallback_index + 1 WHERE project_id = ?1 AND loop_name = ?2",
+                            rusqlite::params![p, n],
+                        )
+                        .map(|_| ())
+                    })
+                    .await;
+                let p = self.live.last_prompt.clone();
+                self.send(p).await;
+                true
+            }
             TransitionKind::Nudge => {
                 let text = if t.cause == "summary-missing" {
                     if let Some(p) = &pending {
@@ -369,10 +536,43 @@ impl Runner {
             Phase::Auditing => Role::Auditor,
             Phase::PostAction => Role::PostAction,
         };
-        let new_id = crate::identity::fresh_session();
-        let token = host::new_token();
+        // Session rotation with a standby (seeds: "Session Rotation"): within a section (or
+        // across a non-sectioned loop's iterations) the opposite role's session is retained
+        // and resumed; a new section, post-action, recurrence escalation or a reuse
+        // percentage of 0 means a fresh session.
+        let same_scope = matches!(
+            t.cause,
+            "coder-handoff" | "coder-error" | "section-dirty" | "audit-dirty" | "audit-error" | "audit-session-aborted"
+        );
+        let escalate = same_scope && self.escalation(&row, matches!(t.cause, "section-dirty" | "audit-dirty")).await;
+        let percent = |r: Role| match r {
+            Role::Coder => self.config.coder_context_percent,
+            Role::Auditor => self.config.auditor_context_percent,
+            Role::PostAction => 0,
+        };
+        let standby_dbg = row.standby_session_id.clone();
+        let standby = row
+            .standby_session_id
+            .clone()
+            .filter(|sb| *sb != self.live.id)
+            .and_then(|sb| self.sessions.get(&sb).map(|(tok, turns, r)| (sb, tok.clone(), *turns, *r)))
+            .filter(|(_, _, _, r)| *r == role);
+        let resumed = match standby {
+            Some(sb) if same_scope && !escalate && percent(role) != 0 => Some(sb),
+            _ => None,
+        };
+        tracing::debug!(loop_name = %self.loop_name, cause = t.cause, ?standby_dbg, escalate, known = self.sessions.len(), "session rotation");
+        let old_role = self.live.role;
+        let keep_old = same_scope && !escalate && percent(old_role) != 0 && t.cause != "audit-error";
+        self.sessions.insert(self.live.id.clone(), (self.live.token.clone(), self.live.turns, old_role));
+        let (new_id, token, prior_turns, fresh) = match &resumed {
+            Some((id, tok, turns, _)) => (id.clone(), tok.clone(), *turns, false),
+            None => (crate::identity::fresh_session(), host::new_token(), 0, true),
+        };
+        let new_standby: Option<String> = keep_old.then(|| self.live.id.clone());
         let (p, n) = (self.project.clone(), self.loop_name.clone());
         let (old_id, nid, tok) = (self.live.id.clone(), new_id.clone(), token.clone());
+        let sb2 = new_standby.clone();
         let summary: Option<AuditSummary> = pending
             .as_ref()
             .and_then(|x| x.payload.get("summary").cloned())
@@ -453,7 +653,7 @@ impl Runner {
                     tx.execute(
                         "UPDATE loops SET phase = ?3, iteration = ?4, current_section_index = coalesce(?5, current_section_index),
                             audit_count = ?6, error_count = ?7, model_failed = coalesce(?8, model_failed),
-                            current_session_id = ?9, nudge_count = 0, standby_session_id = NULL
+                            current_session_id = ?9, nudge_count = 0, standby_session_id = ?10
                          WHERE project_id = ?1 AND loop_name = ?2 AND status = 'running'",
                         rusqlite::params![
                             p,
@@ -464,11 +664,15 @@ impl Runner {
                             t2.audit_count_after,
                             t2.error_count_after,
                             t2.model_failed.map(i64::from),
-                            nid
+                            nid,
+                            sb2
                         ],
                     )?;
-                    db::delete_sessions(tx, &p, &n, None, now)?;
-                    db::insert_session(tx, &p, &n, &nid, role.as_str(), &tok, t2.section_after.or(cur), now)?;
+                    let keep: Vec<String> = std::iter::once(nid.clone()).chain(sb2.clone()).collect();
+                    db::delete_sessions_except(tx, &p, &n, &keep, now)?;
+                    if fresh {
+                        db::insert_session(tx, &p, &n, &nid, role.as_str(), &tok, t2.section_after.or(cur), now)?;
+                    }
                     if t2.is_logged() {
                         db::log_transition(tx, &p, &n, &t2, now)?;
                     }
@@ -481,15 +685,39 @@ impl Runner {
             return;
         }
         self.engine.store.wrote.wake();
-        self.live = Live { id: new_id, token, role, turns: 0, nudges: 0, last_prompt: String::new(), handle: None };
+        // Sessions that are neither current nor standby are gone.
+        let keep: Vec<String> = std::iter::once(new_id.clone()).chain(new_standby.clone()).collect();
+        self.sessions.retain(|id, _| keep.contains(id));
+        if !keep.contains(&self.live.id) {
+            host::forget(&self.live.id);
+        }
+        self.live =
+            Live { id: new_id, token, role, turns: prior_turns, nudges: 0, last_prompt: String::new(), handle: None };
         let kind = match to {
+            Phase::Auditing if !fresh => Kind::AuditFollowUp,
             Phase::Auditing => Kind::Audit,
             Phase::PostAction => Kind::PostAction,
             Phase::Coding if t.kind == TransitionKind::AdvanceSection => Kind::Initial,
+            Phase::Coding if !fresh => Kind::CoderFollowUp,
             Phase::Coding => Kind::Continuation,
         };
         let prompt = self.build_prompt(kind, coder_decisions).await;
         self.send(prompt).await;
+    }
+
+    /// Recurrence escalation: a bug finding seen in 3 consecutive dirty audits (counting the
+    /// audit being closed now when `dirty_now`) forces fresh sessions for both roles.
+    async fn escalation(&self, row: &LoopRow, dirty_now: bool) -> bool {
+        let (r2, config) = (row.clone(), self.config.clone());
+        let ctx = self.db(move |c| prompt_context::load(c, &r2, &config, None)).await;
+        let Ok(mut ctx) = ctx else { return false };
+        if dirty_now {
+            if let Some(last) = ctx.attempts.iter_mut().rev().find(|a| a.outcome.is_none()) {
+                last.outcome = Some("dirty".into());
+                last.findings_after = ctx.findings.clone();
+            }
+        }
+        !forge_domain::prompts::recurring_findings(&ctx).is_empty()
     }
 
     /// Builds a prompt from the current row.
@@ -499,7 +727,7 @@ impl Runner {
         let r2 = row.clone();
         let ctx = self.db(move |c| prompt_context::load(c, &r2, &config, coder_decisions)).await;
         let Ok(ctx) = ctx else { return String::new() };
-        let ctx = if kind == Kind::Audit {
+        let ctx = if matches!(kind, Kind::Audit | Kind::AuditFollowUp) {
             let r3 = row.clone();
             tokio::task::spawn_blocking(move || prompt_context::with_scope(ctx, &r3))
                 .await

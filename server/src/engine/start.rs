@@ -18,6 +18,7 @@ use serde_json::json;
 use super::host::{self, TurnOutcome, TurnRequest};
 use super::prompt_context::{self, Kind};
 use super::runner::{self, FirstTurn};
+use super::sandbox::{self, Sandbox};
 use super::{db, git, Engine};
 use crate::store::{loops, now_ms, plans};
 use crate::tools::ToolEnv;
@@ -55,6 +56,8 @@ pub async fn start_loop(
     loop_name: Option<String>,
 ) -> Result<CommandResult, ToolError> {
     let (repo, _) = preconditions(env)?;
+    // Sandbox (engine/sandbox.rs): probed before anything is created.
+    let bwrap = sandbox::require(env.config.sandbox_enabled, &env.config.sandbox_mode, "Failed to start loop").await?;
     let project = env.project.id.clone();
     let requested = slugify(loop_name.as_deref().filter(|s| !s.trim().is_empty()).unwrap_or(&title));
     let requested = if requested.trim_matches('-').is_empty() { "loop".to_string() } else { requested };
@@ -78,6 +81,13 @@ pub async fn start_loop(
         .await
         .map_err(internal)?
         .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
+    // Sandbox shims (engine/sandbox.rs).
+    if let Some(b) = &bwrap {
+        if let Err(e) = Sandbox::for_loop(&wt.dir, env.config.sandbox_network).write_shim(b) {
+            rollback_git(&repo, &wt.dir, &branch).await;
+            return Err(internal(format!("cannot write the sandbox shims: {e}")));
+        }
+    }
 
     // 2. Rows.
     let decomposition = decompose(&plan);
@@ -90,7 +100,8 @@ pub async fn start_loop(
     let host_session = env.caller.session_id.clone();
     let (title2, plan2, wtdir, root) =
         (title.clone(), plan.clone(), wt.dir.display().to_string(), env.project.root.display().to_string());
-    let (b4, base, sandbox) = (branch.clone(), wt.base_commit.clone(), false);
+    let (b4, base) = (branch.clone(), wt.base_commit.clone());
+    let (sandbox, sandbox_network) = (bwrap.is_some(), bwrap.is_some() && env.config.sandbox_network);
     let (em, am) = (env.config.execution_model.clone(), env.config.auditor_model.clone());
     let rows = engine
         .store
@@ -102,9 +113,9 @@ pub async fn start_loop(
                 tx.execute(
                     "INSERT INTO loops (project_id, loop_name, title, status, phase, current_session_id, host_session_id, project_dir,
                         worktree_dir, worktree_branch, base_commit, max_iterations, iteration, current_section_index, total_sections,
-                        sandbox, execution_model, auditor_model, owner_pid, started_at, last_activity_at)
-                     VALUES (?1, ?2, ?3, 'running', 'coding', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, 0, ?11, ?12, ?13, ?14, ?15, ?16, ?16)",
-                    rusqlite::params![p, n, title2, s, host_session, root, wtdir, b4, base, max_iterations, total, sandbox, em, am, std::process::id(), now],
+                        sandbox, execution_model, auditor_model, owner_pid, started_at, last_activity_at, sandbox_network)
+                     VALUES (?1, ?2, ?3, 'running', 'coding', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, 0, ?11, ?12, ?13, ?14, ?15, ?16, ?16, ?17)",
+                    rusqlite::params![p, n, title2, s, host_session, root, wtdir, b4, base, max_iterations, total, sandbox, em, am, std::process::id(), now, sandbox_network],
                 )?;
                 plans::put_loop(tx, &p, &n, &plan2, now)?;
                 for sec in &decomposition.sections {
@@ -235,7 +246,7 @@ pub async fn new_session(
         .map_err(|e| ToolError::precondition(format!("Failed to start new session: {e}")))?;
     let session = crate::identity::fresh_session();
     let title = truncate(&title, 60);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, TurnOutcome)>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, u32, TurnOutcome)>();
     host::start_turn(
         TurnRequest {
             argv,
@@ -253,11 +264,12 @@ pub async fn new_session(
             data_dir: engine.data_dir.clone(),
             prompt_dir: engine.data_dir.join("prompts").join("sessions"),
             turn: 1,
+            shim_dir: None,
         },
         tx,
     );
     tokio::spawn(async move {
-        if let Some((s, outcome)) = rx.recv().await {
+        if let Some((s, _, outcome)) = rx.recv().await {
             tracing::info!(session = %s, ?outcome, "untracked session ended");
         }
     });
@@ -290,6 +302,9 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
     let branch_ok = git::branch_exists(&repo, &branch).unwrap_or(false);
     loop_machine::restartable(status, dir.exists(), branch_ok)
         .map_err(|m| ToolError::precondition(format!("Cannot restart \"{name}\": {m}")))?;
+    // Sandbox (engine/sandbox.rs): the loop's own saved settings, probed before the runner stops.
+    let (sbx, sbx_network) = sandbox::saved(engine, &project, name).await?;
+    let bwrap = sandbox::require(sbx, "bwrap", &format!("Cannot restart \"{name}\"")).await?;
     if let Some(h) = engine.runner(&project, name) {
         h.shutdown().await;
     }
@@ -299,6 +314,11 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             .await
             .map_err(internal)?
             .map_err(|e| ToolError::precondition(format!("Cannot restart \"{name}\": {e}")))?;
+    }
+    if let Some(b) = &bwrap {
+        Sandbox::for_loop(&dir, sbx_network).write_shim(b).map_err(|e| {
+            ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}"))
+        })?;
     }
     let facts = LoopFacts {
         phase: Phase::parse(&row.phase).unwrap_or(Phase::Coding),

@@ -56,6 +56,8 @@ pub struct Conn {
     known_plans: Mutex<HashSet<String>>,
     /// Warnings of the config files, shown once after `initialized`.
     pub config_warnings: Mutex<Vec<String>>,
+    /// `initializationOptions.forge.config`, kept so later settings merge over it.
+    pub init_config: Mutex<Option<serde_json::Value>>,
     queue: mpsc::UnboundedSender<Arc<Vec<Change>>>,
     /// The findings-diagnostics publisher.
     pub diagnostics: std::sync::OnceLock<mpsc::UnboundedSender<diagnostics::Work>>,
@@ -76,6 +78,7 @@ impl Conn {
             docs: Mutex::new(HashMap::new()),
             known_plans: Mutex::new(HashSet::new()),
             config_warnings: Mutex::new(vec![]),
+            init_config: Mutex::new(None),
             queue: tx,
             diagnostics: std::sync::OnceLock::new(),
             published: Mutex::new(diagnostics::Published::default()),
@@ -113,10 +116,6 @@ impl Conn {
         self.known_plans.lock().expect("known").insert(uri.to_string());
     }
 
-    fn is_known(&self, uri: &str) -> bool {
-        self.known_plans.lock().expect("known").contains(uri)
-    }
-
     /// The text of an open document, if open.
     pub fn open_text(&self, uri: &str) -> Option<String> {
         self.docs.lock().expect("docs").get(uri).map(|d| d.text.clone())
@@ -125,7 +124,7 @@ impl Conn {
     async fn announce(self: &Arc<Self>, batch: &[Change]) {
         let project = self.project_id();
         let mut plan_uris: Vec<String> = vec![];
-        let mut loop_names: Vec<String> = vec![];
+        let mut loop_changes: Vec<(String, Option<String>)> = vec![];
         for c in batch.iter().filter(|c| c.project_id == project) {
             match c.kind {
                 Kind::Plan if !plan_uris.contains(&c.key) => plan_uris.push(c.key.clone()),
@@ -135,9 +134,7 @@ impl Conn {
                 }
                 Kind::Loop => {
                     self.queue_diagnostics(diagnostics::Work::Loop(c.key.clone()));
-                    if !loop_names.contains(&c.key) {
-                        loop_names.push(c.key.clone());
-                    }
+                    loop_changes.push((c.key.clone(), c.payload.clone()));
                 }
                 _ => {}
             }
@@ -145,10 +142,10 @@ impl Conn {
         if batch.iter().any(|c| c.project_id == project && c.kind == Kind::Finding) {
             self.refresh(&ForgeUri::Index.to_uri());
         }
-        for name in &loop_names {
-            crate::lsp::loops::announce(self, name).await;
+        for (name, payload) in &loop_changes {
+            crate::lsp::loops::announce(self, name, payload.as_deref()).await;
         }
-        if !loop_names.is_empty() {
+        if !loop_changes.is_empty() {
             self.refresh(&ForgeUri::Index.to_uri());
         }
         if plan_uris.is_empty() {
@@ -156,16 +153,22 @@ impl Conn {
         }
         for uri in &plan_uris {
             self.refresh(uri);
-            if self.is_known(uri) {
-                self.publish_plan_warnings(uri).await;
-            }
         }
-        self.refresh(&ForgeUri::Index.to_uri());
+        // Republish warnings on every known document (forge:// or a materialized copy)
+        // that shows one of the changed plans. Copies are rewritten first.
         if self.caps.materialize {
             for uri in plan_uris.iter().chain(std::iter::once(&ForgeUri::Index.to_uri())) {
                 self.materialize(uri).await;
             }
         }
+        let known: Vec<String> = self.known_plans.lock().expect("known").iter().cloned().collect();
+        for k in known {
+            let shows = crate::lsp::requests::forge_document(self, &k).is_some_and(|d| plan_uris.contains(&d.to_uri()));
+            if shows {
+                self.publish_plan_warnings(&k).await;
+            }
+        }
+        self.refresh(&ForgeUri::Index.to_uri());
     }
 
     /// Queues work for the findings-diagnostics publisher.
@@ -187,9 +190,10 @@ impl Conn {
         });
     }
 
-    /// Publishes a plan document's structure warnings as diagnostics.
+    /// Publishes a plan document's structure warnings as diagnostics (on a `forge://` URI or
+    /// on a materialized copy under `.forge/view/`).
     pub async fn publish_plan_warnings(&self, uri: &str) {
-        let Some(parsed) = ForgeUri::parse(uri) else { return };
+        let Some(parsed) = crate::lsp::requests::forge_document(self, uri) else { return };
         if !parsed.is_plan() {
             return;
         }

@@ -1,7 +1,7 @@
 //! Review findings as diagnostics (PROTOCOL.md §6).
 //!
 //! Every connection has a publisher task. Feed entries mark files dirty; a burst is
-//! coalesced (published once the feed has been quiet for 50 ms, or after 1 s of
+//! coalesced (published once the feed has been quiet for 50 ms, or after 5 s of
 //! continuous writes), then each affected URI is published once with every finding that
 //! resolves to it (an empty list when none is left).
 //!
@@ -26,8 +26,9 @@ use crate::store::findings;
 
 /// Quiet period that ends a burst.
 pub const QUIET: Duration = Duration::from_millis(50);
-/// Longest a continuous burst is held back.
-pub const MAX_HOLD: Duration = Duration::from_secs(1);
+/// Longest a continuous burst is held back (a stream of writes that never pauses for
+/// 50 ms is still published every 5 s).
+pub const MAX_HOLD: Duration = Duration::from_secs(5);
 
 /// Work for the publisher.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -173,8 +174,10 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
                 Some(t) => Some(t),
                 None => texts.entry(path.clone()).or_insert_with(|| read_allowed(path, &allowed)).clone(),
             };
+            // LSP positions are `uinteger` (0..=2^31-1): a line beyond that is shown on the
+            // last representable line, or clients reject the whole publication.
             let (line, start, end) = text.as_deref().and_then(|t| line_range(t, f.line, enc)).unwrap_or((
-                (f.line.max(1) - 1).min(u32::MAX as i64) as u32,
+                (f.line.max(1) - 1).min(i64::from(i32::MAX)) as u32,
                 0,
                 0,
             ));

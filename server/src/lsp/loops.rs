@@ -78,19 +78,27 @@ pub fn params(
     )))
 }
 
-/// Announces one loop to this connection.
-pub async fn announce(conn: &Conn, name: &str) {
-    let (p, n) = (conn.project_id(), name.to_string());
-    let got = conn.ws.store.call(move |c| {
-        let r = params(c, &p, &n)?;
-        let completed = db::sections(c, &p, &n)?.iter().filter(|s| s.status == "completed").count();
-        Ok::<_, rusqlite::Error>((r, completed))
-    });
-    let (status, completed) = match got.await {
-        Ok((Some(s), c)) => (s, c),
-        _ => return,
+/// The snapshot stored with a loop change: `{ status, hostSessionId, completedSections }`.
+pub fn snapshot(db: &Connection, project: &str, name: &str) -> rusqlite::Result<Option<serde_json::Value>> {
+    let Some((s, host)) = params(db, project, name)? else { return Ok(None) };
+    let completed = db::sections(db, project, name)?.iter().filter(|s| s.status == "completed").count();
+    Ok(Some(json!({ "status": s, "hostSessionId": host, "completedSections": completed })))
+}
+
+/// Announces one loop change to this connection, from its snapshot when it has one (else
+/// from the current row).
+pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>) {
+    let snap = match payload.and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok()) {
+        Some(v) => Some(v),
+        None => {
+            let (p, n) = (conn.project_id(), name.to_string());
+            conn.ws.store.call(move |c| snapshot(c, &p, &n)).await.ok().flatten()
+        }
     };
-    let (s, host_session) = status;
+    let Some(snap) = snap else { return };
+    let Ok(s) = serde_json::from_value::<LoopStatusParams>(snap["status"].clone()) else { return };
+    let host_session = snap["hostSessionId"].as_str().map(str::to_string);
+    let completed = snap["completedSections"].as_u64().unwrap_or(0) as usize;
     conn.client.send_notification::<LoopStatus>(s.clone()).await;
     conn.refresh(&ForgeUri::LoopStatus(s.loop_name.clone()).to_uri());
     conn.refresh(&ForgeUri::LoopPlan(s.loop_name.clone()).to_uri());
@@ -195,6 +203,6 @@ pub async fn announce_initial(conn: &Conn) {
         .await
         .unwrap_or_default();
     for n in names {
-        announce(conn, &n).await;
+        announce(conn, &n, None).await;
     }
 }

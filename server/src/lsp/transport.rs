@@ -169,6 +169,11 @@ fn validate(body: Vec<u8>) -> Incoming {
         return Incoming::Reply(error_frame(id, -32600, "Invalid Request: `jsonrpc` must be \"2.0\""));
     }
     let is_response = value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some());
+    let dollar_request = value
+        .get("method")
+        .and_then(Value::as_str)
+        .filter(|m| m.starts_with("$/") && value.get("id").is_some_and(|i| !i.is_null()))
+        .map(str::to_string);
     let ok = if is_response {
         serde_json::from_value::<Response>(value).is_ok()
     } else {
@@ -183,6 +188,11 @@ fn validate(body: Vec<u8>) -> Incoming {
             -32600,
             "Invalid Request: not a valid JSON-RPC request or notification (check `method`, `id` and `params`)",
         ));
+    }
+    // tower-lsp-server swallows the MethodNotFound answer to unknown `$/` requests, leaving
+    // them unanswered; LSP requires the error (notifications may be ignored).
+    if let Some(m) = dollar_request {
+        return Incoming::Reply(error_frame(id, -32601, &format!("Method not found: {m}")));
     }
     Incoming::Message(body)
 }

@@ -40,6 +40,8 @@ pub struct Change {
     pub kind: Kind,
     pub key: String,
     pub at: i64,
+    /// A snapshot taken when the change was written (loops: the status notification).
+    pub payload: Option<String>,
 }
 
 /// The key of a finding change.
@@ -53,8 +55,20 @@ pub fn split_finding_key(key: &str) -> (&str, &str) {
 }
 
 pub fn record(conn: &Connection, project_id: &str, kind: Kind, key: &str, at: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached("INSERT INTO changes (project_id, kind, key, at) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![project_id, kind.as_str(), key, at])?;
+    record_with(conn, project_id, kind, key, at, None)
+}
+
+/// Records a change with a snapshot.
+pub fn record_with(
+    conn: &Connection,
+    project_id: &str,
+    kind: Kind,
+    key: &str,
+    at: i64,
+    payload: Option<&str>,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT INTO changes (project_id, kind, key, at, payload) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![project_id, kind.as_str(), key, at, payload])?;
     Ok(())
 }
 
@@ -65,8 +79,9 @@ pub fn head(conn: &Connection) -> rusqlite::Result<i64> {
 
 /// Changes after `after`, oldest first, at most `limit`.
 pub fn since(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<Vec<Change>> {
-    let mut st =
-        conn.prepare_cached("SELECT id, project_id, kind, key, at FROM changes WHERE id > ?1 ORDER BY id LIMIT ?2")?;
+    let mut st = conn.prepare_cached(
+        "SELECT id, project_id, kind, key, at, payload FROM changes WHERE id > ?1 ORDER BY id LIMIT ?2",
+    )?;
     let rows = st.query_map(params![after, limit as i64], |r| {
         Ok((
             r.get::<_, i64>(0)?,
@@ -74,13 +89,14 @@ pub fn since(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<Ve
             r.get::<_, String>(2)?,
             r.get::<_, String>(3)?,
             r.get::<_, i64>(4)?,
+            r.get::<_, Option<String>>(5)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, project_id, kind, key, at) = row?;
+        let (id, project_id, kind, key, at, payload) = row?;
         if let Some(kind) = Kind::parse(&kind) {
-            out.push(Change { id, project_id, kind, key, at });
+            out.push(Change { id, project_id, kind, key, at, payload });
         }
     }
     Ok(out)

@@ -32,16 +32,23 @@ pub struct LoopRow {
     pub sandbox: bool,
     pub execution_model: Option<String>,
     pub auditor_model: Option<String>,
+    pub auditor_fallback_index: i64,
+    pub stall_count: i64,
 }
 
 impl LoopRow {
+    /// The position in the auditor model fallback chain.
+    pub fn auditor_fallback_index(&self) -> i64 {
+        self.auditor_fallback_index
+    }
+
     /// The section index for sectioned loops, `None` otherwise.
     pub fn section(&self) -> Option<u32> {
         (self.total_sections > 0).then_some(self.current_section_index.max(0) as u32)
     }
 }
 
-const COLS: &str = "project_id, loop_name, status, phase, current_session_id, worktree_dir, worktree_branch, iteration, max_iterations, current_section_index, total_sections, started_at, completed_at, termination_reason, title, audit_count, error_count, base_commit, host_session_id, project_dir, model_failed, completion_summary, standby_session_id, sandbox, execution_model, auditor_model";
+const COLS: &str = "project_id, loop_name, status, phase, current_session_id, worktree_dir, worktree_branch, iteration, max_iterations, current_section_index, total_sections, started_at, completed_at, termination_reason, title, audit_count, error_count, base_commit, host_session_id, project_dir, model_failed, completion_summary, standby_session_id, sandbox, execution_model, auditor_model, auditor_fallback_index, stall_count";
 
 fn row(r: &Row) -> rusqlite::Result<LoopRow> {
     Ok(LoopRow {
@@ -71,6 +78,8 @@ fn row(r: &Row) -> rusqlite::Result<LoopRow> {
         sandbox: r.get::<_, i64>(23)? != 0,
         execution_model: r.get(24)?,
         auditor_model: r.get(25)?,
+        auditor_fallback_index: r.get(26)?,
+        stall_count: r.get(27)?,
     })
 }
 

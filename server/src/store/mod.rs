@@ -14,6 +14,7 @@ pub mod changes;
 pub mod findings;
 pub mod loops;
 pub mod plans;
+pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
@@ -176,6 +177,8 @@ pub struct Store {
     path: Arc<PathBuf>,
     /// Woken after every committed write, so the change feed is read at once.
     pub wrote: Arc<Waker>,
+    /// Whether the terminal-loop sweep ran on this store ([`Store::sweep_once`]).
+    swept: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Store {
@@ -191,7 +194,12 @@ impl Store {
                 }
             })
             .map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
-        Ok(Self { jobs: tx, path: Arc::new(path.to_path_buf()), wrote: Arc::new(Waker::default()) })
+        Ok(Self {
+            jobs: tx,
+            path: Arc::new(path.to_path_buf()),
+            wrote: Arc::new(Waker::default()),
+            swept: Arc::default(),
+        })
     }
 
     pub fn path(&self) -> &Path {

@@ -61,6 +61,35 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
     })
 }
 
+/// Stored usage rows of a loop: (model, role, totals).
+fn usage_rows(ctx: &ToolCtx, loop_name: &str) -> Result<Vec<(String, String, forge_domain::usage::Totals)>, ToolError> {
+    let mut st = ctx
+        .db
+        .prepare(
+            "SELECT model, role, cost, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, message_count
+             FROM loop_session_usage WHERE project_id = ?1 AND loop_name = ?2",
+        )
+        .db()?;
+    let rows = st
+        .query_map(rusqlite::params![ctx.project_id(), loop_name], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                forge_domain::usage::Totals {
+                    cost: r.get(2)?,
+                    input: r.get::<_, i64>(3)? as u64,
+                    output: r.get::<_, i64>(4)? as u64,
+                    reasoning: r.get::<_, i64>(5)? as u64,
+                    cache_read: r.get::<_, i64>(6)? as u64,
+                    cache_write: r.get::<_, i64>(7)? as u64,
+                    messages: r.get::<_, i64>(8)? as u64,
+                },
+            ))
+        })
+        .db()?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().db()
+}
+
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let name = input.name.as_deref().map(str::trim).filter(|s| !s.is_empty());
     if input.restart == Some(true) {
@@ -100,7 +129,14 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "sessionId": row.current_session_id, "terminationReason": row.termination_reason,
                 "auditCount": row.audit_count, "errorCount": row.error_count,
             });
-            ok(loop_status::render_detail(&v, &restart, ctx.now), data)
+            let mut text = loop_status::render_detail(&v, &restart, ctx.now);
+            let usage = usage_rows(ctx, &row.loop_name)?;
+            let block = forge_domain::usage::render(&usage);
+            if !block.is_empty() {
+                text.push('\n');
+                text.push_str(&block);
+            }
+            ok(text, data)
         }
     }
 }

@@ -222,6 +222,10 @@ pub async fn call(
     command: &str,
     input: Value,
 ) -> Result<CommandResult, ToolError> {
+    if env.caller.binding.is_some() {
+        // A tool call is activity of the loop session (stall watchdog).
+        crate::engine::host::touch(&env.caller.session_id);
+    }
     let command = command.to_string();
     let env2 = env.clone();
     let r = store

@@ -30,7 +30,7 @@ pub fn did_change(backend: &Backend, params: DidChangeTextDocumentParams) {
             None => false,
         }
     };
-    if applied && forge_protocol::uri::ForgeUri::parse(&uri).is_some_and(|d| d.is_plan()) {
+    if applied && crate::lsp::requests::forge_document(conn, &uri).is_some_and(|d| d.is_plan()) {
         let conn = conn.clone();
         tokio::spawn(async move { conn.publish_plan_warnings(&uri).await });
     }

@@ -15,7 +15,8 @@ pub async fn did_change_configuration(backend: &Backend, params: DidChangeConfig
         return;
     }
     let env = conn.env();
-    let result = Loader::standard(&env.project.root, None).and_then(|mut l| {
+    let init = conn.init_config.lock().expect("init config").clone();
+    let result = Loader::standard(&env.project.root, init.as_ref()).and_then(|mut l| {
         l.add_value(&forge, "workspace/didChangeConfiguration (section forge)")?;
         Ok(l)
     });

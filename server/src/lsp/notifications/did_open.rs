@@ -12,7 +12,7 @@ pub fn did_open(backend: &Backend, params: DidOpenTextDocumentParams) {
         .lock()
         .expect("docs")
         .insert(uri.clone(), OpenDoc { version: params.text_document.version, text: params.text_document.text });
-    if forge_protocol::uri::ForgeUri::parse(&uri).is_some_and(|d| d.is_plan()) {
+    if crate::lsp::requests::forge_document(conn, &uri).is_some_and(|d| d.is_plan()) {
         conn.mark_known(&uri);
         let conn = conn.clone();
         tokio::spawn(async move { conn.publish_plan_warnings(&uri).await });

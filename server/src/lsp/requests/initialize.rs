@@ -39,6 +39,8 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let loader =
         Loader::standard(&project.root, options.config.as_ref()).map_err(|e| rpc_error(&ToolError::invalid(e.0)))?;
     let config = loader.build();
+    // TTL sweep of terminal loops: once per workspace, for the first connection's project.
+    ws.store.sweep_once(&project.id, config.completed_loop_ttl_ms).await;
 
     let (agent_opt, session_opt, token_opt) = (Some(agent.clone()), options.session.clone(), options.token.clone());
     let caller = ws
@@ -68,10 +70,12 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok() };
     let conn = Conn::new(backend.hub.next_conn_id(), backend.client.clone(), ws.clone(), env, caps);
     *conn.config_warnings.lock().expect("warnings") = loader.warnings.clone();
+    *conn.init_config.lock().expect("init config") = options.config.clone();
     if backend.conn.set(conn.clone()).is_err() {
         return Err(rpc_error(&ToolError::invalid("initialize was already called on this connection")));
     }
-    ws.add(conn);
+    ws.add(conn.clone());
+    register_server(&ws, &conn.project_id()).await;
 
     typed(json!({
         "capabilities": {
@@ -87,6 +91,27 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         },
         "serverInfo": { "name": "forge-lsp", "version": env!("CARGO_PKG_VERSION") }
     }))
+}
+
+/// Records this process and its private socket as a running server of the project, so
+/// `forge-lsp call` outside a loop can find it.
+async fn register_server(ws: &crate::hub::Workspace, project: &str) {
+    let Some(socket) = crate::engine::socket() else { return };
+    let (p, s, pid, now) =
+        (project.to_string(), socket.display().to_string(), std::process::id(), crate::store::now_ms());
+    let r = ws
+        .store
+        .call(move |c| {
+            c.execute(
+                "INSERT INTO servers (pid, project_id, socket_path, started_at, heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?4)
+                 ON CONFLICT (pid, project_id) DO UPDATE SET socket_path = excluded.socket_path, heartbeat_at = excluded.heartbeat_at",
+                rusqlite::params![pid, p, s, now],
+            )
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::warn!("cannot register the server: {e}");
+    }
 }
 
 /// The first workspace folder, else `rootUri`, as a path.

@@ -1,0 +1,157 @@
+//! Token and cost usage: parsing what agents report, aggregating, and the `loop-status`
+//! usage block (FORGE-REFERENCE.md §6).
+//!
+//! The command host gives each turn a file (`FORGE_USAGE_FILE`) where the agent appends JSON
+//! lines: `{"model": "...", "input": n, "output": n, "reasoning": n, "cacheRead": n,
+//! "cacheWrite": n, "cost": x}` (every field optional; one line per assistant message).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// One reported assistant message.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct UsageLine {
+    pub model: Option<String>,
+    pub input: u64,
+    pub output: u64,
+    pub reasoning: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub cost: f64,
+}
+
+/// Summed usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    pub cost: f64,
+    pub input: u64,
+    pub output: u64,
+    pub reasoning: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub messages: u64,
+}
+
+impl Totals {
+    pub fn add(&mut self, o: &Totals) {
+        self.cost += o.cost;
+        self.input += o.input;
+        self.output += o.output;
+        self.reasoning += o.reasoning;
+        self.cache_read += o.cache_read;
+        self.cache_write += o.cache_write;
+        self.messages += o.messages;
+    }
+}
+
+/// Parses a usage file; malformed lines are skipped (the count is returned).
+pub fn parse(text: &str) -> (Vec<UsageLine>, usize) {
+    let mut bad = 0;
+    let mut out = vec![];
+    for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        match serde_json::from_str::<UsageLine>(l) {
+            Ok(u) if u.cost.is_finite() && u.cost >= 0.0 => out.push(u),
+            _ => bad += 1,
+        }
+    }
+    (out, bad)
+}
+
+/// Totals per model label; a line without a model uses `fallback_model`.
+pub fn per_model(lines: &[UsageLine], fallback_model: &str) -> BTreeMap<String, Totals> {
+    let mut m: BTreeMap<String, Totals> = BTreeMap::new();
+    for l in lines {
+        let key = l.model.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| fallback_model.to_string());
+        let t = m.entry(key).or_default();
+        t.add(&Totals {
+            cost: l.cost,
+            input: l.input,
+            output: l.output,
+            reasoning: l.reasoning,
+            cache_read: l.cache_read,
+            cache_write: l.cache_write,
+            messages: 1,
+        });
+    }
+    m
+}
+
+/// Tokens: below 1000 as an integer, else one decimal and `k`.
+pub fn tokens(n: u64) -> String {
+    if n < 1000 {
+        n.to_string()
+    } else {
+        format!("{:.1}k", n as f64 / 1000.0)
+    }
+}
+
+fn line(t: &Totals) -> String {
+    format!(
+        "${:.4} | Tokens: {} in / {} out / {} reasoning / {} cache read / {} cache write",
+        t.cost,
+        tokens(t.input),
+        tokens(t.output),
+        tokens(t.reasoning),
+        tokens(t.cache_read),
+        tokens(t.cache_write)
+    )
+}
+
+/// The usage block from rows `(model, role, totals)`; empty when there are none.
+pub fn render(rows: &[(String, String, Totals)]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut total = Totals::default();
+    let mut by_model: BTreeMap<&str, Totals> = BTreeMap::new();
+    let mut by_role: BTreeMap<&str, Totals> = BTreeMap::new();
+    for (model, role, t) in rows {
+        total.add(t);
+        by_model.entry(model).or_default().add(t);
+        by_role.entry(role).or_default().add(t);
+    }
+    let mut out = format!("\nCumulative Usage:\n  Total Cost: {}\n  Per-model usage:\n", line(&total));
+    for (m, t) in &by_model {
+        out.push_str(&format!("    {m}: {}\n", line(t)));
+    }
+    out.push_str("  Per-role usage:\n");
+    for role in ["code", "auditor", "unknown"] {
+        if let Some(t) = by_role.get(role) {
+            out.push_str(&format!("    {role}: {}\n", line(t)));
+        }
+    }
+    out.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_aggregate_render() {
+        let text = "{\"model\":\"a/x\",\"input\":1200,\"output\":30,\"cost\":0.01}\nnot json\n{\"input\":5}\n{\"model\":\"b/y\",\"cacheRead\":2000,\"cost\":0.5}\n";
+        let (lines, bad) = parse(text);
+        assert_eq!((lines.len(), bad), (3, 1));
+        let m = per_model(&lines, "default");
+        assert_eq!(m["a/x"].input, 1200);
+        assert_eq!(m["default"].input, 5);
+        assert_eq!(m["b/y"].cache_read, 2000);
+        let rows = vec![
+            ("a/x".to_string(), "code".to_string(), m["a/x"]),
+            ("b/y".to_string(), "auditor".to_string(), m["b/y"]),
+            ("a/x".to_string(), "auditor".to_string(), m["a/x"]),
+        ];
+        let r = render(&rows);
+        assert!(
+            r.contains(
+                "Total Cost: $0.5200 | Tokens: 2.4k in / 60 out / 0 reasoning / 2.0k cache read / 0 cache write"
+            ),
+            "{r}"
+        );
+        assert!(r.contains("    a/x: $0.0200 | Tokens: 2.4k in"), "{r}");
+        assert!(r.contains("    code: $0.0100") && r.contains("    auditor: $0.5100"), "{r}");
+        assert_eq!(render(&[]), "");
+    }
+}

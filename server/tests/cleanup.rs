@@ -1,0 +1,440 @@
+//! `forge-lsp cleanup plans|loop` and the terminal-loop sweep at the first connection: the
+//! real binary on a temporary data directory and real git repositories.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::json;
+
+const DAY: i64 = 86_400_000;
+
+/// `forge-lsp --data-dir <data> cleanup <args…>` run in `cwd`.
+fn cleanup(sb: &Sandbox, cwd: &Path, args: &[&str]) -> CallOutput {
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&sb.data_dir).arg("cleanup").args(args).current_dir(cwd);
+    run_process(cmd, None, CALL_TIMEOUT)
+}
+
+fn ok(out: &CallOutput) -> &str {
+    assert_eq!(out.code, 0, "cleanup failed: {out:?}");
+    &out.stdout
+}
+
+/// The lines starting with `prefix`, without it.
+fn lines_with<'a>(stdout: &'a str, prefix: &str) -> Vec<&'a str> {
+    stdout.lines().filter_map(|l| l.strip_prefix(prefix)).collect()
+}
+
+/// Lines reporting what stays (`kept: …`, `absent: …`, `note: …`).
+fn notes(stdout: &str) -> Vec<&str> {
+    stdout.lines().filter(|l| l.starts_with("kept: ") || l.starts_with("absent: ") || l.starts_with("note: ")).collect()
+}
+
+/// Adds a loop the way a loop start leaves it: a worktree `<data>/worktrees/<name>` on a new
+/// `branch`, the loop row, its loop plan, a section, a coder session, a transition and a
+/// review finding. Returns the worktree directory.
+fn add_loop(sb: &Sandbox, repo: &GitRepo, name: &str, status: &str, branch: &str) -> PathBuf {
+    let dir = sb.data_dir.join("worktrees").join(name);
+    std::fs::create_dir_all(dir.parent().expect("parent")).expect("worktrees dir");
+    repo.git(&["worktree", "add", "-q", "-b", branch, &dir.display().to_string()]);
+    let db = sb.db();
+    let mut f = LoopFixture::running(&repo.root_commit, name, &format!("{name}-coder"), &repo.path);
+    f.status = status.into();
+    f.worktree_dir = dir.display().to_string();
+    f.total_sections = 1;
+    db.insert_loop(&f);
+    let p = &repo.root_commit;
+    let completed_at = (status != "running").then(|| now_ms() - 60_000);
+    let n = db
+        .conn
+        .execute(
+            "UPDATE loops SET worktree_branch = ?3, completed_at = ?4 WHERE project_id = ?1 AND loop_name = ?2",
+            rusqlite::params![p, name, branch, completed_at],
+        )
+        .expect("update loop");
+    assert_eq!(n, 1);
+    for sql in [
+        "INSERT INTO plans (project_id, loop_name, content, created_at, updated_at) VALUES (?1, ?2, '# plan', 1, 1)",
+        "INSERT INTO section_plans (project_id, loop_name, section_index, title, content, created_at)
+         VALUES (?1, ?2, 0, 'Phase 1', 'body', 1)",
+        "INSERT INTO loop_transitions (project_id, loop_name, event_type, transition_kind, from_phase, iteration, created_at)
+         VALUES (?1, ?2, 'start', 'start', 'coding', 1, 1)",
+        "INSERT INTO review_findings (project_id, loop_name, file, line, severity, description, created_at)
+         VALUES (?1, ?2, 'src/lib.rs', 3, 'bug', 'off by one', 1)",
+    ] {
+        db.conn.execute(sql, rusqlite::params![p, name]).expect(sql);
+    }
+    db.insert_loop_session(&format!("{name}-coder"), p, name, "coder", "token");
+    dir
+}
+
+/// Everything a cleanup may touch: every table's rows, the worktree directories, the
+/// branches and the worktree registrations.
+fn snapshot(sb: &Sandbox, repo: &GitRepo) -> String {
+    let db = sb.db();
+    let mut out = String::new();
+    for (t, order) in [
+        ("loops", "project_id, loop_name"),
+        ("plans", "id"),
+        ("review_findings", "id"),
+        ("section_plans", "project_id, loop_name, section_index"),
+        ("loop_sessions", "session_id"),
+        ("loop_transitions", "id"),
+    ] {
+        let mut st = db.conn.prepare(&format!("SELECT * FROM {t} ORDER BY {order}")).expect("select");
+        let cols = st.column_count();
+        let rows = st
+            .query_map([], |r| (0..cols).map(|i| r.get::<_, rusqlite::types::Value>(i)).collect::<Result<Vec<_>, _>>())
+            .expect("rows")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("rows");
+        out.push_str(&format!("{t}: {rows:#?}\n"));
+    }
+    let worktrees = sb.data_dir.join("worktrees");
+    let mut dirs: Vec<String> = std::fs::read_dir(&worktrees)
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    out.push_str(&format!("dirs: {dirs:?}\n"));
+    out.push_str(&format!("branches: {}\n", repo.git(&["branch", "--list", "--format=%(refname:short)"])));
+    out.push_str(&format!("worktrees: {}\n", repo.git(&["worktree", "list", "--porcelain"])));
+    out
+}
+
+fn count(sb: &Sandbox, sql: &str) -> i64 {
+    sb.db().count(sql)
+}
+
+fn branch_exists(repo: &GitRepo, branch: &str) -> bool {
+    !repo.git(&["branch", "--list", branch]).is_empty()
+}
+
+fn setup() -> (Sandbox, GitRepo) {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    sb.ensure_db();
+    (sb, repo)
+}
+
+#[test]
+fn dry_run_lists_and_the_real_run_removes_exactly_that() {
+    let (sb, repo) = setup();
+    let p = repo.root_commit.clone();
+    let wt = add_loop(&sb, &repo, "alpha", "cancelled", "forge/alpha");
+    let other = add_loop(&sb, &repo, "other", "errored", "forge/other");
+    let before = snapshot(&sb, &repo);
+
+    let dry = cleanup(&sb, &repo.path, &["loop", "alpha", "--dry-run"]);
+    let listed = lines_with(ok(&dry), "would remove: ");
+    assert_eq!(listed.len(), 4, "{}", dry.stdout);
+    assert_eq!(listed[0], format!("worktree {}", wt.display()));
+    assert_eq!(listed[1], "branch forge/alpha");
+    assert!(listed[2].starts_with(&format!("loop alpha (project {p}, status cancelled)")), "{}", listed[2]);
+    assert!(listed[3].starts_with("loop plan of alpha (plan "), "{}", listed[3]);
+    assert!(dry.stdout.contains("Dry run: 4 item(s) would be removed; nothing was removed."), "{}", dry.stdout);
+    assert!(dry.stdout.contains("kept: 1 review finding(s) of loop alpha"), "{}", dry.stdout);
+    assert_eq!(snapshot(&sb, &repo), before, "a dry run changes nothing");
+    assert!(wt.is_dir() && branch_exists(&repo, "forge/alpha"));
+
+    let real = cleanup(&sb, &repo.path, &["loop", "alpha"]);
+    let removed = lines_with(ok(&real), "removed: ");
+    assert_eq!(removed, listed, "the real run removes exactly what the dry run listed");
+    assert_eq!(notes(&real.stdout), notes(&dry.stdout));
+    assert!(real.stdout.contains("Removed 4 item(s)."), "{}", real.stdout);
+
+    assert!(!wt.exists(), "worktree directory removed");
+    assert!(!branch_exists(&repo, "forge/alpha"), "forge/ branch deleted");
+    assert!(!repo.git(&["worktree", "list", "--porcelain"]).contains(&wt.display().to_string()));
+    let q = |t: &str| count(&sb, &format!("SELECT count(*) FROM {t} WHERE loop_name = 'alpha'"));
+    for t in ["loops", "plans", "section_plans", "loop_sessions", "loop_transitions"] {
+        assert_eq!(q(t), 0, "{t} of alpha");
+    }
+    assert_eq!(q("review_findings"), 1, "review findings are kept");
+    assert!(count(&sb, "SELECT count(*) FROM changes WHERE kind = 'loop' AND key = 'alpha'") >= 1, "announced");
+
+    // The other loop is untouched.
+    let q = |t: &str| count(&sb, &format!("SELECT count(*) FROM {t} WHERE loop_name = 'other'"));
+    for t in ["loops", "plans", "section_plans", "loop_sessions", "loop_transitions", "review_findings"] {
+        assert_eq!(q(t), 1, "{t} of other");
+    }
+    assert!(other.is_dir() && branch_exists(&repo, "forge/other"));
+
+    // Nothing left under that name.
+    let again = cleanup(&sb, &repo.path, &["loop", "alpha"]);
+    assert_eq!(again.code, 1, "{again:?}");
+    assert!(again.stderr.contains(&format!("no loop named `alpha` in project {p}")), "{}", again.stderr);
+}
+
+#[test]
+fn a_caller_chosen_branch_is_kept_and_reported() {
+    let (sb, repo) = setup();
+    let wt = add_loop(&sb, &repo, "beta", "errored", "feature/x");
+    let before = snapshot(&sb, &repo);
+
+    let dry = cleanup(&sb, &repo.path, &["loop", "beta", "--dry-run"]);
+    let listed = lines_with(ok(&dry), "would remove: ");
+    assert_eq!(snapshot(&sb, &repo), before);
+    assert!(!listed.iter().any(|l| l.contains("feature/x")), "{listed:?}");
+    assert!(dry.stdout.contains("kept: branch feature/x (chosen by the caller, not a forge/ branch"), "{}", dry.stdout);
+
+    let real = cleanup(&sb, &repo.path, &["loop", "beta"]);
+    assert_eq!(lines_with(ok(&real), "removed: "), listed);
+    assert!(real.stdout.contains("kept: branch feature/x"), "{}", real.stdout);
+    assert!(!wt.exists(), "the worktree is removed");
+    assert!(branch_exists(&repo, "feature/x"), "the caller's branch is kept");
+    repo.git(&["rev-parse", "--verify", "feature/x"]);
+    assert_eq!(count(&sb, "SELECT count(*) FROM loops WHERE loop_name = 'beta'"), 0);
+}
+
+#[test]
+fn a_running_loop_is_refused_unless_forced() {
+    let (sb, repo) = setup();
+    let wt = add_loop(&sb, &repo, "gamma", "running", "forge/gamma");
+    let before = snapshot(&sb, &repo);
+
+    for args in [&["loop", "gamma"][..], &["loop", "gamma", "--dry-run"][..]] {
+        let out = cleanup(&sb, &repo.path, args);
+        assert_eq!(out.code, 1, "{out:?}");
+        assert!(out.stderr.contains("its status is running"), "{}", out.stderr);
+        assert!(out.stderr.contains("may be running in a forge-lsp server"), "{}", out.stderr);
+        assert!(out.stderr.contains("Cancel it first") && out.stderr.contains("--force"), "{}", out.stderr);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+    }
+    assert_eq!(snapshot(&sb, &repo), before, "a refused cleanup changes nothing");
+
+    let dry = cleanup(&sb, &repo.path, &["loop", "gamma", "--force", "--dry-run"]);
+    let listed = lines_with(ok(&dry), "would remove: ");
+    assert_eq!(listed.len(), 4, "{}", dry.stdout);
+    assert_eq!(snapshot(&sb, &repo), before);
+    let real = cleanup(&sb, &repo.path, &["loop", "gamma", "--force"]);
+    assert_eq!(lines_with(ok(&real), "removed: "), listed);
+    assert!(!wt.exists() && !branch_exists(&repo, "forge/gamma"));
+    assert_eq!(count(&sb, "SELECT count(*) FROM loops WHERE loop_name = 'gamma'"), 0);
+}
+
+#[test]
+fn the_project_is_detected_from_the_working_directory_or_given() {
+    let (sb, repo) = setup();
+    let p = repo.root_commit.clone();
+    let wt = add_loop(&sb, &repo, "delta", "stalled", "forge/delta");
+    let before = snapshot(&sb, &repo);
+
+    // The sandbox root is no repository: project `global`.
+    let out = cleanup(&sb, &sb.root, &["loop", "delta"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("no loop named `delta` in project global"), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("exists in project(s) {p}: pass --project")), "{}", out.stderr);
+    assert_eq!(snapshot(&sb, &repo), before);
+
+    // With --project the repository comes from the loop row.
+    let dry = cleanup(&sb, &sb.root, &["loop", "delta", "--project", &p, "--dry-run"]);
+    let listed = lines_with(ok(&dry), "would remove: ");
+    assert_eq!(listed.len(), 4, "{}", dry.stdout);
+    let real = cleanup(&sb, &sb.root, &["loop", "delta", "--project", &p]);
+    assert_eq!(lines_with(ok(&real), "removed: "), listed);
+    assert!(!wt.exists() && !branch_exists(&repo, "forge/delta"));
+}
+
+#[test]
+fn leftovers_of_a_loop_without_row_are_removed_by_name() {
+    let (sb, repo) = setup();
+    let wt = add_loop(&sb, &repo, "swept", "cancelled", "forge/swept");
+    // What the TTL sweep leaves of a cancelled loop: the worktree and the branch.
+    sb.db().conn.execute("DELETE FROM plans WHERE loop_name = 'swept'", []).expect("delete plan");
+    sb.db().conn.execute("DELETE FROM loops WHERE loop_name = 'swept'", []).expect("delete loop");
+    let before = snapshot(&sb, &repo);
+
+    let dry = cleanup(&sb, &repo.path, &["loop", "swept", "--dry-run"]);
+    let listed = lines_with(ok(&dry), "would remove: ");
+    assert_eq!(listed, [format!("worktree {}", wt.display()), "branch forge/swept".to_string()]);
+    assert_eq!(snapshot(&sb, &repo), before);
+
+    // Outside the repository the worktree's repository is unknown: kept and reported.
+    let outside = cleanup(&sb, &sb.root, &["loop", "swept", "--project", &repo.root_commit]);
+    assert!(lines_with(ok(&outside), "removed: ").is_empty(), "{}", outside.stdout);
+    assert!(outside.stdout.contains(&format!("kept: worktree {}", wt.display())), "{}", outside.stdout);
+    assert_eq!(snapshot(&sb, &repo), before);
+
+    let real = cleanup(&sb, &repo.path, &["loop", "swept"]);
+    assert_eq!(lines_with(ok(&real), "removed: "), listed);
+    assert!(!wt.exists() && !branch_exists(&repo, "forge/swept"));
+}
+
+fn add_plan(sb: &Sandbox, project: &str, loop_name: Option<&str>, session: Option<&str>, updated_at: i64) -> i64 {
+    let db = sb.db();
+    db.conn
+        .execute(
+            "INSERT INTO plans (project_id, loop_name, session_id, content, created_at, updated_at)
+             VALUES (?1, ?2, ?3, '# plan', ?4, ?4)",
+            rusqlite::params![project, loop_name, session, updated_at],
+        )
+        .expect("insert plan");
+    db.conn.last_insert_rowid()
+}
+
+fn plan_ids(sb: &Sandbox) -> Vec<i64> {
+    let db = sb.db();
+    let mut st = db.conn.prepare("SELECT id FROM plans ORDER BY id").expect("prepare");
+    let ids = st.query_map([], |r| r.get(0)).expect("query").collect::<Result<Vec<i64>, _>>().expect("ids");
+    ids
+}
+
+/// The plan ids named by `plan <id> (` at the start of listed items.
+fn listed_ids(items: &[&str]) -> Vec<i64> {
+    let mut ids: Vec<i64> = items
+        .iter()
+        .map(|l| l.strip_prefix("plan ").and_then(|r| r.split_once(' ')).expect("plan item").0.parse().expect("id"))
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn cleanup_plans_deletes_old_session_plans_only() {
+    let (sb, repo) = setup();
+    let now = now_ms();
+    let (p, q) = (repo.root_commit.as_str(), "other-project");
+    add_loop(&sb, &repo, "live", "completed", "forge/live");
+    sb.db().conn.execute("UPDATE plans SET updated_at = ?1 WHERE loop_name = 'live'", [now - 90 * DAY]).expect("age");
+    let old_p = add_plan(&sb, p, None, Some("old-session"), now - 40 * DAY);
+    let new_p = add_plan(&sb, p, None, Some("new-session"), now - DAY);
+    let ghost = add_plan(&sb, p, Some("ghost"), None, now - 40 * DAY);
+    let old_q = add_plan(&sb, q, None, Some("old-q"), now - 31 * DAY);
+    let all = plan_ids(&sb);
+    let before = snapshot(&sb, &repo);
+
+    // Dry runs: list, delete nothing.
+    let dry = cleanup(&sb, &sb.root, &["plans", "--dry-run"]);
+    let listed = lines_with(ok(&dry), "would delete: ");
+    assert_eq!(listed_ids(&listed), {
+        let mut v = vec![old_p, ghost, old_q];
+        v.sort();
+        v
+    });
+    assert!(
+        dry.stdout
+            .contains("Dry run: 3 plan(s) in any project not updated for 30d would be deleted; nothing was deleted."),
+        "{}",
+        dry.stdout
+    );
+    let old_line = listed.iter().find(|l| l.contains("session: old-session")).expect("old-session listed");
+    assert!(old_line.contains(&format!("in project {p}, updated ")) && old_line.ends_with('Z'), "{old_line}");
+    assert!(listed.iter().any(|l| l.contains("loop: ghost, whose loop no longer exists")), "{listed:?}");
+    let young = cleanup(&sb, &sb.root, &["plans", "--dry-run", "--older-than", "12h", "--project", p]);
+    assert_eq!(listed_ids(&lines_with(ok(&young), "would delete: ")), {
+        let mut v = vec![old_p, new_p, ghost];
+        v.sort();
+        v
+    });
+    assert_eq!(snapshot(&sb, &repo), before, "dry runs change nothing");
+
+    // One project.
+    let dry_q = cleanup(&sb, &sb.root, &["plans", "--project", q, "--dry-run"]);
+    let real_q = cleanup(&sb, &sb.root, &["plans", "--project", q]);
+    let deleted_q = lines_with(ok(&real_q), "deleted: ");
+    assert_eq!(deleted_q, lines_with(ok(&dry_q), "would delete: "));
+    assert_eq!(listed_ids(&deleted_q), [old_q]);
+    assert!(
+        real_q.stdout.contains(&format!("Deleted 1 plan(s) in project {q} not updated for 30d.")),
+        "{}",
+        real_q.stdout
+    );
+
+    // Every project: exactly what a dry run lists now.
+    let dry = cleanup(&sb, &sb.root, &["plans", "--dry-run"]);
+    let listed = lines_with(ok(&dry), "would delete: ");
+    let real = cleanup(&sb, &sb.root, &["plans"]);
+    let deleted = lines_with(ok(&real), "deleted: ");
+    assert_eq!(deleted, listed);
+    let mut expected: Vec<i64> = all.iter().copied().filter(|i| ![old_p, ghost, old_q].contains(i)).collect();
+    expected.sort();
+    assert_eq!(plan_ids(&sb), expected, "the live loop's plan and the recent session plan stay");
+    assert_eq!(count(&sb, "SELECT count(*) FROM plans WHERE loop_name = 'live'"), 1);
+    assert!(
+        count(&sb, "SELECT count(*) FROM changes WHERE kind = 'plan' AND key = 'forge://plan/session/old-session.md'")
+            >= 1
+    );
+
+    // Nothing left to delete.
+    let none = cleanup(&sb, &sb.root, &["plans"]);
+    assert!(ok(&none).contains("Deleted 0 plan(s) in any project not updated for 30d."), "{}", none.stdout);
+}
+
+#[test]
+fn cleanup_usage_errors_exit_2() {
+    let sb = Sandbox::new();
+    for args in [
+        &["plans", "--older-than", "30"][..],
+        &["plans", "--older-than", "5w"][..],
+        &["plans", "--older-than", "-1d"][..],
+        &["loop"][..],
+        &["nothing"][..],
+    ] {
+        let out = cleanup(&sb, &sb.root, args);
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+    }
+    // Without a database nothing is created.
+    let out = cleanup(&sb, &sb.root, &["plans"]);
+    assert!(ok(&out).contains("No database at"), "{}", out.stdout);
+    assert!(!sb.db_path().exists());
+    let out = cleanup(&sb, &sb.root, &["loop", "x"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(!sb.db_path().exists());
+}
+
+#[test]
+fn the_first_connection_sweeps_expired_terminal_loops_of_its_project() {
+    let (sb, repo) = setup();
+    let p = repo.root_commit.clone();
+    let old = now_ms() - 10 * DAY;
+    let cancelled_wt = add_loop(&sb, &repo, "old-cancelled", "cancelled", "forge/old-cancelled");
+    add_loop(&sb, &repo, "old-completed", "completed", "forge/old-completed");
+    add_loop(&sb, &repo, "recent", "errored", "forge/recent");
+    add_loop(&sb, &repo, "running", "running", "forge/running");
+    {
+        let db = sb.db();
+        db.conn
+            .execute(
+                "UPDATE loops SET completed_at = ?1 WHERE loop_name IN ('old-cancelled', 'old-completed', 'running')",
+                [old],
+            )
+            .expect("age");
+        let mut f = LoopFixture::running("other-project", "foreign", "foreign-coder", &repo.path);
+        f.status = "completed".into();
+        db.insert_loop(&f);
+        db.conn.execute("UPDATE loops SET completed_at = ?1 WHERE loop_name = 'foreign'", [old]).expect("age");
+    }
+    let names = || -> Vec<String> {
+        let db = sb.db();
+        let mut st = db.conn.prepare("SELECT loop_name FROM loops ORDER BY loop_name").expect("prepare");
+        let v = st.query_map([], |r| r.get(0)).expect("q").collect::<Result<Vec<String>, _>>().expect("names");
+        v
+    };
+
+    // completedLoopTtlMs = 0 disables the sweep.
+    {
+        let mut c = sb.stdio();
+        c.init(&Init::new(&repo.path).config(json!({ "completedLoopTtlMs": 0 })));
+        c.shutdown_exit();
+    }
+    assert_eq!(names(), ["foreign", "old-cancelled", "old-completed", "recent", "running"]);
+
+    // The default TTL (7 days) in a new server: swept at initialize.
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    assert_eq!(names(), ["foreign", "recent", "running"], "only this project's expired terminal loops");
+    let q = |t: &str, n: &str| {
+        count(&sb, &format!("SELECT count(*) FROM {t} WHERE project_id = '{p}' AND loop_name = '{n}'"))
+    };
+    for n in ["old-cancelled", "old-completed"] {
+        for t in ["plans", "section_plans", "loop_sessions", "loop_transitions"] {
+            assert_eq!(q(t, n), 0, "{t} of {n}");
+        }
+        assert_eq!(q("review_findings", n), 1, "findings of {n} are kept");
+    }
+    assert!(cancelled_wt.is_dir(), "a restartable loop's worktree is preserved");
+    assert!(branch_exists(&repo, "forge/old-cancelled"));
+    c.shutdown_exit();
+}

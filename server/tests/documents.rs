@@ -1,0 +1,353 @@
+//! Plans as virtual documents (PROTOCOL.md §4): `workspace/textDocumentContent`, refreshes,
+//! document symbols, folding ranges, code lenses, structure warnings as diagnostics, open
+//! buffers, and the materialized read-only copies for clients without virtual documents.
+
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn client(sb: &Sandbox, repo: &GitRepo, init: Init) -> Client {
+    let mut c = sb.stdio();
+    let _ = repo;
+    c.init(&init);
+    c
+}
+
+/// The 0-based index of the first line of `text` equal to `line`.
+fn line_of(text: &str, line: &str) -> usize {
+    text.split('\n').position(|l| l == line).unwrap_or_else(|| panic!("{line:?} not in the plan"))
+}
+
+fn doc(uri: &str) -> Value {
+    json!({ "textDocument": { "uri": uri } })
+}
+
+fn symbol_names(symbols: &Value) -> Vec<String> {
+    symbols.as_array().expect("symbols").iter().map(|s| s["name"].as_str().expect("name").to_string()).collect()
+}
+
+#[test]
+fn text_document_content_serves_session_plans_and_the_index() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let sid = c.session_id();
+    let uri = session_plan_uri(&sid);
+
+    let e = c.content(&uri).expect_err("no plan yet");
+    assert_eq!(e.code, 1002, "{e}");
+    let index = c.content(INDEX_URI).expect("index");
+    assert!(index.starts_with(&format!("# Forge: project {}", repo.root_commit)), "{index}");
+
+    c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
+    assert_eq!(c.content(&uri).expect("plan document"), GOOD_PLAN);
+    let index = c.content(INDEX_URI).expect("index");
+    assert_contains(&index, &format!("[session: {sid}]({uri})"));
+    assert_contains(&index, "# Add OAuth login");
+
+    for bad in [
+        "forge://nope.md",
+        "forge://plan/session/ses_nobody.md",
+        "forge://plan/loop/no-such-loop.md",
+        "forge://loop/no-such-loop/status.md",
+        "forge://loop/no-such-loop/section/0.md",
+        "forge://plan/session/.md",
+        "forge://plan/session/x.txt",
+        "file:///etc/passwd",
+    ] {
+        let e = c.content(bad).expect_err(bad);
+        assert_eq!(e.code, 1002, "{bad}: {e}");
+        assert_eq!(e.kind(), Some("not_found"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn a_plan_write_refreshes_the_plan_document_and_the_index() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let uri = session_plan_uri(&c.session_id());
+
+    let mark = c.mark();
+    let sent = Instant::now();
+    c.tool_ok("plan-write", json!({ "content": "# First version" }));
+    let r = c.wait_refresh(mark, &uri, WAIT).unwrap_or_else(|| {
+        panic!("no refresh of {uri}; got {:?}{}", c.refreshed_uris(), c.diagnostics());
+    });
+    println!("refresh of the plan after {:?}", r.at.duration_since(sent));
+    assert_eq!(r.params(), &json!({ "uri": uri }));
+    assert!(c.wait_refresh(mark, INDEX_URI, WAIT).is_some(), "index refresh: {:?}", c.refreshed_uris());
+    assert_eq!(c.content(&uri).unwrap(), "# First version");
+
+    // Edits refresh too, and the document then shows the new text.
+    let mark = c.mark();
+    c.tool_ok("plan-edit", json!({ "oldString": "First", "newString": "Second" }));
+    assert!(c.wait_refresh(mark, &uri, WAIT).is_some(), "{:?}", c.refreshed_uris());
+    assert_eq!(c.content(&uri).unwrap(), "# Second version");
+
+    // A rejected write announces nothing.
+    let mark = c.mark();
+    c.tool_err("plan-write", json!({ "content": "  " }));
+    c.tool_ok("plan-write", json!({ "content": "# Second version" })); // identical: no write
+    assert!(c.wait_refresh(mark, &uri, QUIET).is_none(), "nothing changed, no refresh");
+}
+
+#[test]
+fn clients_without_the_capability_get_no_refresh_requests() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut init = Init::new(&repo.path).text_document_content(false);
+    init.config = Some(json!({ "documents": { "materialize": false } }));
+    let c = client(&sb, &repo, init);
+    c.tool_ok("plan-write", json!({ "content": "# Plan" }));
+    // The tool's own answer comes after the write; give announcements a moment anyway.
+    let refresh =
+        c.wait_server_request_since(Mark::default(), QUIET, |r| r.method().ends_with("textDocumentContent/refresh"));
+    assert!(refresh.is_none(), "{:?}", c.server_requests());
+    assert!(!repo.path.join(".forge").exists(), "materialize is off");
+}
+
+#[test]
+fn document_symbols_folding_ranges_and_code_lenses_of_a_plan() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let uri = session_plan_uri(&c.session_id());
+    c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
+
+    let symbols = c.request_ok("textDocument/documentSymbol", doc(&uri));
+    let names = symbol_names(&symbols);
+    let sections: Vec<&String> = names.iter().filter(|n| n.starts_with(|ch: char| ch.is_ascii_digit())).collect();
+    assert_eq!(sections, ["1. Phase 1: token storage", "2. Phase 2: login flow"], "{names:?}");
+    for trailing in ["Objective", "Decisions", "Conventions", "Key Context"] {
+        assert!(names.iter().any(|n| n == trailing), "{trailing} missing from {names:?}");
+    }
+    let pos = |n: &str| names.iter().position(|x| x == n).unwrap();
+    assert!(pos("Objective") < pos("1. Phase 1: token storage"));
+    assert!(pos("2. Phase 2: login flow") < pos("Decisions"));
+
+    let markers: Vec<usize> =
+        GOOD_PLAN.split('\n').enumerate().filter(|(_, l)| *l == "<!-- forge-section -->").map(|(i, _)| i).collect();
+    let phase1 = line_of(GOOD_PLAN, "## Phase 1: token storage");
+    let phase2 = line_of(GOOD_PLAN, "## Phase 2: login flow");
+    let decisions = line_of(GOOD_PLAN, "## Decisions");
+    let s1 = &symbols[pos("1. Phase 1: token storage")];
+    assert_eq!(s1["range"]["start"]["line"], json!(markers[0]), "{s1}");
+    assert_eq!(s1["selectionRange"]["start"]["line"], json!(phase1), "{s1}");
+    let s2 = &symbols[pos("2. Phase 2: login flow")];
+    assert_eq!(s2["range"]["start"]["line"], json!(markers[1]), "{s2}");
+    assert_eq!(s2["selectionRange"]["start"]["line"], json!(phase2), "{s2}");
+    assert!(
+        s2["range"]["end"]["line"].as_u64().unwrap() < decisions as u64,
+        "section 2 ends before the trailing headings"
+    );
+
+    let folds = c.request_ok("textDocument/foldingRange", doc(&uri));
+    let folds = folds.as_array().expect("folding ranges");
+    // One fold per section: from its marker to its last non-blank line.
+    let last_of_phase1 = line_of(GOOD_PLAN, "- cargo test -p auth");
+    let last_of_phase2 = line_of(GOOD_PLAN, "- cargo test -p auth login");
+    for (start, end) in [(markers[0], last_of_phase1), (markers[1], last_of_phase2)] {
+        assert!(
+            folds.iter().any(|f| f["startLine"] == json!(start) && f["endLine"] == json!(end)),
+            "no fold {start}-{end} in {folds:?}"
+        );
+    }
+
+    let lenses = c.request_ok("textDocument/codeLens", doc(&uri));
+    let lenses = lenses.as_array().expect("code lenses");
+    let exec: Vec<&Value> = lenses.iter().filter(|l| l["command"]["title"] == json!("Execute plan")).collect();
+    assert_eq!(exec.len(), 1, "{lenses:?}");
+    assert_eq!(exec[0]["command"]["command"], json!("forge.execute-plan"));
+    let args = &exec[0]["command"]["arguments"][0];
+    assert_eq!(args["plan"], json!(GOOD_PLAN), "{args}");
+    assert!(args["title"].as_str().is_some_and(|t| !t.is_empty()), "{args}");
+
+    // Not a plan document: nothing.
+    for method in ["textDocument/documentSymbol", "textDocument/foldingRange", "textDocument/codeLens"] {
+        let r = c.request_ok(method, doc(INDEX_URI));
+        assert!(r.is_null() || r == json!([]), "{method} on the index: {r}");
+        let r = c.request_ok(method, doc(&file_uri(&repo.path.join("README.md"))));
+        assert!(r.is_null() || r == json!([]), "{method} on a file: {r}");
+    }
+}
+
+#[test]
+fn document_features_use_utf8_columns_when_negotiated() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let plan = "## Objective\nÉtendre — ok\n\nLoop Name: utf\n\n<!-- forge-section -->\n## Phase 1: café ☕\nbody";
+    let mut ends = vec![];
+    for utf8 in [false, true] {
+        let c = client(&sb, &repo, Init::new(&repo.path).utf8(utf8));
+        c.tool_ok("plan-write", json!({ "content": plan }));
+        let symbols = c.request_ok("textDocument/documentSymbol", doc(&session_plan_uri(&c.session_id())));
+        let s = symbols.as_array().unwrap().iter().find(|s| s["name"] == json!("1. Phase 1: café ☕")).cloned();
+        let s = s.unwrap_or_else(|| panic!("{symbols}"));
+        ends.push(s["selectionRange"]["end"]["character"].clone());
+    }
+    let heading = "## Phase 1: café ☕";
+    assert_eq!(ends, [json!(heading.encode_utf16().count()), json!(heading.len())]);
+}
+
+#[test]
+fn structure_warnings_are_published_as_diagnostics() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let uri = session_plan_uri(&c.session_id());
+    let out = c.tool_ok("plan-write", json!({ "content": "# Quick idea\n\nJust do it." }));
+    let expected: Vec<String> =
+        out.data["warnings"].as_array().unwrap().iter().map(|w| w["message"].as_str().unwrap().to_string()).collect();
+    assert_eq!(expected.len(), 4, "{}", out.text);
+
+    // Fetching the document makes the client "know" it: its warnings follow.
+    let mark = c.mark();
+    c.content(&uri).unwrap();
+    let diags = c.wait_diagnostics_since(mark, &uri, WAIT, |d| !d.is_empty()).unwrap_or_else(|| {
+        panic!("no diagnostics on {uri}: {:?}", c.notifications_of("textDocument/publishDiagnostics"))
+    });
+    let messages: Vec<&str> = diags.iter().map(|d| d["message"].as_str().unwrap()).collect();
+    assert_eq!(messages, expected);
+    for d in &diags {
+        assert_eq!(d["severity"], json!(2), "{d}");
+        assert_eq!(d["source"], json!("forge"), "{d}");
+        assert!(d["range"]["start"]["line"].is_u64(), "{d}");
+    }
+
+    // A new version of the plan without warnings clears them.
+    let mark = c.mark();
+    c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
+    assert!(
+        c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).is_some(),
+        "cleared: {:?}",
+        c.notifications_of("textDocument/publishDiagnostics")
+    );
+}
+
+#[test]
+fn a_warning_about_a_section_points_at_its_line() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let uri = session_plan_uri(&c.session_id());
+    let plan = GOOD_PLAN.replace("### Edits\n- Add the login handler.\n", "");
+    let out = c.tool_ok("plan-write", json!({ "content": plan }));
+    assert_contains(&out.text, "\nWarnings:\n  - Section 2 is missing required headings: Edits.");
+    let mark = c.mark();
+    c.did_open(&uri, &plan, 1);
+    let diags = c.wait_diagnostics_since(mark, &uri, WAIT, |d| !d.is_empty()).expect("diagnostics after didOpen");
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags[0]["message"], json!("Section 2 is missing required headings: Edits."));
+    let line = diags[0]["range"]["start"]["line"].as_u64().unwrap() as usize;
+    let markers: Vec<usize> =
+        plan.split('\n').enumerate().filter(|(_, l)| *l == "<!-- forge-section -->").map(|(i, _)| i).collect();
+    let decisions = line_of(&plan, "## Decisions");
+    assert!(line >= markers[1] && line < decisions, "line {line} is inside section 2 ({}..{decisions})", markers[1]);
+}
+
+#[test]
+fn open_buffers_drive_symbols_and_diagnostics() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let uri = session_plan_uri(&c.session_id());
+    c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
+
+    // didOpen with unsaved text: symbols follow the buffer, not the store.
+    let buffer = GOOD_PLAN.replace("## Phase 2: login flow", "## Phase 2: sign-in flow");
+    let mark = c.mark();
+    c.did_open(&uri, &buffer, 1);
+    let names = symbol_names(&c.request_ok("textDocument/documentSymbol", doc(&uri)));
+    assert!(names.contains(&"2. Phase 2: sign-in flow".to_string()), "{names:?}");
+    assert!(c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).is_some(), "no warnings on open");
+
+    // didChange (full sync) to a plan without structure: symbols and diagnostics follow.
+    let mark = c.mark();
+    c.did_change(&uri, "# Scratch\n\nnothing yet", 2);
+    let names = symbol_names(&c.request_ok("textDocument/documentSymbol", doc(&uri)));
+    assert!(!names.iter().any(|n| n.starts_with("1. ")), "{names:?}");
+    let diags = c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.len() == 4).expect("warnings of the buffer");
+    assert!(diags.iter().all(|d| d["severity"] == json!(2) && d["source"] == json!("forge")), "{diags:?}");
+
+    // A stale version is ignored.
+    c.did_change(&uri, &GOOD_PLAN.replace("Phase 1: token storage", "Phase 1: STALE"), 1);
+    let names = symbol_names(&c.request_ok("textDocument/documentSymbol", doc(&uri)));
+    assert!(!names.iter().any(|n| n.contains("STALE")), "{names:?}");
+
+    // The buffer is not saved by editing: the stored plan is unchanged.
+    assert_eq!(c.content(&uri).unwrap(), GOOD_PLAN);
+
+    // Closing returns to the stored plan.
+    c.did_close(&uri);
+    let names = symbol_names(&c.request_ok("textDocument/documentSymbol", doc(&uri)));
+    assert!(names.contains(&"2. Phase 2: login flow".to_string()), "{names:?}");
+
+    // Saving (plan-write with session_id) stores the buffer.
+    c.tool_ok("plan-write", json!({ "content": buffer, "session_id": c.session_id() }));
+    assert_eq!(c.content(&uri).unwrap(), buffer);
+}
+
+#[test]
+fn clients_without_virtual_documents_get_read_only_copies() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path).text_document_content(false));
+    let sid = c.session_id();
+    let view = repo.path.join(format!(".forge/view/plan/session/{sid}.md"));
+    let index = repo.path.join(".forge/view/index.md");
+
+    c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
+    let ok = wait_for(WAIT, || (std::fs::read_to_string(&view).ok().as_deref() == Some(GOOD_PLAN)).then_some(()));
+    assert!(ok.is_some(), "no copy at {}{}", view.display(), c.diagnostics());
+    let mode = std::fs::metadata(&view).unwrap().permissions().mode();
+    assert_eq!(mode & 0o222, 0, "the copy is read-only: {mode:o}");
+    let ok = wait_for(WAIT, || {
+        std::fs::read_to_string(&index).ok().filter(|t| t.contains(&format!("session: {sid}"))).map(|_| ())
+    });
+    assert!(ok.is_some(), "index copy at {}", index.display());
+
+    let exclude = std::fs::read_to_string(repo.path.join(".git/info/exclude")).unwrap();
+    assert!(exclude.lines().any(|l| l.trim() == ".forge/" || l.trim() == "/.forge/"), "{exclude}");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "", "the views do not dirty the repository");
+
+    // The copy follows changes.
+    c.tool_ok("plan-edit", json!({ "oldString": "Use the oauth2 crate.", "newString": "Use openidconnect." }));
+    let ok =
+        wait_for(WAIT, || std::fs::read_to_string(&view).ok().filter(|t| t.contains("Use openidconnect.")).map(|_| ()));
+    assert!(ok.is_some(), "updated copy");
+
+    // Editor features work on the copy's file URI.
+    let names = symbol_names(&c.request_ok("textDocument/documentSymbol", doc(&file_uri(&view))));
+    assert!(names.contains(&"1. Phase 1: token storage".to_string()), "{names:?}");
+
+    // No refresh requests: the client did not declare the capability.
+    assert!(c.refreshed_uris().is_empty(), "{:?}", c.refreshed_uris());
+}
+
+#[test]
+fn clients_with_virtual_documents_get_no_copies_by_default() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let mark = c.mark();
+    c.tool_ok("plan-write", json!({ "content": "# Plan" }));
+    assert!(c.wait_refresh(mark, &session_plan_uri(&c.session_id()), WAIT).is_some());
+    assert!(c.wait_refresh(mark, INDEX_URI, WAIT).is_some());
+    assert!(!repo.path.join(".forge").exists(), "no .forge/view for a client with textDocumentContent");
+}
+
+#[test]
+fn materialize_can_be_forced_by_configuration() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path).config(json!({ "documents": { "materialize": true } })));
+    let view = repo.path.join(format!(".forge/view/plan/session/{}.md", c.session_id()));
+    c.tool_ok("plan-write", json!({ "content": "# Forced copy" }));
+    let ok = wait_for(WAIT, || (std::fs::read_to_string(&view).ok().as_deref() == Some("# Forced copy")).then_some(()));
+    assert!(ok.is_some(), "{}", view.display());
+}

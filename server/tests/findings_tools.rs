@@ -1,0 +1,447 @@
+//! `forge.review-write`, `forge.review-read` and `forge.review-delete` through the LSP
+//! (FORGE-REFERENCE.md §2.6–2.8, §5; PROTOCOL.md §3, §6, §8): section scoping in a running
+//! sectioned loop, reads of other loops, deletes outside loops, bad input, and the
+//! audit-attempt history.
+
+mod common;
+mod findings_support;
+
+use std::path::Path;
+
+use common::*;
+use findings_support::*;
+use serde_json::{json, Value};
+
+#[track_caller]
+fn assert_error(e: &RpcError, code: i64, kind: &str) {
+    assert_eq!(e.code, code, "{e}");
+    assert_eq!(e.kind(), Some(kind), "{e}");
+}
+
+/// The `(file, line, sectionIndex)` of a review-read's findings, in order.
+fn listed(data: &Value) -> Vec<(String, i64, Option<i64>)> {
+    data["findings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no findings in {data}"))
+        .iter()
+        .map(|f| {
+            (
+                f["file"].as_str().expect("file").to_string(),
+                f["line"].as_i64().expect("line"),
+                f["sectionIndex"].as_i64(),
+            )
+        })
+        .collect()
+}
+
+fn lines_of(data: &Value) -> Vec<i64> {
+    listed(data).into_iter().map(|(_, l, _)| l).collect()
+}
+
+/// A running sectioned loop (`total_sections` 3, current section 1, auditing) whose
+/// current session is `session`.
+fn running_sectioned_loop(sb: &Sandbox, repo: &GitRepo, name: &str, session: &str) {
+    let wt = sb.mkdir(&format!("worktrees/{name}"));
+    insert_loop(
+        &sb.db(),
+        &LoopRow {
+            project: &repo.root_commit,
+            name,
+            status: "running",
+            phase: "auditing",
+            session,
+            project_dir: &repo.path,
+            worktree_dir: &wt,
+            total_sections: 3,
+            current_section: 1,
+        },
+    );
+}
+
+fn completed_loop(sb: &Sandbox, repo: &GitRepo, name: &str) {
+    let wt = sb.mkdir(&format!("worktrees/{name}"));
+    insert_loop(
+        &sb.db(),
+        &LoopRow {
+            project: &repo.root_commit,
+            name,
+            status: "completed",
+            phase: "coding",
+            session: &format!("ses_{name}"),
+            project_dir: &repo.path,
+            worktree_dir: &wt,
+            total_sections: 2,
+            current_section: 1,
+        },
+    );
+}
+
+// --- 6. scoping -----------------------------------------------------------------------------------
+
+#[test]
+fn section_scoping_in_a_running_sectioned_loop() {
+    let (sb, repo) = setup();
+    sb.ensure_db();
+    let session = "ses_scope_auditor";
+    running_sectioned_loop(&sb, &repo, "sect-loop", session);
+    completed_loop(&sb, &repo, "old-loop");
+    let db = sb.db();
+    insert_finding(&db, &repo.root_commit, "old-loop", "src/old.rs", 4, Some(0), "bug", "old bug");
+    insert_finding(&db, &repo.root_commit, "old-loop", "src/old.rs", 9, None, "warning", "old warning");
+
+    let c = connect(&sb, Init::new(&repo.path).agent("auditor-loop").session(session));
+    assert_eq!(c.session_id(), session);
+    let f = "src/s.rs";
+
+    // Default: the current section.
+    let out = c.tool_ok("review-write", json!({ "file": f, "line": 10, "severity": "bug", "description": "current" }));
+    assert_eq!(out.text, "Stored review finding at src/s.rs:10 (bug) for section 1");
+    assert_eq!(out.data["finding"]["sectionIndex"], json!(1));
+    assert_eq!(out.data["finding"]["loopName"], json!("sect-loop"));
+
+    // crossSection wins over sectionIndex: no section.
+    let out = c.tool_ok(
+        "review-write",
+        json!({ "file": f, "line": 11, "severity": "warning", "description": "cross",
+                "crossSection": true, "sectionIndex": 2 }),
+    );
+    assert_eq!(out.text, "Stored review finding at src/s.rs:11 (warning)");
+    assert_eq!(out.data["finding"]["sectionIndex"], Value::Null);
+
+    // Explicit sections: integers within 0..=2 (2.0 counts as an integer).
+    let e = c.tool_err(
+        "review-write",
+        json!({ "file": f, "line": 12, "severity": "bug", "description": "x", "sectionIndex": 1.5 }),
+    );
+    assert_error(&e, 1006, "invalid");
+    assert_eq!(e.message, "Invalid sectionIndex 1.5: must be an integer.");
+    for bad in [json!(3), json!(-1), json!(24)] {
+        let e = c.tool_err(
+            "review-write",
+            json!({ "file": f, "line": 12, "severity": "bug", "description": "x", "sectionIndex": bad }),
+        );
+        assert_error(&e, 1006, "invalid");
+        assert_eq!(e.message, format!("Invalid sectionIndex {bad}: must be between 0 and 2."));
+    }
+    let out = c.tool_ok(
+        "review-write",
+        json!({ "file": f, "line": 12, "severity": "bug", "description": "earlier", "sectionIndex": 0 }),
+    );
+    assert_eq!(out.text, "Stored review finding at src/s.rs:12 (bug) for section 0");
+    let out = c.tool_ok(
+        "review-write",
+        json!({ "file": f, "line": 13, "severity": "bug", "description": "later", "sectionIndex": 2 }),
+    );
+    assert_eq!(out.data["finding"]["sectionIndex"], json!(2));
+    let out = c.tool_ok(
+        "review-write",
+        json!({ "file": f, "line": 14, "severity": "bug", "description": "later too", "sectionIndex": 2.0 }),
+    );
+    assert_eq!(out.data["finding"]["sectionIndex"], json!(2));
+
+    // Default read: the current and earlier sections plus cross-section, not later ones.
+    let read = c.tool_ok("review-read", json!({}));
+    assert_eq!(listed(&read.data), [(f.into(), 10, Some(1)), (f.into(), 11, None), (f.into(), 12, Some(0))]);
+    assert!(read.text.starts_with("3 review findings:\n\n- **src/s.rs:10**"), "{}", read.text);
+    assert_contains(&read.text, "  - Loop: sect-loop\n  - Section: 1");
+    assert_eq!(lines_of(&c.tool_ok("review-read", json!({ "allSections": true })).data), [10, 11, 12, 13, 14]);
+    assert_eq!(lines_of(&c.tool_ok("review-read", json!({ "crossSection": true })).data), [11]);
+    assert_eq!(lines_of(&c.tool_ok("review-read", json!({ "pattern": "^later" })).data), Vec::<i64>::new());
+    assert_eq!(lines_of(&c.tool_ok("review-read", json!({ "allSections": true, "pattern": "^later" })).data), [13, 14]);
+
+    // An explicit loopName reads that loop, completed ones included, every section.
+    let old = c.tool_ok("review-read", json!({ "loopName": "old-loop" }));
+    assert_eq!(listed(&old.data), [("src/old.rs".into(), 4, Some(0)), ("src/old.rs".into(), 9, None)]);
+    assert_contains(&old.text, "  - Loop: old-loop");
+    let e = c.tool_err("review-read", json!({ "loopName": "no-such-loop" }));
+    assert_error(&e, 1002, "not_found");
+
+    // Delete in the loop: the current section by default, another by sectionIndex.
+    let e = c.tool_err("review-delete", json!({ "file": f, "line": 13 }));
+    assert_error(&e, 1002, "not_found");
+    assert_eq!(e.message, "No review finding found at src/s.rs:13");
+    let del = c.tool_ok("review-delete", json!({ "file": f, "line": 13, "sectionIndex": 2 }));
+    assert_eq!(del.text, "Deleted review finding at src/s.rs:13");
+    let del = c.tool_ok("review-delete", json!({ "file": f, "line": 11, "crossSection": true }));
+    assert_eq!(del.data["deleted"], json!(1));
+    assert_eq!(lines_of(&c.tool_ok("review-read", json!({ "allSections": true })).data), [10, 12, 14]);
+}
+
+#[test]
+fn review_delete_outside_a_loop_removes_every_section_at_that_line() {
+    let (sb, repo) = setup();
+    sb.ensure_db();
+    let session = "ses_scope_loop";
+    running_sectioned_loop(&sb, &repo, "sect-loop", session);
+    let auditor = connect(&sb, Init::new(&repo.path).agent("auditor-loop").session(session));
+    let user = connect(&sb, Init::new(&repo.path));
+    let f = "src/m.rs";
+
+    // Outside a loop an explicit sectionIndex is kept as given; write-once per section.
+    for s in [json!(0), json!(1), json!(5)] {
+        let out = user.tool_ok(
+            "review-write",
+            json!({ "file": f, "line": 5, "severity": "bug", "description": "d", "sectionIndex": s }),
+        );
+        assert_eq!(out.data["finding"]["sectionIndex"], s);
+        assert_eq!(out.data["finding"]["loopName"], Value::Null);
+    }
+    write_bug(&user, f, 5);
+    write_bug(&user, f, 6);
+    let e = user.tool_err(
+        "review-write",
+        json!({ "file": f, "line": 5, "severity": "warning", "description": "again", "sectionIndex": 1 }),
+    );
+    assert_error(&e, 1003, "conflict");
+    // The same file:line in the loop is another identity.
+    write_bug(&auditor, f, 5);
+
+    let del = user.tool_ok("review-delete", json!({ "file": f, "line": 5 }));
+    assert_eq!(del.text, "Deleted 4 review findings at src/m.rs:5");
+    assert_eq!(del.data["deleted"], json!(4));
+    assert_eq!(lines_of(&user.tool_ok("review-read", json!({})).data), [6]);
+    // The loop's finding at that line is untouched.
+    assert_eq!(listed(&auditor.tool_ok("review-read", json!({})).data), [(f.into(), 5, Some(1))]);
+    let e = user.tool_err("review-delete", json!({ "file": f, "line": 5 }));
+    assert_error(&e, 1002, "not_found");
+}
+
+// --- 7. bad input ---------------------------------------------------------------------------------
+
+#[test]
+fn bad_review_input_is_rejected_and_the_server_stays_up() {
+    let (sb, repo) = setup();
+    let mut c = connect(&sb, Init::new(&repo.path));
+
+    let e = c.tool_err("review-write", json!({ "line": 1, "severity": "bug", "description": "d" }));
+    assert_error(&e, -32602, "invalid_params");
+    assert_contains(&e.message, "file");
+    for line in [0, -5] {
+        let e =
+            c.tool_err("review-write", json!({ "file": "a.rs", "line": line, "severity": "bug", "description": "d" }));
+        assert_error(&e, -32602, "invalid_params");
+        assert_contains(&e.message, "line");
+    }
+    let e =
+        c.tool_err("review-write", json!({ "file": "a.rs", "line": 1, "severity": "critical", "description": "d" }));
+    assert_error(&e, -32602, "invalid_params");
+    assert_contains(&e.message, "severity");
+    for bad in [
+        json!({ "file": "", "line": 1, "severity": "bug", "description": "d" }),
+        json!({ "file": "a.rs", "line": "1", "severity": "bug", "description": "d" }),
+        json!({ "file": "a.rs", "line": 1.5, "severity": "bug", "description": "d" }),
+        json!({ "file": "a.rs", "line": 1, "severity": "bug", "description": "d", "colour": "red" }),
+    ] {
+        let e = c.tool_err("review-write", bad.clone());
+        assert_error(&e, -32602, "invalid_params");
+    }
+    let e = c.tool_err("review-delete", json!({ "line": 1 }));
+    assert_error(&e, -32602, "invalid_params");
+    assert_contains(&e.message, "file");
+    assert_eq!(sb.db().count("SELECT count(*) FROM review_findings"), 0);
+
+    // A 1 MB description is stored verbatim.
+    let big: String = (0..1_000_000 / 10).map(|i| format!("{:09}\n", i)).collect::<String>() + "é 😀 end";
+    assert!(big.len() > 1_000_000);
+    let out =
+        c.tool_ok("review-write", json!({ "file": "big.rs", "line": 1, "severity": "warning", "description": big }));
+    assert_eq!(out.data["finding"]["description"].as_str().map(str::len), Some(big.len()));
+    let read = c.tool_ok("review-read", json!({ "file": "big.rs" }));
+    assert_eq!(read.data["findings"][0]["description"].as_str(), Some(big.as_str()));
+
+    // Paths outside the project are stored verbatim; the server never reads them, so their
+    // diagnostics have the range 0..0 even though the files exist and have content.
+    let outside = tempfile::tempdir().expect("tempdir");
+    let secret = outside.path().canonicalize().expect("canonical").join("secret.rs");
+    std::fs::write(&secret, "let secret = \"outside the project\";\n").expect("write");
+    let secret_file = secret.display().to_string();
+    let passwd = "../../etc/passwd";
+    let mark = c.mark();
+    for file in [passwd, secret_file.as_str()] {
+        let out =
+            c.tool_ok("review-write", json!({ "file": file, "line": 1, "severity": "bug", "description": "outside" }));
+        assert_eq!(out.data["finding"]["file"], json!(file));
+    }
+    let read = c.tool_ok("review-read", json!({ "file": passwd }));
+    assert_eq!(read.data["findings"][0]["file"], json!(passwd));
+    let passwd_uri = file_uri(&lexical(&repo.path.join(passwd)));
+    let secret_uri = file_uri(&secret);
+    for uri in [&passwd_uri, &secret_uri] {
+        let d = expect_count(&c, mark, uri, 1);
+        assert_eq!(range(&d[0]), (0, 0, 0, 0), "{uri}: {}", d[0]);
+    }
+    // A file inside the project with the same content does get its line measured.
+    std::fs::copy(&secret, repo.path.join("inside.rs")).expect("copy");
+    let mark = c.mark();
+    write_bug(&c, "inside.rs", 1);
+    let d = expect_count(&c, mark, &uri_in(&repo.path, "inside.rs"), 1);
+    assert_eq!(range(&d[0]).3, utf16_len("let secret = \"outside the project\";"));
+    // A symlink inside the project that points outside is not followed either.
+    std::os::unix::fs::symlink(&secret, repo.path.join("link.rs")).expect("symlink");
+    let mark = c.mark();
+    write_bug(&c, "link.rs", 1);
+    let d = expect_count(&c, mark, &uri_in(&repo.path, "link.rs"), 1);
+    assert_eq!(range(&d[0]), (0, 0, 0, 0), "{}", d[0]);
+    assert!(!Path::new(&lexical(&repo.path.join(passwd))).starts_with(&repo.path));
+
+    // A line past the end of the file, and one beyond what LSP positions can express
+    // (`uinteger`, at most 2^31 - 1): stored as given, published 0..0 on the line (clamped).
+    std::fs::write(repo.path.join("short.rs"), "one\ntwo\n").expect("write");
+    let mark = c.mark();
+    let past = write_bug(&c, "short.rs", 100)["id"].as_i64().expect("id");
+    let far = write_bug(&c, "short.rs", 3_000_000_000)["id"].as_i64().expect("id");
+    let d = expect_count(&c, mark, &uri_in(&repo.path, "short.rs"), 2);
+    assert_eq!(range(&by_id(&d, past)), (99, 0, 99, 0));
+    let last = i32::MAX as u64;
+    assert_eq!(range(&by_id(&d, far)), (last, 0, last, 0));
+    assert_eq!(by_id(&d, far)["data"]["line"], json!(3_000_000_000i64));
+
+    // Duplicates.
+    let e = c.tool_err("review-write", json!({ "file": "big.rs", "line": 1, "severity": "bug", "description": "dup" }));
+    assert_error(&e, 1003, "conflict");
+    assert!(e.message.starts_with("Finding already exists at big.rs:1."), "{e}");
+    let e = c.tool_err("review-write", json!({ "file": passwd, "line": 1, "severity": "bug", "description": "dup" }));
+    assert_error(&e, 1003, "conflict");
+    assert!(e.message.starts_with("Finding already exists at ../../etc/passwd:1."), "{e}");
+
+    // Still serving.
+    write_bug(&c, "after.rs", 1);
+    assert!(c.is_alive(), "the server died{}", c.diagnostics());
+    assert!(c.shutdown_exit().is_some_and(|(s, _)| s.success()));
+}
+
+// --- 10. audit-attempt history ------------------------------------------------------------------
+
+#[test]
+fn review_read_pages_through_the_attempt_history() {
+    let (sb, repo) = setup();
+    sb.ensure_db();
+    let session = "ses_attempts_auditor";
+    running_sectioned_loop(&sb, &repo, "att-loop", session);
+    let db = sb.db();
+    let p = repo.root_commit.as_str();
+    // Seven attempts: sections 0, 1, 0, 1, 1, 1, 1 (ids ascending).
+    let mut all = vec![];
+    let mut of_section1 = vec![];
+    let mut numbers = [0i64; 2];
+    for s in [0i64, 1, 0, 1, 1, 1, 1] {
+        numbers[s as usize] += 1;
+        let id = insert_attempt(&db, p, "att-loop", s, numbers[s as usize], "ses_coder");
+        all.push(id);
+        if s == 1 {
+            of_section1.push(id);
+        }
+    }
+
+    let user = connect(&sb, Init::new(&repo.path));
+    let ids = |data: &Value| -> Vec<i64> {
+        data["attempts"].as_array().expect("attempts").iter().map(|a| a["id"].as_i64().expect("id")).collect()
+    };
+
+    // Newest page first, oldest → newest within the page; nextBeforeId pages back.
+    let mut seen = vec![];
+    let mut before: Option<i64> = None;
+    let mut pages = 0;
+    loop {
+        let mut input = json!({ "attempts": true, "loopName": "att-loop", "limit": 3 });
+        if let Some(b) = before {
+            input["beforeId"] = json!(b);
+        }
+        let out = user.tool_ok("review-read", input);
+        let page = ids(&out.data);
+        assert!(!page.is_empty() && page.len() <= 3, "{}", out.data);
+        assert!(page.windows(2).all(|w| w[0] < w[1]), "ascending within a page: {page:?}");
+        let parsed: Value = serde_json::from_str(&out.text).expect("the text is the JSON of data");
+        assert_eq!(parsed, out.data);
+        seen.splice(0..0, page.iter().copied());
+        pages += 1;
+        match out.data["nextBeforeId"].as_i64() {
+            Some(n) => {
+                assert_eq!(Some(n), page.first().copied());
+                before = Some(n);
+            }
+            None => {
+                assert_eq!(out.data["nextBeforeId"], Value::Null);
+                break;
+            }
+        }
+        assert!(pages < 10, "paging does not end");
+    }
+    assert_eq!(seen, all);
+    assert_eq!(pages, 3);
+
+    let first = user.tool_ok("review-read", json!({ "attempts": true, "loopName": "att-loop", "limit": 1 }));
+    let a = &first.data["attempts"][0];
+    assert_eq!(a["id"], json!(all[6]));
+    assert_eq!(a["loopName"], json!("att-loop"));
+    assert_eq!(a["scope"], json!("section:1"));
+    assert_eq!(a["sectionIndex"], json!(1));
+    assert_eq!(a["attemptNumber"], json!(5));
+    assert_eq!(a["outcome"], json!("dirty"));
+    assert_eq!(a["coderDecisions"], json!("decisions of section 1 attempt 5"));
+    assert_eq!(first.data["nextBeforeId"], json!(all[6]));
+
+    // From the loop's session: the current section's attempts, or all with allSections.
+    let auditor = connect(&sb, Init::new(&repo.path).agent("auditor-loop").session(session));
+    assert_eq!(ids(&auditor.tool_ok("review-read", json!({ "attempts": true })).data), of_section1);
+    assert_eq!(ids(&auditor.tool_ok("review-read", json!({ "attempts": true, "allSections": true })).data), all);
+
+    // Rejections.
+    for (extra, field) in [
+        (json!({ "file": "a.rs" }), "file"),
+        (json!({ "pattern": "x" }), "pattern"),
+        (json!({ "crossSection": true }), "crossSection"),
+    ] {
+        let mut input = json!({ "attempts": true, "loopName": "att-loop" });
+        for (k, v) in extra.as_object().expect("object") {
+            input[k] = v.clone();
+        }
+        let e = user.tool_err("review-read", input);
+        assert_error(&e, -32602, "invalid_params");
+        assert_eq!(e.message, format!("attempts cannot be combined with {field}."));
+    }
+    for (k, v) in [("limit", json!(0)), ("limit", json!(101)), ("beforeId", json!(0)), ("beforeId", json!(-2))] {
+        let mut input = json!({ "attempts": true, "loopName": "att-loop" });
+        input[k] = v;
+        let e = user.tool_err("review-read", input);
+        assert_error(&e, -32602, "invalid_params");
+        assert_contains(&e.message, k);
+    }
+    let e = user.tool_err("review-read", json!({ "limit": 5 }));
+    assert_error(&e, -32602, "invalid_params");
+    let e = user.tool_err("review-read", json!({ "attempts": true }));
+    assert_error(&e, 1002, "not_found");
+    let e = user.tool_err("review-read", json!({ "attempts": true, "loopName": "nope" }));
+    assert_error(&e, 1002, "not_found");
+}
+
+// --- who may write and delete (PROTOCOL.md §5) ----------------------------------------------------
+
+#[test]
+fn review_writing_and_deleting_is_for_auditors_and_the_user() {
+    let (sb, repo) = setup();
+    let user = connect(&sb, Init::new(&repo.path));
+    write_bug(&user, "src/p.rs", 1);
+    for agent in ["code", "architect", "minion"] {
+        let c = connect(&sb, Init::new(&repo.path).agent(agent));
+        let e =
+            c.tool_err("review-write", json!({ "file": "src/p.rs", "line": 2, "severity": "bug", "description": "d" }));
+        assert_error(&e, 1001, "denied");
+        assert_contains(&e.message, "review-write");
+        assert_contains(&e.message, agent);
+        let e = c.tool_err("review-delete", json!({ "file": "src/p.rs", "line": 1 }));
+        assert_error(&e, 1001, "denied");
+        // Reading stays available.
+        assert_eq!(lines_of(&c.tool_ok("review-read", json!({})).data), [1]);
+    }
+    let auditor = connect(&sb, Init::new(&repo.path).agent("auditor"));
+    write_bug(&auditor, "src/p.rs", 2);
+    // Naming a loop to delete in is the user's extension.
+    completed_loop(&sb, &repo, "done");
+    insert_finding(&sb.db(), &repo.root_commit, "done", "src/p.rs", 1, None, "bug", "loop finding");
+    let e = auditor.tool_err("review-delete", json!({ "file": "src/p.rs", "line": 1, "loopName": "done" }));
+    assert_error(&e, 1001, "denied");
+    let del = user.tool_ok("review-delete", json!({ "file": "src/p.rs", "line": 1, "loopName": "done" }));
+    assert_eq!(del.data["deleted"], json!(1));
+    assert_eq!(lines_of(&user.tool_ok("review-read", json!({})).data), [1, 2]);
+}

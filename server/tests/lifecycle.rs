@@ -1,0 +1,286 @@
+//! The LSP lifecycle over stdio (PROTOCOL.md §1, §2): capabilities, server info, position
+//! encoding, shutdown/exit, the project id, the data directory, agents, loop-session claims
+//! and databases the server must refuse without touching them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const EXPECTED_COMMANDS: &[&str] = &["forge.plan-read", "forge.plan-write", "forge.plan-edit", "forge.tools"];
+
+#[test]
+fn initialize_announces_capabilities_and_server_info() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    let r = c.init(&Init::new(&repo.path).utf8(true));
+    let caps = &r["capabilities"];
+
+    assert_eq!(caps["textDocumentSync"]["openClose"], json!(true), "{caps}");
+    assert_eq!(caps["textDocumentSync"]["change"], json!(1), "full sync: {caps}");
+    let commands: Vec<&str> = caps["executeCommandProvider"]["commands"]
+        .as_array()
+        .unwrap_or_else(|| panic!("executeCommandProvider.commands: {caps}"))
+        .iter()
+        .map(|c| c.as_str().expect("command name"))
+        .collect();
+    for cmd in EXPECTED_COMMANDS {
+        assert!(commands.contains(cmd), "{cmd} missing from {commands:?}");
+    }
+    assert!(commands.iter().all(|c| c.starts_with("forge.")), "{commands:?}");
+    assert_eq!(caps["workspace"]["textDocumentContent"]["schemes"], json!(["forge"]), "{caps}");
+    assert_eq!(caps["documentSymbolProvider"], json!(true));
+    assert_eq!(caps["foldingRangeProvider"], json!(true));
+    assert_eq!(caps["codeLensProvider"]["resolveProvider"], json!(false));
+    assert!(
+        caps["codeActionProvider"] == json!(true) || caps["codeActionProvider"].is_object(),
+        "codeActionProvider: {caps}"
+    );
+    assert_eq!(caps["experimental"]["forge"]["protocolVersion"], json!(1));
+    assert_eq!(caps["experimental"]["forge"]["tools"], json!(true));
+    let session = caps["experimental"]["forge"]["sessionId"].as_str().expect("sessionId");
+    assert!(session.starts_with("ses_") && session.len() > 10, "fresh session id: {session}");
+    assert_eq!(caps["positionEncoding"], json!("utf-8"), "utf-8 was offered");
+
+    assert_eq!(r["serverInfo"]["name"], json!("forge-lsp"));
+    assert_eq!(r["serverInfo"]["version"], json!(env!("CARGO_PKG_VERSION")));
+
+    let (status, took) = c.shutdown_exit().expect("stdio server");
+    println!("exit took {took:?}");
+    assert_eq!(status.code(), Some(0), "exit code after shutdown+exit{}", c.diagnostics());
+    assert!(took < Duration::from_secs(5), "the server should exit quickly after `exit`, took {took:?}");
+}
+
+#[test]
+fn position_encoding_is_utf16_unless_utf8_is_offered() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    let r = c.init(&Init::new(&repo.path));
+    let enc = &r["capabilities"]["positionEncoding"];
+    assert!(enc.is_null() || enc == &json!("utf-16"), "positionEncoding {enc}");
+}
+
+#[test]
+fn every_connection_gets_a_fresh_session_unless_it_names_one() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut a = sb.stdio();
+    let mut b = sb.stdio();
+    a.init(&Init::new(&repo.path));
+    b.init(&Init::new(&repo.path));
+    assert_ne!(a.session_id(), b.session_id());
+    let mut named = sb.stdio();
+    named.init(&Init::new(&repo.path).session("ses_chosen_by_client"));
+    assert_eq!(named.session_id(), "ses_chosen_by_client");
+}
+
+#[test]
+fn project_id_is_the_root_commit_hash() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    // A second commit: the id stays the root commit's.
+    std::fs::write(repo.path.join("src.txt"), "x\n").unwrap();
+    repo.git(&["add", "src.txt"]);
+    repo.git(&["commit", "-q", "-m", "second"]);
+    assert_ne!(repo.git(&["rev-parse", "HEAD"]), repo.root_commit);
+
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c.tool_ok("plan-write", json!({ "content": "# Project id plan\nbody" }));
+    let recent = c.tool_ok("plan-read", json!({ "recent": true }));
+    let header = format!("Recent plans for project {} (1 found)", repo.root_commit);
+    assert!(recent.text.starts_with(&header), "{:?}", recent.text);
+
+    let index = c.content(INDEX_URI).expect("index document");
+    assert!(index.starts_with(&format!("# Forge: project {}", repo.root_commit)), "{index}");
+
+    // The command line, run in the repository, sees the same project and plan.
+    let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with(&header), "{out:?}");
+}
+
+#[test]
+fn project_id_with_root_uri_only() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path).root_uri_only());
+    let index = c.content(INDEX_URI).expect("index");
+    assert!(index.starts_with(&format!("# Forge: project {}", repo.root_commit)), "{index}");
+}
+
+#[test]
+fn a_folder_without_a_commit_is_the_global_project() {
+    let sb = Sandbox::new();
+    let (_keep, plain) = plain_dir();
+    let (_keep2, empty_repo) = plain_dir();
+    git(&empty_repo, &["init", "-q"]);
+    for folder in [&plain, &empty_repo] {
+        let mut c = sb.stdio();
+        c.init(&Init::new(folder));
+        let index = c.content(INDEX_URI).expect("index");
+        assert!(index.starts_with("# Forge: project global"), "{folder:?}: {index}");
+    }
+    let mut c = sb.stdio();
+    c.init(&Init::new(&plain));
+    c.tool_ok("plan-write", json!({ "content": "# Global plan" }));
+    let recent = c.tool_ok("plan-read", json!({ "recent": true }));
+    assert!(recent.text.starts_with("Recent plans for project global (1 found)"), "{:?}", recent.text);
+}
+
+#[test]
+fn initialization_option_data_dir_wins() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let chosen = sb.root.join("chosen-data");
+    // The process has --data-dir; the initialization option takes precedence.
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path).data_dir(&chosen));
+    let out = c.tool_ok("plan-write", json!({ "content": "# Stored in the chosen dir" }));
+    assert_eq!(out.data["written"], json!(true));
+    assert!(chosen.join("forge.db").exists(), "forge.db in the dataDir option");
+    assert!(!sb.db_path().exists(), "--data-dir must not be used when the option is set");
+    let db = Db::open(&chosen.join("forge.db"));
+    assert_eq!(db.session_plan(&repo.root_commit, &c.session_id()).as_deref(), Some("# Stored in the chosen dir"));
+
+    // Without --data-dir and without the option: $XDG_DATA_HOME/forge-lsp.
+    let mut d = sb.stdio_with(|_| {});
+    d.init(&Init::new(&repo.path));
+    d.tool_ok("plan-write", json!({ "content": "# Default data dir" }));
+    assert!(sb.data_home.join("forge-lsp/forge.db").exists(), "XDG_DATA_HOME default");
+}
+
+#[test]
+fn an_unknown_agent_is_invalid_params() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    let e = c.initialize(&Init::new(&repo.path).agent("wizard")).expect_err("unknown agent");
+    assert_eq!(e.code, -32602, "{e}");
+    assert_contains(&e.message, "agent");
+    assert_contains(&e.message, "wizard");
+    assert!(c.is_alive(), "a failed initialize must not stop the server{}", c.diagnostics());
+}
+
+#[test]
+fn an_unknown_initialization_option_is_invalid_params() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = sb.stdio();
+    let mut init = Init::new(&repo.path);
+    init.forge_extra = Some(json!({ "colour": "blue" }));
+    let e = c.initialize(&init).expect_err("unknown option");
+    assert_eq!(e.code, -32602, "{e}");
+    assert_contains(&e.message, "colour");
+}
+
+#[test]
+fn every_agent_of_the_protocol_is_accepted() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    for agent in ["user", "architect", "code", "auditor", "auditor-loop", "minion"] {
+        let mut c = sb.stdio();
+        c.init(&Init::new(&repo.path).agent(agent));
+        assert!(c.tool("tools", json!({})).is_ok(), "{agent}");
+    }
+}
+
+/// A loop with one coder session `session` whose token is `token`.
+fn loop_with_session(sb: &Sandbox, repo: &GitRepo, loop_name: &str, session: &str, token: &str) {
+    sb.ensure_db();
+    let db = sb.db();
+    db.insert_loop(&LoopFixture::running(&repo.root_commit, loop_name, session, &repo.path));
+    db.insert_loop_session(session, &repo.root_commit, loop_name, "coder", token);
+}
+
+#[test]
+fn a_loop_session_can_only_be_claimed_with_its_token() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let session = "ses_01JLOOPCODER0000000000000";
+    loop_with_session(&sb, &repo, "secret-loop", session, "tok-right");
+
+    for (label, token) in [("missing", None), ("wrong", Some("tok-wrong")), ("empty", Some(""))] {
+        let c = sb.stdio();
+        let mut init = Init::new(&repo.path).session(session);
+        init.token = token.map(String::from);
+        let e = c.initialize(&init).expect_err(label);
+        assert_eq!(e.code, 1001, "{label} token: {e}");
+        assert_eq!(e.kind(), Some("denied"), "{e}");
+        assert_contains(&e.message, session);
+        assert!(!e.message.contains("secret-loop"), "must not disclose the loop: {}", e.message);
+        assert!(!e.message.contains("coder"), "must not disclose the role: {}", e.message);
+    }
+
+    let mut ok = sb.stdio();
+    let r = ok.init(&Init::new(&repo.path).session(session).token("tok-right"));
+    assert_eq!(r["capabilities"]["experimental"]["forge"]["sessionId"], json!(session));
+    // The claimed session is a loop session: plan authoring is denied there.
+    let e = ok.tool_err("plan-write", json!({ "content": "# x" }));
+    assert_eq!(e.code, 1001, "{e}");
+}
+
+#[test]
+fn a_corrupt_database_is_refused_and_left_untouched() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    std::fs::create_dir_all(&sb.data_dir).unwrap();
+    let junk: Vec<u8> = b"definitely not an SQLite database \x00\x01\x02 ".iter().copied().cycle().take(8192).collect();
+    std::fs::write(sb.db_path(), &junk).unwrap();
+
+    let mut c = sb.stdio();
+    let e = c.initialize(&Init::new(&repo.path)).expect_err("corrupt database");
+    println!("corrupt database: {e}");
+    assert_contains(&e.message, &sb.db_path().display().to_string());
+    assert_contains(&e.message, "not a usable forge-lsp database");
+    assert_eq!(std::fs::read(sb.db_path()).unwrap(), junk, "forge.db must be byte-for-byte unchanged");
+    assert!(c.is_alive(), "{}", c.diagnostics());
+}
+
+#[test]
+fn a_database_from_a_newer_forge_lsp_is_refused_and_left_untouched() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    sb.ensure_db();
+    {
+        let db = sb.db();
+        db.conn
+            .execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'future', 0)", [])
+            .unwrap();
+        db.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+    }
+    let before = std::fs::read(sb.db_path()).unwrap();
+
+    let mut c = sb.stdio();
+    let e = c.initialize(&Init::new(&repo.path)).expect_err("newer schema");
+    println!("newer schema: {e}");
+    assert_contains(&e.message, "schema version 999");
+    assert_contains(&e.message, &sb.db_path().display().to_string());
+    assert_eq!(std::fs::read(sb.db_path()).unwrap(), before, "forge.db must be byte-for-byte unchanged");
+    assert!(c.is_alive(), "{}", c.diagnostics());
+
+    // The command line refuses it the same way (exit 1, message on stderr).
+    let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, "schema version 999");
+    assert_eq!(std::fs::read(sb.db_path()).unwrap(), before);
+}
+
+#[test]
+fn requests_after_shutdown_are_rejected_and_exit_still_works() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c.request_ok("shutdown", Value::Null);
+    let e = c.execute("forge.tools", None).expect_err("request after shutdown");
+    assert_eq!(e.code, -32600, "LSP: requests after shutdown are InvalidRequest: {e}");
+    c.notify("exit", Value::Null);
+    let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits after exit");
+    assert_eq!(status.code(), Some(0));
+}

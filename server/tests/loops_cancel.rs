@@ -1,0 +1,143 @@
+//! Cancelling a loop in the middle of an audit, and restarting the cancelled loop.
+
+mod common;
+mod loop_support;
+
+use std::time::Duration;
+
+use common::wait_for;
+use loop_support::*;
+use serde_json::json;
+
+/// What [`cancel_mid_audit`] leaves behind.
+struct Cancelled {
+    t: LoopTest,
+    name: String,
+    /// The auditor process that was running when the loop was cancelled.
+    auditor_pid: u32,
+    auditor_session: String,
+}
+
+/// Starts a two-section loop whose first auditor records a clean handoff and then waits;
+/// cancels the loop while that auditor runs (phase auditing, record pending).
+fn cancel_mid_audit() -> Cancelled {
+    let t = LoopTest::start("block", "");
+    let name = t.execute("Two halves", TWO_SECTIONS);
+    let pid: u32 = t.wait_state_file("auditor.pid").trim().parse().expect("auditor pid");
+    let auditing = t.wait_status(&name, "phase auditing", |p| p["phase"] == json!("auditing"));
+    assert_eq!(auditing["status"], json!("running"));
+    let auditor_session = auditing["sessionId"].as_str().unwrap().to_string();
+    assert!(pid_alive(pid), "the auditor waits for the release file");
+    // The auditor's record is pending while its turn runs.
+    assert_eq!(
+        t.strings("SELECT role || ' ' || status FROM loop_handoffs WHERE loop_name = ?1 ORDER BY id", &name),
+        ["coder applied", "auditor pending"]
+    );
+
+    let out = t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    common::assert_contains(&out.text, &format!("Cancelled loop \"{name}\" (was at iteration 1)."));
+    common::assert_contains(&out.text, &format!("Branch: forge/{name}"));
+    Cancelled { t, name, auditor_pid: pid, auditor_session }
+}
+
+/// `loop-cancel` while the auditor runs: status and reason `cancelled`, the auditor's
+/// pending record discarded, its process killed, the worktree and branch kept.
+#[test]
+fn cancelling_mid_audit_discards_the_pending_handoff_and_kills_the_agent() {
+    let Cancelled { t, name, auditor_pid, auditor_session } = cancel_mid_audit();
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("cancelled"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("cancelled"));
+    assert_eq!(end["phase"], json!("auditing"));
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1 s=0",
+            "terminate cancelled auditing->- it=1 s=0 status=cancelled reason=cancelled",
+        ],
+    );
+    t.assert_notifications_match(&name);
+    assert!(
+        wait_for(Duration::from_secs(30), || (!pid_alive(auditor_pid)).then_some(())).is_some(),
+        "the auditor process {auditor_pid} is still alive after the cancel"
+    );
+    assert_eq!(
+        t.strings("SELECT role || ' ' || status FROM loop_handoffs WHERE loop_name = ?1 ORDER BY id", &name),
+        ["coder applied", "auditor discarded"]
+    );
+    // The auditor's session is retired; its turn never finished.
+    assert_eq!(t.roles(), ["coder", "auditor"]);
+    assert_eq!(t.strings("SELECT status FROM loop_sessions WHERE session_id = ?1", &auditor_session), ["deleted"]);
+    // A cancelled loop cannot be cancelled again.
+    let e = t.client.tool_err("loop-cancel", json!({ "name": name }));
+    assert_eq!(e.code, 1003, "{e}");
+    // The section is not completed; the work is kept on the branch and in the worktree.
+    assert_eq!(
+        t.strings("SELECT status FROM section_plans WHERE loop_name = ?1 ORDER BY section_index", &name),
+        ["in_progress", "pending"]
+    );
+    let row = t.loop_row(&name);
+    assert!(std::path::Path::new(row["worktreeDir"].as_str().unwrap()).join("work.txt").is_file());
+    assert_eq!(t.log(&format!("forge/{name}"))[0], format!("loop: {name} cancelled after 1 iteration"));
+}
+
+/// `loop-status restart` of the cancelled loop: it resumes at its section in coding with
+/// iteration 1 and a fresh session, then completes.
+#[test]
+fn restarting_a_cancelled_loop_resumes_its_section_and_completes() {
+    let Cancelled { t, name, auditor_session, .. } = cancel_mid_audit();
+    t.wait_end(&name);
+    let before: Vec<String> = t.turns().into_iter().map(|x| x.1).collect();
+    t.signal("release"); // later auditors do not wait
+    t.signal("hold-coder"); // the restarted coder waits for coder-release
+
+    let mark = t.client.mark();
+    let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
+    common::assert_contains(&out.text, &format!("Restarted loop \"{name}\""));
+    common::assert_contains(&out.text, "Continuing from iteration: 1");
+    assert_eq!(out.data["iteration"], json!(1));
+    assert_eq!(out.data["phase"], json!("coding"));
+    let session = out.data["sessionId"].as_str().unwrap().to_string();
+    assert!(!before.contains(&session) && session != auditor_session, "a fresh session: {session}");
+
+    let resumed = t.wait_status_since(mark, &name, "the restart's session", |p| p["sessionId"] == json!(session));
+    assert_eq!(resumed["status"], json!("running"), "{resumed}");
+    assert_eq!(resumed["phase"], json!("coding"), "{resumed}");
+    assert_eq!(resumed["sectionIndex"], json!(0), "{resumed}");
+    assert_eq!(resumed["iteration"], json!(1), "{resumed}");
+    assert!(resumed["terminationReason"].is_null() && resumed["completedAt"].is_null(), "{resumed}");
+    assert_eq!(resumed["lastTransition"]["event"], json!("restart"), "{resumed}");
+    t.signal("coder-release");
+
+    let end = t.wait_status_since(mark, &name, "a final status", |p| p["status"] != json!("running"));
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1 s=0",
+            "terminate cancelled auditing->- it=1 s=0 status=cancelled reason=cancelled",
+            "phase restart auditing->coding it=1 s=0",
+            "rotate coder-handoff coding->auditing it=1 s=0",
+            "advance-section auditor-handoff auditing->coding it=1 s=0",
+            "rotate coder-handoff coding->auditing it=2 s=1",
+            "terminate completed auditing->- it=2 s=1 status=completed reason=completed",
+        ],
+    );
+    t.assert_notifications_match(&name);
+    // The first turn after the restart is a coder in the restart's session.
+    let turns = t.turns();
+    assert_eq!(
+        turns.iter().map(|x| x.0.as_str()).collect::<Vec<_>>(),
+        ["coder", "auditor", "coder", "auditor", "coder", "auditor"]
+    );
+    assert_eq!(turns[2].1, session);
+    // Section 1 was not audited clean before the cancel: the restart used its initial prompt.
+    assert!(t.state_file("prompt-3").unwrap().contains("First half"));
+    assert_eq!(
+        t.strings("SELECT role || ' ' || status FROM loop_handoffs WHERE loop_name = ?1 ORDER BY id", &name),
+        ["coder applied", "auditor discarded", "coder applied", "auditor applied", "coder applied", "auditor applied"]
+    );
+    let log = t.log(&format!("forge/{name}"));
+    assert_eq!(log[..2], ["section 2: Second half".to_string(), "section 1: First half".to_string()], "{log:?}");
+    assert!(log.contains(&format!("loop: {name} cancelled after 1 iteration")), "{log:?}");
+}

@@ -1,0 +1,242 @@
+//! Loops that run to completion: sections with a dirty audit, a non-sectioned plan,
+//! plan-adjust appending a section, and the post-action phase.
+
+mod common;
+mod loop_support;
+
+use loop_support::*;
+use serde_json::json;
+
+/// `section_plans` (index, status, attempts, summary_done, checkpoint_commit).
+type SectionRow = (i64, String, i64, Option<String>, Option<String>);
+
+/// A plan without section markers completes after one clean audit (`audit-clear`).
+#[test]
+fn a_plan_without_sections_completes_after_one_clean_audit() {
+    let t = LoopTest::start("clean", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}");
+    assert_eq!(end["terminationReason"], json!("completed"));
+    assert!(end["sectionIndex"].is_null() && end["totalSections"] == json!(0), "{end}");
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1",
+            "terminate completed auditing->- it=1 status=completed reason=completed",
+        ],
+    );
+    t.assert_notifications_match(&name);
+    assert_eq!(t.roles(), ["coder", "auditor"]);
+    assert_eq!(t.loop_row(&name)["auditCount"], json!(1));
+    // The teardown commit keeps the coder's work on the branch; the worktree is removed.
+    let branch = format!("forge/{name}");
+    assert!(t.has_branch(&branch));
+    assert_eq!(t.log(&branch)[0], format!("loop: {name} completed after 1 iteration"));
+    t.assert_worktree_removed(&name);
+}
+
+/// Three sections; section 2's first audit writes a bug finding (no summary), the coder
+/// works again, the second audit deletes the finding and hands off clean with a summary.
+#[test]
+fn three_sections_with_a_dirty_audit_complete_with_checkpoint_commits() {
+    let t = LoopTest::start("finding", "");
+    let name = t.execute("Three steps", THREE_SECTIONS);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("completed"));
+    assert_eq!((end["sectionIndex"].clone(), end["totalSections"].clone()), (json!(2), json!(3)));
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1 s=0",
+            "advance-section auditor-handoff auditing->coding it=1 s=0",
+            "rotate coder-handoff coding->auditing it=2 s=1",
+            "rotate auditor-handoff auditing->coding it=2 s=1",
+            "rotate coder-handoff coding->auditing it=3 s=1",
+            "advance-section auditor-handoff auditing->coding it=3 s=1",
+            "rotate coder-handoff coding->auditing it=4 s=2",
+            "terminate completed auditing->- it=4 s=2 status=completed reason=completed",
+        ],
+    );
+    t.assert_notifications_match(&name);
+    assert_eq!(t.roles(), ["coder", "auditor", "coder", "auditor", "coder", "auditor", "coder", "auditor"]);
+    // A new section starts fresh sessions; within section 2 the dirty audit resumes the
+    // section's coder, and the re-audit resumes its auditor (the standby session).
+    let s: Vec<String> = t.turns().into_iter().map(|t| t.1).collect();
+    assert_eq!((&s[4], &s[5]), (&s[2], &s[3]), "section 2 reuses its sessions: {s:?}");
+    let distinct: std::collections::HashSet<&String> = s.iter().collect();
+    assert_eq!(distinct.len(), 6, "{s:?}");
+    // The resumed coder is told about the finding.
+    common::assert_contains(&t.state_file("prompt-5").unwrap(), "section 2 is not done");
+
+    // Git: one checkpoint commit per section on the kept branch, the worktree removed.
+    let branch = format!("forge/{name}");
+    let log = t.log(&branch);
+    assert_eq!(
+        log,
+        ["section 3: Step three", "section 2: Step two", "section 1: Step one", "initial commit"],
+        "{log:?}"
+    );
+    // Only the agent's work is committed (no materialized views or other server files).
+    let tree = common::git(&t.repo.path, &["ls-tree", "-r", "--name-only", &branch]);
+    assert_eq!(tree.lines().collect::<Vec<_>>(), ["README.md", "work.txt"]);
+    let work = common::git(&t.repo.path, &["show", &format!("{branch}:work.txt")]);
+    assert_eq!(work.lines().count(), 4, "four coder turns wrote work.txt:\n{work}");
+    t.assert_worktree_removed(&name);
+    assert_eq!(t.loop_row(&name)["auditCount"], json!(4));
+
+    // Sections: all completed with their summaries and checkpoints; section 2 took 1 retry.
+    let c = t.ro();
+    let mut st = c
+        .prepare(
+            "SELECT section_index, status, attempts, summary_done, checkpoint_commit FROM section_plans
+             WHERE loop_name = ?1 ORDER BY section_index",
+        )
+        .unwrap();
+    let secs: Vec<SectionRow> = st
+        .query_map([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        secs.iter().map(|s| (s.0, s.1.as_str(), s.2)).collect::<Vec<_>>(),
+        [(0, "completed", 0), (1, "completed", 1), (2, "completed", 0)]
+    );
+    for s in &secs {
+        assert_eq!(s.3.as_deref(), Some(r#"["work.txt updated"]"#), "summary of section {}", s.0);
+        let commit = s.4.as_deref().unwrap_or_else(|| panic!("section {} has no checkpoint", s.0));
+        let subject = common::git(&t.repo.path, &["log", "-1", "--format=%s", commit]);
+        assert!(subject.starts_with(&format!("section {}:", s.0 + 1)), "{subject}");
+    }
+
+    // Section 2's attempt history: a dirty then a clean audit (DB and review-read).
+    let outcomes =
+        t.strings("SELECT outcome FROM loop_attempts WHERE loop_name = ?1 AND section_index = 1 ORDER BY id", &name);
+    assert_eq!(outcomes, ["dirty", "clean"]);
+    let read = t.client.tool_ok("review-read", json!({ "attempts": true, "loopName": name }));
+    let attempts = read.data["attempts"].as_array().unwrap_or_else(|| panic!("{:?}", read.data)).clone();
+    let s2: Vec<&serde_json::Value> = attempts.iter().filter(|a| a["sectionIndex"] == json!(1)).collect();
+    let oc: Vec<&str> = s2.iter().map(|a| a["outcome"].as_str().unwrap_or("")).collect();
+    assert_eq!(oc, ["dirty", "clean"], "{attempts:#?}");
+    // The dirty audit left the bug finding, the clean one none; each names its auditor.
+    let after = |a: &serde_json::Value| a["findingsAfter"].as_array().map(Vec::len);
+    assert_eq!((after(s2[0]), after(s2[1])), (Some(1), Some(0)), "{attempts:#?}");
+    assert_eq!(s2[0]["findingsAfter"][0]["description"], json!("section 2 is not done"));
+    assert!(s2.iter().all(|a| a["auditorSessionId"].is_string()), "{attempts:#?}");
+
+    // The finding is gone; the handoffs are all applied (none pending or left over).
+    assert_eq!(t.count("SELECT count(*) FROM review_findings WHERE loop_name = ?1", &name), 0);
+    assert_eq!(
+        t.strings("SELECT DISTINCT status FROM loop_handoffs WHERE loop_name = ?1", &name),
+        ["applied"],
+        "{}",
+        t.report()
+    );
+    assert_eq!(t.count("SELECT count(*) FROM loop_handoffs WHERE loop_name = ?1", &name), 8);
+}
+
+/// The auditor of the only section appends a section with plan-adjust, then hands off
+/// clean: the loop runs the appended section too, and the amendment is recorded.
+#[test]
+fn plan_adjust_during_an_audit_appends_a_section_that_then_runs() {
+    let t = LoopTest::start("adjust", "");
+    let name = t.execute("One step", ONE_SECTION);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    assert_eq!((end["sectionIndex"].clone(), end["totalSections"].clone()), (json!(1), json!(2)), "{end}");
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1 s=0",
+            "advance-section auditor-handoff auditing->coding it=1 s=0",
+            "rotate coder-handoff coding->auditing it=2 s=1",
+            "terminate completed auditing->- it=2 s=1 status=completed reason=completed",
+        ],
+    );
+    t.assert_notifications_match(&name);
+    assert_eq!(t.roles(), ["coder", "auditor", "coder", "auditor"]);
+
+    assert_eq!(t.state_file("adjust.code").unwrap().trim(), "0", "{:?}", t.state_file("adjust.err"));
+    common::assert_contains(&t.state_file("adjust.out").unwrap(), "\"total_sections\":2");
+    // The appended section's coder got its content.
+    common::assert_contains(&t.state_file("prompt-3").unwrap(), "Append the word appended to work.txt.");
+
+    let c = t.ro();
+    let (source, rationale, at, before, after): (String, String, i64, String, String) = c
+        .query_row(
+            "SELECT source, rationale, applied_at_section, sections_before, sections_after FROM plan_amendments WHERE loop_name = ?1",
+            [&name],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .expect("one plan_amendments row");
+    assert_eq!((source.as_str(), rationale.as_str(), at), ("auditor", "the plan forgot a step", 0));
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&before).unwrap(), json!([]));
+    let after: serde_json::Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(after[0]["index"], json!(1));
+    assert_eq!(after[0]["title"], json!("Appended section"));
+    assert_eq!(t.count("SELECT count(*) FROM plan_amendments WHERE loop_name = ?1", &name), 1);
+
+    assert_eq!(
+        t.strings(
+            "SELECT title || ' ' || status FROM section_plans WHERE loop_name = ?1 ORDER BY section_index",
+            &name
+        ),
+        ["Only step completed", "Appended section completed"]
+    );
+    // The stored master plan is unchanged.
+    let master = t.strings("SELECT content FROM plans WHERE loop_name = ?1", &name);
+    assert_eq!(master, [ONE_SECTION]);
+    assert_eq!(t.log(&format!("forge/{name}"))[..2], ["section 2: Appended section", "section 1: Only step"]);
+}
+
+/// With `loop.postAction` enabled and a prompt, the clean final audit enters post_action;
+/// the post-action agent's loop-complete completes the loop and its report is stored and
+/// shown by loop-status.
+#[test]
+fn the_post_action_phase_completes_the_loop_with_its_report() {
+    let t = LoopTest::start(
+        "clean",
+        "[loop.postAction]\nenabled = true\nprompt = \"Run the release checks and report.\"\n",
+    );
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("completed"));
+    assert_eq!(end["phase"], json!("post_action"));
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1",
+            "phase auditor-handoff auditing->post_action it=1",
+            "terminate completed post_action->- it=1 status=completed reason=completed",
+        ],
+    );
+    t.assert_notifications_match(&name);
+    assert_eq!(t.roles(), ["coder", "auditor", "post_action"]);
+    common::assert_contains(&t.state_file("prompt-3").unwrap(), "Run the release checks and report.");
+    // The post-action ran in a fresh session of its own.
+    let turns = t.turns();
+    assert!(turns[2].1 != turns[0].1 && turns[2].1 != turns[1].1, "{turns:?}");
+
+    let report = t.strings("SELECT post_action_report FROM loop_large_fields WHERE loop_name = ?1", &name);
+    assert_eq!(report.len(), 1);
+    let report = &report[0];
+    common::assert_contains(report, "**Post-action outcome:**");
+    common::assert_contains(report, "run checks — all green");
+    common::assert_contains(report, "ship it");
+    common::assert_contains(report, "post-action by the test agent");
+    let summary = t.strings("SELECT completion_summary FROM loops WHERE loop_name = ?1", &name);
+    common::assert_contains(&summary[0], "Follow-ups: ship it.");
+    assert_eq!(
+        t.strings("SELECT role || ' ' || status FROM loop_handoffs WHERE loop_name = ?1 ORDER BY id", &name),
+        ["coder applied", "auditor applied", "post_action applied"]
+    );
+
+    let status = t.client.tool_ok("loop-status", json!({ "name": name }));
+    common::assert_contains(&status.text, &format!("Post-Action Report:\n{report}"));
+    assert_eq!(status.data["status"], json!("completed"));
+    // The worktree is removed after the post-action; the branch is kept.
+    t.assert_worktree_removed(&name);
+    assert!(t.has_branch(&format!("forge/{name}")));
+}

@@ -1,0 +1,101 @@
+//! Loops that end without completing: a coder that never hands off, an agent that crashes
+//! on every turn, and the iteration cap.
+
+mod common;
+mod loop_support;
+
+use loop_support::*;
+use serde_json::json;
+
+/// The nudge the runner sends after a turn without a handoff.
+const NUDGE: &str = "You ended your turn without calling loop-handoff/loop-complete. Finish the work, then call it.";
+
+/// A coder that replies without ever calling loop-handoff gets 3 nudges in the same session,
+/// then the loop ends `errored` with `handoff_missing`.
+#[test]
+fn a_coder_that_never_hands_off_is_nudged_three_times_then_terminated() {
+    let t = LoopTest::start("silent", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("errored"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("handoff_missing"));
+    assert_eq!(end["phase"], json!("coding"));
+    // Nudges are not logged: the only row is the termination.
+    t.assert_transitions(&name, &["terminate handoff_missing coding->- it=1 status=errored reason=handoff_missing"]);
+    t.assert_notifications_match(&name);
+
+    // Four turns of one coder session: the plan prompt, then the nudge three times.
+    let turns = t.turns();
+    assert_eq!(turns.iter().map(|t| t.0.as_str()).collect::<Vec<_>>(), ["coder"; 4]);
+    assert!(turns.iter().all(|x| x.1 == turns[0].1), "one session: {turns:?}");
+    let first = t.state_file("prompt-1").unwrap();
+    assert!(first.contains("work.txt") && !first.contains(NUDGE), "{first}");
+    for n in 2..=4 {
+        assert_eq!(t.state_file(&format!("prompt-{n}")).unwrap().trim(), NUDGE, "prompt of turn {n}");
+    }
+    assert_eq!(t.count("SELECT count(*) FROM loop_handoffs WHERE loop_name = ?1", &name), 0);
+    // The worktree and branch stay for a restart.
+    let row = t.loop_row(&name);
+    assert!(std::path::Path::new(row["worktreeDir"].as_str().unwrap()).is_dir());
+    assert!(t.has_branch(&format!("forge/{name}")));
+}
+
+/// An agent that exits 1 on every turn: the coder error still rotates to audit, the audit
+/// error recovers to coding, and the third consecutive error ends the loop
+/// (`error_max_retries`, errored).
+#[test]
+fn a_crashing_agent_ends_the_loop_with_error_max_retries() {
+    let t = LoopTest::start("crash", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("errored"), "{end}{}", t.report());
+    let reason = end["terminationReason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.starts_with("error_max_retries"), "{reason}");
+    assert!(
+        reason.contains("boom: the test agent crashed on purpose"),
+        "the reason carries the agent's stderr: {reason}"
+    );
+    assert_eq!(end["errorCount"], json!(3), "{end}");
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-error coding->auditing it=1",
+            "error-recovery audit-error auditing->coding it=1",
+            "terminate error_max_retries coding->- it=2 status=errored reason=error_max_retries",
+        ],
+    );
+    t.assert_notifications_match(&name);
+    assert_eq!(t.roles(), ["coder", "auditor", "coder"]);
+    // The errored coding turn was recorded as an attempt without decisions.
+    let fallback = t.strings("SELECT fallback_reason FROM loop_attempts WHERE loop_name = ?1 ORDER BY id", &name);
+    assert_eq!(fallback, ["coder turn ended on an assistant error"]);
+    assert_eq!(t.strings("SELECT coder_decisions FROM loop_attempts WHERE loop_name = ?1", &name), ["NULL"]);
+}
+
+/// `loop.defaultMaxIterations = 2` with an auditor that always finds a bug: the second dirty
+/// audit would start iteration 3, so the loop ends `max_iterations` (errored).
+#[test]
+fn the_iteration_cap_ends_a_loop_whose_audits_stay_dirty() {
+    let t = LoopTest::start("alwaysbug", "[loop]\ndefaultMaxIterations = 2\n");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("errored"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("max_iterations"));
+    assert_eq!((end["iteration"].clone(), end["maxIterations"].clone()), (json!(2), json!(2)), "{end}");
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1",
+            "continue auditor-handoff auditing->coding it=1",
+            "rotate coder-handoff coding->auditing it=2",
+            "terminate max_iterations auditing->- it=2 status=errored reason=max_iterations",
+        ],
+    );
+    t.assert_notifications_match(&name);
+    assert_eq!(t.roles(), ["coder", "auditor", "coder", "auditor"]);
+    // The finding stays (the loop did not complete); nothing is left pending.
+    assert_eq!(t.count("SELECT count(*) FROM review_findings WHERE loop_name = ?1 AND severity = 'bug'", &name), 1);
+    assert_eq!(t.count("SELECT count(*) FROM loop_handoffs WHERE loop_name = ?1 AND status = 'pending'", &name), 0);
+    let branch = format!("forge/{name}");
+    assert_eq!(t.log(&branch)[0], format!("loop: {name} max_iterations after 2 iterations"));
+}

@@ -1,0 +1,383 @@
+//! Many connections and many processes (PROTOCOL.md §1, §7): `serve --listen unix:|tcp:`,
+//! the private callback socket, cross-process change announcements, and the `forge-lsp call`
+//! command line (identity, exit codes, `--json`, `--help`).
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// The cross-process deadline of PROTOCOL.md §1 is 500 ms; asserted loosely (a loaded machine
+/// runs debug binaries), the measured latency is printed.
+const CROSS_PROCESS_LIMIT: Duration = Duration::from_secs(2);
+
+fn mode(p: &std::path::Path) -> u32 {
+    std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777
+}
+
+/// Two clients of one server: `writer` (agent user) writes `reader`'s plan through the
+/// `session_id` extension; `reader` is refreshed and reads the new text.
+fn write_for_another_client(writer: &Client, reader: &Client, label: &str) {
+    let target = reader.session_id();
+    let content = format!("# Written by {label}\nstep");
+    let uri = session_plan_uri(&target);
+    let (wm, rm) = (writer.mark(), reader.mark());
+    let sent = Instant::now();
+    let out = writer.tool_ok("plan-write", json!({ "content": content, "session_id": target }));
+    assert_eq!(out.data["sessionId"], json!(target));
+    let r = reader.wait_refresh(rm, &uri, WAIT).unwrap_or_else(|| {
+        panic!("the reader got no refresh of {uri}: {:?}{}", reader.refreshed_uris(), reader.diagnostics())
+    });
+    println!("refresh reached the other connection after {:?}", r.at.saturating_duration_since(sent));
+    assert_eq!(reader.content(&uri).unwrap(), content);
+    assert_eq!(
+        reader.tool_ok("plan-read", json!({})).text,
+        format!("(2 lines total)\n1: # Written by {label}\n2: step")
+    );
+    // The writer is told as well (one shared state).
+    assert!(writer.wait_refresh(wm, &uri, WAIT).is_some(), "{:?}", writer.refreshed_uris());
+}
+
+#[test]
+fn serve_listen_unix_shares_one_state_between_connections() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("sockdir/forge.sock");
+    let server = sb.listen_unix(&sock);
+    assert_eq!(mode(&sock), 0o600, "socket file mode");
+    assert_eq!(mode(sock.parent().unwrap()), 0o700, "socket directory mode");
+
+    let mut a = server.connect();
+    let mut b = server.connect();
+    a.init(&Init::new(&repo.path));
+    b.init(&Init::new(&repo.path).agent("architect"));
+    assert_ne!(a.session_id(), b.session_id());
+    write_for_another_client(&a, &b, "client a");
+
+    // A client that leaves does not disturb the others.
+    a.shutdown_exit();
+    drop(a);
+    let mut c = server.connect();
+    c.init(&Init::new(&repo.path));
+    write_for_another_client(&c, &b, "client c");
+}
+
+#[test]
+fn serve_listen_tcp_shares_one_state_between_connections() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let server = sb.listen_tcp();
+    let mut a = server.connect();
+    let mut b = server.connect();
+    a.init(&Init::new(&repo.path));
+    b.init(&Init::new(&repo.path));
+    write_for_another_client(&a, &b, "client a");
+}
+
+#[test]
+fn serve_listen_refuses_addresses_off_loopback_and_bad_schemes() {
+    let sb = Sandbox::new();
+    for addr in ["tcp:0.0.0.0:4000", "http://localhost:1", "unix:"] {
+        let mut cmd = sb.command();
+        cmd.arg("--data-dir").arg(&sb.data_dir).args(["serve", "--listen", addr]);
+        let out = run_process(cmd, None, CALL_TIMEOUT);
+        assert_eq!(out.code, 2, "{addr}: {out:?}");
+        assert!(!out.stderr.trim().is_empty(), "{addr}: a message on stderr");
+    }
+}
+
+#[test]
+fn a_call_in_another_process_reaches_a_stdio_client() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let sid = c.session_id();
+    let uri = session_plan_uri(&sid);
+
+    let mark = c.mark();
+    let out = sb
+        .call("plan-write")
+        .input(json!({ "content": "# From the command line\nstep" }))
+        .session(&sid)
+        .cwd(&repo.path)
+        .run();
+    let done = Instant::now();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("Plan stored: 2 lines, 28 chars.\n"), "{out:?}");
+    let r = c
+        .wait_refresh(mark, &uri, WAIT)
+        .unwrap_or_else(|| panic!("no refresh of {uri} after the call: {:?}{}", c.refreshed_uris(), c.diagnostics()));
+    let latency = r.at.saturating_duration_since(done);
+    println!("cross-process refresh latency: {latency:?} (call took {:?})", out.elapsed);
+    assert!(latency < CROSS_PROCESS_LIMIT, "refresh arrived {latency:?} after the call ended");
+    assert_eq!(c.content(&uri).unwrap(), "# From the command line\nstep");
+
+    // The client now knows the document (it fetched it): its structure warnings are
+    // published, and republished when another process changes the plan.
+    let fetched = c.wait_diagnostics_since(Mark::default(), &uri, WAIT, |d| d.len() == 4);
+    assert!(fetched.is_some(), "warnings of the fetched plan");
+    let mark = c.mark();
+    let out = sb.call("plan-write").input(json!({ "content": GOOD_PLAN })).session(&sid).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(c.wait_refresh(mark, &uri, WAIT).is_some());
+    assert!(
+        c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).is_some(),
+        "warnings cleared after the other process's write: {:?}",
+        c.notifications_of("textDocument/publishDiagnostics")
+    );
+    assert_eq!(c.tool_ok("plan-read", json!({ "limit": 1 })).text.lines().nth(1), Some("1: # Add OAuth login"));
+}
+
+#[test]
+fn a_second_server_process_sees_the_first_ones_writes() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut one = sb.stdio();
+    let mut two = sb.stdio();
+    one.init(&Init::new(&repo.path));
+    two.init(&Init::new(&repo.path));
+    let uri = session_plan_uri(&one.session_id());
+    let mark = two.mark();
+    let sent = Instant::now();
+    one.tool_ok("plan-write", json!({ "content": "# Process one" }));
+    let r = two.wait_refresh(mark, &uri, WAIT).unwrap_or_else(|| panic!("{:?}", two.refreshed_uris()));
+    let latency = r.at.saturating_duration_since(sent);
+    println!("server-to-server refresh latency: {latency:?}");
+    assert!(latency < CROSS_PROCESS_LIMIT);
+    assert_eq!(two.content(&uri).unwrap(), "# Process one");
+}
+
+#[test]
+fn forge_lsp_socket_sends_calls_through_the_server() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("s/forge.sock");
+    let server = sb.listen_unix(&sock);
+    let mut watcher = server.connect();
+    watcher.init(&Init::new(&repo.path));
+    let sid = watcher.session_id();
+
+    let out = sb.call("tools").env("FORGE_LSP_SOCKET", &sock).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_contains(&out.stdout, "- forge.plan-write: ");
+
+    // Writes through the socket reach the server's clients.
+    let mark = watcher.mark();
+    let out = sb
+        .call("plan-write")
+        .input(json!({ "content": "# Via the socket" }))
+        .session(&sid)
+        .env("FORGE_LSP_SOCKET", &sock)
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(watcher.wait_refresh(mark, &session_plan_uri(&sid), WAIT).is_some(), "{:?}", watcher.refreshed_uris());
+    assert_eq!(watcher.tool_ok("plan-read", json!({})).text, "(1 lines total)\n1: # Via the socket");
+
+    // Errors come back with the tool's message.
+    let out = sb.call("plan-read").env("FORGE_LSP_SOCKET", &sock).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.stderr.trim(), "No plan found for current session");
+
+    // The socket is really used: an unreachable one is an error, not a silent fallback.
+    let out = sb.call("tools").env("FORGE_LSP_SOCKET", sb.root.join("absent.sock")).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, "FORGE_LSP_SOCKET");
+    assert_contains(&out.stderr, "absent.sock");
+    drop(server);
+}
+
+#[test]
+fn loop_sessions_call_with_their_token() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("s/forge.sock");
+    let server = sb.listen_unix(&sock);
+    sb.ensure_db();
+    let session = "ses_01JLOOPCALLER00000000000";
+    let db = sb.db();
+    db.insert_loop(&LoopFixture::running(&repo.root_commit, "cli-loop", session, &repo.path));
+    db.insert_loop_session(session, &repo.root_commit, "cli-loop", "coder", "tok-cli");
+
+    let call = |tool: &str, token: &str| {
+        sb.call(tool)
+            .input(json!({ "content": "# from the loop" }))
+            .env("FORGE_LSP_SOCKET", &sock)
+            .env("FORGE_SESSION_ID", session)
+            .env("FORGE_SESSION_TOKEN", token)
+            .cwd(&repo.path)
+            .run()
+    };
+    let out = call("plan-write", "tok-wrong");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, session);
+    let out = call("plan-write", "tok-cli");
+    assert_eq!(out.code, 1, "a loop session may not author plans: {out:?}");
+    assert_contains(&out.stderr, "forge.plan-write");
+    drop(server);
+}
+
+#[test]
+fn the_private_callback_socket_of_a_stdio_server() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let sock = c.private_socket().expect("stdio server");
+    assert!(wait_for(WAIT, || sock.exists().then_some(())).is_some(), "{}", sock.display());
+    assert_eq!(mode(&sock), 0o600);
+    assert_eq!(mode(sock.parent().unwrap()), 0o700);
+
+    let mark = c.mark();
+    let out = sb
+        .call("plan-write")
+        .input(json!({ "content": "# Through the private socket" }))
+        .session(&c.session_id())
+        .env("FORGE_LSP_SOCKET", &sock)
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(c.wait_refresh(mark, &session_plan_uri(&c.session_id()), WAIT).is_some());
+
+    let (status, _) = c.shutdown_exit().unwrap();
+    assert!(status.success());
+    assert!(!sock.exists(), "the private socket is removed on exit");
+}
+
+// --- forge-lsp call -----------------------------------------------------------------------------
+
+#[test]
+fn call_exit_codes_and_messages() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let run = |tool: &str, input: Option<&str>| {
+        let mut c = sb.call(tool).cwd(&repo.path);
+        if let Some(i) = input {
+            c = c.raw_input(i);
+        }
+        c.run()
+    };
+
+    let out = run("nope", None);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_contains(&out.stderr, "nope");
+    assert!(out.stdout.is_empty(), "{out:?}");
+
+    for bad in ["{not json", "[1, 2]", "\"text\""] {
+        let out = run("plan-write", Some(bad));
+        assert_eq!(out.code, 2, "{bad}: {out:?}");
+        assert!(!out.stderr.trim().is_empty());
+    }
+    let out = run("plan-write", Some(r##"{"content": "# x", "bogus": true}"##));
+    assert_eq!(out.code, 2, "schema violations are usage errors: {out:?}");
+    assert_contains(&out.stderr, "bogus");
+
+    let out = run("plan-read", None);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.stderr.trim(), "No plan found for current session");
+    assert!(out.stdout.is_empty(), "{out:?}");
+
+    let out = run("plan-write", Some(r#"{"content": "   "}"#));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.stderr.trim(), "plan-write failed: content is empty.");
+
+    let out = sb.call("plan-write").input(json!({ "content": "# x" })).agent("code").cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, "forge.plan-write");
+    assert_contains(&out.stderr, "`code`");
+
+    let out = sb.call("plan-write").input(json!({ "content": "# x" })).agent("wizard").cwd(&repo.path).run();
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_contains(&out.stderr, "wizard");
+
+    let out = sb.call("plan-write").input(json!({ "content": "# Plan\nok" })).session("ses_cli").cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, "Plan stored: 2 lines, 9 chars.\nSections (0): none detected\nWarnings:\n  - No <!-- forge-section --> markers found: the whole plan will run as a single section.\n  - No \"Loop Name:\" line found: the loop name will be derived from the plan title.\n  - No Objective heading found before the first executable phase.\n  - Plan is missing trailing headings: Decisions, Conventions, Key Context.\n");
+    let out = sb.call("plan-read").session("ses_cli").cwd(&repo.path).run();
+    assert_eq!((out.code, out.stdout.as_str()), (0, "(2 lines total)\n1: # Plan\n2: ok\n"));
+
+    // The input may come from standard input.
+    let out = sb
+        .call("plan-edit")
+        .raw_input("-")
+        .stdin(r#"{"oldString": "ok", "newString": "fine"}"#)
+        .session("ses_cli")
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("Replaced 1 occurrence(s).\n"), "{out:?}");
+}
+
+#[test]
+fn call_json_prints_the_whole_result() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let out =
+        sb.call("plan-write").input(json!({ "content": GOOD_PLAN })).session("ses_json").json().cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", out.stdout));
+    let obj = v.as_object().expect("object");
+    assert_eq!(obj.keys().collect::<Vec<_>>(), ["data", "text"], "{v}");
+    assert!(v["text"].as_str().unwrap().starts_with(&stored_line(GOOD_PLAN)));
+    assert_eq!(v["data"]["sessionId"], json!("ses_json"));
+    assert_eq!(v["data"]["loopName"], json!("add-oauth"));
+
+    let out = sb.call("tools").json().cwd(&repo.path).run();
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(v["data"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{v}");
+
+    // Failures print the message and, with --json, the error object on stderr.
+    let out = sb.call("plan-read").json().session("ses_none").cwd(&repo.path).run();
+    assert_eq!(out.code, 1);
+    assert_contains(&out.stderr, "No plan found for current session");
+    let err_line = out.stderr.lines().find(|l| l.starts_with('{')).expect("JSON error on stderr");
+    let e: Value = serde_json::from_str(err_line).unwrap();
+    assert_eq!(e["error"]["code"], json!(1002), "{e}");
+    assert_eq!(e["error"]["data"]["kind"], json!("not_found"), "{e}");
+}
+
+#[test]
+fn call_help_lists_every_tool_with_its_description() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command();
+    cmd.args(["call", "--help"]);
+    let help = run_process(cmd, None, CALL_TIMEOUT);
+    assert_eq!(help.code, 0, "{help:?}");
+
+    let tools = sb.call("tools").json().run();
+    assert_eq!(tools.code, 0, "{tools:?}");
+    let v: Value = serde_json::from_str(&tools.stdout).unwrap();
+    for t in v["data"]["tools"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let line = help
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} is not listed in call --help:\n{}", help.stdout));
+        // The first sentence of the description (or its beginning).
+        let description = t["description"].as_str().unwrap();
+        let first_sentence = description.split(". ").next().unwrap_or(description).trim_end_matches('.');
+        let first_words: String = first_sentence.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
+        assert_contains(line, &first_words);
+    }
+    assert_contains(&help.stdout, "--json");
+    assert_contains(&help.stdout, "--agent");
+    assert_contains(&help.stdout, "--session");
+
+    let mut cmd = sb.command();
+    cmd.arg("--help");
+    let top = run_process(cmd, None, CALL_TIMEOUT);
+    assert_eq!(top.code, 0, "{top:?}");
+    for word in ["serve", "call", "--data-dir"] {
+        assert_contains(&top.stdout, word);
+    }
+    let mut cmd = sb.command();
+    cmd.arg("--version");
+    let v = run_process(cmd, None, CALL_TIMEOUT);
+    assert_eq!(v.code, 0);
+    assert_contains(&v.stdout, env!("CARGO_PKG_VERSION"));
+}

@@ -1,0 +1,34 @@
+#!/bin/bash
+# A scripted agent for the sandbox tests (server/tests/sandbox.rs). The shebang is an
+# absolute path on purpose: `#!/usr/bin/env bash` would find the loop's sandbox shim on PATH
+# and run this whole script inside the sandbox.
+#
+# The first coder turn of a session exercises forge.shell and the shell shims and writes
+# what it saw to $FORGE_TEST_STATE/<session>/ (the file `done` last). Every other turn waits
+# (the test cancels the loop, which kills the turn's process group).
+set -u
+state=${FORGE_TEST_STATE:?}
+cat > /dev/null
+d="$state/$FORGE_SESSION_ID"
+if [ "$FORGE_ROLE" != coder ] || [ -e "$d/done" ]; then
+  exec sleep 120
+fi
+mkdir -p "$d"
+shell() { # <name> <json>: forge.shell, the --json result to <name>.json and the exit code to <name>.code
+  forge-lsp call shell "$2" --json > "$d/$1.json" 2> "$d/$1.err"
+  echo $? > "$d/$1.code"
+}
+shell pwd '{"command":"pwd"}'
+shell subdir '{"command":"mkdir -p sub/dir && cd sub/dir && pwd","cwd":"."}'
+shell incwd '{"command":"pwd","cwd":"sub/./dir"}'
+shell escape "{\"command\":\"touch '$state/escaped' && echo wrote\"}"
+shell timeout '{"command":"echo start; sleep 30","timeoutMs":300}'
+shell toolong '{"command":"true","timeoutMs":600001}'
+shell dotdot '{"command":"pwd","cwd":"../.."}'
+shell absolute '{"command":"pwd","cwd":"/etc"}'
+echo "${PATH%%:*}" > "$d/path-head"
+echo "$SHELL" > "$d/shell-var"
+"$SHELL" -c 'echo $$ ${FORGE_SANDBOX:-host}; touch shim-made' > "$d/shim.txt" 2>&1
+sh -c 'echo $$ ${FORGE_SANDBOX:-host}' > "$d/path-sh.txt" 2>&1
+touch "$d/done"
+echo "done"

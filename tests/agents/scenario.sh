@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# A scripted agent for the loop end-to-end tests (server/tests/loops_*.rs): one turn per run.
+# The server starts it in the loop's worktree with FORGE_ROLE, FORGE_SESSION_ID, ... and the
+# prompt on stdin (docs/agents.md). Knobs come from the server's environment:
+#   FORGE_TEST_STATE     a per-test directory: the turn log, counters, pid and output files
+#   FORGE_TEST_SCENARIO  what to do (default clean):
+#     clean     coder appends to work.txt and hands off; auditor hands off clean (with a
+#               summary in a sectioned loop); post_action calls loop-complete
+#     finding   clean, but section 2's first audit writes a bug finding on work.txt:1 and
+#               hands off without a summary; its second audit deletes it and hands off clean
+#     silent    the coder only prints text (never hands off)
+#     crash     every turn fails (exit 1)
+#     block     the auditor records a clean handoff, writes its pid to auditor.pid and waits
+#               for the file `release` (at most ~20 s) before ending its turn; while the file
+#               `hold-coder` exists, the coder waits for `coder-release` before working
+#     alwaysbug every audit writes a bug finding and hands off dirty
+#     adjust    the first audit appends a section with plan-adjust, then hands off clean
+#     identity  the coder saves its credentials, tries loop-complete, waits for `coder-go`;
+#               the auditor tries loop-handoff as the previous coder session and a call with
+#               a forged token, waits for `auditor-go`, then hands off clean
+#     double    the coder calls loop-handoff twice in one turn (first, then second summary)
+# Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
+set -uo pipefail
+state=${FORGE_TEST_STATE:?FORGE_TEST_STATE must be set}
+scenario=${FORGE_TEST_SCENARIO:-clean}
+prompt=$(cat)
+
+# bump NAME: increments the counter NAME (a file in $state) and prints the new value.
+bump() {
+  local n
+  n=$(($(cat "$state/count-$1" 2>/dev/null || echo 0) + 1))
+  echo "$n" > "$state/count-$1"
+  echo "$n"
+}
+turn=$(bump turns)
+echo "$turn $FORGE_ROLE $FORGE_SESSION_ID $$" >> "$state/turns"
+printf '%s' "$prompt" > "$state/prompt-$turn"
+
+# run NAME CMD...: runs CMD, saving its stdout, stderr and exit code as NAME.out/.err/.code.
+run() {
+  local name=$1
+  shift
+  "$@" > "$state/$name.out" 2> "$state/$name.err"
+  echo $? > "$state/$name.code"
+}
+
+# await FILE: waits until $state/FILE exists (at most ~20 s).
+await() {
+  for _ in $(seq 200); do
+    [ -e "$state/$1" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# The 0-based index of the current section, or "none" in a non-sectioned loop.
+section() {
+  local out
+  out=$(forge-lsp call section-read '{}' 2> /dev/null) || { echo none; return; }
+  sed -n 's/^  "index": \([0-9]*\),$/\1/p' <<< "$out"
+}
+
+coder_handoff() { # coder_handoff SUMMARY
+  forge-lsp call loop-handoff "{\"changes\":[{\"summary\":\"$1\",\"reason\":\"the plan asks for it\"}],\
+\"verification\":[{\"command\":\"cat work.txt\",\"cwd\":\".\",\"outcome\":\"pass\",\"changedAfter\":false}]}"
+}
+
+audit_clean() {
+  if [ "$(section)" = none ]; then
+    forge-lsp call loop-handoff '{}'
+  else
+    forge-lsp call loop-handoff '{"summary":{"done":["work.txt updated"],"deviations":[],"followUps":["none"]}}'
+  fi
+}
+
+post_action() {
+  forge-lsp call loop-complete '{"outcome":"completed","steps":[{"name":"run checks","status":"done","detail":"all green"}],"followUps":["ship it"],"notes":"post-action by the test agent"}'
+}
+
+code() { # the default coder turn: one line per turn in work.txt, then the handoff
+  echo "turn $turn: section $(section) by $FORGE_SESSION_ID" >> work.txt
+  coder_handoff "appended turn $turn to work.txt"
+}
+
+[ "$scenario" = crash ] && { echo "boom: the test agent crashed on purpose" >&2; exit 1; }
+
+case "$FORGE_ROLE:$scenario" in
+  coder:silent)
+    echo "I looked at the plan and will get back to you."
+    exit 0
+    ;;
+  coder:identity)
+    echo "$FORGE_SESSION_ID $FORGE_SESSION_TOKEN" > "$state/coder.cred.tmp"
+    mv "$state/coder.cred.tmp" "$state/coder.cred"
+    run coder-complete forge-lsp call loop-complete '{"outcome":"completed","steps":[{"name":"x","status":"done"}]}'
+    await coder-go
+    code
+    ;;
+  coder:block)
+    [ -e "$state/hold-coder" ] && await coder-release
+    code
+    ;;
+  coder:double)
+    echo "turn $turn" >> work.txt
+    run first coder_handoff "FIRST-CALL summary"
+    run second coder_handoff "SECOND-CALL summary"
+    ;;
+  coder:*)
+    code
+    ;;
+  auditor:finding)
+    k=$(section)
+    if [ "$k" = 1 ] && [ "$(bump section-2-audits)" = 1 ]; then
+      forge-lsp call review-write '{"file":"work.txt","line":1,"severity":"bug","description":"section 2 is not done","scenario":"read work.txt"}'
+      forge-lsp call loop-handoff '{"notes":"one bug left"}'
+    else
+      [ "$k" = 1 ] && forge-lsp call review-delete '{"file":"work.txt","line":1}'
+      audit_clean
+    fi
+    ;;
+  auditor:block)
+    audit_clean
+    echo $$ > "$state/auditor.pid"
+    await release
+    ;;
+  auditor:alwaysbug)
+    forge-lsp call review-write "{\"file\":\"work.txt\",\"line\":1,\"severity\":\"bug\",\"description\":\"still wrong ($turn)\"}" \
+      || true # a second audit finds the same finding already stored
+    forge-lsp call loop-handoff '{"notes":"still wrong"}'
+    ;;
+  auditor:adjust)
+    if [ "$(bump adjusts)" = 1 ]; then
+      run adjust forge-lsp call plan-adjust '{"sections":[{"title":"Appended section","content":"Append the word appended to work.txt."}],"rationale":"the plan forgot a step"}'
+    fi
+    audit_clean
+    ;;
+  auditor:identity)
+    read -r cid ctok < "$state/coder.cred"
+    run stale-handoff env FORGE_SESSION_ID="$cid" FORGE_SESSION_TOKEN="$ctok" forge-lsp call loop-handoff '{}' --json
+    run forged env FORGE_SESSION_TOKEN=garbage forge-lsp call loop-status '{}' --json
+    await auditor-go
+    audit_clean
+    ;;
+  auditor:*)
+    audit_clean
+    ;;
+  post_action:*)
+    post_action
+    ;;
+esac
+echo "turn $turn done"
