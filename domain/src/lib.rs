@@ -7,6 +7,7 @@
 pub mod diagnostics;
 pub mod handoff;
 pub mod loop_machine;
+pub mod loop_permissions;
 pub mod loop_status;
 pub mod naming;
 pub mod permissions;

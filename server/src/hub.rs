@@ -18,6 +18,8 @@ use crate::store::{OpenError, Store};
 
 /// How often the watcher polls the change feed for other processes' writes.
 pub const POLL: Duration = Duration::from_millis(100);
+/// How long a local write's wake-up waits for more writes before the feed is read.
+pub const BATCH: Duration = Duration::from_millis(5);
 
 pub struct Hub {
     /// `--data-dir` from the command line.

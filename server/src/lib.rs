@@ -13,6 +13,7 @@ pub mod engine;
 pub mod findings_index;
 pub mod hub;
 pub mod identity;
+pub mod loop_permissions;
 pub mod loop_scope;
 pub mod lsp;
 pub mod plan_ops;

@@ -198,6 +198,10 @@ fn scenario_plans(bin: &std::path::Path, c: &Counts, r: &mut Report) {
     let floor = json!({ "uri": "forge://no-such-document.md" });
     let v = measure(&mut s, c.warm * 4, c.noop, |s, _| s.timed_raw("workspace/textDocumentContent", &floor).0);
     r.latency(Latency::new("transport floor: textDocumentContent of an unknown URI (error)", v));
+    // The whole tool path (store thread, transaction) with a tiny result.
+    let tiny = exec("review-read", json!({ "file": "no/such/file.rs" }));
+    let v = measure(&mut s, c.warm * 4, c.noop, |s, _| s.timed(EXEC, &tiny).0);
+    r.latency(Latency::new("small tool call: forge.review-read, no findings", v));
     s.settle(SETTLE);
 
     let plans = [plan_text(2000, 24, 0), plan_text(2000, 24, 1)];

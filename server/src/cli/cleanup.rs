@@ -311,8 +311,8 @@ fn cleanup_loop(data_dir: &Path, name: &str, project: Option<&str>, dry_run: boo
     let mut removed = 0usize;
     let stop = |removed: usize, what: String, e: &dyn fmt::Display| {
         failed(format!(
-            "cannot remove {what}: {e}\n{removed} item(s) were removed before this; the loop's row and plan \
-             were kept, so `forge-lsp cleanup loop {name}` can be run again once this is fixed"
+            "cannot remove {what}: {e}\n{removed} item(s) were removed before this and nothing after it (the \
+             database rows are removed last), so the same cleanup can be run again once this is fixed"
         ))
     };
     for it in &plan.items {

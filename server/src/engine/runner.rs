@@ -234,11 +234,16 @@ impl Runner {
         let role = self.live.role;
         let (agent, model) = match role {
             Role::Auditor => {
-                ("auditor-loop", self.config.auditor_model.clone().or(self.config.execution_model.clone()))
+                // The current model of the auditor chain (moved on by a provider limit).
+                let chain = self.auditor_chain();
+                let i = (row.auditor_fallback_index().max(0) as usize).min(chain.len() - 1);
+                ("auditor-loop", chain[i].clone())
             }
             Role::PostAction => ("code", self.config.post_action_model.clone().or(self.config.auditor_model.clone())),
             Role::Coder => ("code", self.config.execution_model.clone()),
         };
+        // After a model error the agent's default model, until a successful pass clears it.
+        let model = model.filter(|_| !row.model_failed);
         let title = session_title(&row, role);
         self.live.turns += 1;
         self.live.last_prompt = prompt.clone();

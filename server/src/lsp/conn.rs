@@ -56,6 +56,8 @@ pub struct Conn {
     known_plans: Mutex<HashSet<String>>,
     /// Warnings of the config files, shown once after `initialized`.
     pub config_warnings: Mutex<Vec<String>>,
+    /// URIs waiting for a coalesced refresh.
+    refresh_pending: Arc<Mutex<HashSet<String>>>,
     /// `initializationOptions.forge.config`, kept so later settings merge over it.
     pub init_config: Mutex<Option<serde_json::Value>>,
     queue: mpsc::UnboundedSender<Arc<Vec<Change>>>,
@@ -79,6 +81,7 @@ impl Conn {
             known_plans: Mutex::new(HashSet::new()),
             config_warnings: Mutex::new(vec![]),
             init_config: Mutex::new(None),
+            refresh_pending: Arc::new(Mutex::new(HashSet::new())),
             queue: tx,
             diagnostics: std::sync::OnceLock::new(),
             published: Mutex::new(diagnostics::Published::default()),
@@ -148,6 +151,21 @@ impl Conn {
         if !loop_changes.is_empty() {
             self.refresh(&ForgeUri::Index.to_uri());
         }
+        if self.caps.materialize {
+            // Loop documents (status, sections, loop plan) and the index follow the loop and
+            // the findings in the read-only copies too.
+            let mut names: Vec<&String> = loop_changes.iter().map(|(n, _)| n).collect();
+            names.dedup();
+            for name in names {
+                for uri in self.loop_document_uris(name).await {
+                    self.materialize(&uri).await;
+                }
+            }
+            let findings_changed = batch.iter().any(|c| c.project_id == project && c.kind == Kind::Finding);
+            if (!loop_changes.is_empty() || findings_changed) && plan_uris.is_empty() {
+                self.materialize(&ForgeUri::Index.to_uri()).await;
+            }
+        }
         if plan_uris.is_empty() {
             return;
         }
@@ -178,15 +196,36 @@ impl Conn {
         }
     }
 
-    /// Sends `workspace/textDocumentContent/refresh` without waiting in the caller.
+    /// Sends `workspace/textDocumentContent/refresh`, coalesced: URIs asked for within
+    /// 50 ms are refreshed once each, and the caller never waits on the client.
     pub fn refresh(&self, uri: &str) {
         if !self.caps.text_document_content {
             return;
         }
+        let first = {
+            let mut pending = self.refresh_pending.lock().expect("refresh");
+            let first = pending.is_empty();
+            pending.insert(uri.to_string());
+            first
+        };
+        if !first {
+            return;
+        }
         let client = self.client.clone();
-        let uri = Uri::from(uri.to_string());
+        let pending = self.refresh_pending.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, client.text_document_content_refresh(uri)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let uris: Vec<String> = std::mem::take(&mut *pending.lock().expect("refresh")).into_iter().collect();
+            for uri in uris {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(
+                        CLIENT_REQUEST_TIMEOUT,
+                        client.text_document_content_refresh(Uri::from(uri)),
+                    )
+                    .await;
+                });
+            }
         });
     }
 
@@ -214,6 +253,27 @@ impl Conn {
         self.client.publish_diagnostics(Uri::from(uri.to_string()), diags, None).await;
     }
 
+    /// The documents of a loop: status, each section, its plan.
+    pub async fn loop_document_uris(&self, name: &str) -> Vec<String> {
+        let (p, n) = (self.project_id(), name.to_string());
+        let total: i64 = self
+            .ws
+            .store
+            .call(move |c| {
+                c.query_row(
+                    "SELECT total_sections FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                    rusqlite::params![p, n],
+                    |r| r.get(0),
+                )
+            })
+            .await
+            .unwrap_or(0);
+        let mut v =
+            vec![ForgeUri::LoopStatus(name.to_string()).to_uri(), ForgeUri::LoopPlan(name.to_string()).to_uri()];
+        v.extend((0..total.max(0)).map(|i| ForgeUri::LoopSection(name.to_string(), i as u32).to_uri()));
+        v
+    }
+
     /// Where the materialized copy of `uri` lives.
     pub fn view_path(&self, uri: &ForgeUri) -> PathBuf {
         self.env().project.root.join(".forge/view").join(uri.view_path())
@@ -232,6 +292,10 @@ impl Conn {
 /// Writes a read-only view file (mode 0444), replacing any previous one; `None` removes it.
 fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
+    // Never recreate a project directory that is gone (e.g. a removed loop worktree).
+    if !root.is_dir() {
+        return Ok(());
+    }
     crate::lsp::documents::exclude_forge_dir(root);
     let Some(text) = text else {
         let _ = std::fs::remove_file(path);

@@ -90,13 +90,18 @@ pub fn query(
     filter: &SectionFilter,
     file: Option<&str>,
 ) -> rusqlite::Result<Vec<Finding>> {
+    // Separate statements, so the file filter uses the (project, loop, file, ...) index.
+    let by_file = if file.is_some() { "AND file = ?3" } else { "" };
     let sql = format!(
-        "SELECT {COLS} FROM review_findings WHERE project_id = ?1 AND loop_name = ?2 AND {} AND (?3 IS NULL OR file = ?3) ORDER BY file, line, section_index, id",
+        "SELECT {COLS} FROM review_findings WHERE project_id = ?1 AND loop_name = ?2 AND {} {by_file} ORDER BY file, line, section_index, id",
         section_sql(filter)
     );
     let mut st = conn.prepare_cached(&sql)?;
-    let rows = st.query_map(params![project, bucket, file], row)?;
-    rows.collect()
+    let rows = match file {
+        Some(f) => st.query_map(params![project, bucket, f], row)?.collect(),
+        None => st.query_map(params![project, bucket], row)?.collect(),
+    };
+    rows
 }
 
 /// Deletes the findings at file:line of a bucket under a delete filter; returns them.

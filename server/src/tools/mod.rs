@@ -198,6 +198,7 @@ pub fn run_tx(
         )));
     };
     forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
+    crate::loop_permissions::check(env, tool.name, &input)?;
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).db()?;
     let mut ctx = ToolCtx { env, db: &tx, now: crate::store::now_ms(), effect: None, has_engine };
     let result = (tool.run)(input, &mut ctx);

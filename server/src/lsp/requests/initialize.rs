@@ -70,6 +70,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok() };
     let conn = Conn::new(backend.hub.next_conn_id(), backend.client.clone(), ws.clone(), env, caps);
     *conn.config_warnings.lock().expect("warnings") = loader.warnings.clone();
+    conn.config_warnings.lock().expect("warnings").extend(crate::loop_permissions::warnings(&conn.env().config));
     *conn.init_config.lock().expect("init config") = options.config.clone();
     if backend.conn.set(conn.clone()).is_err() {
         return Err(rpc_error(&ToolError::invalid("initialize was already called on this connection")));

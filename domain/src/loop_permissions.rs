@@ -1,0 +1,412 @@
+//! `loop.permissions.deny`: user deny rules for loop sessions (FORGE-REFERENCE §2.14).
+//!
+//! An entry is a permission name (`"review-write"`) or a `{ permission, pattern }` table.
+//! Permission names are forge-lsp tool names, except `bash`, which is `shell` (forge.shell
+//! commands); `shell` is accepted as well. A rule without a pattern (or with the pattern
+//! `*`) denies the whole tool; a pattern is matched against forge.shell commands.
+//!
+//! [`compile`] drops, with a warning naming the entry: entries of the wrong shape, `*`,
+//! `external_directory`, the Forge-managed handoff tools (`loop-handoff`, `loop-complete`),
+//! blanket denies of the tools a loop cannot work without (`review-read`, `plan-read`,
+//! `section-read`, `plan-adjust`, `bash`/`shell`, `read`) and duplicates. Scoped denies
+//! are kept.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// One compiled deny rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenyRule {
+    /// The permission name as written (`bash`, `review-write`).
+    pub permission: String,
+    /// A glob over forge.shell commands; `None` denies the whole tool.
+    pub pattern: Option<String>,
+}
+
+impl DenyRule {
+    /// The forge-lsp tool the rule is about (`bash` → `shell`).
+    pub fn tool(&self) -> &str {
+        tool_of(&self.permission)
+    }
+}
+
+impl fmt::Display for DenyRule {
+    /// `{ permission = "bash", pattern = "git push *" }`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{ permission = {}", Value::from(self.permission.as_str()))?;
+        if let Some(p) = &self.pattern {
+            write!(f, ", pattern = {}", Value::from(p.as_str()))?;
+        }
+        f.write_str(" }")
+    }
+}
+
+/// Forge-managed tools a loop session can never be denied.
+pub const STRUCTURAL: &[&str] = &["loop-handoff", "loop-complete"];
+
+/// Tools that may only be denied with a pattern (a blanket deny is dropped).
+pub const NO_BLANKET: &[&str] = &["review-read", "plan-read", "section-read", "plan-adjust", "bash", "shell", "read"];
+
+/// The forge-lsp tool of a permission name.
+fn tool_of(permission: &str) -> &str {
+    if permission == "bash" {
+        "shell"
+    } else {
+        permission
+    }
+}
+
+/// The entry as shown in warnings (compact JSON, cut to 80 characters).
+fn show(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 80 {
+        format!("{}...", s.chars().take(77).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// `(permission, pattern)` of a well-formed entry.
+fn parse(v: &Value) -> Option<(String, Option<String>)> {
+    let (permission, pattern) = match v {
+        Value::String(s) => (s.clone(), None),
+        Value::Object(o) => {
+            if o.keys().any(|k| k != "permission" && k != "pattern") {
+                return None;
+            }
+            let permission = o.get("permission")?.as_str()?.to_string();
+            let pattern = match o.get("pattern") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(p)) => Some(p.clone()),
+                Some(_) => return None,
+            };
+            (permission, pattern)
+        }
+        _ => return None,
+    };
+    if permission.trim().is_empty() || permission.trim() != permission {
+        return None;
+    }
+    let pattern = match pattern {
+        None => None,
+        Some(p) => {
+            let p = normalize(&p);
+            if p.is_empty() {
+                return None;
+            }
+            // `*` alone is the blanket pattern.
+            (!p.chars().all(|c| c == '*')).then_some(p)
+        }
+    };
+    Some((permission, pattern))
+}
+
+/// Compiles the configured entries into rules; the warnings name every dropped entry.
+pub fn compile(entries: &[Value]) -> (Vec<DenyRule>, Vec<String>) {
+    let mut rules: Vec<DenyRule> = vec![];
+    let mut warnings = vec![];
+    for e in entries {
+        let shown = show(e);
+        let mut warn = |why: String| warnings.push(format!("loop.permissions.deny entry {shown} ignored: {why}"));
+        let Some((permission, pattern)) = parse(e) else {
+            warn("an entry is a permission name (a string) or a { permission, pattern } table with string values (pattern optional, not empty)".into());
+            continue;
+        };
+        if permission == "*" {
+            warn("`*` would deny every tool; name the tools to deny".into());
+            continue;
+        }
+        if permission == "external_directory" {
+            warn(
+                "`external_directory` is structural: directory access is decided by the loop's worktree and sandbox"
+                    .into(),
+            );
+            continue;
+        }
+        if STRUCTURAL.contains(&permission.as_str()) {
+            warn(format!(
+                "`{permission}` is Forge-managed (accepted only from the loop's current phase session) and cannot be denied through loop.permissions"
+            ));
+            continue;
+        }
+        if pattern.is_none() && NO_BLANKET.contains(&permission.as_str()) {
+            warn(format!(
+                "a blanket deny of `{permission}` would leave loop sessions unable to work; deny it with a pattern (for example {{ permission = \"bash\", pattern = \"git push *\" }})"
+            ));
+            continue;
+        }
+        let rule = DenyRule { permission, pattern };
+        if rules.iter().any(|r| r.tool() == rule.tool() && r.pattern == rule.pattern) {
+            warn("duplicate of an earlier entry".into());
+            continue;
+        }
+        if rule.pattern.is_some() && rule.tool() != "shell" {
+            // Kept (a scoped deny), but only forge.shell calls have a subject to match.
+            warnings.push(format!(
+                "loop.permissions.deny entry {shown} has no effect: patterns are matched against forge.shell commands (permission `bash`) only"
+            ));
+        }
+        rules.push(rule);
+    }
+    (rules, warnings)
+}
+
+/// The first rule that denies `tool` (a forge-lsp tool name; `bash` is read as `shell`),
+/// called with `shell_command` when it is forge.shell.
+pub fn denied<'a>(rules: &'a [DenyRule], tool: &str, shell_command: Option<&str>) -> Option<&'a DenyRule> {
+    let tool = tool_of(tool);
+    rules.iter().find(|r| {
+        r.tool() == tool
+            && match (&r.pattern, shell_command) {
+                (None, _) => true,
+                (Some(p), Some(cmd)) => command_matches(p, cmd),
+                (Some(_), None) => false,
+            }
+    })
+}
+
+/// Whitespace runs become one space; the ends are trimmed.
+fn normalize(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether a shell command matches a pattern: the whole command, or one of its parts
+/// separated by `;`, `&`, `|`, newlines, parentheses or backticks outside quotes (so
+/// `true && git push` is caught by `git push *`). A pattern ending in ` *` also matches its
+/// prefix alone (`git push *` matches `git push`).
+pub fn command_matches(pattern: &str, command: &str) -> bool {
+    let pattern = normalize(pattern);
+    let whole = normalize(command);
+    std::iter::once(whole).chain(parts(command).iter().map(|p| normalize(p))).any(|c| {
+        !c.is_empty() && (glob(&pattern, &c) || pattern.strip_suffix(" *").is_some_and(|prefix| glob(prefix, &c)))
+    })
+}
+
+/// The parts of a command between unquoted separators.
+fn parts(command: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut cur = String::new();
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    for c in command.chars() {
+        if escaped {
+            escaped = false;
+            cur.push(c);
+            continue;
+        }
+        match c {
+            '\\' if !single => {
+                escaped = true;
+                cur.push(c);
+            }
+            '\'' if !double => {
+                single = !single;
+                cur.push(c);
+            }
+            '"' if !single => {
+                double = !double;
+                cur.push(c);
+            }
+            ';' | '&' | '|' | '\n' | '(' | ')' | '`' if !single && !double => {
+                out.push(std::mem::take(&mut cur));
+            }
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
+/// Whole-string glob: `*` is any run of characters, `?` one character.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    // Position of the last `*` and the text position it currently covers up to.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rule(permission: &str, pattern: Option<&str>) -> DenyRule {
+        DenyRule { permission: permission.into(), pattern: pattern.map(Into::into) }
+    }
+
+    fn one_warning(entries: Value, needle: &str) {
+        let (rules, warnings) = compile(entries.as_array().unwrap());
+        assert!(rules.is_empty(), "{rules:?}");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains(needle), "{warnings:?}");
+    }
+
+    #[test]
+    fn strings_and_tables_compile() {
+        let (rules, warnings) = compile(
+            json!(["review-write", { "permission": "bash", "pattern": "git push *" }, { "permission": "execute-plan" }])
+                .as_array()
+                .unwrap(),
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(
+            rules,
+            vec![rule("review-write", None), rule("bash", Some("git push *")), rule("execute-plan", None)]
+        );
+        assert_eq!(rules[1].tool(), "shell");
+        assert_eq!(rules[1].to_string(), r#"{ permission = "bash", pattern = "git push *" }"#);
+        assert_eq!(rules[0].to_string(), r#"{ permission = "review-write" }"#);
+    }
+
+    #[test]
+    fn star_and_external_directory_are_dropped() {
+        one_warning(json!(["*"]), "`*` would deny every tool");
+        one_warning(json!([{ "permission": "*", "pattern": "rm *" }]), "`*` would deny every tool");
+        one_warning(json!(["external_directory"]), "`external_directory` is structural");
+        one_warning(json!([{ "permission": "external_directory", "pattern": "/etc/*" }]), "external_directory");
+    }
+
+    #[test]
+    fn handoff_tools_are_dropped() {
+        one_warning(json!(["loop-handoff"]), "entry \"loop-handoff\" ignored: `loop-handoff` is Forge-managed");
+        one_warning(json!([{ "permission": "loop-complete", "pattern": "x" }]), "`loop-complete` is Forge-managed");
+    }
+
+    #[test]
+    fn blanket_denies_of_essential_tools_are_dropped_scoped_kept() {
+        for name in NO_BLANKET {
+            one_warning(json!([name]), &format!("a blanket deny of `{name}`"));
+            one_warning(json!([{ "permission": name, "pattern": "*" }]), "blanket deny");
+            one_warning(json!([{ "permission": name }]), "blanket deny");
+        }
+        let (rules, warnings) = compile(json!([{ "permission": "bash", "pattern": "rm -rf *" }]).as_array().unwrap());
+        assert_eq!(rules, vec![rule("bash", Some("rm -rf *"))]);
+        assert!(warnings.is_empty());
+        // A scoped deny of another tool is kept, with a warning that it cannot match.
+        let (rules, warnings) = compile(json!([{ "permission": "plan-read", "pattern": "x*" }]).as_array().unwrap());
+        assert_eq!(rules, vec![rule("plan-read", Some("x*"))]);
+        assert!(warnings[0].contains("has no effect"), "{warnings:?}");
+        assert_eq!(denied(&rules, "plan-read", None), None);
+    }
+
+    #[test]
+    fn duplicates_are_dropped() {
+        let (rules, warnings) = compile(
+            json!([
+                "review-write",
+                { "permission": "review-write" },
+                { "permission": "bash", "pattern": "git push *" },
+                { "permission": "shell", "pattern": "  git   push * " },
+                { "permission": "bash", "pattern": "git push --force*" }
+            ])
+            .as_array()
+            .unwrap(),
+        );
+        assert_eq!(
+            rules,
+            vec![rule("review-write", None), rule("bash", Some("git push *")), rule("bash", Some("git push --force*"))]
+        );
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings.iter().all(|w| w.contains("duplicate of an earlier entry")));
+        assert!(warnings[1].contains("\"shell\""), "{warnings:?}");
+    }
+
+    #[test]
+    fn wrong_shapes_are_dropped() {
+        for bad in [
+            json!(3),
+            json!(null),
+            json!(["bash"]),
+            json!({ "pattern": "x" }),
+            json!({ "permission": 1 }),
+            json!({ "permission": "bash", "pattern": 2 }),
+            json!({ "permission": "bash", "pattern": "  " }),
+            json!({ "permission": "bash", "patern": "git push *" }),
+            json!(""),
+            json!(" review-write"),
+        ] {
+            let shown = bad.to_string();
+            one_warning(json!([bad]), &format!("entry {shown} ignored: an entry is a permission name"));
+        }
+        let (rules, warnings) = compile(&[json!({ "permission": "x".repeat(200) })]);
+        assert_eq!(rules.len(), 1);
+        assert!(warnings.is_empty());
+        let (_, warnings) = compile(&[json!({ "permission": 1, "pattern": "y".repeat(200) })]);
+        assert!(warnings[0].contains("...") && warnings[0].len() < 300, "{warnings:?}");
+    }
+
+    #[test]
+    fn denied_whole_tool_and_patterns() {
+        let rules = vec![rule("review-write", None), rule("bash", Some("git push *")), rule("bash", Some("rm -?f *"))];
+        assert_eq!(denied(&rules, "review-write", None), Some(&rules[0]));
+        assert_eq!(denied(&rules, "review-delete", None), None);
+        assert_eq!(denied(&rules, "shell", Some("git push origin main")), Some(&rules[1]));
+        assert_eq!(denied(&rules, "bash", Some("git push origin main")), Some(&rules[1]));
+        assert_eq!(denied(&rules, "shell", Some("  git push origin main\n")), Some(&rules[1]));
+        assert_eq!(denied(&rules, "shell", Some("git  push\torigin")), Some(&rules[1]));
+        assert_eq!(denied(&rules, "shell", Some("git push")), Some(&rules[1]));
+        assert_eq!(denied(&rules, "shell", Some("git pushy")), None);
+        assert_eq!(denied(&rules, "shell", Some("git status")), None);
+        assert_eq!(denied(&rules, "shell", Some("echo git push origin")), None);
+        assert_eq!(denied(&rules, "shell", Some("rm -rf /tmp/x")), Some(&rules[2]));
+        assert_eq!(denied(&rules, "shell", Some("rm -r /tmp/x")), None);
+        assert_eq!(denied(&rules, "shell", None), None);
+        // A pattern rule never denies another tool.
+        assert_eq!(denied(&[rule("bash", Some("*x*"))], "plan-read", Some("x")), None);
+    }
+
+    #[test]
+    fn compound_commands_are_matched_part_by_part() {
+        let rules = vec![rule("bash", Some("git push *"))];
+        for cmd in [
+            "cargo test && git push origin main",
+            "true; git push",
+            "false || git push -f",
+            "echo ok | git push origin",
+            "(git push origin main)",
+            "echo $(git push origin)",
+            "echo `git push`",
+            "cd x\ngit push origin HEAD",
+        ] {
+            assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd}");
+        }
+        for cmd in ["echo 'a; git push origin'", "echo \"x && git push y\"", "echo \\; git push"] {
+            assert!(denied(&rules, "shell", Some(cmd)).is_none(), "{cmd}");
+        }
+    }
+
+    #[test]
+    fn glob_semantics() {
+        assert!(glob("git push *", "git push origin main"));
+        assert!(glob("*", ""));
+        assert!(glob("a*b*c", "aXXbYYc"));
+        assert!(glob("a*b*c", "abc"));
+        assert!(!glob("a*b*c", "abca"));
+        assert!(glob("a?c", "abc"));
+        assert!(!glob("a?c", "ac"));
+        assert!(glob("*.rs", "main.rs"));
+        assert!(!glob("*.rs", "main.rsx"));
+        assert!(glob("ü?*", "üßx"));
+        assert!(!glob("abc", "ab"));
+        assert!(glob("**a", "bba"));
+        assert!(command_matches("npm publish", " npm   publish "));
+        assert!(!command_matches("npm publish", "npm publish --dry-run"));
+    }
+}

@@ -1,0 +1,147 @@
+//! `loop.permissions.deny` over stdio: deny rules refuse matching calls of loop phase
+//! sessions with 1001 before anything runs, and dropped entries are reported once in a
+//! `window/showMessage` warning (FORGE-REFERENCE.md §2.14).
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+use serde_json::{json, Value};
+
+const CODER: &str = "ses_01JDENYCODER000000000000";
+const AUDITOR: &str = "ses_01JDENYAUDITOR0000000000";
+const LOOP: &str = "deny-loop";
+
+/// A running loop (no sandbox) whose worktree is a real directory, with a coder and an
+/// auditor session.
+struct Fixture {
+    sb: Sandbox,
+    repo: GitRepo,
+    worktree: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let sb = Sandbox::new();
+        let repo = GitRepo::new();
+        let worktree = sb.mkdir("worktree");
+        sb.ensure_db();
+        let db = sb.db();
+        let mut l = LoopFixture::running(&repo.root_commit, LOOP, CODER, &repo.path);
+        l.worktree_dir = worktree.display().to_string();
+        db.insert_loop(&l);
+        db.insert_loop_session(CODER, &repo.root_commit, LOOP, "coder", "tok-coder");
+        db.insert_loop_session(AUDITOR, &repo.root_commit, LOOP, "auditor", "tok-auditor");
+        Fixture { sb, repo, worktree }
+    }
+
+    /// A connection acting as `session`, configured with `loop.permissions.deny = deny`.
+    fn connect(&self, session: &str, token: &str, deny: Value) -> Client {
+        let mut c = self.sb.stdio();
+        c.init(&Init::new(&self.repo.path).session(session).token(token).config(json!({
+            "loop": { "permissions": { "deny": deny } }
+        })));
+        c
+    }
+}
+
+#[track_caller]
+fn assert_denied(e: &RpcError) {
+    assert_eq!(e.code, 1001, "{e}");
+    assert_eq!(e.kind(), Some("denied"), "{e}");
+}
+
+#[test]
+fn a_scoped_bash_deny_refuses_matching_shell_commands_before_they_run() {
+    let f = Fixture::new();
+    let c = f.connect(CODER, "tok-coder", json!([{ "permission": "bash", "pattern": "git push *" }]));
+
+    let e = c.tool_err("shell", json!({ "command": "git push origin main > pushed.txt 2>&1" }));
+    assert_denied(&e);
+    assert_contains(&e.message, "forge.shell command `git push origin main > pushed.txt 2>&1`");
+    assert_contains(&e.message, &format!("the coder session {CODER} of loop \"{LOOP}\""));
+    assert_contains(&e.message, r#"denied by loop.permissions.deny: { permission = "bash", pattern = "git push *" }"#);
+    assert!(!f.worktree.join("pushed.txt").exists(), "a denied command must not run");
+
+    // A part of a compound command is enough, and nothing of it runs.
+    let e = c.tool_err("shell", json!({ "command": "touch made.txt && git push" }));
+    assert_denied(&e);
+    assert!(!f.worktree.join("made.txt").exists(), "a denied command must not run");
+
+    // Other commands run.
+    let out = c.tool_ok("shell", json!({ "command": "echo ok" }));
+    assert_eq!(out.data["stdout"], json!("ok\n"), "{}", out.data);
+    let out = c.tool_ok("shell", json!({ "command": "echo git push origin > said.txt" }));
+    assert_eq!(out.data["exitCode"], json!(0), "{}", out.data);
+    assert!(f.worktree.join("said.txt").exists());
+}
+
+#[test]
+fn a_tool_deny_refuses_the_tool_for_the_auditor_session() {
+    let f = Fixture::new();
+    let c = f.connect(AUDITOR, "tok-auditor", json!(["review-write"]));
+    let e = c.tool_err(
+        "review-write",
+        json!({ "file": "src/lib.rs", "line": 1, "severity": "bug", "description": "broken" }),
+    );
+    assert_denied(&e);
+    assert_contains(&e.message, &format!("forge.review-write is not available to the auditor session {AUDITOR}"));
+    assert_contains(&e.message, r#"denied by loop.permissions.deny: { permission = "review-write" }"#);
+    assert_eq!(f.sb.db().count("SELECT COUNT(*) FROM review_findings"), 0);
+    // Tools the rules do not name stay available.
+    c.tool_ok("review-read", json!({}));
+}
+
+#[test]
+fn deny_rules_do_not_apply_outside_loop_sessions() {
+    let f = Fixture::new();
+    let mut c = f.sb.stdio();
+    c.init(
+        &Init::new(&f.repo.path)
+            .agent("auditor")
+            .config(json!({ "loop": { "permissions": { "deny": ["review-write"] } } })),
+    );
+    c.tool_ok("review-write", json!({ "file": "src/lib.rs", "line": 1, "severity": "bug", "description": "x" }));
+    assert_eq!(f.sb.db().count("SELECT COUNT(*) FROM review_findings"), 1);
+}
+
+#[test]
+fn dropped_entries_are_reported_once_and_have_no_effect() {
+    let f = Fixture::new();
+    let mut c = f.sb.stdio();
+    c.init(&Init::new(&f.repo.path).session(CODER).token("tok-coder").config(json!({
+        "loop": { "permissions": {
+            "deny": ["loop-handoff", "*", "bash", "edit", { "permission": "bash", "pattern": "git push *" }, { "permission": "bash", "pattern": "git push *" }],
+            "allow": ["bash"]
+        } }
+    })));
+    let expect = [
+        "loop.permissions.deny entry \"loop-handoff\" ignored: `loop-handoff` is Forge-managed",
+        "loop.permissions.deny entry \"*\" ignored",
+        "loop.permissions.deny entry \"bash\" ignored: a blanket deny of `bash`",
+        "duplicate of an earlier entry",
+        "loop.permissions.deny entry { permission = \"edit\" } has no effect: `edit` is not a forge-lsp tool",
+        "unknown configuration key `loop.permissions.allow`",
+    ];
+    for needle in expect {
+        let m = c.wait_notification(WAIT, |r| {
+            r.method() == "window/showMessage" && r.params()["message"].as_str().is_some_and(|m| m.contains(needle))
+        });
+        let m = m.unwrap_or_else(|| {
+            panic!("no showMessage with {needle:?}: {:?}", c.notifications_of("window/showMessage"))
+        });
+        assert_eq!(m.params()["type"], json!(2), "a warning: {:?}", m.params());
+    }
+    std::thread::sleep(QUIET);
+    let shown = c.notifications_of("window/showMessage");
+    assert_eq!(shown.len(), expect.len(), "each warning once: {shown:?}");
+
+    // loop-handoff is not denied (it fails on its input instead), and echo runs.
+    let e = c.tool_err("loop-handoff", json!({}));
+    assert!(!e.message.contains("loop.permissions.deny"), "{e}");
+    assert_ne!(e.code, 1001, "{e}");
+    c.tool_ok("shell", json!({ "command": "echo ok" }));
+    // The scoped rule that was kept still applies.
+    assert_denied(&c.tool_err("shell", json!({ "command": "git push" })));
+}
