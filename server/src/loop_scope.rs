@@ -81,3 +81,18 @@ pub fn direct_loop(ctx: &ToolCtx, tool: &str) -> Result<LoopRow, ToolError> {
         ))),
     }
 }
+
+/// Refuses a handoff while another session of the loop is busy or retrying (error 1005
+/// naming them).
+pub fn others_settled(ctx: &ToolCtx, row: &LoopRow, tool: &str) -> Result<(), ToolError> {
+    let busy =
+        crate::engine::db::busy_others(ctx.db, ctx.project_id(), &row.loop_name, &ctx.caller().session_id).db()?;
+    if busy.is_empty() {
+        return Ok(());
+    }
+    Err(ToolError::busy(format!(
+        "forge.{tool} refused: other sessions of loop \"{}\" are busy ({}). Retry after they finish.",
+        row.loop_name,
+        busy.join(", ")
+    )))
+}

@@ -36,12 +36,21 @@ impl Fixture {
         Fixture { sb, repo, worktree }
     }
 
-    /// A connection acting as `session`, configured with `loop.permissions.deny = deny`.
+    /// Writes the loop's configuration: `<project>/.forge/config.toml`. A loop session's
+    /// connection runs with its loop's configuration; its own initialization options cannot
+    /// weaken the rules.
+    fn write_config(&self, config: Value) {
+        let dir = self.repo.path.join(".forge");
+        std::fs::create_dir_all(&dir).unwrap();
+        let toml = toml::to_string(&toml::Value::try_from(config).unwrap()).unwrap();
+        std::fs::write(dir.join("config.toml"), toml).unwrap();
+    }
+
+    /// A connection acting as `session`, its loop configured with `loop.permissions.deny = deny`.
     fn connect(&self, session: &str, token: &str, deny: Value) -> Client {
+        self.write_config(json!({ "loop": { "permissions": { "deny": deny } } }));
         let mut c = self.sb.stdio();
-        c.init(&Init::new(&self.repo.path).session(session).token(token).config(json!({
-            "loop": { "permissions": { "deny": deny } }
-        })));
+        c.init(&Init::new(&self.repo.path).session(session).token(token));
         c
     }
 }
@@ -109,13 +118,14 @@ fn deny_rules_do_not_apply_outside_loop_sessions() {
 #[test]
 fn dropped_entries_are_reported_once_and_have_no_effect() {
     let f = Fixture::new();
-    let mut c = f.sb.stdio();
-    c.init(&Init::new(&f.repo.path).session(CODER).token("tok-coder").config(json!({
+    f.write_config(json!({
         "loop": { "permissions": {
             "deny": ["loop-handoff", "*", "bash", "edit", { "permission": "bash", "pattern": "git push *" }, { "permission": "bash", "pattern": "git push *" }],
             "allow": ["bash"]
         } }
-    })));
+    }));
+    let mut c = f.sb.stdio();
+    c.init(&Init::new(&f.repo.path).session(CODER).token("tok-coder"));
     let expect = [
         "loop.permissions.deny entry \"loop-handoff\" ignored: `loop-handoff` is Forge-managed",
         "loop.permissions.deny entry \"*\" ignored",
@@ -144,4 +154,19 @@ fn dropped_entries_are_reported_once_and_have_no_effect() {
     c.tool_ok("shell", json!({ "command": "echo ok" }));
     // The scoped rule that was kept still applies.
     assert_denied(&c.tool_err("shell", json!({ "command": "git push" })));
+}
+
+#[test]
+fn a_loop_session_cannot_weaken_its_loops_rules_through_its_own_options() {
+    let f = Fixture::new();
+    f.write_config(json!({ "loop": { "permissions": { "deny": ["review-write"] } } }));
+    let mut c = f.sb.stdio();
+    // The agent's own connection asks for no deny rules: ignored for a loop session.
+    c.init(&Init::new(&f.repo.path).session(AUDITOR).token("tok-auditor").config(json!({
+        "loop": { "permissions": { "deny": [] } }
+    })));
+    let e =
+        c.tool_err("review-write", json!({ "file": "src/lib.rs", "line": 1, "severity": "bug", "description": "x" }));
+    assert_denied(&e);
+    assert_eq!(f.sb.db().count("SELECT COUNT(*) FROM review_findings"), 0);
 }

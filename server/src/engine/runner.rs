@@ -43,6 +43,8 @@ pub enum Msg {
 #[derive(Clone)]
 pub struct Handle {
     tx: mpsc::UnboundedSender<Msg>,
+    /// The configuration the loop runs with (its agent sessions' connections use it).
+    pub config: std::sync::Arc<Config>,
 }
 
 impl Handle {
@@ -107,7 +109,7 @@ pub fn spawn(
 ) -> Handle {
     let (tx, rx) = mpsc::unbounded_channel();
     let (done_tx, done_rx) = mpsc::unbounded_channel();
-    let handle = Handle { tx };
+    let handle = Handle { tx, config: std::sync::Arc::new(config.clone()) };
     engine.register(project, loop_name, handle.clone());
     let runner = Runner {
         engine: engine.clone(),
@@ -215,16 +217,7 @@ impl Runner {
     }
 
     fn facts(&self, row: &LoopRow) -> LoopFacts {
-        LoopFacts {
-            phase: Phase::parse(&row.phase).unwrap_or(Phase::Coding),
-            iteration: row.iteration.max(0) as u32,
-            max_iterations: row.max_iterations.max(0) as u32,
-            section_index: row.section(),
-            total_sections: row.total_sections.max(0) as u32,
-            audit_count: row.audit_count.max(0) as u32,
-            error_count: row.error_count.max(0) as u32,
-            post_action_configured: post_action_configured(&self.config),
-        }
+        row.facts(post_action_configured(&self.config))
     }
 
     /// Starts a turn of the live session with `prompt`.
@@ -940,16 +933,7 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     if row.status != "running" {
         return Err(ToolError::conflict(format!("Loop \"{}\" has already completed.", row.loop_name)));
     }
-    let facts = LoopFacts {
-        phase: Phase::parse(&row.phase).unwrap_or(Phase::Coding),
-        iteration: row.iteration.max(0) as u32,
-        max_iterations: row.max_iterations.max(0) as u32,
-        section_index: row.section(),
-        total_sections: row.total_sections.max(0) as u32,
-        audit_count: row.audit_count.max(0) as u32,
-        error_count: row.error_count.max(0) as u32,
-        post_action_configured: false,
-    };
+    let facts = row.facts(false);
     let t = next_transition(&facts, &Event::Cancel);
     let now = now_ms();
     let (p, n) = (project, loop_name.to_string());

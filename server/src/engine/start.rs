@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use forge_domain::handoff::Role;
-use forge_domain::loop_machine::{self, LoopFacts, Phase, Status};
+use forge_domain::loop_machine::{self, Phase, Status};
 use forge_domain::naming::{slugify, uniquify};
 use forge_domain::plan::decompose::decompose;
 use forge_protocol::{CommandResult, ToolError};
@@ -320,16 +320,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}"))
         })?;
     }
-    let facts = LoopFacts {
-        phase: Phase::parse(&row.phase).unwrap_or(Phase::Coding),
-        iteration: row.iteration.max(0) as u32,
-        max_iterations: row.max_iterations.max(0) as u32,
-        section_index: row.section(),
-        total_sections: row.total_sections.max(0) as u32,
-        audit_count: row.audit_count.max(0) as u32,
-        error_count: row.error_count.max(0) as u32,
-        post_action_configured: runner::post_action_configured(&env.config),
-    };
+    let facts = row.facts(runner::post_action_configured(&env.config));
     let plan = loop_machine::restart(&facts);
     let session = crate::identity::fresh_session();
     let token = host::new_token();

@@ -37,6 +37,21 @@ pub struct LoopRow {
 }
 
 impl LoopRow {
+    /// The state machine's view of this row.
+    pub fn facts(&self, post_action_configured: bool) -> forge_domain::loop_machine::LoopFacts {
+        use forge_domain::loop_machine::{LoopFacts, Phase};
+        LoopFacts {
+            phase: Phase::parse(&self.phase).unwrap_or(Phase::Coding),
+            iteration: self.iteration.max(0) as u32,
+            max_iterations: self.max_iterations.max(0) as u32,
+            section_index: self.section(),
+            total_sections: self.total_sections.max(0) as u32,
+            audit_count: self.audit_count.max(0) as u32,
+            error_count: self.error_count.max(0) as u32,
+            post_action_configured,
+        }
+    }
+
     /// The position in the auditor model fallback chain.
     pub fn auditor_fallback_index(&self) -> i64 {
         self.auditor_fallback_index

@@ -26,14 +26,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         )));
     }
     let payload = handoff::validate_complete(phase, &input).map_err(ToolError::invalid)?;
-    let busy = db::busy_others(ctx.db, ctx.project_id(), &row.loop_name, &ctx.caller().session_id).db()?;
-    if !busy.is_empty() {
-        return Err(ToolError::busy(format!(
-            "forge.loop-complete refused: other sessions of loop \"{}\" are busy ({}). Retry after they finish.",
-            row.loop_name,
-            busy.join(", ")
-        )));
-    }
+    loop_scope::others_settled(ctx, &row, "loop-complete")?;
     let replaced = db::record_handoff(
         ctx.db,
         ctx.project_id(),

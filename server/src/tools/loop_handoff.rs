@@ -34,14 +34,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             )));
         }
     }
-    let busy = db::busy_others(ctx.db, ctx.project_id(), &row.loop_name, &ctx.caller().session_id).db()?;
-    if !busy.is_empty() {
-        return Err(ToolError::busy(format!(
-            "forge.loop-handoff refused: other sessions of loop \"{}\" are busy ({}). Retry after they finish.",
-            row.loop_name,
-            busy.join(", ")
-        )));
-    }
+    loop_scope::others_settled(ctx, &row, "loop-handoff")?;
     let blocking = prompt_context::outstanding(ctx.db, &row).db()?.len() as u32;
     let actx = AuditContext { sectioned: row.total_sections > 0, blocking_bug_count: blocking };
     let payload = handoff::validate_handoff(role, &input, &actx).map_err(ToolError::invalid)?;

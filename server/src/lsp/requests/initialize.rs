@@ -51,6 +51,35 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         .await
         .map_err(|e| rpc_error(&e))?;
     let session_id = caller.session_id.clone();
+    // A loop session's connection (an agent's `forge-lsp call`) runs with its loop's
+    // configuration, never with files in the worktree the agent can edit: the running
+    // loop's own configuration, else the loop's project directory.
+    let config = match &caller.binding {
+        None => config,
+        Some(b) => match ws.engine.runner(&project.id, &b.loop_name) {
+            Some(h) => (*h.config).clone(),
+            None => {
+                let (p, n) = (project.id.clone(), b.loop_name.clone());
+                let dir = ws
+                    .store
+                    .call(move |c| crate::store::loops::get(c, &p, &n))
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|r| r.project_dir);
+                match dir {
+                    Some(d) => Loader::standard(std::path::Path::new(&d), None).map(|l| l.build()).unwrap_or(config),
+                    None => config,
+                }
+            }
+        },
+    };
+    let mut config = config;
+    if caller.binding.is_some() {
+        // Agents never read materialized views; writing them into a worktree would race
+        // with its removal.
+        config.materialize = Some(false);
+    }
 
     let encoding = if p
         .pointer("/capabilities/general/positionEncodings")
