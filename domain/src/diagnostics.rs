@@ -62,6 +62,38 @@ fn lsp_lines(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// The length of every line of `text` in the encoding's code units, with the same line
+/// breaks as [`line_range`] (`\r\n`, `\n` and a lone `\r`): computed once per file, so a
+/// file with many findings is walked once.
+pub fn line_lengths(text: &str, enc: PositionEncoding) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut cur: u32 = 0;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => {
+                out.push(cur);
+                cur = 0;
+            }
+            '\r' => {
+                if chars.peek() == Some(&'\n') {
+                    chars.next();
+                }
+                out.push(cur);
+                cur = 0;
+            }
+            c => {
+                cur = cur.saturating_add(match enc {
+                    PositionEncoding::Utf8 => c.len_utf8() as u32,
+                    PositionEncoding::Utf16 => c.len_utf16() as u32,
+                })
+            }
+        }
+    }
+    out.push(cur);
+    out
+}
+
 /// The diagnostic message: the description; then a blank line and `Scenario: ...`
 /// when there is one; then a blank line and `loop <name>, section <k>` when the
 /// finding belongs to a loop (`, section <k>` only when it has a section).
@@ -106,6 +138,26 @@ pub fn data(f: &Finding) -> Value {
         "sectionIndex": f.section_index,
         "crossSection": f.section_index.is_none(),
     })
+}
+
+#[cfg(test)]
+mod line_lengths_tests {
+    use super::*;
+
+    #[test]
+    fn agrees_with_line_range() {
+        for text in ["", "a", "a\nb", "héllo 😀 世界\r\nx\ry\n", "\n\n", "abc\r", "x\r\n\r\n"] {
+            for enc in [PositionEncoding::Utf8, PositionEncoding::Utf16] {
+                let lens = line_lengths(text, enc);
+                for line in 0..(lens.len() as i64 + 2) {
+                    let expected = line_range(text, line, enc);
+                    let got =
+                        (line >= 1).then(|| lens.get(line as usize - 1).map(|&e| ((line - 1) as u32, 0, e))).flatten();
+                    assert_eq!(got, expected, "{text:?} line {line}");
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -186,7 +186,7 @@ fn a_dirty_audit_resumes_the_coder_and_a_clean_section_audit_releases_the_standb
     // Only the current session is left (the section's coder and auditor are gone).
     assert_eq!(
         t.strings("SELECT session_id FROM loop_sessions WHERE loop_name = ?1 AND status != 'deleted'", &name),
-        [coder2.clone()]
+        std::slice::from_ref(&coder2)
     );
     t.signal("go-s1");
 

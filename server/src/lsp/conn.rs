@@ -15,7 +15,7 @@ use forge_domain::diagnostics::PositionEncoding;
 use forge_protocol::uri::ForgeUri;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use tower_lsp_server::gen_lsp_types::{Diagnostic, Uri};
+use tower_lsp_server::gen_lsp_types::Uri;
 use tower_lsp_server::Client;
 
 use crate::hub::Workspace;
@@ -249,8 +249,9 @@ impl Conn {
 
     /// `textDocument/publishDiagnostics` from JSON diagnostics.
     pub async fn publish(&self, uri: &str, diags: Vec<Value>) {
-        let diags: Vec<Diagnostic> = diags.into_iter().filter_map(|d| serde_json::from_value(d).ok()).collect();
-        self.client.publish_diagnostics(Uri::from(uri.to_string()), diags, None).await;
+        self.client
+            .send_notification::<crate::lsp::ext::PublishDiagnosticsJson>(json!({ "uri": uri, "diagnostics": diags }))
+            .await;
     }
 
     /// The documents of a loop: status, each section, its plan.

@@ -16,7 +16,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use forge_domain::diagnostics::{self as dmap, line_range};
+use forge_domain::diagnostics::{self as dmap};
 use forge_domain::review::Finding;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -162,7 +162,9 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
 
     let allowed = allowed_roots(&root, &worktrees, &conn.ws.data_dir);
     let enc = conn.caps.encoding;
-    let mut texts: HashMap<PathBuf, Option<String>> = HashMap::new();
+    // Line lengths per file (or open buffer), computed once per publication.
+    let mut lengths: HashMap<PathBuf, Option<Vec<u32>>> = HashMap::new();
+    let mut open_lengths: HashMap<String, Option<Vec<u32>>> = HashMap::new();
     let mut out: Vec<(String, Vec<Value>, HashSet<String>)> = vec![];
     for uri in uris {
         let entries = by_uri.get(&uri).map(Vec::as_slice).unwrap_or(&[]);
@@ -170,17 +172,23 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
         let mut contributing = HashSet::new();
         for (f, path) in entries {
             contributing.insert(f.file.clone());
-            let text = match conn.open_text(&uri) {
-                Some(t) => Some(t),
-                None => texts.entry(path.clone()).or_insert_with(|| read_allowed(path, &allowed)).clone(),
+            let open = open_lengths
+                .entry(uri.clone())
+                .or_insert_with(|| conn.open_text(&uri).map(|t| dmap::line_lengths(&t, enc)));
+            let lens: Option<&[u32]> = match open {
+                Some(l) => Some(l.as_slice()),
+                None => lengths
+                    .entry(path.clone())
+                    .or_insert_with(|| read_allowed(path, &allowed).map(|t| dmap::line_lengths(&t, enc)))
+                    .as_deref(),
             };
+            let measured = lens.and_then(|l| {
+                let i = usize::try_from(f.line.checked_sub(1)?).ok()?;
+                l.get(i).map(|&end| (i as u32, 0, end))
+            });
             // LSP positions are `uinteger` (0..=2^31-1): a line beyond that is shown on the
             // last representable line, or clients reject the whole publication.
-            let (line, start, end) = text.as_deref().and_then(|t| line_range(t, f.line, enc)).unwrap_or((
-                (f.line.max(1) - 1).min(i64::from(i32::MAX)) as u32,
-                0,
-                0,
-            ));
+            let (line, start, end) = measured.unwrap_or(((f.line.max(1) - 1).min(i64::from(i32::MAX)) as u32, 0, 0));
             let mut data = dmap::data(f);
             data["file"] = Value::from(f.file.clone());
             data["line"] = Value::from(f.line);

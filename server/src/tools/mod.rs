@@ -142,15 +142,20 @@ pub fn commands() -> Vec<String> {
 
 /// The `forge.tools` offers.
 pub fn offers() -> Vec<ToolOffer> {
-    TOOLS
-        .iter()
-        .map(|t| ToolOffer {
-            name: t.name.to_string(),
-            command: forge_protocol::command_name(t.name),
-            description: t.description.to_string(),
-            input_schema: (t.schema)(),
+    static OFFERS: std::sync::OnceLock<Vec<ToolOffer>> = std::sync::OnceLock::new();
+    OFFERS
+        .get_or_init(|| {
+            TOOLS
+                .iter()
+                .map(|t| ToolOffer {
+                    name: t.name.to_string(),
+                    command: forge_protocol::command_name(t.name),
+                    description: t.description.to_string(),
+                    input_schema: (t.schema)(),
+                })
+                .collect()
         })
-        .collect()
+        .clone()
 }
 
 /// Extracts the single input object from `workspace/executeCommand` arguments.
