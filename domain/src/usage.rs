@@ -20,6 +20,40 @@ pub struct UsageLine {
     pub cache_read: u64,
     pub cache_write: u64,
     pub cost: f64,
+    /// The model's context window, when the agent knows it.
+    pub context_window: Option<u64>,
+}
+
+/// What to do with a standby session before resuming it (seeds: "Session Rotation").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reuse {
+    /// Resume it as it is.
+    Resume,
+    /// Compact it first, then resume it.
+    Compact,
+    /// Do not resume it: start a fresh session.
+    Fresh,
+}
+
+/// Decides on a standby from its last reported assistant message: the context it used
+/// (input plus cache read and write) against `percent` of its context window. An unknown
+/// window (no usage, no `contextWindow`, or 0) allows reuse without compaction; a session
+/// over the threshold is compacted when the host can compact, else replaced; `percent` 0
+/// disables reuse.
+pub fn reuse_decision(lines: &[UsageLine], percent: u64, can_compact: bool) -> Reuse {
+    if percent == 0 {
+        return Reuse::Fresh;
+    }
+    let Some(last) = lines.last() else { return Reuse::Resume };
+    let Some(window) = last.context_window.filter(|&w| w > 0) else { return Reuse::Resume };
+    let used = last.input.saturating_add(last.cache_read).saturating_add(last.cache_write);
+    if u128::from(used) * 100 < u128::from(window) * u128::from(percent) {
+        Reuse::Resume
+    } else if can_compact {
+        Reuse::Compact
+    } else {
+        Reuse::Fresh
+    }
 }
 
 /// Summed usage.
@@ -128,6 +162,30 @@ pub fn render(rows: &[(String, String, Totals)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reuse_decisions() {
+        let line = |input: u64, window: Option<u64>| UsageLine { input, context_window: window, ..Default::default() };
+        assert_eq!(reuse_decision(&[], 50, false), Reuse::Resume, "no usage: unknown window");
+        assert_eq!(reuse_decision(&[line(900, None)], 50, false), Reuse::Resume, "unknown window");
+        assert_eq!(reuse_decision(&[line(900, Some(0))], 50, false), Reuse::Resume, "no positive window");
+        assert_eq!(reuse_decision(&[line(400, Some(1000))], 50, false), Reuse::Resume);
+        assert_eq!(reuse_decision(&[line(500, Some(1000))], 50, true), Reuse::Compact, "at the threshold");
+        assert_eq!(reuse_decision(&[line(500, Some(1000))], 50, false), Reuse::Fresh, "cannot compact");
+        assert_eq!(reuse_decision(&[line(1, Some(1000))], 0, true), Reuse::Fresh, "reuse disabled");
+        let cached = UsageLine {
+            input: 100,
+            cache_read: 300,
+            cache_write: 200,
+            context_window: Some(1000),
+            ..Default::default()
+        };
+        assert_eq!(
+            reuse_decision(&[line(10, Some(1000)), cached], 60, false),
+            Reuse::Fresh,
+            "the last message counts, with cache"
+        );
+    }
 
     #[test]
     fn parse_aggregate_render() {

@@ -25,6 +25,8 @@
 #     coderlimit the coder fails with a provider limit
 #     modelerr  the coder's first turn fails with a model error (exit 1, "model not found" on
 #               stderr); later turns act like fixonce
+#   FORGE_TEST_CONTEXT=N every coder turn also reports a context of N tokens of a 1000-token
+#                        window (for the standby compaction check)
 #   FORGE_TEST_USAGE=1   every coder or auditor turn that does not fail appends two usage
 #                        lines to FORGE_USAGE_FILE (coder: one a/x, one b/y; auditor: one b/y,
 #                        one without a model)
@@ -99,6 +101,10 @@ audit_bug() { # the same bug at work.txt:1 (a repeated write finds it already st
 }
 
 report_usage() { # the usage this turn reports (FORGE_TEST_USAGE=1)
+  # FORGE_TEST_CONTEXT=N: the coder reports a context of N tokens of a 1000-token window.
+  if [ -n "${FORGE_TEST_CONTEXT:-}" ] && [ "$FORGE_ROLE" = coder ]; then
+    echo "{\"input\":$FORGE_TEST_CONTEXT,\"contextWindow\":1000}" >> "$FORGE_USAGE_FILE"
+  fi
   [ "${FORGE_TEST_USAGE:-0}" = 1 ] || return 0
   case $FORGE_ROLE in
     coder)

@@ -33,6 +33,10 @@ use crate::tools::ToolEnv;
 pub const CONTINUE_NUDGE: &str =
     "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
 
+/// The prompt given (on stdin) to `agent.compactCommand`.
+pub const COMPACT_PROMPT: &str =
+    "Compact this conversation: summarize what was done and decided so far, keeping what the next turn needs.";
+
 /// Control messages.
 pub enum Msg {
     Cancel(oneshot::Sender<Result<CommandResult, ToolError>>),
@@ -559,6 +563,27 @@ impl Runner {
             Some(sb) if same_scope && !escalate && percent(role) != 0 => Some(sb),
             _ => None,
         };
+        // The context-window check: resume, compact first, or replace the standby.
+        let resumed = match resumed {
+            None => None,
+            Some(sb) => {
+                let text =
+                    tokio::fs::read_to_string(host::usage_file(&self.engine.data_dir, &sb.0)).await.unwrap_or_default();
+                let (lines, _) = forge_domain::usage::parse(&text);
+                let can_compact = self.config.agent_compact_command.as_ref().is_some_and(|a| !a.is_empty());
+                match forge_domain::usage::reuse_decision(&lines, percent(role), can_compact) {
+                    forge_domain::usage::Reuse::Resume => Some(sb),
+                    forge_domain::usage::Reuse::Compact => {
+                        if self.compact(&row, &sb.0, &sb.1, role).await {
+                            Some(sb)
+                        } else {
+                            None
+                        }
+                    }
+                    forge_domain::usage::Reuse::Fresh => None,
+                }
+            }
+        };
         tracing::debug!(loop_name = %self.loop_name, cause = t.cause, ?standby_dbg, escalate, known = self.sessions.len(), "session rotation");
         let old_role = self.live.role;
         let keep_old = same_scope && !escalate && percent(old_role) != 0 && t.cause != "audit-error";
@@ -701,6 +726,46 @@ impl Runner {
         };
         let prompt = self.build_prompt(kind, coder_decisions).await;
         self.send(prompt).await;
+    }
+
+    /// Compacts a standby session with `agent.compactCommand` (run like a turn, with the
+    /// session's id and token, at most 10 minutes). False when it failed: the caller then
+    /// starts a fresh session instead.
+    async fn compact(&self, row: &LoopRow, session: &str, token: &str, role: Role) -> bool {
+        let Some(argv) = self.config.agent_compact_command.clone().filter(|a| !a.is_empty()) else { return false };
+        let req = TurnRequest {
+            argv,
+            session_id: session.to_string(),
+            token: token.to_string(),
+            role: role.as_str().to_string(),
+            agent: if role == Role::Auditor { "auditor-loop" } else { "code" }.to_string(),
+            model: None,
+            loop_name: self.loop_name.clone(),
+            cwd: PathBuf::from(&row.worktree_dir),
+            title: session_title(row, role),
+            prompt: COMPACT_PROMPT.to_string(),
+            resume: true,
+            socket: super::socket(),
+            data_dir: self.engine.data_dir.clone(),
+            prompt_dir: self.engine.data_dir.join("prompts").join(&self.loop_name),
+            turn: 0,
+            shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let handle = host::start_turn(req, tx);
+        match tokio::time::timeout(Duration::from_secs(600), rx.recv()).await {
+            // Its usage file is kept (its rows are totals); the resumed turn reports anew.
+            Ok(Some((_, _, TurnOutcome::Reply(_) | TurnOutcome::NoReply))) => true,
+            Ok(other) => {
+                tracing::warn!(loop_name = %self.loop_name, ?other, "compaction failed; starting a fresh session");
+                false
+            }
+            Err(_) => {
+                handle.abort();
+                tracing::warn!(loop_name = %self.loop_name, "compaction timed out; starting a fresh session");
+                false
+            }
+        }
     }
 
     /// Recurrence escalation: a bug finding seen in 3 consecutive dirty audits (counting the

@@ -102,7 +102,11 @@ pub async fn start_loop(
         (title.clone(), plan.clone(), wt.dir.display().to_string(), env.project.root.display().to_string());
     let (b4, base) = (branch.clone(), wt.base_commit.clone());
     let (sandbox, sandbox_network) = (bwrap.is_some(), bwrap.is_some() && env.config.sandbox_network);
-    let (em, am) = (env.config.execution_model.clone(), env.config.auditor_model.clone());
+    let (em, am) = resolve_models(engine, &project, &env.config).await;
+    let mut run_config = env.config.clone();
+    run_config.execution_model = em.clone();
+    run_config.auditor_model = am.clone();
+    let run_model = em.clone();
     let rows = engine
         .store
         .call(move |c| {
@@ -147,12 +151,12 @@ pub async fn start_loop(
         &project,
         &repo,
         &name,
-        env.config.clone(),
+        run_config,
         FirstTurn { session_id: session.clone(), token, role: Role::Coder, prompt },
     );
 
     let max = if max_iterations == 0 { "unlimited".to_string() } else { max_iterations.to_string() };
-    let model = env.config.execution_model.clone().unwrap_or_else(|| "default".into());
+    let model = run_model.unwrap_or_else(|| "default".into());
     let text = format!(
         "Loop activated!\n\nSession: {session}\nTitle: {}\nLoop name: {name}\nWorktree: {}\nBranch: {branch}\nModel: {model}\nMax iterations: {max}\n\nThe loop runs on its own: each phase ends with a handoff and the next one starts.\nYour part is done; watch it in the editor (forge://loop/{name}/status.md).\nUse loop-status for details and loop-cancel to stop it.",
         truncate(&format!("Loop: {title}"), 60),
@@ -165,6 +169,42 @@ pub async fn start_loop(
             "totalSections": total, "maxIterations": max_iterations,
         }),
     })
+}
+
+/// The loop's models in the seeds' priority order. Execution: `executionModel`, else the
+/// project's last-used execution model, else the agent's default (`None`). Auditor:
+/// `auditorModel`, `executionModel`, the last-used auditor model, the last-used execution
+/// model, else the default. Configured models are remembered as the last used.
+async fn resolve_models(
+    engine: &Arc<Engine>,
+    project: &str,
+    c: &crate::config::Config,
+) -> (Option<String>, Option<String>) {
+    let (p, em, am) = (project.to_string(), c.execution_model.clone(), c.auditor_model.clone());
+    engine
+        .store
+        .call(move |db| {
+            let get = |k: &str| -> Option<String> {
+                db.query_row("SELECT value FROM model_preferences WHERE project_id = ?1 AND key = ?2", rusqlite::params![p, k], |r| r.get(0))
+                    .ok()
+            };
+            let last_exec = get("executionModel");
+            let last_aud = get("auditorModel");
+            let exec = em.clone().or(last_exec.clone());
+            let aud = am.clone().or(em.clone()).or(last_aud).or(last_exec);
+            let now = now_ms();
+            for (k, v) in [("executionModel", &em), ("auditorModel", &am)] {
+                if let Some(v) = v {
+                    let _ = db.execute(
+                        "INSERT INTO model_preferences (project_id, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (project_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                        rusqlite::params![p, k, v, now],
+                    );
+                }
+            }
+            (exec, aud)
+        })
+        .await
 }
 
 /// Checks that the agent command can be started at all (its program exists).
@@ -389,12 +429,16 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         _ => Kind::Initial,
     };
     let prompt = first_prompt(engine, &project, name, env, kind).await;
+    // The loop keeps the models it was started with (configuration, else last used).
+    let mut run_config = env.config.clone();
+    run_config.execution_model = env.config.execution_model.clone().or(row.execution_model.clone());
+    run_config.auditor_model = env.config.auditor_model.clone().or(row.auditor_model.clone());
     runner::spawn(
         engine,
         &project,
         &repo,
         name,
-        env.config.clone(),
+        run_config,
         FirstTurn { session_id: session.clone(), token, role, prompt },
     );
     let mut text = format!(

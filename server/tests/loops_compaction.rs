@@ -1,0 +1,71 @@
+//! Standby reuse with the context-window check (seeds: "Session Rotation"): a standby over
+//! its role's threshold is compacted with `agent.compactCommand` before it is resumed, or
+//! replaced by a fresh session when the host cannot compact; and the loop's models follow
+//! the seeds' priority (configuration, else last used).
+
+mod common;
+mod loop_support;
+mod resilience_support;
+
+use common::*;
+use loop_support::*;
+use resilience_support::*;
+use serde_json::json;
+
+const REUSE_50: &str = "[loop.sessionReuse]\ncoderContextPercent = 50\n";
+
+fn compact_script(t: &LoopTest) -> String {
+    let p = t.state.join("compact.sh");
+    std::fs::write(&p, "#!/bin/sh\necho \"compact $FORGE_SESSION_ID $FORGE_ROLE\" >> \"$FORGE_TEST_STATE/compacted\"\necho compacted\n")
+        .unwrap();
+    let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
+    p.display().to_string()
+}
+
+#[test]
+fn a_standby_over_its_threshold_is_compacted_then_resumed() {
+    // The coder reports 900 of 1000 tokens: over 50 %.
+    let t = resilience_support::start("fixonce", REUSE_50, &[("FORGE_TEST_CONTEXT", "900")]);
+    change_config(&t, json!({ "agent": { "compactCommand": [compact_script(&t), "{session}"] } }));
+    std::thread::sleep(QUIET);
+    let name = t.execute("One step", ONE_SECTION);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let turns = labelled(&arg_turns(&t));
+    assert_eq!(turns[..3], ["coder S1 - -", "auditor S2 - -", "coder S1 S1 -"], "{turns:?}{}", t.report());
+    let coder = &arg_turns(&t)[0].session;
+    let compacted = t.state_file("compacted").unwrap_or_default();
+    assert_eq!(compacted.trim(), format!("compact {coder} coder"), "compacted once, before the resume");
+}
+
+#[test]
+fn a_standby_over_its_threshold_is_replaced_when_the_host_cannot_compact() {
+    let t = resilience_support::start("fixonce", REUSE_50, &[("FORGE_TEST_CONTEXT", "900")]);
+    let name = t.execute("One step", ONE_SECTION);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let turns = labelled(&arg_turns(&t));
+    assert_eq!(turns[2], "coder S3 - -", "a fresh coder: {turns:?}{}", t.report());
+    // Under the threshold the same loop resumes its coder.
+    let t = resilience_support::start("fixonce", REUSE_50, &[("FORGE_TEST_CONTEXT", "100")]);
+    let name = t.execute("One step", ONE_SECTION);
+    t.wait_end(&name);
+    assert_eq!(labelled(&arg_turns(&t))[2], "coder S1 S1 -");
+}
+
+#[test]
+fn a_loop_uses_the_last_used_model_when_none_is_configured() {
+    let t = resilience_support::start("clean", "executionModel = \"a/x\"\n", &[]);
+    let first = t.execute("First", UNSECTIONED);
+    t.wait_end(&first);
+    // The project no longer configures a model: the next loop uses the last used one.
+    let cfg = t.repo.path.join(".forge/config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("executionModel = \"a/x\"\n", "");
+    std::fs::write(&cfg, text).unwrap();
+    change_config(&t, json!({}));
+    std::thread::sleep(QUIET);
+    let second = t.execute("Second", UNSECTIONED);
+    t.wait_end(&second);
+    let models: Vec<String> = arg_turns(&t).iter().filter(|a| a.role == "coder").map(|a| a.model.clone()).collect();
+    assert_eq!(models, ["a/x", "a/x"], "{}", t.report());
+}
