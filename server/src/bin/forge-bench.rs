@@ -15,6 +15,8 @@
 mod client;
 #[path = "forge_bench/fixture.rs"]
 mod fixture;
+#[path = "forge_bench/loops.rs"]
+mod loops;
 #[path = "forge_bench/report.rs"]
 mod report;
 
@@ -28,7 +30,7 @@ use fixture::{plan_text, seed_findings, seed_plans, source_file, World};
 use report::{ms, thousands, Latency, Report};
 
 const USAGE: &str =
-    "usage: forge-bench [--bin PATH] [--quick] [--writes N] [--only plans,startup,review,diagnostics,throughput]
+    "usage: forge-bench [--bin PATH] [--quick] [--writes N] [--only plans,startup,review,diagnostics,throughput,loops,sandbox]
 
   --bin PATH     the forge-lsp binary (default: forge-lsp next to this binary)
   --quick        small counts, for a smoke check (figures are not stable)
@@ -582,6 +584,13 @@ fn main() {
         scenario_throughput(&bin, &c, &mut r);
     }
     targets(&mut r, c.plans);
+    // loops.rs (after `targets`, to which they add their own rows).
+    if run("loops") {
+        loops::scenario_loops(&bin, args.quick, &mut r);
+    }
+    if run("sandbox") {
+        loops::scenario_sandbox(&bin, args.quick, &mut r);
+    }
     println!(
         "forge-bench ({}): {} · {} CPU(s) · {} · {:.0} s · load average {} → {}",
         if args.quick { "--quick, figures not stable" } else { "full" },
