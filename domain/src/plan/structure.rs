@@ -115,25 +115,26 @@ pub fn report(stored: &str, outline: Outline) -> StructureReport {
         })
         .map(|s| (s.index, s.title.clone()))
         .collect();
+    let info = detect(stored);
     StructureReport {
         lines: split_lines(stored).len(),
         chars: js_len(stored),
-        loop_name: detect(stored).explicit,
+        loop_name: info.explicit.clone(),
         section_count: sections.len(),
         outline: listed,
-        warnings: warnings_of(stored, &scanned),
+        warnings: warnings_of(stored, &scanned, &info),
     }
 }
 
 /// The structure warnings of a plan, in the order of FORGE-REFERENCE §3.5.
 pub fn warnings(plan: &str) -> Vec<Warning> {
-    warnings_of(plan, &scan(plan))
+    warnings_of(plan, &scan(plan), &detect(plan))
 }
 
 const REQUIRED_SECTION_HEADINGS: [&str; 4] = ["Files", "Edits", "Acceptance Criteria", "Verification"];
 const REQUIRED_TRAILING_HEADINGS: [&str; 3] = ["Decisions", "Conventions", "Key Context"];
 
-fn warnings_of(plan: &str, scanned: &Scan) -> Vec<Warning> {
+fn warnings_of(plan: &str, scanned: &Scan, info: &super::loop_name::LoopNameInfo) -> Vec<Warning> {
     let mut out = Vec::new();
     let marker_count = scanned.markers.len();
 
@@ -166,7 +167,6 @@ fn warnings_of(plan: &str, scanned: &Scan) -> Vec<Warning> {
     }
 
     // 4-5: loop name.
-    let info = detect(plan);
     let canonical = canonical_declarations(plan);
     if info.explicit.is_none() {
         out.push(Warning::new(

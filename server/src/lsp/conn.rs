@@ -56,6 +56,8 @@ pub struct Conn {
     known_plans: Mutex<HashSet<String>>,
     /// Warnings of the config files, shown once after `initialized`.
     pub config_warnings: Mutex<Vec<String>>,
+    /// Plan documents' warnings as last published: URI → digest of the text.
+    warned: Mutex<HashMap<String, u64>>,
     /// URIs waiting for a coalesced refresh.
     refresh_pending: Arc<Mutex<HashSet<String>>>,
     /// `initializationOptions.forge.config`, kept so later settings merge over it.
@@ -82,6 +84,7 @@ impl Conn {
             config_warnings: Mutex::new(vec![]),
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
+            warned: Mutex::new(HashMap::new()),
             queue: tx,
             diagnostics: std::sync::OnceLock::new(),
             published: Mutex::new(diagnostics::Published::default()),
@@ -240,6 +243,16 @@ impl Conn {
             Some(t) => Some(t),
             None => documents::render(self, &parsed).await.ok(),
         };
+        // Unchanged text: its warnings were published already.
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            text.hash(&mut h);
+            h.finish()
+        };
+        if self.warned.lock().expect("warned").insert(uri.to_string(), digest) == Some(digest) {
+            return;
+        }
         let diags: Vec<Value> = match text {
             Some(t) => plan_features::warning_diagnostics(&t, self.caps.encoding),
             None => vec![],
