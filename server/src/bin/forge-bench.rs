@@ -191,19 +191,29 @@ fn scenario_plans(bin: &std::path::Path, c: &Counts, r: &mut Report) {
     let (mut s, _) = Server::connect(&w.target);
     s.settle(SETTLE);
 
+    // The three round-trip rows are measured interleaved (one of each per iteration), so
+    // they see the same machine load and can be compared with each other.
     let noop = exec("tools", json!({}));
-    let v = measure(&mut s, c.warm * 4, c.noop, |s, _| s.timed(EXEC, &noop).0);
-    let bytes = s.timed(EXEC, &noop).1.to_string().len();
-    r.latency(Latency::new("no-op round trip: forge.tools", v));
-    r.figure("forge.tools response size", format!("{:.1} KB", bytes as f64 / 1e3));
     // The transport alone: a request answered with an error without touching the store.
     let floor = json!({ "uri": "forge://no-such-document.md" });
-    let v = measure(&mut s, c.warm * 4, c.noop, |s, _| s.timed_raw("workspace/textDocumentContent", &floor).0);
-    r.latency(Latency::new("transport floor: textDocumentContent of an unknown URI (error)", v));
     // The whole tool path (store thread, transaction) with a tiny result.
     let tiny = exec("review-read", json!({ "file": "no/such/file.rs" }));
-    let v = measure(&mut s, c.warm * 4, c.noop, |s, _| s.timed(EXEC, &tiny).0);
-    r.latency(Latency::new("small tool call: forge.review-read, no findings", v));
+    let (mut v_noop, mut v_floor, mut v_tiny) = (vec![], vec![], vec![]);
+    for i in 0..c.warm * 4 + c.noop {
+        let a = s.timed(EXEC, &noop).0;
+        let b = s.timed_raw("workspace/textDocumentContent", &floor).0;
+        let t = s.timed(EXEC, &tiny).0;
+        if i >= c.warm * 4 {
+            v_noop.push(a);
+            v_floor.push(b);
+            v_tiny.push(t);
+        }
+    }
+    let bytes = s.timed(EXEC, &noop).1.to_string().len();
+    r.latency(Latency::new("no-op round trip: forge.tools", v_noop));
+    r.figure("forge.tools response size", format!("{:.1} KB", bytes as f64 / 1e3));
+    r.latency(Latency::new("transport floor: textDocumentContent of an unknown URI (error)", v_floor));
+    r.latency(Latency::new("small tool call: forge.review-read, no findings", v_tiny));
     s.settle(SETTLE);
 
     let plans = [plan_text(2000, 24, 0), plan_text(2000, 24, 1)];
