@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::lsp::conn::Conn;
-use crate::store::changes::{self, Change};
+use crate::store::changes;
 use crate::store::{OpenError, Store};
 
 /// How often the watcher polls the change feed for other processes' writes.
@@ -119,9 +119,4 @@ fn start_watcher(ws: &Arc<Workspace>, rt: tokio::runtime::Handle) {
             rt.spawn(async move { conn.on_changes(&batch).await });
         }
     });
-}
-
-/// Changes of one project.
-pub fn of_project<'a>(batch: &'a [Change], project: &'a str) -> impl Iterator<Item = &'a Change> + 'a {
-    batch.iter().filter(move |c| c.project_id == project)
 }

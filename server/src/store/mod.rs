@@ -217,23 +217,10 @@ impl Store {
         }
         rx.await.expect("forge-store thread dropped a job")
     }
-
-    /// Runs `f` in one IMMEDIATE transaction: committed when it returns `Ok`, rolled
-    /// back otherwise (nothing is half written).
-    pub async fn transact<R, E>(&self, f: impl FnOnce(&Transaction) -> Result<R, E> + Send + 'static) -> Result<R, E>
-    where
-        R: Send + 'static,
-        E: Send + 'static + From<rusqlite::Error>,
-    {
-        let r = self.call(move |c| transact(c, f)).await;
-        if r.is_ok() {
-            self.wrote.wake();
-        }
-        r
-    }
 }
 
-/// Synchronous form of [`Store::transact`] on a connection the caller owns.
+/// Runs `f` in one IMMEDIATE transaction on a connection the caller owns: committed when
+/// it returns `Ok`, rolled back otherwise (nothing is half written).
 pub fn transact<R, E: From<rusqlite::Error>>(
     conn: &mut Connection,
     f: impl FnOnce(&Transaction) -> Result<R, E>,

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use forge_protocol::{CommandResult, ErrorKind, ToolError, ToolOffer};
+use forge_protocol::{CommandResult, ToolError, ToolOffer};
 use rusqlite::Connection;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -261,9 +261,4 @@ pub fn rpc_error(e: &ToolError) -> tower_lsp_server::jsonrpc::Error {
         message: e.message.clone().into(),
         data: Some(serde_json::json!({ "kind": e.kind.as_str() })),
     }
-}
-
-/// Kind of a JSON-RPC error code, for clients.
-pub fn kind_of(code: i64) -> Option<ErrorKind> {
-    ErrorKind::from_code(code)
 }

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -36,20 +36,9 @@ pub fn uri_in(dir: &Path, rel: &str) -> String {
     file_uri(&dir.join(rel))
 }
 
-/// Lexical normalisation of `.` and `..` (what the server does before building a URI).
-pub fn lexical(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
+/// Lexical normalisation of `.` and `..`: the server's own function.
+#[allow(unused_imports)]
+pub use forge_lsp::lsp::diagnostics::normalize as lexical;
 
 /// Length of `s` in UTF-16 code units.
 pub fn utf16_len(s: &str) -> u64 {
