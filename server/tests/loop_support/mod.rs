@@ -143,14 +143,21 @@ impl LoopTest {
     /// A project whose agent runs `scenario`; `extra_toml` is appended to the project's
     /// `.forge/config.toml` (which sets the agent command and turns the sandbox off).
     pub fn start(scenario: &str, extra_toml: &str) -> LoopTest {
-        let sb = Sandbox::new();
-        let repo = GitRepo::new();
-        let state = sb.mkdir("agent-state");
         let config = format!(
             "[agent]\ncommand = [{:?}, \"{{session}}\"]\n\n[sandbox]\nenabled = false\n\n{extra_toml}\n",
             agent_script().display().to_string()
         );
-        repo.write_project_config(&config);
+        LoopTest::launch(&config, scenario, &[])
+    }
+
+    /// A project with `config` as its `.forge/config.toml` and a stdio server whose PATH starts
+    /// with the binary's directory (agents call `forge-lsp call`); `FORGE_TEST_STATE`,
+    /// `FORGE_TEST_SCENARIO` and `env` reach the agent through the server's environment.
+    pub fn launch(config: &str, scenario: &str, env: &[(&str, &str)]) -> LoopTest {
+        let sb = Sandbox::new();
+        let repo = GitRepo::new();
+        let state = sb.mkdir("agent-state");
+        repo.write_project_config(config);
         let bin_dir = Path::new(BIN).parent().expect("bin dir").to_path_buf();
         let path = std::env::join_paths(
             std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
@@ -162,6 +169,9 @@ impl LoopTest {
                 .env("PATH", &path)
                 .env("FORGE_TEST_STATE", &state)
                 .env("FORGE_TEST_SCENARIO", scenario);
+            for (k, v) in env {
+                c.env(k, v);
+            }
         });
         client.init(&Init::new(&repo.path));
         LoopTest { client, repo, sb, state }

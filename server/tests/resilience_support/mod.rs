@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::{wait_for, GitRepo, Init, Sandbox, BIN};
+use crate::common::wait_for;
 use crate::loop_support::{pid_alive, LoopTest, LOOP_WAIT};
 
 /// The one-line prompt of a busy turn the watchdog aborted (`runner::CONTINUE_NUDGE`).
@@ -30,31 +30,11 @@ pub fn agent_script() -> PathBuf {
 /// command and `[sandbox] enabled = false` follow. `env` is added to the server's
 /// environment (the agent inherits it).
 pub fn start(scenario: &str, top_toml: &str, env: &[(&str, &str)]) -> LoopTest {
-    let sb = Sandbox::new();
-    let repo = GitRepo::new();
-    let state = sb.mkdir("agent-state");
     let config = format!(
         "{top_toml}\n\n[agent]\ncommand = [{:?}, \"--session={{session}}\", \"--resume={{resume}}\", \"--model={{model}}\"]\n\n[sandbox]\nenabled = false\n",
         agent_script().display().to_string()
     );
-    repo.write_project_config(&config);
-    let bin_dir = Path::new(BIN).parent().expect("bin dir").to_path_buf();
-    let path = std::env::join_paths(
-        std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
-    .expect("PATH");
-    let mut client = sb.stdio_with(|c| {
-        c.arg("--data-dir")
-            .arg(&sb.data_dir)
-            .env("PATH", &path)
-            .env("FORGE_TEST_STATE", &state)
-            .env("FORGE_TEST_SCENARIO", scenario);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-    });
-    client.init(&Init::new(&repo.path));
-    LoopTest { client, repo, sb, state }
+    LoopTest::launch(&config, scenario, env)
 }
 
 /// One agent turn as the agent saw it: its argv placeholders.
