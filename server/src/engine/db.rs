@@ -314,7 +314,7 @@ pub fn touch(db: &Connection, project: &str, loop_name: &str, now: i64) -> rusql
         "UPDATE loops SET last_activity_at = ?3 WHERE project_id = ?1 AND loop_name = ?2",
         params![project, loop_name, now],
     )?;
-    let snapshot = crate::lsp::loops::snapshot(db, project, loop_name)?;
+    let snapshot = super::status::snapshot(db, project, loop_name)?;
     changes::record_with(db, project, Kind::Loop, loop_name, now, snapshot.map(|s| s.to_string()).as_deref())
 }
 

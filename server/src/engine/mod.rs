@@ -14,6 +14,7 @@ pub mod prompt_context;
 pub mod runner;
 pub mod sandbox;
 pub mod start;
+pub mod status;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

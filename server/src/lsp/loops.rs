@@ -5,14 +5,12 @@
 
 use std::collections::HashMap;
 
-use forge_protocol::notifications::{LastTransition, LoopStatusParams};
+use forge_protocol::notifications::LoopStatusParams;
 use forge_protocol::uri::ForgeUri;
-use rusqlite::Connection;
 use serde_json::json;
 use tower_lsp_server::gen_lsp_types::{MessageType, ProgressParams, ProgressToken, WorkDoneProgressCreateParams};
 use tower_lsp_server::gen_lsp_types::{ProgressNotification, WorkDoneProgressCreateRequest};
 
-use crate::engine::db;
 use crate::lsp::conn::{Conn, CLIENT_REQUEST_TIMEOUT};
 use crate::lsp::ext::LoopStatus;
 use crate::store::loops;
@@ -32,59 +30,6 @@ impl ProgressState {
     }
 }
 
-/// The notification params of a loop, plus its host session.
-pub fn params(
-    db: &Connection,
-    project: &str,
-    name: &str,
-) -> rusqlite::Result<Option<(LoopStatusParams, Option<String>)>> {
-    let Some(l) = loops::get(db, project, name)? else { return Ok(None) };
-    let section_title = if l.total_sections > 0 {
-        db::sections(db, project, name)?
-            .into_iter()
-            .find(|s| i64::from(s.index) == l.current_section_index)
-            .map(|s| s.title)
-    } else {
-        None
-    };
-    let last = db::last_transition(db, project, name)?.map(|(kind, event, from, to, at)| LastTransition {
-        kind,
-        event,
-        from,
-        to,
-        at,
-    });
-    Ok(Some((
-        LoopStatusParams {
-            loop_name: l.loop_name.clone(),
-            status: l.status.clone(),
-            phase: l.phase.clone(),
-            iteration: l.iteration,
-            max_iterations: l.max_iterations,
-            section_index: (l.total_sections > 0).then_some(l.current_section_index),
-            total_sections: l.total_sections,
-            section_title,
-            audit_count: l.audit_count,
-            error_count: l.error_count,
-            termination_reason: l.termination_reason.clone(),
-            worktree_dir: l.worktree_dir.clone(),
-            branch: l.worktree_branch.clone(),
-            session_id: l.current_session_id.clone(),
-            started_at: l.started_at,
-            completed_at: l.completed_at,
-            last_transition: last,
-        },
-        l.host_session_id,
-    )))
-}
-
-/// The snapshot stored with a loop change: `{ status, hostSessionId, completedSections }`.
-pub fn snapshot(db: &Connection, project: &str, name: &str) -> rusqlite::Result<Option<serde_json::Value>> {
-    let Some((s, host)) = params(db, project, name)? else { return Ok(None) };
-    let completed = db::sections(db, project, name)?.iter().filter(|s| s.status == "completed").count();
-    Ok(Some(json!({ "status": s, "hostSessionId": host, "completedSections": completed })))
-}
-
 /// Announces one loop change to this connection, from its snapshot when it has one (else
 /// from the current row).
 pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>) {
@@ -92,7 +37,7 @@ pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>) {
         Some(v) => Some(v),
         None => {
             let (p, n) = (conn.project_id(), name.to_string());
-            conn.ws.store.call(move |c| snapshot(c, &p, &n)).await.ok().flatten()
+            conn.ws.store.call(move |c| crate::engine::status::snapshot(c, &p, &n)).await.ok().flatten()
         }
     };
     let Some(snap) = snap else { return };
