@@ -1,0 +1,227 @@
+//! `forge-lsp call <tool> [JSON|-]` (PROTOCOL.md §7).
+//!
+//! With `FORGE_LSP_SOCKET` (set for agents in a loop) the call goes through that server.
+//! Otherwise it looks for a running server of the project in the database; with none it
+//! runs tools that only touch the database in-process, and refuses loop control.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use forge_protocol::{CommandResult, ErrorKind, ToolError};
+use serde_json::{json, Value};
+
+use super::lsp_client::LspClient;
+use forge_core::config::Loader;
+use forge_core::project::{self, Project};
+use forge_store as store;
+use forge_tools::{self as tools, ToolEnv};
+
+/// Options of one call.
+pub struct CallArgs {
+    pub tool: String,
+    pub input: Option<String>,
+    pub json: bool,
+    pub agent: Option<String>,
+    pub session: Option<String>,
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Process exit status: 0 success, 1 tool failure, 2 usage error.
+pub fn run(args: CallArgs) -> i32 {
+    match call(&args) {
+        Ok(r) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                println!("{}", r.text);
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("{}", e.message);
+            if args.json {
+                eprintln!(
+                    "{}",
+                    json!({ "error": { "code": e.kind.code(), "message": e.message, "data": { "kind": e.kind.as_str() } } })
+                );
+            }
+            if matches!(e.kind, ErrorKind::InvalidParams) {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}
+
+fn parse_input(raw: Option<&str>) -> Result<Value, ToolError> {
+    let text = match raw {
+        None => return Ok(json!({})),
+        Some("-") => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| ToolError::invalid_params(format!("cannot read the input from standard input: {e}")))?;
+            s
+        }
+        Some(s) => s.to_string(),
+    };
+    if text.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| ToolError::invalid_params(format!("the input is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(ToolError::invalid_params("the input must be one JSON object, e.g. '{\"content\": \"...\"}'"));
+    }
+    Ok(v)
+}
+
+fn call(args: &CallArgs) -> Result<CommandResult, ToolError> {
+    let Some(tool) = tools::find(&args.tool) else {
+        return Err(ToolError::invalid_params(format!(
+            "unknown tool `{}`; `forge-lsp call --help` lists the tools",
+            args.tool
+        )));
+    };
+    let input = parse_input(args.input.as_deref())?;
+    let env_session = std::env::var("FORGE_SESSION_ID").ok().filter(|s| !s.is_empty());
+    let env_token = std::env::var("FORGE_SESSION_TOKEN").ok().filter(|s| !s.is_empty());
+    let (session, token) = match (&env_session, &env_token) {
+        (Some(s), Some(t)) => (Some(s.clone()), Some(t.clone())),
+        _ => (args.session.clone().or(env_session.clone()), None),
+    };
+    let cwd =
+        std::env::current_dir().map_err(|e| ToolError::internal(format!("cannot read the working directory: {e}")))?;
+    let data_dir = project::data_dir(None, args.data_dir.as_deref());
+
+    if let Some(sock) = std::env::var_os("FORGE_LSP_SOCKET").filter(|s| !s.is_empty()) {
+        return via_server(
+            Path::new(&sock),
+            tool.name,
+            input,
+            args.agent.as_deref(),
+            session.as_deref(),
+            token.as_deref(),
+            &cwd,
+            &data_dir,
+        )
+        .map_err(|e| {
+            e.unwrap_or_else(|| {
+                ToolError::precondition(format!(
+                    "cannot reach the forge-lsp server at FORGE_LSP_SOCKET={}",
+                    Path::new(&sock).display()
+                ))
+            })
+        });
+    }
+
+    let project = Project::detect(&cwd);
+    let mut conn =
+        store::open_connection(&data_dir.join("forge.db")).map_err(|e| ToolError::precondition(e.to_string()))?;
+    for sock in running_servers(&conn, &project.id) {
+        match via_server(
+            &sock,
+            tool.name,
+            input.clone(),
+            args.agent.as_deref(),
+            session.as_deref(),
+            token.as_deref(),
+            &cwd,
+            &data_dir,
+        ) {
+            Ok(r) => return Ok(r),
+            Err(Some(e)) => return Err(e),
+            Err(None) => continue, // not reachable: try the next, then in-process
+        }
+    }
+    if tool.needs_server {
+        return Err(ToolError::precondition(format!(
+            "forge.{} needs a running forge-lsp server (it controls loops); start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH`, then retry",
+            tool.name
+        )));
+    }
+    let loader = Loader::standard(&project.root, None).map_err(|e| ToolError::invalid(e.0))?;
+    for w in &loader.warnings {
+        eprintln!("warning: {w}");
+    }
+    let caller = forge_tools::identity::resolve(&conn, args.agent.as_deref(), session.as_deref(), token.as_deref())?;
+    let env = ToolEnv { project, caller, config: loader.build(), home: std::env::var("HOME").ok() };
+    tools::run_on(&mut conn, &env, tool.name, input)
+}
+
+/// Sockets of the project's running servers, newest first.
+fn running_servers(conn: &rusqlite::Connection, project: &str) -> Vec<PathBuf> {
+    store::servers::sockets(conn, project).unwrap_or_default().into_iter().map(PathBuf::from).collect()
+}
+
+/// Runs the call through a server. `Err(None)` when the server cannot be reached.
+#[allow(clippy::too_many_arguments)]
+fn via_server(
+    sock: &Path,
+    tool: &str,
+    input: Value,
+    agent: Option<&str>,
+    session: Option<&str>,
+    token: Option<&str>,
+    cwd: &Path,
+    data_dir: &Path,
+) -> Result<CommandResult, Option<ToolError>> {
+    let mut c = LspClient::connect(sock).map_err(|_| None)?;
+    // A one-shot call is not an editor: it never reads materialized views, and writing them
+    // into its working directory (an agent's loop worktree) could recreate that worktree
+    // after the loop removed it.
+    let mut forge =
+        json!({ "dataDir": data_dir.display().to_string(), "config": { "documents": { "materialize": false } } });
+    if let Some(a) = agent {
+        forge["agent"] = json!(a);
+    }
+    if let Some(s) = session {
+        forge["session"] = json!(s);
+    }
+    if let Some(t) = token {
+        forge["token"] = json!(t);
+    }
+    let root = format!("file://{}", cwd.display());
+    let init = c
+        .request(
+            "initialize",
+            json!({ "processId": std::process::id(), "rootUri": root, "capabilities": {}, "workspaceFolders": [{ "uri": root, "name": "cwd" }], "initializationOptions": { "forge": forge } }),
+        )
+        .map_err(|_| None)?;
+    if let Err(e) = init {
+        return Err(Some(rpc_to_tool_error(&e)));
+    }
+    c.notify("initialized", json!({})).map_err(|_| None)?;
+    let r = c
+        .request(
+            "workspace/executeCommand",
+            json!({ "command": forge_protocol::command_name(tool), "arguments": [input] }),
+        )
+        .map_err(|e| Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))?;
+    let _ = c.request("shutdown", Value::Null);
+    let _ = c.notify("exit", Value::Null);
+    match r {
+        Ok(v) => serde_json::from_value(v)
+            .map_err(|e| Some(ToolError::internal(format!("unexpected result from the server: {e}")))),
+        Err(e) => Err(Some(rpc_to_tool_error(&e))),
+    }
+}
+
+fn rpc_to_tool_error(e: &Value) -> ToolError {
+    let code = e.get("code").and_then(Value::as_i64).unwrap_or(1007);
+    let message = e.get("message").and_then(Value::as_str).unwrap_or("unknown error").to_string();
+    ToolError::new(ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal), message)
+}
+
+/// The `call --help` list of tools.
+pub fn tools_help() -> String {
+    let mut s =
+        String::from("Tools (input is one JSON object; `forge-lsp call tools --json` prints every input schema):\n");
+    for t in tools::TOOLS {
+        let first = t.description.split(". ").next().unwrap_or(t.description);
+        s.push_str(&format!("  {:<15} {}\n", t.name, first.trim_end_matches('.')));
+    }
+    s.push_str("\nIdentity: FORGE_SESSION_ID + FORGE_SESSION_TOKEN (a loop session), else --agent and --session.\nExit status: 0 success, 1 the tool failed (message on stderr), 2 usage error.");
+    s
+}

@@ -1,0 +1,124 @@
+//! The `forge-lsp` binary: `forge-lsp` / `forge-lsp serve --stdio` serves one connection
+//! over stdio; `serve --listen` accepts many; `call` runs one tool from the command line;
+//! `cleanup` removes old plans or one loop.
+
+use std::path::PathBuf;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use forge_lsp::{cli, hub::Hub, serve};
+
+#[derive(Parser)]
+#[command(
+    name = "forge-lsp",
+    version,
+    about = "The Forge language server: plans, review findings and coding/auditing loops over LSP.",
+    long_about = "The Forge language server: plans, review findings and coding/auditing loops over LSP.\n\nWithout a command it serves one client over stdin/stdout (like `serve --stdio`). Logs go to stderr (or --log-file), never stdout."
+)]
+struct Cli {
+    /// Data directory (database and loop worktrees). Default: FORGE_DATA_DIR, $XDG_DATA_HOME/forge-lsp, ~/.local/share/forge-lsp.
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Write logs to this file instead of stderr.
+    #[arg(long, global = true, value_name = "FILE")]
+    log_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve LSP over stdio (default) or on a socket.
+    Serve {
+        /// Serve one connection over stdin/stdout.
+        #[arg(long, conflicts_with = "listen")]
+        stdio: bool,
+        /// Accept many connections sharing one state: unix:PATH or tcp:127.0.0.1:PORT.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// Run one Forge tool and print its text (or the whole result with --json).
+    Call {
+        /// Tool name, e.g. plan-read (see the list below).
+        tool: String,
+        /// The tool's input: one JSON object, or - to read it from stdin.
+        input: Option<String>,
+        /// Print the whole result ({ text, data }) as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Calling agent: user (default), architect, code, auditor, auditor-loop, minion.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Session id (default: FORGE_SESSION_ID, else a fresh id).
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Remove old session plans, or one loop with its worktree and forge/ branch.
+    Cleanup {
+        #[command(subcommand)]
+        what: cli::cleanup::CleanupCmd,
+    },
+}
+
+fn init_logging(file: Option<&PathBuf>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FORGE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    match file.and_then(|f| std::fs::OpenOptions::new().create(true).append(true).open(f).ok()) {
+        Some(f) => builder.with_writer(std::sync::Mutex::new(f)).init(),
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+}
+
+fn main() {
+    let mut cmd = Cli::command();
+    cmd = cmd.mut_subcommand("call", |c| c.after_help(cli::call::tools_help()));
+    let matches = cmd.get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    init_logging(cli.log_file.as_ref());
+    match cli.command {
+        Some(Cmd::Call { tool, input, json, agent, session }) => {
+            let code =
+                cli::call::run(cli::call::CallArgs { tool, input, json, agent, session, data_dir: cli.data_dir });
+            std::process::exit(code);
+        }
+        Some(Cmd::Cleanup { what }) => std::process::exit(cli::cleanup::run(what, cli.data_dir)),
+        Some(Cmd::Serve { listen: Some(addr), .. }) => {
+            let addr = match serve::ListenAddr::parse(&addr) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("forge-lsp: {e}");
+                    std::process::exit(2);
+                }
+            };
+            let rt = runtime();
+            let hub = Hub::new(cli.data_dir);
+            let (hub2, hub3) = (hub.clone(), hub.clone());
+            let r = rt.block_on(async move {
+                tokio::select! {
+                    r = serve::listen(hub, addr) => r,
+                    _ = tokio::signal::ctrl_c() => { hub2.shutdown().await; Ok(()) }
+                }
+            });
+            serve::remove_private_socket(&hub3);
+            if let Err(e) = r {
+                eprintln!("forge-lsp: {e}");
+                std::process::exit(1);
+            }
+        }
+        Some(Cmd::Serve { .. }) | None => {
+            let rt = runtime();
+            let hub = Hub::new(cli.data_dir);
+            rt.block_on(serve::stdio(hub.clone()));
+            serve::remove_private_socket(&hub);
+            // tokio's blocking stdin read can keep the runtime alive: exit now.
+            std::process::exit(0);
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}

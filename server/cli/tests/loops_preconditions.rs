@@ -1,0 +1,173 @@
+//! Loop preconditions and the rules around stored loop rows: a loop needs a committed
+//! repository and an agent host (1004, nothing created); section-read serves the loop's
+//! current session; server start never touches loop rows, and a loop left `running` by a
+//! process that died is restarted only with `force`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+const PLAN: &str = "# Plan\n\n## Objective\nDo it.\n";
+
+fn no_loop_was_created(sb: &Sandbox, repo: &Path) {
+    assert_eq!(sb.db().count("SELECT COUNT(*) FROM loops"), 0);
+    assert_eq!(sb.db().count("SELECT COUNT(*) FROM plans WHERE loop_name IS NOT NULL"), 0);
+    let branches = git(repo, &["branch", "--list", "forge/*"]);
+    assert!(branches.trim().is_empty(), "no forge/ branch: {branches}");
+    let worktrees = sb.data_dir.join("worktrees");
+    assert!(!worktrees.exists() || std::fs::read_dir(&worktrees).unwrap().next().is_none(), "no worktree");
+}
+
+#[test]
+fn a_loop_needs_a_committed_repository() {
+    let sb = Sandbox::new();
+    let (_keep, dir) = plain_dir();
+    git(&dir, &["init", "-q"]);
+    std::fs::create_dir_all(dir.join(".forge")).unwrap();
+    std::fs::write(dir.join(".forge/config.toml"), "[agent]\ncommand = [\"true\"]\n[sandbox]\nenabled = false\n")
+        .unwrap();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&dir));
+    let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
+    assert_eq!(e.code, 1004, "{e}");
+    assert!(e.message.contains("commit") && e.message.contains("retry"), "the message says how to fix it: {e}");
+    no_loop_was_created(&sb, &dir);
+}
+
+#[test]
+fn a_loop_needs_an_agent_host() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write_project_config("[sandbox]\nenabled = false\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
+    assert_eq!(e.code, 1004, "{e}");
+    assert!(e.message.contains("agent.command"), "the message says how to configure one: {e}");
+    no_loop_was_created(&sb, &repo.path);
+}
+
+const S: &str = "ses_01JSECTIONREADCODER00000";
+const LOOP: &str = "sections";
+
+#[test]
+fn section_read_serves_the_loops_current_session() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    sb.ensure_db();
+    let db = sb.db();
+    let mut l = LoopFixture::running(&repo.root_commit, LOOP, S, &repo.path);
+    l.total_sections = 3;
+    db.insert_loop(&l);
+    db.conn.execute("UPDATE loops SET current_section_index = 1 WHERE loop_name = ?1", [LOOP]).unwrap();
+    for (i, status, done) in
+        [(0, "completed", Some("[\"tokens stored\"]")), (1, "in_progress", None), (2, "pending", None)]
+    {
+        db.conn
+            .execute(
+                "INSERT INTO section_plans (project_id, loop_name, section_index, title, content, status, summary_done, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
+                rusqlite::params![repo.root_commit, LOOP, i, format!("Phase {}", i + 1), format!("content {i}"), status, done],
+            )
+            .unwrap();
+    }
+    db.insert_loop_session(S, &repo.root_commit, LOOP, "coder", "tok");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path).session(S).token("tok"));
+
+    let d = c.tool_ok("section-read", json!({})).data;
+    assert_eq!((d["index"].as_i64(), d["status"].as_str()), (Some(1), Some("in_progress")), "{d}");
+    assert!(d["summary_done"].is_null());
+    let d = c.tool_ok("section-read", json!({ "section_index": 0 })).data;
+    assert_eq!(d["status"], "completed");
+    assert_eq!(d["summary_done"], json!(["tokens stored"]));
+    let e = c.tool_err("section-read", json!({ "section_index": 3 }));
+    assert_eq!(e.code, 1006);
+    assert!(e.message.contains("Invalid section index 3. Valid range: 0-2"), "{e}");
+    let d = c.tool_ok("section-read", json!({ "pending_suffix": true })).data;
+    assert_eq!(d["from_index"], 2);
+    assert_eq!(d["sections"].as_array().map(|a| a.len()), Some(1));
+    assert_eq!(d["sections"][0]["title"], "Phase 3");
+    assert_eq!(c.tool_err("section-read", json!({ "pending_suffix": true, "section_index": 1 })).code, -32602);
+    // Reads never change state.
+    assert_eq!(sb.db().count("SELECT COUNT(*) FROM section_plans WHERE status = 'in_progress'"), 1);
+
+    let mut user = sb.stdio();
+    user.init(&Init::new(&repo.path));
+    assert_eq!(user.tool_err("section-read", json!({})).code, 1001);
+}
+
+fn agent_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/agents/simple.sh").canonicalize().unwrap()
+}
+
+#[test]
+fn server_start_never_touches_loop_rows_and_a_dead_running_loop_restarts_only_with_force() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write_project_config(&format!(
+        "[agent]\ncommand = [\"{}\", \"{{session}}\"]\n[sandbox]\nenabled = false\n",
+        agent_path().display()
+    ));
+    // A loop left running by a process that died: a real worktree on forge/<name>.
+    let worktree = sb.data_dir.join("worktrees").join("orphan");
+    std::fs::create_dir_all(worktree.parent().unwrap()).unwrap();
+    git(&repo.path, &["worktree", "add", "-q", "-b", "forge/orphan", worktree.to_str().unwrap()]);
+    sb.ensure_db();
+    let db = sb.db();
+    let mut l = LoopFixture::running(&repo.root_commit, "orphan", "ses_01JDEADPROCESS0000000000", &repo.path);
+    l.phase = "auditing".into();
+    l.worktree_dir = worktree.display().to_string();
+    db.insert_loop(&l);
+    db.conn.execute("UPDATE loops SET iteration = 4, owner_pid = 999999 WHERE loop_name = 'orphan'", []).unwrap();
+    let before: (String, String, i64) = db
+        .conn
+        .query_row("SELECT status, phase, iteration FROM loops WHERE loop_name = 'orphan'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+
+    let bin_dir = Path::new(BIN).parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--data-dir").arg(&sb.data_dir).env("PATH", &path);
+    });
+    c.init(&Init::new(&repo.path));
+    std::thread::sleep(QUIET);
+    let status = c.tool_ok("loop-status", json!({ "name": "orphan" }));
+    assert!(status.text.starts_with("Loop Status\n"), "{}", status.text);
+    let after: (String, String, i64) = sb
+        .db()
+        .conn
+        .query_row("SELECT status, phase, iteration FROM loops WHERE loop_name = 'orphan'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(after, before, "server start and reads never change loop rows");
+
+    let e = c.tool_err("loop-status", json!({ "name": "orphan", "restart": true }));
+    assert_eq!(e.code, 1003, "{e}");
+    assert!(e.message.contains("force=true"), "{e}");
+
+    let r = c.tool_ok("loop-status", json!({ "name": "orphan", "restart": true, "force": true }));
+    assert!(r.text.starts_with("Restarted loop \"orphan\""), "{}", r.text);
+    assert!(r.text.contains("Continuing from iteration: 1"), "{}", r.text);
+    // An auditing loop restarts as coding, then runs to completion with the scripted agent.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s: String =
+            sb.db().conn.query_row("SELECT status FROM loops WHERE loop_name = 'orphan'", [], |r| r.get(0)).unwrap();
+        if s == "completed" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the restarted loop did not complete (status {s})");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let restart_rows =
+        sb.db().count("SELECT COUNT(*) FROM loop_transitions WHERE loop_name = 'orphan' AND transition_kind = 'phase' AND event_type = 'restart'");
+    assert_eq!(restart_rows, 1, "auditing → coding on restart is logged once");
+}

@@ -1,0 +1,274 @@
+//! The per-loop sandbox (bubblewrap) end to end: a loop start without bubblewrap fails with
+//! 1004 and leaves nothing behind; `forge.shell` from a loop session runs in the loop's
+//! sandbox; the shell shims put the agent's shells in the sandbox; a restart recreates the
+//! shims from the loop's saved settings, not the current configuration; a loop without a
+//! sandbox runs `forge.shell` directly in its worktree.
+//!
+//! Real bwrap, real processes: these tests need bubblewrap (`apt-get install bubblewrap`;
+//! `scripts/test-all` installs it). The agent is `tests/agents/sandbox.sh`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{assert_contains, wait_for, Client, GitRepo, Init, Sandbox, BIN};
+use serde_json::{json, Value};
+
+const PLAN: &str = "# Sandbox check
+
+## Objective
+Run commands in the loop's sandbox.
+
+<!-- forge-section -->
+## Only step
+Run pwd.
+
+## Verification
+- pwd
+";
+
+/// How long a loop's first turn may take on a loaded machine.
+const TURN_WAIT: Duration = Duration::from_secs(90);
+
+fn agent_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/agents/sandbox.sh").canonicalize().expect("sandbox.sh")
+}
+
+/// `PATH` with the directory of the binary under test first (agents call `forge-lsp`).
+fn path_with_bin() -> std::ffi::OsString {
+    let bin_dir = Path::new(BIN).parent().expect("bin dir").to_path_buf();
+    std::env::join_paths(
+        std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH")
+}
+
+fn require_bwrap() {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join("bwrap").is_file());
+    assert!(found, "these tests need bubblewrap: apt-get install bubblewrap (scripts/test-all installs it)");
+}
+
+/// A project whose agent is `sandbox.sh`, with `sandbox.enabled = <sandbox>`, and a stdio
+/// server with a connected client; `configure` adds to the server's command.
+struct Fixture {
+    client: Client,
+    repo: GitRepo,
+    sb: Sandbox,
+    state: PathBuf,
+}
+
+impl Fixture {
+    fn start(sandbox: bool, configure: impl FnOnce(&mut std::process::Command)) -> Fixture {
+        let sb = Sandbox::new();
+        let repo = GitRepo::new();
+        let state = sb.mkdir("agent-state");
+        repo.write_project_config(&format!(
+            "[agent]\ncommand = [{:?}]\n\n[sandbox]\nenabled = {sandbox}\n",
+            agent_script().display().to_string()
+        ));
+        let mut client = sb.stdio_with(|c| {
+            c.arg("--data-dir").arg(&sb.data_dir).env("PATH", path_with_bin()).env("FORGE_TEST_STATE", &state);
+            configure(c);
+        });
+        client.init(&Init::new(&repo.path));
+        Fixture { client, repo, sb, state }
+    }
+
+    /// Waits for the agent's first coder turn of `session` to finish its checks.
+    fn wait_turn(&self, session: &str) -> PathBuf {
+        let d = self.state.join(session);
+        wait_for(TURN_WAIT, || d.join("done").exists().then_some(()))
+            .unwrap_or_else(|| panic!("the agent's turn of {session} did not finish{}", self.client.diagnostics()));
+        d
+    }
+
+    fn loop_columns(&self, name: &str) -> (i64, i64) {
+        self.sb
+            .db()
+            .conn
+            .query_row("SELECT sandbox, sandbox_network FROM loops WHERE loop_name = ?1", [name], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .expect("loop row")
+    }
+}
+
+fn read(d: &Path, file: &str) -> String {
+    std::fs::read_to_string(d.join(file)).unwrap_or_else(|e| panic!("{}: {e}", d.join(file).display()))
+}
+
+/// A `forge-lsp call shell --json` result the agent saved: exit code 0 and the result.
+fn result(d: &Path, name: &str) -> Value {
+    assert_eq!(read(d, &format!("{name}.code")).trim(), "0", "{name}: {}", read(d, &format!("{name}.err")));
+    serde_json::from_str(&read(d, &format!("{name}.json"))).unwrap_or_else(|e| panic!("{name}.json: {e}"))
+}
+
+/// A failed `forge-lsp call shell`: its exit code and error text.
+fn failure(d: &Path, name: &str) -> (String, String) {
+    (read(d, &format!("{name}.code")).trim().to_string(), read(d, &format!("{name}.err")))
+}
+
+#[test]
+fn a_loop_start_without_bubblewrap_fails_with_1004_and_leaves_nothing() {
+    // Two ways a host lacks bubblewrap: FORGE_BWRAP names a missing file, and a PATH
+    // without bwrap (only what the server and the agent need).
+    let bare = tempfile::tempdir().expect("tempdir");
+    for name in ["sh", "bash", "git", "kill", "cat", "sleep", "mkdir", "touch", "env"] {
+        if let Some(prog) = ["/bin", "/usr/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists()) {
+            std::os::unix::fs::symlink(prog, bare.path().join(name)).expect("symlink");
+        }
+    }
+    let bin_dir = Path::new(BIN).parent().expect("bin dir").to_path_buf();
+    let bare_path = std::env::join_paths([bin_dir, bare.path().to_path_buf()]).expect("PATH");
+    type Setup = Box<dyn Fn(&mut std::process::Command)>;
+    let cases: Vec<(&str, Setup)> = vec![
+        (
+            "FORGE_BWRAP",
+            Box::new(|c| {
+                c.env("FORGE_BWRAP", "/nonexistent/bwrap");
+            }),
+        ),
+        (
+            "PATH",
+            Box::new(move |c| {
+                c.env("PATH", &bare_path).env_remove("FORGE_BWRAP");
+            }),
+        ),
+    ];
+    for (case, setup) in cases {
+        let f = Fixture::start(true, |c| setup(c));
+        let e = f.client.tool_err("execute-plan", json!({ "title": "Sandbox check", "plan": PLAN, "loopName": "sbx" }));
+        assert_eq!(e.code, 1004, "{case}: {e}");
+        assert_eq!(e.kind(), Some("precondition"), "{case}: {e}");
+        assert_contains(&e.message, "Failed to start loop");
+        assert_contains(&e.message, "apt-get install bubblewrap");
+        assert_contains(&e.message, "sandbox.enabled = false");
+        if case == "FORGE_BWRAP" {
+            assert_contains(&e.message, "FORGE_BWRAP=/nonexistent/bwrap");
+        }
+        // Nothing left: no loop row, no plan row, no worktree, no branch.
+        let db = f.sb.db();
+        assert_eq!(db.count("SELECT count(*) FROM loops"), 0, "{case}");
+        assert_eq!(db.count("SELECT count(*) FROM plans WHERE loop_name IS NOT NULL"), 0, "{case}");
+        let wt = f.sb.data_dir.join("worktrees");
+        let left: Vec<_> = std::fs::read_dir(&wt).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        assert!(left.is_empty(), "{case}: worktrees left: {left:?}");
+        assert_eq!(f.repo.git(&["branch", "--list", "forge/*"]), "", "{case}");
+        assert_eq!(f.repo.git(&["worktree", "list", "--porcelain"]).matches("worktree ").count(), 1, "{case}");
+        // With the sandbox disabled the same start works (and proves the message's advice).
+        f.client.notify(
+            "workspace/didChangeConfiguration",
+            json!({ "settings": { "forge": { "sandbox": { "enabled": false } } } }),
+        );
+        let ok = wait_for(Duration::from_secs(10), || {
+            f.client.tool("execute-plan", json!({ "title": "Sandbox check", "plan": PLAN, "loopName": "sbx" })).ok()
+        })
+        .unwrap_or_else(|| panic!("{case}: the start with sandbox.enabled = false failed{}", f.client.diagnostics()));
+        let name = ok.data["loopName"].as_str().expect("loopName").to_string();
+        assert_eq!(f.loop_columns(&name), (0, 0), "{case}");
+        f.client.tool_ok("loop-cancel", json!({ "name": name }));
+    }
+}
+
+#[test]
+fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() {
+    require_bwrap();
+    let f = Fixture::start(true, |_| {});
+    let out = f.client.tool_ok("execute-plan", json!({ "title": "Sandbox check", "plan": PLAN }));
+    let name = out.data["loopName"].as_str().expect("loopName").to_string();
+    let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
+    let wt = PathBuf::from(out.data["worktreeDir"].as_str().expect("worktreeDir"));
+    let shims = wt.join(".forge/bin");
+    assert_eq!(f.loop_columns(&name), (1, 0), "sandbox on, network off");
+    assert!(shims.join("sh").is_file() && shims.join("bash").is_file(), "shims in {}", shims.display());
+    assert_eq!(
+        f.repo.git(&["-C", wt.to_str().unwrap(), "status", "--porcelain", "--", ".forge"]),
+        "",
+        ".forge/ is excluded"
+    );
+
+    let d = f.wait_turn(&session);
+    // forge.shell: the worktree at its host path, exit code 0.
+    let pwd = result(&d, "pwd");
+    assert_eq!(pwd["data"]["stdout"].as_str().unwrap().trim(), wt.to_str().unwrap(), "{pwd}");
+    assert_eq!(pwd["data"]["exitCode"], json!(0));
+    assert_eq!(pwd["data"]["timedOut"], json!(false));
+    assert_eq!(pwd["data"]["stdoutTruncated"], json!(false));
+    assert!(pwd["text"].as_str().unwrap().starts_with("Exit code: 0"), "{pwd}");
+    let sub = wt.join("sub/dir");
+    assert_eq!(result(&d, "subdir")["data"]["stdout"].as_str().unwrap().trim(), sub.to_str().unwrap());
+    assert_eq!(result(&d, "incwd")["data"]["stdout"].as_str().unwrap().trim(), sub.to_str().unwrap());
+    // Nothing outside the worktree is writable.
+    let escape = result(&d, "escape");
+    assert_ne!(escape["data"]["exitCode"], json!(0), "{escape}");
+    assert!(!f.state.join("escaped").exists(), "a sandboxed command wrote outside the worktree");
+    // Timeout: the process group is killed.
+    let t = result(&d, "timeout");
+    assert_eq!(t["data"]["timedOut"], json!(true), "{t}");
+    assert_eq!(t["data"]["exitCode"], Value::Null);
+    assert_eq!(t["data"]["stdout"], json!("start\n"));
+    assert_contains(t["text"].as_str().unwrap(), "Timed out after 300 ms");
+    // Bad input: -32602 (exit 2) naming the field.
+    let (code, err) = failure(&d, "toolong");
+    assert_eq!(code, "2", "{err}");
+    assert_contains(&err, "timeoutMs");
+    for bad in ["dotdot", "absolute"] {
+        let (code, err) = failure(&d, bad);
+        assert_eq!(code, "2", "{bad}: {err}");
+        assert_contains(&err, "cwd");
+    }
+    // The agent's shells go through the shims into the sandbox (pid 2 of a fresh pid
+    // namespace, FORGE_SANDBOX=1), whether started as $SHELL or as `sh` through PATH.
+    assert_eq!(read(&d, "path-head").trim(), shims.to_str().unwrap());
+    assert_eq!(read(&d, "shell-var").trim(), shims.join("sh").to_str().unwrap());
+    assert_eq!(read(&d, "shim.txt").trim(), "2 1");
+    assert_eq!(read(&d, "path-sh.txt").trim(), "2 1");
+    assert!(wt.join("shim-made").exists(), "the sandboxed shell writes into the worktree");
+
+    // Not for sessions outside a loop.
+    let e = f.client.tool_err("shell", json!({ "command": "pwd" }));
+    assert_eq!(e.code, 1001, "{e}");
+
+    // Restart with the sandbox now disabled in the configuration: the loop keeps its own
+    // settings and its shims are recreated.
+    f.client.tool_ok("loop-cancel", json!({ "name": name }));
+    std::fs::remove_dir_all(&shims).expect("remove shims");
+    f.client.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "forge": { "sandbox": { "enabled": false } } } }),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // The configuration is in effect: a new loop starts without a sandbox.
+    let other = f.client.tool_ok("execute-plan", json!({ "title": "Other", "plan": PLAN }));
+    let other = other.data["loopName"].as_str().expect("loopName").to_string();
+    assert_eq!(f.loop_columns(&other), (0, 0));
+    f.client.tool_ok("loop-cancel", json!({ "name": other }));
+    let r = f.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
+    assert!(shims.join("sh").is_file(), "restart recreates the shims");
+    assert_eq!(f.loop_columns(&name), (1, 0));
+    let session2 = r.data["sessionId"].as_str().expect("sessionId").to_string();
+    let d2 = f.wait_turn(&session2);
+    assert_eq!(read(&d2, "shim.txt").trim(), "2 1", "still sandboxed after the restart");
+    assert_eq!(result(&d2, "pwd")["data"]["stdout"].as_str().unwrap().trim(), wt.to_str().unwrap());
+    f.client.tool_ok("loop-cancel", json!({ "name": name }));
+}
+
+#[test]
+fn without_a_sandbox_forge_shell_runs_directly_in_the_worktree() {
+    let f = Fixture::start(false, |_| {});
+    let out = f.client.tool_ok("execute-plan", json!({ "title": "No sandbox", "plan": PLAN }));
+    let name = out.data["loopName"].as_str().expect("loopName").to_string();
+    let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
+    let wt = PathBuf::from(out.data["worktreeDir"].as_str().expect("worktreeDir"));
+    assert_eq!(f.loop_columns(&name), (0, 0));
+    assert!(!wt.join(".forge/bin").exists(), "no shims without a sandbox");
+    let d = f.wait_turn(&session);
+    let pwd = result(&d, "pwd");
+    assert_eq!(pwd["data"]["stdout"].as_str().unwrap().trim(), wt.to_str().unwrap(), "{pwd}");
+    assert_contains(pwd["text"].as_str().unwrap(), "without a sandbox");
+    assert_eq!(result(&d, "timeout")["data"]["timedOut"], json!(true));
+    // The agent's shells run on the host.
+    assert!(read(&d, "shim.txt").trim().ends_with(" host"), "{}", read(&d, "shim.txt"));
+    f.client.tool_ok("loop-cancel", json!({ "name": name }));
+}

@@ -1,0 +1,1225 @@
+//! Git operations of the loop engine: the loop's isolated worktree, section checkpoints
+//! and the audit scope.
+//!
+//! A loop runs in its own linked worktree on a new branch `forge/<name>` created from the
+//! HEAD of the project's repository; the HEAD commit of the new worktree is the loop's
+//! `base_commit` (seed "Worktree Isolation"). A clean section audit commits everything as
+//! `section <N>: <title>`; the next section's audit scope starts at that checkpoint (the
+//! base commit for the first section). When a loop's worktree directory is gone but its
+//! branch survives, restart re-creates the worktree from the branch (seed
+//! "Restartability"). Branches are never deleted, except to roll back a loop start that
+//! failed (reference §3.4, §4.7).
+//!
+//! Everything here uses libgit2 (`git2`), never the git CLI. Functions taking `repo_dir`
+//! accept any path inside the repository (or one of its worktrees); functions taking
+//! `worktree` want the root of the loop's worktree.
+
+use std::fmt;
+use std::fs;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use git2::{
+    BranchType, DiffFindOptions, DiffOptions, ErrorCode, IndexAddOption, Oid, Repository, Signature, Sort,
+    StatusOptions, WorktreeAddOptions, WorktreePruneOptions,
+};
+
+/// The pattern added to the repository's `info/exclude` so forge's per-worktree files are
+/// never staged, committed or listed as untracked.
+const FORGE_EXCLUDE: &str = ".forge/";
+/// Identity used when the repository has none configured.
+const FALLBACK_NAME: &str = "forge-lsp";
+const FALLBACK_EMAIL: &str = "forge-lsp@localhost";
+/// The only branches [`delete_branch`] may delete.
+const FORGE_BRANCH_PREFIX: &str = "forge/";
+
+/// A loop's worktree as created by [`create_worktree`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worktree {
+    /// The worktree directory (absolute).
+    pub dir: PathBuf,
+    /// The short branch name, e.g. `forge/my-loop`.
+    pub branch: String,
+    /// The worktree's HEAD commit right after creation (hex id).
+    pub base_commit: String,
+}
+
+/// A failed git operation. The message names the path or branch and what to do.
+#[derive(Debug)]
+pub enum GitError {
+    /// No repository (or worktree) could be opened at `path`.
+    Open { path: PathBuf, source: git2::Error },
+    /// The repository has no commit yet.
+    NoCommit { repo: PathBuf },
+    /// The repository is bare (has no working tree).
+    Bare { path: PathBuf },
+    /// `branch` is not a valid branch name.
+    InvalidBranchName { branch: String },
+    /// A new branch was asked for but it exists already.
+    BranchExists { branch: String, repo: PathBuf },
+    /// An existing branch was asked for but it does not exist.
+    BranchNotFound { branch: String, repo: PathBuf },
+    /// The branch is checked out in another worktree (or the main one).
+    BranchCheckedOut { branch: String, at: PathBuf },
+    /// [`delete_branch`] only deletes `forge/` branches.
+    NotForgeBranch { branch: String },
+    /// The target directory exists and is not empty.
+    DirNotEmpty { dir: PathBuf },
+    /// The target path exists and is not a directory.
+    NotADirectory { path: PathBuf },
+    /// The directory exists but is not a registered worktree of the repository.
+    NotAWorktree { dir: PathBuf, repo: PathBuf },
+    /// The worktree is locked (`git worktree lock`).
+    WorktreeLocked { dir: PathBuf, reason: String },
+    /// A commit id or revision did not resolve to a commit.
+    UnknownCommit { rev: String, path: PathBuf, source: git2::Error },
+    /// A file-system operation failed.
+    Io { action: String, path: PathBuf, source: io::Error },
+    /// Any other libgit2 failure.
+    Git { action: String, path: PathBuf, source: git2::Error },
+}
+
+impl fmt::Display for GitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GitError::Open { path, source } => write!(
+                f,
+                "cannot open a git repository at {}: {}; check that the path exists and is \
+                 inside a git repository",
+                path.display(),
+                source.message()
+            ),
+            GitError::NoCommit { repo } => write!(
+                f,
+                "the git repository at {} has no commit yet; loops need a repository with at \
+                 least one commit: commit first (e.g. `git add -A && git commit -m \"initial \
+                 commit\"`) and retry",
+                repo.display()
+            ),
+            GitError::Bare { path } => write!(
+                f,
+                "the git repository at {} is bare (it has no working tree); run loops in a \
+                 repository with a working tree",
+                path.display()
+            ),
+            GitError::InvalidBranchName { branch } => {
+                write!(f, "`{branch}` is not a valid git branch name; use a name like `forge/my-loop`")
+            }
+            GitError::BranchExists { branch, repo } => write!(
+                f,
+                "branch `{branch}` already exists in the repository at {}; choose another loop \
+                 name, or restart the loop that owns the branch",
+                repo.display()
+            ),
+            GitError::BranchNotFound { branch, repo } => write!(
+                f,
+                "branch `{branch}` does not exist in the repository at {}; the loop's work \
+                 cannot be recovered from it: start a new loop",
+                repo.display()
+            ),
+            GitError::BranchCheckedOut { branch, at } => write!(
+                f,
+                "branch `{branch}` is checked out in the worktree at {}; remove that worktree \
+                 (or switch it to another branch) and retry",
+                at.display()
+            ),
+            GitError::NotForgeBranch { branch } => write!(
+                f,
+                "refusing to delete branch `{branch}`: only `{FORGE_BRANCH_PREFIX}` branches \
+                 created by forge-lsp may be deleted"
+            ),
+            GitError::DirNotEmpty { dir } => write!(
+                f,
+                "the worktree directory {} already exists and is not empty; remove it or \
+                 choose another loop name",
+                dir.display()
+            ),
+            GitError::NotADirectory { path } => {
+                write!(f, "{} exists and is not a directory; remove it or choose another loop name", path.display())
+            }
+            GitError::NotAWorktree { dir, repo } => write!(
+                f,
+                "{} is not a registered worktree of the repository at {}; refusing to delete \
+                 it: remove it by hand if it is not needed",
+                dir.display(),
+                repo.display()
+            ),
+            GitError::WorktreeLocked { dir, reason } => write!(
+                f,
+                "the worktree at {} is locked ({reason}); unlock it with `git worktree unlock` \
+                 and retry",
+                dir.display()
+            ),
+            GitError::UnknownCommit { rev, path, source } => write!(
+                f,
+                "`{rev}` is not a commit of the repository at {}: {}; check the stored commit \
+                 id",
+                path.display(),
+                source.message()
+            ),
+            GitError::Io { action, path, source } => {
+                write!(f, "cannot {action} ({}): {source}; check the path's permissions and free space", path.display())
+            }
+            GitError::Git { action, path, source } => {
+                write!(f, "git: cannot {action} in {}: {}", path.display(), source.message())
+            }
+        }
+    }
+}
+
+impl std::error::Error for GitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GitError::Open { source, .. } | GitError::UnknownCommit { source, .. } | GitError::Git { source, .. } => {
+                Some(source)
+            }
+            GitError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Attaches an action and a path to a libgit2 or I/O error.
+trait Context<T> {
+    fn ctx(self, action: &str, path: &Path) -> Result<T, GitError>;
+}
+
+impl<T> Context<T> for Result<T, git2::Error> {
+    fn ctx(self, action: &str, path: &Path) -> Result<T, GitError> {
+        self.map_err(|source| GitError::Git { action: action.to_string(), path: path.to_path_buf(), source })
+    }
+}
+
+impl<T> Context<T> for Result<T, io::Error> {
+    fn ctx(self, action: &str, path: &Path) -> Result<T, GitError> {
+        self.map_err(|source| GitError::Io { action: action.to_string(), path: path.to_path_buf(), source })
+    }
+}
+
+/// Branch name of a loop: "forge/<name>".
+pub fn branch_for(name: &str) -> String {
+    format!("{FORGE_BRANCH_PREFIX}{name}")
+}
+
+/// Whether a local branch exists. An invalid branch name cannot exist: `Ok(false)`.
+pub fn branch_exists(repo_dir: &Path, branch: &str) -> Result<bool, GitError> {
+    let repo = discover(repo_dir)?;
+    if !valid_branch_name(branch) {
+        return Ok(false);
+    }
+    let found = match repo.find_branch(branch, BranchType::Local) {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(false),
+        Err(e) => Err(e).ctx(&format!("look up branch `{branch}`"), repo_dir),
+    };
+    found
+}
+
+/// Create a worktree at `dir` on a NEW branch `branch` starting at HEAD of the repository
+/// containing `repo_dir`.
+///
+/// Fails when the branch exists, when `dir` exists and is not an empty directory, or when
+/// the repository has no commit. Records the worktree's HEAD commit as `base_commit` and
+/// adds `.forge/` to the repository's (common) `info/exclude`. On failure nothing is left
+/// behind (no branch, no directory, no registration).
+pub fn create_worktree(repo_dir: &Path, dir: &Path, branch: &str) -> Result<Worktree, GitError> {
+    let repo = discover(repo_dir)?;
+    let repo_path = repo_display_path(&repo);
+    if !valid_branch_name(branch) {
+        return Err(GitError::InvalidBranchName { branch: branch.to_string() });
+    }
+    let head_commit = head_commit_of(&repo, &repo_path)?;
+    match repo.find_branch(branch, BranchType::Local) {
+        Ok(_) => return Err(GitError::BranchExists { branch: branch.to_string(), repo: repo_path }),
+        Err(e) if e.code() == ErrorCode::NotFound => {}
+        Err(e) => return Err(e).ctx(&format!("look up branch `{branch}`"), &repo_path),
+    }
+    let dir = absolute(dir)?;
+    let removed_empty_dir = prepare_target_dir(&dir)?;
+    ensure_forge_excluded(&repo)?;
+    prune_stale_worktrees(&repo);
+
+    let created = repo.branch(branch, &head_commit, false).ctx(&format!("create branch `{branch}`"), &repo_path);
+    let reference = match created {
+        Ok(b) => b.into_reference(),
+        Err(e) => {
+            restore_empty_dir(&dir, removed_empty_dir);
+            return Err(e);
+        }
+    };
+    let added = add_worktree(&repo, &repo_path, &dir, &reference, branch);
+    drop(reference);
+    if let Err(e) = added {
+        if let Ok(mut b) = repo.find_branch(branch, BranchType::Local) {
+            let _ = b.delete();
+        }
+        restore_empty_dir(&dir, removed_empty_dir);
+        return Err(e);
+    }
+    let base_commit = match head(&dir) {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = remove_worktree(repo_dir, &dir);
+            if let Ok(mut b) = repo.find_branch(branch, BranchType::Local) {
+                let _ = b.delete();
+            }
+            return Err(e);
+        }
+    };
+    Ok(Worktree { dir, branch: branch.to_string(), base_commit })
+}
+
+/// Re-create a worktree at `dir` for an EXISTING branch (restart after the dir was removed).
+///
+/// Stale registrations (worktrees whose directory is gone) are pruned first. When `dir`
+/// already is a registered worktree on `branch` this is a no-op.
+pub fn reattach_worktree(repo_dir: &Path, dir: &Path, branch: &str) -> Result<(), GitError> {
+    let repo = discover(repo_dir)?;
+    let repo_path = repo_display_path(&repo);
+    if !valid_branch_name(branch) {
+        return Err(GitError::InvalidBranchName { branch: branch.to_string() });
+    }
+    let dir = absolute(dir)?;
+    prune_stale_worktrees(&repo);
+    let reference = match repo.find_branch(branch, BranchType::Local) {
+        Ok(b) => b.into_reference(),
+        Err(e) if e.code() == ErrorCode::NotFound => {
+            return Err(GitError::BranchNotFound { branch: branch.to_string(), repo: repo_path })
+        }
+        Err(e) => return Err(e).ctx(&format!("look up branch `{branch}`"), &repo_path),
+    };
+    let refname = format!("refs/heads/{branch}");
+    if let Some(at) = checked_out_at(&repo, &refname) {
+        if same_path(&at, &dir) {
+            return Ok(());
+        }
+        return Err(GitError::BranchCheckedOut { branch: branch.to_string(), at });
+    }
+    let removed_empty_dir = prepare_target_dir(&dir)?;
+    ensure_forge_excluded(&repo)?;
+    let added = add_worktree(&repo, &repo_path, &dir, &reference, branch);
+    if added.is_err() {
+        restore_empty_dir(&dir, removed_empty_dir);
+    }
+    added
+}
+
+/// Remove a worktree's directory and its registration (prune), keeping the branch.
+///
+/// A directory that does not exist (and is not registered) is not an error. A directory
+/// that exists but is not a registered worktree of the repository is never deleted.
+pub fn remove_worktree(repo_dir: &Path, dir: &Path) -> Result<(), GitError> {
+    let repo = discover(repo_dir)?;
+    let repo_path = repo_display_path(&repo);
+    let dir = absolute(dir)?;
+    let names =
+        repo.worktrees().ctx("list worktrees", &repo_path)?.iter().flatten().map(str::to_string).collect::<Vec<_>>();
+    let mut found = None;
+    for name in names {
+        let Ok(wt) = repo.find_worktree(&name) else {
+            continue;
+        };
+        if same_path(wt.path(), &dir) {
+            found = Some(wt);
+            break;
+        }
+    }
+    let Some(wt) = found else {
+        prune_stale_worktrees(&repo);
+        return match fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            _ => Err(GitError::NotAWorktree { dir, repo: repo_path }),
+        };
+    };
+    if let Some(name) = wt.name() {
+        if let Some(reason) = lock_reason(&repo, name) {
+            return Err(GitError::WorktreeLocked { dir, reason });
+        }
+    }
+    if fs::symlink_metadata(&dir).is_ok() {
+        remove_dir_forcefully(&dir)?;
+    }
+    let mut opts = WorktreePruneOptions::new();
+    opts.valid(true).working_tree(false).locked(false);
+    match wt.prune(Some(&mut opts)) {
+        Ok(()) => Ok(()),
+        // Someone pruned it concurrently: the registration is gone either way.
+        Err(_) if wt.name().is_some_and(|n| !worktree_gitdir(&repo, n).exists()) => Ok(()),
+        Err(e) => Err(e).ctx(&format!("prune the registration of worktree {}", dir.display()), &repo_path),
+    }
+}
+
+/// Delete a local branch (rollback of a failed loop start only; refuses names not starting
+/// with "forge/"). A branch that does not exist is not an error.
+pub fn delete_branch(repo_dir: &Path, branch: &str) -> Result<(), GitError> {
+    if !branch.starts_with(FORGE_BRANCH_PREFIX) {
+        return Err(GitError::NotForgeBranch { branch: branch.to_string() });
+    }
+    let repo = discover(repo_dir)?;
+    let repo_path = repo_display_path(&repo);
+    if !valid_branch_name(branch) {
+        return Err(GitError::InvalidBranchName { branch: branch.to_string() });
+    }
+    let mut b = match repo.find_branch(branch, BranchType::Local) {
+        Ok(b) => b,
+        Err(e) if e.code() == ErrorCode::NotFound => return Ok(()),
+        Err(e) => return Err(e).ctx(&format!("look up branch `{branch}`"), &repo_path),
+    };
+    if let Some(at) = checked_out_at(&repo, &format!("refs/heads/{branch}")) {
+        return Err(GitError::BranchCheckedOut { branch: branch.to_string(), at });
+    }
+    b.delete().ctx(&format!("delete branch `{branch}`"), &repo_path)
+}
+
+/// Stage everything (like `git add -A`, honouring .gitignore and info/exclude; embedded
+/// repositories, i.e. untracked directories with their own `.git`, are skipped) in the
+/// worktree and commit with `message` when the tree differs from HEAD; returns the new
+/// commit id, or None when nothing changed.
+///
+/// Author and committer: the repository's configured identity (`user.name`/`user.email`,
+/// any config level) if any, else "forge-lsp <forge-lsp@localhost>". The message is
+/// stored with trailing whitespace trimmed and one final newline; an empty message
+/// becomes "checkpoint".
+pub fn checkpoint(worktree: &Path, message: &str) -> Result<Option<String>, GitError> {
+    let repo = open_worktree(worktree)?;
+    let mut index = repo.index().ctx("read the index", worktree)?;
+    // libgit2 refuses to stage an embedded repository (a directory with its own `.git`,
+    // e.g. a clone made by the agent) and would fail the whole checkpoint: skip those,
+    // they stay untracked (and are listed by `changes_since`).
+    let mut skip_embedded = |path: &Path, _spec: &[u8]| -> i32 {
+        let is_dir_entry = path.as_os_str().as_encoded_bytes().ends_with(b"/");
+        let full = worktree.join(path);
+        let is_dir = fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir());
+        i32::from(is_dir_entry || (is_dir && full.join(".git").exists()))
+    };
+    index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_embedded)).ctx("stage changes", worktree)?;
+    index.update_all(["*"], None).ctx("stage deletions", worktree)?;
+    index.write().ctx("write the index", worktree)?;
+    let tree_id = index.write_tree().ctx("write a tree from the index (resolve any merge conflict first)", worktree)?;
+    let parent = match repo.head() {
+        Ok(h) => Some(h.peel_to_commit().ctx("read the HEAD commit", worktree)?),
+        Err(e) if is_unborn(&e) => None,
+        Err(e) => return Err(e).ctx("read HEAD", worktree),
+    };
+    let unchanged = match &parent {
+        Some(p) => p.tree_id() == tree_id,
+        None => index.is_empty(),
+    };
+    if unchanged {
+        return Ok(None);
+    }
+    let tree = repo.find_tree(tree_id).ctx("read the staged tree", worktree)?;
+    let sig = signature(&repo).ctx("build the commit signature", worktree)?;
+    let trimmed = message.trim_end();
+    let message = if trimmed.trim().is_empty() { "checkpoint\n".to_string() } else { format!("{trimmed}\n") };
+    let parents = parent.iter().collect::<Vec<_>>();
+    let id = repo.commit(Some("HEAD"), &sig, &sig, &message, &tree, &parents).ctx("commit the checkpoint", worktree)?;
+    Ok(Some(id.to_string()))
+}
+
+/// The latest commit on the worktree's HEAD (first-parent history) whose message starts
+/// with "section " followed by a number and ":" (a section checkpoint), searching back no
+/// further than `base_commit` (excluded); returns (commit id, first message line); None
+/// when there is none (then the audit scope starts at base_commit).
+pub fn last_checkpoint(worktree: &Path, base_commit: &str) -> Result<Option<(String, String)>, GitError> {
+    let repo = open_worktree(worktree)?;
+    let base = resolve_commit(&repo, worktree, base_commit)?;
+    let head = match repo.head() {
+        Ok(h) => h.peel_to_commit().ctx("read the HEAD commit", worktree)?,
+        Err(e) if is_unborn(&e) => return Ok(None),
+        Err(e) => return Err(e).ctx("read HEAD", worktree),
+    };
+    let mut walk = repo.revwalk().ctx("walk the history", worktree)?;
+    walk.set_sorting(Sort::TOPOLOGICAL).ctx("walk the history", worktree)?;
+    walk.push(head.id()).ctx("walk the history", worktree)?;
+    walk.simplify_first_parent().ctx("walk the history", worktree)?;
+    walk.hide(base).ctx("walk the history", worktree)?;
+    for oid in walk {
+        let oid = oid.ctx("walk the history", worktree)?;
+        let commit = repo.find_commit(oid).ctx("read a commit", worktree)?;
+        let message = String::from_utf8_lossy(commit.message_bytes());
+        let first = message.lines().next().unwrap_or("");
+        if is_section_message(first) {
+            return Ok(Some((oid.to_string(), first.to_string())));
+        }
+    }
+    Ok(None)
+}
+
+/// The audit scope since `since`: tracked files changed between `since` and the working
+/// tree (committed, staged and unstaged: each as "M path", "A path", "D path",
+/// "R old -> new"; a type change is "M"), and untracked files (not ignored).
+///
+/// Both lists are sorted by path (the new path of a rename), then by entry.
+pub fn changes_since(worktree: &Path, since: &str) -> Result<(Vec<String>, Vec<String>), GitError> {
+    let repo = open_worktree(worktree)?;
+    let commit = resolve_commit(&repo, worktree, since)?;
+    let tree = repo.find_commit(commit).and_then(|c| c.tree()).ctx(&format!("read the tree of {since}"), worktree)?;
+    let mut opts = DiffOptions::new();
+    opts.include_typechange(true).include_untracked(false);
+    let mut diff = repo
+        .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
+        .ctx(&format!("diff {since} against the working tree"), worktree)?;
+    diff.find_similar(Some(DiffFindOptions::new().renames(true))).ctx("detect renames", worktree)?;
+    let mut tracked: Vec<(String, String)> = Vec::new();
+    for delta in diff.deltas() {
+        let old = delta.old_file().path().map(|p| p.to_string_lossy().into_owned());
+        let new = delta.new_file().path().map(|p| p.to_string_lossy().into_owned());
+        let (key, line) = match delta.status() {
+            git2::Delta::Added | git2::Delta::Copied => {
+                let p = new.or(old).unwrap_or_default();
+                (p.clone(), format!("A {p}"))
+            }
+            git2::Delta::Deleted => {
+                let p = old.or(new).unwrap_or_default();
+                (p.clone(), format!("D {p}"))
+            }
+            git2::Delta::Renamed => {
+                let o = old.clone().unwrap_or_default();
+                let n = new.or(old).unwrap_or_default();
+                (n.clone(), format!("R {o} -> {n}"))
+            }
+            git2::Delta::Modified | git2::Delta::Typechange | git2::Delta::Conflicted => {
+                let p = new.or(old).unwrap_or_default();
+                (p.clone(), format!("M {p}"))
+            }
+            _ => continue,
+        };
+        tracked.push((key, line));
+    }
+    tracked.sort();
+    tracked.dedup();
+
+    let mut sopts = StatusOptions::new();
+    sopts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false).exclude_submodules(true);
+    let statuses = repo.statuses(Some(&mut sopts)).ctx("list untracked files", worktree)?;
+    let mut untracked = statuses
+        .iter()
+        .filter(|s| s.status().contains(git2::Status::WT_NEW))
+        .map(|s| String::from_utf8_lossy(s.path_bytes()).into_owned())
+        .collect::<Vec<_>>();
+    untracked.sort();
+    untracked.dedup();
+    Ok((tracked.into_iter().map(|(_, l)| l).collect(), untracked))
+}
+
+/// HEAD commit id of a worktree.
+pub fn head(worktree: &Path) -> Result<String, GitError> {
+    let repo = open_worktree(worktree)?;
+    let commit = head_commit_of(&repo, worktree)?;
+    Ok(commit.id().to_string())
+}
+
+// ----------------------------------------------------------------------------------------
+// Helpers.
+
+/// Whether `name` is a valid short branch name.
+fn valid_branch_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('-') && name != "HEAD" && git2::Branch::name_is_valid(name).unwrap_or(false)
+}
+
+fn discover(repo_dir: &Path) -> Result<Repository, GitError> {
+    Repository::discover(repo_dir).map_err(|source| GitError::Open { path: repo_dir.to_path_buf(), source })
+}
+
+/// Opens the worktree at exactly `worktree` (no search upwards, so a deleted worktree
+/// inside another repository is never mistaken for that repository).
+fn open_worktree(worktree: &Path) -> Result<Repository, GitError> {
+    let repo = Repository::open(worktree).map_err(|source| GitError::Open { path: worktree.to_path_buf(), source })?;
+    if repo.is_bare() {
+        return Err(GitError::Bare { path: worktree.to_path_buf() });
+    }
+    Ok(repo)
+}
+
+/// The path to name in messages: the working directory, else the git directory.
+fn repo_display_path(repo: &Repository) -> PathBuf {
+    repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf()
+}
+
+fn is_unborn(e: &git2::Error) -> bool {
+    matches!(e.code(), ErrorCode::UnbornBranch | ErrorCode::NotFound)
+}
+
+fn head_commit_of<'r>(repo: &'r Repository, path: &Path) -> Result<git2::Commit<'r>, GitError> {
+    match repo.head() {
+        Ok(h) => h.peel_to_commit().ctx("read the HEAD commit", path),
+        Err(e) if is_unborn(&e) => Err(GitError::NoCommit { repo: path.to_path_buf() }),
+        Err(e) => Err(e).ctx("read HEAD", path),
+    }
+}
+
+fn resolve_commit(repo: &Repository, path: &Path, rev: &str) -> Result<Oid, GitError> {
+    repo.revparse_single(rev)
+        .and_then(|o| o.peel_to_commit())
+        .map(|c| c.id())
+        .map_err(|source| GitError::UnknownCommit { rev: rev.to_string(), path: path.to_path_buf(), source })
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, GitError> {
+    std::path::absolute(p).ctx("resolve the path", p)
+}
+
+/// The canonical form of `p`; for a missing path, its canonical parent joined with its
+/// name; else `p` made absolute.
+fn normalize(p: &Path) -> PathBuf {
+    if let Ok(c) = fs::canonicalize(p) {
+        return c;
+    }
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    if let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) {
+        if let Ok(c) = fs::canonicalize(parent) {
+            return c.join(name);
+        }
+    }
+    abs
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    normalize(a) == normalize(b)
+}
+
+/// Checks that `dir` can become a worktree: it must not exist or be an empty directory
+/// (which is removed, because libgit2 creates the directory itself). Creates its parent.
+/// Returns whether an empty directory was removed.
+fn prepare_target_dir(dir: &Path) -> Result<bool, GitError> {
+    let removed = match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e).ctx("inspect the worktree directory", dir),
+        Ok(m) if !m.is_dir() => return Err(GitError::NotADirectory { path: dir.to_path_buf() }),
+        Ok(_) => {
+            let mut entries = fs::read_dir(dir).ctx("read the worktree directory", dir)?;
+            if entries.next().is_some() {
+                return Err(GitError::DirNotEmpty { dir: dir.to_path_buf() });
+            }
+            fs::remove_dir(dir).ctx("replace the empty worktree directory", dir)?;
+            true
+        }
+    };
+    if let Some(parent) = dir.parent() {
+        fs::create_dir_all(parent).ctx("create the worktree's parent directory", parent)?;
+    }
+    Ok(removed)
+}
+
+fn restore_empty_dir(dir: &Path, removed: bool) {
+    if removed && fs::symlink_metadata(dir).is_err() {
+        let _ = fs::create_dir(dir);
+    }
+}
+
+/// `<commondir>/worktrees/<name>`.
+fn worktree_gitdir(repo: &Repository, name: &str) -> PathBuf {
+    repo.commondir().join("worktrees").join(name)
+}
+
+/// The lock reason of a registered worktree, if it is locked. Read from the `locked`
+/// file directly: `git2::Worktree::is_locked` panics on a non-UTF-8 reason.
+fn lock_reason(repo: &Repository, name: &str) -> Option<String> {
+    let file = worktree_gitdir(repo, name).join("locked");
+    let bytes = fs::read(&file).ok()?;
+    let reason = String::from_utf8_lossy(&bytes).trim().to_string();
+    Some(if reason.is_empty() { "no reason given".to_string() } else { reason })
+}
+
+/// Prunes registrations whose worktree directory is gone (not locked ones). Best effort.
+fn prune_stale_worktrees(repo: &Repository) {
+    let Ok(names) = repo.worktrees() else {
+        return;
+    };
+    for name in names.iter().flatten() {
+        let Ok(wt) = repo.find_worktree(name) else {
+            continue;
+        };
+        if wt.validate().is_ok() {
+            continue;
+        }
+        if wt.is_prunable(None).unwrap_or(false) {
+            let _ = wt.prune(None);
+        }
+    }
+}
+
+/// A worktree name (the name of `<commondir>/worktrees/<name>`) derived from the last
+/// component of `dir`: characters outside `[A-Za-z0-9_-]` become `-`, edge dashes are
+/// trimmed, at most 64 characters, "worktree" when nothing is left.
+fn sanitize_worktree_name(dir: &Path) -> String {
+    let raw = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mapped: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
+    let trimmed: String = mapped.trim_matches('-').chars().take(64).collect();
+    let trimmed = trimmed.trim_end_matches('-');
+    if trimmed.is_empty() {
+        "worktree".to_string()
+    } else {
+        trimmed.to_string()
+    }
+}
+
+/// A worktree name for `dir` unused by the repository's worktrees (registered or not).
+fn unique_worktree_name(repo: &Repository, dir: &Path) -> Result<String, GitError> {
+    let base = sanitize_worktree_name(dir);
+    let taken = repo
+        .worktrees()
+        .ctx("list worktrees", &repo_display_path(repo))?
+        .iter()
+        .flatten()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    let free = |n: &str| !taken.iter().any(|t| t == n) && !worktree_gitdir(repo, n).exists();
+    if free(&base) {
+        return Ok(base);
+    }
+    for i in 2..10_000u32 {
+        let candidate = format!("{base}-{i}");
+        if free(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    Err(GitError::Io {
+        action: "find a free worktree name".to_string(),
+        path: repo.commondir().join("worktrees"),
+        source: io::Error::other("too many worktrees with the same name"),
+    })
+}
+
+/// `git worktree add <dir> <branch>` through libgit2, cleaning up on failure.
+fn add_worktree(
+    repo: &Repository,
+    repo_path: &Path,
+    dir: &Path,
+    reference: &git2::Reference<'_>,
+    branch: &str,
+) -> Result<(), GitError> {
+    let name = unique_worktree_name(repo, dir)?;
+    let gitdir = worktree_gitdir(repo, &name);
+    let mut opts = WorktreeAddOptions::new();
+    opts.reference(Some(reference));
+    match repo.worktree(&name, dir, Some(&opts)) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            // libgit2 leaves a partial registration and directory behind on failure.
+            if fs::symlink_metadata(dir).is_ok() {
+                let _ = remove_dir_forcefully(dir);
+            }
+            if gitdir.exists() {
+                let _ = fs::remove_dir_all(&gitdir);
+            }
+            if e.message().contains("already checked out") {
+                let at =
+                    checked_out_at(repo, &format!("refs/heads/{branch}")).unwrap_or_else(|| repo_path.to_path_buf());
+                return Err(GitError::BranchCheckedOut { branch: branch.to_string(), at });
+            }
+            Err(e).ctx(&format!("add a worktree at {} for branch `{branch}`", dir.display()), repo_path)
+        }
+    }
+}
+
+/// Where `refname` is checked out: the main working tree or a linked worktree whose
+/// directory exists.
+fn checked_out_at(repo: &Repository, refname: &str) -> Option<PathBuf> {
+    let on = |r: &Repository| -> bool {
+        r.find_reference("HEAD").ok().and_then(|h| h.symbolic_target().map(|t| t == refname)).unwrap_or(false)
+    };
+    if let Ok(main) = Repository::open(repo.commondir()) {
+        if on(&main) {
+            return Some(repo_display_path(&main));
+        }
+    }
+    let names = repo.worktrees().ok()?;
+    for name in names.iter().flatten() {
+        let Ok(wt) = repo.find_worktree(name) else {
+            continue;
+        };
+        if wt.validate().is_err() {
+            continue;
+        }
+        if let Ok(r) = Repository::open_from_worktree(&wt) {
+            if on(&r) {
+                return Some(wt.path().to_path_buf());
+            }
+        }
+    }
+    None
+}
+
+/// Adds `.forge/` to `<commondir>/info/exclude` unless an equivalent line is there.
+fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
+    let info = repo.commondir().join("info");
+    let file = info.join("exclude");
+    let existing = match fs::read(&file) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).ctx("read info/exclude", &file),
+    };
+    let text = String::from_utf8_lossy(&existing);
+    let present = text.lines().map(str::trim).any(|l| matches!(l, ".forge/" | "/.forge/" | ".forge" | "/.forge"));
+    if present {
+        return Ok(());
+    }
+    fs::create_dir_all(&info).ctx("create the info directory", &info)?;
+    let mut out = fs::OpenOptions::new().create(true).append(true).open(&file).ctx("open info/exclude", &file)?;
+    let mut line = String::new();
+    if !existing.is_empty() && !existing.ends_with(b"\n") {
+        line.push('\n');
+    }
+    line.push_str(FORGE_EXCLUDE);
+    line.push('\n');
+    out.write_all(line.as_bytes()).ctx("append to info/exclude", &file)
+}
+
+/// Removes a directory tree; when that fails (e.g. read-only directories such as a Go
+/// module cache), makes the directories writable and retries.
+fn remove_dir_forcefully(dir: &Path) -> Result<(), GitError> {
+    let meta = match fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).ctx("inspect the worktree directory", dir),
+    };
+    if !meta.is_dir() {
+        return fs::remove_file(dir).ctx("remove the worktree path", dir);
+    }
+    if fs::remove_dir_all(dir).is_ok() {
+        return Ok(());
+    }
+    make_dirs_writable(dir);
+    fs::remove_dir_all(dir).ctx("remove the worktree directory", dir)
+}
+
+fn make_dirs_writable(dir: &Path) {
+    let Ok(meta) = fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    let mut perms = meta.permissions();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        perms.set_mode(perms.mode() | 0o700);
+    }
+    #[cfg(not(unix))]
+    {
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+    }
+    let _ = fs::set_permissions(dir, perms);
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            make_dirs_writable(&entry.path());
+        }
+    }
+}
+
+/// The repository's configured identity, else forge-lsp's.
+fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+    let config = repo.config().ok();
+    let get = |key: &str| config.as_ref().and_then(|c| c.get_string(key).ok()).filter(|v| !v.trim().is_empty());
+    let (name, email) = identity(get("user.name"), get("user.email"));
+    Signature::now(&name, &email).or_else(|_| Signature::now(FALLBACK_NAME, FALLBACK_EMAIL))
+}
+
+/// The configured identity when both parts are set, else the fallback.
+fn identity(name: Option<String>, email: Option<String>) -> (String, String) {
+    match (name, email) {
+        (Some(n), Some(e)) => (n, e),
+        _ => (FALLBACK_NAME.to_string(), FALLBACK_EMAIL.to_string()),
+    }
+}
+
+/// "section <digits>:" at the start of a message line.
+fn is_section_message(line: &str) -> bool {
+    let Some(rest) = line.strip_prefix("section ") else {
+        return false;
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && rest.as_bytes().get(digits) == Some(&b':')
+}
+
+/// Adds `.forge/` to the repository's `info/exclude` (once).
+pub fn exclude_forge_dir(root: &Path) {
+    let Ok(repo) = git2::Repository::discover(root) else { return };
+    let exclude = repo.commondir().join("info/exclude");
+    let current = std::fs::read_to_string(&exclude).unwrap_or_default();
+    if current.lines().any(|l| l.trim() == ".forge/" || l.trim() == "/.forge/") {
+        return;
+    }
+    if let Some(dir) = exclude.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let mut next = current;
+    if !next.is_empty() && !next.ends_with('\n') {
+        next.push('\n');
+    }
+    next.push_str(".forge/\n");
+    let _ = std::fs::write(&exclude, next);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "Test Author")
+            .env("GIT_AUTHOR_EMAIL", "author@example.com")
+            .env("GIT_COMMITTER_NAME", "Test Committer")
+            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .expect("run git");
+        assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn write(path: &Path, text: &str) {
+        if let Some(p) = path.parent() {
+            fs::create_dir_all(p).unwrap();
+        }
+        fs::write(path, text).unwrap();
+    }
+
+    /// A repository with one commit: a.txt, c.txt, dir/b.txt, r.txt, .gitignore (*.log).
+    fn repo_with_commit(root: &Path) -> PathBuf {
+        let repo = root.join("repo");
+        fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        write(&repo.join("a.txt"), "a\n");
+        write(&repo.join("c.txt"), "c\n");
+        write(&repo.join("dir/b.txt"), "b\n");
+        write(&repo.join("r.txt"), "a file that will be renamed\nwith several lines\nof content\n");
+        write(&repo.join(".gitignore"), "*.log\n");
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "initial"]);
+        repo
+    }
+
+    fn setup() -> (tempfile::TempDir, PathBuf, Worktree) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = repo_with_commit(tmp.path());
+        let wt = create_worktree(&repo, &tmp.path().join("wts/x"), "forge/x").unwrap();
+        (tmp, repo, wt)
+    }
+
+    fn tree_files(dir: &Path, rev: &str) -> Vec<String> {
+        let out = git(dir, &["ls-tree", "-r", "--name-only", rev]);
+        out.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn create_worktree_from_head() {
+        let (tmp, repo, wt) = setup();
+        assert_eq!(wt.branch, "forge/x");
+        assert_eq!(wt.dir, tmp.path().join("wts/x"));
+        assert!(branch_exists(&repo, "forge/x").unwrap());
+        assert!(!branch_exists(&repo, "forge/y").unwrap());
+        assert!(!branch_exists(&repo, "not a..valid name").unwrap());
+        let repo_head = git(&repo, &["rev-parse", "HEAD"]);
+        assert_eq!(wt.base_commit, repo_head);
+        assert_eq!(head(&wt.dir).unwrap(), repo_head);
+        assert_eq!(git(&repo, &["rev-parse", "forge/x"]), repo_head);
+        assert_eq!(fs::read_to_string(wt.dir.join("a.txt")).unwrap(), "a\n");
+        assert_eq!(fs::read_to_string(wt.dir.join("dir/b.txt")).unwrap(), "b\n");
+        // The git CLI agrees: clean status, on the branch, listed as a worktree.
+        assert_eq!(git(&wt.dir, &["status", "--porcelain"]), "");
+        assert_eq!(git(&wt.dir, &["branch", "--show-current"]), "forge/x");
+        let list = git(&repo, &["worktree", "list", "--porcelain"]);
+        assert!(list.contains("branch refs/heads/forge/x"), "{list}");
+        // The main checkout is untouched.
+        assert_eq!(git(&repo, &["branch", "--show-current"]), "main");
+        // .forge/ excluded once, even after a second worktree.
+        create_worktree(&repo, &tmp.path().join("wts/y"), "forge/y").unwrap();
+        let exclude = fs::read_to_string(repo.join(".git/info/exclude")).unwrap();
+        assert_eq!(exclude.lines().filter(|l| l.trim() == ".forge/").count(), 1, "{exclude}");
+        // Owned by the current user and writable.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let probe = tmp.path().join("probe");
+            fs::write(&probe, "").unwrap();
+            let me = fs::metadata(&probe).unwrap().uid();
+            assert_eq!(fs::metadata(&wt.dir).unwrap().uid(), me);
+            assert_eq!(fs::metadata(wt.dir.join("a.txt")).unwrap().uid(), me);
+        }
+        assert!(!fs::metadata(&wt.dir).unwrap().permissions().readonly());
+        fs::write(wt.dir.join("new.txt"), "x").unwrap();
+        fs::write(wt.dir.join("a.txt"), "changed").unwrap();
+    }
+
+    #[test]
+    fn create_worktree_refusals() {
+        let (tmp, repo, _wt) = setup();
+        let err = create_worktree(&repo, &tmp.path().join("wts/other"), "forge/x").unwrap_err();
+        assert!(matches!(err, GitError::BranchExists { .. }), "{err}");
+        assert!(err.to_string().contains("forge/x"), "{err}");
+        assert!(!tmp.path().join("wts/other").exists());
+
+        let full = tmp.path().join("full");
+        write(&full.join("f"), "x");
+        let err = create_worktree(&repo, &full, "forge/full").unwrap_err();
+        assert!(matches!(err, GitError::DirNotEmpty { .. }), "{err}");
+        assert!(err.to_string().contains("full"), "{err}");
+        assert!(!branch_exists(&repo, "forge/full").unwrap());
+
+        let err = create_worktree(&repo, &tmp.path().join("bad"), "forge/a..b").unwrap_err();
+        assert!(matches!(err, GitError::InvalidBranchName { .. }), "{err}");
+
+        // An existing empty directory is fine.
+        let empty = tmp.path().join("empty");
+        fs::create_dir(&empty).unwrap();
+        let wt = create_worktree(&repo, &empty, "forge/empty").unwrap();
+        assert!(wt.dir.join("a.txt").exists());
+
+        // Same last component in another parent: a distinct worktree name.
+        let wt2 = create_worktree(&repo, &tmp.path().join("elsewhere/x"), "forge/x2").unwrap();
+        assert!(wt2.dir.join("a.txt").exists());
+        let list = git(&repo, &["worktree", "list"]);
+        assert_eq!(list.lines().count(), 4, "{list}");
+        let mut names = fs::read_dir(repo.join(".git/worktrees"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect::<Vec<_>>();
+        names.sort();
+        assert_eq!(names, vec!["empty", "x", "x-2"]);
+    }
+
+    #[test]
+    fn create_worktree_needs_a_commit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let dir = tmp.path().join("wt");
+        let err = create_worktree(&repo, &dir, "forge/x").unwrap_err();
+        assert!(matches!(err, GitError::NoCommit { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("commit first"), "{msg}");
+        assert!(msg.contains(&repo.display().to_string()), "{msg}");
+        assert!(!dir.exists());
+        assert!(!branch_exists(&repo, "forge/x").unwrap());
+
+        let not_repo = tmp.path().join("plain");
+        fs::create_dir_all(&not_repo).unwrap();
+        assert!(head(&not_repo).is_err());
+    }
+
+    #[test]
+    fn checkpoint_commits_everything_not_ignored() {
+        let (_tmp, _repo, wt) = setup();
+        assert_eq!(checkpoint(&wt.dir, "section 1: nothing").unwrap(), None);
+
+        write(&wt.dir.join("new/n.txt"), "n\n");
+        write(&wt.dir.join("a.txt"), "a2\n");
+        fs::remove_file(wt.dir.join("c.txt")).unwrap();
+        write(&wt.dir.join("debug.log"), "ignored\n");
+        write(&wt.dir.join(".forge/state.json"), "{}\n");
+        let id = checkpoint(&wt.dir, "section 1: first  \n\n").unwrap().expect("a commit");
+        assert_eq!(head(&wt.dir).unwrap(), id);
+        assert_eq!(tree_files(&wt.dir, "HEAD"), vec![".gitignore", "a.txt", "dir/b.txt", "new/n.txt", "r.txt"]);
+        assert_eq!(git(&wt.dir, &["show", "HEAD:a.txt"]), "a2");
+        assert_eq!(git(&wt.dir, &["log", "-1", "--format=%B"]), "section 1: first");
+        assert_eq!(git(&wt.dir, &["rev-parse", "HEAD~1"]), wt.base_commit);
+        assert_eq!(git(&wt.dir, &["status", "--porcelain"]), "");
+        // Nothing left to commit.
+        assert_eq!(checkpoint(&wt.dir, "again").unwrap(), None);
+        // The branch moved, the main checkout did not.
+        assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), id);
+    }
+
+    #[test]
+    fn checkpoint_skips_embedded_repositories() {
+        let (_tmp, _repo, wt) = setup();
+        let nested = wt.dir.join("vendor/clone");
+        write(&nested.join("f.txt"), "f\n");
+        git(&nested, &["init", "-q", "-b", "main"]);
+        git(&nested, &["add", "-A"]);
+        git(&nested, &["commit", "-q", "-m", "nested"]);
+        let fresh = wt.dir.join("fresh");
+        write(&fresh.join("g.txt"), "g\n");
+        git(&fresh, &["init", "-q", "-b", "main"]);
+        write(&wt.dir.join("vendor/own.txt"), "own\n");
+        checkpoint(&wt.dir, "section 1: with clones").unwrap().expect("a commit");
+        assert_eq!(
+            tree_files(&wt.dir, "HEAD"),
+            vec![".gitignore", "a.txt", "c.txt", "dir/b.txt", "r.txt", "vendor/own.txt"]
+        );
+        let (tracked, untracked) = changes_since(&wt.dir, &wt.base_commit).unwrap();
+        assert_eq!(tracked, vec!["A vendor/own.txt"]);
+        assert_eq!(untracked, vec!["fresh/", "vendor/clone/"]);
+    }
+
+    #[test]
+    fn checkpoint_uses_configured_identity() {
+        let (_tmp, repo, wt) = setup();
+        git(&repo, &["config", "user.name", "Local Person"]);
+        git(&repo, &["config", "user.email", "local@example.com"]);
+        write(&wt.dir.join("z.txt"), "z");
+        checkpoint(&wt.dir, "").unwrap().expect("a commit");
+        assert_eq!(
+            git(&wt.dir, &["log", "-1", "--format=%an <%ae>|%cn <%ce>|%s"]),
+            "Local Person <local@example.com>|Local Person <local@example.com>|checkpoint"
+        );
+        assert_eq!(identity(None, Some("e@x".into())), ("forge-lsp".to_string(), "forge-lsp@localhost".to_string()));
+        assert_eq!(identity(Some("n".into()), Some("e@x".into())), ("n".to_string(), "e@x".to_string()));
+    }
+
+    #[test]
+    fn last_checkpoint_finds_latest_section_commit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        write(&repo.join("a.txt"), "a\n");
+        git(&repo, &["add", "-A"]);
+        // A section commit before the base never counts.
+        git(&repo, &["commit", "-q", "-m", "section 7: old loop"]);
+        let wt = create_worktree(&repo, &tmp.path().join("wt"), "forge/x").unwrap();
+        assert_eq!(last_checkpoint(&wt.dir, &wt.base_commit).unwrap(), None);
+
+        write(&wt.dir.join("1"), "1");
+        let s1 = checkpoint(&wt.dir, "section 1: one").unwrap().unwrap();
+        assert_eq!(last_checkpoint(&wt.dir, &wt.base_commit).unwrap(), Some((s1, "section 1: one".to_string())));
+        write(&wt.dir.join("2"), "2");
+        checkpoint(&wt.dir, "fix: something").unwrap().unwrap();
+        write(&wt.dir.join("3"), "3");
+        let s2 = checkpoint(&wt.dir, "section 2: two\n\nbody line").unwrap().unwrap();
+        for msg in ["sections 3: no", "section x: no", "section 4 no", "Section 5: no"] {
+            write(&wt.dir.join(msg), msg);
+            checkpoint(&wt.dir, msg).unwrap().unwrap();
+        }
+        assert_eq!(
+            last_checkpoint(&wt.dir, &wt.base_commit).unwrap(),
+            Some((s2.clone(), "section 2: two".to_string()))
+        );
+        // Short ids resolve too; an unknown base is a clear error.
+        assert_eq!(last_checkpoint(&wt.dir, &wt.base_commit[..10]).unwrap().unwrap().0, s2);
+        let err = last_checkpoint(&wt.dir, "0123456789abcdef").unwrap_err();
+        assert!(matches!(err, GitError::UnknownCommit { .. }), "{err}");
+        assert!(err.to_string().contains("0123456789abcdef"), "{err}");
+        // Searching back no further than the base.
+        assert_eq!(last_checkpoint(&wt.dir, &s2).unwrap(), None);
+    }
+
+    #[test]
+    fn section_message_pattern() {
+        assert!(is_section_message("section 1: a"));
+        assert!(is_section_message("section 12:"));
+        assert!(!is_section_message("section : a"));
+        assert!(!is_section_message("section 1 : a"));
+        assert!(!is_section_message("section 1a: a"));
+        assert!(!is_section_message(" section 1: a"));
+        assert!(!is_section_message(""));
+    }
+
+    #[test]
+    fn changes_since_lists_scope() {
+        let (_tmp, _repo, wt) = setup();
+        let d = &wt.dir;
+        // Committed.
+        write(&d.join("a.txt"), "a2\n");
+        checkpoint(d, "section 1: a").unwrap().unwrap();
+        // Staged: a new file and a rename.
+        write(&d.join("n.txt"), "n\n");
+        git(d, &["add", "n.txt"]);
+        git(d, &["mv", "r.txt", "r2.txt"]);
+        // Unstaged: a modification and a deletion.
+        write(&d.join("dir/b.txt"), "b2\n");
+        fs::remove_file(d.join("c.txt")).unwrap();
+        // Untracked, ignored and forge files.
+        write(&d.join("u.txt"), "u\n");
+        write(&d.join("udir/deep/v.txt"), "v\n");
+        write(&d.join("x.log"), "ignored\n");
+        write(&d.join(".forge/f.json"), "{}\n");
+
+        let (tracked, untracked) = changes_since(d, &wt.base_commit).unwrap();
+        assert_eq!(tracked, vec!["M a.txt", "D c.txt", "M dir/b.txt", "A n.txt", "R r.txt -> r2.txt"]);
+        assert_eq!(untracked, vec!["u.txt", "udir/deep/v.txt"]);
+
+        // Since the checkpoint, a.txt is no longer changed.
+        let last = last_checkpoint(d, &wt.base_commit).unwrap().unwrap().0;
+        let (tracked, _) = changes_since(d, &last).unwrap();
+        assert!(!tracked.iter().any(|l| l.contains("a.txt")), "{tracked:?}");
+        assert_eq!(tracked.len(), 4);
+    }
+
+    #[test]
+    fn remove_and_reattach() {
+        let (tmp, repo, wt) = setup();
+        write(&wt.dir.join("work.txt"), "work\n");
+        let id = checkpoint(&wt.dir, "section 1: work").unwrap().unwrap();
+        // A read-only directory inside does not stop the removal.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            write(&wt.dir.join("ro/f"), "f");
+            fs::set_permissions(wt.dir.join("ro"), fs::Permissions::from_mode(0o500)).unwrap();
+        }
+        remove_worktree(&repo, &wt.dir).unwrap();
+        assert!(!wt.dir.exists());
+        assert!(branch_exists(&repo, "forge/x").unwrap());
+        let list = git(&repo, &["worktree", "list", "--porcelain"]);
+        assert!(!list.contains("forge/x"), "{list}");
+        // Removing again is a no-op.
+        remove_worktree(&repo, &wt.dir).unwrap();
+
+        reattach_worktree(&repo, &wt.dir, "forge/x").unwrap();
+        assert_eq!(fs::read_to_string(wt.dir.join("work.txt")).unwrap(), "work\n");
+        assert_eq!(head(&wt.dir).unwrap(), id);
+        assert_eq!(git(&wt.dir, &["status", "--porcelain"]), "");
+        // Reattaching a present worktree is a no-op.
+        reattach_worktree(&repo, &wt.dir, "forge/x").unwrap();
+
+        // The directory deleted by hand (stale registration): reattach still works.
+        fs::remove_dir_all(&wt.dir).unwrap();
+        reattach_worktree(&repo, &wt.dir, "forge/x").unwrap();
+        assert_eq!(head(&wt.dir).unwrap(), id);
+
+        // The branch checked out elsewhere cannot be attached to a second dir.
+        let err = reattach_worktree(&repo, &tmp.path().join("second"), "forge/x").unwrap_err();
+        assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err}");
+
+        let err = reattach_worktree(&repo, &tmp.path().join("z"), "forge/gone").unwrap_err();
+        assert!(matches!(err, GitError::BranchNotFound { .. }), "{err}");
+        assert!(err.to_string().contains("forge/gone"), "{err}");
+
+        // A plain directory is never deleted.
+        let plain = tmp.path().join("plain");
+        write(&plain.join("keep"), "keep");
+        let err = remove_worktree(&repo, &plain).unwrap_err();
+        assert!(matches!(err, GitError::NotAWorktree { .. }), "{err}");
+        assert!(plain.join("keep").exists());
+    }
+
+    #[test]
+    fn delete_branch_rules() {
+        let (_tmp, repo, wt) = setup();
+        let err = delete_branch(&repo, "main").unwrap_err();
+        assert!(matches!(err, GitError::NotForgeBranch { .. }), "{err}");
+        assert!(err.to_string().contains("main"), "{err}");
+        assert!(branch_exists(&repo, "main").unwrap());
+
+        let err = delete_branch(&repo, "forge/x").unwrap_err();
+        assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err}");
+        assert!(branch_exists(&repo, "forge/x").unwrap());
+
+        remove_worktree(&repo, &wt.dir).unwrap();
+        delete_branch(&repo, "forge/x").unwrap();
+        assert!(!branch_exists(&repo, "forge/x").unwrap());
+        delete_branch(&repo, "forge/x").unwrap();
+        assert_eq!(branch_for("my-loop"), "forge/my-loop");
+    }
+
+    #[test]
+    fn worktree_names_are_sanitized() {
+        assert_eq!(sanitize_worktree_name(Path::new("/a/my loop.v2")), "my-loop-v2");
+        assert_eq!(sanitize_worktree_name(Path::new("/a/..")), "worktree");
+        assert_eq!(sanitize_worktree_name(Path::new("/")), "worktree");
+        assert_eq!(sanitize_worktree_name(Path::new("/a/-x-")), "x");
+        assert_eq!(sanitize_worktree_name(Path::new("/a/ünï")), "n");
+    }
+}

@@ -1,0 +1,150 @@
+//! State shared by every connection of a server process.
+//!
+//! A [`Hub`] holds one [`Workspace`] per data directory: its [`Store`], its [`Engine`] and
+//! a watcher thread that tails the change feed (`changes` table) and broadcasts each batch
+//! to every subscriber ([`Workspace::subscribe`]). Every announcement to clients (plan
+//! refreshes, diagnostics, loop status) is driven by that feed, so a write by this
+//! process, another server or a `forge-lsp call` is announced the same way, within the
+//! watcher's poll interval (100 ms; at once for local writes). The hub knows nothing of
+//! who subscribes: front ends listen, the hub never calls them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use forge_store::changes::{self, Change};
+use forge_store::{OpenError, Store};
+use tokio::sync::broadcast;
+
+use crate::Engine;
+
+/// How often the watcher polls the change feed for other processes' writes.
+pub const POLL: Duration = Duration::from_millis(100);
+/// How long a local write's wake-up waits for more writes before the feed is read.
+pub const BATCH: Duration = Duration::from_millis(5);
+/// Batches a slow subscriber may fall behind before it is told it lagged.
+const CHANNEL: usize = 4096;
+
+/// One batch of the change feed, in feed order.
+pub type Batch = Arc<Vec<Change>>;
+
+pub struct Hub {
+    /// `--data-dir` from the command line.
+    pub cli_data_dir: Option<PathBuf>,
+    /// This process's private callback socket, set once before any workspace opens.
+    private_socket: OnceLock<PathBuf>,
+    workspaces: Mutex<HashMap<PathBuf, Arc<Workspace>>>,
+    next_conn: AtomicU64,
+}
+
+impl Hub {
+    pub fn new(cli_data_dir: Option<PathBuf>) -> Arc<Hub> {
+        Arc::new(Hub {
+            cli_data_dir,
+            private_socket: OnceLock::new(),
+            workspaces: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+        })
+    }
+
+    /// Records the private socket agents call back on (first call wins).
+    pub fn set_private_socket(&self, path: PathBuf) {
+        let _ = self.private_socket.set(path);
+    }
+
+    /// The private socket, once listening.
+    pub fn private_socket(&self) -> Option<PathBuf> {
+        self.private_socket.get().cloned()
+    }
+
+    /// Stops every running loop of this process (each terminates with `shutdown`) and
+    /// removes the process's server registrations.
+    pub async fn shutdown(&self) {
+        let all: Vec<Arc<Workspace>> =
+            self.workspaces.lock().map(|m| m.values().cloned().collect()).unwrap_or_default();
+        for ws in all {
+            ws.engine.shutdown().await;
+            let pid = std::process::id();
+            if let Err(e) = ws.store.call(move |c| forge_store::servers::unregister(c, pid)).await {
+                tracing::warn!("cannot unregister the server: {e}");
+            }
+        }
+    }
+
+    pub fn next_conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The workspace of `data_dir`, opening its store on first use.
+    pub fn workspace(&self, data_dir: &Path) -> Result<Arc<Workspace>, OpenError> {
+        let key = data_dir.to_path_buf();
+        let mut map = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ws) = map.get(&key) {
+            return Ok(ws.clone());
+        }
+        let store = Store::open(&data_dir.join("forge.db"))?;
+        let engine = Engine::new(store.clone(), key.clone(), self.private_socket());
+        let (changes, _) = broadcast::channel(CHANNEL);
+        let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine, changes });
+        start_watcher(&ws);
+        map.insert(key, ws.clone());
+        Ok(ws)
+    }
+}
+
+/// A data directory in use: its store, its engine and its change broadcast.
+pub struct Workspace {
+    pub data_dir: PathBuf,
+    pub store: Store,
+    pub engine: Arc<Engine>,
+    changes: broadcast::Sender<Batch>,
+}
+
+impl Workspace {
+    /// Every change-feed batch from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Batch> {
+        self.changes.subscribe()
+    }
+}
+
+fn start_watcher(ws: &Arc<Workspace>) {
+    let weak: Weak<Workspace> = Arc::downgrade(ws);
+    let path = ws.store.path().to_path_buf();
+    let waker = ws.store.wrote.clone();
+    // The feed position is read here, before the workspace is used: read inside the thread,
+    // a write made before the thread got to run would be skipped and never announced.
+    let Ok(conn) = rusqlite::Connection::open_with_flags(
+        &path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) else {
+        tracing::error!("change watcher cannot open {}", path.display());
+        return;
+    };
+    if let Err(e) = conn.busy_timeout(Duration::from_millis(2000)) {
+        tracing::warn!("change watcher: {e}");
+    }
+    let mut last = changes::head(&conn).unwrap_or(0);
+    let spawned = std::thread::Builder::new().name("forge-watch".into()).spawn(move || loop {
+        waker.wait(POLL);
+        let Some(ws) = weak.upgrade() else { return };
+        let batch = match changes::since(&conn, last, 10_000) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("change watcher: {e}");
+                continue;
+            }
+        };
+        if let Some(c) = batch.last() {
+            last = c.id;
+        }
+        if !batch.is_empty() {
+            // No subscriber is not an error: nobody to tell.
+            let _ = ws.changes.send(Arc::new(batch));
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the change watcher: {e}");
+    }
+}

@@ -1,0 +1,105 @@
+//! The loop engine: git worktrees ([`git`]), the sandbox ([`sandbox`]), agent hosts
+//! ([`host`]), loop start and restart ([`start`]) and the loop runner ([`runner`]), one
+//! serialized task per running loop; plus the [`hub`] of a process's data directories.
+//!
+//! Knows the store below it and takes what it needs about a caller as a plain
+//! [`ToolEnv`] value from `forge-core`; never imports the tools or any front end. It
+//! reports nothing upwards by calls: every persisted change goes to the change feed,
+//! which the hub broadcasts to whoever subscribed.
+//!
+//! Tools stay synchronous database transactions; a tool that needs git, processes or a
+//! running loop's task returns an [`Effect`], which the engine carries out after the
+//! tool's transaction committed. Every persisted loop change appends to the change feed,
+//! from which every connection announces `forge/loopStatus`.
+
+pub mod git;
+pub mod host;
+pub mod hub;
+pub mod process;
+pub mod prompt_context;
+pub mod runner;
+pub mod sandbox;
+pub mod start;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use forge_protocol::{CommandResult, ToolError};
+
+use forge_core::ToolEnv;
+use forge_store::Store;
+
+/// Work a tool hands to the engine. `Shell` is `forge.shell`: `sh -c command` in
+/// `<worktree>/<cwd>` (cwd normalized, relative), in the loop's sandbox when it has one
+/// ([`sandbox::shell`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    StartLoop { title: String, plan: String, loop_name: Option<String> },
+    NewSession { title: String, plan: String },
+    Cancel { loop_name: String },
+    Restart { loop_name: String, force: bool },
+    Shell { loop_name: String, command: String, cwd: String, timeout_ms: u64 },
+}
+
+/// The engine of one data directory.
+pub struct Engine {
+    pub store: Store,
+    pub data_dir: PathBuf,
+    runners: Mutex<HashMap<(String, String), runner::Handle>>,
+    /// This process's private callback socket (`FORGE_LSP_SOCKET` of its agents).
+    private_socket: Option<PathBuf>,
+    /// Last activity per loop session (the stall watchdog's input).
+    pub activity: Arc<host::Activity>,
+}
+
+impl Engine {
+    pub fn new(store: Store, data_dir: PathBuf, private_socket: Option<PathBuf>) -> Arc<Engine> {
+        Arc::new(Engine {
+            store,
+            data_dir,
+            runners: Mutex::new(HashMap::new()),
+            private_socket,
+            activity: Arc::default(),
+        })
+    }
+
+    /// The private socket agents call back on.
+    pub fn private_socket(&self) -> Option<PathBuf> {
+        self.private_socket.clone()
+    }
+
+    /// The runner of a loop, if this process runs it.
+    pub fn runner(&self, project: &str, loop_name: &str) -> Option<runner::Handle> {
+        self.runners.lock().expect("runners").get(&(project.to_string(), loop_name.to_string())).cloned()
+    }
+
+    pub(crate) fn register(&self, project: &str, loop_name: &str, h: runner::Handle) {
+        self.runners.lock().expect("runners").insert((project.to_string(), loop_name.to_string()), h);
+    }
+
+    pub(crate) fn unregister(&self, project: &str, loop_name: &str) {
+        self.runners.lock().expect("runners").remove(&(project.to_string(), loop_name.to_string()));
+    }
+
+    /// Carries out an effect for the caller `env`.
+    pub async fn run(self: &Arc<Self>, effect: Effect, env: Arc<ToolEnv>) -> Result<CommandResult, ToolError> {
+        match effect {
+            Effect::StartLoop { title, plan, loop_name } => start::start_loop(self, &env, title, plan, loop_name).await,
+            Effect::NewSession { title, plan } => start::new_session(self, &env, title, plan).await,
+            Effect::Cancel { loop_name } => runner::cancel(self, &env, &loop_name).await,
+            Effect::Restart { loop_name, force } => start::restart(self, &env, &loop_name, force).await,
+            Effect::Shell { loop_name, command, cwd, timeout_ms } => {
+                sandbox::shell(self, &env, &loop_name, &command, &cwd, timeout_ms).await
+            }
+        }
+    }
+
+    /// Stops every runner (server shutdown): each loop terminates with `shutdown`.
+    pub async fn shutdown(&self) {
+        let all: Vec<runner::Handle> = self.runners.lock().expect("runners").values().cloned().collect();
+        for h in all {
+            h.shutdown().await;
+        }
+    }
+}

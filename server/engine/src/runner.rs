@@ -1,0 +1,1032 @@
+//! One running loop: a single task that owns the loop's state changes.
+//!
+//! The task receives turn ends from the agent host and control messages (cancel,
+//! shutdown), one at a time. At a turn end it reads the pending handoff record, asks the
+//! pure state machine (`forge_domain::loop_machine::next_transition`) what to do, and
+//! persists the result in ONE transaction: the loop row, exactly one `loop_transitions`
+//! row for a logged transition, the handoff resolution (guarded on `status = 'pending'`),
+//! section rows, attempt history and the change-feed entry that announces it. Only then
+//! does it start the next turn.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_domain::handoff::{self, Role, HANDOFF_NUDGE};
+use forge_domain::loop_machine::{
+    next_transition, Event, LoopFacts, Phase, TerminationReason, Transition, TransitionKind,
+};
+use forge_protocol::inputs::AuditSummary;
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::host::{self, TurnHandle, TurnOutcome, TurnRequest};
+use super::prompt_context::{self, Kind};
+use super::{git, Engine};
+use forge_core::config::Config;
+use forge_core::ToolEnv;
+use forge_store::loop_db as db;
+use forge_store::loops::{self, LoopRow};
+use forge_store::{attempts, now_ms};
+
+/// The one-line prompt a stalled busy turn gets after it was aborted.
+pub const CONTINUE_NUDGE: &str =
+    "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
+
+/// The prompt given (on stdin) to `agent.compactCommand`.
+pub const COMPACT_PROMPT: &str =
+    "Compact this conversation: summarize what was done and decided so far, keeping what the next turn needs.";
+
+/// Control messages.
+pub enum Msg {
+    Cancel(oneshot::Sender<Result<CommandResult, ToolError>>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// Handle to a running loop's task.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::UnboundedSender<Msg>,
+    /// The configuration the loop runs with (its agent sessions' connections use it).
+    pub config: std::sync::Arc<Config>,
+}
+
+impl Handle {
+    pub async fn cancel(&self) -> Option<Result<CommandResult, ToolError>> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Msg::Cancel(tx)).ok()?;
+        rx.await.ok()
+    }
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Shutdown(tx)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+        }
+    }
+}
+
+/// The live phase session.
+struct Live {
+    id: String,
+    token: String,
+    role: Role,
+    turns: u32,
+    nudges: u32,
+    last_prompt: String,
+    handle: Option<TurnHandle>,
+}
+
+pub struct Runner {
+    engine: Arc<Engine>,
+    project: String,
+    repo_root: PathBuf,
+    loop_name: String,
+    config: Config,
+    live: Live,
+    done_tx: mpsc::UnboundedSender<(String, u32, TurnOutcome)>,
+    /// Watchdog: consecutive stalls, and the time activity is measured from.
+    stalls: u32,
+    quiet_since: i64,
+    /// Sessions this runner created: id → (token, turns so far, role). The standby can only
+    /// be resumed from here (tokens are stored hashed).
+    sessions: std::collections::HashMap<String, (String, u32, Role)>,
+}
+
+/// What the first turn of a (re)started runner sends.
+pub struct FirstTurn {
+    pub session_id: String,
+    pub token: String,
+    pub role: Role,
+    pub prompt: String,
+}
+
+/// Starts the task of a loop whose row is `running` and whose current session is
+/// `first.session_id`; sends the first prompt. Returns an error when the agent could not
+/// be started at all (the caller rolls back).
+pub fn spawn(
+    engine: &Arc<Engine>,
+    project: &str,
+    repo_root: &Path,
+    loop_name: &str,
+    config: Config,
+    first: FirstTurn,
+) -> Handle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let handle = Handle { tx, config: std::sync::Arc::new(config.clone()) };
+    engine.register(project, loop_name, handle.clone());
+    let runner = Runner {
+        engine: engine.clone(),
+        project: project.to_string(),
+        repo_root: repo_root.to_path_buf(),
+        loop_name: loop_name.to_string(),
+        config,
+        live: Live {
+            id: first.session_id,
+            token: first.token,
+            role: first.role,
+            turns: 0,
+            nudges: 0,
+            last_prompt: first.prompt,
+            handle: None,
+        },
+        done_tx,
+        stalls: 0,
+        quiet_since: now_ms(),
+        sessions: std::collections::HashMap::new(),
+    };
+    tokio::spawn(run(runner, rx, done_rx));
+    handle
+}
+
+async fn run(
+    mut r: Runner,
+    mut ctl: mpsc::UnboundedReceiver<Msg>,
+    mut done: mpsc::UnboundedReceiver<(String, u32, TurnOutcome)>,
+) {
+    let prompt = r.live.last_prompt.clone();
+    r.send(prompt).await;
+    let tick = watchdog_tick(&r.config);
+    let mut ticker = tokio::time::interval(tick.unwrap_or(Duration::from_secs(3600)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick(), if tick.is_some() => {
+                if !r.watchdog().await {
+                    break;
+                }
+            }
+            msg = ctl.recv() => match msg {
+                Some(Msg::Cancel(reply)) => {
+                    let res = r.cancel().await;
+                    let _ = reply.send(res);
+                    break;
+                }
+                Some(Msg::Shutdown(reply)) => {
+                    r.external(Event::Shutdown).await;
+                    let _ = reply.send(());
+                    break;
+                }
+                None => break,
+            },
+            Some((sid, turn, outcome)) = done.recv() => {
+                // A turn the runner aborted, or of a retired session: not a turn end.
+                if sid != r.live.id || turn != r.live.turns {
+                    continue;
+                }
+                r.live.handle = None;
+                let _ = r.db(move |c| db::set_session_status(c, &sid, "idle")).await;
+                r.capture_usage().await;
+                if !r.on_turn_end(outcome).await {
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(h) = r.live.handle.take() {
+        h.abort();
+    }
+    r.engine.unregister(&r.project, &r.loop_name);
+}
+
+/// How often the watchdog looks: a quarter of the shorter enabled timeout, 50 ms to 5 s;
+/// `None` when both timeouts are 0 (disabled).
+fn watchdog_tick(c: &Config) -> Option<Duration> {
+    let t = [c.stall_timeout_ms, c.busy_stall_timeout_ms].into_iter().filter(|&t| t > 0).min()?;
+    Some(Duration::from_millis((t / 4).clamp(50, 5000)))
+}
+
+/// A provider limit (quota / auth), as opposed to an ordinary error (429 is not one).
+fn provider_limit(msg: &str) -> bool {
+    regex::Regex::new(r"(?i)usage\s*limit|quota\s*(exceeded|reached)|ProviderAuthError|\b403\b")
+        .map(|re| re.is_match(msg))
+        .unwrap_or(false)
+}
+
+fn model_error(msg: &str) -> bool {
+    regex::Regex::new(r"(?i)provider|auth|model|api\s*error").map(|re| re.is_match(msg)).unwrap_or(false)
+}
+
+impl Runner {
+    async fn db<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<R> + Send + 'static,
+    ) -> rusqlite::Result<R> {
+        self.engine.store.call(move |c| f(c)).await
+    }
+
+    async fn row(&self) -> Option<LoopRow> {
+        let (p, n) = (self.project.clone(), self.loop_name.clone());
+        self.db(move |c| loops::get(c, &p, &n)).await.ok().flatten()
+    }
+
+    fn facts(&self, row: &LoopRow) -> LoopFacts {
+        row.facts(post_action_configured(&self.config))
+    }
+
+    /// Starts a turn of the live session with `prompt`.
+    async fn send(&mut self, prompt: String) {
+        let Some(row) = self.row().await else { return };
+        let argv = self.config.agent_command.clone().unwrap_or_default();
+        let role = self.live.role;
+        let (agent, model) = match role {
+            Role::Auditor => {
+                // The current model of the auditor chain (moved on by a provider limit).
+                let chain = self.auditor_chain();
+                let i = (row.auditor_fallback_index().max(0) as usize).min(chain.len() - 1);
+                ("auditor-loop", chain[i].clone())
+            }
+            Role::PostAction => ("code", self.config.post_action_model.clone().or(self.config.auditor_model.clone())),
+            Role::Coder => ("code", self.config.execution_model.clone()),
+        };
+        // After a model error the agent's default model, until a successful pass clears it.
+        let model = model.filter(|_| !row.model_failed);
+        let title = session_title(&row, role);
+        self.live.turns += 1;
+        self.live.last_prompt = prompt.clone();
+        let req = TurnRequest {
+            argv,
+            session_id: self.live.id.clone(),
+            token: self.live.token.clone(),
+            role: role.as_str().to_string(),
+            agent: agent.to_string(),
+            model,
+            loop_name: self.loop_name.clone(),
+            cwd: PathBuf::from(&row.worktree_dir),
+            title,
+            prompt,
+            resume: self.live.turns > 1,
+            socket: self.engine.private_socket(),
+            activity: self.engine.activity.clone(),
+            data_dir: self.engine.data_dir.clone(),
+            prompt_dir: self.engine.data_dir.join("prompts").join(&self.loop_name),
+            turn: self.live.turns,
+            shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
+        };
+        let sid = self.live.id.clone();
+        let _ = self.db(move |c| db::set_session_status(c, &sid, "busy")).await;
+        self.quiet_since = now_ms();
+        self.live.handle = Some(host::start_turn(req, self.done_tx.clone()));
+    }
+
+    /// The auditor model chain: the configured auditor model (else the loop's or the
+    /// configured execution model, else the default), then the fallbacks, deduplicated.
+    fn auditor_chain(&self) -> Vec<Option<String>> {
+        let first = self.config.auditor_model.clone().or(self.config.execution_model.clone());
+        let mut chain = vec![first];
+        for m in &self.config.auditor_fallback_models {
+            if !chain.iter().any(|c| c.as_deref() == Some(m.as_str())) {
+                chain.push(Some(m.clone()));
+            }
+        }
+        chain
+    }
+
+    /// Stores the live session's reported usage (its rows are replaced, so nothing is
+    /// counted twice).
+    async fn capture_usage(&self) {
+        let file = host::usage_file(&self.engine.data_dir, &self.live.id);
+        let Ok(text) = tokio::fs::read_to_string(&file).await else { return };
+        let (lines, bad) = forge_domain::usage::parse(&text);
+        if bad > 0 {
+            tracing::warn!(loop_name = %self.loop_name, "{bad} malformed usage line(s) in {}", file.display());
+        }
+        let role = match self.live.role {
+            Role::Auditor => "auditor",
+            _ => "code",
+        };
+        let fallback = match self.live.role {
+            Role::Auditor => self.auditor_chain().first().cloned().flatten(),
+            _ => self.config.execution_model.clone(),
+        }
+        .unwrap_or_else(|| "default".into());
+        let per_model = forge_domain::usage::per_model(&lines, &fallback);
+        let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        let _ = self
+            .db(move |c| {
+                c.execute(
+                    "DELETE FROM loop_session_usage WHERE project_id = ?1 AND loop_name = ?2 AND session_id = ?3",
+                    rusqlite::params![p, n, sid],
+                )?;
+                for (model, t) in &per_model {
+                    c.execute(
+                        "INSERT INTO loop_session_usage (project_id, loop_name, session_id, model, role, cost, input_tokens, output_tokens,
+                            reasoning_tokens, cache_read_tokens, cache_write_tokens, message_count, captured_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                        rusqlite::params![
+                            p, n, sid, model, role, t.cost, t.input as i64, t.output as i64, t.reasoning as i64,
+                            t.cache_read as i64, t.cache_write as i64, t.messages as i64, now_ms()
+                        ],
+                    )?;
+                }
+                Ok(())
+            })
+            .await;
+    }
+
+    /// One watchdog look. A busy turn without activity past `busyStallTimeoutMs`, or no
+    /// turn running past `stallTimeoutMs`, is a stall: the busy turn is aborted and nudged
+    /// to continue, an idle phase is re-triggered; the `maxConsecutiveStalls`-th stall ends
+    /// the loop (`stall_timeout`). Activity (output of the agent, tool calls of its
+    /// session) resets the timer and the count. Returns false when the loop stopped.
+    async fn watchdog(&mut self) -> bool {
+        let now = now_ms();
+        let activity = self.engine.activity.last(&self.live.id).unwrap_or(0);
+        if activity > self.quiet_since {
+            self.quiet_since = activity;
+            self.stalls = 0;
+        }
+        let busy = self.live.handle.is_some();
+        let limit = if busy { self.config.busy_stall_timeout_ms } else { self.config.stall_timeout_ms } as i64;
+        if limit == 0 || now - self.quiet_since < limit {
+            return true;
+        }
+        self.stalls += 1;
+        self.quiet_since = now;
+        let (p, n, k) = (self.project.clone(), self.loop_name.clone(), self.stalls);
+        let _ = self
+            .db(move |c| {
+                c.execute(
+                    "UPDATE loops SET stall_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                    rusqlite::params![p, n, k],
+                )?;
+                forge_store::status::touch(c, &p, &n, now_ms())
+            })
+            .await;
+        self.engine.store.wrote.wake();
+        tracing::warn!(loop_name = %self.loop_name, stalls = self.stalls, busy, "loop stalled");
+        let max = self.config.max_consecutive_stalls as u32;
+        if max > 0 && self.stalls >= max {
+            self.external(Event::StallTimeout).await;
+            return false;
+        }
+        if busy {
+            if let Some(h) = self.live.handle.take() {
+                h.abort();
+            }
+            let (p, n) = (self.project.clone(), self.loop_name.clone());
+            let _ = self.db(move |c| db::discard_pending(c, &p, &n, now_ms())).await;
+            self.send(CONTINUE_NUDGE.to_string()).await;
+        } else {
+            let prompt = self.live.last_prompt.clone();
+            self.send(prompt).await;
+        }
+        true
+    }
+
+    /// Handles a turn end; returns false when the loop stopped.
+    async fn on_turn_end(&mut self, outcome: TurnOutcome) -> bool {
+        let Some(row) = self.row().await else { return false };
+        if row.status != "running" || row.current_session_id != self.live.id {
+            return false;
+        }
+        let facts = self.facts(&row);
+        let role = self.live.role;
+        let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        let pending = self
+            .db(move |c| db::pending(c, &p, &n))
+            .await
+            .ok()
+            .flatten()
+            .filter(|x| x.session_id == sid && x.role == role.as_str());
+
+        let event = match &outcome {
+            TurnOutcome::Error(msg) => {
+                if facts.phase == Phase::PostAction && pending.is_some() {
+                    Event::PostActionComplete
+                } else if provider_limit(msg) {
+                    let chain = self.auditor_chain();
+                    let fallback_available =
+                        facts.phase == Phase::Auditing && (row.auditor_fallback_index() as usize + 1) < chain.len();
+                    Event::ProviderLimit { message: msg.clone(), fallback_available }
+                } else {
+                    Event::AssistantError { message: msg.clone(), model_error: model_error(msg) }
+                }
+            }
+            TurnOutcome::Reply(_) | TurnOutcome::NoReply => match (&pending, role) {
+                (Some(_), Role::Coder) => Event::CoderHandoff,
+                (Some(p), Role::Auditor) => {
+                    let r2 = row.clone();
+                    let blocking = self
+                        .db(move |c| prompt_context::outstanding(c, &r2))
+                        .await
+                        .map(|v| v.len() as u32)
+                        .unwrap_or(0);
+                    let has_summary = p.payload.get("summary").is_some_and(|s| !s.is_null());
+                    Event::AuditorHandoff { blocking_findings: blocking, has_summary, nudges_sent: self.live.nudges }
+                }
+                (Some(_), Role::PostAction) => Event::PostActionComplete,
+                (None, _) => Event::NoHandoff {
+                    replied: matches!(outcome, TurnOutcome::Reply(_)),
+                    nudges_sent: self.live.nudges,
+                },
+            },
+        };
+        let t = next_transition(&facts, &event);
+        tracing::info!(loop_name = %self.loop_name, event = event.name(), kind = t.kind.as_str(), "turn end");
+        // Only a handoff event consumes the record; otherwise it is discarded with the turn.
+        let uses_record =
+            matches!(event, Event::CoderHandoff | Event::AuditorHandoff { .. } | Event::PostActionComplete);
+        self.apply(row, t, pending.filter(|_| uses_record)).await
+    }
+
+    /// An event from outside a turn (cancel, shutdown).
+    async fn external(&mut self, event: Event) -> Option<Transition> {
+        let row = self.row().await?;
+        if row.status != "running" {
+            return None;
+        }
+        if let Some(h) = self.live.handle.take() {
+            h.abort();
+        }
+        let t = next_transition(&self.facts(&row), &event);
+        self.apply(row, t.clone(), None).await;
+        Some(t)
+    }
+
+    async fn cancel(&mut self) -> Result<CommandResult, ToolError> {
+        let row = self
+            .row()
+            .await
+            .ok_or_else(|| ToolError::not_found(format!("No loop found for loop \"{}\".", self.loop_name)))?;
+        let iteration = row.iteration;
+        self.external(Event::Cancel).await;
+        if self.config.cleanup_worktree {
+            let (repo, wt) = (self.repo_root.clone(), PathBuf::from(&row.worktree_dir));
+            let _ = tokio::task::spawn_blocking(move || git::remove_worktree(&repo, &wt)).await;
+        }
+        Ok(cancelled_result(&row, iteration))
+    }
+
+    /// Carries out a transition; returns false when the loop stopped.
+    async fn apply(&mut self, row: LoopRow, t: Transition, pending: Option<db::Pending>) -> bool {
+        match t.kind {
+            TransitionKind::Noop => true,
+            TransitionKind::AuditorFallback => {
+                // Next model of the auditor chain, same session, the pending record of the
+                // aborted turn discarded, the audit prompt sent again.
+                let (p, n) = (self.project.clone(), self.loop_name.clone());
+                let _ = self
+                    .db(move |c| {
+                        db::discard_pending(c, &p, &n, now_ms())?;
+                        c.execute(
+                            "UPDATE loops SET auditor_fallback_index = auditor_fallback_index + 1 WHERE project_id = ?1 AND loop_name = ?2",
+                            rusqlite::params![p, n],
+                        )
+                        .map(|_| ())
+                    })
+                    .await;
+                let p = self.live.last_prompt.clone();
+                self.send(p).await;
+                true
+            }
+            TransitionKind::Nudge => {
+                let text = if t.cause == "summary-missing" {
+                    if let Some(p) = &pending {
+                        let id = p.id;
+                        let _ = self.db(move |c| db::resolve_handoff(c, id, "discarded", now_ms()).map(|_| ())).await;
+                    }
+                    handoff::SUMMARY_NUDGE.to_string()
+                } else {
+                    HANDOFF_NUDGE.to_string()
+                };
+                self.live.nudges += 1;
+                self.send(text).await;
+                true
+            }
+            TransitionKind::Resend => {
+                self.live.nudges += 1;
+                let p = self.live.last_prompt.clone();
+                self.send(p).await;
+                true
+            }
+            TransitionKind::Retry => {
+                let (p, n, e) = (self.project.clone(), self.loop_name.clone(), t.error_count_after);
+                let _ = self
+                    .db(move |c| {
+                        c.execute(
+                            "UPDATE loops SET error_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                            rusqlite::params![p, n, e],
+                        )
+                        .map(|_| ())
+                    })
+                    .await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let p = self.live.last_prompt.clone();
+                self.send(p).await;
+                true
+            }
+            TransitionKind::Terminate => {
+                self.terminate(row, t, pending).await;
+                false
+            }
+            _ => {
+                self.switch(row, t, pending).await;
+                true
+            }
+        }
+    }
+
+    /// A phase change into a fresh session.
+    async fn switch(&mut self, row: LoopRow, t: Transition, pending: Option<db::Pending>) {
+        let Some(to) = t.to else { return };
+        let now = now_ms();
+        let section_clean = t.cause == "section-clean";
+        // Git first: the checkpoint commit of a clean section.
+        let checkpoint = if section_clean { self.checkpoint_section(&row).await } else { None };
+        let role = match to {
+            Phase::Coding => Role::Coder,
+            Phase::Auditing => Role::Auditor,
+            Phase::PostAction => Role::PostAction,
+        };
+        // Session rotation with a standby (seeds: "Session Rotation"): within a section (or
+        // across a non-sectioned loop's iterations) the opposite role's session is retained
+        // and resumed; a new section, post-action, recurrence escalation or a reuse
+        // percentage of 0 means a fresh session.
+        let same_scope = matches!(
+            t.cause,
+            "coder-handoff" | "coder-error" | "section-dirty" | "audit-dirty" | "audit-error" | "audit-session-aborted"
+        );
+        let escalate = same_scope && self.escalation(&row, matches!(t.cause, "section-dirty" | "audit-dirty")).await;
+        let percent = |r: Role| match r {
+            Role::Coder => self.config.coder_context_percent,
+            Role::Auditor => self.config.auditor_context_percent,
+            Role::PostAction => 0,
+        };
+        let standby_dbg = row.standby_session_id.clone();
+        let standby = row
+            .standby_session_id
+            .clone()
+            .filter(|sb| *sb != self.live.id)
+            .and_then(|sb| self.sessions.get(&sb).map(|(tok, turns, r)| (sb, tok.clone(), *turns, *r)))
+            .filter(|(_, _, _, r)| *r == role);
+        let resumed = match standby {
+            Some(sb) if same_scope && !escalate && percent(role) != 0 => Some(sb),
+            _ => None,
+        };
+        // The context-window check: resume, compact first, or replace the standby.
+        let resumed = match resumed {
+            None => None,
+            Some(sb) => {
+                let text =
+                    tokio::fs::read_to_string(host::usage_file(&self.engine.data_dir, &sb.0)).await.unwrap_or_default();
+                let (lines, _) = forge_domain::usage::parse(&text);
+                let can_compact = self.config.agent_compact_command.as_ref().is_some_and(|a| !a.is_empty());
+                match forge_domain::usage::reuse_decision(&lines, percent(role), can_compact) {
+                    forge_domain::usage::Reuse::Resume => Some(sb),
+                    forge_domain::usage::Reuse::Compact => {
+                        if self.compact(&row, &sb.0, &sb.1, role).await {
+                            Some(sb)
+                        } else {
+                            None
+                        }
+                    }
+                    forge_domain::usage::Reuse::Fresh => None,
+                }
+            }
+        };
+        tracing::debug!(loop_name = %self.loop_name, cause = t.cause, ?standby_dbg, escalate, known = self.sessions.len(), "session rotation");
+        let old_role = self.live.role;
+        let keep_old = same_scope && !escalate && percent(old_role) != 0 && t.cause != "audit-error";
+        self.sessions.insert(self.live.id.clone(), (self.live.token.clone(), self.live.turns, old_role));
+        let (new_id, token, prior_turns, fresh) = match &resumed {
+            Some((id, tok, turns, _)) => (id.clone(), tok.clone(), *turns, false),
+            None => (forge_core::fresh_session(), host::new_token(), 0, true),
+        };
+        let new_standby: Option<String> = keep_old.then(|| self.live.id.clone());
+        let (p, n) = (self.project.clone(), self.loop_name.clone());
+        let (old_id, nid, tok) = (self.live.id.clone(), new_id.clone(), token.clone());
+        let sb2 = new_standby.clone();
+        let summary: Option<AuditSummary> = pending
+            .as_ref()
+            .and_then(|x| x.payload.get("summary").cloned())
+            .and_then(|s| serde_json::from_value(s).ok());
+        let coder_decisions = match (&pending, t.cause) {
+            (Some(x), "coder-handoff") => {
+                handoff::parse_stored(Role::Coder, &x.payload.to_string()).ok().map(|s| match s {
+                    handoff::StoredHandoff::Coder(c) => handoff::render_coder_handoff(&c),
+                    _ => String::new(),
+                })
+            }
+            _ => None,
+        };
+        let t2 = t.clone();
+        let r2 = row.clone();
+        let decisions = coder_decisions.clone();
+        let pend = pending.clone();
+        let res = self
+            .engine
+            .store
+            .call(move |c| {
+                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                    if let Some(x) = &pend {
+                        db::apply_handoff(tx, &p, &n, &x.session_id, &x.role, now)?;
+                    } else {
+                        db::discard_pending(tx, &p, &n, now)?;
+                    }
+                    let cur = r2.section();
+                    // Attempt history.
+                    if t2.from == Phase::Coding && t2.to == Some(Phase::Auditing) {
+                        let before = serde_json::to_value(prompt_context::outstanding(tx, &r2)?).unwrap_or(Value::Null);
+                        let key = pend.as_ref().map(|x| format!("handoff:{}", x.id)).unwrap_or_else(|| format!("error:{}:{now}", r2.iteration));
+                        let scope = attempts::scope_of(cur);
+                        attempts::record(
+                            tx,
+                            &p,
+                            &attempts::NewAttempt {
+                                loop_name: &n,
+                                scope: &scope,
+                                section_index: cur.map(i64::from),
+                                source_session_id: &old_id,
+                                completion_key: &key,
+                                iteration: r2.iteration,
+                                worktree_dir: Some(&r2.worktree_dir),
+                                plan_hash: None,
+                                coder_decisions: decisions.as_deref(),
+                                snapshot_commit: None,
+                                snapshot_ref: None,
+                                previous_commit: r2.base_commit.as_deref(),
+                                diff_summary: None,
+                                fallback_reason: (pend.is_none()).then_some("coder turn ended on an assistant error"),
+                                findings_before: &before,
+                            },
+                            now,
+                        )?;
+                    }
+                    if t2.from == Phase::Auditing {
+                        set_latest_outcome(tx, &p, &n, &old_id, &r2, if section_clean || t2.cause == "audit-clear" { "clean" } else { "dirty" }, now)?;
+                        if let Some(x) = &pend {
+                            let text = format!("{} ({})", t2.cause, x.payload.get("notes").and_then(Value::as_str).unwrap_or(""));
+                            db::set_large(tx, &p, &n, Some(text.trim_end_matches(" ()")), None)?;
+                        }
+                    }
+                    // Sections.
+                    if let Some(k) = cur {
+                        if section_clean {
+                            let s = summary.clone().unwrap_or(AuditSummary { done: vec![], deviations: vec![], follow_ups: vec![] });
+                            db::complete_section(tx, &p, &n, k, &s.done, &s.deviations, &s.follow_ups, checkpoint.as_deref(), now)?;
+                        } else if t2.cause == "section-dirty" {
+                            db::bump_section_attempts(tx, &p, &n, k)?;
+                        }
+                    }
+                    if let Some(next) = t2.section_after {
+                        if Some(next) != cur {
+                            db::start_section(tx, &p, &n, next, now)?;
+                        }
+                    }
+                    tx.execute(
+                        "UPDATE loops SET phase = ?3, iteration = ?4, current_section_index = coalesce(?5, current_section_index),
+                            audit_count = ?6, error_count = ?7, model_failed = coalesce(?8, model_failed),
+                            current_session_id = ?9, nudge_count = 0, standby_session_id = ?10
+                         WHERE project_id = ?1 AND loop_name = ?2 AND status = 'running'",
+                        rusqlite::params![
+                            p,
+                            n,
+                            to.as_str(),
+                            t2.iteration_after,
+                            t2.section_after,
+                            t2.audit_count_after,
+                            t2.error_count_after,
+                            t2.model_failed.map(i64::from),
+                            nid,
+                            sb2
+                        ],
+                    )?;
+                    let keep: Vec<String> = std::iter::once(nid.clone()).chain(sb2.clone()).collect();
+                    db::delete_sessions_except(tx, &p, &n, &keep, now)?;
+                    if fresh {
+                        db::insert_session(tx, &p, &n, &nid, role.as_str(), &tok, t2.section_after.or(cur), now)?;
+                    }
+                    if t2.is_logged() {
+                        db::log_transition(tx, &p, &n, &t2, now)?;
+                    }
+                    forge_store::status::touch(tx, &p, &n, now)
+                })
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::error!(loop_name = %self.loop_name, "persisting a transition failed: {e}");
+            return;
+        }
+        self.engine.store.wrote.wake();
+        // Sessions that are neither current nor standby are gone.
+        let keep: Vec<String> = std::iter::once(new_id.clone()).chain(new_standby.clone()).collect();
+        self.sessions.retain(|id, _| keep.contains(id));
+        if !keep.contains(&self.live.id) {
+            self.engine.activity.forget(&self.live.id);
+        }
+        self.live =
+            Live { id: new_id, token, role, turns: prior_turns, nudges: 0, last_prompt: String::new(), handle: None };
+        let kind = match to {
+            Phase::Auditing if !fresh => Kind::AuditFollowUp,
+            Phase::Auditing => Kind::Audit,
+            Phase::PostAction => Kind::PostAction,
+            Phase::Coding if t.kind == TransitionKind::AdvanceSection => Kind::Initial,
+            Phase::Coding if !fresh => Kind::CoderFollowUp,
+            Phase::Coding => Kind::Continuation,
+        };
+        let prompt = self.build_prompt(kind, coder_decisions).await;
+        self.send(prompt).await;
+    }
+
+    /// Compacts a standby session with `agent.compactCommand` (run like a turn, with the
+    /// session's id and token, at most 10 minutes). False when it failed: the caller then
+    /// starts a fresh session instead.
+    async fn compact(&self, row: &LoopRow, session: &str, token: &str, role: Role) -> bool {
+        let Some(argv) = self.config.agent_compact_command.clone().filter(|a| !a.is_empty()) else { return false };
+        let req = TurnRequest {
+            argv,
+            session_id: session.to_string(),
+            token: token.to_string(),
+            role: role.as_str().to_string(),
+            agent: if role == Role::Auditor { "auditor-loop" } else { "code" }.to_string(),
+            model: None,
+            loop_name: self.loop_name.clone(),
+            cwd: PathBuf::from(&row.worktree_dir),
+            title: session_title(row, role),
+            prompt: COMPACT_PROMPT.to_string(),
+            resume: true,
+            socket: self.engine.private_socket(),
+            activity: self.engine.activity.clone(),
+            data_dir: self.engine.data_dir.clone(),
+            prompt_dir: self.engine.data_dir.join("prompts").join(&self.loop_name),
+            turn: 0,
+            shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let handle = host::start_turn(req, tx);
+        match tokio::time::timeout(Duration::from_secs(600), rx.recv()).await {
+            // Its usage file is kept (its rows are totals); the resumed turn reports anew.
+            Ok(Some((_, _, TurnOutcome::Reply(_) | TurnOutcome::NoReply))) => true,
+            Ok(other) => {
+                tracing::warn!(loop_name = %self.loop_name, ?other, "compaction failed; starting a fresh session");
+                false
+            }
+            Err(_) => {
+                handle.abort();
+                tracing::warn!(loop_name = %self.loop_name, "compaction timed out; starting a fresh session");
+                false
+            }
+        }
+    }
+
+    /// Recurrence escalation: a bug finding seen in 3 consecutive dirty audits (counting the
+    /// audit being closed now when `dirty_now`) forces fresh sessions for both roles.
+    async fn escalation(&self, row: &LoopRow, dirty_now: bool) -> bool {
+        let (r2, config) = (row.clone(), self.config.clone());
+        let ctx = self.db(move |c| prompt_context::load(c, &r2, &config, None)).await;
+        let Ok(mut ctx) = ctx else { return false };
+        if dirty_now {
+            if let Some(last) = ctx.attempts.iter_mut().rev().find(|a| a.outcome.is_none()) {
+                last.outcome = Some("dirty".into());
+                last.findings_after = ctx.findings.clone();
+            }
+        }
+        !forge_domain::prompts::recurring_findings(&ctx).is_empty()
+    }
+
+    /// Builds a prompt from the current row.
+    async fn build_prompt(&self, kind: Kind, coder_decisions: Option<String>) -> String {
+        let Some(row) = self.row().await else { return String::new() };
+        let config = self.config.clone();
+        let r2 = row.clone();
+        let ctx = self.db(move |c| prompt_context::load(c, &r2, &config, coder_decisions)).await;
+        let Ok(ctx) = ctx else { return String::new() };
+        let ctx = if matches!(kind, Kind::Audit | Kind::AuditFollowUp) {
+            let r3 = row.clone();
+            tokio::task::spawn_blocking(move || prompt_context::with_scope(ctx, &r3))
+                .await
+                .unwrap_or_else(|_| panic!("scope task"))
+        } else {
+            ctx
+        };
+        prompt_context::build(kind, &ctx)
+    }
+
+    /// Commits the worktree as the checkpoint of the current section.
+    async fn checkpoint_section(&self, row: &LoopRow) -> Option<String> {
+        let k = row.section()?;
+        let (p, n) = (self.project.clone(), self.loop_name.clone());
+        let title = self
+            .db(move |c| db::sections(c, &p, &n))
+            .await
+            .ok()
+            .and_then(|s| s.into_iter().find(|s| s.index == k))
+            .map(|s| s.title.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "checkpoint".into());
+        let msg = format!("section {}: {title}", k + 1);
+        let wt = PathBuf::from(&row.worktree_dir);
+        match tokio::task::spawn_blocking(move || git::checkpoint(&wt, &msg)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                tracing::warn!(loop_name = %row.loop_name, "checkpoint commit failed: {e}");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Ends the loop.
+    async fn terminate(&mut self, row: LoopRow, t: Transition, pending: Option<db::Pending>) {
+        let now = now_ms();
+        let reason = t.termination.clone().unwrap_or(TerminationReason::Completed);
+        let section_clean = t.cause == "section-clean";
+        let checkpoint = if section_clean { self.checkpoint_section(&row).await } else { None };
+        // Teardown commit: whatever the agent left is kept on the branch.
+        let label = match &reason {
+            TerminationReason::Completed => "completed",
+            TerminationReason::Cancelled => "cancelled",
+            TerminationReason::StallTimeout => "stalled",
+            TerminationReason::Shutdown => "shutdown",
+            TerminationReason::MaxIterations => "max_iterations",
+            TerminationReason::MissingWorktreeDir => "removed",
+            _ => "errored",
+        };
+        let wt = PathBuf::from(&row.worktree_dir);
+        let msg = format!(
+            "loop: {} {label} after {} iteration{}",
+            row.loop_name,
+            row.iteration,
+            if row.iteration == 1 { "" } else { "s" }
+        );
+        let wt2 = wt.clone();
+        let _ = tokio::task::spawn_blocking(move || if wt2.exists() { git::checkpoint(&wt2, &msg).ok() } else { None })
+            .await;
+
+        let summary: Option<AuditSummary> = pending
+            .as_ref()
+            .and_then(|x| x.payload.get("summary").cloned())
+            .and_then(|s| serde_json::from_value(s).ok());
+        let post = pending
+            .as_ref()
+            .filter(|x| x.role == "post_action")
+            .and_then(|x| handoff::parse_stored(Role::PostAction, &x.payload.to_string()).ok());
+        let (report, completion) = match &post {
+            Some(handoff::StoredHandoff::PostAction(pa)) => {
+                (Some(handoff::render_post_action_report(pa)), Some(handoff::render_post_action_summary(pa)))
+            }
+            _ => (None, None),
+        };
+        let apply_record =
+            matches!(t.cause, "section-clean" | "audit-clear" | "post-action-complete" | "post-action-error");
+        let (p, n, old_id) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        let t2 = t.clone();
+        let r2 = row.clone();
+        let res = self
+            .engine
+            .store
+            .call(move |c| {
+                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                    match &pending {
+                        Some(x) if apply_record => {
+                            db::apply_handoff(tx, &p, &n, &x.session_id, &x.role, now)?;
+                        }
+                        _ => {}
+                    }
+                    db::discard_pending(tx, &p, &n, now)?;
+                    if let Some(k) = r2.section() {
+                        if section_clean {
+                            let s = summary.unwrap_or(AuditSummary { done: vec![], deviations: vec![], follow_ups: vec![] });
+                            db::complete_section(tx, &p, &n, k, &s.done, &s.deviations, &s.follow_ups, checkpoint.as_deref(), now)?;
+                        }
+                    }
+                    if t2.from == Phase::Auditing && matches!(t2.cause, "section-clean" | "audit-clear") {
+                        set_latest_outcome(tx, &p, &n, &old_id, &r2, "clean", now)?;
+                    }
+                    if report.is_some() {
+                        db::set_large(tx, &p, &n, None, report.as_deref())?;
+                    }
+                    let status = t2.status().map(|s| s.as_str()).unwrap_or("errored");
+                    tx.execute(
+                        "UPDATE loops SET status = ?3, termination_reason = ?4, completed_at = ?5, completion_summary = coalesce(?6, completion_summary),
+                            audit_count = ?7, error_count = ?8, standby_session_id = NULL
+                         WHERE project_id = ?1 AND loop_name = ?2",
+                        rusqlite::params![p, n, status, t2.termination.as_ref().map(|r| r.to_stored()), now, completion, t2.audit_count_after, t2.error_count_after],
+                    )?;
+                    db::delete_sessions(tx, &p, &n, None, now)?;
+                    db::log_transition(tx, &p, &n, &t2, now)?;
+                    forge_store::status::touch(tx, &p, &n, now)
+                })
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::error!(loop_name = %self.loop_name, "persisting the termination failed: {e}");
+        }
+        self.engine.store.wrote.wake();
+        if let Some(h) = self.live.handle.take() {
+            h.abort();
+        }
+        if reason == TerminationReason::Completed {
+            let repo = self.repo_root.clone();
+            let _ = tokio::task::spawn_blocking(move || git::remove_worktree(&repo, &wt)).await;
+        }
+    }
+}
+
+/// Records the audit outcome on the loop's latest attempt that has none.
+fn set_latest_outcome(
+    tx: &rusqlite::Connection,
+    p: &str,
+    n: &str,
+    auditor: &str,
+    row: &LoopRow,
+    outcome: &str,
+    now: i64,
+) -> rusqlite::Result<()> {
+    let id: Option<i64> = tx
+        .query_row(
+            "SELECT id FROM loop_attempts WHERE project_id = ?1 AND loop_name = ?2 AND outcome IS NULL ORDER BY id DESC LIMIT 1",
+            rusqlite::params![p, n],
+            |r| r.get(0),
+        )
+        .ok();
+    if let Some(id) = id {
+        let after = serde_json::to_value(prompt_context::outstanding(tx, row)?).unwrap_or(Value::Null);
+        attempts::set_outcome(tx, id, outcome, auditor, &after, now)?;
+    }
+    Ok(())
+}
+
+/// `loop.postAction.enabled` with a non-empty skill or prompt.
+pub fn post_action_configured(c: &Config) -> bool {
+    c.post_action_enabled
+        && (c.post_action_skill.as_deref().is_some_and(|s| !s.trim().is_empty())
+            || c.post_action_prompt.as_deref().is_some_and(|s| !s.trim().is_empty()))
+}
+
+/// `Loop: <name> k/N #it`, `audit: ...`, `action: <name>` (at most 60 chars).
+pub fn session_title(row: &LoopRow, role: Role) -> String {
+    let sec = row.section().map(|k| format!(" {}/{}", k + 1, row.total_sections)).unwrap_or_default();
+    let t = match role {
+        Role::Coder => format!("Loop: {}{sec} #{}", row.loop_name, row.iteration),
+        Role::Auditor => format!("audit: {}{sec} #{}", row.loop_name, row.iteration),
+        Role::PostAction => format!("action: {}", row.loop_name),
+    };
+    if t.chars().count() > 60 {
+        format!("{}...", t.chars().take(57).collect::<String>())
+    } else {
+        t
+    }
+}
+
+fn cancelled_result(row: &LoopRow, iteration: i64) -> CommandResult {
+    let mut text = format!(
+        "Cancelled loop \"{}\" (was at iteration {iteration}).\nDirectory: {}",
+        row.loop_name, row.worktree_dir
+    );
+    if let Some(b) = &row.worktree_branch {
+        text.push_str(&format!("\nBranch: {b}"));
+    }
+    CommandResult {
+        text,
+        data: json!({ "loopName": row.loop_name, "iteration": iteration, "worktreeDir": row.worktree_dir, "branch": row.worktree_branch }),
+    }
+}
+
+/// `loop-cancel`: through the loop's runner when this process runs it, else directly in
+/// the store (a loop whose process died).
+pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Result<CommandResult, ToolError> {
+    let project = env.project.id.clone();
+    if let Some(h) = engine.runner(&project, loop_name) {
+        if let Some(r) = h.cancel().await {
+            return r;
+        }
+    }
+    let (p, n) = (project.clone(), loop_name.to_string());
+    let row =
+        engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(|e| ToolError::internal(e.to_string()))?;
+    let Some(row) = row else { return Err(ToolError::not_found(format!("No loop found for loop \"{loop_name}\"."))) };
+    if row.status != "running" {
+        return Err(ToolError::conflict(format!("Loop \"{}\" has already completed.", row.loop_name)));
+    }
+    let facts = row.facts(false);
+    let t = next_transition(&facts, &Event::Cancel);
+    let now = now_ms();
+    let (p, n) = (project, loop_name.to_string());
+    engine
+        .store
+        .call(move |c| {
+            forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                db::discard_pending(tx, &p, &n, now)?;
+                tx.execute(
+                    "UPDATE loops SET status = 'cancelled', termination_reason = 'cancelled', completed_at = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                    rusqlite::params![p, n, now],
+                )?;
+                db::delete_sessions(tx, &p, &n, None, now)?;
+                db::log_transition(tx, &p, &n, &t, now)?;
+                forge_store::status::touch(tx, &p, &n, now)
+            })
+        })
+        .await
+        .map_err(|e| ToolError::internal(e.to_string()))?;
+    engine.store.wrote.wake();
+    if env.config.cleanup_worktree {
+        if let Some(repo) = env.project.repo_root.clone() {
+            let wt = PathBuf::from(&row.worktree_dir);
+            let _ = tokio::task::spawn_blocking(move || git::remove_worktree(&repo, &wt)).await;
+        }
+    }
+    Ok(cancelled_result(&row, row.iteration))
+}

@@ -1,0 +1,733 @@
+//! The per-loop sandbox (`sandbox.enabled`, `sandbox.mode = "bwrap"`, `sandbox.network`):
+//! bubblewrap (`bwrap`), one short-lived sandbox per command.
+//!
+//! - What a sandboxed command sees: the whole file system read-only (`--ro-bind / /`), a
+//!   fresh `/dev` and `/proc`, a private `/tmp` (`TMPDIR=/tmp`), the loop's worktree
+//!   read-write at its identical host path, the server's private socket directory
+//!   read-write (so `forge-lsp call` works inside), and `<worktree>/.forge` read-only (the
+//!   shims below run on the host, so a sandboxed command must not be able to rewrite them).
+//!   Every namespace is unshared (`--unshare-all`): no network unless the loop was started
+//!   with `sandbox.network = true` (`--share-net`); loopback inside is a fresh namespace.
+//!   `FORGE_SANDBOX=1` is set inside. `--die-with-parent` ties the sandbox to its caller.
+//! - What runs sandboxed: `forge.shell` commands (`sh -c`), and every shell the agent starts
+//!   through `PATH` or `$SHELL`: at loop start and restart the engine writes the shims
+//!   `<worktree>/.forge/bin/{sh,bash}` ([`Sandbox::write_shim`]) and the command host puts
+//!   that directory first on the agent's `PATH` and sets `SHELL=<dir>/sh`. The agent process
+//!   itself runs on the host (its own file reads, writes and edits are host operations); so
+//!   does an agent script whose shebang is `#!/usr/bin/env bash`, which finds the shim: such
+//!   a script runs sandboxed as a whole.
+//! - Per loop, persisted: `loops.sandbox` and `loops.sandbox_network` are set at loop start
+//!   from the configuration; a restart recreates the shims from those columns, not from the
+//!   current configuration (seeds: "Restart Semantics").
+//! - Nothing persistent to stop: each command is its own sandbox (a `bwrap` process tree)
+//!   that ends with the command. A turn's shells are in the agent's process group, which
+//!   cancel, termination and shutdown kill; `forge.shell` kills its own group on timeout.
+//!   So cancel, completion and termination have no sandbox step.
+//! - `FORGE_BWRAP=<path>` (server environment) overrides the `bwrap` found on `PATH`; an
+//!   unusable path makes the sandbox unavailable (used by the tests to simulate a host
+//!   without bubblewrap).
+//! - Catch: as root, a writable bind of a directory owned by another uid is not writable
+//!   inside the sandbox (no DAC override in the user namespace): the worktree must be owned
+//!   by the user running the server (it is: the server creates it).
+//! - Not writable inside: the repository's `.git` (a worktree's index and objects live
+//!   there), so `git add`/`git commit` fail in a sandboxed shell; the engine's checkpoint
+//!   commits run on the host.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+use tokio::io::AsyncReadExt;
+
+use super::Engine;
+use forge_core::ToolEnv;
+
+/// The shim directory, relative to the worktree.
+pub const SHIM_DIR: &str = ".forge/bin";
+/// Overrides the `bwrap` binary (server environment).
+pub const BWRAP_ENV: &str = "FORGE_BWRAP";
+/// Set to `1` inside a sandbox; a shim started inside runs the real shell directly.
+pub use crate::process::INSIDE_ENV;
+/// `forge.shell`: default and maximum timeout, and the cap of each output stream.
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+pub const OUTPUT_CAP: usize = 1024 * 1024;
+
+const HOW_TO_FIX: &str = "Install bubblewrap (apt-get install bubblewrap, or your distribution's bubblewrap package), or set sandbox.enabled = false to run loops in their worktree without a sandbox.";
+
+/// The sandbox of one loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub worktree: PathBuf,
+    pub network: bool,
+    /// Extra read-write directories: the server's private socket directory, so
+    /// `forge-lsp call` works inside.
+    pub binds: Vec<PathBuf>,
+}
+
+/// `<worktree>/.forge/bin`.
+pub fn shim_dir(worktree: &Path) -> PathBuf {
+    worktree.join(SHIM_DIR)
+}
+
+/// The `bwrap` to use: `$FORGE_BWRAP` when set, else the first `bwrap` on `PATH`.
+pub fn find_bwrap() -> Result<PathBuf, String> {
+    locate(std::env::var_os(BWRAP_ENV).as_deref(), std::env::var_os("PATH").as_deref())
+}
+
+fn locate(over: Option<&OsStr>, path: Option<&OsStr>) -> Result<PathBuf, String> {
+    if let Some(p) = over.filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if is_executable(&p) {
+            Ok(p)
+        } else {
+            Err(format!(
+                "bubblewrap is not available: {BWRAP_ENV}={} is not an executable file. {HOW_TO_FIX}",
+                p.display()
+            ))
+        };
+    }
+    path.and_then(|path| std::env::split_paths(path).map(|d| d.join("bwrap")).find(|p| is_executable(p)))
+        .ok_or_else(|| format!("bubblewrap (bwrap) was not found on PATH. {HOW_TO_FIX}"))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Finds `bwrap` and proves it can start a sandbox by running `true` in one.
+pub fn probe() -> Result<PathBuf, String> {
+    let bwrap = find_bwrap()?;
+    let args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all"];
+    let out = std::process::Command::new(&bwrap)
+        .args(args)
+        .args(["--die-with-parent", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("bubblewrap ({}) could not be started: {e}. {HOW_TO_FIX}", bwrap.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Err(format!(
+            "bubblewrap ({}) could not start a sandbox ({}){}. The host must allow unprivileged user namespaces (or run bwrap setuid). {HOW_TO_FIX}",
+            bwrap.display(),
+            out.status,
+            if err.is_empty() { String::new() } else { format!(": {err}") }
+        ));
+    }
+    Ok(bwrap)
+}
+
+/// The loop-start check: `Ok(None)` when the sandbox is disabled, the probed `bwrap` when
+/// enabled, error 1004 saying how to install bubblewrap or disable the sandbox otherwise.
+pub async fn require(enabled: bool, mode: &str, what: &str) -> Result<Option<PathBuf>, ToolError> {
+    if !enabled {
+        return Ok(None);
+    }
+    if mode != "bwrap" {
+        return Err(ToolError::precondition(format!(
+            "{what}: sandbox.mode = {mode:?} is not supported; use \"bwrap\" (bubblewrap), or set sandbox.enabled = false."
+        )));
+    }
+    match tokio::task::spawn_blocking(probe).await {
+        Ok(Ok(b)) => Ok(Some(b)),
+        Ok(Err(e)) => Err(ToolError::precondition(format!("{what}: the sandbox is unavailable: {e}"))),
+        Err(e) => Err(ToolError::internal(format!("{what}: probing the sandbox failed: {e}"))),
+    }
+}
+
+/// The extra read-write directories of a loop's sandbox: the private socket's directory.
+pub fn loop_binds(socket: Option<&Path>) -> Vec<PathBuf> {
+    socket.and_then(|s| s.parent().map(Path::to_path_buf)).into_iter().collect()
+}
+
+/// A shell to exec from a shim: `/bin/<name>` or `/usr/bin/<name>` (absolute: the shim
+/// directory is on `PATH`, so a bare name would find the shim again).
+fn real_shell(name: &str) -> Option<PathBuf> {
+    ["/bin", "/usr/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| is_executable(p))
+}
+
+/// Single-quotes a word for `/bin/sh`.
+fn sh_quote(s: &OsStr) -> Vec<u8> {
+    let mut out = vec![b'\''];
+    for &b in s.as_bytes() {
+        if b == b'\'' {
+            out.extend_from_slice(b"'\\''");
+        } else {
+            out.push(b);
+        }
+    }
+    out.push(b'\'');
+    out
+}
+
+impl Sandbox {
+    /// The sandbox of a loop worktree, with the server's socket directory bound.
+    pub fn for_loop(worktree: &Path, network: bool, socket: Option<&Path>) -> Sandbox {
+        Sandbox { worktree: worktree.to_path_buf(), network, binds: loop_binds(socket) }
+    }
+
+    /// The `bwrap` options (without the command).
+    fn args(&self, cwd: Option<&Path>) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        let mut push = |xs: &[&OsStr]| a.extend(xs.iter().map(|x| x.to_os_string()));
+        let (wt, forge) = (self.worktree.as_os_str(), self.worktree.join(".forge"));
+        push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]);
+        push(&["--dev".as_ref(), "/dev".as_ref(), "--proc".as_ref(), "/proc".as_ref()]);
+        push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
+        // After the tmpfs (so directories under /tmp reappear), before the worktree (so a
+        // bind that contains the worktree does not hide its binds).
+        for b in &self.binds {
+            push(&["--bind-try".as_ref(), b.as_os_str(), b.as_os_str()]);
+        }
+        push(&["--bind".as_ref(), wt, wt]);
+        push(&["--ro-bind-try".as_ref(), forge.as_os_str(), forge.as_os_str()]);
+        push(&["--unshare-all".as_ref()]);
+        if self.network {
+            push(&["--share-net".as_ref()]);
+        }
+        push(&["--die-with-parent".as_ref()]);
+        push(&["--setenv".as_ref(), INSIDE_ENV.as_ref(), "1".as_ref()]);
+        push(&["--setenv".as_ref(), "TMPDIR".as_ref(), "/tmp".as_ref()]);
+        if let Some(c) = cwd {
+            push(&["--chdir".as_ref(), c.as_os_str()]);
+        }
+        a
+    }
+
+    /// `argv` inside the sandbox, in `cwd` (a path inside the worktree).
+    pub fn command(&self, bwrap: &Path, argv: &[String], cwd: &Path) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(bwrap);
+        c.args(self.args(Some(cwd))).arg("--").args(argv);
+        c
+    }
+
+    /// Writes the executable shims `<worktree>/.forge/bin/{sh,bash}`: each execs the real
+    /// `/bin/sh` (`/bin/bash`) inside the sandbox with the same arguments, in the caller's
+    /// working directory (bwrap keeps it when it exists inside, else uses `$HOME`). A shim
+    /// started inside a sandbox (`FORGE_SANDBOX=1`) runs the real shell directly. Returns
+    /// the directory. `bash` is skipped when the host has none.
+    pub fn write_shim(&self, bwrap: &Path) -> io::Result<PathBuf> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = shim_dir(&self.worktree);
+        std::fs::create_dir_all(&dir)?;
+        let mut opts = Vec::new();
+        for a in self.args(None) {
+            opts.extend(sh_quote(&a));
+            opts.push(b' ');
+        }
+        for name in ["sh", "bash"] {
+            let Some(real) = real_shell(name) else {
+                if name == "sh" {
+                    return Err(io::Error::new(io::ErrorKind::NotFound, "neither /bin/sh nor /usr/bin/sh exists"));
+                }
+                continue;
+            };
+            let real_q = sh_quote(real.as_os_str());
+            let mut s: Vec<u8> = Vec::new();
+            s.extend_from_slice(b"#!/bin/sh\n");
+            s.extend_from_slice(
+                format!(
+                    "# Generated by forge-lsp: runs {} inside this loop's sandbox (bubblewrap).\n# Rewritten at every loop start and restart; do not edit.\n",
+                    real.display()
+                )
+                .as_bytes(),
+            );
+            s.extend_from_slice(format!("if [ -n \"${{{INSIDE_ENV}:-}}\" ]; then exec ").as_bytes());
+            s.extend_from_slice(&real_q);
+            s.extend_from_slice(b" \"$@\"; fi\nexec ");
+            s.extend_from_slice(&sh_quote(bwrap.as_os_str()));
+            s.push(b' ');
+            s.extend_from_slice(&opts);
+            s.extend_from_slice(b"-- ");
+            s.extend_from_slice(&real_q);
+            s.extend_from_slice(b" \"$@\"\n");
+            // A fresh file renamed over the old one: never writes through a planted symlink.
+            let tmp = dir.join(format!(".{name}.tmp"));
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o755).open(&tmp)?;
+            f.write_all(&s)?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(&tmp, dir.join(name))?;
+        }
+        Ok(dir)
+    }
+}
+
+/// A loop's saved settings `(sandbox, sandbox_network)` (restart uses these, not the
+/// current configuration).
+pub async fn saved(engine: &Arc<Engine>, project: &str, name: &str) -> Result<(bool, bool), ToolError> {
+    let (p, n) = (project.to_string(), name.to_string());
+    engine
+        .store
+        .call(move |c| {
+            c.query_row(
+                "SELECT sandbox, sandbox_network FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                rusqlite::params![p, n],
+                |r| Ok((r.get::<_, i64>(0)? != 0, r.get::<_, i64>(1)? != 0)),
+            )
+        })
+        .await
+        .map_err(|e| ToolError::internal(format!("reading the sandbox settings of loop \"{name}\" failed: {e}")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// forge.shell
+// ---------------------------------------------------------------------------------------------
+
+/// Normalizes `forge.shell`'s `cwd`: a relative path that stays inside the worktree
+/// (`a/../b` is `b`); `""` is the worktree itself.
+pub fn normalize_cwd(cwd: Option<&str>) -> Result<String, String> {
+    let raw = cwd.unwrap_or("").trim();
+    let p = Path::new(raw);
+    if p.is_absolute() {
+        return Err(format!("must be a path relative to the worktree, got the absolute path {raw:?}"));
+    }
+    let mut parts: Vec<&OsStr> = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => parts.push(s),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if parts.pop().is_none() {
+                    return Err(format!("must stay inside the worktree, but {raw:?} leaves it"));
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!("must be a path relative to the worktree, got {raw:?}"))
+            }
+        }
+    }
+    Ok(parts.iter().map(|s| s.to_string_lossy()).collect::<Vec<_>>().join("/"))
+}
+
+/// What a command printed, and how it ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// `None` when killed by a signal (or on timeout).
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Total bytes written to each stream (kept: at most [`OUTPUT_CAP`]).
+    pub stdout_bytes: usize,
+    pub stderr_bytes: usize,
+    pub timed_out: bool,
+}
+
+impl Captured {
+    pub fn stdout_truncated(&self) -> bool {
+        self.stdout_bytes > OUTPUT_CAP
+    }
+    pub fn stderr_truncated(&self) -> bool {
+        self.stderr_bytes > OUTPUT_CAP
+    }
+}
+
+/// Reads a stream, keeping the first [`OUTPUT_CAP`] bytes and counting the rest, until EOF
+/// or `stop`.
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
+    r: Option<R>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> (Vec<u8>, usize) {
+    let Some(mut r) = r else { return (Vec::new(), 0) };
+    let mut buf = Vec::new();
+    let mut total = 0usize;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        tokio::select! {
+            n = r.read(&mut chunk) => match n {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    total += n;
+                    let room = OUTPUT_CAP.saturating_sub(buf.len());
+                    buf.extend_from_slice(&chunk[..n.min(room)]);
+                }
+            },
+            _ = stop.changed() => break,
+        }
+    }
+    (buf, total)
+}
+
+/// UTF-8 text of captured bytes; a character cut by the cap is dropped.
+fn text_of(mut b: Vec<u8>, cut: bool) -> String {
+    if cut {
+        if let Err(e) = std::str::from_utf8(&b) {
+            if e.error_len().is_none() {
+                b.truncate(e.valid_up_to());
+            }
+        }
+    }
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// Kills a process group now (and, through the guard, when a run is abandoned).
+struct GroupGuard(Option<u32>);
+
+impl GroupGuard {
+    fn kill(&self) {
+        if let Some(pid) = self.0 {
+            crate::process::kill_group(pid);
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `cmd` in its own process group with no input, capturing both streams (each capped
+/// at [`OUTPUT_CAP`]); on `timeout` the whole group is killed and `timed_out` set. Processes
+/// the command left running in its group are killed once it exited and they still hold its
+/// output open.
+pub async fn run_captured(mut cmd: tokio::process::Command, timeout: Duration) -> io::Result<Captured> {
+    use std::os::unix::process::ExitStatusExt;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    let mut child = cmd.spawn()?;
+    let mut guard = GroupGuard(child.id());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut out = tokio::spawn(read_capped(child.stdout.take(), stop_rx.clone()));
+    let mut err = tokio::spawn(read_capped(child.stderr.take(), stop_rx));
+    let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(s) => (s?, false),
+        Err(_) => {
+            guard.kill();
+            (child.wait().await?, true)
+        }
+    };
+    // The command exited; background processes of its group may still hold the pipes.
+    let grace = Duration::from_millis(500);
+    let mut o = tokio::time::timeout(grace, &mut out).await.ok();
+    let mut e = tokio::time::timeout(grace, &mut err).await.ok();
+    if o.is_none() || e.is_none() {
+        guard.kill();
+        // A process that left the group keeps the pipe: stop reading after a bound.
+        let st = stop_tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let _ = st.send(true);
+        });
+        if o.is_none() {
+            o = Some(out.await);
+        }
+        if e.is_none() {
+            e = Some(err.await);
+        }
+    }
+    guard.0 = None;
+    drop(stop_tx);
+    let (o, ob) = o.and_then(Result::ok).unwrap_or_default();
+    let (e, eb) = e.and_then(Result::ok).unwrap_or_default();
+    Ok(Captured {
+        exit_code: if timed_out { None } else { status.code() },
+        signal: status.signal(),
+        stdout: text_of(o, ob > OUTPUT_CAP),
+        stderr: text_of(e, eb > OUTPUT_CAP),
+        stdout_bytes: ob,
+        stderr_bytes: eb,
+        timed_out,
+    })
+}
+
+/// The `forge.shell` result of a run.
+pub fn shell_result(c: &Captured, timeout_ms: u64, sandboxed: bool) -> CommandResult {
+    let mut text = String::new();
+    if c.timed_out {
+        text.push_str(&format!("Timed out after {timeout_ms} ms: the command's process group was killed.\n"));
+    } else if let Some(code) = c.exit_code {
+        text.push_str(&format!("Exit code: {code}\n"));
+    } else {
+        text.push_str(&format!("Killed by signal {}\n", c.signal.unwrap_or(0)));
+    }
+    if !sandboxed {
+        text.push_str("(ran in the worktree without a sandbox: this loop has sandbox off)\n");
+    }
+    for (name, s, bytes) in [("stdout", &c.stdout, c.stdout_bytes), ("stderr", &c.stderr, c.stderr_bytes)] {
+        if bytes == 0 {
+            continue;
+        }
+        text.push_str(&format!("\n--- {name} ---\n{s}"));
+        if !s.ends_with('\n') {
+            text.push('\n');
+        }
+        if bytes > OUTPUT_CAP {
+            text.push_str(&format!("[{name} truncated: kept the first {OUTPUT_CAP} of {bytes} bytes]\n"));
+        }
+    }
+    if c.stdout_bytes == 0 && c.stderr_bytes == 0 {
+        text.push_str("(no output)\n");
+    }
+    CommandResult {
+        text: text.trim_end().to_string(),
+        data: json!({
+            "exitCode": c.exit_code,
+            "stdout": c.stdout,
+            "stderr": c.stderr,
+            "stdoutTruncated": c.stdout_truncated(),
+            "stderrTruncated": c.stderr_truncated(),
+            "timedOut": c.timed_out,
+        }),
+    }
+}
+
+/// The effect of `forge.shell`: `sh -c <command>` in `<worktree>/<cwd>`, inside the loop's
+/// sandbox when the loop row has `sandbox = 1`, else directly in the worktree.
+pub async fn shell(
+    engine: &Arc<Engine>,
+    env: &ToolEnv,
+    loop_name: &str,
+    command: &str,
+    cwd: &str,
+    timeout_ms: u64,
+) -> Result<CommandResult, ToolError> {
+    let (p, n) = (env.project.id.clone(), loop_name.to_string());
+    let row = engine
+        .store
+        .call(move |c| {
+            use rusqlite::OptionalExtension;
+            c.query_row(
+                "SELECT worktree_dir, sandbox, sandbox_network FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                rusqlite::params![p, n],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? != 0, r.get::<_, i64>(2)? != 0)),
+            )
+            .optional()
+        })
+        .await
+        .map_err(|e| ToolError::internal(format!("shell failed: database error: {e}")))?;
+    let Some((wt, sandboxed, network)) = row else {
+        return Err(ToolError::not_found(format!("No loop found for loop \"{loop_name}\".")));
+    };
+    let wt = PathBuf::from(wt);
+    let dir = if cwd.is_empty() { wt.clone() } else { wt.join(cwd) };
+    // Symlinks must not lead out of the worktree either.
+    let (wt_c, dir_c) = (wt.canonicalize(), dir.canonicalize());
+    match (&wt_c, &dir_c) {
+        (Err(e), _) => {
+            return Err(ToolError::precondition(format!(
+                "shell failed: the worktree {} of loop \"{loop_name}\" is not accessible: {e}",
+                wt.display()
+            )))
+        }
+        (Ok(_), Err(_)) => {
+            return Err(ToolError::invalid(format!("shell failed: cwd {cwd:?} is not a directory in the worktree")))
+        }
+        (Ok(w), Ok(d)) if !d.starts_with(w) => {
+            return Err(ToolError::invalid(format!("shell failed: cwd {cwd:?} leads out of the worktree (symlink)")))
+        }
+        (Ok(_), Ok(d)) if !d.is_dir() => {
+            return Err(ToolError::invalid(format!("shell failed: cwd {cwd:?} is not a directory in the worktree")))
+        }
+        _ => {}
+    }
+    let argv = ["/bin/sh".to_string(), "-c".to_string(), command.to_string()];
+    let cmd = if sandboxed {
+        let bwrap = find_bwrap().map_err(|e| ToolError::precondition(format!("shell failed: {e}")))?;
+        Sandbox::for_loop(&wt, network, engine.private_socket().as_deref()).command(&bwrap, &argv, &dir)
+    } else {
+        let mut c = tokio::process::Command::new(&argv[0]);
+        c.args(&argv[1..]).current_dir(&dir);
+        c
+    };
+    let captured = run_captured(cmd, Duration::from_millis(timeout_ms))
+        .await
+        .map_err(|e| ToolError::internal(format!("shell failed: cannot run the command: {e}")))?;
+    Ok(shell_result(&captured, timeout_ms, sandboxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bwrap() -> PathBuf {
+        probe().unwrap_or_else(|e| panic!("these tests need a working bubblewrap: {e}"))
+    }
+
+    fn sandbox(dir: &Path) -> Sandbox {
+        Sandbox { worktree: dir.to_path_buf(), network: false, binds: vec![] }
+    }
+
+    fn worktree() -> tempfile::TempDir {
+        tempfile::Builder::new().prefix("fl-sbx").tempdir().expect("tempdir")
+    }
+
+    async fn run_in(s: &Sandbox, script: &str) -> Captured {
+        let wt = s.worktree.clone();
+        let cmd = s.command(&bwrap(), &["/bin/sh".into(), "-c".into(), script.into()], &wt);
+        run_captured(cmd, Duration::from_secs(30)).await.expect("run")
+    }
+
+    #[tokio::test]
+    async fn writes_only_inside_the_worktree() {
+        let wt = worktree();
+        let other = worktree();
+        let s = sandbox(wt.path());
+        let target = other.path().join("escaped");
+        let c = run_in(
+            &s,
+            &format!(
+                "touch inside && echo ok; touch /forge-sandbox-outside-file; touch {}; echo hi > $HOME/.forge-sbx-test",
+                target.display()
+            ),
+        )
+        .await;
+        assert_eq!(c.stdout.trim(), "ok", "{c:?}");
+        assert!(wt.path().join("inside").exists());
+        assert!(!Path::new("/forge-sandbox-outside-file").exists());
+        assert!(!target.exists(), "wrote into another temp dir: {c:?}");
+        assert!(c.stderr.contains("Read-only file system"), "{c:?}");
+    }
+
+    #[tokio::test]
+    async fn sees_the_worktree_at_its_host_path_and_a_private_tmp() {
+        let wt = worktree();
+        let s = sandbox(wt.path());
+        let marker = std::env::temp_dir().join(format!("fl-sbx-marker-{}", std::process::id()));
+        std::fs::write(&marker, "x").unwrap();
+        let c = run_in(
+            &s,
+            &format!("pwd; test -e {} && echo visible || echo hidden; echo $FORGE_SANDBOX", marker.display()),
+        )
+        .await;
+        let _ = std::fs::remove_file(&marker);
+        let lines: Vec<&str> = c.stdout.lines().collect();
+        assert_eq!(lines, vec![wt.path().to_str().unwrap(), "hidden", "1"], "{c:?}");
+    }
+
+    #[tokio::test]
+    async fn no_network_unless_enabled() {
+        let wt = worktree();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // bash's /dev/tcp is the portable client here; sh has none.
+        let probe =
+            format!("if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connected; else echo refused; fi");
+        let bash = real_shell("bash").expect("bash");
+        let run = |network: bool| {
+            let s = Sandbox { network, ..sandbox(wt.path()) };
+            let cmd = s.command(&bwrap(), &[bash.display().to_string(), "-c".into(), probe.clone()], wt.path());
+            run_captured(cmd, Duration::from_secs(30))
+        };
+        let off = run(false).await.unwrap();
+        assert_eq!(off.stdout.trim(), "refused", "a listener outside must be unreachable: {off:?}");
+        let on = run(true).await.unwrap();
+        assert_eq!(on.stdout.trim(), "connected", "with network the host's loopback is shared: {on:?}");
+        // Only a fresh loopback inside.
+        let s = sandbox(wt.path());
+        let c = run_in(&s, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '").await;
+        assert_eq!(c.stdout.trim(), "lo", "{c:?}");
+        drop(listener);
+    }
+
+    #[tokio::test]
+    async fn the_shim_runs_shells_sandboxed() {
+        let wt = worktree();
+        let s = sandbox(wt.path());
+        let dir = s.write_shim(&bwrap()).expect("shim");
+        assert_eq!(dir, wt.path().join(".forge/bin"));
+        let sh = dir.join("sh");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&sh).unwrap().permissions().mode() & 0o777, 0o755);
+        }
+        // Run it as the agent would: through PATH, from the worktree.
+        let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", "echo $$; touch x; echo $FORGE_SANDBOX; touch /forge-shim-outside 2>/dev/null || echo ro; sh -c 'echo nested $FORGE_SANDBOX'; touch .forge/bin/planted 2>/dev/null || echo shims-ro"])
+            .env("PATH", &path)
+            .env_remove(INSIDE_ENV)
+            .current_dir(wt.path());
+        let c = run_captured(cmd, Duration::from_secs(30)).await.unwrap();
+        let lines: Vec<&str> = c.stdout.lines().collect();
+        // Pid 2 in a fresh pid namespace (bwrap's init is 1).
+        assert_eq!(lines, vec!["2", "1", "ro", "nested 1", "shims-ro"], "{c:?}");
+        assert!(wt.path().join("x").exists());
+        assert!(!dir.join("planted").exists());
+        // bash too, with arguments passed through verbatim.
+        let c = run_captured(
+            {
+                let mut b = tokio::process::Command::new(dir.join("bash"));
+                b.args(["-c", "printf '%s|' \"$0\" \"$@\"; echo $FORGE_SANDBOX", "n a m e", "it's", ""])
+                    .current_dir(wt.path());
+                b
+            },
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        assert_eq!(c.stdout.trim(), "n a m e|it's||1", "{c:?}");
+        // Rewriting replaces the files (restart).
+        s.write_shim(&bwrap()).expect("rewrite");
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_process_group() {
+        let wt = worktree();
+        let s = sandbox(wt.path());
+        let started = std::time::Instant::now();
+        let cmd =
+            s.command(&bwrap(), &["/bin/sh".into(), "-c".into(), "echo start; sleep 30 & sleep 30".into()], wt.path());
+        let c = run_captured(cmd, Duration::from_millis(500)).await.unwrap();
+        assert!(c.timed_out && c.exit_code.is_none(), "{c:?}");
+        assert_eq!(c.stdout, "start\n");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        // Without a sandbox too, including a background child holding the pipe.
+        let mut plain = tokio::process::Command::new("/bin/sh");
+        plain.args(["-c", "sleep 30 & echo bg"]).current_dir(wt.path());
+        let started = std::time::Instant::now();
+        let c = run_captured(plain, Duration::from_secs(20)).await.unwrap();
+        assert_eq!((c.exit_code, c.timed_out, c.stdout.as_str()), (Some(0), false, "bg\n"), "{c:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn output_is_capped_at_one_mib() {
+        let wt = worktree();
+        let s = sandbox(wt.path());
+        let c = run_in(&s, "head -c 3000000 /dev/zero | tr '\\0' a; echo err >&2").await;
+        assert_eq!(c.stdout.len(), OUTPUT_CAP);
+        assert_eq!(c.stdout_bytes, 3_000_000);
+        assert!(c.stdout_truncated() && !c.stderr_truncated());
+        let r = shell_result(&c, 1000, true);
+        assert!(r.text.starts_with("Exit code: 0"), "{}", &r.text[..100]);
+        assert!(r.text.contains("[stdout truncated: kept the first 1048576 of 3000000 bytes]"));
+        assert_eq!(r.data["stdoutTruncated"], true);
+        assert_eq!(r.data["stderr"], "err\n");
+        assert_eq!(r.data["timedOut"], false);
+    }
+
+    #[test]
+    fn cwd_is_relative_and_stays_inside() {
+        assert_eq!(normalize_cwd(None).unwrap(), "");
+        assert_eq!(normalize_cwd(Some(".")).unwrap(), "");
+        assert_eq!(normalize_cwd(Some("src/./a/../b/")).unwrap(), "src/b");
+        assert!(normalize_cwd(Some("/etc")).unwrap_err().contains("absolute"));
+        assert!(normalize_cwd(Some("..")).unwrap_err().contains("leaves"));
+        assert!(normalize_cwd(Some("a/../../x")).unwrap_err().contains("leaves"));
+    }
+
+    #[test]
+    fn a_missing_bwrap_says_how_to_fix_it() {
+        for e in [
+            locate(Some("/nonexistent/bwrap".as_ref()), None).unwrap_err(),
+            locate(None, Some("/nonexistent-dir:/also-not-there".as_ref())).unwrap_err(),
+        ] {
+            assert!(e.contains("apt-get install bubblewrap") && e.contains("sandbox.enabled = false"), "{e}");
+        }
+        assert!(locate(Some("/nonexistent/bwrap".as_ref()), None)
+            .unwrap_err()
+            .contains("FORGE_BWRAP=/nonexistent/bwrap"));
+    }
+}

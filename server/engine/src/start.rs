@@ -1,0 +1,457 @@
+//! Starting loops (`execute-plan`), untracked sessions (`mode: "new-session"`) and
+//! restarts (`loop-status restart`).
+//!
+//! A loop start creates, in order: the worktree on a new `forge/<name>` branch, the rows
+//! (loop, loop plan, sections, coder session) in one transaction, and the first turn. A
+//! failure at any step removes everything created before it (rows, worktree, branch).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use forge_domain::handoff::Role;
+use forge_domain::loop_machine::{self, Phase, Status};
+use forge_domain::naming::{slugify, uniquify};
+use forge_domain::plan::decompose::decompose;
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+
+use super::host::{self, TurnOutcome, TurnRequest};
+use super::prompt_context::{self, Kind};
+use super::runner::{self, FirstTurn};
+use super::sandbox::{self, Sandbox};
+use super::{git, Engine};
+use forge_core::ToolEnv;
+use forge_store::loop_db as db;
+use forge_store::{loops, now_ms, plans};
+
+fn internal(e: impl std::fmt::Display) -> ToolError {
+    ToolError::internal(format!("loop start failed: {e}"))
+}
+
+/// Preconditions shared by loop starts and restarts.
+fn preconditions(env: &ToolEnv) -> Result<(PathBuf, Vec<String>), ToolError> {
+    if !env.config.loop_enabled {
+        return Err(ToolError::precondition(
+            "Failed to start loop: loops are disabled (loop.enabled = false in the configuration).",
+        ));
+    }
+    let Some(repo) = env.project.repo_root.clone().filter(|_| !env.project.is_global()) else {
+        return Err(ToolError::precondition(format!(
+            "Failed to start loop: loops run in a git worktree and need a repository with at least one commit, but {} has none. Create the first commit (git add -A && git commit -m init), reconnect the editor so the project is identified, and retry.",
+            env.project.root.display()
+        )));
+    };
+    let Some(argv) = env.config.agent_command.clone().filter(|a| !a.is_empty()) else {
+        return Err(ToolError::precondition(
+            "Failed to start loop: no agent host is configured. Set agent.command to the argv template that runs your coding agent for one turn, for example in <project>/.forge/config.toml:\n\n[agent]\ncommand = [\"my-agent\", \"--session\", \"{session}\", \"--prompt-file\", \"{prompt_file}\"]\n\nThe prompt is also given on standard input; see docs/agents.md.",
+        ));
+    };
+    Ok((repo, argv))
+}
+
+pub async fn start_loop(
+    engine: &Arc<Engine>,
+    env: &ToolEnv,
+    title: String,
+    plan: String,
+    loop_name: Option<String>,
+) -> Result<CommandResult, ToolError> {
+    let (repo, _) = preconditions(env)?;
+    // Sandbox (engine/sandbox.rs): probed before anything is created.
+    let bwrap = sandbox::require(env.config.sandbox_enabled, &env.config.sandbox_mode, "Failed to start loop").await?;
+    let project = env.project.id.clone();
+    let requested = slugify(loop_name.as_deref().filter(|s| !s.trim().is_empty()).unwrap_or(&title));
+    let requested = if requested.trim_matches('-').is_empty() { "loop".to_string() } else { requested };
+
+    // Name: unique among the project's loops and live forge/ branches.
+    let (p, r2) = (project.clone(), repo.clone());
+    let taken: Vec<String> = engine
+        .store
+        .call(move |c| loops::list(c, &p).map(|v| v.into_iter().map(|l| l.loop_name).collect()))
+        .await
+        .map_err(internal)?;
+    let name = uniquify(&requested, |n| {
+        taken.iter().any(|t| t == n) || git::branch_exists(&r2, &git::branch_for(n)).unwrap_or(true)
+    });
+    let branch = git::branch_for(&name);
+    let dir = engine.data_dir.join("worktrees").join(&name);
+
+    // 1. Worktree.
+    let (r3, d3, b3) = (repo.clone(), dir.clone(), branch.clone());
+    let wt = tokio::task::spawn_blocking(move || git::create_worktree(&r3, &d3, &b3))
+        .await
+        .map_err(internal)?
+        .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
+    // Sandbox shims (engine/sandbox.rs).
+    if let Some(b) = &bwrap {
+        if let Err(e) =
+            Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref()).write_shim(b)
+        {
+            rollback_git(&repo, &wt.dir, &branch).await;
+            return Err(internal(format!("cannot write the sandbox shims: {e}")));
+        }
+    }
+
+    // 2. Rows.
+    let decomposition = decompose(&plan);
+    let total = decomposition.sections.len() as u32;
+    let session = forge_core::fresh_session();
+    let token = host::new_token();
+    let now = now_ms();
+    let max_iterations = env.config.default_max_iterations as i64;
+    let (p, n, s, tk) = (project.clone(), name.clone(), session.clone(), token.clone());
+    let host_session = env.caller.session_id.clone();
+    let (title2, plan2, wtdir, root) =
+        (title.clone(), plan.clone(), wt.dir.display().to_string(), env.project.root.display().to_string());
+    let (b4, base) = (branch.clone(), wt.base_commit.clone());
+    let (sandbox, sandbox_network) = (bwrap.is_some(), bwrap.is_some() && env.config.sandbox_network);
+    let (em, am) = resolve_models(engine, &project, &env.config).await;
+    let mut run_config = env.config.clone();
+    run_config.execution_model = em.clone();
+    run_config.auditor_model = am.clone();
+    let run_model = em.clone();
+    let rows = engine
+        .store
+        .call(move |c| {
+            forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                // Stale rows of a swept loop with the same name.
+                tx.execute("DELETE FROM review_findings WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![p, n])?;
+                tx.execute("DELETE FROM plans WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![p, n])?;
+                tx.execute(
+                    "INSERT INTO loops (project_id, loop_name, title, status, phase, current_session_id, host_session_id, project_dir,
+                        worktree_dir, worktree_branch, base_commit, max_iterations, iteration, current_section_index, total_sections,
+                        sandbox, execution_model, auditor_model, owner_pid, started_at, last_activity_at, sandbox_network)
+                     VALUES (?1, ?2, ?3, 'running', 'coding', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, 0, ?11, ?12, ?13, ?14, ?15, ?16, ?16, ?17)",
+                    rusqlite::params![p, n, title2, s, host_session, root, wtdir, b4, base, max_iterations, total, sandbox, em, am, std::process::id(), now, sandbox_network],
+                )?;
+                plans::put_loop(tx, &p, &n, &plan2, now)?;
+                for sec in &decomposition.sections {
+                    db::insert_section(tx, &p, &n, sec.index as u32, &sec.title, &sec.content, now)?;
+                }
+                if total > 0 {
+                    db::start_section(tx, &p, &n, 0, now)?;
+                }
+                db::insert_session(tx, &p, &n, &s, "coder", &tk, (total > 0).then_some(0), now)?;
+                forge_store::status::touch(tx, &p, &n, now)
+            })
+        })
+        .await;
+    if let Err(e) = rows {
+        rollback_git(&repo, &wt.dir, &branch).await;
+        return Err(internal(e));
+    }
+    engine.store.wrote.wake();
+
+    // 3. First turn.
+    let prompt = first_prompt(engine, &project, &name, env, Kind::Initial).await;
+    if let Err(e) = probe_agent(env, &wt.dir) {
+        rollback_rows(engine, &project, &name).await;
+        rollback_git(&repo, &wt.dir, &branch).await;
+        return Err(ToolError::precondition(format!("Failed to start loop: {e}")));
+    }
+    runner::spawn(
+        engine,
+        &project,
+        &repo,
+        &name,
+        run_config,
+        FirstTurn { session_id: session.clone(), token, role: Role::Coder, prompt },
+    );
+
+    let max = if max_iterations == 0 { "unlimited".to_string() } else { max_iterations.to_string() };
+    let model = run_model.unwrap_or_else(|| "default".into());
+    let text = format!(
+        "Loop activated!\n\nSession: {session}\nTitle: {}\nLoop name: {name}\nWorktree: {}\nBranch: {branch}\nModel: {model}\nMax iterations: {max}\n\nThe loop runs on its own: each phase ends with a handoff and the next one starts.\nYour part is done; watch it in the editor (forge://loop/{name}/status.md).\nUse loop-status for details and loop-cancel to stop it.",
+        truncate(&format!("Loop: {title}"), 60),
+        wt.dir.display()
+    );
+    Ok(CommandResult {
+        text,
+        data: json!({
+            "loopName": name, "sessionId": session, "worktreeDir": wt.dir, "branch": branch, "baseCommit": wt.base_commit,
+            "totalSections": total, "maxIterations": max_iterations,
+        }),
+    })
+}
+
+/// The loop's models in the seeds' priority order. Execution: `executionModel`, else the
+/// project's last-used execution model, else the agent's default (`None`). Auditor:
+/// `auditorModel`, `executionModel`, the last-used auditor model, the last-used execution
+/// model, else the default. Configured models are remembered as the last used.
+async fn resolve_models(
+    engine: &Arc<Engine>,
+    project: &str,
+    c: &forge_core::config::Config,
+) -> (Option<String>, Option<String>) {
+    let (p, em, am) = (project.to_string(), c.execution_model.clone(), c.auditor_model.clone());
+    engine
+        .store
+        .call(move |db| {
+            let get = |k: &str| -> Option<String> {
+                db.query_row("SELECT value FROM model_preferences WHERE project_id = ?1 AND key = ?2", rusqlite::params![p, k], |r| r.get(0))
+                    .ok()
+            };
+            let last_exec = get("executionModel");
+            let last_aud = get("auditorModel");
+            let exec = em.clone().or(last_exec.clone());
+            let aud = am.clone().or(em.clone()).or(last_aud).or(last_exec);
+            let now = now_ms();
+            for (k, v) in [("executionModel", &em), ("auditorModel", &am)] {
+                if let Some(v) = v {
+                    let _ = db.execute(
+                        "INSERT INTO model_preferences (project_id, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (project_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                        rusqlite::params![p, k, v, now],
+                    );
+                }
+            }
+            (exec, aud)
+        })
+        .await
+}
+
+/// Checks that the agent command can be started at all (its program exists).
+fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
+    let argv = env.config.agent_command.clone().unwrap_or_default();
+    let prog = argv.first().ok_or("agent.command is empty")?;
+    let found = if prog.contains('/') {
+        let p = if Path::new(prog).is_absolute() { PathBuf::from(prog) } else { cwd.join(prog) };
+        p.is_file()
+    } else {
+        std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(prog).is_file()))
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(format!("the agent command {prog:?} (agent.command) was not found; check the path or PATH"))
+    }
+}
+
+async fn first_prompt(engine: &Arc<Engine>, project: &str, name: &str, env: &ToolEnv, kind: Kind) -> String {
+    let (p, n, config) = (project.to_string(), name.to_string(), env.config.clone());
+    engine
+        .store
+        .call(move |c| {
+            let row = loops::get(c, &p, &n)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            let ctx = prompt_context::load(c, &row, &config, None)?;
+            Ok::<_, rusqlite::Error>(prompt_context::build(kind, &ctx))
+        })
+        .await
+        .unwrap_or_default()
+}
+
+async fn rollback_rows(engine: &Arc<Engine>, project: &str, name: &str) {
+    let (p, n) = (project.to_string(), name.to_string());
+    let _ = engine
+        .store
+        .call(move |c| {
+            forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                tx.execute("DELETE FROM plans WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![p, n])?;
+                tx.execute("DELETE FROM loops WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![p, n])?;
+                forge_store::changes::record(tx, &p, forge_store::changes::Kind::Loop, &n, now_ms())
+            })
+        })
+        .await;
+    engine.store.wrote.wake();
+}
+
+async fn rollback_git(repo: &Path, dir: &Path, branch: &str) {
+    let (r, d, b) = (repo.to_path_buf(), dir.to_path_buf(), branch.to_string());
+    let _ = tokio::task::spawn_blocking(move || {
+        let _ = git::remove_worktree(&r, &d);
+        let _ = git::delete_branch(&r, &b);
+    })
+    .await;
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        format!("{}...", s.chars().take(max.saturating_sub(3)).collect::<String>())
+    }
+}
+
+/// `mode: "new-session"`: one untracked agent session with the plan, in the project
+/// root, no worktree and no loop.
+pub async fn new_session(
+    engine: &Arc<Engine>,
+    env: &ToolEnv,
+    title: String,
+    plan: String,
+) -> Result<CommandResult, ToolError> {
+    let Some(argv) = env.config.agent_command.clone().filter(|a| !a.is_empty()) else {
+        return Err(ToolError::precondition(
+            "Failed to start new session: no agent host is configured. Set agent.command (see docs/agents.md).",
+        ));
+    };
+    probe_agent(env, &env.project.root)
+        .map_err(|e| ToolError::precondition(format!("Failed to start new session: {e}")))?;
+    let session = forge_core::fresh_session();
+    let title = truncate(&title, 60);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, u32, TurnOutcome)>();
+    host::start_turn(
+        TurnRequest {
+            argv,
+            session_id: session.clone(),
+            token: String::new(),
+            role: String::new(),
+            agent: "code".into(),
+            model: env.config.execution_model.clone(),
+            loop_name: String::new(),
+            cwd: env.project.root.clone(),
+            title: title.clone(),
+            prompt: plan,
+            resume: false,
+            socket: None,
+            data_dir: engine.data_dir.clone(),
+            prompt_dir: engine.data_dir.join("prompts").join("sessions"),
+            turn: 1,
+            shim_dir: None,
+            activity: engine.activity.clone(),
+        },
+        tx,
+    );
+    tokio::spawn(async move {
+        if let Some((s, _, outcome)) = rx.recv().await {
+            tracing::info!(session = %s, ?outcome, "untracked session ended");
+        }
+    });
+    let model = env.config.execution_model.clone().unwrap_or_else(|| "default".into());
+    Ok(CommandResult {
+        text: format!(
+            "New session started!\n\nSession: {session}\nTitle: {title}\nModel: {model}\n\nThe session runs the code agent with the plan in {}. It is not a loop: loop-status and loop-cancel do not track it.",
+            env.project.root.display()
+        ),
+        data: json!({ "sessionId": session, "title": title, "model": model }),
+    })
+}
+
+/// `loop-status restart`: the seeds' restart semantics.
+pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: bool) -> Result<CommandResult, ToolError> {
+    let (repo, _) = preconditions(env)?;
+    let project = env.project.id.clone();
+    let (p, n) = (project.clone(), name.to_string());
+    let row = engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(internal)?;
+    let Some(row) = row else { return Err(ToolError::not_found(format!("No loop found for loop \"{name}\"."))) };
+    let status = Status::parse(&row.status).unwrap_or(Status::Errored);
+    if status == Status::Completed {
+        return Err(ToolError::conflict(format!("Loop \"{name}\" completed successfully and cannot be restarted.")));
+    }
+    if status == Status::Running && !force {
+        return Err(ToolError::conflict(format!("Loop \"{name}\" is currently active. Use force=true to restart it.")));
+    }
+    let dir = PathBuf::from(&row.worktree_dir);
+    let branch = row.worktree_branch.clone().unwrap_or_else(|| git::branch_for(name));
+    let branch_ok = git::branch_exists(&repo, &branch).unwrap_or(false);
+    loop_machine::restartable(status, dir.exists(), branch_ok)
+        .map_err(|m| ToolError::precondition(format!("Cannot restart \"{name}\": {m}")))?;
+    // Sandbox (engine/sandbox.rs): the loop's own saved settings, probed before the runner stops.
+    let (sbx, sbx_network) = sandbox::saved(engine, &project, name).await?;
+    let bwrap = sandbox::require(sbx, "bwrap", &format!("Cannot restart \"{name}\"")).await?;
+    if let Some(h) = engine.runner(&project, name) {
+        h.shutdown().await;
+    }
+    if !dir.exists() {
+        let (r, d, b) = (repo.clone(), dir.clone(), branch.clone());
+        tokio::task::spawn_blocking(move || git::reattach_worktree(&r, &d, &b))
+            .await
+            .map_err(internal)?
+            .map_err(|e| ToolError::precondition(format!("Cannot restart \"{name}\": {e}")))?;
+    }
+    if let Some(b) = &bwrap {
+        Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref()).write_shim(b).map_err(|e| {
+            ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}"))
+        })?;
+    }
+    let facts = row.facts(runner::post_action_configured(&env.config));
+    let plan = loop_machine::restart(&facts);
+    let session = forge_core::fresh_session();
+    let token = host::new_token();
+    let now = now_ms();
+    let (p, n, s, tk, pl) = (project.clone(), name.to_string(), session.clone(), token.clone(), plan.clone());
+    let role = match plan.phase {
+        Phase::PostAction => Role::PostAction,
+        _ => Role::Coder,
+    };
+    engine
+        .store
+        .call(move |c| {
+            forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                db::discard_pending(tx, &p, &n, now)?;
+                db::delete_sessions(tx, &p, &n, None, now)?;
+                if pl.finish_instead {
+                    tx.execute(
+                        "UPDATE loops SET status = 'completed', termination_reason = 'completed', completed_at = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                        rusqlite::params![p, n, now],
+                    )?;
+                } else {
+                    tx.execute(
+                        "UPDATE loops SET status = 'running', phase = ?3, iteration = 1, error_count = 0, audit_count = 0, model_failed = 0,
+                            auditor_fallback_index = 0, stall_count = 0, nudge_count = 0, current_session_id = ?4, standby_session_id = NULL,
+                            started_at = ?5, completed_at = NULL, termination_reason = NULL, completion_summary = NULL, owner_pid = ?6
+                         WHERE project_id = ?1 AND loop_name = ?2",
+                        rusqlite::params![p, n, pl.phase.as_str(), s, now, std::process::id()],
+                    )?;
+                    db::insert_session(tx, &p, &n, &s, role.as_str(), &tk, pl.section_index, now)?;
+                    if let Some(k) = pl.section_index {
+                        db::start_section(tx, &p, &n, k, now)?;
+                    }
+                }
+                if let Some(t) = &pl.transition {
+                    db::log_transition(tx, &p, &n, t, now)?;
+                }
+                forge_store::status::touch(tx, &p, &n, now)
+            })
+        })
+        .await
+        .map_err(internal)?;
+    engine.store.wrote.wake();
+    if plan.finish_instead {
+        return Err(ToolError::conflict(format!(
+            "Loop \"{name}\" stopped in post-action, which is no longer configured: it was marked completed; nothing to restart."
+        )));
+    }
+    // Continuation prompt when the current section has open bugs.
+    let (p, n) = (project.clone(), name.to_string());
+    let bugs = engine
+        .store
+        .call(move |c| {
+            let row = loops::get(c, &p, &n)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            Ok::<_, rusqlite::Error>(
+                prompt_context::outstanding(c, &row)?
+                    .iter()
+                    .filter(|f| f.severity == forge_protocol::inputs::Severity::Bug)
+                    .count(),
+            )
+        })
+        .await
+        .unwrap_or(0);
+    let kind = match plan.prompt(bugs as u32) {
+        loop_machine::RestartPrompt::PostAction => Kind::PostAction,
+        loop_machine::RestartPrompt::SectionContinuation => Kind::Continuation,
+        _ => Kind::Initial,
+    };
+    let prompt = first_prompt(engine, &project, name, env, kind).await;
+    // The loop keeps the models it was started with (configuration, else last used).
+    let mut run_config = env.config.clone();
+    run_config.execution_model = env.config.execution_model.clone().or(row.execution_model.clone());
+    run_config.auditor_model = env.config.auditor_model.clone().or(row.auditor_model.clone());
+    runner::spawn(
+        engine,
+        &project,
+        &repo,
+        name,
+        run_config,
+        FirstTurn { session_id: session.clone(), token, role, prompt },
+    );
+    let mut text = format!(
+        "Restarted loop \"{name}\"\n\nNew session: {session}\nContinuing from iteration: 1\nDirectory: {}",
+        dir.display()
+    );
+    text.push_str(&format!("\nBranch: {branch}"));
+    Ok(CommandResult {
+        text,
+        data: json!({ "loopName": name, "sessionId": session, "iteration": 1, "phase": plan.phase.as_str() }),
+    })
+}

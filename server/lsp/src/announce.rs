@@ -1,0 +1,184 @@
+//! What a connection announces when the change feed moves: loop status and progress,
+//! findings diagnostics, `forge:` document refreshes, plan warnings, and the read-only
+//! `.forge/view/` copies. Each connection subscribes to its workspace's feed
+//! ([`subscribe`]); nothing below calls into this module.
+
+use std::sync::Arc;
+
+use forge_protocol::uri::ForgeUri;
+use forge_store::changes::{Change, Kind};
+use serde_json::Value;
+
+use crate::conn::Conn;
+use crate::state::Work;
+use crate::{documents, plan_features};
+
+/// Turns the workspace's change-feed batches into this connection's announcements, in
+/// feed order, until the connection is gone.
+pub fn subscribe(conn: &Arc<Conn>) {
+    let mut feed = conn.ws.subscribe();
+    let mut alive = conn.alive();
+    let weak = Arc::downgrade(conn);
+    tokio::spawn(async move {
+        loop {
+            let batch = tokio::select! {
+                b = feed.recv() => b,
+                _ = alive.changed() => return,
+            };
+            match batch {
+                Ok(batch) => {
+                    let Some(conn) = weak.upgrade() else { return };
+                    announce(&conn, &batch).await;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!("connection fell {n} change batches behind; announcements were skipped");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+async fn announce(conn: &Arc<Conn>, batch: &[Change]) {
+    let project = conn.project_id();
+    let mut plan_uris: Vec<String> = vec![];
+    let mut loop_changes: Vec<(String, Option<String>)> = vec![];
+    for c in batch.iter().filter(|c| c.project_id == project) {
+        match c.kind {
+            Kind::Plan if !plan_uris.contains(&c.key) => plan_uris.push(c.key.clone()),
+            Kind::Finding => {
+                let (_, file) = forge_store::changes::split_finding_key(&c.key);
+                conn.queue_diagnostics(Work::File(file.to_string()));
+            }
+            Kind::Loop => {
+                conn.queue_diagnostics(Work::Loop(c.key.clone()));
+                loop_changes.push((c.key.clone(), c.payload.clone()));
+            }
+            _ => {}
+        }
+    }
+    if batch.iter().any(|c| c.project_id == project && c.kind == Kind::Finding) {
+        conn.refresh(&ForgeUri::Index.to_uri());
+    }
+    for (name, payload) in &loop_changes {
+        crate::loops::announce(conn, name, payload.as_deref()).await;
+    }
+    if !loop_changes.is_empty() {
+        conn.refresh(&ForgeUri::Index.to_uri());
+    }
+    if conn.caps.materialize {
+        // Loop documents (status, sections, loop plan) and the index follow the loop and
+        // the findings in the read-only copies too.
+        let mut names: Vec<&String> = loop_changes.iter().map(|(n, _)| n).collect();
+        names.dedup();
+        for name in names {
+            for uri in loop_document_uris(conn, name).await {
+                materialize(conn, &uri).await;
+            }
+        }
+        let findings_changed = batch.iter().any(|c| c.project_id == project && c.kind == Kind::Finding);
+        if (!loop_changes.is_empty() || findings_changed) && plan_uris.is_empty() {
+            materialize(conn, &ForgeUri::Index.to_uri()).await;
+        }
+    }
+    if plan_uris.is_empty() {
+        return;
+    }
+    for uri in &plan_uris {
+        conn.refresh(uri);
+    }
+    // Republish warnings on every known document (forge:// or a materialized copy)
+    // that shows one of the changed plans. Copies are rewritten first.
+    if conn.caps.materialize {
+        for uri in plan_uris.iter().chain(std::iter::once(&ForgeUri::Index.to_uri())) {
+            materialize(conn, uri).await;
+        }
+    }
+    let known = conn.known_plans();
+    for k in known {
+        let shows = conn.document(&k).is_some_and(|d| plan_uris.contains(&d.to_uri()));
+        if shows {
+            publish_plan_warnings(conn, &k).await;
+        }
+    }
+    conn.refresh(&ForgeUri::Index.to_uri());
+}
+
+/// Publishes a plan document's structure warnings as diagnostics (on a `forge://` URI or
+/// on a materialized copy under `.forge/view/`).
+pub async fn publish_plan_warnings(conn: &Conn, uri: &str) {
+    let Some(parsed) = conn.document(uri) else { return };
+    if !parsed.is_plan() {
+        return;
+    }
+    let text = match conn.open_text(uri) {
+        Some(t) => Some(t),
+        None => documents::render(conn, &parsed).await.ok(),
+    };
+    // Unchanged text: its warnings were published already.
+    let digest = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        h.finish()
+    };
+    if conn.warned(uri, digest) {
+        return;
+    }
+    let diags: Vec<Value> = match text {
+        Some(t) => plan_features::warning_diagnostics(&t, conn.caps.encoding),
+        None => vec![],
+    };
+    conn.publish(uri, diags).await;
+}
+
+/// The documents of a loop: status, each section, its plan.
+pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
+    let (p, n) = (conn.project_id(), name.to_string());
+    let total: i64 = conn
+        .ws
+        .store
+        .call(move |c| {
+            c.query_row(
+                "SELECT total_sections FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                rusqlite::params![p, n],
+                |r| r.get(0),
+            )
+        })
+        .await
+        .unwrap_or(0);
+    let mut v = vec![ForgeUri::LoopStatus(name.to_string()).to_uri(), ForgeUri::LoopPlan(name.to_string()).to_uri()];
+    v.extend((0..total.max(0)).map(|i| ForgeUri::LoopSection(name.to_string(), i as u32).to_uri()));
+    v
+}
+
+/// Writes (or removes) the read-only copy of a virtual document.
+pub async fn materialize(conn: &Conn, uri: &str) {
+    let Some(parsed) = ForgeUri::parse(uri) else { return };
+    let path = conn.view_path(&parsed);
+    let text = documents::render(conn, &parsed).await.ok();
+    let root = conn.env().project.root.clone();
+    let _ = tokio::task::spawn_blocking(move || write_view(&root, &path, text.as_deref())).await;
+}
+
+/// Writes a read-only view file (mode 0444), replacing any previous one; `None` removes it.
+fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    // Never recreate a project directory that is gone (e.g. a removed loop worktree).
+    if !root.is_dir() {
+        return Ok(());
+    }
+    forge_engine::git::exclude_forge_dir(root);
+    let Some(text) = text else {
+        let _ = std::fs::remove_file(path);
+        return Ok(());
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("md.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::write(&tmp, text)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444))?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,187 @@
+//! One client connection: who it is (agent, session, project), what it supports, the
+//! documents it has open, and the channels its publishers read. What it announces lives
+//! in `announce.rs`; this module only holds the state and sends to the client.
+//!
+//! Requests to the client (refresh) are never awaited inside a handler: they are spawned
+//! with a timeout.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use forge_domain::diagnostics::PositionEncoding;
+use forge_protocol::uri::ForgeUri;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tower_lsp_server::gen_lsp_types::Uri;
+use tower_lsp_server::Client;
+
+use crate::state::{ProgressState, Published, Work};
+use forge_engine::hub::Workspace;
+use forge_tools::ToolEnv;
+
+/// Timeout for requests we send to the client.
+pub const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the client declared it supports.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCaps {
+    pub encoding: PositionEncoding,
+    /// `workspace.textDocumentContent` declared: virtual documents and their refresh.
+    pub text_document_content: bool,
+    pub work_done_progress: bool,
+    /// Materialize read-only copies under `<project>/.forge/view/`.
+    pub materialize: bool,
+}
+
+/// An open document (full sync).
+#[derive(Debug, Clone)]
+pub struct OpenDoc {
+    pub version: i32,
+    pub text: String,
+}
+
+pub struct Conn {
+    pub id: u64,
+    pub client: Client,
+    pub ws: Arc<Workspace>,
+    env: RwLock<Arc<ToolEnv>>,
+    pub caps: ClientCaps,
+    pub docs: Mutex<HashMap<String, OpenDoc>>,
+    /// Plan documents this client has seen (opened or fetched): their structure warnings
+    /// are published as diagnostics and kept current.
+    known_plans: Mutex<HashSet<String>>,
+    /// Warnings of the config files, shown once after `initialized`.
+    pub config_warnings: Mutex<Vec<String>>,
+    /// Plan documents' warnings as last published: URI → digest of the text.
+    warned: Mutex<HashMap<String, u64>>,
+    /// URIs waiting for a coalesced refresh.
+    refresh_pending: Arc<Mutex<HashSet<String>>>,
+    /// `initializationOptions.forge.config`, kept so later settings merge over it.
+    pub init_config: Mutex<Option<serde_json::Value>>,
+    /// Dropped with the connection: its tasks (change-feed subscription) watch it.
+    alive: tokio::sync::watch::Sender<()>,
+    /// The findings-diagnostics publisher.
+    pub diagnostics: std::sync::OnceLock<mpsc::UnboundedSender<Work>>,
+    pub published: Mutex<Published>,
+    /// Work-done progress of loops on this connection.
+    pub progress: Mutex<ProgressState>,
+}
+
+impl Conn {
+    pub fn new(id: u64, client: Client, ws: Arc<Workspace>, env: ToolEnv, caps: ClientCaps) -> Arc<Conn> {
+        let (alive, _) = tokio::sync::watch::channel(());
+        Arc::new(Conn {
+            id,
+            client,
+            ws,
+            env: RwLock::new(Arc::new(env)),
+            caps,
+            docs: Mutex::new(HashMap::new()),
+            known_plans: Mutex::new(HashSet::new()),
+            config_warnings: Mutex::new(vec![]),
+            init_config: Mutex::new(None),
+            refresh_pending: Arc::new(Mutex::new(HashSet::new())),
+            warned: Mutex::new(HashMap::new()),
+            alive,
+            diagnostics: std::sync::OnceLock::new(),
+            published: Mutex::new(Published::default()),
+            progress: Mutex::new(Default::default()),
+        })
+    }
+
+    /// Changes (closes) when the connection is dropped.
+    pub fn alive(&self) -> tokio::sync::watch::Receiver<()> {
+        self.alive.subscribe()
+    }
+
+    /// The `forge:` document a client URI names (`forge://...` or a `.forge/view/` copy).
+    pub fn document(&self, uri: &str) -> Option<ForgeUri> {
+        crate::uri::forge_document(&self.env().project.root, uri)
+    }
+
+    /// Plan documents this client has seen.
+    pub fn known_plans(&self) -> Vec<String> {
+        self.known_plans.lock().map(|k| k.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Records the digest of the text whose warnings are published for `uri`; true when
+    /// they were already published for this very text.
+    pub fn warned(&self, uri: &str, digest: u64) -> bool {
+        self.warned.lock().map(|mut w| w.insert(uri.to_string(), digest) == Some(digest)).unwrap_or(false)
+    }
+
+    pub fn env(&self) -> Arc<ToolEnv> {
+        self.env.read().expect("env lock").clone()
+    }
+
+    pub fn set_env(&self, env: ToolEnv) {
+        *self.env.write().expect("env lock") = Arc::new(env);
+    }
+
+    pub fn project_id(&self) -> String {
+        self.env().project.id.clone()
+    }
+
+    pub fn mark_known(&self, uri: &str) {
+        self.known_plans.lock().expect("known").insert(uri.to_string());
+    }
+
+    /// The text of an open document, if open.
+    pub fn open_text(&self, uri: &str) -> Option<String> {
+        self.docs.lock().expect("docs").get(uri).map(|d| d.text.clone())
+    }
+
+    /// Queues work for the findings-diagnostics publisher.
+    pub fn queue_diagnostics(&self, w: Work) {
+        if let Some(tx) = self.diagnostics.get() {
+            let _ = tx.send(w);
+        }
+    }
+
+    /// Sends `workspace/textDocumentContent/refresh`, coalesced: URIs asked for within
+    /// 50 ms are refreshed once each, and the caller never waits on the client.
+    pub fn refresh(&self, uri: &str) {
+        if !self.caps.text_document_content {
+            return;
+        }
+        let first = {
+            let mut pending = self.refresh_pending.lock().expect("refresh");
+            let first = pending.is_empty();
+            pending.insert(uri.to_string());
+            first
+        };
+        if !first {
+            return;
+        }
+        let client = self.client.clone();
+        let pending = self.refresh_pending.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let uris: Vec<String> = std::mem::take(&mut *pending.lock().expect("refresh")).into_iter().collect();
+            for uri in uris {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(
+                        CLIENT_REQUEST_TIMEOUT,
+                        client.text_document_content_refresh(Uri::from(uri)),
+                    )
+                    .await;
+                });
+            }
+        });
+    }
+
+    /// `textDocument/publishDiagnostics` from JSON diagnostics.
+    pub async fn publish(&self, uri: &str, diags: Vec<Value>) {
+        self.client
+            .send_notification::<crate::ext::PublishDiagnosticsJson>(json!({ "uri": uri, "diagnostics": diags }))
+            .await;
+    }
+
+    /// Where the materialized copy of `uri` lives.
+    pub fn view_path(&self, uri: &ForgeUri) -> PathBuf {
+        self.env().project.root.join(".forge/view").join(uri.view_path())
+    }
+}

@@ -1,0 +1,161 @@
+//! The `forge:` virtual documents (PROTOCOL.md §4): rendering from the store.
+
+use std::path::Path;
+
+use forge_domain::text::iso_millis;
+use forge_protocol::uri::ForgeUri;
+use forge_protocol::ToolError;
+use rusqlite::Connection;
+
+use crate::conn::Conn;
+use forge_store::{loops, plans};
+use forge_tools::Db;
+
+/// Renders a document; unknown documents are `not_found` (1002).
+pub async fn render(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolError> {
+    let project = conn.project_id();
+    let root = conn.env().project.root.clone();
+    let uri = uri.clone();
+    conn.ws.store.call(move |db| render_sync(db, &project, &root, &uri)).await
+}
+
+/// Renders a document on a connection the caller owns.
+pub fn render_sync(db: &Connection, project: &str, root: &Path, uri: &ForgeUri) -> Result<String, ToolError> {
+    match uri {
+        ForgeUri::SessionPlan(id) => plans::get_session(db, project, id)
+            .db()?
+            .map(|p| p.content)
+            .ok_or_else(|| ToolError::not_found(format!("No plan stored for session {id}."))),
+        ForgeUri::LoopPlan(name) => plans::get_loop(db, project, name)
+            .db()?
+            .map(|p| p.content)
+            .ok_or_else(|| ToolError::not_found(format!("No plan stored for loop \"{name}\"."))),
+        ForgeUri::LoopSection(name, index) => render_section(db, project, name, *index),
+        ForgeUri::LoopStatus(name) => render_status(db, project, name),
+        ForgeUri::Index => render_index(db, project, root),
+    }
+}
+
+fn render_index(db: &Connection, project: &str, root: &Path) -> Result<String, ToolError> {
+    let mut out = format!("# Forge: project {project}\n\n## Plans\n\n");
+    let recent = plans::recent(db, project, 100).db()?;
+    if recent.is_empty() {
+        out.push_str("No plans yet.\n");
+    }
+    for p in &recent {
+        let first = p.content.split('\n').next().unwrap_or("").trim();
+        out.push_str(&format!(
+            "- [{}]({}) · updated {} · {}\n",
+            p.label(),
+            p.uri().to_uri(),
+            iso_millis(p.updated_at),
+            first
+        ));
+    }
+    out.push_str("\n## Loops\n\n");
+    let all = loops::list(db, project).db()?;
+    if all.is_empty() {
+        out.push_str("No loops yet.\n");
+    }
+    for l in &all {
+        out.push_str(&format!(
+            "- [{}]({}) · {} · {} · iteration {} · [plan]({})\n",
+            l.loop_name,
+            ForgeUri::LoopStatus(l.loop_name.clone()).to_uri(),
+            l.status,
+            l.phase,
+            l.iteration,
+            ForgeUri::LoopPlan(l.loop_name.clone()).to_uri()
+        ));
+    }
+    out.push_str(&crate::findings_index::render(db, project, root)?);
+    Ok(out)
+}
+
+fn render_section(db: &Connection, project: &str, name: &str, index: u32) -> Result<String, ToolError> {
+    let row = db
+        .query_row(
+            "SELECT title, content, status, attempts, summary_done, summary_deviations, summary_follow_ups
+             FROM section_plans WHERE project_id = ?1 AND loop_name = ?2 AND section_index = ?3",
+            rusqlite::params![project, name, index],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                ))
+            },
+        )
+        .map(Some)
+        .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })
+        .db()?;
+    let Some((title, content, status, attempts, done, dev, fu)) = row else {
+        return Err(ToolError::not_found(format!("Section {index} not found in loop \"{name}\".")));
+    };
+    let total: i64 = db
+        .query_row(
+            "SELECT total_sections FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+            rusqlite::params![project, name],
+            |r| r.get(0),
+        )
+        .unwrap_or(0);
+    let mut out = format!(
+        "# Section {}/{}: {title}\n\nStatus: {status} · attempts: {attempts}\n\n{}\n",
+        index + 1,
+        total.max(i64::from(index) + 1),
+        content.trim_end()
+    );
+    let list = |label: &str, v: &Option<String>| -> String {
+        let items: Vec<String> = v.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+        if items.is_empty() {
+            return String::new();
+        }
+        format!("\n### {label}\n\n{}\n", items.iter().map(|i| format!("- {i}")).collect::<Vec<_>>().join("\n"))
+    };
+    if status == "completed" {
+        out.push_str("\n## Summary\n");
+        out.push_str(&list("Done", &done));
+        out.push_str(&list("Deviations", &dev));
+        out.push_str(&list("Follow-ups", &fu));
+    }
+    Ok(out)
+}
+
+fn render_status(db: &Connection, project: &str, name: &str) -> Result<String, ToolError> {
+    let l = loops::get(db, project, name)
+        .db()?
+        .ok_or_else(|| ToolError::not_found(format!("No loop found for loop \"{name}\".")))?;
+    let mut out = format!("# Loop {}\n\n", l.loop_name);
+    out.push_str(&format!("Status: {}\n", l.status));
+    out.push_str(&format!("Phase: {}\n", l.phase));
+    let max = if l.max_iterations == 0 { "unlimited".to_string() } else { l.max_iterations.to_string() };
+    out.push_str(&format!("Iteration: {} / {max}\n", l.iteration));
+    if l.total_sections > 0 {
+        out.push_str(&format!("Section: {}/{}\n", l.current_section_index + 1, l.total_sections));
+    }
+    out.push_str(&format!("Session: {}\n", l.current_session_id));
+    out.push_str(&format!("Worktree: {}\n", l.worktree_dir));
+    if let Some(b) = &l.worktree_branch {
+        out.push_str(&format!("Branch: {b}\n"));
+    }
+    out.push_str(&format!("Started: {}\n", iso_millis(l.started_at)));
+    if let Some(c) = l.completed_at {
+        out.push_str(&format!("Completed: {}\n", iso_millis(c)));
+    }
+    if let Some(r) = &l.termination_reason {
+        out.push_str(&format!("Reason: {r}\n"));
+    }
+    for i in 0..l.total_sections {
+        out.push_str(&format!(
+            "{}- [section {}]({})\n",
+            if i == 0 { "\n" } else { "" },
+            i + 1,
+            ForgeUri::LoopSection(name.to_string(), i as u32).to_uri()
+        ));
+    }
+    Ok(out)
+}

@@ -1,0 +1,136 @@
+//! Live loop status on a connection (PROTOCOL.md §7): `forge/loopStatus` after every
+//! persisted loop change and once after `initialized`, one work-done progress per running
+//! loop (cancellable: cancelling cancels the loop), `window/showMessage` when a loop the
+//! connection's session started ends, and refreshes of the loop's documents.
+
+use forge_protocol::notifications::LoopStatusParams;
+use forge_protocol::uri::ForgeUri;
+use serde_json::json;
+use tower_lsp_server::gen_lsp_types::{MessageType, ProgressParams, ProgressToken, WorkDoneProgressCreateParams};
+use tower_lsp_server::gen_lsp_types::{ProgressNotification, WorkDoneProgressCreateRequest};
+
+use crate::conn::{Conn, CLIENT_REQUEST_TIMEOUT};
+use crate::ext::LoopStatus;
+use forge_store::loops;
+
+/// Announces one loop change to this connection, from its snapshot when it has one (else
+/// from the current row).
+pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>) {
+    let snap = match payload.and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok()) {
+        Some(v) => Some(v),
+        None => {
+            let (p, n) = (conn.project_id(), name.to_string());
+            conn.ws.store.call(move |c| forge_store::status::snapshot(c, &p, &n)).await.ok().flatten()
+        }
+    };
+    let Some(snap) = snap else { return };
+    let Ok(s) = serde_json::from_value::<LoopStatusParams>(snap["status"].clone()) else { return };
+    let host_session = snap["hostSessionId"].as_str().map(str::to_string);
+    let completed = snap["completedSections"].as_u64().unwrap_or(0) as usize;
+    conn.client.send_notification::<LoopStatus>(s.clone()).await;
+    conn.refresh(&ForgeUri::LoopStatus(s.loop_name.clone()).to_uri());
+    conn.refresh(&ForgeUri::LoopPlan(s.loop_name.clone()).to_uri());
+    for i in 0..s.total_sections.max(0) {
+        conn.refresh(&ForgeUri::LoopSection(s.loop_name.clone(), i as u32).to_uri());
+    }
+    if conn.caps.work_done_progress {
+        progress(conn, &s, completed).await;
+    }
+    // Tell the user who started it that it ended.
+    if s.status != "running" && host_session.as_deref() == Some(conn.env().caller.session_id.as_str()) {
+        let at = s.completed_at.unwrap_or(0);
+        let first = {
+            let mut st = conn.progress.lock().expect("progress");
+            st.shown.insert(s.loop_name.clone(), at) != Some(at)
+        };
+        if first {
+            let (kind, text) = match s.status.as_str() {
+                "completed" => (MessageType::Info, format!("Forge: loop {} completed.", s.loop_name)),
+                "cancelled" => (MessageType::Info, format!("Forge: loop {} was cancelled.", s.loop_name)),
+                other => (
+                    MessageType::Warning,
+                    format!(
+                        "Forge: loop {} {other}: {}.",
+                        s.loop_name,
+                        s.termination_reason.as_deref().unwrap_or("unknown reason")
+                    ),
+                ),
+            };
+            conn.client.show_message(kind, text).await;
+        }
+    }
+}
+
+fn progress_message(s: &LoopStatusParams) -> String {
+    let mut parts = vec![];
+    if let Some(k) = s.section_index {
+        parts.push(format!("section {}/{}", k + 1, s.total_sections));
+    }
+    parts.push(s.phase.clone());
+    parts.push(format!("iteration {}", s.iteration));
+    parts.join(" · ")
+}
+
+async fn send_progress(conn: &Conn, token: &str, value: serde_json::Value) {
+    conn.client
+        .send_notification::<ProgressNotification>(ProgressParams {
+            token: ProgressToken::String(token.to_string()),
+            value,
+        })
+        .await;
+}
+
+async fn progress(conn: &Conn, s: &LoopStatusParams, completed: usize) {
+    let existing = conn.progress.lock().expect("progress").tokens.get(&s.loop_name).cloned();
+    let pct = if s.total_sections > 0 { (completed as i64 * 100 / s.total_sections).clamp(0, 100) } else { 0 };
+    if s.status == "running" {
+        match existing {
+            Some(token) => {
+                send_progress(
+                    conn,
+                    &token,
+                    json!({ "kind": "report", "message": progress_message(s), "percentage": pct, "cancellable": true }),
+                )
+                .await;
+            }
+            None => {
+                let token = format!("forge-loop-{}-{}", s.loop_name, s.started_at);
+                conn.progress.lock().expect("progress").tokens.insert(s.loop_name.clone(), token.clone());
+                let client = conn.client.clone();
+                let create = client.send_request::<WorkDoneProgressCreateRequest>(WorkDoneProgressCreateParams {
+                    token: ProgressToken::String(token.clone()),
+                });
+                // Never block the announcement queue on the client: time out.
+                if matches!(tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, create).await, Ok(Ok(()))) {
+                    send_progress(
+                        conn,
+                        &token,
+                        json!({ "kind": "begin", "title": format!("Forge: {}", s.loop_name), "message": progress_message(s), "percentage": pct, "cancellable": true }),
+                    )
+                    .await;
+                }
+            }
+        }
+    } else if let Some(token) = existing {
+        conn.progress.lock().expect("progress").tokens.remove(&s.loop_name);
+        let msg =
+            format!("{}{}", s.status, s.termination_reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default());
+        send_progress(conn, &token, json!({ "kind": "end", "message": msg })).await;
+    }
+}
+
+/// After `initialized`: the status of every loop that is not completed.
+pub async fn announce_initial(conn: &Conn) {
+    let p = conn.project_id();
+    let names: Vec<String> = conn
+        .ws
+        .store
+        .call(move |c| {
+            loops::list(c, &p).map(|v| v.into_iter().filter(|l| l.status != "completed").map(|l| l.loop_name).collect())
+        })
+        .await
+        .unwrap_or_default();
+    for n in names {
+        announce(conn, &n, None).await;
+    }
+}

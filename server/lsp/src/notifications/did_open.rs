@@ -1,0 +1,20 @@
+//! `textDocument/didOpen`: track the buffer (full sync).
+
+use tower_lsp_server::gen_lsp_types::DidOpenTextDocumentParams;
+
+use crate::conn::OpenDoc;
+use crate::server::Backend;
+
+pub fn did_open(backend: &Backend, params: DidOpenTextDocumentParams) {
+    let Ok(conn) = backend.conn() else { return };
+    let uri = params.text_document.uri.0;
+    conn.docs
+        .lock()
+        .expect("docs")
+        .insert(uri.clone(), OpenDoc { version: params.text_document.version, text: params.text_document.text });
+    if conn.document(&uri).is_some_and(|d| d.is_plan()) {
+        conn.mark_known(&uri);
+        let conn = conn.clone();
+        tokio::spawn(async move { crate::announce::publish_plan_warnings(&conn, &uri).await });
+    }
+}

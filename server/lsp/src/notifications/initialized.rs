@@ -1,0 +1,40 @@
+//! `initialized`: report configuration warnings, publish what the client should see
+//! from the start, and materialize views for clients that only open files.
+
+use forge_protocol::uri::ForgeUri;
+use tower_lsp_server::gen_lsp_types::{InitializedParams, MessageType};
+
+use crate::server::Backend;
+
+pub async fn initialized(backend: &Backend, _params: InitializedParams) {
+    let Ok(conn) = backend.conn() else { return };
+    let warnings = std::mem::take(&mut *conn.config_warnings.lock().expect("warnings"));
+    for w in warnings {
+        conn.client.show_message(MessageType::Warning, format!("forge-lsp: {w}")).await;
+    }
+    let conn = conn.clone();
+    tokio::spawn(async move {
+        crate::findings_index::publish_initial(&conn).await;
+        crate::loops::announce_initial(&conn).await;
+        if conn.caps.materialize {
+            let project = conn.project_id();
+            let session = conn.env().caller.session_id.clone();
+            let uris: Vec<String> = conn
+                .ws
+                .store
+                .call(move |db| {
+                    let mut v: Vec<String> = forge_store::plans::recent(db, &project, 20)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|p| p.uri().to_uri())
+                        .collect();
+                    v.push(ForgeUri::SessionPlan(session).to_uri());
+                    v
+                })
+                .await;
+            for u in uris.iter().chain(std::iter::once(&ForgeUri::Index.to_uri())) {
+                crate::announce::materialize(&conn, u).await;
+            }
+        }
+    });
+}

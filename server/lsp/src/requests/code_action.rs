@@ -1,0 +1,40 @@
+//! `textDocument/codeAction`: `Delete finding` on a finding's diagnostic.
+
+use serde_json::{json, Value};
+use tower_lsp_server::gen_lsp_types::{CodeActionParams, CodeActionResponse};
+use tower_lsp_server::jsonrpc::Result;
+
+use crate::server::{typed, Backend};
+
+pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<Option<Vec<CodeActionResponse>>> {
+    let _conn = backend.conn()?;
+    let mut actions = vec![];
+    for d in &params.context.diagnostics {
+        let d = serde_json::to_value(d).unwrap_or(Value::Null);
+        if d.get("source").and_then(Value::as_str) != Some("forge") {
+            continue;
+        }
+        let Some(data) = d.get("data").filter(|x| x.get("findingId").is_some()) else { continue };
+        let file = data.get("file").cloned().unwrap_or(Value::Null);
+        let line = data.get("line").cloned().unwrap_or(Value::Null);
+        let mut input = json!({ "file": file, "line": line });
+        if let Some(l) = data.get("loopName").filter(|v| v.is_string()) {
+            input["loopName"] = l.clone();
+        }
+        match data.get("sectionIndex") {
+            Some(Value::Number(n)) => input["sectionIndex"] = Value::Number(n.clone()),
+            _ => {
+                if data.get("crossSection").and_then(Value::as_bool) == Some(true) {
+                    input["crossSection"] = json!(true);
+                }
+            }
+        }
+        actions.push(json!({
+            "title": "Delete finding",
+            "kind": "quickfix",
+            "diagnostics": [d],
+            "command": { "title": "Delete finding", "command": "forge.review-delete", "arguments": [input] }
+        }));
+    }
+    Ok(Some(typed(Value::Array(actions))?))
+}

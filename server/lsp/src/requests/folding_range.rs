@@ -1,0 +1,15 @@
+//! `textDocument/foldingRange` on plan documents: one range per section.
+
+use tower_lsp_server::gen_lsp_types::{FoldingRange, FoldingRangeParams};
+use tower_lsp_server::jsonrpc::Result;
+
+use crate::plan_features;
+use crate::server::{typed, Backend};
+
+pub async fn folding_range(backend: &Backend, params: FoldingRangeParams) -> Result<Option<Vec<FoldingRange>>> {
+    let conn = backend.conn()?;
+    let Some((_, text)) = super::plan_text(conn, &params.text_document.uri.0).await else {
+        return Ok(None);
+    };
+    Ok(Some(typed(serde_json::Value::Array(plan_features::folding(&text)))?))
+}

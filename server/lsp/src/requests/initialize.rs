@@ -1,0 +1,147 @@
+//! `initialize`: identity (agent, session, token), project, data directory,
+//! configuration and capabilities (PROTOCOL.md §2).
+
+use std::path::PathBuf;
+
+use forge_domain::diagnostics::PositionEncoding;
+use forge_protocol::{InitOptions, ToolError, AGENTS};
+use serde_json::{json, Value};
+use tower_lsp_server::gen_lsp_types::{InitializeParams, InitializeResult};
+use tower_lsp_server::jsonrpc::Result;
+
+use crate::conn::{ClientCaps, Conn};
+use crate::rpc_error;
+use crate::server::{typed, Backend};
+use forge_core::config::Loader;
+use forge_core::project::{self, Project};
+use forge_tools::ToolEnv;
+
+pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<InitializeResult> {
+    let p = serde_json::to_value(&params).unwrap_or(Value::Null);
+    let options: InitOptions = match p.pointer("/initializationOptions/forge") {
+        None | Some(Value::Null) => InitOptions::default(),
+        Some(v) => forge_tools::parse_input(v.clone()).map_err(|e| {
+            rpc_error(&ToolError::invalid_params(format!("initializationOptions.forge: {}", e.message)))
+        })?,
+    };
+    let agent = options.agent.clone().unwrap_or_else(|| "user".into());
+    if !AGENTS.contains(&agent.as_str()) {
+        return Err(rpc_error(&ToolError::invalid_params(format!(
+            "initializationOptions.forge.agent must be one of {}, got {agent:?}",
+            AGENTS.join(", ")
+        ))));
+    }
+
+    let folder = workspace_folder(&p).unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
+    let project = Project::detect(&folder);
+    let data_dir = project::data_dir(options.data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
+    let ws = backend.hub.workspace(&data_dir).map_err(|e| rpc_error(&ToolError::precondition(e.to_string())))?;
+
+    let loader =
+        Loader::standard(&project.root, options.config.as_ref()).map_err(|e| rpc_error(&ToolError::invalid(e.0)))?;
+    let config = loader.build();
+    // TTL sweep of terminal loops: once per workspace, for the first connection's project.
+    ws.store.sweep_once(&project.id, config.completed_loop_ttl_ms).await;
+
+    let (agent_opt, session_opt, token_opt) = (Some(agent.clone()), options.session.clone(), options.token.clone());
+    let caller = ws
+        .store
+        .call(move |db| {
+            forge_tools::identity::resolve(db, agent_opt.as_deref(), session_opt.as_deref(), token_opt.as_deref())
+        })
+        .await
+        .map_err(|e| rpc_error(&e))?;
+    let session_id = caller.session_id.clone();
+    // A loop session's connection (an agent's `forge-lsp call`) runs with its loop's
+    // configuration, never with files in the worktree the agent can edit: the running
+    // loop's own configuration, else the loop's project directory.
+    let config = match &caller.binding {
+        None => config,
+        Some(b) => match ws.engine.runner(&project.id, &b.loop_name) {
+            Some(h) => (*h.config).clone(),
+            None => {
+                let (p, n) = (project.id.clone(), b.loop_name.clone());
+                let dir = ws
+                    .store
+                    .call(move |c| forge_store::loops::get(c, &p, &n))
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|r| r.project_dir);
+                match dir {
+                    Some(d) => Loader::standard(std::path::Path::new(&d), None).map(|l| l.build()).unwrap_or(config),
+                    None => config,
+                }
+            }
+        },
+    };
+    let mut config = config;
+    if caller.binding.is_some() {
+        // Agents never read materialized views; writing them into a worktree would race
+        // with its removal.
+        config.materialize = Some(false);
+    }
+
+    let encoding = if p
+        .pointer("/capabilities/general/positionEncodings")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|e| e == "utf-8"))
+    {
+        PositionEncoding::Utf8
+    } else {
+        PositionEncoding::Utf16
+    };
+    let text_document_content = p.pointer("/capabilities/workspace/textDocumentContent").is_some_and(|v| !v.is_null());
+    let work_done_progress =
+        p.pointer("/capabilities/window/workDoneProgress").and_then(Value::as_bool).unwrap_or(false);
+    let materialize = config.materialize.unwrap_or(!text_document_content);
+    let caps = ClientCaps { encoding, text_document_content, work_done_progress, materialize };
+
+    let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok() };
+    let conn = Conn::new(backend.hub.next_conn_id(), backend.client.clone(), ws.clone(), env, caps);
+    let _ = conn.diagnostics.set(crate::diagnostics::start(std::sync::Arc::downgrade(&conn)));
+    crate::announce::subscribe(&conn);
+    *conn.config_warnings.lock().expect("warnings") = loader.warnings.clone();
+    conn.config_warnings.lock().expect("warnings").extend(forge_tools::loop_permissions::warnings(&conn.env().config));
+    *conn.init_config.lock().expect("init config") = options.config.clone();
+    if backend.conn.set(conn.clone()).is_err() {
+        return Err(rpc_error(&ToolError::invalid("initialize was already called on this connection")));
+    }
+    register_server(&ws, &conn.project_id()).await;
+
+    typed(json!({
+        "capabilities": {
+            "positionEncoding": if encoding == PositionEncoding::Utf8 { "utf-8" } else { "utf-16" },
+            "textDocumentSync": { "openClose": true, "change": 1 },
+            "executeCommandProvider": { "commands": forge_tools::commands() },
+            "workspace": { "textDocumentContent": { "schemes": [forge_protocol::uri::SCHEME] } },
+            "documentSymbolProvider": true,
+            "foldingRangeProvider": true,
+            "codeLensProvider": { "resolveProvider": false },
+            "codeActionProvider": true,
+            "experimental": { "forge": { "protocolVersion": forge_protocol::PROTOCOL_VERSION, "tools": true, "sessionId": session_id } }
+        },
+        "serverInfo": { "name": "forge-lsp", "version": env!("CARGO_PKG_VERSION") }
+    }))
+}
+
+/// Records this process and its private socket as a running server of the project, so
+/// `forge-lsp call` outside a loop can find it.
+async fn register_server(ws: &forge_engine::hub::Workspace, project: &str) {
+    let Some(socket) = ws.engine.private_socket() else { return };
+    let (p, s, pid, now) =
+        (project.to_string(), socket.display().to_string(), std::process::id(), forge_core::now_ms());
+    if let Err(e) = ws.store.call(move |c| forge_store::servers::register(c, pid, &p, &s, now)).await {
+        tracing::warn!("cannot register the server: {e}");
+    }
+}
+
+/// The first workspace folder, else `rootUri`, as a path.
+fn workspace_folder(p: &Value) -> Option<PathBuf> {
+    let uri = p
+        .pointer("/workspaceFolders/0/uri")
+        .and_then(Value::as_str)
+        .or_else(|| p.get("rootUri").and_then(Value::as_str))?;
+    let path = uri.strip_prefix("file://")?;
+    Some(PathBuf::from(crate::uri::percent_decode(path)))
+}

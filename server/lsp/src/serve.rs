@@ -1,0 +1,131 @@
+//! Serving connections: stdio, `--listen unix:PATH|tcp:127.0.0.1:PORT`, and the
+//! process's private callback socket that agents and `forge-lsp call` connect to.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, UnixListener};
+use tower_lsp_server::LspService;
+
+use crate::server::Backend;
+use crate::transport;
+use forge_engine::hub::Hub;
+
+/// Serves one connection over a reader/writer pair.
+pub async fn serve_connection<R, W>(hub: Arc<Hub>, reader: R, writer: W)
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (service, socket) = LspService::build(move |client| Backend::new(client, hub))
+        .custom_method("window/workDoneProgress/cancel", Backend::work_done_progress_cancel)
+        .finish();
+    transport::serve(reader, writer, service, socket).await;
+}
+
+/// Serves stdin/stdout until `exit` or end of input.
+pub async fn stdio(hub: Arc<Hub>) {
+    start_private_socket(hub.clone());
+    serve_connection(hub.clone(), tokio::io::stdin(), tokio::io::stdout()).await;
+    hub.shutdown().await;
+}
+
+/// Where a listen address points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    Unix(PathBuf),
+    Tcp(String),
+}
+
+impl ListenAddr {
+    pub fn parse(s: &str) -> Result<ListenAddr, String> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            if p.is_empty() {
+                return Err("unix: needs a socket path, e.g. unix:/run/user/1000/forge.sock".into());
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(p)));
+        }
+        if let Some(a) = s.strip_prefix("tcp:") {
+            let host = a.rsplit_once(':').map(|(h, _)| h).unwrap_or("");
+            if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+                return Err(format!("tcp listening is for tests on loopback only (tcp:127.0.0.1:PORT), got {a:?}"));
+            }
+            return Ok(ListenAddr::Tcp(a.to_string()));
+        }
+        Err(format!("listen address must be unix:PATH or tcp:127.0.0.1:PORT, got {s:?}"))
+    }
+}
+
+/// Binds a Unix socket with mode 0600; a directory it creates gets mode 0700.
+pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
+    if path.exists() {
+        // A stale socket from a dead process; a live one refuses the bind below.
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is in use by a running server", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let l = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Accepts connections forever; each gets its own LSP session on the shared hub.
+pub async fn listen(hub: Arc<Hub>, addr: ListenAddr) -> std::io::Result<()> {
+    match addr {
+        ListenAddr::Unix(path) => {
+            let l = bind_unix(&path)?;
+            hub.set_private_socket(path.clone());
+            tracing::info!("listening on unix:{}", path.display());
+            loop {
+                let (s, _) = l.accept().await?;
+                let (r, w) = s.into_split();
+                tokio::spawn(serve_connection(hub.clone(), r, w));
+            }
+        }
+        ListenAddr::Tcp(a) => {
+            let l = TcpListener::bind(&a).await?;
+            start_private_socket(hub.clone());
+            tracing::info!("listening on tcp:{}", l.local_addr()?);
+            loop {
+                let (s, _) = l.accept().await?;
+                let (r, w) = s.into_split();
+                tokio::spawn(serve_connection(hub.clone(), r, w));
+            }
+        }
+    }
+}
+
+/// Starts the private callback socket (`<dir>/<pid>.sock`).
+pub fn start_private_socket(hub: Arc<Hub>) {
+    let path = forge_core::paths::private_socket_dir().join(format!("{}.sock", std::process::id()));
+    match bind_unix(&path) {
+        Ok(l) => {
+            hub.set_private_socket(path.clone());
+            tokio::spawn(async move {
+                while let Ok((s, _)) = l.accept().await {
+                    let (r, w) = s.into_split();
+                    tokio::spawn(serve_connection(hub.clone(), r, w));
+                }
+            });
+        }
+        Err(e) => tracing::warn!("cannot listen on the private socket {}: {e}", path.display()),
+    }
+}
+
+/// Removes this process's private socket file.
+pub fn remove_private_socket(hub: &Hub) {
+    if let Some(p) = hub.private_socket() {
+        let _ = std::fs::remove_file(p);
+    }
+}

@@ -1,0 +1,101 @@
+//! The framework's `LanguageServer` trait, implemented by delegating every method to one
+//! free function (one file per method under `requests/` and `notifications/`).
+
+use std::sync::{Arc, OnceLock};
+
+use tower_lsp_server::gen_lsp_types::*;
+use tower_lsp_server::jsonrpc::{Error, Result};
+use tower_lsp_server::{Client, LanguageServer};
+
+use super::conn::Conn;
+use super::{notifications, requests};
+use forge_engine::hub::Hub;
+
+pub struct Backend {
+    pub client: Client,
+    pub hub: Arc<Hub>,
+    /// Set by `initialize`.
+    pub conn: OnceLock<Arc<Conn>>,
+}
+
+impl Backend {
+    pub fn new(client: Client, hub: Arc<Hub>) -> Backend {
+        Backend { client, hub, conn: OnceLock::new() }
+    }
+
+    /// The connection state; an error before `initialize` succeeded.
+    pub fn conn(&self) -> Result<&Arc<Conn>> {
+        self.conn.get().ok_or_else(Error::internal_error)
+    }
+}
+
+/// Converts JSON to a typed LSP value (our handlers build results as JSON).
+pub fn typed<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| Error {
+        code: tower_lsp_server::jsonrpc::ErrorCode::InternalError,
+        message: format!("internal: {e}").into(),
+        data: None,
+    })
+}
+
+impl Backend {
+    /// `window/workDoneProgress/cancel` (not in the framework's trait; registered as a
+    /// custom method): cancelling a loop's progress cancels the loop.
+    pub async fn work_done_progress_cancel(&self, params: WorkDoneProgressCancelParams) {
+        notifications::work_done_progress_cancel::work_done_progress_cancel(self, params).await
+    }
+}
+
+impl LanguageServer for Backend {
+    async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        requests::initialize::initialize(self, params).await
+    }
+
+    async fn initialized(&self, params: InitializedParams) {
+        notifications::initialized::initialized(self, params).await
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn did_open(&self, params: DidOpenTextDocumentParams) {
+        notifications::did_open::did_open(self, params)
+    }
+
+    async fn did_change(&self, params: DidChangeTextDocumentParams) {
+        notifications::did_change::did_change(self, params)
+    }
+
+    async fn did_close(&self, params: DidCloseTextDocumentParams) {
+        notifications::did_close::did_close(self, params)
+    }
+
+    async fn did_change_configuration(&self, params: DidChangeConfigurationParams) {
+        notifications::did_change_configuration::did_change_configuration(self, params).await
+    }
+
+    async fn execute_command(&self, params: ExecuteCommandParams) -> Result<Option<LspAny>> {
+        requests::execute_command::execute_command(self, params).await
+    }
+
+    async fn text_document_content(&self, params: TextDocumentContentParams) -> Result<TextDocumentContentResult> {
+        requests::text_document_content::text_document_content(self, params).await
+    }
+
+    async fn document_symbol(&self, params: DocumentSymbolParams) -> Result<Option<DocumentSymbolResponse>> {
+        requests::document_symbol::document_symbol(self, params).await
+    }
+
+    async fn folding_range(&self, params: FoldingRangeParams) -> Result<Option<Vec<FoldingRange>>> {
+        requests::folding_range::folding_range(self, params).await
+    }
+
+    async fn code_lens(&self, params: CodeLensParams) -> Result<Option<Vec<CodeLens>>> {
+        requests::code_lens::code_lens(self, params).await
+    }
+
+    async fn code_action(&self, params: CodeActionParams) -> Result<Option<Vec<CodeActionResponse>>> {
+        requests::code_action::code_action(self, params).await
+    }
+}

@@ -1,0 +1,318 @@
+//! The SQLite store: `<dataDir>/forge.db`, its migrations, every query, and the change
+//! feed (`changes`: what changed, as rows other processes can tail).
+//!
+//! Knows no LSP, no engine, no tools: callers hand it plain values and get rows back.
+//!
+//! One owner: every read and write of a process goes through one [`Store`] whose
+//! connection lives on a dedicated thread; callers send it closures and await the
+//! result, so state mutations are serialized no matter how the LSP framework schedules
+//! handlers. One tool call is one transaction ([`Store::transact`]).
+//!
+//! Opening never modifies a database it cannot understand: a file that is not a SQLite
+//! database, or one whose schema is newer than this binary, is refused before any
+//! pragma or migration writes to it.
+
+pub mod attempts;
+pub mod changes;
+pub mod findings;
+pub mod loop_db;
+pub mod loops;
+pub mod plans;
+pub mod servers;
+pub mod status;
+pub mod sweep;
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+
+use rusqlite::{Connection, OpenFlags, Transaction};
+use tokio::sync::oneshot;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+}
+pub use embedded::MIGRATIONS;
+
+/// The schema version this binary knows (the highest embedded migration).
+pub fn latest_version() -> u32 {
+    MIGRATIONS.last().map(|m| m.0).unwrap_or(0)
+}
+
+/// Why the store could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    Io(PathBuf, std::io::Error),
+    NotADatabase(PathBuf, String),
+    TooNew { path: PathBuf, found: u32, known: u32 },
+    Sqlite(PathBuf, rusqlite::Error),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Io(p, e) => write!(f, "cannot create the data directory for {}: {e}", p.display()),
+            OpenError::NotADatabase(p, e) => write!(
+                f,
+                "{} is not a usable forge-lsp database ({e}); it was left untouched. Move it away or choose another data directory (--data-dir / FORGE_DATA_DIR).",
+                p.display()
+            ),
+            OpenError::TooNew { path, found, known } => write!(
+                f,
+                "{} has schema version {found}, newer than this forge-lsp understands (version {known}); it was left untouched. Upgrade forge-lsp or use another data directory.",
+                path.display()
+            ),
+            OpenError::Sqlite(p, e) => write!(f, "cannot open {}: {e}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+pub use forge_core::now_ms;
+
+/// `?` for database errors where a [`ToolError`](forge_protocol::ToolError) is expected.
+pub trait Db<T> {
+    fn db(self) -> Result<T, forge_protocol::ToolError>;
+}
+
+impl<T> Db<T> for rusqlite::Result<T> {
+    fn db(self) -> Result<T, forge_protocol::ToolError> {
+        self.map_err(|e| forge_protocol::ToolError::internal(format!("database error: {e}")))
+    }
+}
+
+/// Opens (creating if needed) and migrates the database at `path`.
+pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+    }
+    let existed = path.exists() && std::fs::metadata(path).map(|m| m.len() > 0).unwrap_or(false);
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
+    conn.busy_timeout(std::time::Duration::from_millis(5000)).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
+    if existed {
+        // Read-only probes first: nothing below writes until the file is known good.
+        let probe: Result<i64, _> = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0));
+        if let Err(e) = probe {
+            return Err(OpenError::NotADatabase(path.to_path_buf(), e.to_string()));
+        }
+        let found = applied_version(&conn).map_err(|e| OpenError::NotADatabase(path.to_path_buf(), e.to_string()))?;
+        if found > latest_version() {
+            return Err(OpenError::TooNew { path: path.to_path_buf(), found, known: latest_version() });
+        }
+    }
+    configure(&conn).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
+    migrate(&conn).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
+    Ok(conn)
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+/// The highest applied migration (0 for a fresh file).
+pub fn applied_version(conn: &Connection) -> rusqlite::Result<u32> {
+    let has: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='schema_migrations'",
+        [],
+        |r| r.get(0),
+    )?;
+    if has == 0 {
+        return Ok(0);
+    }
+    conn.query_row("SELECT coalesce(max(version), 0) FROM schema_migrations", [], |r| r.get(0))
+}
+
+/// Applies every embedded migration not yet applied, each in its own transaction
+/// together with its `schema_migrations` row.
+pub fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version    INTEGER PRIMARY KEY,
+            name       TEXT    NOT NULL,
+            applied_at INTEGER NOT NULL
+        )",
+    )?;
+    let current = applied_version(conn)?;
+    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let r = conn.execute_batch(sql).and_then(|_| {
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
+                rusqlite::params![version, name, now_ms()],
+            )
+        });
+        match r {
+            Ok(_) => conn.execute_batch("COMMIT")?,
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A flag a blocking thread can wait on with a timeout.
+#[derive(Default)]
+pub struct Waker {
+    flag: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Waker {
+    pub fn wake(&self) {
+        if let Ok(mut f) = self.flag.lock() {
+            *f = true;
+            self.cv.notify_all();
+        }
+    }
+    /// Waits until woken or `timeout` passes; returns whether it was woken.
+    pub fn wait(&self, timeout: std::time::Duration) -> bool {
+        let Ok(guard) = self.flag.lock() else { return false };
+        let Ok((mut guard, _)) = self.cv.wait_timeout_while(guard, timeout, |f| !*f) else { return false };
+        std::mem::replace(&mut *guard, false)
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Handle to the store's owner thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    jobs: std_mpsc::Sender<Job>,
+    path: Arc<PathBuf>,
+    /// Woken after every committed write, so the change feed is read at once.
+    pub wrote: Arc<Waker>,
+    /// Whether the terminal-loop sweep ran on this store ([`Store::sweep_once`]).
+    swept: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Store {
+    /// Opens the database and starts its owner thread.
+    pub fn open(path: &Path) -> Result<Self, OpenError> {
+        let mut conn = open_connection(path)?;
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("forge-store".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job(&mut conn);
+                }
+            })
+            .map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+        Ok(Self {
+            jobs: tx,
+            path: Arc::new(path.to_path_buf()),
+            wrote: Arc::new(Waker::default()),
+            swept: Arc::default(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on the owner thread.
+    pub async fn call<R: Send + 'static>(&self, f: impl FnOnce(&mut Connection) -> R + Send + 'static) -> R {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |c| {
+            let _ = tx.send(f(c));
+        });
+        if self.jobs.send(job).is_err() {
+            panic!("forge-store thread stopped");
+        }
+        rx.await.expect("forge-store thread dropped a job")
+    }
+}
+
+/// Runs `f` in one IMMEDIATE transaction on a connection the caller owns: committed when
+/// it returns `Ok`, rolled back otherwise (nothing is half written).
+pub fn transact<R, E: From<rusqlite::Error>>(
+    conn: &mut Connection,
+    f: impl FnOnce(&Transaction) -> Result<R, E>,
+) -> Result<R, E> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    match f(&tx) {
+        Ok(r) => {
+            tx.commit()?;
+            Ok(r)
+        }
+        Err(e) => {
+            let _ = tx.rollback();
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_once_and_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("forge.db");
+        let c = open_connection(&p).unwrap();
+        assert_eq!(applied_version(&c).unwrap(), latest_version());
+        drop(c);
+        let c = open_connection(&p).unwrap();
+        let n: i64 = c.query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0)).unwrap();
+        assert_eq!(n as usize, MIGRATIONS.len());
+        let fk: i64 = c.query_row("PRAGMA foreign_keys", [], |r| r.get(0)).unwrap();
+        assert_eq!(fk, 1);
+        let jm: String = c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(jm, "wal");
+    }
+
+    #[test]
+    fn refuses_newer_schema_without_touching_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("forge.db");
+        drop(open_connection(&p).unwrap());
+        {
+            let c = Connection::open(&p).unwrap();
+            c.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)", []).unwrap();
+            c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        }
+        let before = std::fs::read(&p).unwrap();
+        let Err(err) = open_connection(&p) else { panic!("must refuse") };
+        let err = err.to_string();
+        assert!(err.contains("schema version 999"), "{err}");
+        assert_eq!(std::fs::read(&p).unwrap(), before);
+    }
+
+    #[test]
+    fn refuses_corrupt_file_without_touching_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("forge.db");
+        let junk =
+            b"this is not sqlite at all, just some bytes.........................................................."
+                .repeat(50);
+        std::fs::write(&p, &junk).unwrap();
+        let Err(err) = open_connection(&p) else { panic!("must refuse") };
+        let err = err.to_string();
+        assert!(err.contains("not a usable forge-lsp database"), "{err}");
+        assert_eq!(std::fs::read(&p).unwrap(), junk);
+    }
+
+    #[test]
+    fn failed_transaction_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = open_connection(&dir.path().join("forge.db")).unwrap();
+        let r: Result<(), rusqlite::Error> = transact(&mut c, |tx| {
+            tx.execute("INSERT INTO changes (project_id, kind, key, at) VALUES ('p','plan','k',0)", [])?;
+            Err(rusqlite::Error::InvalidQuery)
+        });
+        assert!(r.is_err());
+        let n: i64 = c.query_row("SELECT count(*) FROM changes", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 0);
+    }
+}

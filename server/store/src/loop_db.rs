@@ -1,0 +1,334 @@
+//! The loop engine's reads and writes. Every function takes the connection (a
+//! transaction when it writes); the runner groups them into one transaction per
+//! persisted change.
+
+use forge_domain::loop_machine::{Phase, Transition};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::Value;
+
+/// A section row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionRow {
+    pub index: u32,
+    pub title: String,
+    pub content: String,
+    pub status: String,
+    pub attempts: i64,
+    pub done: Vec<String>,
+    pub deviations: Vec<String>,
+    pub follow_ups: Vec<String>,
+}
+
+fn list(v: Option<String>) -> Vec<String> {
+    v.and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default()
+}
+
+pub fn sections(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Vec<SectionRow>> {
+    let mut st = db.prepare_cached(
+        "SELECT section_index, title, content, status, attempts, summary_done, summary_deviations, summary_follow_ups
+         FROM section_plans WHERE project_id = ?1 AND loop_name = ?2 ORDER BY section_index",
+    )?;
+    let rows = st.query_map(params![project, loop_name], |r| {
+        Ok(SectionRow {
+            index: r.get::<_, i64>(0)? as u32,
+            title: r.get(1)?,
+            content: r.get(2)?,
+            status: r.get(3)?,
+            attempts: r.get(4)?,
+            done: list(r.get(5)?),
+            deviations: list(r.get(6)?),
+            follow_ups: list(r.get(7)?),
+        })
+    })?;
+    rows.collect()
+}
+
+pub fn insert_section(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    index: u32,
+    title: &str,
+    content: &str,
+    now: i64,
+) -> rusqlite::Result<()> {
+    db.prepare_cached(
+        "INSERT INTO section_plans (project_id, loop_name, section_index, title, content, status, created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6)",
+    )?
+    .execute(params![project, loop_name, index, title, content, now])?;
+    Ok(())
+}
+
+pub fn start_section(db: &Connection, project: &str, loop_name: &str, index: u32, now: i64) -> rusqlite::Result<()> {
+    db.execute(
+        "UPDATE section_plans SET status = 'in_progress', started_at = coalesce(started_at, ?4) WHERE project_id = ?1 AND loop_name = ?2 AND section_index = ?3 AND status != 'completed'",
+        params![project, loop_name, index, now],
+    )?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn complete_section(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    index: u32,
+    done: &[String],
+    deviations: &[String],
+    follow_ups: &[String],
+    checkpoint: Option<&str>,
+    now: i64,
+) -> rusqlite::Result<()> {
+    let j = |v: &[String]| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
+    db.execute(
+        "UPDATE section_plans SET status = 'completed', summary_done = ?4, summary_deviations = ?5, summary_follow_ups = ?6,
+            checkpoint_commit = ?7, completed_at = ?8 WHERE project_id = ?1 AND loop_name = ?2 AND section_index = ?3",
+        params![project, loop_name, index, j(done), j(deviations), j(follow_ups), checkpoint, now],
+    )?;
+    Ok(())
+}
+
+pub fn bump_section_attempts(db: &Connection, project: &str, loop_name: &str, index: u32) -> rusqlite::Result<()> {
+    db.execute(
+        "UPDATE section_plans SET attempts = attempts + 1 WHERE project_id = ?1 AND loop_name = ?2 AND section_index = ?3",
+        params![project, loop_name, index],
+    )?;
+    Ok(())
+}
+
+/// Registers a phase session (token stored hashed).
+#[allow(clippy::too_many_arguments)]
+pub fn insert_session(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    session_id: &str,
+    role: &str,
+    token: &str,
+    section: Option<u32>,
+    now: i64,
+) -> rusqlite::Result<()> {
+    db.prepare_cached(
+        "INSERT INTO loop_sessions (session_id, project_id, loop_name, role, token_hash, status, section_index, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'idle', ?6, ?7)",
+    )?
+    .execute(params![session_id, project, loop_name, role, crate::loops::hash_token(token), section, now])?;
+    Ok(())
+}
+
+pub fn set_session_status(db: &Connection, session_id: &str, status: &str) -> rusqlite::Result<()> {
+    db.prepare_cached("UPDATE loop_sessions SET status = ?2 WHERE session_id = ?1 AND status != 'deleted'")?
+        .execute(params![session_id, status])?;
+    Ok(())
+}
+
+/// Retires every session of a loop except `keep`.
+pub fn delete_sessions(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    keep: Option<&str>,
+    now: i64,
+) -> rusqlite::Result<()> {
+    db.execute(
+        "UPDATE loop_sessions SET status = 'deleted', deleted_at = ?4
+         WHERE project_id = ?1 AND loop_name = ?2 AND status != 'deleted' AND (?3 IS NULL OR session_id != ?3)",
+        params![project, loop_name, keep, now],
+    )?;
+    Ok(())
+}
+
+/// Retires every session of a loop except those in `keep`.
+pub fn delete_sessions_except(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    keep: &[String],
+    now: i64,
+) -> rusqlite::Result<()> {
+    let mut st = db.prepare_cached(
+        "SELECT session_id FROM loop_sessions WHERE project_id = ?1 AND loop_name = ?2 AND status != 'deleted'",
+    )?;
+    let ids: Vec<String> = st.query_map(params![project, loop_name], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    for id in ids.iter().filter(|id| !keep.contains(id)) {
+        db.execute(
+            "UPDATE loop_sessions SET status = 'deleted', deleted_at = ?2 WHERE session_id = ?1",
+            params![id, now],
+        )?;
+    }
+    Ok(())
+}
+
+/// Sessions of the loop other than `me` that are busy or retrying.
+pub fn busy_others(db: &Connection, project: &str, loop_name: &str, me: &str) -> rusqlite::Result<Vec<String>> {
+    let mut st = db.prepare_cached(
+        "SELECT session_id FROM loop_sessions WHERE project_id = ?1 AND loop_name = ?2 AND session_id != ?3 AND status IN ('busy','retry')",
+    )?;
+    let rows = st.query_map(params![project, loop_name, me], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// A pending handoff record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub id: i64,
+    pub session_id: String,
+    pub role: String,
+    pub payload: Value,
+}
+
+pub fn pending(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<Pending>> {
+    db.prepare_cached(
+        "SELECT id, session_id, role, payload FROM loop_handoffs WHERE project_id = ?1 AND loop_name = ?2 AND status = 'pending'",
+    )?
+    .query_row(params![project, loop_name], |r| {
+        let payload: String = r.get(3)?;
+        Ok(Pending {
+            id: r.get(0)?,
+            session_id: r.get(1)?,
+            role: r.get(2)?,
+            payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
+        })
+    })
+    .optional()
+}
+
+/// Records a pending handoff; the last call in a turn replaces the earlier record.
+/// Returns whether an earlier record of this session was replaced.
+#[allow(clippy::too_many_arguments)]
+pub fn record_handoff(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    session_id: &str,
+    role: &str,
+    phase: &str,
+    section: Option<u32>,
+    iteration: i64,
+    payload: &Value,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    if let Some(p) = pending(db, project, loop_name)? {
+        if p.session_id == session_id && p.role == role {
+            db.execute(
+                "UPDATE loop_handoffs SET payload = ?2, created_at = ?3 WHERE id = ?1 AND status = 'pending'",
+                params![p.id, payload.to_string(), now],
+            )?;
+            return Ok(true);
+        }
+        // A record of another session or role is stale: it can never be applied.
+        resolve_handoff(db, p.id, "discarded", now)?;
+    }
+    db.execute(
+        "INSERT INTO loop_handoffs (project_id, loop_name, session_id, role, phase, section_index, iteration, payload, status, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9)",
+        params![project, loop_name, session_id, role, phase, section, iteration, payload.to_string(), now],
+    )?;
+    Ok(false)
+}
+
+/// Resolves a pending record exactly once (guarded on `status = 'pending'`).
+pub fn resolve_handoff(db: &Connection, id: i64, status: &str, now: i64) -> rusqlite::Result<bool> {
+    let n = db.execute(
+        "UPDATE loop_handoffs SET status = ?2, resolved_at = ?3 WHERE id = ?1 AND status = 'pending'",
+        params![id, status, now],
+    )?;
+    Ok(n == 1)
+}
+
+/// Applies the pending record of `session` for `role` (guarded); `None` when there is none.
+pub fn apply_handoff(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    session: &str,
+    role: &str,
+    now: i64,
+) -> rusqlite::Result<Option<Pending>> {
+    let Some(p) = pending(db, project, loop_name)? else { return Ok(None) };
+    if p.session_id != session || p.role != role {
+        return Ok(None);
+    }
+    let n = db.execute(
+        "UPDATE loop_handoffs SET status = 'applied', resolved_at = ?4 WHERE id = ?1 AND session_id = ?2 AND role = ?3 AND status = 'pending'",
+        params![p.id, session, role, now],
+    )?;
+    Ok((n == 1).then_some(p))
+}
+
+pub fn discard_pending(db: &Connection, project: &str, loop_name: &str, now: i64) -> rusqlite::Result<()> {
+    db.execute(
+        "UPDATE loop_handoffs SET status = 'discarded', resolved_at = ?3 WHERE project_id = ?1 AND loop_name = ?2 AND status = 'pending'",
+        params![project, loop_name, now],
+    )?;
+    Ok(())
+}
+
+/// Appends the transition row of `t`.
+pub fn log_transition(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    t: &Transition,
+    now: i64,
+) -> rusqlite::Result<()> {
+    db.prepare_cached(
+        "INSERT INTO loop_transitions (project_id, loop_name, event_type, transition_kind, from_phase, to_phase, status, reason, iteration, section_index, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        project,
+        loop_name,
+        t.event_type,
+        t.kind.as_str(),
+        t.from.as_str(),
+        t.to.map(Phase::as_str),
+        t.status().map(|s| s.as_str()),
+        t.termination.as_ref().map(|r| r.to_stored()),
+        t.iteration,
+        t.section,
+        now
+    ])?;
+    Ok(())
+}
+
+/// A transition row: (kind, event, from, to, at).
+pub type TransitionRow = (String, String, String, Option<String>, i64);
+
+/// The last transition row.
+pub fn last_transition(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<TransitionRow>> {
+    db.prepare_cached(
+        "SELECT transition_kind, event_type, from_phase, to_phase, created_at FROM loop_transitions
+         WHERE project_id = ?1 AND loop_name = ?2 ORDER BY id DESC LIMIT 1",
+    )?
+    .query_row(params![project, loop_name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+    .optional()
+}
+
+pub fn set_large(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    last_audit: Option<&str>,
+    report: Option<&str>,
+) -> rusqlite::Result<()> {
+    db.execute(
+        "INSERT INTO loop_large_fields (project_id, loop_name, last_audit_result, post_action_report) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (project_id, loop_name) DO UPDATE SET
+            last_audit_result = coalesce(excluded.last_audit_result, last_audit_result),
+            post_action_report = coalesce(excluded.post_action_report, post_action_report)",
+        params![project, loop_name, last_audit, report],
+    )?;
+    Ok(())
+}
+
+pub fn large(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<(Option<String>, Option<String>)> {
+    Ok(db
+        .query_row(
+            "SELECT last_audit_result, post_action_report FROM loop_large_fields WHERE project_id = ?1 AND loop_name = ?2",
+            params![project, loop_name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?
+        .unwrap_or((None, None)))
+}

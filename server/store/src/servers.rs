@@ -1,0 +1,27 @@
+//! The `servers` table: which processes serve a project, and on which private socket, so
+//! `forge-lsp call` outside a loop can find one.
+
+use rusqlite::Connection;
+
+/// Records (or refreshes) a running server of `project`.
+pub fn register(db: &Connection, pid: u32, project: &str, socket: &str, now: i64) -> rusqlite::Result<()> {
+    db.execute(
+        "INSERT INTO servers (pid, project_id, socket_path, started_at, heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?4)
+         ON CONFLICT (pid, project_id) DO UPDATE SET socket_path = excluded.socket_path, heartbeat_at = excluded.heartbeat_at",
+        rusqlite::params![pid, project, socket, now],
+    )?;
+    Ok(())
+}
+
+/// Forgets every registration of process `pid` (its shutdown).
+pub fn unregister(db: &Connection, pid: u32) -> rusqlite::Result<()> {
+    db.execute("DELETE FROM servers WHERE pid = ?1", [pid])?;
+    Ok(())
+}
+
+/// Sockets of the project's registered servers, most recently seen first.
+pub fn sockets(db: &Connection, project: &str) -> rusqlite::Result<Vec<String>> {
+    let mut st = db.prepare("SELECT socket_path FROM servers WHERE project_id = ?1 ORDER BY heartbeat_at DESC")?;
+    let rows = st.query_map([project], |r| r.get::<_, String>(0))?;
+    rows.collect()
+}

@@ -1,0 +1,38 @@
+//! Who a caller is: agent, session, and (for loop phase sessions) the loop binding
+//! proven by the session token.
+
+use forge_protocol::{ToolError, AGENTS};
+use rusqlite::Connection;
+
+use crate::{Caller, Db, LoopBinding};
+use forge_store::loops;
+
+/// Resolves a caller. A session id that belongs to a loop session can only be claimed
+/// with its token (error 1001 naming the session, disclosing nothing about it).
+pub fn resolve(
+    db: &Connection,
+    agent: Option<&str>,
+    session: Option<&str>,
+    token: Option<&str>,
+) -> Result<Caller, ToolError> {
+    let agent = agent.unwrap_or("user").to_string();
+    if !AGENTS.contains(&agent.as_str()) {
+        return Err(ToolError::invalid_params(format!("agent must be one of {}, got {agent:?}", AGENTS.join(", "))));
+    }
+    let Some(session) = session.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(Caller { agent, session_id: forge_core::fresh_session(), binding: None });
+    };
+    let Some(row) = loops::session(db, session).db()? else {
+        return Ok(Caller { agent, session_id: session.to_string(), binding: None });
+    };
+    let ok = row.status != "deleted" && token.is_some_and(|t| loops::hash_token(t) == row.token_hash);
+    if !ok {
+        return Err(ToolError::denied(format!("session {session} cannot be claimed: a missing or wrong token")));
+    }
+    let agent = if row.role == "auditor" { "auditor-loop" } else { "code" }.to_string();
+    Ok(Caller {
+        agent,
+        session_id: session.to_string(),
+        binding: Some(LoopBinding { loop_name: row.loop_name, role: row.role }),
+    })
+}

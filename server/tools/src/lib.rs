@@ -1,0 +1,219 @@
+//! The tools: the registry, the caller context, permissions and one file per tool.
+//!
+//! Calls the engine and the store; knows no front end (no LSP, MCP or CLI types: a
+//! failure is a [`ToolError`], which each front end maps to its own wire shape).
+//! Helper modules live at the crate root ([`identity`], [`loop_scope`],
+//! [`loop_permissions`], [`plan_ops`]); every file in `src/tools/` is a tool.
+//!
+//! One file per tool in `src/tools/`: it holds the tool's
+//! `DESCRIPTION`, its `Input` type (whose JSON Schema is generated) and its
+//! `execute(input, ctx)`. `build.rs` derives the registry from the file names, so
+//! `forge.tools`, `executeCommandProvider.commands` and dispatch are never maintained
+//! by hand.
+//!
+//! A tool runs on the store thread inside one transaction: it commits when `execute`
+//! returns `Ok`, and nothing is written when it returns an error.
+
+use std::sync::Arc;
+
+use forge_protocol::{CommandResult, ToolError, ToolOffer};
+use rusqlite::Connection;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub mod identity;
+pub mod loop_permissions;
+pub mod loop_scope;
+pub mod plan_ops;
+
+pub use forge_core::{Caller, LoopBinding, ToolEnv};
+pub use forge_store::{Db, Store};
+
+mod registry {
+    use super::*;
+    include!(concat!(env!("OUT_DIR"), "/tools_registry.rs"));
+}
+pub use registry::TOOLS;
+
+/// A registered tool.
+pub struct ToolEntry {
+    /// Tool name (`plan-read`); the command is `forge.<name>`.
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Controls loops (needs a running server); `forge-lsp call` refuses it in-process.
+    pub needs_server: bool,
+    pub schema: fn() -> Value,
+    /// Parses an input without running the tool (docs examples, clients).
+    pub validate: fn(Value) -> Result<(), ToolError>,
+    pub run: fn(Value, &mut ToolCtx) -> Result<CommandResult, ToolError>,
+}
+
+/// The context of one call: the environment, the open transaction, the clock.
+pub struct ToolCtx<'a> {
+    pub env: &'a ToolEnv,
+    pub db: &'a Connection,
+    pub now: i64,
+    /// Work for the loop engine, carried out after the transaction commits; its result
+    /// replaces the tool's.
+    pub effect: Option<forge_engine::Effect>,
+    /// Whether an engine is there to carry out effects (false for in-process calls).
+    pub has_engine: bool,
+}
+
+impl ToolCtx<'_> {
+    pub fn project_id(&self) -> &str {
+        &self.env.project.id
+    }
+    pub fn caller(&self) -> &Caller {
+        &self.env.caller
+    }
+}
+
+/// Builds a result.
+pub fn ok(text: impl Into<String>, data: Value) -> Result<CommandResult, ToolError> {
+    Ok(CommandResult { text: text.into(), data })
+}
+
+/// The JSON Schema (draft 2020-12) of an input type.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// Parses a tool input; errors name the offending field.
+pub fn parse_input<T: DeserializeOwned>(v: Value) -> Result<T, ToolError> {
+    serde_path_to_error::deserialize::<_, T>(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." || path.is_empty() {
+            ToolError::invalid_params(format!("invalid arguments: {inner}"))
+        } else {
+            ToolError::invalid_params(format!("invalid argument `{path}`: {inner}"))
+        }
+    })
+}
+
+/// Finds a tool by command (`forge.plan-read`) or by name (`plan-read`).
+pub fn find(command_or_name: &str) -> Option<&'static ToolEntry> {
+    let name = command_or_name.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(command_or_name);
+    TOOLS.iter().find(|t| t.name == name)
+}
+
+/// Every command the server offers.
+pub fn commands() -> Vec<String> {
+    TOOLS.iter().map(|t| forge_protocol::command_name(t.name)).collect()
+}
+
+/// The `forge.tools` offers.
+pub fn offers() -> Vec<ToolOffer> {
+    static OFFERS: std::sync::OnceLock<Vec<ToolOffer>> = std::sync::OnceLock::new();
+    OFFERS
+        .get_or_init(|| {
+            TOOLS
+                .iter()
+                .map(|t| ToolOffer {
+                    name: t.name.to_string(),
+                    command: forge_protocol::command_name(t.name),
+                    description: t.description.to_string(),
+                    input_schema: (t.schema)(),
+                })
+                .collect()
+        })
+        .clone()
+}
+
+/// Extracts the single input object from `workspace/executeCommand` arguments.
+pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError> {
+    match args {
+        None => Ok(Value::Object(Default::default())),
+        Some(v) if v.is_empty() => Ok(Value::Object(Default::default())),
+        Some(mut v) if v.len() == 1 => match v.remove(0) {
+            Value::Object(m) => Ok(Value::Object(m)),
+            Value::Null => Ok(Value::Object(Default::default())),
+            other => Err(ToolError::invalid_params(format!(
+                "arguments must be a list with exactly one JSON object (the tool's input), got {}",
+                match other {
+                    Value::Array(_) => "a list",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    Value::Bool(_) => "a boolean",
+                    _ => "something else",
+                }
+            ))),
+        },
+        Some(v) => Err(ToolError::invalid_params(format!(
+            "arguments must be a list with exactly one JSON object (the tool's input), got {} items",
+            v.len()
+        ))),
+    }
+}
+
+/// Runs one tool call synchronously on `conn` in one transaction, without an engine.
+pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value) -> Result<CommandResult, ToolError> {
+    run_tx(conn, env, command, input, false).map(|(r, _)| r)
+}
+
+/// Runs one tool call in one transaction; returns its result and any engine effect.
+pub fn run_tx(
+    conn: &mut Connection,
+    env: &ToolEnv,
+    command: &str,
+    input: Value,
+    has_engine: bool,
+) -> Result<(CommandResult, Option<forge_engine::Effect>), ToolError> {
+    let Some(tool) = find(command) else {
+        return Err(ToolError::invalid_params(format!(
+            "unknown command `{command}`; forge.tools lists the available commands"
+        )));
+    };
+    forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
+    crate::loop_permissions::check(env, tool.name, &input)?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).db()?;
+    let mut ctx = ToolCtx { env, db: &tx, now: forge_store::now_ms(), effect: None, has_engine };
+    let result = (tool.run)(input, &mut ctx);
+    let effect = ctx.effect.take();
+    match result {
+        Ok(r) => {
+            tx.commit().db()?;
+            Ok((r, effect))
+        }
+        Err(e) => {
+            let _ = tx.rollback();
+            Err(e)
+        }
+    }
+}
+
+/// Runs one tool call through the store's owner thread.
+pub async fn call(
+    store: &Store,
+    engine: &Arc<forge_engine::Engine>,
+    env: Arc<ToolEnv>,
+    command: &str,
+    input: Value,
+) -> Result<CommandResult, ToolError> {
+    if env.caller.binding.is_some() {
+        // A tool call is activity of the loop session (stall watchdog).
+        engine.activity.touch(&env.caller.session_id);
+    }
+    let command = command.to_string();
+    let env2 = env.clone();
+    let r = store
+        .call(move |conn| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_tx(conn, &env2, &command, input, true)))
+                .unwrap_or_else(|_| {
+                    Err(ToolError::internal(format!(
+                        "{command} failed with an internal error (a bug); the server keeps running"
+                    )))
+                })
+        })
+        .await;
+    if r.is_ok() {
+        store.wrote.wake();
+    }
+    let (result, effect) = r?;
+    match effect {
+        None => Ok(result),
+        Some(e) => engine.run(e, env).await,
+    }
+}

@@ -1,0 +1,98 @@
+//! The caller's loop, as the review and section tools see it.
+
+use forge_domain::review::LoopScope;
+use forge_protocol::ToolError;
+
+use crate::{Db, ToolCtx};
+use forge_store::loops::{self, LoopRow};
+
+/// The caller's active loop: the loop its authenticated loop session belongs to, or a
+/// running loop whose current session is the caller's session.
+pub fn caller_loop(ctx: &ToolCtx) -> Result<Option<LoopRow>, ToolError> {
+    if let Some(b) = &ctx.caller().binding {
+        if let Some(row) = loops::get(ctx.db, ctx.project_id(), &b.loop_name).db()? {
+            if row.status == "running" {
+                return Ok(Some(row));
+            }
+        }
+        return Ok(None);
+    }
+    loops::running_for_session(ctx.db, ctx.project_id(), &ctx.caller().session_id).db()
+}
+
+/// The scoping view of a loop row.
+pub fn scope(row: &LoopRow) -> LoopScope {
+    LoopScope {
+        loop_name: row.loop_name.clone(),
+        running: row.status == "running",
+        phase: row.phase.clone(),
+        total_sections: row.total_sections.max(0) as u32,
+        current_section: row.current_section_index.max(0) as u32,
+    }
+}
+
+/// Finds a loop by (partial) name or branch, newest first (FORGE-REFERENCE.md §4.11).
+pub fn find_loop(ctx: &ToolCtx, query: &str) -> Result<LoopRow, ToolError> {
+    use forge_domain::naming::{partial_match, Match};
+    let all = loops::list(ctx.db, ctx.project_id()).db()?;
+    let cands: Vec<(usize, String, Option<String>)> =
+        all.iter().enumerate().map(|(i, l)| (i, l.loop_name.clone(), l.worktree_branch.clone())).collect();
+    match partial_match(query, &cands) {
+        Match::One(i) => Ok(all[i].clone()),
+        Match::Ambiguous(v) => {
+            let names: Vec<String> = v.iter().map(|&i| format!("- {}", all[i].loop_name)).collect();
+            Err(ToolError::conflict(format!(
+                "Multiple loops match \"{query}\":\n{}\n\nBe more specific.",
+                names.join("\n")
+            )))
+        }
+        Match::None => {
+            let mut msg = format!("No loop found for loop \"{query}\".");
+            if !all.is_empty() {
+                msg.push_str("\n\nAvailable loops:\n");
+                msg.push_str(&all.iter().map(|l| format!("- {}", l.loop_name)).collect::<Vec<_>>().join("\n"));
+            }
+            Err(ToolError::not_found(msg))
+        }
+    }
+}
+
+/// The caller's direct loop (running, current session = caller), or an error naming the
+/// rule: section tools and handoffs are for the loop's current session only.
+pub fn direct_loop(ctx: &ToolCtx, tool: &str) -> Result<LoopRow, ToolError> {
+    let caller = ctx.caller();
+    let row = match &caller.binding {
+        Some(b) => loops::get(ctx.db, ctx.project_id(), &b.loop_name).db()?,
+        None => loops::running_for_session(ctx.db, ctx.project_id(), &caller.session_id).db()?,
+    };
+    match row {
+        Some(r) if r.status == "running" && r.current_session_id == caller.session_id => Ok(r),
+        Some(r) if r.status != "running" => Err(ToolError::denied(format!(
+            "forge.{tool} is not available to session {}: loop \"{}\" is not running ({}).",
+            caller.session_id, r.loop_name, r.status
+        ))),
+        Some(r) => Err(ToolError::denied(format!(
+            "forge.{tool} is not available to session {}: only the current session of loop \"{}\" may call it.",
+            caller.session_id, r.loop_name
+        ))),
+        None => Err(ToolError::denied(format!(
+            "forge.{tool} is not available to session {}: not in a loop session.",
+            caller.session_id
+        ))),
+    }
+}
+
+/// Refuses a handoff while another session of the loop is busy or retrying (error 1005
+/// naming them).
+pub fn others_settled(ctx: &ToolCtx, row: &LoopRow, tool: &str) -> Result<(), ToolError> {
+    let busy =
+        forge_store::loop_db::busy_others(ctx.db, ctx.project_id(), &row.loop_name, &ctx.caller().session_id).db()?;
+    if busy.is_empty() {
+        return Ok(());
+    }
+    Err(ToolError::busy(format!(
+        "forge.{tool} refused: other sessions of loop \"{}\" are busy ({}). Retry after they finish.",
+        row.loop_name,
+        busy.join(", ")
+    )))
+}

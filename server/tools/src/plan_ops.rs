@@ -1,0 +1,67 @@
+//! Operations the plan tools share: the session-scoped write path and the running-loop
+//! guard. (Each tool's own logic stays in its file under `tools/`.)
+
+use forge_domain::plan::{sanitize::sanitize_paths, structure};
+use forge_protocol::uri::ForgeUri;
+use forge_protocol::ToolError;
+use serde_json::{json, Value};
+
+use crate::{Db, ToolCtx};
+use forge_store::{loops, plans};
+
+/// Whose plan a plan-write / plan-edit targets: the caller's session, or (agent `user`
+/// only) an explicit `session_id`.
+pub fn target_session(ctx: &ToolCtx, tool: &str, explicit: Option<&str>) -> Result<String, ToolError> {
+    match explicit {
+        None => Ok(ctx.caller().session_id.clone()),
+        Some(s) if s.trim().is_empty() => {
+            Err(ToolError::invalid_params("invalid argument `session_id`: must not be empty"))
+        }
+        Some(s) if s == ctx.caller().session_id => Ok(s.to_string()),
+        Some(s) => {
+            if ctx.caller().agent != "user" {
+                return Err(ToolError::denied(format!(
+                    "forge.{tool} is not available to agent `{}` (session {}) with session_id: writing another session's plan is for the user agent only",
+                    ctx.caller().agent,
+                    ctx.caller().session_id
+                )));
+            }
+            Ok(s.to_string())
+        }
+    }
+}
+
+/// Refuses a write when `session` is the current session of a running loop.
+pub fn running_loop_guard(ctx: &ToolCtx, session: &str) -> Result<(), ToolError> {
+    if let Some(l) = loops::running_for_session(ctx.db, ctx.project_id(), session).db()? {
+        return Err(ToolError::denied(format!(
+            "Cannot modify the plan from an active loop session: session {session} runs loop \"{}\". A running loop's plan is amended only with plan-adjust during a section audit.",
+            l.loop_name
+        )));
+    }
+    Ok(())
+}
+
+/// The single session write path: sanitise project paths, skip identical content,
+/// store. Returns the stored text and whether it was written.
+pub fn write_session_plan(ctx: &ToolCtx, session: &str, text: &str) -> Result<(String, bool), ToolError> {
+    let root = ctx.env.project.root.display().to_string();
+    let stored = sanitize_paths(text, &root, ctx.env.home.as_deref());
+    let written = plans::put_session(ctx.db, ctx.project_id(), session, &stored, ctx.now).db()?;
+    Ok((stored, written))
+}
+
+/// The structured form of a structure report.
+pub fn report_data(session: &str, report: &structure::StructureReport, written: bool) -> Value {
+    json!({
+        "sessionId": session,
+        "uri": ForgeUri::SessionPlan(session.to_string()).to_uri(),
+        "written": written,
+        "lines": report.lines,
+        "chars": report.chars,
+        "loopName": report.loop_name,
+        "sectionCount": report.section_count,
+        "sections": report.outline.iter().map(|(i, t)| json!({ "index": i, "title": t })).collect::<Vec<_>>(),
+        "warnings": report.warnings.iter().map(|w| json!({ "message": w.message, "line": w.line })).collect::<Vec<_>>(),
+    })
+}

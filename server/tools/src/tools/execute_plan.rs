@@ -1,0 +1,49 @@
+//! `forge.execute-plan`: start a coding/auditing loop in an isolated git worktree, or
+//! (`mode: "new-session"`) one untracked agent session with the plan.
+
+use forge_protocol::inputs::ExecuteMode;
+use forge_protocol::{CommandResult, ToolError};
+
+use super::{ok, Db, ToolCtx};
+use forge_engine::Effect;
+use forge_store::{loops, plans};
+
+pub const NEEDS_SERVER: bool = true;
+
+pub const DESCRIPTION: &str = "Start an iterative development loop for a plan in an isolated git worktree (branch forge/<name>): a coder agent implements each section and hands off, an auditor reviews it, and a clean audit advances to the next section. title is required; plan defaults to the session's stored plan; loopName is slugified and made unique. mode: \"new-session\" instead starts one untracked agent session with the plan (no worktree, no loop). Denied inside loop sessions.";
+
+pub type Input = forge_protocol::inputs::ExecutePlanInput;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let title = input.title.trim().to_string();
+    if title.is_empty() {
+        return Err(ToolError::invalid_params("invalid argument `title`: must not be empty"));
+    }
+    if let Some(l) = loops::running_for_session(ctx.db, ctx.project_id(), &ctx.caller().session_id).db()? {
+        return Err(ToolError::denied(format!(
+            "forge.execute-plan is not available to session {}: it runs loop \"{}\", and a loop cannot start more loops.",
+            ctx.caller().session_id,
+            l.loop_name
+        )));
+    }
+    let plan = match input.plan {
+        Some(p) => p,
+        None => plans::get_session(ctx.db, ctx.project_id(), &ctx.caller().session_id)
+            .db()?
+            .map(|p| p.content)
+            .ok_or_else(|| ToolError::not_found("No plan found. Author it with the plan-write tool or pass it directly as the plan argument."))?,
+    };
+    if plan.trim().is_empty() {
+        return Err(ToolError::invalid("Failed to start loop: the plan is empty."));
+    }
+    if !ctx.has_engine {
+        return Err(ToolError::precondition(
+            "forge.execute-plan needs a running forge-lsp server (it runs agent processes); start it from your editor or with `forge-lsp serve --listen unix:PATH`.",
+        ));
+    }
+    ctx.effect = Some(match input.mode.unwrap_or(ExecuteMode::Loop) {
+        ExecuteMode::NewSession => Effect::NewSession { title, plan },
+        ExecuteMode::Loop => Effect::StartLoop { title, plan, loop_name: input.loop_name },
+    });
+    ok("starting", serde_json::Value::Null)
+}

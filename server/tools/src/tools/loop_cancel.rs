@@ -1,0 +1,43 @@
+//! `forge.loop-cancel`: cancel a running loop (status `cancelled`, pending handoff
+//! discarded, the agent's turn killed, the worktree removed with `loop.cleanupWorktree`).
+
+use forge_protocol::{CommandResult, ToolError};
+
+use super::{ok, Db, ToolCtx};
+use forge_engine::Effect;
+use crate::loop_scope;
+use forge_store::loops;
+
+pub const NEEDS_SERVER: bool = true;
+
+pub const DESCRIPTION: &str = "Cancel an active loop. name is a loop name or a part of it; without it, cancels the only active loop.";
+
+pub type Input = forge_protocol::inputs::LoopCancelInput;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let name = match input.name.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => {
+            let running: Vec<_> = loops::list(ctx.db, ctx.project_id()).db()?.into_iter().filter(|l| l.status == "running").collect();
+            match running.len() {
+                0 => return Err(ToolError::not_found("No active loops.")),
+                1 => running[0].loop_name.clone(),
+                _ => {
+                    let names: Vec<String> = running.iter().map(|l| format!("- {}", l.loop_name)).collect();
+                    return Err(ToolError::conflict(format!("Multiple active loops. Specify a name.\n{}", names.join("\n"))));
+                }
+            }
+        }
+        Some(q) => {
+            let row = loop_scope::find_loop(ctx, q)?;
+            if row.status != "running" {
+                return Err(ToolError::conflict(format!("Loop \"{}\" has already completed.", row.loop_name)));
+            }
+            row.loop_name
+        }
+    };
+    if !ctx.has_engine {
+        return Err(ToolError::precondition("forge.loop-cancel needs a running forge-lsp server."));
+    }
+    ctx.effect = Some(Effect::Cancel { loop_name: name });
+    ok("cancelling", serde_json::Value::Null)
+}

@@ -1,0 +1,143 @@
+//! `forge.loop-status`: list the project's loops, show one, or restart one.
+
+use forge_domain::loop_status::{self, LoopView};
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+
+use super::{ok, Db, ToolCtx};
+use forge_engine::Effect;
+use forge_store::loop_db as db;
+use crate::loop_scope;
+use forge_store::loops::{self, LoopRow};
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "List loops, inspect one loop (name, or a part of it), or restart a loop that is not completed (restart: true; force: true is required for a running loop). A restart keeps the plan, section progress, findings and worktree, resets the iteration to 1 and starts a fresh session.";
+
+pub type Input = forge_protocol::inputs::LoopStatusInput;
+
+fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
+    let section = if l.total_sections > 0 {
+        let secs = db::sections(ctx.db, ctx.project_id(), &l.loop_name).db()?;
+        let title = secs.iter().find(|s| i64::from(s.index) == l.current_section_index).map(|s| s.title.clone()).unwrap_or_default();
+        Some((l.current_section_index, l.total_sections, title))
+    } else {
+        None
+    };
+    let (last_audit, report) = db::large(ctx.db, ctx.project_id(), &l.loop_name).db()?;
+    let busy: i64 = ctx
+        .db
+        .query_row(
+            "SELECT count(*) FROM loop_sessions WHERE project_id = ?1 AND loop_name = ?2 AND status IN ('busy','retry')",
+            rusqlite::params![ctx.project_id(), l.loop_name],
+            |r| r.get(0),
+        )
+        .db()?;
+    let activity: Option<i64> = ctx
+        .db
+        .query_row("SELECT last_activity_at FROM loops WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![ctx.project_id(), l.loop_name], |r| r.get(0))
+        .db()?;
+    Ok(LoopView {
+        name: l.loop_name.clone(),
+        status: l.status.clone(),
+        phase: l.phase.clone(),
+        iteration: l.iteration,
+        max_iterations: l.max_iterations,
+        session: l.current_session_id.clone(),
+        worktree: l.worktree_dir.clone(),
+        branch: l.worktree_branch.clone(),
+        started_at: l.started_at,
+        completed_at: l.completed_at,
+        termination_reason: l.termination_reason.clone(),
+        section,
+        audit_count: l.audit_count,
+        error_count: l.error_count,
+        last_audit,
+        post_action_report: report,
+        completion_summary: l.completion_summary.clone(),
+        execution_model: l.execution_model.clone(),
+        auditor_model: l.auditor_model.clone(),
+        busy: busy > 0,
+        last_activity_at: activity,
+    })
+}
+
+/// Stored usage rows of a loop: (model, role, totals).
+fn usage_rows(ctx: &ToolCtx, loop_name: &str) -> Result<Vec<(String, String, forge_domain::usage::Totals)>, ToolError> {
+    let mut st = ctx
+        .db
+        .prepare(
+            "SELECT model, role, cost, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, message_count
+             FROM loop_session_usage WHERE project_id = ?1 AND loop_name = ?2",
+        )
+        .db()?;
+    let rows = st
+        .query_map(rusqlite::params![ctx.project_id(), loop_name], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                forge_domain::usage::Totals {
+                    cost: r.get(2)?,
+                    input: r.get::<_, i64>(3)? as u64,
+                    output: r.get::<_, i64>(4)? as u64,
+                    reasoning: r.get::<_, i64>(5)? as u64,
+                    cache_read: r.get::<_, i64>(6)? as u64,
+                    cache_write: r.get::<_, i64>(7)? as u64,
+                    messages: r.get::<_, i64>(8)? as u64,
+                },
+            ))
+        })
+        .db()?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().db()
+}
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let name = input.name.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    if input.restart == Some(true) {
+        let Some(q) = name else {
+            return Err(ToolError::invalid_params("Specify a loop name to restart. Use loop-status to see available loops."));
+        };
+        let row = loop_scope::find_loop(ctx, q)?;
+        if !ctx.has_engine {
+            return Err(ToolError::precondition("Restarting a loop needs a running forge-lsp server (it runs agent processes)."));
+        }
+        ctx.effect = Some(Effect::Restart { loop_name: row.loop_name, force: input.force == Some(true) });
+        return ok("restarting", serde_json::Value::Null);
+    }
+    match name {
+        None => {
+            let all = loops::list(ctx.db, ctx.project_id()).db()?;
+            let views = all.iter().map(|l| view(ctx, l)).collect::<Result<Vec<_>, _>>()?;
+            let data = json!({ "loops": all.iter().map(|l| json!({
+                "loopName": l.loop_name, "status": l.status, "phase": l.phase, "iteration": l.iteration,
+                "sectionIndex": (l.total_sections > 0).then_some(l.current_section_index), "totalSections": l.total_sections,
+                "terminationReason": l.termination_reason, "startedAt": l.started_at, "completedAt": l.completed_at,
+            })).collect::<Vec<_>>() });
+            ok(loop_status::render_list(&views, ctx.now), data)
+        }
+        Some(q) => {
+            let row = loop_scope::find_loop(ctx, q)?;
+            let v = view(ctx, &row)?;
+            let restart = match row.status.as_str() {
+                "completed" => "Restart: not available (completed)".to_string(),
+                "running" => format!("Restart: available with loop-status name={} restart=true force=true", row.loop_name),
+                _ => format!("Restart: available with loop-status name={} restart=true", row.loop_name),
+            };
+            let data = json!({
+                "loopName": row.loop_name, "status": row.status, "phase": row.phase, "iteration": row.iteration,
+                "maxIterations": row.max_iterations, "sectionIndex": (row.total_sections > 0).then_some(row.current_section_index),
+                "totalSections": row.total_sections, "worktreeDir": row.worktree_dir, "branch": row.worktree_branch,
+                "sessionId": row.current_session_id, "terminationReason": row.termination_reason,
+                "auditCount": row.audit_count, "errorCount": row.error_count,
+            });
+            let mut text = loop_status::render_detail(&v, &restart, ctx.now);
+            let usage = usage_rows(ctx, &row.loop_name)?;
+            let block = forge_domain::usage::render(&usage);
+            if !block.is_empty() {
+                text.push('\n');
+                text.push_str(&block);
+            }
+            ok(text, data)
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! `forge.review-read`: read findings in the caller's scope, of a named loop, or the
+//! durable audit-attempt history (FORGE-REFERENCE.md §2.7, §3b.1; the seeds win).
+
+use forge_domain::review::{self, read_plan, SectionFilter};
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+
+use super::{ok, Db, ToolCtx};
+use crate::loop_scope;
+use forge_store::{attempts, findings, loops};
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "Read review findings. Inside a sectioned loop the default scope is the current and earlier sections plus cross-section findings; allSections reads every section, crossSection only cross-section ones, loopName a specific loop (completed ones too). file filters by path and pattern searches descriptions and scenarios (regex). attempts: true returns the durable audit-attempt history { attempts, nextBeforeId } instead (limit 1-100, beforeId to page back); it cannot be combined with file, pattern or crossSection.";
+
+pub type Input = forge_protocol::inputs::ReviewReadInput;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let explicit = input.loop_name.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let caller = loop_scope::caller_loop(ctx)?;
+    if input.attempts == Some(true) {
+        return read_attempts(&input, explicit, caller.as_ref(), ctx);
+    }
+    if explicit.is_none() && (input.limit.is_some() || input.before_id.is_some()) {
+        return Err(ToolError::invalid_params("limit and beforeId apply only with attempts: true"));
+    }
+    if let Some(name) = explicit {
+        if loops::get(ctx.db, ctx.project_id(), name).db()?.is_none() {
+            let any = findings::query(ctx.db, ctx.project_id(), name, &SectionFilter::All, None).db()?;
+            if any.is_empty() {
+                return Err(ToolError::not_found(format!("No loop found for loop \"{name}\".")));
+            }
+        }
+    }
+    let scope = caller.as_ref().map(loop_scope::scope);
+    let plan = read_plan(scope.as_ref(), explicit, input.cross_section.unwrap_or(false), input.all_sections.unwrap_or(false));
+    let rows = findings::query(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, input.file.as_deref()).db()?;
+    let mut rows = review::filter_pattern(rows, input.pattern.as_deref()).map_err(ToolError::invalid)?;
+    review::sort_findings(&mut rows);
+    ok(review::render_findings(&rows), json!({ "findings": rows }))
+}
+
+fn read_attempts(
+    input: &Input,
+    explicit: Option<&str>,
+    caller: Option<&loops::LoopRow>,
+    ctx: &ToolCtx,
+) -> Result<CommandResult, ToolError> {
+    review::attempts_exclusive(input.file.as_deref(), input.pattern.as_deref(), input.cross_section.unwrap_or(false))
+        .map_err(ToolError::invalid_params)?;
+    let (limit, before) = review::attempts_page(input.limit, input.before_id).map_err(ToolError::invalid_params)?;
+    let (loop_name, scope) = match (explicit, caller) {
+        (Some(name), _) => {
+            if loops::get(ctx.db, ctx.project_id(), name).db()?.is_none() {
+                return Err(ToolError::not_found(format!("No loop found for loop \"{name}\".")));
+            }
+            (name.to_string(), None)
+        }
+        (None, Some(row)) => {
+            let s = loop_scope::scope(row);
+            let scope = if input.all_sections == Some(true) {
+                None
+            } else {
+                Some(attempts::scope_of(s.section_in_scope()))
+            };
+            (row.loop_name.clone(), scope)
+        }
+        (None, None) => {
+            return Err(ToolError::not_found(
+                "No loop: attempt history belongs to a loop. Pass loopName, or call from a loop session.",
+            ))
+        }
+    };
+    let (rows, next) = attempts::page(ctx.db, ctx.project_id(), &loop_name, scope.as_deref(), limit, before).db()?;
+    let data = json!({ "attempts": rows, "nextBeforeId": next });
+    ok(serde_json::to_string_pretty(&data).unwrap_or_default(), data)
+}
