@@ -123,7 +123,9 @@ async def test_code_lens_offers_execute_plan(forge):
 async def test_code_lens_commands_are_advertised(forge):
     await run(forge.client, "plan-write", {"content": COMPLETE_PLAN})
     commands = set(forge.result.capabilities.execute_command_provider.commands)
-    for lens in await lenses(forge.client, forge.plan_uri):
+    found = await lenses(forge.client, forge.plan_uri)
+    assert found, "a stored session plan has at least its Execute plan lens"
+    for lens in found:
         assert lens.command.command in commands
 
 

@@ -153,7 +153,7 @@ fn requests_before_initialize_are_server_not_initialized() {
     assert_serving(&mut c);
     // A second initialize is refused, the first one stands.
     let e = c.initialize(&Init::new(&repo.path)).expect_err("initialize twice");
-    println!("second initialize: {e}");
+    assert_eq!(e.code, -32600, "a second initialize is an invalid request: {e}");
     assert_serving(&mut c);
 }
 

@@ -186,7 +186,9 @@ fn every_agent_of_the_protocol_is_accepted() {
     for agent in ["user", "architect", "code", "auditor", "auditor-loop", "minion"] {
         let mut c = sb.stdio();
         c.init(&Init::new(&repo.path).agent(agent));
-        assert!(c.tool("tools", json!({})).is_ok(), "{agent}");
+        let out = c.tool("tools", json!({})).unwrap_or_else(|e| panic!("{agent}: forge.tools failed: {e}"));
+        let offers = out.data["tools"].as_array().unwrap_or_else(|| panic!("{agent}: no tools list: {}", out.data));
+        assert!(offers.iter().any(|t| t["name"] == "plan-read"), "{agent}: offers lack plan-read: {}", out.data);
     }
 }
 

@@ -91,14 +91,9 @@ const KEYS: &[(&str, Ty)] = &[
 ];
 
 /// A configuration problem.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// The merged configuration, typed.
 #[derive(Debug, Clone, PartialEq)]

@@ -176,7 +176,7 @@ async fn run(
                     continue;
                 }
                 r.live.handle = None;
-                let _ = r.db(move |c| db::set_session_status(c, &sid, "idle")).await;
+                r.write(move |c| db::set_session_status(c, &sid, "idle")).await;
                 r.capture_usage().await;
                 if !r.on_turn_end(outcome).await {
                     break;
@@ -214,6 +214,21 @@ impl Runner {
         f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<R> + Send + 'static,
     ) -> rusqlite::Result<R> {
         self.engine.store.call(move |c| f(c)).await
+    }
+
+    /// A write whose failure cannot change what the runner does next: logged, never
+    /// dropped silently.
+    async fn write<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<R> + Send + 'static,
+    ) -> Option<R> {
+        match self.db(f).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::error!(project = %self.project, loop_name = %self.loop_name, "database write failed: {e}");
+                None
+            }
+        }
     }
 
     async fn row(&self) -> Option<LoopRow> {
@@ -265,7 +280,7 @@ impl Runner {
             shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
         };
         let sid = self.live.id.clone();
-        let _ = self.db(move |c| db::set_session_status(c, &sid, "busy")).await;
+        self.write(move |c| db::set_session_status(c, &sid, "busy")).await;
         self.quiet_since = now_ms();
         self.live.handle = Some(host::start_turn(req, self.done_tx.clone()));
     }
@@ -303,8 +318,8 @@ impl Runner {
         .unwrap_or_else(|| "default".into());
         let per_model = forge_domain::usage::per_model(&lines, &fallback);
         let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
-        let _ = self
-            .db(move |c| {
+        self
+            .write(move |c| {
                 c.execute(
                     "DELETE FROM loop_session_usage WHERE project_id = ?1 AND loop_name = ?2 AND session_id = ?3",
                     rusqlite::params![p, n, sid],
@@ -345,15 +360,14 @@ impl Runner {
         self.stalls += 1;
         self.quiet_since = now;
         let (p, n, k) = (self.project.clone(), self.loop_name.clone(), self.stalls);
-        let _ = self
-            .db(move |c| {
-                c.execute(
-                    "UPDATE loops SET stall_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
-                    rusqlite::params![p, n, k],
-                )?;
-                forge_store::status::touch(c, &p, &n, now_ms())
-            })
-            .await;
+        self.write(move |c| {
+            c.execute(
+                "UPDATE loops SET stall_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                rusqlite::params![p, n, k],
+            )?;
+            forge_store::status::touch(c, &p, &n, now_ms())
+        })
+        .await;
         self.engine.store.wrote.wake();
         tracing::warn!(loop_name = %self.loop_name, stalls = self.stalls, busy, "loop stalled");
         let max = self.config.max_consecutive_stalls as u32;
@@ -366,7 +380,7 @@ impl Runner {
                 h.abort();
             }
             let (p, n) = (self.project.clone(), self.loop_name.clone());
-            let _ = self.db(move |c| db::discard_pending(c, &p, &n, now_ms())).await;
+            self.write(move |c| db::discard_pending(c, &p, &n, now_ms())).await;
             self.send(CONTINUE_NUDGE.to_string()).await;
         } else {
             let prompt = self.live.last_prompt.clone();
@@ -454,7 +468,7 @@ impl Runner {
         self.external(Event::Cancel).await;
         if self.config.cleanup_worktree {
             let (repo, wt) = (self.repo_root.clone(), PathBuf::from(&row.worktree_dir));
-            let _ = tokio::task::spawn_blocking(move || git::remove_worktree(&repo, &wt)).await;
+            remove_worktree_logged(repo, wt).await;
         }
         Ok(cancelled_result(&row, iteration))
     }
@@ -467,8 +481,8 @@ impl Runner {
                 // Next model of the auditor chain, same session, the pending record of the
                 // aborted turn discarded, the audit prompt sent again.
                 let (p, n) = (self.project.clone(), self.loop_name.clone());
-                let _ = self
-                    .db(move |c| {
+                self
+                    .write(move |c| {
                         db::discard_pending(c, &p, &n, now_ms())?;
                         c.execute(
                             "UPDATE loops SET auditor_fallback_index = auditor_fallback_index + 1 WHERE project_id = ?1 AND loop_name = ?2",
@@ -485,7 +499,7 @@ impl Runner {
                 let text = if t.cause == "summary-missing" {
                     if let Some(p) = &pending {
                         let id = p.id;
-                        let _ = self.db(move |c| db::resolve_handoff(c, id, "discarded", now_ms()).map(|_| ())).await;
+                        self.write(move |c| db::resolve_handoff(c, id, "discarded", now_ms()).map(|_| ())).await;
                     }
                     handoff::SUMMARY_NUDGE.to_string()
                 } else {
@@ -503,15 +517,14 @@ impl Runner {
             }
             TransitionKind::Retry => {
                 let (p, n, e) = (self.project.clone(), self.loop_name.clone(), t.error_count_after);
-                let _ = self
-                    .db(move |c| {
-                        c.execute(
-                            "UPDATE loops SET error_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
-                            rusqlite::params![p, n, e],
-                        )
-                        .map(|_| ())
-                    })
-                    .await;
+                self.write(move |c| {
+                    c.execute(
+                        "UPDATE loops SET error_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                        rusqlite::params![p, n, e],
+                    )
+                    .map(|_| ())
+                })
+                .await;
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let p = self.live.last_prompt.clone();
                 self.send(p).await;
@@ -920,7 +933,7 @@ impl Runner {
         }
         if reason == TerminationReason::Completed {
             let repo = self.repo_root.clone();
-            let _ = tokio::task::spawn_blocking(move || git::remove_worktree(&repo, &wt)).await;
+            remove_worktree_logged(repo, wt).await;
         }
     }
 }
@@ -1025,8 +1038,17 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     if env.config.cleanup_worktree {
         if let Some(repo) = env.project.repo_root.clone() {
             let wt = PathBuf::from(&row.worktree_dir);
-            let _ = tokio::task::spawn_blocking(move || git::remove_worktree(&repo, &wt)).await;
+            remove_worktree_logged(repo, wt).await;
         }
     }
     Ok(cancelled_result(&row, row.iteration))
+}
+
+/// Removes a loop's worktree; a failure is logged (the loop's state does not depend on it).
+async fn remove_worktree_logged(repo: PathBuf, wt: PathBuf) {
+    match tokio::task::spawn_blocking(move || git::remove_worktree(&repo, &wt).map_err(|e| (wt, e))).await {
+        Ok(Ok(())) => {}
+        Ok(Err((wt, e))) => tracing::warn!("cannot remove worktree {}: {e}", wt.display()),
+        Err(e) => tracing::warn!("removing a worktree failed: {e}"),
+    }
 }

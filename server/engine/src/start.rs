@@ -198,11 +198,14 @@ async fn resolve_models(
             let now = now_ms();
             for (k, v) in [("executionModel", &em), ("auditorModel", &am)] {
                 if let Some(v) = v {
-                    let _ = db.execute(
+                    let saved = db.execute(
                         "INSERT INTO model_preferences (project_id, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
                          ON CONFLICT (project_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
                         rusqlite::params![p, k, v, now],
                     );
+                    if let Err(e) = saved {
+                        tracing::warn!("cannot remember the last used {k}: {e}");
+                    }
                 }
             }
             (exec, aud)
@@ -242,7 +245,7 @@ async fn first_prompt(engine: &Arc<Engine>, project: &str, name: &str, env: &Too
 
 async fn rollback_rows(engine: &Arc<Engine>, project: &str, name: &str) {
     let (p, n) = (project.to_string(), name.to_string());
-    let _ = engine
+    let rolled = engine
         .store
         .call(move |c| {
             forge_store::transact(c, |tx| -> rusqlite::Result<()> {
@@ -252,14 +255,21 @@ async fn rollback_rows(engine: &Arc<Engine>, project: &str, name: &str) {
             })
         })
         .await;
+    if let Err(e) = rolled {
+        tracing::error!(project, loop_name = name, "rolling back a failed loop start: database error: {e}");
+    }
     engine.store.wrote.wake();
 }
 
 async fn rollback_git(repo: &Path, dir: &Path, branch: &str) {
     let (r, d, b) = (repo.to_path_buf(), dir.to_path_buf(), branch.to_string());
     let _ = tokio::task::spawn_blocking(move || {
-        let _ = git::remove_worktree(&r, &d);
-        let _ = git::delete_branch(&r, &b);
+        if let Err(e) = git::remove_worktree(&r, &d) {
+            tracing::warn!("rolling back a failed loop start: cannot remove worktree {}: {e}", d.display());
+        }
+        if let Err(e) = git::delete_branch(&r, &b) {
+            tracing::warn!("rolling back a failed loop start: cannot delete branch {b}: {e}");
+        }
     })
     .await;
 }

@@ -40,34 +40,17 @@ pub fn latest_version() -> u32 {
 }
 
 /// Why the store could not be opened.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    #[error("cannot create the data directory for {path}: {err}", path = .0.display(), err = .1)]
     Io(PathBuf, std::io::Error),
+    #[error("{path} is not a usable forge-lsp database ({err}); it was left untouched. Move it away or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
     NotADatabase(PathBuf, String),
+    #[error("{shown} has schema version {found}, newer than this forge-lsp understands (version {known}); it was left untouched. Upgrade forge-lsp or use another data directory.", shown = path.display())]
     TooNew { path: PathBuf, found: u32, known: u32 },
+    #[error("cannot open {path}: {err}", path = .0.display(), err = .1)]
     Sqlite(PathBuf, rusqlite::Error),
 }
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OpenError::Io(p, e) => write!(f, "cannot create the data directory for {}: {e}", p.display()),
-            OpenError::NotADatabase(p, e) => write!(
-                f,
-                "{} is not a usable forge-lsp database ({e}); it was left untouched. Move it away or choose another data directory (--data-dir / FORGE_DATA_DIR).",
-                p.display()
-            ),
-            OpenError::TooNew { path, found, known } => write!(
-                f,
-                "{} has schema version {found}, newer than this forge-lsp understands (version {known}); it was left untouched. Upgrade forge-lsp or use another data directory.",
-                path.display()
-            ),
-            OpenError::Sqlite(p, e) => write!(f, "cannot open {}: {e}", p.display()),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {}
 
 pub use forge_core::now_ms;
 
