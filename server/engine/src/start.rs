@@ -92,6 +92,13 @@ pub async fn start_loop(
         }
     }
 
+    // The agent command, checked before any row exists: a loop that cannot start is never
+    // announced as running.
+    if let Err(e) = probe_agent(env, &wt.dir) {
+        rollback_git(&repo, &wt.dir, &branch).await;
+        return Err(ToolError::precondition(format!("Failed to start loop: {e}")));
+    }
+
     // 2. Rows.
     let decomposition = decompose(&plan);
     let total = decomposition.sections.len() as u32;
@@ -144,11 +151,6 @@ pub async fn start_loop(
 
     // 3. First turn.
     let prompt = first_prompt(engine, &project, &name, env, Kind::Initial).await;
-    if let Err(e) = probe_agent(env, &wt.dir) {
-        rollback_rows(engine, &project, &name).await;
-        rollback_git(&repo, &wt.dir, &branch).await;
-        return Err(ToolError::precondition(format!("Failed to start loop: {e}")));
-    }
     runner::spawn(
         engine,
         &project,
@@ -241,24 +243,6 @@ async fn first_prompt(engine: &Arc<Engine>, project: &str, name: &str, env: &Too
         })
         .await
         .unwrap_or_default()
-}
-
-async fn rollback_rows(engine: &Arc<Engine>, project: &str, name: &str) {
-    let (p, n) = (project.to_string(), name.to_string());
-    let rolled = engine
-        .store
-        .call(move |c| {
-            forge_store::transact(c, |tx| -> rusqlite::Result<()> {
-                tx.execute("DELETE FROM plans WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![p, n])?;
-                tx.execute("DELETE FROM loops WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![p, n])?;
-                forge_store::changes::record(tx, &p, forge_store::changes::Kind::Loop, &n, now_ms())
-            })
-        })
-        .await;
-    if let Err(e) = rolled {
-        tracing::error!(project, loop_name = name, "rolling back a failed loop start: database error: {e}");
-    }
-    engine.store.wrote.wake();
 }
 
 async fn rollback_git(repo: &Path, dir: &Path, branch: &str) {

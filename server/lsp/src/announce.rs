@@ -61,10 +61,14 @@ async fn announce(conn: &Arc<Conn>, batch: &[Change]) {
         conn.refresh(&ForgeUri::Index.to_uri());
     }
     for (name, payload) in &loop_changes {
-        crate::loops::announce(conn, name, payload.as_deref()).await;
+        crate::loops::announce(conn, name, payload.as_deref(), true).await;
     }
     if !loop_changes.is_empty() {
         conn.refresh(&ForgeUri::Index.to_uri());
+    }
+    // Lenses show plan actions and section status: stale once either changes.
+    if !loop_changes.is_empty() || !plan_uris.is_empty() {
+        conn.refresh_code_lenses();
     }
     if conn.caps.materialize {
         // Loop documents (status, sections, loop plan) and the index follow the loop and

@@ -31,6 +31,9 @@ pub struct ClientCaps {
     /// `workspace.textDocumentContent` declared: virtual documents and their refresh.
     pub text_document_content: bool,
     pub work_done_progress: bool,
+    /// `workspace.codeLens.refreshSupport` declared: lenses are refreshed when plans or
+    /// loops change.
+    pub code_lens_refresh: bool,
     /// Materialize read-only copies under `<project>/.forge/view/`.
     pub materialize: bool,
 }
@@ -170,6 +173,18 @@ impl Conn {
                     .await;
                 });
             }
+        });
+    }
+
+    /// Sends `workspace/codeLens/refresh` (plans or loops changed), without waiting on
+    /// the client.
+    pub fn refresh_code_lenses(&self) {
+        if !self.caps.code_lens_refresh {
+            return;
+        }
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, client.code_lens_refresh()).await;
         });
     }
 

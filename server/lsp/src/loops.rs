@@ -15,7 +15,10 @@ use forge_store::loops;
 
 /// Announces one loop change to this connection, from its snapshot when it has one (else
 /// from the current row).
-pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>) {
+///
+/// `live`: a change that just happened (not the replay after `initialized`); only a live
+/// end is told with `window/showMessage`.
+pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>, live: bool) {
     let snap = match payload.and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok()) {
         Some(v) => Some(v),
         None => {
@@ -25,7 +28,6 @@ pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>) {
     };
     let Some(snap) = snap else { return };
     let Ok(s) = serde_json::from_value::<LoopStatusParams>(snap["status"].clone()) else { return };
-    let host_session = snap["hostSessionId"].as_str().map(str::to_string);
     let completed = snap["completedSections"].as_u64().unwrap_or(0) as usize;
     conn.client.send_notification::<LoopStatus>(s.clone()).await;
     conn.refresh(&ForgeUri::LoopStatus(s.loop_name.clone()).to_uri());
@@ -36,8 +38,8 @@ pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>) {
     if conn.caps.work_done_progress {
         progress(conn, &s, completed).await;
     }
-    // Tell the user who started it that it ended.
-    if s.status != "running" && host_session.as_deref() == Some(conn.env().caller.session_id.as_str()) {
+    // Tell every connection of the project that it ended (once per end).
+    if live && s.status != "running" {
         let at = s.completed_at.unwrap_or(0);
         let first = {
             let mut st = conn.progress.lock().expect("progress");
@@ -58,6 +60,14 @@ pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>) {
             };
             conn.client.show_message(kind, text).await;
         }
+    }
+}
+
+/// `completed`, or `stalled: stall_timeout`: the reason only when it says more than the status.
+fn end_message(s: &LoopStatusParams) -> String {
+    match s.termination_reason.as_deref().filter(|r| *r != s.status) {
+        Some(r) => format!("{}: {r}", s.status),
+        None => s.status.clone(),
     }
 }
 
@@ -113,8 +123,7 @@ async fn progress(conn: &Conn, s: &LoopStatusParams, completed: usize) {
         }
     } else if let Some(token) = existing {
         conn.progress.lock().expect("progress").tokens.remove(&s.loop_name);
-        let msg =
-            format!("{}{}", s.status, s.termination_reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default());
+        let msg = end_message(s);
         send_progress(conn, &token, json!({ "kind": "end", "message": msg })).await;
     }
 }
@@ -131,6 +140,6 @@ pub async fn announce_initial(conn: &Conn) {
         .await
         .unwrap_or_default();
     for n in names {
-        announce(conn, &n, None).await;
+        announce(conn, &n, None, false).await;
     }
 }

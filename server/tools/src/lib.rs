@@ -130,6 +130,8 @@ pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError
         Some(mut v) if v.len() == 1 => match v.remove(0) {
             Value::Object(m) => Ok(Value::Object(m)),
             Value::Null => Ok(Value::Object(Default::default())),
+            // Neovim encodes an empty Lua table `{}` as `[]`.
+            Value::Array(a) if a.is_empty() => Ok(Value::Object(Default::default())),
             other => Err(ToolError::invalid_params(format!(
                 "arguments must be a list with exactly one JSON object (the tool's input), got {}",
                 match other {

@@ -432,6 +432,8 @@ pub struct Init {
     pub work_done_progress: bool,
     /// Offer `utf-8` in `general.positionEncodings`.
     pub utf8: bool,
+    /// Declare `workspace.codeLens.refreshSupport`.
+    pub code_lens_refresh: bool,
     /// Extra `initializationOptions.forge` fields (merged last).
     pub forge_extra: Option<Value>,
 }
@@ -471,6 +473,10 @@ impl Init {
     }
     pub fn work_done_progress(mut self, on: bool) -> Self {
         self.work_done_progress = on;
+        self
+    }
+    pub fn code_lens_refresh(mut self, on: bool) -> Self {
+        self.code_lens_refresh = on;
         self
     }
     pub fn utf8(mut self, on: bool) -> Self {
@@ -520,6 +526,9 @@ impl Init {
         });
         if self.text_document_content {
             caps["workspace"]["textDocumentContent"] = json!({ "dynamicRegistration": false });
+        }
+        if self.code_lens_refresh {
+            caps["workspace"]["codeLens"] = json!({ "refreshSupport": true });
         }
         let mut p = json!({
             "processId": std::process::id(),

@@ -95,7 +95,9 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let work_done_progress =
         p.pointer("/capabilities/window/workDoneProgress").and_then(Value::as_bool).unwrap_or(false);
     let materialize = config.materialize.unwrap_or(!text_document_content);
-    let caps = ClientCaps { encoding, text_document_content, work_done_progress, materialize };
+    let code_lens_refresh =
+        p.pointer("/capabilities/workspace/codeLens/refreshSupport").and_then(Value::as_bool).unwrap_or(false);
+    let caps = ClientCaps { encoding, text_document_content, work_done_progress, materialize, code_lens_refresh };
 
     let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok() };
     let conn = Conn::new(backend.hub.next_conn_id(), backend.client.clone(), ws.clone(), env, caps);

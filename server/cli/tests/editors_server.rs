@@ -1,0 +1,114 @@
+//! What real editors need from the server (issue 11; PROTOCOL.md 3.1 and 10.2): findings
+//! republished when a file is opened again, Neovim's `[[]]` arguments, a loop's end told to
+//! every connection of the project, a progress end message that does not repeat itself,
+//! code lenses refreshed when plans and loops change, and no phantom running loop when a
+//! loop cannot start.
+
+mod common;
+mod findings_support;
+mod loop_support;
+
+use std::time::Duration;
+
+use common::*;
+use findings_support::{expect_count, uri_in};
+use loop_support::*;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn opening_a_file_republishes_its_findings_to_that_connection() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("src/lib.rs", "fn a() {}\nfn b() {}\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let uri = uri_in(&repo.path, "src/lib.rs");
+    let mark = c.mark();
+    c.tool_ok(
+        "review-write",
+        json!({ "file": "src/lib.rs", "line": 2, "severity": "bug", "description": "b is wrong" }),
+    );
+    expect_count(&c, mark, &uri, 1);
+
+    // The editor closes the buffer (Neovim clears its diagnostics) and opens it again.
+    c.did_close(&uri);
+    let mark = c.mark();
+    c.did_open(&uri, "fn a() {}\nfn b() {}\n", 1);
+    let again = expect_count(&c, mark, &uri, 1);
+    assert_eq!(again[0]["message"], json!("b is wrong"));
+}
+
+#[test]
+fn an_empty_list_as_the_argument_means_an_empty_input() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    // Neovim encodes `arguments = {{}}` as `[[]]`.
+    let r = c.execute("forge.tools", Some(json!([[]]))).expect("[[]] is an empty input");
+    assert!(r["data"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{r}");
+    // A non-empty list is still refused with a message naming the shape.
+    let e = c.execute("forge.tools", Some(json!([[1]]))).expect_err("a list with items is not an input");
+    assert_eq!(e.code, -32602);
+    assert!(e.message.contains("a list"), "{e}");
+}
+
+#[test]
+fn a_loop_end_is_told_to_every_connection_and_the_progress_end_does_not_repeat_the_status() {
+    let t = LoopTest::start("clean", "");
+    // A second editor on the same server (its private socket), declaring progress.
+    let sock = t.client.private_socket().expect("private socket");
+    let mut other = Client::connect_unix(&sock).expect("connect to the private socket");
+    other.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"));
+    for (who, c) in [("the starting connection", &t.client), ("another connection", &other)] {
+        let shown = c
+            .wait_notification(WAIT, |r| {
+                r.method() == "window/showMessage"
+                    && r.params()["message"].as_str().is_some_and(|m| m.contains(&name) && m.contains("completed"))
+            })
+            .unwrap_or_else(|| {
+                panic!("{who} was not told the loop ended: {:?}", c.notifications_of("window/showMessage"))
+            });
+        assert_eq!(shown.params()["type"], json!(3), "completed is Info");
+    }
+    let end_msg = other
+        .wait_notification(WAIT, |r| r.method() == "$/progress" && r.params()["value"]["kind"] == json!("end"))
+        .unwrap_or_else(|| panic!("no progress end: {:?}", other.notifications_of("$/progress")));
+    assert_eq!(end_msg.params()["value"]["message"], json!("completed"), "not \"completed: completed\"");
+}
+
+#[test]
+fn a_client_that_supports_it_gets_code_lens_refreshes_when_plans_change() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path).code_lens_refresh(true));
+    let mark = c.mark();
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nDo it.\n" }));
+    c.wait_server_request_since(mark, WAIT, |r| r.method() == "workspace/codeLens/refresh")
+        .unwrap_or_else(|| panic!("no workspace/codeLens/refresh: {:?}", c.server_requests()));
+}
+
+#[test]
+fn a_loop_that_cannot_start_is_never_announced_as_running() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write_project_config("[agent]\ncommand = [\"/nonexistent/agent\"]\n[sandbox]\nenabled = false\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let e = c.tool_err("execute-plan", json!({ "title": "t", "plan": "# P\n\nDo it.\n" }));
+    assert_eq!(e.code, 1004, "{e}");
+    assert!(e.message.contains("/nonexistent/agent"), "{e}");
+    std::thread::sleep(Duration::from_millis(500));
+    let phantom: Vec<_> = c
+        .notifications_of("forge/loopStatus")
+        .into_iter()
+        .filter(|n| n["params"]["status"] == json!("running"))
+        .collect();
+    assert!(phantom.is_empty(), "a loop that failed to start was announced as running: {phantom:?}");
+}
