@@ -10,6 +10,7 @@ pub mod loop_machine;
 pub mod loop_permissions;
 pub mod loop_status;
 pub mod naming;
+pub mod patch;
 pub mod permissions;
 pub mod plan;
 pub mod prompts;
