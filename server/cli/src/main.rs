@@ -51,6 +51,9 @@ enum Cmd {
         /// Session id (default: FORGE_SESSION_ID, else a fresh id).
         #[arg(long)]
         session: Option<String>,
+        /// The project (a directory in a git repository); default: the working directory's.
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
     },
     /// Remove old session plans, or one loop with its worktree and forge/ branch.
     Cleanup {
@@ -79,9 +82,16 @@ fn main() {
     };
     init_logging(cli.log_file.as_ref());
     match cli.command {
-        Some(Cmd::Call { tool, input, json, agent, session }) => {
-            let code =
-                cli::call::run(cli::call::CallArgs { tool, input, json, agent, session, data_dir: cli.data_dir });
+        Some(Cmd::Call { tool, input, json, agent, session, project }) => {
+            let code = cli::call::run(cli::call::CallArgs {
+                tool,
+                input,
+                json,
+                agent,
+                session,
+                data_dir: cli.data_dir,
+                project,
+            });
             std::process::exit(code);
         }
         Some(Cmd::Cleanup { what }) => std::process::exit(cli::cleanup::run(what, cli.data_dir)),

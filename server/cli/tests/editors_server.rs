@@ -112,3 +112,60 @@ fn a_loop_that_cannot_start_is_never_announced_as_running() {
         .collect();
     assert!(phantom.is_empty(), "a loop that failed to start was announced as running: {phantom:?}");
 }
+
+#[test]
+fn call_outside_a_repository_refuses_unless_a_project_is_named() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let outside = sb.mkdir("not-a-repo");
+    let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&outside).run();
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("not inside a git repository") && out.stderr.contains("--project"), "{out:?}");
+    let out = sb
+        .call("review-write")
+        .input(json!({ "file": "a.rs", "line": 1, "severity": "bug", "description": "d" }))
+        .arg("--project")
+        .arg(repo.path.to_str().unwrap())
+        .cwd(&outside)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[test]
+fn call_resolves_a_relative_file_against_the_working_directory() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("src/deep/x.rs", "fn x() {}\n");
+    let out = sb
+        .call("review-write")
+        .input(json!({ "file": "x.rs", "line": 1, "severity": "bug", "description": "d" }))
+        .json()
+        .cwd(&repo.path.join("src/deep"))
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(v["data"]["finding"]["file"], json!("src/deep/x.rs"), "{v}");
+}
+
+#[test]
+fn plan_write_from_a_shell_says_which_session_holds_the_plan() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let out =
+        sb.call("plan-write").input(json!({ "content": "# Plan\n\n## Objective\nDo it.\n" })).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let session = out
+        .stdout
+        .split("Session: ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no session in {:?}", out.stdout))
+        .to_string();
+    let edit = sb
+        .call("plan-edit")
+        .input(json!({ "oldString": "Do it.", "newString": "Do it well." }))
+        .session(&session)
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(edit.code, 0, "the named session finds its plan: {edit:?}");
+}

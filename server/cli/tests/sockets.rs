@@ -348,7 +348,8 @@ fn call_help_lists_every_tool_with_its_description() {
     let help = run_process(cmd, None, CALL_TIMEOUT);
     assert_eq!(help.code, 0, "{help:?}");
 
-    let tools = sb.call("tools").json().run();
+    let repo = GitRepo::new();
+    let tools = sb.call("tools").json().cwd(&repo.path).run();
     assert_eq!(tools.code, 0, "{tools:?}");
     let v: Value = serde_json::from_str(&tools.stdout).unwrap();
     for t in v["data"]["tools"].as_array().unwrap() {

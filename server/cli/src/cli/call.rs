@@ -24,6 +24,8 @@ pub struct CallArgs {
     pub agent: Option<String>,
     pub session: Option<String>,
     pub data_dir: Option<PathBuf>,
+    /// `--project DIR`: the project, instead of the working directory's repository.
+    pub project: Option<PathBuf>,
 }
 
 /// Process exit status: 0 success, 1 tool failure, 2 usage error.
@@ -84,15 +86,78 @@ fn call(args: &CallArgs) -> Result<CommandResult, ToolError> {
             args.tool
         )));
     };
-    let input = parse_input(args.input.as_deref())?;
+    let mut input = parse_input(args.input.as_deref())?;
     let env_session = std::env::var("FORGE_SESSION_ID").ok().filter(|s| !s.is_empty());
     let env_token = std::env::var("FORGE_SESSION_TOKEN").ok().filter(|s| !s.is_empty());
     let (session, token) = match (&env_session, &env_token) {
         (Some(s), Some(t)) => (Some(s.clone()), Some(t.clone())),
         _ => (args.session.clone().or(env_session.clone()), None),
     };
-    let cwd =
+    // A plan written from a shell belongs to a session the caller must name again to edit
+    // it: choose it here, so the reply can say which.
+    let chosen_session =
+        (session.is_none() && matches!(tool.name, "plan-write" | "plan-edit")).then(forge_core::fresh_session);
+    let session = session.or(chosen_session.clone());
+    let here =
         std::env::current_dir().map_err(|e| ToolError::internal(format!("cannot read the working directory: {e}")))?;
+    let cwd = match &args.project {
+        Some(p) => p.canonicalize().map_err(|e| {
+            ToolError::invalid_params(format!("--project {}: not a usable directory: {e}", p.display()))
+        })?,
+        None => here.clone(),
+    };
+    // The project is the repository the directory is in, with its work tree as the root
+    // (as an editor opening the repository sees it), wherever in it the caller stands.
+    let detected = Project::detect(&cwd);
+    let cwd = detected.repo_root.clone().unwrap_or(cwd);
+    let in_loop = std::env::var_os("FORGE_LSP_SOCKET").is_some_and(|s| !s.is_empty());
+    if !in_loop && detected.is_global() {
+        return Err(ToolError::invalid_params(format!(
+            "{} is not inside a git repository with a commit, so there is no project to call forge.{} on; run it from your project, or name one with --project DIR",
+            detected.root.display(),
+            tool.name
+        )));
+    }
+    relative_file_from(&mut input, &here, &cwd);
+    let result = call_with(args, tool, input, session, token, &cwd);
+    match (result, chosen_session) {
+        (Ok(mut r), Some(s)) => {
+            r.text.push_str(&format!(
+                "\n\nSession: {s} (this plan's session: pass --session {s} or FORGE_SESSION_ID={s} to read or edit it)"
+            ));
+            Ok(r)
+        }
+        (r, _) => r,
+    }
+}
+
+/// A relative `file` is relative to the caller's working directory: rewritten relative to
+/// the project root (or absolute when the directory is outside it).
+fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) {
+    let Some(file) = input.get("file").and_then(Value::as_str) else { return };
+    if file.is_empty() || Path::new(file).is_absolute() {
+        return;
+    }
+    let Ok(sub) = cwd.strip_prefix(root) else {
+        // Outside the project: make it absolute, so it names the file the caller meant.
+        input["file"] = Value::String(cwd.join(file).display().to_string());
+        return;
+    };
+    if sub.as_os_str().is_empty() {
+        return;
+    }
+    input["file"] = Value::String(sub.join(file).display().to_string());
+}
+
+fn call_with(
+    args: &CallArgs,
+    tool: &'static tools::ToolEntry,
+    input: Value,
+    session: Option<String>,
+    token: Option<String>,
+    cwd: &Path,
+) -> Result<CommandResult, ToolError> {
+    let cwd = cwd.to_path_buf();
     let data_dir = project::data_dir(None, args.data_dir.as_deref());
 
     if let Some(sock) = std::env::var_os("FORGE_LSP_SOCKET").filter(|s| !s.is_empty()) {

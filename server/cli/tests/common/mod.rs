@@ -198,7 +198,9 @@ impl Sandbox {
 
     /// Creates and migrates `forge.db` (by running a harmless in-process call).
     pub fn ensure_db(&self) {
-        let out = self.call("plan-read").input(json!({ "recent": true })).run();
+        // `call` needs a project: a throwaway repository.
+        let repo = GitRepo::new();
+        let out = self.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).run();
         assert_eq!(out.code, 0, "creating the database failed: {out:?}");
         assert!(self.db_path().exists());
     }
