@@ -1,0 +1,498 @@
+-- Starting forge-lsp for a project (the git root of a file) and finding the client that
+-- serves a buffer. Neovim 0.11+: vim.lsp.config + vim.lsp.enable; Neovim 0.10:
+-- vim.lsp.start from autocommands. Never starts a server for `forge://` buffers: those
+-- are attached to the client that served them (see forge.documents).
+local util = require('forge.util')
+local options = require('forge.config')
+
+local M = {}
+
+--- client id -> { root, session, initialized }
+M.info = {}
+--- roots whose start with a stored session id has not finished initializing
+M.trying = {}
+
+local ERROR, WARN = vim.log.levels.ERROR, vim.log.levels.WARN
+
+-- Session persistence: one Forge session id per project root, so the session plan
+-- survives a restart of Neovim.
+
+local function sessions_file()
+  return vim.fs.joinpath(vim.fn.stdpath('data'), 'forge', 'sessions.json')
+end
+
+local function load_sessions()
+  local f = io.open(sessions_file(), 'r')
+  if not f then
+    return {}
+  end
+  local text = f:read('*a')
+  f:close()
+  local ok, data = pcall(vim.json.decode, text)
+  if ok and type(data) == 'table' then
+    return data
+  end
+  return {}
+end
+
+local function save_sessions(data)
+  local path = sessions_file()
+  vim.fn.mkdir(vim.fs.dirname(path), 'p')
+  local f = io.open(path, 'w')
+  if not f then
+    return
+  end
+  f:write(vim.json.encode(next(data) and data or vim.empty_dict()))
+  f:close()
+end
+
+local function remember_session(root, sid)
+  local data = load_sessions()
+  if data[root] ~= sid then
+    data[root] = sid
+    save_sessions(data)
+  end
+end
+
+local function forget_session(root)
+  local data = load_sessions()
+  if data[root] ~= nil then
+    data[root] = nil
+    save_sessions(data)
+  end
+end
+
+-- Project detection and the checks that turn bad input into a clear message.
+
+local main_roots = {}
+
+--- A linked worktree (`.git` is a file: a loop's worktree, `git worktree add`) belongs to
+--- the repository's main worktree: one server serves both (same Forge project).
+local function main_root(root)
+  if main_roots[root] then
+    return main_roots[root]
+  end
+  local result = root
+  local st = vim.uv.fs_stat(vim.fs.joinpath(root, '.git'))
+  if st and st.type == 'file' then
+    local ok, res = pcall(function()
+      return vim.system({ 'git', '-C', root, 'rev-parse', '--path-format=absolute', '--git-common-dir' }, { text = true })
+        :wait(5000)
+    end)
+    local common = ok and res.code == 0 and vim.trim(res.stdout or '') or ''
+    if common:match('/%.git$') and vim.fn.isdirectory(common) == 1 then
+      result = vim.fs.dirname(common)
+    end
+  end
+  main_roots[root] = result
+  return result
+end
+
+--- The project root (git root) of a file buffer; nil for URIs, special buffers and files
+--- outside a git repository.
+function M.buf_root(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) or vim.bo[bufnr].buftype ~= '' then
+    return nil
+  end
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name == '' or util.is_uri(name) then
+    return nil
+  end
+  local root = vim.fs.root(name, '.git')
+  return root and main_root(root) or nil
+end
+
+--- The git root of the working directory.
+function M.cwd_root()
+  local root = vim.fs.root(vim.fn.getcwd(), '.git')
+  return root and main_root(root) or nil
+end
+
+--- Whether the server command can be run; says why not, once.
+function M.executable()
+  local cmd = options.cmd()
+  if vim.fn.executable(cmd[1]) == 1 then
+    return true
+  end
+  util.notify_once(
+    'exe:' .. cmd[1],
+    ("cannot start the server: '%s' is not an executable file (not found on PATH). "
+      .. "Install forge-lsp or set its path: require('forge').setup({ cmd = { '/path/to/forge-lsp' } })"):format(cmd[1]),
+    ERROR
+  )
+  return false
+end
+
+local committed = {}
+
+--- Whether the repository at root has a commit (forge-lsp identifies a project by its
+--- first commit); says why not, once per root.
+function M.has_commit(root)
+  if committed[root] then
+    return true
+  end
+  local ok, res = pcall(function()
+    return vim.system({ 'git', '-C', root, 'rev-parse', '--verify', '-q', 'HEAD^{commit}' }, { text = true }):wait(5000)
+  end)
+  if not ok then
+    util.notify_once('git', 'cannot run git (' .. util.error_text(res) .. '); forge-lsp needs git.', ERROR)
+    return false
+  end
+  if res.code == 0 then
+    committed[root] = true
+    return true
+  end
+  util.notify_once(
+    'nocommit:' .. root,
+    ('%s has no commits yet: forge-lsp identifies a project by its first commit. '
+      .. 'Commit something (git commit), then reopen the file (:edit).'):format(root),
+    WARN
+  )
+  return false
+end
+
+function M.can_start(root)
+  return M.executable() and M.has_commit(root)
+end
+
+-- The client configuration.
+
+local function capabilities()
+  local caps = vim.lsp.protocol.make_client_capabilities()
+  caps.workspace = caps.workspace or {}
+  -- LSP 3.18: we open forge:// documents ourselves (forge.documents), so the server serves
+  -- them instead of materializing copies under .forge/view/.
+  caps.workspace.textDocumentContent = { dynamicRegistration = false }
+  caps.window = caps.window or {}
+  caps.window.workDoneProgress = true
+  return caps
+end
+
+local function spawn(dispatchers, cfg)
+  local cmd = options.cmd()
+  local extra = { cwd = cfg and cfg.root_dir or nil, env = options.get().cmd_env }
+  local ok, rpc = pcall(vim.lsp.rpc.start, cmd, dispatchers, extra)
+  if not ok then
+    vim.schedule(function()
+      util.error(('cannot start %s: %s'):format(table.concat(cmd, ' '), util.error_text(rpc)))
+    end)
+    error(rpc, 0)
+  end
+  -- Neovim asserts on an `initialize` error (a stack trace, and a client that never
+  -- starts): say what the server said instead and stop it.
+  local request, is_closing = rpc.request, rpc.is_closing
+  local refused = false
+  -- A refused client counts as stopped at once, so the next start does not reuse it.
+  rpc.is_closing = function(...)
+    return refused or is_closing(...)
+  end
+  rpc.request = function(method, params, callback, ...)
+    if method == 'initialize' and type(callback) == 'function' then
+      local inner = callback
+      callback = function(err, result)
+        if err then
+          local text = util.error_text(err)
+          vim.schedule(function()
+            -- (Neovim 0.10 does not pass the config to cmd: the root being tried.)
+            local root = (cfg and cfg.root_dir) or next(M.trying)
+            if type(err) == 'table' and err.code == 1001 and root and M.trying[root] then
+              -- The session stored for this project is refused: start fresh next time.
+              M.trying[root] = nil
+              forget_session(root)
+              text = text .. ' (the stored session is forgotten: reopen the file to start with a new one)'
+            end
+            util.notify_once('init:' .. text, 'forge-lsp refused to start: ' .. text, vim.log.levels.ERROR)
+          end)
+          refused = true
+          rpc.terminate()
+          return
+        end
+        return inner(err, result)
+      end
+    end
+    return request(method, params, callback, ...)
+  end
+  return rpc
+end
+
+local function before_init(params, cfg)
+  local opts = options.get()
+  local forge = {}
+  if opts.data_dir then
+    forge.dataDir = vim.fn.expand(opts.data_dir)
+  end
+  if type(opts.config) == 'table' and next(opts.config) then
+    forge.config = opts.config
+  end
+  if opts.persist_session and cfg.root_dir then
+    local sid = load_sessions()[cfg.root_dir]
+    if type(sid) == 'string' and sid ~= '' then
+      forge.session = sid
+      M.trying[cfg.root_dir] = sid
+    end
+  end
+  params.initializationOptions = { forge = next(forge) and forge or vim.empty_dict() }
+end
+
+local function on_init(client, result)
+  local root = client.root_dir or (client.config and client.config.root_dir)
+  local sid = vim.tbl_get(result or {}, 'capabilities', 'experimental', 'forge', 'sessionId')
+  M.info[client.id] = { root = root, session = sid, initialized = true }
+  if root then
+    M.trying[root] = nil
+  end
+  if sid and root and options.get().persist_session then
+    remember_session(root, sid)
+  end
+end
+
+local function on_exit(code, signal, client_id)
+  local info = M.info[client_id]
+  M.info[client_id] = nil
+  -- on_exit runs in a fast event context: no Vimscript functions here.
+  vim.schedule(function()
+    require('forge.loops').forget_client(client_id)
+    -- Stopped on purpose (:Forge stop, quitting Neovim) or a clean exit.
+    if code == 0 and (signal == 0 or signal == 15) or signal == 15 then
+      return
+    end
+    local how = ('exit code %s%s'):format(code, (signal ~= 0) and (', signal ' .. signal) or '')
+    if not info then
+      util.error(
+        ('forge-lsp failed to start (%s): no findings or loop status. Check the server with `%s --version`; log: %s'):format(
+          how,
+          options.cmd()[1],
+          vim.lsp.get_log_path()
+        )
+      )
+    else
+      util.error(
+        ('forge-lsp for %s stopped unexpectedly (%s): findings and loop status are no longer updated. '
+          .. 'Reopen a file (:edit) or run :Forge start to restart it. Log: %s'):format(info.root or '?', how, vim.lsp.get_log_path())
+      )
+    end
+  end)
+end
+
+local function handlers()
+  return {
+    ['forge/loopStatus'] = function(...)
+      return require('forge.loops').on_status(...)
+    end,
+    ['window/showMessage'] = function(...)
+      return require('forge.loops').on_show_message(...)
+    end,
+    ['workspace/textDocumentContent/refresh'] = function(...)
+      return require('forge.documents').on_refresh(...)
+    end,
+  }
+end
+
+--- A fresh client configuration (without root_dir).
+function M.make_config()
+  return {
+    name = options.get().name,
+    cmd = spawn,
+    capabilities = capabilities(),
+    before_init = before_init,
+    on_init = on_init,
+    on_exit = on_exit,
+    handlers = handlers(),
+  }
+end
+
+local function use_enable()
+  return util.has_011 and vim.lsp.config ~= nil and vim.lsp.enable ~= nil
+end
+
+--- The configuration to start with, including what the user set with vim.lsp.config.
+local function resolved_config(root)
+  local cfg
+  if use_enable() then
+    cfg = vim.deepcopy(vim.lsp.config[options.get().name] or M.make_config())
+  else
+    cfg = M.make_config()
+  end
+  cfg.root_dir = root
+  cfg.root_markers = nil
+  return cfg
+end
+
+function M.clients()
+  local name = options.get().name
+  local get = vim.lsp.get_clients or vim.lsp.get_active_clients
+  return get({ name = name })
+end
+
+--- Starts (or reuses) the project's client and attaches it to a file buffer.
+function M.attach(bufnr)
+  local root = M.buf_root(bufnr)
+  if not root then
+    return nil
+  end
+  for _, c in ipairs(M.clients()) do
+    if c.attached_buffers[bufnr] then
+      return c.id
+    end
+  end
+  if not M.can_start(root) then
+    return nil
+  end
+  return vim.lsp.start(resolved_config(root), { bufnr = bufnr })
+end
+
+--- Starts the client of a root without attaching a buffer; returns the client.
+function M.start_detached(root)
+  for _, c in ipairs(M.clients()) do
+    if c.root_dir == root then
+      return c
+    end
+  end
+  if not M.can_start(root) then
+    return nil
+  end
+  local cfg = resolved_config(root)
+  local id
+  if util.has_011 then
+    id = vim.lsp.start(cfg, { attach = false })
+  else
+    id = vim.lsp.start_client(cfg)
+  end
+  return id and vim.lsp.get_client_by_id(id) or nil
+end
+
+--- Waits (bounded) until a client is initialized; false when it stopped or timed out.
+function M.wait_initialized(client, timeout_ms)
+  if client.initialized then
+    return true
+  end
+  vim.wait(timeout_ms or options.get().timeout_ms, function()
+    return client.initialized or util.is_stopped(client)
+  end, 10)
+  return client.initialized and not util.is_stopped(client)
+end
+
+--- The client serving a buffer: attached to it, the one that served a forge:// buffer,
+--- the one of the buffer's (or the working directory's) root, else the only one.
+function M.for_buf(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local name = options.get().name
+  local get = vim.lsp.get_clients or vim.lsp.get_active_clients
+  local attached = get({ bufnr = bufnr, name = name })
+  if attached[1] then
+    return attached[1]
+  end
+  local served = vim.b[bufnr] and vim.b[bufnr].forge_client
+  if served then
+    local c = vim.lsp.get_client_by_id(served)
+    if c and not util.is_stopped(c) then
+      return c
+    end
+  end
+  local all = M.clients()
+  local root = M.buf_root(bufnr) or M.cwd_root()
+  for _, c in ipairs(all) do
+    if root and c.root_dir == root then
+      return c
+    end
+  end
+  return all[1]
+end
+
+--- A running, initialized client for commands, starting one for the working directory's
+--- project when none runs. Says why not and returns nil on failure.
+function M.ensure(bufnr)
+  local client = M.for_buf(bufnr)
+  if not client then
+    local root = M.buf_root(bufnr or 0) or M.cwd_root()
+    if not root then
+      util.error('no forge-lsp server: open a file inside a git repository (or :cd into one) first.')
+      return nil
+    end
+    client = M.start_detached(root)
+    if not client then
+      return nil
+    end
+  end
+  if not M.wait_initialized(client) then
+    util.error('forge-lsp did not finish starting (see :Forge info and ' .. vim.lsp.get_log_path() .. ').')
+    return nil
+  end
+  return client
+end
+
+--- The Forge session id of a client (initialize result capabilities.experimental.forge).
+function M.session_id(client)
+  local info = M.info[client.id]
+  if info and info.session then
+    return info.session
+  end
+  return vim.tbl_get(client.server_capabilities or {}, 'experimental', 'forge', 'sessionId')
+end
+
+function M.root(client)
+  local info = M.info[client.id]
+  return (info and info.root) or client.root_dir
+end
+
+--- Runs `forge.<tool>` (workspace/executeCommand) asynchronously; cb(err, result).
+function M.exec(client, command, input, cb)
+  local params = { command = command, arguments = util.command_arguments(input) }
+  local ok = util.request(client, 'workspace/executeCommand', params, function(err, result)
+    cb(err, result)
+  end)
+  if not ok then
+    cb({ message = 'forge-lsp is not running' }, nil)
+  end
+end
+
+--- Runs `forge.<tool>` synchronously (bounded); returns result, err.
+function M.exec_sync(client, command, input, timeout_ms)
+  local params = { command = command, arguments = util.command_arguments(input) }
+  return util.request_sync(client, 'workspace/executeCommand', params, timeout_ms or options.get().timeout_ms)
+end
+
+local group
+
+--- (Re)configures automatic start. Idempotent; called by plugin/forge.lua and setup().
+function M.setup()
+  local opts = options.get()
+  group = vim.api.nvim_create_augroup('forge.start', { clear = true })
+  if use_enable() then
+    local cfg = M.make_config()
+    cfg.root_dir = function(bufnr, on_dir)
+      local root = M.buf_root(bufnr)
+      if root and M.can_start(root) then
+        on_dir(root)
+      end
+    end
+    vim.lsp.config(opts.name, cfg)
+    vim.lsp.enable(opts.name, opts.autostart ~= false)
+  end
+  if opts.autostart == false then
+    return
+  end
+  -- vim.lsp.enable starts clients on FileType; files without a filetype (and every file
+  -- on Neovim 0.10) are started here.
+  local function maybe_attach(bufnr)
+    if use_enable() and vim.bo[bufnr].filetype ~= '' then
+      return
+    end
+    M.attach(bufnr)
+  end
+  vim.api.nvim_create_autocmd({ 'BufReadPost', 'BufNewFile' }, {
+    group = group,
+    callback = function(ev)
+      maybe_attach(ev.buf)
+    end,
+  })
+  if vim.v.vim_did_enter == 1 then
+    for _, b in ipairs(vim.api.nvim_list_bufs()) do
+      if vim.api.nvim_buf_is_loaded(b) then
+        maybe_attach(b)
+      end
+    end
+  end
+end
+
+return M

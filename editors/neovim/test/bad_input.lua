@@ -1,0 +1,271 @@
+-- Bad input: a missing binary, a server that fails to start, a server that dies, a
+-- repository without commits and wrong :Forge arguments each give a clear vim.notify,
+-- never a hang or a stack trace.
+-- Environment: FORGE_TEST_OUT, FORGE_TEST_ROOT (holds repo/, nocommit/, bin/).
+local H = dofile(vim.fs.joinpath(os.getenv('FORGE_NVIM_PLUGIN'), 'test', 'helpers.lua'))
+local check, wait = H.check, H.wait
+local root = assert(os.getenv('FORGE_TEST_ROOT'))
+local forge = require('forge')
+local clients = require('forge.client')
+local ERROR, WARN = vim.log.levels.ERROR, vim.log.levels.WARN
+
+local function reset()
+  for _, c in ipairs(clients.clients()) do
+    require('forge.util').stop(c, true)
+  end
+  wait(3000, function()
+    return #clients.clients() == 0
+  end)
+  vim.cmd('silent! %bwipeout!')
+  H.messages = {}
+end
+
+local function no_traceback()
+  for _, m in ipairs(H.messages) do
+    if m.msg:find('stack traceback', 1, true) or m.msg:find('E5108', 1, true) then
+      return false, m.msg
+    end
+  end
+  -- Errors Neovim reports itself (an error in a callback) land in :messages.
+  local messages = vim.fn.execute('messages')
+  if messages:find('stack traceback', 1, true) or messages:find('Error executing', 1, true) then
+    return false, messages
+  end
+  return true
+end
+
+local function msgs()
+  return vim.tbl_map(function(m)
+    return { level = m.level, msg = m.msg }
+  end, H.messages)
+end
+
+local function has(level, pat)
+  for _, m in ipairs(H.messages) do
+    if m.level == level and m.msg:find(pat) then
+      return true
+    end
+  end
+  return false
+end
+
+H.run(function()
+  -- 1. Missing binary.
+  forge.setup({ cmd = { root .. '/bin/no-such-forge-lsp' } })
+  local t0 = vim.uv.hrtime()
+  vim.cmd('edit ' .. root .. '/repo/notes.txt')
+  wait(1000, function()
+    return has(ERROR, 'not an executable')
+  end)
+  check(
+    'missing binary: an error names the command and how to set it, no client',
+    has(ERROR, "no%-such%-forge%-lsp' is not an executable") and has(ERROR, 'cmd =') and #clients.clients() == 0,
+    msgs()
+  )
+  check('missing binary: no stack trace', no_traceback(), msgs())
+  vim.cmd('Forge findings')
+  check('missing binary: :Forge findings explains instead of hanging', has(ERROR, 'not an executable') and (vim.uv.hrtime() - t0) / 1e6 < 5000, msgs())
+
+  -- 2. A repository without commits.
+  reset()
+  forge.setup({ cmd = { 'forge-lsp' } })
+  vim.cmd('edit ' .. root .. '/nocommit/a.txt')
+  wait(1000, function()
+    return has(WARN, 'no commits')
+  end)
+  check('no commits: a warning says to commit first, no client', has(WARN, 'nocommit has no commits yet') and #clients.clients() == 0, msgs())
+  check('no commits: no stack trace', no_traceback(), msgs())
+
+  -- 3. A server that exits at once.
+  reset()
+  forge.setup({ cmd = { root .. '/bin/crash-forge-lsp' } })
+  vim.cmd('edit ' .. root .. '/repo/notes.txt')
+  wait(5000, function()
+    return has(ERROR, 'failed to start')
+  end)
+  check('server exits at start: an error with the exit code', has(ERROR, 'forge%-lsp failed to start %(exit code 3%)'), msgs())
+  check('server exits at start: no stack trace', no_traceback(), msgs())
+
+  -- 4. A server that dies while in use.
+  reset()
+  forge.setup({ cmd = { root .. '/bin/killable-forge-lsp' } })
+  vim.cmd('edit ' .. root .. '/repo/notes.txt')
+  local buf = vim.api.nvim_get_current_buf()
+  local up = wait(10000, function()
+    local c = forge.client(buf)
+    return c and c.initialized
+  end)
+  check('killable server starts', up, msgs())
+  local pidfile = io.open(root .. '/killable.pid')
+  local pid = pidfile and tonumber(pidfile:read('*l'))
+  if pidfile then
+    pidfile:close()
+  end
+  if pid then
+    vim.uv.kill(pid, 'sigkill')
+  end
+  wait(5000, function()
+    return has(ERROR, 'stopped unexpectedly')
+  end)
+  check('server killed: an error says it stopped and how to restart', has(ERROR, 'stopped unexpectedly.*signal 9.*:Forge start'), msgs())
+  check('server killed: no stack trace', no_traceback(), msgs())
+  H.messages = {}
+  local t1 = vim.uv.hrtime()
+  vim.cmd('Forge start')
+  local restarted = wait(10000, function()
+    local c = forge.client(buf)
+    return c and c.initialized
+  end)
+  check(':Forge start restarts the server for the buffer', restarted and (vim.uv.hrtime() - t1) / 1e6 < 10000, msgs())
+
+  -- 5. Wrong :Forge arguments against a running server.
+  H.messages = {}
+  vim.cmd('Forge nosuch')
+  vim.wait(200)
+  check(':Forge with an unknown subcommand lists the valid ones', has(ERROR, 'unknown subcommand "nosuch"'), msgs())
+  vim.cmd('Forge cancel no-such-loop')
+  wait(3000, function()
+    return has(ERROR, 'loop%-cancel')
+  end)
+  check(':Forge cancel of an unknown loop shows the server error', has(ERROR, 'loop%-cancel: '), msgs())
+  vim.cmd('Forge restart')
+  vim.wait(200)
+  check(':Forge restart without a loop says it needs one', has(ERROR, 'restart needs a loop name'), msgs())
+  vim.cmd('edit forge://no/such/document.md')
+  vim.wait(200)
+  check('an unknown forge:// document gives an error, not an empty buffer in silence', has(ERROR, 'cannot open forge://no/such/document.md'), msgs())
+  check('wrong arguments: no stack trace', no_traceback(), msgs())
+
+  -- 6. A loop that cannot start (no agent command configured here).
+  H.messages = {}
+  local announced = {}
+  vim.api.nvim_create_autocmd('User', {
+    pattern = 'ForgeLoopStatus',
+    callback = function(ev)
+      table.insert(announced, { loopName = ev.data.loopName, status = ev.data.status })
+    end,
+  })
+  vim.cmd('Forge plan')
+  vim.bo.modifiable = true
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, {
+    '# No agent',
+    '',
+    '## Objective',
+    'Nothing.',
+    '',
+    'Loop Name: no-agent',
+    '',
+    '<!-- forge-section -->',
+    '## Phase 1: Nothing',
+    '- nothing',
+  })
+  vim.cmd('write')
+  vim.cmd('Forge execute')
+  wait(5000, function()
+    return has(ERROR, 'execute%-plan: ')
+  end)
+  vim.wait(500)
+  local l = forge.loops()['no-agent']
+  H.note('failed_start_loop_status', announced)
+  check('a loop that cannot start: the server error is shown', has(ERROR, 'execute%-plan: '), msgs())
+  check('a loop that cannot start: no phantom running loop in the statusline', forge.statusline() == '' and (l == nil or l.status ~= 'running'), {
+    statusline = forge.statusline(),
+    loop = l,
+  })
+  check('a loop that cannot start: no stack trace', no_traceback(), msgs())
+
+  -- 7. A loop whose agent command does not exist.
+  reset()
+  forge.setup({
+    cmd = { 'forge-lsp' },
+    config = { agent = { command = { root .. '/bin/no-such-agent' } }, sandbox = { enabled = false } },
+  })
+  vim.cmd('edit ' .. root .. '/repo/notes.txt')
+  wait(10000, function()
+    local c = forge.client(0)
+    return c and c.initialized
+  end)
+  vim.cmd('Forge plan')
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, {
+    '# Missing agent',
+    '',
+    '## Objective',
+    'Nothing.',
+    '',
+    'Loop Name: missing-agent',
+    '',
+    '<!-- forge-section -->',
+    '## Phase 1: Nothing',
+    '- nothing',
+  })
+  vim.cmd('write')
+  announced = {}
+  vim.cmd('Forge execute')
+  local ended = wait(15000, function()
+    local m = forge.loops()['missing-agent']
+    return (m and m.status ~= 'running') or has(ERROR, 'execute%-plan: ')
+  end)
+  vim.wait(300)
+  local m = forge.loops()['missing-agent']
+  H.note('missing_agent_loop_status', announced)
+  H.note('missing_agent_messages', msgs())
+  check('a loop whose agent command is missing: no stack trace', no_traceback(), msgs())
+  check('a loop whose agent command is missing ends visibly (error or a loop-end warning), not a phantom running loop', ended
+    and forge.statusline() == ''
+    and (has(ERROR, 'execute%-plan: ') or has(WARN, 'Forge: loop missing%-agent')), {
+    statusline = forge.statusline(),
+    loop = m,
+    messages = msgs(),
+  })
+
+  -- 8. A configuration value of the wrong type: initialize fails.
+  reset()
+  forge.setup({ cmd = { 'forge-lsp' }, config = { loop = { defaultMaxIterations = 'many' } } })
+  vim.cmd('edit ' .. root .. '/repo/notes.txt')
+  wait(5000, function()
+    return has(ERROR, 'refused to start')
+  end)
+  check('a wrong configuration value: the server\'s message names the key', has(ERROR, 'refused to start: .*loop%.defaultMaxIterations'), msgs())
+  check('a wrong configuration value: no stack trace (Neovim asserts on initialize errors)', no_traceback(), msgs())
+
+  -- 9. A stored session the server refuses (a loop's session, without its token).
+  reset()
+  forge.setup({ cmd = { 'forge-lsp' }, config = {} })
+  local st = vim.system({ 'forge-lsp', 'call', 'loop-status', '{"name":"nvim-test"}', '--json' }, { cwd = root .. '/repo', text = true }):wait(10000)
+  local ok_json, status = pcall(vim.json.decode, st.stdout or '')
+  local loop_session = ok_json and vim.tbl_get(status, 'data', 'sessionId') or nil
+  if type(loop_session) ~= 'string' then
+    check('a refused stored session: the loop session id is readable (needs the scenario run first)', false, st)
+  else
+    local path = vim.fs.joinpath(vim.fn.stdpath('data'), 'forge', 'sessions.json')
+    vim.fn.mkdir(vim.fs.dirname(path), 'p')
+    vim.fn.writefile({ vim.json.encode({ [root .. '/repo'] = loop_session }) }, path)
+    vim.cmd('edit ' .. root .. '/repo/notes.txt')
+    wait(5000, function()
+      return has(ERROR, 'refused to start')
+    end)
+    check('a refused stored session: the error says it is forgotten', has(ERROR, 'refused to start: .*stored session is forgotten'), msgs())
+    check('a refused stored session: no stack trace', no_traceback(), msgs())
+    vim.cmd('bwipeout!')
+    vim.cmd('edit ' .. root .. '/repo/notes.txt')
+    local fresh = wait(10000, function()
+      local c = forge.client(0)
+      return c and c.initialized
+    end)
+    local c = forge.client(0)
+    local sid = c and clients.session_id(c)
+    check('a refused stored session: reopening starts with a fresh session', fresh and sid ~= nil and sid ~= loop_session, { sid = sid, loop_session = loop_session })
+  end
+
+  -- The help file: tags generate (no duplicates) and :help finds them.
+  local docdir = vim.fn.tempname()
+  vim.fn.mkdir(docdir, 'p')
+  vim.fn.writefile(vim.fn.readfile(vim.fs.joinpath(os.getenv('FORGE_NVIM_PLUGIN'), 'doc', 'forge.txt')), docdir .. '/forge.txt')
+  local tags_ok, tags_err = pcall(vim.cmd, 'helptags ' .. vim.fn.fnameescape(docdir))
+  local tags = tags_ok and vim.fn.readfile(docdir .. '/tags') or {}
+  check('doc/forge.txt: :helptags succeeds and defines the command tags', tags_ok and vim.iter(tags):any(function(t)
+    return vim.startswith(t, ':Forge\t')
+  end) and vim.iter(tags):any(function(t)
+    return vim.startswith(t, 'forge-statusline\t')
+  end), { err = tags_err, tags = tags })
+end)
