@@ -1,0 +1,473 @@
+;;; test.el --- forge-lsp.el against the real server, in emacs --batch  -*- lexical-binding: t; -*-
+
+;; Run by ./run, which prepares the temp project and the environment:
+;; FORGE_LSP_BIN, FORGE_TEST_TMP, FORGE_TEST_REPO, FORGE_TEST_PLAN_SESSION,
+;; FORGE_TEST_PLAN_FILE, FORGE_TEST_AGENT, FORGE_TEST_SANDBOX, FORGE_TEST_EL_DIR.
+;; Every check asserts on data (flymake diagnostics, buffer text, notifications seen).
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'json)
+
+(add-to-list 'load-path (getenv "FORGE_TEST_EL_DIR"))
+(require 'forge-lsp)
+
+(defvar ft-passed 0)
+(defvar ft-failed 0)
+(defvar ft-failures nil)
+(defconst ft-start (float-time))
+
+(defun ft-env (name) (or (getenv name) (error "%s is not set" name)))
+
+(defconst ft-tmp (ft-env "FORGE_TEST_TMP"))
+(defconst ft-repo (file-name-as-directory (ft-env "FORGE_TEST_REPO")))
+(defconst ft-bin (ft-env "FORGE_LSP_BIN"))
+(defconst ft-plan-session (ft-env "FORGE_TEST_PLAN_SESSION"))
+(defconst ft-main (expand-file-name "src/main.txt" ft-repo))
+
+(defun ft-log (fmt &rest args)
+  (princ (concat (apply #'format fmt args) "\n") #'external-debugging-output))
+
+(defun ft-report (name ok &optional detail)
+  (if ok
+      (progn (cl-incf ft-passed) (ft-log "ok   %s" name))
+    (cl-incf ft-failed)
+    (push name ft-failures)
+    (ft-log "FAIL %s%s" name (if detail (format "\n       %s" detail) ""))))
+
+(defmacro ft-check (name &rest body)
+  "Run BODY; it passes when it returns non-nil.  A string result is a failure detail
+only when BODY returns (fail . DETAIL)."
+  (declare (indent 1))
+  `(let ((res (condition-case err (progn ,@body)
+                (error (cons 'fail (format "error: %s" (error-message-string err)))))))
+     (if (and (consp res) (eq (car res) 'fail))
+         (ft-report ,name nil (cdr res))
+       (ft-report ,name res (unless res "assertion returned nil")))
+     res))
+
+(defun ft-fail (fmt &rest args) (cons 'fail (apply #'format fmt args)))
+
+(defun ft-wait (pred secs)
+  "Process events until PRED returns non-nil or SECS pass; return PRED's value."
+  (let ((end (+ (float-time) secs)) v)
+    (while (and (not (setq v (funcall pred))) (< (float-time) end))
+      (accept-process-output nil 0.05))
+    v))
+
+(defun ft-diags (&optional buffer)
+  "The flymake diagnostics of BUFFER as (LINE TYPE TEXT)."
+  (with-current-buffer (or buffer (current-buffer))
+    (sort (mapcar (lambda (d) (list (line-number-at-pos (flymake-diagnostic-beg d))
+                                    (flymake-diagnostic-type d)
+                                    (flymake-diagnostic-text d)))
+                  (flymake-diagnostics))
+          (lambda (a b) (< (car a) (car b))))))
+
+(defun ft-wait-diags (pred secs)
+  "Wait until PRED holds for the current buffer's diagnostics; return them."
+  (let ((buf (current-buffer)))
+    (ft-wait (lambda ()
+               (when (buffer-live-p buf)
+                 (with-current-buffer buf
+                   (when (bound-and-true-p flymake-mode)
+                     (flymake-start))
+                   (let ((d (ft-diags)))
+                     (and (funcall pred d) (or d t))))))
+             secs)
+    (ft-diags buf)))
+
+(defun ft-messages ()
+  (with-current-buffer "*Messages*" (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun ft-count-matches (re string)
+  (let ((n 0) (start 0))
+    (while (string-match re string start) (cl-incf n) (setq start (match-end 0)))
+    n))
+
+(defun ft-shell (&rest args)
+  "Run forge-lsp with ARGS in the repository; return (EXIT . OUTPUT)."
+  (with-temp-buffer
+    (let* ((default-directory ft-repo)
+           (rc (apply #'call-process ft-bin nil t nil args)))
+      (cons rc (buffer-string)))))
+
+(defun ft-read-file (f) (with-temp-buffer (insert-file-contents f) (buffer-string)))
+
+;; Settings a user would put in their init file.
+(setq forge-lsp-program "forge-lsp")    ; found on PATH (the run script links it)
+(setq forge-lsp-config
+      `(:sandbox (:enabled ,(if (equal (getenv "FORGE_TEST_SANDBOX") "true") t :json-false))
+        :agent (:command ["/bin/bash" ,(ft-env "FORGE_TEST_AGENT")])))
+(setq flymake-no-changes-timeout 0.2)
+(setq eglot-autoreconnect nil)          ; a killed server stays dead for the bad-input checks
+(setq eglot-sync-connect 10)
+
+;; What the scenario records as it goes.
+(defvar ft-statuses nil "(STATUS PHASE MODE-LINE) per forge/loopStatus, newest first.")
+(defvar ft-ended nil "(NAME . STATUS) per loop end, newest first.")
+(defvar ft-progress nil "(TOKEN KIND MESSAGE), newest first.")
+(add-hook 'forge-lsp-loop-status-functions
+          (lambda (_s p)
+            (push (list (plist-get p :loopName) (plist-get p :status) (plist-get p :phase)
+                        (substring-no-properties (forge-lsp-mode-line-string)))
+                  ft-statuses)))
+(add-hook 'forge-lsp-loop-end-functions (lambda (_s name status _p) (push (cons name status) ft-ended)))
+(add-hook 'forge-lsp-progress-functions
+          (lambda (_s token value) (push (list token (plist-get value :kind) (plist-get value :message)) ft-progress)))
+
+(defvar ft-server nil)
+(defvar ft-main-buffer nil)
+
+;;;; 1. Start and findings
+
+(ft-check "forge-lsp-ensure starts the server for the project and manages the buffer"
+  (setq ft-main-buffer (find-file-noselect ft-main))
+  (with-current-buffer ft-main-buffer
+    (setq ft-server (forge-lsp-ensure))
+    (cond ((not (cl-typep ft-server 'forge-lsp-server)) (ft-fail "no server: %S" ft-server))
+          ((not eglot--managed-mode) (ft-fail "buffer not managed"))
+          ((not (member 'forge-lsp--mode-line global-mode-string)) (ft-fail "mode line segment missing"))
+          (t t))))
+
+(unless ft-server
+  (ft-log "cannot go on without a server")
+  (ft-log "%d passed, %d failed" ft-passed ft-failed)
+  (kill-emacs 1))
+
+(ft-check "findings written before the editor started show as flymake diagnostics"
+  (with-current-buffer ft-main-buffer
+    (let ((d (ft-wait-diags (lambda (d) (>= (length d) 2)) 10)))
+      (if (and (equal (mapcar #'car d) '(2 3))
+               (eq (nth 1 (nth 0 d)) 'eglot-error)
+               (eq (nth 1 (nth 1 d)) 'eglot-warning)
+               (string-match-p "Line two is wrong\\." (nth 2 (nth 0 d)))
+               (string-match-p "Scenario: Read line two\\." (nth 2 (nth 0 d)))
+               (string-match-p "Line three could be shorter\\." (nth 2 (nth 1 d))))
+          t
+        (ft-fail "diagnostics: %S" d)))))
+
+(ft-check "the session id comes from the initialize result"
+  (let ((id (forge-lsp-session-id ft-server)))
+    (or (and (stringp id) (string-prefix-p "ses_" id)) (ft-fail "session id %S" id))))
+
+;;;; 2. Reopening a file
+
+(ft-check "reopened file: the server republishes its findings on didOpen (PROTOCOL 10.2)"
+  (let ((forge-lsp-replay-diagnostics nil))
+    (kill-buffer ft-main-buffer)
+    (setq ft-main-buffer (find-file-noselect ft-main))
+    (with-current-buffer ft-main-buffer
+      (let ((d (ft-wait-diags (lambda (d) (>= (length d) 2)) 3)))
+        (or (equal (mapcar #'car d) '(2 3))
+            (ft-fail "no findings after reopening without the package's replay: %S (server defect: findings are not republished on didOpen)" d))))))
+
+(ft-check "reopened file: findings still shown (the package replays the last publication)"
+  (kill-buffer ft-main-buffer)
+  (setq ft-main-buffer (find-file-noselect ft-main))
+  (with-current-buffer ft-main-buffer
+    (let ((d (ft-wait-diags (lambda (d) (>= (length d) 2)) 3)))
+      (or (and eglot--managed-mode (equal (mapcar #'car d) '(2 3)))
+          (ft-fail "managed %s, diagnostics %S" eglot--managed-mode d)))))
+
+;;;; 3. forge:// documents
+
+(defvar ft-plan-uri (format "forge://plan/session/%s.md" ft-plan-session))
+(defvar ft-plan-buffer nil)
+
+(ft-check "a forge:// plan opens read-only with the stored text"
+  (with-current-buffer ft-main-buffer
+    (forge-lsp-open-uri ft-plan-uri))
+  (setq ft-plan-buffer (get-file-buffer ft-plan-uri))
+  (if (not ft-plan-buffer) (ft-fail "no buffer visits %s" ft-plan-uri)
+    (with-current-buffer ft-plan-buffer
+      (let ((want (string-trim (ft-read-file (ft-env "FORGE_TEST_PLAN_FILE"))))
+            (got (string-trim (buffer-substring-no-properties (point-min) (point-max)))))
+        (cond ((not (equal want got)) (ft-fail "text %S, want %S" got want))
+              ((not buffer-read-only) (ft-fail "buffer is writable"))
+              ((buffer-modified-p) (ft-fail "buffer is modified"))
+              ((not (equal default-directory ft-repo)) (ft-fail "default-directory %s" default-directory))
+              (t t))))))
+
+(ft-check "the plan document is opened on the server (didOpen): its structure warnings show"
+  (if (not ft-plan-buffer) (ft-fail "no plan buffer")
+    (with-current-buffer ft-plan-buffer
+      (let ((d (ft-wait-diags (lambda (d) d) 5)))
+        (or (and eglot--managed-mode
+                 (cl-some (lambda (x) (string-match-p "forge-section" (nth 2 x))) d))
+            (ft-fail "managed %s, diagnostics %S" eglot--managed-mode d))))))
+
+(ft-check "forge://index.md links to the plan, and following the link opens it"
+  (with-current-buffer ft-main-buffer (forge-lsp-index))
+  (let ((index (get-file-buffer "forge://index.md")))
+    (if (not index) (ft-fail "index not opened")
+      (with-current-buffer index
+        (goto-char (point-min))
+        (if (not (search-forward ft-plan-uri nil t))
+            (ft-fail "index has no link to %s:\n%s" ft-plan-uri (buffer-string))
+          (forge-lsp-follow-link (match-beginning 0))
+          (or (equal buffer-file-name ft-plan-uri)
+              (and (eq (window-buffer) ft-plan-buffer))
+              (eq (current-buffer) ft-plan-buffer)
+              (ft-fail "following the link gave %s" (buffer-name))))))))
+
+(ft-check "a plan edited elsewhere is refreshed in its buffer (workspace/textDocumentContent/refresh)"
+  (let ((r (ft-shell "call" "--session" ft-plan-session "plan-edit"
+                     "{\"oldString\":\"Append to work.txt.\",\"newString\":\"Append one line to work.txt.\"}")))
+    (if (/= (car r) 0) (ft-fail "plan-edit from the shell: %s" (cdr r))
+      (or (ft-wait (lambda () (with-current-buffer ft-plan-buffer
+                                (string-match-p "Append one line to work\\.txt\\." (buffer-string))))
+                   5)
+          (ft-fail "buffer text: %S" (with-current-buffer ft-plan-buffer (buffer-string)))))))
+
+(ft-check "an unknown forge:// document is a clear error, not an empty buffer"
+  (let ((uri "forge://plan/loop/no-such-loop.md"))
+    (condition-case err
+        (with-current-buffer ft-main-buffer
+          (forge-lsp-open-uri uri)
+          (ft-fail "opened %s" uri))
+      (file-missing (if (get-file-buffer uri) (ft-fail "a buffer was left") t))
+      (error (ft-fail "unexpected error %S" err)))))
+
+;;;; 4. A loop
+
+(defvar ft-loop "emacs-loop")
+
+(ft-check "forge-lsp-execute-plan starts a loop from the plan buffer"
+  (with-current-buffer ft-plan-buffer
+    (let ((r (forge-lsp-execute-plan "Emacs loop" (buffer-substring-no-properties (point-min) (point-max))
+                                     ft-loop "loop")))
+      (or (equal (plist-get (plist-get r :data) :loopName) ft-loop)
+          (ft-fail "result %S" r)))))
+
+(ft-check "forge/loopStatus: the loop is seen running in the mode line data"
+  (ft-wait (lambda () (assoc ft-loop ft-ended)) 30)
+  (let ((running (cl-find-if (lambda (s) (and (equal (nth 0 s) ft-loop) (equal (nth 1 s) "running")))
+                             ft-statuses)))
+    (or (and running (string-match-p (concat "Forge\\[.*" ft-loop ":\\(coding\\|auditing\\|post_action\\)")
+                                     (nth 3 running)))
+        (ft-fail "statuses %S" (reverse ft-statuses)))))
+
+(ft-check "the loop ends completed: told once, and shown in the mode line"
+  (let ((end (assoc ft-loop ft-ended))
+        (told (ft-count-matches (concat "^forge: .*loop " ft-loop " completed") (ft-messages)))
+        (line (with-current-buffer ft-main-buffer (substring-no-properties (forge-lsp-mode-line-string)))))
+    (cond ((not end) (ft-fail "no end seen; statuses %S" (reverse ft-statuses)))
+          ((not (equal (cdr end) "completed")) (ft-fail "ended %S" end))
+          ((/= told 1) (ft-fail "told %d times:\n%s" told (ft-messages)))
+          ((not (string-match-p (concat ft-loop ":completed") line)) (ft-fail "mode line %S" line))
+          (t t))))
+
+(ft-check "work-done progress for the loop ($/progress begin ... end)"
+  (let ((kinds (mapcar #'cadr (reverse ft-progress))))
+    (or (and (equal (car kinds) "begin") (member "end" kinds))
+        (ft-fail "progress %S" (reverse ft-progress)))))
+
+(ft-check "the loop's status document opens (forge://loop/<name>/status.md)"
+  (with-current-buffer ft-main-buffer
+    (forge-lsp-open-uri (format "forge://loop/%s/status.md" ft-loop)))
+  (let ((b (get-file-buffer (format "forge://loop/%s/status.md" ft-loop))))
+    (or (and b (with-current-buffer b (string-match-p "completed" (buffer-string))))
+        (ft-fail "status buffer %S" (and b (with-current-buffer b (buffer-string)))))))
+
+(ft-check "forge-lsp-open-plan opens the loop's plan"
+  (with-current-buffer ft-main-buffer (forge-lsp-open-plan ft-loop))
+  (let ((b (get-file-buffer (format "forge://plan/loop/%s.md" ft-loop))))
+    (or (and b (with-current-buffer b (string-match-p "Append one line to work\\.txt" (buffer-string))))
+        (ft-fail "loop plan buffer %S" (and b (with-current-buffer b (buffer-string)))))))
+
+(ft-check "forge-lsp-loops lists the loop"
+  (with-current-buffer ft-main-buffer (forge-lsp-loops))
+  (let ((b (get-buffer (format "*forge loops: %s*" (eglot-project-nickname ft-server)))))
+    (or (and b (with-current-buffer b (assoc ft-loop tabulated-list-entries)))
+        (ft-fail "entries %S" (and b (with-current-buffer b tabulated-list-entries))))))
+
+(ft-check "loop names complete from the server (forge-lsp-open-plan, cancel, restart)"
+  (with-current-buffer ft-main-buffer
+    (or (member ft-loop (forge-lsp--loop-names)) (ft-fail "names %S" (forge-lsp--loop-names)))))
+
+(ft-check "forge-lsp-plans offers the recent plans and opens the chosen one"
+  (let (offered)
+    (cl-letf (((symbol-function 'completing-read)
+               (lambda (_prompt coll &rest _)
+                 (setq offered (mapcar #'car coll))
+                 (cl-find-if (lambda (c) (string-match-p ft-plan-session c)) offered))))
+      (with-current-buffer ft-main-buffer (forge-lsp-plans)))
+    (or (and (cl-some (lambda (c) (string-match-p (concat "loop " ft-loop) c)) offered)
+             (eq (window-buffer (selected-window)) ft-plan-buffer))
+        (ft-fail "offered %S, now showing %s" offered (window-buffer (selected-window))))))
+
+;; A loop started from a shell: `forge-lsp call' reaches the running server as another
+;; connection; this one follows it through forge/loopStatus.
+(defvar ft-shell-loop "shell-loop")
+(defvar ft-server-messages nil "(TYPE TEXT) of window/showMessage, newest first.")
+(add-hook 'forge-lsp-message-functions (lambda (_s type text) (push (list type text) ft-server-messages)))
+
+(ft-check "a loop started from a shell (forge-lsp call) is followed in the mode line and its end told"
+  (let ((r (ft-shell "call" "execute-plan"
+                     (format "{\"title\":\"Shell loop\",\"loopName\":\"%s\",\"plan\":%s}" ft-shell-loop
+                             (json-encode (ft-read-file (ft-env "FORGE_TEST_PLAN_FILE")))))))
+    (if (/= (car r) 0) (ft-fail "execute-plan from the shell: %s" (cdr r))
+      (ft-wait (lambda () (assoc ft-shell-loop ft-ended)) 20)
+      (let ((running (cl-find-if (lambda (s) (and (equal (car s) ft-shell-loop) (equal (nth 1 s) "running")))
+                                 ft-statuses))
+            (told (ft-count-matches (concat "^forge: .*loop " ft-shell-loop " completed") (ft-messages))))
+        (or (and running (string-match-p (concat ft-shell-loop ":") (nth 3 running))
+                 (equal (cdr (assoc ft-shell-loop ft-ended)) "completed")
+                 (= told 1))
+            (ft-fail "running %S ended %S told %d" running ft-ended told))))))
+
+(ft-check "the server tells every connection when a loop ends (window/showMessage, PROTOCOL 10.2)"
+  (ft-wait (lambda () (cl-find-if (lambda (m) (string-match-p ft-shell-loop (nth 1 m))) ft-server-messages)) 2)
+  (or (cl-find-if (lambda (m) (string-match-p ft-shell-loop (nth 1 m))) ft-server-messages)
+      (ft-fail "no window/showMessage about %s reached this connection (server defect: the loop-end message goes only to the connection that started the loop); messages: %S"
+               ft-shell-loop ft-server-messages)))
+
+;; A loop held running by the agent wrapper: cancel it, then restart it.
+(defvar ft-slow "slow-loop")
+(with-temp-file (expand-file-name "hold" ft-tmp) (insert "hold"))
+
+(ft-check "forge-lsp-cancel-loop cancels a running loop"
+  (with-current-buffer ft-main-buffer
+    (forge-lsp-execute-plan "Slow loop" (with-current-buffer ft-plan-buffer (buffer-string)) ft-slow "loop")
+    (if (not (ft-wait (lambda () (cl-find-if (lambda (s) (and (equal (car s) ft-slow) (equal (nth 1 s) "running")))
+                                             ft-statuses))
+                      5))
+        (ft-fail "not seen running: %S" ft-statuses)
+      (forge-lsp-cancel-loop ft-slow)
+      (or (ft-wait (lambda () (equal (cdr (assoc ft-slow ft-ended)) "cancelled")) 5)
+          (ft-fail "ended %S statuses %S" ft-ended (reverse ft-statuses))))))
+
+(delete-file (expand-file-name "hold" ft-tmp))
+
+(ft-check "forge-lsp-restart-loop restarts it and it completes"
+  (with-current-buffer ft-main-buffer
+    (setq ft-ended (cl-remove ft-slow ft-ended :key #'car :test #'equal))
+    (forge-lsp-restart-loop ft-slow)
+    (or (ft-wait (lambda () (equal (cdr (assoc ft-slow ft-ended)) "completed")) 20)
+        (ft-fail "ended %S statuses %S" ft-ended
+                 (cl-remove-if-not (lambda (s) (equal (car s) ft-slow)) (reverse ft-statuses))))))
+
+;;;; 5. Findings list and deleting a finding
+
+(ft-check "forge-lsp-findings lists the findings (compilation buffer)"
+  (with-current-buffer ft-main-buffer
+    (let* ((fs (forge-lsp-findings))
+           (b (get-buffer (format "*forge findings: %s*" (eglot-project-nickname ft-server)))))
+      (or (and (= (length fs) 2) b
+               (with-current-buffer b
+                 (and (string-match-p "^src/main\\.txt:2: bug: Line two is wrong\\." (buffer-string))
+                      (string-match-p "^src/main\\.txt:3: warning: " (buffer-string)))))
+          (ft-fail "findings %S buffer %S" fs (and b (with-current-buffer b (buffer-string))))))))
+
+(ft-check "a finding is deleted by its code action and its diagnostic goes away"
+  (with-current-buffer ft-main-buffer
+    (goto-char (point-min)) (forward-line 1)
+    (let ((actions (forge-lsp--finding-actions)))
+      (if (not (equal (mapcar (lambda (a) (plist-get a :title)) actions) '("Delete finding")))
+          (ft-fail "code actions on line 2: %S" actions)
+        (forge-lsp-delete-finding)
+        (let ((d (ft-wait-diags (lambda (d) (equal (mapcar #'car d) '(3))) 5))
+              (left (plist-get (plist-get (forge-lsp-command "review-read") :data) :findings)))
+          (or (and (equal (mapcar #'car d) '(3)) (= (length left) 1))
+              (ft-fail "diagnostics %S, findings left %S" d left)))))))
+
+;;;; 6. Materialized copies (forge-lsp-virtual-documents nil)
+
+(ft-check "without virtual documents: plans open as .forge/view/ copies, saved through the server"
+  (let* ((forge-lsp-virtual-documents nil)
+         (root (file-name-as-directory (expand-file-name "viewrepo" ft-tmp)))
+         (buf (find-file-noselect (expand-file-name "a.txt" root)))
+         (server (with-current-buffer buf (forge-lsp-ensure))))
+    (if (not server) (ft-fail "no server: %s" (ft-last-message))
+      (with-current-buffer buf
+        (let* ((sid (forge-lsp-session-id server))
+               (view (expand-file-name (format ".forge/view/plan/session/%s.md" sid) root)))
+          (forge-lsp-command "plan-write" '(:content "# View plan\n\n## Objective\nSee copies.\n") server)
+          (cond
+           ((forge-lsp--virtual-p server) (ft-fail "virtual documents declared"))
+           ((not (ft-wait (lambda () (file-exists-p view)) 5)) (ft-fail "no copy at %s" view))
+           (t
+            (forge-lsp-open-plan "")
+            (if (not (equal buffer-file-name view)) (ft-fail "opened %s" buffer-file-name)
+              (let ((ro buffer-read-only))
+                (let ((inhibit-read-only t))
+                  (goto-char (point-max)) (insert "More.\n"))
+                (save-buffer)
+                (let ((stored (plist-get (forge-lsp-command "plan-read" nil server) :text)))
+                  (or (and ro (not (buffer-modified-p)) (string-match-p "More\\." stored)
+                           (= (file-modes view) #o444))
+                      (ft-fail "read-only %s modified %s modes %o stored %S" ro (buffer-modified-p)
+                               (file-modes view) stored))))))))))))
+
+;;;; 7. Bad input
+
+(defun ft-last-message () (car (last (split-string (string-trim (ft-messages)) "\n"))))
+
+(defmacro ft-quick (secs &rest body)
+  "BODY must finish within SECS (it is a failure to hang)."
+  (declare (indent 1))
+  `(let ((t0 (float-time)) (v (progn ,@body)))
+     (if (> (- (float-time) t0) ,secs) (ft-fail "took %.1f s" (- (float-time) t0)) v)))
+
+(ft-check "a missing server binary: a clear message (hook) and a user-error (command)"
+  (let ((forge-lsp-program (expand-file-name "no/such/forge-lsp" ft-tmp)))
+    (with-current-buffer (find-file-noselect (expand-file-name "other/a.txt" ft-tmp))
+      (ft-quick 3
+        (let ((r (forge-lsp-ensure)) (msg (ft-last-message)))
+          (if (or r (not (string-match-p "forge-lsp: the server program .*no/such/forge-lsp does not exist" msg)))
+              (ft-fail "result %S message %S" r msg)
+            (condition-case err (progn (forge-lsp-ensure t) (ft-fail "no error"))
+              (user-error (string-match-p "does not exist" (cadr err))))))))))
+
+(ft-check "a program name not on PATH: a clear message"
+  (let ((forge-lsp-program "forge-lsp-not-installed"))
+    (with-current-buffer (find-file-noselect (expand-file-name "other/a.txt" ft-tmp))
+      (condition-case err (progn (forge-lsp-ensure t) (ft-fail "no error"))
+        (user-error (or (string-match-p "cannot find the server program .forge-lsp-not-installed. in PATH" (cadr err))
+                        (ft-fail "message %S" (cadr err))))))))
+
+(ft-check "a repository without commits: a clear message, no server"
+  (with-current-buffer (find-file-noselect (expand-file-name "empty/a.txt" ft-tmp))
+    (ft-quick 3
+      (condition-case err (progn (forge-lsp-ensure t) (ft-fail "no error"))
+        (user-error (or (and (string-match-p "has no commit yet" (cadr err)) (not eglot--managed-mode))
+                        (ft-fail "message %S" (cadr err))))))))
+
+(ft-check "a file outside git: a clear message"
+  (with-current-buffer (find-file-noselect (expand-file-name "plain/a.txt" ft-tmp))
+    (condition-case err (progn (forge-lsp-ensure t) (ft-fail "no error"))
+      (user-error (or (string-match-p "is not inside a git repository" (cadr err))
+                      (ft-fail "message %S" (cadr err)))))))
+
+(ft-check "a server that crashes at start: a clear message with its output, no hang"
+  (let ((forge-lsp-program (expand-file-name "crash.sh" ft-tmp)))
+    (with-current-buffer (find-file-noselect (expand-file-name "other/a.txt" ft-tmp))
+      (ft-quick 8
+        (condition-case err (progn (forge-lsp-ensure t) (ft-fail "no error"))
+          (user-error (or (and (string-match-p "failed to start" (cadr err))
+                               (string-match-p "simulated crash" (cadr err)))
+                          (ft-fail "message %S" (cadr err)))))))))
+
+(ft-check "a server that died: commands say so at once"
+  (with-current-buffer (find-file-noselect (expand-file-name "other/a.txt" ft-tmp))
+    (let ((server (forge-lsp-ensure)))
+      (if (not server) (ft-fail "could not start: %s" (ft-last-message))
+        (delete-process (jsonrpc--process server))
+        (ft-wait (lambda () (not (jsonrpc-running-p server))) 3)
+        (ft-quick 3
+          (condition-case err (progn (forge-lsp-command "plan-read" nil server) (ft-fail "no error"))
+            (user-error (or (string-match-p "not running" (cadr err))
+                            (ft-fail "message %S" (cadr err))))))))))
+
+;;;; Done
+
+(ft-log "%d passed, %d failed%s (%.1f s)" ft-passed ft-failed
+        (if ft-failures (format ": %s" (string-join (reverse ft-failures) "; ")) "")
+        (- (float-time) ft-start))
+(ft-log "%d passed, %d failed" ft-passed ft-failed)
+(kill-emacs (if (zerop ft-failed) 0 1))
+
+;;; test.el ends here
