@@ -425,3 +425,59 @@ fn sigterm_shuts_a_stdio_server_down_cleanly() {
     assert!(!private.exists(), "the private socket is removed");
     assert_loop_shut_down(&sb, &name);
 }
+
+// --- 5. serve --listen and the loop sandbox ----------------------------------------------------------
+
+#[test]
+fn a_sandboxed_command_cannot_write_beside_the_listen_socket() {
+    assert!(Path::new("/usr/bin/bwrap").exists() || which("bwrap"), "this test needs bubblewrap");
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let state = sb.mkdir("agent-state");
+    let agent = sb.root.join("agent.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\nforge-lsp call shell \"{\\\"command\\\": \\\"touch '$FORGE_TEST_TARGET/pwned'\\\"}\" --json > \"$FORGE_TEST_STATE/out.json\" 2> \"$FORGE_TEST_STATE/err\"\necho $? > \"$FORGE_TEST_STATE/code\"\necho \"$FORGE_LSP_SOCKET\" > \"$FORGE_TEST_STATE/socket\"\ntouch \"$FORGE_TEST_STATE/done\"\nsleep 60\n",
+    )
+    .expect("agent");
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    repo.write_project_config(&format!("[agent]\ncommand = [{:?}]\n\n[sandbox]\nenabled = true\n", agent.display().to_string()));
+    repo.commit_all("config");
+    let listen_dir = sb.mkdir("listen");
+    let sock = listen_dir.join("forge.sock");
+    let bin_dir = Path::new(BIN).parent().expect("bin dir").to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir")
+        .arg(&sb.data_dir)
+        .args(["serve", "--listen"])
+        .arg(format!("unix:{}", sock.display()))
+        .env("PATH", path)
+        .env("FORGE_TEST_STATE", &state)
+        .env("FORGE_TEST_TARGET", &listen_dir);
+    let server = ListenServer::start(cmd, Addr::Unix(sock.clone()), sb.next_log("listen-sandbox"));
+    let mut c = server.connect();
+    c.init(&Init::new(&repo.path));
+    let out = c.tool_ok("execute-plan", json!({ "title": "Hold", "plan": PLAN }));
+    let name = out.data["loopName"].as_str().expect("loopName").to_string();
+    wait_for(Duration::from_secs(90), || state.join("done").exists().then_some(()))
+        .unwrap_or_else(|| panic!("the agent's turn did not run: {}", server.stderr()));
+    let agent_socket = std::fs::read_to_string(state.join("socket")).expect("socket").trim().to_string();
+    assert_ne!(Path::new(&agent_socket), sock, "loops must not get the listen socket");
+    assert!(!Path::new(&agent_socket).starts_with(&listen_dir), "{agent_socket}");
+    let code = std::fs::read_to_string(state.join("code")).expect("code");
+    let err = std::fs::read_to_string(state.join("err")).unwrap_or_default();
+    assert_eq!(code.trim(), "0", "forge.shell itself ran: {err}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(state.join("out.json")).expect("out")).expect("json");
+    assert_ne!(r["data"]["exitCode"], json!(0), "the write beside the listen socket must fail: {r}");
+    println!("forge.shell beside the listen socket: {}", r["text"]);
+    assert!(!listen_dir.join("pwned").exists(), "a sandboxed command wrote beside the listen socket");
+    c.tool_ok("loop-cancel", json!({ "name": name }));
+}
+
+fn which(name: &str) -> bool {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join(name).is_file())
+}
