@@ -6,6 +6,7 @@
 //! `docs/protocol.md`), in one commit. See `../shared/PROTOCOL.md`.
 
 pub mod errors;
+pub mod framing;
 pub mod inputs;
 pub mod notifications;
 pub mod uri;

@@ -106,17 +106,30 @@ fn main() {
             let rt = runtime();
             let hub = Hub::new(cli.data_dir);
             let (hub2, hub3) = (hub.clone(), hub.clone());
+            let unix_path = match &addr {
+                serve::ListenAddr::Unix(p) => Some(p.clone()),
+                serve::ListenAddr::Tcp(_) => None,
+            };
             let r = rt.block_on(async move {
                 tokio::select! {
                     r = serve::listen(hub, addr) => r,
-                    _ = tokio::signal::ctrl_c() => { hub2.shutdown().await; Ok(()) }
+                    sig = serve::shutdown_signal() => {
+                        tracing::warn!("{sig}: shutting down");
+                        hub2.shutdown().await;
+                        Ok(())
+                    }
                 }
             });
+            // Only a socket this process bound: after a failed bind it may be another server's.
+            if let (Some(p), true) = (&unix_path, r.is_ok()) {
+                serve::remove_listen_socket(p);
+            }
             serve::remove_private_socket(&hub3);
             if let Err(e) = r {
                 eprintln!("forge-lsp: {e}");
                 std::process::exit(1);
             }
+            std::process::exit(0);
         }
         Some(Cmd::Serve { .. }) | None => {
             let rt = runtime();

@@ -7,6 +7,7 @@
 //! May not know: SQLite, git worktrees, agent processes, tools or any protocol front end
 //! (LSP, MCP, CLI). Everything here is a plain value or a plain function.
 
+pub mod beneath;
 pub mod caller;
 pub mod config;
 pub mod paths;

@@ -1,13 +1,129 @@
-//! Where a server process puts its private callback sockets.
+//! Where a server process puts its private callback socket, and the checks that keep
+//! another local user from standing in for it.
+//!
+//! Each process gets a directory of its own that holds nothing but its socket, so a
+//! loop sandbox can be given that directory read-write without exposing anything else:
+//! `$XDG_RUNTIME_DIR/forge-lsp/<pid>/forge.sock`, where `forge-lsp/` must be ours (owner,
+//! mode 0700, not a symlink), or without `XDG_RUNTIME_DIR` a fresh directory with an
+//! unpredictable name made by `mkdtemp` (`/tmp/forge-lsp-XXXXXX/forge.sock`). Paths stay
+//! short: Unix socket paths are limited to 108 bytes.
 
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
-/// The directory of private sockets: `$XDG_RUNTIME_DIR/forge-lsp`, else
-/// `/tmp/forge-lsp-<uid>` (short paths: Unix socket paths are limited to 108 bytes).
-pub fn private_socket_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("forge-lsp");
+/// The socket's file name inside the process's directory.
+pub const SOCKET_NAME: &str = "forge.sock";
+
+/// Why a socket directory was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
-    let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
-    PathBuf::from(format!("/tmp/forge-lsp-{uid}"))
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Checks that `dir` is a real directory (not a symlink) owned by us with mode 0700.
+pub fn check_private_dir(dir: &Path) -> Result<(), Refused> {
+    let m = std::fs::symlink_metadata(dir).map_err(|e| Refused(format!("cannot inspect {}: {e}", dir.display())))?;
+    if m.file_type().is_symlink() {
+        return Err(Refused(format!(
+            "{} is a symbolic link; the private socket directory must be a real directory (remove the link)",
+            dir.display()
+        )));
+    }
+    if !m.is_dir() {
+        return Err(Refused(format!("{} is not a directory", dir.display())));
+    }
+    if m.uid() != euid() {
+        return Err(Refused(format!(
+            "{} is owned by uid {}, not by this user (uid {}); another user could stand in for the socket",
+            dir.display(),
+            m.uid(),
+            euid()
+        )));
+    }
+    let mode = m.permissions().mode() & 0o7777;
+    if mode != 0o700 {
+        return Err(Refused(format!(
+            "{} has mode {mode:04o}, expected 0700 (other users could replace the socket in it); fix it with `chmod 700 {}` or remove it",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates `dir` with mode 0700 (exactly, whatever the umask) or, if it exists, checks
+/// it is ours ([`check_private_dir`]). An existing directory is never chmod-ed.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), Refused> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| Refused(format!("cannot set the mode of {}: {e}", dir.display())))?;
+            check_private_dir(dir)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => check_private_dir(dir),
+        Err(e) => Err(Refused(format!("cannot create {}: {e}", dir.display()))),
+    }
+}
+
+/// A fresh private directory `<base>/<prefix>XXXXXX` (mkdtemp: unpredictable, 0700).
+fn mkdtemp(base: &Path, prefix: &str) -> Result<PathBuf, Refused> {
+    use std::os::unix::ffi::OsStrExt;
+    let template = base.join(format!("{prefix}XXXXXX"));
+    let mut bytes = template.as_os_str().as_bytes().to_vec();
+    bytes.push(0);
+    // SAFETY: `bytes` is a NUL-terminated, writable buffer that mkdtemp fills in place.
+    let p = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return Err(Refused(format!(
+            "cannot create a private directory in {}: {}",
+            base.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    bytes.pop();
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+    check_private_dir(&dir)?;
+    Ok(dir)
+}
+
+/// Creates (and checks) this process's private socket directory; returns the path of
+/// the socket inside it.
+pub fn private_socket_path() -> Result<PathBuf, Refused> {
+    let pid = std::process::id();
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        let base = PathBuf::from(runtime).join("forge-lsp");
+        ensure_private_dir(&base)?;
+        let mine = base.join(pid.to_string());
+        ensure_private_dir(&mine)?;
+        // A directory left by a dead process with our pid: only its socket can be in it.
+        let sock = mine.join(SOCKET_NAME);
+        if let Ok(m) = std::fs::symlink_metadata(&sock) {
+            if m.file_type().is_dir() {
+                return Err(Refused(format!("{} is a directory", sock.display())));
+            }
+            std::fs::remove_file(&sock)
+                .map_err(|e| Refused(format!("cannot remove the stale {}: {e}", sock.display())))?;
+        }
+        return Ok(sock);
+    }
+    Ok(mkdtemp(&std::env::temp_dir(), "forge-lsp-")?.join(SOCKET_NAME))
+}
+
+/// Removes a private socket made by [`private_socket_path`] and its directory.
+pub fn remove_private_socket(sock: &Path) {
+    let _ = std::fs::remove_file(sock);
+    if sock.file_name().is_some_and(|n| n == SOCKET_NAME) {
+        if let Some(dir) = sock.parent() {
+            let _ = std::fs::remove_dir(dir); // only if empty
+        }
+    }
 }

@@ -4,7 +4,8 @@
 //! - What a sandboxed command sees: the whole file system read-only (`--ro-bind / /`), a
 //!   fresh `/dev` and `/proc`, a private `/tmp` (`TMPDIR=/tmp`), the loop's worktree
 //!   read-write at its identical host path, the server's private socket directory
-//!   read-write (so `forge-lsp call` works inside), and `<worktree>/.forge` read-only (the
+//!   read-write (so `forge-lsp call` works inside; a per-process directory that holds only
+//!   the socket, `forge_core::paths`, never a `--listen` socket's directory), and `<worktree>/.forge` read-only (the
 //!   shims below run on the host, so a sandboxed command must not be able to rewrite them).
 //!   Every namespace is unshared (`--unshare-all`): no network unless the loop was started
 //!   with `sandbox.network = true` (`--share-net`); loopback inside is a fresh namespace.
@@ -144,7 +145,8 @@ pub async fn require(enabled: bool, mode: &str, what: &str) -> Result<Option<Pat
     }
 }
 
-/// The extra read-write directories of a loop's sandbox: the private socket's directory.
+/// The extra read-write directories of a loop's sandbox: the private socket's directory,
+/// which holds nothing but that socket (`forge_core::paths::private_socket_path`).
 pub fn loop_binds(socket: Option<&Path>) -> Vec<PathBuf> {
     socket.and_then(|s| s.parent().map(Path::to_path_buf)).into_iter().collect()
 }
@@ -219,7 +221,9 @@ impl Sandbox {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         let dir = shim_dir(&self.worktree);
-        std::fs::create_dir_all(&dir)?;
+        // A committed `.forge` (or `.forge/bin`) symlink is refused, never followed.
+        let rel = dir.strip_prefix(&self.worktree).map_err(io::Error::other)?;
+        drop(forge_core::beneath::open_dir(&self.worktree, rel, true)?);
         let mut opts = Vec::new();
         for a in self.args(None) {
             opts.extend(sh_quote(&a));

@@ -57,6 +57,11 @@ pub async fn start_loop(
     loop_name: Option<String>,
 ) -> Result<CommandResult, ToolError> {
     let (repo, _) = preconditions(env)?;
+    if engine.private_socket().is_none() {
+        return Err(ToolError::precondition(
+            "Failed to start loop: this server has no private callback socket (its log says why, e.g. a socket directory that is not private to this user), so the loop's agent could not call tools. Fix the directory named in the log (mode 0700, owned by you, not a symlink) and restart the server.",
+        ));
+    }
     // Sandbox (engine/sandbox.rs): probed before anything is created.
     let bwrap = sandbox::require(env.config.sandbox_enabled, &env.config.sandbox_mode, "Failed to start loop").await?;
     let project = env.project.id.clone();

@@ -156,33 +156,51 @@ pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
     v
 }
 
-/// Writes (or removes) the read-only copy of a virtual document.
+/// Writes (or removes) the read-only copy of a virtual document. A `.forge`, `.forge/view`
+/// or deeper component that is a symbolic link (a repository can commit one) is never
+/// followed: the write is refused, logged, and the user told once per connection.
 pub async fn materialize(conn: &Conn, uri: &str) {
     let Some(parsed) = ForgeUri::parse(uri) else { return };
     let path = conn.view_path(&parsed);
     let text = documents::render(conn, &parsed).await.ok();
     let root = conn.env().project.root.clone();
-    let _ = tokio::task::spawn_blocking(move || write_view(&root, &path, text.as_deref())).await;
+    let r = tokio::task::spawn_blocking(move || write_view(&root, &path, text.as_deref())).await;
+    let err = match r {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!("not writing the read-only copy of {uri}: {err}");
+    let digest = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        err.hash(&mut h);
+        h.finish()
+    };
+    // Told once per connection and reason (the key cannot be a document URI).
+    if !conn.warned(" materialize-refused", digest) {
+        conn.client
+            .show_message(
+                tower_lsp_server::gen_lsp_types::MessageType::Warning,
+                format!("forge-lsp: not writing the read-only copies under .forge/view: {err}"),
+            )
+            .await;
+    }
 }
 
-/// Writes a read-only view file (mode 0444), replacing any previous one; `None` removes it.
+/// Writes a read-only view file (mode 0444), replacing any previous one; `None` removes
+/// it. Never follows a symbolic link below the project root (`forge_core::beneath`).
 fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     // Never recreate a project directory that is gone (e.g. a removed loop worktree).
     if !root.is_dir() {
         return Ok(());
     }
+    let rel = path.strip_prefix(root).map_err(|_| {
+        std::io::Error::other(format!("{} is not inside the project {}", path.display(), root.display()))
+    })?;
     forge_engine::git::exclude_forge_dir(root);
-    let Some(text) = text else {
-        let _ = std::fs::remove_file(path);
-        return Ok(());
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+    match text {
+        None => forge_core::beneath::remove_file(root, rel),
+        Some(text) => forge_core::beneath::write_file(root, rel, text.as_bytes(), 0o444),
     }
-    let tmp = path.with_extension("md.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::fs::write(&tmp, text)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444))?;
-    std::fs::rename(&tmp, path)
 }

@@ -23,11 +23,27 @@ where
     transport::serve(reader, writer, service, socket).await;
 }
 
-/// Serves stdin/stdout until `exit` or end of input.
+/// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT.
 pub async fn stdio(hub: Arc<Hub>) {
     start_private_socket(hub.clone());
-    serve_connection(hub.clone(), tokio::io::stdin(), tokio::io::stdout()).await;
+    tokio::select! {
+        _ = serve_connection(hub.clone(), tokio::io::stdin(), tokio::io::stdout()) => {}
+        sig = shutdown_signal() => tracing::warn!("{sig}: shutting down"),
+    }
     hub.shutdown().await;
+}
+
+/// Waits for SIGTERM or SIGINT; returns its name.
+pub async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::warn!("cannot install the SIGTERM/SIGINT handlers; signals end the process without cleanup");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
 }
 
 /// Where a listen address points.
@@ -85,7 +101,9 @@ pub async fn listen(hub: Arc<Hub>, addr: ListenAddr) -> std::io::Result<()> {
     match addr {
         ListenAddr::Unix(path) => {
             let l = bind_unix(&path)?;
-            hub.set_private_socket(path.clone());
+            // Loops get the private socket, in a directory of its own: never this one,
+            // whose directory may hold anything (it is bound into loop sandboxes).
+            start_private_socket(hub.clone());
             tracing::info!("listening on unix:{}", path.display());
             loop {
                 let (s, _) = l.accept().await?;
@@ -106,9 +124,17 @@ pub async fn listen(hub: Arc<Hub>, addr: ListenAddr) -> std::io::Result<()> {
     }
 }
 
-/// Starts the private callback socket (`<dir>/<pid>.sock`).
+/// Starts the private callback socket (`forge_core::paths::private_socket_path`). A
+/// socket directory that is not ours is refused: the server keeps serving its clients,
+/// logs why, and loops (which need the socket) refuse to start.
 pub fn start_private_socket(hub: Arc<Hub>) {
-    let path = forge_core::paths::private_socket_dir().join(format!("{}.sock", std::process::id()));
+    let path = match forge_core::paths::private_socket_path() {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!("no private socket: {e}; loops cannot start in this server");
+            return;
+        }
+    };
     match bind_unix(&path) {
         Ok(l) => {
             hub.set_private_socket(path.clone());
@@ -119,13 +145,27 @@ pub fn start_private_socket(hub: Arc<Hub>) {
                 }
             });
         }
-        Err(e) => tracing::warn!("cannot listen on the private socket {}: {e}", path.display()),
+        Err(e) => {
+            tracing::error!(
+                "cannot listen on the private socket {}: {e}; loops cannot start in this server",
+                path.display()
+            );
+            forge_core::paths::remove_private_socket(&path);
+        }
     }
 }
 
-/// Removes this process's private socket file.
+/// Removes this process's private socket file and its directory.
 pub fn remove_private_socket(hub: &Hub) {
     if let Some(p) = hub.private_socket() {
-        let _ = std::fs::remove_file(p);
+        forge_core::paths::remove_private_socket(&p);
+    }
+}
+
+/// Removes a `--listen` socket file this process bound (a socket, not anything else).
+pub fn remove_listen_socket(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
     }
 }

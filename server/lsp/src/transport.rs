@@ -3,153 +3,67 @@
 //! tower-lsp-server reads frames with tokio-util's `FramedRead`, which ends the stream
 //! after the first decode error (`has_errored` → `None`): one frame with invalid UTF-8,
 //! malformed JSON or a body that is not a JSON-RPC message closes the whole connection.
-//! PROTOCOL.md §8 requires the connection to keep working. So every frame is read and
-//! validated here first: bad ones are answered with the JSON-RPC error LSP prescribes
-//! (-32700 parse error, -32600 invalid request) and dropped, oversized ones (over 64 MiB)
-//! are skipped without buffering, and only well-formed messages reach the framework,
-//! through an in-memory pipe. The framework's output and our error responses are merged
-//! frame by frame onto the real writer.
+//! PROTOCOL.md §8 requires the connection to keep working. So every frame is read here
+//! first with the shared decoder ([`forge_protocol::framing`]) and validated: bad ones are
+//! answered with the JSON-RPC error LSP prescribes and dropped, and only well-formed
+//! messages reach the framework, through an in-memory pipe. The framework's output and
+//! our error responses are merged frame by frame onto the real writer.
+//!
+//! Bad input and its answer (docs/reliability.md lists the tests):
+//! - bytes that are not an LSP header (a stray byte, the rest of a broken frame): one
+//!   -32700 with id null per run, then the stream resynchronizes at the next
+//!   `Content-Length` header;
+//! - a bad or missing `Content-Length`: -32700, id null;
+//! - a body over 64 MiB: -32600 (id null) at once, as soon as the header is read; the
+//!   body is read and discarded in bounded chunks. A length over [`MAX_SKIP`] cannot be
+//!   skipped in reasonable time: after the answer the connection is closed and the
+//!   reason logged;
+//! - a body that is not UTF-8 or not JSON: -32700, id null;
+//! - JSON that is not a request: -32600 with the request's id where it has one;
+//! - a lone UTF-16 surrogate escape (`"\ud800"`): JSON's grammar allows it but it is no
+//!   Unicode string, so the message is not a valid request: -32600 with its id
+//!   (a notification is dropped and logged: notifications are never answered);
+//! - a request id already in use by an unanswered request: -32600 with that id, saying so.
 
-use std::io;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
+use forge_protocol::framing::{self, Decoder, Event};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tower_lsp_server::jsonrpc::{Request, Response};
 use tower_lsp_server::{ClientSocket, LanguageServer, LspService, Server};
 
 /// Largest accepted message body.
-pub const MAX_MESSAGE: usize = 64 * 1024 * 1024;
-const MAX_HEADER_LINE: usize = 8 * 1024;
+pub const MAX_MESSAGE: usize = framing::MAX_MESSAGE;
+/// Largest announced body that is read and discarded; beyond it the connection closes.
+pub const MAX_SKIP: u64 = 1 << 30;
+const READ_CHUNK: usize = 64 * 1024;
 
 /// One complete outgoing frame.
 type Frame = Vec<u8>;
 
-fn frame(body: &[u8]) -> Frame {
-    let mut f = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
-    f.extend_from_slice(body);
-    f
-}
-
 fn error_frame(id: Value, code: i64, message: &str) -> Frame {
     let body = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } });
-    frame(body.to_string().as_bytes())
+    framing::encode(body.to_string().as_bytes())
 }
 
-/// The outcome of reading one frame from the client.
+/// Ids of the client's requests the framework has not answered yet (as JSON text).
+type InFlight = Arc<Mutex<HashSet<String>>>;
+
+/// What to do with one frame from the client.
+#[derive(Debug)]
 enum Incoming {
-    /// A valid message body, to forward.
-    Message(Vec<u8>),
+    /// A valid message body, to forward; `exit` says it is the `exit` notification.
+    Message { body: Vec<u8>, exit: bool },
     /// An error response to send back; keep reading.
     Reply(Frame),
     /// Something unanswerable was skipped; keep reading.
     Skip,
-    Eof,
 }
 
-async fn read_header_line<R: AsyncRead + Unpin>(r: &mut BufReader<R>, buf: &mut Vec<u8>) -> io::Result<usize> {
-    buf.clear();
-    // Bounded line read: a header line longer than MAX_HEADER_LINE is cut (and invalid).
-    let mut total = 0;
-    loop {
-        let available = r.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(total);
-        }
-        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
-            Some(i) => (&available[..=i], true),
-            None => (available, false),
-        };
-        let n = chunk.len();
-        if buf.len() < MAX_HEADER_LINE {
-            buf.extend_from_slice(&chunk[..n.min(MAX_HEADER_LINE - buf.len())]);
-        }
-        r.consume(n);
-        total += n;
-        if done {
-            return Ok(total);
-        }
-    }
-}
-
-async fn read_frame<R: AsyncRead + Unpin>(r: &mut BufReader<R>) -> io::Result<Incoming> {
-    read_frame_checked(r, true).await
-}
-
-/// Reads one frame; `check` validates its body (client input), else it is passed on as
-/// it is (the framework's own output, which is well formed).
-async fn read_frame_checked<R: AsyncRead + Unpin>(r: &mut BufReader<R>, check: bool) -> io::Result<Incoming> {
-    let mut line = Vec::new();
-    let mut content_length: Option<Result<usize, String>> = None;
-    let mut saw_header = false;
-    loop {
-        let n = read_header_line(r, &mut line).await?;
-        if n == 0 {
-            return Ok(Incoming::Eof);
-        }
-        let text = String::from_utf8_lossy(&line);
-        let text = text.trim_end_matches(['\r', '\n']);
-        if text.is_empty() {
-            if saw_header {
-                break;
-            }
-            continue; // stray blank line between frames
-        }
-        saw_header = true;
-        match text.split_once(':') {
-            Some((name, value)) if name.trim().eq_ignore_ascii_case("content-length") => {
-                content_length = Some(value.trim().parse::<usize>().map_err(|_| value.trim().to_string()));
-            }
-            Some(_) => {} // Content-Type and unknown headers are ignored
-            None => {
-                // Not a header: the stream is out of sync. Answer once and resynchronise
-                // at the next header block.
-                return Ok(Incoming::Reply(error_frame(
-                    Value::Null,
-                    -32700,
-                    &format!(
-                        "Parse error: expected an LSP header (`Content-Length: N`), got {:?}",
-                        text.chars().take(60).collect::<String>()
-                    ),
-                )));
-            }
-        }
-    }
-    let len = match content_length {
-        None => {
-            return Ok(Incoming::Reply(error_frame(Value::Null, -32700, "Parse error: missing Content-Length header")))
-        }
-        Some(Err(v)) => {
-            return Ok(Incoming::Reply(error_frame(
-                Value::Null,
-                -32700,
-                &format!("Parse error: invalid Content-Length {v:?}"),
-            )))
-        }
-        Some(Ok(n)) => n,
-    };
-    if len > MAX_MESSAGE {
-        let skipped = tokio::io::copy(&mut r.take(len as u64), &mut tokio::io::sink()).await?;
-        if (skipped as usize) < len {
-            return Ok(Incoming::Eof);
-        }
-        return Ok(Incoming::Reply(error_frame(
-            Value::Null,
-            -32600,
-            &format!("Invalid Request: message of {len} bytes exceeds the limit of {MAX_MESSAGE} bytes"),
-        )));
-    }
-    let mut body = vec![0u8; len];
-    if let Err(e) = r.read_exact(&mut body).await {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            return Ok(Incoming::Eof);
-        }
-        return Err(e);
-    }
-    Ok(if check { validate(body) } else { Incoming::Message(body) })
-}
-
-fn validate(body: Vec<u8>) -> Incoming {
+fn validate(body: Vec<u8>, in_flight: &InFlight) -> Incoming {
     if body.is_empty() {
         return Incoming::Skip;
     }
@@ -165,7 +79,7 @@ fn validate(body: Vec<u8>) -> Incoming {
     };
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(e) => return Incoming::Reply(error_frame(Value::Null, -32700, &format!("Parse error: {e}"))),
+        Err(e) => return parse_failure(text, e),
     };
     let id = value.get("id").filter(|i| i.is_string() || i.is_i64()).cloned().unwrap_or(Value::Null);
     if !value.is_object() {
@@ -174,16 +88,13 @@ fn validate(body: Vec<u8>) -> Incoming {
     if value.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Incoming::Reply(error_frame(id, -32600, "Invalid Request: `jsonrpc` must be \"2.0\""));
     }
+    let method = value.get("method").and_then(Value::as_str).map(str::to_string);
     let is_response = value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some());
-    let dollar_request = value
-        .get("method")
-        .and_then(Value::as_str)
-        .filter(|m| m.starts_with("$/") && value.get("id").is_some_and(|i| !i.is_null()))
-        .map(str::to_string);
+    let is_request = method.is_some() && value.get("id").is_some_and(|i| !i.is_null());
     let ok = if is_response {
         serde_json::from_value::<Response>(value).is_ok()
     } else {
-        value.get("method").is_some_and(Value::is_string) && serde_json::from_value::<Request>(value).is_ok()
+        method.is_some() && serde_json::from_value::<Request>(value).is_ok()
     };
     if !ok {
         if is_response {
@@ -195,28 +106,137 @@ fn validate(body: Vec<u8>) -> Incoming {
             "Invalid Request: not a valid JSON-RPC request or notification (check `method`, `id` and `params`)",
         ));
     }
+    let method = method.unwrap_or_default();
     // tower-lsp-server swallows the MethodNotFound answer to unknown `$/` requests, leaving
     // them unanswered; LSP requires the error (notifications may be ignored).
-    if let Some(m) = dollar_request {
-        return Incoming::Reply(error_frame(id, -32601, &format!("Method not found: {m}")));
+    if is_request && method.starts_with("$/") {
+        return Incoming::Reply(error_frame(id, -32601, &format!("Method not found: {method}")));
     }
-    Incoming::Message(body)
-}
-
-/// Splits the framework's output (always well formed) into frames.
-async fn forward_frames<R: AsyncRead + Unpin>(r: R, out: mpsc::Sender<Frame>) {
-    let mut r = BufReader::new(r);
-    loop {
-        match read_frame_checked(&mut r, false).await {
-            Ok(Incoming::Message(body)) => {
-                if out.send(frame(&body)).await.is_err() {
-                    return;
-                }
-            }
-            Ok(Incoming::Eof) | Err(_) => return,
-            Ok(_) => {}
+    if is_request {
+        let key = id.to_string();
+        let mut set = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        if !set.insert(key) {
+            return Incoming::Reply(error_frame(
+                id.clone(),
+                -32600,
+                &format!("Invalid Request: request id {id} is already in use by a request that has not been answered yet; use a fresh id"),
+            ));
         }
     }
+    Incoming::Message { body, exit: method == "exit" }
+}
+
+/// A body that serde_json refuses: a parse error, unless the only fault is a lone
+/// surrogate escape, which gets an error for the request's id.
+fn parse_failure(text: &str, e: serde_json::Error) -> Incoming {
+    if let Some(fixed) = framing::replace_lone_surrogates(text) {
+        if let Ok(v) = serde_json::from_str::<Value>(&fixed) {
+            let message = "Invalid Request: the message holds a lone UTF-16 surrogate escape (such as \\ud800 without its pair), which denotes no Unicode character; LSP strings must be valid Unicode";
+            return match v.get("id").filter(|i| i.is_string() || i.is_i64()) {
+                Some(id) => Incoming::Reply(error_frame(id.clone(), -32600, message)),
+                None if v.get("method").is_some() => {
+                    tracing::warn!("dropped a notification: {message}");
+                    Incoming::Skip
+                }
+                None => Incoming::Reply(error_frame(Value::Null, -32600, message)),
+            };
+        }
+    }
+    Incoming::Reply(error_frame(Value::Null, -32700, &format!("Parse error: {e}")))
+}
+
+/// The head of a message the framework sends: its id, and whether it is a response.
+#[derive(serde::Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<serde::de::IgnoredAny>,
+}
+
+/// Splits the framework's output (always well formed) into frames; a response frees
+/// its request id.
+async fn forward_frames<R: AsyncRead + Unpin>(mut r: R, out: mpsc::Sender<Frame>, in_flight: InFlight) {
+    let mut dec = Decoder::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        while let Some(ev) = dec.next_event() {
+            let Event::Frame(body) = ev else { continue };
+            if let Ok(Head { id: Some(id), method: None }) = serde_json::from_slice::<Head>(&body) {
+                in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&id.to_string());
+            }
+            if out.send(framing::encode(&body)).await.is_err() {
+                return;
+            }
+        }
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => dec.push(&chunk[..n]),
+        }
+    }
+}
+
+/// Reads the client's frames, answers bad ones and forwards good ones to the framework
+/// until `exit`, end of input, or an unskippable oversized message.
+async fn read_client<R, W>(mut reader: R, mut to_framework: W, out_tx: mpsc::Sender<Frame>, in_flight: InFlight)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut dec = Decoder::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
+    'read: loop {
+        while let Some(ev) = dec.next_event() {
+            let incoming = match ev {
+                Event::Frame(body) => validate(body, &in_flight),
+                Event::TooLarge { length } => {
+                    let (code, message) = Event::TooLarge { length }.error().unwrap_or_default();
+                    if out_tx.send(error_frame(Value::Null, code, &message)).await.is_err() {
+                        break 'read;
+                    }
+                    if length > MAX_SKIP {
+                        tracing::warn!(
+                            "closing the connection: the client announced a message of {length} bytes, over the {MAX_MESSAGE}-byte limit and too long to skip (over {MAX_SKIP} bytes)"
+                        );
+                        break 'read;
+                    }
+                    tracing::warn!("skipping a message of {length} bytes: over the {MAX_MESSAGE}-byte limit");
+                    continue;
+                }
+                other => {
+                    let (code, message) = other.error().unwrap_or_default();
+                    tracing::warn!("bad input from the client: {message}");
+                    Incoming::Reply(error_frame(Value::Null, code, &message))
+                }
+            };
+            match incoming {
+                Incoming::Message { body, exit } => {
+                    if to_framework.write_all(&framing::encode(&body)).await.is_err() {
+                        break 'read;
+                    }
+                    if exit {
+                        break 'read;
+                    }
+                }
+                Incoming::Reply(f) => {
+                    if out_tx.send(f).await.is_err() {
+                        break 'read;
+                    }
+                }
+                Incoming::Skip => {}
+            }
+        }
+        match reader.read(&mut chunk).await {
+            Ok(0) => break,
+            Ok(n) => dec.push(&chunk[..n]),
+            Err(e) => {
+                tracing::warn!("connection read failed: {e}");
+                break;
+            }
+        }
+    }
+    // Closing the pipe ends the framework's read loop.
+    let _ = to_framework.shutdown().await;
 }
 
 /// Serves one LSP connection over `reader`/`writer` until `exit` or end of input.
@@ -226,9 +246,10 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut to_framework, framework_in) = tokio::io::duplex(1 << 20);
+    let (to_framework, framework_in) = tokio::io::duplex(1 << 20);
     let (framework_out, from_framework) = tokio::io::duplex(1 << 20);
     let (out_tx, mut out_rx) = mpsc::channel::<Frame>(256);
+    let in_flight: InFlight = Arc::default();
 
     let writer_task = tokio::spawn(async move {
         let mut writer = writer;
@@ -243,40 +264,8 @@ where
         }
         let _ = writer.flush().await;
     });
-    let forwarder = tokio::spawn(forward_frames(from_framework, out_tx.clone()));
-
-    let reader_task = tokio::spawn(async move {
-        let mut r = BufReader::with_capacity(64 * 1024, reader);
-        loop {
-            match read_frame(&mut r).await {
-                Ok(Incoming::Message(body)) => {
-                    let is_exit = serde_json::from_slice::<Value>(&body)
-                        .ok()
-                        .and_then(|v| v.get("method").and_then(Value::as_str).map(|m| m == "exit"))
-                        .unwrap_or(false);
-                    if to_framework.write_all(&frame(&body)).await.is_err() {
-                        break;
-                    }
-                    if is_exit {
-                        break;
-                    }
-                }
-                Ok(Incoming::Reply(f)) => {
-                    if out_tx.send(f).await.is_err() {
-                        break;
-                    }
-                }
-                Ok(Incoming::Skip) => {}
-                Ok(Incoming::Eof) => break,
-                Err(e) => {
-                    tracing::warn!("connection read failed: {e}");
-                    break;
-                }
-            }
-        }
-        // Closing the pipe ends the framework's read loop.
-        let _ = to_framework.shutdown().await;
-    });
+    let forwarder = tokio::spawn(forward_frames(from_framework, out_tx.clone(), in_flight.clone()));
+    let reader_task = tokio::spawn(read_client(reader, to_framework, out_tx, in_flight));
 
     Server::new(framework_in, framework_out, socket).serve(service).await;
     reader_task.abort();
@@ -288,45 +277,35 @@ where
 mod tests {
     use super::*;
 
-    async fn one(input: &[u8]) -> Vec<String> {
-        let mut r = BufReader::new(input);
-        let mut out = vec![];
-        loop {
-            match read_frame(&mut r).await.unwrap() {
-                Incoming::Message(b) => out.push(format!("msg:{}", String::from_utf8(b).unwrap())),
-                Incoming::Reply(f) => out.push(format!("reply:{}", String::from_utf8_lossy(&f))),
-                Incoming::Skip => out.push("skip".into()),
-                Incoming::Eof => return out,
-            }
+    fn check(body: &[u8]) -> String {
+        match validate(body.to_vec(), &InFlight::default()) {
+            Incoming::Message { body, .. } => format!("msg:{}", String::from_utf8_lossy(&body)),
+            Incoming::Reply(f) => format!("reply:{}", String::from_utf8_lossy(&f)),
+            Incoming::Skip => "skip".into(),
         }
     }
 
-    #[tokio::test]
-    async fn bad_frames_are_answered_and_the_stream_continues() {
-        let good = br#"{"jsonrpc":"2.0","id":1,"method":"x"}"#;
-        let mut input = Vec::new();
-        input.extend_from_slice(b"Content-Length: 5\r\n\r\n{bad}");
-        input.extend_from_slice(b"Content-Length: 3\r\n\r\n\xff\xfe\xfd");
-        input.extend_from_slice(b"Content-Length: 2\r\n\r\n[]");
-        input.extend_from_slice(b"Content-Length: 14\r\n\r\n{\"jsonrpc\":1.0");
-        input.extend_from_slice(format!("Content-Length: {}\r\n\r\n", good.len()).as_bytes());
-        input.extend_from_slice(good);
-        let out = one(&input).await;
-        assert_eq!(out.len(), 5, "{out:?}");
-        assert!(out[0].contains("-32700"));
-        assert!(out[1].contains("-32700") && out[1].contains("UTF-8"));
-        assert!(out[2].contains("-32600"));
-        assert!(out[3].contains("-32700"));
-        assert!(out[4].starts_with("msg:"));
+    #[test]
+    fn bad_bodies_are_answered() {
+        assert!(check(b"{bad}").contains("-32700"));
+        assert!(check(b"\xff\xfe\xfd").contains("UTF-8"));
+        assert!(check(b"[]").contains("-32600"));
+        assert!(check(b"{\"jsonrpc\":1.0").contains("-32700"));
+        assert!(check(br#"{"jsonrpc":"2.0","id":1,"method":"x"}"#).starts_with("msg:"));
+        let r = check(br#"{"jsonrpc":"2.0","id":7,"method":"x","params":{"a":"\ud800"}}"#);
+        assert!(r.contains("-32600") && r.contains("\"id\":7") && r.contains("surrogate"), "{r}");
+        assert_eq!(check(br#"{"jsonrpc":"2.0","method":"x","params":{"a":"\udc00"}}"#), "skip");
     }
 
-    #[tokio::test]
-    async fn oversized_is_skipped() {
-        let mut input = format!("Content-Length: {}\r\n\r\n", MAX_MESSAGE + 1).into_bytes();
-        input.extend(std::iter::repeat_n(b' ', MAX_MESSAGE + 1));
-        input.extend_from_slice(b"Content-Length: 2\r\n\r\n{}");
-        let out = one(&input).await;
-        assert!(out[0].contains("-32600") && out[0].contains("exceeds"), "{}", &out[0][..100.min(out[0].len())]);
-        assert!(out[1].contains("-32600"), "{out:?}");
+    #[test]
+    fn a_duplicate_in_flight_id_is_refused_until_answered() {
+        let set = InFlight::default();
+        let req = br#"{"jsonrpc":"2.0","id":"a","method":"x"}"#;
+        assert!(matches!(validate(req.to_vec(), &set), Incoming::Message { .. }));
+        let Incoming::Reply(f) = validate(req.to_vec(), &set) else { panic!("duplicate accepted") };
+        let f = String::from_utf8_lossy(&f);
+        assert!(f.contains("-32600") && f.contains("already in use") && f.contains("\"id\":\"a\""), "{f}");
+        set.lock().unwrap().remove("\"a\"");
+        assert!(matches!(validate(req.to_vec(), &set), Incoming::Message { .. }));
     }
 }

@@ -65,18 +65,54 @@ impl<T> Db<T> for rusqlite::Result<T> {
     }
 }
 
-/// Opens (creating if needed) and migrates the database at `path`.
+/// Creates the data directory (mode 0700, whatever the umask) unless it exists; an
+/// existing directory keeps its mode: it is the user's.
+pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if dir.is_dir() {
+        return Ok(());
+    }
+    // Parents the user did not ask for are created like any directory; the data
+    // directory itself is private.
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates an empty database file with mode 0600 (whatever the umask) if there is none.
+/// SQLite gives the `-wal` and `-shm` files the database file's mode.
+fn create_db_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(f) => f.set_permissions(std::fs::Permissions::from_mode(0o600)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens (creating if needed) and migrates the database at `path`. Safe when several
+/// processes open a fresh database at once: the WAL switch is retried while another
+/// process holds the lock, and the migrations run in one exclusive transaction that
+/// re-reads the schema version ([`migrate`]).
 pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_data_dir(dir).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
     }
     let existed = path.exists() && std::fs::metadata(path).map(|m| m.len() > 0).unwrap_or(false);
+    if !existed {
+        create_db_file(path).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+    }
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
-    conn.busy_timeout(std::time::Duration::from_millis(5000)).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
     if existed {
         // Read-only probes first: nothing below writes until the file is known good.
         let probe: Result<i64, _> = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0));
@@ -89,12 +125,41 @@ pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
         }
     }
     configure(&conn).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
-    migrate(&conn).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
-    Ok(conn)
+    match migrate(&conn) {
+        Ok(()) => Ok(conn),
+        Err(MigrateError::TooNew(found)) => {
+            Err(OpenError::TooNew { path: path.to_path_buf(), found, known: latest_version() })
+        }
+        Err(MigrateError::Sqlite(e)) => Err(OpenError::Sqlite(path.to_path_buf(), e)),
+    }
+}
+
+/// How long a statement waits for another process's lock.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked))
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // Switching to WAL needs an exclusive lock and may report SQLITE_BUSY without waiting
+    // while another process opens the same fresh file: retry until the busy timeout.
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let mode = conn.query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0));
+        let r = match mode {
+            Ok(m) if m.eq_ignore_ascii_case("wal") => Ok(()),
+            Ok(_) => conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)).map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(()) => break,
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
@@ -113,34 +178,76 @@ pub fn applied_version(conn: &Connection) -> rusqlite::Result<u32> {
     conn.query_row("SELECT coalesce(max(version), 0) FROM schema_migrations", [], |r| r.get(0))
 }
 
-/// Applies every embedded migration not yet applied, each in its own transaction
-/// together with its `schema_migrations` row.
-pub fn migrate(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (
-            version    INTEGER PRIMARY KEY,
-            name       TEXT    NOT NULL,
-            applied_at INTEGER NOT NULL
-        )",
-    )?;
-    let current = applied_version(conn)?;
-    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        let r = conn.execute_batch(sql).and_then(|_| {
+/// Why [`migrate`] failed.
+#[derive(Debug)]
+pub enum MigrateError {
+    /// Another process migrated the file past what this binary knows.
+    TooNew(u32),
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for MigrateError {
+    fn from(e: rusqlite::Error) -> Self {
+        MigrateError::Sqlite(e)
+    }
+}
+
+impl std::fmt::Display for MigrateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MigrateError::TooNew(v) => write!(f, "schema version {v} is newer than this forge-lsp understands"),
+            MigrateError::Sqlite(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Applies every embedded migration not yet applied, all in one exclusive transaction
+/// that first re-reads the schema version: of several processes starting at once on a
+/// fresh file, one migrates and the others find the work done (they wait on the lock).
+pub fn migrate(conn: &Connection) -> Result<(), MigrateError> {
+    if applied_version(conn)? == latest_version() {
+        return Ok(()); // the common case, without taking the write lock
+    }
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.execute_batch("BEGIN EXCLUSIVE") {
+            Ok(()) => break,
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let r = (|| -> Result<(), MigrateError> {
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                version    INTEGER PRIMARY KEY,
+                name       TEXT    NOT NULL,
+                applied_at INTEGER NOT NULL
+            )",
+        )?;
+        let current = applied_version(conn)?;
+        if current > latest_version() {
+            return Err(MigrateError::TooNew(current));
+        }
+        for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+            conn.execute_batch(sql)?;
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
                 rusqlite::params![version, name, now_ms()],
-            )
-        });
-        match r {
-            Ok(_) => conn.execute_batch("COMMIT")?,
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(e);
+            )?;
+        }
+        Ok(())
+    })();
+    match r {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(MigrateError::from),
+        Err(e) => {
+            if let Err(rb) = conn.execute_batch("ROLLBACK") {
+                tracing::warn!("rollback of a failed migration failed: {rb}");
             }
+            Err(e)
         }
     }
-    Ok(())
 }
 
 /// A flag a blocking thread can wait on with a timeout.

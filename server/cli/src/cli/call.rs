@@ -28,21 +28,29 @@ pub struct CallArgs {
     pub project: Option<PathBuf>,
 }
 
-/// Process exit status: 0 success, 1 tool failure, 2 usage error.
+/// Process exit status: 0 success, 1 tool failure (or a standard output that cannot be
+/// written: closed pipe, full disk), 2 usage error. Never panics on a closed stream.
 pub fn run(args: CallArgs) -> i32 {
+    use std::io::Write;
     match call(&args) {
         Ok(r) => {
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
-            } else {
-                println!("{}", r.text);
+            let text = if args.json { serde_json::to_string_pretty(&r).unwrap_or_default() } else { r.text };
+            let mut out = std::io::stdout().lock();
+            match writeln!(out, "{text}").and_then(|_| out.flush()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    let _ =
+                        writeln!(std::io::stderr(), "forge-lsp call: cannot write the result to standard output: {e}");
+                    1
+                }
             }
-            0
         }
         Err(e) => {
-            eprintln!("{}", e.message);
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{}", e.message);
             if args.json {
-                eprintln!(
+                let _ = writeln!(
+                    err,
                     "{}",
                     json!({ "error": { "code": e.kind.code(), "message": e.message, "data": { "kind": e.kind.as_str() } } })
                 );
@@ -208,7 +216,8 @@ fn call_with(
     }
     let loader = Loader::standard(&project.root, None).map_err(|e| ToolError::invalid(e.0))?;
     for w in &loader.warnings {
-        eprintln!("warning: {w}");
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "warning: {w}");
     }
     let caller = forge_tools::identity::resolve(&conn, args.agent.as_deref(), session.as_deref(), token.as_deref())?;
     let env = ToolEnv { project, caller, config: loader.build(), home: std::env::var("HOME").ok() };

@@ -1,14 +1,16 @@
 //! A minimal blocking LSP client over a Unix socket, for `forge-lsp call`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use forge_protocol::framing::{self, Decoder, Event};
 use serde_json::{json, Value};
 
 pub struct LspClient {
-    reader: BufReader<UnixStream>,
+    reader: UnixStream,
+    decoder: Decoder,
     writer: UnixStream,
     next_id: i64,
 }
@@ -17,38 +19,39 @@ impl LspClient {
     pub fn connect(path: &Path) -> std::io::Result<LspClient> {
         let s = UnixStream::connect(path)?;
         s.set_read_timeout(Some(Duration::from_secs(660)))?;
-        Ok(LspClient { reader: BufReader::new(s.try_clone()?), writer: s, next_id: 1 })
+        Ok(LspClient { reader: s.try_clone()?, decoder: Decoder::new(), writer: s, next_id: 1 })
     }
 
     fn send(&mut self, v: &Value) -> std::io::Result<()> {
-        let body = v.to_string();
-        write!(self.writer, "Content-Length: {}\r\n\r\n{}", body.len(), body)?;
+        self.writer.write_all(&framing::encode(v.to_string().as_bytes()))?;
         self.writer.flush()
     }
 
+    /// Reads the next message (the shared decoder; anything but a frame from the server
+    /// is a protocol error).
     fn read(&mut self) -> std::io::Result<Value> {
-        let mut len = None;
+        let mut chunk = [0u8; 16 * 1024];
         loop {
-            let mut line = String::new();
-            if self.reader.read_line(&mut line)? == 0 {
+            match self.decoder.next_event() {
+                Some(Event::Frame(body)) => {
+                    return serde_json::from_slice(&body)
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                }
+                Some(other) => {
+                    let why = other.error().map(|e| e.1).unwrap_or_default();
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("bad frame from the server: {why}"),
+                    ));
+                }
+                None => {}
+            }
+            let n = self.reader.read(&mut chunk)?;
+            if n == 0 {
                 return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "server closed the connection"));
             }
-            let t = line.trim_end();
-            if t.is_empty() {
-                if len.is_some() {
-                    break;
-                }
-                continue;
-            }
-            if let Some((k, v)) = t.split_once(':') {
-                if k.trim().eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse::<usize>().ok();
-                }
-            }
+            self.decoder.push(&chunk[..n]);
         }
-        let mut buf = vec![0; len.unwrap_or(0)];
-        self.reader.read_exact(&mut buf)?;
-        serde_json::from_slice(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
 
     pub fn notify(&mut self, method: &str, params: Value) -> std::io::Result<()> {

@@ -118,7 +118,7 @@ impl Sandbox {
         p
     }
 
-    fn next_log(&self, what: &str) -> PathBuf {
+    pub fn next_log(&self, what: &str) -> PathBuf {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         self.logs.join(format!("{n:02}-{what}.log"))
     }
@@ -771,9 +771,9 @@ impl Client {
         self.child.as_ref().map(Child::id)
     }
 
-    /// The server's private callback socket (stdio servers).
+    /// The server's private callback socket (stdio servers): `<dir>/<pid>/forge.sock`.
     pub fn private_socket(&self) -> Option<PathBuf> {
-        Some(self.private_socket_dir.as_ref()?.join(format!("{}.sock", self.pid()?)))
+        Some(self.private_socket_dir.as_ref()?.join(self.pid()?.to_string()).join("forge.sock"))
     }
 
     /// Why the stream closed, if it did.
@@ -1161,7 +1161,7 @@ pub struct ListenServer {
 }
 
 impl ListenServer {
-    fn start(cmd: Command, addr: Addr, log: PathBuf) -> ListenServer {
+    pub fn start(cmd: Command, addr: Addr, log: PathBuf) -> ListenServer {
         match Self::try_start(cmd, addr, log) {
             Ok(s) => s,
             Err(e) => panic!("{e}"),

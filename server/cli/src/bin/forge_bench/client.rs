@@ -8,11 +8,12 @@
 //! A response is time-stamped as soon as its body has been read, before it is parsed.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use forge_protocol::framing::{self, Decoder, Event};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -85,7 +86,8 @@ pub struct DiagLog {
 pub struct Server {
     child: Child,
     stdin: ChildStdin,
-    out: BufReader<ChildStdout>,
+    out: ChildStdout,
+    decoder: Decoder,
     next_id: i64,
     early: HashMap<i64, Reply>,
     pub diags: DiagLog,
@@ -114,10 +116,7 @@ pub fn file_uri(p: &Path) -> String {
 
 /// An LSP frame (header + JSON body).
 fn frame(v: &Value) -> Vec<u8> {
-    let body = v.to_string();
-    let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
-    frame.extend_from_slice(body.as_bytes());
-    frame
+    framing::encode(v.to_string().as_bytes())
 }
 
 impl Server {
@@ -147,11 +146,12 @@ impl Server {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", t.bin.display()));
         let stdin = child.stdin.take().expect("stdin");
-        let out = BufReader::with_capacity(1 << 16, child.stdout.take().expect("stdout"));
+        let out = child.stdout.take().expect("stdout");
         Server {
             child,
             stdin,
             out,
+            decoder: Decoder::new(),
             next_id: 1,
             early: HashMap::new(),
             diags: DiagLog::default(),
@@ -326,31 +326,20 @@ impl Server {
     }
 
     fn read_frame(&mut self) -> Vec<u8> {
-        let mut len: Option<usize> = None;
-        let mut line = String::new();
+        let mut chunk = vec![0u8; 1 << 16];
         loop {
-            line.clear();
-            let n = self.out.read_line(&mut line).expect("read from the server");
+            match self.decoder.next_event() {
+                Some(Event::Frame(body)) => return body,
+                Some(other) => panic!("bad frame from the server: {}", other.error().map(|e| e.1).unwrap_or_default()),
+                None => {}
+            }
+            let n = self.out.read(&mut chunk).expect("read from the server");
             if n == 0 {
                 let status = self.child.try_wait().ok().flatten();
                 panic!("the server closed its output (exit status {status:?})");
             }
-            let t = line.trim_end();
-            if t.is_empty() {
-                if len.is_some() {
-                    break;
-                }
-                continue;
-            }
-            if let Some((k, v)) = t.split_once(':') {
-                if k.trim().eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse().ok();
-                }
-            }
+            self.decoder.push(&chunk[..n]);
         }
-        let mut body = vec![0u8; len.unwrap_or(0)];
-        self.out.read_exact(&mut body).expect("read a message body");
-        body
     }
 
     /// Reads (and answers) everything the server sends until `n` distinct `file://`

@@ -1,0 +1,548 @@
+//! LSP base-protocol framing (`Content-Length: N\r\n\r\n` + body), as pure functions over
+//! byte buffers. No I/O: the server's transport, the `forge-lsp call` client and the
+//! benchmark client feed the bytes they read into a [`Decoder`] and write what
+//! [`encode`] returns.
+//!
+//! What the decoder guarantees, whatever the input:
+//! - memory stays bounded: a header block is at most [`MAX_HEADER`] bytes, a body at most
+//!   [`MAX_MESSAGE`]; a larger body is reported ([`Event::TooLarge`]) as soon as its
+//!   header is read and then discarded as it arrives, never buffered;
+//! - it resynchronizes: bytes that do not start an LSP header (a stray byte, the rest of
+//!   a broken frame) are skipped up to the next `Content-Length` header, and reported
+//!   once per run ([`Event::Garbage`]), so one bad byte loses no following frame;
+//! - it never panics.
+
+/// Largest accepted message body (PROTOCOL.md §8): 64 MiB.
+pub const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+/// Largest accepted header block (all header lines and the empty line).
+pub const MAX_HEADER: usize = 8 * 1024;
+
+const CONTENT_LENGTH: &[u8] = b"content-length";
+const CONTENT_TYPE: &[u8] = b"content-type";
+
+/// Frames `body`: the `Content-Length` header, the empty line, the body.
+pub fn encode(body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(body.len() + 32);
+    f.extend_from_slice(b"Content-Length: ");
+    f.extend_from_slice(body.len().to_string().as_bytes());
+    f.extend_from_slice(b"\r\n\r\n");
+    f.extend_from_slice(body);
+    f
+}
+
+/// What the decoder found in the bytes pushed so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A complete message body (not validated: it may not even be UTF-8).
+    Frame(Vec<u8>),
+    /// Bytes that do not start an LSP header were skipped (reported once per run of such
+    /// bytes; `sample` is the beginning of the run, lossily decoded).
+    Garbage { sample: String },
+    /// A header block without a usable `Content-Length` was skipped.
+    BadHeader(String),
+    /// A body over [`MAX_MESSAGE`] (`length` is `u64::MAX` when the header's number does
+    /// not even fit): it is being discarded as it arrives.
+    TooLarge { length: u64 },
+}
+
+impl Event {
+    /// The JSON-RPC error code and message to answer a bad frame with (`None` for a frame).
+    /// LSP prescribes -32700 (parse error) for what cannot be read as a message and
+    /// -32600 (invalid request) for a message the server refuses.
+    pub fn error(&self) -> Option<(i64, String)> {
+        match self {
+            Event::Frame(_) => None,
+            Event::Garbage { sample } => Some((
+                -32700,
+                format!(
+                    "Parse error: expected an LSP header (`Content-Length: N`), got {sample:?}; skipping to the next Content-Length header"
+                ),
+            )),
+            Event::BadHeader(why) => Some((-32700, format!("Parse error: {why}"))),
+            Event::TooLarge { length } => Some((
+                -32600,
+                if *length == u64::MAX {
+                    format!("Invalid Request: message length exceeds the limit of {MAX_MESSAGE} bytes (64 MiB); its body is skipped")
+                } else {
+                    format!("Invalid Request: message of {length} bytes exceeds the limit of {MAX_MESSAGE} bytes (64 MiB); its body is skipped")
+                },
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Header,
+    Body(usize),
+    Discard(u64),
+}
+
+/// An incremental frame decoder: [`Decoder::push`] bytes as they arrive, then take
+/// [`Decoder::next_event`] until it returns `None`.
+#[derive(Debug)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    start: usize,
+    state: State,
+    in_garbage: bool,
+    max_message: usize,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Decoder {
+    pub fn new() -> Decoder {
+        Decoder::with_limit(MAX_MESSAGE)
+    }
+
+    /// A decoder with another body limit (tests).
+    pub fn with_limit(max_message: usize) -> Decoder {
+        Decoder { buf: Vec::new(), start: 0, state: State::Header, in_garbage: false, max_message }
+    }
+
+    /// Appends bytes read from the stream. Bytes of a body being discarded are dropped
+    /// here, so a discarded body never occupies memory.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        if let State::Discard(left) = self.state {
+            let n = (bytes.len() as u64).min(left);
+            bytes = &bytes[n as usize..];
+            self.state = if left > n { State::Discard(left - n) } else { State::Header };
+        }
+        if self.start > 0 && self.start >= self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes still owed by a body being discarded (0 when none).
+    pub fn discarding(&self) -> u64 {
+        match self.state {
+            State::Discard(n) => n,
+            _ => 0,
+        }
+    }
+
+    /// Bytes buffered and not yet decoded.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Whether the decoder is between frames with nothing buffered (a clean end of stream).
+    pub fn is_idle(&self) -> bool {
+        self.state == State::Header && self.pending().iter().all(|b| matches!(b, b'\r' | b'\n'))
+    }
+
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.buf.len());
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+    }
+
+    /// The next event, or `None` when more bytes are needed.
+    pub fn next_event(&mut self) -> Option<Event> {
+        loop {
+            match self.state {
+                State::Discard(left) => {
+                    let n = (self.buffered() as u64).min(left) as usize;
+                    self.consume(n);
+                    let left = left - n as u64;
+                    if left > 0 {
+                        self.state = State::Discard(left);
+                        return None;
+                    }
+                    self.state = State::Header;
+                }
+                State::Body(len) => {
+                    if self.buffered() < len {
+                        return None;
+                    }
+                    let body = self.pending()[..len].to_vec();
+                    self.consume(len);
+                    self.state = State::Header;
+                    return Some(Event::Frame(body));
+                }
+                State::Header => match self.header() {
+                    Step::NeedMore => return None,
+                    Step::Continue => {}
+                    Step::Emit(e) => return Some(e),
+                },
+            }
+        }
+    }
+
+    /// Skips `n` bytes that are not a header; the first skip of a run is reported.
+    fn garbage(&mut self, n: usize) -> Step {
+        let sample: String = String::from_utf8_lossy(&self.pending()[..n.min(60)]).into_owned();
+        self.consume(n);
+        if self.in_garbage {
+            return Step::Continue;
+        }
+        self.in_garbage = true;
+        Step::Emit(Event::Garbage { sample })
+    }
+
+    fn header(&mut self) -> Step {
+        // Blank lines between frames are tolerated.
+        let blanks = self.pending().iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
+        self.consume(blanks);
+        let p = self.pending();
+        if p.is_empty() {
+            return Step::NeedMore;
+        }
+        match starts_with_known_header(p) {
+            Prefix::Partial => return Step::NeedMore,
+            Prefix::No => {
+                // Resynchronize: skip to the next `Content-Length`, keeping a tail that may
+                // be the start of one.
+                return match find_ci(&p[1..], CONTENT_LENGTH) {
+                    Some(i) => self.garbage(i + 1),
+                    None => {
+                        let keep = CONTENT_LENGTH.len() - 1;
+                        let n = p.len().saturating_sub(keep).max(1);
+                        if p.len() <= keep && !self.in_garbage {
+                            // Too short to tell: wait for more unless already skipping.
+                            return Step::NeedMore;
+                        }
+                        self.garbage(n)
+                    }
+                };
+            }
+            Prefix::Yes => {}
+        }
+        // A header block: lines up to an empty line.
+        let Some(end) = block_end(p) else {
+            if p.len() > MAX_HEADER {
+                return self.resync_after_bad_block("header block longer than 8192 bytes without an empty line".into());
+            }
+            return Step::NeedMore;
+        };
+        if end > MAX_HEADER {
+            return self.resync_after_bad_block("header block longer than 8192 bytes".into());
+        }
+        let block = &p[..end];
+        let mut length: Option<Result<u64, String>> = None;
+        for line in block.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                continue;
+            }
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                return self.resync_after_bad_block(format!(
+                    "expected an LSP header line (`Name: value`), got {:?}",
+                    String::from_utf8_lossy(&line[..line.len().min(60)])
+                ));
+            };
+            let (name, value) = (&line[..colon], &line[colon + 1..]);
+            if name.is_empty() || !name.iter().all(|&b| b.is_ascii_graphic()) {
+                return self.resync_after_bad_block(format!(
+                    "invalid LSP header name {:?}",
+                    String::from_utf8_lossy(&name[..name.len().min(60)])
+                ));
+            }
+            if name.eq_ignore_ascii_case(CONTENT_LENGTH) {
+                let v = String::from_utf8_lossy(value).trim().to_string();
+                let parsed = parse_length(&v);
+                if let (Some(Ok(a)), Ok(b)) = (&length, &parsed) {
+                    if a != b {
+                        return self.skip_block(end, format!("conflicting Content-Length headers ({a} and {b})"));
+                    }
+                }
+                length = Some(parsed);
+            }
+        }
+        self.in_garbage = false;
+        match length {
+            None => self.skip_block(end, "missing Content-Length header".into()),
+            Some(Err(v)) => self.skip_block(end, format!("invalid Content-Length {v:?} (expected a byte count)")),
+            Some(Ok(n)) if n > self.max_message as u64 => {
+                self.consume(end);
+                self.state = State::Discard(n);
+                Step::Emit(Event::TooLarge { length: n })
+            }
+            Some(Ok(n)) => {
+                self.consume(end);
+                self.state = State::Body(n as usize);
+                Step::Continue
+            }
+        }
+    }
+
+    fn skip_block(&mut self, end: usize, why: String) -> Step {
+        self.consume(end);
+        Step::Emit(Event::BadHeader(why))
+    }
+
+    /// A block that is not a valid header: report it, then resynchronize after its first byte.
+    fn resync_after_bad_block(&mut self, why: String) -> Step {
+        self.consume(1);
+        self.in_garbage = true;
+        Step::Emit(Event::BadHeader(why))
+    }
+}
+
+enum Step {
+    NeedMore,
+    Continue,
+    Emit(Event),
+}
+
+enum Prefix {
+    Yes,
+    No,
+    Partial,
+}
+
+/// Whether `p` starts with `Content-Length` or `Content-Type` (any case).
+fn starts_with_known_header(p: &[u8]) -> Prefix {
+    let mut partial = false;
+    for name in [CONTENT_LENGTH, CONTENT_TYPE] {
+        let n = p.len().min(name.len());
+        if p[..n].eq_ignore_ascii_case(&name[..n]) {
+            if n == name.len() {
+                return Prefix::Yes;
+            }
+            partial = true;
+        }
+    }
+    if partial {
+        Prefix::Partial
+    } else {
+        Prefix::No
+    }
+}
+
+/// The end (exclusive) of the header block: just past its empty line.
+fn block_end(p: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while let Some(nl) = p[i..].iter().position(|&b| b == b'\n') {
+        let line = &p[i..i + nl];
+        if line.is_empty() || line == b"\r" {
+            return Some(i + nl + 1);
+        }
+        i += nl + 1;
+    }
+    None
+}
+
+/// Case-insensitive search for `needle` in `hay`.
+fn find_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if hay.len() < needle.len() {
+        return None;
+    }
+    (0..=hay.len() - needle.len()).find(|&i| hay[i..i + needle.len()].eq_ignore_ascii_case(needle))
+}
+
+/// A `Content-Length` value: decimal digits; a number too large for `u64` reads as `u64::MAX`.
+fn parse_length(v: &str) -> Result<u64, String> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(v.chars().take(40).collect());
+    }
+    Ok(v.parse::<u64>().unwrap_or(u64::MAX))
+}
+
+/// Replaces every lone UTF-16 surrogate escape (`\ud800` without its pair) in JSON text
+/// with `\ufffd`; `None` when there is none. JSON's grammar (RFC 8259) allows such escapes
+/// but they denote no Unicode string, so a parser refuses them; this lets a server find the
+/// id of the request that held one and answer it.
+pub fn replace_lone_surrogates(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    let mut in_string = false;
+    let hex = |at: usize| -> Option<u32> {
+        let s = b.get(at..at + 4)?;
+        u32::from_str_radix(std::str::from_utf8(s).ok()?, 16).ok()
+    };
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                in_string = !in_string;
+                i += 1;
+            }
+            b'\\' if in_string => {
+                if b.get(i + 1) != Some(&b'u') {
+                    i += 2;
+                    continue;
+                }
+                let Some(u) = hex(i + 2) else {
+                    i += 2;
+                    continue;
+                };
+                let high = (0xD800..0xDC00).contains(&u);
+                let low = (0xDC00..0xE000).contains(&u);
+                if high && b.get(i + 6) == Some(&b'\\') && b.get(i + 7) == Some(&b'u') {
+                    if let Some(u2) = hex(i + 8) {
+                        if (0xDC00..0xE000).contains(&u2) {
+                            i += 12;
+                            continue;
+                        }
+                    }
+                }
+                if high || low {
+                    let o = out.get_or_insert_with(String::new);
+                    o.push_str(&text[copied..i]);
+                    o.push_str("\\ufffd");
+                    copied = i + 6;
+                }
+                i += 6;
+            }
+            _ => i += 1,
+        }
+    }
+    let mut o = out?;
+    o.push_str(text.get(copied..).unwrap_or(""));
+    Some(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(chunks: &[&[u8]], limit: usize) -> Vec<String> {
+        let mut d = Decoder::with_limit(limit);
+        let mut out = vec![];
+        for c in chunks {
+            d.push(c);
+            while let Some(e) = d.next_event() {
+                out.push(match e {
+                    Event::Frame(b) => format!("frame:{}", String::from_utf8_lossy(&b)),
+                    Event::Garbage { sample } => format!("garbage:{sample}"),
+                    Event::BadHeader(w) => format!("bad:{w}"),
+                    Event::TooLarge { length } => format!("large:{length}"),
+                });
+            }
+        }
+        out
+    }
+
+    fn whole(input: &[u8]) -> Vec<String> {
+        decode_all(&[input], 100)
+    }
+
+    #[test]
+    fn table() {
+        let cases: &[(&[u8], &[&str])] = &[
+            (b"Content-Length: 2\r\n\r\n{}", &["frame:{}"]),
+            (b"content-length:2\n\n{}", &["frame:{}"]),
+            (b"\r\n\r\nContent-Length: 2\r\n\r\n{}", &["frame:{}"]),
+            (b"Content-Type: x\r\nContent-Length: 1\r\n\r\nA", &["frame:A"]),
+            (b"Content-Length: 1\r\nX-Other: y\r\n\r\nA", &["frame:A"]),
+            (b"Content-Length: 0\r\n\r\n", &["frame:"]),
+            // One stray byte: reported once, the frame still arrives.
+            (b"xContent-Length: 1\r\n\r\nA", &["garbage:x", "frame:A"]),
+            (b"garbage garbage\r\n\r\nContent-Length: 1\r\n\r\nA", &["garbage:garbage garbage\r\n\r\n", "frame:A"]),
+            (
+                b"Content-Length: lots\r\n\r\nContent-Length: 1\r\n\r\nA",
+                &["bad:invalid Content-Length \"lots\" (expected a byte count)", "frame:A"],
+            ),
+            (b"Content-Length: -1\r\n\r\n", &["bad:invalid Content-Length \"-1\" (expected a byte count)"]),
+            (b"Content-Type: x\r\n\r\nContent-Length: 1\r\n\r\nA", &["bad:missing Content-Length header", "frame:A"]),
+            (
+                b"Content-Length: 1\r\nContent-Length: 2\r\n\r\nAB",
+                &["bad:conflicting Content-Length headers (1 and 2)"],
+            ),
+            (b"Content-Length: 101\r\n\r\n", &["large:101"]),
+            (b"Content-Length: 99999999999999999999999\r\n\r\n", &["large:18446744073709551615"]),
+            (
+                b"Content-Length: 1\r\nnot a header\r\n\r\nContent-Length: 1\r\n\r\nA",
+                &["bad:expected an LSP header line (`Name: value`), got \"not a header\"", "frame:A"],
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(whole(input), *want, "{:?}", String::from_utf8_lossy(input));
+        }
+    }
+
+    #[test]
+    fn byte_by_byte_equals_whole() {
+        let input: &[u8] = b"xyContent-Length: 3\r\n\r\nabc\r\nContent-Length: 101\r\n\r\nContent-Length: 1\r\n\r\nZ";
+        let mut big = input.to_vec();
+        // The 101-byte body is discarded, then a last frame.
+        let at = big.windows(4).rposition(|w| w == b"Cont").unwrap_or(0);
+        big.splice(at..at, std::iter::repeat_n(b'.', 101));
+        let chunks: Vec<&[u8]> = big.chunks(1).collect();
+        // A garbage run's sample depends on how much had arrived; its place does not.
+        let kinds = |v: Vec<String>| -> Vec<String> {
+            v.into_iter().map(|e| if e.starts_with("garbage:") { "garbage".into() } else { e }).collect()
+        };
+        let split = kinds(decode_all(&chunks, 100));
+        assert_eq!(split, kinds(whole(&big)));
+        assert_eq!(split, ["garbage", "frame:abc", "large:101", "frame:Z"]);
+    }
+
+    #[test]
+    fn oversized_header_block_is_refused_without_buffering_it() {
+        let mut input = b"Content-Type: ".to_vec();
+        input.extend(std::iter::repeat_n(b'a', MAX_HEADER + 10));
+        let mut d = Decoder::new();
+        d.push(&input);
+        let e = d.next_event();
+        assert!(matches!(e, Some(Event::BadHeader(ref w)) if w.contains("8192")), "{e:?}");
+        while d.next_event().is_some() {}
+        assert!(d.buffered() < CONTENT_LENGTH.len(), "{}", d.buffered());
+    }
+
+    #[test]
+    fn discarded_bodies_are_not_buffered() {
+        let mut d = Decoder::with_limit(10);
+        d.push(b"Content-Length: 1000000\r\n\r\n");
+        assert_eq!(d.next_event(), Some(Event::TooLarge { length: 1_000_000 }));
+        for _ in 0..999 {
+            d.push(&[b'{'; 1000]);
+            assert_eq!(d.next_event(), None);
+            assert_eq!(d.buffered(), 0);
+        }
+        d.push(&[b'{'; 1000]);
+        d.push(b"Content-Length: 1\r\n\r\nA");
+        assert_eq!(d.next_event(), Some(Event::Frame(b"A".to_vec())));
+        assert_eq!(d.discarding(), 0);
+    }
+
+    #[test]
+    fn encode_round_trips() {
+        let mut d = Decoder::new();
+        d.push(&encode(b"{\"a\":1}"));
+        d.push(&encode(b""));
+        assert_eq!(d.next_event(), Some(Event::Frame(b"{\"a\":1}".to_vec())));
+        assert_eq!(d.next_event(), Some(Event::Frame(vec![])));
+        assert!(d.is_idle());
+    }
+
+    #[test]
+    fn error_codes() {
+        assert_eq!(Event::Garbage { sample: "x".into() }.error().map(|e| e.0), Some(-32700));
+        assert_eq!(Event::BadHeader("x".into()).error().map(|e| e.0), Some(-32700));
+        let (code, msg) = Event::TooLarge { length: 70_000_000 }.error().unwrap_or_default();
+        assert_eq!(code, -32600);
+        assert!(msg.contains("70000000") && msg.contains("67108864"), "{msg}");
+    }
+
+    #[test]
+    fn lone_surrogates() {
+        let cases: &[(&str, Option<&str>)] = &[
+            (r#"{"a":"\ud800"}"#, Some(r#"{"a":"\ufffd"}"#)),
+            (r#"{"a":"\uDC00x"}"#, Some(r#"{"a":"\ufffdx"}"#)),
+            (r#"{"a":"\ud83d\ude00"}"#, None),
+            (r#"{"a":"\\ud800"}"#, None),
+            (r#"{"a":"\ud800\ud800"}"#, Some(r#"{"a":"\ufffd\ufffd"}"#)),
+            (r#"{"a":"\u00e9"}"#, None),
+            (r#"{"\ud800":1}"#, Some(r#"{"\ufffd":1}"#)),
+        ];
+        for (input, want) in cases {
+            assert_eq!(replace_lone_surrogates(input).as_deref(), *want, "{input}");
+        }
+    }
+}
