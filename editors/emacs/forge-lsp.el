@@ -3,7 +3,6 @@
 ;; Version: 0.1.0
 ;; Package-Requires: ((emacs "28.1") (eglot "1.9"))
 ;; Keywords: tools, languages
-;; URL: https://github.com/forge-lsp/forge-lsp (editors/emacs)
 
 ;;; Commentary:
 
@@ -39,6 +38,8 @@
 (require 'url-parse)
 (require 'url-util)
 (require 'autorevert)
+
+(defvar eglot-lsp-context)               ; eglot's, bound while finding projects
 
 (defgroup forge-lsp nil
   "Forge plans, loops and review findings through eglot."
@@ -168,19 +169,23 @@ Arguments: (SERVER TYPE TEXT).")
 (defun forge-lsp-current-server (&optional noerror)
   "The forge-lsp connection for the current buffer.
 Signal a `user-error' when there is none, unless NOERROR."
-  (let ((server
-         (or (and (forge-lsp--live-p forge-lsp--buffer-server) forge-lsp--buffer-server)
-             (let ((s (and (not (forge-lsp--forge-name-p default-directory))
-                           (eglot-current-server))))
-               (and (forge-lsp--live-p s) s))
-             (and (not (forge-lsp--forge-name-p default-directory))
-                  (forge-lsp--server-of-project (eglot--current-project)))
-             (and (forge-lsp--live-p forge-lsp--last-server) forge-lsp--last-server)
-             (car (forge-lsp--servers)))))
+  (let* ((project (and (not (forge-lsp--forge-name-p default-directory))
+                       (let ((eglot-lsp-context t)) (project-current nil))))
+         (server
+          (or (and (forge-lsp--live-p forge-lsp--buffer-server) forge-lsp--buffer-server)
+              (let ((s (and project (eglot-current-server))))
+                (and (forge-lsp--live-p s) s))
+              (and project (forge-lsp--server-of-project project))
+              ;; Buffers outside any project (lists, *scratch*): the last one used.
+              (and (not project) (forge-lsp--live-p forge-lsp--last-server) forge-lsp--last-server)
+              (and (not project) (car (forge-lsp--servers))))))
     (when server (setq forge-lsp--last-server server))
     (or server
         (unless noerror
-          (user-error "forge-lsp is not running: open a file of a git project and run M-x forge-lsp-ensure")))))
+          (if project
+              (user-error "forge-lsp is not running for %s: run M-x forge-lsp-ensure in one of its files"
+                          (abbreviate-file-name (project-root project)))
+            (user-error "forge-lsp is not running: open a file of a git project and run M-x forge-lsp-ensure"))))))
 
 (defun forge-lsp-session-id (&optional server)
   "The session id of SERVER's connection.
@@ -201,7 +206,8 @@ That is capabilities.experimental.forge.sessionId of its initialize result."
 (defun forge-lsp--drain (server)
   "Parse the messages of SERVER that wait in its process buffer."
   (let ((proc (ignore-errors (jsonrpc--process server))))
-    (when (and proc (process-live-p proc) (buffer-live-p (process-buffer proc)))
+    (when (and proc (process-live-p proc) (buffer-live-p (process-buffer proc))
+               (fboundp 'jsonrpc--process-filter))
       (jsonrpc--process-filter proc ""))))
 
 (defun forge-lsp--after-request (fn connection &rest args)
@@ -214,6 +220,7 @@ That is capabilities.experimental.forge.sessionId of its initialize result."
 ;;;; Starting the server for a buffer
 
 (define-error 'forge-lsp-refused "forge-lsp")
+(define-error 'forge-lsp-skipped "forge-lsp" 'forge-lsp-refused)
 
 (defun forge-lsp--refuse (fmt &rest args)
   (signal 'forge-lsp-refused (list (apply #'format-message fmt args))))
@@ -282,19 +289,22 @@ Return the connection, or refuse with the reason it failed."
          (server nil)
          (failure nil))
     (condition-case err
-        (setq server (eglot--connect (list major-mode) project 'forge-lsp-server contact "forge"))
+        ;; eglot waits `eglot-sync-connect' seconds, but its wait ends at the
+        ;; first output of any process and then it returns the connection as
+        ;; if it were up.  Wait briefly there, and for the outcome below.
+        (let ((eglot-sync-connect (if (numberp eglot-sync-connect) (min eglot-sync-connect 1) 1)))
+          (eglot--connect (list major-mode) project 'forge-lsp-server contact "forge"))
       (error (setq failure (forge-lsp--connect-error-text err))))
     (let ((conn forge-lsp--started))
-      (unless (or server failure)
-        ;; eglot stopped waiting (`eglot-sync-connect') and went on in the
-        ;; background: wait for the outcome here, so that a failure is told.
+      (unless failure
+        ;; Up means registered by eglot after a reply to initialize.
         (let ((end (+ (float-time) eglot-connect-timeout)))
           (while (and (not (setq server (forge-lsp--server-of-project project)))
-                      conn (jsonrpc-running-p conn)
+                      (forge-lsp--process-alive-p conn)
                       (< (float-time) end))
             (accept-process-output nil 0.1)))
         (unless server
-          (setq failure (if (and conn (jsonrpc-running-p conn))
+          (setq failure (if (forge-lsp--process-alive-p conn)
                             (format "no reply to initialize within %s s" eglot-connect-timeout)
                           "it exited at once"))))
       (when failure
@@ -310,6 +320,10 @@ Return the connection, or refuse with the reason it failed."
                              (if tail (format "; its last output:\n%s" tail)
                                "; it wrote nothing on standard error"))))
       server)))
+
+(defun forge-lsp--process-alive-p (conn)
+  (let ((proc (and conn (ignore-errors (jsonrpc--process conn)))))
+    (and (processp proc) (memq (process-status proc) '(run open listen connect stop)) t)))
 
 (defun forge-lsp--connect-error-text (err)
   (let ((msg (error-message-string err)))
@@ -339,11 +353,17 @@ Return the connection, or refuse with the reason it failed."
                                       (abbreviate-file-name buffer-file-name))))
          (project (eglot--current-project))
          (existing (forge-lsp--server-of-project project))
-         (current (eglot-current-server)))
+         (current (eglot-current-server))
+         (other (or (and eglot--managed-mode current (not (cl-typep current 'forge-lsp-server)) current)
+                    ;; Another server of the project takes this mode's buffers.
+                    (cl-find-if (lambda (s) (and (not (cl-typep s 'forge-lsp-server)) (jsonrpc-running-p s)
+                                                 (memq major-mode (eglot--major-modes s))))
+                                (gethash project eglot--servers-by-project)))))
     (cond
-     ((and eglot--managed-mode current (not (cl-typep current 'forge-lsp-server)))
-      (forge-lsp--refuse "this buffer is managed by %s; eglot 1.9 allows one server per buffer, so Forge findings are not shown here (the forge-lsp-* commands still work)"
-                         (jsonrpc-name current)))
+     (other
+      (signal 'forge-lsp-skipped
+              (list (format "this buffer is managed by %s; eglot 1.9 allows one server per buffer, so Forge findings are not shown here (M-x forge-lsp-findings lists them; the forge-lsp-* commands work)"
+                            (jsonrpc-name other)))))
      ((and eglot--managed-mode (forge-lsp--live-p current)) current)
      (existing
       (cl-pushnew major-mode (eglot--major-modes existing))
@@ -390,20 +410,50 @@ the buffer (the server keeps running for the project)."
 (defvar forge-lsp--global-refused (make-hash-table :test #'equal)
   "Roots `global-forge-lsp-mode' was refused for (said once per root).")
 
+(defcustom forge-lsp-global-modes t
+  "Major modes `global-forge-lsp-mode' acts in: t (all), or a list of modes.
+A list may start with `not' to name the modes it leaves alone."
+  :type '(choice (const :tag "All" t) (repeat symbol)))
+
+(defun forge-lsp--global-mode-p (mode)
+  (cond ((eq forge-lsp-global-modes t) t)
+        ((eq (car-safe forge-lsp-global-modes) 'not)
+         (not (apply #'provided-mode-derived-p mode (cdr forge-lsp-global-modes))))
+        (t (apply #'provided-mode-derived-p mode forge-lsp-global-modes))))
+
+(defun forge-lsp--global-attach (buffer)
+  "Let forge-lsp manage BUFFER unless another eglot server does."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (unless eglot--managed-mode
+        (when-let ((root (forge-lsp--git-root default-directory)))
+          (unless (gethash root forge-lsp--global-refused)
+            (condition-case err
+                (when (forge-lsp--ensure-1)
+                  (setq forge-lsp-mode t)
+                  (forge-lsp--install-mode-line))
+              (forge-lsp-skipped nil)
+              (forge-lsp-refused
+               ;; Said once per repository: no commit, no program, no start.
+               (puthash root t forge-lsp--global-refused)
+               (message "forge-lsp: %s" (cadr err))))))))))
+
 (defun forge-lsp--global-turn-on ()
   (when (and buffer-file-name
              (not (forge-lsp--forge-name-p buffer-file-name))
+             (not (forge-lsp--view-file-p buffer-file-name))
              (not (file-remote-p buffer-file-name))
-             (not eglot--managed-mode))
-    (when-let ((root (forge-lsp--git-root default-directory)))
-      (unless (gethash root forge-lsp--global-refused)
-        (condition-case err
-            (when (forge-lsp--ensure-1)
-              (setq forge-lsp-mode t)
-              (forge-lsp--install-mode-line))
-          (forge-lsp-refused
-           (puthash root t forge-lsp--global-refused)
-           (message "forge-lsp: %s" (cadr err))))))))
+             (not eglot--managed-mode)
+             (forge-lsp--global-mode-p major-mode))
+    (if noninteractive
+        (forge-lsp--global-attach (current-buffer))
+      ;; Like `eglot-ensure': after the command, so that a language server the
+      ;; user starts for this buffer (eglot-ensure in a mode hook) goes first.
+      (let ((buffer (current-buffer)))
+        (letrec ((attach (lambda ()
+                           (remove-hook 'post-command-hook attach)
+                           (forge-lsp--global-attach buffer))))
+          (add-hook 'post-command-hook attach 'append))))))
 
 ;;;###autoload
 (define-globalized-minor-mode global-forge-lsp-mode forge-lsp-mode forge-lsp--global-turn-on
@@ -429,10 +479,9 @@ For example: (add-to-list \\='eglot-server-programs
           (t (error-message-string err)))))
 
 (defun forge-lsp-command (tool &optional input server)
-  "Run the Forge tool TOOL (e.g. \"plan-read\") with INPUT (a plist).
-Return its result, the plist (:text TEXT :data DATA) on SERVER.
-The result is the plist (:text TEXT :data DATA).  Failures signal a
-`user-error' carrying the server's message."
+  "Run the Forge tool TOOL (e.g. \"plan-read\") with INPUT (a plist) on SERVER.
+Return its result, the plist (:text TEXT :data DATA).  Failures signal
+a `user-error' carrying the server's message."
   (let ((server (or server (forge-lsp-current-server))))
     (unless (forge-lsp--live-p server)
       (user-error "forge-lsp: the server is not running (it exited; M-x forge-lsp-ensure starts it again)"))
@@ -444,6 +493,9 @@ The result is the plist (:text TEXT :data DATA).  Failures signal a
       (jsonrpc-error
        (user-error "forge %s: %s" tool (forge-lsp--error-text err))))))
 
+(defun forge-lsp--first-line (text)
+  (car (split-string (or text "") "\n")))
+
 (defun forge-lsp--loop-list (&optional server)
   "The loops of the project, as plists (data.loops of forge.loop-status)."
   (append (plist-get (plist-get (forge-lsp-command "loop-status" nil server) :data) :loops) nil))
@@ -454,7 +506,12 @@ The result is the plist (:text TEXT :data DATA).  Failures signal a
     (cl-remove-duplicates (delq nil names) :test #'equal :from-end t)))
 
 (defun forge-lsp--active-p (loop)
+  "Non-nil for a loop that can be cancelled."
   (not (member (plist-get loop :status) '("completed" "cancelled"))))
+
+(defun forge-lsp--restartable-p (loop)
+  "Non-nil for a loop that can be restarted (any that did not complete)."
+  (not (equal (plist-get loop :status) "completed")))
 
 (defun forge-lsp--read-loop (prompt &optional pred)
   (let ((names (forge-lsp--loop-names pred)))
@@ -554,8 +611,10 @@ buffer, else one chosen among the recent plans."
     (when plan (setq input (plist-put input :plan plan)))
     (when loop-name (setq input (plist-put input :loopName loop-name)))
     (when mode (setq input (plist-put input :mode mode)))
-    (let ((result (forge-lsp-command "execute-plan" input)))
-      (message "forge: %s" (plist-get result :text))
+    (let* ((result (forge-lsp-command "execute-plan" input))
+           (name (plist-get (plist-get result :data) :loopName)))
+      (message "forge: %s%s" (forge-lsp--first-line (plist-get result :text))
+               (if name (format " Loop %s: see the mode line, M-x forge-lsp-loops" name) ""))
       result)))
 
 ;;;###autoload
@@ -563,13 +622,13 @@ buffer, else one chosen among the recent plans."
   "Cancel the loop NAME."
   (interactive (list (forge-lsp--read-loop "Cancel loop: " #'forge-lsp--active-p)))
   (let ((result (forge-lsp-command "loop-cancel" (list :name name))))
-    (message "forge: %s" (plist-get result :text))
+    (message "forge: %s" (forge-lsp--first-line (plist-get result :text)))
     result))
 
 ;;;###autoload
 (defun forge-lsp-restart-loop (name &optional force)
   "Restart the loop NAME (FORCE: also when it is still running)."
-  (interactive (list (forge-lsp--read-loop "Restart loop: " #'forge-lsp--active-p)
+  (interactive (list (forge-lsp--read-loop "Restart loop: " #'forge-lsp--restartable-p)
                      current-prefix-arg))
   (let* ((input (list :name name :restart t))
          (result (condition-case err
@@ -580,7 +639,7 @@ buffer, else one chosen among the recent plans."
                              (y-or-n-p (format "%s\nForce the restart? " (error-message-string err))))
                         (forge-lsp-command "loop-status" (plist-put input :force t))
                       (signal (car err) (cdr err)))))))
-    (message "forge: %s" (plist-get result :text))
+    (message "forge: %s" (forge-lsp--first-line (plist-get result :text)))
     result))
 
 ;;;; Loops list
@@ -770,9 +829,10 @@ This runs the server's `Delete finding' code action."
                       (let ((choices (mapcar (lambda (a) (cons (plist-get a :title) a)) actions)))
                         (cdr (assoc (completing-read "Delete: " choices nil t) choices)))
                     (car actions))))
-      (forge-lsp--execute-action server action)
-      (message "forge: %s" (plist-get action :title))
-      action)))
+      (let ((result (forge-lsp--execute-action server action)))
+        (message "forge: %s" (or (and (listp result) (forge-lsp--first-line (plist-get result :text)))
+                                 (plist-get action :title)))
+        action))))
 
 ;;;; Loop status, progress and messages
 
@@ -817,7 +877,7 @@ This runs the server's `Delete finding' code action."
   "Show the server's messages as forge messages; a loop end is told only once."
   (run-hook-with-args 'forge-lsp-message-functions server type message)
   (let ((loop (and (stringp message)
-                   (string-match "\\`\\(?:Forge: \\)?[Ll]oop \\([^ ]+\\) \\(?:completed\\|cancelled\\|errored\\|stalled\\|ended\\|failed\\)" message)
+                   (string-match "\\`\\(?:Forge: \\)?[Ll]oop \\([^ ]+\\) \\(?:was \\|has \\)?\\(?:completed\\|cancelled\\|errored\\|stalled\\|ended\\|failed\\)" message)
                    (match-string 1 message))))
     (if (and loop (gethash loop (forge-lsp--announced server)))
         nil
@@ -1016,6 +1076,13 @@ This runs the server's `Delete finding' code action."
   (let ((n (forge-lsp--normalize name)))
     (and (string-suffix-p ".md" n) (> (length n) (length "forge://")))))
 
+(defun forge-lsp--directory-p (name)
+  "Non-nil when NAME is a directory of Forge documents (forge://plan/session/...).
+Emacs passes directory names here without their last slash."
+  (let* ((n (forge-lsp--normalize name))
+         (last (car (last (split-string (substring n (length "forge://")) "/" t)))))
+    (or (string-suffix-p "/" n) (null last) (not (string-match-p "\\." last)))))
+
 (defun forge-lsp--insert-file-contents (filename &optional visit beg end replace)
   (let* ((uri (forge-lsp--normalize filename))
          (server (forge-lsp--document-server))
@@ -1075,13 +1142,15 @@ This runs the server's `Delete finding' code action."
     ('verify-visited-file-modtime t)
     ('visited-file-modtime 0)
     ('file-modes #o444)
-    ('file-writable-p nil)
-    ((or 'file-directory-p 'file-accessible-directory-p)
-     (let ((n (forge-lsp--normalize (nth 0 args)))) (string-suffix-p "/" n)))
+    ;; Session plans can be saved (with forge.plan-write); their buffers still open read-only.
+    ('file-writable-p (and (string-match-p "\\`forge://plan/session/[^/]+\\.md\\'"
+                                           (forge-lsp--normalize (nth 0 args)))
+                           t))
+    ((or 'file-directory-p 'file-accessible-directory-p) (forge-lsp--directory-p (nth 0 args)))
     ('file-regular-p (forge-lsp--document-p (nth 0 args)))
     ((or 'file-exists-p 'file-readable-p)
      (let ((n (forge-lsp--normalize (nth 0 args))))
-       (cond ((string-suffix-p "/" n) t)
+       (cond ((forge-lsp--directory-p n) t)
              ((not (forge-lsp--document-p n)) nil)
              (t (let ((server (forge-lsp--document-server)))
                   (and server (condition-case nil (progn (forge-lsp--fetch server n) t)

@@ -222,6 +222,19 @@ only when BODY returns (fail . DETAIL)."
                    5)
           (ft-fail "buffer text: %S" (with-current-buffer ft-plan-buffer (buffer-string)))))))
 
+(ft-check "a session plan saved from its forge:// buffer is stored with plan-write"
+  (with-current-buffer ft-plan-buffer
+    (read-only-mode -1)
+    (goto-char (point-max))
+    (insert "\n\nSaved from Emacs.")
+    (cl-letf (((symbol-function 'yes-or-no-p) (lambda (&rest _) (error "asked yes-or-no-p")))
+              ((symbol-function 'y-or-n-p) (lambda (&rest _) (error "asked y-or-n-p"))))
+      (save-buffer))
+    (read-only-mode 1)
+    (let ((r (ft-shell "call" "plan-read" (format "{\"session_id\":\"%s\"}" ft-plan-session))))
+      (or (and (not (buffer-modified-p)) (string-match-p "Saved from Emacs\\." (cdr r)))
+          (ft-fail "modified %s, stored plan %S" (buffer-modified-p) (cdr r))))))
+
 (ft-check "an unknown forge:// document is a clear error, not an empty buffer"
   (let ((uri "forge://plan/loop/no-such-loop.md"))
     (condition-case err
@@ -258,6 +271,13 @@ only when BODY returns (fail . DETAIL)."
           ((not (equal (cdr end) "completed")) (ft-fail "ended %S" end))
           ((/= told 1) (ft-fail "told %d times:\n%s" told (ft-messages)))
           ((not (string-match-p (concat ft-loop ":completed") line)) (ft-fail "mode line %S" line))
+          ;; What the mode line shows (format-mode-line renders nothing in batch):
+          ;; global-mode-string holds the :eval form that gives this text.
+          ((not (and (member 'forge-lsp--mode-line global-mode-string)
+                     (string-match-p (concat "Forge\\[.*" ft-loop ":completed")
+                                     (with-current-buffer ft-main-buffer
+                                       (eval (cadr forge-lsp--mode-line) t)))))
+           (ft-fail "global-mode-string %S" global-mode-string))
           (t t))))
 
 (ft-check "work-done progress for the loop ($/progress begin ... end)"
@@ -402,7 +422,31 @@ only when BODY returns (fail . DETAIL)."
                       (ft-fail "read-only %s modified %s modes %o stored %S" ro (buffer-modified-p)
                                (file-modes view) stored))))))))))))
 
-;;;; 7. Bad input
+;;;; 7. global-forge-lsp-mode
+
+(ft-check "global-forge-lsp-mode manages files of git projects and skips the others quietly"
+  (with-temp-file (expand-file-name "src/other.txt" ft-repo) (insert "other\n"))
+  (global-forge-lsp-mode 1)
+  (unwind-protect
+      (let ((in (find-file-noselect (expand-file-name "src/other.txt" ft-repo)))
+            (plain (find-file-noselect (expand-file-name "plain/b.txt" ft-tmp)))
+            (empty (find-file-noselect (expand-file-name "empty/b.txt" ft-tmp))))
+        (cond ((not (with-current-buffer in (and forge-lsp-mode eglot--managed-mode
+                                                  (eq (eglot-current-server) ft-server))))
+               (ft-fail "src/other.txt not managed by the project's server"))
+              ((with-current-buffer plain (or forge-lsp-mode eglot--managed-mode)) (ft-fail "plain file managed"))
+              ((with-current-buffer empty (or forge-lsp-mode eglot--managed-mode)) (ft-fail "no-commit file managed"))
+              ((not (string-match-p "has no commit yet" (ft-messages))) (ft-fail "no message about the repository without commits"))
+              (t t)))
+    (global-forge-lsp-mode -1)))
+
+(ft-check "commands in a project whose server is not running say so"
+  (with-current-buffer (find-file-noselect (expand-file-name "empty/a.txt" ft-tmp))
+    (condition-case err (progn (forge-lsp-loops) (ft-fail "no error"))
+      (user-error (or (string-match-p "forge-lsp is not running for .*empty" (cadr err))
+                      (ft-fail "message %S" (cadr err)))))))
+
+;;;; 8. Bad input
 
 (defun ft-last-message () (car (last (split-string (string-trim (ft-messages)) "\n"))))
 
