@@ -42,7 +42,8 @@ fn env_or(name: &str, default: u64) -> u64 {
 fn piece(rng: &mut Rng, out: &mut Vec<u8>) {
     match rng.below(12) {
         0..=3 => {
-            let body: Vec<u8> = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"m\"}}", rng.below(1000)).into_bytes();
+            let body: Vec<u8> =
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"m\"}}", rng.below(1000)).into_bytes();
             out.extend_from_slice(&encode(&body));
         }
         4 => {
@@ -51,7 +52,8 @@ fn piece(rng: &mut Rng, out: &mut Vec<u8>) {
         }
         5 => out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", rng.below(LIMIT * 3)).as_bytes()),
         6 => out.extend_from_slice(b"Content-Length: 99999999999999999999999\r\n\r\n"),
-        7 => out.extend_from_slice(["\r\n", "\n", "\r", ":", "Content-Le", "content-type: x\r\n"][rng.below(6)].as_bytes()),
+        7 => out
+            .extend_from_slice(["\r\n", "\n", "\r", ":", "Content-Le", "content-type: x\r\n"][rng.below(6)].as_bytes()),
         8 => {
             let n = rng.below(LIMIT);
             out.extend_from_slice(&encode(&rng.bytes(n)));

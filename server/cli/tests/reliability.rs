@@ -441,7 +441,10 @@ fn a_sandboxed_command_cannot_write_beside_the_listen_socket() {
     )
     .expect("agent");
     std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    repo.write_project_config(&format!("[agent]\ncommand = [{:?}]\n\n[sandbox]\nenabled = true\n", agent.display().to_string()));
+    repo.write_project_config(&format!(
+        "[agent]\ncommand = [{:?}]\n\n[sandbox]\nenabled = true\n",
+        agent.display().to_string()
+    ));
     repo.commit_all("config");
     let listen_dir = sb.mkdir("listen");
     let sock = listen_dir.join("forge.sock");
