@@ -27,7 +27,10 @@ def raw(result: types.InitializeResult) -> dict:
 async def test_capabilities_and_server_info(forge):
     result = raw(forge.result)
     caps = result["capabilities"]
-    assert caps["textDocumentSync"] == {"openClose": True, "change": 1}
+    assert caps["textDocumentSync"]["openClose"] is True
+    assert caps["textDocumentSync"]["change"] == 1
+    # Saves of read-only .forge/view copies are adopted or refused (PROTOCOL.md 10.2).
+    assert caps["textDocumentSync"]["save"] == {"includeText": True}
     commands = caps["executeCommandProvider"]["commands"]
     for command in ["forge.plan-read", "forge.plan-write", "forge.plan-edit", "forge.tools"]:
         assert command in commands

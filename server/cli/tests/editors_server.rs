@@ -169,3 +169,103 @@ fn plan_write_from_a_shell_says_which_session_holds_the_plan() {
         .run();
     assert_eq!(edit.code, 0, "the named session finds its plan: {edit:?}");
 }
+
+/// A client without `workspace.textDocumentContent` (Helix, Zed, plain eglot): it reads the
+/// `.forge/view/` copies.
+fn view_client(sb: &Sandbox, repo: &GitRepo) -> Client {
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path).text_document_content(false));
+    c
+}
+
+fn wait_file(path: &std::path::Path, pred: impl Fn(&str) -> bool) -> String {
+    wait_for(WAIT, || std::fs::read_to_string(path).ok().filter(|t| pred(t))).unwrap_or_else(|| {
+        panic!("{} never matched; it holds {:?}", path.display(), std::fs::read_to_string(path).ok())
+    })
+}
+
+fn shown_messages(c: &Client) -> Vec<String> {
+    c.notifications_of("window/showMessage")
+        .into_iter()
+        .filter_map(|m| m["params"]["message"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn links_are_forge_uris_for_clients_that_read_them_and_copy_paths_otherwise() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = view_client(&sb, &repo);
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nDo it.\n" }));
+    let view = repo.path.canonicalize().unwrap().join(".forge/view");
+    let index = wait_file(&view.join("index.md"), |t| t.contains("plan/session/"));
+    let plan_copy = view.join(format!("plan/session/{}.md", c.session_id()));
+    assert!(index.contains(&format!("({})", plan_copy.display())), "the index links the copy: {index}");
+    assert!(!index.contains("forge://"), "no forge:// link for a client that cannot open it: {index}");
+
+    let mut reader = sb.stdio();
+    reader.init(&Init::new(&repo.path));
+    let text = reader.content("forge://index.md").expect("index");
+    assert!(text.contains("(forge://plan/session/"), "forge:// links for a client that reads them: {text}");
+}
+
+#[test]
+fn saving_over_a_session_plan_copy_writes_the_plan() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = view_client(&sb, &repo);
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nfirst\n" }));
+    let copy = repo.path.canonicalize().unwrap().join(format!(".forge/view/plan/session/{}.md", c.session_id()));
+    wait_file(&copy, |t| t.contains("first"));
+    // `:w!` in an editor: the 0444 copy is replaced by the buffer.
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&copy, "# Plan\n\n## Objective\nsecond, from the editor\n").unwrap();
+    c.notify(
+        "textDocument/didSave",
+        json!({ "textDocument": { "uri": file_uri(&copy) }, "text": "# Plan\n\n## Objective\nsecond, from the editor\n" }),
+    );
+    let stored = wait_for(WAIT, || {
+        let out = c.tool_ok("plan-read", json!({}));
+        out.text.contains("second, from the editor").then_some(out.text)
+    });
+    assert!(stored.is_some(), "the saved copy became the plan: {:?}", shown_messages(&c));
+    c.wait_notification(WAIT, |r| {
+        r.method() == "window/showMessage"
+            && r.params()["message"].as_str().is_some_and(|m| m.contains("was saved as the plan"))
+    })
+    .unwrap_or_else(|| panic!("the user is told: {:?}", shown_messages(&c)));
+    let mode = wait_for(WAIT, || {
+        let m = std::fs::metadata(&copy).ok()?.permissions().mode() & 0o777;
+        (m == 0o444).then_some(m)
+    });
+    assert_eq!(mode, Some(0o444), "the copy is read-only again");
+}
+
+#[test]
+fn saving_over_a_read_only_view_restores_it_and_keeps_the_text() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = view_client(&sb, &repo);
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nDo it.\n" }));
+    let root = repo.path.canonicalize().unwrap();
+    let index = root.join(".forge/view/index.md");
+    let original = wait_file(&index, |t| t.contains("plan/session/"));
+    std::fs::set_permissions(&index, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&index, "my notes\n").unwrap();
+    c.notify("textDocument/didSave", json!({ "textDocument": { "uri": file_uri(&index) }, "text": "my notes\n" }));
+    let msg = c
+        .wait_notification(WAIT, |r| {
+            r.method() == "window/showMessage"
+                && r.params()["message"].as_str().is_some_and(|m| m.contains("was not applied"))
+        })
+        .unwrap_or_else(|| panic!("the user is told why: {:?}", shown_messages(&c)));
+    assert_eq!(msg.params()["type"], json!(2), "a warning");
+    assert_eq!(wait_file(&index, |t| t == original), original, "the copy is restored");
+    let kept: Vec<String> = std::fs::read_dir(root.join(".forge/rejected"))
+        .expect("rejected dir")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect();
+    assert_eq!(kept, vec!["my notes\n".to_string()], "the user's text is kept");
+}

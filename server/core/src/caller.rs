@@ -2,6 +2,10 @@
 //! (LSP `initialize`, `forge-lsp call`), read by the tools and handed to the engine as a
 //! plain value.
 
+use std::path::Path;
+
+use forge_protocol::uri::ForgeUri;
+
 use crate::config::Config;
 use crate::project::Project;
 
@@ -39,4 +43,33 @@ pub struct ToolEnv {
     pub caller: Caller,
     pub config: Config,
     pub home: Option<String>,
+    /// How links to `forge:` documents are written for this caller.
+    pub links: Links,
+}
+
+/// How a caller follows links to `forge:` documents.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Links {
+    /// `forge://...` URIs: the client reads them (`workspace.textDocumentContent`), or it is
+    /// a program that passes them on.
+    #[default]
+    Forge,
+    /// Absolute paths of the read-only copies under `<project>/.forge/view/`: the client
+    /// cannot open `forge://` URIs and the server materializes copies for it.
+    View,
+}
+
+/// The link to `uri` in the style `links`, for a project rooted at `root`.
+pub fn link(uri: &ForgeUri, root: &Path, links: Links) -> String {
+    match links {
+        Links::Forge => uri.to_uri(),
+        Links::View => root.join(".forge/view").join(uri.view_path()).display().to_string(),
+    }
+}
+
+impl ToolEnv {
+    /// The link to `uri` as this caller follows it.
+    pub fn link(&self, uri: &ForgeUri) -> String {
+        link(uri, &self.project.root, self.links)
+    }
 }

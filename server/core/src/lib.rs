@@ -13,7 +13,7 @@ pub mod config;
 pub mod paths;
 pub mod project;
 
-pub use caller::{Caller, LoopBinding, ToolEnv};
+pub use caller::{Caller, Links, LoopBinding, ToolEnv};
 
 /// Current time in epoch milliseconds.
 pub fn now_ms() -> i64 {

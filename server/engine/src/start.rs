@@ -167,10 +167,11 @@ pub async fn start_loop(
 
     let max = if max_iterations == 0 { "unlimited".to_string() } else { max_iterations.to_string() };
     let model = run_model.unwrap_or_else(|| "default".into());
+    let status_link = env.link(&forge_protocol::uri::ForgeUri::LoopStatus(name.clone()));
     let text = format!(
-        "Loop activated!\n\nSession: {session}\nTitle: {}\nLoop name: {name}\nWorktree: {}\nBranch: {branch}\nModel: {model}\nMax iterations: {max}\n\nThe loop runs on its own: each phase ends with a handoff and the next one starts.\nYour part is done; watch it in the editor (forge://loop/{name}/status.md).\nUse loop-status for details and loop-cancel to stop it.",
+        "Loop activated!\n\nSession: {session}\nTitle: {}\nLoop name: {name}\nWorktree: {}\nBranch: {branch}\nModel: {model}\nMax iterations: {max}\n\nThe loop runs on its own: each phase ends with a handoff and the next one starts.\nYour part is done; watch it in the editor ({status_link}).\nUse loop-status for details and loop-cancel to stop it.",
         truncate(&format!("Loop: {title}"), 60),
-        wt.dir.display()
+        wt.dir.display(),
     );
     Ok(CommandResult {
         text,

@@ -162,11 +162,33 @@ pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
 pub async fn materialize(conn: &Conn, uri: &str) {
     let Some(parsed) = ForgeUri::parse(uri) else { return };
     let path = conn.view_path(&parsed);
-    let text = documents::render(conn, &parsed).await.ok();
+    let mut text = documents::render(conn, &parsed).await.ok();
+    // A copy the user changed on disk is never overwritten silently (PROTOCOL.md 10.2). A
+    // copy that already shows the current text was written by another connection.
+    if let Some(on_disk) = read_view(&path).await {
+        let recorded = conn.view_digest(&path);
+        let user_changed =
+            text.as_deref() != Some(on_disk.as_str()) && recorded.is_some_and(|d| d != crate::conn::digest(&on_disk));
+        if user_changed && text.as_deref().map(crate::conn::digest) == recorded {
+            // The document did not change: nothing to write. The user's text stays until
+            // their editor saves it (didSave) or the document changes.
+            return;
+        }
+        if user_changed && conn.claim_view_edit(&path, &on_disk, true) {
+            // Not saved through the editor, and the document changed since: the stored
+            // document wins; the user's text is kept, and they are told.
+            adopt_view_edit(conn, &parsed, &path, on_disk, false).await;
+            text = documents::render(conn, &parsed).await.ok();
+        }
+    }
     let root = conn.env().project.root.clone();
-    let r = tokio::task::spawn_blocking(move || write_view(&root, &path, text.as_deref())).await;
+    let (p2, t2) = (path.clone(), text.clone());
+    let r = tokio::task::spawn_blocking(move || write_view(&root, &p2, t2.as_deref())).await;
     let err = match r {
-        Ok(Ok(())) => return,
+        Ok(Ok(())) => {
+            conn.wrote_view(&path, text.as_deref());
+            return;
+        }
         Ok(Err(e)) => e.to_string(),
         Err(e) => e.to_string(),
     };
@@ -202,5 +224,78 @@ fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>
     match text {
         None => forge_core::beneath::remove_file(root, rel),
         Some(text) => forge_core::beneath::write_file(root, rel, text.as_bytes(), 0o444),
+    }
+}
+
+/// The text of a read-only copy on disk, if it is a regular file (never through a link).
+async fn read_view(path: &std::path::Path) -> Option<String> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        std::fs::read_to_string(&path).ok()
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// The user changed the read-only copy of `doc`. `saved`: through the editor's save (then
+/// a session plan becomes a `plan-write` of that session where the caller may write it);
+/// otherwise the copy was changed on disk while the document itself changed, and the
+/// stored document wins. Whatever is not applied is restored by the caller's next
+/// materialization, and the user's text is kept under `.forge/rejected/` with a message
+/// saying why and where: never lost, never silently.
+pub async fn adopt_view_edit(conn: &Conn, doc: &ForgeUri, path: &std::path::Path, text: String, saved: bool) {
+    use tower_lsp_server::gen_lsp_types::MessageType;
+    let shown = path.display().to_string();
+    let refused = match doc {
+        _ if !saved => "the copy was changed on disk while the document changed too, and the document was kept".to_string(),
+        ForgeUri::SessionPlan(session) => {
+            let env = conn.env();
+            let mut input = serde_json::json!({ "content": text });
+            if *session != env.caller.session_id {
+                input["session_id"] = Value::String(session.clone());
+            }
+            match forge_tools::call(&conn.ws.store, &conn.ws.engine, env, "forge.plan-write", input).await {
+                Ok(_) => {
+                    conn.client
+                        .show_message(
+                            MessageType::Info,
+                            format!("forge-lsp: your change to {shown} was saved as the plan of session {session}."),
+                        )
+                        .await;
+                    return;
+                }
+                Err(e) => format!("it could not be saved as the plan of session {session}: {}", e.message),
+            }
+        }
+        _ => "it is a read-only view of a forge document (loop plans, sections, status and the index change only through the Forge tools)".to_string(),
+    };
+    let kept = keep_rejected(conn, doc, &text).await;
+    conn.client
+        .show_message(
+            MessageType::Warning,
+            format!("forge-lsp: your change to {shown} was not applied: {refused}. The copy was restored; your text is in {kept}."),
+        )
+        .await;
+}
+
+/// Keeps a rejected edit under `<project>/.forge/rejected/` (mode 0600); returns where.
+async fn keep_rejected(conn: &Conn, doc: &ForgeUri, text: &str) -> String {
+    let root = conn.env().project.root.clone();
+    let rel = std::path::PathBuf::from(".forge/rejected").join(format!(
+        "{}-{}",
+        forge_core::now_ms(),
+        doc.view_path().replace('/', "_")
+    ));
+    let (r2, rel2, body) = (root.clone(), rel.clone(), text.to_string());
+    match tokio::task::spawn_blocking(move || forge_core::beneath::write_file(&r2, &rel2, body.as_bytes(), 0o600)).await
+    {
+        Ok(Ok(())) => root.join(rel).display().to_string(),
+        Ok(Err(e)) => format!("no file (keeping it failed: {e}); it is still in your editor's buffer"),
+        Err(e) => format!("no file (keeping it failed: {e}); it is still in your editor's buffer"),
     }
 }

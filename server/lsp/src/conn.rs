@@ -59,6 +59,8 @@ pub struct Conn {
     pub config_warnings: Mutex<Vec<String>>,
     /// Plan documents' warnings as last published: URI → digest of the text.
     warned: Mutex<HashMap<String, u64>>,
+    /// Read-only copies this connection wrote: path → digest of the text written.
+    views: Mutex<HashMap<PathBuf, u64>>,
     /// URIs waiting for a coalesced refresh.
     refresh_pending: Arc<Mutex<HashSet<String>>>,
     /// `initializationOptions.forge.config`, kept so later settings merge over it.
@@ -87,6 +89,7 @@ impl Conn {
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
             warned: Mutex::new(HashMap::new()),
+            views: Mutex::new(HashMap::new()),
             alive,
             diagnostics: std::sync::OnceLock::new(),
             published: Mutex::new(Published::default()),
@@ -113,6 +116,45 @@ impl Conn {
     /// they were already published for this very text.
     pub fn warned(&self, uri: &str, digest: u64) -> bool {
         self.warned.lock().map(|mut w| w.insert(uri.to_string(), digest) == Some(digest)).unwrap_or(false)
+    }
+
+    /// Records the text just written to the read-only copy at `path`.
+    pub fn wrote_view(&self, path: &std::path::Path, text: Option<&str>) {
+        if let Ok(mut v) = self.views.lock() {
+            match text {
+                Some(t) => v.insert(path.to_path_buf(), digest(t)),
+                None => v.remove(path),
+            };
+        }
+    }
+
+    /// The digest of what this connection last wrote (or handled) at `path`.
+    pub fn view_digest(&self, path: &std::path::Path) -> Option<u64> {
+        self.views.lock().ok().and_then(|v| v.get(path).copied())
+    }
+
+    /// Claims the user's edit `text` of the copy at `path` for handling: true when it differs
+    /// from what this connection last wrote or handled there (and records it, so a
+    /// concurrent announcement does not handle it again). `known_only`: only when this
+    /// connection wrote the copy before (otherwise there is nothing to compare with).
+    pub fn claim_view_edit(&self, path: &std::path::Path, text: &str, known_only: bool) -> bool {
+        let Ok(mut v) = self.views.lock() else { return false };
+        let d = digest(text);
+        match v.get(path) {
+            Some(&old) if old == d => false,
+            None if known_only => false,
+            _ => {
+                v.insert(path.to_path_buf(), d);
+                true
+            }
+        }
+    }
+
+    /// Forgets what was published for `uri` (its buffer was closed).
+    pub fn forget_warned(&self, uri: &str) {
+        if let Ok(mut w) = self.warned.lock() {
+            w.remove(uri);
+        }
     }
 
     pub fn env(&self) -> Arc<ToolEnv> {
@@ -199,4 +241,12 @@ impl Conn {
     pub fn view_path(&self, uri: &ForgeUri) -> PathBuf {
         self.env().project.root.join(".forge/view").join(uri.view_path())
     }
+}
+
+/// A digest of a text, to tell whether it changed.
+pub fn digest(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use forge_core::Links;
 use forge_domain::text::iso_millis;
 use forge_protocol::uri::ForgeUri;
 use forge_protocol::ToolError;
@@ -14,13 +15,21 @@ use forge_tools::Db;
 /// Renders a document; unknown documents are `not_found` (1002).
 pub async fn render(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolError> {
     let project = conn.project_id();
-    let root = conn.env().project.root.clone();
+    let env = conn.env();
+    let (root, links) = (env.project.root.clone(), env.links);
     let uri = uri.clone();
-    conn.ws.store.call(move |db| render_sync(db, &project, &root, &uri)).await
+    conn.ws.store.call(move |db| render_sync(db, &project, &root, links, &uri)).await
 }
 
-/// Renders a document on a connection the caller owns.
-pub fn render_sync(db: &Connection, project: &str, root: &Path, uri: &ForgeUri) -> Result<String, ToolError> {
+/// Renders a document; its links to other documents are written in the style `links`.
+pub fn render_sync(
+    db: &Connection,
+    project: &str,
+    root: &Path,
+    links: Links,
+    uri: &ForgeUri,
+) -> Result<String, ToolError> {
+    let link = |u: &ForgeUri| forge_core::caller::link(u, root, links);
     match uri {
         ForgeUri::SessionPlan(id) => plans::get_session(db, project, id)
             .db()?
@@ -31,12 +40,17 @@ pub fn render_sync(db: &Connection, project: &str, root: &Path, uri: &ForgeUri) 
             .map(|p| p.content)
             .ok_or_else(|| ToolError::not_found(format!("No plan stored for loop \"{name}\"."))),
         ForgeUri::LoopSection(name, index) => render_section(db, project, name, *index),
-        ForgeUri::LoopStatus(name) => render_status(db, project, name),
-        ForgeUri::Index => render_index(db, project, root),
+        ForgeUri::LoopStatus(name) => render_status(db, project, name, &link),
+        ForgeUri::Index => render_index(db, project, root, &link),
     }
 }
 
-fn render_index(db: &Connection, project: &str, root: &Path) -> Result<String, ToolError> {
+fn render_index(
+    db: &Connection,
+    project: &str,
+    root: &Path,
+    link: &dyn Fn(&ForgeUri) -> String,
+) -> Result<String, ToolError> {
     let mut out = format!("# Forge: project {project}\n\n## Plans\n\n");
     let recent = plans::recent(db, project, 100).db()?;
     if recent.is_empty() {
@@ -47,7 +61,7 @@ fn render_index(db: &Connection, project: &str, root: &Path) -> Result<String, T
         out.push_str(&format!(
             "- [{}]({}) · updated {} · {}\n",
             p.label(),
-            p.uri().to_uri(),
+            link(&p.uri()),
             iso_millis(p.updated_at),
             first
         ));
@@ -61,11 +75,11 @@ fn render_index(db: &Connection, project: &str, root: &Path) -> Result<String, T
         out.push_str(&format!(
             "- [{}]({}) · {} · {} · iteration {} · [plan]({})\n",
             l.loop_name,
-            ForgeUri::LoopStatus(l.loop_name.clone()).to_uri(),
+            link(&ForgeUri::LoopStatus(l.loop_name.clone())),
             l.status,
             l.phase,
             l.iteration,
-            ForgeUri::LoopPlan(l.loop_name.clone()).to_uri()
+            link(&ForgeUri::LoopPlan(l.loop_name.clone()))
         ));
     }
     out.push_str(&crate::findings_index::render(db, project, root)?);
@@ -125,7 +139,12 @@ fn render_section(db: &Connection, project: &str, name: &str, index: u32) -> Res
     Ok(out)
 }
 
-fn render_status(db: &Connection, project: &str, name: &str) -> Result<String, ToolError> {
+fn render_status(
+    db: &Connection,
+    project: &str,
+    name: &str,
+    link: &dyn Fn(&ForgeUri) -> String,
+) -> Result<String, ToolError> {
     let l = loops::get(db, project, name)
         .db()?
         .ok_or_else(|| ToolError::not_found(format!("No loop found for loop \"{name}\".")))?;
@@ -154,7 +173,7 @@ fn render_status(db: &Connection, project: &str, name: &str) -> Result<String, T
             "{}- [section {}]({})\n",
             if i == 0 { "\n" } else { "" },
             i + 1,
-            ForgeUri::LoopSection(name.to_string(), i as u32).to_uri()
+            link(&ForgeUri::LoopSection(name.to_string(), i as u32))
         ));
     }
     Ok(out)

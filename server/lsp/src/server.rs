@@ -67,6 +67,10 @@ impl LanguageServer for Backend {
         notifications::did_change::did_change(self, params)
     }
 
+    async fn did_save(&self, params: DidSaveTextDocumentParams) {
+        notifications::did_save::did_save(self, params).await
+    }
+
     async fn did_close(&self, params: DidCloseTextDocumentParams) {
         notifications::did_close::did_close(self, params)
     }

@@ -220,7 +220,13 @@ fn call_with(
         let _ = writeln!(std::io::stderr(), "warning: {w}");
     }
     let caller = forge_tools::identity::resolve(&conn, args.agent.as_deref(), session.as_deref(), token.as_deref())?;
-    let env = ToolEnv { project, caller, config: loader.build(), home: std::env::var("HOME").ok() };
+    let env = ToolEnv {
+        project,
+        caller,
+        config: loader.build(),
+        home: std::env::var("HOME").ok(),
+        links: forge_core::Links::Forge,
+    };
     tools::run_on(&mut conn, &env, tool.name, input)
 }
 

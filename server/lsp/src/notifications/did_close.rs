@@ -6,5 +6,11 @@ use crate::server::Backend;
 
 pub fn did_close(backend: &Backend, params: DidCloseTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
-    conn.docs.lock().expect("docs").remove(&params.text_document.uri.0);
+    let uri = params.text_document.uri.0;
+    if let Ok(mut docs) = conn.docs.lock() {
+        docs.remove(&uri);
+    }
+    // A client drops a closed document's diagnostics: its plan warnings are published
+    // again when it is reopened.
+    conn.forget_warned(&uri);
 }

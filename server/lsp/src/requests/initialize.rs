@@ -14,6 +14,7 @@ use crate::rpc_error;
 use crate::server::{typed, Backend};
 use forge_core::config::Loader;
 use forge_core::project::{self, Project};
+use forge_core::Links;
 use forge_tools::ToolEnv;
 
 pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<InitializeResult> {
@@ -99,7 +100,10 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         p.pointer("/capabilities/workspace/codeLens/refreshSupport").and_then(Value::as_bool).unwrap_or(false);
     let caps = ClientCaps { encoding, text_document_content, work_done_progress, materialize, code_lens_refresh };
 
-    let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok() };
+    // Links in tool texts and documents: forge:// for clients that read them, else the
+    // materialized copies (when there are any).
+    let links = if !text_document_content && materialize { Links::View } else { Links::Forge };
+    let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok(), links };
     let conn = Conn::new(backend.hub.next_conn_id(), backend.client.clone(), ws.clone(), env, caps);
     let _ = conn.diagnostics.set(crate::diagnostics::start(std::sync::Arc::downgrade(&conn)));
     crate::announce::subscribe(&conn);
@@ -114,7 +118,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     typed(json!({
         "capabilities": {
             "positionEncoding": if encoding == PositionEncoding::Utf8 { "utf-8" } else { "utf-16" },
-            "textDocumentSync": { "openClose": true, "change": 1 },
+            "textDocumentSync": { "openClose": true, "change": 1, "save": { "includeText": true } },
             "executeCommandProvider": { "commands": forge_tools::commands() },
             "workspace": { "textDocumentContent": { "schemes": [forge_protocol::uri::SCHEME] } },
             "documentSymbolProvider": true,

@@ -1,0 +1,29 @@
+//! `textDocument/didSave`: a save over a read-only `.forge/view/` copy is adopted as a
+//! `plan-write` (session plans) or refused and restored with a message, never lost.
+
+use forge_protocol::uri::ForgeUri;
+use tower_lsp_server::gen_lsp_types::DidSaveTextDocumentParams;
+
+use crate::server::Backend;
+
+pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
+    let Ok(conn) = backend.conn() else { return };
+    let uri = params.text_document.uri.0;
+    // Only copies: a forge:// document is saved by the client through plan-write itself.
+    if ForgeUri::parse(&uri).is_some() {
+        return;
+    }
+    let Some(doc) = conn.document(&uri) else { return };
+    let path = conn.view_path(&doc);
+    let text = match params.text {
+        Some(t) => Some(t),
+        None => std::fs::read_to_string(&path).ok(),
+    };
+    let current = crate::documents::render(conn, &doc).await.ok();
+    if let Some(text) = text {
+        if current.as_deref() != Some(text.as_str()) && conn.claim_view_edit(&path, &text, false) {
+            crate::announce::adopt_view_edit(conn, &doc, &path, text, true).await;
+        }
+    }
+    crate::announce::materialize(conn, &doc.to_uri()).await;
+}
