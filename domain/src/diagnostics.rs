@@ -108,9 +108,10 @@ pub fn message(f: &Finding) -> String {
         out.push_str(scenario);
     }
     let origin = match (f.loop_name.as_deref().filter(|l| !l.is_empty()), f.section_index) {
-        (Some(name), Some(k)) => Some(format!("loop {name}, section {k}")),
+        // People count sections from 1 (as progress, lenses and status do).
+        (Some(name), Some(k)) => Some(format!("loop {name}, section {}", k + 1)),
         (Some(name), None) => Some(format!("loop {name}")),
-        (None, Some(k)) => Some(format!("section {k}")),
+        (None, Some(k)) => Some(format!("section {}", k + 1)),
         (None, None) => None,
     };
     if let Some(origin) = origin {
@@ -249,7 +250,7 @@ mod tests {
         assert_eq!(message(&f), "Leaks the handle.\n\nScenario: On early return.");
         f.loop_name = Some("feat".into());
         f.section_index = Some(2);
-        assert_eq!(message(&f), "Leaks the handle.\n\nScenario: On early return.\n\nloop feat, section 2");
+        assert_eq!(message(&f), "Leaks the handle.\n\nScenario: On early return.\n\nloop feat, section 3");
         f.scenario = Some(String::new());
         f.section_index = None;
         assert_eq!(message(&f), "Leaks the handle.\n\nloop feat");

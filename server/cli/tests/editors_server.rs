@@ -269,3 +269,18 @@ fn saving_over_a_read_only_view_restores_it_and_keeps_the_text() {
         .collect();
     assert_eq!(kept, vec!["my notes\n".to_string()], "the user's text is kept");
 }
+
+#[test]
+fn log_lines_of_a_connection_carry_its_id() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.env("FORGE_LOG", "debug");
+    });
+    c.init(&Init::new(&repo.path));
+    // A failing call logs a line while the connection serves it.
+    let _ = c.tool_err("plan-read", json!({ "session_id": "ses_nobody" }));
+    c.shutdown_exit();
+    let log = std::fs::read_to_string(c.log.as_ref().expect("log file")).expect("log");
+    assert!(log.lines().any(|l| l.contains("conn{id=")), "no log line names its connection:\n{log}");
+}

@@ -293,7 +293,7 @@ fn findings_stored_before_connecting_are_published_after_initialized() {
     // The running loop's finding: on its worktree, measured there ...
     let wt = expect_count(&c, start, &fx.wt_uri, 1);
     assert_eq!(range(&wt[0]), (0, 0, 0, fx.wt_line.len() as u64), "{}", wt[0]);
-    assert_eq!(wt[0]["message"], json!("Loop finding.\n\nloop live-loop, section 1"));
+    assert_eq!(wt[0]["message"], json!("Loop finding.\n\nloop live-loop, section 2"));
     assert_eq!(wt[0]["severity"], json!(2));
     assert_data(&wt[0], fx.live_id, Some("live-loop"), Some(1));
     // ... and mirrored under the project root (default), measured on the root's file.

@@ -17,10 +17,15 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (service, socket) = LspService::build(move |client| Backend::new(client, hub))
+    use tracing::Instrument;
+    // Every log line of this connection carries its id (`conn{id=3}: ...`).
+    let id = hub.next_conn_id();
+    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id))
         .custom_method("window/workDoneProgress/cancel", Backend::work_done_progress_cancel)
         .finish();
-    transport::serve(reader, writer, service, socket).await;
+    tracing::debug!(conn = id, "connection opened");
+    transport::serve(reader, writer, service, socket).instrument(tracing::info_span!("conn", id)).await;
+    tracing::debug!(conn = id, "connection closed");
 }
 
 /// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT.

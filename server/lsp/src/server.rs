@@ -14,13 +14,15 @@ use forge_engine::hub::Hub;
 pub struct Backend {
     pub client: Client,
     pub hub: Arc<Hub>,
+    /// The connection's id (log lines, `Conn::id`).
+    pub id: u64,
     /// Set by `initialize`.
     pub conn: OnceLock<Arc<Conn>>,
 }
 
 impl Backend {
-    pub fn new(client: Client, hub: Arc<Hub>) -> Backend {
-        Backend { client, hub, conn: OnceLock::new() }
+    pub fn new(client: Client, hub: Arc<Hub>, id: u64) -> Backend {
+        Backend { client, hub, id, conn: OnceLock::new() }
     }
 
     /// The connection state; an error before `initialize` succeeded.
