@@ -256,7 +256,7 @@ mod tests {
         assert_eq!(message(&f), "Leaks the handle.\n\nloop feat");
         f.loop_name = None;
         f.section_index = Some(0);
-        assert_eq!(message(&f), "Leaks the handle.\n\nsection 0");
+        assert_eq!(message(&f), "Leaks the handle.\n\nsection 1");
     }
 
     #[test]
