@@ -130,7 +130,8 @@ fn section_title(body: &[(usize, String)], fenced: &[bool]) -> Option<String> {
         }
         let caps = SECTION_TITLE.captures(line)?;
         let candidate = js_trim(caps.get(1)?.as_str());
-        if STRUCTURAL_TITLES.contains(&candidate.to_lowercase().as_str()) {
+        // A heading of whitespace only (`## \u{feff}`) names nothing: look further.
+        if candidate.is_empty() || STRUCTURAL_TITLES.contains(&candidate.to_lowercase().as_str()) {
             return None;
         }
         Some(cut_utf16(candidate, 60).to_string())
@@ -215,6 +216,13 @@ mod tests {
         assert_eq!(b.content, "## Phase 2\n- two");
         // The trailing newline gives a 10th (empty) line: the last body runs to 10.
         assert_eq!((b.marker_line, b.start_line, b.end_line), (6, 7, 10));
+    }
+
+    #[test]
+    fn a_heading_of_whitespace_only_names_nothing() {
+        // Found by the fuzz harness: `##` followed by whitespace (here a BOM) was a title "".
+        let plan = "<!-- forge-section -->\n##\r\u{feff}\nbody\n<!-- forge-section -->\n## \u{3000}\n## Real\nbody\n";
+        assert_eq!(titles(plan), vec!["Section 1".to_string(), "Real".to_string()]);
     }
 
     #[test]
