@@ -50,6 +50,12 @@ def view_file(workspace, uri: str):
     return workspace.view_dir / uri.removeprefix("forge://")
 
 
+def as_copy_links(text: str, workspace) -> str:
+    """A document as its read-only copy shows it: links point at the other copies
+    (PROTOCOL.md 10.2), not at ``forge://`` URIs."""
+    return re.sub(r"\]\(forge://([^)]*)\)", lambda m: f"]({workspace.view_dir.resolve() / m.group(1)})", text)
+
+
 def read_or_none(path) -> str | None:
     try:
         return path.read_text()
@@ -119,7 +125,9 @@ async def test_plan_write_is_announced(servers, variant_caps, workspace):
     else:
         plan_copy = view_file(workspace, s.plan_uri)
         await eventually(lambda: read_or_none(plan_copy) == COMPLETE_PLAN.strip())
-        await eventually(lambda: link_to(s.plan_uri).search(read_or_none(view_file(workspace, INDEX)) or ""))
+        # The copy of the index links the plan's copy, which such a client can open.
+        copy_link = link_to(str(view_file(workspace, s.plan_uri).resolve()))
+        await eventually(lambda: copy_link.search(read_or_none(view_file(workspace, INDEX)) or ""))
         await asyncio.sleep(0.3)
         assert s.refreshes == [], "refresh sent to a client that did not declare workspace.textDocumentContent"
 

@@ -35,6 +35,7 @@ from conftest import (
     server_binary,
 )
 from lsprotocol import types
+from test_documents import as_copy_links
 
 # A whole loop (four agent turns, each a process calling back twice) on a loaded machine.
 LOOP_WAIT = 60.0
@@ -301,4 +302,4 @@ async def test_the_materialized_index_follows_the_loop(servers, workspace):
     assert f"[{name}](forge://loop/{name}/status.md) · completed" in live, live
     index = workspace.view_dir / "index.md"
     # Short wait: the copy is written right after the change is announced.
-    await eventually(lambda: index.exists() and index.read_text() == live, timeout=5.0)
+    await eventually(lambda: index.exists() and index.read_text() == as_copy_links(live, workspace), timeout=5.0)

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use forge_core::Links;
 use forge_protocol::uri::ForgeUri;
 use forge_store::changes::{Change, Kind};
 use serde_json::Value;
@@ -117,7 +118,7 @@ pub async fn publish_plan_warnings(conn: &Conn, uri: &str) {
     }
     let text = match conn.open_text(uri) {
         Some(t) => Some(t),
-        None => documents::render(conn, &parsed).await.ok(),
+        None => documents::render(conn, &parsed, Links::Forge).await.ok(),
     };
     // Unchanged text: its warnings were published already.
     let digest = {
@@ -162,7 +163,8 @@ pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
 pub async fn materialize(conn: &Conn, uri: &str) {
     let Some(parsed) = ForgeUri::parse(uri) else { return };
     let path = conn.view_path(&parsed);
-    let mut text = documents::render(conn, &parsed).await.ok();
+    // A copy is a file: its links point at the other copies.
+    let mut text = documents::render(conn, &parsed, Links::View).await.ok();
     // A copy the user changed on disk is never overwritten silently (PROTOCOL.md 10.2). A
     // copy that already shows the current text was written by another connection.
     if let Some(on_disk) = read_view(&path).await {
@@ -178,7 +180,7 @@ pub async fn materialize(conn: &Conn, uri: &str) {
             // Not saved through the editor, and the document changed since: the stored
             // document wins; the user's text is kept, and they are told.
             adopt_view_edit(conn, &parsed, &path, on_disk, false).await;
-            text = documents::render(conn, &parsed).await.ok();
+            text = documents::render(conn, &parsed, Links::View).await.ok();
         }
     }
     let root = conn.env().project.root.clone();

@@ -13,10 +13,9 @@ use forge_store::{loops, plans};
 use forge_tools::Db;
 
 /// Renders a document; unknown documents are `not_found` (1002).
-pub async fn render(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolError> {
+pub async fn render(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String, ToolError> {
     let project = conn.project_id();
-    let env = conn.env();
-    let (root, links) = (env.project.root.clone(), env.links);
+    let root = conn.env().project.root.clone();
     let uri = uri.clone();
     conn.ws.store.call(move |db| render_sync(db, &project, &root, links, &uri)).await
 }

@@ -19,7 +19,7 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
         Some(t) => Some(t),
         None => std::fs::read_to_string(&path).ok(),
     };
-    let current = crate::documents::render(conn, &doc).await.ok();
+    let current = crate::documents::render(conn, &doc, forge_core::Links::View).await.ok();
     if let Some(text) = text {
         if current.as_deref() != Some(text.as_str()) && conn.claim_view_edit(&path, &text, false) {
             crate::announce::adopt_view_edit(conn, &doc, &path, text, true).await;

@@ -21,6 +21,6 @@ pub async fn plan_text(conn: &Conn, uri: &str) -> Option<(ForgeUri, String)> {
     if let Some(t) = conn.open_text(uri) {
         return Some((doc, t));
     }
-    let text = crate::documents::render(conn, &doc).await.ok()?;
+    let text = crate::documents::render(conn, &doc, forge_core::Links::Forge).await.ok()?;
     Some((doc, text))
 }

@@ -18,7 +18,8 @@ pub async fn text_document_content(
     let Some(doc) = ForgeUri::parse(&uri) else {
         return Err(rpc_error(&ToolError::not_found(format!("Unknown forge document {uri}."))));
     };
-    let text = documents::render(conn, &doc).await.map_err(|e| rpc_error(&e))?;
+    // Read through forge://, so its links are forge:// too.
+    let text = documents::render(conn, &doc, forge_core::Links::Forge).await.map_err(|e| rpc_error(&e))?;
     if doc.is_plan() {
         conn.mark_known(&uri);
         let conn = conn.clone();
