@@ -63,6 +63,9 @@ pub fn check(tool: &str, c: &CallerFacts) -> Result<(), String> {
             }
             Ok(())
         }
+        "apply-patch" if matches!(c.agent, "auditor" | "auditor-loop") || c.loop_role == Some("auditor") => {
+            deny(tool, c, "auditors review changes; they do not write them")
+        }
         "shell" | "section-read" | "plan-adjust" if !in_loop => deny(tool, c, "this tool is for loop sessions only"),
         _ => Ok(()),
     }

@@ -372,3 +372,45 @@ pub struct ShellInput {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoInput {}
+
+/// `forge.apply-patch`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyPatchInput {
+    /// The patch: `*** Begin Patch`, then `*** Add File: <path>`, `*** Update File: <path>`
+    /// (optionally `*** Move to: <path>`) with `@@` hunks, or `*** Delete File: <path>`, then
+    /// `*** End Patch`. Paths are relative to the root (the project, or the loop worktree for
+    /// loop sessions).
+    pub patch: String,
+}
+
+/// `forge.grep`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GrepInput {
+    /// Regular expression (Rust `regex` syntax, as ripgrep).
+    pub pattern: String,
+    /// A directory or file inside the root to search (default: the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Only files whose path relative to the root matches this glob (e.g. `*.rs`, `src/**/*.ts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<String>,
+    /// Match case exactly (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_sensitive: Option<bool>,
+    /// Most matching lines returned (default 200, at most 5000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// `forge.glob`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobInput {
+    /// Glob over paths relative to the searched directory (e.g. `**/*.rs`, `src/*.md`).
+    pub pattern: String,
+    /// A directory inside the root to search (default: the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}

@@ -22,6 +22,8 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub mod files;
+pub mod guard;
 pub mod identity;
 pub mod loop_permissions;
 pub mod loop_scope;
@@ -59,7 +61,13 @@ pub struct ToolCtx<'a> {
     pub effect: Option<forge_engine::Effect>,
     /// Whether an engine is there to carry out effects (false for in-process calls).
     pub has_engine: bool,
+    /// Work after the transaction, off the store thread (file tools: the files are read
+    /// and written there, never while the store is held); its result replaces the tool's.
+    pub after: Option<After>,
 }
+
+/// Work a tool leaves for after its transaction (see [`ToolCtx::after`]).
+pub type After = Box<dyn FnOnce() -> Result<CommandResult, ToolError> + Send>;
 
 impl ToolCtx<'_> {
     pub fn project_id(&self) -> &str {
@@ -150,19 +158,31 @@ pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError
     }
 }
 
-/// Runs one tool call synchronously on `conn` in one transaction, without an engine.
+/// Runs one tool call synchronously on `conn` in one transaction, without an engine; work
+/// left for after the transaction runs here, after the commit.
 pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value) -> Result<CommandResult, ToolError> {
-    run_tx(conn, env, command, input, false).map(|(r, _)| r)
+    let done = run_tx(conn, env, command, input, false)?;
+    match done.after {
+        Some(after) => after(),
+        None => Ok(done.result),
+    }
 }
 
-/// Runs one tool call in one transaction; returns its result and any engine effect.
+/// What one committed tool call leaves: its result, engine work and off-thread work.
+pub struct Done {
+    pub result: CommandResult,
+    pub effect: Option<forge_engine::Effect>,
+    pub after: Option<After>,
+}
+
+/// Runs one tool call in one transaction; returns its result and the work it leaves.
 pub fn run_tx(
     conn: &mut Connection,
     env: &ToolEnv,
     command: &str,
     input: Value,
     has_engine: bool,
-) -> Result<(CommandResult, Option<forge_engine::Effect>), ToolError> {
+) -> Result<Done, ToolError> {
     let Some(tool) = find(command) else {
         return Err(ToolError::invalid_params(format!(
             "unknown command `{command}`; forge.tools lists the available commands"
@@ -171,13 +191,13 @@ pub fn run_tx(
     forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
     crate::loop_permissions::check(env, tool.name, &input)?;
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).db()?;
-    let mut ctx = ToolCtx { env, db: &tx, now: forge_store::now_ms(), effect: None, has_engine };
+    let mut ctx = ToolCtx { env, db: &tx, now: forge_store::now_ms(), effect: None, has_engine, after: None };
     let result = (tool.run)(input, &mut ctx);
-    let effect = ctx.effect.take();
+    let (effect, after) = (ctx.effect.take(), ctx.after.take());
     match result {
-        Ok(r) => {
+        Ok(result) => {
             tx.commit().db()?;
-            Ok((r, effect))
+            Ok(Done { result, effect, after })
         }
         Err(e) => {
             let _ = tx.rollback();
@@ -198,6 +218,8 @@ pub async fn call(
         // A tool call is activity of the loop session (stall watchdog).
         engine.activity.touch(&env.caller.session_id);
     }
+    let name = find(command).map(|t| t.name).unwrap_or_default();
+    let ticket = guard::start(&env.caller.session_id, name, &input)?;
     let command = command.to_string();
     let env2 = env.clone();
     let r = store
@@ -213,9 +235,28 @@ pub async fn call(
     if r.is_ok() {
         store.wrote.wake();
     }
-    let (result, effect) = r?;
-    match effect {
-        None => Ok(result),
-        Some(e) => engine.run(e, env).await,
+    let outcome = async {
+        let done = r?;
+        match (done.effect, done.after) {
+            (Some(e), _) => engine.run(e, env).await,
+            (None, Some(after)) => tokio::task::spawn_blocking(after)
+                .await
+                .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{name} failed: {e}")))),
+            (None, None) => Ok(done.result),
+        }
+    }
+    .await;
+    match (outcome, ticket) {
+        (Ok(mut r), Some(t)) => {
+            if let Some(notice) = guard::finish(t, &r.text, &r.data) {
+                r.text.push_str(&notice);
+            }
+            Ok(r)
+        }
+        (Err(e), Some(t)) => {
+            guard::failed(t);
+            Err(e)
+        }
+        (outcome, None) => outcome,
     }
 }

@@ -1,0 +1,162 @@
+//! The file tools over the real binary (PROTOCOL.md 10.3): `forge.apply-patch` (rescue rules,
+//! all-or-nothing, the root), `forge.grep` and `forge.glob` (gitignore, the path guard, the
+//! root) and the repeated-call guard.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+use serde_json::json;
+
+fn client(sb: &Sandbox, repo: &GitRepo) -> Client {
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c
+}
+
+fn patch(body: &str) -> serde_json::Value {
+    json!({ "patch": format!("*** Begin Patch\n{body}*** End Patch\n") })
+}
+
+fn read(repo: &GitRepo, rel: &str) -> String {
+    std::fs::read_to_string(repo.path.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+#[test]
+fn apply_patch_rescues_drift_keeps_line_endings_and_writes_authored_lines_exactly() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("quotes.md", "Say \u{201c}hello\u{201d}\u{a0}now\nsecond line\n");
+    repo.write("crlf.txt", "one\r\ntwo\r\nthree");
+    repo.write("gone.txt", "bye\n");
+    let c = client(&sb, &repo);
+    let out = c.tool_ok(
+        "apply-patch",
+        patch(
+            "*** Update File: quotes.md\n@@\n Say \"hello\" now\n-second line\n+second “line”, exactly\n\
+             *** Update File: crlf.txt\n@@\n one\n-two\n+TWO\n\
+             *** Add File: dir/new.txt\n+fresh\n\
+             *** Delete File: gone.txt\n",
+        ),
+    );
+    assert!(out.text.starts_with("Patch applied."), "{}", out.text);
+    assert_eq!(read(&repo, "quotes.md"), "Say \u{201c}hello\u{201d}\u{a0}now\nsecond “line”, exactly\n");
+    assert_eq!(read(&repo, "crlf.txt"), "one\r\nTWO\r\nthree", "CRLF and the missing final newline kept");
+    assert_eq!(read(&repo, "dir/new.txt"), "fresh\n");
+    assert!(!repo.path.join("gone.txt").exists());
+    let kinds: Vec<&str> =
+        out.data["changes"].as_array().unwrap().iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.len(), 4, "{}", out.data);
+}
+
+#[test]
+fn apply_patch_writes_every_file_or_none() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("a.txt", "alpha\n");
+    repo.write("b.txt", "beta\n");
+    let c = client(&sb, &repo);
+    // The second file's hunk matches nothing: the first file must stay as it was.
+    let e = c.tool_err(
+        "apply-patch",
+        patch("*** Update File: a.txt\n@@\n-alpha\n+ALPHA\n*** Update File: b.txt\n@@\n-no such line\n+x\n"),
+    );
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("b.txt"), "the error names the file: {e}");
+    assert_eq!(read(&repo, "a.txt"), "alpha\n");
+    // A malformed patch and a path outside the root: refused, nothing written.
+    let e = c.tool_err("apply-patch", json!({ "patch": "*** Update File: a.txt\n@@\n-alpha\n+x\n" }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("patch line"), "{e}");
+    let e = c.tool_err("apply-patch", patch("*** Add File: ../escape.txt\n+x\n"));
+    assert!(e.message.contains("escape.txt"), "{e}");
+    assert!(!repo.path.parent().unwrap().join("escape.txt").exists());
+    // A committed symlink to a directory outside the root cannot be written through.
+    let outside = sb.mkdir("outside");
+    std::os::unix::fs::symlink(&outside, repo.path.join("link")).unwrap();
+    let e = c.tool_err("apply-patch", patch("*** Add File: link/planted.txt\n+x\n"));
+    assert!(e.message.contains("link/planted.txt"), "{e}");
+    assert!(!outside.join("planted.txt").exists(), "nothing written through the symlink");
+    // Ambiguity: the error lists the candidates.
+    repo.write("dup.txt", "same\nsame\n");
+    let e = c.tool_err("apply-patch", patch("*** Update File: dup.txt\n@@\n-same\n+other\n"));
+    assert!(e.message.contains("1") && e.message.contains("2"), "candidates named: {e}");
+    assert_eq!(read(&repo, "dup.txt"), "same\nsame\n");
+}
+
+#[test]
+fn apply_patch_keeps_the_file_mode_and_is_denied_to_auditors() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let script = repo.write("run.sh", "#!/bin/sh\necho one\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = client(&sb, &repo);
+    c.tool_ok("apply-patch", patch("*** Update File: run.sh\n@@\n-echo one\n+echo two\n"));
+    assert_eq!(std::fs::metadata(&script).unwrap().permissions().mode() & 0o777, 0o755);
+    let mut auditor = sb.stdio();
+    auditor.init(&Init::new(&repo.path).agent("auditor"));
+    let e = auditor.tool_err("apply-patch", patch("*** Update File: run.sh\n@@\n-echo two\n+echo three\n"));
+    assert_eq!(e.code, 1001, "{e}");
+    assert_eq!(read(&repo, "run.sh"), "#!/bin/sh\necho two\n");
+}
+
+#[test]
+fn grep_respects_gitignore_include_and_the_path_guard() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write(".gitignore", "target/\n");
+    repo.write("src/main.rs", "fn main() {\n    needle();\n}\n");
+    repo.write("src/notes.md", "needle in notes\n");
+    repo.write("target/built.rs", "needle in build output\n");
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("grep", json!({ "pattern": "needle" }));
+    assert!(out.text.contains("src/main.rs:2:     needle();"), "{}", out.text);
+    assert!(out.text.contains("src/notes.md:1: needle in notes"), "{}", out.text);
+    assert!(!out.text.contains("target/"), "gitignored files are skipped: {}", out.text);
+    let only_rs = c.tool_ok("grep", json!({ "pattern": "NEEDLE", "include": "*.rs", "caseSensitive": false }));
+    assert_eq!(only_rs.data["matches"].as_array().unwrap().len(), 1, "{}", only_rs.text);
+    // The path guard: a missing directory and a file used as a directory are named.
+    let e = c.tool_err("grep", json!({ "pattern": "x", "path": "src/nope/deeper" }));
+    assert_eq!(e.code, 1002, "{e}");
+    assert!(e.message.contains("src/nope") && e.message.contains("does not exist"), "{e}");
+    let e = c.tool_err("grep", json!({ "pattern": "x", "path": "src/main.rs/inner" }));
+    assert!(e.message.contains("src/main.rs") && e.message.contains("not a directory"), "{e}");
+    let e = c.tool_err("grep", json!({ "pattern": "x", "path": "../" }));
+    assert!(e.message.contains("out of the root"), "{e}");
+    let e = c.tool_err("grep", json!({ "pattern": "(" }));
+    assert_eq!(e.code, 1006, "{e}");
+}
+
+#[test]
+fn glob_lists_matching_files_newest_first() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("docs/old.md", "old\n");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    repo.write("docs/new.md", "new\n");
+    repo.write("docs/skip.txt", "x\n");
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("glob", json!({ "pattern": "*.md", "path": "docs" }));
+    assert_eq!(out.data["files"], json!(["docs/new.md", "docs/old.md"]), "{}", out.text);
+    let e = c.tool_err("glob", json!({ "pattern": "*.md", "path": "missing" }));
+    assert!(e.message.contains("missing") && e.message.contains("does not exist"), "{e}");
+}
+
+#[test]
+fn identical_searches_get_a_notice_then_are_refused() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("a.rs", "needle\n");
+    let c = client(&sb, &repo);
+    let input = json!({ "pattern": "needle" });
+    for k in 1..=5 {
+        let out = c.tool_ok("grep", input.clone());
+        assert_eq!(out.text.contains("Notice:"), k >= 3, "call {k}: {}", out.text);
+    }
+    let e = c.tool_err("grep", input.clone());
+    assert_eq!(e.code, 1003, "{e}");
+    // Another search is not refused, and resets the streak.
+    c.tool_ok("grep", json!({ "pattern": "other" }));
+    assert!(!c.tool_ok("grep", input).text.contains("Notice:"));
+}

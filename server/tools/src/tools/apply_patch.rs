@@ -1,0 +1,118 @@
+//! `forge.apply-patch`: applies an agent's patch to the caller's root (the project, or the
+//! loop worktree for loop sessions), with the rescue rules of `forge_domain::patch` (stale
+//! context and unicode/whitespace drift matched tolerantly, authored lines written exactly,
+//! EOL style and final newline kept, ambiguity an error that names the candidates).
+//!
+//! All files of a patch are written or none: every new content goes to a temporary file
+//! beside its target first, then all are renamed into place; any failure before the
+//! renames removes the temporaries and changes nothing. The files are touched off the store
+//! thread ([`ToolCtx::after`]).
+
+use std::path::{Path, PathBuf};
+
+use forge_domain::patch::{apply_patch, FileChange};
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+
+use super::ToolCtx;
+use crate::files::{caller_root, read_utf8, within};
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "Apply a patch to files under your root (the project, or your loop's worktree). Format: *** Begin Patch / *** Add File: <path> (+ lines) / *** Update File: <path> (optional *** Move to: <path>) with @@ hunks of ' ' context, '-' removed and '+' added lines / *** Delete File: <path> / *** End Patch. Stale context and whitespace or unicode drift (curly quotes, dashes, non-breaking spaces, trailing blanks) are matched tolerantly; your + lines are written exactly; each file keeps its line endings and final-newline state. A malformed patch, a path outside the root or an ambiguous hunk is refused before anything is written; all files are written or none.";
+
+pub type Input = forge_protocol::inputs::ApplyPatchInput;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let root = caller_root(ctx)?;
+    // Parse and validate now: a malformed patch fails before anything else happens.
+    forge_domain::patch::parse_patch(&input.patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
+    ctx.after = Some(Box::new(move || apply(&root, &input.patch)));
+    Ok(CommandResult { text: String::new(), data: serde_json::Value::Null })
+}
+
+fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
+    let fail = |m: String| ToolError::invalid(format!("apply-patch failed: {m}"));
+    let root_text = root.to_string_lossy().into_owned();
+    let plan = apply_patch(patch, Some(&root_text), |rel| {
+        let p = within(root, rel).map_err(|e| e.message)?;
+        match std::fs::symlink_metadata(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{e}")),
+            Ok(m) if !m.file_type().is_file() => Err("not a regular file".into()),
+            Ok(_) => read_utf8(&p).map(Some),
+        }
+    })
+    .map_err(|e| fail(e.to_string()))?;
+    // Stage every write, then commit them all.
+    let mut staged: Vec<(PathBuf, PathBuf)> = vec![];
+    let mut removals: Vec<PathBuf> = vec![];
+    let result = (|| -> Result<(), String> {
+        for change in &plan.changes {
+            match change {
+                FileChange::Add { path, content } | FileChange::Update { path, content } => {
+                    staged.push(stage(root, path, content)?);
+                }
+                FileChange::Move { from, to, content } => {
+                    staged.push(stage(root, to, content)?);
+                    removals.push(within(root, from).map_err(|e| e.message)?);
+                }
+                FileChange::Delete { path } => removals.push(within(root, path).map_err(|e| e.message)?),
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        for (tmp, _) in &staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+        return Err(fail(e));
+    }
+    for (tmp, target) in &staged {
+        if let Err(e) = std::fs::rename(tmp, target) {
+            // Renames within one directory do not fail for space; report what happened.
+            for (t, _) in &staged {
+                let _ = std::fs::remove_file(t);
+            }
+            return Err(fail(format!("cannot write {}: {e} (files renamed before this one keep their new content)", target.display())));
+        }
+    }
+    for p in &removals {
+        if let Err(e) = std::fs::remove_file(p) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(fail(format!("cannot remove {}: {e}", p.display())));
+            }
+        }
+    }
+    let text = format!("Patch applied.\n{}", plan.summary());
+    // Paths only: the contents are in the files now.
+    let changes: Vec<_> = plan
+        .changes
+        .iter()
+        .map(|c| match c {
+            FileChange::Add { path, .. } => json!({ "kind": "add", "path": path }),
+            FileChange::Update { path, .. } => json!({ "kind": "update", "path": path }),
+            FileChange::Delete { path } => json!({ "kind": "delete", "path": path }),
+            FileChange::Move { from, to, .. } => json!({ "kind": "move", "path": to, "from": from }),
+        })
+        .collect();
+    Ok(CommandResult { text, data: json!({ "changes": changes, "notes": plan.notes }) })
+}
+
+/// Writes `content` to a temporary file beside `rel`'s target (creating parent
+/// directories inside the root) and returns (temporary, target).
+fn stage(root: &Path, rel: &str, content: &str) -> Result<(PathBuf, PathBuf), String> {
+    let target = within(root, rel).map_err(|e| e.message)?;
+    let dir = target.parent().ok_or_else(|| format!("{rel}: no parent directory"))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // The parent must still be inside the root once created (no symlinked directory).
+    within(root, rel).map_err(|e| e.message)?;
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.forge-patch-{}", std::process::id()));
+    let mode = std::fs::metadata(&target).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions())).ok();
+    std::fs::write(&tmp, content).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    if let Some(mode) = mode {
+        let _ = std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(mode));
+    }
+    Ok((tmp, target))
+}

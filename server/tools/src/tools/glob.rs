@@ -1,0 +1,69 @@
+//! `forge.glob`: files under the caller's root whose path matches a glob, newest first,
+//! gitignore-aware (`ignore` + `globset`), with the path guard of
+//! [`crate::files::search_path`]. Runs off the store thread ([`ToolCtx::after`]).
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+
+use super::ToolCtx;
+use crate::files::{caller_root, search_path};
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "List files under your root (the project, or your loop's worktree) whose path, relative to the searched directory, matches a glob (e.g. **/*.rs, src/*.md), newest first, respecting .gitignore; at most 1000. path narrows the search to a directory (it must exist: a missing or non-directory component is an error naming it).";
+
+pub type Input = forge_protocol::inputs::GlobInput;
+
+const MAX_FILES: usize = 1000;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    if input.pattern.is_empty() {
+        return Err(ToolError::invalid_params("invalid argument `pattern`: must not be empty"));
+    }
+    let glob = globset::GlobBuilder::new(&input.pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| ToolError::invalid_params(format!("invalid argument `pattern`: {e}")))?
+        .compile_matcher();
+    let root = caller_root(ctx)?;
+    let start = search_path(&root, input.path.as_deref())?;
+    if !start.is_dir() {
+        return Err(ToolError::invalid_params(format!(
+            "invalid argument `path`: {} is not a directory",
+            input.path.unwrap_or_default()
+        )));
+    }
+    ctx.after = Some(Box::new(move || list(&root, &start, &glob)));
+    Ok(CommandResult { text: String::new(), data: serde_json::Value::Null })
+}
+
+fn list(root: &Path, start: &Path, glob: &globset::GlobMatcher) -> Result<CommandResult, ToolError> {
+    let mut found: Vec<(SystemTime, String)> = vec![];
+    let walk = ignore::WalkBuilder::new(start).hidden(false).git_global(false).require_git(false).build();
+    for entry in walk.flatten() {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = entry.path();
+        let under = path.strip_prefix(start).unwrap_or(path);
+        if under.components().next().is_some_and(|c| c.as_os_str() == ".git") || !glob.is_match(under) {
+            continue;
+        }
+        let modified = entry.metadata().ok().and_then(|m| m.modified().ok()).unwrap_or(SystemTime::UNIX_EPOCH);
+        found.push((modified, path.strip_prefix(root).unwrap_or(path).display().to_string()));
+    }
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let total = found.len();
+    found.truncate(MAX_FILES);
+    let paths: Vec<String> = found.into_iter().map(|(_, p)| p).collect();
+    let mut text = if paths.is_empty() { "No files found.".to_string() } else { paths.join("\n") };
+    text.push_str(&format!(
+        "\n\n{total} file{}{}",
+        if total == 1 { "" } else { "s" },
+        if total > MAX_FILES { format!(" (showing the newest {MAX_FILES})") } else { String::new() }
+    ));
+    Ok(CommandResult { text, data: json!({ "files": paths, "total": total }) })
+}

@@ -1,0 +1,115 @@
+//! `forge.grep`: a gitignore-aware regex search of the caller's root on ripgrep's crates
+//! (`ignore` for the walk, `grep-regex` + `grep-searcher` for matching, `globset` for
+//! `include`), confined to the root, with the path guard of [`crate::files::search_path`].
+//! Runs off the store thread ([`ToolCtx::after`]).
+
+use std::path::Path;
+
+use forge_protocol::{CommandResult, ToolError};
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::sinks::UTF8;
+use grep_searcher::{BinaryDetection, SearcherBuilder};
+use serde_json::json;
+
+use super::ToolCtx;
+use crate::files::{caller_root, search_path};
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "Search file contents under your root (the project, or your loop's worktree) with a regular expression, respecting .gitignore. pattern is required; path narrows the search to a directory or file (it must exist: a missing or non-directory component is an error naming it); include keeps files whose root-relative path matches a glob (e.g. *.rs); caseSensitive defaults to true; limit (default 200, at most 5000) caps the lines returned. Output: one `path:line: text` line per match, then a count.";
+
+pub type Input = forge_protocol::inputs::GrepInput;
+
+const DEFAULT_LIMIT: u32 = 200;
+const MAX_LIMIT: u32 = 5000;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    if input.pattern.is_empty() {
+        return Err(ToolError::invalid_params("invalid argument `pattern`: must not be empty"));
+    }
+    let limit = input.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ToolError::invalid_params(format!(
+            "invalid argument `limit`: must be between 1 and {MAX_LIMIT}, got {limit}"
+        )));
+    }
+    let matcher = RegexMatcherBuilder::new()
+        .case_insensitive(!input.case_sensitive.unwrap_or(true))
+        .build(&input.pattern)
+        .map_err(|e| ToolError::invalid(format!("grep failed: invalid regex {:?}: {e}", input.pattern)))?;
+    let include = match input.include.as_deref().filter(|g| !g.is_empty()) {
+        Some(g) => Some(
+            globset::Glob::new(g)
+                .map_err(|e| ToolError::invalid_params(format!("invalid argument `include`: {e}")))?
+                .compile_matcher(),
+        ),
+        None => None,
+    };
+    let root = caller_root(ctx)?;
+    let start = search_path(&root, input.path.as_deref())?;
+    ctx.after = Some(Box::new(move || search(&root, &start, &matcher, include.as_ref(), limit as usize)));
+    Ok(CommandResult { text: String::new(), data: serde_json::Value::Null })
+}
+
+fn search(
+    root: &Path,
+    start: &Path,
+    matcher: &grep_regex::RegexMatcher,
+    include: Option<&globset::GlobMatcher>,
+    limit: usize,
+) -> Result<CommandResult, ToolError> {
+    let mut searcher = SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
+    let mut lines: Vec<String> = vec![];
+    let mut hits = vec![];
+    let mut truncated = false;
+    let mut files = 0usize;
+    let walk = ignore::WalkBuilder::new(start).hidden(false).git_global(false).require_git(false).build();
+    for entry in walk {
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = entry.path();
+        let rel = path.strip_prefix(root).unwrap_or(path);
+        if rel.components().next().is_some_and(|c| c.as_os_str() == ".git") {
+            continue;
+        }
+        if include.is_some_and(|g| !g.is_match(rel)) {
+            continue;
+        }
+        files += 1;
+        let shown = rel.display().to_string();
+        let r = searcher.search_path(
+            matcher,
+            path,
+            UTF8(|line, text| {
+                if lines.len() >= limit {
+                    truncated = true;
+                    return Ok(false);
+                }
+                let text = text.trim_end_matches(['\n', '\r']);
+                lines.push(format!("{shown}:{line}: {text}"));
+                hits.push(json!({ "path": shown, "line": line, "text": text }));
+                Ok(true)
+            }),
+        );
+        if let Err(e) = r {
+            tracing::debug!("grep: skipping {}: {e}", path.display());
+        }
+        if truncated {
+            break;
+        }
+    }
+    let mut text = lines.join("\n");
+    if lines.is_empty() {
+        text = "No matches found.".to_string();
+    }
+    text.push_str(&format!(
+        "\n\n{} match{} in {files} file{} searched{}",
+        hits.len(),
+        if hits.len() == 1 { "" } else { "es" },
+        if files == 1 { "" } else { "s" },
+        if truncated { format!(" (stopped at the limit of {limit}; narrow the search or raise limit)") } else { String::new() }
+    ));
+    Ok(CommandResult { text, data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files }) })
+}
