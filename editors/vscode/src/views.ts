@@ -1,0 +1,273 @@
+// The Forge view container's three trees: Plans, Loops, Findings.
+
+import * as path from 'path';
+import * as vscode from 'vscode';
+import { describeLoop, LoopStatus, Loops, TERMINAL } from './loops';
+import { Report } from './report';
+
+/** One entry of `forge.plan-read {recent: true}` (`data.plans`). */
+export interface PlanEntry {
+  uri: string;
+  label?: string;
+  firstLine?: string;
+  sessionId?: string | null;
+  loopName?: string | null;
+  updatedAt?: number | null;
+}
+
+function ago(ms: number | null | undefined): string {
+  if (typeof ms !== 'number') {
+    return '';
+  }
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 60) {
+    return 'just now';
+  }
+  if (s < 3600) {
+    return `${Math.round(s / 60)} min ago`;
+  }
+  if (s < 86400) {
+    return `${Math.round(s / 3600)} h ago`;
+  }
+  return new Date(ms).toLocaleDateString();
+}
+
+// ------------------------------------------------------------------------------- Plans
+
+export class PlansProvider implements vscode.TreeDataProvider<PlanEntry> {
+  private readonly emitter = new vscode.EventEmitter<void>();
+  readonly onDidChangeTreeData = this.emitter.event;
+  private plans: PlanEntry[] = [];
+  private loading: Promise<void> | undefined;
+
+  constructor(
+    private readonly fetch: () => Promise<PlanEntry[]>,
+    private readonly report: Report,
+  ) {}
+
+  /** Reloads the list from the server and redraws the tree. */
+  refresh(): Promise<void> {
+    if (!this.loading) {
+      this.loading = this.fetch()
+        .then(
+          (plans) => {
+            this.plans = plans.filter((p) => p && typeof p.uri === 'string');
+          },
+          (e) => this.report.error(`plans: ${e instanceof Error ? e.message : String(e)}`),
+        )
+        .finally(() => {
+          this.loading = undefined;
+          this.emitter.fire();
+          this.snapshot();
+        });
+    }
+    return this.loading;
+  }
+
+  clear(): void {
+    this.plans = [];
+    this.emitter.fire();
+    this.snapshot();
+  }
+
+  entries(): PlanEntry[] {
+    return this.plans;
+  }
+
+  static title(p: PlanEntry): string {
+    const first = (p.firstLine ?? '').replace(/^#+\s*/, '').trim();
+    if (first) {
+      return first;
+    }
+    return p.loopName ? `Plan of ${p.loopName}` : 'Session plan';
+  }
+
+  static description(p: PlanEntry): string {
+    const owner = p.loopName ? `loop ${p.loopName}` : 'session plan';
+    const when = ago(p.updatedAt);
+    return when ? `${owner} · ${when}` : owner;
+  }
+
+  getTreeItem(p: PlanEntry): vscode.TreeItem {
+    const item = new vscode.TreeItem(PlansProvider.title(p), vscode.TreeItemCollapsibleState.None);
+    item.id = p.uri;
+    item.description = PlansProvider.description(p);
+    item.tooltip = new vscode.MarkdownString(
+      `**${PlansProvider.title(p)}**\n\n${p.label ?? ''}${p.sessionId ? `\n\nSession: \`${p.sessionId}\`` : ''}\n\n\`${p.uri}\``,
+    );
+    item.iconPath = new vscode.ThemeIcon(p.loopName ? 'sync' : 'note');
+    item.contextValue = p.loopName ? 'forgeLoopPlan' : 'forgeSessionPlan';
+    item.command = { title: 'Open plan', command: 'forgeLsp.openPlan', arguments: [p.uri] };
+    return item;
+  }
+
+  getChildren(element?: PlanEntry): PlanEntry[] {
+    return element ? [] : this.plans;
+  }
+
+  private snapshot(): void {
+    this.report.data.views.plans = this.plans.map((p) => ({
+      label: PlansProvider.title(p),
+      description: PlansProvider.description(p),
+      uri: p.uri,
+      contextValue: p.loopName ? 'forgeLoopPlan' : 'forgeSessionPlan',
+    }));
+    this.report.changed();
+  }
+}
+
+// ------------------------------------------------------------------------------- Loops
+
+export class LoopsProvider implements vscode.TreeDataProvider<LoopStatus> {
+  private readonly emitter = new vscode.EventEmitter<void>();
+  readonly onDidChangeTreeData = this.emitter.event;
+
+  constructor(
+    private readonly loops: Loops,
+    private readonly report: Report,
+  ) {
+    loops.onDidChange(() => {
+      this.emitter.fire();
+      this.snapshot();
+    });
+  }
+
+  static icon(l: LoopStatus): vscode.ThemeIcon {
+    switch (l.status) {
+      case 'running':
+        return new vscode.ThemeIcon('sync~spin', new vscode.ThemeColor('charts.blue'));
+      case 'completed':
+        return new vscode.ThemeIcon('pass', new vscode.ThemeColor('testing.iconPassed'));
+      case 'cancelled':
+        return new vscode.ThemeIcon('circle-slash');
+      default:
+        return new vscode.ThemeIcon('warning', new vscode.ThemeColor('list.warningForeground'));
+    }
+  }
+
+  static context(l: LoopStatus): string {
+    return `forgeLoop.${TERMINAL.has(l.status) ? 'ended' : 'running'}.${l.status}`;
+  }
+
+  getTreeItem(l: LoopStatus): vscode.TreeItem {
+    const item = new vscode.TreeItem(l.loopName, vscode.TreeItemCollapsibleState.None);
+    item.id = `loop:${l.loopName}`;
+    item.description = describeLoop(l);
+    item.iconPath = LoopsProvider.icon(l);
+    item.contextValue = LoopsProvider.context(l);
+    const lines = [
+      `**${l.loopName}** — ${l.status}`,
+      '',
+      l.sectionTitle ? `Section: ${l.sectionTitle}` : '',
+      typeof l.auditCount === 'number' ? `Audits: ${l.auditCount}` : '',
+      l.errorCount ? `Errors: ${l.errorCount}` : '',
+      l.terminationReason ? `Reason: ${l.terminationReason}` : '',
+      l.branch ? `Branch: \`${l.branch}\`` : '',
+      l.worktreeDir ? `Worktree: \`${l.worktreeDir}\`` : '',
+    ].filter((x, i) => i < 2 || x);
+    item.tooltip = new vscode.MarkdownString(lines.join('  \n'));
+    item.command = { title: 'Open loop status', command: 'forgeLsp.openLoopStatus', arguments: [l.loopName] };
+    return item;
+  }
+
+  getChildren(element?: LoopStatus): LoopStatus[] {
+    return element ? [] : this.loops.all();
+  }
+
+  private snapshot(): void {
+    this.report.data.views.loops = this.loops.all().map((l) => ({
+      label: l.loopName,
+      description: describeLoop(l),
+      contextValue: LoopsProvider.context(l),
+    }));
+    this.report.changed();
+  }
+}
+
+// ------------------------------------------------------------------------------- Findings
+
+export type FindingNode =
+  | { kind: 'file'; uri: vscode.Uri; diagnostics: vscode.Diagnostic[] }
+  | { kind: 'finding'; uri: vscode.Uri; diagnostic: vscode.Diagnostic };
+
+export function isFinding(d: vscode.Diagnostic): boolean {
+  return d.source === 'forge';
+}
+
+export function findingId(d: vscode.Diagnostic): string {
+  const code = d.code;
+  if (code === undefined) {
+    return '';
+  }
+  return String(typeof code === 'object' ? code.value : code);
+}
+
+/** The findings' diagnostics (source `forge`) published by the server, grouped by file. */
+export class FindingsProvider implements vscode.TreeDataProvider<FindingNode> {
+  private readonly emitter = new vscode.EventEmitter<void>();
+  readonly onDidChangeTreeData = this.emitter.event;
+  private files: { uri: vscode.Uri; diagnostics: vscode.Diagnostic[] }[] = [];
+
+  constructor(private readonly report: Report) {
+    this.reload();
+  }
+
+  reload(): void {
+    const files: { uri: vscode.Uri; diagnostics: vscode.Diagnostic[] }[] = [];
+    for (const [uri, diagnostics] of vscode.languages.getDiagnostics()) {
+      const mine = diagnostics.filter(isFinding).sort((a, b) => a.range.start.line - b.range.start.line);
+      if (mine.length > 0) {
+        files.push({ uri, diagnostics: mine });
+      }
+    }
+    files.sort((a, b) => vscode.workspace.asRelativePath(a.uri).localeCompare(vscode.workspace.asRelativePath(b.uri)));
+    this.files = files;
+    this.emitter.fire();
+    this.report.data.views.findings = files.map((f) => ({
+      file: vscode.workspace.asRelativePath(f.uri),
+      items: f.diagnostics.map((d) => ({ label: FindingsProvider.label(d), line: d.range.start.line + 1 })),
+    }));
+    this.report.changed();
+  }
+
+  count(): number {
+    return this.files.reduce((n, f) => n + f.diagnostics.length, 0);
+  }
+
+  static label(d: vscode.Diagnostic): string {
+    return d.message.split('\n')[0];
+  }
+
+  getTreeItem(node: FindingNode): vscode.TreeItem {
+    if (node.kind === 'file') {
+      const item = new vscode.TreeItem(node.uri, vscode.TreeItemCollapsibleState.Expanded);
+      item.id = `file:${node.uri.toString()}`;
+      // The file's problem count is drawn by VS Code (the resource decoration).
+      item.description = path.dirname(vscode.workspace.asRelativePath(node.uri)).replace(/^\.$/, '');
+      item.contextValue = 'forgeFindingFile';
+      return item;
+    }
+    const d = node.diagnostic;
+    const item = new vscode.TreeItem(FindingsProvider.label(d), vscode.TreeItemCollapsibleState.None);
+    item.id = `finding:${node.uri.toString()}#${findingId(d)}:${d.range.start.line}`;
+    item.description = `line ${d.range.start.line + 1}${findingId(d) ? ` · #${findingId(d)}` : ''}`;
+    item.tooltip = new vscode.MarkdownString(undefined).appendText(d.message);
+    item.iconPath = new vscode.ThemeIcon(
+      d.severity === vscode.DiagnosticSeverity.Error ? 'error' : 'warning',
+      new vscode.ThemeColor(d.severity === vscode.DiagnosticSeverity.Error ? 'errorForeground' : 'list.warningForeground'),
+    );
+    item.contextValue = 'forgeFinding';
+    item.command = { title: 'Reveal finding', command: 'forgeLsp.revealFinding', arguments: [node.uri, d.range] };
+    return item;
+  }
+
+  getChildren(node?: FindingNode): FindingNode[] {
+    if (!node) {
+      return this.files.map((f) => ({ kind: 'file', uri: f.uri, diagnostics: f.diagnostics }));
+    }
+    if (node.kind === 'file') {
+      return node.diagnostics.map((d) => ({ kind: 'finding', uri: node.uri, diagnostic: d }));
+    }
+    return [];
+  }
+}
