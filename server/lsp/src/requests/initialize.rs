@@ -34,7 +34,10 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     }
 
     let folder = workspace_folder(&p).unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
-    let project = Project::detect(&folder);
+    // Detection reads git (a history walk when its cache is cold): never on a runtime thread.
+    let project = tokio::task::spawn_blocking(move || Project::detect(&folder))
+        .await
+        .map_err(|e| rpc_error(&ToolError::internal(format!("project detection failed: {e}"))))?;
     let data_dir = project::data_dir(options.data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
     let ws = backend.hub.workspace(&data_dir).map_err(|e| rpc_error(&ToolError::precondition(e.to_string())))?;
 
