@@ -83,7 +83,7 @@ async fn announce(conn: &Arc<Conn>, batch: &[Change]) {
         }
         let findings_changed = batch.iter().any(|c| c.project_id == project && c.kind == Kind::Finding);
         if (!loop_changes.is_empty() || findings_changed) && plan_uris.is_empty() {
-            materialize(conn, &ForgeUri::Index.to_uri()).await;
+            materialize_index_soon(conn);
         }
     }
     if plan_uris.is_empty() {
@@ -95,9 +95,10 @@ async fn announce(conn: &Arc<Conn>, batch: &[Change]) {
     // Republish warnings on every known document (forge:// or a materialized copy)
     // that shows one of the changed plans. Copies are rewritten first.
     if conn.caps.materialize {
-        for uri in plan_uris.iter().chain(std::iter::once(&ForgeUri::Index.to_uri())) {
+        for uri in &plan_uris {
             materialize(conn, uri).await;
         }
+        materialize_index_soon(conn);
     }
     let known = conn.known_plans();
     for k in known {
@@ -160,6 +161,24 @@ pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
 /// Writes (or removes) the read-only copy of a virtual document. A `.forge`, `.forge/view`
 /// or deeper component that is a symbolic link (a repository can commit one) is never
 /// followed: the write is refused, logged, and the user told once per connection.
+/// How long the index copy waits for more changes before it is rewritten: a burst of
+/// writes (findings, plans) rewrites it once, not once per write.
+pub const INDEX_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Rewrites the index copy after [`INDEX_DELAY`], once for all the changes until then.
+pub fn materialize_index_soon(conn: &Arc<Conn>) {
+    if conn.index_pending.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let weak = Arc::downgrade(conn);
+    tokio::spawn(async move {
+        tokio::time::sleep(INDEX_DELAY).await;
+        let Some(conn) = weak.upgrade() else { return };
+        conn.index_pending.store(false, std::sync::atomic::Ordering::Release);
+        materialize(&conn, &ForgeUri::Index.to_uri()).await;
+    });
+}
+
 pub async fn materialize(conn: &Conn, uri: &str) {
     let Some(parsed) = ForgeUri::parse(uri) else { return };
     let path = conn.view_path(&parsed);
@@ -167,8 +186,13 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     let mut text = documents::render(conn, &parsed, Links::View).await.ok();
     // A copy the user changed on disk is never overwritten silently (PROTOCOL.md 10.2). A
     // copy that already shows the current text was written by another connection.
-    if let Some(on_disk) = read_view(&path).await {
+    if let Some((on_disk, read_only)) = read_view(&path).await {
         let recorded = conn.view_digest(&path);
+        // Unchanged and still as written (read-only): nothing to do; copies are rewritten
+        // only when their text changes.
+        if read_only && text.as_deref() == Some(on_disk.as_str()) && recorded == Some(crate::conn::digest(&on_disk)) {
+            return;
+        }
         let user_changed =
             text.as_deref() != Some(on_disk.as_str()) && recorded.is_some_and(|d| d != crate::conn::digest(&on_disk));
         if user_changed && text.as_deref().map(crate::conn::digest) == recorded {
@@ -229,15 +253,17 @@ fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>
     }
 }
 
-/// The text of a read-only copy on disk, if it is a regular file (never through a link).
-async fn read_view(path: &std::path::Path) -> Option<String> {
+/// The text of a copy on disk and whether it is still read-only, if it is a regular file
+/// (never through a link).
+async fn read_view(path: &std::path::Path) -> Option<(String, bool)> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let meta = std::fs::symlink_metadata(&path).ok()?;
         if !meta.file_type().is_file() {
             return None;
         }
-        std::fs::read_to_string(&path).ok()
+        let read_only = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o222 == 0;
+        std::fs::read_to_string(&path).ok().map(|t| (t, read_only))
     })
     .await
     .ok()

@@ -61,6 +61,8 @@ pub struct Conn {
     warned: Mutex<HashMap<String, u64>>,
     /// Read-only copies this connection wrote: path → digest of the text written.
     views: Mutex<HashMap<PathBuf, u64>>,
+    /// A rewrite of the index copy is scheduled (`announce::materialize_index_soon`).
+    pub index_pending: std::sync::atomic::AtomicBool,
     /// URIs waiting for a coalesced refresh.
     refresh_pending: Arc<Mutex<HashSet<String>>>,
     /// `initializationOptions.forge.config`, kept so later settings merge over it.
@@ -90,6 +92,7 @@ impl Conn {
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
             warned: Mutex::new(HashMap::new()),
             views: Mutex::new(HashMap::new()),
+            index_pending: std::sync::atomic::AtomicBool::new(false),
             alive,
             diagnostics: std::sync::OnceLock::new(),
             published: Mutex::new(Published::default()),
