@@ -61,10 +61,25 @@ fn check_size(field: &str, text: &str) -> Result<(), String> {
 ///
 /// `limit` defaults to 20 and must be within 1..=100; `beforeId` must be a positive
 /// integer. Out-of-range values are errors naming the field, not silently clamped.
+/// Findings per page of `review-read` when `limit` is not given.
+pub const DEFAULT_FINDINGS_LIMIT: i64 = 500;
+/// The largest page of findings `review-read` returns.
+pub const MAX_FINDINGS_LIMIT: i64 = 5000;
+
+/// The page of a findings read: `limit` (1..=[`MAX_FINDINGS_LIMIT`], default
+/// [`DEFAULT_FINDINGS_LIMIT`]) findings older than `beforeId` (a positive id), newest first.
+pub fn findings_page(limit: Option<i64>, before_id: Option<i64>) -> Result<(usize, Option<i64>), String> {
+    page(limit, before_id, DEFAULT_FINDINGS_LIMIT, MAX_FINDINGS_LIMIT)
+}
+
 pub fn attempts_page(limit: Option<i64>, before_id: Option<i64>) -> Result<(usize, Option<i64>), String> {
-    let limit = limit.unwrap_or(DEFAULT_ATTEMPTS_LIMIT);
-    if !(1..=MAX_ATTEMPTS_LIMIT).contains(&limit) {
-        return Err(format!("Invalid limit {limit}: must be between 1 and {MAX_ATTEMPTS_LIMIT}."));
+    page(limit, before_id, DEFAULT_ATTEMPTS_LIMIT, MAX_ATTEMPTS_LIMIT)
+}
+
+fn page(limit: Option<i64>, before_id: Option<i64>, default: i64, max: i64) -> Result<(usize, Option<i64>), String> {
+    let limit = limit.unwrap_or(default);
+    if !(1..=max).contains(&limit) {
+        return Err(format!("Invalid limit {limit}: must be between 1 and {max}."));
     }
     if let Some(id) = before_id {
         if id < 1 {

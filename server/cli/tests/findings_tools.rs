@@ -407,7 +407,8 @@ fn review_read_pages_through_the_attempt_history() {
         assert_error(&e, -32602, "invalid_params");
         assert_contains(&e.message, k);
     }
-    let e = user.tool_err("review-read", json!({ "limit": 5 }));
+    // limit pages findings too (findings_paging.rs); out of range it is invalid.
+    let e = user.tool_err("review-read", json!({ "limit": 0 }));
     assert_error(&e, -32602, "invalid_params");
     let e = user.tool_err("review-read", json!({ "attempts": true }));
     assert_error(&e, 1002, "not_found");

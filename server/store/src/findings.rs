@@ -104,6 +104,37 @@ pub fn query(
     rows
 }
 
+/// One page of [`query`] in id order, newest first: at most `limit` findings with an id
+/// below `before`, and the id to pass as `before` for the next page (when there is one).
+/// Only the page is read from the database.
+pub fn query_page(
+    conn: &Connection,
+    project: &str,
+    bucket: &str,
+    filter: &SectionFilter,
+    file: Option<&str>,
+    limit: usize,
+    before: Option<i64>,
+) -> rusqlite::Result<(Vec<Finding>, Option<i64>)> {
+    let by_file = if file.is_some() { "AND file = ?5" } else { "" };
+    let sql = format!(
+        "SELECT {COLS} FROM review_findings WHERE project_id = ?1 AND loop_name = ?2 AND {} {by_file}
+         AND id < ?3 ORDER BY id DESC LIMIT ?4",
+        section_sql(filter)
+    );
+    let mut st = conn.prepare_cached(&sql)?;
+    let (below, take) = (before.unwrap_or(i64::MAX), (limit + 1) as i64);
+    let mut rows: Vec<Finding> = match file {
+        Some(f) => st.query_map(params![project, bucket, below, take, f], row)?.collect::<rusqlite::Result<_>>()?,
+        None => st.query_map(params![project, bucket, below, take], row)?.collect::<rusqlite::Result<_>>()?,
+    };
+    let next = (rows.len() > limit).then(|| {
+        rows.truncate(limit);
+        rows.last().map(|f| f.id)
+    });
+    Ok((rows, next.flatten()))
+}
+
 /// Deletes the findings at file:line of a bucket under a delete filter; returns them.
 pub fn delete(
     conn: &Connection,

@@ -11,7 +11,7 @@ use forge_store::{attempts, findings, loops};
 
 pub const NEEDS_SERVER: bool = false;
 
-pub const DESCRIPTION: &str = "Read review findings. Inside a sectioned loop the default scope is the current and earlier sections plus cross-section findings; allSections reads every section, crossSection only cross-section ones, loopName a specific loop (completed ones too). file filters by path and pattern searches descriptions and scenarios (regex). attempts: true returns the durable audit-attempt history { attempts, nextBeforeId } instead (limit 1-100, beforeId to page back); it cannot be combined with file, pattern or crossSection.";
+pub const DESCRIPTION: &str = "Read review findings. Inside a sectioned loop the default scope is the current and earlier sections plus cross-section findings; allSections reads every section, crossSection only cross-section ones, loopName a specific loop (completed ones too). file filters by path and pattern searches descriptions and scenarios (regex). Findings come in pages, newest first: limit (default 500, at most 5000) and beforeId (the reply's nextBeforeId) page back; the text says when there are more. attempts: true returns the durable audit-attempt history { attempts, nextBeforeId } instead (limit 1-100, beforeId to page back); it cannot be combined with file, pattern or crossSection.";
 
 pub type Input = forge_protocol::inputs::ReviewReadInput;
 
@@ -21,9 +21,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     if input.attempts == Some(true) {
         return read_attempts(&input, explicit, caller.as_ref(), ctx);
     }
-    if explicit.is_none() && (input.limit.is_some() || input.before_id.is_some()) {
-        return Err(ToolError::invalid_params("limit and beforeId apply only with attempts: true"));
-    }
+    let (limit, before) = review::findings_page(input.limit, input.before_id).map_err(ToolError::invalid_params)?;
     if let Some(name) = explicit {
         if loops::get(ctx.db, ctx.project_id(), name).db()?.is_none() {
             let any = findings::query(ctx.db, ctx.project_id(), name, &SectionFilter::All, None).db()?;
@@ -34,10 +32,38 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     }
     let scope = caller.as_ref().map(loop_scope::scope);
     let plan = read_plan(scope.as_ref(), explicit, input.cross_section.unwrap_or(false), input.all_sections.unwrap_or(false));
-    let rows = findings::query(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, input.file.as_deref()).db()?;
-    let mut rows = review::filter_pattern(rows, input.pattern.as_deref()).map_err(ToolError::invalid)?;
+    // Pages newest first (bounded memory and reply); each page is shown sorted.
+    let (mut rows, next) = match input.pattern.as_deref() {
+        None => findings::query_page(
+            ctx.db,
+            ctx.project_id(),
+            &plan.loop_bucket,
+            &plan.section,
+            input.file.as_deref(),
+            limit,
+            before,
+        )
+        .db()?,
+        Some(_) => {
+            let all = findings::query(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, input.file.as_deref()).db()?;
+            let mut hits = review::filter_pattern(all, input.pattern.as_deref()).map_err(ToolError::invalid)?;
+            hits.retain(|f| before.is_none_or(|b| f.id < b));
+            hits.sort_by(|a, b| b.id.cmp(&a.id));
+            let next = (hits.len() > limit).then(|| hits[limit - 1].id);
+            hits.truncate(limit);
+            (hits, next)
+        }
+    };
     review::sort_findings(&mut rows);
-    ok(review::render_findings(&rows), json!({ "findings": rows }))
+    let mut text = review::render_findings(&rows);
+    if let Some(n) = next {
+        text.push_str(&format!(
+            "\n\nShowing {} findings, the newest first page of more. For the next page pass beforeId: {n} (limit up to {}).",
+            rows.len(),
+            review::validate::MAX_FINDINGS_LIMIT
+        ));
+    }
+    ok(text, json!({ "findings": rows, "nextBeforeId": next }))
 }
 
 fn read_attempts(
