@@ -48,7 +48,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             let all = findings::query(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, input.file.as_deref()).db()?;
             let mut hits = review::filter_pattern(all, input.pattern.as_deref()).map_err(ToolError::invalid)?;
             hits.retain(|f| before.is_none_or(|b| f.id < b));
-            hits.sort_by(|a, b| b.id.cmp(&a.id));
+            hits.sort_by_key(|f| std::cmp::Reverse(f.id));
             let next = (hits.len() > limit).then(|| hits[limit - 1].id);
             hits.truncate(limit);
             (hits, next)
