@@ -87,6 +87,7 @@ const KEYS: &[(&str, Ty)] = &[
     ("agent.command", Ty::Argv),
     ("agent.compactCommand", Ty::Argv),
     ("documents.materialize", Ty::BoolOrAuto),
+    ("documents.maxPlanBytes", Ty::UInt),
     ("diagnostics.mirrorLoopFindings", Ty::Bool),
 ];
 
@@ -122,6 +123,9 @@ pub struct Config {
     pub agent_compact_command: Option<Vec<String>>,
     /// None = auto.
     pub materialize: Option<bool>,
+    /// `documents.maxPlanBytes`: the largest plan stored (plan-write, plan-edit's result,
+    /// execute-plan's plan), in bytes of UTF-8.
+    pub max_plan_bytes: u64,
     pub mirror_loop_findings: bool,
 }
 
@@ -151,6 +155,7 @@ impl Default for Config {
             agent_command: None,
             agent_compact_command: None,
             materialize: None,
+            max_plan_bytes: 16 * 1024 * 1024,
             mirror_loop_findings: true,
         }
     }
@@ -289,6 +294,7 @@ impl Loader {
             agent_command: argv("agent.command"),
             agent_compact_command: argv("agent.compactCommand"),
             materialize: m.get("documents.materialize").and_then(Value::as_bool),
+            max_plan_bytes: u("documents.maxPlanBytes", d.max_plan_bytes),
             mirror_loop_findings: b("diagnostics.mirrorLoopFindings", d.mirror_loop_findings),
         }
     }

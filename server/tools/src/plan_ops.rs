@@ -45,10 +45,23 @@ pub fn running_loop_guard(ctx: &ToolCtx, session: &str) -> Result<(), ToolError>
 /// The single session write path: sanitise project paths, skip identical content,
 /// store. Returns the stored text and whether it was written.
 pub fn write_session_plan(ctx: &ToolCtx, session: &str, text: &str) -> Result<(String, bool), ToolError> {
+    check_plan_size(ctx, text)?;
     let root = ctx.env.project.root.display().to_string();
     let stored = sanitize_paths(text, &root, ctx.env.home.as_deref());
     let written = plans::put_session(ctx.db, ctx.project_id(), session, &stored, ctx.now).db()?;
     Ok((stored, written))
+}
+
+/// Refuses a plan over `documents.maxPlanBytes` (1006, naming the size and the key).
+pub fn check_plan_size(ctx: &ToolCtx, text: &str) -> Result<(), ToolError> {
+    let max = ctx.env.config.max_plan_bytes;
+    if text.len() as u64 > max {
+        return Err(ToolError::invalid(format!(
+            "the plan is {} bytes, over the limit of {max} bytes (documents.maxPlanBytes); split it or raise the limit",
+            text.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The structured form of a structure report.

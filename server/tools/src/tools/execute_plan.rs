@@ -36,6 +36,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     if plan.trim().is_empty() {
         return Err(ToolError::invalid("Failed to start loop: the plan is empty."));
     }
+    crate::plan_ops::check_plan_size(ctx, &plan).map_err(|e| ToolError::invalid(format!("Failed to start loop: {}", e.message)))?;
     if !ctx.has_engine {
         return Err(ToolError::precondition(
             "forge.execute-plan needs a running forge-lsp server (it runs agent processes); start it from your editor or with `forge-lsp serve --listen unix:PATH`.",

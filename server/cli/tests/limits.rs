@@ -1,5 +1,6 @@
-//! `forge.review-read` pages its findings (issue 17): newest first, `limit` and `beforeId`
-//! as for attempts, a notice in the text when there are more, and the same with a pattern.
+//! Bounded replies and stores (issue 17): `forge.review-read` pages its findings (newest
+//! first, `limit` and `beforeId` as for attempts, a notice in the text when there are more,
+//! the same with a pattern), and plans over `documents.maxPlanBytes` are refused.
 
 mod common;
 
@@ -50,4 +51,24 @@ fn review_read_pages_newest_first() {
         let e = c.tool_err("review-read", bad.clone());
         assert_eq!(e.code, -32602, "{bad}: {e}");
     }
+}
+
+#[test]
+fn a_plan_over_the_configured_size_is_refused_and_nothing_is_stored() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write_project_config("[documents]\nmaxPlanBytes = 1000\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c.tool_ok("plan-write", json!({ "content": "# Small\n\nfits" }));
+    let big = format!("# Big\n\n{}", "x".repeat(1200));
+    let e = c.tool_err("plan-write", json!({ "content": big }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("documents.maxPlanBytes") && e.message.contains("1000"), "{e}");
+    assert!(c.tool_ok("plan-read", json!({})).text.contains("fits"), "the stored plan is unchanged");
+    // An edit that would grow the plan past the limit is refused the same way.
+    let e = c.tool_err("plan-edit", json!({ "oldString": "fits", "newString": "y".repeat(1100) }));
+    assert_eq!(e.code, 1006, "{e}");
+    let e = c.tool_err("execute-plan", json!({ "title": "t", "plan": "z".repeat(1500) }));
+    assert!(e.message.contains("documents.maxPlanBytes"), "{e}");
 }
