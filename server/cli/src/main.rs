@@ -80,7 +80,10 @@ enum Cmd {
 fn init_logging(file: Option<&PathBuf>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FORGE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    // A log line that cannot be written (stderr closed by whoever started us) is dropped:
+    // reporting that on stderr would panic, and a panic while stdin is read by a blocking
+    // thread hangs the process instead of letting it shut down.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).log_internal_errors(false);
     match file.and_then(|f| std::fs::OpenOptions::new().create(true).append(true).open(f).ok()) {
         Some(f) => builder.with_writer(std::sync::Mutex::new(f)).init(),
         None => builder.with_writer(std::io::stderr).init(),
