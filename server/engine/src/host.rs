@@ -267,8 +267,9 @@ pub fn self_bin() -> Option<PathBuf> {
 }
 
 /// An agent's `PATH`: the sandbox shims first, then the directory of the server's binary,
-/// then the server's own `PATH` (without repeating those two). A directory whose name holds
-/// a `:` cannot be on `PATH` and is left out.
+/// then the server's own `PATH` (without repeating those two, nor its empty entries, which
+/// would mean the agent's working directory). A directory whose name holds a `:` cannot be
+/// on `PATH` and is left out.
 pub fn agent_path(shims: Option<&Path>, bin: Option<&Path>, path: Option<std::ffi::OsString>) -> std::ffi::OsString {
     use std::os::unix::ffi::OsStrExt;
     let mut dirs: Vec<PathBuf> = Vec::new();
@@ -278,8 +279,19 @@ pub fn agent_path(shims: Option<&Path>, bin: Option<&Path>, path: Option<std::ff
         }
     }
     let rest = path.unwrap_or_default();
-    let rest: Vec<PathBuf> = std::env::split_paths(&rest).filter(|d| !dirs.contains(d)).collect();
+    let rest: Vec<PathBuf> =
+        std::env::split_paths(&rest).filter(|d| !d.as_os_str().is_empty() && !dirs.contains(d)).collect();
     std::env::join_paths(dirs.into_iter().chain(rest)).unwrap_or_default()
+}
+
+/// A random session token (hex of 32 bytes from the OS).
+pub fn new_token() -> String {
+    let mut b = [0u8; 32];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -297,14 +309,4 @@ mod path_tests {
         assert_eq!(agent_path(None, Some(Path::new("/o/forge-lsp")), None), "/o");
         assert_eq!(agent_path(None, Some(Path::new("/a:b/forge-lsp")), Some("/bin".into())), "/bin");
     }
-}
-
-/// A random session token (hex of 32 bytes from the OS).
-pub fn new_token() -> String {
-    let mut b = [0u8; 32];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut b);
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
