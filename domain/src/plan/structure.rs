@@ -699,7 +699,8 @@ mod tests {
         let focused = report(plan, Outline::Focused(vec![1])).render();
         assert!(focused.contains("Sections (2):\n  2. Phase 2\nWarnings:"));
         let none = report(plan, Outline::Focused(vec![])).render();
-        assert!(none.contains("Sections (2):\nWarnings:"));
+        // An edit that touched no section says so instead of an empty list.
+        assert!(none.contains("Sections (2): none changed by this edit\nWarnings:"), "{none}");
     }
 
     #[test]
