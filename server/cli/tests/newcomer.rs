@@ -77,6 +77,19 @@ fn demo_runs_a_two_section_loop_with_a_finding_and_two_checkpoints() {
 }
 
 #[test]
+fn demo_without_bubblewrap_runs_unsandboxed_and_says_why() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command();
+    cmd.arg("demo").env("TMPDIR", sb.mkdir("tmp")).env("FORGE_BWRAP", sb.root.join("no-bwrap"));
+    // A user configuration that would stop the demo's loop is overridden.
+    sb.write_user_config("[loop]\nenabled = false\n\n[loop.postAction]\nenabled = true\n");
+    let out = run_process(cmd, None, Duration::from_secs(120));
+    assert_eq!(out.code, 0, "demo failed: {}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("Sandbox:    off: bubblewrap is not available"), "{}", out.stdout);
+    assert!(out.stdout.contains("completed (iteration 3)"), "{}", out.stdout);
+}
+
+#[test]
 fn demo_keep_leaves_a_repository_to_look_at_again() {
     let sb = Sandbox::new();
     let out = demo(&sb, &["--keep"]);

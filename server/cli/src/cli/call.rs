@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::lsp_client::LspClient;
 use forge_core::config::Loader;
 use forge_core::project::{self, Project};
-use forge_engine::start::watch_line;
+use forge_engine::start::{shell_watch_line, WATCH_IN_EDITOR};
 use forge_store as store;
 use forge_tools::{self as tools, ToolEnv};
 
@@ -137,7 +137,12 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
     if let (Ok(r), "execute-plan", false) = (&mut result, tool.name, in_loop) {
         // From a shell there is no editor to watch the loop in: say how to watch it here.
         if let Some(name) = r.data.get("loopName").and_then(Value::as_str).map(str::to_string) {
-            r.text = r.text.replace(&watch_line(&name, false), &watch_line(&name, true));
+            r.text = r
+                .text
+                .lines()
+                .map(|l| if l.starts_with(WATCH_IN_EDITOR) { shell_watch_line(&name) } else { l.to_string() })
+                .collect::<Vec<_>>()
+                .join("\n");
         }
     }
     match (result, chosen_session) {

@@ -185,7 +185,14 @@ fn demo(root: &Path, started: Instant) -> Result<(), String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let hub = Hub::new(Some(data_dir.clone()));
     let server = rt.spawn(serve::listen_with(hub.clone(), serve::ListenAddr::Unix(socket.clone()), false));
-    let result = drive(&socket, &project, &data_dir, started);
+    // The same settings as the project's file, as initialization options: they win over a
+    // user configuration file that could turn loops off or add a post-action phase.
+    let config = json!({
+        "agent": { "command": [exe.display().to_string(), "demo-agent"] },
+        "sandbox": { "enabled": sandbox_on },
+        "loop": { "enabled": true, "postAction": { "enabled": false } }
+    });
+    let result = drive(&socket, &project, &data_dir, &config, started);
     // Stop serving: end the listener and this process's loops, remove the sockets.
     server.abort();
     rt.block_on(hub.shutdown());
@@ -310,7 +317,7 @@ fn document(c: &mut LspClient, uri: &str) -> Result<String, String> {
 }
 
 /// Drives the server like an editor: starts the loop, follows it, shows what it did.
-fn drive(socket: &Path, project: &Path, data_dir: &Path, started: Instant) -> Result<Report, String> {
+fn drive(socket: &Path, project: &Path, data_dir: &Path, config: &Value, started: Instant) -> Result<Report, String> {
     let mut c = connect(socket)?;
     c.keep_notifications();
     let root = format!("file://{}", project.display());
@@ -321,7 +328,7 @@ fn drive(socket: &Path, project: &Path, data_dir: &Path, started: Instant) -> Re
                 "processId": std::process::id(), "rootUri": root,
                 "workspaceFolders": [{ "uri": root, "name": "demo" }],
                 "capabilities": { "workspace": { "textDocumentContent": {} } },
-                "initializationOptions": { "forge": { "dataDir": data_dir.display().to_string() } }
+                "initializationOptions": { "forge": { "dataDir": data_dir.display().to_string(), "config": config } }
             }),
         )
         .map_err(|e| format!("the connection to the server failed during initialize: {e}"))?;
@@ -368,7 +375,7 @@ fn drive(socket: &Path, project: &Path, data_dir: &Path, started: Instant) -> Re
                 LOOP_TIMEOUT.as_secs()
             ));
         }
-        std::thread::sleep(Duration::from_millis(40));
+        std::thread::sleep(Duration::from_millis(10));
     };
 
     // The server announces the end (forge/loopStatus) right after the row changes: wait
