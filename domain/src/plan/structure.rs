@@ -78,7 +78,8 @@ impl StructureReport {
     /// ```
     ///
     /// The `Loop Name:` line only when detected, `Sections (0): none detected` when
-    /// there are none, the `Warnings:` block only when there are warnings; no
+    /// there are none, `Sections (<N>): none changed by this edit` when a focused outline
+    /// lists none, the `Warnings:` block only when there are warnings; no
     /// trailing newline.
     pub fn render(&self) -> String {
         let mut out = vec![format!("Plan stored: {} lines, {} chars.", self.lines, self.chars)];
@@ -87,6 +88,9 @@ impl StructureReport {
         }
         if self.section_count == 0 {
             out.push("Sections (0): none detected".to_string());
+        } else if self.outline.is_empty() {
+            // A focused report (plan-edit) whose edit touched no section.
+            out.push(format!("Sections ({}): none changed by this edit", self.section_count));
         } else {
             out.push(format!("Sections ({}):", self.section_count));
             for (index, title) in &self.outline {
@@ -695,7 +699,8 @@ mod tests {
         let focused = report(plan, Outline::Focused(vec![1])).render();
         assert!(focused.contains("Sections (2):\n  2. Phase 2\nWarnings:"));
         let none = report(plan, Outline::Focused(vec![])).render();
-        assert!(none.contains("Sections (2):\nWarnings:"));
+        // An edit that touched no section says so instead of an empty list.
+        assert!(none.contains("Sections (2): none changed by this edit\nWarnings:"), "{none}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `forge-lsp` binary: `forge-lsp` / `forge-lsp serve --stdio` serves one connection
 //! over stdio; `serve --listen` accepts many; `call` runs one tool from the command line;
-//! `cleanup` removes old plans or one loop.
+//! `cleanup` removes old plans or one loop; `demo` runs a scripted loop to show it working
+//! (`demo-agent`, hidden, is its agent).
 
 use std::path::PathBuf;
 
@@ -54,7 +55,21 @@ enum Cmd {
         /// The project (a directory in a git repository); default: the working directory's.
         #[arg(long, value_name = "DIR")]
         project: Option<PathBuf>,
+        /// Say on stderr which route the call took: the loop's server, the project's running
+        /// server (and its socket), or in-process.
+        #[arg(long, short)]
+        verbose: bool,
     },
+    /// Show it working: a two-section coding/auditing loop with a scripted agent in a
+    /// temporary repository (no model, no network; a few seconds).
+    Demo {
+        /// Keep the temporary repository and data directory, to look again or open them in an editor.
+        #[arg(long)]
+        keep: bool,
+    },
+    /// The demo's scripted agent (started by the demo's loop, not by hand).
+    #[command(hide = true)]
+    DemoAgent,
     /// Remove old session plans, or one loop with its worktree and forge/ branch.
     Cleanup {
         #[command(subcommand)]
@@ -65,7 +80,10 @@ enum Cmd {
 fn init_logging(file: Option<&PathBuf>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FORGE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    // A log line that cannot be written (stderr closed by whoever started us) is dropped:
+    // reporting that on stderr would panic, and a panic while stdin is read by a blocking
+    // thread hangs the process instead of letting it shut down.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).log_internal_errors(false);
     match file.and_then(|f| std::fs::OpenOptions::new().create(true).append(true).open(f).ok()) {
         Some(f) => builder.with_writer(std::sync::Mutex::new(f)).init(),
         None => builder.with_writer(std::io::stderr).init(),
@@ -82,7 +100,7 @@ fn main() {
     };
     init_logging(cli.log_file.as_ref());
     match cli.command {
-        Some(Cmd::Call { tool, input, json, agent, session, project }) => {
+        Some(Cmd::Call { tool, input, json, agent, session, project, verbose }) => {
             let code = cli::call::run(cli::call::CallArgs {
                 tool,
                 input,
@@ -91,9 +109,20 @@ fn main() {
                 session,
                 data_dir: cli.data_dir,
                 project,
+                verbose,
             });
             std::process::exit(code);
         }
+        Some(Cmd::Demo { keep }) => {
+            if let Some(d) = &cli.data_dir {
+                eprintln!(
+                    "forge-lsp demo: --data-dir {} is not used: the demo has a data directory of its own",
+                    d.display()
+                );
+            }
+            std::process::exit(cli::demo::run(cli::demo::DemoArgs { keep }))
+        }
+        Some(Cmd::DemoAgent) => std::process::exit(cli::demo_agent::run()),
         Some(Cmd::Cleanup { what }) => std::process::exit(cli::cleanup::run(what, cli.data_dir)),
         Some(Cmd::Serve { listen: Some(addr), .. }) => {
             let addr = match serve::ListenAddr::parse(&addr) {
@@ -134,7 +163,7 @@ fn main() {
         Some(Cmd::Serve { .. }) | None => {
             let rt = runtime();
             let hub = Hub::new(cli.data_dir);
-            rt.block_on(serve::stdio(hub.clone()));
+            rt.block_on(serve::stdio_with_hint(hub.clone()));
             serve::remove_private_socket(&hub);
             // tokio's blocking stdin read can keep the runtime alive: exit now.
             std::process::exit(0);

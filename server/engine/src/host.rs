@@ -191,12 +191,16 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     if let Some(s) = &req.socket {
         cmd.env("FORGE_LSP_SOCKET", s);
     }
+    // The agent calls tools with `forge-lsp call`: give it this binary, whether or not it
+    // is installed on PATH (`FORGE_LSP_BIN`, and its directory on `PATH` after the shims).
+    let bin = self_bin();
+    if let Some(b) = &bin {
+        cmd.env(BIN_ENV, b);
+    }
+    cmd.env("PATH", agent_path(req.shim_dir.as_deref(), bin.as_deref(), std::env::var_os("PATH")));
     // Sandbox shims (engine/sandbox.rs).
     if let Some(dir) = &req.shim_dir {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let path = std::env::join_paths(std::iter::once(dir.clone()).chain(std::env::split_paths(&path)))
-            .unwrap_or_else(|_| dir.clone().into_os_string());
-        cmd.env("PATH", path).env("SHELL", dir.join("sh")).env_remove(crate::process::INSIDE_ENV);
+        cmd.env("SHELL", dir.join("sh")).env_remove(crate::process::INSIDE_ENV);
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -254,6 +258,32 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     TurnHandle { pid }
 }
 
+/// The variable that gives an agent the path of the running `forge-lsp` binary.
+pub const BIN_ENV: &str = "FORGE_LSP_BIN";
+
+/// The binary this process runs (the server's own `forge-lsp`), if it still exists on disk.
+pub fn self_bin() -> Option<PathBuf> {
+    std::env::current_exe().ok().filter(|p| p.is_file())
+}
+
+/// An agent's `PATH`: the sandbox shims first, then the directory of the server's binary,
+/// then the server's own `PATH` (without repeating those two, nor its empty entries, which
+/// would mean the agent's working directory). A directory whose name holds a `:` cannot be
+/// on `PATH` and is left out.
+pub fn agent_path(shims: Option<&Path>, bin: Option<&Path>, path: Option<std::ffi::OsString>) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for d in shims.into_iter().chain(bin.and_then(Path::parent)) {
+        if !d.as_os_str().is_empty() && !d.as_os_str().as_bytes().contains(&b':') && !dirs.iter().any(|x| x == d) {
+            dirs.push(d.to_path_buf());
+        }
+    }
+    let rest = path.unwrap_or_default();
+    let rest: Vec<PathBuf> =
+        std::env::split_paths(&rest).filter(|d| !d.as_os_str().is_empty() && !dirs.contains(d)).collect();
+    std::env::join_paths(dirs.into_iter().chain(rest)).unwrap_or_default()
+}
+
 /// A random session token (hex of 32 bytes from the OS).
 pub fn new_token() -> String {
     let mut b = [0u8; 32];
@@ -262,4 +292,21 @@ pub fn new_token() -> String {
         let _ = f.read_exact(&mut b);
     }
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    #[test]
+    fn agent_path_puts_shims_then_the_binary_first() {
+        let p = agent_path(
+            Some(Path::new("/w/.forge/bin")),
+            Some(Path::new("/opt/forge/forge-lsp")),
+            Some("/usr/bin:/opt/forge:/bin".into()),
+        );
+        assert_eq!(p, "/w/.forge/bin:/opt/forge:/usr/bin:/bin");
+        assert_eq!(agent_path(None, Some(Path::new("/o/forge-lsp")), None), "/o");
+        assert_eq!(agent_path(None, Some(Path::new("/a:b/forge-lsp")), Some("/bin".into())), "/bin");
+    }
 }

@@ -169,9 +169,10 @@ pub async fn start_loop(
     let model = run_model.unwrap_or_else(|| "default".into());
     let status_link = env.link(&forge_protocol::uri::ForgeUri::LoopStatus(name.clone()));
     let text = format!(
-        "Loop activated!\n\nSession: {session}\nTitle: {}\nLoop name: {name}\nWorktree: {}\nBranch: {branch}\nModel: {model}\nMax iterations: {max}\n\nThe loop runs on its own: each phase ends with a handoff and the next one starts.\nYour part is done; watch it in the editor ({status_link}).\nUse loop-status for details and loop-cancel to stop it.",
+        "Loop activated!\n\nSession: {session}\nTitle: {}\nLoop name: {name}\nWorktree: {}\nBranch: {branch}\nModel: {model}\nMax iterations: {max}\n\nThe loop runs on its own: each phase ends with a handoff and the next one starts.\n{}\nUse loop-status for details and loop-cancel to stop it.",
         truncate(&format!("Loop: {title}"), 60),
         wt.dir.display(),
+        watch_line(&status_link)
     );
     Ok(CommandResult {
         text,
@@ -180,6 +181,22 @@ pub async fn start_loop(
             "totalSections": total, "maxIterations": max_iterations,
         }),
     })
+}
+
+/// How the line of execute-plan's reply that says where to watch the loop starts.
+pub const WATCH_IN_EDITOR: &str = "Your part is done; watch it in the editor";
+
+/// The line of execute-plan's reply that says where to watch the loop (its status
+/// document, as this client links it).
+pub fn watch_line(status_link: &str) -> String {
+    format!("{WATCH_IN_EDITOR} ({status_link}).")
+}
+
+/// The same line for a caller in a shell (the command line front end puts it in place of
+/// [`watch_line`]): how to watch the loop with `forge-lsp call loop-status`.
+pub fn shell_watch_line(name: &str) -> String {
+    let input = serde_json::json!({ "name": name }).to_string();
+    format!("Your part is done; watch it with `forge-lsp call loop-status '{input}'` (or open forge://loop/{name}/status.md in an editor).")
 }
 
 /// The loop's models in the seeds' priority order. Execution: `executionModel`, else the
@@ -229,7 +246,9 @@ fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
         let p = if Path::new(prog).is_absolute() { PathBuf::from(prog) } else { cwd.join(prog) };
         p.is_file()
     } else {
-        std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(prog).is_file()))
+        // The PATH the agent gets (the server's binary directory first).
+        let path = crate::host::agent_path(None, crate::host::self_bin().as_deref(), std::env::var_os("PATH"));
+        std::env::split_paths(&path).any(|d| d.join(prog).is_file())
     };
     if found {
         Ok(())

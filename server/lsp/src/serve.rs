@@ -101,15 +101,30 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     Ok(l)
 }
 
-/// Accepts connections forever; each gets its own LSP session on the shared hub.
+/// Accepts connections forever; each gets its own LSP session on the shared hub. Once
+/// listening it says where on standard error (`listening on tcp:127.0.0.1:PORT`).
 pub async fn listen(hub: Arc<Hub>, addr: ListenAddr) -> std::io::Result<()> {
+    listen_with(hub, addr, true).await
+}
+
+/// [`listen`], saying where it listens on standard error only when `announce` (the demo
+/// serves in-process and keeps its output for the user).
+pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std::io::Result<()> {
+    let say = |addr: String| {
+        if announce {
+            announce_listening(&addr)
+        } else {
+            tracing::info!("listening on {addr}")
+        }
+    };
     match addr {
         ListenAddr::Unix(path) => {
             let l = bind_unix(&path)?;
             // Loops get the private socket, in a directory of its own: never this one,
             // whose directory may hold anything (it is bound into loop sandboxes).
             start_private_socket(hub.clone());
-            tracing::info!("listening on unix:{}", path.display());
+            register_listener(&hub, Some(&path)).await;
+            say(format!("unix:{}", path.display()));
             loop {
                 let (s, _) = l.accept().await?;
                 let (r, w) = s.into_split();
@@ -119,7 +134,8 @@ pub async fn listen(hub: Arc<Hub>, addr: ListenAddr) -> std::io::Result<()> {
         ListenAddr::Tcp(a) => {
             let l = TcpListener::bind(&a).await?;
             start_private_socket(hub.clone());
-            tracing::info!("listening on tcp:{}", l.local_addr()?);
+            register_listener(&hub, None).await;
+            say(format!("tcp:{}", l.local_addr()?));
             loop {
                 let (s, _) = l.accept().await?;
                 let (r, w) = s.into_split();
@@ -127,6 +143,49 @@ pub async fn listen(hub: Arc<Hub>, addr: ListenAddr) -> std::io::Result<()> {
             }
         }
     }
+}
+
+/// Says on standard error, in one machine-readable line, where the server listens (with
+/// the port the system chose for `tcp:127.0.0.1:0`).
+fn announce_listening(addr: &str) {
+    use std::io::Write;
+    tracing::info!("listening on {addr}");
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "listening on {addr}");
+    let _ = err.flush();
+}
+
+/// Registers this listening server in the `servers` table of its default data directory
+/// for any project (`forge_store::servers::ANY_PROJECT`), so `forge-lsp call` from a shell
+/// finds it before any editor has connected: its private socket, else `unix_listen`.
+async fn register_listener(hub: &Hub, unix_listen: Option<&Path>) {
+    let Some(socket) = hub.private_socket().or_else(|| unix_listen.map(Path::to_path_buf)) else { return };
+    let data_dir = forge_core::project::data_dir(None, hub.cli_data_dir.as_deref());
+    let ws = match hub.workspace(&data_dir) {
+        Ok(ws) => ws,
+        Err(e) => {
+            tracing::warn!(
+                "cannot register the server in {}: {e}; `forge-lsp call` will not find it",
+                data_dir.display()
+            );
+            return;
+        }
+    };
+    let (s, pid, now) = (socket.display().to_string(), std::process::id(), forge_core::now_ms());
+    let any = forge_store::servers::ANY_PROJECT;
+    if let Err(e) = ws.store.call(move |c| forge_store::servers::register(c, pid, any, &s, now)).await {
+        tracing::warn!("cannot register the server: {e}");
+    }
+}
+
+/// Serves stdin/stdout like [`stdio`]; when standard input is a terminal (someone started
+/// the server by hand), first says on standard error what it is waiting for.
+pub async fn stdio_with_hint(hub: Arc<Hub>) {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        eprintln!("forge-lsp: waiting for an LSP client on stdin/stdout (editors start it this way; Ctrl-C to quit). To see it work, run `forge-lsp demo`; `forge-lsp --help` lists the commands.");
+    }
+    stdio(hub).await
 }
 
 /// Starts the private callback socket (`forge_core::paths::private_socket_path`). A

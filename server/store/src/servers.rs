@@ -19,9 +19,18 @@ pub fn unregister(db: &Connection, pid: u32) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Sockets of the project's registered servers, most recently seen first.
+/// The `project_id` of a server that serves any project of this data directory: a
+/// `serve --listen` server, registered when it starts listening, before any client has
+/// named a project.
+pub const ANY_PROJECT: &str = "*";
+
+/// Sockets of the project's registered servers, most recently seen first, then those of
+/// servers registered for any project ([`ANY_PROJECT`]), most recent first.
 pub fn sockets(db: &Connection, project: &str) -> rusqlite::Result<Vec<String>> {
-    let mut st = db.prepare("SELECT socket_path FROM servers WHERE project_id = ?1 ORDER BY heartbeat_at DESC")?;
+    let mut st = db.prepare(
+        "SELECT socket_path FROM servers WHERE project_id = ?1 OR project_id = '*'
+         ORDER BY project_id = '*', heartbeat_at DESC",
+    )?;
     let rows = st.query_map([project], |r| r.get::<_, String>(0))?;
     rows.collect()
 }

@@ -1,8 +1,10 @@
-//! `forge-lsp call <tool> [JSON|-]` (PROTOCOL.md §7).
+//! `forge-lsp call <tool> [JSON|-]` (docs/protocol.md, "forge-lsp call").
 //!
 //! With `FORGE_LSP_SOCKET` (set for agents in a loop) the call goes through that server.
-//! Otherwise it looks for a running server of the project in the database; with none it
-//! runs tools that only touch the database in-process, and refuses loop control.
+//! Otherwise it looks for a running server of the project in the database's `servers`
+//! table (an editor's server registers for its project; a `serve --listen` server for any
+//! project); with none it runs tools that only touch the database in-process, and refuses
+//! loop control. `--verbose` says on standard error which route it took.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,7 @@ use serde_json::{json, Value};
 use super::lsp_client::LspClient;
 use forge_core::config::Loader;
 use forge_core::project::{self, Project};
+use forge_engine::start::{shell_watch_line, WATCH_IN_EDITOR};
 use forge_store as store;
 use forge_tools::{self as tools, ToolEnv};
 
@@ -26,13 +29,15 @@ pub struct CallArgs {
     pub data_dir: Option<PathBuf>,
     /// `--project DIR`: the project, instead of the working directory's repository.
     pub project: Option<PathBuf>,
+    /// `--verbose`: say on standard error which route the call took.
+    pub verbose: bool,
 }
 
 /// Process exit status: 0 success, 1 tool failure (or a standard output that cannot be
 /// written: closed pipe, full disk), 2 usage error. Never panics on a closed stream.
 pub fn run(args: CallArgs) -> i32 {
     use std::io::Write;
-    match call(&args) {
+    match call_tool(&args) {
         Ok(r) => {
             let text = if args.json { serde_json::to_string_pretty(&r).unwrap_or_default() } else { r.text };
             let mut out = std::io::stdout().lock();
@@ -87,7 +92,8 @@ fn parse_input(raw: Option<&str>) -> Result<Value, ToolError> {
     Ok(v)
 }
 
-fn call(args: &CallArgs) -> Result<CommandResult, ToolError> {
+/// Runs one call and returns its result (what `run` prints); the demo's agent uses it too.
+pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
     let Some(tool) = tools::find(&args.tool) else {
         return Err(ToolError::invalid_params(format!(
             "unknown tool `{}`; `forge-lsp call --help` lists the tools",
@@ -127,7 +133,18 @@ fn call(args: &CallArgs) -> Result<CommandResult, ToolError> {
         )));
     }
     relative_file_from(&mut input, &here, &cwd);
-    let result = call_with(args, tool, input, session, token, &cwd);
+    let mut result = call_with(args, tool, input, session, token, &cwd);
+    if let (Ok(r), "execute-plan", false) = (&mut result, tool.name, in_loop) {
+        // From a shell there is no editor to watch the loop in: say how to watch it here.
+        if let Some(name) = r.data.get("loopName").and_then(Value::as_str).map(str::to_string) {
+            r.text = r
+                .text
+                .lines()
+                .map(|l| if l.starts_with(WATCH_IN_EDITOR) { shell_watch_line(&name) } else { l.to_string() })
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+    }
     match (result, chosen_session) {
         (Ok(mut r), Some(s)) => {
             r.text.push_str(&format!(
@@ -168,7 +185,14 @@ fn call_with(
     let cwd = cwd.to_path_buf();
     let data_dir = project::data_dir(None, args.data_dir.as_deref());
 
+    let say = |route: String| {
+        if args.verbose {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "forge-lsp call: {route}");
+        }
+    };
     if let Some(sock) = std::env::var_os("FORGE_LSP_SOCKET").filter(|s| !s.is_empty()) {
+        say(format!("through the server at FORGE_LSP_SOCKET={}", Path::new(&sock).display()));
         return via_server(
             Path::new(&sock),
             tool.name,
@@ -193,6 +217,11 @@ fn call_with(
     let mut conn =
         store::open_connection(&data_dir.join("forge.db")).map_err(|e| ToolError::precondition(e.to_string()))?;
     for sock in running_servers(&conn, &project.id) {
+        say(format!(
+            "through the running server at {} (found in {})",
+            sock.display(),
+            data_dir.join("forge.db").display()
+        ));
         match via_server(
             &sock,
             tool.name,
@@ -205,15 +234,21 @@ fn call_with(
         ) {
             Ok(r) => return Ok(r),
             Err(Some(e)) => return Err(e),
-            Err(None) => continue, // not reachable: try the next, then in-process
+            Err(None) => {
+                // Not reachable (a server that died): try the next, then in-process.
+                say(format!("{} does not answer", sock.display()));
+                continue;
+            }
         }
     }
     if tool.needs_server {
         return Err(ToolError::precondition(format!(
-            "forge.{} needs a running forge-lsp server (it controls loops); start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH`, then retry",
-            tool.name
+            "forge.{} needs a running forge-lsp server (it controls loops) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
+            tool.name,
+            data_dir.display()
         )));
     }
+    say(format!("in-process (no running server of this project in {})", data_dir.join("forge.db").display()));
     let loader = Loader::standard(&project.root, None).map_err(|e| ToolError::invalid(e.0))?;
     for w in &loader.warnings {
         use std::io::Write;
@@ -230,9 +265,17 @@ fn call_with(
     tools::run_on(&mut conn, &env, tool.name, input)
 }
 
-/// Sockets of the project's running servers, newest first.
+/// Sockets of the project's running servers, newest first, then of servers for any project
+/// (`serve --listen`), each once.
 fn running_servers(conn: &rusqlite::Connection, project: &str) -> Vec<PathBuf> {
-    store::servers::sockets(conn, project).unwrap_or_default().into_iter().map(PathBuf::from).collect()
+    let mut out: Vec<PathBuf> = Vec::new();
+    for s in store::servers::sockets(conn, project).unwrap_or_default() {
+        let p = PathBuf::from(s);
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// Runs the call through a server. `Err(None)` when the server cannot be reached.

@@ -13,13 +13,26 @@ pub struct LspClient {
     decoder: Decoder,
     writer: UnixStream,
     next_id: i64,
+    /// Notifications from the server seen while waiting for replies, when kept.
+    notifications: Option<Vec<Value>>,
 }
 
 impl LspClient {
     pub fn connect(path: &Path) -> std::io::Result<LspClient> {
         let s = UnixStream::connect(path)?;
         s.set_read_timeout(Some(Duration::from_secs(660)))?;
-        Ok(LspClient { reader: s.try_clone()?, decoder: Decoder::new(), writer: s, next_id: 1 })
+        Ok(LspClient { reader: s.try_clone()?, decoder: Decoder::new(), writer: s, next_id: 1, notifications: None })
+    }
+
+    /// From now on, keeps the notifications the server sends (the demo shows them);
+    /// otherwise they are dropped.
+    pub fn keep_notifications(&mut self) {
+        self.notifications.get_or_insert_with(Vec::new);
+    }
+
+    /// The notifications kept so far, oldest first.
+    pub fn take_notifications(&mut self) -> Vec<Value> {
+        self.notifications.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     fn send(&mut self, v: &Value) -> std::io::Result<()> {
@@ -70,6 +83,8 @@ impl LspClient {
                 if let Some(rid) = msg.get("id") {
                     let rid = rid.clone();
                     self.send(&json!({ "jsonrpc": "2.0", "id": rid, "result": null }))?;
+                } else if let Some(kept) = self.notifications.as_mut() {
+                    kept.push(msg);
                 }
                 continue;
             }

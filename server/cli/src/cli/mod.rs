@@ -2,4 +2,6 @@
 
 pub mod call;
 pub mod cleanup;
+pub mod demo;
+pub mod demo_agent;
 pub mod lsp_client;
