@@ -32,7 +32,7 @@ async def test_preamble_edit_lists_no_section(forge):
     result = await run(forge.client, "plan-edit", {"oldString": "Add OAuth login to the API.", "newString": "Add OAuth."})
     expected = COMPLETE_PLAN.strip().replace("Add OAuth login to the API.", "Add OAuth.")
     assert result["text"] == "\n".join(
-        ["Replaced 1 occurrence(s).", report_head(expected), "Loop Name: add-oauth", "Sections (2):"]
+        ["Replaced 1 occurrence(s).", report_head(expected), "Loop Name: add-oauth", "Sections (2): none changed by this edit"]
     )
 
 
