@@ -235,8 +235,18 @@ fn call_with(
             Ok(r) => return Ok(r),
             Err(Some(e)) => return Err(e),
             Err(None) => {
-                // Not reachable (a server that died): try the next, then in-process.
+                // Not reachable (a server that died): try the next, then in-process. A
+                // socket that is gone or refuses connections belongs to a server that died
+                // without unregistering (SIGKILL, crash): its row is forgotten.
                 say(format!("{} does not answer", sock.display()));
+                if socket_is_dead(&sock) {
+                    match store::servers::forget_socket(&conn, &sock.display().to_string()) {
+                        Ok(n) if n > 0 => {
+                            say(format!("forgot the registration of the dead server at {}", sock.display()))
+                        }
+                        _ => {}
+                    }
+                }
                 continue;
             }
         }
@@ -263,6 +273,15 @@ fn call_with(
         links: forge_core::Links::Forge,
     };
     tools::run_on(&mut conn, &env, tool.name, input)
+}
+
+/// Whether nothing can ever answer on `sock` again: the socket file is gone, or nobody
+/// listens on it (ECONNREFUSED). A slow or busy server is not dead.
+fn socket_is_dead(sock: &Path) -> bool {
+    match std::os::unix::net::UnixStream::connect(sock) {
+        Ok(_) => false,
+        Err(e) => matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused),
+    }
 }
 
 /// Sockets of the project's running servers, newest first, then of servers for any project
