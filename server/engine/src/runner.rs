@@ -624,6 +624,12 @@ impl Runner {
             }
             _ => None,
         };
+        // The attempt's checkpoint references: a snapshot of the worktree handed to audit.
+        let snap = if t.from == Phase::Coding && to == Phase::Auditing {
+            self.attempt_snapshot(&row).await
+        } else {
+            Snapshot::default()
+        };
         let t2 = t.clone();
         let r2 = row.clone();
         let decisions = coder_decisions.clone();
@@ -657,10 +663,10 @@ impl Runner {
                                 worktree_dir: Some(&r2.worktree_dir),
                                 plan_hash: None,
                                 coder_decisions: decisions.as_deref(),
-                                snapshot_commit: None,
-                                snapshot_ref: None,
-                                previous_commit: r2.base_commit.as_deref(),
-                                diff_summary: None,
+                                snapshot_commit: snap.commit.as_deref(),
+                                snapshot_ref: snap.ref_name.as_deref(),
+                                previous_commit: snap.previous.as_deref().or(r2.base_commit.as_deref()),
+                                diff_summary: snap.diff.as_deref(),
                                 fallback_reason: (pend.is_none()).then_some("coder turn ended on an assistant error"),
                                 findings_before: &before,
                             },
@@ -817,6 +823,73 @@ impl Runner {
         prompt_context::build(kind, &ctx)
     }
 
+    /// The snapshot of a coder handoff: a commit of the worktree (HEAD and the index
+    /// untouched) under `refs/forge/<loop>/attempts/<scope>-<n>`, the previous checkpoint
+    /// of the same scope (the previous attempt's snapshot, else the last completed
+    /// section's checkpoint, else the base commit) and the diff summary between them.
+    /// A git failure leaves the fields empty (logged): the audit still runs.
+    async fn attempt_snapshot(&self, row: &LoopRow) -> Snapshot {
+        let (p, n, cur) = (self.project.clone(), self.loop_name.clone(), row.section());
+        let scope = attempts::scope_of(cur);
+        let base = row.base_commit.clone();
+        let known = self
+            .db(move |c| {
+                let number: i64 = c.query_row(
+                    "SELECT coalesce(max(attempt_number), 0) + 1 FROM loop_attempts WHERE project_id = ?1 AND loop_name = ?2 AND scope = ?3",
+                    rusqlite::params![p, n, scope],
+                    |r| r.get(0),
+                )?;
+                let prev_snap: Option<String> = c
+                    .query_row(
+                        "SELECT snapshot_commit FROM loop_attempts WHERE project_id = ?1 AND loop_name = ?2 AND scope = ?3
+                            AND snapshot_commit IS NOT NULL ORDER BY id DESC LIMIT 1",
+                        rusqlite::params![p, n, scope],
+                        |r| r.get(0),
+                    )
+                    .ok();
+                let section_checkpoint: Option<String> = match cur {
+                    Some(k) => c
+                        .query_row(
+                            "SELECT checkpoint_commit FROM section_plans WHERE project_id = ?1 AND loop_name = ?2
+                                AND section_index < ?3 AND checkpoint_commit IS NOT NULL ORDER BY section_index DESC LIMIT 1",
+                            rusqlite::params![p, n, k],
+                            |r| r.get(0),
+                        )
+                        .ok(),
+                    None => None,
+                };
+                Ok((number, prev_snap.or(section_checkpoint).or(base)))
+            })
+            .await;
+        let Ok((number, previous)) = known else { return Snapshot::default() };
+        let tag = match cur {
+            Some(k) => format!("section-{k}"),
+            None => "plan".to_string(),
+        };
+        let ref_name = format!("refs/forge/{}/attempts/{tag}-{number}", self.loop_name);
+        let msg = format!("forge attempt {number} of {} ({tag}, iteration {})", self.loop_name, row.iteration);
+        let wt = PathBuf::from(&row.worktree_dir);
+        let r2 = ref_name.clone();
+        let prev = previous.clone();
+        let res = tokio::task::spawn_blocking(move || -> Result<(String, Option<String>), git::GitError> {
+            let commit = git::snapshot(&wt, &r2, &msg)?;
+            let diff = match &prev {
+                Some(p) => Some(git::diff_summary(&wt, p, &commit)?),
+                None => None,
+            };
+            Ok((commit, diff))
+        })
+        .await;
+        match res {
+            Ok(Ok((commit, diff))) => Snapshot { commit: Some(commit), ref_name: Some(ref_name), previous, diff },
+            Ok(Err(e)) => {
+                tracing::warn!(loop_name = %self.loop_name, "attempt snapshot failed: {e}");
+                Snapshot { previous, ..Snapshot::default() }
+            }
+            Err(_) => Snapshot { previous, ..Snapshot::default() },
+        }
+    }
+
     /// Commits the worktree as the checkpoint of the current section.
     async fn checkpoint_section(&self, row: &LoopRow) -> Option<String> {
         let k = row.section()?;
@@ -936,6 +1009,15 @@ impl Runner {
             remove_worktree_logged(repo, wt).await;
         }
     }
+}
+
+/// The checkpoint references of an attempt (all empty when git failed).
+#[derive(Default)]
+struct Snapshot {
+    commit: Option<String>,
+    ref_name: Option<String>,
+    previous: Option<String>,
+    diff: Option<String>,
 }
 
 /// Records the audit outcome on the loop's latest attempt that has none.
