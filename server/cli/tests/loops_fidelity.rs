@@ -48,3 +48,53 @@ fn attempts_carry_snapshot_refs_previous_checkpoint_and_diff_summary() {
     let log = t.log(&format!("forge/{name}")).join("\n");
     assert!(!log.contains("forge attempt"), "snapshots never land on the branch: {log}");
 }
+
+/// `forge://loop/<name>/history.md` shows every transition (event, from → to, time) and
+/// the plan amendment (rationale, sections before and after), in time order; the status
+/// document links to it; an unknown loop is 1002.
+#[test]
+fn the_history_document_shows_transitions_and_amendments() {
+    let t = LoopTest::start("adjust", "");
+    let name = t.execute("One step", ONE_SECTION);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let uri = format!("forge://loop/{name}/history.md");
+    let doc = t.client.content(&uri).expect("history document");
+    assert!(doc.starts_with(&format!("# History of loop {name}\n\n")), "{doc}");
+    let rows = t.transitions(&name);
+    assert_contains(&doc, &format!("{} transitions, 1 plan amendment.", rows.len()));
+    let mut last = 0;
+    for r in &rows {
+        let head = format!(
+            "{} · {}: {} → {}",
+            forge_time(r.at),
+            r.event,
+            r.from,
+            r.to.as_deref().unwrap_or("end")
+        );
+        let at = doc.find(&head).unwrap_or_else(|| panic!("{head:?} missing in\n{doc}"));
+        assert!(at > last, "transitions in order: {head}");
+        last = at;
+    }
+    assert_contains(&doc, "plan amendment during the audit of section 1\n\nRationale: the plan forgot a step\n");
+    assert_contains(&doc, "**Before** (0 sections):\n\n- (none)\n");
+    assert_contains(&doc, "**After** (1 section):\n\n- 2. Appended section\n  > Append the word appended to work.txt.\n");
+    // The amendment was made during the first audit: after the first transition, before the second.
+    let amend = doc.find("plan amendment during").unwrap();
+    let first = doc.find("coder-handoff: coding → auditing").unwrap();
+    let second = doc.find("auditor-handoff: auditing → coding").unwrap();
+    assert!(first < amend && amend < second, "{doc}");
+    let status = t.client.content(&format!("forge://loop/{name}/status.md")).expect("status document");
+    assert_contains(&status, &format!("loop/{name}/history.md)"));
+    let e = t.client.content("forge://loop/no-such-loop/history.md").expect_err("unknown loop");
+    assert_eq!(e.code, 1002, "{e}");
+}
+
+/// `iso_millis` as the documents print it (UTC, milliseconds).
+fn forge_time(ms: i64) -> String {
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{}", ms / 1000), "+%Y-%m-%dT%H:%M:%S"])
+        .output()
+        .expect("date");
+    format!("{}.{:03}Z", String::from_utf8_lossy(&out.stdout).trim(), ms % 1000)
+}
