@@ -20,6 +20,8 @@
 #               a forged token, waits for `auditor-go`, then hands off clean
 #     double    the coder calls loop-handoff twice in one turn (first, then second summary)
 # Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
+# With FORGE_TEST_USAGE=1 every turn also reports one usage line (model test/usage, 1000
+# input and 10 output tokens, $0.01) to $FORGE_DATA_DIR/usage/<session>.jsonl.
 set -uo pipefail
 state=${FORGE_TEST_STATE:?FORGE_TEST_STATE must be set}
 scenario=${FORGE_TEST_SCENARIO:-clean}
@@ -35,6 +37,11 @@ bump() {
 turn=$(bump turns)
 echo "$turn $FORGE_ROLE $FORGE_SESSION_ID $$" >> "$state/turns"
 printf '%s' "$prompt" > "$state/prompt-$turn"
+
+if [ "${FORGE_TEST_USAGE:-}" = 1 ]; then
+  mkdir -p "$FORGE_DATA_DIR/usage"
+  echo '{"model":"test/usage","input":1000,"output":10,"cost":0.01}' >> "$FORGE_DATA_DIR/usage/$FORGE_SESSION_ID.jsonl"
+fi
 
 # run NAME CMD...: runs CMD, saving its stdout, stderr and exit code as NAME.out/.err/.code.
 run() {

@@ -98,3 +98,38 @@ fn forge_time(ms: i64) -> String {
         .expect("date");
     format!("{}.{:03}Z", String::from_utf8_lossy(&out.stdout).trim(), ms % 1000)
 }
+
+/// The `.forge/config.toml` of [`LoopTest::start`] with `extra` appended.
+fn config(extra: &str) -> String {
+    format!(
+        "[agent]\ncommand = [{:?}, \"{{session}}\"]\n\n[sandbox]\nenabled = false\n\n{extra}\n",
+        agent_script().display().to_string()
+    )
+}
+
+/// loop-status: while the auditor's turn runs, the detail counts the stored coder usage
+/// and the live auditor usage once each; after the loop ends, `Last Audit:` renders the
+/// auditor's record with the verdict, and the list shows the completed loop's usage.
+#[test]
+fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting() {
+    let t = LoopTest::launch(&config(""), "block", &[("FORGE_TEST_USAGE", "1")]);
+    let name = t.execute("One step", ONE_SECTION);
+    t.wait_state_file("auditor.pid");
+    let live = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+    assert_contains(&live, "Total Cost: $0.0200 | Tokens: 2.0k in / 20 out");
+    assert_contains(&live, "    code: $0.0100");
+    assert_contains(&live, "    auditor: $0.0100");
+    let list = t.client.tool_ok("loop-status", json!({})).text;
+    assert_contains(&list, "   Usage: $0.0200 | Tokens: 2.0k in / 20 out");
+    t.signal("release");
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let detail = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+    assert_contains(&detail, "Total Cost: $0.0200 | Tokens: 2.0k in / 20 out");
+    assert_contains(&detail, "Last Audit: **Audit verdict:** clean — no blocking findings remain.");
+    assert_contains(&detail, "work.txt updated");
+    let list = t.client.tool_ok("loop-status", json!({})).text;
+    assert!(list.starts_with("Recent Loops"), "{list}");
+    assert_contains(&list, &format!("1. {name}\n   Status: completed"));
+    assert_contains(&list, "   Usage: $0.0200 | Tokens: 2.0k in / 20 out");
+}

@@ -676,8 +676,10 @@ impl Runner {
                     if t2.from == Phase::Auditing {
                         set_latest_outcome(tx, &p, &n, &old_id, &r2, if section_clean || t2.cause == "audit-clear" { "clean" } else { "dirty" }, now)?;
                         if let Some(x) = &pend {
-                            let text = format!("{} ({})", t2.cause, x.payload.get("notes").and_then(Value::as_str).unwrap_or(""));
-                            db::set_large(tx, &p, &n, Some(text.trim_end_matches(" ()")), None)?;
+                            let clean = section_clean || t2.cause == "audit-clear";
+                            if let Some(text) = last_audit_text(tx, &r2, x, clean)? {
+                                db::set_large(tx, &p, &n, Some(&text), None)?;
+                            }
                         }
                     }
                     // Sections.
@@ -980,6 +982,11 @@ impl Runner {
                     }
                     if t2.from == Phase::Auditing && matches!(t2.cause, "section-clean" | "audit-clear") {
                         set_latest_outcome(tx, &p, &n, &old_id, &r2, "clean", now)?;
+                        if let Some(x) = pending.as_ref().filter(|x| x.role == "auditor") {
+                            if let Some(text) = last_audit_text(tx, &r2, x, true)? {
+                                db::set_large(tx, &p, &n, Some(&text), None)?;
+                            }
+                        }
                     }
                     if report.is_some() {
                         db::set_large(tx, &p, &n, None, report.as_deref())?;
@@ -1018,6 +1025,21 @@ struct Snapshot {
     ref_name: Option<String>,
     previous: Option<String>,
     diff: Option<String>,
+}
+
+/// `lastAuditResult`: the auditor's record and the store's verdict, rendered for display
+/// (never decision input). Clean: no blocking finding; dirty: the blocking count now.
+fn last_audit_text(
+    tx: &rusqlite::Connection,
+    row: &LoopRow,
+    record: &db::Pending,
+    clean: bool,
+) -> rusqlite::Result<Option<String>> {
+    let Ok(handoff::StoredHandoff::Auditor(a)) = handoff::parse_stored(Role::Auditor, &record.payload.to_string()) else {
+        return Ok(None);
+    };
+    let blocking = if clean { 0 } else { prompt_context::outstanding(tx, row)?.len().max(1) as u32 };
+    Ok(Some(handoff::render_audit_result(&a, blocking)))
 }
 
 /// Records the audit outcome on the loop's latest attempt that has none.
