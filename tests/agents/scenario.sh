@@ -19,6 +19,7 @@
 #               the auditor tries loop-handoff as the previous coder session and a call with
 #               a forged token, waits for `auditor-go`, then hands off clean
 #     double    the coder calls loop-handoff twice in one turn (first, then second summary)
+#     holdafter the first coder turn hands off, then waits for `coder-release` before it ends
 # Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
 # With FORGE_TEST_USAGE=1 every turn also reports one usage line (model test/usage, 1000
 # input and 10 output tokens, $0.01) to $FORGE_DATA_DIR/usage/<session>.jsonl.
@@ -111,6 +112,10 @@ case "$FORGE_ROLE:$scenario" in
     echo "turn $turn" >> work.txt
     run first coder_handoff "FIRST-CALL summary"
     run second coder_handoff "SECOND-CALL summary"
+    ;;
+  coder:holdafter)
+    code
+    [ "$turn" = 1 ] && await coder-release
     ;;
   coder:*)
     code

@@ -133,3 +133,68 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_contains(&list, &format!("1. {name}\n   Status: completed"));
     assert_contains(&list, "   Usage: $0.0200 | Tokens: 2.0k in / 20 out");
 }
+
+/// A writable connection to the test's database (to plant rows the server must handle).
+fn rw(t: &LoopTest) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(t.sb.db_path()).expect("open forge.db");
+    c.busy_timeout(std::time::Duration::from_secs(10)).expect("busy_timeout");
+    c
+}
+
+/// A pending handoff is re-validated against its role schema when the turn ends: a record
+/// that no longer validates is discarded, never applied, and the turn ends as one without
+/// a handoff (nudged).
+#[test]
+fn an_invalid_pending_handoff_is_discarded_not_applied() {
+    let t = LoopTest::start("holdafter", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    common::wait_for(LOOP_WAIT, || {
+        (t.count("SELECT count(*) FROM loop_handoffs WHERE loop_name = ?1 AND status = 'pending'", &name) == 1)
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no pending handoff{}", t.report()));
+    let changed = rw(&t)
+        .execute(
+            "UPDATE loop_handoffs SET payload = '{\"changes\":[],\"verification\":[]}' WHERE loop_name = ?1 AND status = 'pending'",
+            [&name],
+        )
+        .expect("corrupt the record");
+    assert_eq!(changed, 1);
+    t.signal("coder-release");
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    assert_eq!(t.roles(), ["coder", "coder", "auditor"], "{}", t.report());
+    assert_eq!(
+        t.state_file("prompt-2").unwrap(),
+        "You ended your turn without calling loop-handoff/loop-complete. Finish the work, then call it."
+    );
+    let rows = t.strings("SELECT status || ' ' || payload FROM loop_handoffs WHERE loop_name = ?1 ORDER BY id", &name);
+    assert_eq!(rows[0], "discarded {\"changes\":[],\"verification\":[]}", "{rows:?}");
+    assert!(rows[1].starts_with("applied ") && rows[2].starts_with("applied "), "{rows:?}");
+}
+
+/// A restart into section coding uses the continuation prompt only for bugs of the current
+/// section itself: a cross-section bug (which blocks the audit) does not make it one.
+#[test]
+fn a_restart_counts_only_the_current_sections_bugs_for_the_continuation_prompt() {
+    let t = LoopTest::start("block", "");
+    let name = t.execute("Two halves", TWO_SECTIONS);
+    t.wait_state_file("auditor.pid");
+    t.signal("hold-coder");
+    t.signal("release");
+    t.wait_status(&name, "section 2 coding", |p| p["sectionIndex"] == json!(1) && p["phase"] == json!("coding"));
+    t.wait_state_file("prompt-3");
+    rw(&t)
+        .execute(
+            "INSERT INTO review_findings (project_id, loop_name, file, line, section_index, severity, description, created_at)
+             SELECT project_id, loop_name, 'work.txt', 1, -1, 'bug', 'CROSS-SECTION bug', 0 FROM loops WHERE loop_name = ?1",
+            [&name],
+        )
+        .expect("plant a cross-section bug");
+    let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
+    assert_contains(&out.text, &format!("Restarted loop \"{name}\""));
+    let prompt = t.wait_state_file("prompt-4");
+    assert_contains(&prompt, "Your task: ");
+    assert!(!prompt.contains("left the findings below open"), "the initial section prompt, not a continuation:\n{prompt}");
+    t.signal("coder-release");
+}

@@ -404,6 +404,21 @@ impl Runner {
             .ok()
             .flatten()
             .filter(|x| x.session_id == sid && x.role == role.as_str());
+        // Re-validated against its role schema on every read (seeds "loop_handoffs"): an
+        // invalid row is logged and discarded, never coerced or partially applied; the turn
+        // then ends as one without a record.
+        let pending = match pending {
+            Some(x) => match handoff::parse_stored(role, &x.payload.to_string()) {
+                Ok(_) => Some(x),
+                Err(e) => {
+                    tracing::warn!(loop_name = %self.loop_name, handoff = x.id, "skipping an invalid pending handoff: {e}");
+                    let id = x.id;
+                    self.write(move |c| db::resolve_handoff(c, id, "discarded", now_ms()).map(|_| ())).await;
+                    None
+                }
+            },
+            None => None,
+        };
 
         let event = match &outcome {
             TurnOutcome::Error(msg) => {

@@ -437,12 +437,11 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         .store
         .call(move |c| {
             let row = loops::get(c, &p, &n)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-            Ok::<_, rusqlite::Error>(
-                prompt_context::outstanding(c, &row)?
-                    .iter()
-                    .filter(|f| f.severity == forge_protocol::inputs::Severity::Bug)
-                    .count(),
-            )
+            // Only the current section's own bugs (not cross-section or earlier ones).
+            Ok::<_, rusqlite::Error>(match row.section() {
+                Some(k) => forge_domain::review::current_section_bugs(&prompt_context::outstanding(c, &row)?, k),
+                None => 0,
+            })
         })
         .await
         .unwrap_or(0);
