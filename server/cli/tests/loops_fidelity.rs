@@ -198,3 +198,48 @@ fn a_restart_counts_only_the_current_sections_bugs_for_the_continuation_prompt()
     assert!(!prompt.contains("left the findings below open"), "the initial section prompt, not a continuation:\n{prompt}");
     t.signal("coder-release");
 }
+
+/// execute-plan `branch`: the loop's worktree is on the caller's branch instead of
+/// forge/<name> while the name is still reserved against forge/<name>; a restart reuses
+/// the branch. Bad branches are refused before anything is created.
+#[test]
+fn a_caller_chosen_branch_replaces_forge_name_and_survives_a_restart() {
+    let t = LoopTest::start("block", "");
+    // forge/two-halves is taken: the name becomes two-halves-1 even though the loop will
+    // not use a forge/ branch.
+    t.repo.git(&["branch", "forge/two-halves"]);
+    let e = t.client.tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "bad..name" }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert_contains(&e.message, "`bad..name` is not a valid git branch name");
+    let e = t.client.tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "main" }));
+    assert_eq!(e.code, 1003, "{e}");
+    assert_contains(&e.message, "branch `main` already exists");
+    let e = t.client.tool_err(
+        "execute-plan",
+        json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "x/y", "mode": "new-session" }),
+    );
+    assert_eq!(e.code, -32602, "{e}");
+    assert_contains(&e.message, "`branch`");
+    assert_eq!(t.count("SELECT count(*) FROM loops WHERE ?1 = ?1", ""), 0, "refusals create nothing");
+
+    let out = t.client.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "feature/halves" }));
+    let name = out.data["loopName"].as_str().expect("loopName").to_string();
+    assert_eq!(name, "two-halves-1");
+    assert_eq!(out.data["branch"], json!("feature/halves"));
+    assert_contains(&out.text, "Branch: feature/halves");
+    assert_eq!(t.loop_row(&name)["branch"], json!("feature/halves"));
+    assert!(!t.has_branch("forge/two-halves-1"), "no forge/ branch is created");
+    t.wait_state_file("auditor.pid");
+    let wt = t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string();
+    assert_eq!(git(std::path::Path::new(&wt), &["rev-parse", "--abbrev-ref", "HEAD"]).trim(), "feature/halves");
+
+    let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
+    assert_contains(&out.text, "Branch: feature/halves");
+    t.signal("release");
+    let end = t.wait_status(&name, "completed", |p| p["status"] == json!("completed"));
+    assert_eq!(end["branch"], json!("feature/halves"), "{end}");
+    assert!(t.has_branch("feature/halves"));
+    let log = t.log("feature/halves");
+    assert_eq!(log[0], "section 2: Second half", "{log:?}");
+    assert!(!t.has_branch("forge/two-halves-1"));
+}

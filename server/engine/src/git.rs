@@ -355,6 +355,17 @@ pub fn delete_branch(repo_dir: &Path, branch: &str) -> Result<(), GitError> {
     if !branch.starts_with(FORGE_BRANCH_PREFIX) {
         return Err(GitError::NotForgeBranch { branch: branch.to_string() });
     }
+    delete_created_branch(repo_dir, branch)
+}
+
+/// Whether `name` is a valid short branch name (as `git check-ref-format --branch`).
+pub fn is_valid_branch_name(name: &str) -> bool {
+    valid_branch_name(name)
+}
+
+/// Delete a branch the loop start itself just created, whatever its prefix (the rollback
+/// of a failed start with a caller-chosen branch). A missing branch is not an error.
+pub fn delete_created_branch(repo_dir: &Path, branch: &str) -> Result<(), GitError> {
     let repo = discover(repo_dir)?;
     let repo_path = repo_display_path(&repo);
     if !valid_branch_name(branch) {

@@ -55,6 +55,7 @@ pub async fn start_loop(
     title: String,
     plan: String,
     loop_name: Option<String>,
+    caller_branch: Option<String>,
 ) -> Result<CommandResult, ToolError> {
     let (repo, _) = preconditions(env)?;
     if engine.private_socket().is_none() {
@@ -78,7 +79,29 @@ pub async fn start_loop(
     let name = uniquify(&requested, |n| {
         taken.iter().any(|t| t == n) || git::branch_exists(&r2, &git::branch_for(n)).unwrap_or(true)
     });
-    let branch = git::branch_for(&name);
+    // A caller-chosen branch replaces forge/<name> (the name is still reserved against
+    // forge/<name> above); it must be a new, valid branch name.
+    let branch = match caller_branch {
+        Some(b) => {
+            if !git::is_valid_branch_name(&b) {
+                return Err(ToolError::invalid(format!(
+                    "Failed to start loop: `{b}` is not a valid git branch name (branch); use a name like `feature/my-loop`"
+                )));
+            }
+            let (r, b2) = (repo.clone(), b.clone());
+            let exists = tokio::task::spawn_blocking(move || git::branch_exists(&r, &b2))
+                .await
+                .map_err(internal)?
+                .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
+            if exists {
+                return Err(ToolError::conflict(format!(
+                    "Failed to start loop: branch `{b}` already exists; pass a new branch name (the loop creates it from HEAD) or omit branch to use forge/<name>"
+                )));
+            }
+            b
+        }
+        None => git::branch_for(&name),
+    };
     let dir = engine.data_dir.join("worktrees").join(&name);
 
     // 1. Worktree.
@@ -276,7 +299,7 @@ async fn rollback_git(repo: &Path, dir: &Path, branch: &str) {
         if let Err(e) = git::remove_worktree(&r, &d) {
             tracing::warn!("rolling back a failed loop start: cannot remove worktree {}: {e}", d.display());
         }
-        if let Err(e) = git::delete_branch(&r, &b) {
+        if let Err(e) = git::delete_created_branch(&r, &b) {
             tracing::warn!("rolling back a failed loop start: cannot delete branch {b}: {e}");
         }
     })
