@@ -21,6 +21,9 @@
 #     double    the coder calls loop-handoff twice in one turn (first, then second summary)
 #     holdafter the first coder turn hands off, then waits for `coder-release` before it ends
 # Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
+# Every turn saves its arguments (the expanded agent.command after the script) as args-<n>;
+# with FORGE_TEST_FAIL_MODEL=<model>, a turn whose arguments include <model> fails (exit 1,
+# "model error: ...") before doing anything.
 # With FORGE_TEST_USAGE=1 every turn also reports one usage line (model test/usage, 1000
 # input and 10 output tokens, $0.01) to $FORGE_DATA_DIR/usage/<session>.jsonl.
 set -uo pipefail
@@ -38,6 +41,13 @@ bump() {
 turn=$(bump turns)
 echo "$turn $FORGE_ROLE $FORGE_SESSION_ID $$" >> "$state/turns"
 printf '%s' "$prompt" > "$state/prompt-$turn"
+
+printf '%s\n' "$*" > "$state/args-$turn"
+if [ -n "${FORGE_TEST_FAIL_MODEL:-}" ]; then
+  for a in "$@"; do
+    [ "$a" = "$FORGE_TEST_FAIL_MODEL" ] && { echo "model error: $a is not available" >&2; exit 1; }
+  done
+fi
 
 if [ "${FORGE_TEST_USAGE:-}" = 1 ]; then
   mkdir -p "$FORGE_DATA_DIR/usage"

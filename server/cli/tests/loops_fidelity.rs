@@ -243,3 +243,71 @@ fn a_caller_chosen_branch_replaces_forge_name_and_survives_a_restart() {
     assert_eq!(log[0], "section 2: Second half", "{log:?}");
     assert!(!t.has_branch("forge/two-halves-1"));
 }
+
+/// A config whose agent command passes `{model}` and `{variant}` to the scripted agent;
+/// `top` holds top-level keys, `extra` tables.
+fn variant_config(top: &str, extra: &str) -> String {
+    format!(
+        "{top}\n[agent]\ncommand = [{:?}, \"{{session}}\", \"m={{model}}\", \"v={{variant}}\"]\n\n[sandbox]\nenabled = false\n\n{extra}\n",
+        agent_script().display().to_string()
+    )
+}
+
+/// `{variant}`: the coder gets executionVariant, the auditor auditorVariant; the
+/// post-action session gets loop.postAction.model without a variant, and when that model
+/// fails, the auditor model with the auditor's variant. The loop row keeps the variants.
+#[test]
+fn variants_reach_each_role_and_post_action_falls_back_to_the_auditor_model() {
+    let cfg = variant_config(
+        "executionModel = \"exec/m\"\nexecutionVariant = \"high\"\nauditorModel = \"aud/m\"\nauditorVariant = \"low\"\n",
+        "[loop.postAction]\nenabled = true\nprompt = \"Run the checks.\"\nmodel = \"post/broken\"\n",
+    );
+    let t = LoopTest::launch(&cfg, "clean", &[("FORGE_TEST_FAIL_MODEL", "m=post/broken")]);
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let args: Vec<String> = (1..=4).map(|k| t.state_file(&format!("args-{k}")).unwrap_or_default()).collect();
+    let tail = |s: &str| s.split_once(' ').map(|x| x.1.trim().to_string()).unwrap_or_default();
+    assert_eq!(
+        args.iter().map(|a| tail(a)).collect::<Vec<_>>(),
+        ["m=exec/m v=high", "m=aud/m v=low", "m=post/broken v=", "m=aud/m v=low"],
+        "{}",
+        t.report()
+    );
+    assert_eq!(t.roles(), ["coder", "auditor", "post_action", "post_action"]);
+    let report = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+    assert_contains(&report, "Post-Action Report:");
+    let v = t.strings("SELECT coalesce(execution_variant, '-') || ' ' || coalesce(auditor_variant, '-') FROM loops WHERE loop_name = ?1", &name);
+    assert_eq!(v, ["high low"]);
+}
+
+/// The auditor variant never inherits the execution variant, and a loop started without
+/// configured variants uses the last-used ones of the project.
+#[test]
+fn the_auditor_variant_does_not_inherit_and_last_used_variants_apply() {
+    let t = LoopTest::launch(&variant_config("executionVariant = \"high\"\n", ""), "clean", &[]);
+    let first = t.execute("Plain plan", UNSECTIONED);
+    assert_eq!(t.wait_end(&first)["status"], json!("completed"), "{}", t.report());
+    let tail = |k: usize| {
+        t.state_file(&format!("args-{k}")).unwrap_or_default().split_once(' ').map(|x| x.1.trim().to_string()).unwrap_or_default()
+    };
+    assert_eq!(tail(1), "m= v=", "no model configured: no variant is sent either");
+    // With a model the variant is sent; the auditor gets none.
+    t.client.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "forge": { "executionModel": "exec/m", "auditorVariant": "low" } } }),
+    );
+    t.client.tool_ok("loop-status", json!({}));
+    let second = t.execute("Plain plan", UNSECTIONED);
+    assert_eq!(t.wait_end(&second)["status"], json!("completed"), "{}", t.report());
+    assert_eq!((tail(3), tail(4)), ("m=exec/m v=high".to_string(), "m=exec/m v=low".to_string()));
+    // Variants set to "" count as unset: the last-used values apply.
+    t.client.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "forge": { "executionVariant": "", "auditorVariant": "" } } }),
+    );
+    t.client.tool_ok("loop-status", json!({}));
+    let third = t.execute("Plain plan", UNSECTIONED);
+    assert_eq!(t.wait_end(&third)["status"], json!("completed"), "{}", t.report());
+    assert_eq!((tail(5), tail(6)), ("m=exec/m v=high".to_string(), "m=exec/m v=low".to_string()));
+}

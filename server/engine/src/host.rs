@@ -10,8 +10,8 @@
 //!
 //! Placeholders: `{session}` (the session id), `{resume}` (the session id on every turn
 //! after the session's first, else empty: an argument that is exactly `{resume}` is then
-//! dropped), `{agent}`, `{model}` (empty when none is configured), `{cwd}`, `{title}`,
-//! `{prompt_file}`.
+//! dropped), `{agent}`, `{model}` (empty when none is configured), `{variant}` (the
+//! model variant, empty when none), `{cwd}`, `{title}`, `{prompt_file}`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -42,6 +42,8 @@ pub struct TurnRequest {
     pub role: String,
     pub agent: String,
     pub model: Option<String>,
+    /// The model variant (`{variant}`; empty when none).
+    pub variant: Option<String>,
     pub loop_name: String,
     pub cwd: PathBuf,
     pub title: String,
@@ -85,6 +87,7 @@ pub fn expand(argv: &[String], req: &TurnRequest, prompt_file: &Path) -> Vec<Str
                 .replace("{resume}", resume)
                 .replace("{agent}", &req.agent)
                 .replace("{model}", req.model.as_deref().unwrap_or(""))
+                .replace("{variant}", req.variant.as_deref().unwrap_or(""))
                 .replace("{cwd}", &req.cwd.display().to_string())
                 .replace("{title}", &req.title)
                 .replace("{prompt_file}", &prompt_file.display().to_string())

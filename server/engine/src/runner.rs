@@ -91,6 +91,9 @@ pub struct Runner {
     /// Sessions this runner created: id → (token, turns so far, role). The standby can only
     /// be resumed from here (tokens are stored hashed).
     sessions: std::collections::HashMap<String, (String, u32, Role)>,
+    /// The configured `loop.postAction.model` failed: post-action turns use the auditor
+    /// model with the auditor's variant.
+    post_action_fallback: bool,
 }
 
 /// What the first turn of a (re)started runner sends.
@@ -135,6 +138,7 @@ pub fn spawn(
         stalls: 0,
         quiet_since: now_ms(),
         sessions: std::collections::HashMap::new(),
+        post_action_fallback: false,
     };
     tokio::spawn(run(runner, rx, done_rx));
     handle
@@ -245,18 +249,30 @@ impl Runner {
         let Some(row) = self.row().await else { return };
         let argv = self.config.agent_command.clone().unwrap_or_default();
         let role = self.live.role;
-        let (agent, model) = match role {
+        let (agent, model, variant) = match role {
             Role::Auditor => {
-                // The current model of the auditor chain (moved on by a provider limit).
+                // The current model of the auditor chain (moved on by a provider limit); the
+                // auditor variant goes with the chain's first model only.
                 let chain = self.auditor_chain();
                 let i = (row.auditor_fallback_index().max(0) as usize).min(chain.len() - 1);
-                ("auditor-loop", chain[i].clone())
+                ("auditor-loop", chain[i].clone(), self.config.auditor_variant.clone().filter(|_| i == 0))
             }
-            Role::PostAction => ("code", self.config.post_action_model.clone().or(self.config.auditor_model.clone())),
-            Role::Coder => ("code", self.config.execution_model.clone()),
+            // loop.postAction.model is sent without a variant; unset, or after it failed, the
+            // auditor model with the auditor's variant.
+            Role::PostAction => match self.config.post_action_model.clone().filter(|_| !self.post_action_fallback) {
+                Some(m) => ("code", Some(m), None),
+                None => (
+                    "code",
+                    self.auditor_chain().first().cloned().flatten(),
+                    self.config.auditor_variant.clone(),
+                ),
+            },
+            Role::Coder => ("code", self.config.execution_model.clone(), self.config.execution_variant.clone()),
         };
-        // After a model error the agent's default model, until a successful pass clears it.
+        // After a model error the agent's default model (without a variant), until a
+        // successful pass clears it.
         let model = model.filter(|_| !row.model_failed);
+        let variant = variant.filter(|v| model.is_some() && !v.trim().is_empty());
         let title = session_title(&row, role);
         self.live.turns += 1;
         self.live.last_prompt = prompt.clone();
@@ -267,6 +283,7 @@ impl Runner {
             role: role.as_str().to_string(),
             agent: agent.to_string(),
             model,
+            variant,
             loop_name: self.loop_name.clone(),
             cwd: PathBuf::from(&row.worktree_dir),
             title,
@@ -420,6 +437,22 @@ impl Runner {
             None => None,
         };
 
+        // A post-action turn on the configured loop.postAction.model that failed without a
+        // record: the same prompt once more, on the auditor model with its variant.
+        if let TurnOutcome::Error(msg) = &outcome {
+            if facts.phase == Phase::PostAction
+                && pending.is_none()
+                && !self.post_action_fallback
+                && self.config.post_action_model.is_some()
+                && !row.model_failed
+            {
+                tracing::warn!(loop_name = %self.loop_name, "loop.postAction.model failed ({msg}); falling back to the auditor model");
+                self.post_action_fallback = true;
+                let prompt = self.live.last_prompt.clone();
+                self.send(prompt).await;
+                return true;
+            }
+        }
         let event = match &outcome {
             TurnOutcome::Error(msg) => {
                 if facts.phase == Phase::PostAction && pending.is_some() {
@@ -778,6 +811,7 @@ impl Runner {
             role: role.as_str().to_string(),
             agent: if role == Role::Auditor { "auditor-loop" } else { "code" }.to_string(),
             model: None,
+            variant: None,
             loop_name: self.loop_name.clone(),
             cwd: PathBuf::from(&row.worktree_dir),
             title: session_title(row, role),
