@@ -19,6 +19,8 @@
 #               the auditor tries loop-handoff as the previous coder session and a call with
 #               a forged token, waits for `auditor-go`, then hands off clean
 #     double    the coder calls loop-handoff twice in one turn (first, then second summary)
+#     abortaudit the first audit records a clean handoff, then is killed by a signal (SIGKILL)
+#     abortcoder the coder is killed by a signal (SIGKILL) without handing off
 #     holdafter the first coder turn hands off, then waits for `coder-release` before it ends
 # Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
 # Every turn saves its arguments (the expanded agent.command after the script) as args-<n>;
@@ -123,6 +125,10 @@ case "$FORGE_ROLE:$scenario" in
     run first coder_handoff "FIRST-CALL summary"
     run second coder_handoff "SECOND-CALL summary"
     ;;
+  coder:abortcoder)
+    echo "working" >> work.txt
+    kill -KILL $$
+    ;;
   coder:holdafter)
     code
     [ "$turn" = 1 ] && await coder-release
@@ -155,6 +161,10 @@ case "$FORGE_ROLE:$scenario" in
       run adjust forge-lsp call plan-adjust '{"sections":[{"title":"Appended section","content":"Append the word appended to work.txt."}],"rationale":"the plan forgot a step"}'
     fi
     audit_clean
+    ;;
+  auditor:abortaudit)
+    audit_clean
+    [ "$(bump audits)" = 1 ] && kill -KILL $$
     ;;
   auditor:identity)
     read -r cid ctok < "$state/coder.cred"

@@ -311,3 +311,41 @@ fn the_auditor_variant_does_not_inherit_and_last_used_variants_apply() {
     assert_eq!(t.wait_end(&third)["status"], json!("completed"), "{}", t.report());
     assert_eq!((tail(5), tail(6)), ("m=exec/m v=high".to_string(), "m=exec/m v=low".to_string()));
 }
+
+/// An audit turn killed by a signal after it recorded its handoff is not an assistant
+/// error: the record is processed as the handoff (the loop completes on it).
+#[test]
+fn an_aborted_audit_turn_with_a_record_is_processed_as_the_handoff() {
+    let t = LoopTest::start("abortaudit", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1",
+            "terminate completed auditing->- it=1 status=completed reason=completed",
+        ],
+    );
+    assert_eq!(t.roles(), ["coder", "auditor"]);
+    assert_eq!(t.loop_row(&name)["errorCount"], json!(0));
+    assert_eq!(
+        t.strings("SELECT role || ' ' || status FROM loop_handoffs WHERE loop_name = ?1 ORDER BY id", &name),
+        ["coder applied", "auditor applied"]
+    );
+}
+
+/// A coder turn killed by a signal without a record is a session abort (the loop stops as
+/// cancelled and stays restartable), not an assistant error that rotates to audit.
+#[test]
+fn an_aborted_coder_turn_without_a_record_cancels_the_loop() {
+    let t = LoopTest::start("abortcoder", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("cancelled"), "{end}{}", t.report());
+    t.assert_transitions(&name, &["terminate cancelled coding->- it=1 status=cancelled reason=cancelled"]);
+    assert_eq!(t.roles(), ["coder"]);
+    assert_eq!(t.loop_row(&name)["errorCount"], json!(0));
+    let status = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+    assert_contains(&status, &format!("Restart: available with loop-status name={name} restart=true"));
+}

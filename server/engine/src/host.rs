@@ -30,6 +30,10 @@ pub enum TurnOutcome {
     NoReply,
     /// Any other exit, or the process could not run: the message says what failed.
     Error(String),
+    /// The process was killed by a signal it did not send itself through Forge (a turn the
+    /// runner ends itself is never reported as a turn end): an aborted session, not an
+    /// assistant error. The message names the signal.
+    Aborted(String),
 }
 
 /// Everything one turn needs.
@@ -244,6 +248,10 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
                 } else {
                     TurnOutcome::NoReply
                 }
+            }
+            Ok(s) if std::os::unix::process::ExitStatusExt::signal(&s).is_some() => {
+                let sig = std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0);
+                TurnOutcome::Aborted(format!("agent killed by signal {sig}"))
             }
             Ok(s) => {
                 let tail: String = err.trim().chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();

@@ -454,6 +454,13 @@ impl Runner {
             }
         }
         let event = match &outcome {
+            // Aborted (killed by a signal, not by us): with this session's record for its
+            // role the record is processed as the handoff (seeds "Auditing", "Behavior");
+            // without one it is a session abort, never an assistant error.
+            TurnOutcome::Aborted(msg) if pending.is_none() => {
+                tracing::warn!(loop_name = %self.loop_name, "the phase session was aborted: {msg}");
+                Event::SessionAborted
+            }
             TurnOutcome::Error(msg) => {
                 if facts.phase == Phase::PostAction && pending.is_some() {
                     Event::PostActionComplete
@@ -466,7 +473,7 @@ impl Runner {
                     Event::AssistantError { message: msg.clone(), model_error: model_error(msg) }
                 }
             }
-            TurnOutcome::Reply(_) | TurnOutcome::NoReply => match (&pending, role) {
+            TurnOutcome::Reply(_) | TurnOutcome::NoReply | TurnOutcome::Aborted(_) => match (&pending, role) {
                 (Some(_), Role::Coder) => Event::CoderHandoff,
                 (Some(p), Role::Auditor) => {
                     let r2 = row.clone();
