@@ -21,6 +21,8 @@
 #     double    the coder calls loop-handoff twice in one turn (first, then second summary)
 #     abortaudit the first audit records a clean handoff, then is killed by a signal (SIGKILL)
 #     abortcoder the coder is killed by a signal (SIGKILL) without handing off
+#     subagent  the coder waits for `coder-go`, tries loop-handoff (saved as first-handoff),
+#               waits for `coder-go2`, hands off, then waits for `coder-go3` before it ends
 #     holdafter the first coder turn hands off, then waits for `coder-release` before it ends
 # Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
 # Every turn saves its arguments (the expanded agent.command after the script) as args-<n>;
@@ -128,6 +130,18 @@ case "$FORGE_ROLE:$scenario" in
   coder:abortcoder)
     echo "working" >> work.txt
     kill -KILL $$
+    ;;
+  coder:subagent)
+    echo "turn $turn" >> work.txt
+    if [ "$turn" = 1 ]; then
+      await coder-go
+      run first-handoff coder_handoff "refused while a subagent is busy"
+      await coder-go2
+      coder_handoff "after the subagent settled"
+      await coder-go3
+    else
+      coder_handoff "turn $turn"
+    fi
     ;;
   coder:holdafter)
     code

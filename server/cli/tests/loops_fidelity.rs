@@ -349,3 +349,54 @@ fn an_aborted_coder_turn_without_a_record_cancels_the_loop() {
     let status = t.client.tool_ok("loop-status", json!({ "name": name })).text;
     assert_contains(&status, &format!("Restart: available with loop-status name={name} restart=true"));
 }
+
+/// Busy and retrying loop sessions (a subagent session registered to the loop): a handoff
+/// is refused with 1005 naming it, and the turn end waits until it settled.
+#[test]
+fn a_busy_subagent_blocks_the_handoff_and_defers_the_turn_end() {
+    let t = LoopTest::start("subagent", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    t.wait_state_file("prompt-1");
+    let db = rw(&t);
+    let set = |status: &str| {
+        db.execute(
+            "INSERT INTO loop_sessions (session_id, project_id, loop_name, role, token_hash, status, created_at)
+             SELECT 'ses_subagent', project_id, loop_name, 'coder', 'x', ?2, 0 FROM loops WHERE loop_name = ?1
+             ON CONFLICT (session_id) DO UPDATE SET status = excluded.status",
+            rusqlite::params![name, status],
+        )
+        .expect("subagent session row");
+    };
+    set("retry");
+    t.signal("coder-go");
+    assert_eq!(t.wait_state_file("first-handoff.code").trim(), "1");
+    let err = t.state_file("first-handoff.err").unwrap();
+    // ToolError::busy: error 1005.
+    assert_contains(&err, "forge.loop-handoff refused: other sessions of loop");
+    assert_contains(&err, "are busy (ses_subagent). Retry after they finish.");
+    set("idle");
+    t.signal("coder-go2");
+    common::wait_for(LOOP_WAIT, || {
+        (t.count("SELECT count(*) FROM loop_handoffs WHERE loop_name = ?1 AND status = 'pending'", &name) == 1)
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no pending handoff{}", t.report()));
+    set("busy");
+    t.signal("coder-go3");
+    // The coder's process ends; the turn end waits for the subagent.
+    let pid = t.turns()[0].2;
+    common::wait_for(LOOP_WAIT, || (!pid_alive(pid)).then_some(())).expect("the coder turn ended");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(t.loop_row(&name)["phase"], json!("coding"), "deferred while the subagent is busy{}", t.report());
+    assert_eq!(t.roles(), ["coder"]);
+    set("idle");
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1",
+            "terminate completed auditing->- it=1 status=completed reason=completed",
+        ],
+    );
+}

@@ -18,6 +18,7 @@ use forge_domain::loop_machine::{
 };
 use forge_protocol::inputs::AuditSummary;
 use forge_protocol::{CommandResult, ToolError};
+use rusqlite::OptionalExtension;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,6 +34,9 @@ use forge_store::{attempts, now_ms};
 /// The one-line prompt a stalled busy turn gets after it was aborted.
 pub const CONTINUE_NUDGE: &str =
     "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
+
+/// How often a deferred turn end looks again whether the other loop sessions settled.
+const DEFER_POLL: Duration = Duration::from_millis(200);
 
 /// The prompt given (on stdin) to `agent.compactCommand`.
 pub const COMPACT_PROMPT: &str =
@@ -94,6 +98,8 @@ pub struct Runner {
     /// The configured `loop.postAction.model` failed: post-action turns use the auditor
     /// model with the auditor's variant.
     post_action_fallback: bool,
+    /// Since when the current turn end waits for other busy sessions of the loop.
+    deferred_since: Option<i64>,
 }
 
 /// What the first turn of a (re)started runner sends.
@@ -139,6 +145,7 @@ pub fn spawn(
         quiet_since: now_ms(),
         sessions: std::collections::HashMap::new(),
         post_action_fallback: false,
+        deferred_since: None,
     };
     tokio::spawn(run(runner, rx, done_rx));
     handle
@@ -180,8 +187,25 @@ async fn run(
                     continue;
                 }
                 r.live.handle = None;
-                r.write(move |c| db::set_session_status(c, &sid, "idle")).await;
+                let s2 = sid.clone();
+                r.write(move |c| db::set_session_status(c, &s2, "idle")).await;
                 r.capture_usage().await;
+                // The turn-end sequence waits while another session of the loop (not the
+                // standby) is busy or retrying; a status that cannot be read keeps it waiting.
+                let others = r.others_busy().await;
+                if !others.is_empty() {
+                    if r.deferred_since.is_none() {
+                        tracing::info!(loop_name = %r.loop_name, ?others, "turn end deferred: other loop sessions are busy");
+                        r.deferred_since = Some(now_ms());
+                    }
+                    let tx = r.done_tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(DEFER_POLL).await;
+                        let _ = tx.send((sid, turn, outcome));
+                    });
+                    continue;
+                }
+                r.deferred_since = None;
                 if !r.on_turn_end(outcome).await {
                     break;
                 }
@@ -244,6 +268,35 @@ impl Runner {
         row.facts(post_action_configured(&self.config))
     }
 
+    /// Sessions of the loop other than the live one and the standby that are busy or
+    /// retrying (`["unknown"]` when that cannot be read: the deferral fails closed).
+    async fn others_busy(&self) -> Vec<String> {
+        let (p, n, me) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        let res = self
+            .db(move |c| {
+                let standby: Option<String> = c
+                    .query_row(
+                        "SELECT standby_session_id FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                        rusqlite::params![p, n],
+                        |r| r.get(0),
+                    )
+                    .optional()?
+                    .flatten();
+                Ok(db::busy_others(c, &p, &n, &me)?.into_iter().filter(|s| Some(s) != standby.as_ref()).collect::<Vec<_>>())
+            })
+            .await;
+        res.unwrap_or_else(|e| {
+            tracing::warn!(loop_name = %self.loop_name, "cannot read the loop's session status ({e}); deferring the turn end");
+            vec!["unknown".into()]
+        })
+    }
+
+    /// Marks a session of the loop `busy`, `retry` or `idle`.
+    async fn mark(&self, session: &str, status: &'static str) {
+        let s = session.to_string();
+        self.write(move |c| db::set_session_status(c, &s, status)).await;
+    }
+
     /// Starts a turn of the live session with `prompt`.
     async fn send(&mut self, prompt: String) {
         let Some(row) = self.row().await else { return };
@@ -276,6 +329,8 @@ impl Runner {
         let title = session_title(&row, role);
         self.live.turns += 1;
         self.live.last_prompt = prompt.clone();
+        // A new turn replaces any deferred turn end (its outcome no longer matches).
+        self.deferred_since = None;
         let req = TurnRequest {
             argv,
             session_id: self.live.id.clone(),
@@ -369,7 +424,7 @@ impl Runner {
             self.quiet_since = activity;
             self.stalls = 0;
         }
-        let busy = self.live.handle.is_some();
+        let busy = self.live.handle.is_some() || self.deferred_since.is_some();
         let limit = if busy { self.config.busy_stall_timeout_ms } else { self.config.stall_timeout_ms } as i64;
         if limit == 0 || now - self.quiet_since < limit {
             return true;
@@ -546,6 +601,7 @@ impl Runner {
                         .map(|_| ())
                     })
                     .await;
+                self.mark(&self.live.id.clone(), "retry").await;
                 let p = self.live.last_prompt.clone();
                 self.send(p).await;
                 true
@@ -580,6 +636,8 @@ impl Runner {
                     .map(|_| ())
                 })
                 .await;
+                // The session is retrying until the prompt is sent again.
+                self.mark(&self.live.id.clone(), "retry").await;
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let p = self.live.last_prompt.clone();
                 self.send(p).await;
@@ -832,8 +890,12 @@ impl Runner {
             shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
+        // The standby is busy while it compacts (other loop sessions see it).
+        self.mark(session, "busy").await;
         let handle = host::start_turn(req, tx);
-        match tokio::time::timeout(Duration::from_secs(600), rx.recv()).await {
+        let res = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
+        self.mark(session, "idle").await;
+        match res {
             // Its usage file is kept (its rows are totals); the resumed turn reports anew.
             Ok(Some((_, _, TurnOutcome::Reply(_) | TurnOutcome::NoReply))) => true,
             Ok(other) => {
