@@ -23,6 +23,11 @@
 #     abortcoder the coder is killed by a signal (SIGKILL) without handing off
 #     subagent  the coder waits for `coder-go`, tries loop-handoff (saved as first-handoff),
 #               waits for `coder-go2`, hands off, then waits for `coder-go3` before it ends
+#     adjustbad the first coder tries plan-adjust; the first audit waits for `adjust-go`, tries
+#               plan-adjust with a completed pending section, over 24 sections and a blank
+#               rationale (adjust-completed/-over/-blank), then waits for `adjust-end`
+# A session without a role (execute-plan mode new-session) saves its environment as
+# newsession.env, tries plan-write and plan-read (newsession-write, newsession-read) and exits.
 #     holdafter the first coder turn hands off, then waits for `coder-release` before it ends
 # Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
 # Every turn saves its arguments (the expanded agent.command after the script) as args-<n>;
@@ -143,6 +148,10 @@ case "$FORGE_ROLE:$scenario" in
       coder_handoff "turn $turn"
     fi
     ;;
+  coder:adjustbad)
+    [ "$turn" = 1 ] && run coder-adjust forge-lsp call plan-adjust '{"sections":[],"rationale":"coder tries"}'
+    code
+    ;;
   coder:holdafter)
     code
     [ "$turn" = 1 ] && await coder-release
@@ -180,6 +189,21 @@ case "$FORGE_ROLE:$scenario" in
     audit_clean
     [ "$(bump audits)" = 1 ] && kill -KILL $$
     ;;
+  auditor:adjustbad)
+    if [ "$(bump adjustbad)" = 1 ]; then
+      if [ "$(section)" = none ]; then
+        run adjust-unsectioned forge-lsp call plan-adjust '{"sections":[],"rationale":"r"}'
+      else
+        await adjust-go
+        run adjust-completed forge-lsp call plan-adjust '{"sections":[{"title":"T","content":"C"}],"rationale":"r"}'
+        secs=$(printf '{"title":"S","content":"C"},%.0s' $(seq 24))
+        run adjust-over forge-lsp call plan-adjust "{\"sections\":[${secs%,}],\"rationale\":\"too many\"}"
+        run adjust-blank forge-lsp call plan-adjust '{"currentSection":{"title":"T","content":"C"},"rationale":"  "}'
+        await adjust-end
+      fi
+    fi
+    audit_clean
+    ;;
   auditor:identity)
     read -r cid ctok < "$state/coder.cred"
     run stale-handoff env FORGE_SESSION_ID="$cid" FORGE_SESSION_TOKEN="$ctok" forge-lsp call loop-handoff '{}' --json
@@ -192,6 +216,13 @@ case "$FORGE_ROLE:$scenario" in
     ;;
   post_action:*)
     post_action
+    ;;
+  :*)
+    env | grep -E '^FORGE_(SESSION_ID|SESSION_TOKEN|LOOP|ROLE|AGENT|LSP_SOCKET)=' | sort > "$state/newsession.env"
+    pwd > "$state/newsession.cwd"
+    run newsession-write forge-lsp call plan-write '{"content":"# Mine\n"}'
+    run newsession-read forge-lsp call section-read '{}'
+    echo "done" > "$state/newsession.done"
     ;;
 esac
 echo "turn $turn done"

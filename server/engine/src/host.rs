@@ -4,7 +4,8 @@
 //! the configured argv template (`agent.command`) once per turn, in the loop's worktree,
 //! with the prompt on standard input and in `{prompt_file}`, and these variables:
 //! `FORGE_LSP_SOCKET`, `FORGE_SESSION_ID`, `FORGE_SESSION_TOKEN`, `FORGE_LOOP`,
-//! `FORGE_ROLE`, `FORGE_WORKTREE`, `FORGE_DATA_DIR`. The turn ends when the process exits:
+//! `FORGE_ROLE`, `FORGE_WORKTREE`, `FORGE_DATA_DIR`, `FORGE_AGENT` (the agent kind:
+//! `code`, `auditor-loop`; `forge-lsp call` uses it when `--agent` is not given). The turn ends when the process exits:
 //! exit 0 with output is a reply, exit 0 without output is no reply, any other exit is an
 //! assistant error.
 //!
@@ -186,6 +187,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         .env("FORGE_SESSION_TOKEN", &req.token)
         .env("FORGE_LOOP", &req.loop_name)
         .env("FORGE_ROLE", &req.role)
+        .env("FORGE_AGENT", &req.agent)
         .env("FORGE_WORKTREE", &req.cwd)
         .env("FORGE_DATA_DIR", &req.data_dir)
         .env("FORGE_PROMPT_FILE", &prompt_file)
