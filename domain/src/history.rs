@@ -127,7 +127,8 @@ mod tests {
 
     #[test]
     fn renders_a_merged_timeline() {
-        let cases: Vec<(&str, Vec<TransitionEntry>, Vec<AmendmentEntry>, Vec<&str>)> = vec![
+        type Case<'a> = (&'a str, Vec<TransitionEntry>, Vec<AmendmentEntry>, Vec<&'a str>);
+        let cases: Vec<Case> = vec![
             ("empty", vec![], vec![], vec!["0 transitions, 0 plan amendments.", "No transitions yet"]),
             (
                 "one transition",
@@ -181,7 +182,8 @@ mod tests {
             &[t("a-ev", "coding", Some("auditing"), 10), t("b-ev", "auditing", Some("coding"), 30)],
             &[AmendmentEntry { rationale: "r".into(), at: 20, ..Default::default() }],
         );
-        let (a, m, b) = (out.find("a-ev").unwrap(), out.find("plan amendment during").unwrap(), out.find("b-ev").unwrap());
+        let (a, m, b) =
+            (out.find("a-ev").unwrap(), out.find("plan amendment during").unwrap(), out.find("b-ev").unwrap());
         assert!(a < m && m < b, "{out}");
     }
 }

@@ -194,7 +194,8 @@ mod tests {
         assert!(t.contains("Recent Loops:"));
         // Usage shows for completed loops too, under the loop's line.
         let mut used = v("spent", "completed");
-        used.usage = Some(crate::usage::Totals { cost: 0.25, input: 1500, output: 20, messages: 2, ..Default::default() });
+        used.usage =
+            Some(crate::usage::Totals { cost: 0.25, input: 1500, output: 20, messages: 2, ..Default::default() });
         let t = render_list(&[used], 1000);
         assert!(
             t.contains("1. spent\n   Status: unknown | Iterations: 2 | Duration: 1s | Completed: unknown\n   Usage: $0.2500 | Tokens: 1.5k in / 20 out / 0 reasoning / 0 cache read / 0 cache write\n\n"),

@@ -134,14 +134,14 @@ pub fn line(t: &Totals) -> String {
     )
 }
 
+/// One usage row for display: (model, role, totals).
+pub type UsageRow = (String, String, Totals);
+
 /// The usage rows of a loop for display, `(model, role, totals)`: the stored rows
 /// `(session, model, role, totals)` with those of the live session replaced by its live
 /// totals, so the session whose turn is running is counted once, with its newest output.
 /// Without live totals (no live session, or nothing reported yet) the stored rows stand.
-pub fn merge_live(
-    stored: &[(String, String, String, Totals)],
-    live: Option<(&str, &[(String, String, Totals)])>,
-) -> Vec<(String, String, Totals)> {
+pub fn merge_live(stored: &[(String, String, String, Totals)], live: Option<(&str, &[UsageRow])>) -> Vec<UsageRow> {
     let live = live.filter(|(_, rows)| !rows.is_empty());
     let mut out: Vec<(String, String, Totals)> = stored
         .iter()
@@ -225,7 +225,8 @@ mod tests {
             ("s2".to_string(), "m".to_string(), "auditor".to_string(), t(10)),
         ];
         let live = vec![("m".to_string(), "auditor".to_string(), t(30))];
-        let cases: Vec<(&str, Option<(&str, &[(String, String, Totals)])>, u64)> = vec![
+        type Case<'a> = (&'a str, Option<(&'a str, &'a [UsageRow])>, u64);
+        let cases: Vec<Case> = vec![
             ("no live session", None, 110),
             ("live session replaces its stored rows", Some(("s2", &live)), 130),
             ("a live session without stored rows adds", Some(("s3", &live)), 140),

@@ -317,7 +317,8 @@ mod tests {
     #[test]
     fn current_section_bugs_count_only_the_section_itself() {
         use Severity::*;
-        let cases: Vec<(&str, Vec<(Severity, Option<u32>)>, u32, usize)> = vec![
+        type Case<'a> = (&'a str, Vec<(Severity, Option<u32>)>, u32, usize);
+        let cases: Vec<Case> = vec![
             ("none", vec![], 1, 0),
             ("a bug of the section", vec![(Bug, Some(1))], 1, 1),
             ("a warning of the section", vec![(Warning, Some(1))], 1, 0),

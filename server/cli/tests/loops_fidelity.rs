@@ -23,9 +23,9 @@ fn attempts_carry_snapshot_refs_previous_checkpoint_and_diff_summary() {
     let attempts: Vec<Value> = out.data["attempts"].as_array().expect("attempts").clone();
     assert_eq!(attempts.len(), 3, "{attempts:?}");
     let base = t.strings("SELECT base_commit FROM loops WHERE loop_name = ?1", &name)[0].clone();
-    let cp0 = t.strings("SELECT checkpoint_commit FROM section_plans WHERE loop_name = ?1 AND section_index = 0", &name)
-        [0]
-    .clone();
+    let cp0 = t
+        .strings("SELECT checkpoint_commit FROM section_plans WHERE loop_name = ?1 AND section_index = 0", &name)[0]
+        .clone();
     let expected_prev = [base.clone(), cp0, attempts[1]["snapshotCommit"].as_str().unwrap_or("?").to_string()];
     let expected_ref = [
         format!("refs/forge/{name}/attempts/section-0-1"),
@@ -65,20 +65,17 @@ fn the_history_document_shows_transitions_and_amendments() {
     assert_contains(&doc, &format!("{} transitions, 1 plan amendment.", rows.len()));
     let mut last = 0;
     for r in &rows {
-        let head = format!(
-            "{} · {}: {} → {}",
-            forge_time(r.at),
-            r.event,
-            r.from,
-            r.to.as_deref().unwrap_or("end")
-        );
+        let head = format!("{} · {}: {} → {}", forge_time(r.at), r.event, r.from, r.to.as_deref().unwrap_or("end"));
         let at = doc.find(&head).unwrap_or_else(|| panic!("{head:?} missing in\n{doc}"));
         assert!(at > last, "transitions in order: {head}");
         last = at;
     }
     assert_contains(&doc, "plan amendment during the audit of section 1\n\nRationale: the plan forgot a step\n");
     assert_contains(&doc, "**Before** (0 sections):\n\n- (none)\n");
-    assert_contains(&doc, "**After** (1 section):\n\n- 2. Appended section\n  > Append the word appended to work.txt.\n");
+    assert_contains(
+        &doc,
+        "**After** (1 section):\n\n- 2. Appended section\n  > Append the word appended to work.txt.\n",
+    );
     // The amendment was made during the first audit: after the first transition, before the second.
     let amend = doc.find("plan amendment during").unwrap();
     let first = doc.find("coder-handoff: coding → auditing").unwrap();
@@ -195,7 +192,10 @@ fn a_restart_counts_only_the_current_sections_bugs_for_the_continuation_prompt()
     assert_contains(&out.text, &format!("Restarted loop \"{name}\""));
     let prompt = t.wait_state_file("prompt-4");
     assert_contains(&prompt, "Your task: ");
-    assert!(!prompt.contains("left the findings below open"), "the initial section prompt, not a continuation:\n{prompt}");
+    assert!(
+        !prompt.contains("left the findings below open"),
+        "the initial section prompt, not a continuation:\n{prompt}"
+    );
     t.signal("coder-release");
 }
 
@@ -208,7 +208,9 @@ fn a_caller_chosen_branch_replaces_forge_name_and_survives_a_restart() {
     // forge/two-halves is taken: the name becomes two-halves-1 even though the loop will
     // not use a forge/ branch.
     t.repo.git(&["branch", "forge/two-halves"]);
-    let e = t.client.tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "bad..name" }));
+    let e = t
+        .client
+        .tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "bad..name" }));
     assert_eq!(e.code, 1006, "{e}");
     assert_contains(&e.message, "`bad..name` is not a valid git branch name");
     let e = t.client.tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "main" }));
@@ -222,7 +224,9 @@ fn a_caller_chosen_branch_replaces_forge_name_and_survives_a_restart() {
     assert_contains(&e.message, "`branch`");
     assert_eq!(t.count("SELECT count(*) FROM loops WHERE ?1 = ?1", ""), 0, "refusals create nothing");
 
-    let out = t.client.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "feature/halves" }));
+    let out = t
+        .client
+        .tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "feature/halves" }));
     let name = out.data["loopName"].as_str().expect("loopName").to_string();
     assert_eq!(name, "two-halves-1");
     assert_eq!(out.data["branch"], json!("feature/halves"));
@@ -289,7 +293,11 @@ fn the_auditor_variant_does_not_inherit_and_last_used_variants_apply() {
     let first = t.execute("Plain plan", UNSECTIONED);
     assert_eq!(t.wait_end(&first)["status"], json!("completed"), "{}", t.report());
     let tail = |k: usize| {
-        t.state_file(&format!("args-{k}")).unwrap_or_default().split_once(' ').map(|x| x.1.trim().to_string()).unwrap_or_default()
+        t.state_file(&format!("args-{k}"))
+            .unwrap_or_default()
+            .split_once(' ')
+            .map(|x| x.1.trim().to_string())
+            .unwrap_or_default()
     };
     assert_eq!(tail(1), "m= v=", "no model configured: no variant is sent either");
     // With a model the variant is sent; the auditor gets none.

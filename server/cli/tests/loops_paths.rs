@@ -101,9 +101,9 @@ fn audits_scope_to_the_base_commit_then_to_the_section_checkpoint() {
     let end = t.wait_end(&name);
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
     let base = t.strings("SELECT base_commit FROM loops WHERE loop_name = ?1", &name)[0].clone();
-    let cp0 =
-        t.strings("SELECT checkpoint_commit FROM section_plans WHERE loop_name = ?1 AND section_index = 0", &name)[0]
-            .clone();
+    let cp0 = t
+        .strings("SELECT checkpoint_commit FROM section_plans WHERE loop_name = ?1 AND section_index = 0", &name)[0]
+        .clone();
     let first = t.state_file("prompt-2").unwrap();
     assert_contains(&first, &format!("the loop's base commit (`{base}`)"));
     assert_contains(&first, &format!("git diff {base}"));

@@ -537,7 +537,8 @@ pub fn snapshot(worktree: &Path, ref_name: &str, message: &str) -> Result<String
     let sig = signature(&repo).ctx("build the commit signature", worktree)?;
     let message = format!("{}\n", message.trim_end());
     let id = repo.commit(None, &sig, &sig, &message, &tree, &[&parent]).ctx("commit the snapshot", worktree)?;
-    repo.reference(ref_name, id, true, "forge-lsp: attempt snapshot").ctx(&format!("create the ref {ref_name}"), worktree)?;
+    repo.reference(ref_name, id, true, "forge-lsp: attempt snapshot")
+        .ctx(&format!("create the ref {ref_name}"), worktree)?;
     Ok(id.to_string())
 }
 

@@ -282,7 +282,10 @@ impl Runner {
                     )
                     .optional()?
                     .flatten();
-                Ok(db::busy_others(c, &p, &n, &me)?.into_iter().filter(|s| Some(s) != standby.as_ref()).collect::<Vec<_>>())
+                Ok(db::busy_others(c, &p, &n, &me)?
+                    .into_iter()
+                    .filter(|s| Some(s) != standby.as_ref())
+                    .collect::<Vec<_>>())
             })
             .await;
         res.unwrap_or_else(|e| {
@@ -314,11 +317,7 @@ impl Runner {
             // auditor model with the auditor's variant.
             Role::PostAction => match self.config.post_action_model.clone().filter(|_| !self.post_action_fallback) {
                 Some(m) => ("code", Some(m), None),
-                None => (
-                    "code",
-                    self.auditor_chain().first().cloned().flatten(),
-                    self.config.auditor_variant.clone(),
-                ),
+                None => ("code", self.auditor_chain().first().cloned().flatten(), self.config.auditor_variant.clone()),
             },
             Role::Coder => ("code", self.config.execution_model.clone(), self.config.execution_variant.clone()),
         };
@@ -1153,7 +1152,8 @@ fn last_audit_text(
     record: &db::Pending,
     clean: bool,
 ) -> rusqlite::Result<Option<String>> {
-    let Ok(handoff::StoredHandoff::Auditor(a)) = handoff::parse_stored(Role::Auditor, &record.payload.to_string()) else {
+    let Ok(handoff::StoredHandoff::Auditor(a)) = handoff::parse_stored(Role::Auditor, &record.payload.to_string())
+    else {
         return Ok(None);
     };
     let blocking = if clean { 0 } else { prompt_context::outstanding(tx, row)?.len().max(1) as u32 };

@@ -174,7 +174,10 @@ fn render_status(
     if let Some(r) = &l.termination_reason {
         out.push_str(&format!("Reason: {r}\n"));
     }
-    out.push_str(&format!("\n[History: transitions and plan amendments]({})\n", link(&ForgeUri::LoopHistory(name.to_string()))));
+    out.push_str(&format!(
+        "\n[History: transitions and plan amendments]({})\n",
+        link(&ForgeUri::LoopHistory(name.to_string()))
+    ));
     for i in 0..l.total_sections {
         out.push_str(&format!(
             "{}- [section {}]({})\n",

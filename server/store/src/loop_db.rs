@@ -380,7 +380,13 @@ pub fn history(
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?
         .into_iter()
-        .map(|(rationale, at_section, b, a, at)| AmendmentEntry { rationale, at_section, before: parse(b), after: parse(a), at })
+        .map(|(rationale, at_section, b, a, at)| AmendmentEntry {
+            rationale,
+            at_section,
+            before: parse(b),
+            after: parse(a),
+            at,
+        })
         .collect();
     Ok((transitions, amendments))
 }

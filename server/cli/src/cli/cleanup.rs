@@ -247,8 +247,13 @@ enum Item {
     Branch(String),
     /// The attempt snapshot refs `refs/forge/<name>/…` (how many exist).
     SnapshotRefs(usize),
-    LoopRow { status: String },
-    LoopPlan { id: i64, updated_at: i64 },
+    LoopRow {
+        status: String,
+    },
+    LoopPlan {
+        id: i64,
+        updated_at: i64,
+    },
 }
 
 /// What `cleanup loop` will do.
