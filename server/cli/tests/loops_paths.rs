@@ -172,3 +172,40 @@ fn a_restart_rebuilds_a_missing_worktree_from_its_branch() {
     assert_contains(&e.message, "its branch is gone");
     assert_eq!(t2.loop_row(&lost)["status"], json!("cancelled"));
 }
+
+/// The non-busy stall path: when no turn is running (here: persisting the coder's handoff
+/// failed, so no next turn was started) for `loop.stallTimeoutMs`, the watchdog counts a
+/// stall and re-sends the phase prompt to the same session (not the busy path's continue
+/// nudge); once the store works again the loop goes on normally.
+#[test]
+fn a_loop_with_no_turn_running_is_re_triggered_by_the_stall_watchdog() {
+    let t = LoopTest::start("clean", "[loop]\nstallTimeoutMs = 1000\nmaxConsecutiveStalls = 5\n");
+    let db = rusqlite::Connection::open(t.sb.db_path()).expect("open forge.db");
+    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER test_fail_phase BEFORE UPDATE OF phase ON loops WHEN NEW.phase = 'auditing'
+         BEGIN SELECT RAISE(ABORT, 'planted failure of the test'); END;",
+    )
+    .expect("plant the trigger");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    common::wait_for(LOOP_WAIT, || {
+        (t.count("SELECT stall_count FROM loops WHERE loop_name = ?1", &name) >= 1).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no stall counted{}", t.report()));
+    db.execute_batch("DROP TRIGGER test_fail_phase").expect("drop the trigger");
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let turns = t.turns();
+    let coders: Vec<&(String, String, u32)> = turns.iter().filter(|x| x.0 == "coder").collect();
+    assert!(coders.len() >= 2, "the phase was re-triggered: {turns:?}");
+    assert!(coders.iter().all(|c| c.1 == coders[0].1), "the same session: {turns:?}");
+    let first = t.state_file("prompt-1").unwrap();
+    assert_eq!(t.state_file("prompt-2").unwrap(), first, "the phase prompt again, not a continue nudge");
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1",
+            "terminate completed auditing->- it=1 status=completed reason=completed",
+        ],
+    );
+}
