@@ -192,7 +192,9 @@ async fn run(
                 r.capture_usage().await;
                 // The turn-end sequence waits while another session of the loop (not the
                 // standby) is busy or retrying; a status that cannot be read keeps it waiting.
-                let others = r.others_busy().await;
+                // Post-action is the exception: an assistant error completes before the wait.
+                let skip_wait = r.live.role == Role::PostAction && matches!(outcome, TurnOutcome::Error(_));
+                let others = if skip_wait { vec![] } else { r.others_busy().await };
                 if !others.is_empty() {
                     if r.deferred_since.is_none() {
                         tracing::info!(loop_name = %r.loop_name, ?others, "turn end deferred: other loop sessions are busy");
