@@ -4,7 +4,7 @@
 use crate::text::iso_millis;
 
 /// What the formatter needs of one loop.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct LoopView {
     pub name: String,
     pub status: String,
@@ -29,6 +29,8 @@ pub struct LoopView {
     /// Whether a session of the loop is busy right now.
     pub busy: bool,
     pub last_activity_at: Option<i64>,
+    /// Cumulative usage (stored rows, the live session merged), when any was captured.
+    pub usage: Option<crate::usage::Totals>,
 }
 
 /// `<h>h <m>m`, `<m>m <s>s` or `<s>s`.
@@ -79,6 +81,9 @@ pub fn render_list(loops: &[LoopView], now: i64) -> String {
                 duration(end - l.started_at),
                 l.completed_at.map(iso_millis).unwrap_or_else(|| "unknown".into())
             ));
+            if let Some(u) = &l.usage {
+                out.insert_str(out.len() - 1, &format!("   Usage: {}\n", crate::usage::line(u)));
+            }
         }
         if items.len() > limit {
             out.push_str(&format!("   ... and {} more\n\n", items.len() - limit));
@@ -102,6 +107,9 @@ pub fn render_list(loops: &[LoopView], now: i64) -> String {
             duration(now - l.started_at),
             if l.busy { "busy" } else { "idle" }
         ));
+        if let Some(u) = &l.usage {
+            out.insert_str(out.len() - 1, &format!("   Usage: {}\n", crate::usage::line(u)));
+        }
     }
     if !done.is_empty() {
         out.push_str("Recent Loops:\n\n");
@@ -184,6 +192,15 @@ mod tests {
         let t = render_list(&[run.clone(), done], 7_200_000);
         assert!(t.starts_with("Active Loops (1)\n\n1. live\n   Phase: coding | Iteration: 2 (unlimited) | Section: 2/4 | Duration: 2h 0m"), "{t}");
         assert!(t.contains("Recent Loops:"));
+        // Usage shows for completed loops too, under the loop's line.
+        let mut used = v("spent", "completed");
+        used.usage =
+            Some(crate::usage::Totals { cost: 0.25, input: 1500, output: 20, messages: 2, ..Default::default() });
+        let t = render_list(&[used], 1000);
+        assert!(
+            t.contains("1. spent\n   Status: unknown | Iterations: 2 | Duration: 1s | Completed: unknown\n   Usage: $0.2500 | Tokens: 1.5k in / 20 out / 0 reasoning / 0 cache read / 0 cache write\n\n"),
+            "{t}"
+        );
         let d = render_detail(&run, "Restart: available with force=true", 1000);
         assert!(d.starts_with("Loop Status\n\nName: live\n"));
         assert!(d.contains("Section: 2/4 Phase 2") && d.ends_with("Restart: available with force=true"));

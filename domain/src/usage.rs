@@ -121,7 +121,8 @@ pub fn tokens(n: u64) -> String {
     }
 }
 
-fn line(t: &Totals) -> String {
+/// `$cost | Tokens: … in / … out / …`: one line of totals.
+pub fn line(t: &Totals) -> String {
     format!(
         "${:.4} | Tokens: {} in / {} out / {} reasoning / {} cache read / {} cache write",
         t.cost,
@@ -131,6 +132,35 @@ fn line(t: &Totals) -> String {
         tokens(t.cache_read),
         tokens(t.cache_write)
     )
+}
+
+/// One usage row for display: (model, role, totals).
+pub type UsageRow = (String, String, Totals);
+
+/// The usage rows of a loop for display, `(model, role, totals)`: the stored rows
+/// `(session, model, role, totals)` with those of the live session replaced by its live
+/// totals, so the session whose turn is running is counted once, with its newest output.
+/// Without live totals (no live session, or nothing reported yet) the stored rows stand.
+pub fn merge_live(stored: &[(String, String, String, Totals)], live: Option<(&str, &[UsageRow])>) -> Vec<UsageRow> {
+    let live = live.filter(|(_, rows)| !rows.is_empty());
+    let mut out: Vec<(String, String, Totals)> = stored
+        .iter()
+        .filter(|(sid, ..)| live.is_none_or(|(l, _)| sid != l))
+        .map(|(_, m, r, t)| (m.clone(), r.clone(), *t))
+        .collect();
+    if let Some((_, rows)) = live {
+        out.extend(rows.iter().cloned());
+    }
+    out
+}
+
+/// The sum of rows.
+pub fn total(rows: &[(String, String, Totals)]) -> Totals {
+    let mut t = Totals::default();
+    for (_, _, r) in rows {
+        t.add(r);
+    }
+    t
 }
 
 /// The usage block from rows `(model, role, totals)`; empty when there are none.
@@ -185,6 +215,26 @@ mod tests {
             Reuse::Fresh,
             "the last message counts, with cache"
         );
+    }
+
+    #[test]
+    fn merge_live_counts_the_live_session_once() {
+        let t = |input: u64| Totals { input, messages: 1, ..Default::default() };
+        let stored = vec![
+            ("s1".to_string(), "m".to_string(), "code".to_string(), t(100)),
+            ("s2".to_string(), "m".to_string(), "auditor".to_string(), t(10)),
+        ];
+        let live = vec![("m".to_string(), "auditor".to_string(), t(30))];
+        type Case<'a> = (&'a str, Option<(&'a str, &'a [UsageRow])>, u64);
+        let cases: Vec<Case> = vec![
+            ("no live session", None, 110),
+            ("live session replaces its stored rows", Some(("s2", &live)), 130),
+            ("a live session without stored rows adds", Some(("s3", &live)), 140),
+            ("nothing reported live yet keeps the stored rows", Some(("s2", &[])), 110),
+        ];
+        for (name, l, want) in cases {
+            assert_eq!(total(&merge_live(&stored, l)).input, want, "{name}");
+        }
     }
 
     #[test]

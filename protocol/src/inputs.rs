@@ -216,6 +216,11 @@ pub struct ExecutePlanInput {
     /// Execution mode: loop (default) or new-session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ExecuteMode>,
+    /// Optional git branch for the loop's worktree, used instead of `forge/<name>`. It must
+    /// not exist yet (the loop creates it from HEAD); loop mode only. The loop name is
+    /// still reserved against `forge/<name>`; `cleanup loop` keeps a branch outside `forge/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 /// `forge.loop-cancel`

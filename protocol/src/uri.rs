@@ -14,6 +14,8 @@ pub enum ForgeUri {
     LoopSection(String, u32),
     /// `forge://loop/<loopName>/status.md`
     LoopStatus(String),
+    /// `forge://loop/<loopName>/history.md`
+    LoopHistory(String),
     /// `forge://index.md`
     Index,
 }
@@ -77,6 +79,10 @@ impl ForgeUri {
                 let name = decode(name)?;
                 (!name.is_empty()).then_some(Self::LoopStatus(name))
             }
+            ["loop", name, "history.md"] => {
+                let name = decode(name)?;
+                (!name.is_empty()).then_some(Self::LoopHistory(name))
+            }
             _ => None,
         }
     }
@@ -88,6 +94,7 @@ impl ForgeUri {
             Self::LoopPlan(name) => format!("forge://plan/loop/{}.md", encode(name)),
             Self::LoopSection(name, i) => format!("forge://loop/{}/section/{i}.md", encode(name)),
             Self::LoopStatus(name) => format!("forge://loop/{}/status.md", encode(name)),
+            Self::LoopHistory(name) => format!("forge://loop/{}/history.md", encode(name)),
             Self::Index => "forge://index.md".to_string(),
         }
     }
@@ -115,6 +122,7 @@ mod tests {
             ForgeUri::LoopPlan("add-oauth".into()),
             ForgeUri::LoopSection("add-oauth".into(), 3),
             ForgeUri::LoopStatus("add-oauth".into()),
+            ForgeUri::LoopHistory("add-oauth".into()),
             ForgeUri::Index,
         ] {
             assert_eq!(ForgeUri::parse(&u.to_uri()), Some(u));

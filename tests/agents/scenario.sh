@@ -19,7 +19,22 @@
 #               the auditor tries loop-handoff as the previous coder session and a call with
 #               a forged token, waits for `auditor-go`, then hands off clean
 #     double    the coder calls loop-handoff twice in one turn (first, then second summary)
+#     abortaudit the first audit records a clean handoff, then is killed by a signal (SIGKILL)
+#     abortcoder the coder is killed by a signal (SIGKILL) without handing off
+#     subagent  the coder waits for `coder-go`, tries loop-handoff (saved as first-handoff),
+#               waits for `coder-go2`, hands off, then waits for `coder-go3` before it ends
+#     adjustbad the first coder tries plan-adjust; the first audit waits for `adjust-go`, tries
+#               plan-adjust with a completed pending section, over 24 sections and a blank
+#               rationale (adjust-completed/-over/-blank), then waits for `adjust-end`
+# A session without a role (execute-plan mode new-session) saves its environment as
+# newsession.env, tries plan-write and plan-read (newsession-write, newsession-read) and exits.
+#     holdafter the first coder turn hands off, then waits for `coder-release` before it ends
 # Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
+# Every turn saves its arguments (the expanded agent.command after the script) as args-<n>;
+# with FORGE_TEST_FAIL_MODEL=<model>, a turn whose arguments include <model> fails (exit 1,
+# "model error: ...") before doing anything.
+# With FORGE_TEST_USAGE=1 every turn also reports one usage line (model test/usage, 1000
+# input and 10 output tokens, $0.01) to $FORGE_DATA_DIR/usage/<session>.jsonl.
 set -uo pipefail
 state=${FORGE_TEST_STATE:?FORGE_TEST_STATE must be set}
 scenario=${FORGE_TEST_SCENARIO:-clean}
@@ -35,6 +50,18 @@ bump() {
 turn=$(bump turns)
 echo "$turn $FORGE_ROLE $FORGE_SESSION_ID $$" >> "$state/turns"
 printf '%s' "$prompt" > "$state/prompt-$turn"
+
+printf '%s\n' "$*" > "$state/args-$turn"
+if [ -n "${FORGE_TEST_FAIL_MODEL:-}" ]; then
+  for a in "$@"; do
+    [ "$a" = "$FORGE_TEST_FAIL_MODEL" ] && { echo "model error: $a is not available" >&2; exit 1; }
+  done
+fi
+
+if [ "${FORGE_TEST_USAGE:-}" = 1 ]; then
+  mkdir -p "$FORGE_DATA_DIR/usage"
+  echo '{"model":"test/usage","input":1000,"output":10,"cost":0.01}' >> "$FORGE_DATA_DIR/usage/$FORGE_SESSION_ID.jsonl"
+fi
 
 # run NAME CMD...: runs CMD, saving its stdout, stderr and exit code as NAME.out/.err/.code.
 run() {
@@ -105,6 +132,30 @@ case "$FORGE_ROLE:$scenario" in
     run first coder_handoff "FIRST-CALL summary"
     run second coder_handoff "SECOND-CALL summary"
     ;;
+  coder:abortcoder)
+    echo "working" >> work.txt
+    kill -KILL $$
+    ;;
+  coder:subagent)
+    echo "turn $turn" >> work.txt
+    if [ "$turn" = 1 ]; then
+      await coder-go
+      run first-handoff coder_handoff "refused while a subagent is busy"
+      await coder-go2
+      coder_handoff "after the subagent settled"
+      await coder-go3
+    else
+      coder_handoff "turn $turn"
+    fi
+    ;;
+  coder:adjustbad)
+    [ "$turn" = 1 ] && run coder-adjust forge-lsp call plan-adjust '{"sections":[],"rationale":"coder tries"}'
+    code
+    ;;
+  coder:holdafter)
+    code
+    [ "$turn" = 1 ] && await coder-release
+    ;;
   coder:*)
     code
     ;;
@@ -134,6 +185,25 @@ case "$FORGE_ROLE:$scenario" in
     fi
     audit_clean
     ;;
+  auditor:abortaudit)
+    audit_clean
+    [ "$(bump audits)" = 1 ] && kill -KILL $$
+    ;;
+  auditor:adjustbad)
+    if [ "$(bump adjustbad)" = 1 ]; then
+      if [ "$(section)" = none ]; then
+        run adjust-unsectioned forge-lsp call plan-adjust '{"sections":[],"rationale":"r"}'
+      else
+        await adjust-go
+        run adjust-completed forge-lsp call plan-adjust '{"sections":[{"title":"T","content":"C"}],"rationale":"r"}'
+        secs=$(printf '{"title":"S","content":"C"},%.0s' $(seq 24))
+        run adjust-over forge-lsp call plan-adjust "{\"sections\":[${secs%,}],\"rationale\":\"too many\"}"
+        run adjust-blank forge-lsp call plan-adjust '{"currentSection":{"title":"T","content":"C"},"rationale":"  "}'
+        await adjust-end
+      fi
+    fi
+    audit_clean
+    ;;
   auditor:identity)
     read -r cid ctok < "$state/coder.cred"
     run stale-handoff env FORGE_SESSION_ID="$cid" FORGE_SESSION_TOKEN="$ctok" forge-lsp call loop-handoff '{}' --json
@@ -146,6 +216,13 @@ case "$FORGE_ROLE:$scenario" in
     ;;
   post_action:*)
     post_action
+    ;;
+  :*)
+    env | grep -E '^FORGE_(SESSION_ID|SESSION_TOKEN|LOOP|ROLE|AGENT|LSP_SOCKET)=' | sort > "$state/newsession.env"
+    pwd > "$state/newsession.cwd"
+    run newsession-write forge-lsp call plan-write '{"content":"# Mine\n"}'
+    run newsession-read forge-lsp call section-read '{}'
+    echo "done" > "$state/newsession.done"
     ;;
 esac
 echo "turn $turn done"

@@ -21,8 +21,8 @@ pub mod validate;
 
 pub use format::{deleted_message, duplicate_message, filter_pattern, render_findings, sort_findings, stored_message};
 pub use scope::{
-    audit_is_clean, blocking, delete_filter, matches_filter, read_plan, write_section, DeleteFilter, LoopScope,
-    ReadPlan, SectionFilter,
+    audit_is_clean, blocking, current_section_bugs, delete_filter, matches_filter, read_plan, write_section,
+    DeleteFilter, LoopScope, ReadPlan, SectionFilter,
 };
 pub use validate::{attempts_exclusive, attempts_page, findings_page, validate_write, MAX_FILE_BYTES, MAX_TEXT_BYTES};
 

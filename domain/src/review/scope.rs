@@ -217,6 +217,14 @@ pub fn blocking(findings: &[Finding], sectioned_current: Option<u32>) -> Vec<&Fi
         .collect()
 }
 
+/// Bug findings attributed to exactly section `k` (not cross-section, not earlier or
+/// later sections): what decides whether a restart into section coding uses the
+/// continuation prompt (seeds "Restart Semantics": "outstanding bug findings for the
+/// current section").
+pub fn current_section_bugs(findings: &[Finding], k: u32) -> usize {
+    findings.iter().filter(|f| f.severity == Severity::Bug && f.section_index == Some(k)).count()
+}
+
 /// The audit verdict from the findings store: clean when nothing blocks
 /// ([`blocking`]); a non-sectioned loop also needs at least one completed audit.
 /// (A clean section audit additionally needs the auditor's summary; that lives in
@@ -304,6 +312,25 @@ mod tests {
 
     fn num(s: &str) -> serde_json::Number {
         serde_json::from_str(s).expect("test number")
+    }
+
+    #[test]
+    fn current_section_bugs_count_only_the_section_itself() {
+        use Severity::*;
+        type Case<'a> = (&'a str, Vec<(Severity, Option<u32>)>, u32, usize);
+        let cases: Vec<Case> = vec![
+            ("none", vec![], 1, 0),
+            ("a bug of the section", vec![(Bug, Some(1))], 1, 1),
+            ("a warning of the section", vec![(Warning, Some(1))], 1, 0),
+            ("cross-section bugs block but are not the section's", vec![(Bug, None)], 1, 0),
+            ("an earlier section's bug", vec![(Bug, Some(0))], 1, 0),
+            ("a later section's bug", vec![(Bug, Some(2))], 1, 0),
+            ("mixed", vec![(Bug, Some(1)), (Bug, None), (Bug, Some(0)), (Bug, Some(1)), (Warning, Some(1))], 1, 2),
+        ];
+        for (name, fs, k, want) in cases {
+            let list: Vec<Finding> = fs.iter().enumerate().map(|(i, (s, sec))| finding(i as i64, *s, *sec)).collect();
+            assert_eq!(current_section_bugs(&list, k), want, "{name}");
+        }
     }
 
     fn finding(id: i64, severity: Severity, section: Option<u32>) -> Finding {

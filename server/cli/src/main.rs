@@ -47,7 +47,7 @@ enum Cmd {
         /// Print the whole result ({ text, data }) as JSON.
         #[arg(long)]
         json: bool,
-        /// Calling agent: user (default), architect, code, auditor, auditor-loop, minion.
+        /// Calling agent: user (default, or FORGE_AGENT), architect, code, auditor, auditor-loop, minion.
         #[arg(long)]
         agent: Option<String>,
         /// Session id (default: FORGE_SESSION_ID, else a fresh id).
@@ -120,7 +120,8 @@ fn main() {
                 tool,
                 input,
                 json,
-                agent,
+                // An agent started by forge-lsp says what it is (FORGE_AGENT).
+                agent: agent.or_else(|| std::env::var("FORGE_AGENT").ok().filter(|a| !a.trim().is_empty())),
                 session,
                 data_dir: cli.data_dir,
                 project,

@@ -438,3 +438,22 @@ fn the_first_connection_sweeps_expired_terminal_loops_of_its_project() {
     assert!(branch_exists(&repo, "forge/old-cancelled"));
     c.shutdown_exit();
 }
+
+/// `cleanup loop` also removes the loop's attempt snapshot refs (`refs/forge/<name>/…`) and
+/// no other loop's.
+#[test]
+fn cleanup_loop_removes_the_attempt_snapshot_refs() {
+    let (sb, repo) = setup();
+    add_loop(&sb, &repo, "alpha", "cancelled", "forge/alpha");
+    let head = repo.git(&["rev-parse", "HEAD"]).trim().to_string();
+    repo.git(&["update-ref", "refs/forge/alpha/attempts/section-0-1", &head]);
+    repo.git(&["update-ref", "refs/forge/alpha/attempts/section-0-2", &head]);
+    repo.git(&["update-ref", "refs/forge/alphabet/attempts/plan-1", &head]);
+    let dry = cleanup(&sb, &repo.path, &["loop", "alpha", "--dry-run"]);
+    let listed = lines_with(ok(&dry), "would remove: ");
+    assert!(listed.contains(&"2 attempt snapshot ref(s) refs/forge/alpha/"), "{}", dry.stdout);
+    let real = cleanup(&sb, &repo.path, &["loop", "alpha"]);
+    assert_eq!(lines_with(ok(&real), "removed: "), listed);
+    let refs = repo.git(&["for-each-ref", "--format=%(refname)", "refs/forge/"]);
+    assert_eq!(refs.trim(), "refs/forge/alphabet/attempts/plan-1", "only alpha's refs are gone");
+}

@@ -16,8 +16,12 @@ const REUSE_50: &str = "[loop.sessionReuse]\ncoderContextPercent = 50\n";
 
 fn compact_script(t: &LoopTest) -> String {
     let p = t.state.join("compact.sh");
-    std::fs::write(&p, "#!/bin/sh\necho \"compact $FORGE_SESSION_ID $FORGE_ROLE\" >> \"$FORGE_TEST_STATE/compacted\"\necho compacted\n")
-        .unwrap();
+    // It takes a second, so a test can look at the session while it compacts.
+    std::fs::write(
+        &p,
+        "#!/bin/sh\necho \"compact $FORGE_SESSION_ID $FORGE_ROLE\" >> \"$FORGE_TEST_STATE/compacted\"\nsleep 1\necho compacted\n",
+    )
+    .unwrap();
     let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
     p.display().to_string()
 }
@@ -29,6 +33,11 @@ fn a_standby_over_its_threshold_is_compacted_then_resumed() {
     change_config(&t, json!({ "agent": { "compactCommand": [compact_script(&t), "{session}"] } }));
     std::thread::sleep(QUIET);
     let name = t.execute("One step", ONE_SECTION);
+    // While it compacts, the standby session is busy (other sessions of the loop see it).
+    let compacting = t.wait_state_file("compacted");
+    let sid = compacting.split_whitespace().nth(1).expect("session").to_string();
+    let status = t.strings("SELECT status FROM loop_sessions WHERE session_id = ?1", &sid);
+    assert_eq!(status, ["busy"], "the compacting standby is busy{}", t.report());
     let end = t.wait_end(&name);
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
     let turns = labelled(&arg_turns(&t));

@@ -66,6 +66,8 @@ impl Ty {
 const KEYS: &[(&str, Ty)] = &[
     ("executionModel", Ty::Str),
     ("auditorModel", Ty::Str),
+    ("executionVariant", Ty::Str),
+    ("auditorVariant", Ty::Str),
     ("auditorFallbackModels", Ty::StrList),
     ("loop.enabled", Ty::Bool),
     ("loop.defaultMaxIterations", Ty::UInt),
@@ -101,6 +103,10 @@ pub struct ConfigError(pub String);
 pub struct Config {
     pub execution_model: Option<String>,
     pub auditor_model: Option<String>,
+    /// `executionVariant`: the coder's model variant (`{variant}` of agent.command).
+    pub execution_variant: Option<String>,
+    /// `auditorVariant`: the auditor's model variant (never inherits executionVariant).
+    pub auditor_variant: Option<String>,
     pub auditor_fallback_models: Vec<String>,
     pub loop_enabled: bool,
     pub default_max_iterations: u64,
@@ -134,6 +140,8 @@ impl Default for Config {
         Config {
             execution_model: None,
             auditor_model: None,
+            execution_variant: None,
+            auditor_variant: None,
             auditor_fallback_models: vec![],
             loop_enabled: true,
             default_max_iterations: 0,
@@ -269,6 +277,8 @@ impl Loader {
         Config {
             execution_model: s("executionModel"),
             auditor_model: s("auditorModel"),
+            execution_variant: s("executionVariant"),
+            auditor_variant: s("auditorVariant"),
             auditor_fallback_models: m
                 .get("auditorFallbackModels")
                 .and_then(Value::as_array)

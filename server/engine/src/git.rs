@@ -355,6 +355,17 @@ pub fn delete_branch(repo_dir: &Path, branch: &str) -> Result<(), GitError> {
     if !branch.starts_with(FORGE_BRANCH_PREFIX) {
         return Err(GitError::NotForgeBranch { branch: branch.to_string() });
     }
+    delete_created_branch(repo_dir, branch)
+}
+
+/// Whether `name` is a valid short branch name (as `git check-ref-format --branch`).
+pub fn is_valid_branch_name(name: &str) -> bool {
+    valid_branch_name(name)
+}
+
+/// Delete a branch the loop start itself just created, whatever its prefix (the rollback
+/// of a failed start with a caller-chosen branch). A missing branch is not an error.
+pub fn delete_created_branch(repo_dir: &Path, branch: &str) -> Result<(), GitError> {
     let repo = discover(repo_dir)?;
     let repo_path = repo_display_path(&repo);
     if !valid_branch_name(branch) {
@@ -501,6 +512,103 @@ pub fn changes_since(worktree: &Path, since: &str) -> Result<(Vec<String>, Vec<S
     untracked.sort();
     untracked.dedup();
     Ok((tracked.into_iter().map(|(_, l)| l).collect(), untracked))
+}
+
+/// An attempt snapshot: a commit of the worktree's current state (tracked changes and
+/// untracked files, as [`checkpoint`] would stage them) whose parent is HEAD, kept alive by
+/// the ref `ref_name` (e.g. `refs/forge/<loop>/attempt/<scope>/<n>`). Neither HEAD, the
+/// branch nor the on-disk index moves: the staging happens in memory only. Returns the
+/// commit id.
+pub fn snapshot(worktree: &Path, ref_name: &str, message: &str) -> Result<String, GitError> {
+    let repo = open_worktree(worktree)?;
+    let mut index = repo.index().ctx("read the index", worktree)?;
+    let mut skip_embedded = |path: &Path, _spec: &[u8]| -> i32 {
+        let is_dir_entry = path.as_os_str().as_encoded_bytes().ends_with(b"/");
+        let full = worktree.join(path);
+        let is_dir = fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir());
+        i32::from(is_dir_entry || (is_dir && full.join(".git").exists()))
+    };
+    index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_embedded)).ctx("stage changes", worktree)?;
+    index.update_all(["*"], None).ctx("stage deletions", worktree)?;
+    // Not `index.write()`: the worktree's own index file stays as the agent left it.
+    let tree_id = index.write_tree().ctx("write a tree of the worktree", worktree)?;
+    let parent = head_commit_of(&repo, worktree)?;
+    let tree = repo.find_tree(tree_id).ctx("read the snapshot tree", worktree)?;
+    let sig = signature(&repo).ctx("build the commit signature", worktree)?;
+    let message = format!("{}\n", message.trim_end());
+    let id = repo.commit(None, &sig, &sig, &message, &tree, &[&parent]).ctx("commit the snapshot", worktree)?;
+    repo.reference(ref_name, id, true, "forge-lsp: attempt snapshot")
+        .ctx(&format!("create the ref {ref_name}"), worktree)?;
+    Ok(id.to_string())
+}
+
+/// `git diff --numstat`-like summary from commit `from` to commit `to`: one line per
+/// changed file (`M path +a -d`, `A`, `D`, `R old -> new`; binary files `-` counts),
+/// after a first line `N file(s) changed, +A -D`; "no changes" when the trees are equal.
+pub fn diff_summary(worktree: &Path, from: &str, to: &str) -> Result<String, GitError> {
+    let repo = open_worktree(worktree)?;
+    let a = resolve_commit(&repo, worktree, from)?;
+    let b = resolve_commit(&repo, worktree, to)?;
+    let ta = repo.find_commit(a).and_then(|c| c.tree()).ctx(&format!("read the tree of {from}"), worktree)?;
+    let tb = repo.find_commit(b).and_then(|c| c.tree()).ctx(&format!("read the tree of {to}"), worktree)?;
+    let mut diff = repo.diff_tree_to_tree(Some(&ta), Some(&tb), None).ctx(&format!("diff {from}..{to}"), worktree)?;
+    diff.find_similar(Some(DiffFindOptions::new().renames(true))).ctx("detect renames", worktree)?;
+    let mut lines = Vec::new();
+    let (mut adds, mut dels) = (0usize, 0usize);
+    for i in 0..diff.deltas().len() {
+        let Some(delta) = diff.get_delta(i) else { continue };
+        let old = delta.old_file().path().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let new = delta.new_file().path().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = match delta.status() {
+            git2::Delta::Added | git2::Delta::Copied => format!("A {new}"),
+            git2::Delta::Deleted => format!("D {old}"),
+            git2::Delta::Renamed => format!("R {old} -> {new}"),
+            _ => format!("M {new}"),
+        };
+        let counts = match git2::Patch::from_diff(&diff, i).ctx("count changed lines", worktree)? {
+            Some(patch) if !delta.flags().is_binary() => {
+                let (_, a, d) = patch.line_stats().ctx("count changed lines", worktree)?;
+                adds += a;
+                dels += d;
+                format!("+{a} -{d}")
+            }
+            _ => "binary".to_string(),
+        };
+        lines.push(format!("{name} {counts}"));
+    }
+    if lines.is_empty() {
+        return Ok("no changes".into());
+    }
+    let n = lines.len();
+    let head = format!("{n} file{} changed, +{adds} -{dels}", if n == 1 { "" } else { "s" });
+    Ok(std::iter::once(head).chain(lines).collect::<Vec<_>>().join("\n"))
+}
+
+fn refs_under(repo: &Repository, repo_dir: &Path, prefix: &str) -> Result<Vec<String>, GitError> {
+    Ok(repo
+        .references()
+        .ctx("list refs", repo_dir)?
+        .filter_map(|r| r.ok().and_then(|r| r.name().map(String::from)))
+        .filter(|n| n.starts_with(prefix))
+        .collect())
+}
+
+/// How many refs exist under `prefix`.
+pub fn count_refs(repo_dir: &Path, prefix: &str) -> Result<usize, GitError> {
+    let repo = discover(repo_dir)?;
+    Ok(refs_under(&repo, repo_dir, prefix)?.len())
+}
+
+/// Deletes every ref under `prefix` (e.g. `refs/forge/<loop>/`); missing refs are fine.
+pub fn delete_refs(repo_dir: &Path, prefix: &str) -> Result<usize, GitError> {
+    let repo = discover(repo_dir)?;
+    let names = refs_under(&repo, repo_dir, prefix)?;
+    for n in &names {
+        if let Ok(mut r) = repo.find_reference(n) {
+            r.delete().ctx(&format!("delete the ref {n}"), repo_dir)?;
+        }
+    }
+    Ok(names.len())
 }
 
 /// HEAD commit id of a worktree.

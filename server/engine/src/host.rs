@@ -4,14 +4,15 @@
 //! the configured argv template (`agent.command`) once per turn, in the loop's worktree,
 //! with the prompt on standard input and in `{prompt_file}`, and these variables:
 //! `FORGE_LSP_SOCKET`, `FORGE_SESSION_ID`, `FORGE_SESSION_TOKEN`, `FORGE_LOOP`,
-//! `FORGE_ROLE`, `FORGE_WORKTREE`, `FORGE_DATA_DIR`. The turn ends when the process exits:
+//! `FORGE_ROLE`, `FORGE_WORKTREE`, `FORGE_DATA_DIR`, `FORGE_AGENT` (the agent kind:
+//! `code`, `auditor-loop`; `forge-lsp call` uses it when `--agent` is not given). The turn ends when the process exits:
 //! exit 0 with output is a reply, exit 0 without output is no reply, any other exit is an
 //! assistant error.
 //!
 //! Placeholders: `{session}` (the session id), `{resume}` (the session id on every turn
 //! after the session's first, else empty: an argument that is exactly `{resume}` is then
-//! dropped), `{agent}`, `{model}` (empty when none is configured), `{cwd}`, `{title}`,
-//! `{prompt_file}`.
+//! dropped), `{agent}`, `{model}` (empty when none is configured), `{variant}` (the
+//! model variant, empty when none), `{cwd}`, `{title}`, `{prompt_file}`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -30,6 +31,10 @@ pub enum TurnOutcome {
     NoReply,
     /// Any other exit, or the process could not run: the message says what failed.
     Error(String),
+    /// The process was killed by a signal it did not send itself through Forge (a turn the
+    /// runner ends itself is never reported as a turn end): an aborted session, not an
+    /// assistant error. The message names the signal.
+    Aborted(String),
 }
 
 /// Everything one turn needs.
@@ -42,6 +47,8 @@ pub struct TurnRequest {
     pub role: String,
     pub agent: String,
     pub model: Option<String>,
+    /// The model variant (`{variant}`; empty when none).
+    pub variant: Option<String>,
     pub loop_name: String,
     pub cwd: PathBuf,
     pub title: String,
@@ -85,6 +92,7 @@ pub fn expand(argv: &[String], req: &TurnRequest, prompt_file: &Path) -> Vec<Str
                 .replace("{resume}", resume)
                 .replace("{agent}", &req.agent)
                 .replace("{model}", req.model.as_deref().unwrap_or(""))
+                .replace("{variant}", req.variant.as_deref().unwrap_or(""))
                 .replace("{cwd}", &req.cwd.display().to_string())
                 .replace("{title}", &req.title)
                 .replace("{prompt_file}", &prompt_file.display().to_string())
@@ -179,6 +187,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         .env("FORGE_SESSION_TOKEN", &req.token)
         .env("FORGE_LOOP", &req.loop_name)
         .env("FORGE_ROLE", &req.role)
+        .env("FORGE_AGENT", &req.agent)
         .env("FORGE_WORKTREE", &req.cwd)
         .env("FORGE_DATA_DIR", &req.data_dir)
         .env("FORGE_PROMPT_FILE", &prompt_file)
@@ -241,6 +250,10 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
                 } else {
                     TurnOutcome::NoReply
                 }
+            }
+            Ok(s) if std::os::unix::process::ExitStatusExt::signal(&s).is_some() => {
+                let sig = std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0);
+                TurnOutcome::Aborted(format!("agent killed by signal {sig}"))
             }
             Ok(s) => {
                 let tail: String = err.trim().chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();

@@ -35,7 +35,7 @@ use forge_store::Store;
 /// ([`sandbox::shell`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    StartLoop { title: String, plan: String, loop_name: Option<String> },
+    StartLoop { title: String, plan: String, loop_name: Option<String>, branch: Option<String> },
     NewSession { title: String, plan: String },
     Cancel { loop_name: String },
     Restart { loop_name: String, force: bool },
@@ -85,7 +85,9 @@ impl Engine {
     /// Carries out an effect for the caller `env`.
     pub async fn run(self: &Arc<Self>, effect: Effect, env: Arc<ToolEnv>) -> Result<CommandResult, ToolError> {
         match effect {
-            Effect::StartLoop { title, plan, loop_name } => start::start_loop(self, &env, title, plan, loop_name).await,
+            Effect::StartLoop { title, plan, loop_name, branch } => {
+                start::start_loop(self, &env, title, plan, loop_name, branch).await
+            }
             Effect::NewSession { title, plan } => start::new_session(self, &env, title, plan).await,
             Effect::Cancel { loop_name } => runner::cancel(self, &env, &loop_name).await,
             Effect::Restart { loop_name, force } => start::restart(self, &env, &loop_name, force).await,

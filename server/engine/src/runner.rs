@@ -18,6 +18,7 @@ use forge_domain::loop_machine::{
 };
 use forge_protocol::inputs::AuditSummary;
 use forge_protocol::{CommandResult, ToolError};
+use rusqlite::OptionalExtension;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,6 +34,9 @@ use forge_store::{attempts, now_ms};
 /// The one-line prompt a stalled busy turn gets after it was aborted.
 pub const CONTINUE_NUDGE: &str =
     "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
+
+/// How often a deferred turn end looks again whether the other loop sessions settled.
+const DEFER_POLL: Duration = Duration::from_millis(200);
 
 /// The prompt given (on stdin) to `agent.compactCommand`.
 pub const COMPACT_PROMPT: &str =
@@ -91,6 +95,11 @@ pub struct Runner {
     /// Sessions this runner created: id → (token, turns so far, role). The standby can only
     /// be resumed from here (tokens are stored hashed).
     sessions: std::collections::HashMap<String, (String, u32, Role)>,
+    /// The configured `loop.postAction.model` failed: post-action turns use the auditor
+    /// model with the auditor's variant.
+    post_action_fallback: bool,
+    /// Since when the current turn end waits for other busy sessions of the loop.
+    deferred_since: Option<i64>,
 }
 
 /// What the first turn of a (re)started runner sends.
@@ -135,6 +144,8 @@ pub fn spawn(
         stalls: 0,
         quiet_since: now_ms(),
         sessions: std::collections::HashMap::new(),
+        post_action_fallback: false,
+        deferred_since: None,
     };
     tokio::spawn(run(runner, rx, done_rx));
     handle
@@ -176,8 +187,27 @@ async fn run(
                     continue;
                 }
                 r.live.handle = None;
-                r.write(move |c| db::set_session_status(c, &sid, "idle")).await;
+                let s2 = sid.clone();
+                r.write(move |c| db::set_session_status(c, &s2, "idle")).await;
                 r.capture_usage().await;
+                // The turn-end sequence waits while another session of the loop (not the
+                // standby) is busy or retrying; a status that cannot be read keeps it waiting.
+                // Post-action is the exception: an assistant error completes before the wait.
+                let skip_wait = r.live.role == Role::PostAction && matches!(outcome, TurnOutcome::Error(_));
+                let others = if skip_wait { vec![] } else { r.others_busy().await };
+                if !others.is_empty() {
+                    if r.deferred_since.is_none() {
+                        tracing::info!(loop_name = %r.loop_name, ?others, "turn end deferred: other loop sessions are busy");
+                        r.deferred_since = Some(now_ms());
+                    }
+                    let tx = r.done_tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(DEFER_POLL).await;
+                        let _ = tx.send((sid, turn, outcome));
+                    });
+                    continue;
+                }
+                r.deferred_since = None;
                 if !r.on_turn_end(outcome).await {
                     break;
                 }
@@ -240,26 +270,68 @@ impl Runner {
         row.facts(post_action_configured(&self.config))
     }
 
+    /// Sessions of the loop other than the live one and the standby that are busy or
+    /// retrying (`["unknown"]` when that cannot be read: the deferral fails closed).
+    async fn others_busy(&self) -> Vec<String> {
+        let (p, n, me) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        let res = self
+            .db(move |c| {
+                let standby: Option<String> = c
+                    .query_row(
+                        "SELECT standby_session_id FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                        rusqlite::params![p, n],
+                        |r| r.get(0),
+                    )
+                    .optional()?
+                    .flatten();
+                Ok(db::busy_others(c, &p, &n, &me)?
+                    .into_iter()
+                    .filter(|s| Some(s) != standby.as_ref())
+                    .collect::<Vec<_>>())
+            })
+            .await;
+        res.unwrap_or_else(|e| {
+            tracing::warn!(loop_name = %self.loop_name, "cannot read the loop's session status ({e}); deferring the turn end");
+            vec!["unknown".into()]
+        })
+    }
+
+    /// Marks a session of the loop `busy`, `retry` or `idle`.
+    async fn mark(&self, session: &str, status: &'static str) {
+        let s = session.to_string();
+        self.write(move |c| db::set_session_status(c, &s, status)).await;
+    }
+
     /// Starts a turn of the live session with `prompt`.
     async fn send(&mut self, prompt: String) {
         let Some(row) = self.row().await else { return };
         let argv = self.config.agent_command.clone().unwrap_or_default();
         let role = self.live.role;
-        let (agent, model) = match role {
+        let (agent, model, variant) = match role {
             Role::Auditor => {
-                // The current model of the auditor chain (moved on by a provider limit).
+                // The current model of the auditor chain (moved on by a provider limit); the
+                // auditor variant goes with the chain's first model only.
                 let chain = self.auditor_chain();
                 let i = (row.auditor_fallback_index().max(0) as usize).min(chain.len() - 1);
-                ("auditor-loop", chain[i].clone())
+                ("auditor-loop", chain[i].clone(), self.config.auditor_variant.clone().filter(|_| i == 0))
             }
-            Role::PostAction => ("code", self.config.post_action_model.clone().or(self.config.auditor_model.clone())),
-            Role::Coder => ("code", self.config.execution_model.clone()),
+            // loop.postAction.model is sent without a variant; unset, or after it failed, the
+            // auditor model with the auditor's variant.
+            Role::PostAction => match self.config.post_action_model.clone().filter(|_| !self.post_action_fallback) {
+                Some(m) => ("code", Some(m), None),
+                None => ("code", self.auditor_chain().first().cloned().flatten(), self.config.auditor_variant.clone()),
+            },
+            Role::Coder => ("code", self.config.execution_model.clone(), self.config.execution_variant.clone()),
         };
-        // After a model error the agent's default model, until a successful pass clears it.
+        // After a model error the agent's default model (without a variant), until a
+        // successful pass clears it.
         let model = model.filter(|_| !row.model_failed);
+        let variant = variant.filter(|v| model.is_some() && !v.trim().is_empty());
         let title = session_title(&row, role);
         self.live.turns += 1;
         self.live.last_prompt = prompt.clone();
+        // A new turn replaces any deferred turn end (its outcome no longer matches).
+        self.deferred_since = None;
         let req = TurnRequest {
             argv,
             session_id: self.live.id.clone(),
@@ -267,6 +339,7 @@ impl Runner {
             role: role.as_str().to_string(),
             agent: agent.to_string(),
             model,
+            variant,
             loop_name: self.loop_name.clone(),
             cwd: PathBuf::from(&row.worktree_dir),
             title,
@@ -352,7 +425,7 @@ impl Runner {
             self.quiet_since = activity;
             self.stalls = 0;
         }
-        let busy = self.live.handle.is_some();
+        let busy = self.live.handle.is_some() || self.deferred_since.is_some();
         let limit = if busy { self.config.busy_stall_timeout_ms } else { self.config.stall_timeout_ms } as i64;
         if limit == 0 || now - self.quiet_since < limit {
             return true;
@@ -404,8 +477,46 @@ impl Runner {
             .ok()
             .flatten()
             .filter(|x| x.session_id == sid && x.role == role.as_str());
+        // Re-validated against its role schema on every read (seeds "loop_handoffs"): an
+        // invalid row is logged and discarded, never coerced or partially applied; the turn
+        // then ends as one without a record.
+        let pending = match pending {
+            Some(x) => match handoff::parse_stored(role, &x.payload.to_string()) {
+                Ok(_) => Some(x),
+                Err(e) => {
+                    tracing::warn!(loop_name = %self.loop_name, handoff = x.id, "skipping an invalid pending handoff: {e}");
+                    let id = x.id;
+                    self.write(move |c| db::resolve_handoff(c, id, "discarded", now_ms()).map(|_| ())).await;
+                    None
+                }
+            },
+            None => None,
+        };
 
+        // A post-action turn on the configured loop.postAction.model that failed without a
+        // record: the same prompt once more, on the auditor model with its variant.
+        if let TurnOutcome::Error(msg) = &outcome {
+            if facts.phase == Phase::PostAction
+                && pending.is_none()
+                && !self.post_action_fallback
+                && self.config.post_action_model.is_some()
+                && !row.model_failed
+            {
+                tracing::warn!(loop_name = %self.loop_name, "loop.postAction.model failed ({msg}); falling back to the auditor model");
+                self.post_action_fallback = true;
+                let prompt = self.live.last_prompt.clone();
+                self.send(prompt).await;
+                return true;
+            }
+        }
         let event = match &outcome {
+            // Aborted (killed by a signal, not by us): with this session's record for its
+            // role the record is processed as the handoff (seeds "Auditing", "Behavior");
+            // without one it is a session abort, never an assistant error.
+            TurnOutcome::Aborted(msg) if pending.is_none() => {
+                tracing::warn!(loop_name = %self.loop_name, "the phase session was aborted: {msg}");
+                Event::SessionAborted
+            }
             TurnOutcome::Error(msg) => {
                 if facts.phase == Phase::PostAction && pending.is_some() {
                     Event::PostActionComplete
@@ -418,7 +529,7 @@ impl Runner {
                     Event::AssistantError { message: msg.clone(), model_error: model_error(msg) }
                 }
             }
-            TurnOutcome::Reply(_) | TurnOutcome::NoReply => match (&pending, role) {
+            TurnOutcome::Reply(_) | TurnOutcome::NoReply | TurnOutcome::Aborted(_) => match (&pending, role) {
                 (Some(_), Role::Coder) => Event::CoderHandoff,
                 (Some(p), Role::Auditor) => {
                     let r2 = row.clone();
@@ -491,6 +602,7 @@ impl Runner {
                         .map(|_| ())
                     })
                     .await;
+                self.mark(&self.live.id.clone(), "retry").await;
                 let p = self.live.last_prompt.clone();
                 self.send(p).await;
                 true
@@ -525,6 +637,8 @@ impl Runner {
                     .map(|_| ())
                 })
                 .await;
+                // The session is retrying until the prompt is sent again.
+                self.mark(&self.live.id.clone(), "retry").await;
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let p = self.live.last_prompt.clone();
                 self.send(p).await;
@@ -624,6 +738,12 @@ impl Runner {
             }
             _ => None,
         };
+        // The attempt's checkpoint references: a snapshot of the worktree handed to audit.
+        let snap = if t.from == Phase::Coding && to == Phase::Auditing {
+            self.attempt_snapshot(&row).await
+        } else {
+            Snapshot::default()
+        };
         let t2 = t.clone();
         let r2 = row.clone();
         let decisions = coder_decisions.clone();
@@ -657,10 +777,10 @@ impl Runner {
                                 worktree_dir: Some(&r2.worktree_dir),
                                 plan_hash: None,
                                 coder_decisions: decisions.as_deref(),
-                                snapshot_commit: None,
-                                snapshot_ref: None,
-                                previous_commit: r2.base_commit.as_deref(),
-                                diff_summary: None,
+                                snapshot_commit: snap.commit.as_deref(),
+                                snapshot_ref: snap.ref_name.as_deref(),
+                                previous_commit: snap.previous.as_deref().or(r2.base_commit.as_deref()),
+                                diff_summary: snap.diff.as_deref(),
                                 fallback_reason: (pend.is_none()).then_some("coder turn ended on an assistant error"),
                                 findings_before: &before,
                             },
@@ -670,8 +790,10 @@ impl Runner {
                     if t2.from == Phase::Auditing {
                         set_latest_outcome(tx, &p, &n, &old_id, &r2, if section_clean || t2.cause == "audit-clear" { "clean" } else { "dirty" }, now)?;
                         if let Some(x) = &pend {
-                            let text = format!("{} ({})", t2.cause, x.payload.get("notes").and_then(Value::as_str).unwrap_or(""));
-                            db::set_large(tx, &p, &n, Some(text.trim_end_matches(" ()")), None)?;
+                            let clean = section_clean || t2.cause == "audit-clear";
+                            if let Some(text) = last_audit_text(tx, &r2, x, clean)? {
+                                db::set_large(tx, &p, &n, Some(&text), None)?;
+                            }
                         }
                     }
                     // Sections.
@@ -755,6 +877,7 @@ impl Runner {
             role: role.as_str().to_string(),
             agent: if role == Role::Auditor { "auditor-loop" } else { "code" }.to_string(),
             model: None,
+            variant: None,
             loop_name: self.loop_name.clone(),
             cwd: PathBuf::from(&row.worktree_dir),
             title: session_title(row, role),
@@ -768,8 +891,12 @@ impl Runner {
             shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
+        // The standby is busy while it compacts (other loop sessions see it).
+        self.mark(session, "busy").await;
         let handle = host::start_turn(req, tx);
-        match tokio::time::timeout(Duration::from_secs(600), rx.recv()).await {
+        let res = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
+        self.mark(session, "idle").await;
+        match res {
             // Its usage file is kept (its rows are totals); the resumed turn reports anew.
             Ok(Some((_, _, TurnOutcome::Reply(_) | TurnOutcome::NoReply))) => true,
             Ok(other) => {
@@ -815,6 +942,73 @@ impl Runner {
             ctx
         };
         prompt_context::build(kind, &ctx)
+    }
+
+    /// The snapshot of a coder handoff: a commit of the worktree (HEAD and the index
+    /// untouched) under `refs/forge/<loop>/attempts/<scope>-<n>`, the previous checkpoint
+    /// of the same scope (the previous attempt's snapshot, else the last completed
+    /// section's checkpoint, else the base commit) and the diff summary between them.
+    /// A git failure leaves the fields empty (logged): the audit still runs.
+    async fn attempt_snapshot(&self, row: &LoopRow) -> Snapshot {
+        let (p, n, cur) = (self.project.clone(), self.loop_name.clone(), row.section());
+        let scope = attempts::scope_of(cur);
+        let base = row.base_commit.clone();
+        let known = self
+            .db(move |c| {
+                let number: i64 = c.query_row(
+                    "SELECT coalesce(max(attempt_number), 0) + 1 FROM loop_attempts WHERE project_id = ?1 AND loop_name = ?2 AND scope = ?3",
+                    rusqlite::params![p, n, scope],
+                    |r| r.get(0),
+                )?;
+                let prev_snap: Option<String> = c
+                    .query_row(
+                        "SELECT snapshot_commit FROM loop_attempts WHERE project_id = ?1 AND loop_name = ?2 AND scope = ?3
+                            AND snapshot_commit IS NOT NULL ORDER BY id DESC LIMIT 1",
+                        rusqlite::params![p, n, scope],
+                        |r| r.get(0),
+                    )
+                    .ok();
+                let section_checkpoint: Option<String> = match cur {
+                    Some(k) => c
+                        .query_row(
+                            "SELECT checkpoint_commit FROM section_plans WHERE project_id = ?1 AND loop_name = ?2
+                                AND section_index < ?3 AND checkpoint_commit IS NOT NULL ORDER BY section_index DESC LIMIT 1",
+                            rusqlite::params![p, n, k],
+                            |r| r.get(0),
+                        )
+                        .ok(),
+                    None => None,
+                };
+                Ok((number, prev_snap.or(section_checkpoint).or(base)))
+            })
+            .await;
+        let Ok((number, previous)) = known else { return Snapshot::default() };
+        let tag = match cur {
+            Some(k) => format!("section-{k}"),
+            None => "plan".to_string(),
+        };
+        let ref_name = format!("refs/forge/{}/attempts/{tag}-{number}", self.loop_name);
+        let msg = format!("forge attempt {number} of {} ({tag}, iteration {})", self.loop_name, row.iteration);
+        let wt = PathBuf::from(&row.worktree_dir);
+        let r2 = ref_name.clone();
+        let prev = previous.clone();
+        let res = tokio::task::spawn_blocking(move || -> Result<(String, Option<String>), git::GitError> {
+            let commit = git::snapshot(&wt, &r2, &msg)?;
+            let diff = match &prev {
+                Some(p) => Some(git::diff_summary(&wt, p, &commit)?),
+                None => None,
+            };
+            Ok((commit, diff))
+        })
+        .await;
+        match res {
+            Ok(Ok((commit, diff))) => Snapshot { commit: Some(commit), ref_name: Some(ref_name), previous, diff },
+            Ok(Err(e)) => {
+                tracing::warn!(loop_name = %self.loop_name, "attempt snapshot failed: {e}");
+                Snapshot { previous, ..Snapshot::default() }
+            }
+            Err(_) => Snapshot { previous, ..Snapshot::default() },
+        }
     }
 
     /// Commits the worktree as the checkpoint of the current section.
@@ -907,6 +1101,11 @@ impl Runner {
                     }
                     if t2.from == Phase::Auditing && matches!(t2.cause, "section-clean" | "audit-clear") {
                         set_latest_outcome(tx, &p, &n, &old_id, &r2, "clean", now)?;
+                        if let Some(x) = pending.as_ref().filter(|x| x.role == "auditor") {
+                            if let Some(text) = last_audit_text(tx, &r2, x, true)? {
+                                db::set_large(tx, &p, &n, Some(&text), None)?;
+                            }
+                        }
                     }
                     if report.is_some() {
                         db::set_large(tx, &p, &n, None, report.as_deref())?;
@@ -936,6 +1135,31 @@ impl Runner {
             remove_worktree_logged(repo, wt).await;
         }
     }
+}
+
+/// The checkpoint references of an attempt (all empty when git failed).
+#[derive(Default)]
+struct Snapshot {
+    commit: Option<String>,
+    ref_name: Option<String>,
+    previous: Option<String>,
+    diff: Option<String>,
+}
+
+/// `lastAuditResult`: the auditor's record and the store's verdict, rendered for display
+/// (never decision input). Clean: no blocking finding; dirty: the blocking count now.
+fn last_audit_text(
+    tx: &rusqlite::Connection,
+    row: &LoopRow,
+    record: &db::Pending,
+    clean: bool,
+) -> rusqlite::Result<Option<String>> {
+    let Ok(handoff::StoredHandoff::Auditor(a)) = handoff::parse_stored(Role::Auditor, &record.payload.to_string())
+    else {
+        return Ok(None);
+    };
+    let blocking = if clean { 0 } else { prompt_context::outstanding(tx, row)?.len().max(1) as u32 };
+    Ok(Some(handoff::render_audit_result(&a, blocking)))
 }
 
 /// Records the audit outcome on the loop's latest attempt that has none.

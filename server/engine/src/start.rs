@@ -55,6 +55,7 @@ pub async fn start_loop(
     title: String,
     plan: String,
     loop_name: Option<String>,
+    caller_branch: Option<String>,
 ) -> Result<CommandResult, ToolError> {
     let (repo, _) = preconditions(env)?;
     if engine.private_socket().is_none() {
@@ -78,7 +79,29 @@ pub async fn start_loop(
     let name = uniquify(&requested, |n| {
         taken.iter().any(|t| t == n) || git::branch_exists(&r2, &git::branch_for(n)).unwrap_or(true)
     });
-    let branch = git::branch_for(&name);
+    // A caller-chosen branch replaces forge/<name> (the name is still reserved against
+    // forge/<name> above); it must be a new, valid branch name.
+    let branch = match caller_branch {
+        Some(b) => {
+            if !git::is_valid_branch_name(&b) {
+                return Err(ToolError::invalid(format!(
+                    "Failed to start loop: `{b}` is not a valid git branch name (branch); use a name like `feature/my-loop`"
+                )));
+            }
+            let (r, b2) = (repo.clone(), b.clone());
+            let exists = tokio::task::spawn_blocking(move || git::branch_exists(&r, &b2))
+                .await
+                .map_err(internal)?
+                .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
+            if exists {
+                return Err(ToolError::conflict(format!(
+                    "Failed to start loop: branch `{b}` already exists; pass a new branch name (the loop creates it from HEAD) or omit branch to use forge/<name>"
+                )));
+            }
+            b
+        }
+        None => git::branch_for(&name),
+    };
     let dir = engine.data_dir.join("worktrees").join(&name);
 
     // 1. Worktree.
@@ -117,10 +140,12 @@ pub async fn start_loop(
         (title.clone(), plan.clone(), wt.dir.display().to_string(), env.project.root.display().to_string());
     let (b4, base) = (branch.clone(), wt.base_commit.clone());
     let (sandbox, sandbox_network) = (bwrap.is_some(), bwrap.is_some() && env.config.sandbox_network);
-    let (em, am) = resolve_models(engine, &project, &env.config).await;
+    let (em, am, ev, av) = resolve_models(engine, &project, &env.config).await;
     let mut run_config = env.config.clone();
     run_config.execution_model = em.clone();
     run_config.auditor_model = am.clone();
+    run_config.execution_variant = ev.clone();
+    run_config.auditor_variant = av.clone();
     let run_model = em.clone();
     let rows = engine
         .store
@@ -132,9 +157,10 @@ pub async fn start_loop(
                 tx.execute(
                     "INSERT INTO loops (project_id, loop_name, title, status, phase, current_session_id, host_session_id, project_dir,
                         worktree_dir, worktree_branch, base_commit, max_iterations, iteration, current_section_index, total_sections,
-                        sandbox, execution_model, auditor_model, owner_pid, started_at, last_activity_at, sandbox_network)
-                     VALUES (?1, ?2, ?3, 'running', 'coding', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, 0, ?11, ?12, ?13, ?14, ?15, ?16, ?16, ?17)",
-                    rusqlite::params![p, n, title2, s, host_session, root, wtdir, b4, base, max_iterations, total, sandbox, em, am, std::process::id(), now, sandbox_network],
+                        sandbox, execution_model, auditor_model, owner_pid, started_at, last_activity_at, sandbox_network,
+                        execution_variant, auditor_variant)
+                     VALUES (?1, ?2, ?3, 'running', 'coding', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, 0, ?11, ?12, ?13, ?14, ?15, ?16, ?16, ?17, ?18, ?19)",
+                    rusqlite::params![p, n, title2, s, host_session, root, wtdir, b4, base, max_iterations, total, sandbox, em, am, std::process::id(), now, sandbox_network, ev, av],
                 )?;
                 plans::put_loop(tx, &p, &n, &plan2, now)?;
                 for sec in &decomposition.sections {
@@ -199,16 +225,20 @@ pub fn shell_watch_line(name: &str) -> String {
     format!("Your part is done; watch it with `forge-lsp call loop-status '{input}'` (or open forge://loop/{name}/status.md in an editor).")
 }
 
-/// The loop's models in the seeds' priority order. Execution: `executionModel`, else the
-/// project's last-used execution model, else the agent's default (`None`). Auditor:
+/// The loop's models and variants in the seeds' priority order. Execution: `executionModel`,
+/// else the project's last-used execution model, else the agent's default (`None`). Auditor:
 /// `auditorModel`, `executionModel`, the last-used auditor model, the last-used execution
-/// model, else the default. Configured models are remembered as the last used.
+/// model, else the default. Variants: the configured value, else the last-used value of the
+/// same role (the auditor variant never inherits the execution variant; an empty value
+/// counts as unset). Configured models and variants are remembered as the last used.
 async fn resolve_models(
     engine: &Arc<Engine>,
     project: &str,
     c: &forge_core::config::Config,
-) -> (Option<String>, Option<String>) {
+) -> (Option<String>, Option<String>, Option<String>, Option<String>) {
     let (p, em, am) = (project.to_string(), c.execution_model.clone(), c.auditor_model.clone());
+    let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+    let (ev, av) = (nonempty(&c.execution_variant), nonempty(&c.auditor_variant));
     engine
         .store
         .call(move |db| {
@@ -220,8 +250,10 @@ async fn resolve_models(
             let last_aud = get("auditorModel");
             let exec = em.clone().or(last_exec.clone());
             let aud = am.clone().or(em.clone()).or(last_aud).or(last_exec);
+            let exec_variant = ev.clone().or(get("executionVariant"));
+            let aud_variant = av.clone().or(get("auditorVariant"));
             let now = now_ms();
-            for (k, v) in [("executionModel", &em), ("auditorModel", &am)] {
+            for (k, v) in [("executionModel", &em), ("auditorModel", &am), ("executionVariant", &ev), ("auditorVariant", &av)] {
                 if let Some(v) = v {
                     let saved = db.execute(
                         "INSERT INTO model_preferences (project_id, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
@@ -233,7 +265,7 @@ async fn resolve_models(
                     }
                 }
             }
-            (exec, aud)
+            (exec, aud, exec_variant, aud_variant)
         })
         .await
 }
@@ -276,7 +308,7 @@ async fn rollback_git(repo: &Path, dir: &Path, branch: &str) {
         if let Err(e) = git::remove_worktree(&r, &d) {
             tracing::warn!("rolling back a failed loop start: cannot remove worktree {}: {e}", d.display());
         }
-        if let Err(e) = git::delete_branch(&r, &b) {
+        if let Err(e) = git::delete_created_branch(&r, &b) {
             tracing::warn!("rolling back a failed loop start: cannot delete branch {b}: {e}");
         }
     })
@@ -317,6 +349,7 @@ pub async fn new_session(
             role: String::new(),
             agent: "code".into(),
             model: env.config.execution_model.clone(),
+            variant: env.config.execution_variant.clone().filter(|v| !v.trim().is_empty()),
             loop_name: String::new(),
             cwd: env.project.root.clone(),
             title: title.clone(),
@@ -437,12 +470,11 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         .store
         .call(move |c| {
             let row = loops::get(c, &p, &n)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-            Ok::<_, rusqlite::Error>(
-                prompt_context::outstanding(c, &row)?
-                    .iter()
-                    .filter(|f| f.severity == forge_protocol::inputs::Severity::Bug)
-                    .count(),
-            )
+            // Only the current section's own bugs (not cross-section or earlier ones).
+            Ok::<_, rusqlite::Error>(match row.section() {
+                Some(k) => forge_domain::review::current_section_bugs(&prompt_context::outstanding(c, &row)?, k),
+                None => 0,
+            })
         })
         .await
         .unwrap_or(0);
@@ -456,6 +488,22 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
     let mut run_config = env.config.clone();
     run_config.execution_model = env.config.execution_model.clone().or(row.execution_model.clone());
     run_config.auditor_model = env.config.auditor_model.clone().or(row.auditor_model.clone());
+    // ... and its variants.
+    let (p, n) = (project.clone(), name.to_string());
+    let (ev, av): (Option<String>, Option<String>) = engine
+        .store
+        .call(move |c| {
+            c.query_row(
+                "SELECT execution_variant, auditor_variant FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                rusqlite::params![p, n],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })
+        .await
+        .unwrap_or((None, None));
+    let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+    run_config.execution_variant = nonempty(&env.config.execution_variant).or(ev);
+    run_config.auditor_variant = nonempty(&env.config.auditor_variant).or(av);
     runner::spawn(
         engine,
         &project,

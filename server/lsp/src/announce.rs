@@ -153,7 +153,11 @@ pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
         })
         .await
         .unwrap_or(0);
-    let mut v = vec![ForgeUri::LoopStatus(name.to_string()).to_uri(), ForgeUri::LoopPlan(name.to_string()).to_uri()];
+    let mut v = vec![
+        ForgeUri::LoopStatus(name.to_string()).to_uri(),
+        ForgeUri::LoopHistory(name.to_string()).to_uri(),
+        ForgeUri::LoopPlan(name.to_string()).to_uri(),
+    ];
     v.extend((0..total.max(0)).map(|i| ForgeUri::LoopSection(name.to_string(), i as u32).to_uri()));
     v
 }

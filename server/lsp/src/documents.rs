@@ -40,6 +40,13 @@ pub fn render_sync(
             .ok_or_else(|| ToolError::not_found(format!("No plan stored for loop \"{name}\"."))),
         ForgeUri::LoopSection(name, index) => render_section(db, project, name, *index),
         ForgeUri::LoopStatus(name) => render_status(db, project, name, &link),
+        ForgeUri::LoopHistory(name) => {
+            loops::get(db, project, name)
+                .db()?
+                .ok_or_else(|| ToolError::not_found(format!("No loop found for loop \"{name}\".")))?;
+            let (t, a) = forge_store::loop_db::history(db, project, name).db()?;
+            Ok(forge_domain::history::render(name, &t, &a))
+        }
         ForgeUri::Index => render_index(db, project, root, &link),
     }
 }
@@ -167,6 +174,10 @@ fn render_status(
     if let Some(r) = &l.termination_reason {
         out.push_str(&format!("Reason: {r}\n"));
     }
+    out.push_str(&format!(
+        "\n[History: transitions and plan amendments]({})\n",
+        link(&ForgeUri::LoopHistory(name.to_string()))
+    ));
     for i in 0..l.total_sections {
         out.push_str(&format!(
             "{}- [section {}]({})\n",

@@ -31,6 +31,7 @@ pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>, live: bool
     let completed = snap["completedSections"].as_u64().unwrap_or(0) as usize;
     conn.client.send_notification::<LoopStatus>(s.clone()).await;
     conn.refresh(&ForgeUri::LoopStatus(s.loop_name.clone()).to_uri());
+    conn.refresh(&ForgeUri::LoopHistory(s.loop_name.clone()).to_uri());
     conn.refresh(&ForgeUri::LoopPlan(s.loop_name.clone()).to_uri());
     for i in 0..s.total_sections.max(0) {
         conn.refresh(&ForgeUri::LoopSection(s.loop_name.clone(), i as u32).to_uri());

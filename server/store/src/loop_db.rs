@@ -332,3 +332,61 @@ pub fn large(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Resul
         .optional()?
         .unwrap_or((None, None)))
 }
+
+/// The loop's transition log and plan amendments, oldest first (the history document).
+pub fn history(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+) -> rusqlite::Result<(Vec<forge_domain::history::TransitionEntry>, Vec<forge_domain::history::AmendmentEntry>)> {
+    use forge_domain::history::{AmendedSection, AmendmentEntry, TransitionEntry};
+    let mut st = db.prepare_cached(
+        "SELECT event_type, transition_kind, from_phase, to_phase, status, reason, iteration, section_index, created_at
+         FROM loop_transitions WHERE project_id = ?1 AND loop_name = ?2 ORDER BY id",
+    )?;
+    let transitions = st
+        .query_map(params![project, loop_name], |r| {
+            Ok(TransitionEntry {
+                event: r.get(0)?,
+                kind: r.get(1)?,
+                from: r.get(2)?,
+                to: r.get(3)?,
+                status: r.get(4)?,
+                reason: r.get(5)?,
+                iteration: r.get(6)?,
+                section: r.get(7)?,
+                at: r.get(8)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let parse = |s: String| -> Vec<AmendedSection> {
+        serde_json::from_str::<Vec<Value>>(&s)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| AmendedSection {
+                index: v["index"].as_i64().unwrap_or(0),
+                title: v["title"].as_str().unwrap_or("").to_string(),
+                content: v["content"].as_str().unwrap_or("").to_string(),
+            })
+            .collect()
+    };
+    let mut st = db.prepare_cached(
+        "SELECT rationale, applied_at_section, sections_before, sections_after, created_at
+         FROM plan_amendments WHERE project_id = ?1 AND loop_name = ?2 ORDER BY id",
+    )?;
+    let amendments = st
+        .query_map(params![project, loop_name], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?, r.get(4)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?
+        .into_iter()
+        .map(|(rationale, at_section, b, a, at)| AmendmentEntry {
+            rationale,
+            at_section,
+            before: parse(b),
+            after: parse(a),
+            at,
+        })
+        .collect();
+    Ok((transitions, amendments))
+}

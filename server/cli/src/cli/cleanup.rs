@@ -245,8 +245,15 @@ fn cleanup_plans(data_dir: &Path, age: &Age, project: Option<&str>, dry_run: boo
 enum Item {
     Worktree(PathBuf),
     Branch(String),
-    LoopRow { status: String },
-    LoopPlan { id: i64, updated_at: i64 },
+    /// The attempt snapshot refs `refs/forge/<name>/…` (how many exist).
+    SnapshotRefs(usize),
+    LoopRow {
+        status: String,
+    },
+    LoopPlan {
+        id: i64,
+        updated_at: i64,
+    },
 }
 
 /// What `cleanup loop` will do.
@@ -265,6 +272,7 @@ impl LoopCleanup {
         match item {
             Item::Worktree(d) => format!("worktree {}", d.display()),
             Item::Branch(b) => format!("branch {b}"),
+            Item::SnapshotRefs(n) => format!("{n} attempt snapshot ref(s) refs/forge/{}/", self.name),
             Item::LoopRow { status } => format!(
                 "loop {} (project {}, status {status}) with its sessions, sections, handoffs, attempts, usage, \
                  transitions and amendments",
@@ -316,13 +324,14 @@ fn cleanup_loop(data_dir: &Path, name: &str, project: Option<&str>, dry_run: boo
         ))
     };
     for it in &plan.items {
-        let (Item::Worktree(_) | Item::Branch(_)) = it else { continue };
+        let (Item::Worktree(_) | Item::Branch(_) | Item::SnapshotRefs(_)) = it else { continue };
         let Some(repo) = plan.repo.as_deref() else {
             return Err(stop(removed, plan.describe(it), &"the loop's repository cannot be opened"));
         };
         let r = match it {
             Item::Worktree(d) => git::remove_worktree(repo, d),
             Item::Branch(b) => git::delete_branch(repo, b),
+            Item::SnapshotRefs(_) => git::delete_refs(repo, &format!("refs/forge/{}/", plan.name)).map(|_| ()),
             _ => Ok(()),
         };
         if let Err(e) = r {
@@ -484,6 +493,13 @@ fn plan_loop(
         }
     }
 
+    if let Some(repo) = plan.repo.as_deref() {
+        if let Ok(n) = git::count_refs(repo, &format!("refs/forge/{name}/")) {
+            if n > 0 {
+                plan.items.push(Item::SnapshotRefs(n));
+            }
+        }
+    }
     match branch {
         Some(b) if !b.starts_with("forge/") => plan.notes.push(format!(
             "kept: branch {b} (chosen by the caller, not a forge/ branch; delete it yourself with `git branch -D {b}` \

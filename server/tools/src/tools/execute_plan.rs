@@ -10,7 +10,7 @@ use forge_store::{loops, plans};
 
 pub const NEEDS_SERVER: bool = true;
 
-pub const DESCRIPTION: &str = "Start an iterative development loop for a plan in an isolated git worktree (branch forge/<name>): a coder agent implements each section and hands off, an auditor reviews it, and a clean audit advances to the next section. title is required; plan defaults to the session's stored plan; loopName is slugified and made unique. mode: \"new-session\" instead starts one untracked agent session with the plan (no worktree, no loop). Denied inside loop sessions.";
+pub const DESCRIPTION: &str = "Start an iterative development loop for a plan in an isolated git worktree (branch forge/<name>): a coder agent implements each section and hands off, an auditor reviews it, and a clean audit advances to the next section. title is required; plan defaults to the session's stored plan; loopName is slugified and made unique. branch names a new git branch to use instead of forge/<name>. mode: \"new-session\" instead starts one untracked agent session with the plan (no worktree, no loop). Denied inside loop sessions.";
 
 pub type Input = forge_protocol::inputs::ExecutePlanInput;
 
@@ -42,9 +42,20 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             "forge.execute-plan needs a running forge-lsp server (it runs agent processes); start it from your editor or with `forge-lsp serve --listen unix:PATH`.",
         ));
     }
-    ctx.effect = Some(match input.mode.unwrap_or(ExecuteMode::Loop) {
+    let mode = input.mode.unwrap_or(ExecuteMode::Loop);
+    let branch = match input.branch.as_deref().map(str::trim) {
+        None => None,
+        Some("") => return Err(ToolError::invalid_params("invalid argument `branch`: must not be empty")),
+        Some(_) if mode == ExecuteMode::NewSession => {
+            return Err(ToolError::invalid_params(
+                "invalid argument `branch`: only a loop has a branch (mode: \"new-session\" runs in the project root)",
+            ))
+        }
+        Some(b) => Some(b.to_string()),
+    };
+    ctx.effect = Some(match mode {
         ExecuteMode::NewSession => Effect::NewSession { title, plan },
-        ExecuteMode::Loop => Effect::StartLoop { title, plan, loop_name: input.loop_name },
+        ExecuteMode::Loop => Effect::StartLoop { title, plan, loop_name: input.loop_name, branch },
     });
     ok("starting", serde_json::Value::Null)
 }

@@ -59,15 +59,36 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
         auditor_model: l.auditor_model.clone(),
         busy: busy > 0,
         last_activity_at: activity,
+        usage: Some(usage_rows(ctx, l)?).filter(|r| !r.is_empty()).map(|r| forge_domain::usage::total(&r)),
     })
 }
 
-/// Stored usage rows of a loop: (model, role, totals).
-fn usage_rows(ctx: &ToolCtx, loop_name: &str) -> Result<Vec<(String, String, forge_domain::usage::Totals)>, ToolError> {
+/// Usage rows of a loop for display: (model, role, totals), the stored rows with the live
+/// session's replaced by what its usage file reports now (seeds "Usage Tracking": merged
+/// without counting the active session twice).
+fn usage_rows(ctx: &ToolCtx, l: &LoopRow) -> Result<Vec<(String, String, forge_domain::usage::Totals)>, ToolError> {
+    let stored = stored_usage(ctx, &l.loop_name)?;
+    let live: Option<Vec<(String, String, forge_domain::usage::Totals)>> = (l.status == "running")
+        .then(|| ctx.db.path().map(std::path::PathBuf::from))
+        .flatten()
+        .and_then(|db| db.parent().map(|d| forge_engine::host::usage_file(d, &l.current_session_id)))
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .map(|text| {
+            let (lines, _) = forge_domain::usage::parse(&text);
+            let role = if l.phase == "auditing" { "auditor" } else { "code" };
+            let fallback = if l.phase == "auditing" { l.auditor_model.clone().or(l.execution_model.clone()) } else { l.execution_model.clone() }
+                .unwrap_or_else(|| "default".into());
+            forge_domain::usage::per_model(&lines, &fallback).into_iter().map(|(m, t)| (m, role.to_string(), t)).collect()
+        });
+    Ok(forge_domain::usage::merge_live(&stored, live.as_deref().map(|rows| (l.current_session_id.as_str(), rows))))
+}
+
+/// Stored usage rows of a loop: (session, model, role, totals).
+fn stored_usage(ctx: &ToolCtx, loop_name: &str) -> Result<Vec<(String, String, String, forge_domain::usage::Totals)>, ToolError> {
     let mut st = ctx
         .db
         .prepare(
-            "SELECT model, role, cost, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, message_count
+            "SELECT session_id, model, role, cost, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, message_count
              FROM loop_session_usage WHERE project_id = ?1 AND loop_name = ?2",
         )
         .db()?;
@@ -76,14 +97,15 @@ fn usage_rows(ctx: &ToolCtx, loop_name: &str) -> Result<Vec<(String, String, for
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
                 forge_domain::usage::Totals {
-                    cost: r.get(2)?,
-                    input: r.get::<_, i64>(3)? as u64,
-                    output: r.get::<_, i64>(4)? as u64,
-                    reasoning: r.get::<_, i64>(5)? as u64,
-                    cache_read: r.get::<_, i64>(6)? as u64,
-                    cache_write: r.get::<_, i64>(7)? as u64,
-                    messages: r.get::<_, i64>(8)? as u64,
+                    cost: r.get(3)?,
+                    input: r.get::<_, i64>(4)? as u64,
+                    output: r.get::<_, i64>(5)? as u64,
+                    reasoning: r.get::<_, i64>(6)? as u64,
+                    cache_read: r.get::<_, i64>(7)? as u64,
+                    cache_write: r.get::<_, i64>(8)? as u64,
+                    messages: r.get::<_, i64>(9)? as u64,
                 },
             ))
         })
@@ -131,7 +153,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "auditCount": row.audit_count, "errorCount": row.error_count,
             });
             let mut text = loop_status::render_detail(&v, &restart, ctx.now);
-            let usage = usage_rows(ctx, &row.loop_name)?;
+            let usage = usage_rows(ctx, &row)?;
             let block = forge_domain::usage::render(&usage);
             if !block.is_empty() {
                 text.push('\n');
