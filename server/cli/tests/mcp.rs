@@ -334,3 +334,23 @@ fn inside_a_loop_calls_go_through_the_socket() {
     assert_eq!(code, 0, "{stderr}");
     drop(server);
 }
+
+#[test]
+fn structured_content_can_be_left_out() {
+    // For agent CLIs that show the model structuredContent instead of the text.
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[("FORGE_MCP_STRUCTURED_CONTENT", "off")]);
+    m.initialize();
+    let w = m.call("plan-write", json!({ "content": PLAN }));
+    assert_eq!(w["isError"], json!(false), "{w}");
+    assert!(w.get("structuredContent").is_none(), "{w}");
+    let r = m.call("plan-read", json!({}));
+    assert!(r.get("structuredContent").is_none(), "{r}");
+    assert!(text(&r).contains("6: ## Phase 1: write"), "{r}");
+    let e = m.call("plan-read", json!({ "bogus": 1 }));
+    assert_eq!(e["isError"], json!(true), "{e}");
+    assert!(e.get("structuredContent").is_none(), "{e}");
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -52,8 +52,9 @@ pub fn run(args: McpArgs) -> i32 {
             return 1;
         }
     };
+    let structured = structured_content_from_env();
     let r = rt.block_on(async move {
-        let server = ForgeMcp { route: Arc::new(route) };
+        let server = ForgeMcp { route: Arc::new(route), structured };
         let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
         running.waiting().await.map_err(|e| e.to_string())
     });
@@ -92,6 +93,21 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
 #[derive(Clone)]
 pub struct ForgeMcp {
     route: Arc<Route>,
+    /// Whether results carry `structuredContent` (see [`STRUCTURED_CONTENT_ENV`]).
+    structured: bool,
+}
+
+/// `FORGE_MCP_STRUCTURED_CONTENT=off` leaves `structuredContent` out of every result. Some
+/// agent CLIs (Codex, Claude Code) show the model a result's `structuredContent` instead of
+/// its text when both are there, and the text is what a Forge tool writes for an agent
+/// (plan-read's lines are only in the text); with this set their models read the text.
+pub const STRUCTURED_CONTENT_ENV: &str = "FORGE_MCP_STRUCTURED_CONTENT";
+
+fn structured_content_from_env() -> bool {
+    match std::env::var(STRUCTURED_CONTENT_ENV) {
+        Ok(v) => !matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false" | "no"),
+        Err(_) => true,
+    }
 }
 
 /// The MCP tools: one per `forge.tools` offer, all of them whoever the caller is (a denied
@@ -193,6 +209,10 @@ impl ServerHandler for ForgeMcp {
             }
             r
         });
-        Ok(to_mcp(outcome).into())
+        let mut result = to_mcp(outcome);
+        if !self.structured {
+            result.structured_content = None;
+        }
+        Ok(result.into())
     }
 }
