@@ -332,6 +332,36 @@ fn inside_a_loop_calls_go_through_the_socket() {
     assert_ok(&m.call("plan-read", json!({})));
     let (code, stderr) = m.finish();
     assert_eq!(code, 0, "{stderr}");
+
+    // A loop session through the socket: the server checks the token at start.
+    let repo = GitRepo::new();
+    let session = "ses_01JMCPSOCKETCALLER0000000";
+    let db = sb.db();
+    db.insert_loop(&LoopFixture::running(&repo.root_commit, "mcp-sock-loop", session, &repo.path));
+    db.insert_loop_session(session, &repo.root_commit, "mcp-sock-loop", "auditor", "tok-sock");
+    let sock_env = sock.to_str().expect("utf-8");
+    let m = Mcp::start(
+        &sb,
+        &repo.path,
+        &[],
+        &[("FORGE_LSP_SOCKET", sock_env), ("FORGE_SESSION_ID", session), ("FORGE_SESSION_TOKEN", "tok-wrong")],
+    );
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 1, "{stderr}");
+    assert_contains(&stderr, session);
+    let mut m = Mcp::start(
+        &sb,
+        &repo.path,
+        &[],
+        &[("FORGE_LSP_SOCKET", sock_env), ("FORGE_SESSION_ID", session), ("FORGE_SESSION_TOKEN", "tok-sock")],
+    );
+    m.initialize();
+    let e = m.call("plan-write", json!({ "content": PLAN }));
+    assert_tool_error(&e, "denied");
+    assert_contains(&text(&e), "forge.plan-write");
+    assert_ok(&m.call("review-read", json!({})));
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
     drop(server);
 }
 

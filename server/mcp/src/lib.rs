@@ -216,3 +216,63 @@ impl ServerHandler for ForgeMcp {
         Ok(result.into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(data: Value) -> Result<CommandResult, ToolError> {
+        Ok(CommandResult { text: "done".into(), data })
+    }
+
+    #[test]
+    fn results_and_failures_map_to_call_tool_results() {
+        // (outcome, isError, structuredContent)
+        let cases: Vec<(Result<CommandResult, ToolError>, bool, Option<Value>)> = vec![
+            (ok(json!({ "a": 1 })), false, Some(json!({ "a": 1 }))),
+            (ok(Value::Null), false, None),
+            (ok(json!([1, 2])), false, Some(json!({ "value": [1, 2] }))),
+            (ok(json!("s")), false, Some(json!({ "value": "s" }))),
+            (
+                Err(ToolError::denied("forge.plan-write is denied")),
+                true,
+                Some(json!({ "error": { "code": 1001, "kind": "denied" } })),
+            ),
+            (
+                Err(ToolError::invalid_params("invalid argument `x`")),
+                true,
+                Some(json!({ "error": { "code": -32602, "kind": "invalid_params" } })),
+            ),
+        ];
+        for (outcome, is_error, structured) in cases {
+            let text = match &outcome {
+                Ok(r) => r.text.clone(),
+                Err(e) => e.message.clone(),
+            };
+            let r = serde_json::to_value(to_mcp(outcome)).expect("serializes");
+            assert_eq!(r["isError"], json!(is_error), "{r}");
+            assert_eq!(r.get("structuredContent").cloned(), structured, "{r}");
+            assert_eq!(r["content"], json!([{ "type": "text", "text": text }]), "{r}");
+        }
+    }
+
+    #[test]
+    fn every_offer_is_a_tool_with_an_object_schema() {
+        let tools = tools();
+        let offers = forge_tools::offers();
+        assert_eq!(tools.len(), offers.len());
+        for (t, o) in tools.iter().zip(&offers) {
+            assert_eq!(t.name, o.name);
+            assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", o.name);
+        }
+    }
+
+    #[test]
+    fn execute_plan_points_an_mcp_agent_at_loop_status() {
+        let text = format!("Loop started.\n{WATCH_IN_EDITOR} (forge://loop/x/status.md).");
+        let out = mcp_watch_line(&text, &json!({ "loopName": "x" })).expect("rewritten");
+        assert_eq!(out.lines().next(), Some("Loop started."));
+        assert!(out.contains("loop-status tool ({\"name\":\"x\"})"), "{out}");
+        assert!(mcp_watch_line(&text, &json!({})).is_none());
+    }
+}
