@@ -384,3 +384,20 @@ fn structured_content_can_be_left_out() {
     let (code, stderr) = m.finish();
     assert_eq!(code, 0, "{stderr}");
 }
+
+#[test]
+fn help_names_the_command_and_its_flags() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command();
+    cmd.arg("--help");
+    let top = run_process(cmd, None, CALL_TIMEOUT);
+    assert_eq!(top.code, 0, "{top:?}");
+    assert_contains(&top.stdout, "mcp");
+    let mut cmd = sb.command();
+    cmd.args(["mcp", "--help"]);
+    let help = run_process(cmd, None, CALL_TIMEOUT);
+    assert_eq!(help.code, 0, "{help:?}");
+    for flag in ["--project", "--agent", "--session", "--data-dir", "FORGE_SESSION_TOKEN", "FORGE_LSP_SOCKET"] {
+        assert_contains(&help.stdout, flag);
+    }
+}
