@@ -214,6 +214,14 @@ fn initialize_list_and_call_over_stdio() {
     let u = m.request("tools/call", json!({ "name": "no-such-tool", "arguments": {} }));
     assert_eq!(u["error"]["code"], -32602, "{u}");
     assert_contains(u["error"]["message"].as_str().unwrap_or_default(), "no-such-tool");
+    // Arguments that are not an object: -32602 saying so; an unknown method: -32601.
+    let bad = m.request("tools/call", json!({ "name": "plan-read", "arguments": "x" }));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    assert_contains(bad["error"]["message"].as_str().unwrap_or_default(), "arguments");
+    let bad = m.request("bogus/method", json!({}));
+    assert_eq!(bad["error"]["code"], -32601, "{bad}");
+    // A line that is not JSON is dropped by the SDK's transport (no reply: it has no id).
+    m.stdin.as_mut().expect("stdin").write_all(b"this is not json\n").expect("write");
     // And the connection goes on.
     assert_ok(&m.call("plan-read", json!({ "limit": 2 })));
 

@@ -16,8 +16,8 @@ use forge_engine::start::WATCH_IN_EDITOR;
 use forge_protocol::{CommandResult, ErrorKind, ToolError};
 use forge_tools::route::{Route, RouteArgs};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -146,6 +146,37 @@ pub fn to_mcp(outcome: Result<CommandResult, ToolError>) -> CallToolResult {
     }
 }
 
+/// The error for a request the SDK could not parse: -32602 naming what is wrong for the
+/// methods this server has, -32601 for any other method.
+fn malformed_request(method: &str, params: Option<&Value>) -> ErrorData {
+    match method {
+        "tools/call" => {
+            let why = match params {
+                None => "params are missing".to_string(),
+                Some(p) if !p.is_object() => "params must be an object".to_string(),
+                Some(p) if !p.get("name").is_some_and(Value::is_string) => {
+                    "params.name must be the tool's name (a string)".to_string()
+                }
+                Some(p) => match p.get("arguments") {
+                    Some(a) if !a.is_object() && !a.is_null() => {
+                        "params.arguments must be one JSON object (the tool's input)".to_string()
+                    }
+                    _ => "params do not match the MCP schema of tools/call".to_string(),
+                },
+            };
+            ErrorData::invalid_params(format!("invalid tools/call: {why}"), None)
+        }
+        "initialize" | "tools/list" | "ping" => {
+            ErrorData::invalid_params(format!("invalid {method}: params do not match the MCP schema"), None)
+        }
+        other => ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("method not found: {other} (forge-lsp mcp offers tools only)"),
+            None,
+        ),
+    }
+}
+
 /// An MCP agent has the `loop-status` tool, not an editor: execute-plan's reply says so.
 fn mcp_watch_line(text: &str, data: &Value) -> Option<String> {
     let name = data.get("loopName").and_then(Value::as_str)?;
@@ -215,6 +246,17 @@ impl ServerHandler for ForgeMcp {
         }
         Ok(result.into())
     }
+
+    /// The SDK hands over requests it could not parse as custom requests: a `tools/call`
+    /// whose `arguments` is not an object lands here. Say what is wrong instead of the SDK's
+    /// bare "method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(malformed_request(&request.method, request.params.as_ref()))
+    }
 }
 
 #[cfg(test)]
@@ -253,6 +295,23 @@ mod tests {
             assert_eq!(r["isError"], json!(is_error), "{r}");
             assert_eq!(r.get("structuredContent").cloned(), structured, "{r}");
             assert_eq!(r["content"], json!([{ "type": "text", "text": text }]), "{r}");
+        }
+    }
+
+    #[test]
+    fn malformed_requests_say_what_is_wrong() {
+        let cases = [
+            ("tools/call", Some(json!({ "name": "plan-read", "arguments": "x" })), -32602, "params.arguments"),
+            ("tools/call", Some(json!({ "name": 3 })), -32602, "params.name"),
+            ("tools/call", Some(json!([1])), -32602, "must be an object"),
+            ("tools/call", None, -32602, "missing"),
+            ("tools/list", Some(json!({ "cursor": 1 })), -32602, "tools/list"),
+            ("bogus/method", None, -32601, "bogus/method"),
+        ];
+        for (method, params, code, needle) in cases {
+            let e = malformed_request(method, params.as_ref());
+            assert_eq!(e.code.0, code, "{method}: {e:?}");
+            assert!(e.message.contains(needle), "{method}: {}", e.message);
         }
     }
 
