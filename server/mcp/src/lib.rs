@@ -58,6 +58,9 @@ pub fn run(args: McpArgs) -> i32 {
         let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
         running.waiting().await.map_err(|e| e.to_string())
     });
+    // A blocking read of standard input may still be pending (the client closed only its
+    // reading end): do not wait for it.
+    rt.shutdown_background();
     match r {
         Ok(reason) => {
             tracing::debug!("forge-lsp mcp: {reason:?}");
