@@ -62,8 +62,11 @@ enum Cmd {
         verbose: bool,
     },
     /// Serve the Forge tools to an MCP agent over stdin/stdout (Model Context Protocol).
+    ///
     /// Identity and project as for `call`: FORGE_SESSION_ID + FORGE_SESSION_TOKEN (a loop
-    /// session), else --agent and --session; inside a loop the calls go through FORGE_LSP_SOCKET.
+    /// session), else --agent and --session; inside a loop the calls go through
+    /// FORGE_LSP_SOCKET. FORGE_MCP_STRUCTURED_CONTENT=off leaves structuredContent out of
+    /// results. See docs/mcp.md.
     Mcp {
         /// Calling agent: user (default), architect, code, auditor, auditor-loop, minion.
         #[arg(long)]

@@ -214,6 +214,14 @@ fn initialize_list_and_call_over_stdio() {
     let u = m.request("tools/call", json!({ "name": "no-such-tool", "arguments": {} }));
     assert_eq!(u["error"]["code"], -32602, "{u}");
     assert_contains(u["error"]["message"].as_str().unwrap_or_default(), "no-such-tool");
+    // Arguments that are not an object: -32602 saying so; an unknown method: -32601.
+    let bad = m.request("tools/call", json!({ "name": "plan-read", "arguments": "x" }));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    assert_contains(bad["error"]["message"].as_str().unwrap_or_default(), "arguments");
+    let bad = m.request("bogus/method", json!({}));
+    assert_eq!(bad["error"]["code"], -32601, "{bad}");
+    // A line that is not JSON is dropped by the SDK's transport (no reply: it has no id).
+    m.stdin.as_mut().expect("stdin").write_all(b"this is not json\n").expect("write");
     // And the connection goes on.
     assert_ok(&m.call("plan-read", json!({ "limit": 2 })));
 
@@ -332,5 +340,72 @@ fn inside_a_loop_calls_go_through_the_socket() {
     assert_ok(&m.call("plan-read", json!({})));
     let (code, stderr) = m.finish();
     assert_eq!(code, 0, "{stderr}");
+
+    // A loop session through the socket: the server checks the token at start.
+    let repo = GitRepo::new();
+    let session = "ses_01JMCPSOCKETCALLER0000000";
+    let db = sb.db();
+    db.insert_loop(&LoopFixture::running(&repo.root_commit, "mcp-sock-loop", session, &repo.path));
+    db.insert_loop_session(session, &repo.root_commit, "mcp-sock-loop", "auditor", "tok-sock");
+    let sock_env = sock.to_str().expect("utf-8");
+    let m = Mcp::start(
+        &sb,
+        &repo.path,
+        &[],
+        &[("FORGE_LSP_SOCKET", sock_env), ("FORGE_SESSION_ID", session), ("FORGE_SESSION_TOKEN", "tok-wrong")],
+    );
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 1, "{stderr}");
+    assert_contains(&stderr, session);
+    let mut m = Mcp::start(
+        &sb,
+        &repo.path,
+        &[],
+        &[("FORGE_LSP_SOCKET", sock_env), ("FORGE_SESSION_ID", session), ("FORGE_SESSION_TOKEN", "tok-sock")],
+    );
+    m.initialize();
+    let e = m.call("plan-write", json!({ "content": PLAN }));
+    assert_tool_error(&e, "denied");
+    assert_contains(&text(&e), "forge.plan-write");
+    assert_ok(&m.call("review-read", json!({})));
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
     drop(server);
+}
+
+#[test]
+fn structured_content_can_be_left_out() {
+    // For agent CLIs that show the model structuredContent instead of the text.
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[("FORGE_MCP_STRUCTURED_CONTENT", "off")]);
+    m.initialize();
+    let w = m.call("plan-write", json!({ "content": PLAN }));
+    assert_eq!(w["isError"], json!(false), "{w}");
+    assert!(w.get("structuredContent").is_none(), "{w}");
+    let r = m.call("plan-read", json!({}));
+    assert!(r.get("structuredContent").is_none(), "{r}");
+    assert!(text(&r).contains("6: ## Phase 1: write"), "{r}");
+    let e = m.call("plan-read", json!({ "bogus": 1 }));
+    assert_eq!(e["isError"], json!(true), "{e}");
+    assert!(e.get("structuredContent").is_none(), "{e}");
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn help_names_the_command_and_its_flags() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command();
+    cmd.arg("--help");
+    let top = run_process(cmd, None, CALL_TIMEOUT);
+    assert_eq!(top.code, 0, "{top:?}");
+    assert_contains(&top.stdout, "mcp");
+    let mut cmd = sb.command();
+    cmd.args(["mcp", "--help"]);
+    let help = run_process(cmd, None, CALL_TIMEOUT);
+    assert_eq!(help.code, 0, "{help:?}");
+    for flag in ["--project", "--agent", "--session", "--data-dir", "FORGE_SESSION_TOKEN", "FORGE_LSP_SOCKET"] {
+        assert_contains(&help.stdout, flag);
+    }
 }

@@ -16,8 +16,8 @@ use forge_engine::start::WATCH_IN_EDITOR;
 use forge_protocol::{CommandResult, ErrorKind, ToolError};
 use forge_tools::route::{Route, RouteArgs};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -52,11 +52,15 @@ pub fn run(args: McpArgs) -> i32 {
             return 1;
         }
     };
+    let structured = structured_content_from_env();
     let r = rt.block_on(async move {
-        let server = ForgeMcp { route: Arc::new(route) };
+        let server = ForgeMcp { route: Arc::new(route), structured };
         let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
         running.waiting().await.map_err(|e| e.to_string())
     });
+    // A blocking read of standard input may still be pending (the client closed only its
+    // reading end): do not wait for it.
+    rt.shutdown_background();
     match r {
         Ok(reason) => {
             tracing::debug!("forge-lsp mcp: {reason:?}");
@@ -92,6 +96,21 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
 #[derive(Clone)]
 pub struct ForgeMcp {
     route: Arc<Route>,
+    /// Whether results carry `structuredContent` (see [`STRUCTURED_CONTENT_ENV`]).
+    structured: bool,
+}
+
+/// `FORGE_MCP_STRUCTURED_CONTENT=off` leaves `structuredContent` out of every result. Some
+/// agent CLIs (Codex, Claude Code) show the model a result's `structuredContent` instead of
+/// its text when both are there, and the text is what a Forge tool writes for an agent
+/// (plan-read's lines are only in the text); with this set their models read the text.
+pub const STRUCTURED_CONTENT_ENV: &str = "FORGE_MCP_STRUCTURED_CONTENT";
+
+fn structured_content_from_env() -> bool {
+    match std::env::var(STRUCTURED_CONTENT_ENV) {
+        Ok(v) => !matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "false" | "no"),
+        Err(_) => true,
+    }
 }
 
 /// The MCP tools: one per `forge.tools` offer, all of them whoever the caller is (a denied
@@ -127,6 +146,37 @@ pub fn to_mcp(outcome: Result<CommandResult, ToolError>) -> CallToolResult {
             out.structured_content = Some(json!({ "error": { "code": e.kind.code(), "kind": e.kind.as_str() } }));
             out
         }
+    }
+}
+
+/// The error for a request the SDK could not parse: -32602 naming what is wrong for the
+/// methods this server has, -32601 for any other method.
+fn malformed_request(method: &str, params: Option<&Value>) -> ErrorData {
+    match method {
+        "tools/call" => {
+            let why = match params {
+                None => "params are missing".to_string(),
+                Some(p) if !p.is_object() => "params must be an object".to_string(),
+                Some(p) if !p.get("name").is_some_and(Value::is_string) => {
+                    "params.name must be the tool's name (a string)".to_string()
+                }
+                Some(p) => match p.get("arguments") {
+                    Some(a) if !a.is_object() && !a.is_null() => {
+                        "params.arguments must be one JSON object (the tool's input)".to_string()
+                    }
+                    _ => "params do not match the MCP schema of tools/call".to_string(),
+                },
+            };
+            ErrorData::invalid_params(format!("invalid tools/call: {why}"), None)
+        }
+        "initialize" | "tools/list" | "ping" => {
+            ErrorData::invalid_params(format!("invalid {method}: params do not match the MCP schema"), None)
+        }
+        other => ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("method not found: {other} (forge-lsp mcp offers tools only)"),
+            None,
+        ),
     }
 }
 
@@ -193,6 +243,98 @@ impl ServerHandler for ForgeMcp {
             }
             r
         });
-        Ok(to_mcp(outcome).into())
+        let mut result = to_mcp(outcome);
+        if !self.structured {
+            result.structured_content = None;
+        }
+        Ok(result.into())
+    }
+
+    /// The SDK hands over requests it could not parse as custom requests: a `tools/call`
+    /// whose `arguments` is not an object lands here. Say what is wrong instead of the SDK's
+    /// bare "method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(malformed_request(&request.method, request.params.as_ref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(data: Value) -> Result<CommandResult, ToolError> {
+        Ok(CommandResult { text: "done".into(), data })
+    }
+
+    #[test]
+    fn results_and_failures_map_to_call_tool_results() {
+        // (outcome, isError, structuredContent)
+        let cases: Vec<(Result<CommandResult, ToolError>, bool, Option<Value>)> = vec![
+            (ok(json!({ "a": 1 })), false, Some(json!({ "a": 1 }))),
+            (ok(Value::Null), false, None),
+            (ok(json!([1, 2])), false, Some(json!({ "value": [1, 2] }))),
+            (ok(json!("s")), false, Some(json!({ "value": "s" }))),
+            (
+                Err(ToolError::denied("forge.plan-write is denied")),
+                true,
+                Some(json!({ "error": { "code": 1001, "kind": "denied" } })),
+            ),
+            (
+                Err(ToolError::invalid_params("invalid argument `x`")),
+                true,
+                Some(json!({ "error": { "code": -32602, "kind": "invalid_params" } })),
+            ),
+        ];
+        for (outcome, is_error, structured) in cases {
+            let text = match &outcome {
+                Ok(r) => r.text.clone(),
+                Err(e) => e.message.clone(),
+            };
+            let r = serde_json::to_value(to_mcp(outcome)).expect("serializes");
+            assert_eq!(r["isError"], json!(is_error), "{r}");
+            assert_eq!(r.get("structuredContent").cloned(), structured, "{r}");
+            assert_eq!(r["content"], json!([{ "type": "text", "text": text }]), "{r}");
+        }
+    }
+
+    #[test]
+    fn malformed_requests_say_what_is_wrong() {
+        let cases = [
+            ("tools/call", Some(json!({ "name": "plan-read", "arguments": "x" })), -32602, "params.arguments"),
+            ("tools/call", Some(json!({ "name": 3 })), -32602, "params.name"),
+            ("tools/call", Some(json!([1])), -32602, "must be an object"),
+            ("tools/call", None, -32602, "missing"),
+            ("tools/list", Some(json!({ "cursor": 1 })), -32602, "tools/list"),
+            ("bogus/method", None, -32601, "bogus/method"),
+        ];
+        for (method, params, code, needle) in cases {
+            let e = malformed_request(method, params.as_ref());
+            assert_eq!(e.code.0, code, "{method}: {e:?}");
+            assert!(e.message.contains(needle), "{method}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn every_offer_is_a_tool_with_an_object_schema() {
+        let tools = tools();
+        let offers = forge_tools::offers();
+        assert_eq!(tools.len(), offers.len());
+        for (t, o) in tools.iter().zip(&offers) {
+            assert_eq!(t.name, o.name);
+            assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", o.name);
+        }
+    }
+
+    #[test]
+    fn execute_plan_points_an_mcp_agent_at_loop_status() {
+        let text = format!("Loop started.\n{WATCH_IN_EDITOR} (forge://loop/x/status.md).");
+        let out = mcp_watch_line(&text, &json!({ "loopName": "x" })).expect("rewritten");
+        assert_eq!(out.lines().next(), Some("Loop started."));
+        assert!(out.contains("loop-status tool ({\"name\":\"x\"})"), "{out}");
+        assert!(mcp_watch_line(&text, &json!({})).is_none());
     }
 }

@@ -50,6 +50,7 @@ const SCRUBBED_ENV: &[&str] = &[
     "FORGE_ROLE",
     "FORGE_WORKTREE",
     "FORGE_LOG",
+    "FORGE_MCP_STRUCTURED_CONTENT",
 ];
 
 // ---------------------------------------------------------------------------------------------
