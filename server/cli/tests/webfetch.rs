@@ -77,7 +77,14 @@ const PAGE: &str = "<!doctype html><html><head><title>T</title><style>.x{color:r
 <footer>FOOTER TEXT</footer></body></html>";
 
 fn client(sb: &Sandbox, repo: &GitRepo, config: Option<serde_json::Value>) -> Client {
-    let mut c = sb.stdio();
+    // Local servers only: a proxy from the environment must not see these requests.
+    let data_dir = sb.db_path().parent().unwrap().to_path_buf();
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--data-dir").arg(&data_dir);
+        for k in ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] {
+            cmd.env_remove(k);
+        }
+    });
     let mut init = Init::new(&repo.path);
     if let Some(cfg) = config {
         init = init.config(cfg);
