@@ -36,18 +36,31 @@ impl Server {
                 if reader.read_line(&mut first).is_err() {
                     continue;
                 }
+                let mut if_none_match = None;
                 loop {
                     let mut line = String::new();
                     if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                         break;
                     }
+                    if let Some((k, v)) = line.split_once(':') {
+                        if k.eq_ignore_ascii_case("if-none-match") {
+                            if_none_match = Some(v.trim().to_string());
+                        }
+                    }
                 }
                 let path = first.split_whitespace().nth(1).unwrap_or("/").to_string();
-                seen.lock().unwrap().push(path.clone());
-                let (status, ctype, extra, body) = match routes.iter().find(|r| r.0 == path) {
+                let (mut status, ctype, extra, mut body) = match routes.iter().find(|r| r.0 == path) {
                     Some((_, s, c, e, b)) => (*s, *c, e.clone(), b.clone()),
                     None => (404, "text/plain", String::new(), b"no such page".to_vec()),
                 };
+                // A route with an ETag answers 304 to a request that names it.
+                if let Some(tag) = &if_none_match {
+                    if extra.contains(&format!("ETag: {tag}\r\n")) {
+                        status = 304;
+                        body.clear();
+                    }
+                }
+                seen.lock().unwrap().push(if status == 304 { format!("{path} 304") } else { path.clone() });
                 let head = format!(
                     "HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
                     body.len()
@@ -214,4 +227,25 @@ fn errors_limits_and_schemes() {
     let port = free_port();
     let e = c.tool_err("webfetch", json!({ "url": format!("http://127.0.0.1:{port}/x") }));
     assert!(e.message.contains(&format!("127.0.0.1:{port}")), "{e}");
+}
+
+#[test]
+fn a_kept_copy_is_revalidated_with_a_conditional_request() {
+    let server = Server::start(vec![(
+        "/doc.md",
+        200,
+        "text/markdown",
+        "ETag: \"v1\"\r\n".into(),
+        b"# Kept\n\nbody one\n".to_vec(),
+    )]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/doc.md") }));
+    assert!(out.text.contains("body one"), "{}", out.text);
+    assert_eq!(out.data["cache"], "stored");
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/doc.md") }));
+    assert!(out.text.contains("body one") && out.text.contains("not modified (HTTP 304)"), "{}", out.text);
+    assert_eq!(out.data["cache"], "revalidated");
+    assert_eq!(server.hits(), vec!["/doc.md", "/doc.md 304"]);
 }

@@ -13,6 +13,9 @@
 //! - Text-like bodies (text/*, JSON, XML, JavaScript) are returned as they are; other
 //!   content types are saved to `<data dir>/webfetch/<sha256>.<ext>` (0600) and the result
 //!   names the file and its size.
+//! - Conditional requests: a 200 answer with an `ETag` or `Last-Modified` is kept under
+//!   `<data dir>/webfetch/cache/`; the next fetch of that URL sends `If-None-Match` /
+//!   `If-Modified-Since`, and a 304 answer is served from the kept copy (the result says so).
 //! - At most `webfetch.maxBytes` body bytes are read (default 10 MiB): a longer text body
 //!   is cut and the result says so; a longer binary body is an error (a cut file is
 //!   useless).
@@ -108,6 +111,46 @@ struct Fetched {
     content_type: String,
     body: Vec<u8>,
     truncated: bool,
+    /// `stored` (a new copy kept for revalidation), `revalidated` (304: the kept copy is
+    /// the answer) or `none`.
+    cache: &'static str,
+}
+
+/// A kept 200 answer with its validators (`<data dir>/webfetch/cache/<sha256(url)>.json`
+/// and `.body`, both 0600).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Cached {
+    url: String,
+    etag: Option<String>,
+    last_modified: Option<String>,
+    content_type: String,
+}
+
+fn cache_paths(opts: &Opts, url: &Url) -> (PathBuf, PathBuf, PathBuf) {
+    let digest = Sha256::digest(url.as_str().as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = opts.data_dir.join("webfetch").join("cache");
+    (dir.join(format!("{hex}.json")), dir.join(format!("{hex}.body")), dir)
+}
+
+fn cache_read(opts: &Opts, url: &Url) -> Option<(Cached, Vec<u8>)> {
+    let (meta, body, _) = cache_paths(opts, url);
+    let c: Cached = serde_json::from_slice(&std::fs::read(meta).ok()?).ok()?;
+    if c.url != url.as_str() {
+        return None;
+    }
+    Some((c, std::fs::read(body).ok()?))
+}
+
+/// Keeps a 200 answer that has a validator; a failure only costs the next revalidation.
+fn cache_write(opts: &Opts, url: &Url, c: &Cached, body: &[u8]) -> bool {
+    let (meta, body_path, dir) = cache_paths(opts, url);
+    let Ok(json) = serde_json::to_vec(c) else { return false };
+    let ok = write_private(&dir, &body_path, body).and_then(|_| write_private(&dir, &meta, &json));
+    if let Err(e) = &ok {
+        tracing::debug!("webfetch: cannot keep {url}: {e}");
+    }
+    ok.is_ok()
 }
 
 fn agent(opts: &Opts) -> ureq::Agent {
@@ -127,12 +170,27 @@ fn fail(m: impl std::fmt::Display) -> ToolError {
 fn get(agent: &ureq::Agent, start: &Url, opts: &Opts) -> Result<Fetched, ToolError> {
     let mut url = start.clone();
     for _ in 0..=MAX_REDIRECTS {
-        let resp = agent
-            .get(url.as_str())
-            .header("Accept", "text/markdown, text/html;q=0.9, text/plain;q=0.8, */*;q=0.5")
-            .call()
-            .map_err(|e| fail(format!("{url}: {e}")))?;
+        let cached = cache_read(opts, &url);
+        let mut req =
+            agent.get(url.as_str()).header("Accept", "text/markdown, text/html;q=0.9, text/plain;q=0.8, */*;q=0.5");
+        if let Some((c, _)) = &cached {
+            if let Some(etag) = &c.etag {
+                req = req.header("If-None-Match", etag);
+            }
+            if let Some(lm) = &c.last_modified {
+                req = req.header("If-Modified-Since", lm);
+            }
+        }
+        let resp = req.call().map_err(|e| fail(format!("{url}: {e}")))?;
         let status = resp.status().as_u16();
+        if status == 304 {
+            if let Some((c, body)) = cached {
+                let truncated = body.len() as u64 > opts.max_bytes;
+                let mut body = body;
+                body.truncate(opts.max_bytes as usize);
+                return Ok(Fetched { url, status: 200, content_type: c.content_type, body, truncated, cache: "revalidated" });
+            }
+        }
         if (300..400).contains(&status) && status != 304 {
             let Some(loc) = resp.headers().get("location").and_then(|v| v.to_str().ok()) else {
                 return Err(fail(format!("{url} answered {status} without a Location header")));
@@ -155,6 +213,7 @@ fn get(agent: &ureq::Agent, start: &Url, opts: &Opts) -> Result<Fetched, ToolErr
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
+        let resp_headers = resp.headers().clone();
         let mut body = vec![];
         resp.into_body()
             .into_reader()
@@ -163,7 +222,16 @@ fn get(agent: &ureq::Agent, start: &Url, opts: &Opts) -> Result<Fetched, ToolErr
             .map_err(|e| fail(format!("reading {url}: {e}")))?;
         let truncated = body.len() as u64 > opts.max_bytes;
         body.truncate(opts.max_bytes as usize);
-        return Ok(Fetched { url, status, content_type, body, truncated });
+        let header = |k: &str| resp_headers.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let (etag, last_modified) = (header("etag"), header("last-modified"));
+        let mut cache = "none";
+        if status == 200 && !truncated && (etag.is_some() || last_modified.is_some()) {
+            let c = Cached { url: url.to_string(), etag, last_modified, content_type: content_type.clone() };
+            if cache_write(opts, &url, &c, &body) {
+                cache = "stored";
+            }
+        }
+        return Ok(Fetched { url, status, content_type, body, truncated, cache });
     }
     Err(fail(format!("{start}: more than {MAX_REDIRECTS} redirects")))
 }
@@ -235,6 +303,9 @@ fn result(requested: &Url, f: &Fetched, text: String, source: &str) -> CommandRe
         f.body.len(),
         if f.truncated { format!("; TRUNCATED at {} bytes (webfetch.maxBytes)", f.body.len()) } else { String::new() }
     );
+    if f.cache == "revalidated" {
+        head.push_str("; not modified (HTTP 304): the copy kept from an earlier fetch");
+    }
     head.push_str("\n\n");
     head.push_str(text.trim());
     CommandResult {
@@ -247,6 +318,7 @@ fn result(requested: &Url, f: &Fetched, text: String, source: &str) -> CommandRe
             "bytes": f.body.len(),
             "truncated": f.truncated,
             "source": source,
+            "cache": f.cache,
         }),
     }
 }
@@ -339,6 +411,7 @@ fn save_binary(requested: &Url, f: &Fetched, opts: &Opts) -> Result<CommandResul
             "bytes": f.body.len(),
             "truncated": false,
             "source": "page",
+            "cache": f.cache,
             "savedTo": path.display().to_string(),
         }),
     })
