@@ -63,7 +63,9 @@ pub fn check(tool: &str, c: &CallerFacts) -> Result<(), String> {
             }
             Ok(())
         }
-        "apply-patch" if matches!(c.agent, "auditor" | "auditor-loop") || c.loop_role == Some("auditor") => {
+        "apply-patch" | "ast-grep-replace"
+            if matches!(c.agent, "auditor" | "auditor-loop") || c.loop_role == Some("auditor") =>
+        {
             deny(tool, c, "auditors review changes; they do not write them")
         }
         "shell" | "section-read" | "plan-adjust" if !in_loop => deny(tool, c, "this tool is for loop sessions only"),
@@ -101,6 +103,10 @@ mod tests {
         assert!(check("review-delete", &f("code", Some("coder"))).is_err());
         assert!(check("review-write", &f("user", None)).is_ok());
         assert!(check("review-read", &f("code", None)).is_ok());
+        assert!(check("ast-grep-replace", &f("auditor-loop", None)).is_err());
+        assert!(check("ast-grep-replace", &f("code", Some("auditor"))).is_err());
+        assert!(check("ast-grep-replace", &f("code", Some("coder"))).is_ok());
+        assert!(check("ast-grep-search", &f("auditor", None)).is_ok());
     }
 
     #[test]

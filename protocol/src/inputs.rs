@@ -419,3 +419,52 @@ pub struct GlobInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
 }
+
+/// `forge.ast-grep-search`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AstGrepSearchInput {
+    /// An ast-grep pattern: code of the language with metavariables (`$NAME` one node,
+    /// `$$$ARGS` any number), e.g. `console.log($MSG)`.
+    pub pattern: String,
+    /// The language: rust, python, typescript, tsx, javascript, go, java, c, cpp (common
+    /// aliases such as `rs`, `py`, `ts`, `js`, `c++` are accepted).
+    pub lang: String,
+    /// A directory or file inside the root to search (default: the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// `forge.ast-grep-replace`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AstGrepReplaceInput {
+    /// An ast-grep pattern (see `forge.ast-grep-search`).
+    pub pattern: String,
+    /// The replacement: code that may use the pattern's metavariables, e.g. `logger.info($MSG)`.
+    pub rewrite: String,
+    /// The language (see `forge.ast-grep-search`).
+    pub lang: String,
+    /// A directory or file inside the root to rewrite (default: the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Preview only (default true); `false` writes every changed file, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+}
+
+/// `forge.webfetch`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebfetchInput {
+    /// An `http://` or `https://` URL.
+    pub url: String,
+    /// `markdown` (default: the main content of an HTML page converted to markdown, with
+    /// `llms.txt` tried first for a site root), `text` (the main content as plain text) or
+    /// `html` (the body as sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    /// Seconds for the whole request (default 30, at most 120).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+}

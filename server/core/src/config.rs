@@ -91,6 +91,8 @@ const KEYS: &[(&str, Ty)] = &[
     ("documents.materialize", Ty::BoolOrAuto),
     ("documents.maxPlanBytes", Ty::UInt),
     ("diagnostics.mirrorLoopFindings", Ty::Bool),
+    ("webfetch.allowCrossOriginRedirects", Ty::Bool),
+    ("webfetch.maxBytes", Ty::UInt),
 ];
 
 /// A configuration problem.
@@ -133,6 +135,10 @@ pub struct Config {
     /// execute-plan's plan), in bytes of UTF-8.
     pub max_plan_bytes: u64,
     pub mirror_loop_findings: bool,
+    /// `webfetch.allowCrossOriginRedirects`: follow a redirect to another origin.
+    pub webfetch_allow_cross_origin_redirects: bool,
+    /// `webfetch.maxBytes`: the most body bytes `forge.webfetch` reads.
+    pub webfetch_max_bytes: u64,
 }
 
 impl Default for Config {
@@ -165,6 +171,8 @@ impl Default for Config {
             materialize: None,
             max_plan_bytes: 16 * 1024 * 1024,
             mirror_loop_findings: true,
+            webfetch_allow_cross_origin_redirects: false,
+            webfetch_max_bytes: 10 * 1024 * 1024,
         }
     }
 }
@@ -306,6 +314,11 @@ impl Loader {
             materialize: m.get("documents.materialize").and_then(Value::as_bool),
             max_plan_bytes: u("documents.maxPlanBytes", d.max_plan_bytes),
             mirror_loop_findings: b("diagnostics.mirrorLoopFindings", d.mirror_loop_findings),
+            webfetch_allow_cross_origin_redirects: b(
+                "webfetch.allowCrossOriginRedirects",
+                d.webfetch_allow_cross_origin_redirects,
+            ),
+            webfetch_max_bytes: u("webfetch.maxBytes", d.webfetch_max_bytes),
         }
     }
 

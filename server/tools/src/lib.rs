@@ -32,6 +32,7 @@ pub mod loop_permissions;
 pub mod loop_scope;
 pub mod plan_ops;
 pub mod route;
+pub mod structural;
 
 pub use forge_core::{Caller, LoopBinding, ToolEnv};
 pub use forge_store::{Db, Store};

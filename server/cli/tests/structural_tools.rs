@@ -1,0 +1,145 @@
+//! `forge.ast-grep-search` and `forge.ast-grep-replace` over the real binary (PROTOCOL.md
+//! 10.3): structural matches in Rust, Python and TypeScript files, gitignore, dry runs that
+//! write nothing, all-or-nothing writes, the root and the auditor rule.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+use serde_json::json;
+
+fn client(sb: &Sandbox, repo: &GitRepo) -> Client {
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c
+}
+
+fn read(repo: &GitRepo, rel: &str) -> String {
+    std::fs::read_to_string(repo.path.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+#[test]
+fn search_finds_structural_matches_in_rust_python_and_typescript() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("src/lib.rs", "fn main() {\n    let x = foo(1, 2);\n    // foo(3) in a comment\n    bar(foo(4));\n}\n");
+    repo.write("app/util.py", "def f():\n    print(\"hi\")\n    print('x', end='')\n    log = 'print(no)'\n");
+    repo.write("web/app.ts", "const a: number = 1;\nconsole.log(a);\nconsole.log(`t`, a);\n");
+    repo.write(".gitignore", "ignored/\n");
+    repo.write("ignored/skip.py", "print(1)\n");
+    let c = client(&sb, &repo);
+
+    let out = c.tool_ok("ast-grep-search", json!({ "pattern": "foo($$$ARGS)", "lang": "rust" }));
+    assert!(out.text.contains("src/lib.rs:2: foo(1, 2)"), "{}", out.text);
+    assert!(out.text.contains("src/lib.rs:4: foo(4)"), "{}", out.text);
+    assert!(!out.text.contains("foo(3)"), "a comment is not code: {}", out.text);
+    assert!(out.text.contains("2 matches in 1 rust file searched"), "{}", out.text);
+
+    let out = c.tool_ok("ast-grep-search", json!({ "pattern": "print($A)", "lang": "py" }));
+    assert!(out.text.contains("app/util.py:2: print(\"hi\")"), "{}", out.text);
+    assert!(!out.text.contains("end="), "one argument only: {}", out.text);
+    assert!(!out.text.contains("ignored/"), "gitignored files are not searched: {}", out.text);
+    assert_eq!(out.data["total"], 1, "{}", out.data);
+
+    let out =
+        c.tool_ok("ast-grep-search", json!({ "pattern": "console.log($$$)", "lang": "typescript", "path": "web" }));
+    assert_eq!(out.data["total"], 2, "{}", out.text);
+    assert!(out.text.contains("web/app.ts:3: console.log(`t`, a)"), "{}", out.text);
+
+    // Nothing found is a success; bad inputs are -32602 naming what is wrong.
+    let out = c.tool_ok("ast-grep-search", json!({ "pattern": "nothing_here($A)", "lang": "go" }));
+    assert!(out.text.starts_with("No matches found."), "{}", out.text);
+    let e = c.tool_err("ast-grep-search", json!({ "pattern": "x", "lang": "cobol" }));
+    assert_eq!(e.code, -32602, "{e}");
+    assert!(e.message.contains("cobol") && e.message.contains("rust") && e.message.contains("cpp"), "{e}");
+    let e = c.tool_err("ast-grep-search", json!({ "pattern": "", "lang": "rust" }));
+    assert!(e.message.contains("pattern"), "{e}");
+}
+
+#[test]
+fn search_and_replace_stay_inside_the_root() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("a.rs", "fn a() {}\n");
+    let outside = sb.mkdir("outside");
+    std::fs::write(outside.join("o.rs"), "fn o() {}\n").unwrap();
+    let c = client(&sb, &repo);
+    let e = c.tool_err("ast-grep-search", json!({ "pattern": "fn $F() {}", "lang": "rust", "path": "../outside" }));
+    assert_eq!(e.code, -32602, "{e}");
+    assert!(e.message.contains("../outside") && e.message.contains("out of the root"), "{e}");
+    let e = c.tool_err(
+        "ast-grep-replace",
+        json!({ "pattern": "fn $F() {}", "rewrite": "fn $F() { todo!() }", "lang": "rust", "path": outside.display().to_string(), "dryRun": false }),
+    );
+    assert!(e.message.contains("outside the root"), "{e}");
+    assert_eq!(std::fs::read_to_string(outside.join("o.rs")).unwrap(), "fn o() {}\n");
+    let e = c.tool_err("ast-grep-search", json!({ "pattern": "fn $F() {}", "lang": "rust", "path": "a.rs/deeper" }));
+    assert!(e.message.contains("a.rs is not a directory"), "{e}");
+    let e = c.tool_err("ast-grep-search", json!({ "pattern": "fn $F() {}", "lang": "rust", "path": "nope" }));
+    assert!(e.message.contains("nope does not exist"), "{e}");
+}
+
+#[test]
+fn replace_dry_run_previews_and_writes_nothing_then_applies() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let one = "console.log(a);\nfoo();\nconsole.log(\"b\", c);\n";
+    let two = "function g() { console.log(g); }\n";
+    repo.write("src/one.js", one);
+    repo.write("src/two.js", two);
+    let c = client(&sb, &repo);
+    let input = json!({ "pattern": "console.log($$$ARGS)", "rewrite": "logger.info($$$ARGS)", "lang": "javascript" });
+    let out = c.tool_ok("ast-grep-replace", input.clone());
+    assert!(out.text.starts_with("[DRY RUN] 3 changes in 2 files"), "{}", out.text);
+    assert!(!out.text.contains("[APPLIED]"), "{}", out.text);
+    assert!(out.text.contains("-console.log(\"b\", c)") && out.text.contains("+logger.info(\"b\", c)"), "{}", out.text);
+    assert_eq!(read(&repo, "src/one.js"), one, "a dry run writes nothing");
+    assert_eq!(read(&repo, "src/two.js"), two, "a dry run writes nothing");
+
+    let mut real = input.clone();
+    real["dryRun"] = json!(false);
+    let out = c.tool_ok("ast-grep-replace", real);
+    assert!(out.text.starts_with("[APPLIED] 3 changes written to 2 files"), "{}", out.text);
+    assert_eq!(read(&repo, "src/one.js"), "logger.info(a);\nfoo();\nlogger.info(\"b\", c);\n");
+    assert_eq!(read(&repo, "src/two.js"), "function g() { logger.info(g); }\n");
+    assert_eq!(out.data["applied"], true);
+    // No temporary files are left behind.
+    let left: Vec<_> = std::fs::read_dir(repo.path.join("src")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    // Run again: nothing matches any more.
+    let out = c.tool_ok("ast-grep-replace", input);
+    assert!(out.text.starts_with("No matches found"), "{}", out.text);
+}
+
+#[test]
+fn replace_write_failure_is_an_error_and_leaves_every_file_unchanged() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("a.py", "print(1)\n");
+    let locked = repo.write("b.py", "print(2)\n");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let c = client(&sb, &repo);
+    let e = c.tool_err(
+        "ast-grep-replace",
+        json!({ "pattern": "print($X)", "rewrite": "log($X)", "lang": "python", "dryRun": false }),
+    );
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("b.py") && e.message.contains("read-only"), "{e}");
+    assert!(!e.message.contains("[APPLIED]"), "{e}");
+    assert_eq!(read(&repo, "a.py"), "print(1)\n", "all or nothing: a.py untouched");
+    assert_eq!(read(&repo, "b.py"), "print(2)\n");
+    let left: Vec<_> = std::fs::read_dir(&repo.path).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!left.iter().any(|n| n.to_string_lossy().contains("forge-ast-grep")), "temporaries removed: {left:?}");
+    // Auditors review; they do not rewrite.
+    let mut auditor = sb.stdio();
+    auditor.init(&Init::new(&repo.path).agent("auditor"));
+    let e = auditor.tool_err(
+        "ast-grep-replace",
+        json!({ "pattern": "print($X)", "rewrite": "log($X)", "lang": "python", "path": "a.py" }),
+    );
+    assert!(e.message.contains("auditor"), "{e}");
+    // The search stays open to them.
+    let out = auditor.tool_ok("ast-grep-search", json!({ "pattern": "print($X)", "lang": "python", "path": "a.py" }));
+    assert_eq!(out.data["total"], 1, "{}", out.text);
+}

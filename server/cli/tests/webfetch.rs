@@ -1,0 +1,251 @@
+//! `forge.webfetch` over the real binary against local HTTP servers started by the test (a
+//! std `TcpListener` thread each; two servers on different ports are different origins):
+//! main-content markdown, `llms.txt` first for a site root, binary bodies saved 0600 under
+//! the data directory, redirects (same-origin followed, cross-origin refused unless
+//! configured), HTTP errors, the size limit and refused schemes. No network is used.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use serde_json::json;
+
+/// (path, status, content type, extra header, body)
+type Route = (&'static str, u16, &'static str, String, Vec<u8>);
+
+struct Server {
+    port: u16,
+    hits: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    fn start(routes: Vec<Route>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let hits = Arc::new(Mutex::new(vec![]));
+        let seen = hits.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut first = String::new();
+                if reader.read_line(&mut first).is_err() {
+                    continue;
+                }
+                let mut if_none_match = None;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((k, v)) = line.split_once(':') {
+                        if k.eq_ignore_ascii_case("if-none-match") {
+                            if_none_match = Some(v.trim().to_string());
+                        }
+                    }
+                }
+                let path = first.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let (mut status, ctype, extra, mut body) = match routes.iter().find(|r| r.0 == path) {
+                    Some((_, s, c, e, b)) => (*s, *c, e.clone(), b.clone()),
+                    None => (404, "text/plain", String::new(), b"no such page".to_vec()),
+                };
+                // A route with an ETag answers 304 to a request that names it.
+                if let Some(tag) = &if_none_match {
+                    if extra.contains(&format!("ETag: {tag}\r\n")) {
+                        status = 304;
+                        body.clear();
+                    }
+                }
+                seen.lock().unwrap().push(if status == 304 { format!("{path} 304") } else { path.clone() });
+                let head = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(&body);
+            }
+        });
+        Server { port, hits }
+    }
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+    fn hits(&self) -> Vec<String> {
+        self.hits.lock().unwrap().clone()
+    }
+}
+
+fn html(path: &'static str, body: &str) -> Route {
+    (path, 200, "text/html; charset=utf-8", String::new(), body.as_bytes().to_vec())
+}
+
+const PAGE: &str = "<!doctype html><html><head><title>T</title><style>.x{color:red}</style></head><body>\
+<header><p>SITE BANNER</p></header><nav><a href=\"/a\">NAV LINK</a></nav>\
+<main><h1>Install guide</h1><p>Run the <a href=\"/dl\">installer</a> and <em>wait</em>.</p>\
+<script>var SECRET_SCRIPT = 1;</script><ul><li>first step</li><li>second step</li></ul></main>\
+<footer>FOOTER TEXT</footer></body></html>";
+
+fn client(sb: &Sandbox, repo: &GitRepo, config: Option<serde_json::Value>) -> Client {
+    // Local servers only: a proxy from the environment must not see these requests.
+    let data_dir = sb.db_path().parent().unwrap().to_path_buf();
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--data-dir").arg(&data_dir);
+        for k in ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] {
+            cmd.env_remove(k);
+        }
+    });
+    let mut init = Init::new(&repo.path);
+    if let Some(cfg) = config {
+        init = init.config(cfg);
+    }
+    c.init(&init);
+    c
+}
+
+#[test]
+fn html_becomes_markdown_or_text_from_the_main_content() {
+    let server = Server::start(vec![html("/guide", PAGE)]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/guide") }));
+    let t = &out.text;
+    assert!(t.contains("# Install guide"), "{t}");
+    assert!(t.contains("[installer](/dl)") && (t.contains("_wait_") || t.contains("*wait*")), "{t}");
+    assert!(t.contains("first step") && t.contains("second step"), "{t}");
+    for gone in ["SITE BANNER", "NAV LINK", "FOOTER TEXT", "SECRET_SCRIPT", "color:red"] {
+        assert!(!t.contains(gone), "{gone} must be dropped: {t}");
+    }
+    assert_eq!(out.data["status"], 200);
+    assert_eq!(out.data["source"], "page");
+
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/guide"), "format": "text" }));
+    assert!(out.text.contains("Install guide\nRun the installer and wait."), "{}", out.text);
+    assert!(!out.text.contains('#') && !out.text.contains("NAV LINK"), "{}", out.text);
+
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/guide"), "format": "html" }));
+    assert!(out.text.contains("<nav><a href=\"/a\">NAV LINK</a></nav>"), "html is the body as sent: {}", out.text);
+
+    let e = c.tool_err("webfetch", json!({ "url": server.url("/guide"), "format": "pdf" }));
+    assert_eq!(e.code, -32602, "{e}");
+    assert!(e.message.contains("format"), "{e}");
+}
+
+#[test]
+fn a_site_root_prefers_llms_txt() {
+    let with = Server::start(vec![
+        html("/", PAGE),
+        ("/llms.txt", 200, "text/plain", String::new(), b"# Project\n\n> Docs for agents.\n".to_vec()),
+    ]);
+    let without = Server::start(vec![html("/", PAGE)]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let out = c.tool_ok("webfetch", json!({ "url": with.url("/") }));
+    assert!(out.text.contains("> Docs for agents."), "{}", out.text);
+    assert!(!out.text.contains("Install guide"), "{}", out.text);
+    assert_eq!(out.data["source"], "llms.txt");
+    assert_eq!(with.hits(), vec!["/llms.txt"], "the page itself is not fetched");
+    // Other formats fetch the page itself.
+    let out = c.tool_ok("webfetch", json!({ "url": with.url("/"), "format": "html" }));
+    assert!(out.text.contains("Install guide"), "{}", out.text);
+    // No llms.txt (404): the page, converted.
+    let out = c.tool_ok("webfetch", json!({ "url": without.url("") }));
+    assert!(out.text.contains("# Install guide"), "{}", out.text);
+    assert_eq!(without.hits(), vec!["/llms.txt", "/"]);
+}
+
+#[test]
+fn binary_bodies_are_saved_under_the_data_dir() {
+    let png: Vec<u8> = [&[0x89u8, b'P', b'N', b'G', 0, 0, 1, 2][..], &[7u8; 300][..]].concat();
+    let server = Server::start(vec![("/logo.png", 200, "image/png", String::new(), png.clone())]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/logo.png") }));
+    let saved = std::path::PathBuf::from(out.data["savedTo"].as_str().expect("savedTo"));
+    assert!(saved.starts_with(sb.db_path().parent().unwrap().join("webfetch")), "{}", saved.display());
+    assert_eq!(saved.extension().unwrap(), "png");
+    assert!(out.text.contains(&saved.display().to_string()) && out.text.contains("308 bytes"), "{}", out.text);
+    assert_eq!(std::fs::read(&saved).unwrap(), png);
+    assert_eq!(std::fs::metadata(&saved).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn redirects_same_origin_followed_cross_origin_refused_unless_configured() {
+    let other = Server::start(vec![html("/target", "<html><body><main><p>OTHER ORIGIN</p></main></body></html>")]);
+    let target = other.url("/target");
+    let server = Server::start(vec![
+        html("/page", PAGE),
+        ("/moved", 301, "text/plain", "Location: /page\r\n".into(), vec![]),
+        ("/away", 302, "text/plain", format!("Location: {target}\r\n"), vec![]),
+    ]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/moved") }));
+    assert!(out.text.contains("# Install guide"), "{}", out.text);
+    assert_eq!(out.data["url"], server.url("/page"));
+    let e = c.tool_err("webfetch", json!({ "url": server.url("/away") }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains(&target) && e.message.contains("another origin"), "{e}");
+    assert!(other.hits().is_empty(), "the other origin was not contacted");
+    drop(c);
+
+    let c = client(&sb, &repo, Some(json!({ "webfetch": { "allowCrossOriginRedirects": true } })));
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/away") }));
+    assert!(out.text.contains("OTHER ORIGIN"), "{}", out.text);
+    assert_eq!(out.data["url"], target);
+}
+
+#[test]
+fn errors_limits_and_schemes() {
+    let big = "x".repeat(5000);
+    let server = Server::start(vec![("/big.txt", 200, "text/plain", String::new(), big.into_bytes())]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Some(json!({ "webfetch": { "maxBytes": 1000 } })));
+    let e = c.tool_err("webfetch", json!({ "url": server.url("/missing") }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("HTTP 404") && e.message.contains("/missing"), "{e}");
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/big.txt") }));
+    assert!(out.text.contains("TRUNCATED at 1000 bytes"), "{}", out.text);
+    assert_eq!(out.data["truncated"], true);
+    assert_eq!(out.data["bytes"], 1000);
+    for bad in ["file:///etc/passwd", "ftp://example.org/x", "not a url"] {
+        let e = c.tool_err("webfetch", json!({ "url": bad }));
+        assert_eq!(e.code, -32602, "{bad}: {e}");
+        assert!(e.message.contains("url"), "{e}");
+    }
+    let e = c.tool_err("webfetch", json!({ "url": server.url("/big.txt"), "timeout": 0 }));
+    assert!(e.message.contains("timeout"), "{e}");
+    // Nothing listens here: a connection error names the URL.
+    let port = free_port();
+    let e = c.tool_err("webfetch", json!({ "url": format!("http://127.0.0.1:{port}/x") }));
+    assert!(e.message.contains(&format!("127.0.0.1:{port}")), "{e}");
+}
+
+#[test]
+fn a_kept_copy_is_revalidated_with_a_conditional_request() {
+    let server = Server::start(vec![(
+        "/doc.md",
+        200,
+        "text/markdown",
+        "ETag: \"v1\"\r\n".into(),
+        b"# Kept\n\nbody one\n".to_vec(),
+    )]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/doc.md") }));
+    assert!(out.text.contains("body one"), "{}", out.text);
+    assert_eq!(out.data["cache"], "stored");
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/doc.md") }));
+    assert!(out.text.contains("body one") && out.text.contains("not modified (HTTP 304)"), "{}", out.text);
+    assert_eq!(out.data["cache"], "revalidated");
+    assert_eq!(server.hits(), vec!["/doc.md", "/doc.md 304"]);
+}

@@ -1,0 +1,127 @@
+//! What `forge.ast-grep-search` and `forge.ast-grep-replace` share: the languages forge
+//! offers (a subset of `ast-grep-language`, compiled with only these grammars), the
+//! pattern check and the gitignore-aware walk of a language's files under a start path.
+
+use std::path::{Path, PathBuf};
+
+use ast_grep_core::tree_sitter::LanguageExt;
+use ast_grep_core::Pattern;
+use ast_grep_language::SupportLang;
+use forge_protocol::ToolError;
+
+/// (names accepted, the grammar, file extensions searched). Only these grammars are
+/// compiled in (the `tree-sitter-*` features of `ast-grep-language` in Cargo.toml); the
+/// other `SupportLang` variants would panic, so they are never reachable from input.
+const LANGS: &[(&[&str], SupportLang, &[&str])] = &[
+    (&["rust", "rs"], SupportLang::Rust, &["rs"]),
+    (&["python", "py"], SupportLang::Python, &["py", "pyi"]),
+    (&["typescript", "ts"], SupportLang::TypeScript, &["ts", "mts", "cts"]),
+    (&["tsx"], SupportLang::Tsx, &["tsx"]),
+    (&["javascript", "js", "jsx"], SupportLang::JavaScript, &["js", "mjs", "cjs", "jsx"]),
+    (&["go", "golang"], SupportLang::Go, &["go"]),
+    (&["java"], SupportLang::Java, &["java"]),
+    (&["c"], SupportLang::C, &["c", "h"]),
+    (&["cpp", "c++", "cc", "cxx"], SupportLang::Cpp, &["cpp", "cc", "cxx", "c++", "hpp", "hh", "hxx", "h++"]),
+];
+
+/// The language named by `lang`, with its file extensions, or -32602 naming the
+/// supported ones.
+pub fn language(lang: &str) -> Result<(SupportLang, &'static [&'static str]), ToolError> {
+    let l = lang.trim().to_ascii_lowercase();
+    LANGS.iter().find(|(names, _, _)| names.contains(&l.as_str())).map(|(_, sl, ext)| (*sl, *ext)).ok_or_else(|| {
+        let names: Vec<&str> = LANGS.iter().map(|(n, _, _)| n[0]).collect();
+        ToolError::invalid_params(format!(
+            "invalid argument `lang`: {lang:?} is not supported; supported: {}",
+            names.join(", ")
+        ))
+    })
+}
+
+/// The compiled pattern, or -32602 saying why it does not parse.
+pub fn pattern(src: &str, lang: SupportLang) -> Result<Pattern, ToolError> {
+    if src.trim().is_empty() {
+        return Err(ToolError::invalid_params("invalid argument `pattern`: must not be empty"));
+    }
+    Pattern::try_new(src, lang)
+        .map_err(|e| ToolError::invalid_params(format!("invalid argument `pattern` for {}: {e}", lang_name(lang))))
+}
+
+/// The canonical name of a language.
+pub fn lang_name(lang: SupportLang) -> &'static str {
+    LANGS.iter().find(|(_, sl, _)| *sl == lang).map(|(n, _, _)| n[0]).unwrap_or("?")
+}
+
+/// The files under `start` (a file or a directory) with one of `exts`, gitignore-aware,
+/// `.git` skipped, in a stable order. A file named directly is searched whatever its
+/// extension.
+pub fn files(root: &Path, start: &Path, exts: &[&str]) -> Vec<PathBuf> {
+    if start.is_file() {
+        return vec![start.to_path_buf()];
+    }
+    let mut out = vec![];
+    let walk = ignore::WalkBuilder::new(start).hidden(false).git_global(false).require_git(false).build();
+    for entry in walk.flatten() {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = entry.path();
+        let rel = path.strip_prefix(root).unwrap_or(path);
+        if rel.components().next().is_some_and(|c| c.as_os_str() == ".git") {
+            continue;
+        }
+        if path.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.contains(&e)) {
+            out.push(path.to_path_buf());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A match: its 1-based line, its byte range and text.
+pub struct Hit {
+    pub line: usize,
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
+    /// The replacement, when a rewrite was given.
+    pub replacement: Option<String>,
+}
+
+/// The matches of `pat` in `src` (outermost first; a match inside an earlier one is
+/// dropped so that rewrites never overlap), with each replacement when `rewrite` is set.
+pub fn matches(src: &str, lang: SupportLang, pat: &Pattern, rewrite: Option<&str>) -> Vec<Hit> {
+    let grep = lang.ast_grep(src);
+    let root = grep.root();
+    let mut out: Vec<Hit> = vec![];
+    for m in root.find_all(pat) {
+        let r = m.range();
+        if out.last().is_some_and(|h| r.start < h.end) {
+            continue;
+        }
+        let replacement = rewrite.map(|rw| {
+            let edit = m.replace_by(rw);
+            String::from_utf8_lossy(&edit.inserted_text).into_owned()
+        });
+        out.push(Hit {
+            line: m.start_pos().line() + 1,
+            start: r.start,
+            end: r.end,
+            text: m.text().into_owned(),
+            replacement,
+        });
+    }
+    out
+}
+
+/// `src` with every hit replaced by its replacement.
+pub fn rewritten(src: &str, hits: &[Hit]) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut at = 0;
+    for h in hits {
+        out.push_str(&src[at..h.start]);
+        out.push_str(h.replacement.as_deref().unwrap_or(&h.text));
+        at = h.end;
+    }
+    out.push_str(&src[at..]);
+    out
+}

@@ -1,0 +1,175 @@
+//! `forge.ast-grep-replace`: structural rewrite with `ast-grep-core` over the files of one
+//! language under the caller's root. A dry run (the default) reports each change and
+//! writes nothing. A real run writes every changed file or none: each new content goes to
+//! a temporary file beside its target, and only when all are staged are they renamed into
+//! place; a file that cannot be written (including a read-only one: its mode is respected
+//! even for root) fails the call before any rename, and the report never says `[APPLIED]`
+//! for a file that was not written. Denied to auditors (`forge_domain::permissions`).
+//! Runs off the store thread ([`ToolCtx::after`]).
+
+use std::path::{Path, PathBuf};
+
+use ast_grep_core::Pattern;
+use ast_grep_language::SupportLang;
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+
+use super::ToolCtx;
+use crate::files::{caller_root, read_utf8, search_path};
+use crate::structural;
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "Structural rewrite (ast-grep) of code under your root (the project, or your loop's worktree), respecting .gitignore. pattern as in ast-grep-search ($NAME one node, $$$ARGS any number); rewrite is the replacement and may use the pattern's metavariables (e.g. pattern `console.log($MSG)`, rewrite `logger.info($MSG)`). lang is one of rust, python, typescript, tsx, javascript, go, java, c, cpp; path narrows it to a directory or file. dryRun defaults to true: the result previews every change ([DRY RUN]) and nothing is written. With dryRun false every changed file is written or none ([APPLIED] only after all writes succeeded); a file that cannot be written, including a read-only one, is an error.";
+
+pub type Input = forge_protocol::inputs::AstGrepReplaceInput;
+
+/// Changes shown in the report; every change is applied whatever this says.
+const MAX_SHOWN: usize = 200;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let (lang, exts) = structural::language(&input.lang)?;
+    let pat = structural::pattern(&input.pattern, lang)?;
+    let root = caller_root(ctx)?;
+    let start = search_path(&root, input.path.as_deref())?;
+    let dry = input.dry_run.unwrap_or(true);
+    let rewrite = input.rewrite;
+    ctx.after = Some(Box::new(move || replace(&root, &start, lang, exts, &pat, &rewrite, dry)));
+    Ok(CommandResult { text: String::new(), data: serde_json::Value::Null })
+}
+
+struct FileEdit {
+    path: PathBuf,
+    shown: String,
+    new: String,
+    count: usize,
+}
+
+fn replace(
+    root: &Path,
+    start: &Path,
+    lang: SupportLang,
+    exts: &[&str],
+    pat: &Pattern,
+    rewrite: &str,
+    dry: bool,
+) -> Result<CommandResult, ToolError> {
+    let files = structural::files(root, start, exts);
+    let mut edits: Vec<FileEdit> = vec![];
+    let mut preview: Vec<String> = vec![];
+    let mut shown_changes = 0usize;
+    let mut skipped = vec![];
+    for path in &files {
+        let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
+        let src = match read_utf8(path) {
+            Ok(s) => s,
+            Err(e) => {
+                skipped.push(format!("{shown} ({e})"));
+                continue;
+            }
+        };
+        let hits = structural::matches(&src, lang, pat, Some(rewrite));
+        let hits: Vec<_> = hits.into_iter().filter(|h| h.replacement.as_deref() != Some(h.text.as_str())).collect();
+        if hits.is_empty() {
+            continue;
+        }
+        preview.push(format!("{shown}: {} change{}", hits.len(), if hits.len() == 1 { "" } else { "s" }));
+        for h in &hits {
+            if shown_changes < MAX_SHOWN {
+                preview.push(format!("@@ {shown}:{}", h.line));
+                preview.extend(h.text.lines().map(|l| format!("-{l}")));
+                preview.extend(h.replacement.as_deref().unwrap_or("").lines().map(|l| format!("+{l}")));
+            }
+            shown_changes += 1;
+        }
+        edits.push(FileEdit { path: path.clone(), shown, new: structural::rewritten(&src, &hits), count: hits.len() });
+    }
+    let total: usize = edits.iter().map(|e| e.count).sum();
+    let truncated = total > MAX_SHOWN;
+    let files_json: Vec<_> = edits.iter().map(|e| json!({ "path": e.shown, "changes": e.count })).collect();
+    if edits.is_empty() {
+        let mut text = format!("No matches found in {} {} file(s); nothing to change.", files.len(), structural::lang_name(lang));
+        if !skipped.is_empty() {
+            text.push_str(&format!("\nnot searched: {}", skipped.join(", ")));
+        }
+        return Ok(CommandResult {
+            text,
+            data: json!({ "dryRun": dry, "applied": false, "files": [], "total": 0, "skipped": skipped }),
+        });
+    }
+    let mut body = preview.join("\n");
+    if truncated {
+        body.push_str(&format!("\n… (the first {MAX_SHOWN} of {total} changes shown)"));
+    }
+    if dry {
+        let text = format!(
+            "[DRY RUN] {total} change{} in {} file{} would be made; nothing was written (call again with dryRun false to apply).\n\n{body}",
+            if total == 1 { "" } else { "s" },
+            edits.len(),
+            if edits.len() == 1 { "" } else { "s" },
+        );
+        return Ok(CommandResult {
+            text,
+            data: json!({ "dryRun": true, "applied": false, "files": files_json, "total": total, "skipped": skipped }),
+        });
+    }
+    write_all(&edits)?;
+    let text = format!(
+        "[APPLIED] {total} change{} written to {} file{}.\n\n{body}",
+        if total == 1 { "" } else { "s" },
+        edits.len(),
+        if edits.len() == 1 { "" } else { "s" },
+    );
+    Ok(CommandResult {
+        text,
+        data: json!({ "dryRun": false, "applied": true, "files": files_json, "total": total, "skipped": skipped }),
+    })
+}
+
+/// Writes every edit or none: stage all, then rename all.
+fn write_all(edits: &[FileEdit]) -> Result<(), ToolError> {
+    let fail = |m: String| ToolError::invalid(format!("ast-grep-replace failed, nothing was written: {m}"));
+    let mut staged: Vec<(PathBuf, &Path)> = vec![];
+    let cleanup = |staged: &[(PathBuf, &Path)]| {
+        for (tmp, _) in staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+    };
+    for e in edits {
+        match stage(e) {
+            Ok(tmp) => staged.push((tmp, &e.path)),
+            Err(m) => {
+                cleanup(&staged);
+                return Err(fail(m));
+            }
+        }
+    }
+    for (i, (tmp, target)) in staged.iter().enumerate() {
+        if let Err(err) = std::fs::rename(tmp, target) {
+            cleanup(&staged[i..]);
+            let done: Vec<String> = edits[..i].iter().map(|e| e.shown.clone()).collect();
+            return Err(ToolError::invalid(format!(
+                "ast-grep-replace failed: cannot write {}: {err}; written before the failure: {}",
+                target.display(),
+                if done.is_empty() { "none".to_string() } else { done.join(", ") }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The new content in a temporary file beside the target (same mode), after checking
+/// the target can be written.
+fn stage(e: &FileEdit) -> Result<PathBuf, String> {
+    let meta = std::fs::metadata(&e.path).map_err(|err| format!("{}: {err}", e.shown))?;
+    if meta.permissions().readonly() {
+        return Err(format!("{} is read-only", e.shown));
+    }
+    std::fs::OpenOptions::new().append(true).open(&e.path).map_err(|err| format!("{} cannot be written: {err}", e.shown))?;
+    let dir = e.path.parent().ok_or_else(|| format!("{}: no parent directory", e.shown))?;
+    let name = e.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.forge-ast-grep-{}", std::process::id()));
+    std::fs::write(&tmp, &e.new).map_err(|err| format!("cannot write {}: {err}", tmp.display()))?;
+    let _ = std::fs::set_permissions(&tmp, meta.permissions());
+    Ok(tmp)
+}

@@ -1,0 +1,75 @@
+//! `forge.ast-grep-search`: structural search with `ast-grep-core` over the files of one
+//! language under the caller's root (gitignore-aware, the path guard of
+//! [`crate::files::search_path`]). Runs off the store thread ([`ToolCtx::after`]).
+
+use std::path::{Path, PathBuf};
+
+use ast_grep_core::Pattern;
+use ast_grep_language::SupportLang;
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+
+use super::ToolCtx;
+use crate::files::{caller_root, read_utf8, search_path};
+use crate::structural;
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "Structural code search (ast-grep) under your root (the project, or your loop's worktree), respecting .gitignore. pattern is code of the language with metavariables: $NAME matches one node, $$$ARGS any number (e.g. `console.log($MSG)`, `fn $F($$$P) -> Result<$T> { $$$B }`). lang is one of rust, python, typescript, tsx, javascript, go, java, c, cpp. path narrows the search to a directory or file (it must exist). Output: one `path:line: matched text` line per match (first line of multi-line matches), then a count.";
+
+pub type Input = forge_protocol::inputs::AstGrepSearchInput;
+
+/// Matches listed in the result; the count is always complete.
+const MAX_LISTED: usize = 500;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let (lang, exts) = structural::language(&input.lang)?;
+    let pat = structural::pattern(&input.pattern, lang)?;
+    let root = caller_root(ctx)?;
+    let start = search_path(&root, input.path.as_deref())?;
+    ctx.after = Some(Box::new(move || search(&root, &start, lang, exts, &pat)));
+    Ok(CommandResult { text: String::new(), data: serde_json::Value::Null })
+}
+
+fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pattern) -> Result<CommandResult, ToolError> {
+    let files: Vec<PathBuf> = structural::files(root, start, exts);
+    let mut lines = vec![];
+    let mut hits = vec![];
+    let mut total = 0usize;
+    let mut skipped = vec![];
+    for path in &files {
+        let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
+        let src = match read_utf8(path) {
+            Ok(s) => s,
+            Err(e) => {
+                skipped.push(format!("{shown} ({e})"));
+                continue;
+            }
+        };
+        for h in structural::matches(&src, lang, pat, None) {
+            total += 1;
+            if lines.len() < MAX_LISTED {
+                let first = h.text.lines().next().unwrap_or("");
+                let more = if h.text.contains('\n') { " …" } else { "" };
+                lines.push(format!("{shown}:{}: {first}{more}", h.line));
+                hits.push(json!({ "path": shown, "line": h.line, "text": h.text }));
+            }
+        }
+    }
+    let mut text = if lines.is_empty() { "No matches found.".to_string() } else { lines.join("\n") };
+    text.push_str(&format!(
+        "\n\n{total} match{} in {} {} file{} searched{}",
+        if total == 1 { "" } else { "es" },
+        files.len(),
+        structural::lang_name(lang),
+        if files.len() == 1 { "" } else { "s" },
+        if total > lines.len() { format!(" (the first {} listed; narrow the search)", lines.len()) } else { String::new() }
+    ));
+    if !skipped.is_empty() {
+        text.push_str(&format!("\nnot searched: {}", skipped.join(", ")));
+    }
+    Ok(CommandResult {
+        text,
+        data: json!({ "matches": hits, "total": total, "filesSearched": files.len(), "truncated": total > lines.len(), "skipped": skipped }),
+    })
+}

@@ -1,0 +1,530 @@
+//! `forge.webfetch`: fetches an `http(s)` URL with `ureq` (rustls, no OpenSSL) off the
+//! store thread ([`ToolCtx::after`]).
+//!
+//! - Redirects are followed by hand (at most [`MAX_REDIRECTS`]): same-origin ones always,
+//!   a cross-origin one only with `webfetch.allowCrossOriginRedirects`; otherwise the call
+//!   fails naming the target.
+//! - `llms.txt`: with `format` markdown and a site root URL (path `/`, no query), the tool
+//!   first asks `<origin>/llms.txt`; a 200 answer that is not HTML and not empty is the
+//!   result. Any other answer falls back to the page itself.
+//! - HTML becomes markdown (`htmd`) or plain text from its main content: the first
+//!   `<main>`, else the first `<article>`, else `<body>`; script, style, noscript,
+//!   template, nav, aside and footer are dropped (and header when no main/article exists).
+//! - Text-like bodies (text/*, JSON, XML, JavaScript) are returned as they are; other
+//!   content types are saved to `<data dir>/webfetch/<sha256>.<ext>` (0600) and the result
+//!   names the file and its size.
+//! - Conditional requests: a 200 answer with an `ETag` or `Last-Modified` is kept under
+//!   `<data dir>/webfetch/cache/`; the next fetch of that URL sends `If-None-Match` /
+//!   `If-Modified-Since`, and a 304 answer is served from the kept copy (the result says so).
+//! - At most `webfetch.maxBytes` body bytes are read (default 10 MiB): a longer text body
+//!   is cut and the result says so; a longer binary body is an error (a cut file is
+//!   useless).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use forge_protocol::{CommandResult, ToolError};
+use markup5ever_rcdom::{Node, NodeData};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use super::ToolCtx;
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "Fetch an http(s) URL. format: markdown (default; the page's main content converted to markdown, and for a site root the site's /llms.txt when it has one), text (main content as plain text) or html (the body as sent). timeout: seconds (default 30, at most 120). Redirects within the same origin are followed; a redirect to another origin is refused with the target named unless the configuration allows it. Binary content (images, PDFs, archives) is saved to a file under forge's data directory and the result gives its path and size. Bodies beyond webfetch.maxBytes (default 10 MiB) are cut, and the result says so.";
+
+pub type Input = forge_protocol::inputs::WebfetchInput;
+
+const MAX_REDIRECTS: usize = 10;
+const DEFAULT_TIMEOUT: u64 = 30;
+const MAX_TIMEOUT: u64 = 120;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Markdown,
+    Text,
+    Html,
+}
+
+struct Opts {
+    format: Format,
+    timeout: Duration,
+    cross_origin: bool,
+    max_bytes: u64,
+    data_dir: PathBuf,
+}
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let url = Url::parse(input.url.trim())
+        .map_err(|e| ToolError::invalid_params(format!("invalid argument `url`: {:?} is not a URL: {e}", input.url)))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ToolError::invalid_params(format!(
+            "invalid argument `url`: only http and https URLs are fetched, not {}:",
+            url.scheme()
+        )));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(ToolError::invalid_params(format!("invalid argument `url`: {url} has no host")));
+    }
+    let format = match input.format.as_deref().map(str::trim).unwrap_or("markdown") {
+        "markdown" | "md" | "" => Format::Markdown,
+        "text" => Format::Text,
+        "html" => Format::Html,
+        other => {
+            return Err(ToolError::invalid_params(format!(
+                "invalid argument `format`: {other:?}; expected markdown, text or html"
+            )))
+        }
+    };
+    let timeout = input.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    if timeout == 0 || timeout > MAX_TIMEOUT {
+        return Err(ToolError::invalid_params(format!(
+            "invalid argument `timeout`: must be between 1 and {MAX_TIMEOUT} seconds, got {timeout}"
+        )));
+    }
+    let data_dir = ctx
+        .db
+        .path()
+        .filter(|p| !p.is_empty())
+        .and_then(|p| Path::new(p).parent().map(Path::to_path_buf))
+        .ok_or_else(|| ToolError::internal("webfetch: the data directory is unknown (in-memory database)"))?;
+    let cfg = &ctx.env.config;
+    let opts = Opts {
+        format,
+        timeout: Duration::from_secs(timeout),
+        cross_origin: cfg.webfetch_allow_cross_origin_redirects,
+        max_bytes: cfg.webfetch_max_bytes.max(1),
+        data_dir,
+    };
+    ctx.after = Some(Box::new(move || fetch(url, &opts)));
+    Ok(CommandResult { text: String::new(), data: serde_json::Value::Null })
+}
+
+/// One response, redirects resolved.
+struct Fetched {
+    url: Url,
+    status: u16,
+    content_type: String,
+    body: Vec<u8>,
+    truncated: bool,
+    /// `stored` (a new copy kept for revalidation), `revalidated` (304: the kept copy is
+    /// the answer) or `none`.
+    cache: &'static str,
+}
+
+/// A kept 200 answer with its validators (`<data dir>/webfetch/cache/<sha256(url)>.json`
+/// and `.body`, both 0600).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Cached {
+    url: String,
+    etag: Option<String>,
+    last_modified: Option<String>,
+    content_type: String,
+}
+
+fn cache_paths(opts: &Opts, url: &Url) -> (PathBuf, PathBuf, PathBuf) {
+    let digest = Sha256::digest(url.as_str().as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = opts.data_dir.join("webfetch").join("cache");
+    (dir.join(format!("{hex}.json")), dir.join(format!("{hex}.body")), dir)
+}
+
+fn cache_read(opts: &Opts, url: &Url) -> Option<(Cached, Vec<u8>)> {
+    let (meta, body, _) = cache_paths(opts, url);
+    let c: Cached = serde_json::from_slice(&std::fs::read(meta).ok()?).ok()?;
+    if c.url != url.as_str() {
+        return None;
+    }
+    Some((c, std::fs::read(body).ok()?))
+}
+
+/// Keeps a 200 answer that has a validator; a failure only costs the next revalidation.
+fn cache_write(opts: &Opts, url: &Url, c: &Cached, body: &[u8]) -> bool {
+    let (meta, body_path, dir) = cache_paths(opts, url);
+    let Ok(json) = serde_json::to_vec(c) else { return false };
+    let ok = write_private(&dir, &body_path, body).and_then(|_| write_private(&dir, &meta, &json));
+    if let Err(e) = &ok {
+        tracing::debug!("webfetch: cannot keep {url}: {e}");
+    }
+    ok.is_ok()
+}
+
+fn agent(opts: &Opts) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .timeout_global(Some(opts.timeout))
+        .user_agent(concat!("forge-lsp/", env!("CARGO_PKG_VERSION"), " webfetch"))
+        .build()
+        .into()
+}
+
+fn fail(m: impl std::fmt::Display) -> ToolError {
+    ToolError::invalid(format!("webfetch failed: {m}"))
+}
+
+fn get(agent: &ureq::Agent, start: &Url, opts: &Opts) -> Result<Fetched, ToolError> {
+    let mut url = start.clone();
+    for _ in 0..=MAX_REDIRECTS {
+        let cached = cache_read(opts, &url);
+        let mut req =
+            agent.get(url.as_str()).header("Accept", "text/markdown, text/html;q=0.9, text/plain;q=0.8, */*;q=0.5");
+        if let Some((c, _)) = &cached {
+            if let Some(etag) = &c.etag {
+                req = req.header("If-None-Match", etag);
+            }
+            if let Some(lm) = &c.last_modified {
+                req = req.header("If-Modified-Since", lm);
+            }
+        }
+        let resp = req.call().map_err(|e| fail(format!("{url}: {e}")))?;
+        let status = resp.status().as_u16();
+        if status == 304 {
+            if let Some((c, body)) = cached {
+                let truncated = body.len() as u64 > opts.max_bytes;
+                let mut body = body;
+                body.truncate(opts.max_bytes as usize);
+                return Ok(Fetched { url, status: 200, content_type: c.content_type, body, truncated, cache: "revalidated" });
+            }
+        }
+        if (300..400).contains(&status) && status != 304 {
+            let Some(loc) = resp.headers().get("location").and_then(|v| v.to_str().ok()) else {
+                return Err(fail(format!("{url} answered {status} without a Location header")));
+            };
+            let next = url.join(loc).map_err(|e| fail(format!("{url} redirects to an invalid location {loc:?}: {e}")))?;
+            if !matches!(next.scheme(), "http" | "https") {
+                return Err(fail(format!("{url} redirects to {next}, which is not http or https")));
+            }
+            if next.origin() != url.origin() && !opts.cross_origin {
+                return Err(fail(format!(
+                    "{url} redirects to another origin: {next} (not followed; fetch that URL directly, or set webfetch.allowCrossOriginRedirects = true)"
+                )));
+            }
+            url = next;
+            continue;
+        }
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let resp_headers = resp.headers().clone();
+        let mut body = vec![];
+        resp.into_body()
+            .into_reader()
+            .take(opts.max_bytes + 1)
+            .read_to_end(&mut body)
+            .map_err(|e| fail(format!("reading {url}: {e}")))?;
+        let truncated = body.len() as u64 > opts.max_bytes;
+        body.truncate(opts.max_bytes as usize);
+        let header = |k: &str| resp_headers.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let (etag, last_modified) = (header("etag"), header("last-modified"));
+        let mut cache = "none";
+        if status == 200 && !truncated && (etag.is_some() || last_modified.is_some()) {
+            let c = Cached { url: url.to_string(), etag, last_modified, content_type: content_type.clone() };
+            if cache_write(opts, &url, &c, &body) {
+                cache = "stored";
+            }
+        }
+        return Ok(Fetched { url, status, content_type, body, truncated, cache });
+    }
+    Err(fail(format!("{start}: more than {MAX_REDIRECTS} redirects")))
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        400 => " Bad Request",
+        401 => " Unauthorized",
+        403 => " Forbidden",
+        404 => " Not Found",
+        410 => " Gone",
+        429 => " Too Many Requests",
+        500 => " Internal Server Error",
+        502 => " Bad Gateway",
+        503 => " Service Unavailable",
+        504 => " Gateway Timeout",
+        _ => "",
+    }
+}
+
+fn fetch(url: Url, opts: &Opts) -> Result<CommandResult, ToolError> {
+    let agent = agent(opts);
+    if opts.format == Format::Markdown && url.path() == "/" && url.query().is_none() {
+        let llms = url.join("/llms.txt").expect("a root URL joins /llms.txt");
+        match get(&agent, &llms, opts) {
+            Ok(f) if f.status == 200 && !is_html(&f.content_type, &f.body) && is_text(&f.content_type, &f.body) => {
+                let text = String::from_utf8_lossy(&f.body).into_owned();
+                if !text.trim().is_empty() {
+                    return Ok(result(&url, &f, text, "llms.txt"));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!("webfetch: no llms.txt at {llms}: {}", e.message),
+        }
+    }
+    let f = get(&agent, &url, opts)?;
+    if !(200..300).contains(&f.status) {
+        let snippet: String = String::from_utf8_lossy(&f.body).chars().take(200).collect();
+        return Err(fail(format!(
+            "{} returned HTTP {}{}{}",
+            f.url,
+            f.status,
+            reason(f.status),
+            if snippet.trim().is_empty() { String::new() } else { format!(": {}", snippet.trim()) }
+        )));
+    }
+    if is_html(&f.content_type, &f.body) {
+        let html = String::from_utf8_lossy(&f.body).into_owned();
+        let text = match opts.format {
+            Format::Html => html,
+            Format::Markdown => markdown(&html),
+            Format::Text => plain_text(&html),
+        };
+        return Ok(result(&url, &f, text, "page"));
+    }
+    if is_text(&f.content_type, &f.body) {
+        let text = String::from_utf8_lossy(&f.body).into_owned();
+        return Ok(result(&url, &f, text, "page"));
+    }
+    save_binary(&url, &f, opts)
+}
+
+fn result(requested: &Url, f: &Fetched, text: String, source: &str) -> CommandResult {
+    let mut head = format!(
+        "Fetched {}{} ({}, {} bytes){}",
+        f.url,
+        if source == "llms.txt" { format!(" (the site's llms.txt, for {requested})") } else { String::new() },
+        if f.content_type.is_empty() { "no content type" } else { &f.content_type },
+        f.body.len(),
+        if f.truncated { format!("; TRUNCATED at {} bytes (webfetch.maxBytes)", f.body.len()) } else { String::new() }
+    );
+    if f.cache == "revalidated" {
+        head.push_str("; not modified (HTTP 304): the copy kept from an earlier fetch");
+    }
+    head.push_str("\n\n");
+    head.push_str(text.trim());
+    CommandResult {
+        text: head,
+        data: json!({
+            "url": f.url.as_str(),
+            "requested": requested.as_str(),
+            "status": f.status,
+            "contentType": f.content_type,
+            "bytes": f.body.len(),
+            "truncated": f.truncated,
+            "source": source,
+            "cache": f.cache,
+        }),
+    }
+}
+
+fn mime(content_type: &str) -> String {
+    content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
+}
+
+fn is_html(content_type: &str, body: &[u8]) -> bool {
+    let m = mime(content_type);
+    if m.is_empty() {
+        let head: String = String::from_utf8_lossy(&body[..body.len().min(512)]).trim_start().to_ascii_lowercase();
+        return head.starts_with("<!doctype html") || head.starts_with("<html");
+    }
+    m == "text/html" || m == "application/xhtml+xml"
+}
+
+fn is_text(content_type: &str, body: &[u8]) -> bool {
+    let m = mime(content_type);
+    if m.is_empty() {
+        return std::str::from_utf8(body).is_ok() && !body.contains(&0);
+    }
+    m.starts_with("text/")
+        || m.ends_with("+json")
+        || m.ends_with("+xml")
+        || matches!(
+            m.as_str(),
+            "application/json" | "application/xml" | "application/javascript" | "application/x-javascript"
+                | "application/ecmascript" | "application/toml" | "application/yaml" | "application/x-yaml"
+        )
+}
+
+fn extension(content_type: &str, url: &Url) -> String {
+    let m = mime(content_type);
+    let known = match m.as_str() {
+        "application/pdf" => "pdf",
+        "image/png" => "png",
+        "image/jpeg" => "jpg",
+        "image/gif" => "gif",
+        "image/webp" => "webp",
+        "image/x-icon" | "image/vnd.microsoft.icon" => "ico",
+        "application/zip" => "zip",
+        "application/gzip" | "application/x-gzip" => "gz",
+        "application/x-tar" => "tar",
+        "application/wasm" => "wasm",
+        "audio/mpeg" => "mp3",
+        "video/mp4" => "mp4",
+        _ => "",
+    };
+    if !known.is_empty() {
+        return known.to_string();
+    }
+    let from_url = url
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .and_then(|name| name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()))
+        .filter(|e| !e.is_empty() && e.len() <= 8 && e.chars().all(|c| c.is_ascii_alphanumeric()));
+    from_url.unwrap_or_else(|| "bin".to_string())
+}
+
+fn save_binary(requested: &Url, f: &Fetched, opts: &Opts) -> Result<CommandResult, ToolError> {
+    if f.truncated {
+        return Err(fail(format!(
+            "{} is a binary body ({}) larger than webfetch.maxBytes ({} bytes); nothing was saved",
+            f.url,
+            if f.content_type.is_empty() { "no content type" } else { &f.content_type },
+            opts.max_bytes
+        )));
+    }
+    let digest = Sha256::digest(&f.body);
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let dir = opts.data_dir.join("webfetch");
+    let path = dir.join(format!("{hex}.{}", extension(&f.content_type, &f.url)));
+    write_private(&dir, &path, &f.body).map_err(|e| fail(format!("cannot save {}: {e}", path.display())))?;
+    let text = format!(
+        "Fetched {} ({}, {} bytes): binary content saved to {} ({} bytes).",
+        f.url,
+        if f.content_type.is_empty() { "no content type" } else { &f.content_type },
+        f.body.len(),
+        path.display(),
+        f.body.len()
+    );
+    Ok(CommandResult {
+        text,
+        data: json!({
+            "url": f.url.as_str(),
+            "requested": requested.as_str(),
+            "status": f.status,
+            "contentType": f.content_type,
+            "bytes": f.body.len(),
+            "truncated": false,
+            "source": "page",
+            "cache": f.cache,
+            "savedTo": path.display().to_string(),
+        }),
+    })
+}
+
+/// Writes `body` to `path` with mode 0600 (temporary file + rename, directory 0700).
+fn write_private(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), ulid::Ulid::new()));
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    let written = file.write_all(body).and_then(|_| file.sync_all()).and_then(|_| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+// --- HTML main content ------------------------------------------------------------------
+
+const ALWAYS_DROPPED: &[&str] = &["script", "style", "noscript", "template", "nav", "aside", "footer", "iframe", "svg"];
+
+fn tag(node: &Node) -> Option<String> {
+    match &node.data {
+        NodeData::Element { name, .. } => Some(name.local.to_string()),
+        _ => None,
+    }
+}
+
+fn find(node: &Rc<Node>, name: &str) -> Option<Rc<Node>> {
+    if tag(node).as_deref() == Some(name) {
+        return Some(node.clone());
+    }
+    node.children.borrow().iter().find_map(|c| find(c, name))
+}
+
+/// The main content node and the tags to drop under it.
+fn main_content(tree: &Rc<Node>) -> (Rc<Node>, Vec<&'static str>) {
+    if let Some(n) = find(tree, "main").or_else(|| find(tree, "article")) {
+        return (n, ALWAYS_DROPPED.to_vec());
+    }
+    let mut drop = ALWAYS_DROPPED.to_vec();
+    drop.push("header");
+    (find(tree, "body").unwrap_or_else(|| tree.clone()), drop)
+}
+
+fn markdown(html: &str) -> String {
+    let parser = htmd::HtmlToMarkdown::new();
+    let Ok(tree) = parser.html_to_tree(html) else { return html.to_string() };
+    let (node, drop) = main_content(&tree);
+    let mut skip = drop.clone();
+    skip.push("head");
+    htmd::HtmlToMarkdown::builder().skip_tags(skip).build().tree_to_markdown(&node)
+}
+
+const BLOCKS: &[&str] = &[
+    "p", "div", "section", "article", "main", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "pre",
+    "blockquote", "tr", "table", "dt", "dd", "hr", "header", "figure", "figcaption",
+];
+
+fn plain_text(html: &str) -> String {
+    let parser = htmd::HtmlToMarkdown::new();
+    let Ok(tree) = parser.html_to_tree(html) else { return html.to_string() };
+    let (node, drop) = main_content(&tree);
+    let mut out = String::new();
+    collect_text(&node, &drop, &mut out);
+    // Collapse runs of blank lines and trailing spaces.
+    let mut lines: Vec<&str> = vec![];
+    for l in out.lines().map(str::trim_end) {
+        if l.trim().is_empty() && lines.last().is_none_or(|p| p.trim().is_empty()) {
+            continue;
+        }
+        lines.push(l);
+    }
+    lines.join("\n")
+}
+
+fn collect_text(node: &Rc<Node>, drop: &[&str], out: &mut String) {
+    match &node.data {
+        NodeData::Text { contents } => {
+            let t = contents.borrow();
+            let collapsed = t.split_whitespace().collect::<Vec<_>>().join(" ");
+            if !collapsed.is_empty() {
+                if t.starts_with(char::is_whitespace) && !out.ends_with([' ', '\n']) && !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(&collapsed);
+                if t.ends_with(char::is_whitespace) {
+                    out.push(' ');
+                }
+            }
+        }
+        NodeData::Element { name, .. } => {
+            let t: &str = &name.local;
+            if drop.contains(&t) || t == "head" {
+                return;
+            }
+            let block = BLOCKS.contains(&t);
+            if block && !out.ends_with('\n') && !out.is_empty() {
+                out.push('\n');
+            }
+            for c in node.children.borrow().iter() {
+                collect_text(c, drop, out);
+            }
+            if block && !out.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        _ => {
+            for c in node.children.borrow().iter() {
+                collect_text(c, drop, out);
+            }
+        }
+    }
+}
