@@ -8,10 +8,15 @@
 //! exit 0 with output is a reply, exit 0 without output is no reply, any other exit is an
 //! assistant error.
 //!
-//! Placeholders: `{session}` (the session id), `{resume}` (the session id on every turn
-//! after the session's first, else empty: an argument that is exactly `{resume}` is then
-//! dropped), `{agent}`, `{model}` (empty when none is configured), `{cwd}`, `{title}`,
-//! `{prompt_file}`.
+//! Placeholders: `{session}` (the session id), `{session_uuid}` (a UUID derived from the
+//! session id, the same on every turn), `{resume}` (the session id on every turn after the
+//! session's first, else empty: an argument that is exactly `{resume}` is then dropped
+//! together with the flag right before it, and so is `<flag>={resume}`), `{agent}`,
+//! `{model}` (empty when none is configured), `{cwd}`, `{title}`, `{prompt_file}`.
+//!
+//! `PWD` is the worktree. The command is one [`crate::agents::AgentHost`]: the generic
+//! host or an `agent.preset` (engine/src/agents/), which builds the argv and environment
+//! and reads the output; this module runs the process the same way for all of them.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -58,6 +63,8 @@ pub struct TurnRequest {
     pub shim_dir: Option<PathBuf>,
     /// Where output counts as the session's activity.
     pub activity: Arc<Activity>,
+    /// `agent.preset`: the agent CLI whose preset runs the turn (else `agent.command`).
+    pub preset: Option<forge_domain::agent_output::Cli>,
 }
 
 /// A running turn; dropping it does not stop the process, `abort` does.
@@ -78,10 +85,12 @@ impl TurnHandle {
 /// Expands the argv template.
 pub fn expand(argv: &[String], req: &TurnRequest, prompt_file: &Path) -> Vec<String> {
     let resume = if req.resume { req.session_id.as_str() } else { "" };
-    argv.iter()
-        .filter(|a| !(a.as_str() == "{resume}" && resume.is_empty()))
+    let uuid = forge_domain::agent_cli::session_uuid(&req.session_id);
+    forge_domain::agent_cli::drop_empty_resume(argv, resume.is_empty())
+        .iter()
         .map(|a| {
-            a.replace("{session}", &req.session_id)
+            a.replace("{session_uuid}", &uuid)
+                .replace("{session}", &req.session_id)
                 .replace("{resume}", resume)
                 .replace("{agent}", &req.agent)
                 .replace("{model}", req.model.as_deref().unwrap_or(""))
@@ -125,10 +134,17 @@ pub fn usage_file(data_dir: &Path, session: &str) -> PathBuf {
 
 const TAIL: usize = 64 * 1024;
 
+/// The last `n` characters of `s`.
+pub fn tail_chars(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    s.chars().skip(count.saturating_sub(n)).collect()
+}
+
 async fn read_tail<R: tokio::io::AsyncRead + Unpin>(
     mut r: R,
     session: String,
     activity: Arc<Activity>,
+    keep: usize,
 ) -> (String, bool) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
@@ -140,14 +156,14 @@ async fn read_tail<R: tokio::io::AsyncRead + Unpin>(
                 any = true;
                 activity.touch(&session);
                 buf.extend_from_slice(&chunk[..n]);
-                if buf.len() > 2 * TAIL {
-                    buf.drain(..buf.len() - TAIL);
+                if buf.len() > 2 * keep {
+                    buf.drain(..buf.len() - keep);
                 }
             }
         }
     }
-    if buf.len() > TAIL {
-        buf.drain(..buf.len() - TAIL);
+    if buf.len() > keep {
+        buf.drain(..buf.len() - keep);
     }
     (String::from_utf8_lossy(&buf).into_owned(), any)
 }
@@ -160,9 +176,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let _ = done.send((session.clone(), turn, TurnOutcome::Error(msg)));
         TurnHandle { pid: None }
     };
-    if req.argv.is_empty() {
-        return fail("agent.command is empty".into());
-    }
+    let host = crate::agents::host_for(&req);
     if let Err(e) = std::fs::create_dir_all(&req.prompt_dir) {
         return fail(format!("cannot create {}: {e}", req.prompt_dir.display()));
     }
@@ -171,10 +185,32 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     if let Err(e) = std::fs::write(&prompt_file, &req.prompt) {
         return fail(format!("cannot write the prompt file {}: {e}", prompt_file.display()));
     }
-    let argv = expand(&req.argv, &req, &prompt_file);
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .current_dir(&req.cwd)
+    let launch = match host.prepare(&req, &prompt_file) {
+        Ok(l) if !l.argv.is_empty() => l,
+        Ok(_) => return fail("agent.command is empty".into()),
+        Err(e) => return fail(e),
+    };
+    let argv = launch.argv;
+    let mut cmd = match (&launch.whole_in_sandbox, &req.shim_dir) {
+        // The whole agent process in the loop's sandbox (its shells cannot be reached
+        // from outside): network shared, so its model endpoint stays reachable.
+        (Some(extra), Some(_)) => {
+            let bwrap = match crate::sandbox::find_bwrap() {
+                Ok(b) => b,
+                Err(e) => return fail(e),
+            };
+            let mut sb = crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref());
+            sb.binds.extend(extra.iter().cloned());
+            sb.command(&bwrap, &argv, &req.cwd)
+        }
+        _ => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
+    };
+    cmd.current_dir(&req.cwd)
+        .env("PWD", &req.cwd)
         .env("FORGE_SESSION_ID", &req.session_id)
         .env("FORGE_SESSION_TOKEN", &req.token)
         .env("FORGE_LOOP", &req.loop_name)
@@ -202,6 +238,9 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     if let Some(dir) = &req.shim_dir {
         cmd.env("SHELL", dir.join("sh")).env_remove(crate::process::INSIDE_ENV);
     }
+    for (k, v) in &launch.env {
+        cmd.env(k, v);
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return fail(format!("cannot start the agent command {:?}: {e}", argv[0])),
@@ -211,6 +250,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let prompt = req.prompt.clone();
+    let keep = host.keep_stdout();
     tokio::spawn(async move {
         if let Some(mut s) = stdin {
             // An agent that does not read stdin closes it early: not an error.
@@ -221,35 +261,29 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let (a1, a2) = (req.activity.clone(), req.activity.clone());
         let out = tokio::spawn(async move {
             match stdout {
-                Some(s) => read_tail(s, s1, a1).await,
+                Some(s) => read_tail(s, s1, a1, keep).await,
                 None => (String::new(), false),
             }
         });
         let err = tokio::spawn(async move {
             match stderr {
-                Some(s) => read_tail(s, s2, a2).await,
+                Some(s) => read_tail(s, s2, a2, TAIL).await,
                 None => (String::new(), false),
             }
         });
         let status = child.wait().await;
-        let (out, any_out) = out.await.unwrap_or_default();
-        let (err, _) = err.await.unwrap_or_default();
+        let (stdout, _) = out.await.unwrap_or_default();
+        let (stderr, _) = err.await.unwrap_or_default();
         let outcome = match status {
-            Ok(s) if s.success() => {
-                if any_out && !out.trim().is_empty() {
-                    TurnOutcome::Reply(out)
-                } else {
-                    TurnOutcome::NoReply
-                }
-            }
             Ok(s) => {
-                let tail: String = err.trim().chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
-                let code = s.code().map(|c| format!("exit status {c}")).unwrap_or_else(|| "killed by a signal".into());
-                TurnOutcome::Error(if tail.is_empty() {
-                    format!("agent {code}")
-                } else {
-                    format!("agent {code}: {tail}")
-                })
+                let run = crate::agents::Run { code: s.code(), stdout, stderr };
+                // Parsing and recording (usage, the CLI's session id) touch files: off the
+                // runtime's threads.
+                let h = crate::agents::host_for(&req);
+                let r2 = req.clone();
+                tokio::task::spawn_blocking(move || h.finish(&r2, &run))
+                    .await
+                    .unwrap_or_else(|e| TurnOutcome::Error(format!("reading the agent's output failed: {e}")))
             }
             Err(e) => TurnOutcome::Error(format!("waiting for the agent failed: {e}")),
         };
@@ -308,5 +342,50 @@ mod path_tests {
         assert_eq!(p, "/w/.forge/bin:/opt/forge:/usr/bin:/bin");
         assert_eq!(agent_path(None, Some(Path::new("/o/forge-lsp")), None), "/o");
         assert_eq!(agent_path(None, Some(Path::new("/a:b/forge-lsp")), Some("/bin".into())), "/bin");
+    }
+}
+
+#[cfg(test)]
+mod expand_tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_and_the_resume_flag() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = crate::agents::test_support::req(d.path(), None);
+        let uuid = forge_domain::agent_cli::session_uuid("ses_T1");
+        let t = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let argv = t(&[
+            "a",
+            "--id",
+            "{session_uuid}",
+            "--resume",
+            "{resume}",
+            "--s={resume}",
+            "-m",
+            "{model}",
+            "{prompt_file}",
+        ]);
+        let table: &[(bool, Vec<String>)] = &[
+            (false, vec!["a".into(), "--id".into(), uuid.clone(), "-m".into(), "m1".into(), "/p".into()]),
+            (
+                true,
+                vec![
+                    "a".into(),
+                    "--id".into(),
+                    uuid.clone(),
+                    "--resume".into(),
+                    "ses_T1".into(),
+                    "--s=ses_T1".into(),
+                    "-m".into(),
+                    "m1".into(),
+                    "/p".into(),
+                ],
+            ),
+        ];
+        for (resume, want) in table {
+            r.resume = *resume;
+            assert_eq!(&expand(&argv, &r, Path::new("/p")), want, "resume={resume}");
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! tool's transaction committed. Every persisted loop change appends to the change feed,
 //! from which every connection announces `forge/loopStatus`.
 
+pub mod agents;
 pub mod git;
 pub mod host;
 pub mod hub;

@@ -41,9 +41,9 @@ fn preconditions(env: &ToolEnv) -> Result<(PathBuf, Vec<String>), ToolError> {
             env.project.root.display()
         )));
     };
-    let Some(argv) = env.config.agent_command.clone().filter(|a| !a.is_empty()) else {
+    let Some(argv) = crate::agents::program(&env.config) else {
         return Err(ToolError::precondition(
-            "Failed to start loop: no agent host is configured. Set agent.command to the argv template that runs your coding agent for one turn, for example in <project>/.forge/config.toml:\n\n[agent]\ncommand = [\"my-agent\", \"--session\", \"{session}\", \"--prompt-file\", \"{prompt_file}\"]\n\nThe prompt is also given on standard input; see docs/agents.md.",
+            "Failed to start loop: no agent host is configured. Set agent.preset (\"opencode\", \"claude\", \"codex\" or \"gemini\") or agent.command (the argv template that runs your coding agent for one turn), for example in <project>/.forge/config.toml:\n\n[agent]\ncommand = [\"my-agent\", \"--session\", \"{session}\", \"--prompt-file\", \"{prompt_file}\"]\n\nThe prompt is also given on standard input; see docs/agents.md.",
         ));
     };
     Ok((repo, argv))
@@ -240,7 +240,7 @@ async fn resolve_models(
 
 /// Checks that the agent command can be started at all (its program exists).
 fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
-    let argv = env.config.agent_command.clone().unwrap_or_default();
+    let argv = crate::agents::program(&env.config).unwrap_or_default();
     let prog = argv.first().ok_or("agent.command is empty")?;
     let found = if prog.contains('/') {
         let p = if Path::new(prog).is_absolute() { PathBuf::from(prog) } else { cwd.join(prog) };
@@ -299,7 +299,7 @@ pub async fn new_session(
     title: String,
     plan: String,
 ) -> Result<CommandResult, ToolError> {
-    let Some(argv) = env.config.agent_command.clone().filter(|a| !a.is_empty()) else {
+    let Some(argv) = crate::agents::program(&env.config) else {
         return Err(ToolError::precondition(
             "Failed to start new session: no agent host is configured. Set agent.command (see docs/agents.md).",
         ));
@@ -328,6 +328,7 @@ pub async fn new_session(
             turn: 1,
             shim_dir: None,
             activity: engine.activity.clone(),
+            preset: crate::agents::preset(&env.config),
         },
         tx,
     );
