@@ -134,6 +134,66 @@ pub fn usage_file(data_dir: &Path, session: &str) -> PathBuf {
 
 const TAIL: usize = 64 * 1024;
 
+/// The `FORGE_USAGE_FILE` an agent gets: in a sandboxed loop `<worktree>/.forge/usage/
+/// <session>.jsonl` (writable inside the sandbox, where the data directory is read-only),
+/// else the session's usage file in the data directory.
+pub fn agent_usage_file(req: &TurnRequest) -> PathBuf {
+    match req.shim_dir {
+        Some(_) => req.cwd.join(crate::sandbox::USAGE_DIR).join(format!("{}.jsonl", req.session_id)),
+        None => usage_file(&req.data_dir, &req.session_id),
+    }
+}
+
+/// The most usage text taken from a worktree per turn.
+const USAGE_CAP: u64 = 16 * 1024 * 1024;
+
+/// Moves what the agent appended to its worktree usage file ([`agent_usage_file`]) to the
+/// session's usage file in the data directory. The file is renamed away first and read
+/// without following a symlink; a `.forge` or `.forge/usage` that is not a plain directory
+/// is left alone.
+pub fn absorb_usage(req: &TurnRequest) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let plain_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    let usage_dir = req.cwd.join(crate::sandbox::USAGE_DIR);
+    if !plain_dir(&req.cwd.join(".forge")) || !plain_dir(&usage_dir) {
+        return;
+    }
+    let file = agent_usage_file(req);
+    let taken = usage_dir.join(format!(".{}.{}.taken", req.session_id, req.turn));
+    if std::fs::rename(&file, &taken).is_err() {
+        return;
+    }
+    let mut text = String::new();
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&taken)
+        .and_then(|f| f.take(USAGE_CAP).read_to_string(&mut text));
+    let _ = std::fs::remove_file(&taken);
+    if let Err(e) = read {
+        tracing::warn!(session = %req.session_id, "cannot read the agent's usage file {}: {e}", file.display());
+        return;
+    }
+    if text.trim().is_empty() {
+        return;
+    }
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    use std::io::Write;
+    let dest = usage_file(&req.data_dir, &req.session_id);
+    let _ = std::fs::create_dir_all(req.data_dir.join("usage"));
+    let res = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&dest)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = res {
+        tracing::warn!(session = %req.session_id, "cannot record usage in {}: {e}", dest.display());
+    }
+}
+
 /// The last `n` characters of `s`.
 pub fn tail_chars(s: &str, n: usize) -> String {
     let count = s.chars().count();
@@ -218,7 +278,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         .env("FORGE_WORKTREE", &req.cwd)
         .env("FORGE_DATA_DIR", &req.data_dir)
         .env("FORGE_PROMPT_FILE", &prompt_file)
-        .env("FORGE_USAGE_FILE", usage_file(&req.data_dir, &req.session_id))
+        .env("FORGE_USAGE_FILE", agent_usage_file(&req))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -274,6 +334,10 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let status = child.wait().await;
         let (stdout, _) = out.await.unwrap_or_default();
         let (stderr, _) = err.await.unwrap_or_default();
+        if req.shim_dir.is_some() {
+            let r2 = req.clone();
+            let _ = tokio::task::spawn_blocking(move || absorb_usage(&r2)).await;
+        }
         let outcome = match status {
             Ok(s) => {
                 let run = crate::agents::Run { code: s.code(), stdout, stderr };

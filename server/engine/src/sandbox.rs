@@ -70,7 +70,15 @@ pub struct Sandbox {
     /// Extra read-write directories: the server's private socket directory, so
     /// `forge-lsp call` works inside.
     pub binds: Vec<PathBuf>,
+    /// Extra read-only paths: the agent program when it is a file outside the visible
+    /// tree (a script under `/tmp`, which the private `/tmp` would hide).
+    pub ro_binds: Vec<PathBuf>,
 }
+
+/// The usage directory, relative to the worktree: writable inside the sandbox, so an agent
+/// whose shell is sandboxed can still append to `FORGE_USAGE_FILE` (the host moves the
+/// lines to the data directory after each turn, `host::absorb_usage`).
+pub const USAGE_DIR: &str = ".forge/usage";
 
 /// `<worktree>/.forge/bin`.
 pub fn shim_dir(worktree: &Path) -> PathBuf {
@@ -151,6 +159,19 @@ pub fn loop_binds(socket: Option<&Path>) -> Vec<PathBuf> {
     socket.and_then(|s| s.parent().map(Path::to_path_buf)).into_iter().collect()
 }
 
+/// The read-only binds a loop's sandbox needs for its agent program: the program file when
+/// `argv[0]` names one by path outside the worktree (a script run through the shims, whose
+/// `#!/usr/bin/env bash` finds the sandboxed shell, must be visible inside).
+pub fn program_binds(argv: Option<&[String]>, worktree: &Path) -> Vec<PathBuf> {
+    let Some(prog) = argv.and_then(|a| a.first()).filter(|p| p.contains('/')) else { return vec![] };
+    let p = Path::new(prog);
+    let p = if p.is_absolute() { p.to_path_buf() } else { worktree.join(p) };
+    match p.canonicalize() {
+        Ok(c) if c.is_file() && !c.starts_with(worktree) => vec![c],
+        _ => vec![],
+    }
+}
+
 /// A shell to exec from a shim: `/bin/<name>` or `/usr/bin/<name>` (absolute: the shim
 /// directory is on `PATH`, so a bare name would find the shim again).
 fn real_shell(name: &str) -> Option<PathBuf> {
@@ -174,7 +195,7 @@ fn sh_quote(s: &OsStr) -> Vec<u8> {
 impl Sandbox {
     /// The sandbox of a loop worktree, with the server's socket directory bound.
     pub fn for_loop(worktree: &Path, network: bool, socket: Option<&Path>) -> Sandbox {
-        Sandbox { worktree: worktree.to_path_buf(), network, binds: loop_binds(socket) }
+        Sandbox { worktree: worktree.to_path_buf(), network, binds: loop_binds(socket), ro_binds: vec![] }
     }
 
     /// The `bwrap` options (without the command).
@@ -190,8 +211,13 @@ impl Sandbox {
         for b in &self.binds {
             push(&["--bind-try".as_ref(), b.as_os_str(), b.as_os_str()]);
         }
+        for b in &self.ro_binds {
+            push(&["--ro-bind-try".as_ref(), b.as_os_str(), b.as_os_str()]);
+        }
         push(&["--bind".as_ref(), wt, wt]);
         push(&["--ro-bind-try".as_ref(), forge.as_os_str(), forge.as_os_str()]);
+        let usage = self.worktree.join(USAGE_DIR);
+        push(&["--bind-try".as_ref(), usage.as_os_str(), usage.as_os_str()]);
         push(&["--unshare-all".as_ref()]);
         if self.network {
             push(&["--share-net".as_ref()]);
@@ -221,9 +247,11 @@ impl Sandbox {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         let dir = shim_dir(&self.worktree);
-        // A committed `.forge` (or `.forge/bin`) symlink is refused, never followed.
+        // A committed `.forge` (or `.forge/bin`, `.forge/usage`) symlink is refused, never
+        // followed.
         let rel = dir.strip_prefix(&self.worktree).map_err(io::Error::other)?;
         drop(forge_core::beneath::open_dir(&self.worktree, rel, true)?);
+        drop(forge_core::beneath::open_dir(&self.worktree, Path::new(USAGE_DIR), true)?);
         let mut opts = Vec::new();
         for a in self.args(None) {
             opts.extend(sh_quote(&a));
@@ -583,7 +611,7 @@ mod tests {
     }
 
     fn sandbox(dir: &Path) -> Sandbox {
-        Sandbox { worktree: dir.to_path_buf(), network: false, binds: vec![] }
+        Sandbox { worktree: dir.to_path_buf(), network: false, binds: vec![], ro_binds: vec![] }
     }
 
     fn worktree() -> tempfile::TempDir {

@@ -89,9 +89,11 @@ pub async fn start_loop(
         .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
     // Sandbox shims (engine/sandbox.rs).
     if let Some(b) = &bwrap {
-        if let Err(e) =
-            Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref()).write_shim(b)
-        {
+        let sb = Sandbox {
+            ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &wt.dir),
+            ..Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref())
+        };
+        if let Err(e) = sb.write_shim(b) {
             rollback_git(&repo, &wt.dir, &branch).await;
             return Err(internal(format!("cannot write the sandbox shims: {e}")));
         }
@@ -380,9 +382,12 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             .map_err(|e| ToolError::precondition(format!("Cannot restart \"{name}\": {e}")))?;
     }
     if let Some(b) = &bwrap {
-        Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref()).write_shim(b).map_err(|e| {
-            ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}"))
-        })?;
+        Sandbox {
+            ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &dir),
+            ..Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref())
+        }
+        .write_shim(b)
+        .map_err(|e| ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}")))?;
     }
     let facts = row.facts(runner::post_action_configured(&env.config));
     let plan = loop_machine::restart(&facts);
