@@ -80,6 +80,12 @@ pub struct Sandbox {
 /// lines to the data directory after each turn, `host::absorb_usage`).
 pub const USAGE_DIR: &str = ".forge/usage";
 
+/// A temporary directory for the agent, relative to the worktree, writable inside the
+/// sandbox: agent CLIs that run on the host but hand their shell commands to the sandbox
+/// have those commands write into their `TMPDIR` (Claude Code's cwd file, Gemini CLI's
+/// background pid file), which the private `/tmp` of the sandbox would hide.
+pub const TMP_DIR: &str = ".forge/tmp";
+
 /// `<worktree>/.forge/bin`.
 pub fn shim_dir(worktree: &Path) -> PathBuf {
     worktree.join(SHIM_DIR)
@@ -216,8 +222,10 @@ impl Sandbox {
         }
         push(&["--bind".as_ref(), wt, wt]);
         push(&["--ro-bind-try".as_ref(), forge.as_os_str(), forge.as_os_str()]);
-        let usage = self.worktree.join(USAGE_DIR);
-        push(&["--bind-try".as_ref(), usage.as_os_str(), usage.as_os_str()]);
+        for d in [USAGE_DIR, TMP_DIR] {
+            let d = self.worktree.join(d);
+            push(&["--bind-try".as_ref(), d.as_os_str(), d.as_os_str()]);
+        }
         push(&["--unshare-all".as_ref()]);
         if self.network {
             push(&["--share-net".as_ref()]);
@@ -252,6 +260,7 @@ impl Sandbox {
         let rel = dir.strip_prefix(&self.worktree).map_err(io::Error::other)?;
         drop(forge_core::beneath::open_dir(&self.worktree, rel, true)?);
         drop(forge_core::beneath::open_dir(&self.worktree, Path::new(USAGE_DIR), true)?);
+        drop(forge_core::beneath::open_dir(&self.worktree, Path::new(TMP_DIR), true)?);
         let mut opts = Vec::new();
         for a in self.args(None) {
             opts.extend(sh_quote(&a));

@@ -12,7 +12,8 @@
 //!   allowed as root, unlike `--dangerously-skip-permissions`).
 //! - Sandbox: `CLAUDE_CODE_SHELL_PREFIX=<worktree>/.forge/bin/prefix`: every Bash command
 //!   line is handed to that shim (one argument), which runs it with `/bin/bash -c` in the
-//!   loop's sandbox. Claude itself (its file tools) runs on the host, in the worktree.
+//!   loop's sandbox. Claude itself (its file tools) runs on the host, in the worktree, with
+//!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: each command writes its cwd there).
 //! - Usage: the final `result` event, per model for this run
 //!   (`model_usage_since_last_result`, with `costUSD`).
 
@@ -60,6 +61,7 @@ impl AgentHost for Claude {
         if let Some(dir) = &req.shim_dir {
             vars.push(env("CLAUDE_CODE_SHELL_PREFIX", dir.join(PREFIX_SHIM)));
         }
+        vars.extend(super::sandbox_tmpdir(req));
         Ok(Launch { argv: super::with_program(req, "claude", args), env: vars, whole_in_sandbox: None })
     }
 

@@ -11,7 +11,9 @@
 //!   from MCP servers' environment unless named), and points
 //!   `GEMINI_CLI_SYSTEM_SETTINGS_PATH` at it. Gemini ignores a settings file below a group-
 //!   or world-writable directory: keep the data directory out of `/tmp`.
-//! - Sandbox: Gemini runs `bash -c …` with `bash` found on `PATH`: the loop's sandbox shim.
+//! - Sandbox: Gemini runs `bash -c …` with `bash` found on `PATH`: the loop's sandbox shim;
+//!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: its commands write their background
+//!   pids there).
 //! - Usage: `stats.models.<model>.tokens` of the final JSON (this run, per model).
 
 use std::path::{Path, PathBuf};
@@ -68,7 +70,9 @@ impl AgentHost for Gemini {
             .map_err(|e| format!("cannot write Gemini settings {}: {e}", file.display()))?;
         Ok(Launch {
             argv: super::with_program(req, "gemini", args),
-            env: vec![env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", file)],
+            env: std::iter::once(env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", file))
+                .chain(super::sandbox_tmpdir(req))
+                .collect(),
             whole_in_sandbox: None,
         })
     }

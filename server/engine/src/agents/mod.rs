@@ -208,6 +208,12 @@ fn mcp_command() -> String {
 /// Variables that identify the session to `forge-lsp mcp` / `forge-lsp call`.
 pub const IDENTITY_VARS: [&str; 3] = ["FORGE_SESSION_ID", "FORGE_SESSION_TOKEN", "FORGE_LSP_SOCKET"];
 
+/// `TMPDIR` for a CLI whose shell commands run in the sandbox but write into the CLI's
+/// temporary directory: `<worktree>/.forge/tmp`, writable inside.
+fn sandbox_tmpdir(req: &TurnRequest) -> Option<(String, OsString)> {
+    req.shim_dir.as_ref().map(|_| env("TMPDIR", req.cwd.join(crate::sandbox::TMP_DIR)))
+}
+
 fn env(k: &str, v: impl Into<OsString>) -> (String, OsString) {
     (k.to_string(), v.into())
 }
