@@ -110,6 +110,8 @@ def script():
             ]),
         ],
         "default": {"text": "Nothing scripted for this prompt."},
+        # The auditor's first model is over its quota: the auditor falls back to the next.
+        "limits": [{"model": "quota-model", "kind": "insufficient_quota", "retry_after_ms": 0}],
     }
 
 
@@ -138,7 +140,8 @@ def setup_cli(cli, T, env, port):
         with open(os.path.join(d, "opencode.json"), "w") as f:
             json.dump({"provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
                                              "options": {"baseURL": base + "/v1", "apiKey": "sk-fake"},
-                                             "models": {"fake-model": {"name": "Fake", "limit": {"context": 200000, "output": 8192}}}}},
+                                             "models": {"fake-model": {"name": "Fake", "limit": {"context": 200000, "output": 8192}},
+                                                        "quota-model": {"name": "Over its quota"}}}},
                        "model": "fake/fake-model", "small_model": "fake/fake-model"}, f)
         env.update(OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_LSP_DOWNLOAD="1")
     elif cli == "codex":
@@ -164,7 +167,7 @@ def main():
     cli, cli_bin, forge, out_path = sys.argv[1:5]
     sys.path.insert(0, HERE)
     import pins
-    model = pins.CLIS[cli]["model"]
+    model, limited = pins.CLIS[cli]["model"], pins.CLIS[cli]["limited"]
     cache = os.environ.get("FORGE_TEST_CACHE") or os.path.expanduser("~/.cache/forge-lsp-tests")
     base = os.path.join(cache, "tmp")
     os.makedirs(base, exist_ok=True)
@@ -190,9 +193,10 @@ def main():
     sandbox = sandbox_works()
     os.makedirs(os.path.join(repo, ".forge"))
     with open(os.path.join(repo, ".forge", "config.toml"), "w") as f:
-        f.write('executionModel = "%s"\nauditorModel = "%s"\n\n[agent]\npreset = "%s"\ncommand = [%s]\n\n'
+        f.write('executionModel = "%s"\nauditorModel = "%s"\nauditorFallbackModels = ["%s"]\n\n'
+                '[agent]\npreset = "%s"\ncommand = [%s]\n\n'
                 '[sandbox]\nenabled = %s\n\n[loop]\nbusyStallTimeoutMs = 120000\n'
-                % (model, model, cli, json.dumps(cli_bin), "true" if sandbox else "false"))
+                % (model, limited, model, cli, json.dumps(cli_bin), "true" if sandbox else "false"))
     sock = os.path.join(T, "lsp.sock")
     server_log = open(os.path.join(T, "server.log"), "w")
     env["RUST_LOG"] = env.get("RUST_LOG", "info")
@@ -274,7 +278,7 @@ def main():
     if os.path.exists(log):
         with open(log) as f:
             reqs = [json.loads(line) for line in f if line.strip()]
-    result["requests"] = [{k: e.get(k) for k in ("path", "conversation", "segment", "turn", "aux", "mismatch",
+    result["requests"] = [{k: e.get(k) for k in ("path", "model", "limit", "conversation", "segment", "turn", "aux", "mismatch",
                                                   "unknown_tools", "assistant_turns", "usage", "status",
                                                   "server_error")}
                           | {"tools": bool(e.get("tools")), "calls": (e.get("response") or {}).get("calls"),

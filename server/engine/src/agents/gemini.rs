@@ -1,7 +1,9 @@
 //! Gemini CLI (`@google/gemini-cli`, tried 0.61.0): `gemini -p "" --output-format json
 //! --approval-mode yolo --skip-trust`, the prompt on standard input.
 //!
-//! - Session: `--session-id {session_uuid}` on the first turn, `--resume <that id>` later.
+//! - Session: `--session-id {session_uuid}` on the first turn, `--resume <that id>` later
+//!   (kept only after a turn that completed; a retry after a failed first turn gets a UUID
+//!   of its own, since Gemini refuses a session id it has seen).
 //! - Model: `-m <model>`.
 //! - MCP: Gemini reads MCP servers only from settings files, so the host writes a private
 //!   settings file per session in the data directory (never in the worktree):
@@ -55,6 +57,12 @@ impl AgentHost for Gemini {
         }
         match super::cli_session(req).filter(|_| req.resume) {
             Some(id) => args.extend(["--resume".into(), id]),
+            // A later turn without a saved session (the first failed): Gemini refuses an id
+            // it has seen before, so each such attempt gets its own UUID.
+            None if req.turn > 1 => args.extend([
+                "--session-id".into(),
+                forge_domain::agent_cli::session_uuid(&format!("{}#{}", req.session_id, req.turn)),
+            ]),
             None => args.extend(["--session-id".into(), forge_domain::agent_cli::session_uuid(&req.session_id)]),
         }
         let base = std::env::var_os("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
@@ -122,6 +130,10 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(path).unwrap().permissions().mode() & 0o777, 0o600);
         r.resume = true;
+        r.turn = 2;
+        let retry = Gemini.prepare(&r, Path::new("/p")).unwrap();
+        let want = forge_domain::agent_cli::session_uuid("ses_T1#2");
+        assert_eq!(retry.argv[retry.argv.len() - 2..], ["--session-id".to_string(), want]);
         super::super::save_cli_session(&r, &uuid);
         let l = Gemini.prepare(&r, Path::new("/p")).unwrap();
         assert_eq!(l.argv[l.argv.len() - 2..], ["--resume".to_string(), uuid]);

@@ -164,7 +164,11 @@ fn record_usage(req: &TurnRequest, lines: &[UsageLine], cumulative: bool) {
 /// (where the CLIs print provider limits), else the tail of standard error.
 pub fn finish_preset(cli: Cli, req: &TurnRequest, run: &Run) -> TurnOutcome {
     let out = agent_output::parse(cli, &run.stdout, &run.stderr);
-    if let Some(id) = &out.cli_session {
+    // Gemini CLI reports its session id in a failed run too, but keeps the session only
+    // when a turn completed: resuming an id it never saved resumes another session.
+    let keeps_failed = cli != Cli::Gemini;
+    if let Some(id) = out.cli_session.as_ref().filter(|_| keeps_failed || (run.code == Some(0) && out.error.is_none()))
+    {
         save_cli_session(req, id);
     }
     record_usage(req, &out.usage, out.cumulative);
@@ -320,6 +324,30 @@ mod tests {
         let r = req(d.path(), Some(Cli::Claude));
         let run = Run { code: Some(0), stdout: String::new(), stderr: "noise".into() };
         assert_eq!(finish_preset(Cli::Claude, &r, &run), TurnOutcome::NoReply);
+        // A failed Gemini run's session id is not kept (Gemini did not save the session);
+        // a failed Claude run's is (Claude did).
+        let mut r = req(d.path(), Some(Cli::Gemini));
+        r.session_id = "ses_G".into();
+        let failed = Run {
+            code: Some(173),
+            stdout: String::new(),
+            stderr: "{\"session_id\": \"g1\", \"error\": {\"message\": \"quota\", \"code\": 429}}".into(),
+        };
+        assert!(matches!(finish_preset(Cli::Gemini, &r, &failed), TurnOutcome::Error(_)));
+        assert_eq!(cli_session(&r), None);
+        let ok = Run {
+            code: Some(0),
+            stdout: "{\"session_id\": \"g1\", \"response\": \"ok\"}".into(),
+            stderr: String::new(),
+        };
+        assert_eq!(finish_preset(Cli::Gemini, &r, &ok), TurnOutcome::Reply("ok".into()));
+        assert_eq!(cli_session(&r).as_deref(), Some("g1"));
+        let mut r = req(d.path(), Some(Cli::Claude));
+        r.session_id = "ses_C".into();
+        let failed =
+            Run { code: Some(1), stdout: "{\"type\":\"system\",\"session_id\":\"c1\"}".into(), stderr: String::new() };
+        assert!(matches!(finish_preset(Cli::Claude, &r, &failed), TurnOutcome::Error(_)));
+        assert_eq!(cli_session(&r).as_deref(), Some("c1"));
     }
 
     #[test]
