@@ -152,20 +152,16 @@ fn codex(stdout: &str) -> Output {
     for e in json_lines(stdout) {
         match e.get("type").and_then(Value::as_str) {
             Some("thread.started") => o.cli_session = s(&e, &["thread_id"]).or(o.cli_session),
-            Some("item.completed") => {
-                if e.get("item").and_then(|i| i.get("type")).and_then(Value::as_str) == Some("agent_message") {
-                    if let Some(t) = s(&e, &["item", "text"]) {
-                        o.reply = Some(t);
-                    }
+            Some("item.completed")
+                if e.get("item").and_then(|i| i.get("type")).and_then(Value::as_str) == Some("agent_message") =>
+            {
+                if let Some(t) = s(&e, &["item", "text"]) {
+                    o.reply = Some(t);
                 }
             }
             Some("turn.completed") => last_usage = e.get("usage").cloned(),
             Some("turn.failed") => o.error = s(&e, &["error", "message"]).or(o.error.take()),
-            Some("error") => {
-                if o.error.is_none() {
-                    o.error = s(&e, &["message"]);
-                }
-            }
+            Some("error") if o.error.is_none() => o.error = s(&e, &["message"]),
             _ => {}
         }
     }

@@ -393,7 +393,9 @@ mod tests {
 
     #[test]
     fn agent_command_and_preset() {
-        let table: &[(Value, Result<Option<Vec<&str>>, &str>)] = &[
+        // (input, Ok(the argv) or Err(a part of the error message))
+        type Want = Result<Option<Vec<&'static str>>, &'static str>;
+        let table: &[(Value, Want)] = &[
             (
                 json!({"agent": {"command": "claude -p \"fix it\" '/a b'"}}),
                 Ok(Some(vec!["claude", "-p", "fix it", "/a b"])),

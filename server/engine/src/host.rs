@@ -26,46 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TurnOutcome {
-    /// Exit 0 with output (the output's tail).
-    Reply(String),
-    /// Exit 0 without output.
-    NoReply,
-    /// Any other exit, or the process could not run: the message says what failed.
-    Error(String),
-}
-
-/// Everything one turn needs.
-#[derive(Debug, Clone)]
-pub struct TurnRequest {
-    pub argv: Vec<String>,
-    pub session_id: String,
-    pub token: String,
-    /// `coder`, `auditor` or `post_action` (empty for an untracked session).
-    pub role: String,
-    pub agent: String,
-    pub model: Option<String>,
-    pub loop_name: String,
-    pub cwd: PathBuf,
-    pub title: String,
-    pub prompt: String,
-    /// Not the session's first turn: `{resume}` expands to the session id.
-    pub resume: bool,
-    pub socket: Option<PathBuf>,
-    pub data_dir: PathBuf,
-    /// Where prompt files go.
-    pub prompt_dir: PathBuf,
-    pub turn: u32,
-    /// The loop's sandbox shims (engine/sandbox.rs): first on the agent's `PATH`, and
-    /// `SHELL=<dir>/sh`, so the shells the agent starts run sandboxed.
-    pub shim_dir: Option<PathBuf>,
-    /// Where output counts as the session's activity.
-    pub activity: Arc<Activity>,
-    /// `agent.preset`: the agent CLI whose preset runs the turn (else `agent.command`).
-    pub preset: Option<forge_domain::agent_output::Cli>,
-}
+pub use crate::turn::{self_bin, tail_chars, usage_file, Activity, TurnOutcome, TurnRequest};
 
 /// A running turn; dropping it does not stop the process, `abort` does.
 #[derive(Debug, Clone, Copy)]
@@ -99,37 +60,6 @@ pub fn expand(argv: &[String], req: &TurnRequest, prompt_file: &Path) -> Vec<Str
                 .replace("{prompt_file}", &prompt_file.display().to_string())
         })
         .collect()
-}
-
-/// Last activity (epoch ms) per session: output from its process or a tool call by it.
-/// One per engine; the stall watchdog reads it.
-#[derive(Debug, Default)]
-pub struct Activity(std::sync::Mutex<std::collections::HashMap<String, i64>>);
-
-impl Activity {
-    /// Records activity of a session (its process printed, or it called a tool).
-    pub fn touch(&self, session: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(session.to_string(), forge_core::now_ms());
-        }
-    }
-
-    /// The last recorded activity of a session.
-    pub fn last(&self, session: &str) -> Option<i64> {
-        self.0.lock().ok().and_then(|m| m.get(session).copied())
-    }
-
-    /// Forgets a retired session.
-    pub fn forget(&self, session: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.remove(session);
-        }
-    }
-}
-
-/// Where a session's agent reports usage (JSON lines).
-pub fn usage_file(data_dir: &Path, session: &str) -> PathBuf {
-    data_dir.join("usage").join(format!("{session}.jsonl"))
 }
 
 const TAIL: usize = 64 * 1024;
@@ -194,12 +124,6 @@ pub fn absorb_usage(req: &TurnRequest) {
     }
 }
 
-/// The last `n` characters of `s`.
-pub fn tail_chars(s: &str, n: usize) -> String {
-    let count = s.chars().count();
-    s.chars().skip(count.saturating_sub(n)).collect()
-}
-
 async fn read_tail<R: tokio::io::AsyncRead + Unpin>(
     mut r: R,
     session: String,
@@ -250,7 +174,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         Ok(_) => return fail("agent.command is empty".into()),
         Err(e) => return fail(e),
     };
-    let argv = launch.argv;
+    let argv = if launch.template { expand(&launch.argv, &req, &prompt_file) } else { launch.argv };
     let mut cmd = match (&launch.whole_in_sandbox, &req.shim_dir) {
         // The whole agent process in the loop's sandbox (its shells cannot be reached
         // from outside): network shared, so its model endpoint stays reachable.
@@ -359,11 +283,6 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
 /// The variable that gives an agent the path of the running `forge-lsp` binary.
 pub const BIN_ENV: &str = "FORGE_LSP_BIN";
 
-/// The binary this process runs (the server's own `forge-lsp`), if it still exists on disk.
-pub fn self_bin() -> Option<PathBuf> {
-    std::env::current_exe().ok().filter(|p| p.is_file())
-}
-
 /// An agent's `PATH`: the sandbox shims first, then the directory of the server's binary,
 /// then the server's own `PATH` (without repeating those two, nor its empty entries, which
 /// would mean the agent's working directory). A directory whose name holds a `:` cannot be
@@ -416,7 +335,26 @@ mod expand_tests {
     #[test]
     fn placeholders_and_the_resume_flag() {
         let d = tempfile::tempdir().unwrap();
-        let mut r = crate::agents::test_support::req(d.path(), None);
+        let mut r = TurnRequest {
+            argv: vec![],
+            session_id: "ses_T1".into(),
+            token: "tok".into(),
+            role: "coder".into(),
+            agent: "code".into(),
+            model: Some("m1".into()),
+            loop_name: "l".into(),
+            cwd: d.path().join("wt"),
+            title: "t".into(),
+            prompt: "p".into(),
+            resume: false,
+            socket: None,
+            data_dir: d.path().join("data"),
+            prompt_dir: d.path().join("prompts"),
+            turn: 1,
+            shim_dir: None,
+            activity: Arc::default(),
+            preset: None,
+        };
         let uuid = forge_domain::agent_cli::session_uuid("ses_T1");
         let t = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let argv = t(&[

@@ -21,6 +21,7 @@ pub mod prompt_context;
 pub mod runner;
 pub mod sandbox;
 pub mod start;
+pub mod turn;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

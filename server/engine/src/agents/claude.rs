@@ -23,7 +23,7 @@ use forge_domain::agent_output::Cli;
 use serde_json::json;
 
 use super::{env, AgentHost, Launch, Run};
-use crate::host::{TurnOutcome, TurnRequest};
+use crate::turn::{TurnOutcome, TurnRequest};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Claude;
@@ -62,7 +62,12 @@ impl AgentHost for Claude {
             vars.push(env("CLAUDE_CODE_SHELL_PREFIX", dir.join(PREFIX_SHIM)));
         }
         vars.extend(super::sandbox_tmpdir(req));
-        Ok(Launch { argv: super::with_program(req, "claude", args), env: vars, whole_in_sandbox: None })
+        Ok(Launch {
+            argv: super::with_program(req, "claude", args),
+            env: vars,
+            whole_in_sandbox: None,
+            template: false,
+        })
     }
 
     fn finish(&self, req: &TurnRequest, run: &Run) -> TurnOutcome {

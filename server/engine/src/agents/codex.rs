@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use forge_domain::agent_output::Cli;
 
 use super::{AgentHost, Launch, Run};
-use crate::host::{TurnOutcome, TurnRequest};
+use crate::turn::{TurnOutcome, TurnRequest};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Codex;
@@ -80,7 +80,7 @@ impl AgentHost for Codex {
             }
             None => None,
         };
-        Ok(Launch { argv: super::with_program(req, "codex", args), env: vec![], whole_in_sandbox })
+        Ok(Launch { argv: super::with_program(req, "codex", args), env: vec![], whole_in_sandbox, template: false })
     }
 
     fn finish(&self, req: &TurnRequest, run: &Run) -> TurnOutcome {

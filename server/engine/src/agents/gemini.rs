@@ -24,7 +24,7 @@ use forge_domain::agent_output::Cli;
 use serde_json::{json, Value};
 
 use super::{env, AgentHost, Launch, Run};
-use crate::host::{TurnOutcome, TurnRequest};
+use crate::turn::{TurnOutcome, TurnRequest};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Gemini;
@@ -82,6 +82,7 @@ impl AgentHost for Gemini {
                 .chain(super::sandbox_tmpdir(req))
                 .collect(),
             whole_in_sandbox: None,
+            template: false,
         })
     }
 

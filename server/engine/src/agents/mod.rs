@@ -3,7 +3,8 @@
 //! the whole process runs in the loop's sandbox) and [`AgentHost::finish`] (the turn's
 //! outcome from the exit status and output; usage lines and the CLI's own session id are
 //! stored on the way). `engine/src/host.rs` runs the process (process group, stdin,
-//! activity, the outcome channel) the same way for every host.
+//! activity, the outcome channel) the same way for every host; the request and outcome
+//! types are in `engine/src/turn.rs`.
 //!
 //! Implementations: [`command::CommandHost`] (`agent.command`, any program) and one preset
 //! per agent CLI (`agent.preset`): [`opencode`], [`codex`], [`claude`], [`gemini`]. The
@@ -22,7 +23,7 @@ use forge_core::config::Config;
 use forge_domain::agent_output::{self, Cli};
 use forge_domain::usage::UsageLine;
 
-use crate::host::{TurnOutcome, TurnRequest};
+use crate::turn::{TurnOutcome, TurnRequest};
 
 /// How to start one turn.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -34,6 +35,8 @@ pub struct Launch {
     /// be sandboxed from outside), with the network shared (its model endpoint must stay
     /// reachable) and these extra directories writable.
     pub whole_in_sandbox: Option<Vec<PathBuf>>,
+    /// `argv` is an `agent.command` template: the host expands its placeholders.
+    pub template: bool,
 }
 
 /// A finished run.
@@ -128,7 +131,7 @@ fn record_usage(req: &TurnRequest, lines: &[UsageLine], cumulative: bool) {
     if lines.is_empty() {
         return;
     }
-    let file = crate::host::usage_file(&req.data_dir, &req.session_id);
+    let file = crate::turn::usage_file(&req.data_dir, &req.session_id);
     let lines: Vec<UsageLine> = if cumulative {
         let before = std::fs::read_to_string(&file).unwrap_or_default();
         let (prev, _) = forge_domain::usage::parse(&before);
@@ -184,7 +187,7 @@ pub fn finish_preset(cli: Cli, req: &TurnRequest, run: &Run) -> TurnOutcome {
                 Some(c) => format!("exit status {c}"),
                 None => "killed by a signal".to_string(),
             };
-            let detail = out.error.unwrap_or_else(|| crate::host::tail_chars(run.stderr.trim(), 500));
+            let detail = out.error.unwrap_or_else(|| crate::turn::tail_chars(run.stderr.trim(), 500));
             TurnOutcome::Error(if detail.is_empty() {
                 format!("{} {code}", cli.name())
             } else {
@@ -206,7 +209,7 @@ fn with_program(req: &TurnRequest, default: &str, args: Vec<String>) -> Vec<Stri
 
 /// The Forge MCP server a preset wires its CLI to: this binary's `mcp` command.
 fn mcp_command() -> String {
-    crate::host::self_bin().map(|p| p.display().to_string()).unwrap_or_else(|| "forge-lsp".to_string())
+    crate::turn::self_bin().map(|p| p.display().to_string()).unwrap_or_else(|| "forge-lsp".to_string())
 }
 
 /// Variables that identify the session to `forge-lsp mcp` / `forge-lsp call`.
@@ -227,7 +230,7 @@ pub(crate) mod test_support {
     use std::path::PathBuf;
     use std::sync::Arc;
 
-    use crate::host::TurnRequest;
+    use crate::turn::TurnRequest;
 
     pub fn req(dir: &std::path::Path, preset: Option<forge_domain::agent_output::Cli>) -> TurnRequest {
         TurnRequest {
@@ -284,7 +287,7 @@ mod tests {
             stderr: String::new(),
         };
         assert_eq!(finish_preset(Cli::Codex, &r, &run2), TurnOutcome::Reply(String::new()));
-        let text = std::fs::read_to_string(crate::host::usage_file(&r.data_dir, &r.session_id)).unwrap();
+        let text = std::fs::read_to_string(crate::turn::usage_file(&r.data_dir, &r.session_id)).unwrap();
         let (lines, bad) = forge_domain::usage::parse(&text);
         assert_eq!(bad, 0);
         let got: Vec<(Option<&str>, u64, u64, u64)> =

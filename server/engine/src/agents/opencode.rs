@@ -19,7 +19,7 @@ use forge_domain::agent_output::Cli;
 use serde_json::{json, Value};
 
 use super::{env, AgentHost, Launch, Run};
-use crate::host::{TurnOutcome, TurnRequest};
+use crate::turn::{TurnOutcome, TurnRequest};
 
 #[derive(Debug, Clone, Copy)]
 pub struct OpenCode;
@@ -63,6 +63,7 @@ impl AgentHost for OpenCode {
                 env("OPENCODE_DISABLE_SHARE", "1"),
             ],
             whole_in_sandbox: None,
+            template: false,
         })
     }
 
