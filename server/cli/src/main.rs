@@ -1,5 +1,6 @@
 //! The `forge-lsp` binary: `forge-lsp` / `forge-lsp serve --stdio` serves one connection
 //! over stdio; `serve --listen` accepts many; `call` runs one tool from the command line;
+//! `mcp` serves the tools to an MCP agent over stdio (the `forge-lsp-mcp` crate);
 //! `cleanup` removes old plans or one loop; `demo` runs a scripted loop to show it working
 //! (`demo-agent`, hidden, is its agent).
 
@@ -60,6 +61,20 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
     },
+    /// Serve the Forge tools to an MCP agent over stdin/stdout (Model Context Protocol).
+    /// Identity and project as for `call`: FORGE_SESSION_ID + FORGE_SESSION_TOKEN (a loop
+    /// session), else --agent and --session; inside a loop the calls go through FORGE_LSP_SOCKET.
+    Mcp {
+        /// Calling agent: user (default), architect, code, auditor, auditor-loop, minion.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Session id (default: FORGE_SESSION_ID, else a fresh id for this process).
+        #[arg(long)]
+        session: Option<String>,
+        /// The project (a directory in a git repository); default: the working directory's.
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
     /// Show it working: a two-section coding/auditing loop with a scripted agent in a
     /// temporary repository (no model, no network; a few seconds).
     Demo {
@@ -111,6 +126,10 @@ fn main() {
                 project,
                 verbose,
             });
+            std::process::exit(code);
+        }
+        Some(Cmd::Mcp { agent, session, project }) => {
+            let code = forge_lsp_mcp::run(forge_lsp_mcp::McpArgs { agent, session, data_dir: cli.data_dir, project });
             std::process::exit(code);
         }
         Some(Cmd::Demo { keep }) => {

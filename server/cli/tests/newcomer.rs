@@ -178,6 +178,30 @@ fn call_finds_a_serve_listen_server_by_itself_and_says_so() {
 }
 
 #[test]
+fn call_forgets_a_server_killed_without_shutting_down() {
+    let sb = Sandbox::new();
+    let repo = demo_project();
+    let sock = sb.root.join("sockdir/forge.sock");
+    let mut server = sb.listen_unix(&sock);
+    wait_stderr_line(&server, "listening on ");
+    assert_eq!(sb.db().count("SELECT COUNT(*) FROM servers"), 1);
+    server.kill_hard();
+
+    // The first call finds the dead registration, says so, forgets it and runs in-process.
+    let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).arg("--verbose").run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("does not answer"), "{}", out.stderr);
+    assert!(out.stderr.contains("forgot the registration of the dead server at"), "{}", out.stderr);
+    assert!(out.stderr.contains("in-process"), "{}", out.stderr);
+    assert_eq!(sb.db().count("SELECT COUNT(*) FROM servers"), 0);
+
+    // The next call no longer tries it.
+    let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).arg("--verbose").run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(!out.stderr.contains("does not answer"), "{}", out.stderr);
+}
+
+#[test]
 fn call_without_a_server_says_it_runs_in_process_and_refuses_loop_control() {
     let sb = Sandbox::new();
     let repo = demo_project();

@@ -19,6 +19,12 @@ pub fn unregister(db: &Connection, pid: u32) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Forgets every registration on `socket`: a server that died without unregistering
+/// (killed with SIGKILL, a crash), found when its socket is gone or refuses connections.
+pub fn forget_socket(db: &Connection, socket: &str) -> rusqlite::Result<usize> {
+    db.execute("DELETE FROM servers WHERE socket_path = ?1", [socket])
+}
+
 /// The `project_id` of a server that serves any project of this data directory: a
 /// `serve --listen` server, registered when it starts listening, before any client has
 /// named a project.

@@ -4,6 +4,9 @@
 //! failure is a [`ToolError`], which each front end maps to its own wire shape).
 //! Helper modules live at the crate root ([`identity`], [`loop_scope`],
 //! [`loop_permissions`], [`plan_ops`]); every file in `src/tools/` is a tool.
+//! [`route`] is how a process that is not a server (`forge-lsp call`, `forge-lsp mcp`)
+//! runs a tool: through a server's socket (a minimal LSP client speaking the wire of
+//! `forge-protocol`) or in-process with the same dispatcher.
 //!
 //! One file per tool in `src/tools/`: it holds the tool's
 //! `DESCRIPTION`, its `Input` type (whose JSON Schema is generated) and its
@@ -28,6 +31,7 @@ pub mod identity;
 pub mod loop_permissions;
 pub mod loop_scope;
 pub mod plan_ops;
+pub mod route;
 
 pub use forge_core::{Caller, LoopBinding, ToolEnv};
 pub use forge_store::{Db, Store};

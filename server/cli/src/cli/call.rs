@@ -4,20 +4,19 @@
 //! Otherwise it looks for a running server of the project in the database's `servers`
 //! table (an editor's server registers for its project; a `serve --listen` server for any
 //! project); with none it runs tools that only touch the database in-process, and refuses
-//! loop control. `--verbose` says on standard error which route it took.
+//! loop control. `--verbose` says on standard error which route it took. The route and the
+//! dispatch are `forge_tools::route`, shared with `forge-lsp mcp`; this file parses the
+//! command line and prints.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use forge_protocol::{CommandResult, ErrorKind, ToolError};
 use serde_json::{json, Value};
 
-use super::lsp_client::LspClient;
-use forge_core::config::Loader;
-use forge_core::project::{self, Project};
 use forge_engine::start::{shell_watch_line, WATCH_IN_EDITOR};
-use forge_store as store;
-use forge_tools::{self as tools, ToolEnv};
+use forge_tools as tools;
+use forge_tools::route::{Route, RouteArgs};
 
 /// Options of one call.
 pub struct CallArgs {
@@ -100,41 +99,25 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
             args.tool
         )));
     };
-    let mut input = parse_input(args.input.as_deref())?;
-    let env_session = std::env::var("FORGE_SESSION_ID").ok().filter(|s| !s.is_empty());
-    let env_token = std::env::var("FORGE_SESSION_TOKEN").ok().filter(|s| !s.is_empty());
-    let (session, token) = match (&env_session, &env_token) {
-        (Some(s), Some(t)) => (Some(s.clone()), Some(t.clone())),
-        _ => (args.session.clone().or(env_session.clone()), None),
+    let input = parse_input(args.input.as_deref())?;
+    let route_args = RouteArgs {
+        agent: args.agent.clone(),
+        session: args.session.clone(),
+        data_dir: args.data_dir.clone(),
+        project: args.project.clone(),
+        verbose: args.verbose,
+        label: "forge-lsp call",
     };
+    let mut route = Route::new(&route_args, &format!("to call forge.{} on", tool.name))?;
     // A plan written from a shell belongs to a session the caller must name again to edit
     // it: choose it here, so the reply can say which.
     let chosen_session =
-        (session.is_none() && matches!(tool.name, "plan-write" | "plan-edit")).then(forge_core::fresh_session);
-    let session = session.or(chosen_session.clone());
-    let here =
-        std::env::current_dir().map_err(|e| ToolError::internal(format!("cannot read the working directory: {e}")))?;
-    let cwd = match &args.project {
-        Some(p) => p.canonicalize().map_err(|e| {
-            ToolError::invalid_params(format!("--project {}: not a usable directory: {e}", p.display()))
-        })?,
-        None => here.clone(),
-    };
-    // The project is the repository the directory is in, with its work tree as the root
-    // (as an editor opening the repository sees it), wherever in it the caller stands.
-    let detected = Project::detect(&cwd);
-    let cwd = detected.repo_root.clone().unwrap_or(cwd);
-    let in_loop = std::env::var_os("FORGE_LSP_SOCKET").is_some_and(|s| !s.is_empty());
-    if !in_loop && detected.is_global() {
-        return Err(ToolError::invalid_params(format!(
-            "{} is not inside a git repository with a commit, so there is no project to call forge.{} on; run it from your project, or name one with --project DIR",
-            detected.root.display(),
-            tool.name
-        )));
+        (route.session.is_none() && matches!(tool.name, "plan-write" | "plan-edit")).then(forge_core::fresh_session);
+    if chosen_session.is_some() {
+        route.session = chosen_session.clone();
     }
-    relative_file_from(&mut input, &here, &cwd);
-    let mut result = call_with(args, tool, input, session, token, &cwd);
-    if let (Ok(r), "execute-plan", false) = (&mut result, tool.name, in_loop) {
+    let mut result = route.call(tool, input);
+    if let (Ok(r), "execute-plan", false) = (&mut result, tool.name, route.in_loop()) {
         // From a shell there is no editor to watch the loop in: say how to watch it here.
         if let Some(name) = r.data.get("loopName").and_then(Value::as_str).map(str::to_string) {
             r.text = r
@@ -154,187 +137,6 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
         }
         (r, _) => r,
     }
-}
-
-/// A relative `file` is relative to the caller's working directory: rewritten relative to
-/// the project root (or absolute when the directory is outside it).
-fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) {
-    let Some(file) = input.get("file").and_then(Value::as_str) else { return };
-    if file.is_empty() || Path::new(file).is_absolute() {
-        return;
-    }
-    let Ok(sub) = cwd.strip_prefix(root) else {
-        // Outside the project: make it absolute, so it names the file the caller meant.
-        input["file"] = Value::String(cwd.join(file).display().to_string());
-        return;
-    };
-    if sub.as_os_str().is_empty() {
-        return;
-    }
-    input["file"] = Value::String(sub.join(file).display().to_string());
-}
-
-fn call_with(
-    args: &CallArgs,
-    tool: &'static tools::ToolEntry,
-    input: Value,
-    session: Option<String>,
-    token: Option<String>,
-    cwd: &Path,
-) -> Result<CommandResult, ToolError> {
-    let cwd = cwd.to_path_buf();
-    let data_dir = project::data_dir(None, args.data_dir.as_deref());
-
-    let say = |route: String| {
-        if args.verbose {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "forge-lsp call: {route}");
-        }
-    };
-    if let Some(sock) = std::env::var_os("FORGE_LSP_SOCKET").filter(|s| !s.is_empty()) {
-        say(format!("through the server at FORGE_LSP_SOCKET={}", Path::new(&sock).display()));
-        return via_server(
-            Path::new(&sock),
-            tool.name,
-            input,
-            args.agent.as_deref(),
-            session.as_deref(),
-            token.as_deref(),
-            &cwd,
-            &data_dir,
-        )
-        .map_err(|e| {
-            e.unwrap_or_else(|| {
-                ToolError::precondition(format!(
-                    "cannot reach the forge-lsp server at FORGE_LSP_SOCKET={}",
-                    Path::new(&sock).display()
-                ))
-            })
-        });
-    }
-
-    let project = Project::detect(&cwd);
-    let mut conn =
-        store::open_connection(&data_dir.join("forge.db")).map_err(|e| ToolError::precondition(e.to_string()))?;
-    for sock in running_servers(&conn, &project.id) {
-        say(format!(
-            "through the running server at {} (found in {})",
-            sock.display(),
-            data_dir.join("forge.db").display()
-        ));
-        match via_server(
-            &sock,
-            tool.name,
-            input.clone(),
-            args.agent.as_deref(),
-            session.as_deref(),
-            token.as_deref(),
-            &cwd,
-            &data_dir,
-        ) {
-            Ok(r) => return Ok(r),
-            Err(Some(e)) => return Err(e),
-            Err(None) => {
-                // Not reachable (a server that died): try the next, then in-process.
-                say(format!("{} does not answer", sock.display()));
-                continue;
-            }
-        }
-    }
-    if tool.needs_server {
-        return Err(ToolError::precondition(format!(
-            "forge.{} needs a running forge-lsp server (it controls loops) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
-            tool.name,
-            data_dir.display()
-        )));
-    }
-    say(format!("in-process (no running server of this project in {})", data_dir.join("forge.db").display()));
-    let loader = Loader::standard(&project.root, None).map_err(|e| ToolError::invalid(e.0))?;
-    for w in &loader.warnings {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "warning: {w}");
-    }
-    let caller = forge_tools::identity::resolve(&conn, args.agent.as_deref(), session.as_deref(), token.as_deref())?;
-    let env = ToolEnv {
-        project,
-        caller,
-        config: loader.build(),
-        home: std::env::var("HOME").ok(),
-        links: forge_core::Links::Forge,
-    };
-    tools::run_on(&mut conn, &env, tool.name, input)
-}
-
-/// Sockets of the project's running servers, newest first, then of servers for any project
-/// (`serve --listen`), each once.
-fn running_servers(conn: &rusqlite::Connection, project: &str) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for s in store::servers::sockets(conn, project).unwrap_or_default() {
-        let p = PathBuf::from(s);
-        if !out.contains(&p) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-/// Runs the call through a server. `Err(None)` when the server cannot be reached.
-#[allow(clippy::too_many_arguments)]
-fn via_server(
-    sock: &Path,
-    tool: &str,
-    input: Value,
-    agent: Option<&str>,
-    session: Option<&str>,
-    token: Option<&str>,
-    cwd: &Path,
-    data_dir: &Path,
-) -> Result<CommandResult, Option<ToolError>> {
-    let mut c = LspClient::connect(sock).map_err(|_| None)?;
-    // A one-shot call is not an editor: it never reads materialized views, and writing them
-    // into its working directory (an agent's loop worktree) could recreate that worktree
-    // after the loop removed it.
-    let mut forge =
-        json!({ "dataDir": data_dir.display().to_string(), "config": { "documents": { "materialize": false } } });
-    if let Some(a) = agent {
-        forge["agent"] = json!(a);
-    }
-    if let Some(s) = session {
-        forge["session"] = json!(s);
-    }
-    if let Some(t) = token {
-        forge["token"] = json!(t);
-    }
-    let root = format!("file://{}", cwd.display());
-    let init = c
-        .request(
-            "initialize",
-            json!({ "processId": std::process::id(), "rootUri": root, "capabilities": {}, "workspaceFolders": [{ "uri": root, "name": "cwd" }], "initializationOptions": { "forge": forge } }),
-        )
-        .map_err(|_| None)?;
-    if let Err(e) = init {
-        return Err(Some(rpc_to_tool_error(&e)));
-    }
-    c.notify("initialized", json!({})).map_err(|_| None)?;
-    let r = c
-        .request(
-            "workspace/executeCommand",
-            json!({ "command": forge_protocol::command_name(tool), "arguments": [input] }),
-        )
-        .map_err(|e| Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))?;
-    let _ = c.request("shutdown", Value::Null);
-    let _ = c.notify("exit", Value::Null);
-    match r {
-        Ok(v) => serde_json::from_value(v)
-            .map_err(|e| Some(ToolError::internal(format!("unexpected result from the server: {e}")))),
-        Err(e) => Err(Some(rpc_to_tool_error(&e))),
-    }
-}
-
-fn rpc_to_tool_error(e: &Value) -> ToolError {
-    let code = e.get("code").and_then(Value::as_i64).unwrap_or(1007);
-    let message = e.get("message").and_then(Value::as_str).unwrap_or("unknown error").to_string();
-    ToolError::new(ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal), message)
 }
 
 /// The `call --help` list of tools.

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::lsp_client::LspClient;
 use forge_engine::hub::Hub;
 use forge_lsp_server::serve;
+use forge_tools::route::lsp_client::LspClient;
 
 /// Options of `forge-lsp demo`.
 pub struct DemoArgs {

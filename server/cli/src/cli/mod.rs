@@ -4,4 +4,3 @@ pub mod call;
 pub mod cleanup;
 pub mod demo;
 pub mod demo_agent;
-pub mod lsp_client;

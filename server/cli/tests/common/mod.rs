@@ -1215,6 +1215,12 @@ impl ListenServer {
     pub fn is_alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// SIGKILL: the server dies without shutting down (its registration and socket file stay).
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for ListenServer {

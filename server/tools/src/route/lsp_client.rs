@@ -1,4 +1,5 @@
-//! A minimal blocking LSP client over a Unix socket, for `forge-lsp call`.
+//! A minimal blocking LSP client over a Unix socket: how `forge-lsp call`, `forge-lsp mcp`
+//! and the demo reach a running server.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

@@ -1,0 +1,336 @@
+//! `forge-lsp mcp`: the real binary speaking MCP (newline-delimited JSON-RPC) over stdio
+//! (docs/mcp.md, docs/protocol.md "forge-lsp mcp"): initialize, tools/list, tools/call
+//! results and failures, and the identity and project rules it shares with `forge-lsp call`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// An MCP client over the stdio of a `forge-lsp mcp` process.
+struct Mcp {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+    next_id: i64,
+}
+
+impl Mcp {
+    /// Starts `forge-lsp --data-dir <sandbox data> mcp <args>` in `cwd`.
+    fn start(sb: &Sandbox, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Mcp {
+        let mut cmd = sb.command();
+        cmd.arg("--data-dir").arg(&sb.data_dir).arg("mcp").args(args).current_dir(cwd);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Mcp::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Mcp {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn forge-lsp mcp");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().expect("stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut s);
+            s
+        });
+        let stdin = child.stdin.take();
+        Mcp { child, stdin, lines, stderr: Some(stderr), next_id: 1 }
+    }
+
+    fn send(&mut self, msg: &Value) {
+        let w = self.stdin.as_mut().expect("stdin open");
+        writeln!(w, "{msg}").expect("write to forge-lsp mcp");
+        w.flush().expect("flush");
+    }
+
+    /// Sends a request and returns the whole response (`result` or `error`).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(REQUEST_TIMEOUT)
+                .unwrap_or_else(|e| panic!("no answer to {method} within {REQUEST_TIMEOUT:?}: {e}"));
+            let msg: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON on stdout: {line:?}: {e}"));
+            assert_eq!(msg["jsonrpc"], "2.0", "{msg}");
+            if msg.get("id") == Some(&json!(id)) && msg.get("method").is_none() {
+                return msg;
+            }
+        }
+    }
+
+    fn result(&mut self, method: &str, params: Value) -> Value {
+        let r = self.request(method, params);
+        assert!(r.get("error").is_none(), "{method} failed: {r}");
+        r["result"].clone()
+    }
+
+    /// initialize (protocol 2025-06-18) + initialized; returns the initialize result.
+    fn initialize(&mut self) -> Value {
+        let r = self.result(
+            "initialize",
+            json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "forge-test", "version": "1" } }),
+        );
+        self.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        r
+    }
+
+    /// tools/call; returns the CallToolResult.
+    fn call(&mut self, name: &str, arguments: Value) -> Value {
+        self.result("tools/call", json!({ "name": name, "arguments": arguments }))
+    }
+
+    /// Closes stdin and waits for the exit; returns (exit code, stderr).
+    fn finish(mut self) -> (i32, String) {
+        drop(self.stdin.take());
+        let status = wait_exit(&mut self.child, WAIT).expect("forge-lsp mcp exits when its input closes");
+        (status.code().unwrap_or(-1), self.stderr.take().and_then(|h| h.join().ok()).unwrap_or_default())
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The text of a CallToolResult's one content item.
+fn text(r: &Value) -> String {
+    let content = r["content"].as_array().unwrap_or_else(|| panic!("no content: {r}"));
+    assert_eq!(content.len(), 1, "{r}");
+    assert_eq!(content[0]["type"], "text", "{r}");
+    content[0]["text"].as_str().expect("text").to_string()
+}
+
+fn assert_ok(r: &Value) {
+    assert_eq!(r["isError"], json!(false), "{r}");
+    assert!(r["structuredContent"].is_object(), "structuredContent is the data object: {r}");
+}
+
+fn assert_tool_error(r: &Value, kind: &str) {
+    assert_eq!(r["isError"], json!(true), "{r}");
+    assert_eq!(r["structuredContent"]["error"]["kind"], kind, "{r}");
+}
+
+const PLAN: &str = "# Plan: MCP\n\n## Objective\nShow MCP.\n\n## Phase 1: write\nWrite it.\n";
+
+#[test]
+fn initialize_list_and_call_over_stdio() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+
+    let init = m.initialize();
+    assert_eq!(init["serverInfo"]["name"], "forge-lsp", "{init}");
+    assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"), "{init}");
+    assert_eq!(init["protocolVersion"], "2025-06-18", "{init}");
+    assert!(init["capabilities"]["tools"].is_object(), "{init}");
+
+    // One MCP tool per forge.tools offer: name, description and input schema.
+    let listed = m.result("tools/list", json!({}));
+    let tools = listed["tools"].as_array().expect("tools");
+    let offers = forge_lsp::tools::offers();
+    assert_eq!(tools.len(), offers.len(), "{listed}");
+    for (t, o) in tools.iter().zip(&offers) {
+        assert_eq!(t["name"], o.name.as_str());
+        assert_eq!(t["description"], o.description.as_str());
+        assert_eq!(t["inputSchema"], o.input_schema, "{}", o.name);
+        assert_eq!(t["inputSchema"]["type"], "object", "{}", o.name);
+    }
+    for name in ["plan-read", "plan-write", "review-write", "review-read", "execute-plan", "tools"] {
+        assert!(tools.iter().any(|t| t["name"] == name), "{name} missing from {listed}");
+    }
+
+    // plan-write, then plan-read in the same process: one session for the process.
+    let w = m.call("plan-write", json!({ "content": PLAN }));
+    assert_ok(&w);
+    assert!(text(&w).starts_with("Plan stored: 7 lines"), "{w}");
+    let session = w["structuredContent"]["sessionId"].as_str().expect("sessionId").to_string();
+    let r = m.call("plan-read", json!({}));
+    assert_ok(&r);
+    assert!(text(&r).contains("6: ## Phase 1: write"), "{r}");
+    assert_eq!(r["structuredContent"]["totalLines"], 7, "{r}");
+
+    // Findings: a user may write and read them.
+    let f = m.call(
+        "review-write",
+        json!({ "file": "README.md", "line": 1, "severity": "bug", "description": "the title is wrong" }),
+    );
+    assert_ok(&f);
+    let rr = m.call("review-read", json!({}));
+    assert_ok(&rr);
+    assert!(text(&rr).contains("the title is wrong"), "{rr}");
+
+    // A tool that fails is a result with isError and the message, not a JSON-RPC error.
+    let e = m.call("plan-edit", json!({ "oldString": "not in the plan", "newString": "x" }));
+    assert_tool_error(&e, "invalid");
+    assert!(text(&e).contains("plan-edit failed"), "{e}");
+    // So is input the schema rejects (the model can correct it).
+    let e = m.call("plan-read", json!({ "bogus": 1 }));
+    assert_tool_error(&e, "invalid_params");
+    assert!(text(&e).contains("bogus"), "{e}");
+    // Loop control needs a running server: refused with a message saying so.
+    let e = m.call("loop-cancel", json!({ "name": "none" }));
+    assert_eq!(e["isError"], json!(true), "{e}");
+    assert!(text(&e).contains("needs a running forge-lsp server"), "{e}");
+
+    // An unknown tool is a protocol error (-32602), as the MCP spec says.
+    let u = m.request("tools/call", json!({ "name": "no-such-tool", "arguments": {} }));
+    assert_eq!(u["error"]["code"], -32602, "{u}");
+    assert_contains(u["error"]["message"].as_str().unwrap_or_default(), "no-such-tool");
+    // And the connection goes on.
+    assert_ok(&m.call("plan-read", json!({ "limit": 2 })));
+
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "exit when the client closes stdin: {stderr}");
+
+    // The same database as `forge-lsp call`: the plan is there under the MCP session.
+    let out = sb.call("plan-read").session(&session).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_contains(&out.stdout, "## Phase 1: write");
+}
+
+#[test]
+fn identity_flags_and_denials() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    // An auditor may not author plans: a denial (1001) naming the tool, as a tool error.
+    let mut m =
+        Mcp::start(&sb, &repo.path, &["--agent", "auditor", "--session", "ses_01JMCPAUDITOR0000000000000"], &[]);
+    m.initialize();
+    let e = m.call("plan-write", json!({ "content": PLAN }));
+    assert_tool_error(&e, "denied");
+    assert_eq!(e["structuredContent"]["error"]["code"], 1001, "{e}");
+    assert_contains(&text(&e), "forge.plan-write");
+    assert_ok(
+        &m.call("review-write", json!({ "file": "README.md", "line": 1, "severity": "warning", "description": "d" })),
+    );
+    drop(m);
+
+    // An unknown agent is a usage error at start (exit 2), before any MCP.
+    let out = run_process(
+        {
+            let mut c = sb.command();
+            c.arg("--data-dir").arg(&sb.data_dir).args(["mcp", "--agent", "robot"]).current_dir(&repo.path);
+            c
+        },
+        Some(Vec::new()),
+        CALL_TIMEOUT,
+    );
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_contains(&out.stderr, "robot");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_loop_session_needs_its_token() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    sb.ensure_db();
+    let session = "ses_01JMCPLOOPCALLER000000000";
+    let db = sb.db();
+    db.insert_loop(&LoopFixture::running(&repo.root_commit, "mcp-loop", session, &repo.path));
+    db.insert_loop_session(session, &repo.root_commit, "mcp-loop", "coder", "tok-mcp");
+
+    // A wrong token is refused at start, naming the session and nothing else.
+    let m = Mcp::start(&sb, &repo.path, &[], &[("FORGE_SESSION_ID", session), ("FORGE_SESSION_TOKEN", "tok-wrong")]);
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 1, "{stderr}");
+    assert_contains(&stderr, &format!("session {session} cannot be claimed"));
+    // So is claiming the session without a token.
+    let m = Mcp::start(&sb, &repo.path, &["--session", session], &[]);
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 1, "{stderr}");
+    assert_contains(&stderr, session);
+
+    // With its token the process is that loop session: reads work, plan authoring is denied.
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[("FORGE_SESSION_ID", session), ("FORGE_SESSION_TOKEN", "tok-mcp")]);
+    m.initialize();
+    let e = m.call("plan-write", json!({ "content": PLAN }));
+    assert_tool_error(&e, "denied");
+    assert_contains(&text(&e), "forge.plan-write");
+    assert_ok(&m.call("review-read", json!({})));
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn outside_a_repository_it_refuses_unless_given_a_project() {
+    let sb = Sandbox::new();
+    let (_keep, plain) = plain_dir();
+    let m = Mcp::start(&sb, &plain, &[], &[]);
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 2, "{stderr}");
+    assert_contains(&stderr, "not inside a git repository");
+    assert_contains(&stderr, "--project");
+
+    let repo = GitRepo::new();
+    let mut m = Mcp::start(&sb, &plain, &["--project", repo.path.to_str().expect("utf-8 path")], &[]);
+    m.initialize();
+    assert_ok(&m.call("plan-write", json!({ "content": PLAN })));
+    assert_ok(&m.call("plan-read", json!({})));
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn inside_a_loop_calls_go_through_the_socket() {
+    let sb = Sandbox::new();
+    // An unreachable FORGE_LSP_SOCKET is an error at start, not a silent fallback.
+    let (_keep, plain) = plain_dir();
+    let absent = sb.root.join("absent.sock");
+    let m = Mcp::start(&sb, &plain, &[], &[("FORGE_LSP_SOCKET", absent.to_str().expect("utf-8"))]);
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 1, "{stderr}");
+    assert_contains(&stderr, "FORGE_LSP_SOCKET");
+    assert_contains(&stderr, "absent.sock");
+
+    // With a live server the process serves even outside a repository (the server decides),
+    // and its calls are that server's.
+    let sock = sb.root.join("s/forge.sock");
+    let server = sb.listen_unix(&sock);
+    let mut m = Mcp::start(&sb, &plain, &[], &[("FORGE_LSP_SOCKET", sock.to_str().expect("utf-8"))]);
+    m.initialize();
+    let w = m.call("plan-write", json!({ "content": PLAN }));
+    assert_ok(&w);
+    assert_ok(&m.call("plan-read", json!({})));
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+    drop(server);
+}

@@ -1,0 +1,198 @@
+//! forge-lsp's Model Context Protocol front end: `forge-lsp mcp`, the Forge tools to MCP
+//! agents over stdio (docs/mcp.md; docs/protocol.md, "forge-lsp mcp").
+//!
+//! Owns the MCP wire, on the official Rust SDK (`rmcp`): `initialize` (serverInfo
+//! `forge-lsp`), `tools/list` (one tool per `forge.tools` offer) and `tools/call` (text and
+//! structured content; a failed tool is a result with `isError`). It does not know how a
+//! tool runs: every call goes through `forge_tools::route`, the path `forge-lsp call` takes
+//! (the loop's server, the project's running server, or in-process with the one
+//! dispatcher), with the identity and project found once at start the way `call` finds
+//! them. It knows nothing of the LSP front end or the command line, and nothing below it
+//! knows it exists.
+
+use std::sync::Arc;
+
+use forge_engine::start::WATCH_IN_EDITOR;
+use forge_protocol::{CommandResult, ErrorKind, ToolError};
+use forge_tools::route::{Route, RouteArgs};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+
+/// The options of `forge-lsp mcp` (the same as `forge-lsp call`'s).
+#[derive(Clone, Debug, Default)]
+pub struct McpArgs {
+    pub agent: Option<String>,
+    pub session: Option<String>,
+    pub data_dir: Option<std::path::PathBuf>,
+    pub project: Option<std::path::PathBuf>,
+}
+
+/// Serves MCP on standard input and output until the client closes them. Returns the
+/// process exit status: 0 when the client closed the connection, 2 for a usage error
+/// (outside a git repository without `--project`, an unknown agent), 1 when the identity is
+/// refused (a loop session with a wrong or missing token) or serving failed. Messages go to
+/// standard error; standard output carries only MCP.
+pub fn run(args: McpArgs) -> i32 {
+    let route = match prepare(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("forge-lsp mcp: {}", e.message);
+            return if matches!(e.kind, ErrorKind::InvalidParams) { 2 } else { 1 };
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("forge-lsp mcp: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    let r = rt.block_on(async move {
+        let server = ForgeMcp { route: Arc::new(route) };
+        let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
+        running.waiting().await.map_err(|e| e.to_string())
+    });
+    match r {
+        Ok(reason) => {
+            tracing::debug!("forge-lsp mcp: {reason:?}");
+            0
+        }
+        Err(e) => {
+            eprintln!("forge-lsp mcp: {e}");
+            1
+        }
+    }
+}
+
+/// The route every call takes, with the identity proven once: a session is chosen when the
+/// caller names none, so all calls of this process share it (a plan written is read back).
+fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
+    let route_args = RouteArgs {
+        agent: args.agent.clone(),
+        session: args.session.clone(),
+        data_dir: args.data_dir.clone(),
+        project: args.project.clone(),
+        verbose: false,
+        label: "forge-lsp mcp",
+    };
+    let mut route = Route::new(&route_args, "for forge-lsp mcp to serve")?;
+    if route.session.is_none() {
+        route.session = Some(forge_core::fresh_session());
+    }
+    route.check_identity()?;
+    Ok(route)
+}
+
+/// The MCP server: one per process, over stdio.
+#[derive(Clone)]
+pub struct ForgeMcp {
+    route: Arc<Route>,
+}
+
+/// The MCP tools: one per `forge.tools` offer, all of them whoever the caller is (a denied
+/// call says why, naming the rule; see docs/mcp.md).
+pub fn tools() -> Vec<Tool> {
+    forge_tools::offers()
+        .into_iter()
+        .map(|o| {
+            let schema = match o.input_schema {
+                Value::Object(m) => m,
+                _ => JsonObject::from_iter([("type".to_string(), json!("object"))]),
+            };
+            Tool::new(o.name, o.description, Arc::new(schema))
+        })
+        .collect()
+}
+
+/// The `tools/call` result of a tool's outcome.
+pub fn to_mcp(outcome: Result<CommandResult, ToolError>) -> CallToolResult {
+    match outcome {
+        Ok(r) => {
+            let mut out = CallToolResult::success(vec![ContentBlock::text(r.text)]);
+            out.structured_content = match r.data {
+                Value::Null => None,
+                Value::Object(m) => Some(Value::Object(m)),
+                // structuredContent must be an object: anything else is wrapped.
+                other => Some(json!({ "value": other })),
+            };
+            out
+        }
+        Err(e) => {
+            let mut out = CallToolResult::error(vec![ContentBlock::text(e.message)]);
+            out.structured_content = Some(json!({ "error": { "code": e.kind.code(), "kind": e.kind.as_str() } }));
+            out
+        }
+    }
+}
+
+/// An MCP agent has the `loop-status` tool, not an editor: execute-plan's reply says so.
+fn mcp_watch_line(text: &str, data: &Value) -> Option<String> {
+    let name = data.get("loopName").and_then(Value::as_str)?;
+    let input = json!({ "name": name }).to_string();
+    Some(
+        text.lines()
+            .map(|l| {
+                if l.starts_with(WATCH_IN_EDITOR) {
+                    format!("Your part is done; watch it with the loop-status tool ({input}) (or open forge://loop/{name}/status.md in an editor).")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+impl ServerHandler for ForgeMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("forge-lsp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Forge: durable plans, review findings and coding/auditing loops of this project. \
+                 Tools are the Forge tools (plan-read, plan-write, review-write, execute-plan, ...); \
+                 each takes one JSON object as described by its input schema.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // The MCP spec's rule: an unknown tool is a protocol error (-32602), a tool that ran
+        // and failed is a result with isError.
+        let Some(tool) = forge_tools::TOOLS.iter().find(|t| t.name == request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("Unknown tool: {}; tools/list lists the Forge tools", request.name),
+                None,
+            ));
+        };
+        let input = Value::Object(request.arguments.unwrap_or_default());
+        let route = self.route.clone();
+        let outcome = tokio::task::spawn_blocking(move || route.call(tool, input))
+            .await
+            .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", tool.name))));
+        let outcome = outcome.map(|mut r| {
+            if tool.name == "execute-plan" && !self.route.in_loop() {
+                if let Some(text) = mcp_watch_line(&r.text, &r.data) {
+                    r.text = text;
+                }
+            }
+            r
+        });
+        Ok(to_mcp(outcome).into())
+    }
+}

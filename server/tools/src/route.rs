@@ -1,0 +1,292 @@
+//! Running a tool from a process that is not a server: `forge-lsp call` and `forge-lsp mcp`
+//! share this one path (docs/protocol.md, "forge-lsp call" and "forge-lsp mcp").
+//!
+//! [`Route::new`] finds the caller's identity (`FORGE_SESSION_ID` + `FORGE_SESSION_TOKEN`,
+//! else `--agent` and `--session`), the project (`--project DIR`, else the working
+//! directory's repository; outside a repository it refuses unless inside a loop) and the
+//! data directory. [`Route::call`] then runs one tool: with `FORGE_LSP_SOCKET` (set for
+//! agents in a loop) through that server; otherwise through a running server of the project
+//! found in the database's `servers` table; with none, in-process on the database when the
+//! tool only touches it ([`run_on`](crate::run_on), the same dispatcher a server runs), and
+//! loop control is refused. The front ends only parse their own wire and print.
+
+pub mod lsp_client;
+
+use std::path::{Path, PathBuf};
+
+use forge_core::config::Loader;
+use forge_core::project::{self, Project};
+use forge_protocol::{CommandResult, ErrorKind, ToolError};
+use forge_store as store;
+use serde_json::{json, Value};
+
+use crate::{ToolEntry, ToolEnv};
+use lsp_client::LspClient;
+
+/// What the caller said on its command line.
+#[derive(Clone, Debug, Default)]
+pub struct RouteArgs {
+    /// `--agent`: user (default), architect, code, auditor, auditor-loop, minion.
+    pub agent: Option<String>,
+    /// `--session` (default `FORGE_SESSION_ID`).
+    pub session: Option<String>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--project DIR`: the project, instead of the working directory's repository.
+    pub project: Option<PathBuf>,
+    /// Say on standard error which route each call took, prefixed with `label`.
+    pub verbose: bool,
+    /// How the front end names itself in those lines (`forge-lsp call`).
+    pub label: &'static str,
+}
+
+/// The identity in the environment: `FORGE_SESSION_ID` with `FORGE_SESSION_TOKEN` when both
+/// are set (a loop session); otherwise `session` (the `--session` flag), else
+/// `FORGE_SESSION_ID` without a token. Returns `(session, token)`.
+pub fn identity_from_env(session: Option<&str>) -> (Option<String>, Option<String>) {
+    let env_session = std::env::var("FORGE_SESSION_ID").ok().filter(|s| !s.is_empty());
+    let env_token = std::env::var("FORGE_SESSION_TOKEN").ok().filter(|s| !s.is_empty());
+    match (env_session, env_token) {
+        (Some(s), Some(t)) => (Some(s), Some(t)),
+        (env_session, _) => (session.map(str::to_string).or(env_session), None),
+    }
+}
+
+/// Where and as whom a process outside the server runs tools; see the module doc.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub agent: Option<String>,
+    /// The session calls run as (`None`: a fresh one per call, chosen where it runs).
+    pub session: Option<String>,
+    token: Option<String>,
+    /// The project's root (the repository's work tree), or the given directory.
+    pub root: PathBuf,
+    /// The caller's working directory (a relative `file` is relative to it).
+    pub here: PathBuf,
+    pub data_dir: PathBuf,
+    /// `FORGE_LSP_SOCKET`: inside a loop, every call goes through that server.
+    pub socket: Option<PathBuf>,
+    verbose: bool,
+    label: &'static str,
+}
+
+impl Route {
+    /// Finds the identity, project and data directory. `purpose` completes the refusal
+    /// outside a repository: "... so there is no project {purpose}; ..." (e.g. `to call
+    /// forge.plan-read on`). That refusal is an `InvalidParams` error (a usage error).
+    pub fn new(args: &RouteArgs, purpose: &str) -> Result<Route, ToolError> {
+        let (session, token) = identity_from_env(args.session.as_deref());
+        let here = std::env::current_dir()
+            .map_err(|e| ToolError::internal(format!("cannot read the working directory: {e}")))?;
+        let cwd = match &args.project {
+            Some(p) => p.canonicalize().map_err(|e| {
+                ToolError::invalid_params(format!("--project {}: not a usable directory: {e}", p.display()))
+            })?,
+            None => here.clone(),
+        };
+        // The project is the repository the directory is in, with its work tree as the root
+        // (as an editor opening the repository sees it), wherever in it the caller stands.
+        let detected = Project::detect(&cwd);
+        let root = detected.repo_root.clone().unwrap_or(cwd);
+        let socket = std::env::var_os("FORGE_LSP_SOCKET").filter(|s| !s.is_empty()).map(PathBuf::from);
+        if socket.is_none() && detected.is_global() {
+            return Err(ToolError::invalid_params(format!(
+                "{} is not inside a git repository with a commit, so there is no project {purpose}; run it from your project, or name one with --project DIR",
+                detected.root.display(),
+            )));
+        }
+        Ok(Route {
+            agent: args.agent.clone(),
+            session,
+            token,
+            root,
+            here,
+            data_dir: project::data_dir(None, args.data_dir.as_deref()),
+            socket,
+            verbose: args.verbose,
+            label: args.label,
+        })
+    }
+
+    /// Whether calls go through a loop's server (`FORGE_LSP_SOCKET`).
+    pub fn in_loop(&self) -> bool {
+        self.socket.is_some()
+    }
+
+    /// Proves the identity once, without running a tool: a loop session's token is checked
+    /// by the loop's server (inside a loop) or against the database (error 1001 naming the
+    /// session when it is wrong or missing); an unknown agent is an `InvalidParams` error.
+    pub fn check_identity(&self) -> Result<(), ToolError> {
+        if let Some(sock) = &self.socket {
+            let mut c = self.connect(sock).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)))?;
+            let _ = c.request("shutdown", Value::Null);
+            let _ = c.notify("exit", Value::Null);
+            return Ok(());
+        }
+        let conn = store::open_connection(&self.data_dir.join("forge.db"))
+            .map_err(|e| ToolError::precondition(e.to_string()))?;
+        crate::identity::resolve(&conn, self.agent.as_deref(), self.session.as_deref(), self.token.as_deref())
+            .map(|_| ())
+    }
+
+    /// Runs one tool with `input` (one JSON object); see the module doc for the route.
+    pub fn call(&self, tool: &'static ToolEntry, mut input: Value) -> Result<CommandResult, ToolError> {
+        relative_file_from(&mut input, &self.here, &self.root);
+        if let Some(sock) = &self.socket {
+            self.say(format!("through the server at FORGE_LSP_SOCKET={}", sock.display()));
+            return self.via_server(sock, tool.name, input).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)));
+        }
+
+        let project = Project::detect(&self.root);
+        let db_path = self.data_dir.join("forge.db");
+        let mut conn = store::open_connection(&db_path).map_err(|e| ToolError::precondition(e.to_string()))?;
+        for sock in running_servers(&conn, &project.id) {
+            self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
+            match self.via_server(&sock, tool.name, input.clone()) {
+                Ok(r) => return Ok(r),
+                Err(Some(e)) => return Err(e),
+                Err(None) => {
+                    // Not reachable (a server that died): try the next, then in-process. A
+                    // socket that is gone or refuses connections belongs to a server that
+                    // died without unregistering (SIGKILL, crash): its row is forgotten.
+                    self.say(format!("{} does not answer", sock.display()));
+                    if socket_is_dead(&sock) {
+                        if let Ok(1..) = store::servers::forget_socket(&conn, &sock.display().to_string()) {
+                            self.say(format!("forgot the registration of the dead server at {}", sock.display()));
+                        }
+                    }
+                    continue;
+                }
+            }
+        }
+        if tool.needs_server {
+            return Err(ToolError::precondition(format!(
+                "forge.{} needs a running forge-lsp server (it controls loops) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
+                tool.name,
+                self.data_dir.display()
+            )));
+        }
+        self.say(format!("in-process (no running server of this project in {})", db_path.display()));
+        let loader = Loader::standard(&project.root, None).map_err(|e| ToolError::invalid(e.0))?;
+        for w in &loader.warnings {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "warning: {w}");
+        }
+        let caller =
+            crate::identity::resolve(&conn, self.agent.as_deref(), self.session.as_deref(), self.token.as_deref())?;
+        let env = ToolEnv {
+            project,
+            caller,
+            config: loader.build(),
+            home: std::env::var("HOME").ok(),
+            links: forge_core::Links::Forge,
+        };
+        crate::run_on(&mut conn, &env, tool.name, input)
+    }
+
+    fn say(&self, route: String) {
+        if self.verbose {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{}: {route}", self.label);
+        }
+    }
+
+    /// Connects to a server and initializes as the caller. `Err(None)` when the server
+    /// cannot be reached.
+    fn connect(&self, sock: &Path) -> Result<LspClient, Option<ToolError>> {
+        let mut c = LspClient::connect(sock).map_err(|_| None)?;
+        // A process outside the server is not an editor: it never reads materialized views,
+        // and writing them into its working directory (an agent's loop worktree) could
+        // recreate that worktree after the loop removed it.
+        let mut forge = json!({ "dataDir": self.data_dir.display().to_string(), "config": { "documents": { "materialize": false } } });
+        if let Some(a) = &self.agent {
+            forge["agent"] = json!(a);
+        }
+        if let Some(s) = &self.session {
+            forge["session"] = json!(s);
+        }
+        if let Some(t) = &self.token {
+            forge["token"] = json!(t);
+        }
+        let root = format!("file://{}", self.root.display());
+        let init = c
+            .request(
+                "initialize",
+                json!({ "processId": std::process::id(), "rootUri": root, "capabilities": {}, "workspaceFolders": [{ "uri": root, "name": "cwd" }], "initializationOptions": { "forge": forge } }),
+            )
+            .map_err(|_| None)?;
+        if let Err(e) = init {
+            return Err(Some(rpc_to_tool_error(&e)));
+        }
+        c.notify("initialized", json!({})).map_err(|_| None)?;
+        Ok(c)
+    }
+
+    /// Runs the call through a server. `Err(None)` when the server cannot be reached.
+    fn via_server(&self, sock: &Path, tool: &str, input: Value) -> Result<CommandResult, Option<ToolError>> {
+        let mut c = self.connect(sock)?;
+        let r = c
+            .request(
+                "workspace/executeCommand",
+                json!({ "command": forge_protocol::command_name(tool), "arguments": [input] }),
+            )
+            .map_err(|e| Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))?;
+        let _ = c.request("shutdown", Value::Null);
+        let _ = c.notify("exit", Value::Null);
+        match r {
+            Ok(v) => serde_json::from_value(v)
+                .map_err(|e| Some(ToolError::internal(format!("unexpected result from the server: {e}")))),
+            Err(e) => Err(Some(rpc_to_tool_error(&e))),
+        }
+    }
+}
+
+fn unreachable_socket(sock: &Path) -> ToolError {
+    ToolError::precondition(format!("cannot reach the forge-lsp server at FORGE_LSP_SOCKET={}", sock.display()))
+}
+
+/// A relative `file` is relative to the caller's working directory: rewritten relative to
+/// the project root (or absolute when the directory is outside it).
+fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) {
+    let Some(file) = input.get("file").and_then(Value::as_str) else { return };
+    if file.is_empty() || Path::new(file).is_absolute() {
+        return;
+    }
+    let Ok(sub) = cwd.strip_prefix(root) else {
+        // Outside the project: make it absolute, so it names the file the caller meant.
+        input["file"] = Value::String(cwd.join(file).display().to_string());
+        return;
+    };
+    if sub.as_os_str().is_empty() {
+        return;
+    }
+    input["file"] = Value::String(sub.join(file).display().to_string());
+}
+
+/// Whether nothing can ever answer on `sock` again: the socket file is gone, or nobody
+/// listens on it (ECONNREFUSED). A slow or busy server is not dead.
+fn socket_is_dead(sock: &Path) -> bool {
+    match std::os::unix::net::UnixStream::connect(sock) {
+        Ok(_) => false,
+        Err(e) => matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused),
+    }
+}
+
+/// Sockets of the project's running servers, newest first, then of servers for any project
+/// (`serve --listen`), each once.
+fn running_servers(conn: &rusqlite::Connection, project: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for s in store::servers::sockets(conn, project).unwrap_or_default() {
+        let p = PathBuf::from(s);
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn rpc_to_tool_error(e: &Value) -> ToolError {
+    let code = e.get("code").and_then(Value::as_i64).unwrap_or(1007);
+    let message = e.get("message").and_then(Value::as_str).unwrap_or("unknown error").to_string();
+    ToolError::new(ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal), message)
+}
