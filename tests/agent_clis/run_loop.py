@@ -11,8 +11,10 @@ server with a scripted two-section loop, `forge-lsp serve --listen`, starts the 
 (loop status, transitions, findings, usage rows, the branch's log and files, the fake
 server's request log summary) for the test to assert on.
 
-The script the fake model replays (shell calls of each CLI's own shell tool; the handoffs
-and findings go through `"$FORGE_LSP_BIN" call ...`):
+The script the fake model replays: shell calls of each CLI's own shell tool (the coder's
+handoffs through `"$FORGE_LSP_BIN" call ...` from that shell, inside the sandbox), and the
+auditor's finding and handoffs as calls of the Forge MCP tools the preset wired in
+(`forge-lsp mcp`; through the shell when the binary has no `mcp` command):
   section 1 coder:   appends "section one" to work.txt, tries to write outside the worktree,
                      hands off
   section 1 auditor: writes a bug finding (work.txt:1), hands off (dirty)
@@ -59,11 +61,10 @@ CODER_HANDOFF = CALL + " loop-handoff '" + json.dumps({
     "changes": [{"summary": "edited work.txt", "reason": "the section asks for it"}],
     "verification": [{"command": "cat work.txt", "cwd": ".", "outcome": "pass", "changedAfter": False}],
 }) + "'"
-CLEAN_AUDIT = CALL + " loop-handoff '" + json.dumps({
-    "summary": {"done": ["work.txt updated"], "deviations": [], "followUps": ["none"]}}) + "'"
-FINDING = CALL + " review-write '" + json.dumps({
-    "file": "work.txt", "line": 1, "severity": "bug",
-    "description": "E2E-FINDING: section one is not marked fixed", "scenario": "cat work.txt"}) + "'"
+CLEAN_SUMMARY = {"summary": {"done": ["work.txt updated"], "deviations": [], "followUps": ["none"]}}
+CLEAN_AUDIT = CALL + " loop-handoff '" + json.dumps(CLEAN_SUMMARY) + "'"
+FINDING_ARGS = {"file": "work.txt", "line": 1, "severity": "bug",
+                "description": "E2E-FINDING: section one is not marked fixed", "scenario": "cat work.txt"}
 
 
 def header(kind, n, it, cont=False):
@@ -71,7 +72,24 @@ def header(kind, n, it, cont=False):
         LOOP, kind, n, it, " (continuation)" if cont else "")
 
 
-def script():
+def mcp_or_shell(cli_name, tool, arguments, use_mcp, sh):
+    """A Forge tool call: through the CLI's MCP client (`forge` = forge-lsp mcp) when the
+    binary has `mcp`, else `forge-lsp call` from the CLI's shell."""
+    if use_mcp:
+        # Codex declares MCP tool names with `_` for `-` (`review_write`).
+        name = tool.replace("-", "_") if cli_name == "codex" else tool
+        return {"mcp": name, "server": "forge", "arguments": arguments}
+    return sh(CALL + " " + tool + " '" + json.dumps(arguments) + "'")
+
+
+def script(cli, use_mcp):
+    def sh(command):
+        # Codex: its shell tool by name (a bare "shell" would also match the Forge MCP tool
+        # `shell`, which Codex lists as `shell` in the `mcp__forge` namespace).
+        if cli == "codex":
+            return {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": command}}]}
+        return {"shell": command}
+
     def conv(cid, marker, segments):
         return {"id": cid, "marker": marker, "segments": [{"prompt": p, "turns": t} for p, t in segments]}
     return {
@@ -79,33 +97,34 @@ def script():
         "conversations": [
             conv("auditor-1", header("section audit", 1, 1), [
                 (header("section audit", 1, 1), [
-                    {"shell": FINDING},
-                    {"shell": CALL + " loop-handoff '{\"notes\":\"one bug left\"}'"},
+                    mcp_or_shell(cli, "review-write", FINDING_ARGS, use_mcp, sh),
+                    mcp_or_shell(cli, "loop-handoff", {"notes": "one bug left"}, use_mcp, sh),
                     {"text": "Audit 1: one finding."}]),
                 (header("section audit", 1, 2, True), [
-                    {"shell": CALL + " review-delete '{\"file\":\"work.txt\",\"line\":1}'"},
-                    {"shell": CLEAN_AUDIT},
+                    sh(CALL + " review-delete '{\"file\":\"work.txt\",\"line\":1}'"),
+                    sh(CLEAN_AUDIT),
                     {"text": "Audit 2: clean."}]),
             ]),
             conv("auditor-2", header("section audit", 2, 3), [
-                (header("section audit", 2, 3), [{"shell": CLEAN_AUDIT}, {"text": "Audit 3: clean."}]),
+                (header("section audit", 2, 3), [mcp_or_shell(cli, "loop-handoff", CLEAN_SUMMARY, use_mcp, sh),
+                                                 {"text": "Audit 3: clean."}]),
             ]),
             conv("coder-1", header("section", 1, 1), [
                 (header("section", 1, 1), [
-                    {"shell": "echo 'section one' >> work.txt && echo \"pwd=$PWD sandbox=${FORGE_SANDBOX:-no}\"; "
+                    sh("echo 'section one' >> work.txt && echo \"pwd=$PWD sandbox=${FORGE_SANDBOX:-no}\"; "
                               "if touch \"$OUTSIDE/escaped\" 2>/dev/null; then echo OUTSIDE-WRITTEN; "
-                              "else echo outside-refused; fi"},
-                    {"shell": CODER_HANDOFF},
+                              "else echo outside-refused; fi"),
+                    sh(CODER_HANDOFF),
                     {"text": "Section one written."}]),
                 (header("section", 1, 2, True), [
-                    {"shell": "sed -i 's/^section one$/section one (fixed)/' work.txt && cat work.txt"},
-                    {"shell": CODER_HANDOFF},
+                    sh("sed -i 's/^section one$/section one (fixed)/' work.txt && cat work.txt"),
+                    sh(CODER_HANDOFF),
                     {"text": "Fixed."}]),
             ]),
             conv("coder-2", header("section", 2, 3), [
                 (header("section", 2, 3), [
-                    {"shell": "echo 'section two' >> work.txt"},
-                    {"shell": CODER_HANDOFF},
+                    sh("echo 'section two' >> work.txt"),
+                    sh(CODER_HANDOFF),
                     {"text": "Section two written."}]),
             ]),
         ],
@@ -187,7 +206,8 @@ def main():
     git(repo, "add", "-A")
     git(repo, "-c", "user.email=t@example.invalid", "-c", "user.name=t", "commit", "-qm", "init")
     log = os.path.join(T, "requests.jsonl")
-    srv = fake.start(script(), log_path=log)
+    use_mcp = run([forge, "mcp", "--help"]).returncode == 0
+    srv = fake.start(script(cli, use_mcp), log_path=log)
     port = srv.server_port
     setup_cli(cli, T, env, port)
     sandbox = sandbox_works()
@@ -202,7 +222,7 @@ def main():
     env["RUST_LOG"] = env.get("RUST_LOG", "info")
     proc = subprocess.Popen([forge, "serve", "--listen", "unix:" + sock, "--data-dir", data], cwd=repo, env=env,
                             stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
-    result = {"cli": cli, "tmp": T, "sandbox": sandbox}
+    result = {"cli": cli, "tmp": T, "sandbox": sandbox, "mcp": use_mcp}
     t0 = time.time()
     try:
         for _ in range(400):

@@ -113,6 +113,14 @@ def test_two_section_loop(cli, tmp_path):
     assert res["log"] == ["section 2: Section two", "section 1: Section one", "init"], res["log"]
     assert res["work"] == "section one (fixed)\nsection two\n"
 
+    # The auditor's tools went through MCP (the Forge server the preset wired in).
+    if res["mcp"]:
+        calls = [c for q in main if q["conversation"] == "auditor-1" for c in (q["calls"] or [])]
+        names = [c.get("name", "").replace("_", "-") for c in calls]
+        assert any("review-write" in n for n in names), calls
+        seen_auditor = "".join(q["latest_input"] for q in main if q["conversation"] == "auditor-1")
+        assert "Stored review finding" in seen_auditor or "E2E-FINDING" in seen_auditor, seen_auditor[-1500:]
+
     # The finding: written by the auditor, shown to the resumed coder, deleted by the auditor.
     assert res["findings"] == []
     coder_followups = [t for n, t in res["prompts"].items() if "(continuation)" in t.splitlines()[0]

@@ -212,8 +212,9 @@ fn mcp_command() -> String {
     crate::turn::self_bin().map(|p| p.display().to_string()).unwrap_or_else(|| "forge-lsp".to_string())
 }
 
-/// Variables that identify the session to `forge-lsp mcp` / `forge-lsp call`.
-pub const IDENTITY_VARS: [&str; 3] = ["FORGE_SESSION_ID", "FORGE_SESSION_TOKEN", "FORGE_LSP_SOCKET"];
+/// Variables that identify the session (and its data directory) to `forge-lsp mcp` /
+/// `forge-lsp call`.
+pub const IDENTITY_VARS: [&str; 4] = ["FORGE_SESSION_ID", "FORGE_SESSION_TOKEN", "FORGE_LSP_SOCKET", "FORGE_DATA_DIR"];
 
 /// `TMPDIR` for a CLI whose shell commands run in the sandbox but write into the CLI's
 /// temporary directory: `<worktree>/.forge/tmp`, writable inside.
