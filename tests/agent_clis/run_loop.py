@@ -216,7 +216,19 @@ def main():
         f.write('executionModel = "%s"\nauditorModel = "%s"\nauditorFallbackModels = ["%s"]\n\n'
                 '[agent]\npreset = "%s"\ncommand = [%s]\n\n'
                 '[sandbox]\nenabled = %s\n\n[loop]\nbusyStallTimeoutMs = 120000\n'
-                % (model, limited, model, cli, json.dumps(cli_bin), "true" if sandbox else "false"))
+                % (model, limited, model, cli, json.dumps(os.path.join(T, "timed-agent")) + ", " + json.dumps(cli_bin),
+                   "true" if sandbox else "false"))
+    # A wrapper that stamps each turn's start and end (ns), for the engine's overhead per
+    # transition: the next turn's start minus the previous turn's end.
+    wrapper = os.path.join(T, "timed-agent")
+    with open(wrapper, "w") as f:
+        f.write('#!/bin/bash\nlog="$E2E_TIMING_LOG"\n'
+                'echo "start $(date +%s%N)" >> "$log"\n"$@"\nrc=$?\n'
+                'echo "end $(date +%s%N)" >> "$log"\nexit $rc\n')
+    os.chmod(wrapper, 0o755)
+    # Writable where the wrapper runs: Codex runs inside the sandbox, where only the worktree
+    # (removed at the end) and CODEX_HOME are writable.
+    env["E2E_TIMING_LOG"] = os.path.join(env.get("CODEX_HOME") or T, "timing.log")
     sock = os.path.join(T, "lsp.sock")
     server_log = open(os.path.join(T, "server.log"), "w")
     env["RUST_LOG"] = env.get("RUST_LOG", "info")
@@ -281,6 +293,15 @@ def main():
     result["log"] = git(repo, "log", "--format=%s", branch).splitlines()
     result["work"] = git(repo, "show", branch + ":work.txt")
     result["outside_written"] = os.path.exists(os.path.join(env["OUTSIDE"], "escaped"))
+    timing = env["E2E_TIMING_LOG"]
+    marks = []
+    if os.path.exists(timing):
+        with open(timing) as f:
+            marks = [(w, int(t)) for w, t in (line.split() for line in f if line.strip())]
+    # Gaps between a turn's end and the next turn's start (the engine's part of a transition,
+    # plus the wrapper's own start); the turn durations (the CLI's part) for comparison.
+    result["gaps_ms"] = [round((b[1] - a[1]) / 1e6, 2) for a, b in zip(marks, marks[1:]) if a[0] == "end" and b[0] == "start"]
+    result["turns_ms"] = [round((b[1] - a[1]) / 1e6, 1) for a, b in zip(marks, marks[1:]) if a[0] == "start" and b[0] == "end"]
     prompts = os.path.join(data, "prompts", name)
     result["prompts"] = {}
     if os.path.isdir(prompts):

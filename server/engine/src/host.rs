@@ -185,6 +185,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             };
             let mut sb = crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref());
             sb.binds.extend(extra.iter().cloned());
+            sb.ro_binds = crate::sandbox::program_binds(Some(&argv), &req.cwd);
             sb.command(&bwrap, &argv, &req.cwd)
         }
         _ => {
