@@ -4,6 +4,8 @@
 //! no LSP. The server calls these at its edges. The compiler enforces the rule: this
 //! crate depends on no I/O library.
 
+pub mod agent_cli;
+pub mod agent_output;
 pub mod diagnostics;
 pub mod handoff;
 pub mod history;

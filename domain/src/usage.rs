@@ -7,12 +7,13 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// One reported assistant message.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct UsageLine {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     pub input: u64,
     pub output: u64,
@@ -21,6 +22,7 @@ pub struct UsageLine {
     pub cache_write: u64,
     pub cost: f64,
     /// The model's context window, when the agent knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
 }
 

@@ -1,4 +1,6 @@
-#!/usr/bin/env bash
+#!/bin/bash
+# Absolute shebang: the agent process runs on the host like an agent CLI (its state directory
+# is outside the sandbox); the shells it starts through PATH / $SHELL are the sandbox shims.
 # A scripted agent for the loop resilience tests (server/tests/loops_resilience.rs): one turn
 # per run. The server starts it as
 #   resilience.sh --session={session} --resume={resume} --model={model}

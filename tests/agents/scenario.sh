@@ -1,4 +1,6 @@
-#!/usr/bin/env bash
+#!/bin/bash
+# Absolute shebang: the agent process runs on the host like an agent CLI (its state directory
+# is outside the sandbox); the shells it starts through PATH / $SHELL are the sandbox shims.
 # A scripted agent for the loop end-to-end tests (server/tests/loops_*.rs): one turn per run.
 # The server starts it in the loop's worktree with FORGE_ROLE, FORGE_SESSION_ID, ... and the
 # prompt on stdin (docs/agents.md). Knobs come from the server's environment:

@@ -240,3 +240,55 @@ fn the_post_action_phase_completes_the_loop_with_its_report() {
     t.assert_worktree_removed(&name);
     assert!(t.has_branch(&format!("forge/{name}")));
 }
+
+/// An agent script under `/tmp` with `#!/usr/bin/env bash` (which finds the sandbox shim on
+/// `PATH`, so the whole script runs inside the loop's sandbox, where `/tmp` is private)
+/// completes a loop with the sandbox on: the script is visible inside, its usage lines
+/// (`FORGE_USAGE_FILE`, writable inside) reach `loop_session_usage`, `PWD` is the worktree,
+/// and a write outside the worktree fails.
+#[test]
+fn an_agent_script_under_tmp_runs_inside_the_sandbox_and_reports_usage() {
+    if !crate::common::sandbox_available() {
+        return; // sandbox_available said SKIP on stderr
+    }
+    let dir = tempfile::Builder::new().prefix("forge-agent-").tempdir_in("/tmp").expect("tmp dir");
+    let simple = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/agents/simple.sh")
+        .canonicalize()
+        .expect("simple.sh");
+    let script = dir.path().join("agent.sh");
+    // A directory outside /tmp (visible, read-only inside the sandbox).
+    let outside_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("outside dir");
+    let outside = outside_dir.path().to_path_buf();
+    std::fs::write(
+        &script,
+        format!(
+            "#!/usr/bin/env bash\n\
+             {{ echo \"role=$FORGE_ROLE sandbox=${{FORGE_SANDBOX:-no}} pwd-ok=$([ \"$PWD\" = \"$FORGE_WORKTREE\" ] && echo yes || echo no)\"\n\
+               if touch \"{}/escaped-$FORGE_ROLE\" 2>/dev/null; then echo outside=wrote; else echo outside=refused; fi\n\
+             }} >> sandbox-check.txt\n\
+             exec bash {:?} \"$@\"\n",
+            outside.display(),
+            simple.display().to_string()
+        ),
+    )
+    .expect("write agent");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let config = format!("[agent]\ncommand = [{:?}]\n\n[sandbox]\nenabled = true\n", script.display().to_string());
+    let t = LoopTest::launch(&config, "clean", &[]);
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let check = crate::common::git(&t.repo.path, &["show", &format!("forge/{name}:sandbox-check.txt")]);
+    assert_eq!(
+        check.lines().collect::<Vec<_>>(),
+        ["role=coder sandbox=1 pwd-ok=yes", "outside=refused", "role=auditor sandbox=1 pwd-ok=yes", "outside=refused"],
+        "{check}"
+    );
+    assert!(!outside.join("escaped-coder").exists() && !outside.join("escaped-auditor").exists());
+    let models = t.strings("SELECT model || ' ' || role || ' ' || input_tokens FROM loop_session_usage WHERE loop_name = ?1 ORDER BY role DESC", &name);
+    assert_eq!(models, ["test/coder code 1000", "test/auditor auditor 1000"], "{}", t.report());
+}

@@ -21,8 +21,11 @@ enum Ty {
     StrList,
     /// `loop.permissions.deny`: a list of strings or `{ permission, pattern }` objects.
     DenyList,
-    /// `agent.command`: an argv template (list of strings) or one string split on spaces.
+    /// `agent.command`: an argv template (list of strings) or one string split with shell
+    /// rules (quotes, backslashes).
     Argv,
+    /// `agent.preset`: one of the agent CLIs with a preset.
+    Preset,
     /// `documents.materialize`: true, false or "auto".
     BoolOrAuto,
 }
@@ -36,7 +39,10 @@ impl Ty {
             Ty::Percent => "an integer from 0 to 100",
             Ty::StrList => "a list of strings",
             Ty::DenyList => "a list of strings or { permission, pattern } tables",
-            Ty::Argv => "a list of strings (an argv template) or a string",
+            Ty::Argv => {
+                "a list of strings (an argv template) or a string (split with shell rules; quotes must be balanced)"
+            }
+            Ty::Preset => forge_domain::agent_output::PRESETS,
             Ty::BoolOrAuto => "true, false or \"auto\"",
         }
     }
@@ -56,7 +62,11 @@ impl Ty {
                         })
                 })
             }),
-            Ty::Argv => v.is_string() || v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string)),
+            Ty::Argv => {
+                v.as_str().is_some_and(|s| forge_domain::agent_cli::split_command(s).is_ok())
+                    || v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string))
+            }
+            Ty::Preset => v.as_str().is_some_and(|s| forge_domain::agent_output::Cli::parse(s).is_some()),
             Ty::BoolOrAuto => v.is_boolean() || v.as_str() == Some("auto"),
         }
     }
@@ -88,6 +98,7 @@ const KEYS: &[(&str, Ty)] = &[
     ("sandbox.network", Ty::Bool),
     ("agent.command", Ty::Argv),
     ("agent.compactCommand", Ty::Argv),
+    ("agent.preset", Ty::Preset),
     ("documents.materialize", Ty::BoolOrAuto),
     ("documents.maxPlanBytes", Ty::UInt),
     ("diagnostics.mirrorLoopFindings", Ty::Bool),
@@ -129,6 +140,8 @@ pub struct Config {
     pub sandbox_network: bool,
     pub agent_command: Option<Vec<String>>,
     pub agent_compact_command: Option<Vec<String>>,
+    /// `agent.preset`: `opencode`, `claude`, `codex` or `gemini` (validated).
+    pub agent_preset: Option<String>,
     /// None = auto.
     pub materialize: Option<bool>,
     /// `documents.maxPlanBytes`: the largest plan stored (plan-write, plan-edit's result,
@@ -168,6 +181,7 @@ impl Default for Config {
             sandbox_network: false,
             agent_command: None,
             agent_compact_command: None,
+            agent_preset: None,
             materialize: None,
             max_plan_bytes: 16 * 1024 * 1024,
             mirror_loop_findings: true,
@@ -276,7 +290,7 @@ impl Loader {
         let u = |k: &str, d: u64| m.get(k).and_then(Value::as_u64).unwrap_or(d);
         let argv = |k: &str| {
             m.get(k).map(|v| match v {
-                Value::String(s) => s.split_whitespace().map(str::to_string).collect(),
+                Value::String(s) => forge_domain::agent_cli::split_command(s).unwrap_or_default(),
                 Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
                 _ => vec![],
             })
@@ -311,6 +325,7 @@ impl Loader {
             sandbox_network: b("sandbox.network", d.sandbox_network),
             agent_command: argv("agent.command"),
             agent_compact_command: argv("agent.compactCommand"),
+            agent_preset: s("agent.preset"),
             materialize: m.get("documents.materialize").and_then(Value::as_bool),
             max_plan_bytes: u("documents.maxPlanBytes", d.max_plan_bytes),
             mirror_loop_findings: b("diagnostics.mirrorLoopFindings", d.mirror_loop_findings),
@@ -397,5 +412,41 @@ mod tests {
         std::fs::write(&p, "[sandbox]\nnetwork = 1\n").unwrap();
         let e = Loader::default().add_file(&p).unwrap_err();
         assert!(e.0.contains("`sandbox.network`") && e.0.contains(&p.display().to_string()));
+    }
+
+    #[test]
+    fn agent_command_and_preset() {
+        // (input, Ok(the argv) or Err(a part of the error message))
+        type Want = Result<Option<Vec<&'static str>>, &'static str>;
+        let table: &[(Value, Want)] = &[
+            (
+                json!({"agent": {"command": "claude -p \"fix it\" '/a b'"}}),
+                Ok(Some(vec!["claude", "-p", "fix it", "/a b"])),
+            ),
+            (json!({"agent": {"command": ["a b", "c"]}}), Ok(Some(vec!["a b", "c"]))),
+            (json!({"agent": {"command": "a 'open"}}), Err("balanced")),
+            (json!({"agent": {"command": []}}), Err("agent.command")),
+            (json!({"agent": {"preset": "claude"}}), Ok(None)),
+            (json!({"agent": {"preset": "aider"}}), Err("\"opencode\", \"claude\", \"codex\" or \"gemini\"")),
+            (json!({"agent": {"preset": 1}}), Err("agent.preset")),
+        ];
+        for (v, want) in table {
+            let mut l = Loader::default();
+            match (l.add_value(v, "c.toml"), want) {
+                (Ok(()), Ok(argv)) => {
+                    let c = l.build();
+                    assert_eq!(
+                        c.agent_command,
+                        argv.as_ref().map(|a| a.iter().map(|s| s.to_string()).collect()),
+                        "{v}"
+                    );
+                }
+                (Err(e), Err(part)) => assert!(e.0.contains(part) && e.0.contains("c.toml"), "{v}: {e}"),
+                (got, _) => panic!("{v}: unexpected {got:?}"),
+            }
+        }
+        let mut l = Loader::default();
+        l.add_value(&json!({"agent": {"preset": "codex"}}), "c.toml").unwrap();
+        assert_eq!(l.build().agent_preset.as_deref(), Some("codex"));
     }
 }

@@ -9,10 +9,16 @@
 //! exit 0 with output is a reply, exit 0 without output is no reply, any other exit is an
 //! assistant error.
 //!
-//! Placeholders: `{session}` (the session id), `{resume}` (the session id on every turn
-//! after the session's first, else empty: an argument that is exactly `{resume}` is then
-//! dropped), `{agent}`, `{model}` (empty when none is configured), `{variant}` (the
-//! model variant, empty when none), `{cwd}`, `{title}`, `{prompt_file}`.
+//! Placeholders: `{session}` (the session id), `{session_uuid}` (a UUID derived from the
+//! session id, the same on every turn), `{resume}` (the session id on every turn after the
+//! session's first, else empty: an argument that is exactly `{resume}` is then dropped
+//! together with the flag right before it, and so is `<flag>={resume}`), `{agent}`,
+//! `{model}` (empty when none is configured), `{variant}` (the model variant, empty when
+//! none), `{cwd}`, `{title}`, `{prompt_file}`.
+//!
+//! `PWD` is the worktree. The command is one [`crate::agents::AgentHost`]: the generic
+//! host or an `agent.preset` (engine/src/agents/), which builds the argv and environment
+//! and reads the output; this module runs the process the same way for all of them.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -22,50 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TurnOutcome {
-    /// Exit 0 with output (the output's tail).
-    Reply(String),
-    /// Exit 0 without output.
-    NoReply,
-    /// Any other exit, or the process could not run: the message says what failed.
-    Error(String),
-    /// The process was killed by a signal it did not send itself through Forge (a turn the
-    /// runner ends itself is never reported as a turn end): an aborted session, not an
-    /// assistant error. The message names the signal.
-    Aborted(String),
-}
-
-/// Everything one turn needs.
-#[derive(Debug, Clone)]
-pub struct TurnRequest {
-    pub argv: Vec<String>,
-    pub session_id: String,
-    pub token: String,
-    /// `coder`, `auditor` or `post_action` (empty for an untracked session).
-    pub role: String,
-    pub agent: String,
-    pub model: Option<String>,
-    /// The model variant (`{variant}`; empty when none).
-    pub variant: Option<String>,
-    pub loop_name: String,
-    pub cwd: PathBuf,
-    pub title: String,
-    pub prompt: String,
-    /// Not the session's first turn: `{resume}` expands to the session id.
-    pub resume: bool,
-    pub socket: Option<PathBuf>,
-    pub data_dir: PathBuf,
-    /// Where prompt files go.
-    pub prompt_dir: PathBuf,
-    pub turn: u32,
-    /// The loop's sandbox shims (engine/sandbox.rs): first on the agent's `PATH`, and
-    /// `SHELL=<dir>/sh`, so the shells the agent starts run sandboxed.
-    pub shim_dir: Option<PathBuf>,
-    /// Where output counts as the session's activity.
-    pub activity: Arc<Activity>,
-}
+pub use crate::turn::{self_bin, tail_chars, usage_file, Activity, TurnOutcome, TurnRequest};
 
 /// A running turn; dropping it does not stop the process, `abort` does.
 #[derive(Debug, Clone, Copy)]
@@ -85,10 +48,12 @@ impl TurnHandle {
 /// Expands the argv template.
 pub fn expand(argv: &[String], req: &TurnRequest, prompt_file: &Path) -> Vec<String> {
     let resume = if req.resume { req.session_id.as_str() } else { "" };
-    argv.iter()
-        .filter(|a| !(a.as_str() == "{resume}" && resume.is_empty()))
+    let uuid = forge_domain::agent_cli::session_uuid(&req.session_id);
+    forge_domain::agent_cli::drop_empty_resume(argv, resume.is_empty())
+        .iter()
         .map(|a| {
-            a.replace("{session}", &req.session_id)
+            a.replace("{session_uuid}", &uuid)
+                .replace("{session}", &req.session_id)
                 .replace("{resume}", resume)
                 .replace("{agent}", &req.agent)
                 .replace("{model}", req.model.as_deref().unwrap_or(""))
@@ -100,43 +65,73 @@ pub fn expand(argv: &[String], req: &TurnRequest, prompt_file: &Path) -> Vec<Str
         .collect()
 }
 
-/// Last activity (epoch ms) per session: output from its process or a tool call by it.
-/// One per engine; the stall watchdog reads it.
-#[derive(Debug, Default)]
-pub struct Activity(std::sync::Mutex<std::collections::HashMap<String, i64>>);
-
-impl Activity {
-    /// Records activity of a session (its process printed, or it called a tool).
-    pub fn touch(&self, session: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(session.to_string(), forge_core::now_ms());
-        }
-    }
-
-    /// The last recorded activity of a session.
-    pub fn last(&self, session: &str) -> Option<i64> {
-        self.0.lock().ok().and_then(|m| m.get(session).copied())
-    }
-
-    /// Forgets a retired session.
-    pub fn forget(&self, session: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.remove(session);
-        }
-    }
-}
-
-/// Where a session's agent reports usage (JSON lines).
-pub fn usage_file(data_dir: &Path, session: &str) -> PathBuf {
-    data_dir.join("usage").join(format!("{session}.jsonl"))
-}
-
 const TAIL: usize = 64 * 1024;
+
+/// The `FORGE_USAGE_FILE` an agent gets: in a sandboxed loop `<worktree>/.forge/usage/
+/// <session>.jsonl` (writable inside the sandbox, where the data directory is read-only),
+/// else the session's usage file in the data directory.
+pub fn agent_usage_file(req: &TurnRequest) -> PathBuf {
+    match req.shim_dir {
+        Some(_) => req.cwd.join(crate::sandbox::USAGE_DIR).join(format!("{}.jsonl", req.session_id)),
+        None => usage_file(&req.data_dir, &req.session_id),
+    }
+}
+
+/// The most usage text taken from a worktree per turn.
+const USAGE_CAP: u64 = 16 * 1024 * 1024;
+
+/// Moves what the agent appended to its worktree usage file ([`agent_usage_file`]) to the
+/// session's usage file in the data directory. The file is renamed away first and read
+/// without following a symlink; a `.forge` or `.forge/usage` that is not a plain directory
+/// is left alone.
+pub fn absorb_usage(req: &TurnRequest) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let plain_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    let usage_dir = req.cwd.join(crate::sandbox::USAGE_DIR);
+    if !plain_dir(&req.cwd.join(".forge")) || !plain_dir(&usage_dir) {
+        return;
+    }
+    let file = agent_usage_file(req);
+    let taken = usage_dir.join(format!(".{}.{}.taken", req.session_id, req.turn));
+    if std::fs::rename(&file, &taken).is_err() {
+        return;
+    }
+    let mut text = String::new();
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&taken)
+        .and_then(|f| f.take(USAGE_CAP).read_to_string(&mut text));
+    let _ = std::fs::remove_file(&taken);
+    if let Err(e) = read {
+        tracing::warn!(session = %req.session_id, "cannot read the agent's usage file {}: {e}", file.display());
+        return;
+    }
+    if text.trim().is_empty() {
+        return;
+    }
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    use std::io::Write;
+    let dest = usage_file(&req.data_dir, &req.session_id);
+    let _ = std::fs::create_dir_all(req.data_dir.join("usage"));
+    let res = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&dest)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = res {
+        tracing::warn!(session = %req.session_id, "cannot record usage in {}: {e}", dest.display());
+    }
+}
 
 async fn read_tail<R: tokio::io::AsyncRead + Unpin>(
     mut r: R,
     session: String,
     activity: Arc<Activity>,
+    keep: usize,
 ) -> (String, bool) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
@@ -148,14 +143,14 @@ async fn read_tail<R: tokio::io::AsyncRead + Unpin>(
                 any = true;
                 activity.touch(&session);
                 buf.extend_from_slice(&chunk[..n]);
-                if buf.len() > 2 * TAIL {
-                    buf.drain(..buf.len() - TAIL);
+                if buf.len() > 2 * keep {
+                    buf.drain(..buf.len() - keep);
                 }
             }
         }
     }
-    if buf.len() > TAIL {
-        buf.drain(..buf.len() - TAIL);
+    if buf.len() > keep {
+        buf.drain(..buf.len() - keep);
     }
     (String::from_utf8_lossy(&buf).into_owned(), any)
 }
@@ -168,9 +163,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let _ = done.send((session.clone(), turn, TurnOutcome::Error(msg)));
         TurnHandle { pid: None }
     };
-    if req.argv.is_empty() {
-        return fail("agent.command is empty".into());
-    }
+    let host = crate::agents::host_for(&req);
     if let Err(e) = std::fs::create_dir_all(&req.prompt_dir) {
         return fail(format!("cannot create {}: {e}", req.prompt_dir.display()));
     }
@@ -179,10 +172,33 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     if let Err(e) = std::fs::write(&prompt_file, &req.prompt) {
         return fail(format!("cannot write the prompt file {}: {e}", prompt_file.display()));
     }
-    let argv = expand(&req.argv, &req, &prompt_file);
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .current_dir(&req.cwd)
+    let launch = match host.prepare(&req, &prompt_file) {
+        Ok(l) if !l.argv.is_empty() => l,
+        Ok(_) => return fail("agent.command is empty".into()),
+        Err(e) => return fail(e),
+    };
+    let argv = if launch.template { expand(&launch.argv, &req, &prompt_file) } else { launch.argv };
+    let mut cmd = match (&launch.whole_in_sandbox, &req.shim_dir) {
+        // The whole agent process in the loop's sandbox (its shells cannot be reached
+        // from outside): network shared, so its model endpoint stays reachable.
+        (Some(extra), Some(_)) => {
+            let bwrap = match crate::sandbox::find_bwrap() {
+                Ok(b) => b,
+                Err(e) => return fail(e),
+            };
+            let mut sb = crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref());
+            sb.binds.extend(extra.iter().cloned());
+            sb.ro_binds = crate::sandbox::program_binds(Some(&argv), &req.cwd);
+            sb.command(&bwrap, &argv, &req.cwd)
+        }
+        _ => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
+    };
+    cmd.current_dir(&req.cwd)
+        .env("PWD", &req.cwd)
         .env("FORGE_SESSION_ID", &req.session_id)
         .env("FORGE_SESSION_TOKEN", &req.token)
         .env("FORGE_LOOP", &req.loop_name)
@@ -191,7 +207,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         .env("FORGE_WORKTREE", &req.cwd)
         .env("FORGE_DATA_DIR", &req.data_dir)
         .env("FORGE_PROMPT_FILE", &prompt_file)
-        .env("FORGE_USAGE_FILE", usage_file(&req.data_dir, &req.session_id))
+        .env("FORGE_USAGE_FILE", agent_usage_file(&req))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -211,6 +227,9 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     if let Some(dir) = &req.shim_dir {
         cmd.env("SHELL", dir.join("sh")).env_remove(crate::process::INSIDE_ENV);
     }
+    for (k, v) in &launch.env {
+        cmd.env(k, v);
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return fail(format!("cannot start the agent command {:?}: {e}", argv[0])),
@@ -220,6 +239,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let prompt = req.prompt.clone();
+    let keep = host.keep_stdout();
     tokio::spawn(async move {
         if let Some(mut s) = stdin {
             // An agent that does not read stdin closes it early: not an error.
@@ -230,39 +250,37 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let (a1, a2) = (req.activity.clone(), req.activity.clone());
         let out = tokio::spawn(async move {
             match stdout {
-                Some(s) => read_tail(s, s1, a1).await,
+                Some(s) => read_tail(s, s1, a1, keep).await,
                 None => (String::new(), false),
             }
         });
         let err = tokio::spawn(async move {
             match stderr {
-                Some(s) => read_tail(s, s2, a2).await,
+                Some(s) => read_tail(s, s2, a2, TAIL).await,
                 None => (String::new(), false),
             }
         });
         let status = child.wait().await;
-        let (out, any_out) = out.await.unwrap_or_default();
-        let (err, _) = err.await.unwrap_or_default();
+        let (stdout, _) = out.await.unwrap_or_default();
+        let (stderr, _) = err.await.unwrap_or_default();
+        if req.shim_dir.is_some() {
+            let r2 = req.clone();
+            let _ = tokio::task::spawn_blocking(move || absorb_usage(&r2)).await;
+        }
         let outcome = match status {
-            Ok(s) if s.success() => {
-                if any_out && !out.trim().is_empty() {
-                    TurnOutcome::Reply(out)
-                } else {
-                    TurnOutcome::NoReply
-                }
-            }
             Ok(s) if std::os::unix::process::ExitStatusExt::signal(&s).is_some() => {
                 let sig = std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0);
                 TurnOutcome::Aborted(format!("agent killed by signal {sig}"))
             }
             Ok(s) => {
-                let tail: String = err.trim().chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
-                let code = s.code().map(|c| format!("exit status {c}")).unwrap_or_else(|| "killed by a signal".into());
-                TurnOutcome::Error(if tail.is_empty() {
-                    format!("agent {code}")
-                } else {
-                    format!("agent {code}: {tail}")
-                })
+                let run = crate::agents::Run { code: s.code(), stdout, stderr };
+                // Parsing and recording (usage, the CLI's session id) touch files: off the
+                // runtime's threads.
+                let h = crate::agents::host_for(&req);
+                let r2 = req.clone();
+                tokio::task::spawn_blocking(move || h.finish(&r2, &run))
+                    .await
+                    .unwrap_or_else(|e| TurnOutcome::Error(format!("reading the agent's output failed: {e}")))
             }
             Err(e) => TurnOutcome::Error(format!("waiting for the agent failed: {e}")),
         };
@@ -273,11 +291,6 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
 
 /// The variable that gives an agent the path of the running `forge-lsp` binary.
 pub const BIN_ENV: &str = "FORGE_LSP_BIN";
-
-/// The binary this process runs (the server's own `forge-lsp`), if it still exists on disk.
-pub fn self_bin() -> Option<PathBuf> {
-    std::env::current_exe().ok().filter(|p| p.is_file())
-}
 
 /// An agent's `PATH`: the sandbox shims first, then the directory of the server's binary,
 /// then the server's own `PATH` (without repeating those two, nor its empty entries, which
@@ -321,5 +334,83 @@ mod path_tests {
         assert_eq!(p, "/w/.forge/bin:/opt/forge:/usr/bin:/bin");
         assert_eq!(agent_path(None, Some(Path::new("/o/forge-lsp")), None), "/o");
         assert_eq!(agent_path(None, Some(Path::new("/a:b/forge-lsp")), Some("/bin".into())), "/bin");
+    }
+}
+
+#[cfg(test)]
+mod expand_tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_and_the_resume_flag() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = TurnRequest {
+            argv: vec![],
+            session_id: "ses_T1".into(),
+            token: "tok".into(),
+            role: "coder".into(),
+            agent: "code".into(),
+            model: Some("m1".into()),
+            variant: Some("high".into()),
+            loop_name: "l".into(),
+            cwd: d.path().join("wt"),
+            title: "t".into(),
+            prompt: "p".into(),
+            resume: false,
+            socket: None,
+            data_dir: d.path().join("data"),
+            prompt_dir: d.path().join("prompts"),
+            turn: 1,
+            shim_dir: None,
+            activity: Arc::default(),
+            preset: None,
+        };
+        let uuid = forge_domain::agent_cli::session_uuid("ses_T1");
+        let t = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let argv = t(&[
+            "a",
+            "--id",
+            "{session_uuid}",
+            "--resume",
+            "{resume}",
+            "--s={resume}",
+            "-m",
+            "{model}",
+            "{prompt_file}",
+            "--effort={variant}",
+        ]);
+        let table: &[(bool, Vec<String>)] = &[
+            (
+                false,
+                vec![
+                    "a".into(),
+                    "--id".into(),
+                    uuid.clone(),
+                    "-m".into(),
+                    "m1".into(),
+                    "/p".into(),
+                    "--effort=high".into(),
+                ],
+            ),
+            (
+                true,
+                vec![
+                    "a".into(),
+                    "--id".into(),
+                    uuid.clone(),
+                    "--resume".into(),
+                    "ses_T1".into(),
+                    "--s=ses_T1".into(),
+                    "-m".into(),
+                    "m1".into(),
+                    "/p".into(),
+                    "--effort=high".into(),
+                ],
+            ),
+        ];
+        for (resume, want) in table {
+            r.resume = *resume;
+            assert_eq!(&expand(&argv, &r, Path::new("/p")), want, "resume={resume}");
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! tool's transaction committed. Every persisted loop change appends to the change feed,
 //! from which every connection announces `forge/loopStatus`.
 
+pub mod agents;
 pub mod git;
 pub mod host;
 pub mod hub;
@@ -20,6 +21,7 @@ pub mod prompt_context;
 pub mod runner;
 pub mod sandbox;
 pub mod start;
+pub mod turn;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

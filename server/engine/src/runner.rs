@@ -227,11 +227,9 @@ fn watchdog_tick(c: &Config) -> Option<Duration> {
     Some(Duration::from_millis((t / 4).clamp(50, 5000)))
 }
 
-/// A provider limit (quota / auth), as opposed to an ordinary error (429 is not one).
+/// A provider limit (quota, auth, HTTP 403/429), as opposed to an ordinary error.
 fn provider_limit(msg: &str) -> bool {
-    regex::Regex::new(r"(?i)usage\s*limit|quota\s*(exceeded|reached)|ProviderAuthError|\b403\b")
-        .map(|re| re.is_match(msg))
-        .unwrap_or(false)
+    forge_domain::agent_cli::is_provider_limit(msg)
 }
 
 fn model_error(msg: &str) -> bool {
@@ -305,7 +303,7 @@ impl Runner {
     /// Starts a turn of the live session with `prompt`.
     async fn send(&mut self, prompt: String) {
         let Some(row) = self.row().await else { return };
-        let argv = self.config.agent_command.clone().unwrap_or_default();
+        let argv = crate::agents::program(&self.config).unwrap_or_default();
         let role = self.live.role;
         let (agent, model, variant) = match role {
             Role::Auditor => {
@@ -351,6 +349,7 @@ impl Runner {
             prompt_dir: self.engine.data_dir.join("prompts").join(&self.loop_name),
             turn: self.live.turns,
             shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
+            preset: crate::agents::preset(&self.config),
         };
         let sid = self.live.id.clone();
         self.write(move |c| db::set_session_status(c, &sid, "busy")).await;
@@ -889,6 +888,7 @@ impl Runner {
             prompt_dir: self.engine.data_dir.join("prompts").join(&self.loop_name),
             turn: 0,
             shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
+            preset: None,
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         // The standby is busy while it compacts (other loop sessions see it).

@@ -41,9 +41,9 @@ fn preconditions(env: &ToolEnv) -> Result<(PathBuf, Vec<String>), ToolError> {
             env.project.root.display()
         )));
     };
-    let Some(argv) = env.config.agent_command.clone().filter(|a| !a.is_empty()) else {
+    let Some(argv) = crate::agents::program(&env.config) else {
         return Err(ToolError::precondition(
-            "Failed to start loop: no agent host is configured. Set agent.command to the argv template that runs your coding agent for one turn, for example in <project>/.forge/config.toml:\n\n[agent]\ncommand = [\"my-agent\", \"--session\", \"{session}\", \"--prompt-file\", \"{prompt_file}\"]\n\nThe prompt is also given on standard input; see docs/agents.md.",
+            "Failed to start loop: no agent host is configured. Set agent.preset (\"opencode\", \"claude\", \"codex\" or \"gemini\") or agent.command (the argv template that runs your coding agent for one turn), for example in <project>/.forge/config.toml:\n\n[agent]\ncommand = [\"my-agent\", \"--session\", \"{session}\", \"--prompt-file\", \"{prompt_file}\"]\n\nThe prompt is also given on standard input; see docs/agents.md.",
         ));
     };
     Ok((repo, argv))
@@ -112,9 +112,11 @@ pub async fn start_loop(
         .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
     // Sandbox shims (engine/sandbox.rs).
     if let Some(b) = &bwrap {
-        if let Err(e) =
-            Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref()).write_shim(b)
-        {
+        let sb = Sandbox {
+            ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &wt.dir),
+            ..Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref())
+        };
+        if let Err(e) = sb.write_shim(b) {
             rollback_git(&repo, &wt.dir, &branch).await;
             return Err(internal(format!("cannot write the sandbox shims: {e}")));
         }
@@ -272,7 +274,7 @@ async fn resolve_models(
 
 /// Checks that the agent command can be started at all (its program exists).
 fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
-    let argv = env.config.agent_command.clone().unwrap_or_default();
+    let argv = crate::agents::program(&env.config).unwrap_or_default();
     let prog = argv.first().ok_or("agent.command is empty")?;
     let found = if prog.contains('/') {
         let p = if Path::new(prog).is_absolute() { PathBuf::from(prog) } else { cwd.join(prog) };
@@ -331,7 +333,7 @@ pub async fn new_session(
     title: String,
     plan: String,
 ) -> Result<CommandResult, ToolError> {
-    let Some(argv) = env.config.agent_command.clone().filter(|a| !a.is_empty()) else {
+    let Some(argv) = crate::agents::program(&env.config) else {
         return Err(ToolError::precondition(
             "Failed to start new session: no agent host is configured. Set agent.command (see docs/agents.md).",
         ));
@@ -361,6 +363,7 @@ pub async fn new_session(
             turn: 1,
             shim_dir: None,
             activity: engine.activity.clone(),
+            preset: crate::agents::preset(&env.config),
         },
         tx,
     );
@@ -412,9 +415,12 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             .map_err(|e| ToolError::precondition(format!("Cannot restart \"{name}\": {e}")))?;
     }
     if let Some(b) = &bwrap {
-        Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref()).write_shim(b).map_err(|e| {
-            ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}"))
-        })?;
+        Sandbox {
+            ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &dir),
+            ..Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref())
+        }
+        .write_shim(b)
+        .map_err(|e| ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}")))?;
     }
     let facts = row.facts(runner::post_action_configured(&env.config));
     let plan = loop_machine::restart(&facts);

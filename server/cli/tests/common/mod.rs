@@ -1543,3 +1543,34 @@ pub fn stored_line(stored: &str) -> String {
 pub fn assert_contains(hay: &str, needle: &str) {
     assert!(hay.contains(needle), "expected to find\n  {needle:?}\nin\n  {hay:?}");
 }
+
+/// Whether bubblewrap can start a sandbox on this machine (probed once). The loop tests run
+/// with the sandbox on, as users get it, when it can; otherwise they say so on standard
+/// error (past the test harness's capture, so the skip is visible) and run without it.
+pub fn sandbox_available() -> bool {
+    static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROBE.get_or_init(|| {
+        let out = Command::new("bwrap")
+            .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all"])
+            .args(["--die-with-parent", "--", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output();
+        let why = match out {
+            Ok(o) if o.status.success() => return true,
+            Ok(o) => format!("{}: {}", o.status, String::from_utf8_lossy(&o.stderr).trim()),
+            Err(e) => e.to_string(),
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP sandbox: bubblewrap cannot start a sandbox here ({why}); loop tests run with sandbox.enabled = false"
+        );
+        false
+    })
+}
+
+/// The `[sandbox]` table of a loop test's project configuration: on where bubblewrap works.
+pub fn sandbox_toml() -> String {
+    format!("[sandbox]\nenabled = {}\n", sandbox_available())
+}

@@ -141,11 +141,13 @@ pub struct LoopTest {
 
 impl LoopTest {
     /// A project whose agent runs `scenario`; `extra_toml` is appended to the project's
-    /// `.forge/config.toml` (which sets the agent command and turns the sandbox off).
+    /// `.forge/config.toml` (which sets the agent command and turns the sandbox on where
+    /// bubblewrap works: `common::sandbox_toml`).
     pub fn start(scenario: &str, extra_toml: &str) -> LoopTest {
         let config = format!(
-            "[agent]\ncommand = [{:?}, \"{{session}}\"]\n\n[sandbox]\nenabled = false\n\n{extra_toml}\n",
-            agent_script().display().to_string()
+            "[agent]\ncommand = [{:?}, \"{{session}}\"]\n\n{}\n{extra_toml}\n",
+            agent_script().display().to_string(),
+            crate::common::sandbox_toml()
         );
         LoopTest::launch(&config, scenario, &[])
     }

@@ -27,12 +27,13 @@ pub fn agent_script() -> PathBuf {
 
 /// A project whose agent is `resilience.sh` running `scenario`. `top_toml` goes first in the
 /// project's `.forge/config.toml` (top-level keys, then tables such as `[loop]`); the agent
-/// command and `[sandbox] enabled = false` follow. `env` is added to the server's
-/// environment (the agent inherits it).
+/// command and the `[sandbox]` table (on where bubblewrap works) follow. `env` is added to
+/// the server's environment (the agent inherits it).
 pub fn start(scenario: &str, top_toml: &str, env: &[(&str, &str)]) -> LoopTest {
     let config = format!(
-        "{top_toml}\n\n[agent]\ncommand = [{:?}, \"--session={{session}}\", \"--resume={{resume}}\", \"--model={{model}}\"]\n\n[sandbox]\nenabled = false\n",
-        agent_script().display().to_string()
+        "{top_toml}\n\n[agent]\ncommand = [{:?}, \"--session={{session}}\", \"--resume={{resume}}\", \"--model={{model}}\"]\n\n{}",
+        agent_script().display().to_string(),
+        crate::common::sandbox_toml()
     );
     LoopTest::launch(&config, scenario, env)
 }

@@ -1,0 +1,113 @@
+//! Claude Code (`@anthropic-ai/claude-code`, tried 2.1.332): `claude -p --output-format
+//! stream-json --verbose`, the prompt on standard input.
+//!
+//! - Session: Claude takes a caller-chosen UUID: the first turn runs with `--session-id
+//!   {session_uuid}` (a stable UUID derived from the Forge session id); later turns
+//!   `--resume <the id Claude reported>`.
+//! - Model: `--model <model>`.
+//! - MCP: `--mcp-config '{"mcpServers":{"forge":{"type":"stdio","command":"<this
+//!   forge-lsp>","args":["mcp"]}}}' --strict-mcp-config`, with `ENABLE_TOOL_SEARCH=false`
+//!   (else MCP tools are deferred behind a search tool); tools are `mcp__forge__<tool>`.
+//!   Permissions: `--allowedTools` for the file tools, Bash and `mcp__forge` (headless, and
+//!   allowed as root, unlike `--dangerously-skip-permissions`).
+//! - Sandbox: `CLAUDE_CODE_SHELL_PREFIX=<worktree>/.forge/bin/prefix`: every Bash command
+//!   line is handed to that shim (one argument), which runs it with `/bin/bash -c` in the
+//!   loop's sandbox. Claude itself (its file tools) runs on the host, in the worktree, with
+//!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: each command writes its cwd there).
+//! - Usage: the final `result` event, per model for this run
+//!   (`model_usage_since_last_result`, with `costUSD`).
+
+use std::path::Path;
+
+use forge_domain::agent_output::Cli;
+use serde_json::json;
+
+use super::{env, AgentHost, Launch, Run};
+use crate::turn::{TurnOutcome, TurnRequest};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Claude;
+
+/// The tools a headless Claude turn may use without asking.
+pub const ALLOWED_TOOLS: [&str; 9] = ["Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "mcp__forge"];
+
+/// The shim `CLAUDE_CODE_SHELL_PREFIX` names (written with the other shims).
+pub const PREFIX_SHIM: &str = "prefix";
+
+pub fn mcp_config(mcp_bin: &str) -> String {
+    json!({"mcpServers": {"forge": {"type": "stdio", "command": mcp_bin, "args": ["mcp"],
+        "env": {(super::STRUCTURED_CONTENT_ENV): "off"}}}})
+    .to_string()
+}
+
+impl AgentHost for Claude {
+    fn prepare(&self, req: &TurnRequest, _prompt_file: &Path) -> Result<Launch, String> {
+        let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"].map(String::from).to_vec();
+        if let Some(m) = req.model.as_deref().filter(|m| !m.is_empty()) {
+            args.extend(["--model".into(), m.to_string()]);
+        }
+        args.extend(["--mcp-config".into(), mcp_config(&super::mcp_command()), "--strict-mcp-config".into()]);
+        args.push("--allowedTools".into());
+        args.extend(ALLOWED_TOOLS.map(String::from));
+        match super::cli_session(req).filter(|_| req.resume) {
+            Some(id) => args.extend(["--resume".into(), id]),
+            None => args.extend(["--session-id".into(), forge_domain::agent_cli::session_uuid(&req.session_id)]),
+        }
+        let mut vars = vec![
+            env("ENABLE_TOOL_SEARCH", "false"),
+            env("DISABLE_AUTOUPDATER", "1"),
+            env("DISABLE_TELEMETRY", "1"),
+            env("DISABLE_ERROR_REPORTING", "1"),
+            env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ];
+        if let Some(dir) = &req.shim_dir {
+            vars.push(env("CLAUDE_CODE_SHELL_PREFIX", dir.join(PREFIX_SHIM)));
+        }
+        vars.extend(super::sandbox_tmpdir(req));
+        Ok(Launch {
+            argv: super::with_program(req, "claude", args),
+            env: vars,
+            whole_in_sandbox: None,
+            template: false,
+        })
+    }
+
+    fn finish(&self, req: &TurnRequest, run: &Run) -> TurnOutcome {
+        super::finish_preset(Cli::Claude, req, run)
+    }
+
+    fn keep_stdout(&self) -> usize {
+        super::PRESET_KEEP
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::req;
+    use super::*;
+
+    #[test]
+    fn argv_and_environment() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = req(d.path(), Some(Cli::Claude));
+        let l = Claude.prepare(&r, Path::new("/p")).unwrap();
+        let uuid = forge_domain::agent_cli::session_uuid("ses_T1");
+        assert_eq!(l.argv[..7], ["claude", "-p", "--output-format", "stream-json", "--verbose", "--model", "m1"]);
+        assert_eq!(l.argv[l.argv.len() - 2..], ["--session-id".to_string(), uuid.clone()]);
+        let i = l.argv.iter().position(|a| a == "--mcp-config").unwrap();
+        let cfg: serde_json::Value = serde_json::from_str(&l.argv[i + 1]).unwrap();
+        assert_eq!(cfg["mcpServers"]["forge"]["args"][0], "mcp");
+        assert_eq!(cfg["mcpServers"]["forge"]["env"][super::super::STRUCTURED_CONTENT_ENV], "off");
+        let prefix = l.env.iter().find(|(k, _)| k == "CLAUDE_CODE_SHELL_PREFIX").unwrap();
+        assert_eq!(Path::new(&prefix.1), d.path().join("wt/.forge/bin/prefix"));
+        assert!(l.env.iter().any(|(k, v)| k == "ENABLE_TOOL_SEARCH" && v == "false"));
+        // resumed: the id Claude reported
+        r.resume = true;
+        super::super::save_cli_session(&r, &uuid);
+        let l = Claude.prepare(&r, Path::new("/p")).unwrap();
+        assert_eq!(l.argv[l.argv.len() - 2..], ["--resume".to_string(), uuid]);
+        // no sandbox: no prefix
+        r.shim_dir = None;
+        assert!(!Claude.prepare(&r, Path::new("/p")).unwrap().env.iter().any(|(k, _)| k == "CLAUDE_CODE_SHELL_PREFIX"));
+    }
+}

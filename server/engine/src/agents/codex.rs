@@ -1,0 +1,161 @@
+//! Codex (`@openai/codex`, tried 0.171.0): `codex exec --json … -`, the prompt on standard
+//! input.
+//!
+//! - Resume: Codex's own thread id (`thread.started.thread_id`) is recorded after the first
+//!   turn; later turns run `codex exec … resume <thread id> -`.
+//! - Model: `-m <model>`; the role's variant as `-c model_reasoning_effort="<variant>"`.
+//! - MCP: `-c mcp_servers.forge={command = "<this forge-lsp>", args = ["mcp"], env_vars =
+//!   [FORGE_SESSION_ID, FORGE_SESSION_TOKEN, FORGE_LSP_SOCKET]}` (Codex gives MCP servers
+//!   only a few variables unless listed). Nothing is written to `CODEX_HOME` by Forge.
+//! - Commands keep `FORGE_*`: `shell_environment_policy.inherit = "all"` with
+//!   `ignore_default_excludes = true` (the default filter drops `*TOKEN*` names), and
+//!   `allow_login_shell = false`.
+//! - Sandbox: Codex starts `/bin/bash` itself (no `PATH`/`SHELL` shim reaches it), so with
+//!   the loop's sandbox on the whole `codex` process runs inside it (bubblewrap, the
+//!   worktree writable, the rest read-only, a private `/tmp`), with the network shared (its
+//!   model endpoint must stay reachable, so its commands have network too) and
+//!   `$CODEX_HOME` (default `~/.codex`: sessions, state) writable. Codex's own sandbox is
+//!   bypassed (`--dangerously-bypass-approvals-and-sandbox`): Forge's is the one in force.
+//! - Usage: `turn.completed.usage` is the thread's running total; each turn records the
+//!   difference to what the session recorded before.
+
+use std::path::{Path, PathBuf};
+
+use forge_domain::agent_output::Cli;
+
+use super::{AgentHost, Launch, Run};
+use crate::turn::{TurnOutcome, TurnRequest};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Codex;
+
+/// `$CODEX_HOME`, else `~/.codex`.
+pub fn codex_home() -> Option<PathBuf> {
+    std::env::var_os("CODEX_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".codex")))
+}
+
+/// The `-c` overrides every Codex turn gets.
+pub fn overrides(mcp_bin: &str) -> Vec<String> {
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+    let vars: Vec<String> = super::IDENTITY_VARS.iter().map(|v| q(v)).collect();
+    let mut out = vec![];
+    for kv in [
+        "allow_login_shell=false".to_string(),
+        "analytics.enabled=false".to_string(),
+        "check_for_update_on_startup=false".to_string(),
+        "shell_environment_policy.inherit=all".to_string(),
+        "shell_environment_policy.ignore_default_excludes=true".to_string(),
+        format!(
+            "mcp_servers.forge={{command={}, args=[\"mcp\"], env_vars=[{}], env={{{}=\"off\"}}}}",
+            q(mcp_bin),
+            vars.join(", "),
+            super::STRUCTURED_CONTENT_ENV
+        ),
+    ] {
+        out.push("-c".to_string());
+        out.push(kv);
+    }
+    out
+}
+
+impl AgentHost for Codex {
+    fn prepare(&self, req: &TurnRequest, _prompt_file: &Path) -> Result<Launch, String> {
+        let mut args: Vec<String> =
+            ["exec", "--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
+                .map(String::from)
+                .to_vec();
+        args.extend(overrides(&super::mcp_command()));
+        if let Some(m) = req.model.as_deref().filter(|m| !m.is_empty()) {
+            args.extend(["-m".into(), m.to_string()]);
+            // The model's variant is Codex's reasoning effort (`low`, `medium`, `high`, ...).
+            if let Some(v) = req.variant.as_deref().filter(|v| !v.is_empty()) {
+                let q = serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into());
+                args.extend(["-c".into(), format!("model_reasoning_effort={q}")]);
+            }
+        }
+        if let Some(id) = super::cli_session(req).filter(|_| req.resume) {
+            args.extend(["resume".into(), id]);
+        }
+        args.push("-".into());
+        let whole_in_sandbox = match req.shim_dir {
+            Some(_) => {
+                let home =
+                    codex_home().ok_or("the Codex preset needs CODEX_HOME or HOME to find Codex's state directory")?;
+                std::fs::create_dir_all(&home)
+                    .map_err(|e| format!("cannot create Codex's state directory {}: {e}", home.display()))?;
+                Some(vec![home])
+            }
+            None => None,
+        };
+        Ok(Launch { argv: super::with_program(req, "codex", args), env: vec![], whole_in_sandbox, template: false })
+    }
+
+    fn finish(&self, req: &TurnRequest, run: &Run) -> TurnOutcome {
+        super::finish_preset(Cli::Codex, req, run)
+    }
+
+    fn keep_stdout(&self) -> usize {
+        super::PRESET_KEEP
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::req;
+    use super::*;
+
+    #[test]
+    fn argv_for_first_and_resumed_turns() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = req(d.path(), Some(Cli::Codex));
+        r.shim_dir = None;
+        let l = Codex.prepare(&r, Path::new("/p")).unwrap();
+        let mut want: Vec<String> =
+            ["codex", "exec", "--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
+                .map(String::from)
+                .to_vec();
+        want.extend(overrides(&super::super::mcp_command()));
+        want.extend(["-m", "m1", "-"].map(String::from));
+        assert_eq!(l.argv, want);
+        assert_eq!(l.whole_in_sandbox, None);
+        r.resume = true;
+        super::super::save_cli_session(&r, "0199-th");
+        let l = Codex.prepare(&r, Path::new("/p")).unwrap();
+        assert_eq!(l.argv[l.argv.len() - 3..], ["resume", "0199-th", "-"]);
+    }
+
+    #[test]
+    fn variant_is_the_reasoning_effort_and_needs_a_model() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = req(d.path(), Some(Cli::Codex));
+        r.shim_dir = None;
+        r.variant = Some("high".into());
+        let l = Codex.prepare(&r, Path::new("/p")).unwrap();
+        let i = l.argv.iter().position(|a| a == "-m").unwrap();
+        assert_eq!(l.argv[i..i + 4], ["-m", "m1", "-c", "model_reasoning_effort=\"high\""]);
+        r.model = None;
+        let l = Codex.prepare(&r, Path::new("/p")).unwrap();
+        assert!(!l.argv.iter().any(|a| a.starts_with("model_reasoning_effort")), "{:?}", l.argv);
+    }
+
+    #[test]
+    fn overrides_keep_forge_variables_and_wire_mcp() {
+        let o = overrides("/opt/my forge/forge-lsp");
+        assert!(o.chunks(2).all(|c| c[0] == "-c"));
+        let kv: Vec<&str> = o.chunks(2).map(|c| c[1].as_str()).collect();
+        assert!(kv.contains(&"allow_login_shell=false"));
+        assert!(kv.contains(&"shell_environment_policy.inherit=all"));
+        assert!(kv.contains(&"shell_environment_policy.ignore_default_excludes=true"));
+        let mcp = kv.iter().find(|s| s.starts_with("mcp_servers.forge=")).unwrap();
+        // the value parses as a TOML inline table
+        let t: toml::Table = toml::from_str(&format!("x = {}", &mcp["mcp_servers.forge=".len()..])).unwrap();
+        assert_eq!(t["x"]["command"].as_str(), Some("/opt/my forge/forge-lsp"));
+        assert_eq!(t["x"]["args"].as_array().unwrap()[0].as_str(), Some("mcp"));
+        let vars: Vec<&str> = t["x"]["env_vars"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+        assert_eq!(vars, super::super::IDENTITY_VARS);
+        assert_eq!(t["x"]["env"][super::super::STRUCTURED_CONTENT_ENV].as_str(), Some("off"));
+    }
+}

@@ -1,0 +1,153 @@
+//! Gemini CLI (`@google/gemini-cli`, tried 0.61.0): `gemini -p "" --output-format json
+//! --approval-mode yolo --skip-trust`, the prompt on standard input.
+//!
+//! - Session: `--session-id {session_uuid}` on the first turn, `--resume <that id>` later
+//!   (kept only after a turn that completed; a retry after a failed first turn gets a UUID
+//!   of its own, since Gemini refuses a session id it has seen).
+//! - Model: `-m <model>`.
+//! - MCP: Gemini reads MCP servers only from settings files, so the host writes a private
+//!   settings file per session in the data directory (never in the worktree):
+//!   the server's own `GEMINI_CLI_SYSTEM_SETTINGS_PATH` file, if any, plus
+//!   `mcpServers.forge = {command: <this forge-lsp>, args: ["mcp"], trust: true, env:
+//!   {FORGE_SESSION_TOKEN: "$FORGE_SESSION_TOKEN"}}` (Gemini drops token-like variables
+//!   from MCP servers' environment unless named), and points
+//!   `GEMINI_CLI_SYSTEM_SETTINGS_PATH` at it. Gemini ignores a settings file below a group-
+//!   or world-writable directory: keep the data directory out of `/tmp`.
+//! - Sandbox: Gemini runs `bash -c …` with `bash` found on `PATH`: the loop's sandbox shim;
+//!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: its commands write their background
+//!   pids there).
+//! - Usage: `stats.models.<model>.tokens` of the final JSON (this run, per model).
+
+use std::path::{Path, PathBuf};
+
+use forge_domain::agent_output::Cli;
+use serde_json::{json, Value};
+
+use super::{env, AgentHost, Launch, Run};
+use crate::turn::{TurnOutcome, TurnRequest};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Gemini;
+
+/// The settings: `base` (a JSON object, else `{}`) plus the Forge MCP server.
+pub fn settings(base: Option<&str>, mcp_bin: &str) -> Value {
+    let mut v: Value = base.and_then(|b| serde_json::from_str(b).ok()).filter(Value::is_object).unwrap_or(json!({}));
+    let o = v.as_object_mut().expect("an object");
+    let servers = o.entry("mcpServers").or_insert_with(|| json!({}));
+    if !servers.is_object() {
+        *servers = json!({});
+    }
+    servers["forge"] = json!({
+        "command": mcp_bin, "args": ["mcp"], "trust": true,
+        "env": {"FORGE_SESSION_TOKEN": "$FORGE_SESSION_TOKEN"}
+    });
+    v
+}
+
+fn settings_file(req: &TurnRequest) -> PathBuf {
+    req.data_dir.join("agent-sessions").join(format!("{}.gemini.json", req.session_id))
+}
+
+impl AgentHost for Gemini {
+    fn prepare(&self, req: &TurnRequest, _prompt_file: &Path) -> Result<Launch, String> {
+        let mut args: Vec<String> =
+            ["-p", "", "--output-format", "json", "--approval-mode", "yolo", "--skip-trust"].map(String::from).to_vec();
+        if let Some(m) = req.model.as_deref().filter(|m| !m.is_empty()) {
+            args.extend(["-m".into(), m.to_string()]);
+        }
+        match super::cli_session(req).filter(|_| req.resume) {
+            Some(id) => args.extend(["--resume".into(), id]),
+            // A later turn without a saved session (the first failed): Gemini refuses an id
+            // it has seen before, so each such attempt gets its own UUID.
+            None if req.turn > 1 => args.extend([
+                "--session-id".into(),
+                forge_domain::agent_cli::session_uuid(&format!("{}#{}", req.session_id, req.turn)),
+            ]),
+            None => args.extend(["--session-id".into(), forge_domain::agent_cli::session_uuid(&req.session_id)]),
+        }
+        let base = std::env::var_os("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
+            .filter(|p| !p.is_empty())
+            .and_then(|p| std::fs::read_to_string(p).ok());
+        let file = settings_file(req);
+        if let Some(d) = file.parent() {
+            std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        let text = serde_json::to_string_pretty(&settings(base.as_deref(), &super::mcp_command()))
+            .map_err(|e| format!("cannot write Gemini settings: {e}"))?;
+        super::write_private(&file, text.as_bytes())
+            .map_err(|e| format!("cannot write Gemini settings {}: {e}", file.display()))?;
+        Ok(Launch {
+            argv: super::with_program(req, "gemini", args),
+            env: std::iter::once(env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", file))
+                .chain(super::sandbox_tmpdir(req))
+                .collect(),
+            whole_in_sandbox: None,
+            template: false,
+        })
+    }
+
+    fn finish(&self, req: &TurnRequest, run: &Run) -> TurnOutcome {
+        super::finish_preset(Cli::Gemini, req, run)
+    }
+
+    fn keep_stdout(&self) -> usize {
+        super::PRESET_KEEP
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::req;
+    use super::*;
+
+    #[test]
+    fn argv_and_settings() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = req(d.path(), Some(Cli::Gemini));
+        let l = Gemini.prepare(&r, Path::new("/p")).unwrap();
+        let uuid = forge_domain::agent_cli::session_uuid("ses_T1");
+        let want: Vec<String> = [
+            "gemini",
+            "-p",
+            "",
+            "--output-format",
+            "json",
+            "--approval-mode",
+            "yolo",
+            "--skip-trust",
+            "-m",
+            "m1",
+            "--session-id",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain([uuid.clone()])
+        .collect();
+        assert_eq!(l.argv, want);
+        let (_, path) = l.env.iter().find(|(k, _)| k == "GEMINI_CLI_SYSTEM_SETTINGS_PATH").unwrap();
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(s["mcpServers"]["forge"]["args"][0], "mcp");
+        assert_eq!(s["mcpServers"]["forge"]["env"]["FORGE_SESSION_TOKEN"], "$FORGE_SESSION_TOKEN");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(path).unwrap().permissions().mode() & 0o777, 0o600);
+        r.resume = true;
+        r.turn = 2;
+        let retry = Gemini.prepare(&r, Path::new("/p")).unwrap();
+        let want = forge_domain::agent_cli::session_uuid("ses_T1#2");
+        assert_eq!(retry.argv[retry.argv.len() - 2..], ["--session-id".to_string(), want]);
+        super::super::save_cli_session(&r, &uuid);
+        let l = Gemini.prepare(&r, Path::new("/p")).unwrap();
+        assert_eq!(l.argv[l.argv.len() - 2..], ["--resume".to_string(), uuid]);
+    }
+
+    #[test]
+    fn settings_merge_into_the_base() {
+        let base = r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"mcpServers":{"x":{"command":"y"}}}"#;
+        let s = settings(Some(base), "/b/forge-lsp");
+        assert_eq!(s["security"]["auth"]["selectedType"], "gemini-api-key");
+        assert_eq!(s["mcpServers"]["x"]["command"], "y");
+        assert_eq!(s["mcpServers"]["forge"]["command"], "/b/forge-lsp");
+        assert_eq!(settings(Some("[1]"), "f")["mcpServers"]["forge"]["trust"], true);
+        assert_eq!(settings(None, "f")["mcpServers"]["forge"]["command"], "f");
+    }
+}

@@ -1,0 +1,375 @@
+//! Agent hosts: how one turn of a loop session becomes a process, and what its output
+//! means. [`AgentHost`] has two parts: [`AgentHost::prepare`] (argv, environment, whether
+//! the whole process runs in the loop's sandbox) and [`AgentHost::finish`] (the turn's
+//! outcome from the exit status and output; usage lines and the CLI's own session id are
+//! stored on the way). `engine/src/host.rs` runs the process (process group, stdin,
+//! activity, the outcome channel) the same way for every host; the request and outcome
+//! types are in `engine/src/turn.rs`.
+//!
+//! Implementations: [`command::CommandHost`] (`agent.command`, any program) and one preset
+//! per agent CLI (`agent.preset`): [`opencode`], [`codex`], [`claude`], [`gemini`]. The
+//! presets' pure parts (output parsing, usage) are in `forge_domain::agent_output`.
+
+pub mod claude;
+pub mod codex;
+pub mod command;
+pub mod gemini;
+pub mod opencode;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use forge_core::config::Config;
+use forge_domain::agent_output::{self, Cli};
+use forge_domain::usage::UsageLine;
+
+use crate::turn::{TurnOutcome, TurnRequest};
+
+/// How to start one turn.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    /// Extra environment (after the host's `FORGE_*`, `PATH`, `SHELL`, `PWD`).
+    pub env: Vec<(String, OsString)>,
+    /// Run the whole process inside the loop's sandbox (a CLI whose shell commands cannot
+    /// be sandboxed from outside), with the network shared (its model endpoint must stay
+    /// reachable) and these extra directories writable.
+    pub whole_in_sandbox: Option<Vec<PathBuf>>,
+    /// `argv` is an `agent.command` template: the host expands its placeholders.
+    pub template: bool,
+}
+
+/// A finished run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The exit code; `None` when killed by a signal.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// One agent host.
+pub trait AgentHost: Send + Sync {
+    /// argv and environment of a turn (`prompt_file` holds the prompt, also on stdin).
+    fn prepare(&self, req: &TurnRequest, prompt_file: &Path) -> Result<Launch, String>;
+    /// The turn's outcome; may store usage and the CLI's session id.
+    fn finish(&self, req: &TurnRequest, run: &Run) -> TurnOutcome;
+    /// How much standard output to keep for [`AgentHost::finish`].
+    fn keep_stdout(&self) -> usize {
+        64 * 1024
+    }
+}
+
+/// The host of a turn: its preset, else the generic command host.
+pub fn host_for(req: &TurnRequest) -> Box<dyn AgentHost> {
+    match req.preset {
+        Some(Cli::OpenCode) => Box::new(opencode::OpenCode),
+        Some(Cli::Codex) => Box::new(codex::Codex),
+        Some(Cli::Claude) => Box::new(claude::Claude),
+        Some(Cli::Gemini) => Box::new(gemini::Gemini),
+        None => Box::new(command::CommandHost),
+    }
+}
+
+/// The configured preset, if any.
+pub fn preset(config: &Config) -> Option<Cli> {
+    config.agent_preset.as_deref().and_then(Cli::parse)
+}
+
+/// The argv a turn starts from: `agent.command`; with a preset, `agent.command` (when
+/// set) names the CLI program (e.g. `["/opt/claude/bin/claude"]` or `["npx", "claude"]`),
+/// else the CLI's usual name found on `PATH`.
+pub fn program(config: &Config) -> Option<Vec<String>> {
+    let cmd = config.agent_command.clone().filter(|a| !a.is_empty());
+    match preset(config) {
+        Some(cli) => Some(cmd.unwrap_or_else(|| vec![cli.name().to_string()])),
+        None => cmd,
+    }
+}
+
+/// Where the CLI's own session id of a Forge session is kept (data dir, not the worktree).
+fn cli_session_file(req: &TurnRequest) -> PathBuf {
+    req.data_dir.join("agent-sessions").join(format!("{}.id", req.session_id))
+}
+
+/// The CLI's own session id recorded for this Forge session (from an earlier turn).
+pub fn cli_session(req: &TurnRequest) -> Option<String> {
+    std::fs::read_to_string(cli_session_file(req))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && s.len() < 512 && !s.contains(char::is_whitespace))
+}
+
+fn save_cli_session(req: &TurnRequest, id: &str) {
+    if id.len() >= 512 || id.contains(char::is_whitespace) || cli_session(req).as_deref() == Some(id) {
+        return;
+    }
+    let f = cli_session_file(req);
+    if let Some(d) = f.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    if let Err(e) = write_private(&f, id.as_bytes()) {
+        tracing::warn!(session = %req.session_id, "cannot record the agent's session id in {}: {e}", f.display());
+    }
+}
+
+/// Writes a private (0600) file, replacing it.
+pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    f.write_all(data)?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+/// Appends usage lines to the session's usage file (`FORGE_USAGE_FILE`); a running total
+/// becomes this run's share first.
+fn record_usage(req: &TurnRequest, lines: &[UsageLine], cumulative: bool) {
+    if lines.is_empty() {
+        return;
+    }
+    let file = crate::turn::usage_file(&req.data_dir, &req.session_id);
+    let lines: Vec<UsageLine> = if cumulative {
+        let before = std::fs::read_to_string(&file).unwrap_or_default();
+        let (prev, _) = forge_domain::usage::parse(&before);
+        lines.iter().map(|l| agent_output::delta(l, &prev)).collect()
+    } else {
+        lines.to_vec()
+    };
+    let model = req.model.clone().filter(|m| !m.is_empty());
+    let mut text = String::new();
+    for mut l in lines {
+        if l.model.is_none() {
+            l.model = model.clone();
+        }
+        if let Ok(s) = serde_json::to_string(&l) {
+            text.push_str(&s);
+            text.push('\n');
+        }
+    }
+    use std::io::Write;
+    let _ = std::fs::create_dir_all(req.data_dir.join("usage"));
+    let res = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&file)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = res {
+        tracing::warn!(session = %req.session_id, "cannot record usage in {}: {e}", file.display());
+    }
+}
+
+/// The shared `finish` of the presets: parses the output, records the CLI's session id and
+/// the usage, and says how the turn ended. A failed run's message is its structured error
+/// (where the CLIs print provider limits), else the tail of standard error.
+pub fn finish_preset(cli: Cli, req: &TurnRequest, run: &Run) -> TurnOutcome {
+    let out = agent_output::parse(cli, &run.stdout, &run.stderr);
+    // Gemini CLI reports its session id in a failed run too, but keeps the session only
+    // when a turn completed: resuming an id it never saved resumes another session.
+    let keeps_failed = cli != Cli::Gemini;
+    if let Some(id) = out.cli_session.as_ref().filter(|_| keeps_failed || (run.code == Some(0) && out.error.is_none()))
+    {
+        save_cli_session(req, id);
+    }
+    record_usage(req, &out.usage, out.cumulative);
+    match run.code {
+        Some(0) if out.error.is_none() => match out.reply {
+            Some(r) => TurnOutcome::Reply(r),
+            None if run.stdout.trim().is_empty() => TurnOutcome::NoReply,
+            // Events but no assistant text (it only called tools): a reply all the same.
+            None => TurnOutcome::Reply(String::new()),
+        },
+        code => {
+            let code = match code {
+                Some(c) => format!("exit status {c}"),
+                None => "killed by a signal".to_string(),
+            };
+            let detail = out.error.unwrap_or_else(|| crate::turn::tail_chars(run.stderr.trim(), 500));
+            TurnOutcome::Error(if detail.is_empty() {
+                format!("{} {code}", cli.name())
+            } else {
+                format!("{} {code}: {detail}", cli.name())
+            })
+        }
+    }
+}
+
+/// Output kept for the presets' parsers (their JSON events).
+pub const PRESET_KEEP: usize = 16 * 1024 * 1024;
+
+/// `[program…, args…]` from the configured program and the preset's arguments.
+fn with_program(req: &TurnRequest, default: &str, args: Vec<String>) -> Vec<String> {
+    let mut argv = if req.argv.is_empty() { vec![default.to_string()] } else { req.argv.clone() };
+    argv.extend(args);
+    argv
+}
+
+/// The Forge MCP server a preset wires its CLI to: this binary's `mcp` command.
+fn mcp_command() -> String {
+    crate::turn::self_bin().map(|p| p.display().to_string()).unwrap_or_else(|| "forge-lsp".to_string())
+}
+
+/// Variables that identify the session (and its data directory) to `forge-lsp mcp` /
+/// `forge-lsp call`.
+/// The variable that makes `forge-lsp mcp` leave `structuredContent` out of its results
+/// (`docs/mcp.md`): Codex and Claude Code show a result's `structuredContent` to the model
+/// instead of its text when both are there, and the text is what an agent should read (a
+/// plan's lines are only in `plan-read`'s text).
+pub const STRUCTURED_CONTENT_ENV: &str = "FORGE_MCP_STRUCTURED_CONTENT";
+
+pub const IDENTITY_VARS: [&str; 4] = ["FORGE_SESSION_ID", "FORGE_SESSION_TOKEN", "FORGE_LSP_SOCKET", "FORGE_DATA_DIR"];
+
+/// `TMPDIR` for a CLI whose shell commands run in the sandbox but write into the CLI's
+/// temporary directory: `<worktree>/.forge/tmp`, writable inside.
+fn sandbox_tmpdir(req: &TurnRequest) -> Option<(String, OsString)> {
+    req.shim_dir.as_ref().map(|_| env("TMPDIR", req.cwd.join(crate::sandbox::TMP_DIR)))
+}
+
+fn env(k: &str, v: impl Into<OsString>) -> (String, OsString) {
+    (k.to_string(), v.into())
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use crate::turn::TurnRequest;
+
+    pub fn req(dir: &std::path::Path, preset: Option<forge_domain::agent_output::Cli>) -> TurnRequest {
+        TurnRequest {
+            argv: vec![],
+            session_id: "ses_T1".into(),
+            token: "tok".into(),
+            role: "coder".into(),
+            agent: "code".into(),
+            model: Some("m1".into()),
+            variant: None,
+            loop_name: "l".into(),
+            cwd: dir.join("wt"),
+            title: "Loop: l".into(),
+            prompt: "do it".into(),
+            resume: false,
+            socket: Some(PathBuf::from("/run/forge/s.sock")),
+            data_dir: dir.join("data"),
+            prompt_dir: dir.join("data/prompts"),
+            turn: 1,
+            shim_dir: Some(dir.join("wt/.forge/bin")),
+            activity: Arc::default(),
+            preset,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::req;
+    use super::*;
+
+    #[test]
+    fn usage_and_session_ids_are_recorded_per_forge_session() {
+        let d = tempfile::tempdir().unwrap();
+        let r = req(d.path(), Some(Cli::Codex));
+        let run1 = Run {
+            code: Some(0),
+            stdout: concat!(
+                r#"{"type":"thread.started","thread_id":"th-1"}"#,
+                "\n",
+                r#"{"type":"item.completed","item":{"type":"agent_message","text":"done"}}"#,
+                "\n",
+                r#"{"type":"turn.completed","usage":{"input_tokens":3600,"cached_input_tokens":600,"output_tokens":150}}"#,
+                "\n"
+            )
+            .into(),
+            stderr: String::new(),
+        };
+        assert_eq!(finish_preset(Cli::Codex, &r, &run1), TurnOutcome::Reply("done".into()));
+        assert_eq!(cli_session(&r).as_deref(), Some("th-1"));
+        let run2 = Run {
+            code: Some(0),
+            stdout: r#"{"type":"turn.completed","usage":{"input_tokens":4800,"cached_input_tokens":800,"output_tokens":200}}"#
+                .into(),
+            stderr: String::new(),
+        };
+        assert_eq!(finish_preset(Cli::Codex, &r, &run2), TurnOutcome::Reply(String::new()));
+        let text = std::fs::read_to_string(crate::turn::usage_file(&r.data_dir, &r.session_id)).unwrap();
+        let (lines, bad) = forge_domain::usage::parse(&text);
+        assert_eq!(bad, 0);
+        let got: Vec<(Option<&str>, u64, u64, u64)> =
+            lines.iter().map(|l| (l.model.as_deref(), l.input, l.cache_read, l.output)).collect();
+        assert_eq!(got, vec![(Some("m1"), 3000, 600, 150), (Some("m1"), 1000, 200, 50)]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(cli_session_file(&r)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn failures_carry_the_structured_error() {
+        let d = tempfile::tempdir().unwrap();
+        let table: &[(Cli, Option<i32>, &str, &str, &str)] = &[
+            (
+                Cli::Codex,
+                Some(1),
+                r#"{"type":"turn.failed","error":{"message":"Quota exceeded. Check your plan and billing details."}}"#,
+                "Reading additional input from stdin...",
+                "codex exit status 1: Quota exceeded. Check your plan and billing details.",
+            ),
+            (Cli::Claude, Some(2), "", "boom\n", "claude exit status 2: boom"),
+            (Cli::OpenCode, None, "", "", "opencode killed by a signal"),
+            (
+                Cli::Gemini,
+                Some(0),
+                "",
+                "{\"error\": {\"message\": \"You have exhausted your daily quota on this model.\", \"code\": 429}}",
+                "gemini exit status 0: You have exhausted your daily quota on this model. (status 429)",
+            ),
+        ];
+        for (cli, code, out, err, want) in table {
+            let r = req(d.path(), Some(*cli));
+            let run = Run { code: *code, stdout: out.to_string(), stderr: err.to_string() };
+            assert_eq!(finish_preset(*cli, &r, &run), TurnOutcome::Error(want.to_string()), "{cli:?}");
+        }
+        let r = req(d.path(), Some(Cli::Claude));
+        let run = Run { code: Some(0), stdout: String::new(), stderr: "noise".into() };
+        assert_eq!(finish_preset(Cli::Claude, &r, &run), TurnOutcome::NoReply);
+        // A failed Gemini run's session id is not kept (Gemini did not save the session);
+        // a failed Claude run's is (Claude did).
+        let mut r = req(d.path(), Some(Cli::Gemini));
+        r.session_id = "ses_G".into();
+        let failed = Run {
+            code: Some(173),
+            stdout: String::new(),
+            stderr: "{\"session_id\": \"g1\", \"error\": {\"message\": \"quota\", \"code\": 429}}".into(),
+        };
+        assert!(matches!(finish_preset(Cli::Gemini, &r, &failed), TurnOutcome::Error(_)));
+        assert_eq!(cli_session(&r), None);
+        let ok = Run {
+            code: Some(0),
+            stdout: "{\"session_id\": \"g1\", \"response\": \"ok\"}".into(),
+            stderr: String::new(),
+        };
+        assert_eq!(finish_preset(Cli::Gemini, &r, &ok), TurnOutcome::Reply("ok".into()));
+        assert_eq!(cli_session(&r).as_deref(), Some("g1"));
+        let mut r = req(d.path(), Some(Cli::Claude));
+        r.session_id = "ses_C".into();
+        let failed =
+            Run { code: Some(1), stdout: "{\"type\":\"system\",\"session_id\":\"c1\"}".into(), stderr: String::new() };
+        assert!(matches!(finish_preset(Cli::Claude, &r, &failed), TurnOutcome::Error(_)));
+        assert_eq!(cli_session(&r).as_deref(), Some("c1"));
+    }
+
+    #[test]
+    fn program_comes_from_the_preset_or_the_command() {
+        let mut c = Config::default();
+        assert_eq!(program(&c), None);
+        c.agent_preset = Some("claude".into());
+        assert_eq!(program(&c), Some(vec!["claude".to_string()]));
+        c.agent_command = Some(vec!["/opt/c/claude".into()]);
+        assert_eq!(program(&c), Some(vec!["/opt/c/claude".to_string()]));
+        c.agent_preset = None;
+        assert_eq!(program(&c), Some(vec!["/opt/c/claude".to_string()]));
+    }
+}

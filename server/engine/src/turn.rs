@@ -1,0 +1,95 @@
+//! The data of one agent turn, shared by the host (engine/src/host.rs, which runs the
+//! process) and the agent hosts (engine/src/agents/, which build its argv and read its
+//! output): the request, the outcome, session activity, and the paths they agree on.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnOutcome {
+    /// Exit 0 with output (the output's tail).
+    Reply(String),
+    /// Exit 0 without output.
+    NoReply,
+    /// Any other exit, or the process could not run: the message says what failed.
+    Error(String),
+    /// The process was killed by a signal it did not send itself through Forge (a turn the
+    /// runner ends itself is never reported as a turn end): an aborted session, not an
+    /// assistant error. The message names the signal.
+    Aborted(String),
+}
+
+/// Everything one turn needs.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    pub argv: Vec<String>,
+    pub session_id: String,
+    pub token: String,
+    /// `coder`, `auditor` or `post_action` (empty for an untracked session).
+    pub role: String,
+    pub agent: String,
+    pub model: Option<String>,
+    /// The model variant (`{variant}`; empty when none).
+    pub variant: Option<String>,
+    pub loop_name: String,
+    pub cwd: PathBuf,
+    pub title: String,
+    pub prompt: String,
+    /// Not the session's first turn: `{resume}` expands to the session id.
+    pub resume: bool,
+    pub socket: Option<PathBuf>,
+    pub data_dir: PathBuf,
+    /// Where prompt files go.
+    pub prompt_dir: PathBuf,
+    pub turn: u32,
+    /// The loop's sandbox shims (engine/sandbox.rs): first on the agent's `PATH`, and
+    /// `SHELL=<dir>/sh`, so the shells the agent starts run sandboxed.
+    pub shim_dir: Option<PathBuf>,
+    /// Where output counts as the session's activity.
+    pub activity: Arc<Activity>,
+    /// `agent.preset`: the agent CLI whose preset runs the turn (else `agent.command`).
+    pub preset: Option<forge_domain::agent_output::Cli>,
+}
+
+/// Last activity (epoch ms) per session: output from its process or a tool call by it.
+/// One per engine; the stall watchdog reads it.
+#[derive(Debug, Default)]
+pub struct Activity(std::sync::Mutex<std::collections::HashMap<String, i64>>);
+
+impl Activity {
+    /// Records activity of a session (its process printed, or it called a tool).
+    pub fn touch(&self, session: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(session.to_string(), forge_core::now_ms());
+        }
+    }
+
+    /// The last recorded activity of a session.
+    pub fn last(&self, session: &str) -> Option<i64> {
+        self.0.lock().ok().and_then(|m| m.get(session).copied())
+    }
+
+    /// Forgets a retired session.
+    pub fn forget(&self, session: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(session);
+        }
+    }
+}
+
+/// Where a session's agent reports usage (JSON lines).
+pub fn usage_file(data_dir: &Path, session: &str) -> PathBuf {
+    data_dir.join("usage").join(format!("{session}.jsonl"))
+}
+
+/// The binary this process runs (the server's own `forge-lsp`), if it still exists on disk.
+pub fn self_bin() -> Option<PathBuf> {
+    std::env::current_exe().ok().filter(|p| p.is_file())
+}
+
+/// The last `n` characters of `s`.
+pub fn tail_chars(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    s.chars().skip(count.saturating_sub(n)).collect()
+}
