@@ -7,6 +7,7 @@
 pub mod diagnostics;
 pub mod handoff;
 pub mod history;
+pub mod interview;
 pub mod loop_machine;
 pub mod loop_permissions;
 pub mod loop_status;

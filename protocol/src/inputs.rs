@@ -419,3 +419,20 @@ pub struct GlobInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
 }
+
+/// `forge.interview-submit-state`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InterviewSubmitStateInput {
+    /// One-line status of this interview turn.
+    pub status: String,
+    /// The full specification (required on the first turn; on a later turn it replaces the stored spec).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    /// A unified diff (`@@ -a,b +c,d @@` hunks) against the stored spec body (later turns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// The questions still open for the user (replaces the stored list; omit to keep it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub questions: Option<Vec<String>>,
+}

@@ -15,6 +15,7 @@
 pub mod attempts;
 pub mod changes;
 pub mod findings;
+pub mod interviews;
 pub mod loop_db;
 pub mod loops;
 pub mod plans;
