@@ -436,3 +436,55 @@ pub struct InterviewSubmitStateInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub questions: Option<Vec<String>>,
 }
+
+/// `forge.task-status`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaskStatusInput {
+    /// Loop name (or a part of it); default: the only running loop you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A session of the loop; default: its current phase session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `forge.task-message`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaskMessageInput {
+    /// Loop name (or a part of it); default: the only running loop you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A session of the loop (current or standby); default: its current phase session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The message (at most 16 KiB), put before the session's next prompt.
+    pub message: String,
+}
+
+/// `forge.task-cancel`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaskCancelInput {
+    /// Loop name (or a part of it); default: the only running loop you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The loop's current phase session (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `forge.task-revive`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaskReviveInput {
+    /// Loop name (or a part of it); default: the only running loop you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The loop's current phase session (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The instruction the resumed turn starts with (at most 64 KiB).
+    pub instruction: String,
+}

@@ -22,6 +22,7 @@ pub mod plans;
 pub mod servers;
 pub mod status;
 pub mod sweep;
+pub mod task_messages;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;

@@ -32,6 +32,7 @@ pub mod loop_permissions;
 pub mod loop_scope;
 pub mod plan_ops;
 pub mod route;
+pub mod task_control;
 
 pub use forge_core::{Caller, LoopBinding, ToolEnv};
 pub use forge_store::{Db, Store};
@@ -220,7 +221,7 @@ pub async fn call(
 ) -> Result<CommandResult, ToolError> {
     if env.caller.binding.is_some() {
         // A tool call is activity of the loop session (stall watchdog).
-        engine.activity.touch(&env.caller.session_id);
+        engine.activity.touch_with(&env.caller.session_id, "tool-call");
     }
     let name = find(command).map(|t| t.name).unwrap_or_default();
     let ticket = guard::start(&env.caller.session_id, name, &input)?;
