@@ -91,7 +91,20 @@ const KEYS: &[(&str, Ty)] = &[
     ("documents.materialize", Ty::BoolOrAuto),
     ("documents.maxPlanBytes", Ty::UInt),
     ("diagnostics.mirrorLoopFindings", Ty::Bool),
+    ("plugins.trustProjectTools", Ty::Bool),
+    ("plugins.trustedProjects", Ty::StrList),
 ];
+
+/// Keys a repository's own configuration file may not set (a repository cannot trust itself).
+const TRUST_KEYS: &[&str] = &["plugins.trustProjectTools", "plugins.trustedProjects"];
+
+/// `plugins.<name>.variables.<VAR>` (a string): a plugin's configured variables.
+fn plugin_variable(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix("plugins.")?;
+    let (name, rest) = rest.split_once('.')?;
+    let var = rest.strip_prefix("variables.")?;
+    (!name.is_empty() && !var.is_empty() && !var.contains('.')).then_some((name, var))
+}
 
 /// A configuration problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,6 +146,12 @@ pub struct Config {
     /// execute-plan's plan), in bytes of UTF-8.
     pub max_plan_bytes: u64,
     pub mirror_loop_findings: bool,
+    /// `plugins.trustProjectTools` (user file or initialization options only).
+    pub trust_project_tools: bool,
+    /// `plugins.trustedProjects`: project roots (or project ids) whose tools run.
+    pub trusted_projects: Vec<String>,
+    /// `plugins.<name>.variables`: environment variables given to a plugin's tools.
+    pub plugin_variables: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
 }
 
 impl Default for Config {
@@ -165,6 +184,9 @@ impl Default for Config {
             materialize: None,
             max_plan_bytes: 16 * 1024 * 1024,
             mirror_loop_findings: true,
+            trust_project_tools: false,
+            trusted_projects: vec![],
+            plugin_variables: Default::default(),
         }
     }
 }
@@ -175,6 +197,8 @@ pub struct Loader {
     merged: Map<String, Value>,
     /// Unknown-key warnings, one per key and source.
     pub warnings: Vec<String>,
+    /// The source being added is the repository's own file (trust keys are ignored).
+    untrusted: bool,
 }
 
 fn toml_to_json(v: toml::Value) -> Value {
@@ -240,6 +264,21 @@ impl Loader {
         let mut flat = vec![];
         flatten("", obj, &mut flat);
         for (key, val) in &flat {
+            if plugin_variable(key).is_some() {
+                if !val.is_string() {
+                    return Err(ConfigError(format!(
+                        "configuration key `{key}` in {source} must be a string, found {}",
+                        short(val)
+                    )));
+                }
+                continue;
+            }
+            if self.untrusted && TRUST_KEYS.contains(&key.as_str()) {
+                self.warnings.push(format!(
+                    "configuration key `{key}` in {source} is ignored: a repository cannot trust its own tools (set it in the user configuration file or the initialization options)"
+                ));
+                continue;
+            }
             match KEYS.iter().find(|(n, _)| n == key) {
                 None => self.warnings.push(format!("unknown configuration key `{key}` in {source} (ignored)")),
                 Some((_, ty)) if !ty.accepts(val) => {
@@ -253,7 +292,8 @@ impl Loader {
             }
         }
         for (key, val) in flat {
-            if KEYS.iter().any(|(n, _)| *n == key) {
+            let trust = TRUST_KEYS.contains(&key.as_str());
+            if plugin_variable(&key).is_some() || (KEYS.iter().any(|(n, _)| *n == key) && !(trust && self.untrusted)) {
                 self.merged.insert(key, val);
             }
         }
@@ -306,6 +346,22 @@ impl Loader {
             materialize: m.get("documents.materialize").and_then(Value::as_bool),
             max_plan_bytes: u("documents.maxPlanBytes", d.max_plan_bytes),
             mirror_loop_findings: b("diagnostics.mirrorLoopFindings", d.mirror_loop_findings),
+            trust_project_tools: b("plugins.trustProjectTools", false),
+            trusted_projects: m
+                .get("plugins.trustedProjects")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+                .unwrap_or_default(),
+            plugin_variables: {
+                let mut out: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+                    Default::default();
+                for (k, v) in m {
+                    if let (Some((name, var)), Some(val)) = (plugin_variable(k), v.as_str()) {
+                        out.entry(name.to_string()).or_default().insert(var.to_string(), val.to_string());
+                    }
+                }
+                out
+            },
         }
     }
 
@@ -313,7 +369,10 @@ impl Loader {
     pub fn standard(project_root: &Path, init: Option<&Value>) -> Result<Loader, ConfigError> {
         let mut l = Loader::default();
         l.add_file(&Self::user_file())?;
-        l.add_file(&Self::project_file(project_root))?;
+        l.untrusted = true;
+        let r = l.add_file(&Self::project_file(project_root));
+        l.untrusted = false;
+        r?;
         if let Some(v) = init {
             l.add_value(v, "initializationOptions.forge.config")?;
         }

@@ -31,6 +31,7 @@ pub mod identity;
 pub mod loop_permissions;
 pub mod loop_scope;
 pub mod plan_ops;
+pub mod plugins;
 pub mod route;
 pub mod task_control;
 
@@ -189,6 +190,9 @@ pub fn run_tx(
     has_engine: bool,
 ) -> Result<Done, ToolError> {
     let Some(tool) = find(command) else {
+        if let Some(p) = plugins::find(&env.project.root, command) {
+            return plugin_call(env, p, input);
+        }
         return Err(ToolError::invalid_params(format!(
             "unknown command `{command}`; forge.tools lists the available commands"
         )));
@@ -209,6 +213,35 @@ pub fn run_tx(
             Err(e)
         }
     }
+}
+
+/// A plugin tool (`forge.<plugin>__<Name>`): trust, then the input against its schema, then
+/// the process after the (empty) transaction, off the store thread.
+fn plugin_call(env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Done, ToolError> {
+    let command = forge_protocol::command_name(&p.offer_name());
+    if let Some(b) = &env.caller.binding {
+        // Plugin tools do not run in the loop sandbox yet: refused rather than run outside it.
+        return Err(ToolError::denied(format!(
+            "{command} is not available to the {} session {} of loop \"{}\": plugin tools do not run inside the loop sandbox yet",
+            b.role, env.caller.session_id, b.loop_name
+        )));
+    }
+    if p.plugin == "project" && !plugins::project_trusted(env) {
+        return Err(ToolError::denied(format!(
+            "{command} is a tool of this repository ({}), and a repository cannot trust itself: to run its tools, set `plugins.trustProjectTools = true` in {} (or in initializationOptions.forge.config), or add \"{}\" to `plugins.trustedProjects` there",
+            p.exe.display(),
+            forge_core::config::Loader::user_file().display(),
+            env.project.root.display()
+        )));
+    }
+    plugins::validate(&p.input_schema, &input, "")
+        .map_err(|e| ToolError::invalid_params(format!("invalid arguments for {command}: {e}")))?;
+    let env = env.clone();
+    Ok(Done {
+        result: CommandResult { text: String::new(), data: Value::Null },
+        effect: None,
+        after: Some(Box::new(move || plugins::run(&p, &env, &input, plugins::TIMEOUT))),
+    })
 }
 
 /// Runs one tool call through the store's owner thread.

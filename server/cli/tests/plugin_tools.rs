@@ -1,0 +1,116 @@
+//! Tools from files (PROTOCOL.md 10.4) over the real binary: a user plugin's tool and a
+//! project tool are offered by `forge.tools` from their sidecars; a call validates the
+//! input against `inputSchema`, runs the executable with the input on stdin and the
+//! context in its environment (plugin variables included), returns its output as text
+//! (and data when it is a JSON object); a non-zero exit is a failure with standard error;
+//! a tool that hangs is killed at the time limit. Project tools run only when the user
+//! trusts them, and the repository's own configuration cannot trust them.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn tool(dir: &Path, name: &str, script: &str, sidecar: Value) {
+    std::fs::create_dir_all(dir).unwrap();
+    let exe = dir.join(name);
+    std::fs::write(&exe, script).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join(format!("{name}.json")), sidecar.to_string()).unwrap();
+}
+
+const ECHO: &str = "#!/bin/sh\nread -r line\nprintf '{\"got\":%s,\"tool\":\"%s\",\"id\":\"%s\",\"dir\":\"%s\",\"greeting\":\"%s\"}\\n' \"$line\" \"$FORGE_TOOL_NAME\" \"$FORGE_TOOL_CALL_ID\" \"$FORGE_PLUGIN_DIR\" \"$GREETING\"\n";
+
+fn schema() -> Value {
+    json!({
+        "description": "Echo a message from the plugin tool.",
+        "inputSchema": {
+            "type": "object",
+            "properties": { "message": { "type": "string", "minLength": 1 } },
+            "required": ["message"],
+            "additionalProperties": false
+        }
+    })
+}
+
+#[test]
+fn user_and_project_plugin_tools() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let kit = sb.config_home.join("forge-lsp/plugins/kit");
+    tool(&kit.join("tools"), "KitPing", ECHO, schema());
+    tool(
+        &kit.join("tools"),
+        "Fail",
+        "#!/bin/sh\ncat > /dev/null\necho 'no network here' >&2\nexit 3\n",
+        json!({ "description": "Always fails.", "inputSchema": { "type": "object" } }),
+    );
+    tool(
+        &repo.path.join(".forge/tools"),
+        "Local",
+        "#!/bin/sh\ncat > /dev/null\necho local tool ran\n",
+        json!({ "description": "A repository's tool.", "inputSchema": { "type": "object" } }),
+    );
+    // A file without a sidecar is not a tool.
+    std::fs::write(kit.join("tools/NoSidecar"), "#!/bin/sh\n").unwrap();
+    sb.write_user_config("[plugins.kit.variables]\nGREETING = \"hello from config\"\n");
+    // The repository tries to trust itself: ignored.
+    repo.write_project_config("[plugins]\ntrustProjectTools = true\n");
+
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+
+    let offers = c.tool_ok("tools", json!({}));
+    let list = offers.data["tools"].as_array().unwrap();
+    let names: Vec<&str> = list.iter().filter_map(|o| o["name"].as_str()).collect();
+    assert!(
+        names.contains(&"kit__KitPing") && names.contains(&"kit__Fail") && names.contains(&"project__Local"),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("NoSidecar")), "{names:?}");
+    let ping = list.iter().find(|o| o["name"] == json!("kit__KitPing")).unwrap();
+    assert_eq!(ping["command"], json!("forge.kit__KitPing"));
+    assert_eq!(ping["inputSchema"]["required"], json!(["message"]));
+
+    // A call: input on stdin, context in the environment, JSON stdout is also data.
+    let out = c.tool_ok("kit__KitPing", json!({ "message": "ping" }));
+    assert_eq!(out.data["got"], json!({ "message": "ping" }), "{}", out.text);
+    assert_eq!(out.data["tool"], json!("kit__KitPing"));
+    assert_eq!(out.data["greeting"], json!("hello from config"));
+    assert_eq!(Path::new(out.data["dir"].as_str().unwrap()), kit.as_path());
+    assert!(!out.data["id"].as_str().unwrap().is_empty());
+    assert!(out.text.contains("\"got\""), "{}", out.text);
+
+    // Input validated against the sidecar's schema before anything runs.
+    for (input, needle) in [
+        (json!({}), "missing required field `message`"),
+        (json!({ "message": "" }), "`message`"),
+        (json!({ "message": "x", "bogus": 1 }), "unknown field `bogus`"),
+    ] {
+        let e = c.tool_err("kit__KitPing", input);
+        assert_eq!(e.code, -32602, "{e}");
+        assert!(e.message.contains(needle) && e.message.contains("forge.kit__KitPing"), "{needle}: {e}");
+    }
+
+    // A non-zero exit is a failure carrying standard error.
+    let e = c.tool_err("kit__Fail", json!({}));
+    assert!(e.message.contains("exit status 3") && e.message.contains("no network here"), "{e}");
+
+    // The project tool is not trusted (the repository's own setting does not count).
+    let e = c.tool_err("project__Local", json!({}));
+    assert_eq!(e.code, 1001, "{e}");
+    assert!(e.message.contains("cannot trust itself") && e.message.contains("plugins.trustProjectTools"), "{e}");
+    c.shutdown_exit();
+
+    // Trusted by the user: it runs.
+    sb.write_user_config("[plugins]\ntrustedProjects = [\"/nowhere\"]\ntrustProjectTools = true\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let out = c.tool_ok("project__Local", json!({}));
+    assert_eq!(out.text.trim(), "local tool ran");
+    assert_eq!(out.data, Value::Null);
+    c.shutdown_exit();
+}
