@@ -61,7 +61,12 @@ fn user_and_project_plugin_tools() {
     repo.write_project_config("[plugins]\ntrustProjectTools = true\n");
 
     let mut c = sb.stdio();
-    c.init(&Init::new(&repo.path));
+    let init = c.init(&Init::new(&repo.path));
+    let commands = init["capabilities"]["executeCommandProvider"]["commands"].as_array().unwrap();
+    assert!(
+        commands.contains(&json!("forge.kit__KitPing")) && commands.contains(&json!("forge.project__Local")),
+        "{commands:?}"
+    );
 
     let offers = c.tool_ok("tools", json!({}));
     let list = offers.data["tools"].as_array().unwrap();
@@ -105,6 +110,14 @@ fn user_and_project_plugin_tools() {
     assert!(e.message.contains("cannot trust itself") && e.message.contains("plugins.trustProjectTools"), "{e}");
     c.shutdown_exit();
 
+    // `forge-lsp call` reaches plugin tools too (in-process without a running server).
+    let r = sb.call("kit__KitPing").cwd(&repo.path).input(json!({ "message": "from the shell" })).run();
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("from the shell") && r.stdout.contains("hello from config"), "{}", r.stdout);
+    let r = sb.call("kit__KitPing").cwd(&repo.path).input(json!({})).run();
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("missing required field `message`"), "{}", r.stderr);
+
     // Trusted by the user: it runs.
     sb.write_user_config("[plugins]\ntrustedProjects = [\"/nowhere\"]\ntrustProjectTools = true\n");
     let mut c = sb.stdio();
@@ -112,5 +125,31 @@ fn user_and_project_plugin_tools() {
     let out = c.tool_ok("project__Local", json!({}));
     assert_eq!(out.text.trim(), "local tool ran");
     assert_eq!(out.data, Value::Null);
+    c.shutdown_exit();
+}
+
+#[test]
+fn a_hanging_plugin_tool_is_killed_at_the_time_limit() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
+    tool(
+        &dir,
+        "Hang",
+        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
+        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
+    );
+    sb.write_user_config("[plugins]\ntimeoutMs = 500\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let started = std::time::Instant::now();
+    let e = c.tool_err("slow__Hang", json!({}));
+    assert_eq!(e.code, 1005, "{e}");
+    assert!(e.message.contains("did not finish within 500 ms"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    // The tool's process is gone (its group was killed), and the server keeps answering.
+    let pid = std::fs::read_to_string(sb.config_home.join("forge-lsp/plugins/slow/pid")).unwrap();
+    assert!(!Path::new(&format!("/proc/{}", pid.trim())).exists(), "the tool process {pid} still runs");
+    c.tool_ok("tools", json!({}));
     c.shutdown_exit();
 }

@@ -93,6 +93,7 @@ const KEYS: &[(&str, Ty)] = &[
     ("diagnostics.mirrorLoopFindings", Ty::Bool),
     ("plugins.trustProjectTools", Ty::Bool),
     ("plugins.trustedProjects", Ty::StrList),
+    ("plugins.timeoutMs", Ty::UInt),
 ];
 
 /// Keys a repository's own configuration file may not set (a repository cannot trust itself).
@@ -150,6 +151,8 @@ pub struct Config {
     pub trust_project_tools: bool,
     /// `plugins.trustedProjects`: project roots (or project ids) whose tools run.
     pub trusted_projects: Vec<String>,
+    /// `plugins.timeoutMs`: how long a plugin tool may run before its process group is killed.
+    pub plugin_timeout_ms: u64,
     /// `plugins.<name>.variables`: environment variables given to a plugin's tools.
     pub plugin_variables: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
 }
@@ -186,6 +189,7 @@ impl Default for Config {
             mirror_loop_findings: true,
             trust_project_tools: false,
             trusted_projects: vec![],
+            plugin_timeout_ms: 60_000,
             plugin_variables: Default::default(),
         }
     }
@@ -347,6 +351,7 @@ impl Loader {
             max_plan_bytes: u("documents.maxPlanBytes", d.max_plan_bytes),
             mirror_loop_findings: b("diagnostics.mirrorLoopFindings", d.mirror_loop_findings),
             trust_project_tools: b("plugins.trustProjectTools", false),
+            plugin_timeout_ms: u("plugins.timeoutMs", d.plugin_timeout_ms).max(1),
             trusted_projects: m
                 .get("plugins.trustedProjects")
                 .and_then(Value::as_array)

@@ -240,7 +240,10 @@ fn plugin_call(env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Do
     Ok(Done {
         result: CommandResult { text: String::new(), data: Value::Null },
         effect: None,
-        after: Some(Box::new(move || plugins::run(&p, &env, &input, plugins::TIMEOUT))),
+        after: Some(Box::new(move || {
+            let timeout = std::time::Duration::from_millis(env.config.plugin_timeout_ms);
+            plugins::run(&p, &env, &input, timeout)
+        })),
     })
 }
 

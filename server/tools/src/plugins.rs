@@ -9,12 +9,11 @@
 //! validates the input against `inputSchema` (the subset in [`validate`]), runs the
 //! executable with the input as one JSON line on stdin and `FORGE_TOOL_NAME`,
 //! `FORGE_TOOL_CALL_ID`, `FORGE_PLUGIN_DIR` and the plugin's variables in its environment,
-//! in its own process group, with a time limit ([`TIMEOUT`]) and bounded output
+//! in its own process group, with a time limit (`plugins.timeoutMs`) and bounded output
 //! ([`MAX_OUTPUT`]); after the tool's transaction, never on the store thread.
 //!
 //! Not yet done (see docs/protocol.md): `override`, `$/cancelRequest` killing the process,
-//! the loop sandbox, and the plugin commands in `executeCommandProvider`, MCP `tools/list`
-//! and `forge-lsp call`.
+//! and the loop sandbox (loop sessions are refused plugin tools until then).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -26,8 +25,6 @@ use serde_json::{json, Value};
 
 use crate::ToolEnv;
 
-/// How long a plugin tool may run.
-pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes of standard output (and of standard error) kept.
 pub const MAX_OUTPUT: usize = 1024 * 1024;
 /// Largest sidecar read.
@@ -316,7 +313,10 @@ pub fn run(tool: &PluginTool, env: &ToolEnv, input: &Value, timeout: Duration) -
     let (stdout, out_cut) = out.and_then(|h| h.join().ok()).unwrap_or_default();
     let (stderr, _) = err.and_then(|h| h.join().ok()).unwrap_or_default();
     let Some(status) = status else {
-        return Err(ToolError::busy(format!("{label} did not finish within {} s and was killed", timeout.as_secs())));
+        return Err(ToolError::busy(format!(
+            "{label} did not finish within {} ms (plugins.timeoutMs) and was killed",
+            timeout.as_millis()
+        )));
     };
     if !status.success() {
         let msg = String::from_utf8_lossy(&stderr);
