@@ -153,3 +153,33 @@ fn a_hanging_plugin_tool_is_killed_at_the_time_limit() {
     c.tool_ok("tools", json!({}));
     c.shutdown_exit();
 }
+
+#[test]
+fn cancelling_a_plugin_tool_call_kills_its_process() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
+    tool(
+        &dir,
+        "Hang",
+        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
+        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
+    );
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let pid_file = sb.config_home.join("forge-lsp/plugins/slow/pid");
+    let id = c.send_request("workspace/executeCommand", json!({ "command": "forge.slow__Hang", "arguments": [{}] }));
+    let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
+        .expect("the tool started");
+    let proc_dir = format!("/proc/{}", pid.trim());
+    assert!(Path::new(&proc_dir).exists());
+    c.notify("$/cancelRequest", json!({ "id": id }));
+    let resp = c.wait_response(id, WAIT);
+    assert!(resp.get("error").is_some(), "a cancelled call answers with an error: {resp}");
+    assert!(
+        wait_for(std::time::Duration::from_secs(5), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
+        "the tool process {pid} was not killed"
+    );
+    c.tool_ok("tools", json!({}));
+    c.shutdown_exit();
+}

@@ -179,6 +179,20 @@ pub struct Done {
     pub result: CommandResult,
     pub effect: Option<forge_engine::Effect>,
     pub after: Option<After>,
+    /// Set when the caller gave up on the call (`$/cancelRequest`): a plugin tool's
+    /// process group is killed.
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// Sets the cancel flag of a call when the call's future is dropped unfinished.
+struct CancelOnDrop(Option<Arc<std::sync::atomic::AtomicBool>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(f) = &self.0 {
+            f.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
 }
 
 /// Runs one tool call in one transaction; returns its result and the work it leaves.
@@ -206,7 +220,7 @@ pub fn run_tx(
     match result {
         Ok(result) => {
             tx.commit().db()?;
-            Ok(Done { result, effect, after })
+            Ok(Done { result, effect, after, cancel: None })
         }
         Err(e) => {
             let _ = tx.rollback();
@@ -237,13 +251,16 @@ fn plugin_call(env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Do
     plugins::validate(&p.input_schema, &input, "")
         .map_err(|e| ToolError::invalid_params(format!("invalid arguments for {command}: {e}")))?;
     let env = env.clone();
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancel.clone();
     Ok(Done {
         result: CommandResult { text: String::new(), data: Value::Null },
         effect: None,
         after: Some(Box::new(move || {
             let timeout = std::time::Duration::from_millis(env.config.plugin_timeout_ms);
-            plugins::run(&p, &env, &input, timeout)
+            plugins::run(&p, &env, &input, timeout, &flag)
         })),
+        cancel: Some(cancel),
     })
 }
 
@@ -278,13 +295,18 @@ pub async fn call(
     }
     let outcome = async {
         let done = r?;
-        match (done.effect, done.after) {
+        // Dropped with the call's future (`$/cancelRequest`): kills a plugin tool's process.
+        let mut on_drop = CancelOnDrop(done.cancel);
+        let res = match (done.effect, done.after) {
             (Some(e), _) => engine.run(e, env).await,
             (None, Some(after)) => tokio::task::spawn_blocking(after)
                 .await
                 .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{name} failed: {e}")))),
             (None, None) => Ok(done.result),
-        }
+        };
+        // Finished: nothing to cancel.
+        on_drop.0 = None;
+        res
     }
     .await;
     match (outcome, ticket) {

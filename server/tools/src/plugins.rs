@@ -12,8 +12,9 @@
 //! in its own process group, with a time limit (`plugins.timeoutMs`) and bounded output
 //! ([`MAX_OUTPUT`]); after the tool's transaction, never on the store thread.
 //!
-//! Not yet done (see docs/protocol.md): `override`, `$/cancelRequest` killing the process,
-//! and the loop sandbox (loop sessions are refused plugin tools until then).
+//! A cancelled call (`$/cancelRequest` drops the call's future) kills the process group.
+//!
+//! Not yet done (see docs/protocol.md): `override` and the loop sandbox (loop sessions are refused plugin tools until then).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -262,7 +263,13 @@ fn read_bounded(mut r: impl Read) -> (Vec<u8>, bool) {
 }
 
 /// Runs a plugin tool (blocking; call it off the store thread).
-pub fn run(tool: &PluginTool, env: &ToolEnv, input: &Value, timeout: Duration) -> Result<CommandResult, ToolError> {
+pub fn run(
+    tool: &PluginTool,
+    env: &ToolEnv,
+    input: &Value,
+    timeout: Duration,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<CommandResult, ToolError> {
     use std::os::unix::process::CommandExt;
     let call_id = ulid::Ulid::new().to_string();
     let cwd = env.project.root.clone();
@@ -302,6 +309,11 @@ pub fn run(tool: &PluginTool, env: &ToolEnv, input: &Value, timeout: Duration) -
                 forge_engine::process::kill_group(pid);
                 let _ = child.wait();
                 break None;
+            }
+            Ok(None) if cancel.load(std::sync::atomic::Ordering::Acquire) => {
+                forge_engine::process::kill_group(pid);
+                let _ = child.wait();
+                return Err(ToolError::internal(format!("{label} was cancelled and killed")));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
             Err(e) => return Err(ToolError::internal(format!("{label}: waiting for the tool failed: {e}"))),
