@@ -183,3 +183,31 @@ fn cancelling_a_plugin_tool_call_kills_its_process() {
     c.tool_ok("tools", json!({}));
     c.shutdown_exit();
 }
+
+#[test]
+fn a_flooding_or_garbled_plugin_tool_gets_a_bounded_read() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/noisy/tools");
+    tool(
+        &dir,
+        "Flood",
+        "#!/bin/sh\ncat > /dev/null\nhead -c 5000000 /dev/zero | tr '\\0' x\n",
+        json!({ "description": "Too much output.", "inputSchema": { "type": "object" } }),
+    );
+    tool(
+        &dir,
+        "Garbage",
+        "#!/bin/sh\ncat > /dev/null\nprintf 'ok \\377\\376 bytes\\n'\n",
+        json!({ "description": "Not UTF-8.", "inputSchema": { "type": "object" } }),
+    );
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let out = c.tool_ok("noisy__Flood", json!({}));
+    assert!(out.text.len() < 1_100_000, "{} bytes", out.text.len());
+    assert!(out.text.ends_with("[output cut at 1048576 bytes]"), "{}", &out.text[out.text.len() - 80..]);
+    let out = c.tool_ok("noisy__Garbage", json!({}));
+    assert!(out.text.starts_with("ok ") && out.text.contains("bytes"), "{}", out.text);
+    assert_eq!(out.data, Value::Null);
+    c.shutdown_exit();
+}
