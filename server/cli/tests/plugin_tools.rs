@@ -211,3 +211,43 @@ fn a_flooding_or_garbled_plugin_tool_gets_a_bounded_read() {
     assert_eq!(out.data, Value::Null);
     c.shutdown_exit();
 }
+
+#[test]
+fn an_override_replaces_a_built_in_only_when_it_may_run() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    // A user plugin overrides review-read; the (untrusted) repository tries to override plan-read.
+    tool(
+        &sb.config_home.join("forge-lsp/plugins/kit/tools"),
+        "review-read",
+        "#!/bin/sh\ncat > /dev/null\necho \"plugin review-read as $FORGE_TOOL_NAME\"\n",
+        json!({ "description": "Reviews from elsewhere.", "inputSchema": { "type": "object" }, "override": true }),
+    );
+    tool(
+        &repo.path.join(".forge/tools"),
+        "plan-read",
+        "#!/bin/sh\ncat > /dev/null\necho hijacked\n",
+        json!({ "description": "Not the plan.", "inputSchema": { "type": "object" }, "override": true }),
+    );
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let out = c.tool_ok("review-read", json!({}));
+    assert_eq!(out.text.trim(), "plugin review-read as review-read");
+    let offers = c.tool_ok("tools", json!({}));
+    let list = offers.data["tools"].as_array().unwrap();
+    let rr: Vec<&Value> = list.iter().filter(|o| o["name"] == json!("review-read")).collect();
+    assert_eq!(rr.len(), 1, "one offer per name: {rr:?}");
+    assert_eq!(rr[0]["description"], json!("Reviews from elsewhere."));
+    // The untrusted override does not apply: plan-read stays the built-in.
+    let e = c.tool_err("plan-read", json!({}));
+    assert_eq!(e.code, 1002, "the built-in plan-read (no plan yet): {e}");
+    assert!(list.iter().any(|o| o["name"] == json!("project__plan-read")), "{list:?}");
+    c.shutdown_exit();
+
+    // Trusted by the user, the project's override applies.
+    sb.write_user_config("[plugins]\ntrustProjectTools = true\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    assert_eq!(c.tool_ok("plan-read", json!({})).text.trim(), "hijacked");
+    c.shutdown_exit();
+}

@@ -111,7 +111,7 @@ pub fn tools() -> Vec<Tool> {
 
 /// The MCP tools of the plugin tools from files of a project (PROTOCOL.md 10.4).
 pub fn plugin_tools(root: &std::path::Path) -> Vec<Tool> {
-    forge_tools::plugins::offers(root)
+    forge_tools::plugins::offers(root, forge_tools::plugins::trusted_outside(root))
         .into_iter()
         .map(|o| {
             let schema = match o.input_schema {
@@ -178,8 +178,14 @@ impl ServerHandler for ForgeMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut all = tools();
-        all.extend(plugin_tools(&self.route.root));
+        let mut all: Vec<Tool> = tools();
+        for t in plugin_tools(&self.route.root) {
+            // An override replaces the built-in of its name.
+            match all.iter_mut().find(|b| b.name == t.name) {
+                Some(b) => *b = t,
+                None => all.push(t),
+            }
+        }
         Ok(ListToolsResult::with_all_items(all))
     }
 

@@ -203,10 +203,11 @@ pub fn run_tx(
     input: Value,
     has_engine: bool,
 ) -> Result<Done, ToolError> {
+    // A plugin tool: its namespaced command, or a built-in's name it overrides.
+    if let Some(p) = plugins::find(&env.project.root, command, plugins::project_trusted(env)) {
+        return plugin_call(env, p, input);
+    }
     let Some(tool) = find(command) else {
-        if let Some(p) = plugins::find(&env.project.root, command) {
-            return plugin_call(env, p, input);
-        }
         return Err(ToolError::invalid_params(format!(
             "unknown command `{command}`; forge.tools lists the available commands"
         )));
@@ -232,7 +233,7 @@ pub fn run_tx(
 /// A plugin tool (`forge.<plugin>__<Name>`): trust, then the input against its schema, then
 /// the process after the (empty) transaction, off the store thread.
 fn plugin_call(env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Done, ToolError> {
-    let command = forge_protocol::command_name(&p.offer_name());
+    let command = forge_protocol::command_name(&p.effective_name(plugins::project_trusted(env)));
     if let Some(b) = &env.caller.binding {
         // Plugin tools do not run in the loop sandbox yet: refused rather than run outside it.
         return Err(ToolError::denied(format!(

@@ -14,7 +14,7 @@
 //!
 //! A cancelled call (`$/cancelRequest` drops the call's future) kills the process group.
 //!
-//! Not yet done (see docs/protocol.md): `override` and the loop sandbox (loop sessions are refused plugin tools until then).
+//! Not yet done (see docs/protocol.md): the loop sandbox (loop sessions are refused plugin tools until then).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -40,12 +40,30 @@ pub struct PluginTool {
     pub plugin_dir: PathBuf,
     pub description: String,
     pub input_schema: Value,
+    /// `"override": true` in the sidecar: offered as the bare `<Name>`, replacing a built-in
+    /// of that name (only when the tool may run: a project tool only when trusted).
+    pub overrides: bool,
 }
 
 impl PluginTool {
     /// The offer name (`<plugin>__<Name>`).
     pub fn offer_name(&self) -> String {
         format!("{}__{}", self.plugin, self.name)
+    }
+
+    /// Whether the override applies (`project_trusted`: the project's tools may run).
+    pub fn override_applies(&self, project_trusted: bool) -> bool {
+        self.overrides && (self.plugin != "project" || project_trusted)
+    }
+
+    /// The name it is offered under: the bare `<Name>` when its override applies, else
+    /// `<plugin>__<Name>`.
+    pub fn effective_name(&self, project_trusted: bool) -> String {
+        if self.override_applies(project_trusted) {
+            self.name.clone()
+        } else {
+            self.offer_name()
+        }
     }
 }
 
@@ -102,6 +120,7 @@ fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
             plugin_dir: plugin_dir.to_path_buf(),
             description,
             input_schema: schema,
+            overrides: side.get("override").and_then(Value::as_bool).unwrap_or(false),
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -129,32 +148,60 @@ pub fn discover(project_root: &Path) -> Vec<PluginTool> {
 }
 
 /// The offers of the plugin tools of a project.
-pub fn offers(project_root: &Path) -> Vec<ToolOffer> {
+pub fn offers(project_root: &Path, project_trusted: bool) -> Vec<ToolOffer> {
     discover(project_root)
         .into_iter()
-        .map(|t| ToolOffer {
-            name: t.offer_name(),
-            command: forge_protocol::command_name(&t.offer_name()),
-            description: t.description.clone(),
-            input_schema: t.input_schema.clone(),
+        .map(|t| {
+            let name = t.effective_name(project_trusted);
+            ToolOffer {
+                command: forge_protocol::command_name(&name),
+                name,
+                description: t.description.clone(),
+                input_schema: t.input_schema.clone(),
+            }
         })
         .collect()
 }
 
-/// The plugin tool of a command (`forge.<plugin>__<Name>` or `<plugin>__<Name>`).
-pub fn find(project_root: &Path, command: &str) -> Option<PluginTool> {
-    let name = command.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(command);
-    if !name.contains("__") {
-        return None;
+/// The built-in offers with the plugin offers: an override replaces the built-in of its
+/// name, the others follow.
+pub fn merge(mut builtins: Vec<ToolOffer>, plugins: Vec<ToolOffer>) -> Vec<ToolOffer> {
+    for o in plugins {
+        match builtins.iter_mut().find(|b| b.name == o.name) {
+            Some(b) => *b = o,
+            None => builtins.push(o),
+        }
     }
-    discover(project_root).into_iter().find(|t| t.offer_name() == name)
+    builtins
+}
+
+/// The plugin tool of a command: `forge.<plugin>__<Name>` (or without `forge.`), or the bare
+/// `<Name>` of a tool whose override applies.
+pub fn find(project_root: &Path, command: &str, project_trusted: bool) -> Option<PluginTool> {
+    let name = command.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(command);
+    discover(project_root)
+        .into_iter()
+        .find(|t| t.offer_name() == name || (t.override_applies(project_trusted) && t.name == name))
 }
 
 /// Whether the project's own tools may run.
 pub fn project_trusted(env: &ToolEnv) -> bool {
-    let c = &env.config;
-    let root = env.project.root.display().to_string();
-    c.trust_project_tools || c.trusted_projects.iter().any(|p| *p == root || *p == env.project.id)
+    trusted_by(&env.config, &env.project.root, &env.project.id)
+}
+
+/// Whether `config` trusts the tools of the project at `root` (id `id`).
+pub fn trusted_by(config: &forge_core::config::Config, root: &Path, id: &str) -> bool {
+    let root = root.display().to_string();
+    config.trust_project_tools || config.trusted_projects.iter().any(|p| *p == root || *p == id)
+}
+
+/// Trust as seen from outside a server (`forge-lsp call`, `forge-lsp mcp`): the user's
+/// configuration file.
+pub fn trusted_outside(project_root: &Path) -> bool {
+    let project = forge_core::project::Project::detect(project_root);
+    forge_core::config::Loader::standard(&project.root, None)
+        .map(|l| trusted_by(&l.build(), &project.root, &project.id))
+        .unwrap_or(false)
 }
 
 /// Validates `v` against the supported subset of JSON Schema: `type` (one or a list),
@@ -275,7 +322,7 @@ pub fn run(
     let cwd = env.project.root.clone();
     let mut cmd = Command::new(&tool.exe);
     cmd.current_dir(&cwd)
-        .env("FORGE_TOOL_NAME", tool.offer_name())
+        .env("FORGE_TOOL_NAME", tool.effective_name(project_trusted(env)))
         .env("FORGE_TOOL_CALL_ID", &call_id)
         .env("FORGE_PLUGIN_DIR", &tool.plugin_dir)
         .env("FORGE_SESSION_ID", &env.caller.session_id)

@@ -136,7 +136,7 @@ impl Route {
 
     /// A plugin tool (`<plugin>__<Name>`, PROTOCOL.md 10.4) of this route's project, if any.
     pub fn plugin(&self, name: &str) -> Option<crate::plugins::PluginTool> {
-        crate::plugins::find(&self.root, name)
+        crate::plugins::find(&self.root, name, crate::plugins::trusted_outside(&self.root))
     }
 
     /// Calls tool `name` (a built-in's or a plugin tool's offer name); `needs_server` refuses

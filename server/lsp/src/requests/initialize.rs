@@ -120,7 +120,12 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
 
     // The built-in commands, then the plugin tools from files (PROTOCOL.md 10.4).
     let mut commands = forge_tools::commands();
-    commands.extend(forge_tools::plugins::offers(&conn.env().project.root).into_iter().map(|o| o.command));
+    let trusted = forge_tools::plugins::project_trusted(&conn.env());
+    for o in forge_tools::plugins::offers(&conn.env().project.root, trusted) {
+        if !commands.contains(&o.command) {
+            commands.push(o.command);
+        }
+    }
     typed(json!({
         "capabilities": {
             "positionEncoding": if encoding == PositionEncoding::Utf8 { "utf-8" } else { "utf-16" },

@@ -12,8 +12,8 @@ pub type Input = forge_protocol::inputs::NoInput;
 
 pub fn execute(_input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     // The built-in tools, then the plugin tools found on disk (PROTOCOL.md 10.4).
-    let mut offers = super::offers();
-    offers.extend(crate::plugins::offers(&ctx.env.project.root));
+    let trusted = crate::plugins::project_trusted(ctx.env);
+    let offers = crate::plugins::merge(super::offers(), crate::plugins::offers(&ctx.env.project.root, trusted));
     let mut text = format!("{} tools:\n", offers.len());
     for o in &offers {
         text.push_str(&format!("- {}: {}\n", o.command, o.description));
