@@ -70,6 +70,8 @@ pub struct Sandbox {
     /// Extra read-write directories: the server's private socket directory, so
     /// `forge-lsp call` works inside.
     pub binds: Vec<PathBuf>,
+    /// Extra read-only directories (a plugin tool's folder, which may be under `/tmp`).
+    pub ro_binds: Vec<PathBuf>,
 }
 
 /// `<worktree>/.forge/bin`.
@@ -174,7 +176,7 @@ fn sh_quote(s: &OsStr) -> Vec<u8> {
 impl Sandbox {
     /// The sandbox of a loop worktree, with the server's socket directory bound.
     pub fn for_loop(worktree: &Path, network: bool, socket: Option<&Path>) -> Sandbox {
-        Sandbox { worktree: worktree.to_path_buf(), network, binds: loop_binds(socket) }
+        Sandbox { worktree: worktree.to_path_buf(), network, binds: loop_binds(socket), ro_binds: vec![] }
     }
 
     /// The `bwrap` options (without the command).
@@ -189,6 +191,9 @@ impl Sandbox {
         // bind that contains the worktree does not hide its binds).
         for b in &self.binds {
             push(&["--bind-try".as_ref(), b.as_os_str(), b.as_os_str()]);
+        }
+        for b in &self.ro_binds {
+            push(&["--ro-bind-try".as_ref(), b.as_os_str(), b.as_os_str()]);
         }
         push(&["--bind".as_ref(), wt, wt]);
         push(&["--ro-bind-try".as_ref(), forge.as_os_str(), forge.as_os_str()]);
@@ -208,6 +213,13 @@ impl Sandbox {
     /// `argv` inside the sandbox, in `cwd` (a path inside the worktree).
     pub fn command(&self, bwrap: &Path, argv: &[String], cwd: &Path) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(bwrap);
+        c.args(self.args(Some(cwd))).arg("--").args(argv);
+        c
+    }
+
+    /// Like [`Sandbox::command`], as a blocking `std` command (plugin tools).
+    pub fn std_command(&self, bwrap: &Path, argv: &[String], cwd: &Path) -> std::process::Command {
+        let mut c = std::process::Command::new(bwrap);
         c.args(self.args(Some(cwd))).arg("--").args(argv);
         c
     }
@@ -560,7 +572,7 @@ mod tests {
     }
 
     fn sandbox(dir: &Path) -> Sandbox {
-        Sandbox { worktree: dir.to_path_buf(), network: false, binds: vec![] }
+        Sandbox { worktree: dir.to_path_buf(), network: false, binds: vec![], ro_binds: vec![] }
     }
 
     fn worktree() -> tempfile::TempDir {

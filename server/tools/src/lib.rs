@@ -205,7 +205,7 @@ pub fn run_tx(
 ) -> Result<Done, ToolError> {
     // A plugin tool: its namespaced command, or a built-in's name it overrides.
     if let Some(p) = plugins::find(&env.project.root, command, plugins::project_trusted(env)) {
-        return plugin_call(env, p, input);
+        return plugin_call(conn, env, p, input);
     }
     let Some(tool) = find(command) else {
         return Err(ToolError::invalid_params(format!(
@@ -232,15 +232,8 @@ pub fn run_tx(
 
 /// A plugin tool (`forge.<plugin>__<Name>`): trust, then the input against its schema, then
 /// the process after the (empty) transaction, off the store thread.
-fn plugin_call(env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Done, ToolError> {
+fn plugin_call(conn: &Connection, env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Done, ToolError> {
     let command = forge_protocol::command_name(&p.effective_name(plugins::project_trusted(env)));
-    if let Some(b) = &env.caller.binding {
-        // Plugin tools do not run in the loop sandbox yet: refused rather than run outside it.
-        return Err(ToolError::denied(format!(
-            "{command} is not available to the {} session {} of loop \"{}\": plugin tools do not run inside the loop sandbox yet",
-            b.role, env.caller.session_id, b.loop_name
-        )));
-    }
     if p.plugin == "project" && !plugins::project_trusted(env) {
         return Err(ToolError::denied(format!(
             "{command} is a tool of this repository ({}), and a repository cannot trust itself: to run its tools, set `plugins.trustProjectTools = true` in {} (or in initializationOptions.forge.config), or add \"{}\" to `plugins.trustedProjects` there",
@@ -251,6 +244,20 @@ fn plugin_call(env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Do
     }
     plugins::validate(&p.input_schema, &input, "")
         .map_err(|e| ToolError::invalid_params(format!("invalid arguments for {command}: {e}")))?;
+    // From a loop session: the loop's worktree, in its sandbox when it has one.
+    let place = match &env.caller.binding {
+        Some(b) => {
+            let row = conn
+                .query_row(
+                    "SELECT worktree_dir, sandbox, sandbox_network FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                    rusqlite::params![env.project.id, b.loop_name],
+                    |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? != 0, r.get::<_, i64>(2)? != 0)),
+                )
+                .db()?;
+            Some(plugins::LoopPlace { worktree: std::path::PathBuf::from(row.0), sandbox: row.1, network: row.2 })
+        }
+        None => None,
+    };
     let env = env.clone();
     let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = cancel.clone();
@@ -259,7 +266,7 @@ fn plugin_call(env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Do
         effect: None,
         after: Some(Box::new(move || {
             let timeout = std::time::Duration::from_millis(env.config.plugin_timeout_ms);
-            plugins::run(&p, &env, &input, timeout, &flag)
+            plugins::run(&p, &env, &input, timeout, &flag, place.as_ref())
         })),
         cancel: Some(cancel),
     })

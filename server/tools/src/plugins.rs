@@ -14,7 +14,8 @@
 //!
 //! A cancelled call (`$/cancelRequest` drops the call's future) kills the process group.
 //!
-//! Not yet done (see docs/protocol.md): the loop sandbox (loop sessions are refused plugin tools until then).
+//! Called from a loop session, a tool runs in the loop's worktree, inside the loop's
+//! sandbox (bubblewrap) when the loop has one.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -309,6 +310,15 @@ fn read_bounded(mut r: impl Read) -> (Vec<u8>, bool) {
     (buf, cut)
 }
 
+/// Where a plugin tool called from a loop session runs: the loop's worktree, in its sandbox
+/// when the loop has one (`network`: the loop's sandbox network setting).
+#[derive(Debug, Clone)]
+pub struct LoopPlace {
+    pub worktree: PathBuf,
+    pub sandbox: bool,
+    pub network: bool,
+}
+
 /// Runs a plugin tool (blocking; call it off the store thread).
 pub fn run(
     tool: &PluginTool,
@@ -316,13 +326,33 @@ pub fn run(
     input: &Value,
     timeout: Duration,
     cancel: &std::sync::atomic::AtomicBool,
+    place: Option<&LoopPlace>,
 ) -> Result<CommandResult, ToolError> {
     use std::os::unix::process::CommandExt;
     let call_id = ulid::Ulid::new().to_string();
-    let cwd = env.project.root.clone();
-    let mut cmd = Command::new(&tool.exe);
-    cmd.current_dir(&cwd)
-        .env("FORGE_TOOL_NAME", tool.effective_name(project_trusted(env)))
+    let label = format!("forge.{}", tool.effective_name(project_trusted(env)));
+    let mut cmd = match place {
+        Some(p) if p.sandbox => {
+            let bwrap = forge_engine::sandbox::find_bwrap()
+                .map_err(|e| ToolError::precondition(format!("{label} cannot run in the loop sandbox: {e}")))?;
+            let argv = [tool.exe.display().to_string()];
+            let mut sb = forge_engine::sandbox::Sandbox::for_loop(&p.worktree, p.network, None);
+            // The plugin's folder, read-only (visible even when it is under /tmp).
+            sb.ro_binds.push(tool.plugin_dir.clone());
+            sb.std_command(&bwrap, &argv, &p.worktree)
+        }
+        Some(p) => {
+            let mut c = Command::new(&tool.exe);
+            c.current_dir(&p.worktree);
+            c
+        }
+        None => {
+            let mut c = Command::new(&tool.exe);
+            c.current_dir(&env.project.root);
+            c
+        }
+    };
+    cmd.env("FORGE_TOOL_NAME", tool.effective_name(project_trusted(env)))
         .env("FORGE_TOOL_CALL_ID", &call_id)
         .env("FORGE_PLUGIN_DIR", &tool.plugin_dir)
         .env("FORGE_SESSION_ID", &env.caller.session_id)
@@ -335,7 +365,6 @@ pub fn run(
             cmd.env(k, v);
         }
     }
-    let label = format!("forge.{}", tool.offer_name());
     let mut child =
         cmd.spawn().map_err(|e| ToolError::internal(format!("{label}: cannot start {}: {e}", tool.exe.display())))?;
     let pid = child.id();
