@@ -274,11 +274,14 @@ pub enum TransitionKind {
     AuditorFallback,
     /// Nothing to do (the event does not apply in this phase).
     Noop,
+    /// A task control by the loop's owner (cancel, revive or message a session): the phase
+    /// and counters stay; logged so the history shows who intervened when.
+    Control,
 }
 
 impl TransitionKind {
     /// Every kind.
-    pub const ALL: [TransitionKind; 12] = [
+    pub const ALL: [TransitionKind; 13] = [
         TransitionKind::Rotate,
         TransitionKind::Continue,
         TransitionKind::AdvanceSection,
@@ -291,6 +294,7 @@ impl TransitionKind {
         TransitionKind::Retry,
         TransitionKind::AuditorFallback,
         TransitionKind::Noop,
+        TransitionKind::Control,
     ];
 
     /// The stored name (`transition_kind` column).
@@ -308,6 +312,7 @@ impl TransitionKind {
             TransitionKind::Retry => "retry",
             TransitionKind::AuditorFallback => "auditor-fallback",
             TransitionKind::Noop => "noop",
+            TransitionKind::Control => "control",
         }
     }
 
@@ -327,6 +332,7 @@ impl TransitionKind {
                 | TransitionKind::ErrorRecovery
                 | TransitionKind::Rollback
                 | TransitionKind::Terminate
+                | TransitionKind::Control
         )
     }
 }
@@ -422,6 +428,14 @@ pub enum Event {
     MissingWorktreeDir,
     /// The next phase session could not be created.
     SessionCreationFailed,
+    /// Task control (`forge.task-cancel`): the owner stopped the running turn of a loop
+    /// session; the session is kept and the loop waits for a revive.
+    TaskCancel,
+    /// Task control (`forge.task-revive`): the owner resumed a session with an instruction.
+    TaskRevive,
+    /// Task control (`forge.task-message`): the owner queued a message into a session's
+    /// next turn.
+    TaskMessage,
 }
 
 impl Event {
@@ -445,6 +459,9 @@ impl Event {
             Event::WorktreeFailed { .. } => "worktree-failed",
             Event::MissingWorktreeDir => "missing-worktree-dir",
             Event::SessionCreationFailed => "session-creation-failed",
+            Event::TaskCancel => "task-cancel",
+            Event::TaskRevive => "task-revive",
+            Event::TaskMessage => "task-message",
         }
     }
 }
@@ -668,6 +685,9 @@ pub fn next_transition(facts: &LoopFacts, event: &Event) -> Transition {
             PostAction => terminate(facts, TerminationReason::Completed, event.name()),
             Coding | Auditing => terminate(facts, TerminationReason::SessionCreationFailed, event.name()),
         },
+
+        // Task controls change no phase or counter; they are logged (kind `control`).
+        Event::TaskCancel | Event::TaskRevive | Event::TaskMessage => stay(facts, K::Control, event.name()),
     }
 }
 
@@ -915,6 +935,9 @@ mod tests {
             Event::WorktreeFailed { message: "gone".into() },
             Event::MissingWorktreeDir,
             Event::SessionCreationFailed,
+            Event::TaskCancel,
+            Event::TaskRevive,
+            Event::TaskMessage,
         ]
     }
 
@@ -950,6 +973,7 @@ mod tests {
             (_, Event::MissingWorktreeDir) => term("missing_worktree_dir"),
             (PostAction, Event::SessionCreationFailed) => term("completed"),
             (_, Event::SessionCreationFailed) => term("session_creation_failed"),
+            (_, Event::TaskCancel | Event::TaskRevive | Event::TaskMessage) => (K::Control, Some(phase), None),
         }
     }
 
@@ -979,7 +1003,7 @@ mod tests {
                 pairs += 1;
             }
         }
-        assert_eq!(pairs, 3 * 17);
+        assert_eq!(pairs, 3 * 20);
     }
 
     #[test]

@@ -468,3 +468,72 @@ pub struct WebfetchInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
 }
+
+/// `forge.interview-submit-state`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InterviewSubmitStateInput {
+    /// One-line status of this interview turn.
+    pub status: String,
+    /// The full specification (required on the first turn; on a later turn it replaces the stored spec).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    /// A unified diff (`@@ -a,b +c,d @@` hunks) against the stored spec body (later turns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// The questions still open for the user (replaces the stored list; omit to keep it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub questions: Option<Vec<String>>,
+}
+
+/// `forge.task-status`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaskStatusInput {
+    /// Loop name (or a part of it); default: the only running loop you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A session of the loop; default: its current phase session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `forge.task-message`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaskMessageInput {
+    /// Loop name (or a part of it); default: the only running loop you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A session of the loop (current or standby); default: its current phase session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The message (at most 16 KiB), put before the session's next prompt.
+    pub message: String,
+}
+
+/// `forge.task-cancel`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaskCancelInput {
+    /// Loop name (or a part of it); default: the only running loop you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The loop's current phase session (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `forge.task-revive`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaskReviveInput {
+    /// Loop name (or a part of it); default: the only running loop you own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The loop's current phase session (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The instruction the resumed turn starts with (at most 64 KiB).
+    pub instruction: String,
+}

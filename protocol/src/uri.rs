@@ -16,6 +16,8 @@ pub enum ForgeUri {
     LoopStatus(String),
     /// `forge://loop/<loopName>/history.md`
     LoopHistory(String),
+    /// `forge://interview/<sessionId>.md`
+    Interview(String),
     /// `forge://index.md`
     Index,
 }
@@ -75,6 +77,10 @@ impl ForgeUri {
                 let name = decode(name)?;
                 (!name.is_empty()).then_some(Self::LoopSection(name, idx.parse().ok()?))
             }
+            ["interview", file] => {
+                let id = decode(file.strip_suffix(".md")?)?;
+                (!id.is_empty()).then_some(Self::Interview(id))
+            }
             ["loop", name, "status.md"] => {
                 let name = decode(name)?;
                 (!name.is_empty()).then_some(Self::LoopStatus(name))
@@ -95,6 +101,7 @@ impl ForgeUri {
             Self::LoopSection(name, i) => format!("forge://loop/{}/section/{i}.md", encode(name)),
             Self::LoopStatus(name) => format!("forge://loop/{}/status.md", encode(name)),
             Self::LoopHistory(name) => format!("forge://loop/{}/history.md", encode(name)),
+            Self::Interview(id) => format!("forge://interview/{}.md", encode(id)),
             Self::Index => "forge://index.md".to_string(),
         }
     }
@@ -123,6 +130,7 @@ mod tests {
             ForgeUri::LoopSection("add-oauth".into(), 3),
             ForgeUri::LoopStatus("add-oauth".into()),
             ForgeUri::LoopHistory("add-oauth".into()),
+            ForgeUri::Interview("ses_01ABC".into()),
             ForgeUri::Index,
         ] {
             assert_eq!(ForgeUri::parse(&u.to_uri()), Some(u));

@@ -30,5 +30,8 @@ echo "${PATH%%:*}" > "$d/path-head"
 echo "$SHELL" > "$d/shell-var"
 "$SHELL" -c 'echo $$ ${FORGE_SANDBOX:-host}; touch shim-made' > "$d/shim.txt" 2>&1
 sh -c 'echo $$ ${FORGE_SANDBOX:-host}' > "$d/path-sh.txt" 2>&1
+# A plugin tool from files (box__Probe, when the test installed it) runs in the sandbox too.
+forge-lsp call box__Probe '{}' > "$d/plugin.out" 2> "$d/plugin.err"
+echo $? > "$d/plugin.code"
 touch "$d/done"
 echo "done"

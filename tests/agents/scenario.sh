@@ -31,6 +31,9 @@
 # A session without a role (execute-plan mode new-session) saves its environment as
 # newsession.env, tries plan-write and plan-read (newsession-write, newsession-read) and exits.
 #     holdafter the first coder turn hands off, then waits for `coder-release` before it ends
+#     task      the first coder turn prints a line, tries task-status on its own loop (saved as
+#               task-self), writes its pid to coder.pid and waits for
+#               `coder-release` (at most ~20 s) before working; later turns work at once
 # Every turn appends "<n> <role> <session> <pid>" to `turns` and saves its prompt as prompt-<n>.
 # Every turn saves its arguments (the expanded agent.command after the script) as args-<n>;
 # with FORGE_TEST_FAIL_MODEL=<model>, a turn whose arguments include <model> fails (exit 1,
@@ -152,6 +155,15 @@ case "$FORGE_ROLE:$scenario" in
     ;;
   coder:adjustbad)
     [ "$turn" = 1 ] && run coder-adjust forge-lsp call plan-adjust '{"sections":[],"rationale":"coder tries"}'
+    code
+    ;;
+  coder:task)
+    if [ "$turn" = 1 ]; then
+      echo "working on it"
+      run task-self forge-lsp call task-status '{}'
+      echo $$ > "$state/coder.pid"
+      await coder-release
+    fi
     code
     ;;
   coder:holdafter)

@@ -409,3 +409,34 @@ fn help_names_the_command_and_its_flags() {
         assert_contains(&help.stdout, flag);
     }
 }
+
+/// Plugin tools from files (PROTOCOL.md 10.4) are MCP tools too.
+#[test]
+fn plugin_tools_are_listed_and_called() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/kit/tools");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("Ping"), "#!/bin/sh\nread -r line\nprintf '{\"pong\":%s}\\n' \"$line\"\n").unwrap();
+    std::fs::set_permissions(dir.join("Ping"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.join("Ping.json"),
+        json!({ "description": "Pong.", "inputSchema": { "type": "object", "properties": { "x": { "type": "integer" } } } })
+            .to_string(),
+    )
+    .unwrap();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.initialize();
+    let listed = m.result("tools/list", json!({}));
+    let tools = listed["tools"].as_array().expect("tools");
+    let ping = tools.iter().find(|t| t["name"] == "kit__Ping").unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(ping["description"], "Pong.");
+    let r = m.call("kit__Ping", json!({ "x": 3 }));
+    assert_ok(&r);
+    assert_eq!(r["structuredContent"]["pong"], json!({ "x": 3 }), "{r}");
+    let r = m.call("kit__Ping", json!({ "x": "three" }));
+    assert_tool_error(&r, "invalid_params");
+    let (code, _) = m.finish();
+    assert_eq!(code, 0);
+}

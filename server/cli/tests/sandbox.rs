@@ -175,6 +175,20 @@ fn a_loop_start_without_bubblewrap_fails_with_1004_and_leaves_nothing() {
 fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() {
     require_bwrap();
     let f = Fixture::start(true, |_| {});
+    // A user plugin tool the agent calls: it reports where it ran and tries to write outside.
+    let tools = f.sb.config_home.join("forge-lsp/plugins/box/tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::write(
+        tools.join("Probe"),
+        "#!/bin/sh\ncat > /dev/null\npwd\necho ${FORGE_SANDBOX:-host}\n(touch \"$FORGE_TEST_STATE/plugin-escaped\") 2>/dev/null && echo escaped || echo blocked\ntouch plugin-made && echo inside\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tools.join("Probe"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(tools.join("Probe.json"), r#"{"description":"Where am I?","inputSchema":{"type":"object"}}"#)
+        .unwrap();
     let out = f.client.tool_ok("execute-plan", json!({ "title": "Sandbox check", "plan": PLAN }));
     let name = out.data["loopName"].as_str().expect("loopName").to_string();
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
@@ -199,6 +213,12 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     let sub = wt.join("sub/dir");
     assert_eq!(result(&d, "subdir")["data"]["stdout"].as_str().unwrap().trim(), sub.to_str().unwrap());
     assert_eq!(result(&d, "incwd")["data"]["stdout"].as_str().unwrap().trim(), sub.to_str().unwrap());
+    // The plugin tool ran in the loop's worktree, inside the sandbox.
+    assert_eq!(read(&d, "plugin.code").trim(), "0", "{}", read(&d, "plugin.err"));
+    let probe: Vec<String> = read(&d, "plugin.out").lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+    assert_eq!(probe, [wt.to_str().unwrap(), "1", "blocked", "inside"], "{probe:?}");
+    assert!(!f.state.join("plugin-escaped").exists(), "a sandboxed plugin tool wrote outside the worktree");
+    assert!(wt.join("plugin-made").exists());
     // Nothing outside the worktree is writable.
     let escape = result(&d, "escape");
     assert_ne!(escape["data"]["exitCode"], json!(0), "{escape}");

@@ -196,6 +196,15 @@ fn redirects_same_origin_followed_cross_origin_refused_unless_configured() {
     assert!(other.hits().is_empty(), "the other origin was not contacted");
     drop(c);
 
+    // The repository's own configuration file cannot allow it (a cloned repository must not
+    // widen what the tool may do): the key is ignored there.
+    repo.write_project_config("[webfetch]\nallowCrossOriginRedirects = true\n");
+    let c = client(&sb, &repo, None);
+    let e = c.tool_err("webfetch", json!({ "url": server.url("/away") }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(other.hits().is_empty(), "the other origin was not contacted");
+    drop(c);
+
     let c = client(&sb, &repo, Some(json!({ "webfetch": { "allowCrossOriginRedirects": true } })));
     let out = c.tool_ok("webfetch", json!({ "url": server.url("/away") }));
     assert!(out.text.contains("OTHER ORIGIN"), "{}", out.text);

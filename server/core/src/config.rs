@@ -104,7 +104,24 @@ const KEYS: &[(&str, Ty)] = &[
     ("diagnostics.mirrorLoopFindings", Ty::Bool),
     ("webfetch.allowCrossOriginRedirects", Ty::Bool),
     ("webfetch.maxBytes", Ty::UInt),
+    ("plugins.trustProjectTools", Ty::Bool),
+    ("plugins.trustedProjects", Ty::StrList),
+    ("plugins.timeoutMs", Ty::UInt),
 ];
+
+/// Keys a repository's own configuration file may not set (a repository cannot trust itself).
+/// Also the keys that widen what a tool may do beyond the defaults the user accepted
+/// (`webfetch.allowCrossOriginRedirects`): a cloned repository must not switch them on.
+const TRUST_KEYS: &[&str] =
+    &["plugins.trustProjectTools", "plugins.trustedProjects", "webfetch.allowCrossOriginRedirects"];
+
+/// `plugins.<name>.variables.<VAR>` (a string): a plugin's configured variables.
+fn plugin_variable(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix("plugins.")?;
+    let (name, rest) = rest.split_once('.')?;
+    let var = rest.strip_prefix("variables.")?;
+    (!name.is_empty() && !var.is_empty() && !var.contains('.')).then_some((name, var))
+}
 
 /// A configuration problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -152,6 +169,14 @@ pub struct Config {
     pub webfetch_allow_cross_origin_redirects: bool,
     /// `webfetch.maxBytes`: the most body bytes `forge.webfetch` reads.
     pub webfetch_max_bytes: u64,
+    /// `plugins.trustProjectTools` (user file or initialization options only).
+    pub trust_project_tools: bool,
+    /// `plugins.trustedProjects`: project roots (or project ids) whose tools run.
+    pub trusted_projects: Vec<String>,
+    /// `plugins.timeoutMs`: how long a plugin tool may run before its process group is killed.
+    pub plugin_timeout_ms: u64,
+    /// `plugins.<name>.variables`: environment variables given to a plugin's tools.
+    pub plugin_variables: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
 }
 
 impl Default for Config {
@@ -187,6 +212,10 @@ impl Default for Config {
             mirror_loop_findings: true,
             webfetch_allow_cross_origin_redirects: false,
             webfetch_max_bytes: 10 * 1024 * 1024,
+            trust_project_tools: false,
+            trusted_projects: vec![],
+            plugin_timeout_ms: 60_000,
+            plugin_variables: Default::default(),
         }
     }
 }
@@ -197,6 +226,8 @@ pub struct Loader {
     merged: Map<String, Value>,
     /// Unknown-key warnings, one per key and source.
     pub warnings: Vec<String>,
+    /// The source being added is the repository's own file (trust keys are ignored).
+    untrusted: bool,
 }
 
 fn toml_to_json(v: toml::Value) -> Value {
@@ -262,6 +293,21 @@ impl Loader {
         let mut flat = vec![];
         flatten("", obj, &mut flat);
         for (key, val) in &flat {
+            if plugin_variable(key).is_some() {
+                if !val.is_string() {
+                    return Err(ConfigError(format!(
+                        "configuration key `{key}` in {source} must be a string, found {}",
+                        short(val)
+                    )));
+                }
+                continue;
+            }
+            if self.untrusted && TRUST_KEYS.contains(&key.as_str()) {
+                self.warnings.push(format!(
+                    "configuration key `{key}` in {source} is ignored: a repository cannot grant itself trust (set it in the user configuration file or the initialization options)"
+                ));
+                continue;
+            }
             match KEYS.iter().find(|(n, _)| n == key) {
                 None => self.warnings.push(format!("unknown configuration key `{key}` in {source} (ignored)")),
                 Some((_, ty)) if !ty.accepts(val) => {
@@ -275,7 +321,8 @@ impl Loader {
             }
         }
         for (key, val) in flat {
-            if KEYS.iter().any(|(n, _)| *n == key) {
+            let trust = TRUST_KEYS.contains(&key.as_str());
+            if plugin_variable(&key).is_some() || (KEYS.iter().any(|(n, _)| *n == key) && !(trust && self.untrusted)) {
                 self.merged.insert(key, val);
             }
         }
@@ -334,6 +381,23 @@ impl Loader {
                 d.webfetch_allow_cross_origin_redirects,
             ),
             webfetch_max_bytes: u("webfetch.maxBytes", d.webfetch_max_bytes),
+            trust_project_tools: b("plugins.trustProjectTools", false),
+            plugin_timeout_ms: u("plugins.timeoutMs", d.plugin_timeout_ms).max(1),
+            trusted_projects: m
+                .get("plugins.trustedProjects")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+                .unwrap_or_default(),
+            plugin_variables: {
+                let mut out: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+                    Default::default();
+                for (k, v) in m {
+                    if let (Some((name, var)), Some(val)) = (plugin_variable(k), v.as_str()) {
+                        out.entry(name.to_string()).or_default().insert(var.to_string(), val.to_string());
+                    }
+                }
+                out
+            },
         }
     }
 
@@ -341,7 +405,10 @@ impl Loader {
     pub fn standard(project_root: &Path, init: Option<&Value>) -> Result<Loader, ConfigError> {
         let mut l = Loader::default();
         l.add_file(&Self::user_file())?;
-        l.add_file(&Self::project_file(project_root))?;
+        l.untrusted = true;
+        let r = l.add_file(&Self::project_file(project_root));
+        l.untrusted = false;
+        r?;
         if let Some(v) = init {
             l.add_value(v, "initializationOptions.forge.config")?;
         }

@@ -37,11 +37,48 @@ use forge_store::Store;
 /// ([`sandbox::shell`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    StartLoop { title: String, plan: String, loop_name: Option<String>, branch: Option<String> },
-    NewSession { title: String, plan: String },
-    Cancel { loop_name: String },
-    Restart { loop_name: String, force: bool },
-    Shell { loop_name: String, command: String, cwd: String, timeout_ms: u64 },
+    StartLoop {
+        title: String,
+        plan: String,
+        loop_name: Option<String>,
+        branch: Option<String>,
+    },
+    NewSession {
+        title: String,
+        plan: String,
+    },
+    Cancel {
+        loop_name: String,
+    },
+    Restart {
+        loop_name: String,
+        force: bool,
+    },
+    Shell {
+        loop_name: String,
+        command: String,
+        cwd: String,
+        timeout_ms: u64,
+    },
+    /// A task control on a session of a running loop (`session`: default the current phase
+    /// session); see [`runner::task`].
+    Task {
+        loop_name: String,
+        session: Option<String>,
+        action: TaskAction,
+    },
+}
+
+/// What a task control does (`forge.task-status`, `-message`, `-cancel`, `-revive`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskAction {
+    Status,
+    /// Queue a message into the session's next turn without starting one.
+    Message(String),
+    /// Stop the running turn, keeping the session.
+    Cancel,
+    /// Resume a stopped session with an instruction.
+    Revive(String),
 }
 
 /// The engine of one data directory.
@@ -96,6 +133,7 @@ impl Engine {
             Effect::Shell { loop_name, command, cwd, timeout_ms } => {
                 sandbox::shell(self, &env, &loop_name, &command, &cwd, timeout_ms).await
             }
+            Effect::Task { loop_name, session, action } => runner::task(self, &env, &loop_name, session, action).await,
         }
     }
 

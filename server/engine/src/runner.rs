@@ -45,6 +45,13 @@ pub const COMPACT_PROMPT: &str =
 /// Control messages.
 pub enum Msg {
     Cancel(oneshot::Sender<Result<CommandResult, ToolError>>),
+    /// A task control (`forge.task-*`) by `sender` on `session` (default: the live one).
+    Task {
+        session: Option<String>,
+        action: super::TaskAction,
+        sender: String,
+        reply: oneshot::Sender<Result<CommandResult, ToolError>>,
+    },
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -60,6 +67,16 @@ impl Handle {
     pub async fn cancel(&self) -> Option<Result<CommandResult, ToolError>> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(Msg::Cancel(tx)).ok()?;
+        rx.await.ok()
+    }
+    pub async fn task(
+        &self,
+        session: Option<String>,
+        action: super::TaskAction,
+        sender: String,
+    ) -> Option<Result<CommandResult, ToolError>> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Msg::Task { session, action, sender, reply: tx }).ok()?;
         rx.await.ok()
     }
     pub async fn shutdown(&self) {
@@ -79,6 +96,9 @@ struct Live {
     nudges: u32,
     last_prompt: String,
     handle: Option<TurnHandle>,
+    /// Its turn was stopped by `forge.task-cancel`: the outcome of that turn is ignored, the
+    /// watchdog leaves it alone, and `forge.task-revive` starts its next turn.
+    stopped: bool,
 }
 
 pub struct Runner {
@@ -139,6 +159,7 @@ pub fn spawn(
             nudges: 0,
             last_prompt: first.prompt,
             handle: None,
+            stopped: false,
         },
         done_tx,
         stalls: 0,
@@ -174,6 +195,10 @@ async fn run(
                     let _ = reply.send(res);
                     break;
                 }
+                Some(Msg::Task { session, action, sender, reply }) => {
+                    let res = r.task(session, action, &sender).await;
+                    let _ = reply.send(res);
+                }
                 Some(Msg::Shutdown(reply)) => {
                     r.external(Event::Shutdown).await;
                     let _ = reply.send(());
@@ -183,7 +208,7 @@ async fn run(
             },
             Some((sid, turn, outcome)) = done.recv() => {
                 // A turn the runner aborted, or of a retired session: not a turn end.
-                if sid != r.live.id || turn != r.live.turns {
+                if sid != r.live.id || turn != r.live.turns || r.live.stopped {
                     continue;
                 }
                 r.live.handle = None;
@@ -328,6 +353,11 @@ impl Runner {
         let title = session_title(&row, role);
         self.live.turns += 1;
         self.live.last_prompt = prompt.clone();
+        self.live.stopped = false;
+        // Messages queued for this session (forge.task-message) go first, delivered once.
+        let sid = self.live.id.clone();
+        let queued = self.write(move |c| forge_store::task_messages::take(c, &sid, now_ms())).await.unwrap_or_default();
+        let prompt = if queued.is_empty() { prompt } else { format!("{}{prompt}", queued_block(&queued)) };
         // A new turn replaces any deferred turn end (its outcome no longer matches).
         self.deferred_since = None;
         let req = TurnRequest {
@@ -353,6 +383,7 @@ impl Runner {
         };
         let sid = self.live.id.clone();
         self.write(move |c| db::set_session_status(c, &sid, "busy")).await;
+        self.engine.activity.touch_with(&self.live.id, "turn-start");
         self.quiet_since = now_ms();
         self.live.handle = Some(host::start_turn(req, self.done_tx.clone()));
     }
@@ -419,6 +450,11 @@ impl Runner {
     /// session) resets the timer and the count. Returns false when the loop stopped.
     async fn watchdog(&mut self) -> bool {
         let now = now_ms();
+        // A session stopped by its owner waits for task-revive, not for the watchdog.
+        if self.live.stopped {
+            self.quiet_since = now;
+            return true;
+        }
         let activity = self.engine.activity.last(&self.live.id).unwrap_or(0);
         if activity > self.quiet_since {
             self.quiet_since = activity;
@@ -567,6 +603,175 @@ impl Runner {
         let t = next_transition(&self.facts(&row), &event);
         self.apply(row, t.clone(), None).await;
         Some(t)
+    }
+
+    /// Logs a task control as a `control` transition (phase and counters unchanged).
+    async fn log_control(&self, row: &LoopRow, event: Event) {
+        let t = next_transition(&self.facts(row), &event);
+        let (p, n) = (self.project.clone(), self.loop_name.clone());
+        let res = self
+            .engine
+            .store
+            .call(move |c| {
+                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                    let now = now_ms();
+                    db::log_transition(tx, &p, &n, &t, now)?;
+                    forge_store::status::touch(tx, &p, &n, now)
+                })
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::error!(loop_name = %self.loop_name, "cannot log a task control: {e}");
+        }
+        self.engine.store.wrote.wake();
+    }
+
+    /// A task control (`forge.task-*`) on a session of this loop.
+    async fn task(
+        &mut self,
+        session: Option<String>,
+        action: super::TaskAction,
+        sender: &str,
+    ) -> Result<CommandResult, ToolError> {
+        use super::TaskAction;
+        let row = self
+            .row()
+            .await
+            .ok_or_else(|| ToolError::not_found(format!("No loop found for loop \"{}\".", self.loop_name)))?;
+        if row.status != "running" {
+            return Err(ToolError::conflict(format!("Loop \"{}\" is not running ({}).", row.loop_name, row.status)));
+        }
+        let target = session.unwrap_or_else(|| self.live.id.clone());
+        let is_live = target == self.live.id;
+        let is_standby = row.standby_session_id.as_deref() == Some(target.as_str());
+        if !is_live && !is_standby {
+            let mut known = format!("{} ({}, current)", self.live.id, self.live.role.as_str());
+            if let Some(sb) = &row.standby_session_id {
+                known.push_str(&format!(", {sb} (standby)"));
+            }
+            return Err(ToolError::not_found(format!(
+                "Session {target} is not a session of loop \"{}\"; its sessions: {known}.",
+                self.loop_name
+            )));
+        }
+        let role = if is_live {
+            self.live.role.as_str().to_string()
+        } else {
+            self.sessions.get(&target).map(|(_, _, r)| r.as_str().to_string()).unwrap_or_else(|| "standby".into())
+        };
+        let not_live = |what: &str| {
+            ToolError::conflict(format!(
+                "Session {target} is the loop's standby session: it runs no turn to {what}; only the current phase session {} can be {what}d.",
+                self.live.id
+            ))
+        };
+        match action {
+            TaskAction::Status => {
+                let state = if !is_live {
+                    "standby (resumed at the next rotation to its role)"
+                } else if self.live.stopped {
+                    "stopped (task-cancel); task-revive resumes it"
+                } else if self.live.handle.is_some() {
+                    "running a turn"
+                } else if self.deferred_since.is_some() {
+                    "turn ended; waiting for the loop's other sessions to settle"
+                } else {
+                    "idle"
+                };
+                let (at, source) = match self.engine.activity.last_with_source(&target) {
+                    Some((at, src)) => (Some(at), src),
+                    None => (None, "unknown"),
+                };
+                let t2 = target.clone();
+                let queued = self.db(move |c| forge_store::task_messages::waiting(c, &t2)).await.unwrap_or(0);
+                let turns =
+                    if is_live { self.live.turns } else { self.sessions.get(&target).map(|(_, t, _)| *t).unwrap_or(0) };
+                let activity = match at {
+                    Some(at) => format!(
+                        "{} ({source}, {}s ago)",
+                        forge_domain::text::iso_millis(at),
+                        (now_ms() - at).max(0) / 1000
+                    ),
+                    None => "none seen (unknown)".to_string(),
+                };
+                let text = format!(
+                    "Session {target} ({role}) of loop \"{}\": {state}\nPhase: {} · iteration {} · turn {turns}\nLast activity: {activity}\nQueued messages: {queued}",
+                    self.loop_name, row.phase, row.iteration
+                );
+                Ok(CommandResult {
+                    text,
+                    data: json!({
+                        "loopName": self.loop_name, "sessionId": target, "role": role, "state": state,
+                        "current": is_live, "running": is_live && self.live.handle.is_some(),
+                        "stopped": is_live && self.live.stopped, "turn": turns,
+                        "lastActivityAt": at, "lastActivitySource": source, "queuedMessages": queued,
+                    }),
+                })
+            }
+            TaskAction::Message(message) => {
+                let (p, n, t2, who) =
+                    (self.project.clone(), self.loop_name.clone(), target.clone(), sender.to_string());
+                let waiting = self
+                    .db(move |c| forge_store::task_messages::queue(c, &p, &n, &t2, &who, &message, now_ms()))
+                    .await
+                    .map_err(|e| ToolError::internal(e.to_string()))?;
+                self.log_control(&row, Event::TaskMessage).await;
+                Ok(CommandResult {
+                    text: format!(
+                        "Message queued for session {target} without launching or resuming it; it goes at the start of the session's next turn ({waiting} waiting)."
+                    ),
+                    data: json!({ "sessionId": target, "queuedMessages": waiting }),
+                })
+            }
+            TaskAction::Cancel => {
+                if !is_live {
+                    return Err(not_live("cancel"));
+                }
+                let Some(h) = self.live.handle.take() else {
+                    return Ok(CommandResult {
+                        text: format!("No turn of session {target} is running; nothing was stopped."),
+                        data: json!({ "sessionId": target, "interrupted": false }),
+                    });
+                };
+                self.live.stopped = true;
+                h.abort();
+                self.deferred_since = None;
+                self.mark(&target, "idle").await;
+                self.log_control(&row, Event::TaskCancel).await;
+                Ok(CommandResult {
+                    text: format!(
+                        "Stopped turn {} of session {target} ({role}); the session is kept and the loop waits: task-revive resumes it with an instruction. Partial edits in the worktree were not rolled back.",
+                        self.live.turns
+                    ),
+                    data: json!({ "sessionId": target, "interrupted": true, "turn": self.live.turns }),
+                })
+            }
+            TaskAction::Revive(instruction) => {
+                if !is_live {
+                    return Err(not_live("revive"));
+                }
+                if self.live.handle.is_some() {
+                    return Err(ToolError::conflict(format!(
+                        "Session {target} is running a turn: task-message queues a message into its next turn, task-cancel stops this one."
+                    )));
+                }
+                if !self.live.stopped && self.deferred_since.is_some() {
+                    return Err(ToolError::conflict(format!(
+                        "Session {target} ended its turn and the loop is acting on it; nothing to revive."
+                    )));
+                }
+                self.log_control(&row, Event::TaskRevive).await;
+                self.live.nudges = 0;
+                self.send(instruction).await;
+                Ok(CommandResult {
+                    text: format!(
+                        "Session {target} ({role}) resumed with your instruction (turn {}).",
+                        self.live.turns
+                    ),
+                    data: json!({ "sessionId": target, "turn": self.live.turns }),
+                })
+            }
+        }
     }
 
     async fn cancel(&mut self) -> Result<CommandResult, ToolError> {
@@ -850,8 +1055,16 @@ impl Runner {
         if !keep.contains(&self.live.id) {
             self.engine.activity.forget(&self.live.id);
         }
-        self.live =
-            Live { id: new_id, token, role, turns: prior_turns, nudges: 0, last_prompt: String::new(), handle: None };
+        self.live = Live {
+            id: new_id,
+            token,
+            role,
+            turns: prior_turns,
+            nudges: 0,
+            last_prompt: String::new(),
+            handle: None,
+            stopped: false,
+        };
         let kind = match to {
             Phase::Auditing if !fresh => Kind::AuditFollowUp,
             Phase::Auditing => Kind::Audit,
@@ -1220,6 +1433,45 @@ fn cancelled_result(row: &LoopRow, iteration: i64) -> CommandResult {
         text,
         data: json!({ "loopName": row.loop_name, "iteration": iteration, "worktreeDir": row.worktree_dir, "branch": row.worktree_branch }),
     }
+}
+
+/// The block of queued task messages put before a prompt.
+fn queued_block(msgs: &[forge_store::task_messages::Queued]) -> String {
+    let mut out = String::new();
+    for m in msgs {
+        out.push_str(&format!(
+            "[Message from {} at {}]\n{}\n\n",
+            m.sender,
+            forge_domain::text::iso_millis(m.created_at),
+            m.message.trim_end()
+        ));
+    }
+    out.push_str("---\n\n");
+    out
+}
+
+/// A task control (`forge.task-*`): through the loop's runner in this process. A loop run
+/// by another process is refused with a message saying so (its runner holds the turn).
+pub async fn task(
+    engine: &Arc<Engine>,
+    env: &ToolEnv,
+    loop_name: &str,
+    session: Option<String>,
+    action: super::TaskAction,
+) -> Result<CommandResult, ToolError> {
+    let project = env.project.id.clone();
+    let sender = match &env.caller.agent {
+        a if a == "user" => "the user".to_string(),
+        a => format!("agent {a} (session {})", env.caller.session_id),
+    };
+    if let Some(h) = engine.runner(&project, loop_name) {
+        if let Some(r) = h.task(session, action, sender).await {
+            return r;
+        }
+    }
+    Err(ToolError::precondition(format!(
+        "Loop \"{loop_name}\" is not run by this server process (it was started by another forge-lsp process, or that process died: `forge.loop-status` with restart resumes it here)."
+    )))
 }
 
 /// `loop-cancel`: through the loop's runner when this process runs it, else directly in

@@ -71,7 +71,8 @@ pub struct Sandbox {
     /// `forge-lsp call` works inside.
     pub binds: Vec<PathBuf>,
     /// Extra read-only paths: the agent program when it is a file outside the visible
-    /// tree (a script under `/tmp`, which the private `/tmp` would hide).
+    /// tree (a script under `/tmp`, which the private `/tmp` would hide), a plugin tool's
+    /// folder (which may be under `/tmp` too).
     pub ro_binds: Vec<PathBuf>,
 }
 
@@ -242,6 +243,13 @@ impl Sandbox {
     /// `argv` inside the sandbox, in `cwd` (a path inside the worktree).
     pub fn command(&self, bwrap: &Path, argv: &[String], cwd: &Path) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(bwrap);
+        c.args(self.args(Some(cwd))).arg("--").args(argv);
+        c
+    }
+
+    /// Like [`Sandbox::command`], as a blocking `std` command (plugin tools).
+    pub fn std_command(&self, bwrap: &Path, argv: &[String], cwd: &Path) -> std::process::Command {
+        let mut c = std::process::Command::new(bwrap);
         c.args(self.args(Some(cwd))).arg("--").args(argv);
         c
     }

@@ -52,21 +52,32 @@ pub struct TurnRequest {
     pub preset: Option<forge_domain::agent_output::Cli>,
 }
 
-/// Last activity (epoch ms) per session: output from its process or a tool call by it.
-/// One per engine; the stall watchdog reads it.
+/// Last activity (epoch ms) per session and its source: `output` (its process printed),
+/// `tool-call` (it called a tool), `turn-start` (a turn was started and nothing else was
+/// seen since). One per engine; the stall watchdog and `forge.task-status` read it.
 #[derive(Debug, Default)]
-pub struct Activity(std::sync::Mutex<std::collections::HashMap<String, i64>>);
+pub struct Activity(std::sync::Mutex<std::collections::HashMap<String, (i64, &'static str)>>);
 
 impl Activity {
-    /// Records activity of a session (its process printed, or it called a tool).
+    /// Records output of a session's process.
     pub fn touch(&self, session: &str) {
+        self.touch_with(session, "output");
+    }
+
+    /// Records activity of a session with its source.
+    pub fn touch_with(&self, session: &str, source: &'static str) {
         if let Ok(mut m) = self.0.lock() {
-            m.insert(session.to_string(), forge_core::now_ms());
+            m.insert(session.to_string(), (forge_core::now_ms(), source));
         }
     }
 
     /// The last recorded activity of a session.
     pub fn last(&self, session: &str) -> Option<i64> {
+        self.last_with_source(session).map(|(t, _)| t)
+    }
+
+    /// The last recorded activity of a session and its source.
+    pub fn last_with_source(&self, session: &str) -> Option<(i64, &'static str)> {
         self.0.lock().ok().and_then(|m| m.get(session).copied())
     }
 

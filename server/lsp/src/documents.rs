@@ -47,6 +47,19 @@ pub fn render_sync(
             let (t, a) = forge_store::loop_db::history(db, project, name).db()?;
             Ok(forge_domain::history::render(name, &t, &a))
         }
+        ForgeUri::Interview(id) => {
+            let row = forge_store::interviews::get(db, project, id)
+                .db()?
+                .ok_or_else(|| ToolError::not_found(format!("No interview stored for session {id}.")))?;
+            Ok(forge_domain::interview::render(&forge_domain::interview::InterviewView {
+                session_id: &row.session_id,
+                status: &row.status,
+                spec: &row.spec,
+                questions: &row.questions,
+                turn: row.turns,
+                updated_at: &iso_millis(row.updated_at),
+            }))
+        }
         ForgeUri::Index => render_index(db, project, root, &link),
     }
 }
@@ -87,6 +100,22 @@ fn render_index(
             l.iteration,
             link(&ForgeUri::LoopPlan(l.loop_name.clone()))
         ));
+    }
+    // Interviews are listed only once there is one (the index of a project without
+    // interviews is unchanged).
+    let interviews = forge_store::interviews::recent(db, project, 20).db()?;
+    if !interviews.is_empty() {
+        out.push_str("\n## Interviews\n\n");
+        for i in &interviews {
+            out.push_str(&format!(
+                "- [session {}]({}) · turn {} · updated {} · {}\n",
+                i.session_id,
+                link(&ForgeUri::Interview(i.session_id.clone())),
+                i.turns,
+                iso_millis(i.updated_at),
+                i.status.lines().next().unwrap_or("")
+            ));
+        }
     }
     out.push_str(&crate::findings_index::render(db, project, root)?);
     Ok(out)

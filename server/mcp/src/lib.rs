@@ -128,6 +128,20 @@ pub fn tools() -> Vec<Tool> {
         .collect()
 }
 
+/// The MCP tools of the plugin tools from files of a project (PROTOCOL.md 10.4).
+pub fn plugin_tools(root: &std::path::Path) -> Vec<Tool> {
+    forge_tools::plugins::offers(root, forge_tools::plugins::trusted_outside(root))
+        .into_iter()
+        .map(|o| {
+            let schema = match o.input_schema {
+                Value::Object(m) => m,
+                _ => JsonObject::from_iter([("type".to_string(), json!("object"))]),
+            };
+            Tool::new(o.name, o.description, Arc::new(schema))
+        })
+        .collect()
+}
+
 /// The `tools/call` result of a tool's outcome.
 pub fn to_mcp(outcome: Result<CommandResult, ToolError>) -> CallToolResult {
     match outcome {
@@ -214,7 +228,15 @@ impl ServerHandler for ForgeMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        let mut all: Vec<Tool> = tools();
+        for t in plugin_tools(&self.route.root) {
+            // An override replaces the built-in of its name.
+            match all.iter_mut().find(|b| b.name == t.name) {
+                Some(b) => *b = t,
+                None => all.push(t),
+            }
+        }
+        Ok(ListToolsResult::with_all_items(all))
     }
 
     async fn call_tool(
@@ -225,6 +247,15 @@ impl ServerHandler for ForgeMcp {
         // The MCP spec's rule: an unknown tool is a protocol error (-32602), a tool that ran
         // and failed is a result with isError.
         let Some(tool) = forge_tools::TOOLS.iter().find(|t| t.name == request.name) else {
+            // A plugin tool from files (PROTOCOL.md 10.4).
+            if self.route.plugin(&request.name).is_some() {
+                let input = Value::Object(request.arguments.unwrap_or_default());
+                let (route, name) = (self.route.clone(), request.name.to_string());
+                let outcome = tokio::task::spawn_blocking(move || route.call_named(&name, false, input))
+                    .await
+                    .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", request.name))));
+                return Ok(to_mcp(outcome).into());
+            }
             return Err(ErrorData::invalid_params(
                 format!("Unknown tool: {}; tools/list lists the Forge tools", request.name),
                 None,

@@ -15,12 +15,14 @@
 pub mod attempts;
 pub mod changes;
 pub mod findings;
+pub mod interviews;
 pub mod loop_db;
 pub mod loops;
 pub mod plans;
 pub mod servers;
 pub mod status;
 pub mod sweep;
+pub mod task_messages;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;

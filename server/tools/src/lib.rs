@@ -31,8 +31,10 @@ pub mod identity;
 pub mod loop_permissions;
 pub mod loop_scope;
 pub mod plan_ops;
+pub mod plugins;
 pub mod route;
 pub mod structural;
+pub mod task_control;
 
 pub use forge_core::{Caller, LoopBinding, ToolEnv};
 pub use forge_store::{Db, Store};
@@ -178,6 +180,20 @@ pub struct Done {
     pub result: CommandResult,
     pub effect: Option<forge_engine::Effect>,
     pub after: Option<After>,
+    /// Set when the caller gave up on the call (`$/cancelRequest`): a plugin tool's
+    /// process group is killed.
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// Sets the cancel flag of a call when the call's future is dropped unfinished.
+struct CancelOnDrop(Option<Arc<std::sync::atomic::AtomicBool>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(f) = &self.0 {
+            f.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
 }
 
 /// Runs one tool call in one transaction; returns its result and the work it leaves.
@@ -188,6 +204,10 @@ pub fn run_tx(
     input: Value,
     has_engine: bool,
 ) -> Result<Done, ToolError> {
+    // A plugin tool: its namespaced command, or a built-in's name it overrides.
+    if let Some(p) = plugins::find(&env.project.root, command, plugins::project_trusted(env)) {
+        return plugin_call(conn, env, p, input);
+    }
     let Some(tool) = find(command) else {
         return Err(ToolError::invalid_params(format!(
             "unknown command `{command}`; forge.tools lists the available commands"
@@ -202,13 +222,55 @@ pub fn run_tx(
     match result {
         Ok(result) => {
             tx.commit().db()?;
-            Ok(Done { result, effect, after })
+            Ok(Done { result, effect, after, cancel: None })
         }
         Err(e) => {
             let _ = tx.rollback();
             Err(e)
         }
     }
+}
+
+/// A plugin tool (`forge.<plugin>__<Name>`): trust, then the input against its schema, then
+/// the process after the (empty) transaction, off the store thread.
+fn plugin_call(conn: &Connection, env: &ToolEnv, p: plugins::PluginTool, input: Value) -> Result<Done, ToolError> {
+    let command = forge_protocol::command_name(&p.effective_name(plugins::project_trusted(env)));
+    if p.plugin == "project" && !plugins::project_trusted(env) {
+        return Err(ToolError::denied(format!(
+            "{command} is a tool of this repository ({}), and a repository cannot trust itself: to run its tools, set `plugins.trustProjectTools = true` in {} (or in initializationOptions.forge.config), or add \"{}\" to `plugins.trustedProjects` there",
+            p.exe.display(),
+            forge_core::config::Loader::user_file().display(),
+            env.project.root.display()
+        )));
+    }
+    plugins::validate(&p.input_schema, &input, "")
+        .map_err(|e| ToolError::invalid_params(format!("invalid arguments for {command}: {e}")))?;
+    // From a loop session: the loop's worktree, in its sandbox when it has one.
+    let place = match &env.caller.binding {
+        Some(b) => {
+            let row = conn
+                .query_row(
+                    "SELECT worktree_dir, sandbox, sandbox_network FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                    rusqlite::params![env.project.id, b.loop_name],
+                    |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? != 0, r.get::<_, i64>(2)? != 0)),
+                )
+                .db()?;
+            Some(plugins::LoopPlace { worktree: std::path::PathBuf::from(row.0), sandbox: row.1, network: row.2 })
+        }
+        None => None,
+    };
+    let env = env.clone();
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancel.clone();
+    Ok(Done {
+        result: CommandResult { text: String::new(), data: Value::Null },
+        effect: None,
+        after: Some(Box::new(move || {
+            let timeout = std::time::Duration::from_millis(env.config.plugin_timeout_ms);
+            plugins::run(&p, &env, &input, timeout, &flag, place.as_ref())
+        })),
+        cancel: Some(cancel),
+    })
 }
 
 /// Runs one tool call through the store's owner thread.
@@ -221,7 +283,7 @@ pub async fn call(
 ) -> Result<CommandResult, ToolError> {
     if env.caller.binding.is_some() {
         // A tool call is activity of the loop session (stall watchdog).
-        engine.activity.touch(&env.caller.session_id);
+        engine.activity.touch_with(&env.caller.session_id, "tool-call");
     }
     let name = find(command).map(|t| t.name).unwrap_or_default();
     let ticket = guard::start(&env.caller.session_id, name, &input)?;
@@ -242,13 +304,18 @@ pub async fn call(
     }
     let outcome = async {
         let done = r?;
-        match (done.effect, done.after) {
+        // Dropped with the call's future (`$/cancelRequest`): kills a plugin tool's process.
+        let mut on_drop = CancelOnDrop(done.cancel);
+        let res = match (done.effect, done.after) {
             (Some(e), _) => engine.run(e, env).await,
             (None, Some(after)) => tokio::task::spawn_blocking(after)
                 .await
                 .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{name} failed: {e}")))),
             (None, None) => Ok(done.result),
-        }
+        };
+        // Finished: nothing to cancel.
+        on_drop.0 = None;
+        res
     }
     .await;
     match (outcome, ticket) {

@@ -130,11 +130,22 @@ impl Route {
     }
 
     /// Runs one tool with `input` (one JSON object); see the module doc for the route.
-    pub fn call(&self, tool: &'static ToolEntry, mut input: Value) -> Result<CommandResult, ToolError> {
+    pub fn call(&self, tool: &'static ToolEntry, input: Value) -> Result<CommandResult, ToolError> {
+        self.call_named(tool.name, tool.needs_server, input)
+    }
+
+    /// A plugin tool (`<plugin>__<Name>`, PROTOCOL.md 10.4) of this route's project, if any.
+    pub fn plugin(&self, name: &str) -> Option<crate::plugins::PluginTool> {
+        crate::plugins::find(&self.root, name, crate::plugins::trusted_outside(&self.root))
+    }
+
+    /// Calls tool `name` (a built-in's or a plugin tool's offer name); `needs_server` refuses
+    /// the in-process path.
+    pub fn call_named(&self, name: &str, needs_server: bool, mut input: Value) -> Result<CommandResult, ToolError> {
         relative_file_from(&mut input, &self.here, &self.root);
         if let Some(sock) = &self.socket {
             self.say(format!("through the server at FORGE_LSP_SOCKET={}", sock.display()));
-            return self.via_server(sock, tool.name, input).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)));
+            return self.via_server(sock, name, input).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)));
         }
 
         let project = Project::detect(&self.root);
@@ -142,7 +153,7 @@ impl Route {
         let mut conn = store::open_connection(&db_path).map_err(|e| ToolError::precondition(e.to_string()))?;
         for sock in running_servers(&conn, &project.id) {
             self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
-            match self.via_server(&sock, tool.name, input.clone()) {
+            match self.via_server(&sock, name, input.clone()) {
                 Ok(r) => return Ok(r),
                 Err(Some(e)) => return Err(e),
                 Err(None) => {
@@ -159,10 +170,10 @@ impl Route {
                 }
             }
         }
-        if tool.needs_server {
+        if needs_server {
             return Err(ToolError::precondition(format!(
                 "forge.{} needs a running forge-lsp server (it controls loops) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
-                tool.name,
+                name,
                 self.data_dir.display()
             )));
         }
@@ -181,7 +192,7 @@ impl Route {
             home: std::env::var("HOME").ok(),
             links: forge_core::Links::Forge,
         };
-        crate::run_on(&mut conn, &env, tool.name, input)
+        crate::run_on(&mut conn, &env, name, input)
     }
 
     fn say(&self, route: String) {

@@ -94,8 +94,25 @@ fn parse_input(raw: Option<&str>) -> Result<Value, ToolError> {
 /// Runs one call and returns its result (what `run` prints); the demo's agent uses it too.
 pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
     let Some(tool) = tools::find(&args.tool) else {
+        // A plugin tool from files (`<plugin>__<Name>`, PROTOCOL.md 10.4) of the project.
+        if args.tool.contains("__") {
+            let input = parse_input(args.input.as_deref())?;
+            let route_args = RouteArgs {
+                agent: args.agent.clone(),
+                session: args.session.clone(),
+                data_dir: args.data_dir.clone(),
+                project: args.project.clone(),
+                verbose: args.verbose,
+                label: "forge-lsp call",
+            };
+            let name = args.tool.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(&args.tool);
+            let route = Route::new(&route_args, &format!("to call forge.{name} on"))?;
+            if route.plugin(name).is_some() {
+                return route.call_named(name, false, input);
+            }
+        }
         return Err(ToolError::invalid_params(format!(
-            "unknown tool `{}`; `forge-lsp call --help` lists the tools",
+            "unknown tool `{}`; `forge-lsp call --help` lists the tools (and `forge-lsp call tools` the plugin tools)",
             args.tool
         )));
     };

@@ -118,11 +118,19 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     }
     register_server(&ws, &conn.project_id()).await;
 
+    // The built-in commands, then the plugin tools from files (PROTOCOL.md 10.4).
+    let mut commands = forge_tools::commands();
+    let trusted = forge_tools::plugins::project_trusted(&conn.env());
+    for o in forge_tools::plugins::offers(&conn.env().project.root, trusted) {
+        if !commands.contains(&o.command) {
+            commands.push(o.command);
+        }
+    }
     typed(json!({
         "capabilities": {
             "positionEncoding": if encoding == PositionEncoding::Utf8 { "utf-8" } else { "utf-16" },
             "textDocumentSync": { "openClose": true, "change": 1, "save": { "includeText": true } },
-            "executeCommandProvider": { "commands": forge_tools::commands() },
+            "executeCommandProvider": { "commands": commands },
             "workspace": { "textDocumentContent": { "schemes": [forge_protocol::uri::SCHEME] } },
             "documentSymbolProvider": true,
             "foldingRangeProvider": true,

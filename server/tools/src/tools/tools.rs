@@ -6,12 +6,14 @@ use super::{ok, ToolCtx};
 
 pub const NEEDS_SERVER: bool = false;
 
-pub const DESCRIPTION: &str = "List every Forge tool with its command, description and input JSON Schema.";
+pub const DESCRIPTION: &str = "List every Forge tool (built-in and plugin tools from files) with its command, description and input JSON Schema.";
 
 pub type Input = forge_protocol::inputs::NoInput;
 
-pub fn execute(_input: Input, _ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
-    let offers = super::offers();
+pub fn execute(_input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    // The built-in tools, then the plugin tools found on disk (PROTOCOL.md 10.4).
+    let trusted = crate::plugins::project_trusted(ctx.env);
+    let offers = crate::plugins::merge(super::offers(), crate::plugins::offers(&ctx.env.project.root, trusted));
     let mut text = format!("{} tools:\n", offers.len());
     for o in &offers {
         text.push_str(&format!("- {}: {}\n", o.command, o.description));

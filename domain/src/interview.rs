@@ -1,0 +1,363 @@
+//! Interview state (`forge.interview-submit-state`): the unified-diff applier that turns
+//! a turn's `diff` into the next spec, and the `forge://interview/<sessionId>.md`
+//! document.
+//!
+//! The applier is small and strict on purpose. A unified diff carries line numbers, so a
+//! hunk is tried where its header says first, then at the nearest place where its old
+//! lines match exactly (an offset, as `patch(1)` does), then the nearest place where they
+//! match ignoring trailing whitespace. Ambiguity cannot arise: the nearest place to the
+//! stated line wins, ties going to the earlier line. The hunk counts in the header are
+//! not enforced (models get them wrong), the body is what counts. A hunk whose old lines
+//! are found nowhere is an error naming the hunk (its number and header line) and the
+//! first old line it could not place. Added lines are written exactly as authored; the
+//! spec keeps its final-newline state.
+//!
+//! (The project's `patch` module applies the `*** Begin Patch` format, whose hunks have
+//! no line numbers and which refuses ambiguity; spec text repeats lines such as blank
+//! lines and `---` rules, so a line-number-guided applier fits unified diffs better.)
+
+/// One line of a hunk body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiffLine {
+    Context(String),
+    Remove(String),
+    Add(String),
+}
+
+/// One `@@ -a,b +c,d @@` hunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffHunk {
+    /// 1-based number of the hunk in the diff.
+    pub number: usize,
+    /// 1-based line of the diff where its `@@` header is.
+    pub line: usize,
+    /// The header line as written.
+    pub header: String,
+    /// 1-based start line in the old text (0 for an insertion into an empty text).
+    pub old_start: usize,
+    pub lines: Vec<DiffLine>,
+}
+
+impl DiffHunk {
+    fn old(&self) -> Vec<&str> {
+        self.lines
+            .iter()
+            .filter_map(|l| match l {
+                DiffLine::Context(s) | DiffLine::Remove(s) => Some(s.as_str()),
+                DiffLine::Add(_) => None,
+            })
+            .collect()
+    }
+    fn name(&self) -> String {
+        format!("hunk {} (diff line {}: `{}`)", self.number, self.line, self.header)
+    }
+}
+
+fn parse_start(header: &str) -> Option<usize> {
+    // `@@ -a,b +c,d @@ optional text`
+    let rest = header.strip_prefix("@@ -")?;
+    let old = rest.split_whitespace().next()?;
+    let start = old.split(',').next()?;
+    start.parse().ok()
+}
+
+/// Parses a unified diff (file headers `---`/`+++`, `diff --git` and `index` lines
+/// before the first hunk are skipped). Errors name the diff line.
+pub fn parse_unified(diff: &str) -> Result<Vec<DiffHunk>, String> {
+    let mut hunks: Vec<DiffHunk> = Vec::new();
+    let lines: Vec<&str> = diff.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();
+    // A final newline does not make an empty last line.
+    let n = if lines.last() == Some(&"") { lines.len() - 1 } else { lines.len() };
+    for (i, raw) in lines[..n].iter().enumerate() {
+        let at = i + 1;
+        if raw.starts_with("@@") {
+            let old_start = parse_start(raw).ok_or_else(|| {
+                format!("diff line {at}: malformed hunk header `{raw}` (expected `@@ -start,count +start,count @@`)")
+            })?;
+            hunks.push(DiffHunk {
+                number: hunks.len() + 1,
+                line: at,
+                header: raw.to_string(),
+                old_start,
+                lines: vec![],
+            });
+            continue;
+        }
+        let Some(h) = hunks.last_mut() else {
+            if raw.starts_with("--- ")
+                || raw.starts_with("+++ ")
+                || raw.starts_with("diff ")
+                || raw.starts_with("index ")
+                || raw.trim().is_empty()
+            {
+                continue;
+            }
+            return Err(format!(
+                "diff line {at}: expected a `@@ -start,count +start,count @@` hunk header, found `{raw}`"
+            ));
+        };
+        match raw.chars().next() {
+            None => h.lines.push(DiffLine::Context(String::new())),
+            Some(' ') => h.lines.push(DiffLine::Context(raw[1..].to_string())),
+            Some('-') => h.lines.push(DiffLine::Remove(raw[1..].to_string())),
+            Some('+') => h.lines.push(DiffLine::Add(raw[1..].to_string())),
+            Some('\\') => {}
+            Some(_) => {
+                return Err(format!(
+                    "diff line {at} (in hunk {}): a hunk line must start with ' ', '-' or '+', found `{raw}`",
+                    h.number
+                ))
+            }
+        }
+    }
+    if hunks.is_empty() {
+        return Err("the diff has no hunk (`@@ -start,count +start,count @@`)".to_string());
+    }
+    // Trailing empty context lines are separators, not content.
+    for h in &mut hunks {
+        while matches!(h.lines.last(), Some(DiffLine::Context(s)) if s.is_empty()) {
+            h.lines.pop();
+        }
+        if h.lines.is_empty() {
+            return Err(format!("{} is empty", h.name()));
+        }
+    }
+    Ok(hunks)
+}
+
+fn fits(text: &[&str], at: usize, old: &[&str], loose: bool) -> bool {
+    at + old.len() <= text.len()
+        && old.iter().zip(&text[at..]).all(|(a, b)| if loose { a.trim_end() == b.trim_end() } else { a == b })
+}
+
+/// The place nearest to `want` (within `lo..`) where `old` fits.
+fn nearest(text: &[&str], lo: usize, want: usize, old: &[&str], loose: bool) -> Option<usize> {
+    if old.len() > text.len() {
+        return None;
+    }
+    let last = text.len() - old.len();
+    if lo > last {
+        return None;
+    }
+    let want = want.clamp(lo, last);
+    for d in 0..=last - lo {
+        if want >= lo + d && fits(text, want - d, old, loose) {
+            return Some(want - d);
+        }
+        if want + d <= last && fits(text, want + d, old, loose) {
+            return Some(want + d);
+        }
+    }
+    None
+}
+
+/// Applies a unified diff to `text`; every hunk applies or the error names the one
+/// that does not.
+pub fn apply_unified(text: &str, diff: &str) -> Result<String, String> {
+    let hunks = parse_unified(diff)?;
+    let final_newline = text.is_empty() || text.ends_with('\n');
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    let old_lines: Vec<&str> = if text.is_empty() { vec![] } else { body.split('\n').collect() };
+    let mut out: Vec<String> = Vec::new();
+    let mut cursor = 0;
+    for h in &hunks {
+        let old = h.old();
+        let want = h.old_start.saturating_sub(1);
+        let at = if old.is_empty() {
+            // Pure insertion: after line `old_start`.
+            let at = h.old_start.min(old_lines.len());
+            if at < cursor {
+                return Err(format!("{} inserts before the previous hunk; hunks must be in order", h.name()));
+            }
+            at
+        } else {
+            match nearest(&old_lines, cursor, want, &old, false)
+                .or_else(|| nearest(&old_lines, cursor, want, &old, true))
+            {
+                Some(at) => at,
+                None => {
+                    // Say which old line is the problem: the longest prefix that fits.
+                    let best = (cursor..old_lines.len())
+                        .map(|s| {
+                            (
+                                s,
+                                old.iter()
+                                    .zip(&old_lines[s..])
+                                    .take_while(|(a, b)| a.trim_end() == b.trim_end())
+                                    .count(),
+                            )
+                        })
+                        .max_by_key(|(s, k)| (*k, std::cmp::Reverse(s.abs_diff(want))));
+                    let detail = match best {
+                        Some((s, k)) if k > 0 && k < old.len() => format!(
+                            "its old lines match from spec line {} but line {} of the hunk (`{}`) differs from the spec (`{}`)",
+                            s + 1,
+                            k + 1,
+                            old[k],
+                            old_lines.get(s + k).copied().unwrap_or("<end of spec>")
+                        ),
+                        _ => format!("its first old line `{}` is not in the spec", old[0]),
+                    };
+                    return Err(format!("{} does not apply: {detail}", h.name()));
+                }
+            }
+        };
+        out.extend(old_lines[cursor..at].iter().map(|s| s.to_string()));
+        // Context lines keep the spec's bytes; added lines are written as authored.
+        let mut k = at;
+        for l in &h.lines {
+            match l {
+                DiffLine::Context(_) => {
+                    out.push(old_lines[k].to_string());
+                    k += 1;
+                }
+                DiffLine::Remove(_) => k += 1,
+                DiffLine::Add(s) => out.push(s.clone()),
+            }
+        }
+        cursor = k;
+    }
+    out.extend(old_lines[cursor..].iter().map(|s| s.to_string()));
+    let mut s = out.join("\n");
+    if final_newline && !s.is_empty() {
+        s.push('\n');
+    }
+    Ok(s)
+}
+
+/// The stored state of one interview, as the document shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterviewView<'a> {
+    pub session_id: &'a str,
+    pub status: &'a str,
+    pub spec: &'a str,
+    pub questions: &'a [String],
+    pub turn: i64,
+    pub updated_at: &'a str,
+}
+
+/// Renders `forge://interview/<sessionId>.md`.
+pub fn render(v: &InterviewView) -> String {
+    let mut out = format!(
+        "# Interview {}\n\nStatus: {}\nTurn {} · updated {}\n\n## Open questions\n\n",
+        v.session_id,
+        v.status.trim(),
+        v.turn,
+        v.updated_at
+    );
+    if v.questions.is_empty() {
+        out.push_str("None.\n");
+    }
+    for (i, q) in v.questions.iter().enumerate() {
+        out.push_str(&format!("{}. {}\n", i + 1, q.trim()));
+    }
+    out.push_str("\n## Spec\n\n");
+    out.push_str(v.spec.trim_end());
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = "# Spec\n\nGoal: a\n\n## Steps\n\n- one\n- two\n- three\n";
+
+    #[test]
+    fn applies() {
+        let cases: &[(&str, &str, &str)] = &[
+            // (name, diff, expected)
+            (
+                "replace one line",
+                "--- a/spec\n+++ b/spec\n@@ -3,1 +3,1 @@\n-Goal: a\n+Goal: b\n",
+                "# Spec\n\nGoal: b\n\n## Steps\n\n- one\n- two\n- three\n",
+            ),
+            (
+                "context and add",
+                "@@ -7,2 +7,3 @@\n - one\n+- one and a half\n - two\n",
+                "# Spec\n\nGoal: a\n\n## Steps\n\n- one\n- one and a half\n- two\n- three\n",
+            ),
+            (
+                "stale line number is an offset",
+                "@@ -1,2 +1,2 @@\n - two\n-- three\n+- 3\n",
+                "# Spec\n\nGoal: a\n\n## Steps\n\n- one\n- two\n- 3\n",
+            ),
+            (
+                "two hunks in order",
+                "@@ -1 +1 @@\n-# Spec\n+# Spec v2\n@@ -9 +9,2 @@\n - three\n+- four\n",
+                "# Spec v2\n\nGoal: a\n\n## Steps\n\n- one\n- two\n- three\n- four\n",
+            ),
+            (
+                "trailing whitespace drift",
+                "@@ -3 +3 @@\n-Goal: a   \n+Goal: c\n",
+                "# Spec\n\nGoal: c\n\n## Steps\n\n- one\n- two\n- three\n",
+            ),
+            (
+                "nearest of repeated lines wins",
+                "@@ -4,1 +4,1 @@\n-\n+(blank)\n",
+                "# Spec\n\nGoal: a\n(blank)\n## Steps\n\n- one\n- two\n- three\n",
+            ),
+            (
+                "pure insertion after line 9",
+                "@@ -9,0 +10,1 @@\n+- four\n",
+                "# Spec\n\nGoal: a\n\n## Steps\n\n- one\n- two\n- three\n- four\n",
+            ),
+            (
+                "crlf diff",
+                "@@ -3 +3 @@\r\n-Goal: a\r\n+Goal: d\r\n",
+                "# Spec\n\nGoal: d\n\n## Steps\n\n- one\n- two\n- three\n",
+            ),
+        ];
+        for (name, diff, want) in cases {
+            assert_eq!(apply_unified(SPEC, diff).as_deref(), Ok(*want), "{name}");
+        }
+    }
+
+    #[test]
+    fn refuses() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            ("no hunk", "just text\n", &["expected a `@@"]),
+            ("empty", "", &["no hunk"]),
+            ("bad header", "@@ nonsense @@\n-a\n", &["diff line 1", "malformed hunk header"]),
+            ("bad line", "@@ -1 +1 @@\n-# Spec\n*oops\n", &["diff line 3", "hunk 1"]),
+            (
+                "missing line",
+                "@@ -3 +3 @@\n-Goal: z\n+Goal: y\n",
+                &["hunk 1 (diff line 1", "`Goal: z` is not in the spec"],
+            ),
+            (
+                "second hunk stale",
+                "@@ -1 +1 @@\n-# Spec\n+# S\n@@ -7,2 +7,2 @@\n - one\n-- zwei\n+- 2\n",
+                &["hunk 2 (diff line 4", "line 2 of the hunk (`- zwei`) differs", "(`- two`)"],
+            ),
+        ];
+        for (name, diff, needles) in cases {
+            let e = apply_unified(SPEC, diff).unwrap_err();
+            for n in *needles {
+                assert!(e.contains(n), "{name}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn keeps_final_newline_state() {
+        assert_eq!(apply_unified("a\nb", "@@ -2 +2 @@\n-b\n+c\n").unwrap(), "a\nc");
+        assert_eq!(apply_unified("", "@@ -0,0 +1 @@\n+x\n").unwrap(), "x\n");
+    }
+
+    #[test]
+    fn renders() {
+        let q = vec!["Which DB?".to_string()];
+        let v = InterviewView {
+            session_id: "ses_1",
+            status: "asking",
+            spec: "# S\n",
+            questions: &q,
+            turn: 2,
+            updated_at: "t",
+        };
+        let doc = render(&v);
+        assert!(doc.starts_with("# Interview ses_1\n"));
+        assert!(doc.contains("1. Which DB?") && doc.contains("## Spec\n\n# S\n"));
+    }
+}

@@ -1,0 +1,253 @@
+//! Tools from files (PROTOCOL.md 10.4) over the real binary: a user plugin's tool and a
+//! project tool are offered by `forge.tools` from their sidecars; a call validates the
+//! input against `inputSchema`, runs the executable with the input on stdin and the
+//! context in its environment (plugin variables included), returns its output as text
+//! (and data when it is a JSON object); a non-zero exit is a failure with standard error;
+//! a tool that hangs is killed at the time limit. Project tools run only when the user
+//! trusts them, and the repository's own configuration cannot trust them.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn tool(dir: &Path, name: &str, script: &str, sidecar: Value) {
+    std::fs::create_dir_all(dir).unwrap();
+    let exe = dir.join(name);
+    std::fs::write(&exe, script).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join(format!("{name}.json")), sidecar.to_string()).unwrap();
+}
+
+const ECHO: &str = "#!/bin/sh\nread -r line\nprintf '{\"got\":%s,\"tool\":\"%s\",\"id\":\"%s\",\"dir\":\"%s\",\"greeting\":\"%s\"}\\n' \"$line\" \"$FORGE_TOOL_NAME\" \"$FORGE_TOOL_CALL_ID\" \"$FORGE_PLUGIN_DIR\" \"$GREETING\"\n";
+
+fn schema() -> Value {
+    json!({
+        "description": "Echo a message from the plugin tool.",
+        "inputSchema": {
+            "type": "object",
+            "properties": { "message": { "type": "string", "minLength": 1 } },
+            "required": ["message"],
+            "additionalProperties": false
+        }
+    })
+}
+
+#[test]
+fn user_and_project_plugin_tools() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let kit = sb.config_home.join("forge-lsp/plugins/kit");
+    tool(&kit.join("tools"), "KitPing", ECHO, schema());
+    tool(
+        &kit.join("tools"),
+        "Fail",
+        "#!/bin/sh\ncat > /dev/null\necho 'no network here' >&2\nexit 3\n",
+        json!({ "description": "Always fails.", "inputSchema": { "type": "object" } }),
+    );
+    tool(
+        &repo.path.join(".forge/tools"),
+        "Local",
+        "#!/bin/sh\ncat > /dev/null\necho local tool ran\n",
+        json!({ "description": "A repository's tool.", "inputSchema": { "type": "object" } }),
+    );
+    // A file without a sidecar is not a tool.
+    std::fs::write(kit.join("tools/NoSidecar"), "#!/bin/sh\n").unwrap();
+    sb.write_user_config("[plugins.kit.variables]\nGREETING = \"hello from config\"\n");
+    // The repository tries to trust itself: ignored.
+    repo.write_project_config("[plugins]\ntrustProjectTools = true\n");
+
+    let mut c = sb.stdio();
+    let init = c.init(&Init::new(&repo.path));
+    let commands = init["capabilities"]["executeCommandProvider"]["commands"].as_array().unwrap();
+    assert!(
+        commands.contains(&json!("forge.kit__KitPing")) && commands.contains(&json!("forge.project__Local")),
+        "{commands:?}"
+    );
+
+    let offers = c.tool_ok("tools", json!({}));
+    let list = offers.data["tools"].as_array().unwrap();
+    let names: Vec<&str> = list.iter().filter_map(|o| o["name"].as_str()).collect();
+    assert!(
+        names.contains(&"kit__KitPing") && names.contains(&"kit__Fail") && names.contains(&"project__Local"),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("NoSidecar")), "{names:?}");
+    let ping = list.iter().find(|o| o["name"] == json!("kit__KitPing")).unwrap();
+    assert_eq!(ping["command"], json!("forge.kit__KitPing"));
+    assert_eq!(ping["inputSchema"]["required"], json!(["message"]));
+
+    // A call: input on stdin, context in the environment, JSON stdout is also data.
+    let out = c.tool_ok("kit__KitPing", json!({ "message": "ping" }));
+    assert_eq!(out.data["got"], json!({ "message": "ping" }), "{}", out.text);
+    assert_eq!(out.data["tool"], json!("kit__KitPing"));
+    assert_eq!(out.data["greeting"], json!("hello from config"));
+    assert_eq!(Path::new(out.data["dir"].as_str().unwrap()), kit.as_path());
+    assert!(!out.data["id"].as_str().unwrap().is_empty());
+    assert!(out.text.contains("\"got\""), "{}", out.text);
+
+    // Input validated against the sidecar's schema before anything runs.
+    for (input, needle) in [
+        (json!({}), "missing required field `message`"),
+        (json!({ "message": "" }), "`message`"),
+        (json!({ "message": "x", "bogus": 1 }), "unknown field `bogus`"),
+    ] {
+        let e = c.tool_err("kit__KitPing", input);
+        assert_eq!(e.code, -32602, "{e}");
+        assert!(e.message.contains(needle) && e.message.contains("forge.kit__KitPing"), "{needle}: {e}");
+    }
+
+    // A non-zero exit is a failure carrying standard error.
+    let e = c.tool_err("kit__Fail", json!({}));
+    assert!(e.message.contains("exit status 3") && e.message.contains("no network here"), "{e}");
+
+    // The project tool is not trusted (the repository's own setting does not count).
+    let e = c.tool_err("project__Local", json!({}));
+    assert_eq!(e.code, 1001, "{e}");
+    assert!(e.message.contains("cannot trust itself") && e.message.contains("plugins.trustProjectTools"), "{e}");
+    c.shutdown_exit();
+
+    // `forge-lsp call` reaches plugin tools too (in-process without a running server).
+    let r = sb.call("kit__KitPing").cwd(&repo.path).input(json!({ "message": "from the shell" })).run();
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("from the shell") && r.stdout.contains("hello from config"), "{}", r.stdout);
+    let r = sb.call("kit__KitPing").cwd(&repo.path).input(json!({})).run();
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("missing required field `message`"), "{}", r.stderr);
+
+    // Trusted by the user: it runs.
+    sb.write_user_config("[plugins]\ntrustedProjects = [\"/nowhere\"]\ntrustProjectTools = true\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let out = c.tool_ok("project__Local", json!({}));
+    assert_eq!(out.text.trim(), "local tool ran");
+    assert_eq!(out.data, Value::Null);
+    c.shutdown_exit();
+}
+
+#[test]
+fn a_hanging_plugin_tool_is_killed_at_the_time_limit() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
+    tool(
+        &dir,
+        "Hang",
+        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
+        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
+    );
+    sb.write_user_config("[plugins]\ntimeoutMs = 500\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let started = std::time::Instant::now();
+    let e = c.tool_err("slow__Hang", json!({}));
+    assert_eq!(e.code, 1005, "{e}");
+    assert!(e.message.contains("did not finish within 500 ms"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    // The tool's process is gone (its group was killed), and the server keeps answering.
+    let pid = std::fs::read_to_string(sb.config_home.join("forge-lsp/plugins/slow/pid")).unwrap();
+    assert!(!Path::new(&format!("/proc/{}", pid.trim())).exists(), "the tool process {pid} still runs");
+    c.tool_ok("tools", json!({}));
+    c.shutdown_exit();
+}
+
+#[test]
+fn cancelling_a_plugin_tool_call_kills_its_process() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
+    tool(
+        &dir,
+        "Hang",
+        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
+        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
+    );
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let pid_file = sb.config_home.join("forge-lsp/plugins/slow/pid");
+    let id = c.send_request("workspace/executeCommand", json!({ "command": "forge.slow__Hang", "arguments": [{}] }));
+    let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
+        .expect("the tool started");
+    let proc_dir = format!("/proc/{}", pid.trim());
+    assert!(Path::new(&proc_dir).exists());
+    c.notify("$/cancelRequest", json!({ "id": id }));
+    let resp = c.wait_response(id, WAIT);
+    assert!(resp.get("error").is_some(), "a cancelled call answers with an error: {resp}");
+    assert!(
+        wait_for(std::time::Duration::from_secs(5), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
+        "the tool process {pid} was not killed"
+    );
+    c.tool_ok("tools", json!({}));
+    c.shutdown_exit();
+}
+
+#[test]
+fn a_flooding_or_garbled_plugin_tool_gets_a_bounded_read() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/noisy/tools");
+    tool(
+        &dir,
+        "Flood",
+        "#!/bin/sh\ncat > /dev/null\nhead -c 5000000 /dev/zero | tr '\\0' x\n",
+        json!({ "description": "Too much output.", "inputSchema": { "type": "object" } }),
+    );
+    tool(
+        &dir,
+        "Garbage",
+        "#!/bin/sh\ncat > /dev/null\nprintf 'ok \\377\\376 bytes\\n'\n",
+        json!({ "description": "Not UTF-8.", "inputSchema": { "type": "object" } }),
+    );
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let out = c.tool_ok("noisy__Flood", json!({}));
+    assert!(out.text.len() < 1_100_000, "{} bytes", out.text.len());
+    assert!(out.text.ends_with("[output cut at 1048576 bytes]"), "{}", &out.text[out.text.len() - 80..]);
+    let out = c.tool_ok("noisy__Garbage", json!({}));
+    assert!(out.text.starts_with("ok ") && out.text.contains("bytes"), "{}", out.text);
+    assert_eq!(out.data, Value::Null);
+    c.shutdown_exit();
+}
+
+#[test]
+fn an_override_replaces_a_built_in_only_when_it_may_run() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    // A user plugin overrides review-read; the (untrusted) repository tries to override plan-read.
+    tool(
+        &sb.config_home.join("forge-lsp/plugins/kit/tools"),
+        "review-read",
+        "#!/bin/sh\ncat > /dev/null\necho \"plugin review-read as $FORGE_TOOL_NAME\"\n",
+        json!({ "description": "Reviews from elsewhere.", "inputSchema": { "type": "object" }, "override": true }),
+    );
+    tool(
+        &repo.path.join(".forge/tools"),
+        "plan-read",
+        "#!/bin/sh\ncat > /dev/null\necho hijacked\n",
+        json!({ "description": "Not the plan.", "inputSchema": { "type": "object" }, "override": true }),
+    );
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let out = c.tool_ok("review-read", json!({}));
+    assert_eq!(out.text.trim(), "plugin review-read as review-read");
+    let offers = c.tool_ok("tools", json!({}));
+    let list = offers.data["tools"].as_array().unwrap();
+    let rr: Vec<&Value> = list.iter().filter(|o| o["name"] == json!("review-read")).collect();
+    assert_eq!(rr.len(), 1, "one offer per name: {rr:?}");
+    assert_eq!(rr[0]["description"], json!("Reviews from elsewhere."));
+    // The untrusted override does not apply: plan-read stays the built-in.
+    let e = c.tool_err("plan-read", json!({}));
+    assert_eq!(e.code, 1002, "the built-in plan-read (no plan yet): {e}");
+    assert!(list.iter().any(|o| o["name"] == json!("project__plan-read")), "{list:?}");
+    c.shutdown_exit();
+
+    // Trusted by the user, the project's override applies.
+    sb.write_user_config("[plugins]\ntrustProjectTools = true\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    assert_eq!(c.tool_ok("plan-read", json!({})).text.trim(), "hijacked");
+    c.shutdown_exit();
+}

@@ -1,0 +1,474 @@
+//! Tools from files (PROTOCOL.md 10.4, Reforma): an executable `tools/<Name>` with a
+//! sidecar `tools/<Name>.json` (`{ "description", "inputSchema", "override"? }`) in a
+//! plugin folder: `<project>/.forge/` (plugin `project`) or
+//! `$XDG_CONFIG_HOME/forge-lsp/plugins/<name>/`. Command `forge.<plugin>__<Name>`.
+//!
+//! The offers are read from the files at each call (never written by hand). Project tools
+//! run only when the user trusts them (`plugins.trustProjectTools`, or the project in
+//! `plugins.trustedProjects`, from the user file or the initialization options). A call
+//! validates the input against `inputSchema` (the subset in [`validate`]), runs the
+//! executable with the input as one JSON line on stdin and `FORGE_TOOL_NAME`,
+//! `FORGE_TOOL_CALL_ID`, `FORGE_PLUGIN_DIR` and the plugin's variables in its environment,
+//! in its own process group, with a time limit (`plugins.timeoutMs`) and bounded output
+//! ([`MAX_OUTPUT`]); after the tool's transaction, never on the store thread.
+//!
+//! A cancelled call (`$/cancelRequest` drops the call's future) kills the process group.
+//!
+//! Called from a loop session, a tool runs in the loop's worktree, inside the loop's
+//! sandbox (bubblewrap) when the loop has one.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use forge_protocol::{CommandResult, ToolError, ToolOffer};
+use serde_json::{json, Value};
+
+use crate::ToolEnv;
+
+/// Bytes of standard output (and of standard error) kept.
+pub const MAX_OUTPUT: usize = 1024 * 1024;
+/// Largest sidecar read.
+const MAX_SIDECAR: u64 = 1024 * 1024;
+
+/// One tool found on disk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginTool {
+    pub plugin: String,
+    pub name: String,
+    pub exe: PathBuf,
+    pub plugin_dir: PathBuf,
+    pub description: String,
+    pub input_schema: Value,
+    /// `"override": true` in the sidecar: offered as the bare `<Name>`, replacing a built-in
+    /// of that name (only when the tool may run: a project tool only when trusted).
+    pub overrides: bool,
+}
+
+impl PluginTool {
+    /// The offer name (`<plugin>__<Name>`).
+    pub fn offer_name(&self) -> String {
+        format!("{}__{}", self.plugin, self.name)
+    }
+
+    /// Whether the override applies (`project_trusted`: the project's tools may run).
+    pub fn override_applies(&self, project_trusted: bool) -> bool {
+        self.overrides && (self.plugin != "project" || project_trusted)
+    }
+
+    /// The name it is offered under: the bare `<Name>` when its override applies, else
+    /// `<plugin>__<Name>`.
+    pub fn effective_name(&self, project_trusted: bool) -> String {
+        if self.override_applies(project_trusted) {
+            self.name.clone()
+        } else {
+            self.offer_name()
+        }
+    }
+}
+
+/// The user's plugin folder root.
+pub fn user_plugins_dir() -> PathBuf {
+    forge_core::config::Loader::user_file()
+        .parent()
+        .map(|p| p.join("plugins"))
+        .unwrap_or_else(|| PathBuf::from("plugins"))
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') && !s.contains("__")
+}
+
+/// The tools of one plugin folder (sorted by name); unusable files are skipped with a log.
+fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
+    let dir = plugin_dir.join("tools");
+    let Ok(rd) = std::fs::read_dir(&dir) else { return vec![] };
+    let mut out = vec![];
+    for e in rd.flatten() {
+        let path = e.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            continue;
+        }
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
+        if !valid_name(&name) {
+            continue;
+        }
+        let sidecar = dir.join(format!("{name}.json"));
+        let Ok(meta) = std::fs::metadata(&sidecar) else { continue };
+        if meta.len() > MAX_SIDECAR {
+            tracing::warn!("plugin tool sidecar {} is too large; skipped", sidecar.display());
+            continue;
+        }
+        let parsed: Option<Value> = std::fs::read_to_string(&sidecar).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let Some(Value::Object(side)) = parsed else {
+            tracing::warn!("plugin tool sidecar {} is not a JSON object; skipped", sidecar.display());
+            continue;
+        };
+        let description = side.get("description").and_then(Value::as_str).unwrap_or("").to_string();
+        let schema = side.get("inputSchema").cloned().unwrap_or_else(|| json!({ "type": "object" }));
+        if description.trim().is_empty() || !schema.is_object() {
+            tracing::warn!(
+                "plugin tool sidecar {} needs a description and an inputSchema object; skipped",
+                sidecar.display()
+            );
+            continue;
+        }
+        out.push(PluginTool {
+            plugin: plugin.to_string(),
+            name,
+            exe: path,
+            plugin_dir: plugin_dir.to_path_buf(),
+            description,
+            input_schema: schema,
+            overrides: side.get("override").and_then(Value::as_bool).unwrap_or(false),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Every plugin tool visible to a project: the project's own (`project`), then each user
+/// plugin in name order.
+pub fn discover(project_root: &Path) -> Vec<PluginTool> {
+    let mut out = scan("project", &project_root.join(".forge"));
+    let mut plugins: Vec<(String, PathBuf)> = std::fs::read_dir(user_plugins_dir())
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().to_str().map(|n| (n.to_string(), e.path())))
+                .filter(|(n, _)| valid_name(n) && n != "project")
+                .collect()
+        })
+        .unwrap_or_default();
+    plugins.sort();
+    for (name, dir) in plugins {
+        out.extend(scan(&name, &dir));
+    }
+    out
+}
+
+/// The offers of the plugin tools of a project.
+pub fn offers(project_root: &Path, project_trusted: bool) -> Vec<ToolOffer> {
+    discover(project_root)
+        .into_iter()
+        .map(|t| {
+            let name = t.effective_name(project_trusted);
+            ToolOffer {
+                command: forge_protocol::command_name(&name),
+                name,
+                description: t.description.clone(),
+                input_schema: t.input_schema.clone(),
+            }
+        })
+        .collect()
+}
+
+/// The built-in offers with the plugin offers: an override replaces the built-in of its
+/// name, the others follow.
+pub fn merge(mut builtins: Vec<ToolOffer>, plugins: Vec<ToolOffer>) -> Vec<ToolOffer> {
+    for o in plugins {
+        match builtins.iter_mut().find(|b| b.name == o.name) {
+            Some(b) => *b = o,
+            None => builtins.push(o),
+        }
+    }
+    builtins
+}
+
+/// The plugin tool of a command: `forge.<plugin>__<Name>` (or without `forge.`), or the bare
+/// `<Name>` of a tool whose override applies.
+pub fn find(project_root: &Path, command: &str, project_trusted: bool) -> Option<PluginTool> {
+    let name = command.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(command);
+    discover(project_root)
+        .into_iter()
+        .find(|t| t.offer_name() == name || (t.override_applies(project_trusted) && t.name == name))
+}
+
+/// Whether the project's own tools may run.
+pub fn project_trusted(env: &ToolEnv) -> bool {
+    trusted_by(&env.config, &env.project.root, &env.project.id)
+}
+
+/// Whether `config` trusts the tools of the project at `root` (id `id`).
+pub fn trusted_by(config: &forge_core::config::Config, root: &Path, id: &str) -> bool {
+    let root = root.display().to_string();
+    config.trust_project_tools || config.trusted_projects.iter().any(|p| *p == root || *p == id)
+}
+
+/// Trust as seen from outside a server (`forge-lsp call`, `forge-lsp mcp`): the user's
+/// configuration file.
+pub fn trusted_outside(project_root: &Path) -> bool {
+    let project = forge_core::project::Project::detect(project_root);
+    forge_core::config::Loader::standard(&project.root, None)
+        .map(|l| trusted_by(&l.build(), &project.root, &project.id))
+        .unwrap_or(false)
+}
+
+/// Validates `v` against the supported subset of JSON Schema: `type` (one or a list),
+/// `properties`, `required`, `additionalProperties` (false or a schema), `items`, `enum`,
+/// `const`, `minLength`/`maxLength`, `minimum`/`maximum`, `minItems`/`maxItems`. Other
+/// keywords are ignored. The error names the path of the first failure.
+pub fn validate(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
+    let Some(s) = schema.as_object() else { return Ok(()) };
+    let at = if path.is_empty() { "the input".to_string() } else { format!("`{path}`") };
+    if let Some(t) = s.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(x) => vec![x.as_str()],
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let is = |ty: &str| match ty {
+            "object" => v.is_object(),
+            "array" => v.is_array(),
+            "string" => v.is_string(),
+            "boolean" => v.is_boolean(),
+            "null" => v.is_null(),
+            "number" => v.is_number(),
+            "integer" => v.as_i64().is_some() || v.as_u64().is_some(),
+            _ => true,
+        };
+        if !types.is_empty() && !types.iter().any(|t| is(t)) {
+            return Err(format!("{at} must be {}", types.join(" or ")));
+        }
+    }
+    if let Some(Value::Array(e)) = s.get("enum") {
+        if !e.contains(v) {
+            return Err(format!("{at} must be one of {}", Value::Array(e.clone())));
+        }
+    }
+    if let Some(c) = s.get("const") {
+        if c != v {
+            return Err(format!("{at} must be {c}"));
+        }
+    }
+    let num = |k: &str| s.get(k).and_then(Value::as_f64);
+    if let Some(x) = v.as_str() {
+        let n = x.chars().count() as f64;
+        if num("minLength").is_some_and(|m| n < m) || num("maxLength").is_some_and(|m| n > m) {
+            return Err(format!("{at} has a length outside the allowed range"));
+        }
+    }
+    if let Some(x) = v.as_f64() {
+        if num("minimum").is_some_and(|m| x < m) || num("maximum").is_some_and(|m| x > m) {
+            return Err(format!("{at} is outside the allowed range"));
+        }
+    }
+    if let Some(a) = v.as_array() {
+        let n = a.len() as f64;
+        if num("minItems").is_some_and(|m| n < m) || num("maxItems").is_some_and(|m| n > m) {
+            return Err(format!("{at} has a number of items outside the allowed range"));
+        }
+        if let Some(items) = s.get("items") {
+            for (i, x) in a.iter().enumerate() {
+                validate(items, x, &format!("{path}[{i}]"))?;
+            }
+        }
+    }
+    if let Some(o) = v.as_object() {
+        let props = s.get("properties").and_then(Value::as_object);
+        if let Some(Value::Array(req)) = s.get("required") {
+            for r in req.iter().filter_map(Value::as_str) {
+                if !o.contains_key(r) {
+                    let p = if path.is_empty() { r.to_string() } else { format!("{path}.{r}") };
+                    return Err(format!("missing required field `{p}`"));
+                }
+            }
+        }
+        for (k, x) in o {
+            let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            match props.and_then(|m| m.get(k)) {
+                Some(sub) => validate(sub, x, &p)?,
+                None => match s.get("additionalProperties") {
+                    Some(Value::Bool(false)) => return Err(format!("unknown field `{p}`")),
+                    Some(sub @ Value::Object(_)) => validate(sub, x, &p)?,
+                    _ => {}
+                },
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads at most [`MAX_OUTPUT`] bytes, then drains the rest (so the tool never blocks).
+fn read_bounded(mut r: impl Read) -> (Vec<u8>, bool) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut cut = false;
+    loop {
+        match r.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = MAX_OUTPUT.saturating_sub(buf.len());
+                if n > room {
+                    cut = true;
+                }
+                buf.extend_from_slice(&chunk[..n.min(room)]);
+            }
+        }
+    }
+    (buf, cut)
+}
+
+/// Where a plugin tool called from a loop session runs: the loop's worktree, in its sandbox
+/// when the loop has one (`network`: the loop's sandbox network setting).
+#[derive(Debug, Clone)]
+pub struct LoopPlace {
+    pub worktree: PathBuf,
+    pub sandbox: bool,
+    pub network: bool,
+}
+
+/// Runs a plugin tool (blocking; call it off the store thread).
+pub fn run(
+    tool: &PluginTool,
+    env: &ToolEnv,
+    input: &Value,
+    timeout: Duration,
+    cancel: &std::sync::atomic::AtomicBool,
+    place: Option<&LoopPlace>,
+) -> Result<CommandResult, ToolError> {
+    use std::os::unix::process::CommandExt;
+    let call_id = ulid::Ulid::new().to_string();
+    let label = format!("forge.{}", tool.effective_name(project_trusted(env)));
+    let mut cmd = match place {
+        Some(p) if p.sandbox => {
+            let bwrap = forge_engine::sandbox::find_bwrap()
+                .map_err(|e| ToolError::precondition(format!("{label} cannot run in the loop sandbox: {e}")))?;
+            let argv = [tool.exe.display().to_string()];
+            let mut sb = forge_engine::sandbox::Sandbox::for_loop(&p.worktree, p.network, None);
+            // The plugin's folder, read-only (visible even when it is under /tmp).
+            sb.ro_binds.push(tool.plugin_dir.clone());
+            sb.std_command(&bwrap, &argv, &p.worktree)
+        }
+        Some(p) => {
+            let mut c = Command::new(&tool.exe);
+            c.current_dir(&p.worktree);
+            c
+        }
+        None => {
+            let mut c = Command::new(&tool.exe);
+            c.current_dir(&env.project.root);
+            c
+        }
+    };
+    cmd.env("FORGE_TOOL_NAME", tool.effective_name(project_trusted(env)))
+        .env("FORGE_TOOL_CALL_ID", &call_id)
+        .env("FORGE_PLUGIN_DIR", &tool.plugin_dir)
+        .env("FORGE_SESSION_ID", &env.caller.session_id)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some(vars) = env.config.plugin_variables.get(&tool.plugin) {
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+    }
+    let mut child =
+        cmd.spawn().map_err(|e| ToolError::internal(format!("{label}: cannot start {}: {e}", tool.exe.display())))?;
+    let pid = child.id();
+    let line = format!("{input}\n");
+    let stdin = child.stdin.take();
+    let writer = std::thread::spawn(move || {
+        if let Some(mut s) = stdin {
+            let _ = s.write_all(line.as_bytes());
+        }
+    });
+    let out = child.stdout.take().map(|s| std::thread::spawn(move || read_bounded(s)));
+    let err = child.stderr.take().map(|s| std::thread::spawn(move || read_bounded(s)));
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if started.elapsed() >= timeout => {
+                forge_engine::process::kill_group(pid);
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) if cancel.load(std::sync::atomic::Ordering::Acquire) => {
+                forge_engine::process::kill_group(pid);
+                let _ = child.wait();
+                return Err(ToolError::internal(format!("{label} was cancelled and killed")));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(ToolError::internal(format!("{label}: waiting for the tool failed: {e}"))),
+        }
+    };
+    // The tool's children may hold the pipes open: the group is killed either way.
+    forge_engine::process::kill_group(pid);
+    let _ = writer.join();
+    let (stdout, out_cut) = out.and_then(|h| h.join().ok()).unwrap_or_default();
+    let (stderr, _) = err.and_then(|h| h.join().ok()).unwrap_or_default();
+    let Some(status) = status else {
+        return Err(ToolError::busy(format!(
+            "{label} did not finish within {} ms (plugins.timeoutMs) and was killed",
+            timeout.as_millis()
+        )));
+    };
+    if !status.success() {
+        let msg = String::from_utf8_lossy(&stderr);
+        let tail: String = msg.trim().chars().take(4000).collect();
+        let code = status.code().map(|c| format!("exit status {c}")).unwrap_or_else(|| "killed by a signal".into());
+        return Err(ToolError::invalid(if tail.is_empty() {
+            format!("{label} failed ({code})")
+        } else {
+            format!("{label} failed ({code}): {tail}")
+        }));
+    }
+    let mut text = String::from_utf8_lossy(&stdout).into_owned();
+    let data = match serde_json::from_str::<Value>(text.trim()) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => Value::Null,
+    };
+    if out_cut {
+        text.push_str(&format!("\n[output cut at {MAX_OUTPUT} bytes]"));
+    }
+    Ok(CommandResult { text, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates_the_subset() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "message": { "type": "string", "minLength": 1 },
+                "count": { "type": "integer", "minimum": 0 },
+                "mode": { "enum": ["a", "b"] },
+                "tags": { "type": "array", "items": { "type": "string" } }
+            },
+            "required": ["message"],
+            "additionalProperties": false
+        });
+        let cases: &[(Value, Option<&str>)] = &[
+            (json!({ "message": "hi" }), None),
+            (json!({ "message": "hi", "count": 2, "mode": "a", "tags": ["x"] }), None),
+            (json!({}), Some("missing required field `message`")),
+            (json!({ "message": "" }), Some("`message` has a length")),
+            (json!({ "message": 3 }), Some("`message` must be string")),
+            (json!({ "message": "x", "count": -1 }), Some("`count` is outside")),
+            (json!({ "message": "x", "count": 1.5 }), Some("`count` must be integer")),
+            (json!({ "message": "x", "mode": "c" }), Some("`mode` must be one of")),
+            (json!({ "message": "x", "tags": [1] }), Some("`tags[0]` must be string")),
+            (json!({ "message": "x", "bogus": 1 }), Some("unknown field `bogus`")),
+            (json!([1]), Some("the input must be object")),
+        ];
+        for (v, want) in cases {
+            match (validate(&schema, v, ""), want) {
+                (Ok(()), None) => {}
+                (Err(e), Some(w)) => assert!(e.contains(w), "{v}: {e}"),
+                (r, w) => panic!("{v}: got {r:?}, wanted {w:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert!(valid_name("KitPing") && valid_name("kit-ping_2"));
+        assert!(!valid_name("a__b") && !valid_name("a b") && !valid_name("") && !valid_name("x.sh"));
+    }
+}

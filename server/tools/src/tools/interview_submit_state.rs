@@ -1,0 +1,75 @@
+//! `forge.interview-submit-state`: store the current state of an interview (spec, status,
+//! open questions) for the caller's session without echoing it; the state is the document
+//! `forge://interview/<sessionId>.md`.
+
+use forge_protocol::uri::ForgeUri;
+use forge_protocol::{CommandResult, ToolError};
+use serde_json::json;
+
+use super::{ok, Db, ToolCtx};
+use forge_store::interviews;
+
+pub const NEEDS_SERVER: bool = false;
+
+pub const DESCRIPTION: &str = "Store the current interview state of this session without printing it. Call once per interview turn: the first turn carries the full spec; later turns carry a one-line status, an optional unified diff against the stored spec (or a full replacement spec) and the open questions. The state is readable at forge://interview/<sessionId>.md.";
+
+pub type Input = forge_protocol::inputs::InterviewSubmitStateInput;
+
+/// Largest spec stored (bytes).
+pub const MAX_SPEC: usize = 8 * 1024 * 1024;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    let status = input.status.trim();
+    if status.is_empty() {
+        return Err(ToolError::invalid_params("invalid argument `status`: must not be empty (one line saying where the interview stands)"));
+    }
+    if status.contains('\n') {
+        return Err(ToolError::invalid_params("invalid argument `status`: must be one line"));
+    }
+    if let Some(q) = input.questions.as_ref().and_then(|q| q.iter().position(|q| q.trim().is_empty())) {
+        return Err(ToolError::invalid_params(format!("invalid argument `questions[{q}]`: a question must not be empty")));
+    }
+    let session = ctx.caller().session_id.clone();
+    let stored = interviews::get(ctx.db, ctx.project_id(), &session).db()?;
+    let spec = match (&stored, input.spec, input.diff) {
+        (_, Some(spec), None) => {
+            if spec.trim().is_empty() {
+                return Err(ToolError::invalid_params("invalid argument `spec`: must not be empty"));
+            }
+            spec
+        }
+        (None, None, _) => {
+            return Err(ToolError::invalid_params(format!(
+                "session {session} has no interview yet: the first turn must carry the full `spec`"
+            )))
+        }
+        (Some(row), None, Some(diff)) => forge_domain::interview::apply_unified(&row.spec, &diff)
+            .map_err(|e| ToolError::invalid_params(format!("invalid argument `diff`: {e}; nothing was stored")))?,
+        (Some(row), None, None) => row.spec.clone(),
+        (_, Some(_), Some(_)) => {
+            return Err(ToolError::invalid_params(
+                "give either `spec` (the whole spec) or `diff` (a unified diff against the stored spec), not both",
+            ))
+        }
+    };
+    if spec.len() > MAX_SPEC {
+        return Err(ToolError::invalid_params(format!(
+            "the spec would be {} bytes; at most {MAX_SPEC} are stored",
+            spec.len()
+        )));
+    }
+    let questions = match input.questions {
+        Some(q) => q,
+        None => stored.as_ref().map(|r| r.questions.clone()).unwrap_or_default(),
+    };
+    let turn = interviews::put(ctx.db, ctx.project_id(), &session, status, &spec, &questions, ctx.now).db()?;
+    let uri = ForgeUri::Interview(session.clone()).to_uri();
+    let lines = spec.lines().count();
+    ok(
+        format!(
+            "Interview state stored (session {session}, turn {turn}: spec {lines} lines, {} open questions). Read it at {uri}.",
+            questions.len()
+        ),
+        json!({ "sessionId": session, "turn": turn, "uri": uri, "specLines": lines, "questions": questions.len() }),
+    )
+}

@@ -1,0 +1,18 @@
+//! `forge.task-cancel`: stop the running turn of a loop's current phase session, keeping
+//! the session (the loop waits for `forge.task-revive`). For the loop's owner.
+
+use forge_engine::TaskAction;
+use forge_protocol::{CommandResult, ToolError};
+
+use super::ToolCtx;
+use crate::task_control;
+
+pub const NEEDS_SERVER: bool = true;
+
+pub const DESCRIPTION: &str = "Stop the running turn of a loop's current phase session while keeping the session: its process group is killed, the loop keeps running and waits; task-revive resumes the session with an instruction. A no-op when no turn is running. For the loop's owner.";
+
+pub type Input = forge_protocol::inputs::TaskCancelInput;
+
+pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    task_control::control(ctx, "task-cancel", input.name.as_deref(), input.session_id, TaskAction::Cancel)
+}
