@@ -19,6 +19,8 @@ mod fixture;
 mod loops;
 #[path = "forge_bench/report.rs"]
 mod report;
+#[path = "forge_bench/tools.rs"]
+mod tools;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -30,7 +32,7 @@ use fixture::{plan_text, seed_findings, seed_plans, source_file, World};
 use report::{ms, thousands, Latency, Report};
 
 const USAGE: &str =
-    "usage: forge-bench [--bin PATH] [--quick] [--writes N] [--only plans,startup,review,diagnostics,throughput,loops,sandbox]
+    "usage: forge-bench [--bin PATH] [--quick] [--writes N] [--only plans,startup,review,diagnostics,throughput,loops,sandbox,tools]
 
   --bin PATH     the forge-lsp binary (default: forge-lsp next to this binary)
   --quick        small counts, for a smoke check (figures are not stable)
@@ -600,6 +602,9 @@ fn main() {
     }
     if run("sandbox") {
         loops::scenario_sandbox(&bin, args.quick, &mut r);
+    }
+    if run("tools") {
+        tools::scenario_tools(&bin, args.quick, &mut r);
     }
     println!(
         "forge-bench ({}): {} · {} CPU(s) · {} · {:.0} s · load average {} → {}",
