@@ -116,7 +116,7 @@ pub fn scenario_tools(bin: &Path, quick: bool, r: &mut Report) {
             if rg.is_some() { counts.1.to_string() } else { "-".into() }
         ),
     );
-    let forge = Latency::new(format!("forge.grep {PATTERN:?}, {nf} files, limit 5000|4999 ({runs} runs)"), fv);
+    let forge = Latency::new(format!("forge.grep {PATTERN:?}, {nf} files, limit 5000 or 4999 ({runs} runs)"), fv);
     let forge_p50 = forge.p50();
     r.latency(forge);
     match &rg {
