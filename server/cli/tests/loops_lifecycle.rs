@@ -252,10 +252,13 @@ fn an_agent_script_under_tmp_runs_inside_the_sandbox_and_reports_usage() {
         return; // sandbox_available said SKIP on stderr
     }
     let dir = tempfile::Builder::new().prefix("forge-agent-").tempdir_in("/tmp").expect("tmp dir");
-    let simple = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/agents/simple.sh")
-        .canonicalize()
-        .expect("simple.sh");
+    // The scripted agent's body is copied into the script: only the agent program itself is
+    // bound into the sandbox, and the checkout (with tests/agents/simple.sh) may be under
+    // /tmp too, where the sandbox would not see it.
+    let simple =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/agents/simple.sh"))
+            .expect("simple.sh");
+    let simple_body: String = simple.lines().skip(1).map(|l| format!("{l}\n")).collect();
     let script = dir.path().join("agent.sh");
     // A directory outside /tmp (visible, read-only inside the sandbox).
     let outside_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("outside dir");
@@ -267,9 +270,9 @@ fn an_agent_script_under_tmp_runs_inside_the_sandbox_and_reports_usage() {
              {{ echo \"role=$FORGE_ROLE sandbox=${{FORGE_SANDBOX:-no}} pwd-ok=$([ \"$PWD\" = \"$FORGE_WORKTREE\" ] && echo yes || echo no)\"\n\
                if touch \"{}/escaped-$FORGE_ROLE\" 2>/dev/null; then echo outside=wrote; else echo outside=refused; fi\n\
              }} >> sandbox-check.txt\n\
-             exec bash {:?} \"$@\"\n",
+             {}",
             outside.display(),
-            simple.display().to_string()
+            simple_body
         ),
     )
     .expect("write agent");
