@@ -169,14 +169,27 @@ pub fn loop_binds(socket: Option<&Path>) -> Vec<PathBuf> {
 /// The read-only binds a loop's sandbox needs for its agent program: the program file when
 /// `argv[0]` names one by path outside the worktree (a script run through the shims, whose
 /// `#!/usr/bin/env bash` finds the sandboxed shell, must be visible inside).
+///
+/// Also the running `forge-lsp` binary itself (`FORGE_LSP_BIN`, first on the agent's `PATH`):
+/// sandboxed shells run `forge-lsp call`, and a binary under `/tmp` (a build or an install
+/// there) would be hidden by the sandbox's private `/tmp`.
 pub fn program_binds(argv: Option<&[String]>, worktree: &Path) -> Vec<PathBuf> {
-    let Some(prog) = argv.and_then(|a| a.first()).filter(|p| p.contains('/')) else { return vec![] };
-    let p = Path::new(prog);
-    let p = if p.is_absolute() { p.to_path_buf() } else { worktree.join(p) };
-    match p.canonicalize() {
-        Ok(c) if c.is_file() && !c.starts_with(worktree) => vec![c],
-        _ => vec![],
+    let mut out = vec![];
+    if let Some(prog) = argv.and_then(|a| a.first()).filter(|p| p.contains('/')) {
+        let p = Path::new(prog);
+        let p = if p.is_absolute() { p.to_path_buf() } else { worktree.join(p) };
+        if let Ok(c) = p.canonicalize() {
+            if c.is_file() && !c.starts_with(worktree) {
+                out.push(c);
+            }
+        }
     }
+    if let Some(bin) = crate::turn::self_bin().and_then(|b| b.canonicalize().ok()) {
+        if bin.is_file() && !bin.starts_with(worktree) && !out.contains(&bin) {
+            out.push(bin);
+        }
+    }
+    out
 }
 
 /// A shell to exec from a shim: `/bin/<name>` or `/usr/bin/<name>` (absolute: the shim
@@ -629,6 +642,21 @@ mod tests {
 
     fn sandbox(dir: &Path) -> Sandbox {
         Sandbox { worktree: dir.to_path_buf(), network: false, binds: vec![], ro_binds: vec![] }
+    }
+
+    #[test]
+    fn program_binds_include_the_running_binary_and_an_outside_program() {
+        let wt = tempfile::tempdir().unwrap();
+        let me = std::env::current_exe().unwrap().canonicalize().unwrap();
+        // No program path: the running binary alone (it may be under /tmp, hidden inside).
+        assert_eq!(program_binds(None, wt.path()), vec![me.clone()]);
+        assert_eq!(program_binds(Some(&["opencode".to_string()]), wt.path()), vec![me.clone()]);
+        // A program file outside the worktree comes first; one inside is not bound.
+        let outside = tempfile::NamedTempFile::new().unwrap();
+        let o = outside.path().canonicalize().unwrap();
+        assert_eq!(program_binds(Some(&[o.display().to_string()]), wt.path()), vec![o, me.clone()]);
+        std::fs::write(wt.path().join("agent.sh"), "#!/bin/sh\n").unwrap();
+        assert_eq!(program_binds(Some(&["./agent.sh".to_string()]), wt.path()), vec![me]);
     }
 
     fn worktree() -> tempfile::TempDir {
