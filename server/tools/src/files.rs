@@ -97,3 +97,24 @@ pub fn read_utf8(p: &Path) -> Result<String, String> {
     let bytes = std::fs::read(p).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
+
+/// Renames staged temporaries onto their targets, in order (the last step of an
+/// all-or-nothing multi-file write: every file is staged beside its target first). On a
+/// failed rename the temporaries not yet renamed are removed and the error says which
+/// target failed, by index: the targets before it already have their new content.
+pub fn rename_staged(staged: &[(PathBuf, PathBuf)]) -> Result<(), (usize, std::io::Error)> {
+    for (i, (tmp, target)) in staged.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp, target) {
+            discard_staged(&staged[i..]);
+            return Err((i, e));
+        }
+    }
+    Ok(())
+}
+
+/// Removes staged temporaries (a multi-file write that is given up before any rename).
+pub fn discard_staged(staged: &[(PathBuf, PathBuf)]) {
+    for (tmp, _) in staged {
+        let _ = std::fs::remove_file(tmp);
+    }
+}

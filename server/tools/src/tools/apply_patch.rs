@@ -63,19 +63,15 @@ fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
         Ok(())
     })();
     if let Err(e) = result {
-        for (tmp, _) in &staged {
-            let _ = std::fs::remove_file(tmp);
-        }
+        crate::files::discard_staged(&staged);
         return Err(fail(e));
     }
-    for (tmp, target) in &staged {
-        if let Err(e) = std::fs::rename(tmp, target) {
-            // Renames within one directory do not fail for space; report what happened.
-            for (t, _) in &staged {
-                let _ = std::fs::remove_file(t);
-            }
-            return Err(fail(format!("cannot write {}: {e} (files renamed before this one keep their new content)", target.display())));
-        }
+    // Renames within one directory do not fail for space; report what happened.
+    if let Err((i, e)) = crate::files::rename_staged(&staged) {
+        return Err(fail(format!(
+            "cannot write {}: {e} (files renamed before this one keep their new content)",
+            staged[i].1.display()
+        )));
     }
     for p in &removals {
         if let Err(e) = std::fs::remove_file(p) {

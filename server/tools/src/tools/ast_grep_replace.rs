@@ -129,33 +129,24 @@ fn replace(
 /// Writes every edit or none: stage all, then rename all.
 fn write_all(edits: &[FileEdit]) -> Result<(), ToolError> {
     let fail = |m: String| ToolError::invalid(format!("ast-grep-replace failed, nothing was written: {m}"));
-    let mut staged: Vec<(PathBuf, &Path)> = vec![];
-    let cleanup = |staged: &[(PathBuf, &Path)]| {
-        for (tmp, _) in staged {
-            let _ = std::fs::remove_file(tmp);
-        }
-    };
+    let mut staged: Vec<(PathBuf, PathBuf)> = vec![];
     for e in edits {
         match stage(e) {
-            Ok(tmp) => staged.push((tmp, &e.path)),
+            Ok(tmp) => staged.push((tmp, e.path.clone())),
             Err(m) => {
-                cleanup(&staged);
+                crate::files::discard_staged(&staged);
                 return Err(fail(m));
             }
         }
     }
-    for (i, (tmp, target)) in staged.iter().enumerate() {
-        if let Err(err) = std::fs::rename(tmp, target) {
-            cleanup(&staged[i..]);
-            let done: Vec<String> = edits[..i].iter().map(|e| e.shown.clone()).collect();
-            return Err(ToolError::invalid(format!(
-                "ast-grep-replace failed: cannot write {}: {err}; written before the failure: {}",
-                target.display(),
-                if done.is_empty() { "none".to_string() } else { done.join(", ") }
-            )));
-        }
-    }
-    Ok(())
+    crate::files::rename_staged(&staged).map_err(|(i, err)| {
+        let done: Vec<String> = edits[..i].iter().map(|e| e.shown.clone()).collect();
+        ToolError::invalid(format!(
+            "ast-grep-replace failed: cannot write {}: {err}; written before the failure: {}",
+            staged[i].1.display(),
+            if done.is_empty() { "none".to_string() } else { done.join(", ") }
+        ))
+    })
 }
 
 /// The new content in a temporary file beside the target (same mode), after checking
