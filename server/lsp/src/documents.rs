@@ -17,7 +17,11 @@ pub async fn render(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String,
     let project = conn.project_id();
     let root = conn.env().project.root.clone();
     let uri = uri.clone();
-    conn.ws.store.call(move |db| render_sync(db, &project, &root, links, &uri)).await
+    conn.ws
+        .store
+        .read(move |db| render_sync(db, &project, &root, links, &uri))
+        .await
+        .unwrap_or_else(|e| Err(ToolError::internal(e)))
 }
 
 /// Renders a document; its links to other documents are written in the style `links`.

@@ -23,7 +23,13 @@ pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>, live: bool
         Some(v) => Some(v),
         None => {
             let (p, n) = (conn.project_id(), name.to_string());
-            conn.ws.store.call(move |c| forge_store::status::snapshot(c, &p, &n)).await.ok().flatten()
+            conn.ws
+                .store
+                .read(move |c| forge_store::status::snapshot(c, &p, &n))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
         }
     };
     let Some(snap) = snap else { return };

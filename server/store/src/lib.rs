@@ -3,10 +3,23 @@
 //!
 //! Knows no LSP, no engine, no tools: callers hand it plain values and get rows back.
 //!
-//! One owner: every read and write of a process goes through one [`Store`] whose
+//! One writer: every write of a process goes through one [`Store`] whose write
 //! connection lives on a dedicated thread; callers send it closures and await the
 //! result, so state mutations are serialized no matter how the LSP framework schedules
-//! handlers. One tool call is one transaction ([`Store::transact`]).
+//! handlers. One tool call is one transaction ([`transact`], or a savepoint of a group,
+//! below).
+//!
+//! Readers: [`Store::read`] runs a closure on one of a few read-only connections (WAL
+//! readers, opened on first use), each inside one read transaction, so a read sees one
+//! committed snapshot and never waits for the write lock or for a write in progress.
+//! Read-only connections cannot write: a "read" that tries fails, it does not write.
+//!
+//! Group commit: [`Store::write_grouped`] jobs that queue up while the writer is busy run
+//! together in one `BEGIN IMMEDIATE` transaction, each in its own savepoint (a failing
+//! job rolls back only its own savepoint), and each caller gets its result only after
+//! the group's `COMMIT` succeeded (if the commit fails, every job of the group fails and
+//! nothing of it is kept). One commit for many writes is what makes many writes in
+//! flight cheap; a lone write is a group of one.
 //!
 //! Opening never modifies a database it cannot understand: a file that is not a SQLite
 //! database, or one whose schema is newer than this binary, is refused before any
@@ -276,10 +289,76 @@ impl Waker {
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
-/// Handle to the store's owner thread. Cheap to clone.
+/// What a grouped write leaves after running in its savepoint: whether to keep it, and
+/// how to deliver its result once the group's commit is known (`Err` = the commit failed).
+pub type Deliver = Box<dyn FnOnce(Result<(), String>) + Send>;
+type GroupJob = Box<dyn FnOnce(&Connection) -> (bool, Deliver) + Send>;
+
+enum Work {
+    Plain(Job),
+    Grouped(GroupJob),
+}
+
+/// Most grouped writes in one transaction.
+const MAX_GROUP: usize = 256;
+
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+/// The reader pool: threads with a read-only connection each, started on first use.
+struct Readers {
+    path: PathBuf,
+    pool: std::sync::OnceLock<Result<std_mpsc::Sender<ReadJob>, String>>,
+}
+
+/// How many read connections (and threads) a store has.
+fn reader_count() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(2, 4)
+}
+
+/// Opens a read-only connection of a database that [`open_connection`] has opened and
+/// migrated.
+pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+impl Readers {
+    fn sender(&self) -> Result<&std_mpsc::Sender<ReadJob>, String> {
+        self.pool
+            .get_or_init(|| {
+                let (tx, rx) = std_mpsc::channel::<ReadJob>();
+                let rx = Arc::new(std::sync::Mutex::new(rx));
+                for i in 0..reader_count() {
+                    let conn = open_reader(&self.path)
+                        .map_err(|e| format!("cannot open a read connection to {}: {e}", self.path.display()))?;
+                    let rx = rx.clone();
+                    std::thread::Builder::new()
+                        .name(format!("forge-store-read-{i}"))
+                        .spawn(move || loop {
+                            let job = {
+                                let Ok(rx) = rx.lock() else { return };
+                                match rx.recv() {
+                                    Ok(j) => j,
+                                    Err(_) => return,
+                                }
+                            };
+                            job(&conn);
+                        })
+                        .map_err(|e| format!("cannot start a store reader thread: {e}"))?;
+                }
+                Ok(tx)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// Handle to the store's threads. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    jobs: std_mpsc::Sender<Job>,
+    jobs: std_mpsc::Sender<Work>,
+    readers: Arc<Readers>,
     path: Arc<PathBuf>,
     /// Woken after every committed write, so the change feed is read at once.
     pub wrote: Arc<Waker>,
@@ -291,17 +370,14 @@ impl Store {
     /// Opens the database and starts its owner thread.
     pub fn open(path: &Path) -> Result<Self, OpenError> {
         let mut conn = open_connection(path)?;
-        let (tx, rx) = std_mpsc::channel::<Job>();
+        let (tx, rx) = std_mpsc::channel::<Work>();
         std::thread::Builder::new()
             .name("forge-store".into())
-            .spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    job(&mut conn);
-                }
-            })
+            .spawn(move || writer_loop(&mut conn, rx))
             .map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
         Ok(Self {
             jobs: tx,
+            readers: Arc::new(Readers { path: path.to_path_buf(), pool: std::sync::OnceLock::new() }),
             path: Arc::new(path.to_path_buf()),
             wrote: Arc::new(Waker::default()),
             swept: Arc::default(),
@@ -312,16 +388,160 @@ impl Store {
         &self.path
     }
 
-    /// Runs `f` on the owner thread.
+    /// Runs `f` on the writer thread.
     pub async fn call<R: Send + 'static>(&self, f: impl FnOnce(&mut Connection) -> R + Send + 'static) -> R {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |c| {
             let _ = tx.send(f(c));
         });
-        if self.jobs.send(job).is_err() {
+        if self.jobs.send(Work::Plain(job)).is_err() {
             panic!("forge-store thread stopped");
         }
         rx.await.expect("forge-store thread dropped a job")
+    }
+
+    /// Runs `f` on a read connection inside one read transaction (one committed
+    /// snapshot). `Err` only when no read connection could be opened.
+    pub async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> R + Send + 'static,
+    ) -> Result<R, String> {
+        let sender = self.readers.sender()?;
+        let (tx, rx) = oneshot::channel();
+        let job: ReadJob = Box::new(move |c| {
+            let began = c.execute_batch("BEGIN DEFERRED");
+            let r = f(c);
+            if began.is_ok() {
+                // A read transaction has nothing to keep; ending it releases the snapshot.
+                let _ = c.execute_batch("COMMIT");
+            }
+            let _ = tx.send(r);
+        });
+        sender.send(job).map_err(|_| "the store's reader threads stopped".to_string())?;
+        rx.await.map_err(|_| "a store reader dropped a job (it panicked)".to_string())
+    }
+
+    /// Runs `f` as a grouped write (module docs): inside the open transaction of its
+    /// group, in a savepoint kept when `f` returns `Ok` and rolled back otherwise. The
+    /// result arrives after the group's commit; a failed commit turns an `Ok` into
+    /// `Err(on_commit_failure(message))`.
+    pub async fn write_grouped<T, E>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        on_commit_failure: impl FnOnce(String) -> E + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<Result<T, E>>();
+        let job: GroupJob = Box::new(move |c| {
+            let r = f(c);
+            let keep = r.is_ok();
+            let deliver: Deliver = Box::new(move |committed| {
+                let r = match (r, committed) {
+                    (Ok(v), Ok(())) => Ok(v),
+                    (Ok(_), Err(m)) => Err(on_commit_failure(m)),
+                    (Err(e), _) => Err(e),
+                };
+                let _ = tx.send(r);
+            });
+            (keep, deliver)
+        });
+        if self.jobs.send(Work::Grouped(job)).is_err() {
+            panic!("forge-store thread stopped");
+        }
+        rx.await.expect("forge-store thread dropped a job")
+    }
+}
+
+/// The writer thread: plain jobs one by one; grouped writes that queued up together in
+/// one transaction (module docs).
+fn writer_loop(conn: &mut Connection, rx: std_mpsc::Receiver<Work>) {
+    let mut next = None;
+    loop {
+        let work = match next.take() {
+            Some(w) => w,
+            None => match rx.recv() {
+                Ok(w) => w,
+                Err(_) => return,
+            },
+        };
+        match work {
+            Work::Plain(job) => job(conn),
+            Work::Grouped(first) => {
+                let mut group = vec![first];
+                while group.len() < MAX_GROUP {
+                    match rx.try_recv() {
+                        Ok(Work::Grouped(j)) => group.push(j),
+                        Ok(plain) => {
+                            next = Some(plain);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                run_group(conn, group);
+            }
+        }
+    }
+}
+
+/// One transaction for a group of writes, a savepoint each; results after the commit.
+fn run_group(conn: &Connection, group: Vec<GroupJob>) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        // Nothing ran: every job of the group fails with the reason.
+        let m = format!("cannot start a write transaction: {e}");
+        for job in group {
+            // Run each job alone so it can still deliver its (failed) result.
+            let _ = conn.execute_batch("SAVEPOINT forge_job");
+            let (_, deliver) = job(conn);
+            let _ = conn.execute_batch("ROLLBACK TO forge_job; RELEASE forge_job");
+            deliver(Err(m.clone()));
+        }
+        return;
+    }
+    let mut delivers = Vec::with_capacity(group.len());
+    for job in group {
+        if let Err(e) = conn.execute_batch("SAVEPOINT forge_job") {
+            let m = format!("cannot start a savepoint: {e}");
+            let _ = conn.execute_batch("ROLLBACK");
+            for d in delivers {
+                (d as Deliver)(Err(m.clone()));
+            }
+            let (_, deliver) = job(conn);
+            deliver(Err(m));
+            return;
+        }
+        let (keep, deliver) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn))) {
+            Ok(r) => r,
+            Err(_) => {
+                // The job's sender is gone with the panic: its caller sees the dropped job.
+                let _ = conn.execute_batch("ROLLBACK TO forge_job; RELEASE forge_job");
+                continue;
+            }
+        };
+        let end = if keep { "RELEASE forge_job" } else { "ROLLBACK TO forge_job; RELEASE forge_job" };
+        if let Err(e) = conn.execute_batch(end) {
+            let m = format!("cannot end a savepoint: {e}");
+            let _ = conn.execute_batch("ROLLBACK");
+            deliver(Err(m.clone()));
+            for d in delivers {
+                (d as Deliver)(Err(m.clone()));
+            }
+            return;
+        }
+        delivers.push(deliver);
+    }
+    let committed = match conn.execute_batch("COMMIT") {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(format!("the transaction did not commit: {e}"))
+        }
+    };
+    for d in delivers {
+        d(committed.clone());
     }
 }
 
@@ -406,5 +626,111 @@ mod tests {
         assert!(r.is_err());
         let n: i64 = c.query_row("SELECT count(*) FROM changes", [], |r| r.get(0)).unwrap();
         assert_eq!(n, 0);
+    }
+
+    fn changes_count(c: &Connection) -> i64 {
+        c.query_row("SELECT count(*) FROM changes", [], |r| r.get(0)).unwrap()
+    }
+
+    fn add_change(c: &Connection, key: &str) -> rusqlite::Result<()> {
+        c.execute("INSERT INTO changes (project_id, kind, key, at) VALUES ('p','plan',?1,0)", [key]).map(|_| ())
+    }
+
+    #[tokio::test]
+    async fn readers_see_committed_writes_and_cannot_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("forge.db")).unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 0);
+        store.write_grouped(|c| add_change(c, "a"), |_| rusqlite::Error::InvalidQuery).await.unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 1, "a read after the reply sees the write");
+        let refused = store.read(|c| add_change(c, "b")).await.unwrap();
+        let e = refused.expect_err("a read connection must refuse writes").to_string();
+        assert!(e.contains("readonly") || e.contains("read-only"), "{e}");
+        assert_eq!(store.read(changes_count).await.unwrap(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grouped_writes_keep_the_good_and_roll_back_the_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("forge.db")).unwrap();
+        // Hold the writer so the next writes queue up and run as one group.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let blocker = {
+            let s = store.clone();
+            tokio::spawn(async move { s.call(move |_| held.recv().ok()).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let mut calls = vec![];
+        for i in 0..40 {
+            let s = store.clone();
+            calls.push(tokio::spawn(async move {
+                s.write_grouped(
+                    move |c| {
+                        add_change(c, &format!("k{i}"))?;
+                        if i % 10 == 3 {
+                            return Err(rusqlite::Error::InvalidQuery); // its row must go
+                        }
+                        Ok(i)
+                    },
+                    |_| rusqlite::Error::InvalidQuery,
+                )
+                .await
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        release.send(()).unwrap();
+        blocker.await.unwrap();
+        let mut ok = 0;
+        for (i, c) in calls.into_iter().enumerate() {
+            match c.await.unwrap() {
+                Ok(v) => {
+                    assert_eq!(v, i);
+                    ok += 1;
+                }
+                Err(_) => assert_eq!(i % 10, 3, "only the failing jobs fail"),
+            }
+        }
+        assert_eq!(ok, 36);
+        let keys: Vec<String> = store
+            .read(|c| {
+                let mut st = c.prepare("SELECT key FROM changes ORDER BY id").unwrap();
+                st.query_map([], |r| r.get(0)).unwrap().collect::<rusqlite::Result<Vec<String>>>().unwrap()
+            })
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 36);
+        assert!(keys.iter().all(|k| !k.ends_with('3')), "{keys:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_fails_every_write_of_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("forge.db");
+        let store = Store::open(&path).unwrap();
+        // A deferred foreign key violated at commit: the commit itself fails.
+        store
+            .call(|c| {
+                c.execute_batch(
+                    "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+                     CREATE TABLE child (pid INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
+                )
+            })
+            .await
+            .unwrap();
+        let r = store
+            .write_grouped(
+                |c| {
+                    add_change(c, "lost").map_err(|e| e.to_string())?;
+                    c.execute("INSERT INTO child (pid) VALUES (42)", []).map(|_| ()).map_err(|e| e.to_string())
+                },
+                |m| m,
+            )
+            .await;
+        let e = r.expect_err("the commit must fail");
+        assert!(e.contains("did not commit"), "{e}");
+        assert_eq!(store.read(changes_count).await.unwrap(), 0, "nothing of the group is kept");
+        // The writer goes on.
+        store.write_grouped(|c| add_change(c, "next").map_err(|e| e.to_string()), |m| m).await.unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 1);
     }
 }

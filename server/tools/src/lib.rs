@@ -14,8 +14,13 @@
 //! `forge.tools`, `executeCommandProvider.commands` and dispatch are never maintained
 //! by hand.
 //!
-//! A tool runs on the store thread inside one transaction: it commits when `execute`
-//! returns `Ok`, and nothing is written when it returns an error.
+//! A tool that writes runs on the store's writer thread as one grouped write (one
+//! savepoint of a group commit, `forge_store` docs): it is kept when `execute` returns
+//! `Ok`, nothing of it is written when it returns an error, and its reply leaves only
+//! after the commit. A tool whose file says `READ_ONLY = true` (and every plugin tool,
+//! whose store part only reads) runs on a read connection in one read transaction, so
+//! reads never wait for writes; a read-only connection refuses writes, so a tool marked
+//! read-only by mistake fails loudly instead of writing.
 
 use std::sync::Arc;
 
@@ -52,6 +57,8 @@ pub struct ToolEntry {
     pub description: &'static str,
     /// Controls loops (needs a running server); `forge-lsp call` refuses it in-process.
     pub needs_server: bool,
+    /// Only reads the store (runs on a read connection).
+    pub read_only: bool,
     pub schema: fn() -> Value,
     /// Parses an input without running the tool (docs examples, clients).
     pub validate: fn(Value) -> Result<(), ToolError>,
@@ -196,7 +203,36 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// Runs one tool call in one transaction; returns its result and the work it leaves.
+/// What a command names: a plugin tool or a built-in one.
+pub enum Resolved {
+    Plugin(plugins::PluginTool),
+    Builtin(&'static ToolEntry),
+}
+
+impl Resolved {
+    /// Whether the call only reads the store (plugin tools: their store part reads the
+    /// loop row at most).
+    pub fn read_only(&self) -> bool {
+        match self {
+            Resolved::Plugin(_) => true,
+            Resolved::Builtin(t) => t.read_only,
+        }
+    }
+}
+
+/// Finds what `command` runs: a plugin tool (its namespaced command, or a built-in's name
+/// it overrides) or a built-in.
+pub fn resolve(env: &ToolEnv, command: &str) -> Result<Resolved, ToolError> {
+    if let Some(p) = plugins::find(&env.project.root, command, plugins::project_trusted(env)) {
+        return Ok(Resolved::Plugin(p));
+    }
+    find(command).map(Resolved::Builtin).ok_or_else(|| {
+        ToolError::invalid_params(format!("unknown command `{command}`; forge.tools lists the available commands"))
+    })
+}
+
+/// Runs one tool call in one transaction of its own; returns its result and the work it
+/// leaves.
 pub fn run_tx(
     conn: &mut Connection,
     env: &ToolEnv,
@@ -204,31 +240,44 @@ pub fn run_tx(
     input: Value,
     has_engine: bool,
 ) -> Result<Done, ToolError> {
-    // A plugin tool: its namespaced command, or a built-in's name it overrides.
-    if let Some(p) = plugins::find(&env.project.root, command, plugins::project_trusted(env)) {
-        return plugin_call(conn, env, p, input);
-    }
-    let Some(tool) = find(command) else {
-        return Err(ToolError::invalid_params(format!(
-            "unknown command `{command}`; forge.tools lists the available commands"
-        )));
+    let tool = resolve(env, command)?;
+    let behavior = if tool.read_only() {
+        rusqlite::TransactionBehavior::Deferred
+    } else {
+        rusqlite::TransactionBehavior::Immediate
     };
-    forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
-    crate::loop_permissions::check(env, tool.name, &input)?;
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).db()?;
-    let mut ctx = ToolCtx { env, db: &tx, now: forge_store::now_ms(), effect: None, has_engine, after: None };
-    let result = (tool.run)(input, &mut ctx);
-    let (effect, after) = (ctx.effect.take(), ctx.after.take());
-    match result {
-        Ok(result) => {
+    let tx = conn.transaction_with_behavior(behavior).db()?;
+    match run_in(&tx, env, tool, input, has_engine) {
+        Ok(done) => {
             tx.commit().db()?;
-            Ok(Done { result, effect, after, cancel: None })
+            Ok(done)
         }
         Err(e) => {
             let _ = tx.rollback();
             Err(e)
         }
     }
+}
+
+/// Runs one resolved tool call inside the transaction (or savepoint) the caller holds
+/// open on `conn`; the caller commits on `Ok` and rolls back on `Err`.
+pub fn run_in(
+    conn: &Connection,
+    env: &ToolEnv,
+    tool: Resolved,
+    input: Value,
+    has_engine: bool,
+) -> Result<Done, ToolError> {
+    let tool = match tool {
+        Resolved::Plugin(p) => return plugin_call(conn, env, p, input),
+        Resolved::Builtin(t) => t,
+    };
+    forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
+    crate::loop_permissions::check(env, tool.name, &input)?;
+    let mut ctx = ToolCtx { env, db: conn, now: forge_store::now_ms(), effect: None, has_engine, after: None };
+    let result = (tool.run)(input, &mut ctx);
+    let (effect, after) = (ctx.effect.take(), ctx.after.take());
+    result.map(|result| Done { result, effect, after, cancel: None })
 }
 
 /// A plugin tool (`forge.<plugin>__<Name>`): trust, then the input against its schema, then
@@ -285,23 +334,29 @@ pub async fn call(
         // A tool call is activity of the loop session (stall watchdog).
         engine.activity.touch_with(&env.caller.session_id, "tool-call");
     }
+    let tool = resolve(&env, command)?;
     let name = find(command).map(|t| t.name).unwrap_or_default();
     let ticket = guard::start(&env.caller.session_id, name, &input)?;
+    let read_only = tool.read_only();
     let command = command.to_string();
     let env2 = env.clone();
-    let r = store
-        .call(move |conn| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_tx(conn, &env2, &command, input, true)))
-                .unwrap_or_else(|_| {
-                    Err(ToolError::internal(format!(
-                        "{command} failed with an internal error (a bug); the server keeps running"
-                    )))
-                })
-        })
-        .await;
-    if r.is_ok() {
-        store.wrote.wake();
-    }
+    let guarded = move |conn: &Connection| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_in(conn, &env2, tool, input, true)))
+            .unwrap_or_else(|_| {
+                Err(ToolError::internal(format!(
+                    "{command} failed with an internal error (a bug); the server keeps running"
+                )))
+            })
+    };
+    let r = if read_only {
+        store.read(guarded).await.unwrap_or_else(|e| Err(ToolError::internal(e)))
+    } else {
+        let r = store.write_grouped(guarded, ToolError::internal).await;
+        if r.is_ok() {
+            store.wrote.wake();
+        }
+        r
+    };
     let outcome = async {
         let done = r?;
         // Dropped with the call's future (`$/cancelRequest`): kills a plugin tool's process.

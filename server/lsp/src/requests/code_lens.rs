@@ -30,7 +30,7 @@ pub async fn code_lens(backend: &Backend, params: CodeLensParams) -> Result<Opti
             let (statuses, total) = conn
                 .ws
                 .store
-                .call(move |db| {
+                .read(move |db| {
                     let mut st = db.prepare(
                         "SELECT section_index, status FROM section_plans WHERE project_id = ?1 AND loop_name = ?2",
                     )?;
@@ -49,6 +49,8 @@ pub async fn code_lens(backend: &Backend, params: CodeLensParams) -> Result<Opti
                     Ok::<_, rusqlite::Error>((rows, total as usize))
                 })
                 .await
+                .ok()
+                .and_then(|r| r.ok())
                 .unwrap_or_default();
             plan_features::section_lenses(&text, &statuses, total)
                 .into_iter()

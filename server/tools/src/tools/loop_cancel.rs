@@ -10,6 +10,9 @@ use forge_store::loops;
 
 pub const NEEDS_SERVER: bool = true;
 
+/// Only reads the store: runs on a read connection, beside writes (crate docs).
+pub const READ_ONLY: bool = false;
+
 pub const DESCRIPTION: &str = "Cancel an active loop. name is a loop name or a part of it; without it, cancels the only active loop.";
 
 pub type Input = forge_protocol::inputs::LoopCancelInput;

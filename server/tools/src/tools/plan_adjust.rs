@@ -12,6 +12,9 @@ use crate::loop_scope;
 
 pub const NEEDS_SERVER: bool = false;
 
+/// Only reads the store: runs on a read connection, beside writes (crate docs).
+pub const READ_ONLY: bool = false;
+
 const CAP: usize = 24;
 
 pub const DESCRIPTION: &str = "Auditor only, during a section audit of a sectioned loop: revise the section under audit (currentSection {title, content}, edited in place) and/or replace the whole pending suffix after it (sections [{title, content}]: destructive, omitted milestones are deleted; an empty list removes them all). rationale is required. Completed sections cannot change; at most 24 sections in total. Never weaken acceptance criteria to get a clean audit.";

@@ -11,6 +11,9 @@ use forge_store::{findings, loops};
 
 pub const NEEDS_SERVER: bool = false;
 
+/// Only reads the store: runs on a read connection, beside writes (crate docs).
+pub const READ_ONLY: bool = false;
+
 pub const DESCRIPTION: &str = "Delete a review finding by file and line. Inside a sectioned loop the current section is searched unless sectionIndex names another or crossSection targets cross-section findings; elsewhere every finding at that file:line in the caller's scope is deleted. The user agent may pass loopName to delete in a specific loop.";
 
 pub type Input = forge_protocol::inputs::ReviewDeleteInput;

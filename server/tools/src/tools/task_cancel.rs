@@ -9,6 +9,9 @@ use crate::task_control;
 
 pub const NEEDS_SERVER: bool = true;
 
+/// Only reads the store: runs on a read connection, beside writes (crate docs).
+pub const READ_ONLY: bool = false;
+
 pub const DESCRIPTION: &str = "Stop the running turn of a loop's current phase session while keeping the session: its process group is killed, the loop keeps running and waits; task-revive resumes the session with an instruction. A no-op when no turn is running. For the loop's owner.";
 
 pub type Input = forge_protocol::inputs::TaskCancelInput;

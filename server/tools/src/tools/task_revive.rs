@@ -9,6 +9,9 @@ use crate::task_control;
 
 pub const NEEDS_SERVER: bool = true;
 
+/// Only reads the store: runs on a read connection, beside writes (crate docs).
+pub const READ_ONLY: bool = false;
+
 pub const DESCRIPTION: &str = "Resume a loop's current phase session that is not running a turn (stopped with task-cancel) with an instruction: a new turn of the same session starts with the instruction as its prompt (queued messages first). For the loop's owner.";
 
 pub type Input = forge_protocol::inputs::TaskReviveInput;

@@ -6,6 +6,9 @@ use super::{ok, ToolCtx};
 
 pub const NEEDS_SERVER: bool = false;
 
+/// Only reads the store: runs on a read connection, beside writes (crate docs).
+pub const READ_ONLY: bool = true;
+
 pub const DESCRIPTION: &str = "List every Forge tool (built-in and plugin tools from files) with its command, description and input JSON Schema.";
 
 pub type Input = forge_protocol::inputs::NoInput;
