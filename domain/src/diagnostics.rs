@@ -7,7 +7,6 @@
 
 use crate::review::Finding;
 use forge_protocol::inputs::Severity;
-use serde_json::{json, Value};
 
 /// `source` of every published finding.
 pub const SOURCE: &str = "forge";
@@ -129,16 +128,31 @@ pub fn severity_code(s: Severity) -> u8 {
     }
 }
 
-/// The diagnostic `data`: `{ findingId, loopName, sectionIndex, crossSection }`;
-/// `loopName` and `sectionIndex` are `null` when absent, and `crossSection` is true
-/// exactly when the finding has no section.
-pub fn data(f: &Finding) -> Value {
-    json!({
-        "findingId": f.id,
-        "loopName": f.loop_name.as_deref().filter(|l| !l.is_empty()),
-        "sectionIndex": f.section_index,
-        "crossSection": f.section_index.is_none(),
-    })
+/// The diagnostic `data`: `{ findingId, loopName, sectionIndex, crossSection, file, line }`;
+/// `loopName` and `sectionIndex` are `null` when absent, `crossSection` is true exactly
+/// when the finding has no section, and `file`/`line` are the finding's as written.
+/// Serialized straight into the notification (no intermediate JSON value).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Data<'a> {
+    pub finding_id: i64,
+    pub loop_name: Option<&'a str>,
+    pub section_index: Option<u32>,
+    pub cross_section: bool,
+    pub file: &'a str,
+    pub line: i64,
+}
+
+/// The diagnostic `data` of a finding ([`Data`]).
+pub fn data(f: &Finding) -> Data<'_> {
+    Data {
+        finding_id: f.id,
+        loop_name: f.loop_name.as_deref().filter(|l| !l.is_empty()),
+        section_index: f.section_index,
+        cross_section: f.section_index.is_none(),
+        file: &f.file,
+        line: f.line,
+    }
 }
 
 #[cfg(test)]
@@ -164,6 +178,7 @@ mod line_lengths_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use PositionEncoding::{Utf16, Utf8};
 
     fn finding() -> Finding {
@@ -264,9 +279,19 @@ mod tests {
         assert_eq!(severity_code(Severity::Bug), 1);
         assert_eq!(severity_code(Severity::Warning), 2);
         let mut f = finding();
-        assert_eq!(data(&f), json!({"findingId": 42, "loopName": null, "sectionIndex": null, "crossSection": true}));
+        let as_json = |f: &Finding| serde_json::to_value(data(f)).unwrap();
+        let (file, line) = (f.file.clone(), f.line);
+        assert_eq!(
+            as_json(&f),
+            json!({"findingId": 42, "loopName": null, "sectionIndex": null, "crossSection": true, "file": file, "line": line})
+        );
         f.loop_name = Some("feat".into());
         f.section_index = Some(1);
-        assert_eq!(data(&f), json!({"findingId": 42, "loopName": "feat", "sectionIndex": 1, "crossSection": false}));
+        assert_eq!(
+            as_json(&f),
+            json!({"findingId": 42, "loopName": "feat", "sectionIndex": 1, "crossSection": false, "file": file, "line": line})
+        );
+        f.loop_name = Some(String::new());
+        assert_eq!(as_json(&f)["loopName"], json!(null), "an empty bucket is no loop");
     }
 }

@@ -48,6 +48,8 @@ pub struct OpenDoc {
 pub struct Conn {
     pub id: u64,
     pub client: Client,
+    /// Frames built as bytes go out here (diagnostics).
+    pub outbox: crate::transport::Outbox,
     pub ws: Arc<Workspace>,
     env: RwLock<Arc<ToolEnv>>,
     pub caps: ClientCaps,
@@ -77,11 +79,19 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(id: u64, client: Client, ws: Arc<Workspace>, env: ToolEnv, caps: ClientCaps) -> Arc<Conn> {
+    pub fn new(
+        id: u64,
+        client: Client,
+        outbox: crate::transport::Outbox,
+        ws: Arc<Workspace>,
+        env: ToolEnv,
+        caps: ClientCaps,
+    ) -> Arc<Conn> {
         let (alive, _) = tokio::sync::watch::channel(());
         Arc::new(Conn {
             id,
             client,
+            outbox,
             ws,
             env: RwLock::new(Arc::new(env)),
             caps,

@@ -5,6 +5,12 @@
 //! continuous writes), then each affected URI is published once with every finding that
 //! resolves to it (an empty list when none is left).
 //!
+//! A publication runs in steps of about [`STEP_FINDINGS`] findings (whole groups of file
+//! strings that share a URI, so a URI is always published whole): each step reads its
+//! findings on a read connection, builds every diagnostic straight into the bytes of its
+//! notification ([`crate::to_proto::publish_diagnostics`]) and sends them. Memory is
+//! bounded by a step, not by the store, and the first URIs go out before the rest is read.
+//!
 //! Paths: a relative `file` resolves against the loop's worktree (loop findings) or the
 //! project root; with `diagnostics.mirrorLoopFindings` a loop finding is also published
 //! under the project root. Ranges cover the whole line, measured in the client's position
@@ -18,12 +24,11 @@ use std::time::{Duration, Instant};
 
 use forge_domain::diagnostics::{self as dmap};
 use forge_domain::review::Finding;
-use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::conn::Conn;
 use crate::state::Work;
-use crate::to_proto::diagnostic;
+use crate::to_proto::{publish_diagnostics, Diagnostic, Range};
 use forge_store::findings;
 
 /// Quiet period that ends a burst.
@@ -61,6 +66,61 @@ pub fn start(conn: Weak<Conn>) -> mpsc::UnboundedSender<Work> {
 /// Loop name → worktree, for the project's loops that are not completed.
 type Worktrees = HashMap<String, PathBuf>;
 
+/// About how many findings one publication step reads and builds at a time: memory
+/// stays bounded by this, not by the store, and the first URIs go out at once.
+const STEP_FINDINGS: i64 = 1000;
+
+fn worktrees(db: &rusqlite::Connection, project: &str) -> rusqlite::Result<Worktrees> {
+    let mut st =
+        db.prepare_cached("SELECT loop_name, worktree_dir FROM loops WHERE project_id = ?1 AND status != 'completed'")?;
+    let rows = st.query_map([project], |r| Ok((r.get::<_, String>(0)?, PathBuf::from(r.get::<_, String>(1)?))))?;
+    rows.collect()
+}
+
+/// Groups of `file` strings that must be published together: strings whose findings
+/// land on a common URI (now, or in the last publication) are in one group, since a
+/// URI's publication replaces all of its diagnostics.
+fn groups(edges: &[(String, String)]) -> Vec<Vec<String>> {
+    // Union-find over the file strings, joined through the URIs they reach.
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut parent: Vec<usize> = vec![];
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut by_uri: HashMap<&str, usize> = HashMap::new();
+    for (file, uri) in edges {
+        let n = index.len();
+        let i = *index.entry(file.as_str()).or_insert_with(|| {
+            parent.push(n);
+            n
+        });
+        match by_uri.get(uri.as_str()) {
+            Some(&j) => {
+                let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                parent[a] = b;
+            }
+            None => {
+                by_uri.insert(uri.as_str(), i);
+            }
+        }
+    }
+    let mut out: HashMap<usize, Vec<String>> = HashMap::new();
+    for (file, &i) in &index {
+        let r = root(&mut parent, i);
+        out.entry(r).or_default().push(file.to_string());
+    }
+    let mut v: Vec<Vec<String>> = out.into_values().collect();
+    for g in &mut v {
+        g.sort();
+    }
+    v.sort();
+    v
+}
+
 async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
     let env = conn.env();
     let project = env.project.id.clone();
@@ -78,92 +138,163 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
             Work::All => {}
         }
     }
-    // Files whose URIs may be affected: the dirty ones plus every file string that
-    // contributed to one of their previously published URIs.
-    let extra: HashSet<String> = {
+    // Files whose URIs may be affected: the dirty ones (every file for `All`) plus every
+    // file string that contributed to one of their previously published URIs.
+    {
         let p = conn.published.lock().expect("published");
-        files
-            .iter()
-            .flat_map(|f| p.file_uris.get(f).into_iter().flatten())
-            .flat_map(|u| p.uri_files.get(u).into_iter().flatten())
-            .cloned()
-            .collect()
-    };
-    files.extend(extra);
-    let query_files: Option<Vec<String>> = (!all).then(|| files.iter().cloned().collect());
-    let p2 = project.clone();
-    let result = conn
+        if all {
+            files.extend(p.file_uris.keys().cloned());
+        } else {
+            let extra: Vec<String> = files
+                .iter()
+                .flat_map(|f| p.file_uris.get(f).into_iter().flatten())
+                .flat_map(|u| p.uri_files.get(u).into_iter().flatten())
+                .cloned()
+                .collect();
+            files.extend(extra);
+        }
+    }
+    // What to cover: (bucket, file) pairs with open findings, and the worktrees.
+    let (p2, asked) = (project.clone(), files.iter().cloned().collect::<Vec<_>>());
+    let plan = conn
         .ws
         .store
-        .call(move |db| -> rusqlite::Result<(Vec<Finding>, Worktrees, Vec<String>)> {
+        .read(move |db| -> rusqlite::Result<(Vec<(String, String, i64)>, Worktrees, Vec<String>)> {
             let mut loop_files = vec![];
             for l in &loops_dirty {
                 loop_files.extend(findings::files_of_loop(db, &p2, l)?);
             }
-            let mut q = query_files.clone();
-            if let Some(q) = q.as_mut() {
-                q.extend(loop_files.iter().cloned());
-            }
-            let rows = findings::open(db, &p2, q.as_deref())?;
-            let mut st = db.prepare_cached(
-                "SELECT loop_name, worktree_dir FROM loops WHERE project_id = ?1 AND status != 'completed'",
-            )?;
-            let wts = st
-                .query_map([&p2], |r| Ok((r.get::<_, String>(0)?, PathBuf::from(r.get::<_, String>(1)?))))?
-                .collect::<rusqlite::Result<Worktrees>>()?;
-            Ok((rows, wts, loop_files))
+            let mut q = asked;
+            q.extend(loop_files.iter().cloned());
+            let pairs = findings::open_files(db, &p2, (!all).then_some(q.as_slice()))?;
+            Ok((pairs, worktrees(db, &p2)?, loop_files))
         })
         .await;
-    let (rows, worktrees, loop_files) = match result {
-        Ok(r) => r,
+    let (pairs, worktrees, loop_files) = match plan {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            tracing::warn!("cannot read findings for diagnostics: {e}");
+            return;
+        }
         Err(e) => {
             tracing::warn!("cannot read findings for diagnostics: {e}");
             return;
         }
     };
     files.extend(loop_files);
-
-    // Group by target URI.
-    let mut by_uri: HashMap<String, Vec<(&Finding, PathBuf)>> = HashMap::new();
-    for f in &rows {
-        for path in targets(f, &root, &worktrees, mirror) {
-            by_uri.entry(file_uri(&path)).or_default().push((f, path));
+    let mut counts: HashMap<String, i64> = HashMap::new();
+    let mut edges: Vec<(String, String)> = vec![];
+    for (bucket, file, n) in &pairs {
+        files.insert(file.clone());
+        *counts.entry(file.clone()).or_default() += n;
+        let f = Finding {
+            id: 0,
+            file: file.clone(),
+            line: 1,
+            severity: forge_protocol::inputs::Severity::Bug,
+            description: String::new(),
+            scenario: None,
+            loop_name: forge_domain::review::loop_from_db(bucket),
+            section_index: None,
+            created_at: 0,
+        };
+        for path in targets(&f, &root, &worktrees, mirror) {
+            edges.push((file.clone(), file_uri(&path)));
         }
     }
-    // URIs to publish: every URI that now has findings of the affected files, plus every
-    // URI previously published for them (so removed findings are cleared).
-    let mut uris: HashSet<String> = by_uri.keys().cloned().collect();
     {
         let p = conn.published.lock().expect("published");
-        if all {
-            uris.extend(p.uri_files.keys().cloned());
-        } else {
-            for f in &files {
-                uris.extend(p.file_uris.get(f).into_iter().flatten().cloned());
+        for f in &files {
+            edges.push((f.clone(), String::new()));
+            for u in p.file_uris.get(f).into_iter().flatten() {
+                edges.push((f.clone(), u.clone()));
             }
         }
     }
-
+    // The empty URI stands for "no URI": every file reaches it, so drop it from joining.
+    let edges: Vec<(String, String)> =
+        edges.into_iter().map(|(f, u)| if u.is_empty() { (f.clone(), format!("\0{f}")) } else { (f, u) }).collect();
     let allowed = allowed_roots(&root, &worktrees, &conn.ws.data_dir);
+    let worktrees = Arc::new(worktrees);
+    // Steps of whole groups, about STEP_FINDINGS findings each.
+    let mut step: Vec<String> = vec![];
+    let mut in_step = 0;
+    let groups = groups(&edges);
+    let last = groups.len();
+    for (i, g) in groups.into_iter().enumerate() {
+        in_step += g.iter().map(|f| counts.get(f).copied().unwrap_or(0)).sum::<i64>();
+        step.extend(g);
+        if in_step >= STEP_FINDINGS || i + 1 == last {
+            let files = std::mem::take(&mut step);
+            in_step = 0;
+            if !publish_step(conn, &project, &root, mirror, &worktrees, &allowed, files).await {
+                return;
+            }
+        }
+    }
+}
+
+/// Reads, builds and sends the diagnostics of one step: every URI the step's files reach
+/// now or reached in the last publication. False when the connection is gone.
+async fn publish_step(
+    conn: &Arc<Conn>,
+    project: &str,
+    root: &Path,
+    mirror: bool,
+    worktrees: &Worktrees,
+    allowed: &[PathBuf],
+    files: Vec<String>,
+) -> bool {
+    let (p2, q) = (project.to_string(), files.clone());
+    let rows = match conn.ws.store.read(move |db| findings::open(db, &p2, Some(&q))).await {
+        Ok(Ok(rows)) => rows,
+        Ok(Err(e)) => {
+            tracing::warn!("cannot read findings for diagnostics: {e}");
+            return true;
+        }
+        Err(e) => {
+            tracing::warn!("cannot read findings for diagnostics: {e}");
+            return true;
+        }
+    };
+    // Group by target URI.
+    let mut by_uri: HashMap<String, Vec<(&Finding, PathBuf)>> = HashMap::new();
+    for f in &rows {
+        for path in targets(f, root, worktrees, mirror) {
+            by_uri.entry(file_uri(&path)).or_default().push((f, path));
+        }
+    }
+    // URIs to publish: every URI that now has findings of these files, plus every URI
+    // previously published for them (so removed findings are cleared).
+    let mut uris: Vec<String> = by_uri.keys().cloned().collect();
+    {
+        let p = conn.published.lock().expect("published");
+        let mut seen: HashSet<String> = uris.iter().cloned().collect();
+        for f in &files {
+            for u in p.file_uris.get(f).into_iter().flatten() {
+                if seen.insert(u.clone()) {
+                    uris.push(u.clone());
+                }
+            }
+        }
+    }
+    uris.sort();
     let enc = conn.caps.encoding;
-    // Line lengths per file (or open buffer), computed once per publication.
+    // Line lengths per file (or open buffer), computed once per step.
     let mut lengths: HashMap<PathBuf, Option<Vec<u32>>> = HashMap::new();
-    let mut open_lengths: HashMap<String, Option<Vec<u32>>> = HashMap::new();
-    let mut out: Vec<(String, Vec<Value>, HashSet<String>)> = vec![];
+    let mut messages: Vec<(String, Vec<u8>, HashSet<String>)> = Vec::with_capacity(uris.len());
     for uri in uris {
         let entries = by_uri.get(&uri).map(Vec::as_slice).unwrap_or(&[]);
         let mut diags = Vec::with_capacity(entries.len());
         let mut contributing = HashSet::new();
+        let open = if entries.is_empty() { None } else { conn.open_text(&uri).map(|t| dmap::line_lengths(&t, enc)) };
         for (f, path) in entries {
             contributing.insert(f.file.clone());
-            let open = open_lengths
-                .entry(uri.clone())
-                .or_insert_with(|| conn.open_text(&uri).map(|t| dmap::line_lengths(&t, enc)));
-            let lens: Option<&[u32]> = match open {
+            let lens: Option<&[u32]> = match &open {
                 Some(l) => Some(l.as_slice()),
                 None => lengths
                     .entry(path.clone())
-                    .or_insert_with(|| read_allowed(path, &allowed).map(|t| dmap::line_lengths(&t, enc)))
+                    .or_insert_with(|| read_allowed(path, allowed).map(|t| dmap::line_lengths(&t, enc)))
                     .as_deref(),
             };
             let measured = lens.and_then(|l| {
@@ -173,24 +304,22 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
             // LSP positions are `uinteger` (0..=2^31-1): a line beyond that is shown on the
             // last representable line, or clients reject the whole publication.
             let (line, start, end) = measured.unwrap_or(((f.line.max(1) - 1).min(i64::from(i32::MAX)) as u32, 0, 0));
-            let mut data = dmap::data(f);
-            data["file"] = Value::from(f.file.clone());
-            data["line"] = Value::from(f.line);
-            diags.push(diagnostic(
-                line,
-                start,
-                end,
-                dmap::severity_code(f.severity),
-                &dmap::message(f),
-                Some(Value::from(f.id)),
-                Some(data),
-            ));
+            diags.push(Diagnostic {
+                range: Range::on_line(line, start, end),
+                severity: dmap::severity_code(f.severity),
+                source: "forge",
+                message: dmap::message(f),
+                code: f.id,
+                data: dmap::data(f),
+            });
         }
-        out.push((uri, diags, contributing));
+        messages.push((uri.clone(), publish_diagnostics(&uri, &diags), contributing));
     }
+    drop(by_uri);
+    drop(rows);
     {
         let mut p = conn.published.lock().expect("published");
-        for (uri, _, contributing) in &out {
+        for (uri, _, contributing) in &messages {
             if let Some(old) = p.uri_files.remove(uri) {
                 for f in old {
                     if let Some(s) = p.file_uris.get_mut(&f) {
@@ -207,9 +336,12 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
         }
         p.file_uris.retain(|_, s| !s.is_empty());
     }
-    for (uri, diags, _) in out {
-        conn.publish(&uri, diags).await;
+    for (_, body, _) in messages {
+        if !conn.outbox.send_body(&body).await {
+            return false;
+        }
     }
+    true
 }
 
 /// The paths a finding is published on.
@@ -317,6 +449,29 @@ mod tests {
         assert_eq!(targets(&f("src/a.rs", Some("l")), root, &wts, false), [PathBuf::from("/d/worktrees/l/src/a.rs")]);
         assert_eq!(targets(&f("../../etc/passwd", None), root, &wts, true), [PathBuf::from("/etc/passwd")]);
         assert_eq!(file_uri(Path::new("/p/a b/ü.rs")), "file:///p/a%20b/%C3%BC.rs");
+    }
+
+    #[test]
+    fn file_strings_sharing_a_uri_are_published_together() {
+        let e = |f: &str, u: &str| (f.to_string(), u.to_string());
+        let g = groups(&[
+            e("src/a.rs", "file:///p/src/a.rs"),
+            e("./src/a.rs", "file:///p/src/a.rs"),
+            e("src/b.rs", "file:///wt/src/b.rs"),
+            e("src/b.rs", "file:///p/src/b.rs"),
+            e("/p/src/b.rs", "file:///p/src/b.rs"),
+            e("src/c.rs", "file:///p/src/c.rs"),
+            e("gone.rs", "\0gone.rs"),
+        ]);
+        assert_eq!(
+            g,
+            vec![
+                vec!["./src/a.rs".to_string(), "src/a.rs".to_string()],
+                vec!["/p/src/b.rs".to_string(), "src/b.rs".to_string()],
+                vec!["gone.rs".to_string()],
+                vec!["src/c.rs".to_string()],
+            ]
+        );
     }
 
     #[test]

@@ -20,11 +20,13 @@ where
     use tracing::Instrument;
     // Every log line of this connection carries its id (`conn{id=3}: ...`).
     let id = hub.next_conn_id();
-    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id))
+    let (outbox, out_rx) = transport::outbox();
+    let raw = outbox.clone();
+    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id, raw))
         .custom_method("window/workDoneProgress/cancel", Backend::work_done_progress_cancel)
         .finish();
     tracing::debug!(conn = id, "connection opened");
-    transport::serve(reader, writer, service, socket).instrument(tracing::info_span!("conn", id)).await;
+    transport::serve(reader, writer, service, socket, outbox, out_rx).instrument(tracing::info_span!("conn", id)).await;
     tracing::debug!(conn = id, "connection closed");
 }
 

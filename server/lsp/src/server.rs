@@ -18,11 +18,13 @@ pub struct Backend {
     pub id: u64,
     /// Set by `initialize`.
     pub conn: OnceLock<Arc<Conn>>,
+    /// Writes frames built as bytes onto this connection.
+    pub outbox: crate::transport::Outbox,
 }
 
 impl Backend {
-    pub fn new(client: Client, hub: Arc<Hub>, id: u64) -> Backend {
-        Backend { client, hub, id, conn: OnceLock::new() }
+    pub fn new(client: Client, hub: Arc<Hub>, id: u64, outbox: crate::transport::Outbox) -> Backend {
+        Backend { client, hub, id, conn: OnceLock::new(), outbox }
     }
 
     /// The connection state; an error before `initialize` succeeded.

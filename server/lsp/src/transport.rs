@@ -1,13 +1,18 @@
-//! A validating framing layer in front of tower-lsp-server.
+//! Our own connection loop around tower-lsp-server's service.
 //!
-//! tower-lsp-server reads frames with tokio-util's `FramedRead`, which ends the stream
-//! after the first decode error (`has_errored` → `None`): one frame with invalid UTF-8,
-//! malformed JSON or a body that is not a JSON-RPC message closes the whole connection.
-//! PROTOCOL.md §8 requires the connection to keep working. So every frame is read here
-//! first with the shared decoder ([`forge_protocol::framing`]) and validated: bad ones are
-//! answered with the JSON-RPC error LSP prescribes and dropped, and only well-formed
-//! messages reach the framework, through an in-memory pipe. The framework's output and
-//! our error responses are merged frame by frame onto the real writer.
+//! tower-lsp-server's `Server` reads frames with tokio-util's `FramedRead`, which ends the
+//! stream after the first decode error (`has_errored` → `None`): one frame with invalid
+//! UTF-8, malformed JSON or a body that is not a JSON-RPC message closes the whole
+//! connection. PROTOCOL.md §8 requires the connection to keep working. So frames are read
+//! here with the shared decoder ([`forge_protocol::framing`]) and handed to the
+//! framework's `LspService` directly (its `Server` loop is not used):
+//!
+//! - each frame is parsed once (the fast path reads it straight into the framework's
+//!   `Request`/`Response`); only a frame the fast path does not take goes through the
+//!   full validation below, which answers what is wrong;
+//! - requests are handled [`CONCURRENCY`] at a time;
+//! - replies, the server's own messages, our error answers and frames the server built
+//!   as bytes ([`Outbox`]) are merged frame by frame onto the real writer.
 //!
 //! Bad input and its answer (docs/reliability.md lists the tests):
 //! - bytes that are not an LSP header (a stray byte, the rest of a broken frame): one
@@ -32,8 +37,8 @@ use forge_protocol::framing::{self, Decoder, Event};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tower_lsp_server::jsonrpc::{Request, Response};
-use tower_lsp_server::{ClientSocket, LanguageServer, LspService, Server};
+use tower_lsp_server::jsonrpc::{Id, Request, Response};
+use tower_lsp_server::{ClientSocket, LanguageServer, LspService};
 
 /// Largest accepted message body.
 pub const MAX_MESSAGE: usize = framing::MAX_MESSAGE;
@@ -55,8 +60,8 @@ type InFlight = Arc<Mutex<HashSet<String>>>;
 /// What to do with one frame from the client.
 #[derive(Debug)]
 enum Incoming {
-    /// A valid message body, to forward; `exit` says it is the `exit` notification.
-    Message { body: Vec<u8>, exit: bool },
+    /// A valid message body, to forward.
+    Message { body: Vec<u8> },
     /// An error response to send back; keep reading.
     Reply(Frame),
     /// Something unanswerable was skipped; keep reading.
@@ -123,7 +128,7 @@ fn validate(body: Vec<u8>, in_flight: &InFlight) -> Incoming {
             ));
         }
     }
-    Incoming::Message { body, exit: method == "exit" }
+    Incoming::Message { body }
 }
 
 /// A body that serde_json refuses: a parse error, unless the only fault is a lone
@@ -145,53 +150,171 @@ fn parse_failure(text: &str, e: serde_json::Error) -> Incoming {
     Incoming::Reply(error_frame(Value::Null, -32700, &format!("Parse error: {e}")))
 }
 
-/// The head of a message the framework sends: its id, and whether it is a response.
-#[derive(serde::Deserialize)]
-struct Head {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    method: Option<serde::de::IgnoredAny>,
-}
+/// How many requests and notifications are handled at once (the framework's own loop
+/// allows 4; reads run on the store's read connections and writes are grouped, so more in
+/// flight is more done).
+pub const CONCURRENCY: usize = 64;
 
-/// Splits the framework's output (always well formed) into frames; a response frees
-/// its request id.
-async fn forward_frames<R: AsyncRead + Unpin>(mut r: R, out: mpsc::Sender<Frame>, in_flight: InFlight) {
-    let mut dec = Decoder::new();
-    let mut chunk = vec![0u8; READ_CHUNK];
-    loop {
-        while let Some(ev) = dec.next_event() {
-            let Event::Frame(body) = ev else { continue };
-            if let Ok(Head { id: Some(id), method: None }) = serde_json::from_slice::<Head>(&body) {
-                in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&id.to_string());
-            }
-            if out.send(framing::encode(&body)).await.is_err() {
-                return;
-            }
-        }
-        match r.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => dec.push(&chunk[..n]),
-        }
+/// Sends frames onto the connection beside the framework's own messages: what the server
+/// builds as bytes (diagnostics) goes out without becoming a `serde_json::Value` first.
+#[derive(Clone)]
+pub struct Outbox(mpsc::Sender<Frame>);
+
+impl Outbox {
+    /// Sends one serialized JSON-RPC message; false once the connection is closed.
+    pub async fn send_body(&self, body: &[u8]) -> bool {
+        !body.is_empty() && self.0.send(framing::encode(body)).await.is_ok()
     }
 }
 
-/// Reads the client's frames, answers bad ones and forwards good ones to the framework
-/// until `exit`, end of input, or an unskippable oversized message.
-async fn read_client<R, W>(mut reader: R, mut to_framework: W, out_tx: mpsc::Sender<Frame>, in_flight: InFlight)
-where
+/// The outgoing queue of a connection: the [`Outbox`] for the server's code and the end
+/// [`serve`] writes from.
+pub fn outbox() -> (Outbox, mpsc::Receiver<Frame>) {
+    let (tx, rx) = mpsc::channel(256);
+    (Outbox(tx), rx)
+}
+
+/// `Some` of a field that is present, even when it is `null` (as the framework reads it).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}
+
+/// A message as read in the one parse of the fast path.
+#[derive(serde::Deserialize)]
+struct Raw {
+    #[serde(default)]
+    jsonrpc: Option<String>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+/// A message for the framework.
+enum Msg {
+    Request(Request),
+    Response(Response),
+}
+
+fn to_id(v: Value) -> Option<Id> {
+    match v {
+        Value::Number(n) => n.as_i64().map(Id::Number),
+        Value::String(s) => Some(Id::String(s)),
+        Value::Null => Some(Id::Null),
+        _ => None,
+    }
+}
+
+/// The fast path: one parse into [`Raw`], for the regular messages. `None` sends the body
+/// down the slow path ([`validate`]), which finds and answers what is wrong.
+fn fast(body: &[u8]) -> Option<Msg> {
+    let raw: Raw = serde_json::from_slice(body).ok()?;
+    if raw.jsonrpc.as_deref() != Some("2.0") {
+        return None;
+    }
+    match (raw.method, raw.result, raw.error) {
+        (Some(method), None, None) => {
+            let id = match raw.id {
+                None => None,
+                Some(Value::Null) => return None,
+                Some(v) => Some(to_id(v)?),
+            };
+            let mut b = Request::build(method);
+            if let Some(p) = raw.params {
+                b = b.params(p);
+            }
+            if let Some(id) = id {
+                b = b.id(id);
+            }
+            Some(Msg::Request(b.finish()))
+        }
+        (None, Some(result), None) => Some(Msg::Response(Response::from_ok(to_id(raw.id?)?, result))),
+        (None, None, Some(error)) => {
+            let error: tower_lsp_server::jsonrpc::Error = serde_json::from_value(error).ok()?;
+            Some(Msg::Response(Response::from_error(to_id(raw.id?)?, error)))
+        }
+        _ => None,
+    }
+}
+
+/// The in-flight key of an id (its JSON text, as [`validate`] writes it).
+fn id_key(id: &Id) -> String {
+    serde_json::to_string(id).unwrap_or_default()
+}
+
+/// Checks a request the fast path read: `$/` requests are refused (the framework would
+/// leave them unanswered) and an id already in flight is refused; else it is in flight.
+fn admit(req: &Request, in_flight: &InFlight) -> Option<Frame> {
+    let id = req.id()?;
+    let idv = serde_json::to_value(id).unwrap_or(Value::Null);
+    if req.method().starts_with("$/") {
+        return Some(error_frame(idv, -32601, &format!("Method not found: {}", req.method())));
+    }
+    let mut set = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+    if !set.insert(id_key(id)) {
+        return Some(error_frame(
+            idv.clone(),
+            -32600,
+            &format!("Invalid Request: request id {idv} is already in use by a request that has not been answered yet; use a fresh id"),
+        ));
+    }
+    None
+}
+
+type Handling = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Response>> + Send>>;
+
+/// Reads the client's frames, answers bad ones and hands good ones to the service (or,
+/// for responses to our requests, to the framework's client) until `exit`, end of input,
+/// or an unskippable oversized message.
+async fn read_client<R, S, K>(
+    mut reader: R,
+    mut service: LspService<S>,
+    mut responses: K,
+    tasks: mpsc::Sender<Handling>,
+    out: Outbox,
+    in_flight: InFlight,
+) where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: LanguageServer,
+    K: futures_util::Sink<Response> + Unpin,
+    K::Error: std::fmt::Display,
 {
     let mut dec = Decoder::new();
     let mut chunk = vec![0u8; READ_CHUNK];
     'read: loop {
         while let Some(ev) = dec.next_event() {
-            let incoming = match ev {
-                Event::Frame(body) => validate(body, &in_flight),
+            let msg = match ev {
+                Event::Frame(body) => match fast(&body) {
+                    Some(Msg::Request(req)) => match admit(&req, &in_flight) {
+                        Some(reply) => Err(reply),
+                        None => Ok(Msg::Request(req)),
+                    },
+                    Some(m) => Ok(m),
+                    None => match validate(body, &in_flight) {
+                        Incoming::Message { body, .. } => match serde_json::from_slice::<Value>(&body) {
+                            Ok(v) if v.get("method").is_some() => match serde_json::from_value::<Request>(v) {
+                                Ok(r) => Ok(Msg::Request(r)),
+                                Err(_) => continue,
+                            },
+                            Ok(v) => match serde_json::from_value::<Response>(v) {
+                                Ok(r) => Ok(Msg::Response(r)),
+                                Err(_) => continue,
+                            },
+                            Err(_) => continue,
+                        },
+                        Incoming::Reply(f) => Err(f),
+                        Incoming::Skip => continue,
+                    },
+                },
                 Event::TooLarge { length } => {
                     let (code, message) = Event::TooLarge { length }.error().unwrap_or_default();
-                    if out_tx.send(error_frame(Value::Null, code, &message)).await.is_err() {
+                    if out.0.send(error_frame(Value::Null, code, &message)).await.is_err() {
                         break 'read;
                     }
                     if length > MAX_SKIP {
@@ -206,24 +329,40 @@ where
                 other => {
                     let (code, message) = other.error().unwrap_or_default();
                     tracing::warn!("bad input from the client: {message}");
-                    Incoming::Reply(error_frame(Value::Null, code, &message))
+                    Err(error_frame(Value::Null, code, &message))
                 }
             };
-            match incoming {
-                Incoming::Message { body, exit } => {
-                    if to_framework.write_all(&framing::encode(&body)).await.is_err() {
+            match msg {
+                Ok(Msg::Request(req)) => {
+                    use tower::Service;
+                    if let Err(e) = futures_util::future::poll_fn(|cx| service.poll_ready(cx)).await {
+                        tracing::debug!("the service stopped taking requests: {e}");
                         break 'read;
                     }
-                    if exit {
+                    let exit = req.method() == "exit";
+                    let call = service.call(req);
+                    let handling: Handling = Box::pin(async move {
+                        call.await.unwrap_or_else(|e| {
+                            tracing::debug!("request not handled: {e}");
+                            None
+                        })
+                    });
+                    if tasks.send(handling).await.is_err() || exit {
                         break 'read;
                     }
                 }
-                Incoming::Reply(f) => {
-                    if out_tx.send(f).await.is_err() {
+                Ok(Msg::Response(res)) => {
+                    use futures_util::SinkExt;
+                    if let Err(e) = responses.send(res).await {
+                        tracing::warn!("cannot hand a client's response to the server: {e}");
                         break 'read;
                     }
                 }
-                Incoming::Skip => {}
+                Err(reply) => {
+                    if out.0.send(reply).await.is_err() {
+                        break 'read;
+                    }
+                }
             }
         }
         match reader.read(&mut chunk).await {
@@ -235,25 +374,34 @@ where
             }
         }
     }
-    // Closing the pipe ends the framework's read loop.
-    let _ = to_framework.shutdown().await;
 }
 
-/// Serves one LSP connection over `reader`/`writer` until `exit` or end of input.
-pub async fn serve<S, R, W>(reader: R, writer: W, service: LspService<S>, socket: ClientSocket)
-where
+/// Serves one LSP connection over `reader`/`writer` until `exit` or end of input. Each
+/// frame is parsed once and handed to the framework's service directly (no second parse,
+/// no in-memory pipe); `out` carries everything written, `outbox` being its sender.
+pub async fn serve<S, R, W>(
+    reader: R,
+    writer: W,
+    service: LspService<S>,
+    socket: ClientSocket,
+    outbox: Outbox,
+    mut out_rx: mpsc::Receiver<Frame>,
+) where
     S: LanguageServer,
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (to_framework, framework_in) = tokio::io::duplex(1 << 20);
-    let (framework_out, from_framework) = tokio::io::duplex(1 << 20);
-    let (out_tx, mut out_rx) = mpsc::channel::<Frame>(256);
+    use futures_util::StreamExt;
     let in_flight: InFlight = Arc::default();
 
+    // An empty frame asks the writer to flush and stop (the outbox lives on in the
+    // server's state, so the channel alone would never close).
     let writer_task = tokio::spawn(async move {
         let mut writer = writer;
         while let Some(f) = out_rx.recv().await {
+            if f.is_empty() {
+                break;
+            }
             if writer.write_all(&f).await.is_err() {
                 break;
             }
@@ -264,12 +412,43 @@ where
         }
         let _ = writer.flush().await;
     });
-    let forwarder = tokio::spawn(forward_frames(from_framework, out_tx.clone(), in_flight.clone()));
-    let reader_task = tokio::spawn(read_client(reader, to_framework, out_tx, in_flight));
 
-    Server::new(framework_in, framework_out, socket).serve(service).await;
-    reader_task.abort();
-    let _ = forwarder.await;
+    let (mut requests, responses) = socket.split();
+    // The server's own requests and notifications to the client.
+    let to_client = {
+        let out = outbox.clone();
+        tokio::spawn(async move {
+            while let Some(req) = requests.next().await {
+                let body = serde_json::to_vec(&req).unwrap_or_default();
+                if !out.send_body(&body).await {
+                    break;
+                }
+            }
+        })
+    };
+    // Handling, CONCURRENCY at a time; each reply frees its id.
+    let (tasks_tx, mut tasks_rx) = mpsc::channel::<Handling>(100);
+    let handler = {
+        let out = outbox.clone();
+        let in_flight = in_flight.clone();
+        tokio::spawn(async move {
+            let incoming = futures_util::stream::poll_fn(move |cx| tasks_rx.poll_recv(cx));
+            let mut replies = incoming.buffer_unordered(CONCURRENCY);
+            while let Some(reply) = replies.next().await {
+                let Some(res) = reply else { continue };
+                let key = id_key(res.id());
+                let body = serde_json::to_vec(&res).unwrap_or_default();
+                in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                if !out.send_body(&body).await {
+                    break;
+                }
+            }
+        })
+    };
+    read_client(reader, service, responses, tasks_tx, outbox.clone(), in_flight).await;
+    let _ = handler.await;
+    to_client.abort();
+    let _ = outbox.0.send(Vec::new()).await;
     let _ = writer_task.await;
 }
 

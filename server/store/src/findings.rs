@@ -116,9 +116,11 @@ pub fn query_page(
     limit: usize,
     before: Option<i64>,
 ) -> rusqlite::Result<(Vec<Finding>, Option<i64>)> {
-    let by_file = if file.is_some() { "AND file = ?5" } else { "" };
+    // A bucket's page walks the (project, loop, id) index backwards; one file's findings
+    // are few, found through the (project, file) index and sorted.
+    let (index, by_file) = if file.is_some() { ("INDEXED BY idx_findings_file", "AND file = ?5") } else { ("", "") };
     let sql = format!(
-        "SELECT {COLS} FROM review_findings WHERE project_id = ?1 AND loop_name = ?2 AND {} {by_file}
+        "SELECT {COLS} FROM review_findings {index} WHERE project_id = ?1 AND loop_name = ?2 AND {} {by_file}
          AND id < ?3 ORDER BY id DESC LIMIT ?4",
         section_sql(filter)
     );
@@ -180,6 +182,35 @@ pub fn open(conn: &Connection, project: &str, files: Option<&[String]>) -> rusql
                 let marks = (0..chunk.len()).map(|i| format!("?{}", i + 2)).collect::<Vec<_>>().join(", ");
                 let sql = format!("{base} AND f.file IN ({marks}) ORDER BY f.file, f.line, f.id");
                 let mut st = conn.prepare(&sql)?;
+                let args = std::iter::once(project.to_string()).chain(chunk.iter().cloned());
+                out.extend(st.query_map(params_from_iter(args), row)?.collect::<rusqlite::Result<Vec<_>>>()?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// The (loop bucket, file) pairs that have open findings (see [`open`]), with how many,
+/// optionally only for `files`: what a publication of diagnostics has to cover.
+pub fn open_files(
+    conn: &Connection,
+    project: &str,
+    files: Option<&[String]>,
+) -> rusqlite::Result<Vec<(String, String, i64)>> {
+    let base = "SELECT f.loop_name, f.file, count(*) FROM review_findings f WHERE f.project_id = ?1 AND (f.loop_name = '' OR EXISTS (
+            SELECT 1 FROM loops l WHERE l.project_id = f.project_id AND l.loop_name = f.loop_name AND l.status != 'completed'))";
+    let row = |r: &rusqlite::Row| Ok((r.get(0)?, r.get(1)?, r.get(2)?));
+    match files {
+        None => {
+            let mut st = conn.prepare_cached(&format!("{base} GROUP BY f.loop_name, f.file"))?;
+            let rows = st.query_map(params![project], row)?;
+            rows.collect()
+        }
+        Some(files) => {
+            let mut out = vec![];
+            for chunk in files.chunks(500) {
+                let marks = (0..chunk.len()).map(|i| format!("?{}", i + 2)).collect::<Vec<_>>().join(", ");
+                let mut st = conn.prepare(&format!("{base} AND f.file IN ({marks}) GROUP BY f.loop_name, f.file"))?;
                 let args = std::iter::once(project.to_string()).chain(chunk.iter().cloned());
                 out.extend(st.query_map(params_from_iter(args), row)?.collect::<rusqlite::Result<Vec<_>>>()?);
             }

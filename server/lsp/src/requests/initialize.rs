@@ -107,7 +107,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     // materialized copies (when there are any).
     let links = if !text_document_content && materialize { Links::View } else { Links::Forge };
     let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok(), links };
-    let conn = Conn::new(backend.id, backend.client.clone(), ws.clone(), env, caps);
+    let conn = Conn::new(backend.id, backend.client.clone(), backend.outbox.clone(), ws.clone(), env, caps);
     let _ = conn.diagnostics.set(crate::diagnostics::start(std::sync::Arc::downgrade(&conn)));
     crate::announce::subscribe(&conn);
     *conn.config_warnings.lock().expect("warnings") = loader.warnings.clone();
