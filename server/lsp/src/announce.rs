@@ -49,9 +49,15 @@ async fn announce(conn: &Arc<Conn>, batch: &[Change]) {
             Kind::Plan if !plan_uris.contains(&c.key) => plan_uris.push(c.key.clone()),
             Kind::Finding => {
                 let (_, file) = forge_store::changes::split_finding_key(&c.key);
+                if let Ok(mut counts) = conn.index_counts.lock() {
+                    counts.file_changed(file);
+                }
                 conn.queue_diagnostics(Work::File(file.to_string()));
             }
             Kind::Loop => {
+                if let Ok(mut counts) = conn.index_counts.lock() {
+                    counts.all_changed();
+                }
                 conn.queue_diagnostics(Work::Loop(c.key.clone()));
                 loop_changes.push((c.key.clone(), c.payload.clone()));
             }
@@ -187,7 +193,7 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     let Some(parsed) = ForgeUri::parse(uri) else { return };
     let path = conn.view_path(&parsed);
     // A copy is a file: its links point at the other copies.
-    let mut text = documents::render(conn, &parsed, Links::View).await.ok();
+    let mut text = documents::render_view(conn, &parsed).await.ok();
     // A copy the user changed on disk is never overwritten silently (PROTOCOL.md 10.2). A
     // copy that already shows the current text was written by another connection.
     if let Some((on_disk, read_only)) = read_view(&path).await {
@@ -208,7 +214,7 @@ pub async fn materialize(conn: &Conn, uri: &str) {
             // Not saved through the editor, and the document changed since: the stored
             // document wins; the user's text is kept, and they are told.
             adopt_view_edit(conn, &parsed, &path, on_disk, false).await;
-            text = documents::render(conn, &parsed, Links::View).await.ok();
+            text = documents::render_view(conn, &parsed).await.ok();
         }
     }
     let root = conn.env().project.root.clone();

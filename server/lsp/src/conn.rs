@@ -65,6 +65,8 @@ pub struct Conn {
     views: Mutex<HashMap<PathBuf, u64>>,
     /// A rewrite of the index copy is scheduled (`announce::materialize_index_soon`).
     pub index_pending: std::sync::atomic::AtomicBool,
+    /// The index copy's open-finding counts, updated per changed file.
+    pub index_counts: Mutex<crate::findings_index::IndexCounts>,
     /// URIs waiting for a coalesced refresh.
     refresh_pending: Arc<Mutex<HashSet<String>>>,
     /// `initializationOptions.forge.config`, kept so later settings merge over it.
@@ -103,6 +105,7 @@ impl Conn {
             warned: Mutex::new(HashMap::new()),
             views: Mutex::new(HashMap::new()),
             index_pending: std::sync::atomic::AtomicBool::new(false),
+            index_counts: Mutex::new(Default::default()),
             alive,
             diagnostics: std::sync::OnceLock::new(),
             published: Mutex::new(Published::default()),

@@ -64,15 +64,53 @@ pub fn render_sync(
                 updated_at: &iso_millis(row.updated_at),
             }))
         }
-        ForgeUri::Index => render_index(db, project, root, &link),
+        ForgeUri::Index => render_index(db, project, root, &link, None),
     }
 }
 
+/// Renders a document for its read-only copy: as [`render`] with view links, except the
+/// index, whose findings block comes from the connection's incremental counts.
+pub async fn render_view(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolError> {
+    if *uri != ForgeUri::Index {
+        return render(conn, uri, Links::View).await;
+    }
+    let work = conn.index_counts.lock().map(|mut c| c.take()).map_err(|_| ToolError::internal("index counts"))?;
+    let project = conn.project_id();
+    let root = conn.env().project.root.clone();
+    let r = conn
+        .ws
+        .store
+        .read(move |db| {
+            let counts = crate::findings_index::update(db, &project, work)?;
+            let block = crate::findings_index::render_counts(&counts, &root);
+            let link = |u: &ForgeUri| forge_core::caller::link(u, &root, Links::View);
+            Ok::<_, ToolError>((render_index(db, &project, &root, &link, Some(block))?, counts))
+        })
+        .await
+        .unwrap_or_else(|e| Err(ToolError::internal(e)));
+    match r {
+        Ok((text, counts)) => {
+            if let Ok(mut c) = conn.index_counts.lock() {
+                c.put(counts);
+            }
+            Ok(text)
+        }
+        Err(e) => {
+            if let Ok(mut c) = conn.index_counts.lock() {
+                c.all_changed();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The index; `findings` is its open-findings block when the caller has it already.
 fn render_index(
     db: &Connection,
     project: &str,
     root: &Path,
     link: &dyn Fn(&ForgeUri) -> String,
+    findings: Option<String>,
 ) -> Result<String, ToolError> {
     let mut out = format!("# Forge: project {project}\n\n## Plans\n\n");
     let recent = plans::recent(db, project, 100).db()?;
@@ -121,7 +159,10 @@ fn render_index(
             ));
         }
     }
-    out.push_str(&crate::findings_index::render(db, project, root)?);
+    match findings {
+        Some(block) => out.push_str(&block),
+        None => out.push_str(&crate::findings_index::render(db, project, root)?),
+    }
     Ok(out)
 }
 

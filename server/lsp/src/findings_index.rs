@@ -1,6 +1,8 @@
 //! Findings outside the tools: the open-findings block of `forge://index.md` and the
 //! initial diagnostics publication.
 
+use std::collections::{BTreeMap, HashSet};
+
 use forge_protocol::ToolError;
 use rusqlite::Connection;
 
@@ -13,8 +15,72 @@ use forge_tools::Db;
 /// `## Open findings`: per file, a link and the counts.
 pub fn render(db: &Connection, project: &str, root: &std::path::Path) -> Result<String, ToolError> {
     let rows = findings::counts_per_file(db, project).db()?;
+    Ok(render_rows(rows, root))
+}
+
+/// The open-finding counts of a connection's index copy, kept between rewrites so a
+/// rewrite re-counts only the files whose findings changed (`forge_store::findings::
+/// counts_per_file` over a large store costs tens of milliseconds).
+#[derive(Default)]
+pub struct IndexCounts {
+    counts: Option<BTreeMap<String, (i64, i64)>>,
+    dirty: HashSet<String>,
+    all: bool,
+}
+
+/// What one rewrite starts from (taken out of the connection's [`IndexCounts`]).
+pub struct CountsWork {
+    counts: Option<BTreeMap<String, (i64, i64)>>,
+    dirty: Vec<String>,
+}
+
+impl IndexCounts {
+    /// The findings of `file` changed.
+    pub fn file_changed(&mut self, file: &str) {
+        self.dirty.insert(file.to_string());
+    }
+    /// Anything may have changed (a loop's status decides which findings are open).
+    pub fn all_changed(&mut self) {
+        self.all = true;
+    }
+    /// Takes the work of one rewrite; changes noted meanwhile wait for the next.
+    pub fn take(&mut self) -> CountsWork {
+        let dirty = std::mem::take(&mut self.dirty).into_iter().collect();
+        let counts = if std::mem::take(&mut self.all) { None } else { self.counts.take() };
+        CountsWork { counts, dirty }
+    }
+    /// Puts back the counts a rewrite computed.
+    pub fn put(&mut self, counts: BTreeMap<String, (i64, i64)>) {
+        self.counts = Some(counts);
+    }
+}
+
+/// Brings counts up to date: all of them when there are none yet, else only the dirty
+/// files'.
+pub fn update(db: &Connection, project: &str, work: CountsWork) -> Result<BTreeMap<String, (i64, i64)>, ToolError> {
+    match work.counts {
+        None => Ok(findings::counts_per_file(db, project).db()?.into_iter().map(|(f, b, w)| (f, (b, w))).collect()),
+        Some(mut counts) => {
+            for f in &work.dirty {
+                counts.remove(f);
+            }
+            for (f, b, w) in findings::counts_of_files(db, project, &work.dirty).db()? {
+                counts.insert(f, (b, w));
+            }
+            Ok(counts)
+        }
+    }
+}
+
+/// `## Open findings` from counts (see [`render`]).
+pub fn render_counts(counts: &BTreeMap<String, (i64, i64)>, root: &std::path::Path) -> String {
+    render_rows(counts.iter().map(|(f, &(b, w))| (f.clone(), b, w)), root)
+}
+
+fn render_rows(rows: impl IntoIterator<Item = (String, i64, i64)>, root: &std::path::Path) -> String {
+    let mut rows = rows.into_iter().peekable();
     let mut out = String::from("\n## Open findings\n\n");
-    if rows.is_empty() {
+    if rows.peek().is_none() {
         out.push_str("No open findings.\n");
     }
     for (file, bugs, warnings) in rows {
@@ -30,10 +96,52 @@ pub fn render(db: &Connection, project: &str, root: &std::path::Path) -> Result<
         }
         out.push_str(&format!("- [{file}]({}) · {n} ({})\n", file_uri(&abs), parts.join(", ")));
     }
-    Ok(out)
+    out
 }
 
 /// Publishes every open finding of the project (after `initialized`).
 pub async fn publish_initial(conn: &Conn) {
     conn.queue_diagnostics(Work::All);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forge_protocol::inputs::Severity;
+    use forge_store::findings::NewFinding;
+
+    fn add(db: &Connection, file: &str, line: i64, severity: Severity) {
+        let f = NewFinding { bucket: "", file, line, section: None, severity, description: "d", scenario: None };
+        findings::insert(db, "p", &f, 0).unwrap();
+    }
+
+    #[test]
+    fn incremental_counts_render_what_a_full_count_renders() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = forge_store::open_connection(&dir.path().join("forge.db")).unwrap();
+        let root = std::path::Path::new("/p");
+        add(&db, "src/a.rs", 1, Severity::Bug);
+        add(&db, "src/b.rs", 1, Severity::Warning);
+        let mut state = IndexCounts::default();
+        let counts = update(&db, "p", state.take()).unwrap();
+        state.put(counts);
+        // Changes: a new file, one more in a, b emptied.
+        add(&db, "src/c.rs", 2, Severity::Bug);
+        add(&db, "src/a.rs", 5, Severity::Warning);
+        db.execute("DELETE FROM review_findings WHERE file = 'src/b.rs'", []).unwrap();
+        for f in ["src/c.rs", "src/a.rs", "src/b.rs"] {
+            state.file_changed(f);
+        }
+        let work = state.take();
+        assert_eq!(work.dirty.len(), 3);
+        let counts = update(&db, "p", work).unwrap();
+        assert_eq!(render_counts(&counts, root), render(&db, "p", root).unwrap());
+        assert!(!render_counts(&counts, root).contains("b.rs"));
+        // An untold change is invisible to the increment; `all_changed` recounts.
+        add(&db, "src/d.rs", 1, Severity::Bug);
+        state.put(counts);
+        state.all_changed();
+        let counts = update(&db, "p", state.take()).unwrap();
+        assert_eq!(render_counts(&counts, root), render(&db, "p", root).unwrap());
+    }
 }

@@ -231,6 +231,30 @@ pub fn counts_per_file(conn: &Connection, project: &str) -> rusqlite::Result<Vec
     rows.collect()
 }
 
+/// [`counts_per_file`] for some files only (a file without open findings is absent).
+pub fn counts_of_files(
+    conn: &Connection,
+    project: &str,
+    files: &[String],
+) -> rusqlite::Result<Vec<(String, i64, i64)>> {
+    let mut out = vec![];
+    for chunk in files.chunks(500) {
+        let marks = (0..chunk.len()).map(|i| format!("?{}", i + 2)).collect::<Vec<_>>().join(", ");
+        let mut st = conn.prepare(&format!(
+            "SELECT f.file, sum(f.severity = 'bug'), sum(f.severity = 'warning') FROM review_findings f
+             WHERE f.project_id = ?1 AND f.file IN ({marks}) AND (f.loop_name = '' OR EXISTS (
+                SELECT 1 FROM loops l WHERE l.project_id = f.project_id AND l.loop_name = f.loop_name AND l.status != 'completed'))
+             GROUP BY f.file"
+        ))?;
+        let args = std::iter::once(project.to_string()).chain(chunk.iter().cloned());
+        out.extend(
+            st.query_map(params_from_iter(args), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?,
+        );
+    }
+    Ok(out)
+}
+
 /// The distinct files of a loop's findings (to republish when the loop's status changes).
 pub fn files_of_loop(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Vec<String>> {
     let mut st =
