@@ -66,7 +66,7 @@ pub struct Conn {
     /// A rewrite of the index copy is scheduled (`announce::materialize_index_soon`).
     pub index_pending: std::sync::atomic::AtomicBool,
     /// The index copy's open-finding counts, updated per changed file.
-    pub index_counts: Mutex<crate::findings_index::IndexCounts>,
+    pub index_counts: Mutex<crate::state::IndexCounts>,
     /// URIs waiting for a coalesced refresh.
     refresh_pending: Arc<Mutex<HashSet<String>>>,
     /// `initializationOptions.forge.config`, kept so later settings merge over it.

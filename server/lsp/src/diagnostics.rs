@@ -66,6 +66,9 @@ pub fn start(conn: Weak<Conn>) -> mpsc::UnboundedSender<Work> {
 /// Loop name → worktree, for the project's loops that are not completed.
 type Worktrees = HashMap<String, PathBuf>;
 
+/// (loop bucket, file, open findings) pairs, the worktrees, and a dirty loop's files.
+type Coverage = (Vec<(String, String, i64)>, Worktrees, Vec<String>);
+
 /// About how many findings one publication step reads and builds at a time: memory
 /// stays bounded by this, not by the store, and the first URIs go out at once.
 const STEP_FINDINGS: i64 = 1000;
@@ -159,7 +162,7 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
     let plan = conn
         .ws
         .store
-        .read(move |db| -> rusqlite::Result<(Vec<(String, String, i64)>, Worktrees, Vec<String>)> {
+        .read(move |db| -> rusqlite::Result<Coverage> {
             let mut loop_files = vec![];
             for l in &loops_dirty {
                 loop_files.extend(findings::files_of_loop(db, &p2, l)?);

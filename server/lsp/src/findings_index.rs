@@ -1,14 +1,14 @@
 //! Findings outside the tools: the open-findings block of `forge://index.md` and the
 //! initial diagnostics publication.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use forge_protocol::ToolError;
 use rusqlite::Connection;
 
 use crate::conn::Conn;
 use crate::diagnostics::{file_uri, normalize};
-use crate::state::Work;
+use crate::state::{CountsWork, Work};
 use forge_store::findings;
 use forge_tools::Db;
 
@@ -16,43 +16,6 @@ use forge_tools::Db;
 pub fn render(db: &Connection, project: &str, root: &std::path::Path) -> Result<String, ToolError> {
     let rows = findings::counts_per_file(db, project).db()?;
     Ok(render_rows(rows, root))
-}
-
-/// The open-finding counts of a connection's index copy, kept between rewrites so a
-/// rewrite re-counts only the files whose findings changed (`forge_store::findings::
-/// counts_per_file` over a large store costs tens of milliseconds).
-#[derive(Default)]
-pub struct IndexCounts {
-    counts: Option<BTreeMap<String, (i64, i64)>>,
-    dirty: HashSet<String>,
-    all: bool,
-}
-
-/// What one rewrite starts from (taken out of the connection's [`IndexCounts`]).
-pub struct CountsWork {
-    counts: Option<BTreeMap<String, (i64, i64)>>,
-    dirty: Vec<String>,
-}
-
-impl IndexCounts {
-    /// The findings of `file` changed.
-    pub fn file_changed(&mut self, file: &str) {
-        self.dirty.insert(file.to_string());
-    }
-    /// Anything may have changed (a loop's status decides which findings are open).
-    pub fn all_changed(&mut self) {
-        self.all = true;
-    }
-    /// Takes the work of one rewrite; changes noted meanwhile wait for the next.
-    pub fn take(&mut self) -> CountsWork {
-        let dirty = std::mem::take(&mut self.dirty).into_iter().collect();
-        let counts = if std::mem::take(&mut self.all) { None } else { self.counts.take() };
-        CountsWork { counts, dirty }
-    }
-    /// Puts back the counts a rewrite computed.
-    pub fn put(&mut self, counts: BTreeMap<String, (i64, i64)>) {
-        self.counts = Some(counts);
-    }
 }
 
 /// Brings counts up to date: all of them when there are none yet, else only the dirty
@@ -107,6 +70,7 @@ pub async fn publish_initial(conn: &Conn) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::IndexCounts;
     use forge_protocol::inputs::Severity;
     use forge_store::findings::NewFinding;
 
