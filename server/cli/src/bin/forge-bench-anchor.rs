@@ -20,10 +20,10 @@ use std::io::{BufRead, BufReader, Write};
 
 use serde::Deserialize;
 use serde_json::Value;
-use tower_lsp_server::jsonrpc::Result as RpcResult;
 use tower_lsp_server::gen_lsp_types::{
     ExecuteCommandOptions, ExecuteCommandParams, InitializeParams, InitializeResult, LspAny, ServerCapabilities,
 };
+use tower_lsp_server::jsonrpc::Result as RpcResult;
 use tower_lsp_server::{LanguageServer, LspService, Server};
 
 const USAGE: &str = "usage: forge-bench-anchor echo|tower|exit";

@@ -602,7 +602,10 @@ fn scenario_diagnostics(bin: &std::path::Path, c: &Counts, r: &mut Report) {
     r.latency(Latency::new(format!("connect → first initial publishDiagnostics ({k} findings)"), first));
     r.latency(Latency::new(format!("connect → last initial publishDiagnostics ({f} files)"), last));
     for (which, v, limit) in [("first", first_i, 20), ("last", last_i, 120)] {
-        let l = r.latency(Latency::new(format!("initialized → {which} initial publishDiagnostics ({k} findings, {f} files)"), v));
+        let l = r.latency(Latency::new(
+            format!("initialized → {which} initial publishDiagnostics ({k} findings, {f} files)"),
+            v,
+        ));
         let p50 = l.p50();
         r.targets.push(report::Target {
             what: format!("initialized → {which} publishDiagnostics, {k} findings in {f} files, p50 (#17)"),

@@ -122,7 +122,12 @@ struct Op {
 }
 
 impl Op {
-    fn new(name: impl Into<String>, who: Who, method: &'static str, params: impl FnMut(usize) -> Value + 'static) -> Op {
+    fn new(
+        name: impl Into<String>,
+        who: Who,
+        method: &'static str,
+        params: impl FnMut(usize) -> Value + 'static,
+    ) -> Op {
         Op { name: name.into(), who, method, params: Box::new(params), goal: None, samples: vec![] }
     }
 
@@ -273,7 +278,10 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
             move |_| {
                 let (old, new) = if token_a.get() { ("A", "B") } else { ("B", "A") };
                 token_a.set(!token_a.get());
-                exec("plan-edit", json!({ "oldString": format!("edit-token-{old}"), "newString": format!("edit-token-{new}") }))
+                exec(
+                    "plan-edit",
+                    json!({ "oldString": format!("edit-token-{old}"), "newString": format!("edit-token-{new}") }),
+                )
             }
         })
         .goal(3.0),
@@ -308,8 +316,7 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     }
     eprintln!("  {} iterations of {n_ops} calls in {:.1} s", c.warm + c.iterations, t0.elapsed().as_secs_f64());
 
-    let lat: Vec<(Latency, Option<f64>)> =
-        ops.into_iter().map(|o| (Latency::new(o.name, o.samples), o.goal)).collect();
+    let lat: Vec<(Latency, Option<f64>)> = ops.into_iter().map(|o| (Latency::new(o.name, o.samples), o.goal)).collect();
     let base = lat[1].0.p50();
     let mut t = String::from(
         "| interleaved, one call of each per iteration | n | mean ms | p50 ms | p99 ms | p50 ÷ tower no-op p50 | goal | result |\n|---|---:|---:|---:|---:|---:|---|---|\n",

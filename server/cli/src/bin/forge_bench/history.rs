@@ -141,7 +141,11 @@ fn long_history(commits: usize) -> (PathBuf, Option<Duration>) {
         return (repo, None);
     }
     let t0 = Instant::now();
-    eprintln!("  building a {}-commit repository in {} (cached for later runs)", thousands(commits as u64), dir.display());
+    eprintln!(
+        "  building a {}-commit repository in {} (cached for later runs)",
+        thousands(commits as u64),
+        dir.display()
+    );
     let tmp = cache_dir().join(format!("history-{commits}.tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let tmp_repo = tmp.join("repo");
@@ -221,7 +225,10 @@ pub fn scenario_history(bin: &Path, commits: usize, quick: bool, r: &mut Report)
     let (mut fresh, mut n) = if quick { (3, 5) } else { (5, 20) };
     if first_long > Duration::from_secs(1) {
         (fresh, n) = (fresh.min(3), n.min(3));
-        eprintln!("  initialize on {c} commits took {:.1} s: {fresh} and {n} measured runs only", first_long.as_secs_f64());
+        eprintln!(
+            "  initialize on {c} commits took {:.1} s: {fresh} and {n} measured runs only",
+            first_long.as_secs_f64()
+        );
     }
     let (mut init_1, mut init_n, mut call_1, mut call_n) = (vec![], vec![], vec![], vec![]);
     for _ in 0..fresh {
