@@ -2,9 +2,14 @@
 //! percentiles, start-up time, idle memory and write throughput (docs/performance.md).
 //!
 //! ```text
-//! cargo build --release --bins
-//! target/release/forge-bench [--bin target/release/forge-lsp] [--quick] [--writes N] [--only LIST]
+//! cargo build --release -p forge-lsp --bins
+//! target/release/forge-bench [--bin target/release/forge-lsp] [--anchor PATH] [--python PATH]
+//!                            [--quick] [--writes N] [--commits N] [--only LIST]
 //! ```
+//!
+//! The `anchors` scenario measures reference servers in the same run, interleaved with
+//! `forge-lsp`: a raw framed echo and a tower-lsp-server no-op (`forge-bench-anchor`) and a
+//! pygls no-op (`forge_bench/pygls_anchor.py`, when a Python with pygls is found).
 //!
 //! This is a benchmark that prints figures, not a test: it asserts nothing about speed.
 //! Every scenario uses a fresh temporary git repository, data directory, config and

@@ -151,13 +151,13 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
         Ok(p) => p.clone(),
         Err(why) => {
             eprintln!("[anchors] skipped: {why}");
-            r.figure("anchors scenario", format!("skipped: {why}"));
+            r.figures.push(("anchors scenario".into(), format!("skipped: {why}")));
             return;
         }
     };
     let k = thousands(c.findings as u64);
     eprintln!(
-        "[anchors] echo, tower-lsp-server no-op, pygls no-op and forge-lsp interleaved ({} iterations; {k} findings over {} files)",
+        "[anchors] anchors (echo, tower-lsp-server no-op, pygls no-op) and forge-lsp interleaved ({} iterations; {k} findings over {} files)",
         c.iterations, c.files
     );
     let w = World::new("anchors", bin, c.files, 60);
@@ -189,7 +189,7 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
         }
         Err(why) => {
             eprintln!("  pygls anchor skipped: {why}");
-            r.figure("pygls anchor", format!("skipped: {why}"));
+            r.figures.push(("pygls anchor".into(), format!("skipped: {why}")));
             None
         }
     };
