@@ -2,19 +2,28 @@
 //! percentiles, start-up time, idle memory and write throughput (docs/performance.md).
 //!
 //! ```text
-//! cargo build --release --bins
-//! target/release/forge-bench [--bin target/release/forge-lsp] [--quick] [--writes N] [--only LIST]
+//! cargo build --release -p forge-lsp --bins
+//! target/release/forge-bench [--bin target/release/forge-lsp] [--anchor PATH] [--python PATH]
+//!                            [--quick] [--writes N] [--commits N] [--only LIST]
 //! ```
+//!
+//! The `anchors` scenario measures reference servers in the same run, interleaved with
+//! `forge-lsp`: a raw framed echo and a tower-lsp-server no-op (`forge-bench-anchor`) and a
+//! pygls no-op (`forge_bench/pygls_anchor.py`, when a Python with pygls is found).
 //!
 //! This is a benchmark that prints figures, not a test: it asserts nothing about speed.
 //! Every scenario uses a fresh temporary git repository, data directory, config and
 //! runtime directory; large stores are seeded directly with rusqlite after one server
 //! run created the schema.
 
+#[path = "forge_bench/anchors.rs"]
+mod anchors;
 #[path = "forge_bench/client.rs"]
 mod client;
 #[path = "forge_bench/fixture.rs"]
 mod fixture;
+#[path = "forge_bench/history.rs"]
+mod history;
 #[path = "forge_bench/loops.rs"]
 mod loops;
 #[path = "forge_bench/report.rs"]
@@ -27,17 +36,23 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use client::{rss_kib, Server, Target};
+use client::{rss_kib, RssSampler, Server, Target};
 use fixture::{plan_text, seed_findings, seed_plans, source_file, World};
 use report::{ms, thousands, Latency, Report};
 
 const USAGE: &str =
-    "usage: forge-bench [--bin PATH] [--quick] [--writes N] [--only plans,startup,review,diagnostics,throughput,loops,sandbox,tools]
+    "usage: forge-bench [--bin PATH] [--anchor PATH] [--python PATH] [--quick] [--writes N] [--commits N] [--only LIST]
 
   --bin PATH     the forge-lsp binary (default: forge-lsp next to this binary)
+  --anchor PATH  the forge-bench-anchor binary (default: next to this binary)
+  --python PATH  a Python that imports pygls, for the pygls anchor (default: FORGE_BENCH_PYTHON,
+                 else tests/.venv/bin/python of the working directory or of the source tree)
   --quick        small counts, for a smoke check (figures are not stable)
   --writes N     review-write throughput loop length (default 5000)
-  --only LIST    run only these scenarios (comma-separated)
+  --commits N    history of the long repository in the history scenario (default 1000000,
+                 --quick 20000); built once and cached in ~/.cache/forge-lsp-bench/
+  --only LIST    run only these scenarios (comma-separated): anchors, plans, startup, review,
+                 diagnostics, throughput, call, history, loops, sandbox, tools
   FORGE_BENCH_KEEP=1 keeps the scratch directories";
 
 /// Iteration counts and store sizes.
@@ -60,6 +75,8 @@ struct Counts {
     diag_files: usize,
     diag_runs: usize,
     writes: usize,
+    /// review-write calls per side of the view-copies comparison (100,000 stored).
+    copies_writes: usize,
 }
 
 impl Counts {
@@ -83,6 +100,7 @@ impl Counts {
             diag_files: 1000,
             diag_runs: 7,
             writes: 5000,
+            copies_writes: 1000,
         }
     }
 
@@ -106,29 +124,65 @@ impl Counts {
             diag_files: 100,
             diag_runs: 1,
             writes: 500,
+            copies_writes: 100,
         }
     }
 }
 
 struct Args {
     bin: PathBuf,
+    anchor: Option<PathBuf>,
+    python: Option<PathBuf>,
     quick: bool,
     writes: Option<usize>,
+    commits: Option<usize>,
     only: Option<Vec<String>>,
 }
 
+const SCENARIOS: &[&str] = &[
+    "anchors",
+    "plans",
+    "startup",
+    "review",
+    "diagnostics",
+    "throughput",
+    "call",
+    "history",
+    "loops",
+    "sandbox",
+    "tools",
+];
+
 fn parse_args() -> Args {
-    let mut args = Args { bin: default_bin(), quick: false, writes: None, only: None };
+    let mut args =
+        Args { bin: default_bin(), anchor: None, python: None, quick: false, writes: None, commits: None, only: None };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage_exit(&format!("{name} needs a value")));
         match a.as_str() {
             "--bin" => args.bin = PathBuf::from(value("--bin")),
+            "--anchor" => args.anchor = Some(PathBuf::from(value("--anchor"))),
+            "--python" => args.python = Some(PathBuf::from(value("--python"))),
             "--quick" => args.quick = true,
+            "--commits" => {
+                args.commits = Some(
+                    value("--commits")
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .unwrap_or_else(|| usage_exit("--commits needs a positive number")),
+                )
+            }
             "--writes" => {
                 args.writes = Some(value("--writes").parse().unwrap_or_else(|_| usage_exit("--writes needs a number")))
             }
-            "--only" => args.only = Some(value("--only").split(',').map(|s| s.trim().to_string()).collect()),
+            "--only" => {
+                let only: Vec<String> = value("--only").split(',').map(|s| s.trim().to_string()).collect();
+                if let Some(bad) = only.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+                    usage_exit(&format!("unknown scenario {bad:?}"));
+                }
+                args.only = Some(only)
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -348,19 +402,7 @@ fn write_loop(s: &mut Server, n: usize, files: usize, first_line: usize) -> (Vec
 
 /// Pipelined review-write loop (`window` requests in flight): wall time.
 fn write_loop_pipelined(s: &mut Server, n: usize, files: usize, first_line: usize, window: usize) -> Duration {
-    let t0 = Instant::now();
-    let mut inflight = std::collections::VecDeque::new();
-    for i in 0..n {
-        if inflight.len() >= window {
-            let id = inflight.pop_front().expect("in flight");
-            s.wait(id).result.unwrap_or_else(|e| panic!("review-write failed: {e}"));
-        }
-        inflight.push_back(s.send(EXEC, exec("review-write", new_finding(i, files, first_line))));
-    }
-    while let Some(id) = inflight.pop_front() {
-        s.wait(id).result.unwrap_or_else(|e| panic!("review-write failed: {e}"));
-    }
-    t0.elapsed()
+    s.pipelined(n, window, |i| (EXEC, exec("review-write", new_finding(i, files, first_line))))
 }
 
 /// Records a sequential write loop; `before` is (server requests, publishes) before it.
@@ -394,7 +436,7 @@ fn scenario_review(bin: &std::path::Path, c: &Counts, r: &mut Report) {
     let k = thousands(c.findings as u64);
     eprintln!("[review] review-write / review-read with {k} findings over {} files", c.files);
     let per_file = c.findings / c.files;
-    let w = World::new("review", bin, c.files, per_file + 20);
+    let w = World::new("review", bin, c.files, per_file + 40);
     create_schema(&w);
     let t0 = Instant::now();
     seed_findings(&mut w.open_db(), &w.project_id, c.findings, c.files, 1);
@@ -407,6 +449,18 @@ fn scenario_review(bin: &std::path::Path, c: &Counts, r: &mut Report) {
         format!("{} ms (single run)", ms(last - s.spawned_at)),
     );
     s.settle(SETTLE);
+    std::thread::sleep(Duration::from_secs(1));
+    let (rss, hwm) = rss_kib(s.pid());
+    r.figure(
+        format!("server RSS after connecting ({k} findings; last initial publish, then 1 s idle)"),
+        format!("{} (peak {})", mib(rss), mib(hwm)),
+    );
+    r.targets.push(report::Target {
+        what: format!("server RSS after connecting with {k} findings (#17)"),
+        measured: mib(rss),
+        limit: "≤ 40 MiB".into(),
+        met: rss <= 40 * 1024,
+    });
 
     let v = measure(&mut s, c.warm, c.review_write, |s, i| {
         s.timed(EXEC, &exec("review-write", new_finding(i, c.files, per_file + 1))).0
@@ -431,16 +485,66 @@ fn scenario_review(bin: &std::path::Path, c: &Counts, r: &mut Report) {
     s.settle(SETTLE);
 
     let all = exec("review-read", json!({}));
-    s.timed(EXEC, &all);
+    let sampler = RssSampler::start(s.pid(), Duration::from_millis(2));
+    let (_, out) = s.timed(EXEC, &all);
     let bytes = s.last_response_bytes;
+    let returned = match out["data"]["findings"].as_array() {
+        Some(a) => thousands(a.len() as u64),
+        None if bytes > client::LARGE => "all".into(),
+        None => "?".into(),
+    };
     let v = measure(&mut s, 0, c.read_all, |s, _| s.timed(EXEC, &all).0);
     r.latency(Latency::new(
-        format!("forge.review-read, no filter (all {k}; response {:.1} MB)", bytes as f64 / 1e6),
+        format!("forge.review-read, no filter ({returned} of {k}; response {:.1} MB)", bytes as f64 / 1e6),
         v,
+    ));
+    // Every finding, page by page (the largest pages the server allows), as a client
+    // reading them all would.
+    let (mut walks, mut pages, mut total) = (vec![], 0, 0);
+    for _ in 0..c.read_all {
+        let t0 = Instant::now();
+        (pages, total) = (0, 0);
+        let mut before = Value::Null;
+        loop {
+            let mut input = json!({ "limit": 5000 });
+            if !before.is_null() {
+                input["beforeId"] = before;
+            }
+            let (_, out) = s.timed(EXEC, &exec("review-read", input));
+            pages += 1;
+            total += out["data"]["findings"].as_array().map_or(0, Vec::len);
+            before = out["data"]["nextBeforeId"].clone();
+            if before.is_null() {
+                break;
+            }
+        }
+        walks.push(t0.elapsed());
+    }
+    let during = sampler.stop();
+    r.latency(Latency::new(
+        format!(
+            "forge.review-read, no filter, every page (limit 5000, beforeId): {} findings in {pages} page(s)",
+            thousands(total as u64)
+        ),
+        walks,
     ));
     let (rss, hwm) = rss_kib(s.pid());
     r.figure(format!("server RSS after the unfiltered review-read ({k})"), format!("{} (peak {})", mib(rss), mib(hwm)));
     s.settle(SETTLE);
+    std::thread::sleep(Duration::from_secs(1));
+    let (after, _) = rss_kib(s.pid());
+    r.figure(
+        format!("server RSS during / 1 s after the unfiltered review-reads (default page and every page; {k}; sampled every 2 ms)"),
+        format!("max {} / {}", mib(during), mib(after)),
+    );
+    for (when, kib) in [("during", during), ("1 s after", after)] {
+        r.targets.push(report::Target {
+            what: format!("server RSS {when} the unfiltered review-reads of {k} findings (#17)"),
+            measured: mib(kib),
+            limit: "≤ 80 MiB".into(),
+            met: kib <= 80 * 1024,
+        });
+    }
 
     let before = (s.server_requests, s.diags.count);
     let (lat, wall) = write_loop(&mut s, c.writes, c.files, per_file + 10);
@@ -458,6 +562,50 @@ fn scenario_review(bin: &std::path::Path, c: &Counts, r: &mut Report) {
         ),
     );
     s.stop();
+    view_copies(&w, c, per_file + 10 + 2 * c.writes / c.files + 4, r);
+}
+
+/// Issue 17: sequential review-write on the large store with `.forge/view` copies off (the
+/// client declares `workspace.textDocumentContent`) and on (it does not), one server at a
+/// time, alternating.
+fn view_copies(w: &World, c: &Counts, first_line: usize, r: &mut Report) {
+    let k = thousands(c.findings as u64);
+    let rounds = if c.copies_writes >= 1000 { 2 } else { 1 };
+    let m = c.copies_writes / rounds;
+    eprintln!("  view copies off vs on: {m} sequential review-writes per connection, {rounds} round(s)");
+    let (mut walls, mut next) = ([Duration::ZERO; 2], 0);
+    for _ in 0..rounds {
+        for (slot, content) in [(0, true), (1, false)] {
+            let (mut s, _) = Server::connect_with(&w.target, content);
+            s.wait_diagnostic_uris(c.files);
+            s.settle(Duration::from_millis(1200));
+            let t0 = Instant::now();
+            for i in next..next + m {
+                s.timed(EXEC, &exec("review-write", new_finding(i, c.files, first_line)));
+            }
+            walls[slot] += t0.elapsed();
+            next += m;
+            s.stop();
+        }
+    }
+    let index = w.target.root.join(".forge/view/index.md");
+    let copies = if index.exists() { "index copy written" } else { "NO index copy: copies were not on" };
+    let [off, on] = walls.map(|wall| (m * rounds) as f64 / wall.as_secs_f64());
+    r.figure(
+        format!("review-write sequential, view copies off / on ({k} stored)"),
+        format!(
+            "{} /s / {} /s ({} writes each; .forge/view: {copies})",
+            thousands(off as u64),
+            thousands(on as u64),
+            thousands((m * rounds) as u64)
+        ),
+    );
+    r.targets.push(report::Target {
+        what: format!("review-write with view copies on, within 1.3× the rate with copies off ({k} stored) (#17)"),
+        measured: format!("{} /s vs {} /s = {:.2}×", thousands(on as u64), thousands(off as u64), off / on),
+        limit: "≤ 1.3×".into(),
+        met: off / on <= 1.3,
+    });
 }
 
 /// Issue 3: connect → last initial publishDiagnostics with 10,000 findings over 1,000 files.
@@ -469,19 +617,37 @@ fn scenario_diagnostics(bin: &std::path::Path, c: &Counts, r: &mut Report) {
     create_schema(&w);
     seed_findings(&mut w.open_db(), &w.project_id, c.diag_findings, c.diag_files, 5);
     let (mut init, mut first, mut last) = (vec![], vec![], vec![]);
+    let (mut first_i, mut last_i) = (vec![], vec![]);
     for run in 0..c.diag_runs + 1 {
         let (mut s, took) = Server::connect(&w.target);
         let at = s.wait_diagnostic_uris(c.diag_files);
         if run > 0 {
+            let initialized = s.initialized_at.expect("initialized sent");
+            let published = s.diags.first.expect("published");
             init.push(took);
-            first.push(s.diags.first.expect("published") - s.spawned_at);
+            first.push(published - s.spawned_at);
             last.push(at - s.spawned_at);
+            first_i.push(published - initialized);
+            last_i.push(at - initialized);
         }
         s.stop();
     }
     r.latency(Latency::new(format!("connect → initialize response ({k} findings)"), init));
     r.latency(Latency::new(format!("connect → first initial publishDiagnostics ({k} findings)"), first));
     r.latency(Latency::new(format!("connect → last initial publishDiagnostics ({f} files)"), last));
+    for (which, v, limit) in [("first", first_i, 20), ("last", last_i, 120)] {
+        let l = r.latency(Latency::new(
+            format!("initialized → {which} initial publishDiagnostics ({k} findings, {f} files)"),
+            v,
+        ));
+        let p50 = l.p50();
+        r.targets.push(report::Target {
+            what: format!("initialized → {which} publishDiagnostics, {k} findings in {f} files, p50 (#17)"),
+            measured: format!("{} ms", ms(p50)),
+            limit: format!("≤ {limit} ms"),
+            met: p50 <= Duration::from_millis(limit),
+        });
+    }
 }
 
 /// Issue 3: review-write throughput on a fresh (empty) store.
@@ -539,6 +705,12 @@ fn targets(r: &mut Report, plans: usize) {
             limit: "< 50 ms".into(),
             met: l.p50() < Duration::from_millis(50),
         });
+        out.push(report::Target {
+            what: format!("start-up p50 with {} plans (#17)", thousands(plans as u64)),
+            measured: format!("{} ms", ms(l.p50())),
+            limit: "< 20 ms".into(),
+            met: l.p50() < Duration::from_millis(20),
+        });
     }
     if let Some(kib) = r.idle_rss_kib {
         out.push(report::Target {
@@ -556,12 +728,14 @@ fn targets(r: &mut Report, plans: usize) {
             met: *rate > 5000.0,
         });
     }
-    r.targets = out;
+    // Rows the scenarios added themselves follow.
+    r.targets.splice(0..0, out);
 }
 
 fn main() {
     let args = parse_args();
     let mut c = if args.quick { Counts::quick() } else { Counts::full() };
+    let commits = args.commits.unwrap_or(if args.quick { 20_000 } else { 1_000_000 });
     if let Some(n) = args.writes {
         c.writes = n;
     }
@@ -580,6 +754,11 @@ fn main() {
         if args.quick { "quick" } else { "full" }
     );
     let mut r = Report::default();
+    let anchor_bin = anchors::find_anchor_bin(args.anchor.clone());
+    if run("anchors") {
+        let a = anchors::Anchors { bin: anchor_bin.clone(), python: anchors::find_python(args.python.clone()) };
+        anchors::scenario_anchors(&bin, &a, args.quick, c.writes, &mut r);
+    }
     if run("plans") {
         scenario_plans(&bin, &c, &mut r);
     }
@@ -594,6 +773,12 @@ fn main() {
     }
     if run("throughput") {
         scenario_throughput(&bin, &c, &mut r);
+    }
+    if run("call") {
+        history::scenario_call(&bin, anchor_bin.as_deref().ok(), args.quick, &mut r);
+    }
+    if run("history") {
+        history::scenario_history(&bin, commits, args.quick, &mut r);
     }
     targets(&mut r, c.plans);
     // loops.rs (after `targets`, to which they add their own rows).

@@ -30,6 +30,28 @@ pub struct Target {
     pub stderr_log: PathBuf,
 }
 
+impl Target {
+    /// `forge-lsp --data-dir DIR` in the project with the private environment; more
+    /// arguments (a subcommand) may follow. stdin/stdout/stderr are not set.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--data-dir")
+            .arg(&self.data_dir)
+            .current_dir(&self.root)
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", &self.xdg_config)
+            .env("XDG_RUNTIME_DIR", &self.xdg_runtime)
+            .env("XDG_DATA_HOME", self.home.join("data"))
+            .env_remove("FORGE_DATA_DIR")
+            .env_remove("FORGE_LOG")
+            .env_remove("FORGE_SESSION_ID")
+            .env_remove("FORGE_SESSION_TOKEN")
+            .env_remove("FORGE_LSP_SOCKET")
+            .env_remove("FORGE_AGENT");
+        cmd
+    }
+}
+
 /// A response: when it arrived and its `result` (or `error`).
 #[derive(Debug)]
 pub struct Reply {
@@ -97,6 +119,8 @@ pub struct Server {
     /// The connection's session id (from the initialize result).
     pub session_id: String,
     pub spawned_at: Instant,
+    /// When `initialized` was written (just before).
+    pub initialized_at: Option<Instant>,
     /// Body size of the last response read.
     pub last_response_bytes: usize,
 }
@@ -122,29 +146,24 @@ fn frame(v: &Value) -> Vec<u8> {
 impl Server {
     /// Starts the server process (no message sent yet).
     pub fn spawn(t: &Target) -> Server {
+        let mut cmd = t.command();
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&t.stderr_log)
             .map(Stdio::from)
             .unwrap_or_else(|_| Stdio::null());
+        cmd.stderr(stderr);
+        Server::spawn_command(cmd)
+    }
+
+    /// Starts any LSP server process (an anchor, or `forge-lsp` with its arguments) with
+    /// piped stdin/stdout; stderr is left as the command has it.
+    pub fn spawn_command(mut cmd: Command) -> Server {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
         let spawned_at = Instant::now();
-        let mut child = Command::new(&t.bin)
-            .arg("--data-dir")
-            .arg(&t.data_dir)
-            .current_dir(&t.root)
-            .env("HOME", &t.home)
-            .env("XDG_CONFIG_HOME", &t.xdg_config)
-            .env("XDG_RUNTIME_DIR", &t.xdg_runtime)
-            .env("XDG_DATA_HOME", t.home.join("data"))
-            .env_remove("FORGE_DATA_DIR")
-            .env_remove("FORGE_LOG")
-            .env_remove("FORGE_SESSION_ID")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", t.bin.display()));
+        let mut child =
+            cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", cmd.get_program().to_string_lossy()));
         let stdin = child.stdin.take().expect("stdin");
         let out = child.stdout.take().expect("stdout");
         Server {
@@ -159,6 +178,7 @@ impl Server {
             notifications: 0,
             session_id: String::new(),
             spawned_at,
+            initialized_at: None,
             last_response_bytes: 0,
         }
     }
@@ -166,36 +186,63 @@ impl Server {
     /// Spawns and sends `initialize`; returns the server and the time from spawn to the
     /// initialize response. `initialized` is not sent yet.
     pub fn start(t: &Target) -> (Server, Duration) {
-        let mut s = Server::spawn(t);
-        let root_uri = file_uri(&t.root);
+        Server::start_with(t, true)
+    }
+
+    /// [`Server::start`]; `content` says whether the client declares
+    /// `workspace.textDocumentContent` (without it the server writes `.forge/view` copies).
+    pub fn start_with(t: &Target, content: bool) -> (Server, Duration) {
+        let s = Server::spawn(t);
+        s.initialize(&t.root, content)
+    }
+
+    /// Sends `initialize` for the project `root` and reads its response.
+    pub fn initialize(mut self, root: &Path, content: bool) -> (Server, Duration) {
+        let root_uri = file_uri(root);
+        let mut workspace = json!({ "workspaceFolders": true });
+        if content {
+            workspace["textDocumentContent"] = json!({ "dynamicRegistration": false });
+        }
         let params = json!({
             "processId": std::process::id(),
             "rootUri": root_uri,
             "workspaceFolders": [{ "uri": root_uri, "name": "bench" }],
             "capabilities": {
                 "general": { "positionEncodings": ["utf-16"] },
-                "workspace": { "textDocumentContent": { "dynamicRegistration": false }, "workspaceFolders": true },
+                "workspace": workspace,
                 "textDocument": { "publishDiagnostics": { "relatedInformation": false } },
                 "window": { "workDoneProgress": false }
             },
             "initializationOptions": { "forge": { "agent": "user" } }
         });
-        let r = s.request("initialize", params);
-        let took = r.at - s.spawned_at;
+        let r = self.request("initialize", params);
+        let took = r.at - self.spawned_at;
         let result = r.result.unwrap_or_else(|e| panic!("initialize failed: {e}"));
-        s.session_id = result
+        self.session_id = result
             .pointer("/capabilities/experimental/forge/sessionId")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        (s, took)
+        (self, took)
     }
 
     /// `start` + `initialized`.
     pub fn connect(t: &Target) -> (Server, Duration) {
-        let (mut s, took) = Server::start(t);
-        s.notify("initialized", json!({}));
+        Server::connect_with(t, true)
+    }
+
+    /// [`Server::start_with`] + `initialized`.
+    pub fn connect_with(t: &Target, content: bool) -> (Server, Duration) {
+        let (mut s, took) = Server::start_with(t, content);
+        s.initialized();
         (s, took)
+    }
+
+    /// Sends `initialized` and records when.
+    pub fn initialized(&mut self) {
+        let frame = frame(&json!({ "jsonrpc": "2.0", "method": "initialized", "params": {} }));
+        self.initialized_at = Some(Instant::now());
+        self.write_frame(&frame);
     }
 
     pub fn pid(&self) -> u32 {
@@ -261,6 +308,31 @@ impl Server {
             (took, Ok(v)) => (took, v),
             (_, Err(e)) => panic!("{method} {params:.200} failed: {e}"),
         }
+    }
+
+    /// `n` requests with up to `window` outstanding (`request(i)` gives the i-th method and
+    /// params); every one must succeed. Returns the wall time from the first write to the
+    /// last response.
+    pub fn pipelined(
+        &mut self,
+        n: usize,
+        window: usize,
+        mut request: impl FnMut(usize) -> (&'static str, Value),
+    ) -> Duration {
+        let t0 = Instant::now();
+        let mut inflight = std::collections::VecDeque::new();
+        for i in 0..n {
+            if inflight.len() >= window {
+                let (id, method) = inflight.pop_front().expect("in flight");
+                self.wait(id).result.unwrap_or_else(|e| panic!("{method} failed: {e}"));
+            }
+            let (method, params) = request(i);
+            inflight.push_back((self.send(method, params), method));
+        }
+        while let Some((id, method)) = inflight.pop_front() {
+            self.wait(id).result.unwrap_or_else(|e| panic!("{method} failed: {e}"));
+        }
+        t0.elapsed()
     }
 
     /// `workspace/executeCommand` params for `forge.<tool>` with one input object.
@@ -400,4 +472,34 @@ pub fn rss_kib(pid: u32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Samples a process's `VmRSS` on a thread every `every` until [`RssSampler::stop`].
+pub struct RssSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32, every: Duration) -> RssSampler {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut max = 0;
+            loop {
+                max = max.max(rss_kib(pid).0);
+                if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    return max;
+                }
+                std::thread::sleep(every);
+            }
+        });
+        RssSampler { stop, handle }
+    }
+
+    /// The largest `VmRSS` sampled, in KiB.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap_or(0)
+    }
 }

@@ -65,6 +65,8 @@ pub struct Report {
     pub idle_rss_kib: Option<u64>,
     /// Sequential review-write rates (label, writes/s).
     pub throughput: Vec<(String, f64)>,
+    /// Scenario tables (Markdown), printed after the others.
+    pub tables: Vec<String>,
 }
 
 /// Milliseconds with three decimals.
@@ -103,6 +105,13 @@ impl Report {
     }
 
     pub fn print(&self) {
+        if !self.latencies.is_empty() {
+            self.print_latencies();
+        }
+        self.print_rest();
+    }
+
+    fn print_latencies(&self) {
         let w = self.latencies.iter().map(|l| l.name.len()).chain([9]).max().unwrap_or(9);
         println!();
         println!(
@@ -129,6 +138,9 @@ impl Report {
                 ms(l.max())
             );
         }
+    }
+
+    fn print_rest(&self) {
         if !self.figures.is_empty() {
             let w = self.figures.iter().map(|f| f.0.len()).chain([6]).max().unwrap_or(6);
             println!();
@@ -152,6 +164,10 @@ impl Report {
                     if t.met { "met" } else { "NOT MET" }
                 );
             }
+        }
+        for t in &self.tables {
+            println!();
+            print!("{t}");
         }
     }
 }

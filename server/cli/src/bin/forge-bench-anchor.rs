@@ -1,0 +1,139 @@
+//! `forge-bench-anchor`: the reference servers `forge-bench` measures beside `forge-lsp`
+//! (docs/performance.md, "Anchors"). Not a product binary; it stores nothing.
+//!
+//! ```text
+//! forge-bench-anchor echo    # raw framed echo: the transport floor
+//! forge-bench-anchor tower   # tower-lsp-server no-op server: the framework floor
+//! forge-bench-anchor exit    # exits at once: the process spawn floor
+//! ```
+//!
+//! - `echo` reads LSP frames (`Content-Length` header, JSON body) from stdin on one thread
+//!   and answers every request (a message with an `id` and a `method`) with a frame holding
+//!   the same id and a `null` result; notifications get nothing; `exit` ends it. No
+//!   framework, no runtime: the cost of the pipes, one header parse and one small JSON parse.
+//! - `tower` is a `tower-lsp-server` server (the version `forge-lsp` uses) on the same tokio
+//!   runtime `forge-lsp` builds (multi-threaded, 2 workers), reading `tokio::io::stdin`:
+//!   `initialize` returns default capabilities plus an `executeCommandProvider`, and
+//!   `workspace/executeCommand` returns `null` for any command.
+
+use std::io::{BufRead, BufReader, Write};
+
+use serde::Deserialize;
+use serde_json::Value;
+use tower_lsp_server::gen_lsp_types::{
+    ExecuteCommandOptions, ExecuteCommandParams, InitializeParams, InitializeResult, LspAny, ServerCapabilities,
+};
+use tower_lsp_server::jsonrpc::Result as RpcResult;
+use tower_lsp_server::{LanguageServer, LspService, Server};
+
+const USAGE: &str = "usage: forge-bench-anchor echo|tower|exit";
+
+fn main() {
+    match std::env::args().nth(1).as_deref() {
+        Some("echo") => echo(),
+        Some("tower") => tower(),
+        Some("exit") => {}
+        Some("-h" | "--help") => println!("{USAGE}"),
+        _ => {
+            eprintln!("forge-bench-anchor: {USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// What `echo` reads of a message.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+}
+
+/// Reads one frame's body; `None` at the end of the input.
+fn read_frame(input: &mut impl BufRead, line: &mut String) -> Option<Vec<u8>> {
+    let mut length = None;
+    loop {
+        line.clear();
+        if input.read_line(line).ok()? == 0 {
+            return None;
+        }
+        let header = line.trim_end_matches(['\r', '\n']);
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse::<usize>().ok();
+            }
+        }
+    }
+    let Some(length) = length else {
+        eprintln!("forge-bench-anchor echo: a frame without Content-Length");
+        std::process::exit(1);
+    };
+    let mut body = vec![0u8; length];
+    input.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+fn echo() {
+    let mut input = BufReader::with_capacity(1 << 16, std::io::stdin().lock());
+    let mut output = std::io::stdout().lock();
+    let mut line = String::new();
+    while let Some(body) = read_frame(&mut input, &mut line) {
+        let head: Head = match serde_json::from_slice(&body) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("forge-bench-anchor echo: a body that is not a JSON-RPC message: {e}");
+                std::process::exit(1);
+            }
+        };
+        match (head.method.as_deref(), head.id) {
+            (Some("exit"), _) => return,
+            (Some(_), Some(id)) => {
+                let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":null}}"#);
+                let frame = format!("Content-Length: {}\r\n\r\n{reply}", reply.len());
+                if output.write_all(frame.as_bytes()).and_then(|_| output.flush()).is_err() {
+                    return;
+                }
+            }
+            // Notifications, and responses to requests we never send.
+            _ => {}
+        }
+    }
+}
+
+struct NoOp;
+
+impl LanguageServer for NoOp {
+    async fn initialize(&self, _: InitializeParams) -> RpcResult<InitializeResult> {
+        Ok(InitializeResult {
+            capabilities: ServerCapabilities {
+                execute_command_provider: Some(ExecuteCommandOptions {
+                    commands: vec!["forge.noop".into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    async fn shutdown(&self) -> RpcResult<()> {
+        Ok(())
+    }
+
+    async fn execute_command(&self, _: ExecuteCommandParams) -> RpcResult<Option<LspAny>> {
+        Ok(None)
+    }
+}
+
+fn tower() {
+    // The runtime `forge-lsp` builds (server/cli/src/main.rs).
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    rt.block_on(async {
+        let (service, socket) = LspService::new(|_client| NoOp);
+        Server::new(tokio::io::stdin(), tokio::io::stdout(), socket).serve(service).await;
+    });
+}
