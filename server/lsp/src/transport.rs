@@ -394,9 +394,12 @@ pub async fn serve<S, R, W>(
     use futures_util::StreamExt;
     let in_flight: InFlight = Arc::default();
 
-    // An empty frame asks the writer to flush and stop (the outbox lives on in the
+    // Four parts of one task (as the framework's own loop is): a message moves between
+    // them without waking another thread.
+    //
+    // Writer: an empty frame asks it to flush and stop (the outbox lives on in the
     // server's state, so the channel alone would never close).
-    let writer_task = tokio::spawn(async move {
+    let write = async move {
         let mut writer = writer;
         while let Some(f) = out_rx.recv().await {
             if f.is_empty() {
@@ -411,27 +414,36 @@ pub async fn serve<S, R, W>(
             }
         }
         let _ = writer.flush().await;
-    });
-
+    };
     let (mut requests, responses) = socket.split();
-    // The server's own requests and notifications to the client.
+    let stop = tokio::sync::Notify::new();
+    // The server's own requests and notifications to the client, until the handling ended.
     let to_client = {
         let out = outbox.clone();
-        tokio::spawn(async move {
-            while let Some(req) = requests.next().await {
-                let body = serde_json::to_vec(&req).unwrap_or_default();
-                if !out.send_body(&body).await {
-                    break;
+        let stop = &stop;
+        async move {
+            loop {
+                tokio::select! {
+                    req = requests.next() => {
+                        let Some(req) = req else { return };
+                        let body = serde_json::to_vec(&req).unwrap_or_default();
+                        if !out.send_body(&body).await {
+                            return;
+                        }
+                    }
+                    _ = stop.notified() => return,
                 }
             }
-        })
+        }
     };
-    // Handling, CONCURRENCY at a time; each reply frees its id.
+    // Handling, CONCURRENCY at a time; each reply frees its id. When the reader is done
+    // and every reply is out, the other parts stop.
     let (tasks_tx, mut tasks_rx) = mpsc::channel::<Handling>(100);
-    let handler = {
+    let handle = {
         let out = outbox.clone();
         let in_flight = in_flight.clone();
-        tokio::spawn(async move {
+        let stop = &stop;
+        async move {
             let incoming = futures_util::stream::poll_fn(move |cx| tasks_rx.poll_recv(cx));
             let mut replies = incoming.buffer_unordered(CONCURRENCY);
             while let Some(reply) = replies.next().await {
@@ -443,13 +455,13 @@ pub async fn serve<S, R, W>(
                     break;
                 }
             }
-        })
+            stop.notify_one();
+            let _ = out.0.send(Vec::new()).await;
+        }
     };
-    read_client(reader, service, responses, tasks_tx, outbox.clone(), in_flight).await;
-    let _ = handler.await;
-    to_client.abort();
-    let _ = outbox.0.send(Vec::new()).await;
-    let _ = writer_task.await;
+    let read = read_client(reader, service, responses, tasks_tx, outbox.clone(), in_flight);
+    drop(outbox);
+    tokio::join!(read, handle, to_client, write);
 }
 
 #[cfg(test)]
