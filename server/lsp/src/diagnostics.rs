@@ -3,7 +3,8 @@
 //! Every connection has a publisher task. Feed entries mark files dirty; a burst is
 //! coalesced (published once the feed has been quiet for 50 ms, or after 5 s of
 //! continuous writes), then each affected URI is published once with every finding that
-//! resolves to it (an empty list when none is left).
+//! resolves to it (an empty list when none is left). The first publication of everything
+//! (after `initialized`) is not held back.
 //!
 //! A publication runs in steps of about [`STEP_FINDINGS`] findings (whole groups of file
 //! strings that share a URI, so a URI is always published whole): each step reads its
@@ -42,9 +43,12 @@ pub fn start(conn: Weak<Conn>) -> mpsc::UnboundedSender<Work> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Work>();
     tokio::spawn(async move {
         while let Some(first) = rx.recv().await {
+            // The first publication of everything (after `initialized`) goes out at once;
+            // later changes are coalesced.
+            let at_once = first == Work::All;
             let mut batch: HashSet<Work> = HashSet::from([first]);
             let start = Instant::now();
-            loop {
+            while !at_once {
                 match tokio::time::timeout(QUIET, rx.recv()).await {
                     Ok(Some(w)) => {
                         batch.insert(w);
@@ -70,8 +74,10 @@ type Worktrees = HashMap<String, PathBuf>;
 type Coverage = (Vec<(String, String, i64)>, Worktrees, Vec<String>);
 
 /// About how many findings one publication step reads and builds at a time: memory
-/// stays bounded by this, not by the store, and the first URIs go out at once.
+/// stays bounded by this, not by the store. The first step is smaller, so the first URIs
+/// go out at once.
 const STEP_FINDINGS: i64 = 1000;
+const FIRST_STEP_FINDINGS: i64 = 100;
 
 fn worktrees(db: &rusqlite::Connection, project: &str) -> rusqlite::Result<Worktrees> {
     let mut st =
@@ -222,12 +228,15 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
     // Steps of whole groups, about STEP_FINDINGS findings each.
     let mut step: Vec<String> = vec![];
     let mut in_step = 0;
+    let mut first_step = true;
     let groups = groups(&edges);
     let last = groups.len();
     for (i, g) in groups.into_iter().enumerate() {
         in_step += g.iter().map(|f| counts.get(f).copied().unwrap_or(0)).sum::<i64>();
         step.extend(g);
-        if in_step >= STEP_FINDINGS || i + 1 == last {
+        let size = if first_step { FIRST_STEP_FINDINGS } else { STEP_FINDINGS };
+        if in_step >= size || i + 1 == last {
+            first_step = false;
             let files = std::mem::take(&mut step);
             in_step = 0;
             if !publish_step(conn, &project, &root, mirror, &worktrees, &allowed, files).await {
