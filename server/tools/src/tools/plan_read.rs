@@ -75,7 +75,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     }
     let page = read::page(&plan.content, input.offset, input.limit);
     ok(
-        page.text.clone(),
+        page.text,
         json!({
             "uri": uri,
             "totalLines": page.total_lines,

@@ -2,7 +2,7 @@
 
 use forge_protocol::{CommandResult, ToolError};
 
-use super::{ok, ToolCtx};
+use super::ToolCtx;
 
 pub const NEEDS_SERVER: bool = false;
 
@@ -16,10 +16,20 @@ pub type Input = forge_protocol::inputs::NoInput;
 pub fn execute(_input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     // The built-in tools, then the plugin tools found on disk (PROTOCOL.md 10.4).
     let trusted = crate::plugins::project_trusted(ctx.env);
-    let offers = crate::plugins::merge(super::offers(), crate::plugins::offers(&ctx.env.project.root, trusted));
+    let plugins = crate::plugins::offers(&ctx.env.project.root, trusted);
+    if plugins.is_empty() {
+        // The common case: the built-in offers never change, so their reply is built once.
+        static BUILTIN: std::sync::OnceLock<CommandResult> = std::sync::OnceLock::new();
+        return Ok(BUILTIN.get_or_init(|| reply(super::offers())).clone());
+    }
+    Ok(reply(crate::plugins::merge(super::offers(), plugins)))
+}
+
+fn reply(offers: Vec<forge_protocol::ToolOffer>) -> CommandResult {
     let mut text = format!("{} tools:\n", offers.len());
     for o in &offers {
         text.push_str(&format!("- {}: {}\n", o.command, o.description));
     }
-    ok(text.trim_end(), serde_json::json!({ "tools": offers }))
+    let text = text.trim_end().to_string();
+    CommandResult { text, data: serde_json::json!({ "tools": offers }) }
 }
