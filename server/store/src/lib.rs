@@ -409,11 +409,11 @@ impl Store {
         let sender = self.readers.sender()?;
         let (tx, rx) = oneshot::channel();
         let job: ReadJob = Box::new(move |c| {
-            let began = c.execute_batch("BEGIN DEFERRED");
+            let began = exec(c, "BEGIN DEFERRED");
             let r = f(c);
             if began.is_ok() {
                 // A read transaction has nothing to keep; ending it releases the snapshot.
-                let _ = c.execute_batch("COMMIT");
+                let _ = exec(c, "COMMIT");
             }
             let _ = tx.send(r);
         });
@@ -489,23 +489,23 @@ fn writer_loop(conn: &mut Connection, rx: std_mpsc::Receiver<Work>) {
 
 /// One transaction for a group of writes, a savepoint each; results after the commit.
 fn run_group(conn: &Connection, group: Vec<GroupJob>) {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         // Nothing ran: every job of the group fails with the reason.
         let m = format!("cannot start a write transaction: {e}");
         for job in group {
             // Run each job alone so it can still deliver its (failed) result.
-            let _ = conn.execute_batch("SAVEPOINT forge_job");
+            let _ = exec(conn, "SAVEPOINT forge_job");
             let (_, deliver) = job(conn);
-            let _ = conn.execute_batch("ROLLBACK TO forge_job; RELEASE forge_job");
+            let _ = rollback_job(conn);
             deliver(Err(m.clone()));
         }
         return;
     }
     let mut delivers = Vec::with_capacity(group.len());
     for job in group {
-        if let Err(e) = conn.execute_batch("SAVEPOINT forge_job") {
+        if let Err(e) = exec(conn, "SAVEPOINT forge_job") {
             let m = format!("cannot start a savepoint: {e}");
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = exec(conn, "ROLLBACK");
             for d in delivers {
                 (d as Deliver)(Err(m.clone()));
             }
@@ -517,14 +517,14 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
             Ok(r) => r,
             Err(_) => {
                 // The job's sender is gone with the panic: its caller sees the dropped job.
-                let _ = conn.execute_batch("ROLLBACK TO forge_job; RELEASE forge_job");
+                let _ = rollback_job(conn);
                 continue;
             }
         };
-        let end = if keep { "RELEASE forge_job" } else { "ROLLBACK TO forge_job; RELEASE forge_job" };
-        if let Err(e) = conn.execute_batch(end) {
+        let end = if keep { exec(conn, "RELEASE forge_job") } else { rollback_job(conn) };
+        if let Err(e) = end {
             let m = format!("cannot end a savepoint: {e}");
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = exec(conn, "ROLLBACK");
             deliver(Err(m.clone()));
             for d in delivers {
                 (d as Deliver)(Err(m.clone()));
@@ -533,16 +533,28 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
         }
         delivers.push(deliver);
     }
-    let committed = match conn.execute_batch("COMMIT") {
+    let committed = match exec(conn, "COMMIT") {
         Ok(()) => Ok(()),
         Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = exec(conn, "ROLLBACK");
             Err(format!("the transaction did not commit: {e}"))
         }
     };
     for d in delivers {
         d(committed.clone());
     }
+}
+
+/// Runs one statement through the statement cache (the group's fixed statements are
+/// parsed once, not per call).
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Undoes the current job's savepoint and ends it.
+fn rollback_job(conn: &Connection) -> rusqlite::Result<()> {
+    exec(conn, "ROLLBACK TO forge_job")?;
+    exec(conn, "RELEASE forge_job")
 }
 
 /// Runs `f` in one IMMEDIATE transaction on a connection the caller owns: committed when
