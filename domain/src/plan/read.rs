@@ -56,7 +56,7 @@ pub fn page(plan: &str, offset: Option<u64>, limit: Option<u64>) -> Page {
 
     // One buffer for the whole page (a string per line was most of plan-read's time).
     let mut text = String::with_capacity(32 + shown.iter().map(|l| l.len() + 8).sum::<usize>());
-    let _ = write!(text, "({total} lines total)\n");
+    let _ = writeln!(text, "({total} lines total)");
     for (i, line) in shown.iter().enumerate() {
         if i > 0 {
             text.push('\n');
