@@ -272,7 +272,16 @@ impl Route {
 /// holds the database open created both files and deleted them again on exit: an inode
 /// created, sized and unlinked twice per `forge-lsp call`. The files keep the database's
 /// mode (0600) and are what a running server keeps open anyway.
+///
+/// The WAL is left empty: `journal_size_limit = 0` makes the checkpoint at the last close
+/// truncate it. A WAL kept with frames in it would be recovered by the next process that
+/// opens the database first (the wal-index does not survive the last close) and
+/// checkpointed again at its close, with a sync, by every call.
 fn keep_wal_files(conn: &rusqlite::Connection) {
+    if let Err(e) = conn.pragma_update(None, "journal_size_limit", 0) {
+        tracing::debug!("cannot limit the WAL's size: {e}");
+        return;
+    }
     let mut on: std::os::raw::c_int = 1;
     // SAFETY: `conn.handle()` is the open connection's live handle, used on this thread
     // only for the duration of the call; the schema name is a NUL-terminated literal and
