@@ -103,7 +103,7 @@ fn a_long_history_is_walked_once_then_answered_from_the_shared_cache() {
     // Cold: the whole history is walked; the root and the HEAD it was found from are cached.
     write_plan(&sb, &repo, "ses_cold");
     assert_eq!(plan_project(&sb, "ses_cold"), root);
-    assert_eq!(cache_lines(&repo), vec![format!("{root} {head}")]);
+    assert_eq!(cache_lines(&repo), vec![format!("{root} {head} .")]);
 
     // `initialize` on the same repository: the same id.
     let mut c = sb.stdio();
@@ -119,7 +119,7 @@ fn a_long_history_is_walked_once_then_answered_from_the_shared_cache() {
     let wt_guard = WorktreeDir(wt.clone());
     write_plan(&sb, &wt, "ses_worktree");
     assert_eq!(plan_project(&sb, "ses_worktree"), root);
-    assert_eq!(cache_lines(&repo), vec![format!("{root} {head}")]);
+    assert_eq!(cache_lines(&repo), vec![format!("{root} {head} .")]);
     assert!(!repo.join(".git/worktrees").join(wt.file_name().unwrap()).join("forge-lsp-root").exists());
 
     // A new commit on top: only it is walked (the walk stops at the cached HEAD); the new
@@ -128,7 +128,7 @@ fn a_long_history_is_walked_once_then_answered_from_the_shared_cache() {
     let head2 = git(&repo, &["rev-parse", "HEAD"]);
     write_plan(&sb, &repo, "ses_on_top");
     assert_eq!(plan_project(&sb, "ses_on_top"), root);
-    assert_eq!(cache_lines(&repo), vec![format!("{root} {head2}"), format!("{root} {head}")]);
+    assert_eq!(cache_lines(&repo), vec![format!("{root} {head2} ."), format!("{root} {head} .")]);
 
     // A second detection answers from the cache without walking: shown with a cache entry
     // for this HEAD that names another parentless commit (the unrelated branch's root),
@@ -147,7 +147,7 @@ fn a_long_history_is_walked_once_then_answered_from_the_shared_cache() {
     std::fs::write(repo.join(".git/forge-lsp-root"), format!("{head2} {head2}\n")).expect("write cache");
     write_plan(&sb, &repo, "ses_repaired");
     assert_eq!(plan_project(&sb, "ses_repaired"), root);
-    assert_eq!(cache_lines(&repo), vec![format!("{root} {head2}")]);
+    assert_eq!(cache_lines(&repo), vec![format!("{root} {head2} .")]);
     drop(wt_guard);
 }
 

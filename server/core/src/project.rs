@@ -36,11 +36,23 @@ impl Project {
 }
 
 /// The cache of the root commit, per repository (its common git directory, so a project
-/// and all its worktrees share it): one `<root> <head>` line per HEAD seen, newest first.
+/// and all its worktrees share it): one `<root> <head> <working tree>` line per HEAD seen,
+/// newest first; the working tree is `.` for the main one, else its git directory relative
+/// to the common one (`worktrees/<name>`).
 const ROOT_CACHE: &str = "forge-lsp-root";
 
-/// How many HEADs the cache remembers (branches switched between, worktrees of loops).
-const ROOT_CACHE_ENTRIES: usize = 16;
+/// How many HEADs the cache remembers per working tree (branches switched between), so
+/// that busy loop worktrees never push out the main working tree's HEADs ...
+const ROOT_CACHE_PER_TREE: usize = 4;
+/// ... and in all.
+const ROOT_CACHE_ENTRIES: usize = 64;
+
+/// One line of the cache.
+struct CacheEntry {
+    root: git2::Oid,
+    head: git2::Oid,
+    tree: String,
+}
 
 /// [`root_commit`], remembered per repository so detection does not depend on the
 /// history's size. A HEAD the cache knows is answered at once (the cached root is checked
@@ -54,32 +66,43 @@ fn cached_root_commit(repo: &git2::Repository) -> Option<String> {
     let path = repo.commondir().join(ROOT_CACHE);
     let entries = read_root_cache(&path);
     let is_root = |o: git2::Oid| repo.find_commit(o).is_ok_and(|c| c.parent_count() == 0);
-    if let Some((root, _)) = entries.iter().find(|(_, at)| *at == head) {
-        if is_root(*root) {
-            return Some(root.to_string());
+    if let Some(e) = entries.iter().find(|e| e.head == head) {
+        if is_root(e.root) {
+            return Some(e.root.to_string());
         }
     }
     // Known HEADs whose cached root still checks out: the walk stops at them.
     let known: std::collections::HashMap<git2::Oid, git2::Oid> =
-        entries.iter().filter(|(root, at)| *at != head && is_root(*root)).map(|(root, at)| (*at, *root)).collect();
+        entries.iter().filter(|e| e.head != head && is_root(e.root)).map(|e| (e.head, e.root)).collect();
     let root = oldest_root(repo, head, &known)?;
-    let mut lines = vec![format!("{root} {head}")];
-    lines.extend(
-        entries.iter().filter(|(_, at)| *at != head).take(ROOT_CACHE_ENTRIES - 1).map(|(r, at)| format!("{r} {at}")),
-    );
-    write_root_cache(&path, &(lines.join("\n") + "\n"));
+    let tree = match repo.path().strip_prefix(repo.commondir()) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+        Ok(rel) => rel.to_string_lossy().trim_end_matches('/').to_string(),
+        Err(_) => repo.path().to_string_lossy().trim_end_matches('/').to_string(),
+    };
+    let mut kept = vec![CacheEntry { root, head, tree }];
+    for e in entries {
+        let same_tree = kept.iter().filter(|k| k.tree == e.tree).count();
+        if e.head != head && same_tree < ROOT_CACHE_PER_TREE && kept.len() < ROOT_CACHE_ENTRIES {
+            kept.push(e);
+        }
+    }
+    let text: String = kept.iter().map(|e| format!("{} {} {}\n", e.root, e.head, e.tree)).collect();
+    write_root_cache(&path, &text);
     Some(root.to_string())
 }
 
-/// The cache's `(root, head)` entries, newest first; lines that make no sense are skipped.
-fn read_root_cache(path: &Path) -> Vec<(git2::Oid, git2::Oid)> {
+/// The cache's entries, newest first; lines that make no sense are skipped (a line without
+/// a working tree, as an earlier version wrote, is the main one's).
+fn read_root_cache(path: &Path) -> Vec<CacheEntry> {
     let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
     text.lines()
         .filter_map(|l| {
-            let mut it = l.split_whitespace();
+            let mut it = l.splitn(3, ' ');
             let root = git2::Oid::from_str(it.next()?).ok()?;
-            let at = git2::Oid::from_str(it.next()?).ok()?;
-            (!root.is_zero() && !at.is_zero()).then_some((root, at))
+            let head = git2::Oid::from_str(it.next()?.trim()).ok()?;
+            let tree = it.next().map(str::trim).filter(|t| !t.is_empty()).unwrap_or(".").to_string();
+            (!root.is_zero() && !head.is_zero()).then_some(CacheEntry { root, head, tree })
         })
         .take(ROOT_CACHE_ENTRIES)
         .collect()
@@ -300,13 +323,13 @@ mod tests {
         let root = head(&repo);
         assert_eq!(Project::detect(&repo).id, root);
         let cache = repo.join(".git").join(ROOT_CACHE);
-        assert_eq!(std::fs::read_to_string(&cache).unwrap(), format!("{root} {root}\n"), "cached with its HEAD");
+        assert_eq!(std::fs::read_to_string(&cache).unwrap(), format!("{root} {root} .\n"), "cached with its HEAD");
 
         // New commits on top: only they are walked; the root stays.
         git(&repo, &["commit", "-q", "--allow-empty", "-m", "two"]);
         assert_eq!(Project::detect(&repo).id, root);
         let text = std::fs::read_to_string(&cache).unwrap();
-        assert_eq!(text, format!("{root} {}\n{root} {root}\n", head(&repo)), "newest first, the old HEAD kept");
+        assert_eq!(text, format!("{root} {} .\n{root} {root} .\n", head(&repo)), "newest first, the old HEAD kept");
 
         // Merging an unrelated, older history: the older root wins, as a full walk says.
         git(&repo, &["checkout", "-q", "--orphan", "old"]);
@@ -366,7 +389,16 @@ mod tests {
         git(&wt, &["commit", "-q", "--allow-empty", "-m", "in the worktree"]);
         assert_eq!(Project::detect(&wt).id, root);
         let text = std::fs::read_to_string(&cache).unwrap();
-        assert!(text.starts_with(&format!("{root} {}\n", head(&wt))), "{text}");
+        assert!(text.starts_with(&format!("{root} {} worktrees/wt\n", head(&wt))), "{text}");
         assert_eq!(text.lines().count(), 2);
+
+        // Many HEADs in the worktree do not push out the main working tree's.
+        for i in 0..(ROOT_CACHE_PER_TREE + 2) {
+            git(&wt, &["commit", "-q", "--allow-empty", "-m", &format!("more {i}")]);
+            assert_eq!(Project::detect(&wt).id, root);
+        }
+        let text = std::fs::read_to_string(&cache).unwrap();
+        assert_eq!(text.lines().filter(|l| l.ends_with(" worktrees/wt")).count(), ROOT_CACHE_PER_TREE, "{text}");
+        assert!(text.contains(&format!(" {} .\n", head(&repo))), "the main HEAD is kept: {text}");
     }
 }
