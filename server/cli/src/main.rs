@@ -149,7 +149,10 @@ fn init_logging(file: Option<&PathBuf>) {
 
 fn main() {
     let mut cmd = Cli::command();
-    cmd = cmd.mut_subcommand("call", |c| c.after_help(cli::call::tools_help()));
+    // The list of tools is only shown by `call --help` (or `help call`): not built otherwise.
+    if std::env::args_os().skip(1).any(|a| a == "--help" || a == "-h" || a == "help") {
+        cmd = cmd.mut_subcommand("call", |c| c.after_help(cli::call::tools_help()));
+    }
     let matches = cmd.get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,

@@ -229,7 +229,11 @@ impl ServerHandler for ForgeMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let mut all: Vec<Tool> = tools();
-        for t in plugin_tools(&self.route.root) {
+        // Trust is decided with the project's id: detection reads git (a history walk when
+        // its cache is cold), so it runs on a blocking thread, never on the runtime's.
+        let root = self.route.root.clone();
+        let plugins = tokio::task::spawn_blocking(move || plugin_tools(&root)).await.unwrap_or_default();
+        for t in plugins {
             // An override replaces the built-in of its name.
             match all.iter_mut().find(|b| b.name == t.name) {
                 Some(b) => *b = t,
@@ -248,7 +252,9 @@ impl ServerHandler for ForgeMcp {
         // and failed is a result with isError.
         let Some(tool) = forge_tools::TOOLS.iter().find(|t| t.name == request.name) else {
             // A plugin tool from files (PROTOCOL.md 10.4).
-            if self.route.plugin(&request.name).is_some() {
+            let (route, name) = (self.route.clone(), request.name.to_string());
+            let is_plugin = tokio::task::spawn_blocking(move || route.plugin(&name).is_some()).await.unwrap_or(false);
+            if is_plugin {
                 let input = Value::Object(request.arguments.unwrap_or_default());
                 let (route, name) = (self.route.clone(), request.name.to_string());
                 let outcome = tokio::task::spawn_blocking(move || route.call_named(&name, false, input))

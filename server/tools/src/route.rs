@@ -13,6 +13,7 @@
 pub mod lsp_client;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use forge_core::config::Loader;
 use forge_core::project::{self, Project};
@@ -68,6 +69,10 @@ pub struct Route {
     pub socket: Option<PathBuf>,
     verbose: bool,
     label: &'static str,
+    /// The project [`Route::new`] detected, for the first call only: a `forge-lsp call`
+    /// makes one call and does not open the repository twice; a long-lived route (`forge-lsp
+    /// mcp`) detects again for every later call, as HEAD may have moved.
+    detected: Arc<Mutex<Option<Project>>>,
 }
 
 impl Route {
@@ -95,6 +100,13 @@ impl Route {
                 detected.root.display(),
             )));
         }
+        // The project as a call sees it: the one at `root` (what `Project::detect(&root)`
+        // says, without opening the repository again).
+        let first = (!detected.is_global()).then(|| Project {
+            id: detected.id.clone(),
+            root: root.clone(),
+            repo_root: detected.repo_root.clone(),
+        });
         Ok(Route {
             agent: args.agent.clone(),
             session,
@@ -105,6 +117,7 @@ impl Route {
             socket,
             verbose: args.verbose,
             label: args.label,
+            detected: Arc::new(Mutex::new(first)),
         })
     }
 
@@ -148,9 +161,11 @@ impl Route {
             return self.via_server(sock, name, input).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)));
         }
 
-        let project = Project::detect(&self.root);
+        let first = self.detected.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let project = first.unwrap_or_else(|| Project::detect(&self.root));
         let db_path = self.data_dir.join("forge.db");
         let mut conn = store::open_connection(&db_path).map_err(|e| ToolError::precondition(e.to_string()))?;
+        keep_wal_files(&conn);
         for sock in running_servers(&conn, &project.id) {
             self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
             match self.via_server(&sock, name, input.clone()) {
@@ -249,6 +264,38 @@ impl Route {
                 .map_err(|e| Some(ToolError::internal(format!("unexpected result from the server: {e}")))),
             Err(e) => Err(Some(rpc_to_tool_error(&e))),
         }
+    }
+}
+
+/// Leaves the database's `-wal` and `-shm` files in place when this connection is the last
+/// to close (SQLite's `SQLITE_FCNTL_PERSIST_WAL`). Without it, a call made while no server
+/// holds the database open created both files and deleted them again on exit: an inode
+/// created, sized and unlinked twice per `forge-lsp call`. The files keep the database's
+/// mode (0600) and are what a running server keeps open anyway.
+///
+/// The WAL is left empty: `journal_size_limit = 0` makes the checkpoint at the last close
+/// truncate it. A WAL kept with frames in it would be recovered by the next process that
+/// opens the database first (the wal-index does not survive the last close) and
+/// checkpointed again at its close, with a sync, by every call.
+fn keep_wal_files(conn: &rusqlite::Connection) {
+    if let Err(e) = conn.pragma_update(None, "journal_size_limit", 0) {
+        tracing::debug!("cannot limit the WAL's size: {e}");
+        return;
+    }
+    let mut on: std::os::raw::c_int = 1;
+    // SAFETY: `conn.handle()` is the open connection's live handle, used on this thread
+    // only for the duration of the call; the schema name is a NUL-terminated literal and
+    // `on` an int that outlives the call, as SQLITE_FCNTL_PERSIST_WAL expects.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&mut on as *mut std::os::raw::c_int).cast(),
+        )
+    };
+    if rc != rusqlite::ffi::SQLITE_OK {
+        tracing::debug!("cannot keep the WAL files (sqlite3_file_control: {rc})");
     }
 }
 
