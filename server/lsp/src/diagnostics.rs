@@ -48,23 +48,31 @@ pub fn start(conn: Weak<Conn>) -> mpsc::UnboundedSender<Work> {
             let at_once = first == Work::All;
             let mut batch: HashSet<Work> = HashSet::from([first]);
             let start = Instant::now();
-            while !at_once {
-                match tokio::time::timeout(QUIET, rx.recv()).await {
-                    Ok(Some(w)) => {
-                        batch.insert(w);
-                        if start.elapsed() >= MAX_HOLD {
-                            break;
-                        }
-                    }
-                    Ok(None) => return,
-                    Err(_) => break,
-                }
+            if !at_once && !hold(&mut rx, &mut batch, start).await {
+                return;
             }
             let Some(conn) = conn.upgrade() else { return };
             publish(&conn, batch).await;
         }
     });
     tx
+}
+
+/// Collects the rest of a burst into `batch`: until the feed is quiet for [`QUIET`] or
+/// [`MAX_HOLD`] passed since `start`. False when the queue closed.
+async fn hold(rx: &mut mpsc::UnboundedReceiver<Work>, batch: &mut HashSet<Work>, start: Instant) -> bool {
+    loop {
+        match tokio::time::timeout(QUIET, rx.recv()).await {
+            Ok(Some(w)) => {
+                batch.insert(w);
+                if start.elapsed() >= MAX_HOLD {
+                    return true;
+                }
+            }
+            Ok(None) => return false,
+            Err(_) => return true,
+        }
+    }
 }
 
 /// Loop name → worktree, for the project's loops that are not completed.
