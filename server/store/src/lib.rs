@@ -343,7 +343,14 @@ impl Readers {
                                     Err(_) => return,
                                 }
                             };
-                            job(&conn);
+                            // A panicking job loses its reply (its caller gets an error),
+                            // not the thread; its read transaction is ended so the next job
+                            // does not run inside a stale snapshot.
+                            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&conn))).is_err()
+                                && !conn.is_autocommit()
+                            {
+                                let _ = conn.execute_batch("ROLLBACK");
+                            }
                         })
                         .map_err(|e| format!("cannot start a store reader thread: {e}"))?;
                 }
@@ -744,5 +751,20 @@ mod tests {
         // The writer goes on.
         store.write_grouped(|c| add_change(c, "next").map_err(|e| e.to_string()), |m| m).await.unwrap();
         assert_eq!(store.read(changes_count).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_read_loses_its_reply_not_the_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("forge.db")).unwrap();
+        for _ in 0..reader_count() * 2 {
+            let r = store.read(|c| -> i64 {
+                let _ = changes_count(c);
+                panic!("a bug in a read");
+            });
+            assert!(r.await.is_err());
+        }
+        store.write_grouped(|c| add_change(c, "after"), |_| rusqlite::Error::InvalidQuery).await.unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 1, "readers still work and see new writes");
     }
 }
