@@ -20,8 +20,12 @@ fn kill9(pid: u32) {
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
 }
 
-/// Writes sent per trial.
+/// Most writes sent per trial before the kill.
 const SENT: i64 = 6000;
+/// Writes sent at a time.
+const CHUNK: i64 = 50;
+/// Most writes unanswered at a time (well under what the pipes and the server's queues hold).
+const OUTSTANDING: usize = 150;
 
 #[test]
 fn acknowledged_writes_survive_kill_9() {
@@ -31,15 +35,41 @@ fn acknowledged_writes_survive_kill_9() {
         let mut c = sb.stdio();
         c.init(&Init::new(&repo.path));
         let file = format!("src/trial{trial}.rs");
-        // Many more than are answered before the kill (writes are grouped and 64 run at once).
-        let ids: Vec<(i64, i64)> =
-            (1..=SENT).map(|line| (c.send_request("workspace/executeCommand", finding(&file, line)), line)).collect();
-        // Kill mid-stream: after some acknowledgements, before all of them.
+        // Kill mid-stream: after some acknowledgements, before all of them. Requests go out in
+        // small chunks and the server is killed right after the chunk that brings the
+        // acknowledgements to `want`, so requests are still unanswered at the kill however
+        // fast the server answers (writes are grouped and 64 run at once).
         let want = 40 + trial * 60;
+        let answered = |c: &Client, ids: &[(i64, i64)]| {
+            c.with_recorded(|s| ids.iter().filter(|(id, _)| s.responses.contains_key(id)).count())
+        };
+        let mut ids: Vec<(i64, i64)> = vec![];
+        let mut line = 0;
+        // At most OUTSTANDING unanswered: the test client's reader answers the server's own
+        // requests through the writer this thread holds while it writes, so a full stdin pipe
+        // with a server waiting on its stdout would deadlock both.
+        loop {
+            let done = answered(&c, &ids);
+            if done >= want || line >= SENT {
+                break;
+            }
+            if ids.len() - done >= OUTSTANDING {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            for _ in 0..CHUNK {
+                line += 1;
+                ids.push((c.send_request("workspace/executeCommand", finding(&file, line)), line));
+            }
+        }
         let got = c.wait_until(REQUEST_TIMEOUT, |s| {
             (ids.iter().filter(|(id, _)| s.responses.contains_key(id)).count() >= want).then_some(())
         });
         assert!(got.is_some(), "trial {trial}: no acknowledgements{}", c.diagnostics());
+        for _ in 0..CHUNK {
+            line += 1;
+            ids.push((c.send_request("workspace/executeCommand", finding(&file, line)), line));
+        }
         kill9(c.pid().expect("pid"));
         assert!(c.wait_exit(REQUEST_TIMEOUT).is_some());
         let acked: Vec<i64> = c.with_recorded(|s| {
@@ -48,7 +78,12 @@ fn acknowledged_writes_survive_kill_9() {
                 .map(|(_, l)| *l)
                 .collect()
         });
-        assert!(acked.len() >= want && acked.len() < SENT as usize, "trial {trial}: {} acknowledged", acked.len());
+        assert!(
+            acked.len() >= want && acked.len() < ids.len(),
+            "trial {trial}: {} of {} acknowledged",
+            acked.len(),
+            ids.len()
+        );
         let db = sb.db();
         let integrity: String = db.conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity_check");
         assert_eq!(integrity, "ok", "trial {trial}");
