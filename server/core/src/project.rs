@@ -309,6 +309,16 @@ mod tests {
             .to_string()
     }
 
+    /// A repository `repo` under `dir` with one root commit; returns it and the root.
+    fn repo_with_root(dir: &Path) -> (std::path::PathBuf, String) {
+        let repo = dir.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        commit_at(&repo, "root", "2020-01-01T00:00:00");
+        let root = head(&repo);
+        (repo, root)
+    }
+
     fn uncached(dir: &Path) -> String {
         root_commit(&git2::Repository::discover(dir).unwrap()).unwrap()
     }
@@ -316,11 +326,7 @@ mod tests {
     #[test]
     fn the_cached_root_follows_new_commits_merges_branches_and_a_broken_cache() {
         let d = tempfile::tempdir().unwrap();
-        let repo = d.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
-        commit_at(&repo, "root", "2020-01-01T00:00:00");
-        let root = head(&repo);
+        let (repo, root) = repo_with_root(d.path());
         assert_eq!(Project::detect(&repo).id, root);
         let cache = repo.join(".git").join(ROOT_CACHE);
         assert_eq!(std::fs::read_to_string(&cache).unwrap(), format!("{root} {root} .\n"), "cached with its HEAD");
@@ -371,11 +377,7 @@ mod tests {
     #[test]
     fn worktrees_share_the_cache_of_their_repository() {
         let d = tempfile::tempdir().unwrap();
-        let repo = d.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
-        commit_at(&repo, "root", "2020-01-01T00:00:00");
-        let root = head(&repo);
+        let (repo, root) = repo_with_root(d.path());
         git(&repo, &["commit", "-q", "--allow-empty", "-m", "two"]);
         assert_eq!(Project::detect(&repo).id, root);
         let cache = repo.join(".git").join(ROOT_CACHE);

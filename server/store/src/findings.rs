@@ -177,15 +177,7 @@ pub fn open(conn: &Connection, project: &str, files: Option<&[String]>) -> rusql
             rows.collect()
         }
         Some(files) => {
-            let mut out = vec![];
-            for chunk in files.chunks(500) {
-                let marks = (0..chunk.len()).map(|i| format!("?{}", i + 2)).collect::<Vec<_>>().join(", ");
-                let sql = format!("{base} AND f.file IN ({marks}) ORDER BY f.file, f.line, f.id");
-                let mut st = conn.prepare(&sql)?;
-                let args = std::iter::once(project.to_string()).chain(chunk.iter().cloned());
-                out.extend(st.query_map(params_from_iter(args), row)?.collect::<rusqlite::Result<Vec<_>>>()?);
-            }
-            Ok(out)
+            by_files(conn, project, files, |m| format!("{base} AND f.file IN ({m}) ORDER BY f.file, f.line, f.id"), row)
         }
     }
 }
@@ -207,14 +199,7 @@ pub fn open_files(
             rows.collect()
         }
         Some(files) => {
-            let mut out = vec![];
-            for chunk in files.chunks(500) {
-                let marks = (0..chunk.len()).map(|i| format!("?{}", i + 2)).collect::<Vec<_>>().join(", ");
-                let mut st = conn.prepare(&format!("{base} AND f.file IN ({marks}) GROUP BY f.loop_name, f.file"))?;
-                let args = std::iter::once(project.to_string()).chain(chunk.iter().cloned());
-                out.extend(st.query_map(params_from_iter(args), row)?.collect::<rusqlite::Result<Vec<_>>>()?);
-            }
-            Ok(out)
+            by_files(conn, project, files, |m| format!("{base} AND f.file IN ({m}) GROUP BY f.loop_name, f.file"), row)
         }
     }
 }
@@ -237,20 +222,37 @@ pub fn counts_of_files(
     project: &str,
     files: &[String],
 ) -> rusqlite::Result<Vec<(String, i64, i64)>> {
+    by_files(
+        conn,
+        project,
+        files,
+        |m| {
+            format!(
+                "SELECT f.file, sum(f.severity = 'bug'), sum(f.severity = 'warning') FROM review_findings f
+                 WHERE f.project_id = ?1 AND f.file IN ({m}) AND (f.loop_name = '' OR EXISTS (
+                    SELECT 1 FROM loops l WHERE l.project_id = f.project_id AND l.loop_name = f.loop_name AND l.status != 'completed'))
+                 GROUP BY f.file"
+            )
+        },
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+}
+
+/// Runs the query `sql(marks)` for `files`, 500 at a time (`?1` is the project, `marks` the
+/// `?2, ?3, ...` of a chunk's files), and collects the rows.
+fn by_files<T>(
+    conn: &Connection,
+    project: &str,
+    files: &[String],
+    sql: impl Fn(&str) -> String,
+    mut row: impl FnMut(&Row) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Vec<T>> {
     let mut out = vec![];
     for chunk in files.chunks(500) {
         let marks = (0..chunk.len()).map(|i| format!("?{}", i + 2)).collect::<Vec<_>>().join(", ");
-        let mut st = conn.prepare(&format!(
-            "SELECT f.file, sum(f.severity = 'bug'), sum(f.severity = 'warning') FROM review_findings f
-             WHERE f.project_id = ?1 AND f.file IN ({marks}) AND (f.loop_name = '' OR EXISTS (
-                SELECT 1 FROM loops l WHERE l.project_id = f.project_id AND l.loop_name = f.loop_name AND l.status != 'completed'))
-             GROUP BY f.file"
-        ))?;
+        let mut st = conn.prepare(&sql(&marks))?;
         let args = std::iter::once(project.to_string()).chain(chunk.iter().cloned());
-        out.extend(
-            st.query_map(params_from_iter(args), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect::<rusqlite::Result<Vec<_>>>()?,
-        );
+        out.extend(st.query_map(params_from_iter(args), &mut row)?.collect::<rusqlite::Result<Vec<_>>>()?);
     }
     Ok(out)
 }
