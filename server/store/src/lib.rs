@@ -292,7 +292,10 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 /// What a grouped write leaves after running in its savepoint: whether to keep it, and
 /// how to deliver its result once the group's commit is known (`Err` = the commit failed).
 pub type Deliver = Box<dyn FnOnce(Result<(), String>) + Send>;
-type GroupJob = Box<dyn FnOnce(&Connection) -> (bool, Deliver) + Send>;
+/// A grouped write: given the group's connection it runs; given `None` (the group could not
+/// start or was abandoned) it does not run and fails. Either way it says whether to keep its
+/// work and how to deliver its result.
+type GroupJob = Box<dyn FnOnce(Option<&Connection>) -> (bool, Deliver) + Send>;
 
 enum Work {
     Plain(Job),
@@ -443,13 +446,14 @@ impl Store {
     {
         let (tx, rx) = oneshot::channel::<Result<T, E>>();
         let job: GroupJob = Box::new(move |c| {
-            let r = f(c);
-            let keep = r.is_ok();
+            let r = c.map(f);
+            let keep = matches!(r, Some(Ok(_)));
             let deliver: Deliver = Box::new(move |committed| {
                 let r = match (r, committed) {
-                    (Ok(v), Ok(())) => Ok(v),
-                    (Ok(_), Err(m)) => Err(on_commit_failure(m)),
-                    (Err(e), _) => Err(e),
+                    (Some(Err(e)), _) => Err(e),
+                    (Some(Ok(v)), Ok(())) => Ok(v),
+                    (_, Err(m)) => Err(on_commit_failure(m)),
+                    (None, Ok(())) => Err(on_commit_failure("the write did not run".into())),
                 };
                 let _ = tx.send(r);
             });
@@ -497,30 +501,18 @@ fn writer_loop(conn: &mut Connection, rx: std_mpsc::Receiver<Work>) {
 /// One transaction for a group of writes, a savepoint each; results after the commit.
 fn run_group(conn: &Connection, group: Vec<GroupJob>) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-        // Nothing ran: every job of the group fails with the reason.
-        let m = format!("cannot start a write transaction: {e}");
-        for job in group {
-            // Run each job alone so it can still deliver its (failed) result.
-            let _ = exec(conn, "SAVEPOINT forge_job");
-            let (_, deliver) = job(conn);
-            let _ = rollback_job(conn);
-            deliver(Err(m.clone()));
-        }
+        abandon(conn, vec![], group, &format!("cannot start a write transaction: {e}"));
         return;
     }
-    let mut delivers = Vec::with_capacity(group.len());
-    for job in group {
+    let mut delivers: Vec<Deliver> = Vec::with_capacity(group.len());
+    let mut jobs = group.into_iter();
+    while let Some(job) = jobs.next() {
         if let Err(e) = exec(conn, "SAVEPOINT forge_job") {
-            let m = format!("cannot start a savepoint: {e}");
-            let _ = exec(conn, "ROLLBACK");
-            for d in delivers {
-                (d as Deliver)(Err(m.clone()));
-            }
-            let (_, deliver) = job(conn);
-            deliver(Err(m));
+            let rest = std::iter::once(job).chain(jobs).collect();
+            abandon(conn, delivers, rest, &format!("cannot start a savepoint: {e}"));
             return;
         }
-        let (keep, deliver) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn))) {
+        let (keep, deliver) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(conn)))) {
             Ok(r) => r,
             Err(_) => {
                 // The job's sender is gone with the panic: its caller sees the dropped job.
@@ -528,17 +520,12 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
                 continue;
             }
         };
+        delivers.push(deliver);
         let end = if keep { exec(conn, "RELEASE forge_job") } else { rollback_job(conn) };
         if let Err(e) = end {
-            let m = format!("cannot end a savepoint: {e}");
-            let _ = exec(conn, "ROLLBACK");
-            deliver(Err(m.clone()));
-            for d in delivers {
-                (d as Deliver)(Err(m.clone()));
-            }
+            abandon(conn, delivers, jobs.collect(), &format!("cannot end a savepoint: {e}"));
             return;
         }
-        delivers.push(deliver);
     }
     let committed = match exec(conn, "COMMIT") {
         Ok(()) => Ok(()),
@@ -549,6 +536,21 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
     };
     for d in delivers {
         d(committed.clone());
+    }
+}
+
+/// Gives up a group: rolls back what ran (nothing of it is kept), fails the jobs that ran
+/// and fails the others without running them.
+fn abandon(conn: &Connection, ran: Vec<Deliver>, not_run: Vec<GroupJob>, why: &str) {
+    if !conn.is_autocommit() {
+        let _ = exec(conn, "ROLLBACK");
+    }
+    for d in ran {
+        d(Err(why.to_string()));
+    }
+    for job in not_run {
+        let (_, deliver) = job(None);
+        deliver(Err(why.to_string()));
     }
 }
 
@@ -751,6 +753,69 @@ mod tests {
         // The writer goes on.
         store.write_grouped(|c| add_change(c, "next").map_err(|e| e.to_string()), |m| m).await.unwrap();
         assert_eq!(store.read(changes_count).await.unwrap(), 1);
+
+        // Writes that queued up together share one commit: a good write grouped with one
+        // that breaks the commit fails with it, and neither is kept.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let blocker = {
+            let s = store.clone();
+            tokio::spawn(async move { s.call(move |_| held.recv().ok()).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let good = {
+            let s = store.clone();
+            tokio::spawn(
+                async move { s.write_grouped(|c| add_change(c, "good").map_err(|e| e.to_string()), |m| m).await },
+            )
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let bad = {
+            let s = store.clone();
+            tokio::spawn(async move {
+                s.write_grouped(
+                    |c| c.execute("INSERT INTO child (pid) VALUES (43)", []).map(|_| ()).map_err(|e| e.to_string()),
+                    |m| m,
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        release.send(()).unwrap();
+        blocker.await.unwrap();
+        let e = good.await.unwrap().expect_err("grouped with a write that fails the commit");
+        assert!(e.contains("did not commit"), "{e}");
+        assert!(bad.await.unwrap().is_err());
+        assert_eq!(store.read(changes_count).await.unwrap(), 1, "the good write of the failed group is not kept");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_do_not_wait_for_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("forge.db")).unwrap();
+        store.write_grouped(|c| add_change(c, "a"), |_| rusqlite::Error::InvalidQuery).await.unwrap();
+        // The writer is busy (a long job holding the write transaction open).
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let blocker = {
+            let s = store.clone();
+            tokio::spawn(async move {
+                s.call(move |c| {
+                    c.execute_batch("BEGIN IMMEDIATE").unwrap();
+                    add_change(c, "uncommitted").unwrap();
+                    held.recv().ok();
+                    c.execute_batch("COMMIT").unwrap();
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), store.read(changes_count))
+            .await
+            .expect("a read must not queue behind the writer")
+            .unwrap();
+        assert_eq!(n, 1, "a read sees the last commit, not the write in progress");
+        release.send(()).unwrap();
+        blocker.await.unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 2);
     }
 
     #[tokio::test]
