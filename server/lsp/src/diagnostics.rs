@@ -97,10 +97,15 @@ fn worktrees(db: &rusqlite::Connection, project: &str) -> rusqlite::Result<Workt
 /// Groups of `file` strings that must be published together: strings whose findings
 /// land on a common URI (now, or in the last publication) are in one group, since a
 /// URI's publication replaces all of its diagnostics.
-fn groups(edges: &[(String, String)]) -> Vec<Vec<String>> {
-    // Union-find over the file strings, joined through the URIs they reach.
+fn groups(files: &[String], edges: &[(String, String)]) -> Vec<Vec<String>> {
+    // Union-find over the file strings, joined through the URIs they reach; a file that
+    // reaches no URI is a group of its own.
     let mut index: HashMap<&str, usize> = HashMap::new();
-    let mut parent: Vec<usize> = vec![];
+    for f in files.iter().chain(edges.iter().map(|(f, _)| f)) {
+        let n = index.len();
+        index.entry(f.as_str()).or_insert(n);
+    }
+    let mut parent: Vec<usize> = (0..index.len()).collect();
     fn root(parent: &mut [usize], mut i: usize) -> usize {
         while parent[i] != i {
             parent[i] = parent[parent[i]];
@@ -110,11 +115,7 @@ fn groups(edges: &[(String, String)]) -> Vec<Vec<String>> {
     }
     let mut by_uri: HashMap<&str, usize> = HashMap::new();
     for (file, uri) in edges {
-        let n = index.len();
-        let i = *index.entry(file.as_str()).or_insert_with(|| {
-            parent.push(n);
-            n
-        });
+        let i = index[file.as_str()];
         match by_uri.get(uri.as_str()) {
             Some(&j) => {
                 let (a, b) = (root(&mut parent, i), root(&mut parent, j));
@@ -204,40 +205,27 @@ async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
     for (bucket, file, n) in &pairs {
         files.insert(file.clone());
         *counts.entry(file.clone()).or_default() += n;
-        let f = Finding {
-            id: 0,
-            file: file.clone(),
-            line: 1,
-            severity: forge_protocol::inputs::Severity::Bug,
-            description: String::new(),
-            scenario: None,
-            loop_name: forge_domain::review::loop_from_db(bucket),
-            section_index: None,
-            created_at: 0,
-        };
-        for path in targets(&f, &root, &worktrees, mirror) {
+        let loop_name = forge_domain::review::loop_from_db(bucket);
+        for path in targets(file, loop_name.as_deref(), &root, &worktrees, mirror) {
             edges.push((file.clone(), file_uri(&path)));
         }
     }
     {
         let p = conn.published.lock().expect("published");
         for f in &files {
-            edges.push((f.clone(), String::new()));
             for u in p.file_uris.get(f).into_iter().flatten() {
                 edges.push((f.clone(), u.clone()));
             }
         }
     }
-    // The empty URI stands for "no URI": every file reaches it, so drop it from joining.
-    let edges: Vec<(String, String)> =
-        edges.into_iter().map(|(f, u)| if u.is_empty() { (f.clone(), format!("\0{f}")) } else { (f, u) }).collect();
+    let files: Vec<String> = files.into_iter().collect();
     let allowed = allowed_roots(&root, &worktrees, &conn.ws.data_dir);
     let worktrees = Arc::new(worktrees);
     // Steps of whole groups, about STEP_FINDINGS findings each.
     let mut step: Vec<String> = vec![];
     let mut in_step = 0;
     let mut first_step = true;
-    let groups = groups(&edges);
+    let groups = groups(&files, &edges);
     let last = groups.len();
     for (i, g) in groups.into_iter().enumerate() {
         in_step += g.iter().map(|f| counts.get(f).copied().unwrap_or(0)).sum::<i64>();
@@ -280,7 +268,7 @@ async fn publish_step(
     // Group by target URI.
     let mut by_uri: HashMap<String, Vec<(&Finding, PathBuf)>> = HashMap::new();
     for f in &rows {
-        for path in targets(f, root, worktrees, mirror) {
+        for path in targets(&f.file, f.loop_name.as_deref(), root, worktrees, mirror) {
             by_uri.entry(file_uri(&path)).or_default().push((f, path));
         }
     }
@@ -364,13 +352,13 @@ async fn publish_step(
     true
 }
 
-/// The paths a finding is published on.
-pub fn targets(f: &Finding, root: &Path, worktrees: &Worktrees, mirror: bool) -> Vec<PathBuf> {
-    let p = Path::new(&f.file);
+/// The paths a finding (its `file` as written and its loop) is published on.
+pub fn targets(file: &str, loop_name: Option<&str>, root: &Path, worktrees: &Worktrees, mirror: bool) -> Vec<PathBuf> {
+    let p = Path::new(file);
     if p.is_absolute() {
         return vec![normalize(p)];
     }
-    match f.loop_name.as_deref() {
+    match loop_name {
         None => vec![normalize(&root.join(p))],
         Some(l) => {
             let mut v = vec![];
@@ -441,48 +429,35 @@ fn read_allowed(path: &Path, allowed: &[PathBuf]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use forge_protocol::inputs::Severity;
-
-    fn f(file: &str, loop_name: Option<&str>) -> Finding {
-        Finding {
-            id: 1,
-            file: file.into(),
-            line: 1,
-            severity: Severity::Bug,
-            description: "d".into(),
-            scenario: None,
-            loop_name: loop_name.map(Into::into),
-            section_index: None,
-            created_at: 0,
-        }
-    }
 
     #[test]
     fn resolution_and_mirroring() {
         let root = Path::new("/p");
         let wts = Worktrees::from([("l".to_string(), PathBuf::from("/d/worktrees/l"))]);
-        assert_eq!(targets(&f("src/a.rs", None), root, &wts, true), [PathBuf::from("/p/src/a.rs")]);
+        assert_eq!(targets("src/a.rs", None, root, &wts, true), [PathBuf::from("/p/src/a.rs")]);
         assert_eq!(
-            targets(&f("src/a.rs", Some("l")), root, &wts, true),
+            targets("src/a.rs", Some("l"), root, &wts, true),
             [PathBuf::from("/d/worktrees/l/src/a.rs"), PathBuf::from("/p/src/a.rs")]
         );
-        assert_eq!(targets(&f("src/a.rs", Some("l")), root, &wts, false), [PathBuf::from("/d/worktrees/l/src/a.rs")]);
-        assert_eq!(targets(&f("../../etc/passwd", None), root, &wts, true), [PathBuf::from("/etc/passwd")]);
+        assert_eq!(targets("src/a.rs", Some("l"), root, &wts, false), [PathBuf::from("/d/worktrees/l/src/a.rs")]);
+        assert_eq!(targets("../../etc/passwd", None, root, &wts, true), [PathBuf::from("/etc/passwd")]);
         assert_eq!(file_uri(Path::new("/p/a b/ü.rs")), "file:///p/a%20b/%C3%BC.rs");
     }
 
     #[test]
     fn file_strings_sharing_a_uri_are_published_together() {
         let e = |f: &str, u: &str| (f.to_string(), u.to_string());
-        let g = groups(&[
-            e("src/a.rs", "file:///p/src/a.rs"),
-            e("./src/a.rs", "file:///p/src/a.rs"),
-            e("src/b.rs", "file:///wt/src/b.rs"),
-            e("src/b.rs", "file:///p/src/b.rs"),
-            e("/p/src/b.rs", "file:///p/src/b.rs"),
-            e("src/c.rs", "file:///p/src/c.rs"),
-            e("gone.rs", "\0gone.rs"),
-        ]);
+        let g = groups(
+            &["gone.rs".to_string()],
+            &[
+                e("src/a.rs", "file:///p/src/a.rs"),
+                e("./src/a.rs", "file:///p/src/a.rs"),
+                e("src/b.rs", "file:///wt/src/b.rs"),
+                e("src/b.rs", "file:///p/src/b.rs"),
+                e("/p/src/b.rs", "file:///p/src/b.rs"),
+                e("src/c.rs", "file:///p/src/c.rs"),
+            ],
+        );
         assert_eq!(
             g,
             vec![
