@@ -141,7 +141,7 @@ pub async fn publish_plan_warnings(conn: &Conn, uri: &str) {
         Some(t) => plan_features::warning_diagnostics(&t, conn.caps.encoding),
         None => vec![],
     };
-    conn.publish(uri, diags).await;
+    conn.publish(uri, &diags).await;
 }
 
 /// The documents of a loop: status, each section, its plan.

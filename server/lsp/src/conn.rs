@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use forge_domain::diagnostics::PositionEncoding;
 use forge_protocol::uri::ForgeUri;
-use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tower_lsp_server::gen_lsp_types::Uri;
 use tower_lsp_server::Client;
@@ -246,11 +245,10 @@ impl Conn {
         });
     }
 
-    /// `textDocument/publishDiagnostics` from JSON diagnostics.
-    pub async fn publish(&self, uri: &str, diags: Vec<Value>) {
-        self.client
-            .send_notification::<crate::ext::PublishDiagnosticsJson>(json!({ "uri": uri, "diagnostics": diags }))
-            .await;
+    /// `textDocument/publishDiagnostics`, serialized straight onto the connection (the one
+    /// path for every publication: plan warnings here, findings in `diagnostics`).
+    pub async fn publish<T: serde::Serialize>(&self, uri: &str, diags: &[T]) {
+        self.outbox.send_body(&crate::to_proto::publish_diagnostics(uri, diags)).await;
     }
 
     /// Where the materialized copy of `uri` lives.

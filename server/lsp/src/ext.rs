@@ -11,13 +11,3 @@ impl Notification for LoopStatus {
         LspNotificationMethod::Custom(forge_protocol::notifications::LOOP_STATUS);
     const MESSAGE_DIRECTION: MessageDirection = MessageDirection::ServerToClient;
 }
-
-/// `textDocument/publishDiagnostics` with JSON params: our diagnostics are built as JSON,
-/// so they are sent as they are instead of being converted to typed structs and back.
-pub enum PublishDiagnosticsJson {}
-
-impl Notification for PublishDiagnosticsJson {
-    type Params = serde_json::Value;
-    const METHOD: LspNotificationMethod<'static> = LspNotificationMethod::Custom("textDocument/publishDiagnostics");
-    const MESSAGE_DIRECTION: MessageDirection = MessageDirection::ServerToClient;
-}
