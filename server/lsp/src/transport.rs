@@ -58,17 +58,17 @@ fn error_frame(id: Value, code: i64, message: &str) -> Frame {
 type InFlight = Arc<Mutex<HashSet<String>>>;
 
 /// What to do with one frame from the client.
-#[derive(Debug)]
 enum Incoming {
-    /// A valid message body, to forward.
-    Message { body: Vec<u8> },
+    /// A valid message, to hand on (a request still goes through [`admit`]).
+    Message(Msg),
     /// An error response to send back; keep reading.
     Reply(Frame),
     /// Something unanswerable was skipped; keep reading.
     Skip,
 }
 
-fn validate(body: Vec<u8>, in_flight: &InFlight) -> Incoming {
+/// The slow path: finds what is wrong with a frame the fast path did not take.
+fn validate(body: Vec<u8>) -> Incoming {
     if body.is_empty() {
         return Incoming::Skip;
     }
@@ -93,42 +93,20 @@ fn validate(body: Vec<u8>, in_flight: &InFlight) -> Incoming {
     if value.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Incoming::Reply(error_frame(id, -32600, "Invalid Request: `jsonrpc` must be \"2.0\""));
     }
-    let method = value.get("method").and_then(Value::as_str).map(str::to_string);
     let is_response = value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some());
-    let is_request = method.is_some() && value.get("id").is_some_and(|i| !i.is_null());
-    let ok = if is_response {
-        serde_json::from_value::<Response>(value).is_ok()
-    } else {
-        method.is_some() && serde_json::from_value::<Request>(value).is_ok()
-    };
-    if !ok {
-        if is_response {
-            return Incoming::Skip; // a malformed response to us: nothing to answer
-        }
-        return Incoming::Reply(error_frame(
+    if is_response {
+        // A malformed response to us: nothing to answer.
+        return serde_json::from_value::<Response>(value)
+            .map_or(Incoming::Skip, |r| Incoming::Message(Msg::Response(r)));
+    }
+    match value.get("method").is_some().then(|| serde_json::from_value::<Request>(value)) {
+        Some(Ok(r)) => Incoming::Message(Msg::Request(r)),
+        _ => Incoming::Reply(error_frame(
             id,
             -32600,
             "Invalid Request: not a valid JSON-RPC request or notification (check `method`, `id` and `params`)",
-        ));
+        )),
     }
-    let method = method.unwrap_or_default();
-    // tower-lsp-server swallows the MethodNotFound answer to unknown `$/` requests, leaving
-    // them unanswered; LSP requires the error (notifications may be ignored).
-    if is_request && method.starts_with("$/") {
-        return Incoming::Reply(error_frame(id, -32601, &format!("Method not found: {method}")));
-    }
-    if is_request {
-        let key = id.to_string();
-        let mut set = in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        if !set.insert(key) {
-            return Incoming::Reply(error_frame(
-                id.clone(),
-                -32600,
-                &format!("Invalid Request: request id {id} is already in use by a request that has not been answered yet; use a fresh id"),
-            ));
-        }
-    }
-    Incoming::Message { body }
 }
 
 /// A body that serde_json refuses: a parse error, unless the only fault is a lone
@@ -248,10 +226,12 @@ fn id_key(id: &Id) -> String {
     serde_json::to_string(id).unwrap_or_default()
 }
 
-/// Checks a request the fast path read: `$/` requests are refused (the framework would
-/// leave them unanswered) and an id already in flight is refused; else it is in flight.
+/// Checks a request before it is handled: a `$/` request is answered with MethodNotFound
+/// (tower-lsp-server swallows that answer, leaving it unanswered; LSP requires the error)
+/// and an id already in flight is refused; else its id is in flight until its reply. A
+/// message with a null id is treated as a notification here.
 fn admit(req: &Request, in_flight: &InFlight) -> Option<Frame> {
-    let id = req.id()?;
+    let id = req.id().filter(|id| **id != Id::Null)?;
     let idv = serde_json::to_value(id).unwrap_or(Value::Null);
     if req.method().starts_with("$/") {
         return Some(error_frame(idv, -32601, &format!("Method not found: {}", req.method())));
@@ -290,28 +270,23 @@ async fn read_client<R, S, K>(
     'read: loop {
         while let Some(ev) = dec.next_event() {
             let msg = match ev {
-                Event::Frame(body) => match fast(&body) {
-                    Some(Msg::Request(req)) => match admit(&req, &in_flight) {
-                        Some(reply) => Err(reply),
-                        None => Ok(Msg::Request(req)),
-                    },
-                    Some(m) => Ok(m),
-                    None => match validate(body, &in_flight) {
-                        Incoming::Message { body, .. } => match serde_json::from_slice::<Value>(&body) {
-                            Ok(v) if v.get("method").is_some() => match serde_json::from_value::<Request>(v) {
-                                Ok(r) => Ok(Msg::Request(r)),
-                                Err(_) => continue,
-                            },
-                            Ok(v) => match serde_json::from_value::<Response>(v) {
-                                Ok(r) => Ok(Msg::Response(r)),
-                                Err(_) => continue,
-                            },
-                            Err(_) => continue,
+                Event::Frame(body) => {
+                    let msg = match fast(&body) {
+                        Some(m) => Ok(m),
+                        None => match validate(body) {
+                            Incoming::Message(m) => Ok(m),
+                            Incoming::Reply(f) => Err(f),
+                            Incoming::Skip => continue,
                         },
-                        Incoming::Reply(f) => Err(f),
-                        Incoming::Skip => continue,
-                    },
-                },
+                    };
+                    match msg {
+                        Ok(Msg::Request(req)) => match admit(&req, &in_flight) {
+                            Some(reply) => Err(reply),
+                            None => Ok(Msg::Request(req)),
+                        },
+                        other => other,
+                    }
+                }
                 Event::TooLarge { length } => {
                     let (code, message) = Event::TooLarge { length }.error().unwrap_or_default();
                     if out.0.send(error_frame(Value::Null, code, &message)).await.is_err() {
@@ -469,8 +444,8 @@ mod tests {
     use super::*;
 
     fn check(body: &[u8]) -> String {
-        match validate(body.to_vec(), &InFlight::default()) {
-            Incoming::Message { body, .. } => format!("msg:{}", String::from_utf8_lossy(&body)),
+        match validate(body.to_vec()) {
+            Incoming::Message(_) => "msg:".into(),
             Incoming::Reply(f) => format!("reply:{}", String::from_utf8_lossy(&f)),
             Incoming::Skip => "skip".into(),
         }
@@ -491,12 +466,12 @@ mod tests {
     #[test]
     fn a_duplicate_in_flight_id_is_refused_until_answered() {
         let set = InFlight::default();
-        let req = br#"{"jsonrpc":"2.0","id":"a","method":"x"}"#;
-        assert!(matches!(validate(req.to_vec(), &set), Incoming::Message { .. }));
-        let Incoming::Reply(f) = validate(req.to_vec(), &set) else { panic!("duplicate accepted") };
+        let req: Request = serde_json::from_slice(br#"{"jsonrpc":"2.0","id":"a","method":"x"}"#).unwrap();
+        assert!(admit(&req, &set).is_none());
+        let Some(f) = admit(&req, &set) else { panic!("duplicate accepted") };
         let f = String::from_utf8_lossy(&f);
         assert!(f.contains("-32600") && f.contains("already in use") && f.contains("\"id\":\"a\""), "{f}");
         set.lock().unwrap().remove("\"a\"");
-        assert!(matches!(validate(req.to_vec(), &set), Incoming::Message { .. }));
+        assert!(admit(&req, &set).is_none());
     }
 }
