@@ -175,7 +175,7 @@ fn cancelling_a_plugin_tool_call_kills_its_process() {
     assert!(Path::new(&proc_dir).exists());
     c.notify("$/cancelRequest", json!({ "id": id }));
     let resp = c.wait_response(id, WAIT);
-    assert!(resp.get("error").is_some(), "a cancelled call answers with an error: {resp}");
+    assert_eq!(resp["error"]["code"], json!(-32800), "a cancelled call answers RequestCancelled: {resp}");
     assert!(
         wait_for(std::time::Duration::from_secs(5), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
         "the tool process {pid} was not killed"

@@ -50,6 +50,21 @@ impl Backend {
     }
 }
 
+/// `workspace/executeCommand` is answered beside the framework once the connection is
+/// initialized ([`crate::transport::Direct`]).
+impl crate::transport::Direct for Backend {
+    fn takes(&self, method: &str) -> bool {
+        method == "workspace/executeCommand" && self.conn.get().is_some()
+    }
+
+    fn direct(&self, _method: &str, params: Option<serde_json::Value>) -> crate::transport::DirectFuture {
+        match self.conn.get() {
+            Some(conn) => requests::execute_command::direct(conn.clone(), params),
+            None => Box::pin(async { Err(Error::internal_error()) }),
+        }
+    }
+}
+
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         requests::initialize::initialize(self, params).await

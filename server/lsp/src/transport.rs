@@ -12,7 +12,12 @@
 //!   full validation below, which answers what is wrong;
 //! - requests are handled [`CONCURRENCY`] at a time;
 //! - replies, the server's own messages, our error answers and frames the server built
-//!   as bytes ([`Outbox`]) are merged frame by frame onto the real writer.
+//!   as bytes ([`Outbox`]) are merged frame by frame onto the real writer;
+//! - a request the server takes itself ([`Direct`]: `workspace/executeCommand` once
+//!   initialized) does not pass through the framework: its result is serialized once,
+//!   straight into the reply's bytes. The transport gives it what the framework would:
+//!   `$/cancelRequest` for its id drops it and answers -32800, and after `shutdown` it is
+//!   left to the framework (which refuses it).
 //!
 //! Bad input and its answer (docs/reliability.md lists the tests):
 //! - bytes that are not an LSP header (a stray byte, the rest of a broken frame): one
@@ -30,14 +35,16 @@
 //!   (a notification is dropped and logged: notifications are never answered);
 //! - a request id already in use by an unanswered request: -32600 with that id, saying so.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+
+use futures_util::future::{AbortHandle, Abortable};
 
 use forge_protocol::framing::{self, Decoder, Event};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tower_lsp_server::jsonrpc::{Id, Request, Response};
+use tower_lsp_server::jsonrpc::{Error, Id, Request, Response};
 use tower_lsp_server::{ClientSocket, LanguageServer, LspService};
 
 /// Largest accepted message body.
@@ -247,7 +254,62 @@ fn admit(req: &Request, in_flight: &InFlight) -> Option<Frame> {
     None
 }
 
-type Handling = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Response>> + Send>>;
+/// The result of a request the server answers itself: the result's JSON, or an error.
+pub type DirectReply = Result<Vec<u8>, Error>;
+/// A request the server answers itself, running.
+pub type DirectFuture = std::pin::Pin<Box<dyn std::future::Future<Output = DirectReply> + Send>>;
+
+/// Requests the server answers beside the framework, its result serialized straight into
+/// the reply (no `serde_json::Value` in between, no second serialization).
+pub trait Direct {
+    /// Whether the server takes a request for `method` now (else the framework gets it).
+    fn takes(&self, method: &str) -> bool;
+    /// Answers a request the server takes.
+    fn direct(&self, method: &str, params: Option<Value>) -> DirectFuture;
+}
+
+/// What handling a request gives: the framework's response, or the reply of one the
+/// server took itself.
+enum Out {
+    Framework(Response),
+    Direct(Id, DirectReply),
+}
+
+impl Out {
+    fn id(&self) -> &Id {
+        match self {
+            Out::Framework(r) => r.id(),
+            Out::Direct(id, _) => id,
+        }
+    }
+
+    fn into_body(self) -> Vec<u8> {
+        match self {
+            Out::Framework(r) => serde_json::to_vec(&r).unwrap_or_default(),
+            Out::Direct(id, Ok(result)) => {
+                let mut b = Vec::with_capacity(result.len() + 48);
+                b.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+                let _ = serde_json::to_writer(&mut b, &id);
+                b.extend_from_slice(b",\"result\":");
+                b.extend_from_slice(&result);
+                b.push(b'}');
+                b
+            }
+            Out::Direct(id, Err(e)) => serde_json::to_vec(&Response::from_error(id, e)).unwrap_or_default(),
+        }
+    }
+}
+
+type Handling = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Out>> + Send>>;
+
+/// Requests the server took itself and has not answered yet: their cancel handles, by id.
+type Taken = Arc<Mutex<HashMap<String, AbortHandle>>>;
+
+/// The id a `$/cancelRequest` names, as an in-flight key.
+fn cancelled_key(req: &Request) -> Option<String> {
+    let id = req.params()?.get("id")?;
+    (id.is_string() || id.is_i64()).then(|| id.to_string())
+}
 
 /// Reads the client's frames, answers bad ones and hands good ones to the service (or,
 /// for responses to our requests, to the framework's client) until `exit`, end of input,
@@ -259,14 +321,17 @@ async fn read_client<R, S, K>(
     tasks: mpsc::Sender<Handling>,
     out: Outbox,
     in_flight: InFlight,
+    taken: Taken,
 ) where
     R: AsyncRead + Unpin,
-    S: LanguageServer,
+    S: LanguageServer + Direct,
     K: futures_util::Sink<Response> + Unpin,
     K::Error: std::fmt::Display,
 {
     let mut dec = Decoder::new();
     let mut chunk = vec![0u8; READ_CHUNK];
+    // After `shutdown` every request goes to the framework, which knows the lifecycle.
+    let mut shut_down = false;
     'read: loop {
         while let Some(ev) = dec.next_event() {
             let msg = match ev {
@@ -315,13 +380,39 @@ async fn read_client<R, S, K>(
                         break 'read;
                     }
                     let exit = req.method() == "exit";
-                    let call = service.call(req);
-                    let handling: Handling = Box::pin(async move {
-                        call.await.unwrap_or_else(|e| {
-                            tracing::debug!("request not handled: {e}");
-                            None
+                    shut_down |= req.method() == "shutdown";
+                    if req.method() == "$/cancelRequest" && req.id().is_none() {
+                        let handle = cancelled_key(&req)
+                            .and_then(|k| taken.lock().unwrap_or_else(|p| p.into_inner()).remove(&k));
+                        if let Some(h) = handle {
+                            h.abort();
+                            continue;
+                        }
+                    }
+                    let own = !shut_down
+                        && req.id().is_some_and(|id| *id != Id::Null)
+                        && service.inner().takes(req.method());
+                    let handling: Handling = if own {
+                        let (method, id, params) = req.into_parts();
+                        let id = id.unwrap_or(Id::Null);
+                        let (handle, registration) = AbortHandle::new_pair();
+                        taken.lock().unwrap_or_else(|p| p.into_inner()).insert(id_key(&id), handle);
+                        let run = Abortable::new(service.inner().direct(&method, params), registration);
+                        Box::pin(async move {
+                            let reply = run.await.unwrap_or_else(|_| Err(Error::request_cancelled()));
+                            Some(Out::Direct(id, reply))
                         })
-                    });
+                    } else {
+                        let call = service.call(req);
+                        Box::pin(async move {
+                            call.await
+                                .unwrap_or_else(|e| {
+                                    tracing::debug!("request not handled: {e}");
+                                    None
+                                })
+                                .map(Out::Framework)
+                        })
+                    };
                     if tasks.send(handling).await.is_err() || exit {
                         break 'read;
                     }
@@ -362,12 +453,13 @@ pub async fn serve<S, R, W>(
     outbox: Outbox,
     mut out_rx: mpsc::Receiver<Frame>,
 ) where
-    S: LanguageServer,
+    S: LanguageServer + Direct,
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     use futures_util::StreamExt;
     let in_flight: InFlight = Arc::default();
+    let taken: Taken = Arc::default();
 
     // Four parts of one task (as the framework's own loop is): a message moves between
     // them without waking another thread.
@@ -417,6 +509,7 @@ pub async fn serve<S, R, W>(
     let handle = {
         let out = outbox.clone();
         let in_flight = in_flight.clone();
+        let taken = taken.clone();
         let stop = &stop;
         async move {
             let incoming = futures_util::stream::poll_fn(move |cx| tasks_rx.poll_recv(cx));
@@ -424,7 +517,10 @@ pub async fn serve<S, R, W>(
             while let Some(reply) = replies.next().await {
                 let Some(res) = reply else { continue };
                 let key = id_key(res.id());
-                let body = serde_json::to_vec(&res).unwrap_or_default();
+                if matches!(res, Out::Direct(..)) {
+                    taken.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                }
+                let body = res.into_body();
                 in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
                 if !out.send_body(&body).await {
                     break;
@@ -434,7 +530,7 @@ pub async fn serve<S, R, W>(
             let _ = out.0.send(Vec::new()).await;
         }
     };
-    let read = read_client(reader, service, responses, tasks_tx, outbox.clone(), in_flight);
+    let read = read_client(reader, service, responses, tasks_tx, outbox.clone(), in_flight, taken);
     drop(outbox);
     tokio::join!(read, handle, to_client, write);
 }

@@ -1,18 +1,43 @@
 //! `workspace/executeCommand`: runs a Forge tool (PROTOCOL.md §3).
+//!
+//! Once the connection is initialized the transport hands these requests to [`direct`]
+//! instead of the framework ([`crate::transport::Direct`]): the tool's `{ text, data }` is
+//! serialized once, straight into the bytes of the reply. The framework's handler
+//! ([`execute_command`]) answers the ones before that (and is the same call).
+
+use std::sync::Arc;
 
 use serde_json::Value;
 use tower_lsp_server::gen_lsp_types::{ExecuteCommandParams, LspAny};
-use tower_lsp_server::jsonrpc::Result;
+use tower_lsp_server::jsonrpc::{Error, Result};
 
+use crate::conn::Conn;
 use crate::rpc_error;
 use crate::server::Backend;
+use crate::transport::DirectFuture;
+use forge_protocol::CommandResult;
 use forge_tools as tools;
 
 pub async fn execute_command(backend: &Backend, params: ExecuteCommandParams) -> Result<Option<LspAny>> {
-    let conn = backend.conn()?;
+    let r = run(backend.conn()?, params).await?;
+    Ok(Some(serde_json::to_value(r).unwrap_or(Value::Null)))
+}
+
+/// The same call for the transport: parses the params as the framework would (same
+/// errors) and answers with the result's JSON.
+pub fn direct(conn: Arc<Conn>, params: Option<Value>) -> DirectFuture {
+    Box::pin(async move {
+        let params = params.ok_or_else(|| Error::invalid_params("Missing params field"))?;
+        let params: ExecuteCommandParams =
+            serde_json::from_value(params).map_err(|e| Error::invalid_params(e.to_string()))?;
+        let r = run(&conn, params).await?;
+        serde_json::to_vec(&r).map_err(|_| Error::internal_error())
+    })
+}
+
+async fn run(conn: &Conn, params: ExecuteCommandParams) -> Result<CommandResult> {
     let input = tools::input_from_arguments(params.arguments).map_err(|e| rpc_error(&e))?;
-    match tools::call(&conn.ws.store, &conn.ws.engine, conn.env(), &params.command, input).await {
-        Ok(r) => Ok(Some(serde_json::to_value(r).unwrap_or(Value::Null))),
-        Err(e) => Err(rpc_error(&e)),
-    }
+    tools::call(&conn.ws.store, &conn.ws.engine, conn.env(), &params.command, input)
+        .await
+        .map_err(|e| rpc_error(&e))
 }
