@@ -127,6 +127,13 @@ pub async fn publish_plan_warnings(conn: &Conn, uri: &str) {
         Some(t) => Some(t),
         None => documents::render(conn, &parsed, Links::Forge).await.ok(),
     };
+    publish_plan_warnings_of(conn, uri, text).await
+}
+
+/// [`publish_plan_warnings`] for the stored text of a plan document just rendered
+/// (`None`: not found); an open buffer's text wins.
+pub async fn publish_plan_warnings_of(conn: &Conn, uri: &str, stored: Option<String>) {
+    let text = conn.open_text(uri).or(stored);
     // Unchanged text: its warnings were published already.
     let digest = {
         use std::hash::{Hash, Hasher};

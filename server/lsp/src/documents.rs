@@ -24,6 +24,17 @@ pub async fn render(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String,
         .unwrap_or_else(|e| Err(ToolError::internal(e)))
 }
 
+/// [`render`] on the calling thread ([`forge_store::Store::read_here`]): one document is a
+/// short read, shorter than the hop to a reader thread.
+pub fn render_here(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String, ToolError> {
+    let project = conn.project_id();
+    let root = conn.env().project.root.clone();
+    conn.ws
+        .store
+        .read_here(|db| render_sync(db, &project, &root, links, uri))
+        .unwrap_or_else(|e| Err(ToolError::internal(e)))
+}
+
 /// Renders a document; its links to other documents are written in the style `links`.
 pub fn render_sync(
     db: &Connection,

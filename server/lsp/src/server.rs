@@ -50,17 +50,22 @@ impl Backend {
     }
 }
 
-/// `workspace/executeCommand` is answered beside the framework once the connection is
-/// initialized ([`crate::transport::Direct`]).
+/// `workspace/executeCommand` and `workspace/textDocumentContent` are answered beside the
+/// framework once the connection is initialized ([`crate::transport::Direct`]): their
+/// replies are big and serialized once, straight into bytes.
 impl crate::transport::Direct for Backend {
     fn takes(&self, method: &str) -> bool {
-        method == "workspace/executeCommand" && self.conn.get().is_some()
+        matches!(method, "workspace/executeCommand" | "workspace/textDocumentContent") && self.conn.get().is_some()
     }
 
-    fn direct(&self, _method: &str, params: Option<serde_json::Value>) -> crate::transport::DirectFuture {
-        match self.conn.get() {
-            Some(conn) => requests::execute_command::direct(conn.clone(), params),
-            None => Box::pin(async { Err(Error::internal_error()) }),
+    fn direct(&self, method: &str, params: Option<serde_json::Value>) -> crate::transport::DirectFuture {
+        let Some(conn) = self.conn.get().cloned() else {
+            return Box::pin(async { Err(Error::internal_error()) });
+        };
+        if method == "workspace/textDocumentContent" {
+            requests::text_document_content::direct(conn, params)
+        } else {
+            requests::execute_command::direct(conn, params)
         }
     }
 }

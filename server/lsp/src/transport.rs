@@ -13,8 +13,8 @@
 //! - requests are handled [`CONCURRENCY`] at a time;
 //! - replies, the server's own messages, our error answers and frames the server built
 //!   as bytes ([`Outbox`]) are merged frame by frame onto the real writer;
-//! - a request the server takes itself ([`Direct`]: `workspace/executeCommand` once
-//!   initialized) does not pass through the framework: its result is serialized once,
+//! - a request the server takes itself ([`Direct`]: `workspace/executeCommand` and
+//!   `workspace/textDocumentContent` once initialized) does not pass through the framework: its result is serialized once,
 //!   straight into the reply's bytes. The transport gives it what the framework would:
 //!   `$/cancelRequest` for its id drops it and answers -32800, and after `shutdown` it is
 //!   left to the framework (which refuses it).
@@ -266,6 +266,13 @@ pub trait Direct {
     fn takes(&self, method: &str) -> bool;
     /// Answers a request the server takes.
     fn direct(&self, method: &str, params: Option<Value>) -> DirectFuture;
+}
+
+/// The params of a request the server takes itself, read as the framework reads them
+/// (same errors).
+pub fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, Error> {
+    let params = params.ok_or_else(|| Error::invalid_params("Missing params field"))?;
+    serde_json::from_value(params).map_err(|e| Error::invalid_params(e.to_string()))
 }
 
 /// What handling a request gives: the framework's response, or the reply of one the

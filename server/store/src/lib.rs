@@ -307,6 +307,14 @@ const MAX_GROUP: usize = 256;
 
 type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 
+/// Most databases a thread keeps a read connection to ([`Store::read_here`]).
+const HERE_MAX: usize = 4;
+
+thread_local! {
+    /// This thread's read connections ([`Store::read_here`]), by database path.
+    static HERE: std::cell::RefCell<Vec<(PathBuf, Connection)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The reader pool: threads with a read-only connection each, started on first use.
 struct Readers {
     path: PathBuf,
@@ -429,6 +437,51 @@ impl Store {
         });
         sender.send(job).map_err(|_| "the store's reader threads stopped".to_string())?;
         rx.await.map_err(|_| "a store reader dropped a job (it panicked)".to_string())
+    }
+
+    /// Runs `f` at once on the calling thread, on this thread's read connection to the
+    /// database (opened on first use and kept), inside one read transaction: what
+    /// [`Store::read`] does without the hop to a reader thread. For short reads on a path
+    /// where the hop costs more than the read (the read-only tools' store parts); the
+    /// caller's thread is busy for as long as `f` runs. A panic in `f` is the caller's.
+    pub fn read_here<R>(&self, f: impl FnOnce(&Connection) -> R) -> Result<R, String> {
+        let conn = HERE.with(|h| {
+            let mut h = h.borrow_mut();
+            h.iter().position(|(p, _)| p == &*self.path).map(|i| h.swap_remove(i).1)
+        });
+        let conn = match conn {
+            Some(c) => c,
+            None => open_reader(&self.path)
+                .map_err(|e| format!("cannot open a read connection to {}: {e}", self.path.display()))?,
+        };
+        // Put back on every way out, a panic included (a transaction left open by one is
+        // ended first, so the next read does not run in a stale snapshot).
+        struct Back(Option<(PathBuf, Connection)>);
+        impl Drop for Back {
+            fn drop(&mut self) {
+                if let Some((path, conn)) = self.0.take() {
+                    if !conn.is_autocommit() {
+                        let _ = conn.execute_batch("ROLLBACK");
+                    }
+                    let _ = HERE.try_with(|h| {
+                        let mut h = h.borrow_mut();
+                        if h.len() >= HERE_MAX {
+                            h.remove(0);
+                        }
+                        h.push((path, conn));
+                    });
+                }
+            }
+        }
+        let back = Back(Some(((*self.path).clone(), conn)));
+        let Some((_, conn)) = back.0.as_ref() else { unreachable!("set above") };
+        let began = exec(conn, "BEGIN DEFERRED");
+        let r = f(conn);
+        if began.is_ok() {
+            let _ = exec(conn, "COMMIT");
+        }
+        drop(back);
+        Ok(r)
     }
 
     /// Runs `f` as a grouped write (module docs): inside the open transaction of its
@@ -668,6 +721,30 @@ mod tests {
         let e = refused.expect_err("a read connection must refuse writes").to_string();
         assert!(e.contains("readonly") || e.contains("read-only"), "{e}");
         assert_eq!(store.read(changes_count).await.unwrap(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_here_see_commits_refuse_writes_and_survive_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("forge.db")).unwrap();
+        assert_eq!(store.read_here(changes_count).unwrap(), 0);
+        store.write_grouped(|c| add_change(c, "a"), |_| rusqlite::Error::InvalidQuery).await.unwrap();
+        assert_eq!(store.read_here(changes_count).unwrap(), 1, "the kept connection sees a later commit");
+        let e = store.read_here(|c| add_change(c, "b")).unwrap().expect_err("a read connection must refuse writes");
+        assert!(e.to_string().contains("readonly"), "{e}");
+        let s = store.clone();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.read_here(|c| {
+                let _ = changes_count(c);
+                panic!("a bug in a read")
+            })
+        }));
+        assert!(panicked.is_err());
+        // The connection went back without the panicking read's transaction: a new
+        // commit is visible to the next read on this thread.
+        store.write_grouped(|c| add_change(c, "c"), |_| rusqlite::Error::InvalidQuery).await.unwrap();
+        assert_eq!(store.read_here(changes_count).unwrap(), 2);
+        assert_eq!(HERE.with(|h| h.borrow().len()), 1, "one kept connection for this thread and database");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,10 @@
 //! after the commit. A tool whose file says `READ_ONLY = true` (and every plugin tool,
 //! whose store part only reads) runs on a read connection in one read transaction, so
 //! reads never wait for writes; a read-only connection refuses writes, so a tool marked
-//! read-only by mistake fails loudly instead of writing.
+//! read-only by mistake fails loudly instead of writing. Its store part runs on the
+//! calling thread ([`forge_store::Store::read_here`]): it is short by rule (what may take
+//! long, a file walk, a process, a fetch, goes into `after` or an engine effect, off the
+//! caller's thread), and the hop to a reader thread and back costs more than it.
 
 use std::sync::Arc;
 
@@ -349,7 +352,10 @@ pub async fn call(
             })
     };
     let r = if read_only {
-        store.read(guarded).await.unwrap_or_else(|e| Err(ToolError::internal(e)))
+        // Here, on this thread's read connection: a read-only tool's store part is short
+        // (file walks, processes and fetches run in `after` or as an effect), shorter than
+        // the hop to a reader thread and back.
+        store.read_here(guarded).unwrap_or_else(|e| Err(ToolError::internal(e)))
     } else {
         let r = store.write_grouped(guarded, ToolError::internal).await;
         if r.is_ok() {

@@ -27,9 +27,7 @@ pub async fn execute_command(backend: &Backend, params: ExecuteCommandParams) ->
 /// errors) and answers with the result's JSON.
 pub fn direct(conn: Arc<Conn>, params: Option<Value>) -> DirectFuture {
     Box::pin(async move {
-        let params = params.ok_or_else(|| Error::invalid_params("Missing params field"))?;
-        let params: ExecuteCommandParams =
-            serde_json::from_value(params).map_err(|e| Error::invalid_params(e.to_string()))?;
+        let params: ExecuteCommandParams = crate::transport::params(params)?;
         let r = run(&conn, params).await?;
         serde_json::to_vec(&r).map_err(|_| Error::internal_error())
     })
