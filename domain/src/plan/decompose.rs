@@ -72,10 +72,9 @@ pub(crate) fn is_stop_heading(line: &str) -> bool {
 
 /// The text after step 1, split into lines, each paired with its line number in
 /// the original text. Legacy marker lines are already left out.
-struct Prepared {
-    lines: Vec<(usize, String)>,
+struct Prepared<'a> {
+    lines: Vec<(usize, &'a str)>,
     fenced: Vec<bool>,
-    original_line_count: usize,
 }
 
 /// Removes `start..end` from `text` and keeps `origin` (the original line of each
@@ -94,11 +93,17 @@ fn remove_span(text: &mut String, origin: &mut Vec<usize>, start: usize, end: us
     text.replace_range(start..end, "");
 }
 
-fn prepare(plan: &str) -> Prepared {
-    let original_line_count = split_lines(plan).len();
-    let mut text = plan.to_string();
+/// Step 1: the plan without its plan start and end markers (borrowed when it has
+/// none) and the original line of each of its lines (the plan's own line count is
+/// `split_lines(plan).len()`).
+fn strip_plan_markers(plan: &str) -> (std::borrow::Cow<'_, str>, Vec<usize>) {
+    let original_line_count = crate::text::line_count(plan);
     let mut origin: Vec<usize> = (0..original_line_count).collect();
-
+    // Both markers hold this literal; a plan without it is scanned once, by memmem.
+    if !plan.contains("forge-plan:") || (!PLAN_START.is_match(plan) && !PLAN_END.is_match(plan)) {
+        return (std::borrow::Cow::Borrowed(plan), origin);
+    }
+    let mut text = plan.to_string();
     if let Some(m) = PLAN_START.find(&text) {
         let (s, e) = (m.start(), m.end());
         remove_span(&mut text, &mut origin, s, e);
@@ -107,23 +112,26 @@ fn prepare(plan: &str) -> Prepared {
         let (s, e) = (m.start(), m.end());
         remove_span(&mut text, &mut origin, s, e);
     }
+    (std::borrow::Cow::Owned(text), origin)
+}
 
-    let raw: Vec<&str> = split_lines(&text);
+fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
+    let raw: Vec<&str> = split_lines(text);
     let raw_fenced = fenced_lines(&raw);
-    let lines: Vec<(usize, String)> = raw
+    let lines: Vec<(usize, &str)> = raw
         .iter()
         .enumerate()
         .filter(|&(i, line)| raw_fenced[i] || !is_legacy_section_marker(line))
-        .map(|(i, line)| (origin.get(i).copied().unwrap_or(i), (*line).to_string()))
+        .map(|(i, line)| (origin.get(i).copied().unwrap_or(i), *line))
         .collect();
-    let texts: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    let texts: Vec<&str> = lines.iter().map(|(_, l)| *l).collect();
     let fenced = fenced_lines(&texts);
-    Prepared { lines, fenced, original_line_count }
+    Prepared { lines, fenced }
 }
 
 /// The title of a section body: the first unfenced `## ` heading that is not
 /// structural, cut to 60 UTF-16 units.
-fn section_title(body: &[(usize, String)], fenced: &[bool]) -> Option<String> {
+fn section_title(body: &[(usize, &str)], fenced: &[bool]) -> Option<String> {
     body.iter().zip(fenced).find_map(|((_, line), &in_fence)| {
         if in_fence {
             return None;
@@ -147,18 +155,20 @@ pub(crate) struct Scan {
 }
 
 pub(crate) fn scan(plan: &str) -> Scan {
-    let Prepared { lines, fenced, original_line_count } = prepare(plan);
+    let original_line_count = crate::text::line_count(plan);
+    let (text, origin) = strip_plan_markers(plan);
+    let Prepared { lines, fenced } = prepare(&text, &origin);
 
-    let markers: Vec<usize> = (0..lines.len()).filter(|&i| !fenced[i] && is_section_marker(&lines[i].1)).collect();
+    let markers: Vec<usize> = (0..lines.len()).filter(|&i| !fenced[i] && is_section_marker(lines[i].1)).collect();
 
     let mut all: Vec<Section> = Vec::new();
     for (n, &marker) in markers.iter().enumerate() {
         let start = marker + 1;
         let next = markers.get(n + 1).copied().unwrap_or(lines.len());
-        let end = (start..next).find(|&j| !fenced[j] && is_stop_heading(&lines[j].1)).unwrap_or(next);
+        let end = (start..next).find(|&j| !fenced[j] && is_stop_heading(lines[j].1)).unwrap_or(next);
         let start = start.min(end);
         let body = &lines[start..end];
-        let joined = body.iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>().join("\n");
+        let joined = body.iter().map(|(_, l)| *l).collect::<Vec<_>>().join("\n");
         let content = js_trim(&joined);
         if content.is_empty() {
             continue;

@@ -75,7 +75,7 @@ mod tests {
     use super::*;
 
     fn mask(text: &str) -> Vec<bool> {
-        let lines: Vec<&str> = text.split('\n').collect();
+        let lines: Vec<&str> = crate::text::split_lines(text);
         fenced_lines(&lines)
     }
 

@@ -87,6 +87,8 @@ pub fn canonical_declarations(plan: &str) -> Vec<(usize, String)> {
 fn canonical_in(lines: &Lines<'_>) -> Vec<(usize, String)> {
     lines
         .unfenced()
+        // The literal start of CANONICAL first: most lines are not declarations.
+        .filter(|(_, line)| line.starts_with("Loop Name:"))
         .filter_map(|(i, line)| {
             let caps = CANONICAL.captures(line)?;
             Some((i, caps.get(1)?.as_str().to_string()))

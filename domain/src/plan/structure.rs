@@ -121,7 +121,7 @@ pub fn report(stored: &str, outline: Outline) -> StructureReport {
         .collect();
     let info = detect(stored);
     StructureReport {
-        lines: split_lines(stored).len(),
+        lines: crate::text::line_count(stored),
         chars: js_len(stored),
         loop_name: info.explicit.clone(),
         section_count: sections.len(),
@@ -216,7 +216,7 @@ fn warnings_of(plan: &str, scanned: &Scan, info: &super::loop_name::LoopNameInfo
     let empty: Vec<&HeadingBody> =
         REQUIRED_TRAILING_HEADINGS.iter().filter_map(|h| trailing.find(h)).filter(|b| b.lines.is_empty()).collect();
     if let Some(first) = empty.first() {
-        let names: Vec<&str> = empty.iter().map(|b| b.name.as_str()).collect();
+        let names: Vec<&str> = empty.iter().map(|b| b.name).collect();
         out.push(Warning::new(format!("Plan has empty trailing headings: {}.", names.join(", ")), Some(first.line)));
     }
 
@@ -224,22 +224,18 @@ fn warnings_of(plan: &str, scanned: &Scan, info: &super::loop_name::LoopNameInfo
 }
 
 /// A text's lines, trimmed, with fence state: the view every check below uses.
-struct Scanned {
+struct Scanned<'a> {
     /// (trimmed text, fenced, fence delimiter)
-    lines: Vec<(String, bool, bool)>,
+    lines: Vec<(&'a str, bool, bool)>,
 }
 
-impl Scanned {
-    fn new(text: &str) -> Self {
+impl<'a> Scanned<'a> {
+    fn new(text: &'a str) -> Self {
         let raw = split_lines(text);
         let fenced = fenced_lines(&raw);
         let delimiters = fence_delimiters(&fenced);
         Scanned {
-            lines: raw
-                .iter()
-                .zip(fenced.iter().zip(delimiters))
-                .map(|(line, (&f, d))| (js_trim(line).to_string(), f, d))
-                .collect(),
+            lines: raw.iter().zip(fenced.iter().zip(delimiters)).map(|(line, (&f, d))| (js_trim(line), f, d)).collect(),
         }
     }
 
@@ -249,7 +245,7 @@ impl Scanned {
             .iter()
             .enumerate()
             .filter(|(_, (_, fenced, delimiter))| !fenced && !delimiter)
-            .map(|(i, (text, _, _))| (i, text.as_str()))
+            .map(|(i, (text, _, _))| (i, *text))
     }
 }
 
@@ -258,7 +254,7 @@ fn is_objective_heading(text: &str) -> bool {
     atx_heading(text).is_some_and(|(_, rest)| js_trim_end(rest).eq_ignore_ascii_case("objective"))
 }
 
-fn objective_warning(plan: &Scanned, out: &mut Vec<Warning>) {
+fn objective_warning(plan: &Scanned<'_>, out: &mut Vec<Warning>) {
     let first_marker = plan.unfenced().find(|(_, text)| is_section_marker(text)).map_or(plan.lines.len(), |(i, _)| i);
     let heading = plan.unfenced().find(|&(i, text)| i < first_marker && is_objective_heading(text));
     let Some((heading_line, _)) = heading else {
@@ -349,17 +345,17 @@ fn section_warnings(section: &Section, raw_lines: &[&str], out: &mut Vec<Warning
 }
 
 /// The non-blank lines under one heading.
-struct HeadingBody {
-    name: String,
+struct HeadingBody<'a> {
+    name: &'a str,
     /// Line of the heading's first occurrence (in the scanned text).
     line: usize,
-    lines: Vec<String>,
+    lines: Vec<&'a str>,
 }
 
-struct HeadingBodies(Vec<HeadingBody>);
+struct HeadingBodies<'a>(Vec<HeadingBody<'a>>);
 
-impl HeadingBodies {
-    fn find(&self, name: &str) -> Option<&HeadingBody> {
+impl<'a> HeadingBodies<'a> {
+    fn find(&self, name: &str) -> Option<&HeadingBody<'a>> {
         self.0.iter().find(|b| b.name == name)
     }
 }
@@ -368,8 +364,8 @@ impl HeadingBodies {
 /// lines under it (fenced lines count, fence delimiters do not). A heading of the
 /// same or a higher level, or a section marker, ends the current body; deeper
 /// headings are skipped. A heading seen twice accumulates.
-fn heading_bodies(text: &Scanned, level: usize, from: usize) -> HeadingBodies {
-    let mut bodies: Vec<HeadingBody> = Vec::new();
+fn heading_bodies<'a>(text: &Scanned<'a>, level: usize, from: usize) -> HeadingBodies<'a> {
+    let mut bodies: Vec<HeadingBody<'a>> = Vec::new();
     let mut current: Option<usize> = None;
     for (i, (line, fenced, delimiter)) in text.lines.iter().enumerate().skip(from) {
         if *delimiter {
@@ -383,7 +379,7 @@ fn heading_bodies(text: &Scanned, level: usize, from: usize) -> HeadingBodies {
                     current = Some(match bodies.iter().position(|b| b.name == name) {
                         Some(p) => p,
                         None => {
-                            bodies.push(HeadingBody { name: name.to_string(), line: i, lines: Vec::new() });
+                            bodies.push(HeadingBody { name, line: i, lines: Vec::new() });
                             bodies.len() - 1
                         }
                     });
@@ -399,7 +395,7 @@ fn heading_bodies(text: &Scanned, level: usize, from: usize) -> HeadingBodies {
         }
         if let Some(body) = current.and_then(|c| bodies.get_mut(c)) {
             if !line.is_empty() {
-                body.lines.push(line.clone());
+                body.lines.push(line);
             }
         }
     }

@@ -32,7 +32,7 @@ fn h2(line: &str) -> Option<&str> {
 
 /// The plan's blocks: preamble, sections, trailing headings.
 pub fn blocks(text: &str) -> Vec<Block> {
-    let lines: Vec<&str> = text.split('\n').collect();
+    let lines: Vec<&str> = forge_domain::text::split_lines(text);
     let fenced = fenced_lines(&lines);
     let d = decompose(text);
     let mut out = vec![];
@@ -93,7 +93,7 @@ fn char_len(line: &str, enc: PositionEncoding) -> usize {
 
 /// `textDocument/documentSymbol` result.
 pub fn symbols(text: &str, enc: PositionEncoding) -> Vec<Value> {
-    let lines: Vec<&str> = text.split('\n').collect();
+    let lines: Vec<&str> = forge_domain::text::split_lines(text);
     blocks(text)
         .into_iter()
         .map(|b| {
@@ -109,7 +109,7 @@ pub fn symbols(text: &str, enc: PositionEncoding) -> Vec<Value> {
 
 /// `textDocument/foldingRange` result.
 pub fn folding(text: &str) -> Vec<Value> {
-    let lines: Vec<&str> = text.split('\n').collect();
+    let lines: Vec<&str> = forge_domain::text::split_lines(text);
     blocks(text)
         .into_iter()
         .filter_map(|b| {

@@ -396,9 +396,8 @@ async fn read_client<R, S, K>(
                             continue;
                         }
                     }
-                    let own = !shut_down
-                        && req.id().is_some_and(|id| *id != Id::Null)
-                        && service.inner().takes(req.method());
+                    let own =
+                        !shut_down && req.id().is_some_and(|id| *id != Id::Null) && service.inner().takes(req.method());
                     let handling: Handling = if own {
                         let (method, id, params) = req.into_parts();
                         let id = id.unwrap_or(Id::Null);

@@ -39,9 +39,22 @@ struct Entry {
 
 static STATE: LazyLock<Mutex<HashMap<String, Entry>>> = LazyLock::new(Default::default);
 
-fn digest(parts: &[&str]) -> u64 {
+/// The digest of a name and a JSON value, hashed as it is serialized (no string of the
+/// value is built: inputs and results can be megabytes).
+fn digest(name: &str, value: &Value) -> u64 {
+    struct Feed<'a>(&'a mut std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for Feed<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    parts.hash(&mut h);
+    name.hash(&mut h);
+    let _ = serde_json::to_writer(Feed(&mut h), value);
     h.finish()
 }
 
@@ -59,7 +72,7 @@ pub fn start(session: &str, tool: &str, input: &Value) -> Result<Option<Ticket>,
     if EXEMPT.contains(&tool) {
         return Ok(None);
     }
-    let call = digest(&[tool, &input.to_string()]);
+    let call = digest(tool, input);
     let map = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let e = map.get(session);
     if let Some(e) = e {
@@ -76,7 +89,7 @@ pub fn start(session: &str, tool: &str, input: &Value) -> Result<Option<Ticket>,
 
 /// After a successful call: records its result; returns the notice to append, if any.
 pub fn finish(ticket: Ticket, result_text: &str, data: &Value) -> Option<String> {
-    let result = digest(&[result_text, &data.to_string()]);
+    let result = digest(result_text, data);
     let mut map = STATE.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() > MAX_SESSIONS && !map.contains_key(&ticket.session) {
         map.clear();

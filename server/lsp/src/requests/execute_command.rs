@@ -35,7 +35,5 @@ pub fn direct(conn: Arc<Conn>, params: Option<Value>) -> DirectFuture {
 
 async fn run(conn: &Conn, params: ExecuteCommandParams) -> Result<CommandResult> {
     let input = tools::input_from_arguments(params.arguments).map_err(|e| rpc_error(&e))?;
-    tools::call(&conn.ws.store, &conn.ws.engine, conn.env(), &params.command, input)
-        .await
-        .map_err(|e| rpc_error(&e))
+    tools::call(&conn.ws.store, &conn.ws.engine, conn.env(), &params.command, input).await.map_err(|e| rpc_error(&e))
 }
