@@ -33,11 +33,42 @@ where
 /// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT.
 pub async fn stdio(hub: Arc<Hub>) {
     start_private_socket(hub.clone());
+    let served = async {
+        match stdio_pipes() {
+            Some((input, Some(output))) => serve_connection(hub.clone(), input, output).await,
+            Some((input, None)) => serve_connection(hub.clone(), input, tokio::io::stdout()).await,
+            None => serve_connection(hub.clone(), tokio::io::stdin(), tokio::io::stdout()).await,
+        }
+    };
     tokio::select! {
-        _ = serve_connection(hub.clone(), tokio::io::stdin(), tokio::io::stdout()) => {}
+        _ = served => {}
         sig = shutdown_signal() => tracing::warn!("{sig}: shutting down"),
     }
     hub.shutdown().await;
+}
+
+/// Standard input and output as non-blocking pipes on the runtime's reactor, when both are
+/// pipes (as editors and agent CLIs start a language server). `tokio::io::stdin`/`stdout`
+/// run every read and every write on a blocking-pool thread: two thread hops per request
+/// that a pipe read when it is ready does not need. Anything else (a terminal, a socket,
+/// a file) keeps tokio's blocking standard streams. Setting `O_NONBLOCK` changes the
+/// pipe ends this process was given, which no one else reads or writes.
+fn stdio_pipes() -> Option<(tokio::net::unix::pipe::Receiver, Option<tokio::net::unix::pipe::Sender>)> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+    use tokio::net::unix::pipe;
+    let input = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let output = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    // Both or neither: a stream left blocking must not have been switched.
+    let is_pipe = |fd: &std::os::fd::OwnedFd| {
+        fd.try_clone().map(std::fs::File::from).and_then(|f| f.metadata()).is_ok_and(|m| m.file_type().is_fifo())
+    };
+    if !is_pipe(&input) || !is_pipe(&output) {
+        return None;
+    }
+    let input = pipe::Receiver::from_owned_fd(input).ok()?;
+    // Input switched: output is still taken as it is if it cannot be.
+    Some((input, pipe::Sender::from_owned_fd(output).ok()))
 }
 
 /// Waits for SIGTERM or SIGINT; returns its name.

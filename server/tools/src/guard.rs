@@ -39,22 +39,42 @@ struct Entry {
 
 static STATE: LazyLock<Mutex<HashMap<String, Entry>>> = LazyLock::new(Default::default);
 
-/// The digest of a name and a JSON value, hashed as it is serialized (no string of the
-/// value is built: inputs and results can be megabytes).
+/// The digest of a name and a JSON value, hashed by walking the value (no JSON text is
+/// built or escaped: inputs and results can be megabytes).
 fn digest(name: &str, value: &Value) -> u64 {
-    struct Feed<'a>(&'a mut std::collections::hash_map::DefaultHasher);
-    impl std::io::Write for Feed<'_> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.write(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
+    fn feed(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+        match v {
+            Value::Null => h.write_u8(0),
+            Value::Bool(b) => {
+                h.write_u8(1);
+                b.hash(h);
+            }
+            Value::Number(n) => {
+                h.write_u8(2);
+                n.hash(h);
+            }
+            Value::String(s) => {
+                h.write_u8(3);
+                s.hash(h);
+            }
+            Value::Array(a) => {
+                h.write_u8(4);
+                h.write_usize(a.len());
+                a.iter().for_each(|x| feed(x, h));
+            }
+            Value::Object(m) => {
+                h.write_u8(5);
+                h.write_usize(m.len());
+                for (k, x) in m {
+                    k.hash(h);
+                    feed(x, h);
+                }
+            }
         }
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
     name.hash(&mut h);
-    let _ = serde_json::to_writer(Feed(&mut h), value);
+    feed(value, &mut h);
     h.finish()
 }
 
