@@ -290,19 +290,26 @@ impl Out {
         }
     }
 
-    fn into_body(self) -> Vec<u8> {
+    /// The complete frame of the reply. A direct result is copied once, into the frame.
+    fn into_frame(self) -> Frame {
         match self {
-            Out::Framework(r) => serde_json::to_vec(&r).unwrap_or_default(),
+            Out::Framework(r) => framing::encode(&serde_json::to_vec(&r).unwrap_or_default()),
             Out::Direct(id, Ok(result)) => {
-                let mut b = Vec::with_capacity(result.len() + 48);
-                b.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-                let _ = serde_json::to_writer(&mut b, &id);
-                b.extend_from_slice(b",\"result\":");
-                b.extend_from_slice(&result);
-                b.push(b'}');
-                b
+                let id = serde_json::to_string(&id).unwrap_or_else(|_| "null".into());
+                let (head, mid) = (&b"{\"jsonrpc\":\"2.0\",\"id\":"[..], &b",\"result\":"[..]);
+                let len = head.len() + id.len() + mid.len() + result.len() + 1;
+                let mut f = Vec::with_capacity(len + 32);
+                f.extend_from_slice(format!("Content-Length: {len}\r\n\r\n").as_bytes());
+                f.extend_from_slice(head);
+                f.extend_from_slice(id.as_bytes());
+                f.extend_from_slice(mid);
+                f.extend_from_slice(&result);
+                f.push(b'}');
+                f
             }
-            Out::Direct(id, Err(e)) => serde_json::to_vec(&Response::from_error(id, e)).unwrap_or_default(),
+            Out::Direct(id, Err(e)) => {
+                framing::encode(&serde_json::to_vec(&Response::from_error(id, e)).unwrap_or_default())
+            }
         }
     }
 }
@@ -526,9 +533,9 @@ pub async fn serve<S, R, W>(
                 if matches!(res, Out::Direct(..)) {
                     taken.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
                 }
-                let body = res.into_body();
+                let frame = res.into_frame();
                 in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-                if !out.send_body(&body).await {
+                if out.0.send(frame).await.is_err() {
                     break;
                 }
             }
@@ -563,6 +570,30 @@ mod tests {
         let r = check(br#"{"jsonrpc":"2.0","id":7,"method":"x","params":{"a":"\ud800"}}"#);
         assert!(r.contains("-32600") && r.contains("\"id\":7") && r.contains("surrogate"), "{r}");
         assert_eq!(check(br#"{"jsonrpc":"2.0","method":"x","params":{"a":"\udc00"}}"#), "skip");
+    }
+
+    #[test]
+    fn a_direct_reply_is_one_well_formed_frame() {
+        for (id, reply, want) in [
+            (
+                Id::Number(7),
+                Ok(br#"{"text":"a\nb"}"#.to_vec()),
+                json!({"jsonrpc":"2.0","id":7,"result":{"text":"a\nb"}}),
+            ),
+            (Id::String("é".into()), Ok(b"null".to_vec()), json!({"jsonrpc":"2.0","id":"é","result":null})),
+            (
+                Id::Number(1),
+                Err(Error::request_cancelled()),
+                json!({"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Canceled"}}),
+            ),
+        ] {
+            let f = Out::Direct(id, reply).into_frame();
+            let mut dec = Decoder::new();
+            dec.push(&f);
+            let Some(Event::Frame(body)) = dec.next_event() else { panic!("not one frame: {f:?}") };
+            assert!(dec.next_event().is_none(), "one frame only");
+            assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), want);
+        }
     }
 
     #[test]

@@ -39,10 +39,17 @@ struct Entry {
 
 static STATE: LazyLock<Mutex<HashMap<String, Entry>>> = LazyLock::new(Default::default);
 
+/// The hasher of the digests: foldhash, seeded once per process (results can be megabytes,
+/// and SipHash spent more time on a large plan-read than reading it). A collision between
+/// two different consecutive results would only append a notice, or refuse a repeated
+/// search early.
+static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
+
 /// The digest of a name and a JSON value, hashed by walking the value (no JSON text is
 /// built or escaped: inputs and results can be megabytes).
 fn digest(name: &str, value: &Value) -> u64 {
-    fn feed(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+    use std::hash::BuildHasher;
+    fn feed(v: &Value, h: &mut foldhash::fast::FoldHasher<'_>) {
         match v {
             Value::Null => h.write_u8(0),
             Value::Bool(b) => {
@@ -72,7 +79,7 @@ fn digest(name: &str, value: &Value) -> u64 {
             }
         }
     }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = SEED.build_hasher();
     name.hash(&mut h);
     feed(value, &mut h);
     h.finish()

@@ -29,7 +29,11 @@ pub fn direct(conn: Arc<Conn>, params: Option<Value>) -> DirectFuture {
     Box::pin(async move {
         let params: ExecuteCommandParams = crate::transport::params(params)?;
         let r = run(&conn, params).await?;
-        serde_json::to_vec(&r).map_err(|_| Error::internal_error())
+        // Sized for the text (most of a big reply) and some data: the buffer is not
+        // regrown and copied while the reply is written.
+        let mut out = Vec::with_capacity(r.text.len() + r.text.len() / 16 + 1024);
+        serde_json::to_writer(&mut out, &r).map_err(|_| Error::internal_error())?;
+        Ok(out)
     })
 }
 

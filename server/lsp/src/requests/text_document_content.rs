@@ -28,7 +28,9 @@ pub async fn text_document_content(
 pub fn direct(conn: Arc<Conn>, params: Option<serde_json::Value>) -> DirectFuture {
     Box::pin(async move {
         let text = text(&conn, crate::transport::params(params)?).await?;
-        serde_json::to_vec(&TextDocumentContentResult { text }).map_err(|_| Error::internal_error())
+        let mut out = Vec::with_capacity(text.len() + text.len() / 16 + 64);
+        serde_json::to_writer(&mut out, &TextDocumentContentResult { text }).map_err(|_| Error::internal_error())?;
+        Ok(out)
     })
 }
 
