@@ -13,6 +13,8 @@
 //! readers, opened on first use), each inside one read transaction, so a read sees one
 //! committed snapshot and never waits for the write lock or for a write in progress.
 //! Read-only connections cannot write: a "read" that tries fails, it does not write.
+//! [`Store::read_here`] is the same read on the calling thread's own read connection, for
+//! short reads where the hop to a reader thread and back costs more than the read.
 //!
 //! Group commit: [`Store::write_grouped`] jobs that queue up while the writer is busy run
 //! together in one `BEGIN IMMEDIATE` transaction, each in its own savepoint (a failing
@@ -177,6 +179,9 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Each grouped write is a savepoint, whose sub-journal is a temporary file by default
+    // (written and read back per write); in memory it is bounded by a group's pages.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(())
 }
 
@@ -656,6 +661,8 @@ mod tests {
         assert_eq!(fk, 1);
         let jm: String = c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         assert_eq!(jm, "wal");
+        let temp: i64 = c.query_row("PRAGMA temp_store", [], |r| r.get(0)).unwrap();
+        assert_eq!(temp, 2, "savepoint journals in memory");
     }
 
     #[test]
