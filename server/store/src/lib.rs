@@ -529,8 +529,6 @@ impl Store {
 fn writer_loop(conn: &mut Connection, rx: std_mpsc::Receiver<Work>) {
     let mut next = None;
     loop {
-        // The WAL has grown past a checkpoint's worth: ask the checkpointer (results were
-        // delivered already; a request already pending is enough).
         let work = match next.take() {
             Some(w) => w,
             None => match rx.recv() {
