@@ -33,16 +33,24 @@ where
 /// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT.
 pub async fn stdio(hub: Arc<Hub>) {
     start_private_socket(hub.clone());
-    let served = async {
+    // The connection is a task on the runtime's workers, not part of the caller's
+    // `block_on`: the worker that sees the pipe become readable runs it at once, where a
+    // future on the main thread had to be woken by that worker (one more thread switch
+    // per message and per reply from the store).
+    let h = hub.clone();
+    let mut served = tokio::spawn(async move {
         match stdio_pipes() {
-            Some((input, Some(output))) => serve_connection(hub.clone(), input, output).await,
-            Some((input, None)) => serve_connection(hub.clone(), input, tokio::io::stdout()).await,
-            None => serve_connection(hub.clone(), tokio::io::stdin(), tokio::io::stdout()).await,
+            Some((input, Some(output))) => serve_connection(h, input, output).await,
+            Some((input, None)) => serve_connection(h, input, tokio::io::stdout()).await,
+            None => serve_connection(h, tokio::io::stdin(), tokio::io::stdout()).await,
         }
-    };
+    });
     tokio::select! {
-        _ = served => {}
-        sig = shutdown_signal() => tracing::warn!("{sig}: shutting down"),
+        _ = &mut served => {}
+        sig = shutdown_signal() => {
+            tracing::warn!("{sig}: shutting down");
+            served.abort();
+        }
     }
     hub.shutdown().await;
 }
