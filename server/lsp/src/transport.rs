@@ -290,22 +290,24 @@ impl Out {
         }
     }
 
-    /// The complete frame of the reply. A direct result is copied once, into the frame.
+    /// The complete frame of the reply (a direct result becomes its frame in place).
     fn into_frame(self) -> Frame {
         match self {
             Out::Framework(r) => framing::encode(&serde_json::to_vec(&r).unwrap_or_default()),
-            Out::Direct(id, Ok(result)) => {
+            Out::Direct(id, Ok(mut result)) => {
                 let id = serde_json::to_string(&id).unwrap_or_else(|_| "null".into());
                 let (head, mid) = (&b"{\"jsonrpc\":\"2.0\",\"id\":"[..], &b",\"result\":"[..]);
                 let len = head.len() + id.len() + mid.len() + result.len() + 1;
-                let mut f = Vec::with_capacity(len + 32);
-                f.extend_from_slice(format!("Content-Length: {len}\r\n\r\n").as_bytes());
-                f.extend_from_slice(head);
-                f.extend_from_slice(id.as_bytes());
-                f.extend_from_slice(mid);
-                f.extend_from_slice(&result);
-                f.push(b'}');
-                f
+                let mut front = Vec::with_capacity(head.len() + id.len() + mid.len() + 32);
+                front.extend_from_slice(format!("Content-Length: {len}\r\n\r\n").as_bytes());
+                front.extend_from_slice(head);
+                front.extend_from_slice(id.as_bytes());
+                front.extend_from_slice(mid);
+                // In place when the result's buffer has room (its sender sizes it with
+                // some): a reply of megabytes is not held twice.
+                result.splice(0..0, front);
+                result.push(b'}');
+                result
             }
             Out::Direct(id, Err(e)) => {
                 framing::encode(&serde_json::to_vec(&Response::from_error(id, e)).unwrap_or_default())
