@@ -286,3 +286,50 @@ fn requests_after_shutdown_are_rejected_and_exit_still_works() {
     let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits after exit");
     assert_eq!(status.code(), Some(0));
 }
+
+/// Whether the server's standard input is in non-blocking mode (`/proc/<pid>/fdinfo/0`).
+fn stdin_nonblocking(c: &Client) -> bool {
+    let pid = c.pid().expect("server process");
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/0")).expect("fdinfo");
+    let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).expect("flags line");
+    let flags = u32::from_str_radix(flags.trim(), 8).expect("octal flags");
+    flags & 0o4000 != 0
+}
+
+#[test]
+fn pipes_given_as_standard_streams_are_read_on_the_reactor() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    assert!(stdin_nonblocking(&c), "stdin is a pipe: it is read non-blocking on the reactor{}", c.diagnostics());
+    c.tool_ok("tools", json!({}));
+    let (status, _) = c.shutdown_exit().expect("stdio server");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// Editors start the server with pipes, which it reads on the runtime's reactor; standard
+/// streams that are not pipes (here a socket pair, as some launchers give; a terminal or a
+/// file likewise) are served through tokio's blocking standard streams. Both must work.
+#[test]
+fn standard_streams_that_are_not_pipes_are_served_too() {
+    use std::os::unix::net::UnixStream;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let (ours, theirs) = UnixStream::pair().expect("socket pair");
+    let log = sb.next_log("stdio-socket");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir")
+        .arg(&sb.data_dir)
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(theirs.try_clone().expect("clone"))))
+        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stderr(std::process::Stdio::from(std::fs::File::create(&log).expect("log file")));
+    let child = cmd.spawn().expect("spawn forge-lsp");
+    let mut c = Client::of_process(Box::new(ours.try_clone().expect("clone")), Box::new(ours), child, log);
+    c.init(&Init::new(&repo.path));
+    assert!(!stdin_nonblocking(&c), "a socket given as stdin is left as it is");
+    let tools = c.tool_ok("tools", json!({}));
+    assert!(tools.data["tools"].as_array().is_some_and(|t| !t.is_empty()), "{}", tools.data);
+    let (status, _) = c.shutdown_exit().expect("server over a socket pair");
+    assert_eq!(status.code(), Some(0), "exit code after shutdown+exit{}", c.diagnostics());
+}

@@ -586,6 +586,19 @@ impl Client {
         c
     }
 
+    /// A client over `reader`/`writer` of the server process `child` (stderr in `log`).
+    pub fn of_process(
+        reader: Box<dyn Read + Send>,
+        writer: Box<dyn Write + Send>,
+        child: Child,
+        log: PathBuf,
+    ) -> Client {
+        let mut c = Client::over(reader, writer);
+        c.child = Some(child);
+        c.log = Some(log);
+        c
+    }
+
     /// Connects to a Unix socket.
     pub fn connect_unix(path: &Path) -> std::io::Result<Client> {
         let s = UnixStream::connect(path)?;
