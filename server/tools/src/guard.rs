@@ -45,44 +45,11 @@ static STATE: LazyLock<Mutex<HashMap<String, Entry>>> = LazyLock::new(Default::d
 /// search early.
 static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
 
-/// The digest of a name and a JSON value, hashed by walking the value (no JSON text is
-/// built or escaped: inputs and results can be megabytes).
+/// The digest of a name and a JSON value (`serde_json::Value` hashes by walking itself: no
+/// JSON text is built or escaped, and inputs and results can be megabytes).
 fn digest(name: &str, value: &Value) -> u64 {
     use std::hash::BuildHasher;
-    fn feed(v: &Value, h: &mut foldhash::fast::FoldHasher<'_>) {
-        match v {
-            Value::Null => h.write_u8(0),
-            Value::Bool(b) => {
-                h.write_u8(1);
-                b.hash(h);
-            }
-            Value::Number(n) => {
-                h.write_u8(2);
-                n.hash(h);
-            }
-            Value::String(s) => {
-                h.write_u8(3);
-                s.hash(h);
-            }
-            Value::Array(a) => {
-                h.write_u8(4);
-                h.write_usize(a.len());
-                a.iter().for_each(|x| feed(x, h));
-            }
-            Value::Object(m) => {
-                h.write_u8(5);
-                h.write_usize(m.len());
-                for (k, x) in m {
-                    k.hash(h);
-                    feed(x, h);
-                }
-            }
-        }
-    }
-    let mut h = SEED.build_hasher();
-    name.hash(&mut h);
-    feed(value, &mut h);
-    h.finish()
+    SEED.hash_one((name, value))
 }
 
 /// A call about to run: its identity and the session's result counter when it started.
