@@ -362,10 +362,8 @@ impl Readers {
                             // A panicking job loses its reply (its caller gets an error),
                             // not the thread; its read transaction is ended so the next job
                             // does not run inside a stale snapshot.
-                            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&conn))).is_err()
-                                && !conn.is_autocommit()
-                            {
-                                let _ = conn.execute_batch("ROLLBACK");
+                            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&conn))).is_err() {
+                                end_open_txn(&conn);
                             }
                         })
                         .map_err(|e| format!("cannot start a store reader thread: {e}"))?;
@@ -432,13 +430,7 @@ impl Store {
         let sender = self.readers.sender()?;
         let (tx, rx) = oneshot::channel();
         let job: ReadJob = Box::new(move |c| {
-            let began = exec(c, "BEGIN DEFERRED");
-            let r = f(c);
-            if began.is_ok() {
-                // A read transaction has nothing to keep; ending it releases the snapshot.
-                let _ = exec(c, "COMMIT");
-            }
-            let _ = tx.send(r);
+            let _ = tx.send(in_read_txn(c, f));
         });
         sender.send(job).map_err(|_| "the store's reader threads stopped".to_string())?;
         rx.await.map_err(|_| "a store reader dropped a job (it panicked)".to_string())
@@ -450,43 +442,26 @@ impl Store {
     /// where the hop costs more than the read (the read-only tools' store parts); the
     /// caller's thread is busy for as long as `f` runs. A panic in `f` is the caller's.
     pub fn read_here<R>(&self, f: impl FnOnce(&Connection) -> R) -> Result<R, String> {
-        let conn = HERE.with(|h| {
+        let kept = HERE.with(|h| {
             let mut h = h.borrow_mut();
             h.iter().position(|(p, _)| p == &*self.path).map(|i| h.swap_remove(i).1)
         });
-        let conn = match conn {
+        let conn = match kept {
             Some(c) => c,
             None => open_reader(&self.path)
                 .map_err(|e| format!("cannot open a read connection to {}: {e}", self.path.display()))?,
         };
-        // Put back on every way out, a panic included (a transaction left open by one is
-        // ended first, so the next read does not run in a stale snapshot).
-        struct Back(Option<(PathBuf, Connection)>);
-        impl Drop for Back {
-            fn drop(&mut self) {
-                if let Some((path, conn)) = self.0.take() {
-                    if !conn.is_autocommit() {
-                        let _ = conn.execute_batch("ROLLBACK");
-                    }
-                    let _ = HERE.try_with(|h| {
-                        let mut h = h.borrow_mut();
-                        if h.len() >= HERE_MAX {
-                            h.remove(0);
-                        }
-                        h.push((path, conn));
-                    });
-                }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| in_read_txn(&conn, f)));
+        // Kept for the next read, a panic included (its transaction ended first).
+        end_open_txn(&conn);
+        let _ = HERE.try_with(|h| {
+            let mut h = h.borrow_mut();
+            if h.len() >= HERE_MAX {
+                h.remove(0);
             }
-        }
-        let back = Back(Some(((*self.path).clone(), conn)));
-        let Some((_, conn)) = back.0.as_ref() else { unreachable!("set above") };
-        let began = exec(conn, "BEGIN DEFERRED");
-        let r = f(conn);
-        if began.is_ok() {
-            let _ = exec(conn, "COMMIT");
-        }
-        drop(back);
-        Ok(r)
+            h.push(((*self.path).clone(), conn));
+        });
+        Ok(r.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     }
 
     /// Runs `f` as a grouped write (module docs): inside the open transaction of its
@@ -614,6 +589,25 @@ fn abandon(conn: &Connection, ran: Vec<Deliver>, not_run: Vec<GroupJob>, why: &s
 
 /// Runs one statement through the statement cache (the group's fixed statements are
 /// parsed once, not per call).
+/// Runs `f` in one read transaction (one committed snapshot) on a read connection.
+fn in_read_txn<R>(c: &Connection, f: impl FnOnce(&Connection) -> R) -> R {
+    let began = exec(c, "BEGIN DEFERRED");
+    let r = f(c);
+    if began.is_ok() {
+        // A read transaction has nothing to keep; ending it releases the snapshot.
+        let _ = exec(c, "COMMIT");
+    }
+    r
+}
+
+/// Ends a transaction a panicking read left open, so the connection's next read does not
+/// run inside a stale snapshot.
+fn end_open_txn(c: &Connection) {
+    if !c.is_autocommit() {
+        let _ = c.execute_batch("ROLLBACK");
+    }
+}
+
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
