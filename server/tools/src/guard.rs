@@ -12,7 +12,6 @@
 //! forgotten when more than [`MAX_SESSIONS`] sessions are tracked.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{LazyLock, Mutex};
 
 use forge_protocol::ToolError;
