@@ -20,12 +20,14 @@ pub const MAX_HEADER: usize = 8 * 1024;
 const CONTENT_LENGTH: &[u8] = b"content-length";
 const CONTENT_TYPE: &[u8] = b"content-type";
 
+/// The header of a frame whose body is `len` bytes, with the empty line after it.
+pub fn header(len: usize) -> Vec<u8> {
+    format!("Content-Length: {len}\r\n\r\n").into_bytes()
+}
+
 /// Frames `body`: the `Content-Length` header, the empty line, the body.
 pub fn encode(body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(body.len() + 32);
-    f.extend_from_slice(b"Content-Length: ");
-    f.extend_from_slice(body.len().to_string().as_bytes());
-    f.extend_from_slice(b"\r\n\r\n");
+    let mut f = header(body.len());
     f.extend_from_slice(body);
     f
 }

@@ -54,18 +54,14 @@ impl Backend {
 /// framework once the connection is initialized ([`crate::transport::Direct`]): their
 /// replies are big and serialized once, straight into bytes.
 impl crate::transport::Direct for Backend {
-    fn takes(&self, method: &str) -> bool {
-        matches!(method, "workspace/executeCommand" | "workspace/textDocumentContent") && self.conn.get().is_some()
-    }
-
-    fn direct(&self, method: &str, params: Option<serde_json::Value>) -> crate::transport::DirectFuture {
-        let Some(conn) = self.conn.get().cloned() else {
-            return Box::pin(async { Err(Error::internal_error()) });
-        };
-        if method == "workspace/textDocumentContent" {
-            requests::text_document_content::direct(conn, params)
-        } else {
-            requests::execute_command::direct(conn, params)
+    fn take(&self, method: &str) -> Option<crate::transport::DirectHandler> {
+        let conn = self.conn.get()?.clone();
+        match method {
+            "workspace/executeCommand" => Some(Box::new(move |p| requests::execute_command::direct(conn, p))),
+            "workspace/textDocumentContent" => {
+                Some(Box::new(move |p| requests::text_document_content::direct(conn, p)))
+            }
+            _ => None,
         }
     }
 }

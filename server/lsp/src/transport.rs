@@ -259,13 +259,15 @@ pub type DirectReply = Result<Vec<u8>, Error>;
 /// A request the server answers itself, running.
 pub type DirectFuture = std::pin::Pin<Box<dyn std::future::Future<Output = DirectReply> + Send>>;
 
+/// Answers one request the server took, given its params.
+pub type DirectHandler = Box<dyn FnOnce(Option<Value>) -> DirectFuture + Send>;
+
 /// Requests the server answers beside the framework, its result serialized straight into
 /// the reply (no `serde_json::Value` in between, no second serialization).
 pub trait Direct {
-    /// Whether the server takes a request for `method` now (else the framework gets it).
-    fn takes(&self, method: &str) -> bool;
-    /// Answers a request the server takes.
-    fn direct(&self, method: &str, params: Option<Value>) -> DirectFuture;
+    /// The handler of a request for `method` when the server takes it now (else the
+    /// framework gets it).
+    fn take(&self, method: &str) -> Option<DirectHandler>;
 }
 
 /// The params of a request the server takes itself, read as the framework reads them
@@ -273,6 +275,15 @@ pub trait Direct {
 pub fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, Error> {
     let params = params.ok_or_else(|| Error::invalid_params("Missing params field"))?;
     serde_json::from_value(params).map_err(|e| Error::invalid_params(e.to_string()))
+}
+
+/// The reply of a request the server took: `value` serialized into a buffer sized for
+/// `text_len` bytes of text (most of a big reply) and some more, so that it is not regrown
+/// while written and has room to become its frame in place.
+pub fn reply<T: serde::Serialize>(value: &T, text_len: usize) -> DirectReply {
+    let mut out = Vec::with_capacity(text_len + text_len / 16 + 1024);
+    serde_json::to_writer(&mut out, value).map_err(|_| Error::internal_error())?;
+    Ok(out)
 }
 
 /// What handling a request gives: the framework's response, or the reply of one the
@@ -297,9 +308,7 @@ impl Out {
             Out::Direct(id, Ok(mut result)) => {
                 let id = serde_json::to_string(&id).unwrap_or_else(|_| "null".into());
                 let (head, mid) = (&b"{\"jsonrpc\":\"2.0\",\"id\":"[..], &b",\"result\":"[..]);
-                let len = head.len() + id.len() + mid.len() + result.len() + 1;
-                let mut front = Vec::with_capacity(head.len() + id.len() + mid.len() + 32);
-                front.extend_from_slice(format!("Content-Length: {len}\r\n\r\n").as_bytes());
+                let mut front = framing::header(head.len() + id.len() + mid.len() + result.len() + 1);
                 front.extend_from_slice(head);
                 front.extend_from_slice(id.as_bytes());
                 front.extend_from_slice(mid);
@@ -405,14 +414,16 @@ async fn read_client<R, S, K>(
                             continue;
                         }
                     }
-                    let own =
-                        !shut_down && req.id().is_some_and(|id| *id != Id::Null) && service.inner().takes(req.method());
-                    let handling: Handling = if own {
-                        let (method, id, params) = req.into_parts();
+                    let own = match req.id() {
+                        Some(id) if !shut_down && *id != Id::Null => service.inner().take(req.method()),
+                        _ => None,
+                    };
+                    let handling: Handling = if let Some(handler) = own {
+                        let (_, id, params) = req.into_parts();
                         let id = id.unwrap_or(Id::Null);
                         let (handle, registration) = AbortHandle::new_pair();
                         taken.lock().unwrap_or_else(|p| p.into_inner()).insert(id_key(&id), handle);
-                        let run = Abortable::new(service.inner().direct(&method, params), registration);
+                        let run = Abortable::new(handler(params), registration);
                         Box::pin(async move {
                             let reply = run.await.unwrap_or_else(|_| Err(Error::request_cancelled()));
                             Some(Out::Direct(id, reply))

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tower_lsp_server::gen_lsp_types::{ExecuteCommandParams, LspAny};
-use tower_lsp_server::jsonrpc::{Error, Result};
+use tower_lsp_server::jsonrpc::Result;
 
 use crate::conn::Conn;
 use crate::rpc_error;
@@ -29,11 +29,7 @@ pub fn direct(conn: Arc<Conn>, params: Option<Value>) -> DirectFuture {
     Box::pin(async move {
         let params: ExecuteCommandParams = crate::transport::params(params)?;
         let r = run(&conn, params).await?;
-        // Sized for the text (most of a big reply) and some data: the buffer is not
-        // regrown and copied while the reply is written.
-        let mut out = Vec::with_capacity(r.text.len() + r.text.len() / 16 + 1024);
-        serde_json::to_writer(&mut out, &r).map_err(|_| Error::internal_error())?;
-        Ok(out)
+        crate::transport::reply(&r, r.text.len())
     })
 }
 

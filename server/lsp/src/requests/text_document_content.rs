@@ -9,7 +9,7 @@ use std::sync::Arc;
 use forge_protocol::uri::ForgeUri;
 use forge_protocol::ToolError;
 use tower_lsp_server::gen_lsp_types::{TextDocumentContentParams, TextDocumentContentResult};
-use tower_lsp_server::jsonrpc::{Error, Result};
+use tower_lsp_server::jsonrpc::Result;
 
 use crate::conn::Conn;
 use crate::documents;
@@ -28,9 +28,8 @@ pub async fn text_document_content(
 pub fn direct(conn: Arc<Conn>, params: Option<serde_json::Value>) -> DirectFuture {
     Box::pin(async move {
         let text = text(&conn, crate::transport::params(params)?).await?;
-        let mut out = Vec::with_capacity(text.len() + text.len() / 16 + 64);
-        serde_json::to_writer(&mut out, &TextDocumentContentResult { text }).map_err(|_| Error::internal_error())?;
-        Ok(out)
+        let len = text.len();
+        crate::transport::reply(&TextDocumentContentResult { text }, len)
     })
 }
 
