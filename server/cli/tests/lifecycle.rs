@@ -296,16 +296,21 @@ fn stdin_nonblocking(c: &Client) -> bool {
     flags & 0o4000 != 0
 }
 
+/// Initializes `c`, checks how its stdin is read, runs a tool and ends the server.
+fn serves_with_stdin(mut c: Client, repo: &GitRepo, nonblocking: bool) {
+    c.init(&Init::new(&repo.path));
+    assert_eq!(stdin_nonblocking(&c), nonblocking, "stdin non-blocking (read on the reactor){}", c.diagnostics());
+    let tools = c.tool_ok("tools", json!({}));
+    assert!(tools.data["tools"].as_array().is_some_and(|t| !t.is_empty()), "{}", tools.data);
+    let (status, _) = c.shutdown_exit().expect("the server exits");
+    assert_eq!(status.code(), Some(0), "exit code after shutdown+exit{}", c.diagnostics());
+}
+
 #[test]
 fn pipes_given_as_standard_streams_are_read_on_the_reactor() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let mut c = sb.stdio();
-    c.init(&Init::new(&repo.path));
-    assert!(stdin_nonblocking(&c), "stdin is a pipe: it is read non-blocking on the reactor{}", c.diagnostics());
-    c.tool_ok("tools", json!({}));
-    let (status, _) = c.shutdown_exit().expect("stdio server");
-    assert_eq!(status.code(), Some(0));
+    serves_with_stdin(sb.stdio(), &repo, true);
 }
 
 /// Editors start the server with pipes, which it reads on the runtime's reactor; standard
@@ -325,11 +330,6 @@ fn standard_streams_that_are_not_pipes_are_served_too() {
         .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(theirs)))
         .stderr(std::process::Stdio::from(std::fs::File::create(&log).expect("log file")));
     let child = cmd.spawn().expect("spawn forge-lsp");
-    let mut c = Client::of_process(Box::new(ours.try_clone().expect("clone")), Box::new(ours), child, log);
-    c.init(&Init::new(&repo.path));
-    assert!(!stdin_nonblocking(&c), "a socket given as stdin is left as it is");
-    let tools = c.tool_ok("tools", json!({}));
-    assert!(tools.data["tools"].as_array().is_some_and(|t| !t.is_empty()), "{}", tools.data);
-    let (status, _) = c.shutdown_exit().expect("server over a socket pair");
-    assert_eq!(status.code(), Some(0), "exit code after shutdown+exit{}", c.diagnostics());
+    let c = Client::of_process(Box::new(ours.try_clone().expect("clone")), Box::new(ours), child, log);
+    serves_with_stdin(c, &repo, false);
 }

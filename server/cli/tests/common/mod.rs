@@ -579,9 +579,7 @@ impl Client {
         let mut child = cmd.spawn().expect("spawn forge-lsp");
         let stdin = child.stdin.take().expect("stdin");
         let stdout = child.stdout.take().expect("stdout");
-        let mut c = Client::over(Box::new(stdout), Box::new(stdin));
-        c.child = Some(child);
-        c.log = Some(log);
+        let mut c = Client::of_process(Box::new(stdout), Box::new(stdin), child, log);
         c.private_socket_dir = private_socket_dir;
         c
     }
