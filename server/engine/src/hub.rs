@@ -157,3 +157,32 @@ fn start_watcher(ws: &Arc<Workspace>) {
         tracing::error!("cannot start the change watcher: {e}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forge_store::changes::{self, Kind};
+
+    /// A burst of local writes reaches subscribers in batches: the watcher reads at once
+    /// when woken, then pauses [`BATCH`], so 200 writes in a row make far fewer than 200
+    /// batches (woken and reading per write, as before, they made about one each).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_local_writes_is_announced_in_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = Hub::new(None);
+        let ws = hub.workspace(dir.path()).unwrap();
+        let mut rx = ws.subscribe();
+        const WRITES: usize = 200;
+        for i in 0..WRITES {
+            ws.store.call(move |c| changes::record(c, "p", Kind::Plan, &format!("k{i}"), 0)).await.unwrap();
+            ws.store.wrote.wake();
+        }
+        let (mut seen, mut batches) = (0, 0);
+        while seen < WRITES {
+            let b = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("announced").unwrap();
+            seen += b.len();
+            batches += 1;
+        }
+        assert!(batches < WRITES / 2, "{WRITES} writes came in {batches} batches");
+    }
+}
