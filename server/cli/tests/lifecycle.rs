@@ -333,3 +333,66 @@ fn standard_streams_that_are_not_pipes_are_served_too() {
     let c = Client::of_process(Box::new(ours.try_clone().expect("clone")), Box::new(ours), child, log);
     serves_with_stdin(c, &repo, false);
 }
+
+/// A client that sends `exit` and then neither reads nor closes its end of the pipe (what
+/// a test harness or a careless launcher does) must not keep the server alive: what is
+/// still queued for it is dropped once a write makes no progress for a while after `exit`.
+#[test]
+fn exit_ends_the_server_even_when_the_client_stopped_reading() {
+    use std::io::Write;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let log = sb.next_log("stdio-not-read");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir")
+        .arg(&sb.data_dir)
+        .current_dir(&repo.path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(std::fs::File::create(&log).expect("log file")));
+    let mut child = cmd.spawn().expect("spawn forge-lsp");
+    let mut input = child.stdin.take().expect("stdin");
+    // Kept open and, after initialize, never read: the replies (eight tool lists of
+    // ~60 KB) fill the pipe.
+    let mut output = child.stdout.take().expect("stdout");
+    let frame = |v: Value| {
+        let body = v.to_string();
+        format!("Content-Length: {}\r\n\r\n{body}", body.len())
+    };
+    let init = frame(json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "processId": null, "rootUri": file_uri(&repo.path), "capabilities": {} } }));
+    input.write_all(init.as_bytes()).expect("write initialize");
+    input.flush().expect("flush");
+    // The reply to initialize, the only thing read.
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        std::io::Read::read_exact(&mut output, &mut byte).expect("initialize reply header");
+        got.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&got).to_string();
+    let len: usize = head.trim().trim_start_matches("Content-Length:").trim().parse().expect("content length");
+    let mut body = vec![0u8; len];
+    std::io::Read::read_exact(&mut output, &mut body).expect("initialize reply");
+    assert!(String::from_utf8_lossy(&body).contains("capabilities"), "{}", String::from_utf8_lossy(&body));
+    let mut all = frame(json!({ "jsonrpc": "2.0", "method": "initialized", "params": {} }));
+    for id in 2..10 {
+        all += &frame(json!({ "jsonrpc": "2.0", "id": id, "method": "workspace/executeCommand",
+            "params": { "command": "forge.tools", "arguments": [{}] } }));
+    }
+    all += &frame(json!({ "jsonrpc": "2.0", "id": 10, "method": "shutdown" }));
+    all += &frame(json!({ "jsonrpc": "2.0", "method": "exit" }));
+    input.write_all(all.as_bytes()).expect("write the session");
+    input.flush().expect("flush");
+    // stdin stays open too: only `exit` tells the server to go.
+    let status = wait_child(&mut child, Duration::from_secs(30));
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    assert!(status.is_some(), "the server is still running 30 s after exit; its log:\n{stderr}");
+    let mut sent = String::new();
+    let _ = std::io::Read::read_to_string(&mut output, &mut sent);
+    assert!(stderr.contains("the client stopped reading"), "{status:?}\n{stderr}\n{}", &sent[..sent.len().min(3000)]);
+    drop(input);
+}

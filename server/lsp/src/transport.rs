@@ -140,6 +140,10 @@ fn parse_failure(text: &str, e: serde_json::Error) -> Incoming {
 /// flight is more done).
 pub const CONCURRENCY: usize = 64;
 
+/// How long a write may make no progress once the client is done (`exit`, end of input)
+/// before the connection closes without what is left to send.
+pub const CLOSING_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Sends frames onto the connection beside the framework's own messages: what the server
 /// builds as bytes (diagnostics) goes out without becoming a `serde_json::Value` first.
 #[derive(Clone)]
@@ -491,19 +495,40 @@ pub async fn serve<S, R, W>(
     // them without waking another thread.
     //
     // Writer: an empty frame asks it to flush and stop (the outbox lives on in the
-    // server's state, so the channel alone would never close).
+    // server's state, so the channel alone would never close). Once the client is done
+    // (`exit` read, or end of input), a write that makes no progress for
+    // [`CLOSING_FLUSH`] ends the writer: a client that sent `exit` and left its end of the
+    // pipe open without reading kept a server with queued diagnostics blocked in a write
+    // for ever. Until then a slow reader is waited for.
+    let (closed_tx, mut closed) = tokio::sync::watch::channel(false);
     let write = async move {
         let mut writer = writer;
         while let Some(f) = out_rx.recv().await {
             if f.is_empty() {
                 break;
             }
-            if writer.write_all(&f).await.is_err() {
-                break;
-            }
             // Flush when nothing else is queued.
-            if out_rx.is_empty() && writer.flush().await.is_err() {
-                break;
+            let flush = out_rx.is_empty();
+            let put = async {
+                writer.write_all(&f).await?;
+                if flush {
+                    writer.flush().await?;
+                }
+                std::io::Result::Ok(())
+            };
+            let stuck = async {
+                let _ = closed.wait_for(|c| *c).await;
+                tokio::time::sleep(CLOSING_FLUSH).await;
+            };
+            tokio::select! {
+                r = put => if r.is_err() { break },
+                _ = stuck => {
+                    tracing::warn!(
+                        "the client stopped reading: {} queued bytes not sent {CLOSING_FLUSH:?} after it was done; closing without them",
+                        f.len()
+                    );
+                    return;
+                }
             }
         }
         let _ = writer.flush().await;
@@ -556,7 +581,11 @@ pub async fn serve<S, R, W>(
             let _ = out.0.send(Vec::new()).await;
         }
     };
-    let read = read_client(reader, service, responses, tasks_tx, outbox.clone(), in_flight, taken);
+    let to_answer = outbox.clone();
+    let read = async move {
+        read_client(reader, service, responses, tasks_tx, to_answer, in_flight, taken).await;
+        let _ = closed_tx.send(true);
+    };
     drop(outbox);
     tokio::join!(read, handle, to_client, write);
 }
