@@ -5,12 +5,14 @@
 //! use these types, so a change to the contract is a change here (and in
 //! `docs/protocol.md`), in one commit. See `../shared/PROTOCOL.md`.
 
+pub mod data;
 pub mod errors;
 pub mod framing;
 pub mod inputs;
 pub mod notifications;
 pub mod uri;
 
+pub use data::Data;
 pub use errors::{ErrorKind, ToolError};
 
 /// Protocol version announced in `experimental.forge.protocolVersion`.
@@ -32,8 +34,9 @@ pub const AGENTS: &[&str] = &["user", "architect", "code", "auditor", "auditor-l
 pub struct CommandResult {
     /// The tool's textual output, as an agent reads it.
     pub text: String,
-    /// The same result as structured JSON.
-    pub data: serde_json::Value,
+    /// The same result as structured JSON (a `Value`, or JSON built straight from typed
+    /// rows: [`Data`]).
+    pub data: Data,
 }
 
 /// One entry of `forge.tools`.

@@ -700,12 +700,12 @@ impl Runner {
                 );
                 Ok(CommandResult {
                     text,
-                    data: json!({
+                    data: forge_protocol::Data::from(json!({
                         "loopName": self.loop_name, "sessionId": target, "role": role, "state": state,
                         "current": is_live, "running": is_live && self.live.handle.is_some(),
                         "stopped": is_live && self.live.stopped, "turn": turns,
                         "lastActivityAt": at, "lastActivitySource": source, "queuedMessages": queued,
-                    }),
+                    })),
                 })
             }
             TaskAction::Message(message) => {
@@ -720,7 +720,7 @@ impl Runner {
                     text: format!(
                         "Message queued for session {target} without launching or resuming it; it goes at the start of the session's next turn ({waiting} waiting)."
                     ),
-                    data: json!({ "sessionId": target, "queuedMessages": waiting }),
+                    data: forge_protocol::Data::from(json!({ "sessionId": target, "queuedMessages": waiting })),
                 })
             }
             TaskAction::Cancel => {
@@ -730,7 +730,7 @@ impl Runner {
                 let Some(h) = self.live.handle.take() else {
                     return Ok(CommandResult {
                         text: format!("No turn of session {target} is running; nothing was stopped."),
-                        data: json!({ "sessionId": target, "interrupted": false }),
+                        data: forge_protocol::Data::from(json!({ "sessionId": target, "interrupted": false })),
                     });
                 };
                 self.live.stopped = true;
@@ -743,7 +743,7 @@ impl Runner {
                         "Stopped turn {} of session {target} ({role}); the session is kept and the loop waits: task-revive resumes it with an instruction. Partial edits in the worktree were not rolled back.",
                         self.live.turns
                     ),
-                    data: json!({ "sessionId": target, "interrupted": true, "turn": self.live.turns }),
+                    data: forge_protocol::Data::from(json!({ "sessionId": target, "interrupted": true, "turn": self.live.turns })),
                 })
             }
             TaskAction::Revive(instruction) => {
@@ -768,7 +768,7 @@ impl Runner {
                         "Session {target} ({role}) resumed with your instruction (turn {}).",
                         self.live.turns
                     ),
-                    data: json!({ "sessionId": target, "turn": self.live.turns }),
+                    data: forge_protocol::Data::from(json!({ "sessionId": target, "turn": self.live.turns })),
                 })
             }
         }
@@ -1431,7 +1431,9 @@ fn cancelled_result(row: &LoopRow, iteration: i64) -> CommandResult {
     }
     CommandResult {
         text,
-        data: json!({ "loopName": row.loop_name, "iteration": iteration, "worktreeDir": row.worktree_dir, "branch": row.worktree_branch }),
+        data: forge_protocol::Data::from(
+            json!({ "loopName": row.loop_name, "iteration": iteration, "worktreeDir": row.worktree_dir, "branch": row.worktree_branch }),
+        ),
     }
 }
 

@@ -557,14 +557,14 @@ pub fn shell_result(c: &Captured, timeout_ms: u64, sandboxed: bool) -> CommandRe
     }
     CommandResult {
         text: text.trim_end().to_string(),
-        data: json!({
+        data: forge_protocol::Data::from(json!({
             "exitCode": c.exit_code,
             "stdout": c.stdout,
             "stderr": c.stderr,
             "stdoutTruncated": c.stdout_truncated(),
             "stderrTruncated": c.stderr_truncated(),
             "timedOut": c.timed_out,
-        }),
+        })),
     }
 }
 

@@ -147,7 +147,7 @@ pub fn to_mcp(outcome: Result<CommandResult, ToolError>) -> CallToolResult {
     match outcome {
         Ok(r) => {
             let mut out = CallToolResult::success(vec![ContentBlock::text(r.text)]);
-            out.structured_content = match r.data {
+            out.structured_content = match r.data.into_value() {
                 Value::Null => None,
                 Value::Object(m) => Some(Value::Object(m)),
                 // structuredContent must be an object: anything else is wrapped.
@@ -304,7 +304,7 @@ mod tests {
     use super::*;
 
     fn ok(data: Value) -> Result<CommandResult, ToolError> {
-        Ok(CommandResult { text: "done".into(), data })
+        Ok(CommandResult { text: "done".into(), data: data.into() })
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 
-use forge_protocol::ToolError;
+use forge_protocol::{Data, ToolError};
 use serde_json::Value;
 
 /// Sessions tracked at most before the table is cleared.
@@ -81,8 +81,15 @@ pub fn start(session: &str, tool: &str, input: &Value) -> Result<Option<Ticket>,
 }
 
 /// After a successful call: records its result; returns the notice to append, if any.
-pub fn finish(ticket: Ticket, result_text: &str, data: &Value) -> Option<String> {
-    let result = digest(result_text, data);
+pub fn finish(ticket: Ticket, result_text: &str, data: &Data) -> Option<String> {
+    // Data built as JSON text hashes as its text (never parsed for this).
+    let result = match data.as_json_text() {
+        Some(json) => {
+            use std::hash::BuildHasher;
+            SEED.hash_one((result_text, json))
+        }
+        None => digest(result_text, data),
+    };
     let mut map = STATE.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() > MAX_SESSIONS && !map.contains_key(&ticket.session) {
         map.clear();
@@ -138,7 +145,7 @@ mod tests {
 
     fn once(session: &str, tool: &str, input: &Value, result: &str) -> Result<Option<String>, ToolError> {
         match start(session, tool, input)? {
-            Some(t) => Ok(finish(t, result, &Value::Null)),
+            Some(t) => Ok(finish(t, result, &Data::default())),
             None => Ok(None),
         }
     }
@@ -173,7 +180,7 @@ mod tests {
         // Three calls start before any result arrives: only the first result counts.
         let tickets: Vec<Ticket> = (0..3).map(|_| start("s-par", "glob", &input).unwrap().unwrap()).collect();
         for t in tickets {
-            finish(t, "same", &Value::Null);
+            finish(t, "same", &Data::default());
         }
         assert!(once("s-par", "glob", &input, "same").unwrap().is_none(), "2 counted, not 4");
         assert!(once("s-par", "glob", &input, "same").unwrap().is_some(), "the 3rd counted result");

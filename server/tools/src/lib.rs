@@ -97,7 +97,7 @@ impl ToolCtx<'_> {
 
 /// Builds a result.
 pub fn ok(text: impl Into<String>, data: Value) -> Result<CommandResult, ToolError> {
-    Ok(CommandResult { text: text.into(), data })
+    Ok(CommandResult { text: text.into(), data: data.into() })
 }
 
 /// The JSON Schema (draft 2020-12) of an input type.
@@ -315,7 +315,7 @@ fn plugin_call(conn: &Connection, env: &ToolEnv, p: plugins::PluginTool, input: 
     let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = cancel.clone();
     Ok(Done {
-        result: CommandResult { text: String::new(), data: Value::Null },
+        result: CommandResult { text: String::new(), data: forge_protocol::Data::from(Value::Null) },
         effect: None,
         after: Some(Box::new(move || {
             let timeout = std::time::Duration::from_millis(env.config.plugin_timeout_ms);

@@ -424,7 +424,7 @@ pub fn run(
     if out_cut {
         text.push_str(&format!("\n[output cut at {MAX_OUTPUT} bytes]"));
     }
-    Ok(CommandResult { text, data })
+    Ok(CommandResult { text, data: data.into() })
 }
 
 #[cfg(test)]

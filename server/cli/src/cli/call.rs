@@ -38,7 +38,12 @@ pub fn run(args: CallArgs) -> i32 {
     use std::io::Write;
     match call_tool(&args) {
         Ok(r) => {
-            let text = if args.json { serde_json::to_string_pretty(&r).unwrap_or_default() } else { r.text };
+            let text = if args.json {
+                // Through a tree, so data built as JSON text is indented too.
+                serde_json::to_value(&r).and_then(|v| serde_json::to_string_pretty(&v)).unwrap_or_default()
+            } else {
+                r.text
+            };
             let mut out = std::io::stdout().lock();
             match writeln!(out, "{text}").and_then(|_| out.flush()) {
                 Ok(()) => 0,

@@ -29,7 +29,9 @@ pub fn direct(conn: Arc<Conn>, params: Option<Value>) -> DirectFuture {
     Box::pin(async move {
         let params: ExecuteCommandParams = crate::transport::params(params)?;
         let r = run(&conn, params).await?;
-        crate::transport::reply(&r, r.text.len())
+        // Data built as JSON text is copied as it is: its length is known.
+        let len = r.text.len() + r.data.as_json_text().map_or(0, str::len);
+        crate::transport::reply(&r, len)
     })
 }
 

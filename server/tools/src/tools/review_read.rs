@@ -66,7 +66,17 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             review::validate::MAX_FINDINGS_LIMIT
         ));
     }
-    ok(text, json!({ "findings": rows, "nextBeforeId": next }))
+    // Serialized straight from the rows: a page may hold 5,000 findings (forge_protocol::Data).
+    let data = forge_protocol::Data::serialized(&Page { findings: &rows, next_before_id: next });
+    Ok(CommandResult { text, data })
+}
+
+/// The `data` of a page of findings.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Page<'a> {
+    findings: &'a [review::Finding],
+    next_before_id: Option<i64>,
 }
 
 fn read_attempts(

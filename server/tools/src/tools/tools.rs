@@ -31,5 +31,7 @@ fn reply(offers: Vec<forge_protocol::ToolOffer>) -> CommandResult {
         text.push_str(&format!("- {}: {}\n", o.command, o.description));
     }
     let text = text.trim_end().to_string();
-    CommandResult { text, data: serde_json::json!({ "tools": offers }) }
+    // Serialized once, not kept as a tree: the cached reply is cloned per call (a copy of
+    // its text) and written as it is.
+    CommandResult { text, data: forge_protocol::Data::serialized(&serde_json::json!({ "tools": offers })) }
 }
