@@ -144,17 +144,17 @@ pub fn page(
     limit: usize,
     before_id: Option<i64>,
 ) -> rusqlite::Result<(Vec<Value>, Option<i64>)> {
-    let mut st = conn.prepare_cached(
+    let mut st = conn.prepare_cached(&format!(
         "SELECT id, loop_name, scope, attempt_number, section_index, source_session_id, auditor_session_id, iteration,
                 coder_decisions, snapshot_commit, snapshot_ref, previous_commit, diff_summary, fallback_reason,
                 findings_before, findings_after, outcome, created_at, audited_at
          FROM loop_attempts
          WHERE project_id = ?1 AND loop_name = ?2 AND (?3 IS NULL OR scope = ?3) AND (?4 IS NULL OR id < ?4)
-         ORDER BY id DESC LIMIT ?5",
-    )?;
-    let mut rows: Vec<Value> = st
-        .query_map(params![project, loop_name, scope, before_id, limit as i64 + 1], attempt_json)?
-        .collect::<rusqlite::Result<_>>()?;
+         ORDER BY id DESC {}",
+        crate::limit(limit + 1)
+    ))?;
+    let mut rows: Vec<Value> =
+        st.query_map(params![project, loop_name, scope, before_id], attempt_json)?.collect::<rusqlite::Result<_>>()?;
     let more = rows.len() > limit;
     rows.truncate(limit);
     rows.reverse();

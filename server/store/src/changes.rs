@@ -79,10 +79,12 @@ pub fn head(conn: &Connection) -> rusqlite::Result<i64> {
 
 /// Changes after `after`, oldest first, at most `limit`.
 pub fn since(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<Vec<Change>> {
-    let mut st = conn.prepare_cached(
-        "SELECT id, project_id, kind, key, at, payload FROM changes WHERE id > ?1 ORDER BY id LIMIT ?2",
-    )?;
-    let rows = st.query_map(params![after, limit as i64], |r| {
+    // The limit is part of the SQL text, not a parameter: see `crate::limit`.
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT id, project_id, kind, key, at, payload FROM changes WHERE id > ?1 ORDER BY id {}",
+        crate::limit(limit)
+    ))?;
+    let rows = st.query_map(params![after], |r| {
         Ok((
             r.get::<_, i64>(0)?,
             r.get::<_, String>(1)?,

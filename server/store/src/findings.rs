@@ -118,17 +118,18 @@ pub fn query_page(
 ) -> rusqlite::Result<(Vec<Finding>, Option<i64>)> {
     // A bucket's page walks the (project, loop, id) index backwards; one file's findings
     // are few, found through the (project, file) index and sorted.
-    let (index, by_file) = if file.is_some() { ("INDEXED BY idx_findings_file", "AND file = ?5") } else { ("", "") };
+    let (index, by_file) = if file.is_some() { ("INDEXED BY idx_findings_file", "AND file = ?4") } else { ("", "") };
     let sql = format!(
         "SELECT {COLS} FROM review_findings {index} WHERE project_id = ?1 AND loop_name = ?2 AND {} {by_file}
-         AND id < ?3 ORDER BY id DESC LIMIT ?4",
-        section_sql(filter)
+         AND id < ?3 ORDER BY id DESC {}",
+        section_sql(filter),
+        crate::limit(limit + 1)
     );
     let mut st = conn.prepare_cached(&sql)?;
-    let (below, take) = (before.unwrap_or(i64::MAX), (limit + 1) as i64);
+    let below = before.unwrap_or(i64::MAX);
     let mut rows: Vec<Finding> = match file {
-        Some(f) => st.query_map(params![project, bucket, below, take, f], row)?.collect::<rusqlite::Result<_>>()?,
-        None => st.query_map(params![project, bucket, below, take], row)?.collect::<rusqlite::Result<_>>()?,
+        Some(f) => st.query_map(params![project, bucket, below, f], row)?.collect::<rusqlite::Result<_>>()?,
+        None => st.query_map(params![project, bucket, below], row)?.collect::<rusqlite::Result<_>>()?,
     };
     let next = (rows.len() > limit).then(|| {
         rows.truncate(limit);

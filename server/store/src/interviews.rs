@@ -41,9 +41,10 @@ pub fn get(conn: &Connection, project: &str, session: &str) -> rusqlite::Result<
 /// Newest first.
 pub fn recent(conn: &Connection, project: &str, limit: usize) -> rusqlite::Result<Vec<InterviewRow>> {
     let mut st = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM interviews WHERE project_id = ?1 ORDER BY updated_at DESC, session_id LIMIT ?2"
+        "SELECT {COLS} FROM interviews WHERE project_id = ?1 ORDER BY updated_at DESC, session_id {}",
+        crate::limit(limit)
     ))?;
-    let rows = st.query_map(params![project, limit as i64], row)?;
+    let rows = st.query_map(params![project], row)?;
     rows.collect()
 }
 

@@ -65,9 +65,10 @@ pub fn get_loop(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::
 /// Newest first.
 pub fn recent(conn: &Connection, project: &str, limit: usize) -> rusqlite::Result<Vec<PlanRow>> {
     let mut st = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM plans WHERE project_id = ?1 ORDER BY updated_at DESC, id DESC LIMIT ?2"
+        "SELECT {COLS} FROM plans WHERE project_id = ?1 ORDER BY updated_at DESC, id DESC {}",
+        crate::limit(limit)
     ))?;
-    let rows = st.query_map(params![project, limit as i64], row)?;
+    let rows = st.query_map(params![project], row)?;
     rows.collect()
 }
 
