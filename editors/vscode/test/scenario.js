@@ -197,13 +197,28 @@ async function menuItem(action) {
 
 /** Right-clicks the loop `name` in the Loops view and chooses `action` from its context menu. */
 async function loopMenu(name, action) {
-  const row = page
-    .locator('.pane-body .monaco-list-row')
-    .filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${name}$`) }) })
-    .first();
-  await row.waitFor({ state: 'visible', timeout: 10000 });
-  await row.click({ button: 'right' });
-  await menuItem(action);
+  const command = { 'Cancel Loop': 'forgeLsp.cancelLoop', 'Restart Loop': 'forgeLsp.restartLoop' }[action];
+  for (let attempt = 1; ; attempt++) {
+    const since = Date.now();
+    const row = page
+      .locator('.pane-body .monaco-list-row')
+      .filter({ has: page.locator('.label-name', { hasText: new RegExp(`^${name}$`) }) })
+      .first();
+    await row.waitFor({ state: 'visible', timeout: 10000 });
+    await row.click({ button: 'right' });
+    await menuItem(action);
+    if (!command) return;
+    // The menu can close under the click when the view refreshes while it opens (the loop's
+    // status just changed): then the command never ran (seen once in CI). Open it again.
+    const deadline = Date.now() + 10000;
+    while (Date.now() < deadline) {
+      if ((readReport().commands || []).some((c) => c.command === command && c.at >= since - 1000)) return;
+      await sleep(100);
+    }
+    if (attempt >= 3) throw new Error(`${action} in the Loops view menu did not run ${command} (3 attempts)`);
+    console.log(`      (${action}: the menu closed before the click; opening it again)`);
+    await page.keyboard.press('Escape');
+  }
 }
 
 async function main() {
