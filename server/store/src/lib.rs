@@ -320,8 +320,8 @@ enum Work {
     Drain,
 }
 
-/// The write connection and the grouped writes waiting for it (module docs: leader and
-/// followers).
+/// The write connection and the grouped writes waiting for it (module docs: who runs a
+/// group).
 struct Writer {
     conn: std::sync::Mutex<Connection>,
     queue: std::sync::Mutex<std::collections::VecDeque<GroupJob>>,
@@ -348,6 +348,11 @@ impl Drop for Waiting<'_> {
 impl Writer {
     fn queued(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<GroupJob>> {
         self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether another grouped write is waited for besides the caller's.
+    fn among_others(&self) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::Acquire) > 1
     }
 
     /// Takes the next group off the queue (at most [`MAX_GROUP`] writes).
@@ -569,20 +574,17 @@ impl Store {
         });
         let _waiting = Waiting::new(&self.writer);
         self.writer.queued().push_back(job);
-        if self.writer.waiting.load(std::sync::atomic::Ordering::Acquire) > 1 {
-            // Among others: straight to the writer thread ([`Store::lead`]).
-            self.lead();
-            return rx.await.expect("forge-store thread dropped a job");
+        if !self.writer.among_others() {
+            // Dropped before it leads (the call was cancelled during the yield): the write
+            // is queued and still runs, on the writer thread, as it would have before.
+            let unled = HandToWriter(self);
+            // One turn of the scheduler first, so writes that arrive together queue up
+            // behind this one and share its commit: pipelined requests that the same
+            // connection task has yet to parse, other tasks. Without it the first write of
+            // a burst ran alone, on the very task that reads the rest of the burst.
+            tokio::task::yield_now().await;
+            std::mem::forget(unled);
         }
-        // Dropped before it leads (the call was cancelled during the yield): the write is
-        // queued and still runs, on the writer thread, as it would have before.
-        let unled = HandToWriter(self);
-        // One turn of the scheduler first, so writes that arrive together queue up behind
-        // this one and share its commit: pipelined requests that the same connection task
-        // has yet to parse, other tasks. Without it the first write of a burst ran alone,
-        // on the very task that reads the rest of the burst.
-        tokio::task::yield_now().await;
-        std::mem::forget(unled);
         self.lead();
         rx.await.expect("forge-store thread dropped a job")
     }
@@ -597,10 +599,8 @@ impl Store {
         // with theirs, while this thread goes on with the requests that follow. Run
         // here, a write among many blocked the connection's task for its duration and
         // kept groups from forming (32 in flight: 13,600/s → 9,400-10,700/s).
-        if self.writer.waiting.load(std::sync::atomic::Ordering::Acquire) > 1 {
-            if !self.writer.queued().is_empty() && self.jobs.send(Work::Drain).is_err() {
-                panic!("forge-store thread stopped");
-            }
+        if self.writer.among_others() {
+            self.hand_to_writer();
             return;
         }
         let conn = match self.writer.conn.try_lock() {
@@ -621,8 +621,13 @@ impl Store {
         }
         drop(conn);
         // What is queued now (several writes, or writes that came while this thread held
-        // the connection) is the writer thread's; one message is enough, it runs the
-        // whole queue.
+        // the connection) is the writer thread's.
+        self.hand_to_writer();
+    }
+
+    /// Asks the writer thread to run the queue, if anything is queued (one message is
+    /// enough: it runs the whole queue).
+    fn hand_to_writer(&self) {
         if !self.writer.queued().is_empty() && self.jobs.send(Work::Drain).is_err() {
             panic!("forge-store thread stopped");
         }
@@ -635,6 +640,7 @@ struct HandToWriter<'a>(&'a Store);
 
 impl Drop for HandToWriter<'_> {
     fn drop(&mut self) {
+        // Not `hand_to_writer`: no panic in a drop.
         let _ = self.0.jobs.send(Work::Drain);
     }
 }
