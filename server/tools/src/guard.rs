@@ -46,7 +46,7 @@ static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::defa
 
 /// The digest of a name and a JSON value (`serde_json::Value` hashes by walking itself: no
 /// JSON text is built or escaped, and inputs and results can be megabytes).
-fn digest(name: &str, value: &Value) -> u64 {
+fn digest(name: &str, value: &(impl std::hash::Hash + ?Sized)) -> u64 {
     use std::hash::BuildHasher;
     SEED.hash_one((name, value))
 }
@@ -84,11 +84,8 @@ pub fn start(session: &str, tool: &str, input: &Value) -> Result<Option<Ticket>,
 pub fn finish(ticket: Ticket, result_text: &str, data: &Data) -> Option<String> {
     // Data built as JSON text hashes as its text (never parsed for this).
     let result = match data.as_json_text() {
-        Some(json) => {
-            use std::hash::BuildHasher;
-            SEED.hash_one((result_text, json))
-        }
-        None => digest(result_text, data),
+        Some(json) => digest(result_text, json),
+        None => digest(result_text, &**data),
     };
     let mut map = STATE.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() > MAX_SESSIONS && !map.contains_key(&ticket.session) {
