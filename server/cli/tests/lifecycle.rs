@@ -355,34 +355,32 @@ fn exit_ends_the_server_even_when_the_client_stopped_reading() {
     // Kept open and, after initialize, never read: the replies (eight tool lists of
     // ~60 KB) fill the pipe.
     let mut output = child.stdout.take().expect("stdout");
-    let frame = |v: Value| {
-        let body = v.to_string();
-        format!("Content-Length: {}\r\n\r\n{body}", body.len())
-    };
+    use forge_protocol::framing::{encode, Decoder, Event};
+    let frame = |v: Value| encode(v.to_string().as_bytes());
     let init = frame(json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": { "processId": null, "rootUri": file_uri(&repo.path), "capabilities": {} } }));
-    input.write_all(init.as_bytes()).expect("write initialize");
+    input.write_all(&init).expect("write initialize");
     input.flush().expect("flush");
     // The reply to initialize, the only thing read.
-    let mut got = Vec::new();
-    let mut byte = [0u8; 1];
-    while !got.ends_with(b"\r\n\r\n") {
-        std::io::Read::read_exact(&mut output, &mut byte).expect("initialize reply header");
-        got.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&got).to_string();
-    let len: usize = head.trim().trim_start_matches("Content-Length:").trim().parse().expect("content length");
-    let mut body = vec![0u8; len];
-    std::io::Read::read_exact(&mut output, &mut body).expect("initialize reply");
+    let mut dec = Decoder::new();
+    let body = loop {
+        if let Some(Event::Frame(body)) = dec.next_event() {
+            break body;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = std::io::Read::read(&mut output, &mut chunk).expect("initialize reply");
+        assert!(n > 0, "the server closed its output before answering initialize");
+        dec.push(&chunk[..n]);
+    };
     assert!(String::from_utf8_lossy(&body).contains("capabilities"), "{}", String::from_utf8_lossy(&body));
     let mut all = frame(json!({ "jsonrpc": "2.0", "method": "initialized", "params": {} }));
     for id in 2..10 {
-        all += &frame(json!({ "jsonrpc": "2.0", "id": id, "method": "workspace/executeCommand",
-            "params": { "command": "forge.tools", "arguments": [{}] } }));
+        all.extend(frame(json!({ "jsonrpc": "2.0", "id": id, "method": "workspace/executeCommand",
+            "params": { "command": "forge.tools", "arguments": [{}] } })));
     }
-    all += &frame(json!({ "jsonrpc": "2.0", "id": 10, "method": "shutdown" }));
-    all += &frame(json!({ "jsonrpc": "2.0", "method": "exit" }));
-    input.write_all(all.as_bytes()).expect("write the session");
+    all.extend(frame(json!({ "jsonrpc": "2.0", "id": 10, "method": "shutdown" })));
+    all.extend(frame(json!({ "jsonrpc": "2.0", "method": "exit" })));
+    input.write_all(&all).expect("write the session");
     input.flush().expect("flush");
     // stdin stays open too: only `exit` tells the server to go.
     let status = wait_child(&mut child, Duration::from_secs(30));
