@@ -116,16 +116,7 @@ pub fn query_page(
     limit: usize,
     before: Option<i64>,
 ) -> rusqlite::Result<(Vec<Finding>, Option<i64>)> {
-    // A bucket's page walks the (project, loop, id) index backwards; one file's findings
-    // are few, found through the (project, file) index and sorted.
-    let (index, by_file) = if file.is_some() { ("INDEXED BY idx_findings_file", "AND file = ?4") } else { ("", "") };
-    let sql = format!(
-        "SELECT {COLS} FROM review_findings {index} WHERE project_id = ?1 AND loop_name = ?2 AND {} {by_file}
-         AND id < ?3 ORDER BY id DESC {}",
-        section_sql(filter),
-        crate::limit(limit + 1)
-    );
-    let mut st = conn.prepare_cached(&sql)?;
+    let mut st = conn.prepare_cached(&page_sql(filter, file.is_some(), limit))?;
     let below = before.unwrap_or(i64::MAX);
     let mut rows: Vec<Finding> = match file {
         Some(f) => st.query_map(params![project, bucket, below, f], row)?.collect::<rusqlite::Result<_>>()?,
@@ -136,6 +127,19 @@ pub fn query_page(
         rows.last().map(|f| f.id)
     });
     Ok((rows, next.flatten()))
+}
+
+/// The statement of [`query_page`].
+fn page_sql(filter: &SectionFilter, by_file: bool, limit: usize) -> String {
+    // A bucket's page walks the (project, loop, id) index backwards; one file's findings
+    // are few, found through the (project, file) index and sorted.
+    let (index, by_file) = if by_file { ("INDEXED BY idx_findings_file", "AND file = ?4") } else { ("", "") };
+    format!(
+        "SELECT {COLS} FROM review_findings {index} WHERE project_id = ?1 AND loop_name = ?2 AND {} {by_file}
+         AND id < ?3 ORDER BY id DESC {}",
+        section_sql(filter),
+        crate::limit(limit + 1)
+    )
 }
 
 /// Deletes the findings at file:line of a bucket under a delete filter; returns them.
@@ -264,4 +268,23 @@ pub fn files_of_loop(conn: &Connection, project: &str, loop_name: &str) -> rusql
         conn.prepare_cached("SELECT DISTINCT file FROM review_findings WHERE project_id = ?1 AND loop_name = ?2")?;
     let rows = st.query_map(params![project, loop_name], |r| r.get(0))?;
     rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_query_is_prepared_once_not_per_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::open_connection(&dir.path().join("forge.db")).unwrap();
+        for (file, before) in [(None, None), (Some("a.rs"), None), (None, Some(5)), (Some("b.rs"), Some(9))] {
+            query_page(&conn, "p", "", &SectionFilter::All, file, 500, before).unwrap();
+        }
+        for by_file in [false, true] {
+            let st = conn.prepare_cached(&page_sql(&SectionFilter::All, by_file, 500)).unwrap();
+            // A bound `LIMIT ?` made SQLite prepare the statement again on every run.
+            assert_eq!(st.get_status(rusqlite::StatementStatus::RePrepare), 0, "by_file={by_file}");
+        }
+    }
 }
