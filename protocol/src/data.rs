@@ -43,6 +43,15 @@ impl Data {
         }
     }
 
+    /// Appends the data's JSON (serialized data is copied as it is).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        match &self.0 {
+            // Writing to a Vec cannot fail, and a `Value` always serializes.
+            Repr::Tree(v) => serde_json::to_writer(out, v).unwrap_or(()),
+            Repr::Text { json, .. } => out.extend_from_slice(json.get().as_bytes()),
+        }
+    }
+
     /// The data as a `Value` (serialized data is parsed).
     pub fn into_value(self) -> Value {
         match self.0 {
@@ -160,6 +169,19 @@ mod tests {
             direct.as_json_text(),
             Some(r#"[{"id":1,"file":"a \"b\"\n.rs","scenario":null},{"id":2,"file":"é","scenario":"s"}]"#)
         );
+    }
+
+    #[test]
+    fn a_result_writes_the_bytes_serde_json_writes() {
+        let text = "## Plan\n- a \"quoted\" `step`\tand \\ a path\n".repeat(50);
+        for data in
+            [Data::serialized(&json!({ "uri": "forge://plan/x", "n": [1, 2] })), json!({ "b": 1, "a": "é\n" }).into()]
+        {
+            let r = crate::CommandResult { text: text.clone(), data };
+            let mut ours = Vec::new();
+            r.write_json(&mut ours);
+            assert_eq!(String::from_utf8(ours).unwrap(), serde_json::to_string(&r).unwrap());
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod data;
 pub mod errors;
 pub mod framing;
 pub mod inputs;
+pub mod json;
 pub mod notifications;
 pub mod uri;
 
@@ -37,6 +38,19 @@ pub struct CommandResult {
     /// The same result as structured JSON (a `Value`, or JSON built straight from typed
     /// rows: [`Data`]).
     pub data: Data,
+}
+
+impl CommandResult {
+    /// Appends the result's JSON, the same bytes as `serde_json::to_writer` gives, with the
+    /// text escaped eight bytes at a time ([`json::push_string`]) and serialized data
+    /// copied as it is.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"text\":");
+        json::push_string(out, &self.text);
+        out.extend_from_slice(b",\"data\":");
+        self.data.write_json(out);
+        out.push(b'}');
+    }
 }
 
 /// One entry of `forge.tools`.

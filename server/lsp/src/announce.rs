@@ -135,17 +135,27 @@ pub async fn publish_plan_warnings(conn: &Conn, uri: &str) {
 pub async fn publish_plan_warnings_of(conn: &Conn, uri: &str, stored: Option<String>) {
     let text = conn.open_text(uri).or(stored);
     // Unchanged text: its warnings were published already.
-    let digest = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut h);
-        h.finish()
-    };
-    if conn.warned(uri, digest) {
+    if conn.warned(uri, text.as_deref().map_or(0, crate::conn::digest)) {
         return;
     }
+    publish_warnings_for(conn, uri, text.as_deref()).await
+}
+
+/// [`publish_plan_warnings_of`] right after a plan's stored text was read for a client:
+/// the common case, text whose warnings were published already, costs a digest (no copy
+/// of the text, no task).
+pub fn plan_warnings_after_read(conn: &Arc<Conn>, uri: String, stored: &str) {
+    let open = conn.open_text(&uri);
+    if conn.warned(&uri, crate::conn::digest(open.as_deref().unwrap_or(stored))) {
+        return;
+    }
+    let (conn, text) = (conn.clone(), open.unwrap_or_else(|| stored.to_string()));
+    tokio::spawn(async move { publish_warnings_for(&conn, &uri, Some(&text)).await });
+}
+
+async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>) {
     let diags: Vec<Value> = match text {
-        Some(t) => plan_features::warning_diagnostics(&t, conn.caps.encoding),
+        Some(t) => plan_features::warning_diagnostics(t, conn.caps.encoding),
         None => vec![],
     };
     conn.publish(uri, &diags).await;

@@ -257,10 +257,10 @@ impl Conn {
     }
 }
 
-/// A digest of a text, to tell whether it changed.
+/// A digest of a text, to tell whether it changed. foldhash reads 32 bytes a step, where
+/// the standard library's SipHash took a tenth of the server's time in a loop of reads of
+/// a 200 KB plan. A digest only lives in this process's memory.
 pub fn digest(text: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
-    h.finish()
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(0).hash_one(text)
 }

@@ -53,12 +53,35 @@ pub const MAX_MESSAGE: usize = framing::MAX_MESSAGE;
 pub const MAX_SKIP: u64 = 1 << 30;
 const READ_CHUNK: usize = 64 * 1024;
 
-/// One complete outgoing frame.
-type Frame = Vec<u8>;
+/// One complete outgoing frame: `buf[start..]`. A direct reply becomes its frame in the
+/// room kept at the front of its buffer ([`FRONT`]), so a reply of megabytes is not moved.
+pub struct Frame {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl From<Vec<u8>> for Frame {
+    fn from(buf: Vec<u8>) -> Frame {
+        Frame { buf, start: 0 }
+    }
+}
+
+impl std::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Frame({:?})", String::from_utf8_lossy(self))
+    }
+}
+
+impl std::ops::Deref for Frame {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
 
 fn error_frame(id: Value, code: i64, message: &str) -> Frame {
     let body = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } });
-    framing::encode(body.to_string().as_bytes())
+    framing::encode(body.to_string().as_bytes()).into()
 }
 
 /// Ids of the client's requests the framework has not answered yet (as JSON text).
@@ -152,7 +175,7 @@ pub struct Outbox(mpsc::Sender<Frame>);
 impl Outbox {
     /// Sends one serialized JSON-RPC message; false once the connection is closed.
     pub async fn send_body(&self, body: &[u8]) -> bool {
-        !body.is_empty() && self.0.send(framing::encode(body)).await.is_ok()
+        !body.is_empty() && self.0.send(framing::encode(body).into()).await.is_ok()
     }
 }
 
@@ -258,8 +281,16 @@ fn admit(req: &Request, in_flight: &InFlight) -> Option<Frame> {
     None
 }
 
-/// The result of a request the server answers itself: the result's JSON, or an error.
-pub type DirectReply = Result<Vec<u8>, Error>;
+/// The result of a request the server answers itself: the result's JSON (after [`FRONT`]
+/// bytes kept for the reply's head), or an error.
+pub type DirectReply = Result<ReplyBody, Error>;
+
+/// Room kept in front of a direct result for its frame's header and the response up to
+/// `"result":`: 60 bytes and the request's id. A longer id moves the result once.
+const FRONT: usize = 128;
+
+/// A direct result's JSON, written after [`FRONT`] bytes of room (made by [`reply_with`]).
+pub struct ReplyBody(Vec<u8>);
 /// A request the server answers itself, running.
 pub type DirectFuture = std::pin::Pin<Box<dyn std::future::Future<Output = DirectReply> + Send>>;
 
@@ -285,9 +316,19 @@ pub fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T
 /// `text_len` bytes of text (most of a big reply) and some more, so that it is not regrown
 /// while written and has room to become its frame in place.
 pub fn reply<T: serde::Serialize>(value: &T, text_len: usize) -> DirectReply {
-    let mut out = Vec::with_capacity(text_len + text_len / 16 + 1024);
-    serde_json::to_writer(&mut out, value).map_err(|_| Error::internal_error())?;
-    Ok(out)
+    reply_with(text_len, |out| serde_json::to_writer(out, value).map_err(|_| Error::internal_error()))
+}
+
+/// The reply of a request the server took, as `write` appends its result's JSON to the
+/// buffer it is given (sized as for [`reply`]; `write` only appends).
+pub fn reply_with(text_len: usize, write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> DirectReply {
+    let mut out = Vec::with_capacity(FRONT + text_len + text_len / 16 + 1024);
+    out.resize(FRONT, 0);
+    write(&mut out)?;
+    if out.len() < FRONT {
+        return Err(Error::internal_error());
+    }
+    Ok(ReplyBody(out))
 }
 
 /// What handling a request gives: the framework's response, or the reply of one the
@@ -308,22 +349,28 @@ impl Out {
     /// The complete frame of the reply (a direct result becomes its frame in place).
     fn into_frame(self) -> Frame {
         match self {
-            Out::Framework(r) => framing::encode(&serde_json::to_vec(&r).unwrap_or_default()),
-            Out::Direct(id, Ok(mut result)) => {
+            Out::Framework(r) => framing::encode(&serde_json::to_vec(&r).unwrap_or_default()).into(),
+            Out::Direct(id, Ok(ReplyBody(mut buf))) => {
                 let id = serde_json::to_string(&id).unwrap_or_else(|_| "null".into());
                 let (head, mid) = (&b"{\"jsonrpc\":\"2.0\",\"id\":"[..], &b",\"result\":"[..]);
-                let mut front = framing::header(head.len() + id.len() + mid.len() + result.len() + 1);
+                let mut front = framing::header(head.len() + id.len() + mid.len() + (buf.len() - FRONT) + 1);
                 front.extend_from_slice(head);
                 front.extend_from_slice(id.as_bytes());
                 front.extend_from_slice(mid);
-                // In place when the result's buffer has room (its sender sizes it with
-                // some): a reply of megabytes is not held twice.
-                result.splice(0..0, front);
-                result.push(b'}');
-                result
+                buf.push(b'}');
+                match FRONT.checked_sub(front.len()) {
+                    Some(start) => {
+                        buf[start..FRONT].copy_from_slice(&front);
+                        Frame { buf, start }
+                    }
+                    None => {
+                        buf.splice(0..FRONT, front);
+                        buf.into()
+                    }
+                }
             }
             Out::Direct(id, Err(e)) => {
-                framing::encode(&serde_json::to_vec(&Response::from_error(id, e)).unwrap_or_default())
+                framing::encode(&serde_json::to_vec(&Response::from_error(id, e)).unwrap_or_default()).into()
             }
         }
     }
@@ -578,7 +625,7 @@ pub async fn serve<S, R, W>(
                 }
             }
             stop.notify_one();
-            let _ = out.0.send(Vec::new()).await;
+            let _ = out.0.send(Vec::new().into()).await;
         }
     };
     let to_answer = outbox.clone();
@@ -616,13 +663,18 @@ mod tests {
 
     #[test]
     fn a_direct_reply_is_one_well_formed_frame() {
+        let body = |json: &[u8]| {
+            reply_with(0, |out| {
+                out.extend_from_slice(json);
+                Ok(())
+            })
+        };
+        // An id too long for the room kept in front of the result.
+        let long = "i".repeat(FRONT);
         for (id, reply, want) in [
-            (
-                Id::Number(7),
-                Ok(br#"{"text":"a\nb"}"#.to_vec()),
-                json!({"jsonrpc":"2.0","id":7,"result":{"text":"a\nb"}}),
-            ),
-            (Id::String("é".into()), Ok(b"null".to_vec()), json!({"jsonrpc":"2.0","id":"é","result":null})),
+            (Id::Number(7), body(br#"{"text":"a\nb"}"#), json!({"jsonrpc":"2.0","id":7,"result":{"text":"a\nb"}})),
+            (Id::String("é".into()), body(b"null"), json!({"jsonrpc":"2.0","id":"é","result":null})),
+            (Id::String(long.clone()), body(b"[1]"), json!({"jsonrpc":"2.0","id":long,"result":[1]})),
             (
                 Id::Number(1),
                 Err(Error::request_cancelled()),

@@ -28,9 +28,18 @@ pub async fn text_document_content(
 pub fn direct(conn: Arc<Conn>, params: Option<serde_json::Value>) -> DirectFuture {
     Box::pin(async move {
         let text = text(&conn, crate::transport::params(params)?).await?;
-        let len = text.len();
-        crate::transport::reply(&TextDocumentContentResult { text }, len)
+        crate::transport::reply_with(text.len(), |out| {
+            result_json(out, &text);
+            Ok(())
+        })
     })
+}
+
+/// `TextDocumentContentResult { text }`'s JSON, the text escaped a word at a time.
+fn result_json(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(b"{\"text\":");
+    forge_protocol::json::push_string(out, text);
+    out.push(b'}');
 }
 
 async fn text(conn: &Arc<Conn>, params: TextDocumentContentParams) -> Result<String> {
@@ -42,8 +51,22 @@ async fn text(conn: &Arc<Conn>, params: TextDocumentContentParams) -> Result<Str
     let text = documents::render_here(conn, &doc, forge_core::Links::Forge).map_err(|e| rpc_error(&e))?;
     if doc.is_plan() {
         conn.mark_known(&uri);
-        let (conn, text) = (conn.clone(), text.clone());
-        tokio::spawn(async move { crate::announce::publish_plan_warnings_of(&conn, &uri, Some(text)).await });
+        crate::announce::plan_warnings_after_read(conn, uri, &text);
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_result_is_what_the_framework_would_send() {
+        for text in ["", "# Plan\n- \"a\" `b` \\ c\tü\n", &"line\n".repeat(1000)] {
+            let mut ours = Vec::new();
+            result_json(&mut ours, text);
+            let theirs = serde_json::to_vec(&TextDocumentContentResult { text: text.to_string() }).unwrap();
+            assert_eq!(ours, theirs);
+        }
+    }
 }
