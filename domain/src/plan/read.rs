@@ -57,11 +57,14 @@ pub fn page(plan: &str, offset: Option<u64>, limit: Option<u64>) -> Page {
     // One buffer for the whole page (a string per line was most of plan-read's time).
     let mut text = String::with_capacity(32 + shown.iter().map(|l| l.len() + 8).sum::<usize>());
     let _ = writeln!(text, "({total} lines total)");
+    // Numbers through itoa: `write!` per line was a tenth of a 2,000-line read.
+    let mut number = itoa::Buffer::new();
     for (i, line) in shown.iter().enumerate() {
         if i > 0 {
             text.push('\n');
         }
-        let _ = write!(text, "{}: ", offset.saturating_add(i));
+        text.push_str(number.format(offset.saturating_add(i)));
+        text.push_str(": ");
         text.push_str(line);
     }
 

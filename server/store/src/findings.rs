@@ -9,16 +9,22 @@ use super::changes::{self, Kind};
 const COLS: &str = "id, file, line, severity, description, scenario, loop_name, section_index, created_at";
 
 fn row(r: &Row) -> rusqlite::Result<Finding> {
-    let severity: String = r.get(3)?;
-    let bucket: String = r.get(6)?;
+    // Read in place: only what the finding keeps is copied (a page has thousands of rows).
+    let text = |i: usize| {
+        r.get_ref(i)?
+            .as_str()
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e)))
+    };
+    let severity = text(3)?;
+    let bucket = text(6)?;
     Ok(Finding {
         id: r.get(0)?,
         file: r.get(1)?,
         line: r.get(2)?,
-        severity: Severity::parse(&severity).unwrap_or(Severity::Warning),
+        severity: Severity::parse(severity).unwrap_or(Severity::Warning),
         description: r.get(4)?,
         scenario: r.get(5)?,
-        loop_name: loop_from_db(&bucket),
+        loop_name: loop_from_db(bucket),
         section_index: section_from_db(r.get(7)?),
         created_at: r.get(8)?,
     })
