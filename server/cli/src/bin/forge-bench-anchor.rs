@@ -15,6 +15,11 @@
 //!   runtime `forge-lsp` builds (multi-threaded, 2 workers), reading `tokio::io::stdin`:
 //!   `initialize` returns default capabilities plus an `executeCommandProvider`, and
 //!   `workspace/executeCommand` returns `null` for any command.
+//! - A command whose first argument is `{"replyBytes": N}` is answered instead with
+//!   `{"text": T}`, T a plan-like text of N bytes (lines of about 100 characters, so about
+//!   one newline to escape per line): the same reply size as a large read of ours, as a
+//!   floor for it. `echo` writes a reply serialized once (the cost of moving its bytes);
+//!   `tower` returns a `Value` the framework serializes on every call, as its handlers do.
 
 use std::io::{BufRead, BufReader, Write};
 
@@ -48,6 +53,23 @@ struct Head {
     id: Option<Value>,
     #[serde(default)]
     method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+}
+
+/// The `replyBytes` a command asks for (see the module docs).
+fn reply_bytes(params: Option<&Value>) -> Option<usize> {
+    let n = params?.get("arguments")?.get(0)?.get("replyBytes")?.as_u64()?;
+    usize::try_from(n).ok()
+}
+
+/// A plan-like text of `n` bytes.
+fn reply_text(n: usize) -> String {
+    const LINE: &str =
+        "- Stage 3, step 12: replace the buffered `Vec<Record>` with a bounded channel and flush often.\n";
+    let mut t = LINE.repeat(n / LINE.len() + 1);
+    t.truncate(n);
+    t
 }
 
 /// Reads one frame's body; `None` at the end of the input.
@@ -81,6 +103,8 @@ fn echo() {
     let mut input = BufReader::with_capacity(1 << 16, std::io::stdin().lock());
     let mut output = std::io::stdout().lock();
     let mut line = String::new();
+    // The large result last asked for, serialized once.
+    let mut large: Option<(usize, String)> = None;
     while let Some(body) = read_frame(&mut input, &mut line) {
         let head: Head = match serde_json::from_slice(&body) {
             Ok(h) => h,
@@ -92,7 +116,17 @@ fn echo() {
         match (head.method.as_deref(), head.id) {
             (Some("exit"), _) => return,
             (Some(_), Some(id)) => {
-                let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":null}}"#);
+                let result = match reply_bytes(head.params.as_ref()) {
+                    Some(n) => {
+                        if large.as_ref().is_none_or(|(m, _)| *m != n) {
+                            let json = serde_json::json!({ "text": reply_text(n) }).to_string();
+                            large = Some((n, json));
+                        }
+                        large.as_ref().map_or("null", |(_, j)| j.as_str())
+                    }
+                    None => "null",
+                };
+                let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
                 let frame = format!("Content-Length: {}\r\n\r\n{reply}", reply.len());
                 if output.write_all(frame.as_bytes()).and_then(|_| output.flush()).is_err() {
                     return;
@@ -104,7 +138,8 @@ fn echo() {
     }
 }
 
-struct NoOp;
+/// The large text last asked for.
+struct NoOp(std::sync::Mutex<String>);
 
 impl LanguageServer for NoOp {
     async fn initialize(&self, _: InitializeParams) -> RpcResult<InitializeResult> {
@@ -124,8 +159,15 @@ impl LanguageServer for NoOp {
         Ok(())
     }
 
-    async fn execute_command(&self, _: ExecuteCommandParams) -> RpcResult<Option<LspAny>> {
-        Ok(None)
+    async fn execute_command(&self, params: ExecuteCommandParams) -> RpcResult<Option<LspAny>> {
+        let asked = serde_json::json!({ "arguments": params.arguments });
+        Ok(reply_bytes(Some(&asked)).map(|n| {
+            let mut text = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if text.len() != n {
+                *text = reply_text(n);
+            }
+            serde_json::json!({ "text": text.clone() })
+        }))
     }
 }
 
@@ -133,7 +175,7 @@ fn tower() {
     // The runtime `forge-lsp` builds (server/cli/src/main.rs).
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     rt.block_on(async {
-        let (service, socket) = LspService::new(|_client| NoOp);
+        let (service, socket) = LspService::new(|_client| NoOp(Default::default()));
         Server::new(tokio::io::stdin(), tokio::io::stdout(), socket).serve(service).await;
     });
 }

@@ -232,6 +232,42 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
         let p = noop.clone();
         ops.push(Op::new(label, Who::Pygls, EXEC, move |_| p.clone()));
     }
+    // The floors of a large reply: the echo and the framework answering with a text as
+    // long as plan-read's (forge-bench-anchor's `replyBytes`).
+    let (_, read) = ours.timed(EXEC, &exec("plan-read", json!({})));
+    let text_bytes = read["text"].as_str().map_or(0, str::len);
+    let large = Server::command("noop", json!({ "replyBytes": text_bytes }));
+    let kb = text_bytes as f64 / 1e3;
+    ops.push(Op::new(
+        format!("raw framed echo, a {kb:.0} KB text (floor of moving plan-read's reply)"),
+        Who::Echo,
+        EXEC,
+        {
+            let p = large.clone();
+            move |_| p.clone()
+        },
+    ));
+    ops.push(Op::new(
+        format!("tower-lsp-server returning a {kb:.0} KB text (framework floor of plan-read's reply)"),
+        Who::Tower,
+        EXEC,
+        {
+            let p = large.clone();
+            move |_| p.clone()
+        },
+    ));
+    ops.push(Op::new(
+        format!(
+            "tower-lsp-server no-op given plan-write's {:.0} KB plan (framework floor of its request)",
+            plans[0].len() as f64 / 1e3
+        ),
+        Who::Tower,
+        EXEC,
+        {
+            let plans = plans.clone();
+            move |i| Server::command("noop", json!({ "content": plans[(i + 1) % 2] }))
+        },
+    ));
     // The plan's current edit token: plan-write sets A, plan-edit swaps it.
     let token_a = Rc::new(Cell::new(true));
     let files = c.files;
