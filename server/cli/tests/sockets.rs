@@ -329,6 +329,17 @@ fn call_json_prints_the_whole_result() {
     let out = sb.call("tools").json().cwd(&repo.path).run();
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert!(v["data"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{v}");
+    // Data the tool serialized itself (the tools list, a review-read page) is printed
+    // indented like the rest, not as one line of JSON text.
+    let write = json!({ "file": "src/a.rs", "line": 3, "severity": "bug", "description": "d" });
+    assert_eq!(sb.call("review-write").input(write).cwd(&repo.path).run().code, 0);
+    let page = sb.call("review-read").json().cwd(&repo.path).run();
+    for out in [&out, &page] {
+        assert_contains(&out.stdout, "\n  \"data\": {\n    \"");
+    }
+    assert_contains(&page.stdout, "\n        \"file\": \"src/a.rs\",\n");
+    let v: Value = serde_json::from_str(&page.stdout).unwrap();
+    assert_eq!(v["data"]["findings"][0]["file"], json!("src/a.rs"), "{v}");
 
     // Failures print the message and, with --json, the error object on stderr.
     let out = sb.call("plan-read").json().session("ses_none").cwd(&repo.path).run();
