@@ -106,6 +106,10 @@ enum Who {
     Echo,
     Tower,
     Pygls,
+    /// Second echo and tower processes for the large-message floors, so that the no-op
+    /// anchors are called once per iteration like every other row.
+    EchoLarge,
+    TowerLarge,
     Ours,
 }
 
@@ -176,6 +180,12 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     let mut tower = Command::new(&anchor_bin);
     tower.arg("tower");
     servers.push((Who::Tower, start_anchor(quiet(tower), &root)));
+    let mut echo = Command::new(&anchor_bin);
+    echo.arg("echo");
+    servers.push((Who::EchoLarge, start_anchor(quiet(echo), &root)));
+    let mut tower = Command::new(&anchor_bin);
+    tower.arg("tower");
+    servers.push((Who::TowerLarge, start_anchor(quiet(tower), &root)));
     let pygls_label = match &anchors.python {
         Ok((python, version)) => {
             let script = w._scratch.dir.join("pygls_anchor.py");
@@ -240,7 +250,7 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     let kb = text_bytes as f64 / 1e3;
     ops.push(Op::new(
         format!("raw framed echo, a {kb:.0} KB text (floor of moving plan-read's reply)"),
-        Who::Echo,
+        Who::EchoLarge,
         EXEC,
         {
             let p = large.clone();
@@ -249,7 +259,7 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     ));
     ops.push(Op::new(
         format!("tower-lsp-server returning a {kb:.0} KB text (framework floor of plan-read's reply)"),
-        Who::Tower,
+        Who::TowerLarge,
         EXEC,
         {
             let p = large.clone();
@@ -261,7 +271,7 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
             "tower-lsp-server no-op given plan-write's {:.0} KB plan (framework floor of its request)",
             plans[0].len() as f64 / 1e3
         ),
-        Who::Tower,
+        Who::TowerLarge,
         EXEC,
         {
             let plans = plans.clone();
