@@ -168,7 +168,7 @@ pub(crate) fn scan(plan: &str) -> Scan {
         let end = (start..next).find(|&j| !fenced[j] && is_stop_heading(lines[j].1)).unwrap_or(next);
         let start = start.min(end);
         let body = &lines[start..end];
-        let joined = body.iter().map(|(_, l)| *l).collect::<Vec<_>>().join("\n");
+        let joined = joined_lines(&text, body);
         let content = js_trim(&joined);
         if content.is_empty() {
             continue;
@@ -190,6 +190,20 @@ pub(crate) fn scan(plan: &str) -> Scan {
     Scan { all, markers: markers.iter().map(|&i| lines[i].0).collect() }
 }
 
+/// `body`'s lines joined with `\n`. Every line is a slice of `text`; lines that follow each
+/// other in it (all of them, unless a legacy marker line was left out between two) are
+/// already joined there, and are borrowed instead of copied.
+fn joined_lines<'a>(text: &'a str, body: &[(usize, &'a str)]) -> std::borrow::Cow<'a, str> {
+    let offset = |line: &str| line.as_ptr() as usize - text.as_ptr() as usize;
+    let consecutive = body.windows(2).all(|w| offset(w[0].1) + w[0].1.len() + 1 == offset(w[1].1));
+    match (body.first(), body.last()) {
+        (Some(first), Some(last)) if consecutive => {
+            std::borrow::Cow::Borrowed(&text[offset(first.1)..offset(last.1) + last.1.len()])
+        }
+        _ => std::borrow::Cow::Owned(body.iter().map(|(_, l)| *l).collect::<Vec<_>>().join("\n")),
+    }
+}
+
 /// Splits a plan into its executable sections.
 pub fn decompose(plan: &str) -> Decomposition {
     let Scan { mut all, markers } = scan(plan);
@@ -207,6 +221,20 @@ pub fn marker_lines(plan: &str) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn joined_lines_borrow_consecutive_lines_and_join_the_others() {
+        let text = "a\nb\n<!-- legacy -->\nc";
+        let lines = split_lines(text);
+        let all: Vec<(usize, &str)> = lines.iter().copied().enumerate().collect();
+        let j = joined_lines(text, &all[..2]);
+        assert!(matches!(j, std::borrow::Cow::Borrowed("a\nb")), "{j:?}");
+        let gap = [all[1], all[3]];
+        let j = joined_lines(text, &gap);
+        assert!(matches!(&j, std::borrow::Cow::Owned(s) if s == "b\nc"), "{j:?}");
+        assert_eq!(joined_lines(text, &[]), "");
+        assert_eq!(joined_lines(text, &all[3..]), "c");
+    }
 
     fn titles(plan: &str) -> Vec<String> {
         decompose(plan).sections.into_iter().map(|s| s.title).collect()

@@ -199,10 +199,11 @@ fn warnings_of(plan: &str, scanned: &Scan, info: &super::loop_name::LoopNameInfo
     let plan_lines = Scanned::new(plan);
     objective_warning(&plan_lines, &mut out);
 
-    // 7: per section.
-    let raw_lines = split_lines(plan);
+    // 7: per section (the plan's raw lines only if a section names an absolute path).
+    let raw_lines = std::cell::OnceCell::new();
+    let raw_lines = || raw_lines.get_or_init(|| split_lines(plan)).as_slice();
     for section in scanned.all.iter().take(MAX_TOTAL_SECTIONS) {
-        section_warnings(section, &raw_lines, &mut out);
+        section_warnings(section, raw_lines, &mut out);
     }
 
     // 8: trailing headings after the last marker.
@@ -299,7 +300,7 @@ fn is_phase_heading(text: &str) -> bool {
     !rest[5..].chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn section_warnings(section: &Section, raw_lines: &[&str], out: &mut Vec<Warning>) {
+fn section_warnings<'p>(section: &Section, raw_lines: impl Fn() -> &'p [&'p str], out: &mut Vec<Warning>) {
     let k = section.index + 1;
     let at = Some(section.marker_line);
     let body = Scanned::new(&section.content);
@@ -328,7 +329,7 @@ fn section_warnings(section: &Section, raw_lines: &[&str], out: &mut Vec<Warning
 
     if let Some(files) = bodies.find("Files") {
         if let Some(path) = find_absolute_path(&files.lines.join("\n")) {
-            let line = raw_lines
+            let line = raw_lines()
                 .iter()
                 .enumerate()
                 .skip(section.start_line)
