@@ -169,23 +169,18 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     seed_findings(&mut w.open_db(), &w.project_id, c.findings, c.files, 1);
     let root = w.target.root.clone();
 
-    let quiet = |mut cmd: Command| {
-        cmd.stderr(Stdio::null());
-        cmd
+    // forge-bench-anchor in `mode`, its stderr dropped.
+    let anchor = |mode: &str| {
+        let mut cmd = Command::new(&anchor_bin);
+        cmd.arg(mode).stderr(Stdio::null());
+        start_anchor(cmd, &root)
     };
-    let mut servers: Vec<(Who, Server)> = vec![];
-    let mut echo = Command::new(&anchor_bin);
-    echo.arg("echo");
-    servers.push((Who::Echo, start_anchor(quiet(echo), &root)));
-    let mut tower = Command::new(&anchor_bin);
-    tower.arg("tower");
-    servers.push((Who::Tower, start_anchor(quiet(tower), &root)));
-    let mut echo = Command::new(&anchor_bin);
-    echo.arg("echo");
-    servers.push((Who::EchoLarge, start_anchor(quiet(echo), &root)));
-    let mut tower = Command::new(&anchor_bin);
-    tower.arg("tower");
-    servers.push((Who::TowerLarge, start_anchor(quiet(tower), &root)));
+    let mut servers: Vec<(Who, Server)> = vec![
+        (Who::Echo, anchor("echo")),
+        (Who::Tower, anchor("tower")),
+        (Who::EchoLarge, anchor("echo")),
+        (Who::TowerLarge, anchor("tower")),
+    ];
     let pygls_label = match &anchors.python {
         Ok((python, version)) => {
             let script = w._scratch.dir.join("pygls_anchor.py");
