@@ -12,10 +12,11 @@
 //! 5. a result that is empty after trimming.
 //!
 //! Nothing else is normalized. Storing (and the running-loop guard) is the
-//! caller's; this module returns the new text and which sections the edit touched,
-//! so the report can list only those.
+//! caller's; this module returns the new text and the lines each replacement covers
+//! in it, so the report can list only the sections those lines touch
+//! ([`touches`], applied by the structure report to its own scan of the stored text).
 
-use super::decompose::decompose;
+use super::decompose::Section;
 use super::js_trim;
 use super::normalize::normalize_plan;
 
@@ -25,9 +26,9 @@ pub enum EditOutcome {
     /// No plan was stored and `oldString` was empty: `text` is the normalized
     /// `newString`, to store as the new plan (report: `Created plan.`).
     Created { text: String },
-    /// The replaced plan text, the number of occurrences replaced, and the indexes
-    /// of the sections (of the new text) whose body overlaps a replaced span.
-    Replaced { text: String, count: usize, touched: Vec<usize> },
+    /// The replaced plan text, the number of occurrences replaced, and the lines of the
+    /// new text each replacement covers (`first..=last`, 0-based).
+    Replaced { text: String, count: usize, lines: Vec<(usize, usize)> },
 }
 
 /// Prefix of every failure.
@@ -97,31 +98,34 @@ pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: boo
         ));
     }
 
-    let touched = touched_sections(&text, &ranges);
-    Ok(EditOutcome::Replaced { text, count, touched })
+    Ok(EditOutcome::Replaced { text, count, lines: ranges })
 }
 
-/// Indexes of the sections of `text` whose `[start_line, end_line)` shares a line
-/// with one of the replaced line ranges (`first..=last`).
-fn touched_sections(text: &str, ranges: &[(usize, usize)]) -> Vec<usize> {
-    decompose(text)
-        .sections
-        .iter()
-        .filter(|s| ranges.iter().any(|&(first, last)| first < s.end_line && last >= s.start_line))
-        .map(|s| s.index)
-        .collect()
+/// Whether a section's `[start_line, end_line)` shares a line with one of the replaced
+/// line ranges (`first..=last`).
+pub fn touches(section: &Section, ranges: &[(usize, usize)]) -> bool {
+    ranges.iter().any(|&(first, last)| first < section.end_line && last >= section.start_line)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::decompose::decompose;
 
     const BASE: &str =
         "# Plan\n\n<!-- forge-section -->\n## Phase 1\n- do one\n\n<!-- forge-section -->\n## Phase 2\n- do two\n";
 
+    /// Indexes of the sections of `text` an edit's replaced `ranges` touch.
+    fn touched_sections(text: &str, ranges: &[(usize, usize)]) -> Vec<usize> {
+        decompose(text).sections.iter().filter(|s| touches(s, ranges)).map(|s| s.index).collect()
+    }
+
     fn replaced(outcome: Result<EditOutcome, String>) -> (String, usize, Vec<usize>) {
         match outcome {
-            Ok(EditOutcome::Replaced { text, count, touched }) => (text, count, touched),
+            Ok(EditOutcome::Replaced { text, count, lines }) => {
+                let touched = touched_sections(&text, &lines);
+                (text, count, touched)
+            }
             other => panic!("expected a replacement, got {other:?}"),
         }
     }

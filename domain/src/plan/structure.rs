@@ -44,8 +44,14 @@ impl Warning {
 pub enum Outline {
     /// Every section (plan-write).
     Full,
-    /// Only the sections with these indexes (plan-edit: the touched ones).
+    /// Only the sections with these indexes.
     Focused(Vec<usize>),
+    /// Only the sections that share a line with one of these ranges (`first..=last`):
+    /// plan-edit's replaced lines ([`super::edit::touches`]), so the edited plan is
+    /// decomposed once, by the report. The stored text has the edited text's lines:
+    /// sanitizing removes path prefixes inside lines (a project directory whose name
+    /// holds a newline would shift them, and only which sections the report lists).
+    Touching(Vec<(usize, usize)>),
 }
 
 /// The structure report of a stored plan.
@@ -116,6 +122,7 @@ pub fn report(stored: &str, outline: Outline) -> StructureReport {
         .filter(|s| match &outline {
             Outline::Full => true,
             Outline::Focused(indexes) => indexes.contains(&s.index),
+            Outline::Touching(ranges) => super::edit::touches(s, ranges),
         })
         .map(|s| (s.index, s.title.clone()))
         .collect();
@@ -698,6 +705,12 @@ mod tests {
         let none = report(plan, Outline::Focused(vec![])).render();
         // An edit that touched no section says so instead of an empty list.
         assert!(none.contains("Sections (2): none changed by this edit\nWarnings:"), "{none}");
+        // By replaced lines: line 6 is Phase 2's body, line 0 is the preamble, lines 3..=5
+        // span the end of Phase 1 and the start of Phase 2.
+        for (lines, want) in [(vec![(6, 6)], vec![1]), (vec![(0, 0)], vec![]), (vec![(3, 5)], vec![0, 1])] {
+            let touching = report(plan, Outline::Touching(lines.clone())).outline;
+            assert_eq!(touching.iter().map(|(i, _)| *i).collect::<Vec<_>>(), want, "{lines:?}");
+        }
     }
 
     #[test]

@@ -38,10 +38,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     .map_err(ToolError::invalid)?;
     let (prefix, text, outline, count) = match outcome {
         EditOutcome::Created { text } => ("Created plan.".to_string(), text, structure::Outline::Full, 0),
-        EditOutcome::Replaced { text, count, touched } => (
+        EditOutcome::Replaced { text, count, lines } => (
             format!("Replaced {count} occurrence(s)."),
             text,
-            structure::Outline::Focused(touched),
+            structure::Outline::Touching(lines),
             count,
         ),
     };
