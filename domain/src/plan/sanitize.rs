@@ -23,7 +23,14 @@ pub fn sanitize_paths(text: &str, project_dir: &str, home: Option<&str>) -> Stri
             }
         }
     }
-    prefixes.iter().fold(text.to_string(), |acc, prefix| acc.replace(prefix.as_str(), ""))
+    // A plan rarely names its own directory: search first, copy only on a hit.
+    let mut out = std::borrow::Cow::Borrowed(text);
+    for prefix in &prefixes {
+        if out.contains(prefix.as_str()) {
+            out = std::borrow::Cow::Owned(out.replace(prefix.as_str(), ""));
+        }
+    }
+    out.into_owned()
 }
 
 #[cfg(test)]
