@@ -124,8 +124,13 @@ fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
         .filter(|&(i, line)| raw_fenced[i] || !is_legacy_section_marker(line))
         .map(|(i, line)| (origin.get(i).copied().unwrap_or(i), *line))
         .collect();
-    let texts: Vec<&str> = lines.iter().map(|(_, l)| *l).collect();
-    let fenced = fenced_lines(&texts);
+    // Without legacy marker lines left out, the lines are the raw ones and so is their
+    // fence state.
+    let fenced = if lines.len() == raw.len() {
+        raw_fenced
+    } else {
+        fenced_lines(&lines.iter().map(|(_, l)| *l).collect::<Vec<_>>())
+    };
     Prepared { lines, fenced }
 }
 
@@ -149,15 +154,28 @@ fn section_title(body: &[(usize, &str)], fenced: &[bool]) -> Option<String> {
 /// Every section with a non-empty body (no cap) and the original line of every
 /// marker: the one scan that [`decompose`], [`marker_lines`] and the structure
 /// warnings share.
-pub(crate) struct Scan {
+pub(crate) struct Scan<'a> {
     pub(crate) all: Vec<Section>,
     pub(crate) markers: Vec<usize>,
+    /// The plan's own lines and their fence state, when the scan read the plan as it is
+    /// (no plan markers stripped, no legacy marker line left out): the structure
+    /// warnings reuse them instead of splitting and fencing the plan again.
+    pub(crate) plain: Option<(Vec<&'a str>, Vec<bool>)>,
 }
 
-pub(crate) fn scan(plan: &str) -> Scan {
+pub(crate) fn scan(plan: &str) -> Scan<'_> {
     let original_line_count = crate::text::line_count(plan);
-    let (text, origin) = strip_plan_markers(plan);
-    let Prepared { lines, fenced } = prepare(&text, &origin);
+    match strip_plan_markers(plan) {
+        (std::borrow::Cow::Borrowed(text), origin) => scan_text(text, &origin, original_line_count),
+        (std::borrow::Cow::Owned(text), origin) => {
+            let Scan { all, markers, .. } = scan_text(&text, &origin, original_line_count);
+            Scan { all, markers, plain: None }
+        }
+    }
+}
+
+fn scan_text<'t>(text: &'t str, origin: &[usize], original_line_count: usize) -> Scan<'t> {
+    let Prepared { lines, fenced } = prepare(text, origin);
 
     let markers: Vec<usize> = (0..lines.len()).filter(|&i| !fenced[i] && is_section_marker(lines[i].1)).collect();
 
@@ -168,7 +186,7 @@ pub(crate) fn scan(plan: &str) -> Scan {
         let end = (start..next).find(|&j| !fenced[j] && is_stop_heading(lines[j].1)).unwrap_or(next);
         let start = start.min(end);
         let body = &lines[start..end];
-        let joined = joined_lines(&text, body);
+        let joined = joined_lines(text, body);
         let content = js_trim(&joined);
         if content.is_empty() {
             continue;
@@ -187,7 +205,11 @@ pub(crate) fn scan(plan: &str) -> Scan {
         });
     }
 
-    Scan { all, markers: markers.iter().map(|&i| lines[i].0).collect() }
+    let markers = markers.iter().map(|&i| lines[i].0).collect();
+    // Every line kept: the lines are the plan's (`text` is the plan when called from
+    // `scan` with nothing stripped; with markers stripped, `scan` drops this).
+    let plain = (lines.len() == original_line_count).then(|| (lines.into_iter().map(|(_, l)| l).collect(), fenced));
+    Scan { all, markers, plain }
 }
 
 /// `body`'s lines joined with `\n`. Every line is a slice of `text`; lines that follow each
@@ -206,7 +228,7 @@ fn joined_lines<'a>(text: &'a str, body: &[(usize, &'a str)]) -> std::borrow::Co
 
 /// Splits a plan into its executable sections.
 pub fn decompose(plan: &str) -> Decomposition {
-    let Scan { mut all, markers } = scan(plan);
+    let Scan { mut all, markers, .. } = scan(plan);
     let uncapped_count = all.len();
     all.truncate(MAX_TOTAL_SECTIONS);
     Decomposition { sections: all, marker_count: markers.len(), uncapped_count }

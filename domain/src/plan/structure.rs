@@ -203,7 +203,10 @@ fn warnings_of(plan: &str, scanned: &Scan, info: &super::loop_name::LoopNameInfo
     }
 
     // 6: objective.
-    let plan_lines = Scanned::new(plan);
+    let plan_lines = match &scanned.plain {
+        Some((lines, fenced)) => Scanned::from_parts(lines, fenced.clone()),
+        None => Scanned::new(plan),
+    };
     objective_warning(&plan_lines, &mut out);
 
     // 7: per section (the plan's raw lines only if a section names an absolute path).
@@ -241,6 +244,11 @@ impl<'a> Scanned<'a> {
     fn new(text: &'a str) -> Self {
         let raw = split_lines(text);
         let fenced = fenced_lines(&raw);
+        Scanned::from_parts(&raw, fenced)
+    }
+
+    /// From a text's lines and their fence state ([`fenced_lines`] of them).
+    fn from_parts(raw: &[&'a str], fenced: Vec<bool>) -> Self {
         let delimiters = fence_delimiters(&fenced);
         Scanned {
             lines: raw.iter().zip(fenced.iter().zip(delimiters)).map(|(line, (&f, d))| (js_trim(line), f, d)).collect(),
@@ -730,6 +738,22 @@ mod tests {
     fn counts_lines_and_utf16_chars() {
         let r = report("a😀\n", Outline::Full);
         assert_eq!((r.lines, r.chars), (2, 4));
+    }
+
+    #[test]
+    fn the_scans_lines_are_the_plans_own_when_it_read_the_plan_as_it_is() {
+        let fenced = "# P\n```\n<!-- forge-section -->\n```\n<!-- forge-section -->\n## Phase 1\n~~~~\nx";
+        let legacy = "# P\n<!-- forge-section:start -->\n<!-- forge-section -->\n## Phase 1\n- a";
+        let wrapped = "<!-- forge-plan:start -->\n# P\n<!-- forge-section -->\n## Phase 1\n<!-- forge-plan:end -->";
+        for (plan, plain) in
+            [(complete_plan(), true), (fenced.to_string(), true), (legacy.into(), false), (wrapped.into(), false)]
+        {
+            let scan = scan(&plan);
+            assert_eq!(scan.plain.is_some(), plain, "{plan:?}");
+            if let Some((lines, fenced)) = &scan.plain {
+                assert_eq!(Scanned::from_parts(lines, fenced.clone()).lines, Scanned::new(&plan).lines, "{plan:?}");
+            }
+        }
     }
 
     #[test]
