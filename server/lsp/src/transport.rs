@@ -312,15 +312,10 @@ pub fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T
     serde_json::from_value(params).map_err(|e| Error::invalid_params(e.to_string()))
 }
 
-/// The reply of a request the server took: `value` serialized into a buffer sized for
-/// `text_len` bytes of text (most of a big reply) and some more, so that it is not regrown
-/// while written and has room to become its frame in place.
-pub fn reply<T: serde::Serialize>(value: &T, text_len: usize) -> DirectReply {
-    reply_with(text_len, |out| serde_json::to_writer(out, value).map_err(|_| Error::internal_error()))
-}
-
 /// The reply of a request the server took, as `write` appends its result's JSON to the
-/// buffer it is given (sized as for [`reply`]; `write` only appends).
+/// buffer it is given: sized for `text_len` bytes of text (most of a big reply) and some
+/// more, so that it is not regrown while written, after [`FRONT`] bytes of room to become
+/// its frame in place. `write` only appends.
 pub fn reply_with(text_len: usize, write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> DirectReply {
     let mut out = Vec::with_capacity(FRONT + text_len + text_len / 16 + 1024);
     out.resize(FRONT, 0);
