@@ -170,11 +170,28 @@ fn derived_title(lines: &Lines<'_>) -> String {
 /// Reads the loop name information of a plan.
 pub fn detect(plan: &str) -> LoopNameInfo {
     let lines = Lines::new(plan);
+    info_of(&lines, &canonical_in(&lines))
+}
+
+/// [`detect`] and [`canonical_declarations`] in one pass, from the plan's lines and their
+/// fence state when the caller has them ([`fenced_lines`] of [`split_lines`] of `plan`).
+pub(crate) fn detect_with_canonical(
+    plan: &str,
+    parts: Option<(&[&str], &[bool])>,
+) -> (LoopNameInfo, Vec<(usize, String)>) {
+    let lines = match parts {
+        Some((lines, fenced)) => Lines { lines: lines.to_vec(), fenced: fenced.to_vec() },
+        None => Lines::new(plan),
+    };
     let canonical = canonical_in(&lines);
-    let explicit = explicit_in(&lines, &canonical);
+    (info_of(&lines, &canonical), canonical)
+}
+
+fn info_of(lines: &Lines<'_>, canonical: &[(usize, String)]) -> LoopNameInfo {
+    let explicit = explicit_in(lines, canonical);
     let display_name = match &explicit {
         Some((_, name)) => name.clone(),
-        None => derived_title(&lines),
+        None => derived_title(lines),
     };
     LoopNameInfo {
         canonical_count: canonical.len(),

@@ -20,7 +20,7 @@
 
 use super::decompose::{scan, Scan, Section};
 use super::fences::{fence_delimiters, fenced_lines};
-use super::loop_name::{canonical_declarations, detect, MAX_LOOP_NAME_LENGTH};
+use super::loop_name::{detect_with_canonical, MAX_LOOP_NAME_LENGTH};
 use super::{atx_heading, is_js_space, is_section_marker, js_trim, js_trim_end, MAX_TOTAL_SECTIONS};
 use crate::text::{js_len, split_lines};
 
@@ -126,26 +126,36 @@ pub fn report(stored: &str, outline: Outline) -> StructureReport {
         })
         .map(|s| (s.index, s.title.clone()))
         .collect();
-    let info = detect(stored);
+    let plain = scanned.plain.as_ref().map(|(l, f)| (l.as_slice(), f.as_slice()));
+    let (info, canonical) = detect_with_canonical(stored, plain);
     StructureReport {
         lines: crate::text::line_count(stored),
         chars: js_len(stored),
         loop_name: info.explicit.clone(),
         section_count: sections.len(),
         outline: listed,
-        warnings: warnings_of(stored, &scanned, &info),
+        warnings: warnings_of(stored, &scanned, &info, &canonical),
     }
 }
 
 /// The structure warnings of a plan, in the order of FORGE-REFERENCE §3.5.
 pub fn warnings(plan: &str) -> Vec<Warning> {
-    warnings_of(plan, &scan(plan), &detect(plan))
+    let scanned = scan(plan);
+    let plain = scanned.plain.as_ref().map(|(l, f)| (l.as_slice(), f.as_slice()));
+    let (info, canonical) = detect_with_canonical(plan, plain);
+    warnings_of(plan, &scanned, &info, &canonical)
 }
 
 const REQUIRED_SECTION_HEADINGS: [&str; 4] = ["Files", "Edits", "Acceptance Criteria", "Verification"];
 const REQUIRED_TRAILING_HEADINGS: [&str; 3] = ["Decisions", "Conventions", "Key Context"];
 
-fn warnings_of(plan: &str, scanned: &Scan, info: &super::loop_name::LoopNameInfo) -> Vec<Warning> {
+/// `canonical`: the plan's canonical `Loop Name:` declarations (read with `info`).
+fn warnings_of(
+    plan: &str,
+    scanned: &Scan,
+    info: &super::loop_name::LoopNameInfo,
+    canonical: &[(usize, String)],
+) -> Vec<Warning> {
     let mut out = Vec::new();
     let marker_count = scanned.markers.len();
 
@@ -178,7 +188,6 @@ fn warnings_of(plan: &str, scanned: &Scan, info: &super::loop_name::LoopNameInfo
     }
 
     // 4-5: loop name.
-    let canonical = canonical_declarations(plan);
     if info.explicit.is_none() {
         out.push(Warning::new(
             "No \"Loop Name:\" line found: the loop name will be derived from the plan title.",
@@ -745,14 +754,25 @@ mod tests {
         let fenced = "# P\n```\n<!-- forge-section -->\n```\n<!-- forge-section -->\n## Phase 1\n~~~~\nx";
         let legacy = "# P\n<!-- forge-section:start -->\n<!-- forge-section -->\n## Phase 1\n- a";
         let wrapped = "<!-- forge-plan:start -->\n# P\n<!-- forge-section -->\n## Phase 1\n<!-- forge-plan:end -->";
-        for (plan, plain) in
-            [(complete_plan(), true), (fenced.to_string(), true), (legacy.into(), false), (wrapped.into(), false)]
-        {
+        let names = "# P\n```\nLoop Name: fenced\n```\nLoop Name: real-one\nLoop Name: Not Canonical";
+        let cases = [
+            (complete_plan(), true),
+            (fenced.into(), true),
+            (names.into(), true),
+            (legacy.into(), false),
+            (wrapped.into(), false),
+        ];
+        for (plan, plain) in cases {
             let scan = scan(&plan);
             assert_eq!(scan.plain.is_some(), plain, "{plan:?}");
             if let Some((lines, fenced)) = &scan.plain {
                 assert_eq!(Scanned::from_parts(lines, fenced.clone()).lines, Scanned::new(&plan).lines, "{plan:?}");
             }
+            // The loop name read from the scan's lines is the one read from the plan.
+            let parts = scan.plain.as_ref().map(|(l, f)| (l.as_slice(), f.as_slice()));
+            let want = (super::super::loop_name::detect(&plan), super::super::loop_name::canonical_declarations(&plan));
+            assert_eq!(detect_with_canonical(&plan, parts), want, "{plan:?}");
+            assert_eq!(detect_with_canonical(&plan, None), want, "{plan:?}");
         }
     }
 
