@@ -20,7 +20,7 @@
 
 use super::decompose::{scan, Scan, Section};
 use super::fences::{fence_delimiters, fenced_lines};
-use super::loop_name::{detect_with_canonical, MAX_LOOP_NAME_LENGTH};
+use super::loop_name::{detect_with_canonical, LoopNameInfo, MAX_LOOP_NAME_LENGTH};
 use super::{atx_heading, is_js_space, is_section_marker, js_trim, js_trim_end, MAX_TOTAL_SECTIONS};
 use crate::text::{js_len, split_lines};
 
@@ -44,8 +44,6 @@ impl Warning {
 pub enum Outline {
     /// Every section (plan-write).
     Full,
-    /// Only the sections with these indexes.
-    Focused(Vec<usize>),
     /// Only the sections that share a line with one of these ranges (`first..=last`):
     /// plan-edit's replaced lines ([`super::edit::touches`]), so the edited plan is
     /// decomposed once, by the report. The stored text has the edited text's lines:
@@ -121,13 +119,11 @@ pub fn report(stored: &str, outline: Outline) -> StructureReport {
         .iter()
         .filter(|s| match &outline {
             Outline::Full => true,
-            Outline::Focused(indexes) => indexes.contains(&s.index),
             Outline::Touching(ranges) => super::edit::touches(s, ranges),
         })
         .map(|s| (s.index, s.title.clone()))
         .collect();
-    let plain = scanned.plain.as_ref().map(|(l, f)| (l.as_slice(), f.as_slice()));
-    let (info, canonical) = detect_with_canonical(stored, plain);
+    let (info, canonical) = loop_name_of(stored, &scanned);
     StructureReport {
         lines: crate::text::line_count(stored),
         chars: js_len(stored),
@@ -141,21 +137,22 @@ pub fn report(stored: &str, outline: Outline) -> StructureReport {
 /// The structure warnings of a plan, in the order of FORGE-REFERENCE §3.5.
 pub fn warnings(plan: &str) -> Vec<Warning> {
     let scanned = scan(plan);
-    let plain = scanned.plain.as_ref().map(|(l, f)| (l.as_slice(), f.as_slice()));
-    let (info, canonical) = detect_with_canonical(plan, plain);
+    let (info, canonical) = loop_name_of(plan, &scanned);
     warnings_of(plan, &scanned, &info, &canonical)
+}
+
+/// The loop name and canonical declarations of a plan, read from its scan's lines when
+/// the scan has them.
+fn loop_name_of(plan: &str, scanned: &Scan) -> (LoopNameInfo, Vec<(usize, String)>) {
+    let plain = scanned.plain.as_ref().map(|(l, f)| (l.as_slice(), f.as_slice()));
+    detect_with_canonical(plan, plain)
 }
 
 const REQUIRED_SECTION_HEADINGS: [&str; 4] = ["Files", "Edits", "Acceptance Criteria", "Verification"];
 const REQUIRED_TRAILING_HEADINGS: [&str; 3] = ["Decisions", "Conventions", "Key Context"];
 
 /// `canonical`: the plan's canonical `Loop Name:` declarations (read with `info`).
-fn warnings_of(
-    plan: &str,
-    scanned: &Scan,
-    info: &super::loop_name::LoopNameInfo,
-    canonical: &[(usize, String)],
-) -> Vec<Warning> {
+fn warnings_of(plan: &str, scanned: &Scan, info: &LoopNameInfo, canonical: &[(usize, String)]) -> Vec<Warning> {
     let mut out = Vec::new();
     let marker_count = scanned.markers.len();
 
@@ -717,9 +714,10 @@ mod tests {
             "Plan stored: 7 lines, 84 chars.\nLoop Name: r\nSections (2):\n  1. Phase 1\n  2. Phase 2\nWarnings:\n  - "
         ));
         assert!(!text.ends_with('\n'));
-        let focused = report(plan, Outline::Focused(vec![1])).render();
+        // Line 6 is Phase 2's body.
+        let focused = report(plan, Outline::Touching(vec![(6, 6)])).render();
         assert!(focused.contains("Sections (2):\n  2. Phase 2\nWarnings:"));
-        let none = report(plan, Outline::Focused(vec![])).render();
+        let none = report(plan, Outline::Touching(vec![])).render();
         // An edit that touched no section says so instead of an empty list.
         assert!(none.contains("Sections (2): none changed by this edit\nWarnings:"), "{none}");
         // By replaced lines: line 6 is Phase 2's body, line 0 is the preamble, lines 3..=5
@@ -791,7 +789,7 @@ mod tests {
         ];
         for plan in odd {
             let _ = warnings(plan);
-            let _ = report(plan, Outline::Focused(vec![0, 99])).render();
+            let _ = report(plan, Outline::Touching(vec![(0, 0), (99, usize::MAX)])).render();
         }
     }
 }
