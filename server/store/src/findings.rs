@@ -10,6 +10,7 @@ const COLS: &str = "id, file, line, severity, description, scenario, loop_name, 
 
 fn row(r: &Row) -> rusqlite::Result<Finding> {
     // Read in place: only what the finding keeps is copied (a page has thousands of rows).
+    // Not `as_str()?`: rusqlite's own conversion drops the column from the error.
     let text = |i: usize| {
         r.get_ref(i)?
             .as_str()

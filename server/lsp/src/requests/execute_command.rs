@@ -31,10 +31,7 @@ pub fn direct(conn: Arc<Conn>, params: Option<Value>) -> DirectFuture {
         let r = run(&conn, params).await?;
         // Data built as JSON text is copied as it is: its length is known.
         let len = r.text.len() + r.data.as_json_text().map_or(0, str::len);
-        crate::transport::reply_with(len, |out| {
-            r.write_json(out);
-            Ok(())
-        })
+        crate::transport::reply_with(len, |out| r.write_json(out))
     })
 }
 

@@ -28,10 +28,7 @@ pub async fn text_document_content(
 pub fn direct(conn: Arc<Conn>, params: Option<serde_json::Value>) -> DirectFuture {
     Box::pin(async move {
         let text = text(&conn, crate::transport::params(params)?).await?;
-        crate::transport::reply_with(text.len(), |out| {
-            result_json(out, &text);
-            Ok(())
-        })
+        crate::transport::reply_with(text.len(), |out| result_json(out, &text))
     })
 }
 
