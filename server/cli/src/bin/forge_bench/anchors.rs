@@ -438,31 +438,55 @@ fn floors(
     eprintln!("[anchors] floors of large messages ({kb:.0} KB replies, a {plan_kb:.0} KB request)");
     let noop = Server::command("noop", json!({}));
     let constant = |v: Value| move |_| v.clone();
-    let mut ops = vec![
-        Op::new("tower-lsp-server no-op: workspace/executeCommand → null", Who::Tower, EXEC, constant(noop)),
-        Op::new(format!("raw framed echo answering a {kb:.0} KB text"), Who::EchoLarge, EXEC, constant(large.clone())),
-        Op::new(format!("tower-lsp-server returning a {kb:.0} KB text"), Who::TowerLarge, EXEC, constant(large)),
-        Op::new(format!("tower-lsp-server no-op given a {plan_kb:.0} KB plan"), Who::TowerLarge, EXEC, {
-            let plans = plans.clone();
-            move |i| Server::command("noop", json!({ "content": plans[(i + 1) % 2] }))
-        }),
-        Op::new("forge.plan-read (2,000 lines)", Who::Ours, EXEC, constant(exec("plan-read", json!({})))),
-        Op::new(
-            "workspace/textDocumentContent (2,000-line plan)",
-            Who::Ours,
-            "workspace/textDocumentContent",
-            constant(json!({ "uri": uri })),
+    // Each row with the row of its floor (the framework given the same reply or request).
+    let (reply_floor, request_floor) = (Some(2), Some(3));
+    let rows = vec![
+        (Op::new("tower-lsp-server no-op: workspace/executeCommand → null", Who::Tower, EXEC, constant(noop)), None),
+        (
+            Op::new(
+                format!("raw framed echo answering a {kb:.0} KB text"),
+                Who::EchoLarge,
+                EXEC,
+                constant(large.clone()),
+            ),
+            None,
         ),
-        Op::new("forge.plan-write (2,000 lines, 24 sections)", Who::Ours, EXEC, {
-            let plans = plans.clone();
-            move |i| exec("plan-write", json!({ "content": plans[(i + 1) % 2] }))
-        }),
+        (
+            Op::new(format!("tower-lsp-server returning a {kb:.0} KB text"), Who::TowerLarge, EXEC, constant(large)),
+            None,
+        ),
+        (
+            Op::new(format!("tower-lsp-server no-op given a {plan_kb:.0} KB plan"), Who::TowerLarge, EXEC, {
+                let plans = plans.clone();
+                move |i| Server::command("noop", json!({ "content": plans[(i + 1) % 2] }))
+            }),
+            None,
+        ),
+        (
+            Op::new("forge.plan-read (2,000 lines)", Who::Ours, EXEC, constant(exec("plan-read", json!({})))),
+            reply_floor,
+        ),
+        (
+            Op::new(
+                "workspace/textDocumentContent (2,000-line plan)",
+                Who::Ours,
+                "workspace/textDocumentContent",
+                constant(json!({ "uri": uri })),
+            ),
+            reply_floor,
+        ),
+        (
+            Op::new("forge.plan-write (2,000 lines, 24 sections)", Who::Ours, EXEC, {
+                let plans = plans.clone();
+                move |i| exec("plan-write", json!({ "content": plans[(i + 1) % 2] }))
+            }),
+            request_floor,
+        ),
     ];
+    let (mut ops, floor_of): (Vec<Op>, Vec<Option<usize>>) = rows.into_iter().unzip();
     interleave(&mut ops, servers, ours, c.warm + c.iterations, c.warm);
     let lat: Vec<Latency> = ops.into_iter().map(|o| Latency::new(o.name, o.samples)).collect();
     let base = lat[0].p50().as_secs_f64();
-    // Each of ours against its floor: the framework with the same reply or request.
-    let floor_of = [None, None, None, None, Some(2), Some(2), Some(3)];
     let mut t = String::from(
         "| large messages and their floors, interleaved | n | p50 ms | ÷ tower no-op | ÷ its framework floor |\n|---|---:|---:|---:|---:|\n",
     );
