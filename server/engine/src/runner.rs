@@ -700,12 +700,13 @@ impl Runner {
                 );
                 Ok(CommandResult {
                     text,
-                    data: forge_protocol::Data::from(json!({
+                    data: json!({
                         "loopName": self.loop_name, "sessionId": target, "role": role, "state": state,
                         "current": is_live, "running": is_live && self.live.handle.is_some(),
                         "stopped": is_live && self.live.stopped, "turn": turns,
                         "lastActivityAt": at, "lastActivitySource": source, "queuedMessages": queued,
-                    })),
+                    })
+                    .into(),
                 })
             }
             TaskAction::Message(message) => {
@@ -720,7 +721,7 @@ impl Runner {
                     text: format!(
                         "Message queued for session {target} without launching or resuming it; it goes at the start of the session's next turn ({waiting} waiting)."
                     ),
-                    data: forge_protocol::Data::from(json!({ "sessionId": target, "queuedMessages": waiting })),
+                    data: json!({ "sessionId": target, "queuedMessages": waiting }).into(),
                 })
             }
             TaskAction::Cancel => {
@@ -730,7 +731,7 @@ impl Runner {
                 let Some(h) = self.live.handle.take() else {
                     return Ok(CommandResult {
                         text: format!("No turn of session {target} is running; nothing was stopped."),
-                        data: forge_protocol::Data::from(json!({ "sessionId": target, "interrupted": false })),
+                        data: json!({ "sessionId": target, "interrupted": false }).into(),
                     });
                 };
                 self.live.stopped = true;
@@ -743,7 +744,7 @@ impl Runner {
                         "Stopped turn {} of session {target} ({role}); the session is kept and the loop waits: task-revive resumes it with an instruction. Partial edits in the worktree were not rolled back.",
                         self.live.turns
                     ),
-                    data: forge_protocol::Data::from(json!({ "sessionId": target, "interrupted": true, "turn": self.live.turns })),
+                    data: json!({ "sessionId": target, "interrupted": true, "turn": self.live.turns }).into(),
                 })
             }
             TaskAction::Revive(instruction) => {
@@ -768,7 +769,7 @@ impl Runner {
                         "Session {target} ({role}) resumed with your instruction (turn {}).",
                         self.live.turns
                     ),
-                    data: forge_protocol::Data::from(json!({ "sessionId": target, "turn": self.live.turns })),
+                    data: json!({ "sessionId": target, "turn": self.live.turns }).into(),
                 })
             }
         }
@@ -1431,9 +1432,7 @@ fn cancelled_result(row: &LoopRow, iteration: i64) -> CommandResult {
     }
     CommandResult {
         text,
-        data: forge_protocol::Data::from(
-            json!({ "loopName": row.loop_name, "iteration": iteration, "worktreeDir": row.worktree_dir, "branch": row.worktree_branch }),
-        ),
+        data: json!({ "loopName": row.loop_name, "iteration": iteration, "worktreeDir": row.worktree_dir, "branch": row.worktree_branch }).into(),
     }
 }
 

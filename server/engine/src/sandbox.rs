@@ -557,14 +557,15 @@ pub fn shell_result(c: &Captured, timeout_ms: u64, sandboxed: bool) -> CommandRe
     }
     CommandResult {
         text: text.trim_end().to_string(),
-        data: forge_protocol::Data::from(json!({
+        data: json!({
             "exitCode": c.exit_code,
             "stdout": c.stdout,
             "stderr": c.stderr,
             "stdoutTruncated": c.stdout_truncated(),
             "stderrTruncated": c.stderr_truncated(),
             "timedOut": c.timed_out,
-        })),
+        })
+        .into(),
     }
 }
 

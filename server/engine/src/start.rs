@@ -204,10 +204,10 @@ pub async fn start_loop(
     );
     Ok(CommandResult {
         text,
-        data: forge_protocol::Data::from(json!({
+        data: json!({
             "loopName": name, "sessionId": session, "worktreeDir": wt.dir, "branch": branch, "baseCommit": wt.base_commit,
             "totalSections": total, "maxIterations": max_iterations,
-        })),
+        }).into(),
     })
 }
 
@@ -378,7 +378,7 @@ pub async fn new_session(
             "New session started!\n\nSession: {session}\nTitle: {title}\nModel: {model}\n\nThe session runs the code agent with the plan in {}. It is not a loop: loop-status and loop-cancel do not track it.",
             env.project.root.display()
         ),
-        data: forge_protocol::Data::from(json!({ "sessionId": session, "title": title, "model": model })),
+        data: json!({ "sessionId": session, "title": title, "model": model }).into(),
     })
 }
 
@@ -525,8 +525,6 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
     text.push_str(&format!("\nBranch: {branch}"));
     Ok(CommandResult {
         text,
-        data: forge_protocol::Data::from(
-            json!({ "loopName": name, "sessionId": session, "iteration": 1, "phase": plan.phase.as_str() }),
-        ),
+        data: json!({ "loopName": name, "sessionId": session, "iteration": 1, "phase": plan.phase.as_str() }).into(),
     })
 }

@@ -315,7 +315,7 @@ fn plugin_call(conn: &Connection, env: &ToolEnv, p: plugins::PluginTool, input: 
     let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = cancel.clone();
     Ok(Done {
-        result: CommandResult { text: String::new(), data: forge_protocol::Data::from(Value::Null) },
+        result: CommandResult { text: String::new(), data: forge_protocol::Data::default() },
         effect: None,
         after: Some(Box::new(move || {
             let timeout = std::time::Duration::from_millis(env.config.plugin_timeout_ms);

@@ -31,7 +31,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     // Parse and validate now: a malformed patch fails before anything else happens.
     forge_domain::patch::parse_patch(&input.patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
     ctx.after = Some(Box::new(move || apply(&root, &input.patch)));
-    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::from(serde_json::Value::Null) })
+    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
 fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
@@ -95,7 +95,7 @@ fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
             FileChange::Move { from, to, .. } => json!({ "kind": "move", "path": to, "from": from }),
         })
         .collect();
-    Ok(CommandResult { text, data: forge_protocol::Data::from(json!({ "changes": changes, "notes": plan.notes })) })
+    Ok(CommandResult { text, data: json!({ "changes": changes, "notes": plan.notes }).into() })
 }
 
 /// Writes `content` to a temporary file beside `rel`'s target (creating parent

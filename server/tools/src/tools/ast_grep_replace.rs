@@ -38,7 +38,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let dry = input.dry_run.unwrap_or(true);
     let rewrite = input.rewrite;
     ctx.after = Some(Box::new(move || replace(&root, &start, lang, exts, &pat, &rewrite, dry)));
-    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::from(serde_json::Value::Null) })
+    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
 struct FileEdit {
@@ -97,7 +97,7 @@ fn replace(
         }
         return Ok(CommandResult {
             text,
-            data: forge_protocol::Data::from(json!({ "dryRun": dry, "applied": false, "files": [], "total": 0, "skipped": skipped })),
+            data: json!({ "dryRun": dry, "applied": false, "files": [], "total": 0, "skipped": skipped }).into(),
         });
     }
     let mut body = preview.join("\n");
@@ -113,7 +113,7 @@ fn replace(
         );
         return Ok(CommandResult {
             text,
-            data: forge_protocol::Data::from(json!({ "dryRun": true, "applied": false, "files": files_json, "total": total, "skipped": skipped })),
+            data: json!({ "dryRun": true, "applied": false, "files": files_json, "total": total, "skipped": skipped }).into(),
         });
     }
     write_all(&edits)?;
@@ -125,7 +125,7 @@ fn replace(
     );
     Ok(CommandResult {
         text,
-        data: forge_protocol::Data::from(json!({ "dryRun": false, "applied": true, "files": files_json, "total": total, "skipped": skipped })),
+        data: json!({ "dryRun": false, "applied": true, "files": files_json, "total": total, "skipped": skipped }).into(),
     })
 }
 

@@ -31,7 +31,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
     ctx.after = Some(Box::new(move || search(&root, &start, lang, exts, &pat)));
-    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::from(serde_json::Value::Null) })
+    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
 fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pattern) -> Result<CommandResult, ToolError> {
@@ -73,6 +73,6 @@ fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pat
     }
     Ok(CommandResult {
         text,
-        data: forge_protocol::Data::from(json!({ "matches": hits, "total": total, "filesSearched": files.len(), "truncated": total > lines.len(), "skipped": skipped })),
+        data: json!({ "matches": hits, "total": total, "filesSearched": files.len(), "truncated": total > lines.len(), "skipped": skipped }).into(),
     })
 }

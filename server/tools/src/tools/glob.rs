@@ -40,7 +40,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         )));
     }
     ctx.after = Some(Box::new(move || list(&root, &start, &glob)));
-    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::from(serde_json::Value::Null) })
+    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
 fn list(root: &Path, start: &Path, glob: &globset::GlobMatcher) -> Result<CommandResult, ToolError> {
@@ -68,5 +68,5 @@ fn list(root: &Path, start: &Path, glob: &globset::GlobMatcher) -> Result<Comman
         if total == 1 { "" } else { "s" },
         if total > MAX_FILES { format!(" (showing the newest {MAX_FILES})") } else { String::new() }
     ));
-    Ok(CommandResult { text, data: forge_protocol::Data::from(json!({ "files": paths, "total": total })) })
+    Ok(CommandResult { text, data: json!({ "files": paths, "total": total }).into() })
 }

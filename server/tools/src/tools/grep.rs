@@ -51,7 +51,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
     ctx.after = Some(Box::new(move || search(&root, &start, &matcher, include.as_ref(), limit as usize)));
-    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::from(serde_json::Value::Null) })
+    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
 fn search(
@@ -114,5 +114,5 @@ fn search(
         if files == 1 { "" } else { "s" },
         if truncated { format!(" (stopped at the limit of {limit}; narrow the search or raise limit)") } else { String::new() }
     ));
-    Ok(CommandResult { text, data: forge_protocol::Data::from(json!({ "matches": hits, "truncated": truncated, "filesSearched": files })) })
+    Ok(CommandResult { text, data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files }).into() })
 }

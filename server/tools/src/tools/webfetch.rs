@@ -104,7 +104,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         data_dir,
     };
     ctx.after = Some(Box::new(move || fetch(url, &opts)));
-    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::from(serde_json::Value::Null) })
+    Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
 /// One response, redirects resolved.
@@ -313,7 +313,7 @@ fn result(requested: &Url, f: &Fetched, text: String, source: &str) -> CommandRe
     head.push_str(text.trim());
     CommandResult {
         text: head,
-        data: forge_protocol::Data::from(json!({
+        data: json!({
             "url": f.url.as_str(),
             "requested": requested.as_str(),
             "status": f.status,
@@ -322,7 +322,7 @@ fn result(requested: &Url, f: &Fetched, text: String, source: &str) -> CommandRe
             "truncated": f.truncated,
             "source": source,
             "cache": f.cache,
-        })),
+        }).into(),
     }
 }
 
@@ -406,7 +406,7 @@ fn save_binary(requested: &Url, f: &Fetched, opts: &Opts) -> Result<CommandResul
     );
     Ok(CommandResult {
         text,
-        data: forge_protocol::Data::from(json!({
+        data: json!({
             "url": f.url.as_str(),
             "requested": requested.as_str(),
             "status": f.status,
@@ -416,7 +416,7 @@ fn save_binary(requested: &Url, f: &Fetched, opts: &Opts) -> Result<CommandResul
             "source": "page",
             "cache": f.cache,
             "savedTo": path.display().to_string(),
-        })),
+        }).into(),
     })
 }
 
