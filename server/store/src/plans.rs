@@ -73,9 +73,17 @@ pub fn recent(conn: &Connection, project: &str, limit: usize) -> rusqlite::Resul
 }
 
 /// Writes a session plan. Identical content is not rewritten (`updated_at` kept);
-/// returns whether a write happened.
-pub fn put_session(conn: &Connection, project: &str, session: &str, content: &str, now: i64) -> rusqlite::Result<bool> {
-    if let Some(existing) = get_session(conn, project, session)? {
+/// returns whether a write happened. `existing`: what [`get_session`] returned for the
+/// session in the same transaction (the caller has read it; it is not read again).
+pub fn put_session(
+    conn: &Connection,
+    project: &str,
+    session: &str,
+    existing: Option<&PlanRow>,
+    content: &str,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    if let Some(existing) = existing {
         if existing.content == content {
             return Ok(false);
         }

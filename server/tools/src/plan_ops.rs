@@ -43,12 +43,18 @@ pub fn running_loop_guard(ctx: &ToolCtx, session: &str) -> Result<(), ToolError>
 }
 
 /// The single session write path: sanitise project paths, skip identical content,
-/// store. Returns the stored text and whether it was written.
-pub fn write_session_plan(ctx: &ToolCtx, session: &str, text: &str) -> Result<(String, bool), ToolError> {
+/// store. `existing`: the session's stored plan, read by the caller in this call's
+/// transaction. Returns the stored text and whether it was written.
+pub fn write_session_plan(
+    ctx: &ToolCtx,
+    session: &str,
+    existing: Option<&plans::PlanRow>,
+    text: &str,
+) -> Result<(String, bool), ToolError> {
     check_plan_size(ctx, text)?;
     let root = ctx.env.project.root.display().to_string();
     let stored = sanitize_paths(text, &root, ctx.env.home.as_deref());
-    let written = plans::put_session(ctx.db, ctx.project_id(), session, &stored, ctx.now).db()?;
+    let written = plans::put_session(ctx.db, ctx.project_id(), session, existing, &stored, ctx.now).db()?;
     Ok((stored, written))
 }
 

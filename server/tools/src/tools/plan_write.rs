@@ -4,8 +4,9 @@
 use forge_domain::plan::{normalize::normalize_plan, structure};
 use forge_protocol::{CommandResult, ToolError};
 
-use super::{ok, ToolCtx};
+use super::{ok, Db, ToolCtx};
 use crate::plan_ops;
+use forge_store::plans;
 
 pub const NEEDS_SERVER: bool = false;
 
@@ -20,7 +21,8 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let session = plan_ops::target_session(ctx, "plan-write", input.session_id.as_deref())?;
     plan_ops::running_loop_guard(ctx, &session)?;
     let normalized = normalize_plan(&input.content).map_err(|m| ToolError::invalid(format!("plan-write failed: {m}")))?;
-    let (stored, written) = plan_ops::write_session_plan(ctx, &session, &normalized)?;
+    let existing = plans::get_session(ctx.db, ctx.project_id(), &session).db()?;
+    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), &normalized)?;
     let report = structure::report(&stored, structure::Outline::Full);
     ok(report.render(), plan_ops::report_data(&session, &report, written))
 }
