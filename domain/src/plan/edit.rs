@@ -55,7 +55,8 @@ pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: boo
         ));
     }
 
-    let positions: Vec<usize> = existing.match_indices(old).map(|(at, _)| at).collect();
+    // Non-overlapping, left to right, as `str::match_indices`, with memchr's vector search.
+    let positions: Vec<usize> = memchr::memmem::find_iter(existing.as_bytes(), old.as_bytes()).collect();
     let count = positions.len();
     if count == 0 {
         return Err(format!(

@@ -36,18 +36,34 @@ pub(crate) fn is_js_space(c: char) -> bool {
     (c.is_whitespace() && c != '\u{85}') || c == '\u{FEFF}'
 }
 
+/// Whether `b` is a printable ASCII byte other than space: never [`is_js_space`], and
+/// never part of a longer UTF-8 sequence. Lets the trims below skip decoding characters
+/// for the common line that neither starts nor ends with white space.
+fn is_ascii_graphic(b: Option<&u8>) -> bool {
+    b.is_some_and(|b| b.is_ascii_graphic())
+}
+
 /// JavaScript `String.prototype.trim`.
 pub(crate) fn js_trim(s: &str) -> &str {
+    if is_ascii_graphic(s.as_bytes().first()) && is_ascii_graphic(s.as_bytes().last()) {
+        return s;
+    }
     s.trim_matches(is_js_space)
 }
 
 /// JavaScript `String.prototype.trimStart`.
 pub(crate) fn js_trim_start(s: &str) -> &str {
+    if is_ascii_graphic(s.as_bytes().first()) {
+        return s;
+    }
     s.trim_start_matches(is_js_space)
 }
 
 /// JavaScript `String.prototype.trimEnd`.
 pub(crate) fn js_trim_end(s: &str) -> &str {
+    if is_ascii_graphic(s.as_bytes().last()) {
+        return s;
+    }
     s.trim_end_matches(is_js_space)
 }
 
@@ -151,6 +167,24 @@ mod tests {
     fn trims_like_javascript() {
         assert_eq!(js_trim("\u{feff} x \u{3000}"), "x");
         assert_eq!(js_trim("\u{85}x"), "\u{85}x");
+    }
+
+    #[test]
+    fn the_ascii_shortcut_trims_as_the_full_trims() {
+        // Every ASCII character and some others at either end of a word.
+        let ends: Vec<char> =
+            (0u8..128).map(char::from).chain(['\u{85}', '\u{a0}', '\u{feff}', '\u{3000}', 'é']).collect();
+        for &first in &ends {
+            for &last in &ends {
+                let s = format!("{first}x{last}");
+                assert_eq!(js_trim(&s), s.trim_matches(is_js_space), "{s:?}");
+                assert_eq!(js_trim_start(&s), s.trim_start_matches(is_js_space), "{s:?}");
+                assert_eq!(js_trim_end(&s), s.trim_end_matches(is_js_space), "{s:?}");
+            }
+            let one = first.to_string();
+            assert_eq!(js_trim(&one), one.trim_matches(is_js_space), "{one:?}");
+        }
+        assert_eq!(js_trim(""), "");
     }
 
     #[test]
