@@ -61,8 +61,11 @@ fn check_size(field: &str, text: &str) -> Result<(), String> {
 ///
 /// `limit` defaults to 20 and must be within 1..=100; `beforeId` must be a positive
 /// integer. Out-of-range values are errors naming the field, not silently clamped.
-/// Findings per page of `review-read` when `limit` is not given.
-pub const DEFAULT_FINDINGS_LIMIT: i64 = 500;
+/// Findings per page of `review-read` when `limit` is not given. An agent reads the page
+/// whole into its context, and agent CLIs cap what one tool call may return (Claude Code
+/// refuses an MCP result over 25,000 tokens and moves one over 50,000 characters into a
+/// file): a hundred findings of a few hundred characters each stay under both.
+pub const DEFAULT_FINDINGS_LIMIT: i64 = 100;
 /// The largest page of findings `review-read` returns.
 pub const MAX_FINDINGS_LIMIT: i64 = 5000;
 

@@ -54,6 +54,23 @@ fn review_read_pages_newest_first() {
 }
 
 #[test]
+fn the_default_page_is_a_hundred_findings() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    for l in 1..=101 {
+        c.tool_ok("review-write", json!({ "file": "a.rs", "line": l, "severity": "bug", "description": "a finding" }));
+    }
+    let page = c.tool_ok("review-read", json!({}));
+    assert_eq!(page.data["findings"].as_array().unwrap().len(), 100);
+    let next = page.data["nextBeforeId"].as_i64().expect("a next page");
+    assert!(page.text.contains(&format!("beforeId: {next}")), "{}", page.text);
+    let rest = c.tool_ok("review-read", json!({ "beforeId": next }));
+    assert_eq!(rest.data["findings"].as_array().unwrap().len(), 1);
+}
+
+#[test]
 fn a_plan_over_the_configured_size_is_refused_and_nothing_is_stored() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
