@@ -26,7 +26,7 @@
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rusqlite::Connection;
 
@@ -61,20 +61,26 @@ pub(crate) fn take_frames() -> u32 {
     LOG_FRAMES.with(|f| f.replace(0))
 }
 
-/// The checkpoint thread of one database: woken by [`Checkpoints::due`], ended by
-/// [`Checkpoints::stop`].
+/// The checkpoint thread of one database: started at the first request
+/// ([`Checkpoints::due`]; an idle store has none), ended by [`Checkpoints::stop`].
 pub(crate) struct Checkpoints {
+    path: PathBuf,
+    signal: Arc<Signal>,
+    /// Whether the thread runs (`false`: it could not be started; the committing thread's
+    /// own checkpoints at [`MOST_FRAMES`] still bound the log).
+    started: OnceLock<bool>,
+}
+
+/// What the store and its checkpoint thread share.
+#[derive(Default)]
+struct Signal {
     wanted: Waker,
     stopped: AtomicBool,
 }
 
 impl Checkpoints {
-    /// Starts the thread; its connection is opened at its first checkpoint.
-    pub(crate) fn start(path: PathBuf) -> std::io::Result<Arc<Self>> {
-        let this = Arc::new(Checkpoints { wanted: Waker::default(), stopped: AtomicBool::new(false) });
-        let t = this.clone();
-        std::thread::Builder::new().name("forge-store-checkpoint".into()).spawn(move || t.run(&path))?;
-        Ok(this)
+    pub(crate) fn new(path: PathBuf) -> Self {
+        Checkpoints { path, signal: Arc::default(), started: OnceLock::new() }
     }
 
     /// After a commit on this thread, on `conn` (the write connection, hooked): asks the
@@ -93,44 +99,57 @@ impl Checkpoints {
         }
     }
 
-    /// Asks for a checkpoint (requests while one runs make one more after it).
+    /// Asks for a checkpoint (requests while one runs make one more after it), starting
+    /// the thread at the first.
     pub(crate) fn due(&self) {
-        self.wanted.wake();
+        let running = *self.started.get_or_init(|| {
+            let (signal, path) = (self.signal.clone(), self.path.clone());
+            let spawned =
+                std::thread::Builder::new().name("forge-store-checkpoint".into()).spawn(move || run(&signal, &path));
+            if let Err(e) = &spawned {
+                tracing::warn!("cannot start the checkpoint thread of {}: {e}", self.path.display());
+            }
+            spawned.is_ok()
+        });
+        if running {
+            self.signal.wanted.wake();
+        }
     }
 
-    /// Ends the thread (and closes its connection) once its current checkpoint is done.
+    /// Ends the thread, if it runs (and closes its connection) once its current
+    /// checkpoint is done.
     pub(crate) fn stop(&self) {
-        self.stopped.store(true, Ordering::Release);
-        self.wanted.wake();
+        self.signal.stopped.store(true, Ordering::Release);
+        self.signal.wanted.wake();
     }
+}
 
-    fn run(&self, path: &std::path::Path) {
-        let mut conn: Option<Connection> = None;
-        loop {
-            let woken = self.wanted.wait(std::time::Duration::from_secs(3600));
-            if self.stopped.load(Ordering::Acquire) {
-                return;
-            }
-            if !woken {
-                continue;
-            }
-            if conn.is_none() {
-                // Never creates the file: it is the store's, opened and migrated.
-                let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-                match Connection::open_with_flags(path, flags) {
-                    Ok(c) => conn = Some(c),
-                    Err(e) => {
-                        tracing::warn!("cannot open {} to checkpoint its log: {e}", path.display());
-                        continue;
-                    }
+fn run(signal: &Signal, path: &std::path::Path) {
+    let mut conn: Option<Connection> = None;
+    loop {
+        let woken = signal.wanted.wait(std::time::Duration::from_secs(3600));
+        if signal.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        if !woken {
+            continue;
+        }
+        if conn.is_none() {
+            // Never creates the file: it is the store's, opened and migrated.
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            match Connection::open_with_flags(path, flags) {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::warn!("cannot open {} to checkpoint its log: {e}", path.display());
+                    continue;
                 }
             }
-            if let Some(c) = &conn {
-                // Returns (busy, log pages, pages copied); a busy or partial checkpoint is
-                // retried at the next request.
-                if let Err(e) = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                    tracing::warn!("checkpoint of {} failed: {e}", path.display());
-                }
+        }
+        if let Some(c) = &conn {
+            // Returns (busy, log pages, pages copied); a busy or partial checkpoint is
+            // retried at the next request.
+            if let Err(e) = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                tracing::warn!("checkpoint of {} failed: {e}", path.display());
             }
         }
     }
@@ -180,7 +199,7 @@ mod tests {
         c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
         let before = db_bytes(&path);
         hook(&c);
-        let checkpoints = Checkpoints::start(path.clone()).unwrap();
+        let checkpoints = Checkpoints::new(path.clone());
         write_pages(&c, 600);
         assert_eq!(db_bytes(&path), before, "the commits did not checkpoint themselves");
         checkpoints.after_commit(&c);
@@ -201,7 +220,7 @@ mod tests {
         let before = db_bytes(&path);
         hook(&c);
         // Stopped at once: only the committing thread can checkpoint.
-        let checkpoints = Checkpoints::start(path.clone()).unwrap();
+        let checkpoints = Checkpoints::new(path.clone());
         checkpoints.stop();
         // A page of the log per commit or more.
         write_pages(&c, MOST_FRAMES as usize);

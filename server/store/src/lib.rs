@@ -333,7 +333,7 @@ struct Writer {
     /// Grouped writes whose callers wait for them (queued, running or not yet delivered).
     waiting: std::sync::atomic::AtomicUsize,
     /// Checkpoints the log off the write path (`checkpoint` module).
-    checkpoints: Arc<checkpoint::Checkpoints>,
+    checkpoints: checkpoint::Checkpoints,
 }
 
 /// Counts a caller in [`Writer::waiting`] while it lives.
@@ -473,8 +473,7 @@ impl Store {
     pub fn open(path: &Path) -> Result<Self, OpenError> {
         let conn = open_connection(path)?;
         checkpoint::hook(&conn);
-        let checkpoints =
-            checkpoint::Checkpoints::start(path.to_path_buf()).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+        let checkpoints = checkpoint::Checkpoints::new(path.to_path_buf());
         let writer = Arc::new(Writer {
             conn: std::sync::Mutex::new(conn),
             queue: Default::default(),
