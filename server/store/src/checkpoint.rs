@@ -3,8 +3,8 @@
 //! In WAL mode SQLite copies the log back into the database file (a checkpoint) when a
 //! commit leaves the log at 1,000 pages or more, inside that commit, on the committing
 //! thread: the write that crosses the threshold waits for the copy and its syncs, and so
-//! does every write queued behind it (with the store's ~10 pages per finding, one write in
-//! a hundred). A [`Store`](crate::Store)'s write connection has that automatic checkpoint
+//! does every write queued behind it (with about seven pages per review-write, one write in
+//! 140). A [`Store`](crate::Store)'s write connection has that automatic checkpoint
 //! replaced by a hook that only notes how long the log is ([`hook`]); after a commit that
 //! leaves it at [`FRAMES`] pages or more, [`Checkpoints::after_commit`] asks this module's
 //! thread to checkpoint, on a connection of its own, while writes go on.
