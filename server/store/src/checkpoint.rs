@@ -171,18 +171,24 @@ mod tests {
         }
     }
 
+    /// A fresh database with an empty log, and its write connection with the hook.
+    fn hooked() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let c = crate::open_connection(&dir.path().join("forge.db")).unwrap();
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        hook(&c);
+        (dir, c)
+    }
+
     fn db_bytes(path: &std::path::Path) -> u64 {
         std::fs::metadata(path).unwrap().len()
     }
 
     #[test]
     fn the_hook_notes_the_log_instead_of_checkpointing() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, c) = hooked();
         let path = dir.path().join("forge.db");
-        let c = crate::open_connection(&path).unwrap();
-        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
         let before = db_bytes(&path);
-        hook(&c);
         assert_eq!(take_frames(), 0, "nothing committed yet");
         write_pages(&c, 600);
         let frames = take_frames();
@@ -193,12 +199,9 @@ mod tests {
 
     #[test]
     fn the_thread_copies_the_log_while_the_writer_goes_on() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, c) = hooked();
         let path = dir.path().join("forge.db");
-        let c = crate::open_connection(&path).unwrap();
-        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
         let before = db_bytes(&path);
-        hook(&c);
         let checkpoints = Checkpoints::new(path.clone());
         write_pages(&c, 600);
         assert_eq!(db_bytes(&path), before, "the commits did not checkpoint themselves");
@@ -213,12 +216,9 @@ mod tests {
 
     #[test]
     fn a_log_that_never_pauses_is_checkpointed_by_the_committing_thread() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, c) = hooked();
         let path = dir.path().join("forge.db");
-        let c = crate::open_connection(&path).unwrap();
-        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
         let before = db_bytes(&path);
-        hook(&c);
         // Stopped at once: only the committing thread can checkpoint.
         let checkpoints = Checkpoints::new(path.clone());
         checkpoints.stop();
