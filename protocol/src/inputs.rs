@@ -166,7 +166,7 @@ pub struct ReviewReadInput {
     /// Return durable audit-attempt history instead of live findings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<bool>,
-    /// Page size: findings 1 to 5000 (default 500); with attempts: true, 1 to 100 (default 20).
+    /// Page size: findings 1 to 5000 (default 100); with attempts: true, 1 to 100 (default 20).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<i64>,
     /// Read findings (or attempts) older than this positive id: the previous reply's nextBeforeId.

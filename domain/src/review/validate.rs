@@ -57,10 +57,6 @@ fn check_size(field: &str, text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The attempt-history page of `review-read attempts: true`: `(limit, beforeId)`.
-///
-/// `limit` defaults to 20 and must be within 1..=100; `beforeId` must be a positive
-/// integer. Out-of-range values are errors naming the field, not silently clamped.
 /// Findings per page of `review-read` when `limit` is not given. An agent reads the page
 /// whole into its context, and agent CLIs cap what one tool call may return (Claude Code
 /// refuses an MCP result over 25,000 tokens and moves one over 50,000 characters into a
@@ -75,6 +71,10 @@ pub fn findings_page(limit: Option<i64>, before_id: Option<i64>) -> Result<(usiz
     page(limit, before_id, DEFAULT_FINDINGS_LIMIT, MAX_FINDINGS_LIMIT)
 }
 
+/// The attempt-history page of `review-read attempts: true`: `(limit, beforeId)`.
+///
+/// `limit` defaults to 20 and must be within 1..=100; `beforeId` must be a positive
+/// integer. Out-of-range values are errors naming the field, not silently clamped.
 pub fn attempts_page(limit: Option<i64>, before_id: Option<i64>) -> Result<(usize, Option<i64>), String> {
     page(limit, before_id, DEFAULT_ATTEMPTS_LIMIT, MAX_ATTEMPTS_LIMIT)
 }

@@ -19,8 +19,9 @@
 //! copied most of it by then), and the next write starts the log over.
 //!
 //! Invariant: the log of a `Store`'s database stays under about [`MOST_FRAMES`] pages plus
-//! one group's writes, unless a reader holds an old snapshot (then no checkpoint can
-//! finish, as with SQLite's own). Connections opened outside a `Store` (`forge-lsp call` run
+//! what is written while the thread finishes a checkpoint (the committing thread's own
+//! finds it busy and is tried again at the next commit), unless a reader holds an old
+//! snapshot (then no checkpoint can finish, as with SQLite's own). Connections opened outside a `Store` (`forge-lsp call` run
 //! in its own process, migrations) keep SQLite's automatic checkpoint.
 
 use std::cell::Cell;

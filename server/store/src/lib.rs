@@ -660,6 +660,8 @@ impl Drop for HandToWriter<'_> {
 /// The writer thread: plain jobs one by one, and the queued grouped writes whenever it
 /// holds the connection (after every job, and when a leader left some behind).
 fn writer_loop(writer: &Writer, rx: std_mpsc::Receiver<Work>) {
+    // Ends the checkpoint thread with this one, a panicking job included.
+    let _stop = StopCheckpoints(&writer.checkpoints);
     while let Ok(work) = rx.recv() {
         let mut work = Some(work);
         loop {
@@ -678,7 +680,15 @@ fn writer_loop(writer: &Writer, rx: std_mpsc::Receiver<Work>) {
             }
         }
     }
-    writer.checkpoints.stop();
+}
+
+/// Stops a store's checkpoint thread when dropped.
+struct StopCheckpoints<'a>(&'a checkpoint::Checkpoints);
+
+impl Drop for StopCheckpoints<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// One transaction for a group of writes, a savepoint each; results after the commit.
