@@ -376,9 +376,15 @@ impl Writer {
             if group.is_empty() {
                 return;
             }
-            run_group(conn, group);
-            self.checkpoints.after_commit(conn);
+            self.commit(conn, group);
         }
+    }
+
+    /// Runs `group` on `conn` (held by the caller) and then looks at the log's length
+    /// (`checkpoint` module): every group goes through here.
+    fn commit(&self, conn: &Connection, group: Vec<GroupJob>) {
+        run_group(conn, group);
+        self.checkpoints.after_commit(conn);
     }
 }
 
@@ -628,8 +634,7 @@ impl Store {
             }
         };
         if let Some(job) = lone {
-            run_group(&conn, vec![job]);
-            self.writer.checkpoints.after_commit(&conn);
+            self.writer.commit(&conn, vec![job]);
         }
         drop(conn);
         // What is queued now (several writes, or writes that came while this thread held
