@@ -35,10 +35,10 @@ use crate::Waker;
 
 /// Log growth (pages) after which the thread is asked to checkpoint: SQLite's own
 /// threshold for its automatic checkpoint.
-pub(crate) const FRAMES: u32 = 1000;
+const FRAMES: u32 = 1000;
 
 /// Log length (pages, 16 MB) at which the committing thread checkpoints itself.
-pub(crate) const MOST_FRAMES: u32 = 4 * FRAMES;
+const MOST_FRAMES: u32 = 4 * FRAMES;
 
 thread_local! {
     /// The log length the last commit on this thread left, until read ([`take_frames`]).
@@ -58,7 +58,7 @@ pub(crate) fn hook(conn: &Connection) {
 
 /// The log length the last commit on this thread left (0 when nothing was committed since
 /// the last call).
-pub(crate) fn take_frames() -> u32 {
+fn take_frames() -> u32 {
     LOG_FRAMES.with(|f| f.replace(0))
 }
 
@@ -102,7 +102,7 @@ impl Checkpoints {
 
     /// Asks for a checkpoint (requests while one runs make one more after it), starting
     /// the thread at the first.
-    pub(crate) fn due(&self) {
+    fn due(&self) {
         let running = *self.started.get_or_init(|| {
             let (signal, path) = (self.signal.clone(), self.path.clone());
             let spawned =
@@ -159,26 +159,33 @@ fn run(signal: &Signal, path: &std::path::Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::changes::{self, Kind};
 
     fn write_pages(c: &Connection, commits: usize) {
-        // A 3,900-byte value: about one page of the log per commit, plus the table's.
+        // A 3,900-byte key: about one page of the log per commit, plus the table's.
         let big = "x".repeat(3900);
         for i in 0..commits {
-            c.execute(
-                "INSERT INTO changes (project_id, kind, key, at) VALUES ('p','plan',?1,0)",
-                [format!("{i}{big}")],
-            )
-            .unwrap();
+            changes::record(c, "p", Kind::Plan, &format!("{i}{big}"), 0).unwrap();
         }
     }
 
-    /// A fresh database with an empty log, and its write connection with the hook.
-    fn hooked() -> (tempfile::TempDir, Connection) {
+    /// A fresh database with an empty log, its write connection with the hook, and the
+    /// database file's size.
+    struct Hooked {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        conn: Connection,
+        before: u64,
+    }
+
+    fn hooked() -> Hooked {
         let dir = tempfile::tempdir().unwrap();
-        let c = crate::open_connection(&dir.path().join("forge.db")).unwrap();
-        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
-        hook(&c);
-        (dir, c)
+        let path = dir.path().join("forge.db");
+        let conn = crate::open_connection(&path).unwrap();
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        hook(&conn);
+        let before = db_bytes(&path);
+        Hooked { _dir: dir, path, conn, before }
     }
 
     fn db_bytes(path: &std::path::Path) -> u64 {
@@ -187,47 +194,41 @@ mod tests {
 
     #[test]
     fn the_hook_notes_the_log_instead_of_checkpointing() {
-        let (dir, c) = hooked();
-        let path = dir.path().join("forge.db");
-        let before = db_bytes(&path);
+        let h = hooked();
         assert_eq!(take_frames(), 0, "nothing committed yet");
-        write_pages(&c, 600);
+        write_pages(&h.conn, 600);
         let frames = take_frames();
         assert!(frames >= FRAMES, "600 commits of a page or more leave {frames} frames");
         assert_eq!(take_frames(), 0, "read once");
-        assert_eq!(db_bytes(&path), before, "no automatic checkpoint copied the log into the file");
+        assert_eq!(db_bytes(&h.path), h.before, "no automatic checkpoint copied the log into the file");
     }
 
     #[test]
     fn the_thread_copies_the_log_while_the_writer_goes_on() {
-        let (dir, c) = hooked();
-        let path = dir.path().join("forge.db");
-        let before = db_bytes(&path);
-        let checkpoints = Checkpoints::new(path.clone());
-        write_pages(&c, 600);
-        assert_eq!(db_bytes(&path), before, "the commits did not checkpoint themselves");
-        checkpoints.after_commit(&c);
+        let h = hooked();
+        let checkpoints = Checkpoints::new(h.path.clone());
+        write_pages(&h.conn, 600);
+        assert_eq!(db_bytes(&h.path), h.before, "the commits did not checkpoint themselves");
+        checkpoints.after_commit(&h.conn);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while db_bytes(&path) < before + 600 * 4096 && std::time::Instant::now() < deadline {
+        while db_bytes(&h.path) < h.before + 600 * 4096 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert!(db_bytes(&path) >= before + 600 * 4096, "the thread copied the log into the file");
+        assert!(db_bytes(&h.path) >= h.before + 600 * 4096, "the thread copied the log into the file");
         checkpoints.stop();
     }
 
     #[test]
     fn a_log_that_never_pauses_is_checkpointed_by_the_committing_thread() {
-        let (dir, c) = hooked();
-        let path = dir.path().join("forge.db");
-        let before = db_bytes(&path);
+        let h = hooked();
         // Stopped at once: only the committing thread can checkpoint.
-        let checkpoints = Checkpoints::new(path.clone());
+        let checkpoints = Checkpoints::new(h.path.clone());
         checkpoints.stop();
         // A page of the log per commit or more.
-        write_pages(&c, MOST_FRAMES as usize);
-        checkpoints.after_commit(&c);
-        assert!(db_bytes(&path) >= before + 1000 * 4096, "the committing thread copied the log");
-        write_pages(&c, 1);
+        write_pages(&h.conn, MOST_FRAMES as usize);
+        checkpoints.after_commit(&h.conn);
+        assert!(db_bytes(&h.path) >= h.before + 1000 * 4096, "the committing thread copied the log");
+        write_pages(&h.conn, 1);
         assert!(take_frames() < 10, "the next write started the log over");
     }
 }
