@@ -118,12 +118,17 @@ fn strip_plan_markers(plan: &str) -> (std::borrow::Cow<'_, str>, Vec<usize>) {
 fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
     let raw: Vec<&str> = split_lines(text);
     let raw_fenced = fenced_lines(&raw);
-    let lines: Vec<(usize, &str)> = raw
-        .iter()
-        .enumerate()
-        .filter(|&(i, line)| raw_fenced[i] || !is_legacy_section_marker(line))
-        .map(|(i, line)| (origin.get(i).copied().unwrap_or(i), *line))
-        .collect();
+    let original = |(i, line): (usize, &&'a str)| (origin.get(i).copied().unwrap_or(i), *line);
+    // Every legacy marker holds this literal; a plan without it keeps all its lines.
+    let lines: Vec<(usize, &str)> = if memchr::memmem::find(text.as_bytes(), b"forge-section:").is_none() {
+        raw.iter().enumerate().map(original).collect()
+    } else {
+        raw.iter()
+            .enumerate()
+            .filter(|&(i, line)| raw_fenced[i] || !is_legacy_section_marker(line))
+            .map(original)
+            .collect()
+    };
     // Without legacy marker lines left out, the lines are the raw ones and so is their
     // fence state.
     let fenced = if lines.len() == raw.len() {
@@ -139,6 +144,10 @@ fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
 fn section_title(body: &[(usize, &str)], fenced: &[bool]) -> Option<String> {
     body.iter().zip(fenced).find_map(|((_, line), &in_fence)| {
         if in_fence {
+            return None;
+        }
+        // The pattern starts with `##`: only such lines need the regex.
+        if !line.starts_with("##") {
             return None;
         }
         let caps = SECTION_TITLE.captures(line)?;

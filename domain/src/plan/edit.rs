@@ -43,7 +43,7 @@ pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: boo
     let Some(existing) = existing else {
         if old.is_empty() {
             return normalize_plan(new)
-                .map(|text| EditOutcome::Created { text })
+                .map(|text| EditOutcome::Created { text: text.into_owned() })
                 .map_err(|reason| format!("{FAILED}{reason}"));
         }
         return Err(format!("{FAILED}no plan stored for this session. Use plan-write to create it first."));

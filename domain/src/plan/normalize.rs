@@ -6,6 +6,8 @@
 //! exactly one pair of wrapper lines (outside code fences) only the trimmed body
 //! between them is kept.
 
+use std::borrow::Cow;
+
 use super::fences::fenced_lines;
 use super::js_trim;
 use crate::text::split_lines;
@@ -24,10 +26,15 @@ pub const UNBALANCED: &str =
 /// The text to store for submitted `content`. `Err` holds the failure text without
 /// the tool prefix (e.g. `"content is empty."`); callers prepend
 /// `"plan-write failed: "` or `"plan-edit failed: "`.
-pub fn normalize_plan(content: &str) -> Result<String, String> {
+/// The text is borrowed from `content` unless a plan wrapper was removed.
+pub fn normalize_plan(content: &str) -> Result<Cow<'_, str>, String> {
     let trimmed = js_trim(content);
     if trimmed.is_empty() {
         return Err(EMPTY.to_string());
+    }
+    // Both wrapper lines hold this literal: a plan without it has none to remove.
+    if memchr::memmem::find(trimmed.as_bytes(), b"forge-plan:").is_none() {
+        return Ok(Cow::Borrowed(trimmed));
     }
     let lines = split_lines(trimmed);
     let fenced = fenced_lines(&lines);
@@ -38,7 +45,7 @@ pub fn normalize_plan(content: &str) -> Result<String, String> {
     let ends = unfenced_equal(PLAN_END);
 
     if starts.is_empty() && ends.is_empty() {
-        return Ok(trimmed.to_string());
+        return Ok(Cow::Borrowed(trimmed));
     }
     if starts.len() > 1 || ends.len() > 1 {
         return Err(MULTIPLE.to_string());
@@ -62,7 +69,7 @@ pub fn normalize_plan(content: &str) -> Result<String, String> {
     if body.is_empty() {
         return Err(EMPTY.to_string());
     }
-    Ok(body.to_string())
+    Ok(Cow::Owned(body.to_string()))
 }
 
 #[cfg(test)]

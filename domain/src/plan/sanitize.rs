@@ -8,11 +8,12 @@
 /// Removes every `<project_dir>/` from `text` and, when `project_dir` is below
 /// `home`, every `~/<relative>/`. Trailing slashes of `project_dir` are ignored;
 /// an empty (or `/`) project directory changes nothing. Occurrences are removed
-/// left to right without overlapping, and removal does not rescan the result.
-pub fn sanitize_paths(text: &str, project_dir: &str, home: Option<&str>) -> String {
+/// left to right without overlapping, and removal does not rescan the result. The text
+/// is borrowed when nothing was removed.
+pub fn sanitize_paths<'t>(text: &'t str, project_dir: &str, home: Option<&str>) -> std::borrow::Cow<'t, str> {
     let dir = project_dir.trim_end_matches('/');
     if dir.is_empty() {
-        return text.to_string();
+        return std::borrow::Cow::Borrowed(text);
     }
     let mut prefixes = vec![format!("{dir}/")];
     if let Some(home) = home.filter(|h| !h.is_empty()) {
@@ -30,7 +31,7 @@ pub fn sanitize_paths(text: &str, project_dir: &str, home: Option<&str>) -> Stri
             out = std::borrow::Cow::Owned(out.replace(prefix.as_str(), ""));
         }
     }
-    out.into_owned()
+    out
 }
 
 #[cfg(test)]

@@ -219,12 +219,20 @@ fn warnings_of(plan: &str, scanned: &Scan, info: &LoopNameInfo, canonical: &[(us
     let raw_lines = std::cell::OnceCell::new();
     let raw_lines = || raw_lines.get_or_init(|| split_lines(plan)).as_slice();
     for section in scanned.all.iter().take(MAX_TOTAL_SECTIONS) {
-        section_warnings(section, raw_lines, &mut out);
+        let copy;
+        let body = match section_view(scanned, &plan_lines, section) {
+            Some(view) => view,
+            None => {
+                copy = Scanned::new(&section.content);
+                &copy.lines
+            }
+        };
+        section_warnings(section, body, raw_lines, &mut out);
     }
 
     // 8: trailing headings after the last marker.
-    let last_marker = plan_lines.unfenced().filter(|(_, text)| is_section_marker(text)).map(|(i, _)| i).last();
-    let trailing = heading_bodies(&plan_lines, 2, last_marker.map_or(0, |m| m + 1));
+    let last_marker = unfenced(&plan_lines.lines).filter(|(_, text)| is_section_marker(text)).map(|(i, _)| i).last();
+    let trailing = heading_bodies(&plan_lines.lines, 2, last_marker.map_or(0, |m| m + 1));
     let missing: Vec<&str> =
         REQUIRED_TRAILING_HEADINGS.iter().copied().filter(|h| trailing.find(h).is_none()).collect();
     if !missing.is_empty() {
@@ -240,10 +248,44 @@ fn warnings_of(plan: &str, scanned: &Scan, info: &LoopNameInfo, canonical: &[(us
     out
 }
 
+/// One line as every check below reads it: (trimmed text, fenced, fence delimiter).
+type Line<'a> = (&'a str, bool, bool);
+
 /// A text's lines, trimmed, with fence state: the view every check below uses.
 struct Scanned<'a> {
-    /// (trimmed text, fenced, fence delimiter)
-    lines: Vec<(&'a str, bool, bool)>,
+    lines: Vec<Line<'a>>,
+}
+
+/// A section's body as the plan's own lines, `start_line..end_line` of the plan's view,
+/// when the scan read the plan as it is (`scanned.plain`); `None` otherwise.
+///
+/// This is the view of the section's trimmed content ([`Scanned::new`] of
+/// `section.content`) without splitting, fencing and trimming the body a second time,
+/// and every check reads the same from both:
+/// - trimming the content only drops its leading and trailing blank lines and the
+///   whitespace at either end of its first and last lines, and every line is trimmed
+///   anyway;
+/// - fences are found after leading whitespace and close with only whitespace after
+///   them, so the trimmed ends change no fence;
+/// - the body follows an unfenced marker line, so the plan's fence state is closed at
+///   its first line, as it is at the start of the content; the body ends before an
+///   unfenced line (a marker or a stop heading) or at the end of the plan;
+/// - the extra blank lines at either end are skipped by every check (they are neither
+///   headings, nor content, nor fence delimiters).
+///
+/// A test compares the two views' warnings over generated plans.
+fn section_view<'v, 'a>(scanned: &Scan<'_>, plan_lines: &'v Scanned<'a>, section: &Section) -> Option<&'v [Line<'a>]> {
+    scanned.plain.as_ref()?;
+    plan_lines.lines.get(section.start_line..section.end_line)
+}
+
+/// Lines that are neither inside a fence nor a fence delimiter.
+fn unfenced<'s, 'a>(lines: &'s [Line<'a>]) -> impl Iterator<Item = (usize, &'a str)> + 's {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, fenced, delimiter))| !fenced && !delimiter)
+        .map(|(i, (text, _, _))| (i, *text))
 }
 
 impl<'a> Scanned<'a> {
@@ -260,15 +302,6 @@ impl<'a> Scanned<'a> {
             lines: raw.iter().zip(fenced.iter().zip(delimiters)).map(|(line, (&f, d))| (js_trim(line), f, d)).collect(),
         }
     }
-
-    /// Lines that are neither inside a fence nor a fence delimiter.
-    fn unfenced(&self) -> impl Iterator<Item = (usize, &str)> + '_ {
-        self.lines
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, fenced, delimiter))| !fenced && !delimiter)
-            .map(|(i, (text, _, _))| (i, *text))
-    }
 }
 
 /// `^#{1,6}\s+Objective\s*$`, case-insensitive, on trimmed text.
@@ -277,14 +310,14 @@ fn is_objective_heading(text: &str) -> bool {
 }
 
 fn objective_warning(plan: &Scanned<'_>, out: &mut Vec<Warning>) {
-    let first_marker = plan.unfenced().find(|(_, text)| is_section_marker(text)).map_or(plan.lines.len(), |(i, _)| i);
-    let heading = plan.unfenced().find(|&(i, text)| i < first_marker && is_objective_heading(text));
+    let first_marker =
+        unfenced(&plan.lines).find(|(_, text)| is_section_marker(text)).map_or(plan.lines.len(), |(i, _)| i);
+    let heading = unfenced(&plan.lines).find(|&(i, text)| i < first_marker && is_objective_heading(text));
     let Some((heading_line, _)) = heading else {
         out.push(Warning::new("No Objective heading found before the first executable phase.", None));
         return;
     };
-    let boundary = plan
-        .unfenced()
+    let boundary = unfenced(&plan.lines)
         .find(|&(i, text)| {
             i > heading_line
                 && (is_section_marker(text) || text.starts_with("Loop Name:") || atx_heading(text).is_some())
@@ -321,12 +354,17 @@ fn is_phase_heading(text: &str) -> bool {
     !rest[5..].chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn section_warnings<'p>(section: &Section, raw_lines: impl Fn() -> &'p [&'p str], out: &mut Vec<Warning>) {
+/// `body`: the section's lines ([`section_view`]).
+fn section_warnings<'p>(
+    section: &Section,
+    body: &[Line<'_>],
+    raw_lines: impl Fn() -> &'p [&'p str],
+    out: &mut Vec<Warning>,
+) {
     let k = section.index + 1;
     let at = Some(section.marker_line);
-    let body = Scanned::new(&section.content);
 
-    let first = body.unfenced().find(|(_, text)| !text.is_empty());
+    let first = unfenced(body).find(|(_, text)| !text.is_empty());
     if !first.is_some_and(|(_, text)| is_phase_heading(text)) {
         out.push(Warning::new(
             format!("Section {k} must start with a \"## Phase ...\" heading immediately after its marker."),
@@ -334,7 +372,7 @@ fn section_warnings<'p>(section: &Section, raw_lines: impl Fn() -> &'p [&'p str]
         ));
     }
 
-    let bodies = heading_bodies(&body, 3, 0);
+    let bodies = heading_bodies(body, 3, 0);
     let missing: Vec<&str> = REQUIRED_SECTION_HEADINGS.iter().copied().filter(|h| bodies.find(h).is_none()).collect();
     if !missing.is_empty() {
         out.push(Warning::new(format!("Section {k} is missing required headings: {}.", missing.join(", ")), at));
@@ -386,10 +424,10 @@ impl<'a> HeadingBodies<'a> {
 /// lines under it (fenced lines count, fence delimiters do not). A heading of the
 /// same or a higher level, or a section marker, ends the current body; deeper
 /// headings are skipped. A heading seen twice accumulates.
-fn heading_bodies<'a>(text: &Scanned<'a>, level: usize, from: usize) -> HeadingBodies<'a> {
+fn heading_bodies<'a>(lines: &[Line<'a>], level: usize, from: usize) -> HeadingBodies<'a> {
     let mut bodies: Vec<HeadingBody<'a>> = Vec::new();
     let mut current: Option<usize> = None;
-    for (i, (line, fenced, delimiter)) in text.lines.iter().enumerate().skip(from) {
+    for (i, (line, fenced, delimiter)) in lines.iter().enumerate().skip(from) {
         if *delimiter {
             continue;
         }
@@ -772,6 +810,83 @@ mod tests {
             assert_eq!(detect_with_canonical(&plan, parts), want, "{plan:?}");
             assert_eq!(detect_with_canonical(&plan, None), want, "{plan:?}");
         }
+    }
+
+    #[test]
+    fn a_sections_view_of_the_plans_lines_warns_as_its_own_content_does() {
+        // Lines chosen to move the ends of a body: indentation and whitespace a trimmed
+        // content loses, fences opened and closed with it, blank and whitespace lines,
+        // CR and other line terminators, headings and absolute paths.
+        const VOCABULARY: [&str; 34] = [
+            "<!-- forge-section -->",
+            "  <!-- forge-section -->",
+            "## Phase 1: build",
+            "   ## Phase 2",
+            "\u{feff}## Phase 3",
+            "## Other title",
+            "### Files",
+            "  ### Files",
+            "### Edits",
+            "### Acceptance Criteria\r",
+            "\t### Verification",
+            "## Verification",
+            "## Decisions",
+            "- src/a.rs",
+            "- /abs/path.rs",
+            "  - `~/x`",
+            "```",
+            "   ```",
+            "````",
+            "~~~",
+            "```  ",
+            "\t```rust",
+            "```\u{a0}",
+            "",
+            "   ",
+            "\t",
+            "\u{a0}",
+            "\r",
+            "x\r",
+            "\u{2028}",
+            "text",
+            "  indented text  ",
+            "## Objective",
+            "Loop Name: a-b",
+        ];
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let (mut compared, mut trimmed_ends) = (0, 0);
+        for _ in 0..12_000 {
+            let count = 3 + next(30);
+            let plan: Vec<&str> = (0..count).map(|_| VOCABULARY[next(VOCABULARY.len())]).collect();
+            let plan = plan.join("\n");
+            let scanned = scan(&plan);
+            let Some((lines, fenced)) = &scanned.plain else { continue };
+            let plan_lines = Scanned::from_parts(lines, fenced.clone());
+            let raw = split_lines(&plan);
+            for section in &scanned.all {
+                let view = section_view(&scanned, &plan_lines, section).expect("a plain scan has views");
+                let copy = Scanned::new(&section.content);
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                section_warnings(section, view, || raw.as_slice(), &mut a);
+                section_warnings(section, &copy.lines, || raw.as_slice(), &mut b);
+                assert_eq!(a, b, "{plan:?}, section {}", section.index);
+                compared += 1;
+                let body = &raw[section.start_line..section.end_line];
+                trimmed_ends +=
+                    usize::from(!body.iter().any(|l| *l == section.content.split('\n').next().unwrap_or("")));
+            }
+        }
+        // The cases the views must agree on did occur.
+        assert!(
+            compared > 4000 && trimmed_ends > 1000,
+            "{compared} sections, {trimmed_ends} with a trimmed first line"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Operations the plan tools share: the session-scoped write path and the running-loop
 //! guard. (Each tool's own logic stays in its file under `tools/`.)
 
+use std::borrow::Cow;
+
 use forge_domain::plan::{sanitize::sanitize_paths, structure};
 use forge_protocol::uri::ForgeUri;
 use forge_protocol::ToolError;
@@ -44,16 +46,20 @@ pub fn running_loop_guard(ctx: &ToolCtx, session: &str) -> Result<(), ToolError>
 
 /// The single session write path: sanitise project paths, skip identical content,
 /// store. `existing`: the session's stored plan, read by the caller in this call's
-/// transaction. Returns the stored text and whether it was written.
+/// transaction. Returns the stored text (`text` itself when sanitizing removed nothing)
+/// and whether it was written.
 pub fn write_session_plan(
     ctx: &ToolCtx,
     session: &str,
     existing: Option<&plans::PlanRow>,
-    text: &str,
+    text: String,
 ) -> Result<(String, bool), ToolError> {
-    check_plan_size(ctx, text)?;
+    check_plan_size(ctx, &text)?;
     let root = ctx.env.project.root.display().to_string();
-    let stored = sanitize_paths(text, &root, ctx.env.home.as_deref());
+    let stored = match sanitize_paths(&text, &root, ctx.env.home.as_deref()) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(sanitized) => sanitized,
+    };
     let written = plans::put_session(ctx.db, ctx.project_id(), session, existing, &stored, ctx.now).db()?;
     Ok((stored, written))
 }

@@ -45,7 +45,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             count,
         ),
     };
-    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), &text)?;
+    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), text)?;
     let report = structure::report(&stored, outline);
     let mut data = plan_ops::report_data(&session, &report, written);
     data["replaced"] = serde_json::json!(count);

@@ -1,6 +1,8 @@
 //! `forge.plan-write`: create or overwrite the caller's session plan and report its
 //! structure (FORGE-REFERENCE.md §2.2, §3.6).
 
+use std::borrow::Cow;
+
 use forge_domain::plan::{normalize::normalize_plan, structure};
 use forge_protocol::{CommandResult, ToolError};
 
@@ -21,8 +23,14 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let session = plan_ops::target_session(ctx, "plan-write", input.session_id.as_deref())?;
     plan_ops::running_loop_guard(ctx, &session)?;
     let normalized = normalize_plan(&input.content).map_err(|m| ToolError::invalid(format!("plan-write failed: {m}")))?;
+    // The submitted text itself when normalizing kept all of it (no copy of the plan).
+    let normalized = match normalized {
+        Cow::Borrowed(kept) if kept.len() == input.content.len() => None,
+        other => Some(other.into_owned()),
+    };
+    let text = normalized.unwrap_or(input.content);
     let existing = plans::get_session(ctx.db, ctx.project_id(), &session).db()?;
-    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), &normalized)?;
+    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), text)?;
     let report = structure::report(&stored, structure::Outline::Full);
     ok(report.render(), plan_ops::report_data(&session, &report, written))
 }
