@@ -21,7 +21,8 @@ use regex::Regex;
 
 use super::fences::fenced_lines;
 use super::{
-    cut_utf16, is_legacy_section_marker, is_section_marker, js_trim, static_regex, DOT, MAX_TOTAL_SECTIONS, WS,
+    cut_utf16, is_js_space, is_legacy_section_marker, is_section_marker, js_trim, static_regex, DOT,
+    MAX_TOTAL_SECTIONS, WS,
 };
 use crate::text::split_lines;
 
@@ -146,8 +147,9 @@ fn section_title(body: &[(usize, &str)], fenced: &[bool]) -> Option<String> {
         if in_fence {
             return None;
         }
-        // The pattern starts with `##`: only such lines need the regex.
-        if !line.starts_with("##") {
+        // The pattern starts with `##` and white space (`WS` is `is_js_space`): only
+        // such lines need the regex.
+        if !line.strip_prefix("##").is_some_and(|rest| rest.starts_with(is_js_space)) {
             return None;
         }
         let caps = SECTION_TITLE.captures(line)?;

@@ -816,6 +816,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sqlite_reads_overflow_pages_through_its_cache() {
+        // Set by .cargo/config.toml (LIBSQLITE3_FLAGS): without it every read of a plan,
+        // on the write connection too, is one `pread` per overflow page.
+        let c = Connection::open_in_memory().unwrap();
+        let options: Vec<String> = c
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(options.iter().any(|o| o.starts_with("THREADSAFE")), "{options:?}");
+        assert!(!options.iter().any(|o| o.starts_with("DIRECT_OVERFLOW_READ")), "{options:?}");
+    }
+
+    #[test]
     fn migrates_once_and_records() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("forge.db");
