@@ -21,8 +21,7 @@ use regex::Regex;
 
 use super::fences::fenced_lines;
 use super::{
-    cut_utf16, is_js_space, is_legacy_section_marker, is_section_marker, js_trim, static_regex, DOT,
-    MAX_TOTAL_SECTIONS, WS,
+    cut_utf16, is_js_space, is_legacy_section_marker, is_section_marker, js_trim, static_regex, MAX_TOTAL_SECTIONS, WS,
 };
 use crate::text::split_lines;
 
@@ -58,7 +57,23 @@ pub struct Decomposition {
 static PLAN_START: LazyLock<Regex> =
     LazyLock::new(|| static_regex(&format!(r"<!--{WS}*forge-plan:start{WS}*-->{WS}*\n?")));
 static PLAN_END: LazyLock<Regex> = LazyLock::new(|| static_regex(&format!(r"\n?{WS}*<!--{WS}*forge-plan:end{WS}*-->")));
-static SECTION_TITLE: LazyLock<Regex> = LazyLock::new(|| static_regex(&format!(r"^##{WS}+({DOT}+)$")));
+/// The pattern [`title_heading`] implements (a test compares the two).
+#[cfg(test)]
+static SECTION_TITLE: LazyLock<Regex> = LazyLock::new(|| static_regex(&format!(r"^##{WS}+({}+)$", super::DOT)));
+
+/// The text of a `## ` heading line, as `^##{WS}+({DOT}+)$` captures it (`WS` is
+/// [`is_js_space`], `DOT` any character but `\n`, `\r`, U+2028 and U+2029): the greedy
+/// white space run takes every space after `##`, so the capture is the rest of the line
+/// when it is not empty and holds no line terminator. (A rest of white space only would
+/// capture its last character, which trims to nothing: no title either way, so `None`.)
+/// By hand: the regex was a twentieth of a plan-edit's time, searching for this once per
+/// section.
+fn title_heading(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("##")?;
+    let text = rest.trim_start_matches(is_js_space);
+    let terminator = |c: char| matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}');
+    (text.len() < rest.len() && !text.is_empty() && !text.contains(terminator)).then_some(text)
+}
 
 const STOP_HEADINGS: [&str; 4] = ["## Verification", "## Decisions", "## Conventions", "## Key Context"];
 
@@ -76,6 +91,8 @@ pub(crate) fn is_stop_heading(line: &str) -> bool {
 struct Prepared<'a> {
     lines: Vec<(usize, &'a str)>,
     fenced: Vec<bool>,
+    /// The text's own line count (legacy marker lines included).
+    raw_count: usize,
 }
 
 /// Removes `start..end` from `text` and keeps `origin` (the original line of each
@@ -96,14 +113,14 @@ fn remove_span(text: &mut String, origin: &mut Vec<usize>, start: usize, end: us
 
 /// Step 1: the plan without its plan start and end markers (borrowed when it has
 /// none) and the original line of each of its lines (the plan's own line count is
-/// `split_lines(plan).len()`).
+/// `split_lines(plan).len()`). A borrowed plan keeps its lines: its origin is empty,
+/// which [`prepare`] reads as every line being its own.
 fn strip_plan_markers(plan: &str) -> (std::borrow::Cow<'_, str>, Vec<usize>) {
-    let original_line_count = crate::text::line_count(plan);
-    let mut origin: Vec<usize> = (0..original_line_count).collect();
     // Both markers hold this literal; a plan without it is scanned once, by memmem.
     if !plan.contains("forge-plan:") || (!PLAN_START.is_match(plan) && !PLAN_END.is_match(plan)) {
-        return (std::borrow::Cow::Borrowed(plan), origin);
+        return (std::borrow::Cow::Borrowed(plan), Vec::new());
     }
+    let mut origin: Vec<usize> = (0..crate::text::line_count(plan)).collect();
     let mut text = plan.to_string();
     if let Some(m) = PLAN_START.find(&text) {
         let (s, e) = (m.start(), m.end());
@@ -137,7 +154,7 @@ fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
     } else {
         fenced_lines(&lines.iter().map(|(_, l)| *l).collect::<Vec<_>>())
     };
-    Prepared { lines, fenced }
+    Prepared { lines, fenced, raw_count: raw.len() }
 }
 
 /// The title of a section body: the first unfenced `## ` heading that is not
@@ -147,13 +164,7 @@ fn section_title(body: &[(usize, &str)], fenced: &[bool]) -> Option<String> {
         if in_fence {
             return None;
         }
-        // The pattern starts with `##` and white space (`WS` is `is_js_space`): only
-        // such lines need the regex.
-        if !line.strip_prefix("##").is_some_and(|rest| rest.starts_with(is_js_space)) {
-            return None;
-        }
-        let caps = SECTION_TITLE.captures(line)?;
-        let candidate = js_trim(caps.get(1)?.as_str());
+        let candidate = js_trim(title_heading(line)?);
         // A heading of whitespace only (`## \u{feff}`) names nothing: look further.
         if candidate.is_empty() || STRUCTURAL_TITLES.contains(&candidate.to_lowercase().as_str()) {
             return None;
@@ -175,18 +186,21 @@ pub(crate) struct Scan<'a> {
 }
 
 pub(crate) fn scan(plan: &str) -> Scan<'_> {
-    let original_line_count = crate::text::line_count(plan);
     match strip_plan_markers(plan) {
-        (std::borrow::Cow::Borrowed(text), origin) => scan_text(text, &origin, original_line_count),
+        (std::borrow::Cow::Borrowed(text), origin) => scan_text(text, &origin, None),
         (std::borrow::Cow::Owned(text), origin) => {
-            let Scan { all, markers, .. } = scan_text(&text, &origin, original_line_count);
+            let original_line_count = crate::text::line_count(plan);
+            let Scan { all, markers, .. } = scan_text(&text, &origin, Some(original_line_count));
             Scan { all, markers, plain: None }
         }
     }
 }
 
-fn scan_text<'t>(text: &'t str, origin: &[usize], original_line_count: usize) -> Scan<'t> {
-    let Prepared { lines, fenced } = prepare(text, origin);
+/// `original_line_count`: the plan's line count when `text` is not the plan itself
+/// (`None`: it is, and the count is `text`'s).
+fn scan_text<'t>(text: &'t str, origin: &[usize], original_line_count: Option<usize>) -> Scan<'t> {
+    let Prepared { lines, fenced, raw_count } = prepare(text, origin);
+    let original_line_count = original_line_count.unwrap_or(raw_count);
 
     let markers: Vec<usize> = (0..lines.len()).filter(|&i| !fenced[i] && is_section_marker(lines[i].1)).collect();
 
@@ -267,6 +281,25 @@ mod tests {
         assert!(matches!(&j, std::borrow::Cow::Owned(s) if s == "b\nc"), "{j:?}");
         assert_eq!(joined_lines(text, &[]), "");
         assert_eq!(joined_lines(text, &all[3..]), "c");
+    }
+
+    #[test]
+    fn the_title_heading_is_what_the_pattern_captures() {
+        let pieces = [
+            "##", "#", " ", "\t", "\u{a0}", "\u{feff}", "\r", "\u{2028}", "\u{2029}", "\u{85}", "x", "Phase 1", "é",
+            "😀",
+        ];
+        let mut lines = vec![String::new()];
+        for _ in 0..4 {
+            lines = lines.iter().flat_map(|l| pieces.iter().map(move |p| format!("{l}{p}"))).collect();
+        }
+        for line in &lines {
+            let want = SECTION_TITLE.captures(line).and_then(|c| c.get(1)).map(|m| js_trim(m.as_str()));
+            let got = title_heading(line).map(js_trim);
+            // Both name the same title; a capture that trims to nothing names none.
+            assert_eq!(got.filter(|t| !t.is_empty()), want.filter(|t| !t.is_empty()), "{line:?}");
+        }
+        assert_eq!(lines.len(), 14usize.pow(4));
     }
 
     fn titles(plan: &str) -> Vec<String> {

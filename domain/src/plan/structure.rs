@@ -125,7 +125,8 @@ pub fn report(stored: &str, outline: Outline) -> StructureReport {
         .collect();
     let (info, canonical) = loop_name_of(stored, &scanned);
     StructureReport {
-        lines: crate::text::line_count(stored),
+        // A plain scan holds the plan's own lines.
+        lines: scanned.plain.as_ref().map_or_else(|| crate::text::line_count(stored), |(lines, _)| lines.len()),
         chars: js_len(stored),
         loop_name: info.explicit.clone(),
         section_count: sections.len(),
