@@ -177,6 +177,7 @@ fn section_title(body: &[(usize, &str)], fenced: &[bool]) -> Option<String> {
 /// marker: the one scan that [`decompose`], [`marker_lines`] and the structure
 /// warnings share.
 pub(crate) struct Scan<'a> {
+    /// The sections (their `content` is empty in a plain [`scan_for_checks`]).
     pub(crate) all: Vec<Section>,
     pub(crate) markers: Vec<usize>,
     /// The plan's own lines and their fence state, when the scan read the plan as it is
@@ -186,21 +187,37 @@ pub(crate) struct Scan<'a> {
 }
 
 pub(crate) fn scan(plan: &str) -> Scan<'_> {
+    scan_with(plan, true)
+}
+
+/// [`scan`] for the structure checks: a plain scan leaves every section's `content` empty
+/// (the checks read the section's lines from `plain`, and a copy of every body was a
+/// twentieth of a plan-edit's samples); a scan that is not plain keeps them.
+pub(crate) fn scan_for_checks(plan: &str) -> Scan<'_> {
+    scan_with(plan, false)
+}
+
+fn scan_with(plan: &str, contents: bool) -> Scan<'_> {
     match strip_plan_markers(plan) {
-        (std::borrow::Cow::Borrowed(text), origin) => scan_text(text, &origin, None),
+        (std::borrow::Cow::Borrowed(text), origin) => scan_text(text, &origin, None, contents),
         (std::borrow::Cow::Owned(text), origin) => {
             let original_line_count = crate::text::line_count(plan);
-            let Scan { all, markers, .. } = scan_text(&text, &origin, Some(original_line_count));
+            let Scan { all, markers, .. } = scan_text(&text, &origin, Some(original_line_count), true);
             Scan { all, markers, plain: None }
         }
     }
 }
 
 /// `original_line_count`: the plan's line count when `text` is not the plan itself
-/// (`None`: it is, and the count is `text`'s).
-fn scan_text<'t>(text: &'t str, origin: &[usize], original_line_count: Option<usize>) -> Scan<'t> {
+/// (`None`: it is, and the count is `text`'s). `contents`: false leaves the sections'
+/// `content` empty when the scan is plain ([`scan_for_checks`]).
+fn scan_text<'t>(text: &'t str, origin: &[usize], original_line_count: Option<usize>, contents: bool) -> Scan<'t> {
     let Prepared { lines, fenced, raw_count } = prepare(text, origin);
     let original_line_count = original_line_count.unwrap_or(raw_count);
+    // Every line kept: the lines are the plan's (`text` is the plan when called from
+    // `scan` with nothing stripped; with markers stripped, `scan` drops this).
+    let plain = lines.len() == original_line_count;
+    let contents = contents || !plain;
 
     let markers: Vec<usize> = (0..lines.len()).filter(|&i| !fenced[i] && is_section_marker(lines[i].1)).collect();
 
@@ -223,7 +240,7 @@ fn scan_text<'t>(text: &'t str, origin: &[usize], original_line_count: Option<us
         all.push(Section {
             index,
             title,
-            content: content.to_string(),
+            content: if contents { content.to_string() } else { String::new() },
             marker_line,
             start_line: marker_line + 1,
             end_line,
@@ -231,9 +248,7 @@ fn scan_text<'t>(text: &'t str, origin: &[usize], original_line_count: Option<us
     }
 
     let markers = markers.iter().map(|&i| lines[i].0).collect();
-    // Every line kept: the lines are the plan's (`text` is the plan when called from
-    // `scan` with nothing stripped; with markers stripped, `scan` drops this).
-    let plain = (lines.len() == original_line_count).then(|| (lines.into_iter().map(|(_, l)| l).collect(), fenced));
+    let plain = plain.then(|| (lines.into_iter().map(|(_, l)| l).collect(), fenced));
     Scan { all, markers, plain }
 }
 

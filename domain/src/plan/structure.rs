@@ -18,7 +18,9 @@
 //! The server also publishes the warnings as editor diagnostics, so each carries
 //! the line it is about when there is one.
 
-use super::decompose::{scan, Scan, Section};
+#[cfg(test)]
+use super::decompose::scan;
+use super::decompose::{scan_for_checks, Scan, Section};
 use super::fences::{fence_delimiters, fenced_lines};
 use super::loop_name::{detect_with_canonical, LoopNameInfo, MAX_LOOP_NAME_LENGTH};
 use super::{atx_heading, is_js_space, is_section_marker, js_trim, js_trim_end, MAX_TOTAL_SECTIONS};
@@ -113,7 +115,7 @@ impl StructureReport {
 
 /// The report of `stored` (the text as stored, after sanitizing).
 pub fn report(stored: &str, outline: Outline) -> StructureReport {
-    let scanned = scan(stored);
+    let scanned = scan_for_checks(stored);
     let sections: Vec<&Section> = scanned.all.iter().take(MAX_TOTAL_SECTIONS).collect();
     let listed = sections
         .iter()
@@ -137,7 +139,7 @@ pub fn report(stored: &str, outline: Outline) -> StructureReport {
 
 /// The structure warnings of a plan, in the order of FORGE-REFERENCE §3.5.
 pub fn warnings(plan: &str) -> Vec<Warning> {
-    let scanned = scan(plan);
+    let scanned = scan_for_checks(plan);
     let (info, canonical) = loop_name_of(plan, &scanned);
     warnings_of(plan, &scanned, &info, &canonical)
 }
