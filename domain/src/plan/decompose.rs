@@ -64,8 +64,9 @@ static SECTION_TITLE: LazyLock<Regex> = LazyLock::new(|| static_regex(&format!(r
 /// The text of a `## ` heading line, as `^##{WS}+({DOT}+)$` captures it (`WS` is
 /// [`is_js_space`], `DOT` any character but `\n`, `\r`, U+2028 and U+2029): the greedy
 /// white space run takes every space after `##`, so the capture is the rest of the line
-/// when it is not empty and holds no line terminator. (A rest of white space only would
-/// capture its last character, which trims to nothing: no title either way, so `None`.)
+/// when it is not empty and holds no line terminator. (For a rest of white space only the
+/// regex captures its last character, which trims to nothing, or does not match when that
+/// character is a line terminator: no title either way, so `None`.)
 /// By hand: the regex was a twentieth of a plan-edit's time, searching for this once per
 /// section.
 fn title_heading(line: &str) -> Option<&str> {

@@ -189,7 +189,7 @@ mod tests {
 
     #[test]
     fn the_ws_class_is_is_js_space() {
-        // The decomposer skips the title regex for lines without `##` and one `is_js_space`.
+        // `decompose::title_heading` reads the title pattern's `WS` as `is_js_space`.
         let ws = static_regex(&format!("^{WS}$"));
         for c in (0..=0x10FFFF).filter_map(char::from_u32) {
             assert_eq!(ws.is_match(c.encode_utf8(&mut [0; 4])), is_js_space(c), "U+{:04X}", c as u32);

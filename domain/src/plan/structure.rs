@@ -226,6 +226,8 @@ fn warnings_of(plan: &str, scanned: &Scan, info: &LoopNameInfo, canonical: &[(us
         let body = match section_view(scanned, &plan_lines, section) {
             Some(view) => view,
             None => {
+                // Only a scan that is not plain has no view, and it kept the contents.
+                debug_assert!(scanned.plain.is_none(), "a plain scan has a view of every section");
                 copy = Scanned::new(&section.content);
                 &copy.lines
             }
