@@ -139,7 +139,7 @@ fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
     let raw_fenced = fenced_lines(&raw);
     let original = |(i, line): (usize, &&'a str)| (origin.get(i).copied().unwrap_or(i), *line);
     // Every legacy marker holds this literal; a plan without it keeps all its lines.
-    let lines: Vec<(usize, &str)> = if memchr::memmem::find(text.as_bytes(), b"forge-section:").is_none() {
+    let lines: Vec<(usize, &str)> = if !text.contains("forge-section:") {
         raw.iter().enumerate().map(original).collect()
     } else {
         raw.iter()

@@ -33,7 +33,7 @@ pub fn normalize_plan(content: &str) -> Result<Cow<'_, str>, String> {
         return Err(EMPTY.to_string());
     }
     // Both wrapper lines hold this literal: a plan without it has none to remove.
-    if memchr::memmem::find(trimmed.as_bytes(), b"forge-plan:").is_none() {
+    if !trimmed.contains("forge-plan:") {
         return Ok(Cow::Borrowed(trimmed));
     }
     let lines = split_lines(trimmed);

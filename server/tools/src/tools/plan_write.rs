@@ -24,11 +24,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     plan_ops::running_loop_guard(ctx, &session)?;
     let normalized = normalize_plan(&input.content).map_err(|m| ToolError::invalid(format!("plan-write failed: {m}")))?;
     // The submitted text itself when normalizing kept all of it (no copy of the plan).
-    let normalized = match normalized {
-        Cow::Borrowed(kept) if kept.len() == input.content.len() => None,
-        other => Some(other.into_owned()),
+    let text = match normalized {
+        Cow::Borrowed(kept) if kept.len() == input.content.len() => input.content,
+        other => other.into_owned(),
     };
-    let text = normalized.unwrap_or(input.content);
     let existing = plans::get_session(ctx.db, ctx.project_id(), &session).db()?;
     let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), text)?;
     let report = structure::report(&stored, structure::Outline::Full);
