@@ -387,7 +387,7 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     ));
     r.tables.push(t);
 
-    floors(&mut servers, &mut ours, &uri, &plans, &c, r);
+    floors(&mut servers, &mut ours, &uri, &plans, paged.then_some(page_bytes), &c, r);
 
     ours.stop();
     for (_, s) in servers {
@@ -421,12 +421,15 @@ fn interleave(ops: &mut [Op], servers: &mut [(Who, Server)], ours: &mut Server, 
 /// main loop their heavy calls slowed the rows measured beside them: forge.tools went from
 /// 0.77-0.79x to 1.07-1.08x the no-op). The echo and the framework answer with a text as
 /// long as plan-read's (forge-bench-anchor's `replyBytes`), the framework no-op is given
-/// plan-write's plan; each of our large rows is shown against its floor.
+/// plan-write's plan; each of our large rows is shown against its floor. With `page`
+/// (the bytes of the default review-read page's response, when it is paged) the framework
+/// also answers with a text of that length, as the floor of the default page.
 fn floors(
     servers: &mut [(Who, Server)],
     ours: &mut Server,
     uri: &str,
     plans: &Rc<[String; 2]>,
+    page: Option<usize>,
     c: &Counts,
     r: &mut Report,
 ) {
@@ -440,7 +443,7 @@ fn floors(
     let constant = |v: Value| move |_| v.clone();
     // Each row with the row of its floor (the framework given the same reply or request).
     let (reply_floor, request_floor) = (Some(2), Some(3));
-    let rows = vec![
+    let mut rows = vec![
         (Op::new("tower-lsp-server no-op: workspace/executeCommand → null", Who::Tower, EXEC, constant(noop)), None),
         (
             Op::new(
@@ -483,6 +486,29 @@ fn floors(
             request_floor,
         ),
     ];
+    if let Some(bytes) = page {
+        let page_kb = bytes as f64 / 1e3;
+        let text = Server::command("noop", json!({ "replyBytes": bytes }));
+        rows.push((
+            Op::new(
+                format!("tower-lsp-server returning a {page_kb:.0} KB text"),
+                Who::TowerLarge,
+                EXEC,
+                constant(text),
+            ),
+            None,
+        ));
+        let floor = Some(rows.len() - 1);
+        rows.push((
+            Op::new(
+                format!("forge.review-read, no filter: default page ({page_kb:.0} KB)"),
+                Who::Ours,
+                EXEC,
+                constant(exec("review-read", json!({}))),
+            ),
+            floor,
+        ));
+    }
     let (mut ops, floor_of): (Vec<Op>, Vec<Option<usize>>) = rows.into_iter().unzip();
     interleave(&mut ops, servers, ours, c.warm + c.iterations, c.warm);
     let lat: Vec<Latency> = ops.into_iter().map(|o| Latency::new(o.name, o.samples)).collect();
