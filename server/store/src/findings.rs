@@ -138,8 +138,9 @@ pub fn query_page(
 
 /// The statement of [`query_page`].
 fn page_sql(filter: &SectionFilter, by_file: bool, limit: usize) -> String {
-    // A bucket's page walks the (project, loop, id) index backwards; one file's findings
-    // are few, found through the (project, file) index and sorted.
+    // A bucket's page walks the (project, loop, id, section) index backwards, a section
+    // filter checked on the index entry before the row is read (migration 007); one
+    // file's findings are few, found through the (project, file) index and sorted.
     let (index, by_file) = if by_file { ("INDEXED BY idx_findings_file", "AND file = ?4") } else { ("", "") };
     format!(
         "SELECT {COLS} FROM review_findings {index} WHERE project_id = ?1 AND loop_name = ?2 AND {} {by_file}
@@ -280,6 +281,36 @@ pub fn files_of_loop(conn: &Connection, project: &str, loop_name: &str) -> rusql
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_updates_three_indexes_and_a_section_page_walks_the_id_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::open_connection(&dir.path().join("forge.db")).unwrap();
+        let indexes: Vec<String> = conn
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'review_findings' ORDER BY name",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(indexes, ["idx_findings_file", "idx_findings_loop_id", "sqlite_autoindex_review_findings_1"]);
+        for filter in [SectionFilter::Only(3), SectionFilter::CrossOnly, SectionFilter::ScopeOf(3), SectionFilter::All]
+        {
+            let plan: String = conn
+                .query_row(
+                    &format!("EXPLAIN QUERY PLAN {}", page_sql(&filter, false, 100)),
+                    params!["p", "l", 9],
+                    |r| r.get(3),
+                )
+                .unwrap();
+            assert!(
+                plan.contains("idx_findings_loop_id (project_id=? AND loop_name=? AND id<?)"),
+                "{filter:?}: {plan}"
+            );
+        }
+    }
 
     #[test]
     fn a_page_query_is_prepared_once_not_per_run() {
