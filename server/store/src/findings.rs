@@ -313,6 +313,39 @@ mod tests {
     }
 
     #[test]
+    fn a_store_of_version_6_pages_its_findings_by_section_after_migrating() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("forge.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+            )
+            .unwrap();
+            for (v, name, sql) in crate::MIGRATIONS.iter().filter(|m| m.0 <= 6) {
+                c.execute_batch(sql).unwrap();
+                c.execute("INSERT INTO schema_migrations VALUES (?1, ?2, 0)", params![v, name]).unwrap();
+            }
+            for i in 0..30 {
+                c.execute(
+                    "INSERT INTO review_findings (project_id, loop_name, file, line, section_index, severity, description, created_at)
+                     VALUES ('p', 'l', ?1, 1, ?2, 'bug', 'd', 0)",
+                    params![format!("f{i}.rs"), i % 3],
+                )
+                .unwrap();
+            }
+        }
+        let conn = crate::open_connection(&path).unwrap();
+        // Section 1 holds ids 2, 5, ..., 29; newest first, four to a page.
+        let (page, next) = query_page(&conn, "p", "l", &SectionFilter::Only(1), None, 4, None).unwrap();
+        assert_eq!(page.iter().map(|f| f.id).collect::<Vec<_>>(), [29, 26, 23, 20]);
+        assert_eq!(next, Some(20));
+        let (page, next) = query_page(&conn, "p", "l", &SectionFilter::ScopeOf(0), None, 4, Some(10)).unwrap();
+        assert_eq!(page.iter().map(|f| f.id).collect::<Vec<_>>(), [7, 4, 1]);
+        assert_eq!(next, None);
+    }
+
+    #[test]
     fn a_page_query_is_prepared_once_not_per_run() {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::open_connection(&dir.path().join("forge.db")).unwrap();
