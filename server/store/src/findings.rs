@@ -282,6 +282,15 @@ pub fn files_of_loop(conn: &Connection, project: &str, loop_name: &str) -> rusql
 mod tests {
     use super::*;
 
+    fn index_columns(conn: &Connection, index: &str) -> Vec<String> {
+        conn.prepare(&format!("PRAGMA index_info('{index}')"))
+            .unwrap()
+            .query_map([], |r| r.get(2))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
     #[test]
     fn a_write_updates_three_indexes_and_a_section_page_walks_the_id_index() {
         let dir = tempfile::tempdir().unwrap();
@@ -296,6 +305,7 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         assert_eq!(indexes, ["idx_findings_file", "idx_findings_loop_id", "sqlite_autoindex_review_findings_1"]);
+        assert_eq!(index_columns(&conn, "idx_findings_loop_id"), ["project_id", "loop_name", "id", "section_index"]);
         for filter in [SectionFilter::Only(3), SectionFilter::CrossOnly, SectionFilter::ScopeOf(3), SectionFilter::All]
         {
             let plan: String = conn
@@ -336,6 +346,14 @@ mod tests {
             }
         }
         let conn = crate::open_connection(&path).unwrap();
+        let version: u32 = conn.query_row("SELECT max(version) FROM schema_migrations", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, crate::latest_version());
+        assert!(version >= 7, "migration 007 is embedded");
+        assert_eq!(index_columns(&conn, "idx_findings_loop_id"), ["project_id", "loop_name", "id", "section_index"]);
+        let old: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master WHERE name = 'idx_findings_loop'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(old, 0, "the section index is gone");
         // Section 1 holds ids 2, 5, ..., 29; newest first, four to a page.
         let (page, next) = query_page(&conn, "p", "l", &SectionFilter::Only(1), None, 4, None).unwrap();
         assert_eq!(page.iter().map(|f| f.id).collect::<Vec<_>>(), [29, 26, 23, 20]);

@@ -387,7 +387,7 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     ));
     r.tables.push(t);
 
-    floors(&mut servers, &mut ours, &uri, &plans, paged.then_some(page_bytes), &c, r);
+    floors(&mut servers, &mut ours, &uri, &plans, paged, &c, r);
 
     ours.stop();
     for (_, s) in servers {
@@ -421,15 +421,16 @@ fn interleave(ops: &mut [Op], servers: &mut [(Who, Server)], ours: &mut Server, 
 /// main loop their heavy calls slowed the rows measured beside them: forge.tools went from
 /// 0.77-0.79x to 1.07-1.08x the no-op). The echo and the framework answer with a text as
 /// long as plan-read's (forge-bench-anchor's `replyBytes`), the framework no-op is given
-/// plan-write's plan; each of our large rows is shown against its floor. With `page`
-/// (the bytes of the default review-read page's response, when it is paged) the framework
-/// also answers with a text of that length, as the floor of the default page.
+/// plan-write's plan; each of our large rows is shown against its floor. When the default
+/// review-read page is `paged` (in the main loop), the framework also answers with a text
+/// as long as the page's response is now (after the main loop's writes, which fill the
+/// page with the bench's own findings), as the floor of the default page.
 fn floors(
     servers: &mut [(Who, Server)],
     ours: &mut Server,
     uri: &str,
     plans: &Rc<[String; 2]>,
-    page: Option<usize>,
+    paged: bool,
     c: &Counts,
     r: &mut Report,
 ) {
@@ -486,7 +487,9 @@ fn floors(
             request_floor,
         ),
     ];
-    if let Some(bytes) = page {
+    if paged {
+        ours.timed(EXEC, &exec("review-read", json!({})));
+        let bytes = ours.last_response_bytes;
         let page_kb = bytes as f64 / 1e3;
         let text = Server::command("noop", json!({ "replyBytes": bytes }));
         rows.push((
