@@ -137,17 +137,14 @@ fn strip_plan_markers(plan: &str) -> (std::borrow::Cow<'_, str>, Vec<usize>) {
 fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
     let raw: Vec<&str> = split_lines(text);
     let raw_fenced = fenced_lines(&raw);
-    let original = |(i, line): (usize, &&'a str)| (origin.get(i).copied().unwrap_or(i), *line);
     // Every legacy marker holds this literal; a plan without it keeps all its lines.
-    let lines: Vec<(usize, &str)> = if !text.contains("forge-section:") {
-        raw.iter().enumerate().map(original).collect()
-    } else {
-        raw.iter()
-            .enumerate()
-            .filter(|&(i, line)| raw_fenced[i] || !is_legacy_section_marker(line))
-            .map(original)
-            .collect()
-    };
+    let keep_all = !text.contains("forge-section:");
+    let lines: Vec<(usize, &str)> = raw
+        .iter()
+        .enumerate()
+        .filter(|&(i, line)| keep_all || raw_fenced[i] || !is_legacy_section_marker(line))
+        .map(|(i, line)| (origin.get(i).copied().unwrap_or(i), *line))
+        .collect();
     // Without legacy marker lines left out, the lines are the raw ones and so is their
     // fence state.
     let fenced = if lines.len() == raw.len() {
