@@ -282,28 +282,24 @@ pub fn files_of_loop(conn: &Connection, project: &str, loop_name: &str) -> rusql
 mod tests {
     use super::*;
 
+    /// Column `column` of every row of `sql`.
+    fn strings(conn: &Connection, sql: &str, column: usize) -> Vec<String> {
+        conn.prepare(sql).unwrap().query_map([], |r| r.get(column)).unwrap().collect::<rusqlite::Result<_>>().unwrap()
+    }
+
     fn index_columns(conn: &Connection, index: &str) -> Vec<String> {
-        conn.prepare(&format!("PRAGMA index_info('{index}')"))
-            .unwrap()
-            .query_map([], |r| r.get(2))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap()
+        strings(conn, &format!("PRAGMA index_info('{index}')"), 2)
     }
 
     #[test]
     fn a_write_updates_three_indexes_and_a_section_page_walks_the_id_index() {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::open_connection(&dir.path().join("forge.db")).unwrap();
-        let indexes: Vec<String> = conn
-            .prepare(
-                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'review_findings' ORDER BY name",
-            )
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let indexes = strings(
+            &conn,
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'review_findings' ORDER BY name",
+            0,
+        );
         assert_eq!(indexes, ["idx_findings_file", "idx_findings_loop_id", "sqlite_autoindex_review_findings_1"]);
         assert_eq!(index_columns(&conn, "idx_findings_loop_id"), ["project_id", "loop_name", "id", "section_index"]);
         for filter in [SectionFilter::Only(3), SectionFilter::CrossOnly, SectionFilter::ScopeOf(3), SectionFilter::All]
