@@ -4,6 +4,7 @@
 //! ```text
 //! forge-bench-anchor echo    # raw framed echo: the transport floor
 //! forge-bench-anchor tower   # tower-lsp-server no-op server: the framework floor
+//! forge-bench-anchor tower DB  # the same, plus one SQLite commit per `commitRow` command
 //! forge-bench-anchor exit    # exits at once: the process spawn floor
 //! ```
 //!
@@ -20,6 +21,12 @@
 //!   one newline to escape per line): the same reply size as a large read of ours, as a
 //!   floor for it. `echo` writes a reply serialized once (the cost of moving its bytes);
 //!   `tower` returns a `Value` the framework serializes on every call, as its handlers do.
+//! - Given a database path, `tower` opens it as `forge-lsp`'s store opens its own (the same
+//!   bundled SQLite, WAL, `synchronous=NORMAL`) with one table `calls(id, body)`. A command
+//!   whose first argument is `{"commitRow": V}` inserts V's JSON text as one row in a
+//!   transaction of its own, commits, and then answers `null`: the floor of any tool that
+//!   replies after a durable write, such as `forge.review-write`. The commit runs on the
+//!   runtime's worker, with no thread hop.
 
 use std::io::{BufRead, BufReader, Write};
 
@@ -31,12 +38,12 @@ use tower_lsp_server::gen_lsp_types::{
 use tower_lsp_server::jsonrpc::Result as RpcResult;
 use tower_lsp_server::{LanguageServer, LspService, Server};
 
-const USAGE: &str = "usage: forge-bench-anchor echo|tower|exit";
+const USAGE: &str = "usage: forge-bench-anchor echo|tower [DB]|exit";
 
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("echo") => echo(),
-        Some("tower") => tower(),
+        Some("tower") => tower(std::env::args_os().nth(2).map(std::path::PathBuf::from)),
         Some("exit") => {}
         Some("-h" | "--help") => println!("{USAGE}"),
         _ => {
@@ -138,8 +145,30 @@ fn echo() {
     }
 }
 
-/// The large text last asked for.
-struct NoOp(std::sync::Mutex<String>);
+/// The tower anchor's state.
+#[derive(Default)]
+struct NoOp {
+    /// The large text last asked for.
+    text: std::sync::Mutex<String>,
+    /// The database of `commitRow` commands, when one was given.
+    db: Option<std::sync::Mutex<rusqlite::Connection>>,
+}
+
+/// Opens (creating) the commit floor's database, with `forge-lsp`'s store pragmas.
+fn open_db(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")?;
+    Ok(conn)
+}
+
+/// Inserts `row` into `calls` in a transaction of its own.
+fn commit_row(conn: &mut rusqlite::Connection, row: &Value) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.prepare_cached("INSERT INTO calls (body) VALUES (?1)")?.execute([row.to_string()])?;
+    tx.commit()
+}
 
 impl LanguageServer for NoOp {
     async fn initialize(&self, _: InitializeParams) -> RpcResult<InitializeResult> {
@@ -160,9 +189,22 @@ impl LanguageServer for NoOp {
     }
 
     async fn execute_command(&self, params: ExecuteCommandParams) -> RpcResult<Option<LspAny>> {
+        if let (Some(db), Some(row)) =
+            (&self.db, params.arguments.as_deref().and_then(<[_]>::first).and_then(|a| a.get("commitRow")))
+        {
+            let mut conn = db.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            return match commit_row(&mut conn, row) {
+                Ok(()) => Ok(None),
+                Err(e) => Err(tower_lsp_server::jsonrpc::Error {
+                    code: tower_lsp_server::jsonrpc::ErrorCode::InternalError,
+                    message: format!("commitRow: {e}").into(),
+                    data: None,
+                }),
+            };
+        }
         let asked = serde_json::json!({ "arguments": params.arguments });
         Ok(reply_bytes(Some(&asked)).map(|n| {
-            let mut text = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut text = self.text.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if text.len() != n {
                 *text = reply_text(n);
             }
@@ -171,11 +213,18 @@ impl LanguageServer for NoOp {
     }
 }
 
-fn tower() {
+fn tower(db: Option<std::path::PathBuf>) {
+    let db = db.map(|path| match open_db(&path) {
+        Ok(conn) => std::sync::Mutex::new(conn),
+        Err(e) => {
+            eprintln!("forge-bench-anchor tower: cannot open {}: {e}", path.display());
+            std::process::exit(1);
+        }
+    });
     // The runtime `forge-lsp` builds (server/cli/src/main.rs).
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     rt.block_on(async {
-        let (service, socket) = LspService::new(|_client| NoOp(Default::default()));
+        let (service, socket) = LspService::new(|_client| NoOp { text: Default::default(), db });
         Server::new(tokio::io::stdin(), tokio::io::stdout(), socket).serve(service).await;
     });
 }

@@ -4,12 +4,14 @@
 //! - raw framed echo (`forge-bench-anchor echo`): the transport floor;
 //! - `tower-lsp-server` no-op (`forge-bench-anchor tower`): the framework floor, the
 //!   denominator of every ratio;
-//! - pygls no-op (`pygls_anchor.py` run by a Python that imports pygls), when one is found.
+//! - pygls no-op (`pygls_anchor.py` run by a Python that imports pygls), when one is found;
+//! - the tower no-op plus one SQLite commit per call (`forge-bench-anchor tower DB`): the
+//!   floor of a tool that replies after a durable write, beside review-write.
 //!
 //! Every iteration makes one call of each anchor and of each measured `forge-lsp` operation
 //! (in an order rotated by one each iteration, so no operation always follows the same
 //! one), so all of them see the same machine load. Then sequential and 32-in-flight rates
-//! of review-write against the tower no-op, in alternating blocks.
+//! of review-write against the tower no-op and the commit floor, in alternating blocks.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -110,6 +112,8 @@ enum Who {
     /// anchors are called once per iteration like every other row.
     EchoLarge,
     TowerLarge,
+    /// The tower no-op with a database: one commit per `commitRow` call.
+    TowerCommit,
     Ours,
 }
 
@@ -175,11 +179,17 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
         cmd.arg(mode).stderr(Stdio::null());
         start_anchor(cmd, &root)
     };
+    let commit_floor = {
+        let mut cmd = Command::new(&anchor_bin);
+        cmd.arg("tower").arg(w._scratch.dir.join("commit-floor.db")).stderr(Stdio::null());
+        start_anchor(cmd, &root)
+    };
     let mut servers: Vec<(Who, Server)> = vec![
         (Who::Echo, anchor("echo")),
         (Who::Tower, anchor("tower")),
         (Who::EchoLarge, anchor("echo")),
         (Who::TowerLarge, anchor("tower")),
+        (Who::TowerCommit, commit_floor),
     ];
     let pygls_label = match &anchors.python {
         Ok((python, version)) => {
@@ -241,6 +251,14 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     let token_a = Rc::new(Cell::new(true));
     let files = c.files;
     let review_writes = Rc::new(Cell::new(0usize));
+    // The commit floor stores the same arguments review-write is given.
+    let commit_row = move |i: usize| Server::command("noop", json!({ "commitRow": new_finding(i, files, 20) }));
+    ops.push(Op::new(
+        "tower-lsp-server no-op + one SQLite commit (WAL, synchronous=NORMAL)",
+        Who::TowerCommit,
+        EXEC,
+        commit_row,
+    ));
     ops.push(Op::new("forge.tools", Who::Ours, EXEC, |_| exec("tools", json!({}))).goal(1.5));
     ops.push(Op::new("forge.plan-read (2,000 lines)", Who::Ours, EXEC, |_| exec("plan-read", json!({}))).goal(1.5));
     ops.push(
@@ -327,10 +345,11 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     }
     ours.settle(Duration::from_millis(1200));
 
-    // Rates: alternating blocks of the tower no-op and review-write.
+    // Rates: alternating blocks of the tower no-op, the commit floor and review-write.
     let m = (c.writes / c.rounds).max(1);
-    let (mut tower_wall, mut ours_wall) = (Duration::ZERO, Duration::ZERO);
-    let (mut tower_piped, mut ours_piped) = (Duration::ZERO, Duration::ZERO);
+    let (mut tower_wall, mut ours_wall, mut commit_wall) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut tower_piped, mut ours_piped, mut commit_piped) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut commits = c.warm + c.iterations;
     for _ in 0..c.rounds {
         let s = pick(&mut servers, &mut ours, Who::Tower);
         let t0 = Instant::now();
@@ -338,6 +357,13 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
             s.timed(EXEC, &noop);
         }
         tower_wall += t0.elapsed();
+        let s = pick(&mut servers, &mut ours, Who::TowerCommit);
+        let t0 = Instant::now();
+        for _ in 0..m {
+            s.timed(EXEC, &commit_row(commits));
+            commits += 1;
+        }
+        commit_wall += t0.elapsed();
         let t0 = Instant::now();
         for _ in 0..m {
             let i = review_writes.get();
@@ -350,39 +376,51 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     for _ in 0..c.rounds {
         let s = pick(&mut servers, &mut ours, Who::Tower);
         tower_piped += s.pipelined(m, 32, |_| (EXEC, noop.clone()));
+        let s = pick(&mut servers, &mut ours, Who::TowerCommit);
+        commit_piped += s.pipelined(m, 32, |i| (EXEC, commit_row(commits + i)));
+        commits += m;
         let first = review_writes.get();
         ours_piped += ours.pipelined(m, 32, |i| (EXEC, exec("review-write", new_finding(first + i, files, 20))));
         review_writes.set(first + m);
     }
     let n = m * c.rounds;
-    let (ts, os) = (rate(n, tower_wall), rate(n, ours_wall));
-    let (tp, op) = (rate(n, tower_piped), rate(n, ours_piped));
+    let (ts, cs, os) = (rate(n, tower_wall), rate(n, commit_wall), rate(n, ours_wall));
+    let (tp, cp, op) = (rate(n, tower_piped), rate(n, commit_piped), rate(n, ours_piped));
     let share = os / ts;
     eprintln!(
-        "  sequential: tower no-op {}/s, review-write {}/s ({:.0}%); 32 in flight: {}/s, {}/s",
+        "  sequential: tower no-op {}/s, + one commit {}/s ({:.0}%), review-write {}/s ({:.0}%); 32 in flight: {}/s, {}/s, {}/s",
         thousands(ts as u64),
+        thousands(cs as u64),
+        cs / ts * 100.0,
         thousands(os as u64),
         share * 100.0,
         thousands(tp as u64),
+        thousands(cp as u64),
         thousands(op as u64)
     );
     t.push_str(&format!(
-        "\n| {} calls per side, {} alternating blocks | tower-lsp-server no-op | forge.review-write | review-write ÷ no-op | goal | result |\n|---|---:|---:|---:|---|---|\n",
+        "\n| {} calls per side, {} alternating blocks | tower-lsp-server no-op | no-op + one SQLite commit | forge.review-write | commit floor ÷ no-op | review-write ÷ no-op | review-write ÷ commit floor | goal | result |\n|---|---:|---:|---:|---:|---:|---:|---|---|\n",
         thousands(n as u64),
         c.rounds
     ));
     t.push_str(&format!(
-        "| sequential (one in flight) | {}/s | {}/s | {:.0}% | review-write ≥ 70% | {} |\n",
+        "| sequential (one in flight) | {}/s | {}/s | {}/s | {:.0}% | {:.0}% | {:.0}% | review-write ≥ 70% of the no-op | {} |\n",
         thousands(ts as u64),
+        thousands(cs as u64),
         thousands(os as u64),
+        cs / ts * 100.0,
         share * 100.0,
+        os / cs * 100.0,
         if share >= 0.7 { "met" } else { "NOT MET" }
     ));
     t.push_str(&format!(
-        "| 32 in flight | {}/s | {}/s | {:.0}% | review-write ≥ 15,000/s | {} |\n",
+        "| 32 in flight | {}/s | {}/s | {}/s | {:.0}% | {:.0}% | {:.0}% | review-write ≥ 15,000/s | {} |\n",
         thousands(tp as u64),
+        thousands(cp as u64),
         thousands(op as u64),
+        cp / tp * 100.0,
         op / tp * 100.0,
+        op / cp * 100.0,
         if op >= 15_000.0 { "met" } else { "NOT MET" }
     ));
     r.tables.push(t);
