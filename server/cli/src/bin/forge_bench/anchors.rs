@@ -458,10 +458,10 @@ fn interleave(ops: &mut [Op], servers: &mut [(Who, Server)], ours: &mut Server, 
 /// The floors of our large messages, in a loop of their own after the main one (in the
 /// main loop their heavy calls slowed the rows measured beside them: forge.tools went from
 /// 0.77-0.79x to 1.07-1.08x the no-op). The echo and the framework answer with a text as
-/// long as plan-read's (forge-bench-anchor's `replyBytes`), the framework no-op is given
-/// plan-write's plan; each of our large rows is shown against its floor. When the default
-/// review-read page is `paged` (in the main loop), the framework also answers with a text
-/// as long as the page's response is now (after the main loop's writes, which fill the
+/// long as plan-read's (forge-bench-anchor's `replyBytes`), the echo and the framework no-op
+/// are given plan-write's plan; each of our large rows is shown against its framework floor. When the default
+/// review-read page is `paged` (in the main loop), the echo and the framework also answer
+/// with a text as long as the page's response is now (after the main loop's writes, which fill the
 /// page with the bench's own findings), as the floor of the default page.
 fn floors(
     servers: &mut [(Who, Server)],
@@ -481,7 +481,7 @@ fn floors(
     let noop = Server::command("noop", json!({}));
     let constant = |v: Value| move |_| v.clone();
     // Each row with the row of its floor (the framework given the same reply or request).
-    let (reply_floor, request_floor) = (Some(2), Some(3));
+    let (reply_floor, request_floor) = (Some(2), Some(4));
     let mut rows = vec![
         (Op::new("tower-lsp-server no-op: workspace/executeCommand → null", Who::Tower, EXEC, constant(noop)), None),
         (
@@ -495,6 +495,13 @@ fn floors(
         ),
         (
             Op::new(format!("tower-lsp-server returning a {kb:.0} KB text"), Who::TowerLarge, EXEC, constant(large)),
+            None,
+        ),
+        (
+            Op::new(format!("raw framed echo given a {plan_kb:.0} KB plan"), Who::EchoLarge, EXEC, {
+                let plans = plans.clone();
+                move |i| Server::command("noop", json!({ "content": plans[(i + 1) % 2] }))
+            }),
             None,
         ),
         (
@@ -530,6 +537,15 @@ fn floors(
         let bytes = ours.last_response_bytes;
         let page_kb = bytes as f64 / 1e3;
         let text = Server::command("noop", json!({ "replyBytes": bytes }));
+        rows.push((
+            Op::new(
+                format!("raw framed echo answering a {page_kb:.0} KB text"),
+                Who::EchoLarge,
+                EXEC,
+                constant(text.clone()),
+            ),
+            None,
+        ));
         rows.push((
             Op::new(
                 format!("tower-lsp-server returning a {page_kb:.0} KB text"),
