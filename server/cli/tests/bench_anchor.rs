@@ -111,6 +111,28 @@ fn exit_mode_exits_and_unknown_mode_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("usage: forge-bench-anchor echo|tower [DB]|exit"));
 }
 
+/// Both anchors keep one reply per size: alternating sizes each get their own length.
+fn reply_sizes(mode: &str) {
+    let mut child = spawn(mode);
+    let mut d = Decoder::new();
+    initialize(&mut child, &mut d, mode);
+    for (id, n) in [(2, 1000), (3, 300), (4, 1000), (5, 0)] {
+        let cmd = json!({ "command": "forge.noop", "arguments": [{ "replyBytes": n }] });
+        send(&mut child, &json!({ "jsonrpc": "2.0", "id": id, "method": "workspace/executeCommand", "params": cmd }));
+        let r = recv(&mut child, &mut d);
+        assert_eq!(r["id"], id, "{mode}: {r}");
+        let text = r["result"]["text"].as_str().unwrap_or_else(|| panic!("{mode}: no text in {r}"));
+        assert_eq!(text.len(), n, "{mode}: call {id}");
+    }
+    shutdown(&mut child, &mut d, mode);
+}
+
+#[test]
+fn echo_and_tower_answer_each_reply_size_asked_for() {
+    reply_sizes("echo");
+    reply_sizes("tower");
+}
+
 #[test]
 fn tower_with_a_database_commits_one_row_per_commit_row_command_before_it_answers() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -142,6 +164,14 @@ fn tower_with_a_database_commits_one_row_per_commit_row_command_before_it_answer
     assert_eq!(mode, "wal");
     let body: String = conn.query_row("SELECT body FROM calls WHERE id = 1", [], |r| r.get(0)).expect("row 1");
     assert_eq!(serde_json::from_str::<Value>(&body).expect("JSON body"), json!({ "file": "src/a.rs", "line": 2 }));
+    // A commit that fails is an error reply that names it, and the anchor goes on.
+    conn.execute_batch("DROP TABLE calls").expect("drop the table");
+    let cmd = json!({ "command": "forge.noop", "arguments": [{ "commitRow": 1 }] });
+    send(&mut child, &json!({ "jsonrpc": "2.0", "id": 10, "method": "workspace/executeCommand", "params": cmd }));
+    let r = recv(&mut child, &mut d);
+    assert_eq!(r["id"], 10, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("commitRow") && message.contains("calls"), "{r}");
     shutdown(&mut child, &mut d, "tower DB");
 }
 

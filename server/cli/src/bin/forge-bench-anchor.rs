@@ -1,11 +1,12 @@
 //! `forge-bench-anchor`: the reference servers `forge-bench` measures beside `forge-lsp`
-//! (docs/performance.md, "Anchors"). Not a product binary; it stores nothing.
+//! (docs/performance.md, "Anchors"). Not a product binary; it stores nothing but the rows
+//! of `tower DB`'s commit floor, in the database it is given.
 //!
 //! ```text
-//! forge-bench-anchor echo    # raw framed echo: the transport floor
-//! forge-bench-anchor tower   # tower-lsp-server no-op server: the framework floor
-//! forge-bench-anchor tower DB  # the same, plus one SQLite commit per `commitRow` command
-//! forge-bench-anchor exit    # exits at once: the process spawn floor
+//! forge-bench-anchor echo       # raw framed echo: the transport floor
+//! forge-bench-anchor tower      # tower-lsp-server no-op server: the framework floor
+//! forge-bench-anchor tower DB   # the same, plus one SQLite commit per `commitRow` command
+//! forge-bench-anchor exit       # exits at once: the process spawn floor
 //! ```
 //!
 //! - `echo` reads LSP frames (`Content-Length` header, JSON body) from stdin on one thread
@@ -21,8 +22,10 @@
 //!   one newline to escape per line): the same reply size as a large read of ours, as a
 //!   floor for it. `echo` writes a reply serialized once (the cost of moving its bytes);
 //!   `tower` returns a `Value` the framework serializes on every call, as its handlers do.
-//! - Given a database path, `tower` opens it as `forge-lsp`'s store opens its own (the same
-//!   bundled SQLite, WAL, `synchronous=NORMAL`) with one table `calls(id, body)`. A command
+//! - Given a database path, `tower` opens it with the same bundled SQLite in WAL mode with
+//!   `synchronous=NORMAL`, as `forge-lsp`'s store does, but keeps SQLite's own automatic
+//!   checkpoint on the committing connection (the store moves checkpoints to a thread of
+//!   their own), and creates one table `calls(id, body)`, no index. A command
 //!   whose first argument is `{"commitRow": V}` inserts V's JSON text as one row in a
 //!   transaction of its own, commits, and then answers `null`: the floor of any tool that
 //!   replies after a durable write, such as `forge.review-write`. The commit runs on the

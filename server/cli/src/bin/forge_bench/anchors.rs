@@ -165,7 +165,7 @@ pub fn scenario_anchors(bin: &Path, anchors: &Anchors, quick: bool, writes: usiz
     };
     let k = thousands(c.findings as u64);
     eprintln!(
-        "[anchors] anchors (echo, tower-lsp-server no-op, pygls no-op) and forge-lsp interleaved ({} iterations; {k} findings over {} files)",
+        "[anchors] anchors (echo, tower-lsp-server no-op, pygls no-op, no-op + one SQLite commit) and forge-lsp interleaved ({} iterations; {k} findings over {} files)",
         c.iterations, c.files
     );
     let w = World::new("anchors", bin, c.files, 60);
@@ -458,11 +458,12 @@ fn interleave(ops: &mut [Op], servers: &mut [(Who, Server)], ours: &mut Server, 
 /// The floors of our large messages, in a loop of their own after the main one (in the
 /// main loop their heavy calls slowed the rows measured beside them: forge.tools went from
 /// 0.77-0.79x to 1.07-1.08x the no-op). The echo and the framework answer with a text as
-/// long as plan-read's (forge-bench-anchor's `replyBytes`), the echo and the framework no-op
-/// are given plan-write's plan; each of our large rows is shown against its framework floor. When the default
-/// review-read page is `paged` (in the main loop), the echo and the framework also answer
-/// with a text as long as the page's response is now (after the main loop's writes, which fill the
-/// page with the bench's own findings), as the floor of the default page.
+/// long as plan-read's (forge-bench-anchor's `replyBytes`), the echo and the framework
+/// no-op are given plan-write's plan; each of our large rows is shown against its framework
+/// floor. When the default review-read page is `paged` (in the main loop), the echo and the
+/// framework also answer with a text as long as the page's response is now (after the main
+/// loop's writes, which fill the page with the bench's own findings), as the floor of the
+/// default page.
 fn floors(
     servers: &mut [(Who, Server)],
     ours: &mut Server,
