@@ -204,6 +204,24 @@ fn review_delete_outside_a_loop_removes_every_section_at_that_line() {
     assert_eq!(listed(&auditor.tool_ok("review-read", json!({})).data), [(f.into(), 5, Some(1))]);
     let e = user.tool_err("review-delete", json!({ "file": f, "line": 5 }));
     assert_error(&e, 1002, "not_found");
+
+    // The user naming the running sectioned loop (current section 1) deletes every
+    // section's finding at that line, not only the current section's.
+    let out = auditor.tool_ok(
+        "review-write",
+        json!({ "file": f, "line": 5, "severity": "bug", "description": "earlier", "sectionIndex": 0 }),
+    );
+    assert_eq!(out.data["finding"]["sectionIndex"], json!(0));
+    let del = user.tool_ok("review-delete", json!({ "file": f, "line": 5, "loopName": "sect-loop" }));
+    assert_eq!(del.data["deleted"], json!(2));
+    assert_eq!(listed(&auditor.tool_ok("review-read", json!({ "allSections": true })).data), []);
+    // A sectionIndex still narrows it.
+    write_bug(&auditor, f, 7);
+    let e = user.tool_err("review-delete", json!({ "file": f, "line": 7, "loopName": "sect-loop", "sectionIndex": 0 }));
+    assert_error(&e, 1002, "not_found");
+    let del =
+        user.tool_ok("review-delete", json!({ "file": f, "line": 7, "loopName": "sect-loop", "sectionIndex": 1 }));
+    assert_eq!(del.data["deleted"], json!(1));
 }
 
 // --- 7. bad input ---------------------------------------------------------------------------------

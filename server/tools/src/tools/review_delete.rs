@@ -11,10 +11,10 @@ use forge_store::{findings, loops};
 
 pub const NEEDS_SERVER: bool = false;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
-pub const DESCRIPTION: &str = "Delete a review finding by file and line. Inside a sectioned loop the current section is searched unless sectionIndex names another or crossSection targets cross-section findings; elsewhere every finding at that file:line in the caller's scope is deleted. The user agent may pass loopName to delete in a specific loop.";
+pub const DESCRIPTION: &str = "Delete a review finding by file and line. Inside a sectioned loop the current section is searched unless sectionIndex names another or crossSection targets cross-section findings; elsewhere every finding at that file:line in the caller's scope is deleted. The user agent may pass loopName to delete in a specific loop: every finding at that file:line of the loop, unless sectionIndex or crossSection narrows it.";
 
 pub type Input = forge_protocol::inputs::ReviewDeleteInput;
 
@@ -43,7 +43,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         None => loop_scope::caller_loop(ctx)?,
     };
     let scope = row.as_ref().map(loop_scope::scope);
-    let filter = delete_filter(scope.as_ref(), input.cross_section.unwrap_or(false), input.section_index.as_ref())
+    // The user naming a loop is not inside it: no current section narrows the delete
+    // (`delete_filter`'s docs), only an explicit sectionIndex or crossSection does.
+    let in_scope = if explicit.is_some() { None } else { scope.as_ref() };
+    let filter = delete_filter(in_scope, input.cross_section.unwrap_or(false), input.section_index.as_ref())
         .map_err(ToolError::invalid)?;
     let bucket = scope.as_ref().map(|s| s.loop_name.clone()).unwrap_or_default();
     let gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &input.file, input.line, &filter, ctx.now).db()?;
