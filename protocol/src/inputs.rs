@@ -160,7 +160,8 @@ pub struct ReviewReadInput {
     /// Read only cross-section findings.
     #[serde(rename = "crossSection", default, skip_serializing_if = "Option::is_none")]
     pub cross_section: Option<bool>,
-    /// Read findings from all sections instead of the current section.
+    /// Read findings from all sections instead of the current and earlier sections plus
+    /// cross-section findings.
     #[serde(rename = "allSections", default, skip_serializing_if = "Option::is_none")]
     pub all_sections: Option<bool>,
     /// Return durable audit-attempt history instead of live findings.

@@ -1,6 +1,6 @@
 //! Coalescing of findings diagnostics (PROTOCOL.md §6): a burst of 1,000 writes to 50
-//! files publishes each file about once per second of burst (the publisher waits for 50 ms
-//! of quiet and holds a continuous burst at most 1 s), and ends with every file's full set.
+//! files publishes each file about once per 5 s of burst (the publisher waits for 50 ms
+//! of quiet and holds a continuous burst at most 5 s), and ends with every file's full set.
 //!
 //! Alone in its own test binary, so other tests do not compete with the burst.
 

@@ -8,7 +8,8 @@
 //! base commit for the first section). When a loop's worktree directory is gone but its
 //! branch survives, restart re-creates the worktree from the branch (seed
 //! "Restartability"). Branches are never deleted, except to roll back a loop start that
-//! failed (reference §3.4, §4.7).
+//! failed (reference §3.4, §4.7) and by `forge-lsp cleanup loop`, which deletes only
+//! `forge/` branches.
 //!
 //! Everything here uses libgit2 (`git2`), never the git CLI. Functions taking `repo_dir`
 //! accept any path inside the repository (or one of its worktrees); functions taking
@@ -349,7 +350,7 @@ pub fn remove_worktree(repo_dir: &Path, dir: &Path) -> Result<(), GitError> {
     }
 }
 
-/// Delete a local branch (rollback of a failed loop start only; refuses names not starting
+/// Delete a local `forge/` branch (`forge-lsp cleanup loop`; refuses names not starting
 /// with "forge/"). A branch that does not exist is not an error.
 pub fn delete_branch(repo_dir: &Path, branch: &str) -> Result<(), GitError> {
     if !branch.starts_with(FORGE_BRANCH_PREFIX) {
@@ -516,7 +517,8 @@ pub fn changes_since(worktree: &Path, since: &str) -> Result<(Vec<String>, Vec<S
 
 /// An attempt snapshot: a commit of the worktree's current state (tracked changes and
 /// untracked files, as [`checkpoint`] would stage them) whose parent is HEAD, kept alive by
-/// the ref `ref_name` (e.g. `refs/forge/<loop>/attempt/<scope>/<n>`). Neither HEAD, the
+/// the ref `ref_name` (e.g. `refs/forge/<loop>/attempts/section-0-1`, the loop runner's
+/// `attempts/<scope>-<n>`). Neither HEAD, the
 /// branch nor the on-disk index moves: the staging happens in memory only. Returns the
 /// commit id.
 pub fn snapshot(worktree: &Path, ref_name: &str, message: &str) -> Result<String, GitError> {

@@ -185,9 +185,6 @@ pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
     v
 }
 
-/// Writes (or removes) the read-only copy of a virtual document. A `.forge`, `.forge/view`
-/// or deeper component that is a symbolic link (a repository can commit one) is never
-/// followed: the write is refused, logged, and the user told once per connection.
 /// How long the index copy waits for more changes before it is rewritten: a burst of
 /// writes (findings, plans) rewrites it once, not once per write.
 pub const INDEX_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
@@ -206,6 +203,9 @@ pub fn materialize_index_soon(conn: &Arc<Conn>) {
     });
 }
 
+/// Writes (or removes) the read-only copy of a virtual document. A `.forge`, `.forge/view`
+/// or deeper component that is a symbolic link (a repository can commit one) is never
+/// followed: the write is refused, logged, and the user told once per connection.
 pub async fn materialize(conn: &Conn, uri: &str) {
     let Some(parsed) = ForgeUri::parse(uri) else { return };
     let path = conn.view_path(&parsed);

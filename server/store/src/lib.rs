@@ -752,8 +752,6 @@ fn abandon(conn: &Connection, ran: Vec<Deliver>, not_run: Vec<GroupJob>, why: &s
     }
 }
 
-/// Runs one statement through the statement cache (the group's fixed statements are
-/// parsed once, not per call).
 /// Runs `f` in one read transaction (one committed snapshot) on a read connection.
 fn in_read_txn<R>(c: &Connection, f: impl FnOnce(&Connection) -> R) -> R {
     let began = exec(c, "BEGIN DEFERRED");
@@ -782,6 +780,8 @@ pub(crate) fn limit(n: usize) -> String {
     format!("LIMIT {n}")
 }
 
+/// Runs one statement through the statement cache (the group's fixed statements are
+/// parsed once, not per call).
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }

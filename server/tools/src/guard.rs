@@ -8,8 +8,8 @@
 //! Counted on results, not on calls: a call counts only if no other result of the session
 //! arrived while it ran, so parallel identical calls cannot inflate the count.
 //!
-//! The state is process memory (a session's calls go to one server); a session's entry is
-//! forgotten when more than [`MAX_SESSIONS`] sessions are tracked.
+//! The state is process memory (a session's calls go to one server); the whole table is
+//! cleared when more than [`MAX_SESSIONS`] sessions are tracked.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};

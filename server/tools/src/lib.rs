@@ -325,7 +325,8 @@ fn plugin_call(conn: &Connection, env: &ToolEnv, p: plugins::PluginTool, input: 
     })
 }
 
-/// Runs one tool call through the store's owner thread.
+/// Runs one tool call: a read-only tool on this thread's read connection
+/// ([`forge_store::Store::read_here`]), any other as one grouped write.
 pub async fn call(
     store: &Store,
     engine: &Arc<forge_engine::Engine>,

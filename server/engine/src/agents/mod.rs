@@ -212,14 +212,14 @@ fn mcp_command() -> String {
     crate::turn::self_bin().map(|p| p.display().to_string()).unwrap_or_else(|| "forge-lsp".to_string())
 }
 
-/// Variables that identify the session (and its data directory) to `forge-lsp mcp` /
-/// `forge-lsp call`.
 /// The variable that makes `forge-lsp mcp` leave `structuredContent` out of its results
 /// (`docs/mcp.md`): Codex and Claude Code show a result's `structuredContent` to the model
 /// instead of its text when both are there, and the text is what an agent should read (a
 /// plan's lines are only in `plan-read`'s text).
 pub const STRUCTURED_CONTENT_ENV: &str = "FORGE_MCP_STRUCTURED_CONTENT";
 
+/// Variables that identify the session (and its data directory) to `forge-lsp mcp` /
+/// `forge-lsp call`.
 pub const IDENTITY_VARS: [&str; 4] = ["FORGE_SESSION_ID", "FORGE_SESSION_TOKEN", "FORGE_LSP_SOCKET", "FORGE_DATA_DIR"];
 
 /// `TMPDIR` for a CLI whose shell commands run in the sandbox but write into the CLI's

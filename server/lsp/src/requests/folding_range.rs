@@ -1,4 +1,5 @@
-//! `textDocument/foldingRange` on plan documents: one range per section.
+//! `textDocument/foldingRange` on plan documents: one range per block of more than one
+//! line (the preamble, each `##` block, each section, the trailing headings).
 
 use tower_lsp_server::gen_lsp_types::{FoldingRange, FoldingRangeParams};
 use tower_lsp_server::jsonrpc::Result;

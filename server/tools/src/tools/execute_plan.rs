@@ -10,7 +10,8 @@ use forge_store::{loops, plans};
 
 pub const NEEDS_SERVER: bool = true;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Runs on the store's writer thread as one grouped write (crate docs); its store part
+/// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Start an iterative development loop for a plan in an isolated git worktree (branch forge/<name>): a coder agent implements each section and hands off, an auditor reviews it, and a clean audit advances to the next section. title is required; plan defaults to the session's stored plan; loopName is slugified and made unique. branch names a new git branch to use instead of forge/<name>. mode: \"new-session\" instead starts one untracked agent session with the plan (no worktree, no loop). Denied inside loop sessions.";

@@ -11,7 +11,7 @@ use forge_store::interviews;
 
 pub const NEEDS_SERVER: bool = false;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Store the current interview state of this session without printing it. Call once per interview turn: the first turn carries the full spec; later turns carry a one-line status, an optional unified diff against the stored spec (or a full replacement spec) and the open questions. The state is readable at forge://interview/<sessionId>.md.";

@@ -10,7 +10,8 @@ use forge_store::loops;
 
 pub const NEEDS_SERVER: bool = true;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Runs on the store's writer thread as one grouped write (crate docs); its store part
+/// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Cancel an active loop. name is a loop name or a part of it; without it, cancels the only active loop.";

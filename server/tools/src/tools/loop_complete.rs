@@ -12,7 +12,7 @@ use crate::loop_scope;
 
 pub const NEEDS_SERVER: bool = false;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Record the post-action report of the loop (post_action phase only), then end your turn: outcome (completed, completed_with_issues, failed), steps [{name, status: done|skipped|failed, detail?}] (at least one), followUps, notes.";

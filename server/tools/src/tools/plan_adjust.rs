@@ -12,7 +12,7 @@ use crate::loop_scope;
 
 pub const NEEDS_SERVER: bool = false;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
 const CAP: usize = 24;

@@ -13,7 +13,7 @@ use forge_store::plans;
 
 pub const NEEDS_SERVER: bool = false;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Edit the stored session plan by exact string replacement, like the Edit tool edits a file. oldString must match exactly once unless replaceAll is true; do not include plan-read's `N: ` line-number prefixes. An empty oldString creates the plan only when none exists. Returns `Replaced N occurrence(s).` and a structure report of the sections the edit touched.";

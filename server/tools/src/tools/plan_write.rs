@@ -12,7 +12,7 @@ use forge_store::plans;
 
 pub const NEEDS_SERVER: bool = false;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Create or overwrite the plan stored for the current session (the plan of record read by plan-read and execute-plan). Returns a structure report: line and char counts, the detected Loop Name, the section outline and any structural warnings. Use <!-- forge-section --> markers before each ## Phase heading; use plan-edit for small revisions. Denied inside loop sessions and while the session runs a loop.";

@@ -9,7 +9,8 @@ use crate::task_control;
 
 pub const NEEDS_SERVER: bool = true;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Runs on the store's writer thread as one grouped write (crate docs); its store part
+/// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Stop the running turn of a loop's current phase session while keeping the session: its process group is killed, the loop keeps running and waits; task-revive resumes the session with an instruction. A no-op when no turn is running. For the loop's owner.";

@@ -9,7 +9,8 @@ use crate::task_control;
 
 pub const NEEDS_SERVER: bool = true;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Runs on the store's writer thread as one grouped write (crate docs); its store part
+/// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Queue a message into a loop session's next turn (default: the current phase session) without starting or interrupting a turn; it is put before that session's next prompt and delivered once. For the loop's owner.";

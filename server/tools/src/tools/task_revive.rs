@@ -9,7 +9,8 @@ use crate::task_control;
 
 pub const NEEDS_SERVER: bool = true;
 
-/// Only reads the store: runs on a read connection, beside writes (crate docs).
+/// Runs on the store's writer thread as one grouped write (crate docs); its store part
+/// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
 pub const DESCRIPTION: &str = "Resume a loop's current phase session that is not running a turn (stopped with task-cancel) with an instruction: a new turn of the same session starts with the instruction as its prompt (queued messages first). For the loop's owner.";
