@@ -70,12 +70,14 @@ fn apply_patch_writes_every_file_or_none() {
     assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("patch line"), "{e}");
     let e = c.tool_err("apply-patch", patch("*** Add File: ../escape.txt\n+x\n"));
+    assert_eq!(e.code, -32602, "a path outside the root is an invalid parameter: {e}");
     assert!(e.message.contains("escape.txt"), "{e}");
     assert!(!repo.path.parent().unwrap().join("escape.txt").exists());
     // A committed symlink to a directory outside the root cannot be written through.
     let outside = sb.mkdir("outside");
     std::os::unix::fs::symlink(&outside, repo.path.join("link")).unwrap();
     let e = c.tool_err("apply-patch", patch("*** Add File: link/planted.txt\n+x\n"));
+    assert_eq!(e.code, -32602, "{e}");
     assert!(e.message.contains("link/planted.txt"), "{e}");
     assert!(!outside.join("planted.txt").exists(), "nothing written through the symlink");
     // Ambiguity: the error lists the candidates.
@@ -83,6 +85,37 @@ fn apply_patch_writes_every_file_or_none() {
     let e = c.tool_err("apply-patch", patch("*** Update File: dup.txt\n@@\n-same\n+other\n"));
     assert!(e.message.contains("1") && e.message.contains("2"), "candidates named: {e}");
     assert_eq!(read(&repo, "dup.txt"), "same\nsame\n");
+}
+
+#[test]
+fn apply_patch_never_writes_through_a_link_planted_at_a_temporary_name() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("x.rs", "old\n");
+    let c = client(&sb, &repo);
+    let pid = c.pid().expect("a stdio server");
+    let victim = sb.mkdir("outside").join("victim");
+    std::fs::write(&victim, "keep\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Links at the names the temporaries had before (`.<name>.forge-patch-<pid>`, the pid
+    // is in the server's socket path), as a sandboxed command or a commit could plant them.
+    let planted: Vec<String> = ["x.rs", "new.rs"].iter().map(|n| format!(".{n}.forge-patch-{pid}")).collect();
+    for name in &planted {
+        std::os::unix::fs::symlink(&victim, repo.path.join(name)).unwrap();
+    }
+    c.tool_ok("apply-patch", patch("*** Update File: x.rs\n@@\n-old\n+new\n*** Add File: new.rs\n+fresh\n"));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n", "nothing written through a link");
+    assert_eq!(std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777, 0o600, "its mode untouched");
+    assert_eq!(read(&repo, "x.rs"), "new\n");
+    assert_eq!(read(&repo, "new.rs"), "fresh\n");
+    assert!(!std::fs::symlink_metadata(repo.path.join("new.rs")).unwrap().file_type().is_symlink());
+    // No temporary is left beside the files (the planted links are the test's own).
+    let left: Vec<String> = std::fs::read_dir(&repo.path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".forge-patch-") && !planted.contains(n))
+        .collect();
+    assert!(left.is_empty(), "temporaries left: {left:?}");
 }
 
 #[test]

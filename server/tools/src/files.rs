@@ -112,6 +112,38 @@ pub fn rename_staged(staged: &[(PathBuf, PathBuf)]) -> Result<(), (usize, std::i
     Ok(())
 }
 
+/// Writes `content` to a new temporary file beside `target` and returns its path: the
+/// first step of an all-or-nothing write (then [`rename_staged`]). The file is created
+/// with `O_CREAT | O_EXCL`, so nothing already at its name (a file, or a symbolic link a
+/// repository committed or a sandboxed command planted) is ever opened or written
+/// through, and its name has a random part, so it cannot be planted in advance. It gets
+/// `mode` when given (the mode of the file it replaces), else the default mode of a new
+/// file under the process's umask. Nothing is left behind when writing fails.
+pub fn write_temp_beside(target: &Path, tag: &str, content: &[u8], mode: Option<u32>) -> Result<PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = target.parent().ok_or_else(|| format!("{}: no parent directory", target.display()))?;
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.forge-{tag}-{}", ulid::Ulid::new()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o666)
+        .open(&tmp)
+        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let written = f.write_all(content).and_then(|()| match mode {
+        // On the open file (fchmod), not by name.
+        Some(m) => f.set_permissions(std::fs::Permissions::from_mode(m)),
+        None => Ok(()),
+    });
+    if let Err(e) = written {
+        drop(f);
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("cannot write {}: {e}", tmp.display()));
+    }
+    Ok(tmp)
+}
+
 /// Removes staged temporaries (a multi-file write that is given up before any rename).
 pub fn discard_staged(staged: &[(PathBuf, PathBuf)]) {
     for (tmp, _) in staged {

@@ -38,6 +38,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
 fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
     let fail = |m: String| ToolError::invalid(format!("apply-patch failed: {m}"));
     let root_text = root.to_string_lossy().into_owned();
+    check_paths(root, &root_text, patch)?;
     let plan = apply_patch(patch, Some(&root_text), |rel| {
         let p = within(root, rel).map_err(|e| e.message)?;
         match std::fs::symlink_metadata(&p) {
@@ -99,6 +100,24 @@ fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
     Ok(CommandResult { text, data: json!({ "changes": changes, "notes": plan.notes }).into() })
 }
 
+/// Every path of the patch inside the root, before anything is read or written: a path
+/// that leaves the root (`..`, an absolute path elsewhere, a symlinked directory) is an
+/// invalid parameter (-32602) naming it, as for the other file tools.
+fn check_paths(root: &Path, root_text: &str, patch: &str) -> Result<(), ToolError> {
+    use forge_domain::patch::{normalize_path, parse_patch, PatchOp};
+    let parsed = parse_patch(patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
+    let paths = parsed.ops.iter().flat_map(|op| match op {
+        PatchOp::Add { path, .. } | PatchOp::Delete { path, .. } => vec![path],
+        PatchOp::Update { path, move_to, .. } => std::iter::once(path).chain(move_to.as_ref().map(|m| &m.path)).collect(),
+    });
+    for raw in paths {
+        let rel = normalize_path(raw, Some(root_text))
+            .map_err(|why| ToolError::invalid_params(format!("apply-patch failed: path {raw:?}: {why}")))?;
+        within(root, &rel).map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {}", e.message)))?;
+    }
+    Ok(())
+}
+
 /// Writes `content` to a temporary file beside `rel`'s target (creating parent
 /// directories inside the root) and returns (temporary, target).
 fn stage(root: &Path, rel: &str, content: &str) -> Result<(PathBuf, PathBuf), String> {
@@ -107,12 +126,11 @@ fn stage(root: &Path, rel: &str, content: &str) -> Result<(PathBuf, PathBuf), St
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     // The parent must still be inside the root once created (no symlinked directory).
     within(root, rel).map_err(|e| e.message)?;
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.forge-patch-{}", std::process::id()));
-    let mode = std::fs::metadata(&target).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions())).ok();
-    std::fs::write(&tmp, content).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    if let Some(mode) = mode {
-        let _ = std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(mode));
-    }
+    // The mode of the file replaced (not of what a symbolic link there points at).
+    let mode = std::fs::symlink_metadata(&target)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()));
+    let tmp = crate::files::write_temp_beside(&target, "patch", content.as_bytes(), mode)?;
     Ok((tmp, target))
 }

@@ -161,10 +161,6 @@ fn stage(e: &FileEdit) -> Result<PathBuf, String> {
         return Err(format!("{} is read-only", e.shown));
     }
     std::fs::OpenOptions::new().append(true).open(&e.path).map_err(|err| format!("{} cannot be written: {err}", e.shown))?;
-    let dir = e.path.parent().ok_or_else(|| format!("{}: no parent directory", e.shown))?;
-    let name = e.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.forge-ast-grep-{}", std::process::id()));
-    std::fs::write(&tmp, &e.new).map_err(|err| format!("cannot write {}: {err}", tmp.display()))?;
-    let _ = std::fs::set_permissions(&tmp, meta.permissions());
-    Ok(tmp)
+    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+    crate::files::write_temp_beside(&e.path, "ast-grep", e.new.as_bytes(), Some(mode))
 }
