@@ -228,8 +228,9 @@ fn committed_forge_symlinks_are_never_followed() {
 /// A project whose loops would start (agent configured, no sandbox).
 fn loop_project() -> GitRepo {
     let repo = GitRepo::new();
+    // Not committed: a committed project file may not pick the agent or turn the sandbox
+    // off (forge_core::config::LOCAL_KEYS).
     repo.write_project_config("[agent]\ncommand = [\"sleep\", \"60\"]\n\n[sandbox]\nenabled = false\n");
-    repo.commit_all("config");
     repo
 }
 
@@ -449,7 +450,6 @@ fn a_sandboxed_command_cannot_write_beside_the_listen_socket() {
         "[agent]\ncommand = [{:?}]\n\n[sandbox]\nenabled = true\n",
         agent.display().to_string()
     ));
-    repo.commit_all("config");
     let listen_dir = sb.mkdir("listen");
     let sock = listen_dir.join("forge.sock");
     let bin_dir = Path::new(BIN).parent().expect("bin dir").to_path_buf();

@@ -95,12 +95,15 @@ fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
             continue;
         }
         let sidecar = dir.join(format!("{name}.json"));
-        let Ok(meta) = std::fs::metadata(&sidecar) else { continue };
-        if meta.len() > MAX_SIDECAR {
-            tracing::warn!("plugin tool sidecar {} is too large; skipped", sidecar.display());
-            continue;
-        }
-        let parsed: Option<Value> = std::fs::read_to_string(&sidecar).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let text = match forge_core::config::read_small_file(&sidecar, MAX_SIDECAR) {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("plugin tool sidecar {}: {e}; skipped", sidecar.display());
+                continue;
+            }
+        };
+        let parsed: Option<Value> = serde_json::from_str(&text).ok();
         let Some(Value::Object(side)) = parsed else {
             tracing::warn!("plugin tool sidecar {} is not a JSON object; skipped", sidecar.display());
             continue;
