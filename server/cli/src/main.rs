@@ -141,8 +141,22 @@ fn init_logging(file: Option<&PathBuf>) {
     // reporting that on stderr would panic, and a panic while stdin is read by a blocking
     // thread hangs the process instead of letting it shut down.
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).log_internal_errors(false);
-    match file.and_then(|f| std::fs::OpenOptions::new().create(true).append(true).open(f).ok()) {
-        Some(f) => builder.with_writer(std::sync::Mutex::new(f)).init(),
+    // A new log file is private (0600): it can hold plan text and paths.
+    let opened = file.map(|f| {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(f).map_err(|e| (f, e))
+    });
+    match opened {
+        Some(Ok(f)) => builder.with_writer(std::sync::Mutex::new(f)).init(),
+        Some(Err((f, e))) => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "forge-lsp: cannot open the log file {}: {e}; logging to stderr",
+                f.display()
+            );
+            builder.with_writer(std::io::stderr).init()
+        }
         None => builder.with_writer(std::io::stderr).init(),
     }
 }

@@ -20,6 +20,7 @@
 //! host or an `agent.preset` (engine/src/agents/), which builds the argv and environment
 //! and reads the output; this module runs the process the same way for all of them.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -77,6 +78,13 @@ pub fn agent_usage_file(req: &TurnRequest) -> PathBuf {
     }
 }
 
+/// Creates `dir` and its missing parents as private directories (0700); the data
+/// directory's prompt and usage files are private too (0600).
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 /// The most usage text taken from a worktree per turn.
 const USAGE_CAP: u64 = 16 * 1024 * 1024;
 
@@ -86,7 +94,6 @@ const USAGE_CAP: u64 = 16 * 1024 * 1024;
 /// is left alone.
 pub fn absorb_usage(req: &TurnRequest) {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let plain_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     let usage_dir = req.cwd.join(crate::sandbox::USAGE_DIR);
     if !plain_dir(&req.cwd.join(".forge")) || !plain_dir(&usage_dir) {
@@ -116,10 +123,11 @@ pub fn absorb_usage(req: &TurnRequest) {
     }
     use std::io::Write;
     let dest = usage_file(&req.data_dir, &req.session_id);
-    let _ = std::fs::create_dir_all(req.data_dir.join("usage"));
+    let _ = private_dir(&req.data_dir.join("usage"));
     let res = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&dest)
         .and_then(|mut f| f.write_all(text.as_bytes()));
     if let Err(e) = res {
@@ -164,12 +172,12 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         TurnHandle { pid: None }
     };
     let host = crate::agents::host_for(&req);
-    if let Err(e) = std::fs::create_dir_all(&req.prompt_dir) {
+    if let Err(e) = private_dir(&req.prompt_dir) {
         return fail(format!("cannot create {}: {e}", req.prompt_dir.display()));
     }
     let prompt_file = req.prompt_dir.join(format!("{}-{}.md", req.session_id, req.turn));
-    let _ = std::fs::create_dir_all(req.data_dir.join("usage"));
-    if let Err(e) = std::fs::write(&prompt_file, &req.prompt) {
+    let _ = private_dir(&req.data_dir.join("usage"));
+    if let Err(e) = crate::agents::write_private(&prompt_file, req.prompt.as_bytes()) {
         return fail(format!("cannot write the prompt file {}: {e}", prompt_file.display()));
     }
     let launch = match host.prepare(&req, &prompt_file) {

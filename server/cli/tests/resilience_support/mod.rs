@@ -98,6 +98,11 @@ pub fn labelled(turns: &[ArgTurn]) -> Vec<String> {
 /// as (session, turn, text), sorted by session then turn.
 pub fn prompt_files(t: &LoopTest, name: &str) -> Vec<(String, u32, String)> {
     let dir = t.sb.data_dir.join("prompts").join(name);
+    let mode = |p: &std::path::Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777
+    };
+    // Prompts hold the plan: private, in a private directory.
+    assert_eq!(mode(&dir), 0o700, "{}", dir.display());
     let mut out: Vec<(String, u32, String)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .flatten()
@@ -105,6 +110,7 @@ pub fn prompt_files(t: &LoopTest, name: &str) -> Vec<(String, u32, String)> {
             let file = e.file_name().to_string_lossy().to_string();
             let stem = file.strip_suffix(".md")?;
             let (session, turn) = stem.rsplit_once('-')?;
+            assert_eq!(mode(&e.path()), 0o600, "{}", e.path().display());
             let text = std::fs::read_to_string(e.path()).ok()?;
             Some((session.to_string(), turn.parse().ok()?, text))
         })

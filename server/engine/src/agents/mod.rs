@@ -17,6 +17,7 @@ pub mod gemini;
 pub mod opencode;
 
 use std::ffi::OsString;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use forge_core::config::Config;
@@ -116,7 +117,6 @@ fn save_cli_session(req: &TurnRequest, id: &str) {
 /// Writes a private (0600) file, replacing it.
 pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
@@ -151,10 +151,11 @@ fn record_usage(req: &TurnRequest, lines: &[UsageLine], cumulative: bool) {
         }
     }
     use std::io::Write;
-    let _ = std::fs::create_dir_all(req.data_dir.join("usage"));
+    let _ = crate::host::private_dir(&req.data_dir.join("usage"));
     let res = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&file)
         .and_then(|mut f| f.write_all(text.as_bytes()));
     if let Err(e) = res {
