@@ -947,23 +947,15 @@ fn is_section_message(line: &str) -> bool {
     digits > 0 && rest.as_bytes().get(digits) == Some(&b':')
 }
 
-/// Adds `.forge/` to the repository's `info/exclude` (once).
+/// Adds `.forge/` to the repository's `info/exclude` (once), appending to the file. Only a
+/// repository whose top level is `root`: a project that is not a repository itself but
+/// lies inside one (a home directory kept in git) is not the repository's to change.
 pub fn exclude_forge_dir(root: &Path) {
-    let Ok(repo) = git2::Repository::discover(root) else { return };
-    let exclude = repo.commondir().join("info/exclude");
-    let current = std::fs::read_to_string(&exclude).unwrap_or_default();
-    if current.lines().any(|l| l.trim() == ".forge/" || l.trim() == "/.forge/") {
-        return;
+    let flags = git2::RepositoryOpenFlags::NO_SEARCH;
+    let Ok(repo) = git2::Repository::open_ext(root, flags, std::iter::empty::<&str>()) else { return };
+    if let Err(e) = ensure_forge_excluded(&repo) {
+        tracing::debug!("could not add .forge/ to the repository's info/exclude: {e}");
     }
-    if let Some(dir) = exclude.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let mut next = current;
-    if !next.is_empty() && !next.ends_with('\n') {
-        next.push('\n');
-    }
-    next.push_str(".forge/\n");
-    let _ = std::fs::write(&exclude, next);
 }
 
 #[cfg(test)]
@@ -1007,6 +999,23 @@ mod tests {
         git(&repo, &["add", "-A"]);
         git(&repo, &["commit", "-q", "-m", "initial"]);
         repo
+    }
+
+    #[test]
+    fn forge_is_excluded_only_in_the_projects_own_repository_and_by_appending() {
+        let d = tempfile::tempdir().unwrap();
+        // A home directory kept in git, with a project inside it that is not a repository.
+        let home = repo_with_commit(&d.path().join("home"));
+        let exclude = home.join(".git/info/exclude");
+        fs::write(&exclude, "# mine\n*.log").unwrap();
+        let project = home.join("notes");
+        fs::create_dir_all(&project).unwrap();
+        exclude_forge_dir(&project);
+        assert_eq!(fs::read_to_string(&exclude).unwrap(), "# mine\n*.log", "the enclosing repository is untouched");
+        // The repository's own top level: appended once, the user's lines kept.
+        exclude_forge_dir(&home);
+        exclude_forge_dir(&home);
+        assert_eq!(fs::read_to_string(&exclude).unwrap(), format!("# mine\n*.log\n{FORGE_EXCLUDE}\n"));
     }
 
     fn setup() -> (tempfile::TempDir, PathBuf, Worktree) {
