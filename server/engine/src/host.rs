@@ -78,13 +78,6 @@ pub fn agent_usage_file(req: &TurnRequest) -> PathBuf {
     }
 }
 
-/// Creates `dir` and its missing parents as private directories (0700); the data
-/// directory's prompt and usage files are private too (0600).
-pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-}
-
 /// The most usage text taken from a worktree per turn.
 const USAGE_CAP: u64 = 16 * 1024 * 1024;
 
@@ -123,7 +116,7 @@ pub fn absorb_usage(req: &TurnRequest) {
     }
     use std::io::Write;
     let dest = usage_file(&req.data_dir, &req.session_id);
-    let _ = private_dir(&req.data_dir.join("usage"));
+    let _ = crate::agents::private_dir(&req.data_dir.join("usage"));
     let res = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -172,11 +165,11 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         TurnHandle { pid: None }
     };
     let host = crate::agents::host_for(&req);
-    if let Err(e) = private_dir(&req.prompt_dir) {
+    if let Err(e) = crate::agents::private_dir(&req.prompt_dir) {
         return fail(format!("cannot create {}: {e}", req.prompt_dir.display()));
     }
     let prompt_file = req.prompt_dir.join(format!("{}-{}.md", req.session_id, req.turn));
-    let _ = private_dir(&req.data_dir.join("usage"));
+    let _ = crate::agents::private_dir(&req.data_dir.join("usage"));
     if let Err(e) = crate::agents::write_private(&prompt_file, req.prompt.as_bytes()) {
         return fail(format!("cannot write the prompt file {}: {e}", prompt_file.display()));
     }
