@@ -49,6 +49,9 @@ fn serve_listen_unix_shares_one_state_between_connections() {
     let server = sb.listen_unix(&sock);
     assert_eq!(mode(&sock), 0o600, "socket file mode");
     assert_eq!(mode(sock.parent().unwrap()), 0o700, "socket directory mode");
+    // Bound in a staging directory and renamed into place: nothing else is left beside it.
+    let beside: Vec<_> = std::fs::read_dir(sock.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(beside, [std::ffi::OsString::from("forge.sock")]);
 
     let mut a = server.connect();
     let mut b = server.connect();

@@ -137,9 +137,33 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
         }
         std::fs::remove_file(path)?;
     }
-    let l = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(l)
+    // Bound in a private (0700) staging directory beside it, made 0600 there and only then
+    // renamed into place: under a permissive umask a socket bound at `path` directly could
+    // be connected to before its mode is set. A staging path too long for a socket address
+    // falls back to binding in place.
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let staging = dir.join(format!(".forge-bind-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+    }
+    let staged = staging.join("s");
+    let bound = UnixListener::bind(&staged).and_then(|l| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(l)
+    });
+    let _ = std::fs::remove_dir_all(&staging);
+    match bound {
+        Ok(l) => Ok(l),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            let l = UnixListener::bind(path)?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+            Ok(l)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Accepts connections forever; each gets its own LSP session on the shared hub. Once
