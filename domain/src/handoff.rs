@@ -252,19 +252,75 @@ pub fn parse_stored(role: Role, payload: &str) -> Result<StoredHandoff, String> 
 // Schema checks
 // ---------------------------------------------------------------------------------------
 
+/// The handoff's schema errors for `role`: a field of the other role, or a required field
+/// that is missing. They are invalid parameters (-32602, PROTOCOL.md §3: an unknown key,
+/// the other role's fields included, or a missing required field); every other refusal of
+/// [`validate_handoff`] (an empty list, a blank text, a verdict the loop does not allow) is
+/// a tool error (1006). [`validate_handoff`] checks these first, with the same messages.
+pub fn schema_error(role: Role, input: &LoopHandoffInput) -> Option<String> {
+    match role {
+        Role::Coder => {
+            if input.summary.is_some() {
+                return Some(
+                    "summary is an auditor field and is not accepted from the coder: the coder \
+                     handoff takes changes, deviations, verification and notes."
+                        .to_string(),
+                );
+            }
+            if input.changes.is_none() {
+                return Some(
+                    "changes is required: list at least one { summary, reason } entry \
+                     saying what changed and why."
+                        .to_string(),
+                );
+            }
+            if input.verification.is_none() {
+                return Some(
+                    "verification is required: list at least one check { command, cwd, \
+                     outcome, changedAfter } (outcome \"not-run\" for a check you could not run)."
+                        .to_string(),
+                );
+            }
+            None
+        }
+        Role::Auditor => {
+            let coder_fields: Vec<&str> = [
+                ("changes", input.changes.is_some()),
+                ("deviations", input.deviations.is_some()),
+                ("verification", input.verification.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(name, present)| present.then_some(name))
+            .collect();
+            if coder_fields.is_empty() {
+                return None;
+            }
+            let (list, verb) = if coder_fields.len() == 1 {
+                (coder_fields[0].to_string(), "is a coder field")
+            } else {
+                (coder_fields.join(", "), "are coder fields")
+            };
+            let hint = if coder_fields.contains(&"deviations") {
+                " (auditor deviations go in summary.deviations)"
+            } else {
+                ""
+            };
+            Some(format!(
+                "{list} {verb} and not accepted from the auditor: the auditor handoff takes only \
+                 summary and notes{hint}."
+            ))
+        }
+        Role::PostAction => None,
+    }
+}
+
 fn coder_from_input(input: &LoopHandoffInput) -> Result<CoderPayload, String> {
-    if input.summary.is_some() {
-        return Err("summary is an auditor field and is not accepted from the coder: the coder \
-             handoff takes changes, deviations, verification and notes."
-            .to_string());
+    if let Some(e) = schema_error(Role::Coder, input) {
+        return Err(e);
     }
 
     let changes = match &input.changes {
-        None => {
-            return Err("changes is required: list at least one { summary, reason } entry \
-                 saying what changed and why."
-                .to_string())
-        }
+        None => return Err("changes is required.".to_string()),
         Some(c) if c.is_empty() => return Err("changes needs at least one { summary, reason } entry.".to_string()),
         Some(c) => c,
     };
@@ -295,11 +351,7 @@ fn coder_from_input(input: &LoopHandoffInput) -> Result<CoderPayload, String> {
         .collect::<Result<Vec<_>, String>>()?;
 
     let verification = match &input.verification {
-        None => {
-            return Err("verification is required: list at least one check { command, cwd, \
-                 outcome, changedAfter } (outcome \"not-run\" for a check you could not run)."
-                .to_string())
-        }
+        None => return Err("verification is required.".to_string()),
         Some(v) if v.is_empty() => {
             return Err("verification needs at least one { command, cwd, outcome, changedAfter } entry.".to_string())
         }
@@ -322,26 +374,8 @@ fn coder_from_input(input: &LoopHandoffInput) -> Result<CoderPayload, String> {
 }
 
 fn auditor_from_input(input: &LoopHandoffInput, ctx: &AuditContext) -> Result<AuditorPayload, String> {
-    let coder_fields: Vec<&str> = [
-        ("changes", input.changes.is_some()),
-        ("deviations", input.deviations.is_some()),
-        ("verification", input.verification.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(name, present)| present.then_some(name))
-    .collect();
-    if !coder_fields.is_empty() {
-        let (list, verb) = if coder_fields.len() == 1 {
-            (coder_fields[0].to_string(), "is a coder field")
-        } else {
-            (coder_fields.join(", "), "are coder fields")
-        };
-        let hint =
-            if coder_fields.contains(&"deviations") { " (auditor deviations go in summary.deviations)" } else { "" };
-        return Err(format!(
-            "{list} {verb} and not accepted from the auditor: the auditor handoff takes only \
-             summary and notes{hint}."
-        ));
+    if let Some(e) = schema_error(Role::Auditor, input) {
+        return Err(e);
     }
 
     let summary = match &input.summary {
@@ -691,6 +725,52 @@ mod tests {
         let blank_notes = LoopHandoffInput { notes: Some(" \n ".into()), ..coder_input() };
         let v = validate_handoff(Role::Coder, &blank_notes, &SECTIONED).unwrap();
         assert!(v.get("notes").is_none());
+    }
+
+    #[test]
+    fn schema_errors_are_the_other_roles_fields_and_missing_required_ones() {
+        let ctx = AuditContext::default();
+        let auditor_input = || LoopHandoffInput { summary: Some(summary(&["x"])), ..Default::default() };
+        // (role, input, a schema error starting with this, or None: a valid input or a 1006 refusal)
+        let cases: Vec<(Role, LoopHandoffInput, Option<&str>)> = vec![
+            (Role::Coder, coder_input(), None),
+            (Role::Coder, LoopHandoffInput { changes: None, ..coder_input() }, Some("changes is required")),
+            (Role::Coder, LoopHandoffInput { verification: None, ..coder_input() }, Some("verification is required")),
+            (Role::Coder, LoopHandoffInput { changes: Some(vec![]), ..coder_input() }, None),
+            (
+                Role::Coder,
+                LoopHandoffInput { summary: auditor_input().summary, ..coder_input() },
+                Some("summary is an auditor field"),
+            ),
+            (Role::Auditor, auditor_input(), None),
+            (
+                Role::Auditor,
+                LoopHandoffInput { deviations: Some(vec![]), ..auditor_input() },
+                Some("deviations is a coder field"),
+            ),
+            (
+                Role::Auditor,
+                LoopHandoffInput {
+                    changes: coder_input().changes,
+                    verification: coder_input().verification,
+                    ..auditor_input()
+                },
+                Some("changes, verification are coder fields"),
+            ),
+            (Role::PostAction, LoopHandoffInput::default(), None),
+        ];
+        for (i, (role, input, want)) in cases.iter().enumerate() {
+            let got = schema_error(*role, input);
+            match want {
+                Some(prefix) => {
+                    let got = got.unwrap_or_else(|| panic!("case {i}: no schema error"));
+                    assert!(got.starts_with(prefix), "case {i}: {got}");
+                    // validate_handoff refuses it with the same message.
+                    assert_eq!(validate_handoff(*role, input, &ctx).unwrap_err(), got, "case {i}");
+                }
+                None => assert_eq!(got, None, "case {i}"),
+            }
+        }
     }
 
     #[test]

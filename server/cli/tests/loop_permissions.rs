@@ -150,7 +150,9 @@ fn dropped_entries_are_reported_once_and_have_no_effect() {
     // loop-handoff is not denied (it fails on its input instead), and echo runs.
     let e = c.tool_err("loop-handoff", json!({}));
     assert!(!e.message.contains("loop.permissions.deny"), "{e}");
-    assert_ne!(e.code, 1001, "{e}");
+    // A missing required field is an invalid parameter (PROTOCOL.md §3).
+    assert_eq!(e.code, -32602, "{e}");
+    assert_contains(&e.message, "changes is required");
     c.tool_ok("shell", json!({ "command": "echo ok" }));
     // The scoped rule that was kept still applies.
     assert_denied(&c.tool_err("shell", json!({ "command": "git push" })));
