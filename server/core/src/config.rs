@@ -121,18 +121,39 @@ const TRUST_KEYS: &[&str] =
 /// the same way: they reach the user's own plugin tools, e.g. as `BASH_ENV`). The user
 /// sets them in the user configuration file, the initialization options, or a
 /// `.forge/config.toml` that is not committed (the server keeps `.forge/` out of git).
+/// "Committed" is [`committed_config`].
 const LOCAL_KEYS: &[&str] =
     &["agent.command", "agent.compactCommand", "sandbox.enabled", "sandbox.mode", "sandbox.network"];
 
-/// Whether `rel` (relative to the repository's working tree at `root`) is in the index of
-/// the repository whose top level is `root`: committed, or staged to be. A directory that
-/// is not a repository's top level has no committed files.
-fn tracked_by_git(root: &Path, rel: &str) -> bool {
-    let Ok(repo) = git2::Repository::open_ext(root, git2::RepositoryOpenFlags::NO_SEARCH, std::iter::empty::<&str>())
-    else {
-        return false;
+/// Whether the project's `.forge/config.toml` may have come with the repository: the file,
+/// or a `.forge` that is a symbolic link or a submodule, is in the index or in `HEAD` of
+/// the repository that holds `project_root` (the project may be a folder inside it). Fails
+/// closed: when git cannot answer (an index it cannot read, a repository it will not open)
+/// the file counts as committed. Only a project in no repository at all has none.
+fn committed_config(project_root: &Path) -> bool {
+    let repo = match git2::Repository::discover(project_root) {
+        Ok(r) => r,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return false,
+        Err(_) => return true,
     };
-    repo.index().is_ok_and(|index| index.get_path(Path::new(rel), 0).is_some())
+    let (Some(workdir), Ok(root)) = (repo.workdir(), project_root.canonicalize()) else { return true };
+    let Ok(workdir) = workdir.canonicalize() else { return true };
+    let Ok(prefix) = root.strip_prefix(&workdir) else { return true };
+    let (dir, file) = (prefix.join(".forge"), prefix.join(".forge/config.toml"));
+    let Ok(index) = repo.index() else { return true };
+    // `.forge` itself is an entry only as a link or a submodule (a plain directory has none).
+    if index.get_path(&dir, 0).is_some() || index.get_path(&file, 0).is_some() {
+        return true;
+    }
+    let head = match repo.head() {
+        Ok(h) => h,
+        // A repository without commits yet.
+        Err(e) if matches!(e.code(), git2::ErrorCode::UnbornBranch | git2::ErrorCode::NotFound) => return false,
+        Err(_) => return true,
+    };
+    let Ok(tree) = head.peel_to_tree() else { return true };
+    let linked_dir = tree.get_path(&dir).is_ok_and(|e| e.kind() != Some(git2::ObjectType::Tree));
+    linked_dir || tree.get_path(&file).is_ok()
 }
 
 /// The largest configuration file read (a repository's file is read at every start).
@@ -145,7 +166,13 @@ pub const MAX_CONFIG_FILE: u64 = 1024 * 1024;
 /// exist.
 pub fn read_small_file(path: &Path, max: u64) -> std::io::Result<Option<String>> {
     use std::io::Read;
-    let file = match std::fs::File::open(path) {
+    // Non-blocking: opening a FIFO with no writer would otherwise wait forever (the flag
+    // does not change reads of a regular file).
+    let opened = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
+    };
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -348,7 +375,7 @@ impl Loader {
         let local = |key: &str| LOCAL_KEYS.contains(&key) || plugin_variable(key).is_some();
         if self.untrusted && flat.iter().any(|(k, _)| local(k)) && self.committed.is_none() {
             let root = self.committed_check.clone();
-            self.committed = Some(root.is_some_and(|r| tracked_by_git(&r, ".forge/config.toml")));
+            self.committed = Some(root.is_some_and(|r| committed_config(&r)));
         }
         let held_back = self.untrusted && self.committed == Some(true);
         if held_back {
@@ -604,6 +631,70 @@ mod tests {
         let c = Loader::standard(committed.path(), Some(&init)).unwrap().build();
         assert_eq!(c.agent_command.as_deref(), Some(&["my-agent".to_string()][..]));
         assert!(!c.sandbox_enabled);
+    }
+
+    /// Commits every file under `dir` (a repository) as `HEAD`.
+    fn commit_all(repo: &git2::Repository) {
+        let mut index = repo.index().unwrap();
+        index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.invalid").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "c", &tree, &[]).unwrap();
+    }
+
+    #[test]
+    fn committed_means_in_the_enclosing_repository_through_links_and_fails_closed() {
+        let command = "[agent]\ncommand = [\"evil\"]\n";
+        // A project that is a folder of a monorepo, its config committed there.
+        let d = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(d.path()).unwrap();
+        let project = d.path().join("frontend");
+        std::fs::create_dir_all(project.join(".forge")).unwrap();
+        std::fs::write(project.join(".forge/config.toml"), command).unwrap();
+        commit_all(&repo);
+        assert!(committed_config(&project));
+        assert_eq!(load_project(&project).build().agent_command, None);
+        // Committed, then dropped from the index (no index entry, still in HEAD).
+        let mut index = repo.index().unwrap();
+        index.remove_path(Path::new("frontend/.forge/config.toml")).unwrap();
+        index.write().unwrap();
+        assert!(committed_config(&project));
+
+        // A committed `.forge` that is a link to a committed folder.
+        let d = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(d.path()).unwrap();
+        std::fs::create_dir_all(d.path().join("conf")).unwrap();
+        std::fs::write(d.path().join("conf/config.toml"), command).unwrap();
+        std::os::unix::fs::symlink("conf", d.path().join(".forge")).unwrap();
+        commit_all(&repo);
+        assert!(committed_config(d.path()));
+        assert_eq!(load_project(d.path()).build().agent_command, None);
+
+        // The repository commits project tools under `.forge/`, the user's config is local.
+        let d = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(d.path()).unwrap();
+        std::fs::create_dir_all(d.path().join(".forge/tools")).unwrap();
+        std::fs::write(d.path().join(".forge/tools/t.json"), "{}").unwrap();
+        commit_all(&repo);
+        std::fs::write(d.path().join(".forge/config.toml"), command).unwrap();
+        assert!(!committed_config(d.path()));
+        assert_eq!(load_project(d.path()).build().agent_command.as_deref(), Some(&["evil".to_string()][..]));
+
+        // No repository at all.
+        let plain = tempfile::tempdir().unwrap();
+        assert!(!committed_config(plain.path()));
+    }
+
+    #[test]
+    fn a_config_file_that_is_a_fifo_is_an_error_not_a_wait() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = Loader::default().add_file(&p).unwrap_err();
+        assert!(e.0.contains("not a regular file"), "{e}");
     }
 
     #[test]
