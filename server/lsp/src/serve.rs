@@ -138,12 +138,15 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
         std::fs::remove_file(path)?;
     }
     // Bound in a private (0700) staging directory beside it, made 0600 there and only then
-    // renamed into place: under a permissive umask a socket bound at `path` directly could
-    // be connected to before its mode is set. A staging path too long for a socket address
-    // falls back to binding in place.
+    // linked into place: under a permissive umask a socket bound at `path` directly could
+    // be connected to before its mode is set. The link fails when something is at `path`
+    // already (another server that bound it meanwhile): the path is in use, as a bind
+    // there would have said. The staging name carries the process id and the clock's
+    // nanoseconds, so a shared directory such as /tmp cannot be primed with it. A staging path too long for a socket address falls back
+    // to binding in place.
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let staging = dir.join(format!(".forge-bind-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let staging = dir.join(format!(".forge-bind-{}-{nanos:08x}", std::process::id()));
     {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
@@ -151,10 +154,20 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     let staged = staging.join("s");
     let bound = UnixListener::bind(&staged).and_then(|l| {
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
-        std::fs::rename(&staged, path)?;
+        std::fs::hard_link(&staged, path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("{} is in use by a running server", path.display()),
+                )
+            } else {
+                e
+            }
+        })?;
         Ok(l)
     });
-    let _ = std::fs::remove_dir_all(&staging);
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&staging);
     match bound {
         Ok(l) => Ok(l),
         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
