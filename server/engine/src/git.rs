@@ -947,14 +947,25 @@ fn is_section_message(line: &str) -> bool {
     digits > 0 && rest.as_bytes().get(digits) == Some(&b':')
 }
 
-/// Adds `.forge/` to the repository's `info/exclude` (once), appending to the file. Only a
-/// repository whose top level is `root`: a project that is not a repository itself but
-/// lies inside one (a home directory kept in git) is not the repository's to change.
+/// Keeps `root/.forge/` out of git. A project that is a repository's top level: `.forge/`
+/// in the repository's `info/exclude` (once, appended). A project that is a folder inside
+/// a repository (a monorepo's package, a home directory kept in git): the repository's own
+/// files are not the project's to change, so `.forge/` gets a `.gitignore` of its own
+/// (`*`, written inside the project, never through a link).
 pub fn exclude_forge_dir(root: &Path) {
     let flags = git2::RepositoryOpenFlags::NO_SEARCH;
-    let Ok(repo) = git2::Repository::open_ext(root, flags, std::iter::empty::<&str>()) else { return };
-    if let Err(e) = ensure_forge_excluded(&repo) {
-        tracing::debug!("could not add .forge/ to the repository's info/exclude: {e}");
+    if let Ok(repo) = git2::Repository::open_ext(root, flags, std::iter::empty::<&str>()) {
+        if let Err(e) = ensure_forge_excluded(&repo) {
+            tracing::debug!("could not add .forge/ to the repository's info/exclude: {e}");
+        }
+        return;
+    }
+    let ignore = Path::new(".forge/.gitignore");
+    if fs::symlink_metadata(root.join(ignore)).is_ok() || git2::Repository::discover(root).is_err() {
+        return;
+    }
+    if let Err(e) = forge_core::beneath::write_file(root, ignore, b"*\n", 0o644) {
+        tracing::debug!("could not write {}: {e}", root.join(ignore).display());
     }
 }
 
@@ -1012,6 +1023,10 @@ mod tests {
         fs::create_dir_all(&project).unwrap();
         exclude_forge_dir(&project);
         assert_eq!(fs::read_to_string(&exclude).unwrap(), "# mine\n*.log", "the enclosing repository is untouched");
+        // The project's own `.forge/` keeps itself out of the enclosing repository.
+        assert_eq!(fs::read_to_string(project.join(".forge/.gitignore")).unwrap(), "*\n");
+        fs::write(project.join(".forge/view.md"), "copy").unwrap();
+        assert_eq!(git(&home, &["status", "--porcelain", "--untracked-files=all"]), "");
         // The repository's own top level: appended once, the user's lines kept.
         exclude_forge_dir(&home);
         exclude_forge_dir(&home);
