@@ -82,12 +82,12 @@ pub fn write_file(base: &Path, rel: &Path, contents: &[u8], mode: u32) -> io::Re
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
     };
     let dir = open_dir(base, parent, true)?;
+    // A name of its own per write: two writers of the same file (two connections) never
+    // share, unlink or rename each other's temporary file.
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
-    tmp_name.push(".tmp");
+    tmp_name.push(format!(".{}.tmp", ulid::Ulid::new()));
     let (tmp, target) = (cstr(&tmp_name)?, cstr(name)?);
-    // SAFETY: valid fd and NUL-terminated names.
-    unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: as above; the mode is passed as the variadic argument openat expects.
     let fd = unsafe { libc::openat(dir.as_raw_fd(), tmp.as_ptr(), flags, 0o600 as libc::c_uint) };
@@ -162,5 +162,26 @@ mod tests {
             assert!(std::fs::read_dir(&outside).unwrap().next().is_none(), "{link}: wrote outside");
         }
         assert!(write_file(&base, Path::new("../x"), b"x", 0o444).is_err());
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_file_each_leave_a_whole_version_and_no_temporary() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().to_path_buf();
+        let versions: Vec<Vec<u8>> = (0..4u8).map(|k| vec![b'a' + k; 256 * 1024]).collect();
+        std::thread::scope(|s| {
+            for v in &versions {
+                let base = &base;
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        write_file(base, Path::new("v/doc.md"), v, 0o444).unwrap();
+                    }
+                });
+            }
+        });
+        let got = std::fs::read(base.join("v/doc.md")).unwrap();
+        assert!(versions.contains(&got), "a mix of versions ({} bytes)", got.len());
+        let names: Vec<_> = std::fs::read_dir(base.join("v")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [std::ffi::OsString::from("doc.md")], "temporaries left");
     }
 }
