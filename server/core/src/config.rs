@@ -301,12 +301,11 @@ pub struct Loader {
     merged: Map<String, Value>,
     /// Unknown-key warnings, one per key and source.
     pub warnings: Vec<String>,
-    /// The source being added is the repository's own file (trust keys are ignored).
-    untrusted: bool,
-    /// The project whose `.forge/config.toml` is being added, to ask git whether the file
-    /// is committed (only when it sets one of [`LOCAL_KEYS`] or a plugin variable).
-    committed_check: Option<PathBuf>,
-    /// Whether that file is committed, once asked.
+    /// The project whose own `.forge/config.toml` is the source being added: the file may
+    /// come with the repository (trust keys are ignored; [`LOCAL_KEYS`] when committed).
+    repository_file_of: Option<PathBuf>,
+    /// Whether that file is committed, once asked (only when it sets one of [`LOCAL_KEYS`]
+    /// or a plugin variable).
     committed: Option<bool>,
 }
 
@@ -373,11 +372,13 @@ impl Loader {
         let mut flat = vec![];
         flatten("", obj, &mut flat);
         let local = |key: &str| LOCAL_KEYS.contains(&key) || plugin_variable(key).is_some();
-        if self.untrusted && flat.iter().any(|(k, _)| local(k)) && self.committed.is_none() {
-            let root = self.committed_check.clone();
-            self.committed = Some(root.is_some_and(|r| committed_config(&r)));
+        let untrusted = self.repository_file_of.is_some();
+        if let (Some(root), None) = (&self.repository_file_of, self.committed) {
+            if flat.iter().any(|(k, _)| local(k)) {
+                self.committed = Some(committed_config(root));
+            }
         }
-        let held_back = self.untrusted && self.committed == Some(true);
+        let held_back = untrusted && self.committed == Some(true);
         if held_back {
             flat.retain(|(key, _)| {
                 if !local(key) {
@@ -399,7 +400,7 @@ impl Loader {
                 }
                 continue;
             }
-            if self.untrusted && TRUST_KEYS.contains(&key.as_str()) {
+            if untrusted && TRUST_KEYS.contains(&key.as_str()) {
                 self.warnings.push(format!(
                     "configuration key `{key}` in {source} is ignored: a repository cannot grant itself trust (set it in the user configuration file or the initialization options)"
                 ));
@@ -419,7 +420,7 @@ impl Loader {
         }
         for (key, val) in flat {
             let trust = TRUST_KEYS.contains(&key.as_str());
-            if plugin_variable(&key).is_some() || (KEYS.iter().any(|(n, _)| *n == key) && !(trust && self.untrusted)) {
+            if plugin_variable(&key).is_some() || (KEYS.iter().any(|(n, _)| *n == key) && !(trust && untrusted)) {
                 self.merged.insert(key, val);
             }
         }
@@ -502,11 +503,9 @@ impl Loader {
     pub fn standard(project_root: &Path, init: Option<&Value>) -> Result<Loader, ConfigError> {
         let mut l = Loader::default();
         l.add_file(&Self::user_file())?;
-        l.untrusted = true;
-        l.committed_check = Some(project_root.to_path_buf());
+        l.repository_file_of = Some(project_root.to_path_buf());
         let r = l.add_file(&Self::project_file(project_root));
-        l.untrusted = false;
-        l.committed_check = None;
+        l.repository_file_of = None;
         r?;
         if let Some(v) = init {
             l.add_value(v, "initializationOptions.forge.config")?;
@@ -580,7 +579,7 @@ mod tests {
 
     /// Loads only the project's file, as [`Loader::standard`] adds it.
     fn load_project(root: &Path) -> Loader {
-        let mut l = Loader { untrusted: true, committed_check: Some(root.to_path_buf()), ..Default::default() };
+        let mut l = Loader { repository_file_of: Some(root.to_path_buf()), ..Default::default() };
         l.add_file(&Loader::project_file(root)).unwrap();
         l
     }
