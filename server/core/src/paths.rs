@@ -60,6 +60,15 @@ pub fn check_private_dir(dir: &Path) -> Result<(), Refused> {
     Ok(())
 }
 
+/// Creates `dir` and its missing parents as private directories (0700 under the usual
+/// umasks); existing ones are left as they are. For directories of private files (the
+/// data directory's prompts and usage, webfetch's cache), not for sockets
+/// ([`ensure_private_dir`] checks those).
+pub fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 /// Creates `dir` with mode 0700 (exactly, whatever the umask) or, if it exists, checks
 /// it is ours ([`check_private_dir`]). An existing directory is never chmod-ed.
 pub fn ensure_private_dir(dir: &Path) -> Result<(), Refused> {

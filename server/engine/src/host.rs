@@ -116,7 +116,7 @@ pub fn absorb_usage(req: &TurnRequest) {
     }
     use std::io::Write;
     let dest = usage_file(&req.data_dir, &req.session_id);
-    let _ = crate::agents::private_dir(&req.data_dir.join("usage"));
+    let _ = forge_core::paths::create_private_dirs(&req.data_dir.join("usage"));
     let res = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -165,11 +165,11 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         TurnHandle { pid: None }
     };
     let host = crate::agents::host_for(&req);
-    if let Err(e) = crate::agents::private_dir(&req.prompt_dir) {
+    if let Err(e) = forge_core::paths::create_private_dirs(&req.prompt_dir) {
         return fail(format!("cannot create {}: {e}", req.prompt_dir.display()));
     }
     let prompt_file = req.prompt_dir.join(format!("{}-{}.md", req.session_id, req.turn));
-    let _ = crate::agents::private_dir(&req.data_dir.join("usage"));
+    let _ = forge_core::paths::create_private_dirs(&req.data_dir.join("usage"));
     if let Err(e) = crate::agents::write_private(&prompt_file, req.prompt.as_bytes()) {
         return fail(format!("cannot write the prompt file {}: {e}", prompt_file.display()));
     }

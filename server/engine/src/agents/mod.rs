@@ -114,13 +114,6 @@ fn save_cli_session(req: &TurnRequest, id: &str) {
     }
 }
 
-/// Creates `dir` and its missing parents as private directories (0700); the data
-/// directory's prompt and usage files are private too (0600).
-pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-}
-
 /// Writes a private (0600) file, replacing it.
 pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -158,7 +151,7 @@ fn record_usage(req: &TurnRequest, lines: &[UsageLine], cumulative: bool) {
         }
     }
     use std::io::Write;
-    let _ = private_dir(&req.data_dir.join("usage"));
+    let _ = forge_core::paths::create_private_dirs(&req.data_dir.join("usage"));
     let res = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

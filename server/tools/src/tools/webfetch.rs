@@ -423,8 +423,8 @@ fn save_binary(requested: &Url, f: &Fetched, opts: &Opts) -> Result<CommandResul
 /// Writes `body` to `path` with mode 0600 (temporary file + rename, directory 0700).
 fn write_private(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    forge_core::paths::create_private_dirs(dir)?;
     let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), ulid::Ulid::new()));
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
     let written = file.write_all(body).and_then(|_| file.sync_all()).and_then(|_| std::fs::rename(&tmp, path));
