@@ -142,8 +142,8 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     // be connected to before its mode is set. The link fails when something is at `path`
     // already (another server that bound it meanwhile): the path is in use, as a bind
     // there would have said. The staging name carries the process id and the clock's
-    // nanoseconds, so a shared directory such as /tmp cannot be primed with it. A staging path too long for a socket address falls back
-    // to binding in place.
+    // nanoseconds, so a shared directory such as /tmp cannot be primed with it. A staging
+    // path too long for a socket address falls back to binding in place.
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let staging = dir.join(format!(".forge-bind-{}-{nanos:08x}", std::process::id()));
