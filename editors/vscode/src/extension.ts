@@ -205,6 +205,10 @@ class Forge implements vscode.Disposable {
         },
       },
       middleware: {
+        // The server takes exactly one input object (PROTOCOL.md §3); VS Code runs a
+        // server command invoked without arguments (a key binding, another extension) with
+        // `[]`, which means an empty input here.
+        executeCommand: (command, args, next) => next(command, args.length === 0 ? [{}] : args),
         // The server's code lenses run its commands, whose results the client drops: route
         // them through the extension so that the user sees what happened.
         provideCodeLenses: async (document, token, next) => {
@@ -334,7 +338,7 @@ class Forge implements vscode.Disposable {
     }
     const result = (await client.sendRequest(ExecuteCommandRequest.type, {
       command: `forge.${tool}`,
-      arguments: input ? [input] : [],
+      arguments: [input ?? {}],
     })) as ToolResult | null;
     return result ?? {};
   }

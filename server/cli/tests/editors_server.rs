@@ -53,6 +53,20 @@ fn an_empty_list_as_the_argument_means_an_empty_input() {
     let e = c.execute("forge.tools", Some(json!([[1]]))).expect_err("a list with items is not an input");
     assert_eq!(e.code, -32602);
     assert!(e.message.contains("a list"), "{e}");
+    // Absent arguments are an empty input; every other shape than one object is -32602
+    // naming what was sent (PROTOCOL.md §3): no list item, null, two items, a string.
+    let r = c.execute("forge.tools", None).expect("absent arguments are an empty input");
+    assert!(r["data"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{r}");
+    for (args, named) in [
+        (json!([]), "a list of 0 items"),
+        (json!([null]), "holding null"),
+        (json!([{}, {}]), "a list of 2 items"),
+        (json!(["x"]), "holding a string"),
+    ] {
+        let e = c.execute("forge.tools", Some(args.clone())).expect_err("not one object");
+        assert_eq!(e.code, -32602, "{args}: {e}");
+        assert!(e.message.contains(named), "{args}: {e}");
+    }
 }
 
 #[test]

@@ -147,30 +147,33 @@ pub fn offers() -> Vec<ToolOffer> {
         .clone()
 }
 
-/// Extracts the single input object from `workspace/executeCommand` arguments.
+/// Extracts the single input object from `workspace/executeCommand` arguments: absent, or a
+/// list of exactly one object (PROTOCOL.md §3). `[[]]` is also an empty input: it is how
+/// Neovim encodes an empty Lua table in that place (§3.1). Anything else, `[]` and `[null]`
+/// included, is -32602 naming what was sent.
 pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError> {
-    match args {
-        None => Ok(Value::Object(Default::default())),
-        Some(v) if v.is_empty() => Ok(Value::Object(Default::default())),
-        Some(mut v) if v.len() == 1 => match v.remove(0) {
-            Value::Object(m) => Ok(Value::Object(m)),
-            Value::Null => Ok(Value::Object(Default::default())),
-            // Neovim encodes an empty Lua table `{}` as `[]`.
-            Value::Array(a) if a.is_empty() => Ok(Value::Object(Default::default())),
-            other => Err(ToolError::invalid_params(format!(
-                "arguments must be a list with exactly one JSON object (the tool's input), got {}",
-                match other {
-                    Value::Array(_) => "a list",
-                    Value::String(_) => "a string",
-                    Value::Number(_) => "a number",
-                    Value::Bool(_) => "a boolean",
-                    _ => "something else",
-                }
-            ))),
-        },
-        Some(v) => Err(ToolError::invalid_params(format!(
-            "arguments must be a list with exactly one JSON object (the tool's input), got {} items",
-            v.len()
+    let Some(mut args) = args else {
+        return Ok(Value::Object(Default::default()));
+    };
+    if args.len() != 1 {
+        return Err(ToolError::invalid_params(format!(
+            "arguments must be absent or a list with exactly one JSON object (the tool's input), got a list of {} items",
+            args.len()
+        )));
+    }
+    match args.remove(0) {
+        Value::Object(m) => Ok(Value::Object(m)),
+        Value::Array(a) if a.is_empty() => Ok(Value::Object(Default::default())),
+        other => Err(ToolError::invalid_params(format!(
+            "arguments must be absent or a list with exactly one JSON object (the tool's input), got a list holding {}",
+            match other {
+                Value::Null => "null",
+                Value::Array(_) => "a list",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                Value::Object(_) => "an object",
+            }
         ))),
     }
 }
