@@ -113,9 +113,33 @@ fn apply_patch_never_writes_through_a_link_planted_at_a_temporary_name() {
     let left: Vec<String> = std::fs::read_dir(&repo.path)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".forge-patch-") && !planted.contains(n))
+        .filter(|n| (n.contains(".forge-patch-") || n.ends_with(".tmp")) && !planted.contains(n))
         .collect();
     assert!(left.is_empty(), "temporaries left: {left:?}");
+}
+
+#[test]
+fn apply_patch_follows_a_link_to_a_directory_inside_the_root_and_creates_directories() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("documentation/guide.md", "old\n");
+    std::os::unix::fs::symlink("documentation", repo.path.join("docs")).unwrap();
+    let c = client(&sb, &repo);
+    c.tool_ok(
+        "apply-patch",
+        patch(
+            "*** Update File: docs/guide.md\n@@\n-old\n+new\n*** Add File: docs/deep/er/new.md\n+fresh\n*** Add File: src/a/b.rs\n+fn b() {}\n",
+        ),
+    );
+    assert_eq!(read(&repo, "documentation/guide.md"), "new\n");
+    assert_eq!(read(&repo, "documentation/deep/er/new.md"), "fresh\n");
+    assert_eq!(read(&repo, "src/a/b.rs"), "fn b() {}\n");
+    assert!(std::fs::symlink_metadata(repo.path.join("docs")).unwrap().file_type().is_symlink(), "the link is kept");
+    // Moved and deleted through the link too.
+    c.tool_ok("apply-patch", patch("*** Update File: docs/guide.md\n*** Move to: docs/moved.md\n@@\n-new\n+moved\n*** Delete File: docs/deep/er/new.md\n"));
+    assert_eq!(read(&repo, "documentation/moved.md"), "moved\n");
+    assert!(!repo.path.join("documentation/guide.md").exists());
+    assert!(!repo.path.join("documentation/deep/er/new.md").exists());
 }
 
 #[test]

@@ -73,47 +73,143 @@ pub fn open_dir(base: &Path, rel: &Path, create: bool) -> io::Result<OwnedFd> {
     Ok(dir)
 }
 
-/// Writes `base/rel` atomically (a fresh temporary file renamed over it) with `mode`,
-/// never following a link below `base`. A link at the file's own name is replaced, not
-/// written through.
-pub fn write_file(base: &Path, rel: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+/// The mode a staged file gets.
+#[derive(Clone, Copy, Debug)]
+pub enum Mode {
+    /// Exactly this mode.
+    Exact(u32),
+    /// The mode of the regular file it replaces (not of what a link there points at);
+    /// for a new file, this mode under the process's umask, as for any new file.
+    KeepOr(u32),
+}
+
+/// One file's new content, written to a temporary file of its own beside the target in a
+/// directory opened beneath a base without following links, and not yet renamed into
+/// place: the first step of an all-or-nothing write of one or more files.
+///
+/// Invariant: the temporary exists until [`Staged::commit`] renames it or the value is
+/// dropped, which removes it. The rename is relative to the directory opened when the file
+/// was staged, so a directory swapped for a link in the meantime does not redirect it.
+pub struct Staged {
+    dir: OwnedFd,
+    tmp: CString,
+    name: CString,
+    shown: std::path::PathBuf,
+    pending: bool,
+}
+
+impl Staged {
+    /// `base/rel`, as the caller named it (for messages).
+    pub fn target(&self) -> &Path {
+        &self.shown
+    }
+
+    /// Renames the temporary onto the target (a link at the target's name is replaced,
+    /// not written through). On failure the temporary is removed.
+    pub fn commit(mut self) -> io::Result<()> {
+        // SAFETY: a valid directory fd and NUL-terminated names.
+        let r = unsafe {
+            libc::renameat(self.dir.as_raw_fd(), self.tmp.as_ptr(), self.dir.as_raw_fd(), self.name.as_ptr())
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.pending = false;
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if self.pending {
+            // SAFETY: as above.
+            unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.tmp.as_ptr(), 0) };
+        }
+    }
+}
+
+/// Stages `contents` for `base/rel` (see [`Staged`]), creating missing directories when
+/// `create_dirs`, never following a link below `base`. The temporary is created with
+/// `O_EXCL | O_NOFOLLOW` under a random name, so nothing already there (a file, a planted
+/// link) is opened, and it gets its mode on the open file. `sync` flushes it to disk
+/// before it is renamed. Nothing is left behind on failure.
+pub fn stage(
+    base: &Path,
+    rel: &Path,
+    contents: &[u8],
+    mode: Mode,
+    create_dirs: bool,
+    sync: bool,
+) -> io::Result<Staged> {
     use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
     let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
     };
-    let dir = open_dir(base, parent, true)?;
+    let dir = open_dir(base, parent, create_dirs)?;
+    let name_c = cstr(name)?;
+    // (mode set on the open file, mode the file is created with: a new file's is
+    // subject to the umask).
+    let (fchmod, create) = match mode {
+        Mode::Exact(m) => (Some(m), 0o600),
+        Mode::KeepOr(new) => match existing_mode(&dir, &name_c)? {
+            Some(m) => (Some(m), 0o600),
+            None => (None, new),
+        },
+    };
     // A name of its own per write: two writers of the same file (two connections) never
     // share, unlink or rename each other's temporary file.
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(format!(".{}.tmp", ulid::Ulid::new()));
-    let (tmp, target) = (cstr(&tmp_name)?, cstr(name)?);
+    let tmp = cstr(&tmp_name)?;
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: as above; the mode is passed as the variadic argument openat expects.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), tmp.as_ptr(), flags, 0o600 as libc::c_uint) };
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), tmp.as_ptr(), flags, create as libc::c_uint) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    let staged = Staged { dir, tmp, name: name_c, shown: base.join(rel), pending: true };
     // SAFETY: just opened, owned here.
     let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let written = f.write_all(contents).and_then(|_| {
-        use std::os::unix::fs::PermissionsExt;
-        f.set_permissions(std::fs::Permissions::from_mode(mode))
-    });
-    drop(f);
-    if let Err(e) = written {
-        // SAFETY: as above.
-        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
-        return Err(e);
+    f.write_all(contents)?;
+    if let Some(m) = fchmod {
+        f.set_permissions(std::fs::Permissions::from_mode(m))?;
     }
-    // SAFETY: as above.
-    if unsafe { libc::renameat(dir.as_raw_fd(), tmp.as_ptr(), dir.as_raw_fd(), target.as_ptr()) } != 0 {
+    if sync {
+        f.sync_all()?;
+    }
+    Ok(staged)
+}
+
+/// The permission bits of the regular file `name` in `dir` (not following a link), or
+/// `None` when there is none.
+fn existing_mode(dir: &OwnedFd, name: &CString) -> io::Result<Option<u32>> {
+    // SAFETY: a zeroed stat is a valid out-parameter; valid fd and name.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    if r != 0 {
         let e = io::Error::last_os_error();
-        // SAFETY: as above.
-        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
-        return Err(e);
+        return if e.kind() == io::ErrorKind::NotFound { Ok(None) } else { Err(e) };
+    }
+    Ok((st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(st.st_mode & 0o7777))
+}
+
+/// Commits staged files in order. On a failure the files not yet renamed are removed and
+/// the error carries the index of the one that failed; the files before it already have
+/// their new content.
+pub fn commit_all(staged: Vec<Staged>) -> Result<(), (usize, io::Error)> {
+    for (i, s) in staged.into_iter().enumerate() {
+        s.commit().map_err(|e| (i, e))?;
     }
     Ok(())
+}
+
+/// Writes `base/rel` atomically (a fresh temporary file renamed over it) with `mode`,
+/// creating missing directories and never following a link below `base`. A link at the
+/// file's own name is replaced, not written through.
+pub fn write_file(base: &Path, rel: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    stage(base, rel, contents, Mode::Exact(mode), true, false)?.commit()
 }
 
 /// Removes the file `base/rel` (absent is fine), never following a link below `base`.
@@ -162,6 +258,80 @@ mod tests {
             assert!(std::fs::read_dir(&outside).unwrap().next().is_none(), "{link}: wrote outside");
         }
         assert!(write_file(&base, Path::new("../x"), b"x", 0o444).is_err());
+    }
+
+    fn mode_of(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_staged_file_is_renamed_in_the_directory_it_was_staged_in_even_if_that_is_swapped_for_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().join("root");
+        let outside = d.path().join("outside");
+        std::fs::create_dir_all(base.join("a/b")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let staged = stage(&base, Path::new("a/b/f.txt"), b"new", Mode::Exact(0o644), false, false).unwrap();
+        assert_eq!(staged.target(), base.join("a/b/f.txt"));
+        // Between the staging and the rename, the directory becomes a link outside.
+        std::fs::rename(base.join("a/b"), base.join("a/moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, base.join("a/b")).unwrap();
+        staged.commit().unwrap();
+        assert!(names(&outside).is_empty(), "renamed through the link: {:?}", names(&outside));
+        assert_eq!(std::fs::read(base.join("a/moved/f.txt")).unwrap(), b"new");
+        // Staging again now refuses the link on the way.
+        let e = stage(&base, Path::new("a/b/f.txt"), b"x", Mode::Exact(0o644), false, false).err().unwrap();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+    }
+
+    #[test]
+    fn staging_keeps_the_replaced_files_mode_and_dropping_removes_the_temporary() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path();
+        std::fs::write(base.join("run.sh"), "old").unwrap();
+        std::fs::set_permissions(base.join("run.sh"), std::fs::Permissions::from_mode(0o750)).unwrap();
+        stage(base, Path::new("run.sh"), b"new", Mode::KeepOr(0o666), false, true).unwrap().commit().unwrap();
+        assert_eq!(mode_of(&base.join("run.sh")), 0o750);
+        assert_eq!(std::fs::read(base.join("run.sh")).unwrap(), b"new");
+        // A new file gets the given mode under the umask, as `std::fs::write` does.
+        std::fs::write(base.join("probe"), "").unwrap();
+        let expected = mode_of(&base.join("probe")) & 0o666;
+        stage(base, Path::new("fresh.txt"), b"x", Mode::KeepOr(0o666), false, false).unwrap().commit().unwrap();
+        assert_eq!(mode_of(&base.join("fresh.txt")), expected);
+        // A link at the name: its target's mode is not taken, and the link is replaced.
+        std::fs::write(base.join("target"), "t").unwrap();
+        std::fs::set_permissions(base.join("target"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(base.join("target"), base.join("link")).unwrap();
+        stage(base, Path::new("link"), b"l", Mode::KeepOr(0o666), false, false).unwrap().commit().unwrap();
+        assert_eq!(mode_of(&base.join("link")), expected);
+        assert_eq!(std::fs::read(base.join("target")).unwrap(), b"t");
+        // Dropped before the commit: the temporary goes, the file stays.
+        let before = names(base);
+        let staged = stage(base, Path::new("run.sh"), b"never", Mode::KeepOr(0o666), false, false).unwrap();
+        assert_eq!(names(base).len(), before.len() + 1, "the temporary exists while staged");
+        drop(staged);
+        assert_eq!(names(base), before);
+        assert_eq!(std::fs::read(base.join("run.sh")).unwrap(), b"new");
+        // commit_all reports the failing index and removes what it did not rename.
+        std::fs::create_dir(base.join("dir")).unwrap();
+        std::fs::write(base.join("dir/inner"), "").unwrap();
+        let a = stage(base, Path::new("a.txt"), b"a", Mode::Exact(0o644), false, false).unwrap();
+        let b = stage(base, Path::new("dir"), b"b", Mode::Exact(0o644), false, false).unwrap();
+        let c = stage(base, Path::new("c.txt"), b"c", Mode::Exact(0o644), false, false).unwrap();
+        let (i, _) = commit_all(vec![a, b, c]).unwrap_err();
+        assert_eq!(i, 1, "renaming a file over a non-empty directory fails");
+        assert_eq!(std::fs::read(base.join("a.txt")).unwrap(), b"a");
+        assert!(!base.join("c.txt").exists());
+        assert!(!names(base).iter().any(|n| n.ends_with(".tmp")), "{:?}", names(base));
     }
 
     #[test]

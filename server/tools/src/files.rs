@@ -98,55 +98,35 @@ pub fn read_utf8(p: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
-/// Renames staged temporaries onto their targets, in order (the last step of an
-/// all-or-nothing multi-file write: every file is staged beside its target first). On a
-/// failed rename the temporaries not yet renamed are removed and the error says which
-/// target failed, by index: the targets before it already have their new content.
-pub fn rename_staged(staged: &[(PathBuf, PathBuf)]) -> Result<(), (usize, std::io::Error)> {
-    for (i, (tmp, target)) in staged.iter().enumerate() {
-        if let Err(e) = std::fs::rename(tmp, target) {
-            discard_staged(&staged[i..]);
-            return Err((i, e));
+/// `path` (a path inside the canonical `root`, as [`within`] returns it) relative to the
+/// root, with the links of its directories resolved: what a write relative to the root
+/// through `forge_core::beneath` walks, which refuses any link on the way. A link inside
+/// the root to a directory inside it is followed here, once, after [`within`] checked it;
+/// a link at the file's own name is kept (a write replaces it). An error names the path
+/// when its directories lead out of the root.
+pub fn resolved_rel(root: &Path, path: &Path) -> Result<PathBuf, String> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(format!("{} names no file", path.display()));
+    };
+    // The deepest existing directory, resolved, then the components still to be created.
+    let mut probe = dir.to_path_buf();
+    let mut rest: Vec<std::ffi::OsString> = vec![name.to_os_string()];
+    let real = loop {
+        match probe.canonicalize() {
+            Ok(real) => break real,
+            Err(_) => match (probe.file_name().map(|n| n.to_os_string()), probe.parent()) {
+                (Some(n), Some(p)) => {
+                    rest.push(n);
+                    probe = p.to_path_buf();
+                }
+                _ => return Err(format!("{} has no existing directory", path.display())),
+            },
         }
-    }
-    Ok(())
-}
-
-/// Writes `content` to a new temporary file beside `target` and returns its path: the
-/// first step of an all-or-nothing write (then [`rename_staged`]). The file is created
-/// with `O_CREAT | O_EXCL`, so nothing already at its name (a file, or a symbolic link a
-/// repository committed or a sandboxed command planted) is ever opened or written
-/// through, and its name has a random part, so it cannot be planted in advance. It gets
-/// `mode` when given (the mode of the file it replaces), else the default mode of a new
-/// file under the process's umask. Nothing is left behind when writing fails.
-pub fn write_temp_beside(target: &Path, tag: &str, content: &[u8], mode: Option<u32>) -> Result<PathBuf, String> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = target.parent().ok_or_else(|| format!("{}: no parent directory", target.display()))?;
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.forge-{tag}-{}", ulid::Ulid::new()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o666)
-        .open(&tmp)
-        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let written = f.write_all(content).and_then(|()| match mode {
-        // On the open file (fchmod), not by name.
-        Some(m) => f.set_permissions(std::fs::Permissions::from_mode(m)),
-        None => Ok(()),
-    });
-    if let Err(e) = written {
-        drop(f);
-        let _ = std::fs::remove_file(&tmp);
-        return Err(format!("cannot write {}: {e}", tmp.display()));
-    }
-    Ok(tmp)
-}
-
-/// Removes staged temporaries (a multi-file write that is given up before any rename).
-pub fn discard_staged(staged: &[(PathBuf, PathBuf)]) {
-    for (tmp, _) in staged {
-        let _ = std::fs::remove_file(tmp);
-    }
+    };
+    let mut rel = real
+        .strip_prefix(root)
+        .map(Path::to_path_buf)
+        .map_err(|_| format!("{} leads out of the root {} through a symlink", path.display(), root.display()))?;
+    rel.extend(rest.iter().rev());
+    Ok(rel)
 }

@@ -114,15 +114,14 @@ fn save_cli_session(req: &TurnRequest, id: &str) {
     }
 }
 
-/// Writes a private (0600) file, replacing it.
+/// Writes a private (0600) file, replacing it: a temporary of its own renamed over it
+/// (`forge_core::beneath`), so a reader never sees half of it and two writers never
+/// share a temporary.
 pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-    f.write_all(data)?;
-    drop(f);
-    std::fs::rename(&tmp, path)
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} names no file", path.display())));
+    };
+    forge_core::beneath::write_file(dir, Path::new(name), data, 0o600)
 }
 
 /// Appends usage lines to the session's usage file (`FORGE_USAGE_FILE`); a running total

@@ -10,12 +10,13 @@
 
 use std::path::{Path, PathBuf};
 
-use forge_domain::patch::{apply_patch, FileChange};
+use forge_domain::patch::{parse_patch, plan_patch, FileChange, Patch, PatchError};
 use forge_protocol::{CommandResult, ToolError};
 use serde_json::json;
 
 use super::ToolCtx;
-use crate::files::{caller_root, read_utf8, within};
+use crate::files::{caller_root, read_utf8, resolved_rel, within};
+use forge_core::beneath::{self, Staged};
 
 pub const NEEDS_SERVER: bool = false;
 
@@ -29,17 +30,17 @@ pub type Input = forge_protocol::inputs::ApplyPatchInput;
 
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let root = caller_root(ctx)?;
-    // Parse and validate now: a malformed patch fails before anything else happens.
-    forge_domain::patch::parse_patch(&input.patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
-    ctx.after = Some(Box::new(move || apply(&root, &input.patch)));
+    // Parsed once, now: a malformed patch fails before anything else happens.
+    let patch = parse_patch(&input.patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
+    ctx.after = Some(Box::new(move || apply(&root, &patch)));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
-fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
+fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
     let fail = |m: String| ToolError::invalid(format!("apply-patch failed: {m}"));
     let root_text = root.to_string_lossy().into_owned();
     check_paths(root, &root_text, patch)?;
-    let plan = apply_patch(patch, Some(&root_text), |rel| {
+    let plan = plan_patch(patch, Some(&root_text), |rel| {
         let p = within(root, rel).map_err(|e| e.message)?;
         match std::fs::symlink_metadata(&p) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -48,42 +49,37 @@ fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
             Ok(_) => read_utf8(&p).map(Some),
         }
     })
-    .map_err(|e| fail(e.to_string()))?;
+    .map_err(|e| match e {
+        // Checked above already; a path the domain refuses is the caller's parameter too.
+        PatchError::BadPath { .. } => ToolError::invalid_params(format!("apply-patch failed: {e}")),
+        e => fail(e.to_string()),
+    })?;
     // Stage every write, then commit them all.
-    let mut staged: Vec<(PathBuf, PathBuf)> = vec![];
-    let mut removals: Vec<PathBuf> = vec![];
-    let result = (|| -> Result<(), String> {
-        for change in &plan.changes {
-            match change {
-                FileChange::Add { path, content } | FileChange::Update { path, content } => {
-                    staged.push(stage(root, path, content)?);
-                }
-                FileChange::Move { from, to, content } => {
-                    staged.push(stage(root, to, content)?);
-                    removals.push(within(root, from).map_err(|e| e.message)?);
-                }
-                FileChange::Delete { path } => removals.push(within(root, path).map_err(|e| e.message)?),
+    let mut staged: Vec<Staged> = vec![];
+    let mut removals: Vec<(PathBuf, PathBuf)> = vec![];
+    for change in &plan.changes {
+        let step = match change {
+            FileChange::Add { path, content } | FileChange::Update { path, content } => {
+                stage(root, path, content).map(|s| staged.push(s))
             }
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        crate::files::discard_staged(&staged);
-        return Err(fail(e));
+            FileChange::Move { from, to, content } => {
+                stage(root, to, content).map(|s| staged.push(s)).and_then(|()| removal(root, from).map(|r| removals.push(r)))
+            }
+            FileChange::Delete { path } => removal(root, path).map(|r| removals.push(r)),
+        };
+        // Dropping what was staged removes its temporaries: nothing is written.
+        step.map_err(fail)?;
     }
     // Renames within one directory do not fail for space; report what happened.
-    if let Err((i, e)) = crate::files::rename_staged(&staged) {
+    let targets: Vec<PathBuf> = staged.iter().map(|s| s.target().to_path_buf()).collect();
+    if let Err((i, e)) = beneath::commit_all(staged) {
         return Err(fail(format!(
             "cannot write {}: {e} (files renamed before this one keep their new content)",
-            staged[i].1.display()
+            targets[i].display()
         )));
     }
-    for p in &removals {
-        if let Err(e) = std::fs::remove_file(p) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                return Err(fail(format!("cannot remove {}: {e}", p.display())));
-            }
-        }
+    for (shown, rel) in &removals {
+        beneath::remove_file(root, rel).map_err(|e| fail(format!("cannot remove {}: {e}", shown.display())))?;
     }
     let text = format!("Patch applied.\n{}", plan.summary());
     // Paths only: the contents are in the files now.
@@ -103,10 +99,9 @@ fn apply(root: &Path, patch: &str) -> Result<CommandResult, ToolError> {
 /// Every path of the patch inside the root, before anything is read or written: a path
 /// that leaves the root (`..`, an absolute path elsewhere, a symlinked directory) is an
 /// invalid parameter (-32602) naming it, as for the other file tools.
-fn check_paths(root: &Path, root_text: &str, patch: &str) -> Result<(), ToolError> {
-    use forge_domain::patch::{normalize_path, parse_patch, PatchOp};
-    let parsed = parse_patch(patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
-    let paths = parsed.ops.iter().flat_map(|op| match op {
+fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolError> {
+    use forge_domain::patch::{normalize_path, PatchOp};
+    let paths = patch.ops.iter().flat_map(|op| match op {
         PatchOp::Add { path, .. } | PatchOp::Delete { path, .. } => vec![path],
         PatchOp::Update { path, move_to, .. } => std::iter::once(path).chain(move_to.as_ref().map(|m| &m.path)).collect(),
     });
@@ -118,19 +113,20 @@ fn check_paths(root: &Path, root_text: &str, patch: &str) -> Result<(), ToolErro
     Ok(())
 }
 
-/// Writes `content` to a temporary file beside `rel`'s target (creating parent
-/// directories inside the root) and returns (temporary, target).
-fn stage(root: &Path, rel: &str, content: &str) -> Result<(PathBuf, PathBuf), String> {
+/// Stages `content` for `rel` (creating its directories inside the root) through
+/// `forge_core::beneath`: written and later renamed relative to directories opened
+/// without following links, so a directory swapped for a link after the checks cannot
+/// redirect the write. The file keeps the mode of the one it replaces.
+fn stage(root: &Path, rel: &str, content: &str) -> Result<Staged, String> {
     let target = within(root, rel).map_err(|e| e.message)?;
-    let dir = target.parent().ok_or_else(|| format!("{rel}: no parent directory"))?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    // The parent must still be inside the root once created (no symlinked directory).
-    within(root, rel).map_err(|e| e.message)?;
-    // The mode of the file replaced (not of what a symbolic link there points at).
-    let mode = std::fs::symlink_metadata(&target)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()));
-    let tmp = crate::files::write_temp_beside(&target, "patch", content.as_bytes(), mode)?;
-    Ok((tmp, target))
+    let under = resolved_rel(root, &target)?;
+    beneath::stage(root, &under, content.as_bytes(), beneath::Mode::KeepOr(0o666), true, false)
+        .map_err(|e| format!("cannot write {}: {e}", target.display()))
+}
+
+/// A file to remove: (as shown, relative to the root with its directories resolved).
+fn removal(root: &Path, rel: &str) -> Result<(PathBuf, PathBuf), String> {
+    let target = within(root, rel).map_err(|e| e.message)?;
+    let under = resolved_rel(root, &target)?;
+    Ok((target, under))
 }

@@ -15,7 +15,8 @@ use forge_protocol::{CommandResult, ToolError};
 use serde_json::json;
 
 use super::ToolCtx;
-use crate::files::{caller_root, read_utf8, search_path};
+use crate::files::{caller_root, read_utf8, resolved_rel, search_path};
+use forge_core::beneath::{self, Staged};
 use crate::structural;
 
 pub const NEEDS_SERVER: bool = false;
@@ -117,7 +118,7 @@ fn replace(
             data: json!({ "dryRun": true, "applied": false, "files": files_json, "total": total, "skipped": skipped }).into(),
         });
     }
-    write_all(&edits)?;
+    write_all(root, &edits)?;
     let text = format!(
         "[APPLIED] {total} change{} written to {} file{}.\n\n{body}",
         if total == 1 { "" } else { "s" },
@@ -131,36 +132,29 @@ fn replace(
 }
 
 /// Writes every edit or none: stage all, then rename all.
-fn write_all(edits: &[FileEdit]) -> Result<(), ToolError> {
+fn write_all(root: &Path, edits: &[FileEdit]) -> Result<(), ToolError> {
     let fail = |m: String| ToolError::invalid(format!("ast-grep-replace failed, nothing was written: {m}"));
-    let mut staged: Vec<(PathBuf, PathBuf)> = vec![];
-    for e in edits {
-        match stage(e) {
-            Ok(tmp) => staged.push((tmp, e.path.clone())),
-            Err(m) => {
-                crate::files::discard_staged(&staged);
-                return Err(fail(m));
-            }
-        }
-    }
-    crate::files::rename_staged(&staged).map_err(|(i, err)| {
+    // Dropping what was staged removes its temporaries.
+    let staged = edits.iter().map(|e| stage(root, e)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
+    beneath::commit_all(staged).map_err(|(i, err)| {
         let done: Vec<String> = edits[..i].iter().map(|e| e.shown.clone()).collect();
         ToolError::invalid(format!(
             "ast-grep-replace failed: cannot write {}: {err}; written before the failure: {}",
-            staged[i].1.display(),
+            edits[i].path.display(),
             if done.is_empty() { "none".to_string() } else { done.join(", ") }
         ))
     })
 }
 
-/// The new content in a temporary file beside the target (same mode), after checking
-/// the target can be written.
-fn stage(e: &FileEdit) -> Result<PathBuf, String> {
+/// The new content staged beside the target (same mode) through `forge_core::beneath`,
+/// after checking the target can be written.
+fn stage(root: &Path, e: &FileEdit) -> Result<Staged, String> {
     let meta = std::fs::metadata(&e.path).map_err(|err| format!("{}: {err}", e.shown))?;
     if meta.permissions().readonly() {
         return Err(format!("{} is read-only", e.shown));
     }
     std::fs::OpenOptions::new().append(true).open(&e.path).map_err(|err| format!("{} cannot be written: {err}", e.shown))?;
-    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
-    crate::files::write_temp_beside(&e.path, "ast-grep", e.new.as_bytes(), Some(mode))
+    let under = resolved_rel(root, &e.path)?;
+    beneath::stage(root, &under, e.new.as_bytes(), beneath::Mode::KeepOr(0o666), false, false)
+        .map_err(|err| format!("{}: {err}", e.shown))
 }

@@ -420,18 +420,13 @@ fn save_binary(requested: &Url, f: &Fetched, opts: &Opts) -> Result<CommandResul
     })
 }
 
-/// Writes `body` to `path` with mode 0600 (temporary file + rename, directory 0700).
+/// Writes `body` to `path` with mode 0600, flushed to disk (a temporary of its own renamed
+/// over it through `forge_core::beneath`; the directory 0700).
 fn write_private(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use forge_core::beneath;
     forge_core::paths::create_private_dirs(dir)?;
-    let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), ulid::Ulid::new()));
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-    let written = file.write_all(body).and_then(|_| file.sync_all()).and_then(|_| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    let name = path.file_name().ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
+    beneath::stage(dir, Path::new(name), body, beneath::Mode::Exact(0o600), false, true)?.commit()
 }
 
 // --- HTML main content ------------------------------------------------------------------
