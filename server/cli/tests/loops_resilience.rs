@@ -389,6 +389,16 @@ fn reported_usage_is_stored_per_session_and_model_and_shown_by_loop_status() {
     for (r, u) in rows.iter().zip([a_by, c_ax, c_by]) {
         assert!((r.cost - u.cost).abs() < 1e-9, "cost of {r:?}: want {}", u.cost);
     }
+    // The session usage files the server keeps are private: 0600 in a 0700 directory.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let usage_dir = t.sb.data_dir.join("usage");
+    assert_eq!(mode(&usage_dir), 0o700, "{}", usage_dir.display());
+    let files: Vec<_> = std::fs::read_dir(&usage_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(!files.is_empty(), "no usage file in {}", usage_dir.display());
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
 
     let text = t.client.tool_ok("loop-status", json!({ "name": name })).text;
     let total = c_ax.plus(c_by).plus(a_by);

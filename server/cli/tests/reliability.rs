@@ -319,6 +319,33 @@ fn the_data_dir_is_0700_and_the_database_0600_whatever_the_umask() {
         }
         c.shutdown_exit();
     }
+    // The --log-file is private too (it can hold plan text and paths); one that cannot be
+    // opened is said on stderr, and the server logs there instead.
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let log = sb.root.join("server.log");
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--log-file").arg(&log).env("FORGE_LOG", "debug");
+        // SAFETY: as above.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0o022);
+                Ok(())
+            });
+        }
+    });
+    c.init(&Init::new(&repo.path));
+    c.tool_ok("plan-write", json!({ "content": "# logged" }));
+    c.shutdown_exit();
+    assert_eq!(mode(&log), 0o600, "the log file");
+    assert!(std::fs::metadata(&log).unwrap().len() > 0, "something was logged");
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--log-file").arg(&sb.root);
+    });
+    c.init(&Init::new(&repo.path));
+    let stderr = std::fs::read_to_string(c.log.clone().unwrap()).unwrap();
+    assert!(stderr.contains("cannot open the log file") && stderr.contains("logging to stderr"), "{stderr}");
+    c.shutdown_exit();
     // An existing data directory keeps its mode; the database is still created 0600.
     let sb = Sandbox::new();
     let repo = GitRepo::new();

@@ -69,6 +69,67 @@ fn serve_listen_unix_shares_one_state_between_connections() {
 }
 
 #[test]
+fn a_second_listen_server_on_the_same_socket_is_told_it_is_in_use_and_the_first_keeps_serving() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("sockdir/forge.sock");
+    let first = sb.listen_unix(&sock);
+    let mut second = sb.command();
+    second.arg("--data-dir").arg(&sb.data_dir).arg("serve").arg("--listen").arg(format!("unix:{}", sock.display()));
+    let out = run_process(second, None, WAIT);
+    assert_ne!(out.code, 0, "the second server must not start: {out:?}");
+    assert!(out.stderr.contains("in use"), "{}", out.stderr);
+    assert!(out.stderr.contains(&sock.display().to_string()), "the path is named: {}", out.stderr);
+    // The first server's socket was neither removed nor replaced.
+    let mut c = first.connect();
+    c.init(&Init::new(&repo.path));
+    c.tool_ok("plan-write", json!({ "content": "# still served" }));
+}
+
+/// Under umask 000 a socket bound in place would be connectable by anyone until its mode
+/// is set. The socket is bound and made 0600 elsewhere and only then linked in: a watcher
+/// that looks at the path as fast as it can sees nothing, then a 0600 socket.
+#[test]
+fn the_listen_socket_never_appears_with_a_wider_mode_than_0600() {
+    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::process::CommandExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let sb = Sandbox::new();
+    for round in 0..3 {
+        let sock = sb.root.join(format!("open{round}/forge.sock"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (sock, stop) = (sock.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seen = std::collections::BTreeSet::new();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(m) = std::fs::symlink_metadata(&sock) {
+                        seen.insert((m.file_type().is_socket(), m.permissions().mode() & 0o777));
+                    }
+                }
+                seen
+            })
+        };
+        let mut cmd = sb.command();
+        cmd.arg("--data-dir").arg(&sb.data_dir).arg("serve").arg("--listen").arg(format!("unix:{}", sock.display()));
+        // SAFETY: umask is async-signal-safe and only changes the child's mask.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0);
+                Ok(())
+            });
+        }
+        let server = ListenServer::start(cmd, Addr::Unix(sock.clone()), sb.next_log("listen-umask"));
+        std::thread::sleep(Duration::from_millis(50));
+        stop.store(true, Ordering::Relaxed);
+        let seen = watcher.join().unwrap();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [(true, 0o600)], "round {round}");
+        drop(server);
+    }
+}
+
+#[test]
 fn serve_listen_tcp_shares_one_state_between_connections() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
