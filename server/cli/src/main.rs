@@ -189,6 +189,8 @@ fn main() {
             std::process::exit(code);
         }
         Some(Cmd::Mcp { agent, session, project }) => {
+            // As for `call`: an agent started by forge-lsp says what it is (FORGE_AGENT).
+            let agent = agent.or_else(|| std::env::var("FORGE_AGENT").ok().filter(|a| !a.trim().is_empty()));
             let code = forge_lsp_mcp::run(forge_lsp_mcp::McpArgs { agent, session, data_dir: cli.data_dir, project });
             std::process::exit(code);
         }

@@ -298,3 +298,51 @@ fn log_lines_of_a_connection_carry_its_id() {
     let log = std::fs::read_to_string(c.log.as_ref().expect("log file")).expect("log");
     assert!(log.lines().any(|l| l.contains("conn{id=")), "no log line names its connection:\n{log}");
 }
+
+/// PROTOCOL.md §9: an unknown key is reported once, however often the settings change; and
+/// Helix sends its `config` (the initialization options' shape) as settings too, which is
+/// not a set of unknown keys: only its `config` member is configuration.
+#[test]
+fn configuration_warnings_are_shown_once_and_helix_settings_are_understood() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write(".forge/config.toml", "bogusKey = 1\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let shown = |c: &Client, needle: &str| {
+        c.notifications_of("window/showMessage")
+            .iter()
+            .filter(|m| m["params"]["message"].as_str().is_some_and(|t| t.contains(needle)))
+            .count()
+    };
+    assert!(
+        c.wait_notification(WAIT, |r| r.method() == "window/showMessage"
+            && r.params()["message"].as_str().is_some_and(|m| m.contains("bogusKey")))
+            .is_some(),
+        "the file's unknown key is reported"
+    );
+    let settings = [
+        json!({ "forge": { "documents": { "maxPlanBytes": 1_000_000 } } }),
+        json!({ "forge": { "documents": { "maxPlanBytes": 2_000_000 } } }),
+        // Helix: `config = { forge = { agent = "user" } }`, sent as settings after initialize.
+        json!({ "forge": { "agent": "user" } }),
+        json!({ "forge": { "agent": "user", "config": { "documents": { "maxPlanBytes": 20 } } } }),
+    ];
+    for s in settings {
+        c.notify("workspace/didChangeConfiguration", json!({ "settings": s }));
+    }
+    // The last settings took effect: a plan over 20 bytes is refused.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        match c.tool("plan-write", json!({ "content": "# a plan longer than twenty bytes" })) {
+            Err(e) if e.code == 1006 && e.message.contains("maxPlanBytes") => break,
+            other => {
+                assert!(std::time::Instant::now() < deadline, "the Helix-shaped config never applied: {other:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    std::thread::sleep(QUIET);
+    assert_eq!(shown(&c, "bogusKey"), 1, "{:?}", c.notifications_of("window/showMessage"));
+    assert_eq!(shown(&c, "unknown configuration key `agent`"), 0, "{:?}", c.notifications_of("window/showMessage"));
+}

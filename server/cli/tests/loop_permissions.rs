@@ -172,3 +172,19 @@ fn a_loop_session_cannot_weaken_its_loops_rules_through_its_own_options() {
     assert_denied(&e);
     assert_eq!(f.sb.db().count("SELECT COUNT(*) FROM review_findings"), 0);
 }
+
+#[test]
+fn a_loop_session_cannot_lift_its_loops_rules_with_did_change_configuration() {
+    let f = Fixture::new();
+    let c = f.connect(AUDITOR, "tok-auditor", json!(["review-write"]));
+    // An agent holding the loop's socket and token sends settings of its own: ignored.
+    c.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "forge": { "loop": { "permissions": { "deny": [] } }, "plugins": { "trustProjectTools": true } } } }),
+    );
+    std::thread::sleep(QUIET);
+    let e =
+        c.tool_err("review-write", json!({ "file": "src/lib.rs", "line": 1, "severity": "bug", "description": "x" }));
+    assert_denied(&e);
+    assert_eq!(f.sb.db().count("SELECT COUNT(*) FROM review_findings"), 0);
+}

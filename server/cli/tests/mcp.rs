@@ -439,4 +439,73 @@ fn plugin_tools_are_listed_and_called() {
     assert_tool_error(&r, "invalid_params");
     let (code, _) = m.finish();
     assert_eq!(code, 0);
+
+    // A sidecar schema without a type is an object schema; one of another type is skipped
+    // (the input is one object, and MCP requires "type": "object").
+    for (tool, schema) in [("Untyped", json!({ "properties": {} })), ("Stringy", json!({ "type": "string" }))] {
+        std::fs::copy(dir.join("Ping"), dir.join(tool)).unwrap();
+        std::fs::write(
+            dir.join(format!("{tool}.json")),
+            json!({ "description": "D.", "inputSchema": schema }).to_string(),
+        )
+        .unwrap();
+    }
+    // Structured content off holds for plugin tools too (every preset sets it).
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[("FORGE_MCP_STRUCTURED_CONTENT", "off")]);
+    m.initialize();
+    let listed = m.result("tools/list", json!({}));
+    let tools = listed["tools"].as_array().expect("tools");
+    let untyped = tools.iter().find(|t| t["name"] == "kit__Untyped").unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(untyped["inputSchema"]["type"], "object", "{untyped}");
+    assert!(tools.iter().all(|t| t["name"] != "kit__Stringy"), "{listed}");
+    assert!(tools.iter().all(|t| t["inputSchema"]["type"] == "object"), "{listed}");
+    let r = m.call("kit__Ping", json!({ "x": 3 }));
+    assert_eq!(r["isError"], json!(false), "{r}");
+    assert!(r.get("structuredContent").is_none(), "{r}");
+    assert_contains(&text(&r), "pong");
+    let r = m.call("kit__Ping", json!({ "x": "three" }));
+    assert_eq!(r["isError"], json!(true), "{r}");
+    assert!(r.get("structuredContent").is_none(), "{r}");
+    let (code, _) = m.finish();
+    assert_eq!(code, 0);
+}
+
+/// An agent started by forge-lsp without a session token (a new-session agent) says what it
+/// is with FORGE_AGENT, as for `forge-lsp call`: a `code` agent may not author plans.
+#[test]
+fn forge_agent_names_the_agent_as_for_call() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let env = [("FORGE_AGENT", "code"), ("FORGE_SESSION_ID", "ses_01JMCPNEWSESSIONAGENT0000")];
+    let mut m = Mcp::start(&sb, &repo.path, &[], &env);
+    m.initialize();
+    let e = m.call("plan-write", json!({ "content": PLAN }));
+    assert_tool_error(&e, "denied");
+    assert_contains(&text(&e), "forge.plan-write");
+    drop(m);
+    // --agent still wins over the variable.
+    let mut m = Mcp::start(&sb, &repo.path, &["--agent", "user"], &env);
+    m.initialize();
+    assert_ok(&m.call("plan-write", json!({ "content": PLAN })));
+}
+
+/// Without a running server every call of the process runs in it: the repeated-call guard
+/// (PROTOCOL.md 10.3) holds there too.
+#[test]
+fn the_repeated_call_guard_holds_without_a_server() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("src/a.rs", "fn needle() {}\n");
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.initialize();
+    for i in 1..=5 {
+        let r = m.call("grep", json!({ "pattern": "needle" }));
+        assert_ok(&r);
+        assert_eq!(text(&r).contains("Notice:"), i >= 3, "call {i}: {r}");
+    }
+    let r = m.call("grep", json!({ "pattern": "needle" }));
+    assert_eq!(r["isError"], json!(true), "{r}");
+    assert_eq!(r["structuredContent"]["error"]["code"], 1003, "{r}");
+    // Another pattern is a new call.
+    assert_ok(&m.call("grep", json!({ "pattern": "fn" })));
 }

@@ -58,6 +58,9 @@ pub struct Conn {
     known_plans: Mutex<HashSet<String>>,
     /// Warnings of the config files, shown once after `initialized`.
     pub config_warnings: Mutex<Vec<String>>,
+    /// Configuration warnings already shown to this client (each is shown once, whatever
+    /// layer reloads it: PROTOCOL.md §9).
+    config_shown: Mutex<HashSet<String>>,
     /// Plan documents' warnings as last published: URI → digest of the text.
     warned: Mutex<HashMap<String, u64>>,
     /// Read-only copies this connection wrote: path → digest of the text written.
@@ -99,6 +102,7 @@ impl Conn {
             docs: Mutex::new(HashMap::new()),
             known_plans: Mutex::new(HashSet::new()),
             config_warnings: Mutex::new(vec![]),
+            config_shown: Mutex::new(HashSet::new()),
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
             warned: Mutex::new(HashMap::new()),
@@ -174,6 +178,15 @@ impl Conn {
 
     pub fn env(&self) -> Arc<ToolEnv> {
         self.env.read().expect("env lock").clone()
+    }
+
+    /// Shows a configuration warning (Warning), unless this client was shown it already.
+    pub async fn warn_config_once(&self, warning: &str) {
+        if self.config_shown.lock().expect("shown warnings").insert(warning.to_string()) {
+            self.client
+                .show_message(tower_lsp_server::gen_lsp_types::MessageType::Warning, format!("forge-lsp: {warning}"))
+                .await;
+        }
     }
 
     pub fn set_env(&self, env: ToolEnv) {

@@ -260,7 +260,11 @@ impl ServerHandler for ForgeMcp {
                 let outcome = tokio::task::spawn_blocking(move || route.call_named(&name, false, input))
                     .await
                     .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", request.name))));
-                return Ok(to_mcp(outcome).into());
+                let mut result = to_mcp(outcome);
+                if !self.structured {
+                    result.structured_content = None;
+                }
+                return Ok(result.into());
             }
             return Err(ErrorData::invalid_params(
                 format!("Unknown tool: {}; tools/list lists the Forge tools", request.name),

@@ -8,13 +8,14 @@
 //! Counted on results, not on calls: a call counts only if no other result of the session
 //! arrived while it ran, so parallel identical calls cannot inflate the count.
 //!
-//! The state is process memory (a session's calls go to one server); the whole table is
+//! The state is process memory: a session's calls go to one server, or, without one, to
+//! one `forge-lsp mcp` process ([`crate::run_on`] guards them too). The whole table is
 //! cleared when more than [`MAX_SESSIONS`] sessions are tracked.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 
-use forge_protocol::{Data, ToolError};
+use forge_protocol::{CommandResult, Data, ToolError};
 use serde_json::Value;
 
 /// Sessions tracked at most before the table is cleared.
@@ -123,6 +124,24 @@ pub fn failed(ticket: Ticket) {
     if let Some(e) = map.get_mut(&ticket.session) {
         e.seen += 1;
         e.count = 0;
+    }
+}
+
+/// After a call, with its [`start`] ticket (none for exempt tools): records the outcome
+/// and appends the notice, if any, to a successful result.
+pub fn settle(ticket: Option<Ticket>, outcome: Result<CommandResult, ToolError>) -> Result<CommandResult, ToolError> {
+    match (outcome, ticket) {
+        (Ok(mut r), Some(t)) => {
+            if let Some(notice) = finish(t, &r.text, &r.data) {
+                r.text.push_str(&notice);
+            }
+            Ok(r)
+        }
+        (Err(e), Some(t)) => {
+            failed(t);
+            Err(e)
+        }
+        (outcome, None) => outcome,
     }
 }
 

@@ -179,13 +179,17 @@ pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError
 }
 
 /// Runs one tool call synchronously on `conn` in one transaction, without an engine; work
-/// left for after the transaction runs here, after the commit.
+/// left for after the transaction runs here, after the commit. Guarded against repeated
+/// calls (PROTOCOL.md 10.3) as a server's calls are: a `forge-lsp mcp` process without a
+/// server runs all of its session's calls here.
 pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value) -> Result<CommandResult, ToolError> {
-    let done = run_tx(conn, env, command, input, false)?;
-    match done.after {
+    let name = find(command).map(|t| t.name).unwrap_or_default();
+    let ticket = guard::start(&env.caller.session_id, name, &input)?;
+    let outcome = run_tx(conn, env, command, input, false).and_then(|done| match done.after {
         Some(after) => after(),
         None => Ok(done.result),
-    }
+    });
+    guard::settle(ticket, outcome)
 }
 
 /// What one committed tool call leaves: its result, engine work and off-thread work.
@@ -383,17 +387,5 @@ pub async fn call(
         res
     }
     .await;
-    match (outcome, ticket) {
-        (Ok(mut r), Some(t)) => {
-            if let Some(notice) = guard::finish(t, &r.text, &r.data) {
-                r.text.push_str(&notice);
-            }
-            Ok(r)
-        }
-        (Err(e), Some(t)) => {
-            guard::failed(t);
-            Err(e)
-        }
-        (outcome, None) => outcome,
-    }
+    guard::settle(ticket, outcome)
 }

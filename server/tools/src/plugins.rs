@@ -110,13 +110,13 @@ fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
         };
         let description = side.get("description").and_then(Value::as_str).unwrap_or("").to_string();
         let schema = side.get("inputSchema").cloned().unwrap_or_else(|| json!({ "type": "object" }));
-        if description.trim().is_empty() || !schema.is_object() {
+        let Some(schema) = object_schema(schema).filter(|_| !description.trim().is_empty()) else {
             tracing::warn!(
-                "plugin tool sidecar {} needs a description and an inputSchema object; skipped",
+                "plugin tool sidecar {} needs a description and an inputSchema object whose type is \"object\" (the input is one JSON object); skipped",
                 sidecar.display()
             );
             continue;
-        }
+        };
         out.push(PluginTool {
             plugin: plugin.to_string(),
             name,
@@ -129,6 +129,21 @@ fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// A sidecar's `inputSchema` as the schema of an object input: a JSON object whose `type`
+/// is `"object"`, added when the schema does not say (MCP's `tools/list` requires it, and
+/// a tool's input is always one object); `None` for anything else.
+fn object_schema(schema: Value) -> Option<Value> {
+    let Value::Object(mut m) = schema else { return None };
+    match m.get("type") {
+        None => {
+            m.insert("type".to_string(), json!("object"));
+        }
+        Some(t) if t == "object" => {}
+        Some(_) => return None,
+    }
+    Some(Value::Object(m))
 }
 
 /// Every plugin tool visible to a project: the project's own (`project`), then each user

@@ -2,7 +2,7 @@
 //! from the start, and materialize views for clients that only open files.
 
 use forge_protocol::uri::ForgeUri;
-use tower_lsp_server::gen_lsp_types::{InitializedParams, MessageType};
+use tower_lsp_server::gen_lsp_types::InitializedParams;
 
 use crate::server::Backend;
 
@@ -10,7 +10,7 @@ pub async fn initialized(backend: &Backend, _params: InitializedParams) {
     let Ok(conn) = backend.conn() else { return };
     let warnings = std::mem::take(&mut *conn.config_warnings.lock().expect("warnings"));
     for w in warnings {
-        conn.client.show_message(MessageType::Warning, format!("forge-lsp: {w}")).await;
+        conn.warn_config_once(&w).await;
     }
     let conn = conn.clone();
     tokio::spawn(async move {
