@@ -30,6 +30,10 @@ echo "${PATH%%:*}" > "$d/path-head"
 echo "$SHELL" > "$d/shell-var"
 "$SHELL" -c 'echo $$ ${FORGE_SANDBOX:-host}; touch shim-made' > "$d/shim.txt" 2>&1
 sh -c 'echo $$ ${FORGE_SANDBOX:-host}' > "$d/path-sh.txt" 2>&1
+# A sandboxed process that drops its loop identity is refused by the server (it would be a
+# fresh `user` session on a folder of its choice otherwise).
+"$SHELL" -c 'env -u FORGE_SESSION_TOKEN -u FORGE_SESSION_ID FORGE_AGENT=user forge-lsp call tools' > "$d/untokened.out" 2> "$d/untokened.err"
+echo $? > "$d/untokened.code"
 # A plugin tool from files (box__Probe, when the test installed it) runs in the sandbox too.
 forge-lsp call box__Probe '{}' > "$d/plugin.out" 2> "$d/plugin.err"
 echo $? > "$d/plugin.code"

@@ -188,3 +188,18 @@ fn a_loop_session_cannot_lift_its_loops_rules_with_did_change_configuration() {
     assert_denied(&e);
     assert_eq!(f.sb.db().count("SELECT COUNT(*) FROM review_findings"), 0);
 }
+
+/// A loop session's identity holds only for its loop's project: from another repository's
+/// folder it is refused (its file tools would otherwise work there, not in its worktree).
+#[test]
+fn a_loop_session_cannot_be_claimed_for_another_project() {
+    let f = Fixture::new();
+    let other = GitRepo::new();
+    let c = f.sb.stdio();
+    let e = c.initialize(&Init::new(&other.path).session(CODER).token("tok-coder")).expect_err("another project");
+    assert_eq!(e.code, 1001, "{e}");
+    assert_contains(&e.message, "belongs to a loop of another project");
+    // From its own project it is the loop session.
+    let c = f.connect(CODER, "tok-coder", json!([]));
+    c.tool_ok("review-read", json!({}));
+}

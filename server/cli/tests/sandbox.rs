@@ -218,6 +218,9 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     let probe: Vec<String> = read(&d, "plugin.out").lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
     assert_eq!(probe, [wt.to_str().unwrap(), "1", "blocked", "inside"], "{probe:?}");
     assert!(!f.state.join("plugin-escaped").exists(), "a sandboxed plugin tool wrote outside the worktree");
+    // A sandboxed process without its loop identity is refused at initialize (1001).
+    assert_eq!(read(&d, "untokened.code").trim(), "1", "{}", read(&d, "untokened.out"));
+    assert_contains(&read(&d, "untokened.err"), "inside a loop's sandbox");
     assert!(wt.join("plugin-made").exists());
     // Nothing outside the worktree is writable.
     let escape = result(&d, "escape");

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tower_lsp_server::LspService;
 
-use crate::server::Backend;
+use crate::server::{Backend, Peer};
 use crate::transport;
 use forge_engine::hub::Hub;
 
-/// Serves one connection over a reader/writer pair.
-pub async fn serve_connection<R, W>(hub: Arc<Hub>, reader: R, writer: W)
+/// Serves one connection over a reader/writer pair whose peer runs at `peer`.
+pub async fn serve_connection<R, W>(hub: Arc<Hub>, reader: R, writer: W, peer: Peer)
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -22,12 +22,21 @@ where
     let id = hub.next_conn_id();
     let (outbox, out_rx) = transport::outbox();
     let raw = outbox.clone();
-    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id, raw))
+    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id, peer, raw))
         .custom_method("window/workDoneProgress/cancel", Backend::work_done_progress_cancel)
         .finish();
-    tracing::debug!(conn = id, "connection opened");
+    tracing::debug!(conn = id, ?peer, "connection opened");
     transport::serve(reader, writer, service, socket, outbox, out_rx).instrument(tracing::info_span!("conn", id)).await;
     tracing::debug!(conn = id, "connection closed");
+}
+
+/// Where a Unix socket connection's peer runs (`SO_PEERCRED`): confined when its
+/// credentials cannot be read.
+fn peer_of(s: &tokio::net::UnixStream) -> Peer {
+    match s.peer_cred().ok().and_then(|c| c.pid()) {
+        Some(pid) => Peer::of_pid(pid),
+        None => Peer::Confined,
+    }
 }
 
 /// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT.
@@ -40,9 +49,9 @@ pub async fn stdio(hub: Arc<Hub>) {
     let h = hub.clone();
     let mut served = tokio::spawn(async move {
         match stdio_pipes() {
-            Some((input, Some(output))) => serve_connection(h, input, output).await,
-            Some((input, None)) => serve_connection(h, input, tokio::io::stdout()).await,
-            None => serve_connection(h, tokio::io::stdin(), tokio::io::stdout()).await,
+            Some((input, Some(output))) => serve_connection(h, input, output, Peer::Host).await,
+            Some((input, None)) => serve_connection(h, input, tokio::io::stdout(), Peer::Host).await,
+            None => serve_connection(h, tokio::io::stdin(), tokio::io::stdout(), Peer::Host).await,
         }
     });
     tokio::select! {
@@ -205,8 +214,11 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
             say(format!("unix:{}", path.display()));
             loop {
                 let (s, _) = l.accept().await?;
+                // The whole file system is visible (read-only) in a loop's sandbox, and a
+                // socket on a read-only mount can still be connected to.
+                let peer = peer_of(&s);
                 let (r, w) = s.into_split();
-                tokio::spawn(serve_connection(hub.clone(), r, w));
+                tokio::spawn(serve_connection(hub.clone(), r, w, peer));
             }
         }
         ListenAddr::Tcp(a) => {
@@ -217,7 +229,8 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
             loop {
                 let (s, _) = l.accept().await?;
                 let (r, w) = s.into_split();
-                tokio::spawn(serve_connection(hub.clone(), r, w));
+                // No credentials over TCP: loopback only, for tests (docs/protocol.md).
+                tokio::spawn(serve_connection(hub.clone(), r, w, Peer::Host));
             }
         }
     }
@@ -282,8 +295,10 @@ pub fn start_private_socket(hub: Arc<Hub>) {
             hub.set_private_socket(path.clone());
             tokio::spawn(async move {
                 while let Ok((s, _)) = l.accept().await {
+                    // Bound into every loop sandbox: a sandboxed process is confined.
+                    let peer = peer_of(&s);
                     let (r, w) = s.into_split();
-                    tokio::spawn(serve_connection(hub.clone(), r, w));
+                    tokio::spawn(serve_connection(hub.clone(), r, w, peer));
                 }
             });
         }

@@ -11,11 +11,42 @@ use super::conn::Conn;
 use super::{notifications, requests};
 use forge_engine::hub::Hub;
 
+/// Where a connection's peer runs, as far as the server can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// The server's own namespaces (an editor, a shell's `forge-lsp call`), or a connection
+    /// whose peer cannot be known (stdio: whoever started the server; TCP, tests only).
+    Host,
+    /// Another mount or process namespace than the server's (a loop's sandbox), or a Unix
+    /// socket peer whose credentials cannot be read: it must identify as a loop session.
+    Confined,
+}
+
+impl Peer {
+    /// The place of the process `pid` (as this process sees it): confined when its mount or
+    /// process namespace differs from this process's, or cannot be read (it may have gone).
+    pub fn of_pid(pid: i32) -> Peer {
+        let ns = |who: &str, kind: &str| std::fs::read_link(format!("/proc/{who}/ns/{kind}")).ok();
+        for kind in ["mnt", "pid"] {
+            let Some(ours) = ns("self", kind) else {
+                // No /proc here: nothing to compare; the sandbox itself needs /proc.
+                return Peer::Host;
+            };
+            if ns(&pid.to_string(), kind).as_ref() != Some(&ours) {
+                return Peer::Confined;
+            }
+        }
+        Peer::Host
+    }
+}
+
 pub struct Backend {
     pub client: Client,
     pub hub: Arc<Hub>,
     /// The connection's id (log lines, `Conn::id`).
     pub id: u64,
+    /// Where the connection's peer runs.
+    pub peer: Peer,
     /// Set by `initialize`.
     pub conn: OnceLock<Arc<Conn>>,
     /// Writes frames built as bytes onto this connection.
@@ -23,8 +54,8 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(client: Client, hub: Arc<Hub>, id: u64, outbox: crate::transport::Outbox) -> Backend {
-        Backend { client, hub, id, conn: OnceLock::new(), outbox }
+    pub fn new(client: Client, hub: Arc<Hub>, id: u64, peer: Peer, outbox: crate::transport::Outbox) -> Backend {
+        Backend { client, hub, id, peer, conn: OnceLock::new(), outbox }
     }
 
     /// The connection state; an error before `initialize` succeeded.

@@ -8,12 +8,15 @@ use crate::{Caller, Db, LoopBinding};
 use forge_store::loops;
 
 /// Resolves a caller. A session id that belongs to a loop session can only be claimed
-/// with its token (error 1001 naming the session, disclosing nothing about it).
+/// with its token (error 1001 naming the session, disclosing nothing about it), and, when
+/// `project` is given, only for the project of its loop: a loop's agent cannot take its
+/// loop identity to another folder (its file tools would work there, not in its worktree).
 pub fn resolve(
     db: &Connection,
     agent: Option<&str>,
     session: Option<&str>,
     token: Option<&str>,
+    project: Option<&str>,
 ) -> Result<Caller, ToolError> {
     let agent = agent.unwrap_or("user").to_string();
     if !AGENTS.contains(&agent.as_str()) {
@@ -28,6 +31,11 @@ pub fn resolve(
     let ok = row.status != "deleted" && token.is_some_and(|t| loops::hash_token(t) == row.token_hash);
     if !ok {
         return Err(ToolError::denied(format!("session {session} cannot be claimed: a missing or wrong token")));
+    }
+    if project.is_some_and(|p| p != row.project_id) {
+        return Err(ToolError::denied(format!(
+            "session {session} belongs to a loop of another project: connect from its loop's worktree"
+        )));
     }
     let agent = if row.role == "auditor" { "auditor-loop" } else { "code" }.to_string();
     Ok(Caller {

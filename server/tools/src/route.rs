@@ -138,7 +138,7 @@ impl Route {
         }
         let conn = store::open_connection(&self.data_dir.join("forge.db"))
             .map_err(|e| ToolError::precondition(e.to_string()))?;
-        crate::identity::resolve(&conn, self.agent.as_deref(), self.session.as_deref(), self.token.as_deref())
+        crate::identity::resolve(&conn, self.agent.as_deref(), self.session.as_deref(), self.token.as_deref(), None)
             .map(|_| ())
     }
 
@@ -198,8 +198,13 @@ impl Route {
             use std::io::Write;
             let _ = writeln!(std::io::stderr(), "warning: {w}");
         }
-        let caller =
-            crate::identity::resolve(&conn, self.agent.as_deref(), self.session.as_deref(), self.token.as_deref())?;
+        let caller = crate::identity::resolve(
+            &conn,
+            self.agent.as_deref(),
+            self.session.as_deref(),
+            self.token.as_deref(),
+            Some(&project.id),
+        )?;
         let env = ToolEnv {
             project,
             caller,

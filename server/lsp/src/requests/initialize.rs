@@ -48,13 +48,29 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     ws.store.sweep_once(&project.id, config.completed_loop_ttl_ms).await;
 
     let (agent_opt, session_opt, token_opt) = (Some(agent.clone()), options.session.clone(), options.token.clone());
+    let project_id = project.id.clone();
     let caller = ws
         .store
         .call(move |db| {
-            forge_tools::identity::resolve(db, agent_opt.as_deref(), session_opt.as_deref(), token_opt.as_deref())
+            forge_tools::identity::resolve(
+                db,
+                agent_opt.as_deref(),
+                session_opt.as_deref(),
+                token_opt.as_deref(),
+                Some(&project_id),
+            )
         })
         .await
         .map_err(|e| rpc_error(&e))?;
+    // A process in a loop's sandbox reaches the private socket (it is bound in, so that
+    // `forge-lsp call` works there), but it is not the user: it must be its loop session.
+    // Otherwise it could open a fresh `user` session on a folder of its choice, trust that
+    // folder's plugin tools with its own initialization options, and run them on the host.
+    if backend.peer == crate::server::Peer::Confined && caller.binding.is_none() {
+        return Err(rpc_error(&ToolError::denied(
+            "a process inside a loop's sandbox (or whose credentials cannot be read) may only connect as its loop session: set FORGE_SESSION_ID and FORGE_SESSION_TOKEN, as the loop's agent environment does",
+        )));
+    }
     let session_id = caller.session_id.clone();
     // A loop session's connection (an agent's `forge-lsp call`) runs with its loop's
     // configuration, never with files in the worktree the agent can edit: the running
