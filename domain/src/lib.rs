@@ -9,6 +9,7 @@ pub mod agent_output;
 pub mod diagnostics;
 pub mod handoff;
 pub mod history;
+pub mod html;
 pub mod interview;
 pub mod loop_machine;
 pub mod loop_permissions;

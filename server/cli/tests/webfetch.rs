@@ -135,6 +135,36 @@ fn html_becomes_markdown_or_text_from_the_main_content() {
     assert!(e.message.contains("format"), "{e}");
 }
 
+/// A page nesting 100,000 elements: converted (as plain text, with a note) without
+/// overflowing a stack, and the server keeps serving. A page of ordinary depth is markdown.
+#[test]
+fn a_deeply_nested_page_does_not_bring_the_server_down() {
+    let deep =
+        format!("<html><body>{}<p>deep text</p>{}</body></html>", "<div>".repeat(100_000), "</div>".repeat(100_000));
+    let fine = format!(
+        "<html><body><main>{}<h1>Still markdown</h1>{}</main></body></html>",
+        "<div>".repeat(250),
+        "</div>".repeat(250)
+    );
+    let middle =
+        format!("<html><body>{}<p>middle text</p>{}</body></html>", "<div>".repeat(1_000), "</div>".repeat(1_000));
+    let server = Server::start(vec![html("/deep", &deep), html("/middle", &middle), html("/fine", &fine)]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    for format in ["markdown", "text"] {
+        let out = c.tool_ok("webfetch", json!({ "url": server.url("/deep"), "format": format }));
+        let head = &out.text[..out.text.len().min(300)];
+        assert!(out.text.contains("deep text") && out.text.contains("shown as plain text"), "{format}: {head}");
+    }
+    // Deeper than the converter takes, shallow enough for the parser.
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/middle") }));
+    let head = &out.text[..out.text.len().min(300)];
+    assert!(out.text.contains("middle text") && out.text.contains("more than 256 levels"), "{head}");
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/fine") }));
+    assert!(out.text.contains("# Still markdown") && !out.text.contains("plain text"), "{}", out.text);
+}
+
 #[test]
 fn a_site_root_prefers_llms_txt() {
     let with = Server::start(vec![

@@ -440,11 +440,35 @@ fn tag(node: &Node) -> Option<String> {
     }
 }
 
+/// The first element named `name`, in document order. Every walk of a page's tree here is
+/// iterative: a page can nest elements as deep as its size allows, and a recursive walk of
+/// 100,000 nested `<div>`s overflows a thread's stack (which aborts the server).
 fn find(node: &Rc<Node>, name: &str) -> Option<Rc<Node>> {
-    if tag(node).as_deref() == Some(name) {
-        return Some(node.clone());
+    let mut stack = vec![node.clone()];
+    while let Some(n) = stack.pop() {
+        if tag(&n).as_deref() == Some(name) {
+            return Some(n);
+        }
+        stack.extend(n.children.borrow().iter().rev().cloned());
     }
-    node.children.borrow().iter().find_map(|c| find(c, name))
+    None
+}
+
+/// Deepest nesting handed to the markdown converter (`htmd` walks the tree recursively);
+/// a deeper page is converted as plain text, which is walked iteratively. Real pages nest
+/// a few dozen levels.
+const MAX_MARKDOWN_DEPTH: usize = 256;
+
+/// Whether the tree under `node` nests deeper than `max` levels.
+fn deeper_than(node: &Rc<Node>, max: usize) -> bool {
+    let mut stack = vec![(node.clone(), 0usize)];
+    while let Some((n, depth)) = stack.pop() {
+        if depth > max {
+            return true;
+        }
+        stack.extend(n.children.borrow().iter().map(|c| (c.clone(), depth + 1)));
+    }
+    false
 }
 
 /// The main content node and the tags to drop under it.
@@ -457,10 +481,26 @@ fn main_content(tree: &Rc<Node>) -> (Rc<Node>, Vec<&'static str>) {
     (find(tree, "body").unwrap_or_else(|| tree.clone()), drop)
 }
 
+/// Deepest nesting, estimated from the tags (`forge_domain::html`), of a page given to the
+/// HTML parser, whose tree building takes time quadratic in the depth (8,000 levels 0.2 s,
+/// 100,000 half a minute). A deeper page's text is taken from its tags alone.
+const MAX_PARSED_DEPTH: usize = 2_000;
+
+/// The note before the text of a page too deep for the parser or the converter.
+fn too_deep(limit: usize) -> String {
+    format!("(This page nests elements more than {limit} levels deep: shown as plain text.)\n\n")
+}
+
 fn markdown(html: &str) -> String {
+    if forge_domain::html::nesting_depth(html) > MAX_PARSED_DEPTH {
+        return too_deep(MAX_PARSED_DEPTH) + &forge_domain::html::strip_tags(html);
+    }
     let parser = htmd::HtmlToMarkdown::new();
     let Ok(tree) = parser.html_to_tree(html) else { return html.to_string() };
     let (node, drop) = main_content(&tree);
+    if deeper_than(&node, MAX_MARKDOWN_DEPTH) {
+        return too_deep(MAX_MARKDOWN_DEPTH) + &text_of(&node, &drop);
+    }
     let mut skip = drop.clone();
     skip.push("head");
     htmd::HtmlToMarkdown::builder().skip_tags(skip).build().tree_to_markdown(&node)
@@ -472,11 +512,20 @@ const BLOCKS: &[&str] = &[
 ];
 
 fn plain_text(html: &str) -> String {
+    if forge_domain::html::nesting_depth(html) > MAX_PARSED_DEPTH {
+        return too_deep(MAX_PARSED_DEPTH) + &forge_domain::html::strip_tags(html);
+    }
     let parser = htmd::HtmlToMarkdown::new();
     let Ok(tree) = parser.html_to_tree(html) else { return html.to_string() };
     let (node, drop) = main_content(&tree);
+    text_of(&node, &drop)
+}
+
+/// The text under `node` without the `drop` elements, one line per block, runs of blank
+/// lines collapsed.
+fn text_of(node: &Rc<Node>, drop: &[&str]) -> String {
     let mut out = String::new();
-    collect_text(&node, &drop, &mut out);
+    collect_text(node, drop, &mut out);
     // Collapse runs of blank lines and trailing spaces.
     let mut lines: Vec<&str> = vec![];
     for l in out.lines().map(str::trim_end) {
@@ -488,41 +537,54 @@ fn plain_text(html: &str) -> String {
     lines.join("\n")
 }
 
+/// One step of the text walk: a node to enter, or the end of a block element.
+enum Step {
+    Enter(Rc<Node>),
+    EndBlock,
+}
+
 fn collect_text(node: &Rc<Node>, drop: &[&str], out: &mut String) {
-    match &node.data {
-        NodeData::Text { contents } => {
-            let t = contents.borrow();
-            let collapsed = t.split_whitespace().collect::<Vec<_>>().join(" ");
-            if !collapsed.is_empty() {
-                if t.starts_with(char::is_whitespace) && !out.ends_with([' ', '\n']) && !out.is_empty() {
-                    out.push(' ');
+    let mut stack = vec![Step::Enter(node.clone())];
+    while let Some(step) = stack.pop() {
+        let node = match step {
+            Step::EndBlock => {
+                if !out.ends_with('\n') {
+                    out.push('\n');
                 }
-                out.push_str(&collapsed);
-                if t.ends_with(char::is_whitespace) {
-                    out.push(' ');
+                continue;
+            }
+            Step::Enter(n) => n,
+        };
+        match &node.data {
+            NodeData::Text { contents } => {
+                let t = contents.borrow();
+                let collapsed = t.split_whitespace().collect::<Vec<_>>().join(" ");
+                if !collapsed.is_empty() {
+                    if t.starts_with(char::is_whitespace) && !out.ends_with([' ', '\n']) && !out.is_empty() {
+                        out.push(' ');
+                    }
+                    out.push_str(&collapsed);
+                    if t.ends_with(char::is_whitespace) {
+                        out.push(' ');
+                    }
+                }
+                continue;
+            }
+            NodeData::Element { name, .. } => {
+                let t: &str = &name.local;
+                if drop.contains(&t) || t == "head" {
+                    continue;
+                }
+                if BLOCKS.contains(&t) {
+                    if !out.ends_with('\n') && !out.is_empty() {
+                        out.push('\n');
+                    }
+                    stack.push(Step::EndBlock);
                 }
             }
+            _ => {}
         }
-        NodeData::Element { name, .. } => {
-            let t: &str = &name.local;
-            if drop.contains(&t) || t == "head" {
-                return;
-            }
-            let block = BLOCKS.contains(&t);
-            if block && !out.ends_with('\n') && !out.is_empty() {
-                out.push('\n');
-            }
-            for c in node.children.borrow().iter() {
-                collect_text(c, drop, out);
-            }
-            if block && !out.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-        _ => {
-            for c in node.children.borrow().iter() {
-                collect_text(c, drop, out);
-            }
-        }
+        stack.extend(node.children.borrow().iter().rev().map(|c| Step::Enter(c.clone())));
     }
 }
+
