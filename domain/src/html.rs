@@ -291,4 +291,24 @@ mod tests {
         let deep = format!("{}deep text{}", "<div>".repeat(100_000), "</div>".repeat(100_000));
         assert_eq!(strip_tags(&deep), "deep text");
     }
+
+    #[test]
+    fn no_input_panics() {
+        // Random pages from the characters that steer the scanner, multibyte ones included.
+        let alphabet: Vec<char> = "<>/!-?\"'= &#;xa1pdivscriptSTYLE\u{e9}\u{1F600}\n".chars().collect();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..3_000 {
+            let len = (seed % 64) as usize;
+            let page: String = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    alphabet[(seed % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            let _ = nesting_depth(&page);
+            let _ = strip_tags(&page);
+        }
+    }
 }
