@@ -142,6 +142,53 @@ fn apply_patch_follows_a_link_to_a_directory_inside_the_root_and_creates_directo
     assert!(!repo.path.join("documentation/deep/er/new.md").exists());
 }
 
+/// All files or none, removals included: a file that cannot be removed fails the patch
+/// before any file changes. Files with names near the system's limit are written, moved
+/// and removed like any other (temporaries have names of their own length).
+#[test]
+fn apply_patch_removals_are_part_of_all_or_nothing() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let long = format!("{}.txt", "n".repeat(250));
+    repo.write(&long, "old\n");
+    repo.write("b.txt", "beta\n");
+    let c = client(&sb, &repo);
+    c.tool_ok("apply-patch", patch(&format!("*** Update File: {long}\n@@\n-old\n+new\n")));
+    assert_eq!(read(&repo, &long), "new\n");
+    c.tool_ok("apply-patch", patch(&format!("*** Update File: {long}\n*** Move to: short.txt\n@@\n-new\n+moved\n")));
+    assert_eq!(read(&repo, "short.txt"), "moved\n");
+    assert!(!repo.path.join(&long).exists());
+
+    // A file that cannot be removed: in a read-only directory, or, for root (whom
+    // permissions do not stop), marked immutable.
+    repo.write("ro/a.txt", "keep\n");
+    let ro = repo.path.join("ro");
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let pinned = if root {
+        let ok =
+            std::process::Command::new("chattr").arg("+i").arg(ro.join("a.txt")).status().is_ok_and(|s| s.success());
+        if !ok {
+            println!("NOTE: running as root without chattr +i here: the case of a file that cannot be removed is not exercised");
+            return;
+        }
+        ok
+    } else {
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        false
+    };
+    let e = c.tool_err("apply-patch", patch("*** Update File: b.txt\n@@\n-beta\n+BETA\n*** Delete File: ro/a.txt\n"));
+    if pinned {
+        std::process::Command::new("chattr").arg("-i").arg(ro.join("a.txt")).status().unwrap();
+    } else {
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("ro/a.txt") && e.message.contains("nothing was changed"), "{e}");
+    assert_eq!(read(&repo, "b.txt"), "beta\n", "the update was not applied");
+    assert_eq!(read(&repo, "ro/a.txt"), "keep\n");
+}
+
 #[test]
 fn apply_patch_keeps_the_file_mode_and_is_denied_to_auditors() {
     let sb = Sandbox::new();

@@ -158,11 +158,9 @@ pub fn stage(
         },
     };
     // A name of its own per write: two writers of the same file (two connections) never
-    // share, unlink or rename each other's temporary file.
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", ulid::Ulid::new()));
-    let tmp = cstr(&tmp_name)?;
+    // share, unlink or rename each other's temporary file. Its length does not depend on
+    // the target's, so a file whose name is near the system's limit can still be written.
+    let tmp = cstr(std::ffi::OsStr::new(&format!(".forge-{}.tmp", ulid::Ulid::new())))?;
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: as above; the mode is passed as the variadic argument openat expects.
     let fd = unsafe { libc::openat(dir.as_raw_fd(), tmp.as_ptr(), flags, create as libc::c_uint) };
@@ -210,6 +208,65 @@ pub fn commit_all(staged: Vec<Staged>) -> Result<(), (usize, io::Error)> {
 /// file's own name is replaced, not written through.
 pub fn write_file(base: &Path, rel: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
     stage(base, rel, contents, Mode::Exact(mode), true, false)?.commit()
+}
+
+/// A file moved aside under a temporary name in its directory (opened beneath a base
+/// without following links): the removal step of an all-or-nothing change of several
+/// files, taken before any new content is renamed into place, so that a file that cannot
+/// be removed (a directory without write permission) fails the change before it starts.
+///
+/// Invariant: until [`SetAside::finish`] unlinks it, the file exists under its temporary
+/// name, and dropping the value renames it back.
+pub struct SetAside {
+    dir: OwnedFd,
+    name: CString,
+    aside: CString,
+    pending: bool,
+}
+
+impl SetAside {
+    /// Removes the file for good (a failure leaves the temporary behind and is returned).
+    pub fn finish(mut self) -> io::Result<()> {
+        self.pending = false;
+        // SAFETY: a valid directory fd and a NUL-terminated name.
+        if unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.aside.as_ptr(), 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SetAside {
+    fn drop(&mut self) {
+        if self.pending {
+            // SAFETY: as above. `renameat` would replace a file written at the name since;
+            // nothing is written there while the value lives (the caller's change failed).
+            unsafe {
+                libc::renameat(self.dir.as_raw_fd(), self.aside.as_ptr(), self.dir.as_raw_fd(), self.name.as_ptr())
+            };
+        }
+    }
+}
+
+/// Moves the file `base/rel` aside (see [`SetAside`]), never following a link below
+/// `base`; `None` when there is no such file.
+pub fn set_aside(base: &Path, rel: &Path) -> io::Result<Option<SetAside>> {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
+    };
+    let dir = match open_dir(base, parent, false) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // (As for a staged file, a name whose length does not depend on the file's.)
+    let (name, aside) = (cstr(name)?, cstr(std::ffi::OsStr::new(&format!(".forge-{}.removed", ulid::Ulid::new())))?);
+    // SAFETY: as above.
+    if unsafe { libc::renameat(dir.as_raw_fd(), name.as_ptr(), dir.as_raw_fd(), aside.as_ptr()) } != 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::NotFound { Ok(None) } else { Err(e) };
+    }
+    Ok(Some(SetAside { dir, name, aside, pending: true }))
 }
 
 /// Removes the file `base/rel` (absent is fine), never following a link below `base`.
@@ -332,6 +389,34 @@ mod tests {
         assert_eq!(std::fs::read(base.join("a.txt")).unwrap(), b"a");
         assert!(!base.join("c.txt").exists());
         assert!(!names(base).iter().any(|n| n.ends_with(".tmp")), "{:?}", names(base));
+    }
+
+    #[test]
+    fn a_file_set_aside_comes_back_unless_finished() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path();
+        std::fs::create_dir(base.join("dir")).unwrap();
+        std::fs::write(base.join("dir/a"), "a").unwrap();
+        let aside = set_aside(base, Path::new("dir/a")).unwrap().expect("a file");
+        assert!(!base.join("dir/a").exists(), "moved aside");
+        drop(aside);
+        assert_eq!(std::fs::read(base.join("dir/a")).unwrap(), b"a", "renamed back");
+        set_aside(base, Path::new("dir/a")).unwrap().unwrap().finish().unwrap();
+        assert_eq!(names(&base.join("dir")), Vec::<String>::new(), "removed, nothing left");
+        assert!(set_aside(base, Path::new("dir/a")).unwrap().is_none(), "absent");
+        assert!(set_aside(base, Path::new("nodir/a")).unwrap().is_none(), "absent directory");
+        // A directory without write permission: refused before anything changes (unless
+        // root, whom permissions do not stop).
+        std::fs::write(base.join("dir/b"), "b").unwrap();
+        std::fs::set_permissions(base.join("dir"), std::fs::Permissions::from_mode(0o555)).unwrap();
+        let r = set_aside(base, Path::new("dir/b"));
+        std::fs::set_permissions(base.join("dir"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(r.is_err(), "a read-only directory");
+            assert!(base.join("dir/b").exists());
+        }
     }
 
     #[test]

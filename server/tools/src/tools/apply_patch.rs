@@ -70,16 +70,28 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
         // Dropping what was staged removes its temporaries: nothing is written.
         step.map_err(fail)?;
     }
+    // Files to remove are moved aside first: one that cannot be removed fails the patch
+    // before any file changes (dropping what was set aside puts it back).
+    let mut aside = vec![];
+    for (shown, rel) in &removals {
+        match beneath::set_aside(root, rel) {
+            Ok(Some(a)) => aside.push((a, shown)),
+            Ok(None) => {}
+            Err(e) => return Err(fail(format!("cannot remove {}: {e}; nothing was changed", shown.display()))),
+        }
+    }
     // Renames within one directory do not fail for space; report what happened.
     let targets: Vec<PathBuf> = staged.iter().map(|s| s.target().to_path_buf()).collect();
     if let Err((i, e)) = beneath::commit_all(staged) {
         return Err(fail(format!(
-            "cannot write {}: {e} (files renamed before this one keep their new content)",
+            "cannot write {}: {e} (files renamed before this one keep their new content; files to remove were kept)",
             targets[i].display()
         )));
     }
-    for (shown, rel) in &removals {
-        beneath::remove_file(root, rel).map_err(|e| fail(format!("cannot remove {}: {e}", shown.display())))?;
+    for (a, shown) in aside {
+        if let Err(e) = a.finish() {
+            tracing::warn!("apply-patch: {} was replaced but its old file could not be unlinked: {e}", shown.display());
+        }
     }
     let text = format!("Patch applied.\n{}", plan.summary());
     // Paths only: the contents are in the files now.
