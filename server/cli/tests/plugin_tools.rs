@@ -118,6 +118,28 @@ fn user_and_project_plugin_tools() {
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("missing required field `message`"), "{}", r.stderr);
 
+    // Trusted by its id: not trusted (every clone and fork shares the id), and said so.
+    sb.write_user_config(&format!("[plugins]\ntrustedProjects = [{:?}]\n", repo.root_commit));
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let e = c.tool_err("project__Local", json!({}));
+    assert_eq!(e.code, 1001, "{e}");
+    let warned = c.wait_notification(WAIT, |r| {
+        r.method() == "window/showMessage"
+            && r.params()["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("trustedProjects entry") && m.contains(&repo.root_commit))
+    });
+    assert!(warned.is_some(), "{:?}", c.notifications_of("window/showMessage"));
+    c.shutdown_exit();
+
+    // Trusted by its root: it runs.
+    sb.write_user_config(&format!("[plugins]\ntrustedProjects = [{:?}]\n", repo.path.display().to_string()));
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    assert_eq!(c.tool_ok("project__Local", json!({})).text.trim(), "local tool ran");
+    c.shutdown_exit();
+
     // Trusted by the user: it runs.
     sb.write_user_config("[plugins]\ntrustedProjects = [\"/nowhere\"]\ntrustProjectTools = true\n");
     let mut c = sb.stdio();

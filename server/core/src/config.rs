@@ -246,7 +246,7 @@ pub struct Config {
     pub webfetch_max_bytes: u64,
     /// `plugins.trustProjectTools` (user file or initialization options only).
     pub trust_project_tools: bool,
-    /// `plugins.trustedProjects`: project roots (or project ids) whose tools run.
+    /// `plugins.trustedProjects`: absolute project roots whose tools run.
     pub trusted_projects: Vec<String>,
     /// `plugins.timeoutMs`: how long a plugin tool may run before its process group is killed.
     pub plugin_timeout_ms: u64,
@@ -405,6 +405,17 @@ impl Loader {
                     "configuration key `{key}` in {source} is ignored: a repository cannot grant itself trust (set it in the user configuration file or the initialization options)"
                 ));
                 continue;
+            }
+            if key == "plugins.trustedProjects" {
+                // A project is trusted where it is, not by its id: the id (the root commit)
+                // is shared by every clone and fork of the history.
+                for entry in val.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    if !Path::new(entry).is_absolute() {
+                        self.warnings.push(format!(
+                            "plugins.trustedProjects entry {entry:?} in {source} is ignored: entries are absolute project roots (a project id is shared by every clone and fork, so it cannot be trusted)"
+                        ));
+                    }
+                }
             }
             match KEYS.iter().find(|(n, _)| n == key) {
                 None => self.warnings.push(format!("unknown configuration key `{key}` in {source} (ignored)")),

@@ -205,13 +205,15 @@ pub fn find(project_root: &Path, command: &str, project_trusted: bool) -> Option
 
 /// Whether the project's own tools may run.
 pub fn project_trusted(env: &ToolEnv) -> bool {
-    trusted_by(&env.config, &env.project.root, &env.project.id)
+    trusted_by(&env.config, &env.project.root)
 }
 
-/// Whether `config` trusts the tools of the project at `root` (id `id`).
-pub fn trusted_by(config: &forge_core::config::Config, root: &Path, id: &str) -> bool {
-    let root = root.display().to_string();
-    config.trust_project_tools || config.trusted_projects.iter().any(|p| *p == root || *p == id)
+/// Whether `config` trusts the tools of the project at `root`: by its root, never by its
+/// id, which every clone and fork of the history shares (an entry that is not an absolute
+/// path is reported by the configuration loader and matches nothing).
+pub fn trusted_by(config: &forge_core::config::Config, root: &Path) -> bool {
+    config.trust_project_tools
+        || config.trusted_projects.iter().any(|p| Path::new(p).is_absolute() && Path::new(p) == root)
 }
 
 /// Trust as seen from outside a server (`forge-lsp call`, `forge-lsp mcp`): the user's
@@ -219,7 +221,7 @@ pub fn trusted_by(config: &forge_core::config::Config, root: &Path, id: &str) ->
 pub fn trusted_outside(project_root: &Path) -> bool {
     let project = forge_core::project::Project::detect(project_root);
     forge_core::config::Loader::standard(&project.root, None)
-        .map(|l| trusted_by(&l.build(), &project.root, &project.id))
+        .map(|l| trusted_by(&l.build(), &project.root))
         .unwrap_or(false)
 }
 
