@@ -38,6 +38,19 @@ fn opening_a_file_republishes_its_findings_to_that_connection() {
     c.did_open(&uri, "fn a() {}\nfn b() {}\n", 1);
     let again = expect_count(&c, mark, &uri, 1);
     assert_eq!(again[0]["message"], json!("b is wrong"));
+
+    // A path Neovim encodes its own way (`+` and `@` kept, lowercase hex): the same file.
+    repo.write("src/jü+x@1.rs", "fn c() {}\n");
+    let ours = uri_in(&repo.path, "src/jü+x@1.rs");
+    let mark = c.mark();
+    c.tool_ok("review-write", json!({ "file": "src/jü+x@1.rs", "line": 1, "severity": "bug", "description": "c" }));
+    expect_count(&c, mark, &ours, 1);
+    let neovims = format!("file://{}/src/j%c3%bc+x@1.rs", repo.path.display());
+    assert_ne!(neovims, ours);
+    c.did_close(&neovims);
+    let mark = c.mark();
+    c.did_open(&neovims, "fn c() {}\n", 1);
+    expect_count(&c, mark, &ours, 1);
 }
 
 #[test]

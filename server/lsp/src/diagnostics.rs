@@ -391,18 +391,7 @@ pub fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// `file://` URI of an absolute path.
-pub fn file_uri(p: &Path) -> String {
-    let mut s = String::from("file://");
-    for b in p.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            s.push(b as char);
-        } else {
-            s.push_str(&format!("%{b:02X}"));
-        }
-    }
-    s
-}
+pub use crate::uri::file_uri;
 
 fn allowed_roots(root: &Path, worktrees: &Worktrees, data_dir: &Path) -> Vec<PathBuf> {
     std::iter::once(root)

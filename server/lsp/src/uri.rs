@@ -18,6 +18,31 @@ pub fn forge_document(root: &Path, uri: &str) -> Option<ForgeUri> {
     ForgeUri::parse(&format!("forge://{}", rel.display()))
 }
 
+/// `file://` URI of an absolute path: every byte but ASCII letters, digits and `-._~/`
+/// percent-encoded, in uppercase hex. The one spelling the server uses for files.
+pub fn file_uri(p: &Path) -> String {
+    let mut s = String::from("file://");
+    for b in p.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+/// A client's `file://` URI in the server's spelling ([`file_uri`]). Clients encode file
+/// URIs differently (Neovim leaves `+`, `@`, `:` and others as they are and writes
+/// lowercase hex; VS Code encodes `:`), and the server keys open documents and published
+/// files by URI. Any other URI (and a `file:` URI with an authority) is returned as it is.
+pub fn canonical(uri: String) -> String {
+    match uri.strip_prefix("file://").filter(|p| p.starts_with('/')) {
+        Some(path) => file_uri(Path::new(&percent_decode(path))),
+        None => uri,
+    }
+}
+
 /// Decodes `%XX` escapes of a URI path.
 pub fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
@@ -36,4 +61,27 @@ pub fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_uris_are_spelled_one_way() {
+        for (client, canonical_form) in [
+            // Neovim's vim.uri_from_fname: `+` and `@` kept, lowercase hex.
+            ("file:///home/j%c3%bcrgen/c++/x@y.rs", "file:///home/j%C3%BCrgen/c%2B%2B/x%40y.rs"),
+            ("file:///home/j%C3%BCrgen/c%2B%2B/x%40y.rs", "file:///home/j%C3%BCrgen/c%2B%2B/x%40y.rs"),
+            ("file:///a%20b/c.rs", "file:///a%20b/c.rs"),
+            ("file:///plain/path.rs", "file:///plain/path.rs"),
+            // Not file paths: unchanged.
+            ("forge://plan/session/ses_1.md", "forge://plan/session/ses_1.md"),
+            ("file://host/share/x", "file://host/share/x"),
+            ("untitled:Untitled-1", "untitled:Untitled-1"),
+        ] {
+            assert_eq!(canonical(client.to_string()), canonical_form, "{client}");
+        }
+        assert_eq!(file_uri(Path::new("/home/jürgen/c++/x@y.rs")), "file:///home/j%C3%BCrgen/c%2B%2B/x%40y.rs");
+    }
 }

@@ -8,7 +8,7 @@ use crate::server::Backend;
 
 pub fn did_change(backend: &Backend, params: DidChangeTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
-    let uri = params.text_document.text_document_identifier.uri.0;
+    let uri = crate::uri::canonical(params.text_document.text_document_identifier.uri.0);
     let version = params.text_document.version;
     let Some(text) = params.content_changes.into_iter().last().map(|c| {
         serde_json::to_value(&c)

@@ -7,7 +7,8 @@ use crate::server::Backend;
 
 pub fn did_open(backend: &Backend, params: DidOpenTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
-    let uri = params.text_document.uri.0;
+    // Keyed in the server's spelling of file URIs (the one diagnostics are published with).
+    let uri = crate::uri::canonical(params.text_document.uri.0);
     conn.docs
         .lock()
         .expect("docs")
