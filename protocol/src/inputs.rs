@@ -395,6 +395,7 @@ pub struct ApplyPatchInput {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GrepInput {
     /// Regular expression (Rust `regex` syntax, as ripgrep).
+    #[schemars(length(min = 1))]
     pub pattern: String,
     /// A directory or file inside the root to search (default: the root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -407,6 +408,7 @@ pub struct GrepInput {
     pub case_sensitive: Option<bool>,
     /// Most matching lines returned (default 200, at most 5000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 5000))]
     pub limit: Option<u32>,
 }
 
@@ -415,6 +417,7 @@ pub struct GrepInput {
 #[serde(deny_unknown_fields)]
 pub struct GlobInput {
     /// Glob over paths relative to the searched directory (e.g. `**/*.rs`, `src/*.md`).
+    #[schemars(length(min = 1))]
     pub pattern: String,
     /// A directory inside the root to search (default: the root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -427,6 +430,7 @@ pub struct GlobInput {
 pub struct AstGrepSearchInput {
     /// An ast-grep pattern: code of the language with metavariables (`$NAME` one node,
     /// `$$$ARGS` any number), e.g. `console.log($MSG)`.
+    #[schemars(length(min = 1))]
     pub pattern: String,
     /// The language: rust, python, typescript, tsx, javascript, go, java, c, cpp (common
     /// aliases such as `rs`, `py`, `ts`, `js`, `c++` are accepted).
@@ -441,6 +445,7 @@ pub struct AstGrepSearchInput {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AstGrepReplaceInput {
     /// An ast-grep pattern (see `forge.ast-grep-search`).
+    #[schemars(length(min = 1))]
     pub pattern: String,
     /// The replacement: code that may use the pattern's metavariables, e.g. `logger.info($MSG)`.
     pub rewrite: String,

@@ -230,6 +230,32 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     assert!(e.message.contains("out of the root"), "{e}");
     let e = c.tool_err("grep", json!({ "pattern": "(" }));
     assert_eq!(e.code, 1006, "{e}");
+    // PROTOCOL.md §3: -32602 is input that does not match the offered schema (which says
+    // what the bounds are), 1006 input that matches it but cannot be used (a bad glob, as a
+    // bad regex).
+    let offers = c.tool_ok("tools", json!({})).data;
+    let grep = offers["tools"].as_array().unwrap().iter().find(|t| t["name"] == "grep").unwrap().clone();
+    let props = &grep["inputSchema"]["properties"];
+    assert_eq!(
+        (props["limit"]["minimum"].clone(), props["limit"]["maximum"].clone()),
+        (json!(1), json!(5000)),
+        "{grep}"
+    );
+    assert_eq!(props["pattern"]["minLength"], json!(1), "{grep}");
+    for input in
+        [json!({ "pattern": "x", "limit": 0 }), json!({ "pattern": "x", "limit": 5001 }), json!({ "pattern": "" })]
+    {
+        assert_eq!(c.tool_err("grep", input.clone()).code, -32602, "{input}");
+    }
+    let e = c.tool_err("grep", json!({ "pattern": "x", "include": "[" }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("include"), "{e}");
+    let e = c.tool_err("glob", json!({ "pattern": "[" }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert_eq!(c.tool_err("glob", json!({ "pattern": "" })).code, -32602);
+    let e = c.tool_err("ast-grep-search", json!({ "pattern": "let a = 1; let b = 2;", "lang": "rust" }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("Multiple AST nodes"), "{e}");
 }
 
 #[test]

@@ -23,7 +23,8 @@ fn interview_state_is_stored_diffed_and_served_as_a_document() {
 
     // The first turn must carry the spec.
     let e = c.tool_err("interview-submit-state", json!({ "status": "starting", "diff": "@@ -1 +1 @@\n-a\n+b\n" }));
-    assert_eq!(e.code, -32602, "{e}");
+    // The input matches the schema: semantically invalid (PROTOCOL.md §3).
+    assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("first turn must carry the full `spec`"), "{e}");
     let e = c.content(&uri).expect_err("nothing stored yet");
     assert_eq!(e.code, 1002, "{e}");
@@ -62,22 +63,23 @@ fn interview_state_is_stored_diffed_and_served_as_a_document() {
     let bad =
         "@@ -1 +1 @@\n-# Spec: export\n+# Spec: CSV export\n@@ -8 +9 @@\n-- encoding: Latin-1\n+- encoding: ASCII\n";
     let e = c.tool_err("interview-submit-state", json!({ "status": "oops", "diff": bad }));
-    assert_eq!(e.code, -32602, "{e}");
+    assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("hunk 2 (diff line 4"), "{e}");
     assert!(e.message.contains("nothing was stored"), "{e}");
     let after = c.content(&uri).unwrap();
     assert_eq!(after, doc, "a refused diff must change nothing");
 
-    // Bad input is named.
-    for (input, needle) in [
-        (json!({ "status": "" }), "`status`"),
-        (json!({ "status": "a\nb" }), "one line"),
-        (json!({ "status": "x", "spec": "a", "diff": "@@ -1 +1 @@\n-a\n+b\n" }), "not both"),
-        (json!({ "status": "x", "questions": ["ok", " "] }), "questions[1]"),
-        (json!({ "status": "x", "bogus": 1 }), "bogus"),
+    // Bad input is named: -32602 when it does not match the schema, else 1006.
+    for (input, needle, code) in [
+        (json!({ "status": "" }), "`status`", 1006),
+        (json!({ "status": "a\nb" }), "one line", 1006),
+        (json!({ "status": "x", "spec": "a", "diff": "@@ -1 +1 @@\n-a\n+b\n" }), "not both", 1006),
+        (json!({ "status": "x", "questions": ["ok", " "] }), "questions[1]", 1006),
+        (json!({ "status": "x", "bogus": 1 }), "bogus", -32602),
+        (json!({ "status": 3 }), "status", -32602),
     ] {
         let e = c.tool_err("interview-submit-state", input);
-        assert_eq!(e.code, -32602, "{e}");
+        assert_eq!(e.code, code, "{e}");
         assert!(e.message.contains(needle), "{needle}: {e}");
     }
 

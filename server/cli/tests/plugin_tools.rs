@@ -166,7 +166,8 @@ fn a_hanging_plugin_tool_is_killed_at_the_time_limit() {
     c.init(&Init::new(&repo.path));
     let started = std::time::Instant::now();
     let e = c.tool_err("slow__Hang", json!({}));
-    assert_eq!(e.code, 1005, "{e}");
+    // Not 1005: that is a busy loop session's (PROTOCOL.md §3).
+    assert_eq!(e.code, 1007, "{e}");
     assert!(e.message.contains("did not finish within 500 ms"), "{e}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
     // The tool's process is gone (its group was killed), and the server keeps answering.

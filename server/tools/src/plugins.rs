@@ -421,7 +421,7 @@ pub fn run(
     let (stdout, out_cut) = out.and_then(|h| h.join().ok()).unwrap_or_default();
     let (stderr, _) = err.and_then(|h| h.join().ok()).unwrap_or_default();
     let Some(status) = status else {
-        return Err(ToolError::busy(format!(
+        return Err(ToolError::internal(format!(
             "{label} did not finish within {} ms (plugins.timeoutMs) and was killed",
             timeout.as_millis()
         )));

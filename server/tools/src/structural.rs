@@ -37,13 +37,14 @@ pub fn language(lang: &str) -> Result<(SupportLang, &'static [&'static str]), To
     })
 }
 
-/// The compiled pattern, or -32602 saying why it does not parse.
+/// The compiled pattern. An empty one does not match the input schema (-32602); one that
+/// does not parse as the language is semantically invalid (1006, as a bad regex is).
 pub fn pattern(src: &str, lang: SupportLang) -> Result<Pattern, ToolError> {
     if src.trim().is_empty() {
         return Err(ToolError::invalid_params("invalid argument `pattern`: must not be empty"));
     }
     Pattern::try_new(src, lang)
-        .map_err(|e| ToolError::invalid_params(format!("invalid argument `pattern` for {}: {e}", lang_name(lang))))
+        .map_err(|e| ToolError::invalid(format!("invalid argument `pattern` for {}: {e}", lang_name(lang))))
 }
 
 /// The canonical name of a language.

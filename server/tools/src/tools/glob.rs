@@ -29,7 +29,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let glob = globset::GlobBuilder::new(&input.pattern)
         .literal_separator(true)
         .build()
-        .map_err(|e| ToolError::invalid_params(format!("invalid argument `pattern`: {e}")))?
+        .map_err(|e| ToolError::invalid(format!("glob failed: invalid glob {:?}: {e}", input.pattern)))?
         .compile_matcher();
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;

@@ -43,7 +43,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let include = match input.include.as_deref().filter(|g| !g.is_empty()) {
         Some(g) => Some(
             globset::Glob::new(g)
-                .map_err(|e| ToolError::invalid_params(format!("invalid argument `include`: {e}")))?
+                .map_err(|e| ToolError::invalid(format!("grep failed: invalid glob `include` {g:?}: {e}")))?
                 .compile_matcher(),
         ),
         None => None,

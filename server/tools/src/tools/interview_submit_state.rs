@@ -24,39 +24,39 @@ pub const MAX_SPEC: usize = 8 * 1024 * 1024;
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let status = input.status.trim();
     if status.is_empty() {
-        return Err(ToolError::invalid_params("invalid argument `status`: must not be empty (one line saying where the interview stands)"));
+        return Err(ToolError::invalid("invalid argument `status`: must not be empty (one line saying where the interview stands)"));
     }
     if status.contains('\n') {
-        return Err(ToolError::invalid_params("invalid argument `status`: must be one line"));
+        return Err(ToolError::invalid("invalid argument `status`: must be one line"));
     }
     if let Some(q) = input.questions.as_ref().and_then(|q| q.iter().position(|q| q.trim().is_empty())) {
-        return Err(ToolError::invalid_params(format!("invalid argument `questions[{q}]`: a question must not be empty")));
+        return Err(ToolError::invalid(format!("invalid argument `questions[{q}]`: a question must not be empty")));
     }
     let session = ctx.caller().session_id.clone();
     let stored = interviews::get(ctx.db, ctx.project_id(), &session).db()?;
     let spec = match (&stored, input.spec, input.diff) {
         (_, Some(spec), None) => {
             if spec.trim().is_empty() {
-                return Err(ToolError::invalid_params("invalid argument `spec`: must not be empty"));
+                return Err(ToolError::invalid("invalid argument `spec`: must not be empty"));
             }
             spec
         }
         (None, None, _) => {
-            return Err(ToolError::invalid_params(format!(
+            return Err(ToolError::invalid(format!(
                 "session {session} has no interview yet: the first turn must carry the full `spec`"
             )))
         }
         (Some(row), None, Some(diff)) => forge_domain::interview::apply_unified(&row.spec, &diff)
-            .map_err(|e| ToolError::invalid_params(format!("invalid argument `diff`: {e}; nothing was stored")))?,
+            .map_err(|e| ToolError::invalid(format!("invalid argument `diff`: {e}; nothing was stored")))?,
         (Some(row), None, None) => row.spec.clone(),
         (_, Some(_), Some(_)) => {
-            return Err(ToolError::invalid_params(
+            return Err(ToolError::invalid(
                 "give either `spec` (the whole spec) or `diff` (a unified diff against the stored spec), not both",
             ))
         }
     };
     if spec.len() > MAX_SPEC {
-        return Err(ToolError::invalid_params(format!(
+        return Err(ToolError::invalid(format!(
             "the spec would be {} bytes; at most {MAX_SPEC} are stored",
             spec.len()
         )));
