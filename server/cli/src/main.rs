@@ -244,10 +244,11 @@ fn main() {
         Some(Cmd::Serve { .. }) | None => {
             let rt = runtime();
             let hub = Hub::new(cli.data_dir);
-            rt.block_on(serve::stdio_with_hint(hub.clone()));
+            let clean = rt.block_on(serve::stdio_with_hint(hub.clone()));
             serve::remove_private_socket(&hub);
-            // tokio's blocking stdin read can keep the runtime alive: exit now.
-            std::process::exit(0);
+            // tokio's blocking stdin read can keep the runtime alive: exit now. LSP: 1 when
+            // the client ended the connection without `shutdown`.
+            std::process::exit(if clean { 0 } else { 1 });
         }
     }
 }

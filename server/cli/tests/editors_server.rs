@@ -89,6 +89,10 @@ fn a_loop_end_is_told_to_every_connection_and_the_progress_end_does_not_repeat_t
     let sock = t.client.private_socket().expect("private socket");
     let mut other = Client::connect_unix(&sock).expect("connect to the private socket");
     other.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    // A third declares progress but refuses to create the token: nothing is sent on it.
+    let mut refusing = Client::connect_unix(&sock).expect("connect to the private socket");
+    refusing.refuse("window/workDoneProgress/create", -32603, "no progress here");
+    refusing.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
     let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
     let end = t.wait_end(&name);
     assert_eq!(end["status"], json!("completed"));
@@ -107,6 +111,13 @@ fn a_loop_end_is_told_to_every_connection_and_the_progress_end_does_not_repeat_t
         .wait_notification(WAIT, |r| r.method() == "$/progress" && r.params()["value"]["kind"] == json!("end"))
         .unwrap_or_else(|| panic!("no progress end: {:?}", other.notifications_of("$/progress")));
     assert_eq!(end_msg.params()["value"]["message"], json!("completed"), "not \"completed: completed\"");
+    assert!(
+        refusing.server_requests().iter().any(|r| r.method() == "window/workDoneProgress/create"),
+        "the refusing client was asked: {:?}",
+        refusing.server_requests()
+    );
+    std::thread::sleep(QUIET);
+    assert_eq!(refusing.notifications_of("$/progress"), Vec::<serde_json::Value>::new(), "progress on a refused token");
 }
 
 #[test]

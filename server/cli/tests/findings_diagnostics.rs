@@ -433,6 +433,28 @@ fn the_delete_finding_code_action_reaches_a_loop_finding_from_the_editor() {
     assert_eq!(n, 0);
 }
 
+/// The action is offered only where it can succeed: an auditor's editor cannot name a
+/// loop (the user's alone), and a `code` agent may not delete findings at all.
+#[test]
+fn the_delete_finding_code_action_is_offered_only_where_it_can_succeed() {
+    let (sb, repo) = setup();
+    let fx = loop_fixtures(&sb, &repo);
+    repo.write("src/elsewhere.rs", "one\ntwo\nthree\n");
+    let user = connect(&sb, Init::new(&repo.path));
+    let plain_uri = uri_in(&repo.path, "src/elsewhere.rs");
+    let mark = user.mark();
+    write_bug(&user, "src/elsewhere.rs", 3);
+    let plain = expect_count(&user, mark, &plain_uri, 1);
+    let looped = expect_count(&user, Mark::default(), &fx.root_loop_uri, 1);
+    let auditor = connect(&sb, Init::new(&repo.path).agent("auditor"));
+    assert!(code_actions(&auditor, &fx.root_loop_uri, &looped).is_empty(), "a loop's finding");
+    let actions = code_actions(&auditor, &plain_uri, &plain);
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    run_command(&auditor, &actions[0]);
+    let code = connect(&sb, Init::new(&repo.path).agent("code"));
+    assert!(code_actions(&code, &fx.root_loop_uri, &looped).is_empty());
+}
+
 // --- 9. forge://index.md --------------------------------------------------------------------------
 
 #[test]

@@ -287,6 +287,24 @@ fn requests_after_shutdown_are_rejected_and_exit_still_works() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// LSP: `exit` without a prior `shutdown` ends the server with exit code 1; so does the
+/// client closing the connection without `shutdown`.
+#[test]
+fn exit_without_shutdown_is_exit_code_1() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c.notify("exit", Value::Null);
+    let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits after exit");
+    assert_eq!(status.code(), Some(1));
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c.close_input();
+    let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits at the end of its input");
+    assert_eq!(status.code(), Some(1));
+}
+
 /// Whether the server's standard input is in non-blocking mode (`/proc/<pid>/fdinfo/0`).
 fn stdin_nonblocking(c: &Client) -> bool {
     let pid = c.pid().expect("server process");

@@ -274,3 +274,31 @@ fn an_override_replaces_a_built_in_only_when_it_may_run() {
     assert_eq!(c.tool_ok("plan-read", json!({})).text.trim(), "hijacked");
     c.shutdown_exit();
 }
+
+/// The repeated-call guard counts each plugin tool by its own name: two different tools with
+/// the same input and result are not one streak, and the notice names the tool.
+#[test]
+fn the_repeated_call_guard_tells_plugin_tools_apart() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let side = json!({ "description": "Says ok.", "inputSchema": { "type": "object" } });
+    for (plugin, name) in [("a", "X"), ("b", "Y")] {
+        tool(
+            &sb.config_home.join(format!("forge-lsp/plugins/{plugin}/tools")),
+            name,
+            "#!/bin/sh\ncat >/dev/null\necho ok\n",
+            side.clone(),
+        );
+    }
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    for i in 0..6 {
+        let t = if i % 2 == 0 { "a__X" } else { "b__Y" };
+        let out = c.tool_ok(t, json!({}));
+        assert!(!out.text.contains("Notice:"), "call {i} of {t}: {}", out.text);
+    }
+    c.tool_ok("a__X", json!({}));
+    c.tool_ok("a__X", json!({}));
+    let third = c.tool_ok("a__X", json!({}));
+    assert!(third.text.contains("Notice:") && third.text.contains("forge.a__X"), "{}", third.text);
+}

@@ -102,6 +102,7 @@ async fn progress(conn: &Conn, s: &LoopStatusParams, completed: usize) {
     let pct = if s.total_sections > 0 { (completed as i64 * 100 / s.total_sections).clamp(0, 100) } else { 0 };
     if s.status == "running" {
         match existing {
+            Some(token) if conn.progress.lock().expect("progress").refused.contains(&token) => {}
             Some(token) => {
                 send_progress(
                     conn,
@@ -125,13 +126,22 @@ async fn progress(conn: &Conn, s: &LoopStatusParams, completed: usize) {
                         json!({ "kind": "begin", "title": format!("Forge: {}", s.loop_name), "message": progress_message(s), "percentage": pct, "cancellable": true }),
                     )
                     .await;
+                } else {
+                    // Kept in `tokens` (not asked again for this loop), never used.
+                    conn.progress.lock().expect("progress").refused.insert(token);
                 }
             }
         }
     } else if let Some(token) = existing {
-        conn.progress.lock().expect("progress").tokens.remove(&s.loop_name);
-        let msg = end_message(s);
-        send_progress(conn, &token, json!({ "kind": "end", "message": msg })).await;
+        let refused = {
+            let mut p = conn.progress.lock().expect("progress");
+            p.tokens.remove(&s.loop_name);
+            p.refused.remove(&token)
+        };
+        if !refused {
+            let msg = end_message(s);
+            send_progress(conn, &token, json!({ "kind": "end", "message": msg })).await;
+        }
     }
 }
 

@@ -11,8 +11,9 @@ use crate::server::{Backend, Peer};
 use crate::transport;
 use forge_engine::hub::Hub;
 
-/// Serves one connection over a reader/writer pair whose peer runs at `peer`.
-pub async fn serve_connection<R, W>(hub: Arc<Hub>, reader: R, writer: W, peer: Peer)
+/// Serves one connection over a reader/writer pair whose peer runs at `peer`; returns
+/// whether the client sent `shutdown` before the connection ended.
+pub async fn serve_connection<R, W>(hub: Arc<Hub>, reader: R, writer: W, peer: Peer) -> bool
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -22,12 +23,15 @@ where
     let id = hub.next_conn_id();
     let (outbox, out_rx) = transport::outbox();
     let raw = outbox.clone();
-    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id, peer, raw))
+    let shut_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = shut_down.clone();
+    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id, peer, flag, raw))
         .custom_method("window/workDoneProgress/cancel", Backend::work_done_progress_cancel)
         .finish();
     tracing::debug!(conn = id, ?peer, "connection opened");
     transport::serve(reader, writer, service, socket, outbox, out_rx).instrument(tracing::info_span!("conn", id)).await;
     tracing::debug!(conn = id, "connection closed");
+    shut_down.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Where a Unix socket connection's peer runs (`SO_PEERCRED`): confined when its
@@ -39,8 +43,10 @@ fn peer_of(s: &tokio::net::UnixStream) -> Peer {
     }
 }
 
-/// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT.
-pub async fn stdio(hub: Arc<Hub>) {
+/// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT. Returns whether the
+/// server stopped cleanly: the client sent `shutdown` first, or a signal asked it to stop.
+/// (LSP: "exit" without a prior "shutdown" ends the process with exit code 1.)
+pub async fn stdio(hub: Arc<Hub>) -> bool {
     start_private_socket(hub.clone());
     // The connection is a task on the runtime's workers, not part of the caller's
     // `block_on`: the worker that sees the pipe become readable runs it at once, where a
@@ -54,14 +60,16 @@ pub async fn stdio(hub: Arc<Hub>) {
             None => serve_connection(h, tokio::io::stdin(), tokio::io::stdout(), Peer::Host).await,
         }
     });
-    tokio::select! {
-        _ = &mut served => {}
+    let clean = tokio::select! {
+        shut_down = &mut served => shut_down.unwrap_or(false),
         sig = shutdown_signal() => {
             tracing::warn!("{sig}: shutting down");
             served.abort();
+            true
         }
-    }
+    };
     hub.shutdown().await;
+    clean
 }
 
 /// Standard input and output as non-blocking pipes on the runtime's reactor, when both are
@@ -271,7 +279,7 @@ async fn register_listener(hub: &Hub, unix_listen: Option<&Path>) {
 
 /// Serves stdin/stdout like [`stdio`]; when standard input is a terminal (someone started
 /// the server by hand), first says on standard error what it is waiting for.
-pub async fn stdio_with_hint(hub: Arc<Hub>) {
+pub async fn stdio_with_hint(hub: Arc<Hub>) -> bool {
     use std::io::IsTerminal;
     if std::io::stdin().is_terminal() {
         eprintln!("forge-lsp: waiting for an LSP client on stdin/stdout (editors start it this way; Ctrl-C to quit). To see it work, run `forge-lsp demo`; `forge-lsp --help` lists the commands.");

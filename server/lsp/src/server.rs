@@ -47,6 +47,8 @@ pub struct Backend {
     pub id: u64,
     /// Where the connection's peer runs.
     pub peer: Peer,
+    /// Set when the client sent `shutdown` (the process's exit code of a stdio server).
+    pub shut_down: Arc<std::sync::atomic::AtomicBool>,
     /// Set by `initialize`.
     pub conn: OnceLock<Arc<Conn>>,
     /// Writes frames built as bytes onto this connection.
@@ -54,8 +56,15 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(client: Client, hub: Arc<Hub>, id: u64, peer: Peer, outbox: crate::transport::Outbox) -> Backend {
-        Backend { client, hub, id, peer, conn: OnceLock::new(), outbox }
+    pub fn new(
+        client: Client,
+        hub: Arc<Hub>,
+        id: u64,
+        peer: Peer,
+        shut_down: Arc<std::sync::atomic::AtomicBool>,
+        outbox: crate::transport::Outbox,
+    ) -> Backend {
+        Backend { client, hub, id, peer, shut_down, conn: OnceLock::new(), outbox }
     }
 
     /// The connection state; an error before `initialize` succeeded.
@@ -107,6 +116,7 @@ impl LanguageServer for Backend {
     }
 
     async fn shutdown(&self) -> Result<()> {
+        self.shut_down.store(true, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 

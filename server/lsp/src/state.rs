@@ -27,6 +27,9 @@ pub struct Published {
 #[derive(Default)]
 pub struct ProgressState {
     pub(crate) tokens: HashMap<String, String>,
+    /// Tokens whose `window/workDoneProgress/create` the client refused or did not answer:
+    /// no `$/progress` is sent on them (LSP: a token is used only once created).
+    pub(crate) refused: std::collections::HashSet<String>,
     /// Loops whose end was already shown (by completion time).
     pub(crate) shown: HashMap<String, i64>,
 }

@@ -183,8 +183,8 @@ pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError
 /// calls (PROTOCOL.md 10.3) as a server's calls are: a `forge-lsp mcp` process without a
 /// server runs all of its session's calls here.
 pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value) -> Result<CommandResult, ToolError> {
-    let name = find(command).map(|t| t.name).unwrap_or_default();
-    let ticket = guard::start(&env.caller.session_id, name, &input)?;
+    let name = resolve(env, command).map(|t| t.guard_name()).unwrap_or_default();
+    let ticket = guard::start(&env.caller.session_id, &name, &input)?;
     let outcome = run_tx(conn, env, command, input, false).and_then(|done| match done.after {
         Some(after) => after(),
         None => Ok(done.result),
@@ -220,6 +220,15 @@ pub enum Resolved {
 }
 
 impl Resolved {
+    /// The name the repeated-call guard counts calls under: a built-in's, or a plugin
+    /// tool's `<plugin>__<Name>` (never a built-in's, even for an override).
+    pub fn guard_name(&self) -> String {
+        match self {
+            Resolved::Plugin(p) => p.offer_name(),
+            Resolved::Builtin(t) => t.name.to_string(),
+        }
+    }
+
     /// Whether the call only reads the store (plugin tools: their store part reads the
     /// loop row at most).
     pub fn read_only(&self) -> bool {
@@ -346,8 +355,8 @@ pub async fn call(
         engine.activity.touch_with(&env.caller.session_id, "tool-call");
     }
     let tool = resolve(&env, command)?;
-    let name = find(command).map(|t| t.name).unwrap_or_default();
-    let ticket = guard::start(&env.caller.session_id, name, &input)?;
+    let name = tool.guard_name();
+    let ticket = guard::start(&env.caller.session_id, &name, &input)?;
     let read_only = tool.read_only();
     let command = command.to_string();
     let env2 = env.clone();

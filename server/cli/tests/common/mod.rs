@@ -419,6 +419,9 @@ struct Shared {
 
 type Writer = Arc<Mutex<Box<dyn Write + Send>>>;
 
+/// The key of a responder value that is an error reply ([`Client::refuse`]).
+const ERROR_REPLY: &str = "$error";
+
 /// Builds `initialize` params.
 #[derive(Debug, Clone, Default)]
 pub struct Init {
@@ -655,6 +658,11 @@ impl Client {
         self.responders.lock().expect("responders").insert(method.to_string(), result);
     }
 
+    /// This client answers server requests of `method` with a JSON-RPC error.
+    pub fn refuse(&self, method: &str, code: i64, message: &str) {
+        self.respond_to(method, json!({ ERROR_REPLY: { "code": code, "message": message } }));
+    }
+
     // --- sending ------------------------------------------------------------------------------
 
     /// Writes raw bytes to the server.
@@ -766,6 +774,11 @@ impl Client {
     }
 
     /// Waits for the server process (stdio) to end.
+    /// Closes the connection's input: the server reads the end of it.
+    pub fn close_input(&self) {
+        *self.writer.lock().unwrap_or_else(|p| p.into_inner()) = Box::new(std::io::sink());
+    }
+
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         wait_child(self.child.as_mut()?, timeout)
     }
@@ -1101,7 +1114,11 @@ fn reader_loop(
             (Some(method), Some(id)) => {
                 // A request from the server: answer first (the server may be waiting), then record.
                 let result = responders.lock().expect("responders").get(&method).cloned().unwrap_or(Value::Null);
-                let reply = json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string();
+                let reply = match result.get(ERROR_REPLY) {
+                    Some(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
+                    None => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+                }
+                .to_string();
                 let frame = format!("Content-Length: {}\r\n\r\n{}", reply.len(), reply);
                 if let Ok(mut w) = writer.lock() {
                     let _ = w.write_all(frame.as_bytes());

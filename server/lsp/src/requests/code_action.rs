@@ -7,7 +7,12 @@ use tower_lsp_server::jsonrpc::Result;
 use crate::server::{typed, Backend};
 
 pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<Option<Vec<CodeActionResponse>>> {
-    let _conn = backend.conn()?;
+    let conn = backend.conn()?;
+    let env = conn.env();
+    // Offered only where it can succeed: an agent that may not delete findings gets none.
+    if forge_domain::permissions::check("review-delete", &env.caller.facts()).is_err() {
+        return Ok(Some(vec![]));
+    }
     let mut actions = vec![];
     for d in &params.context.diagnostics {
         let d = serde_json::to_value(d).unwrap_or(Value::Null);
@@ -18,8 +23,14 @@ pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<
         let file = data.get("file").cloned().unwrap_or(Value::Null);
         let line = data.get("line").cloned().unwrap_or(Value::Null);
         let mut input = json!({ "file": file, "line": line });
-        if let Some(l) = data.get("loopName").filter(|v| v.is_string()) {
-            input["loopName"] = l.clone();
+        if let Some(l) = data.get("loopName").and_then(Value::as_str) {
+            // The user names the finding's loop; a loop session deletes in its own loop
+            // (naming a loop is the user's alone); anyone else cannot reach a loop's finding.
+            match &env.caller.binding {
+                None if env.caller.agent == "user" => input["loopName"] = json!(l),
+                Some(b) if b.loop_name == l => {}
+                _ => continue,
+            }
         }
         match data.get("sectionIndex") {
             Some(Value::Number(n)) => input["sectionIndex"] = Value::Number(n.clone()),
