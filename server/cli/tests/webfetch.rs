@@ -61,6 +61,14 @@ impl Server {
                     }
                 }
                 seen.lock().unwrap().push(if status == 304 { format!("{path} 304") } else { path.clone() });
+                // A route whose extra headers start with `Delay: <ms>` answers that late.
+                let extra = match extra.strip_prefix("Delay: ").and_then(|r| r.split_once("\r\n")) {
+                    Some((ms, rest)) => {
+                        std::thread::sleep(std::time::Duration::from_millis(ms.parse().unwrap()));
+                        rest.to_string()
+                    }
+                    None => extra,
+                };
                 let head = format!(
                     "HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
                     body.len()
@@ -203,6 +211,28 @@ fn binary_bodies_are_saved_under_the_data_dir() {
     assert!(out.text.contains(&saved.display().to_string()) && out.text.contains("308 bytes"), "{}", out.text);
     assert_eq!(std::fs::read(&saved).unwrap(), png);
     assert_eq!(std::fs::metadata(&saved).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+/// `timeout` is for the whole fetch: three same-origin hops of 0.7 s each do not fit in 1 s,
+/// though each alone does.
+#[test]
+fn the_timeout_covers_every_redirect() {
+    let server = Server::start(vec![
+        ("/hop1", 302, "text/plain", "Delay: 700\r\nLocation: /hop2\r\n".into(), vec![]),
+        ("/hop2", 302, "text/plain", "Delay: 700\r\nLocation: /hop3\r\n".into(), vec![]),
+        ("/hop3", 200, "text/plain", "Delay: 700\r\n".into(), b"arrived".to_vec()),
+    ]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let started = std::time::Instant::now();
+    let e = c.tool_err("webfetch", json!({ "url": server.url("/hop1"), "timeout": 1 }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(!e.message.contains("arrived"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_millis(1900), "{:?}", started.elapsed());
+    // With room for all three it arrives.
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/hop1"), "timeout": 5 }));
+    assert!(out.text.contains("arrived"), "{}", out.text);
 }
 
 #[test]

@@ -170,12 +170,23 @@ fn fail(m: impl std::fmt::Display) -> ToolError {
     ToolError::invalid(format!("webfetch failed: {m}"))
 }
 
-fn get(agent: &ureq::Agent, start: &Url, opts: &Opts) -> Result<Fetched, ToolError> {
+/// GETs `start`, following same-origin redirects, all before `deadline` (the call's
+/// `timeout` covers the whole fetch, redirects and the `llms.txt` probe included, not
+/// each request).
+fn get(agent: &ureq::Agent, start: &Url, opts: &Opts, deadline: std::time::Instant) -> Result<Fetched, ToolError> {
     let mut url = start.clone();
     for _ in 0..=MAX_REDIRECTS {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(fail(format!("{url}: no answer within the timeout of {} s", opts.timeout.as_secs())));
+        }
         let cached = cache_read(opts, &url);
-        let mut req =
-            agent.get(url.as_str()).header("Accept", "text/markdown, text/html;q=0.9, text/plain;q=0.8, */*;q=0.5");
+        let mut req = agent
+            .get(url.as_str())
+            .config()
+            .timeout_global(Some(left))
+            .build()
+            .header("Accept", "text/markdown, text/html;q=0.9, text/plain;q=0.8, */*;q=0.5");
         if let Some((c, _)) = &cached {
             if let Some(etag) = &c.etag {
                 req = req.header("If-None-Match", etag);
@@ -257,9 +268,10 @@ fn reason(status: u16) -> &'static str {
 
 fn fetch(url: Url, opts: &Opts) -> Result<CommandResult, ToolError> {
     let agent = agent(opts);
+    let deadline = std::time::Instant::now() + opts.timeout;
     if opts.format == Format::Markdown && url.path() == "/" && url.query().is_none() {
         let llms = url.join("/llms.txt").expect("a root URL joins /llms.txt");
-        match get(&agent, &llms, opts) {
+        match get(&agent, &llms, opts, deadline) {
             Ok(f) if f.status == 200 && !is_html(&f.content_type, &f.body) && is_text(&f.content_type, &f.body) => {
                 let text = String::from_utf8_lossy(&f.body).into_owned();
                 if !text.trim().is_empty() {
@@ -270,7 +282,7 @@ fn fetch(url: Url, opts: &Opts) -> Result<CommandResult, ToolError> {
             Err(e) => tracing::debug!("webfetch: no llms.txt at {llms}: {}", e.message),
         }
     }
-    let f = get(&agent, &url, opts)?;
+    let f = get(&agent, &url, opts, deadline)?;
     if !(200..300).contains(&f.status) {
         let snippet: String = String::from_utf8_lossy(&f.body).chars().take(200).collect();
         return Err(fail(format!(
