@@ -230,6 +230,15 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     assert!(e.message.contains("out of the root"), "{e}");
     let e = c.tool_err("grep", json!({ "pattern": "(" }));
     assert_eq!(e.code, 1006, "{e}");
+    // A matching line that is not UTF-8 does not end its file's search; git's directories,
+    // nested ones included, are never searched.
+    std::fs::write(repo.path.join("src/latin1.txt"), b"zebra one\n\xff zebra two\nzebra three\n").unwrap();
+    repo.write("vendor/lib/.git/config", "zebra in a nested git directory\n");
+    let out = c.tool_ok("grep", json!({ "pattern": "zebra" }));
+    let paths: Vec<&str> =
+        out.data["matches"].as_array().unwrap().iter().map(|m| m["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["src/latin1.txt"; 3], "{}", out.text);
+    assert!(out.text.contains("src/latin1.txt:2: \u{fffd} zebra two"), "{}", out.text);
     // PROTOCOL.md §3: -32602 is input that does not match the offered schema (which says
     // what the bounds are), 1006 input that matches it but cannot be used (a bad glob, as a
     // bad regex).

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use forge_protocol::{CommandResult, ToolError};
 use grep_regex::RegexMatcherBuilder;
-use grep_searcher::sinks::UTF8;
+use grep_searcher::sinks::Lossy;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
 use serde_json::json;
 
@@ -66,7 +66,14 @@ fn search(
     let mut hits = vec![];
     let mut truncated = false;
     let mut files = 0usize;
-    let walk = ignore::WalkBuilder::new(start).hidden(false).git_global(false).require_git(false).build();
+    let mut unreadable: Vec<String> = vec![];
+    // Hidden files are searched, git's own directories (the root's and nested ones) never.
+    let walk = ignore::WalkBuilder::new(start)
+        .hidden(false)
+        .git_global(false)
+        .require_git(false)
+        .filter_entry(|e| e.file_name() != ".git")
+        .build();
     for entry in walk {
         let Ok(entry) = entry else { continue };
         if !entry.file_type().is_some_and(|t| t.is_file()) {
@@ -74,9 +81,6 @@ fn search(
         }
         let path = entry.path();
         let rel = path.strip_prefix(root).unwrap_or(path);
-        if rel.components().next().is_some_and(|c| c.as_os_str() == ".git") {
-            continue;
-        }
         if include.is_some_and(|g| !g.is_match(rel)) {
             continue;
         }
@@ -85,7 +89,9 @@ fn search(
         let r = searcher.search_path(
             matcher,
             path,
-            UTF8(|line, text| {
+            // A matching line that is not UTF-8 is shown with replacement characters, not
+            // the end of that file's search.
+            Lossy(|line, text| {
                 if lines.len() >= limit {
                     truncated = true;
                     return Ok(false);
@@ -97,7 +103,8 @@ fn search(
             }),
         );
         if let Err(e) = r {
-            tracing::debug!("grep: skipping {}: {e}", path.display());
+            tracing::debug!("grep: cannot search {}: {e}", path.display());
+            unreadable.push(shown);
         }
         if truncated {
             break;
@@ -114,5 +121,18 @@ fn search(
         if files == 1 { "" } else { "s" },
         if truncated { format!(" (stopped at the limit of {limit}; narrow the search or raise limit)") } else { String::new() }
     ));
-    Ok(CommandResult { text, data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files }).into() })
+    if !unreadable.is_empty() {
+        let shown: Vec<&str> = unreadable.iter().take(10).map(String::as_str).collect();
+        text.push_str(&format!(
+            "\n{} file{} could not be read: {}{}",
+            unreadable.len(),
+            if unreadable.len() == 1 { "" } else { "s" },
+            shown.join(", "),
+            if unreadable.len() > shown.len() { ", …" } else { "" }
+        ));
+    }
+    Ok(CommandResult {
+        text,
+        data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files, "unreadable": unreadable }).into(),
+    })
 }
