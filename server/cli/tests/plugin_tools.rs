@@ -302,3 +302,34 @@ fn the_repeated_call_guard_tells_plugin_tools_apart() {
     let third = c.tool_ok("a__X", json!({}));
     assert!(third.text.contains("Notice:") && third.text.contains("forge.a__X"), "{}", third.text);
 }
+
+/// A plugin tool whose caller goes away (its connection closes: an agent's `forge-lsp call`
+/// killed with the agent's process group when its loop is cancelled) is killed too.
+#[test]
+fn a_plugin_tool_dies_with_its_callers_connection() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
+    tool(
+        &dir,
+        "Hang",
+        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
+        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
+    );
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let sock = c.private_socket().expect("private socket");
+    let mut caller = Client::connect_unix(&sock).expect("connect");
+    caller.init(&Init::new(&repo.path));
+    let pid_file = sb.config_home.join("forge-lsp/plugins/slow/pid");
+    caller.send_request("workspace/executeCommand", json!({ "command": "forge.slow__Hang", "arguments": [{}] }));
+    let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
+        .expect("the tool started");
+    let proc_dir = format!("/proc/{}", pid.trim());
+    drop(caller);
+    assert!(
+        wait_for(std::time::Duration::from_secs(5), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
+        "the tool process {pid} outlived its caller's connection"
+    );
+    c.tool_ok("tools", json!({}));
+}

@@ -25,11 +25,14 @@ where
     let raw = outbox.clone();
     let shut_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = shut_down.clone();
-    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id, peer, flag, raw))
+    let (input_closed, closed) = tokio::sync::watch::channel(false);
+    let (service, socket) = LspService::build(move |client| Backend::new(client, hub, id, peer, flag, closed, raw))
         .custom_method("window/workDoneProgress/cancel", Backend::work_done_progress_cancel)
         .finish();
     tracing::debug!(conn = id, ?peer, "connection opened");
-    transport::serve(reader, writer, service, socket, outbox, out_rx).instrument(tracing::info_span!("conn", id)).await;
+    transport::serve(reader, writer, service, socket, outbox, out_rx, input_closed)
+        .instrument(tracing::info_span!("conn", id))
+        .await;
     tracing::debug!(conn = id, "connection closed");
     shut_down.load(std::sync::atomic::Ordering::SeqCst)
 }

@@ -49,6 +49,8 @@ pub struct Backend {
     pub peer: Peer,
     /// Set when the client sent `shutdown` (the process's exit code of a stdio server).
     pub shut_down: Arc<std::sync::atomic::AtomicBool>,
+    /// Becomes true once nothing more is read from the client (`exit`, end of input).
+    pub input_closed: tokio::sync::watch::Receiver<bool>,
     /// Set by `initialize`.
     pub conn: OnceLock<Arc<Conn>>,
     /// Writes frames built as bytes onto this connection.
@@ -62,9 +64,10 @@ impl Backend {
         id: u64,
         peer: Peer,
         shut_down: Arc<std::sync::atomic::AtomicBool>,
+        input_closed: tokio::sync::watch::Receiver<bool>,
         outbox: crate::transport::Outbox,
     ) -> Backend {
-        Backend { client, hub, id, peer, shut_down, conn: OnceLock::new(), outbox }
+        Backend { client, hub, id, peer, shut_down, input_closed, conn: OnceLock::new(), outbox }
     }
 
     /// The connection state; an error before `initialize` succeeded.
@@ -97,7 +100,10 @@ impl crate::transport::Direct for Backend {
     fn take(&self, method: &str) -> Option<crate::transport::DirectHandler> {
         let conn = self.conn.get()?.clone();
         match method {
-            "workspace/executeCommand" => Some(Box::new(move |p| requests::execute_command::direct(conn, p))),
+            "workspace/executeCommand" => {
+                let closed = self.input_closed.clone();
+                Some(Box::new(move |p| requests::execute_command::direct(conn, closed, p)))
+            }
             "workspace/textDocumentContent" => {
                 Some(Box::new(move |p| requests::text_document_content::direct(conn, p)))
             }

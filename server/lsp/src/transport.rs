@@ -518,6 +518,7 @@ async fn read_client<R, S, K>(
 /// Serves one LSP connection over `reader`/`writer` until `exit` or end of input. Each
 /// frame is parsed once and handed to the framework's service directly (no second parse,
 /// no in-memory pipe); `out` carries everything written, `outbox` being its sender.
+/// `input_closed` is set once nothing more is read from the client (`exit`, end of input).
 pub async fn serve<S, R, W>(
     reader: R,
     writer: W,
@@ -525,6 +526,7 @@ pub async fn serve<S, R, W>(
     socket: ClientSocket,
     outbox: Outbox,
     mut out_rx: mpsc::Receiver<Frame>,
+    input_closed: tokio::sync::watch::Sender<bool>,
 ) where
     S: LanguageServer + Direct,
     R: AsyncRead + Unpin + Send + 'static,
@@ -628,6 +630,8 @@ pub async fn serve<S, R, W>(
     let read = async move {
         read_client(reader, service, responses, tasks_tx, to_answer, in_flight, taken).await;
         let _ = closed_tx.send(true);
+        // The client is gone or done: calls that would outlive it (plugin tools) stop.
+        let _ = input_closed.send(true);
     };
     drop(outbox);
     tokio::join!(read, handle, to_client, write);

@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::watch;
+
 use serde_json::Value;
 use tower_lsp_server::gen_lsp_types::{ExecuteCommandParams, LspAny};
 use tower_lsp_server::jsonrpc::Result;
@@ -19,23 +21,39 @@ use forge_protocol::CommandResult;
 use forge_tools as tools;
 
 pub async fn execute_command(backend: &Backend, params: ExecuteCommandParams) -> Result<Option<LspAny>> {
-    let r = run(backend.conn()?, params).await?;
+    let r = run(backend.conn()?, backend.input_closed.clone(), params).await?;
     Ok(Some(serde_json::to_value(r).unwrap_or(Value::Null)))
 }
 
 /// The same call for the transport: parses the params as the framework would (same
 /// errors) and answers with the result's JSON.
-pub fn direct(conn: Arc<Conn>, params: Option<Value>) -> DirectFuture {
+pub fn direct(conn: Arc<Conn>, closed: watch::Receiver<bool>, params: Option<Value>) -> DirectFuture {
     Box::pin(async move {
         let params: ExecuteCommandParams = crate::transport::params(params)?;
-        let r = run(&conn, params).await?;
+        let r = run(&conn, closed, params).await?;
         // Data built as JSON text is copied as it is: its length is known.
         let len = r.text.len() + r.data.as_json_text().map_or(0, str::len);
         crate::transport::reply_with(len, |out| r.write_json(out))
     })
 }
 
-async fn run(conn: &Conn, params: ExecuteCommandParams) -> Result<CommandResult> {
+/// Runs the tool. A plugin tool is stopped (its process group killed, by dropping the
+/// call) when the caller's connection ends before it answers: an agent's `forge-lsp call`
+/// killed with its loop, or an editor that went away. Built-in tools run to the end: their
+/// writes are committed whole and their effects must not stop halfway.
+async fn run(conn: &Conn, mut closed: watch::Receiver<bool>, params: ExecuteCommandParams) -> Result<CommandResult> {
     let input = tools::input_from_arguments(params.arguments).map_err(|e| rpc_error(&e))?;
-    tools::call(&conn.ws.store, &conn.ws.engine, conn.env(), &params.command, input).await.map_err(|e| rpc_error(&e))
+    let env = conn.env();
+    let plugin = matches!(tools::resolve(&env, &params.command), Ok(tools::Resolved::Plugin(_)));
+    let call = tools::call(&conn.ws.store, &conn.ws.engine, env, &params.command, input);
+    if !plugin {
+        return call.await.map_err(|e| rpc_error(&e));
+    }
+    tokio::select! {
+        r = call => r.map_err(|e| rpc_error(&e)),
+        _ = closed.wait_for(|c| *c) => Err(rpc_error(&forge_protocol::ToolError::internal(format!(
+            "{} was stopped: its caller's connection closed",
+            params.command
+        )))),
+    }
 }
