@@ -148,11 +148,13 @@ pub fn offers() -> Vec<ToolOffer> {
 }
 
 /// Extracts the single input object from `workspace/executeCommand` arguments: absent, or a
-/// list of exactly one object (PROTOCOL.md §3). `[[]]` is also an empty input: it is how
-/// Neovim encodes an empty Lua table in that place (§3.1). Anything else, `[]` and `[null]`
-/// included, is -32602 naming what was sent.
+/// list of exactly one object (PROTOCOL.md §3). Two encodings of real clients also mean an
+/// empty input: `[[]]`, how Neovim encodes an empty Lua table in that place (§3.1), and
+/// `[]`, which Helix and Zed send for a command run without arguments (their `lsp-types`
+/// always serializes the list) and VS Code for a server command invoked without any.
+/// Anything else, `[null]` included, is -32602 naming what was sent.
 pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError> {
-    let Some(mut args) = args else {
+    let Some(mut args) = args.filter(|a| !a.is_empty()) else {
         return Ok(Value::Object(Default::default()));
     };
     if args.len() != 1 {
