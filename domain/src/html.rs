@@ -1,16 +1,22 @@
-//! A lexical look at HTML, for pages that must not reach a tree builder: how deep a page
-//! nests its elements, estimated from its tags alone, and its text with the tags stripped.
+//! A lexical look at HTML, for pages that must not reach a tree builder: whether a page
+//! nests its elements deeper than a limit, estimated from its tags alone, and its text with
+//! the tags stripped.
 //!
 //! Why: html5ever builds the tree of a page nesting `n` elements in time quadratic in `n`
 //! (8,000 nested `<div>`s take 0.2 s, 100,000 about half a minute, and 10 MiB hold a
 //! million), so `forge.webfetch` estimates the depth first and converts a page that nests
 //! deeper than it should with [`strip_tags`], in linear time.
 //!
-//! The estimate counts every start tag that is not void, self-closed or one whose end tag
-//! HTML lets be implied (`p`, `li`, `td`, ...), minus end tags; raw text (`script`, `style`,
-//! `textarea`, `title`), comments and declarations are skipped. It can only run high on
-//! sloppy HTML that leaves other elements open, which costs a plain-text rendering, never a
-//! slow parse.
+//! The estimate must never run low, whatever the page does to the tokenizer, and may run
+//! high (that costs a plain-text rendering, never a slow parse). So it follows the HTML
+//! tokenizer where that matters: quotes only around attribute values, `<!-->`, `--!>` and
+//! `</ x>` as the parser ends them, and raw text (`script`, `style`, `textarea`, `title`)
+//! up to its end tag. It keeps a stack of the open elements: a start tag opens one unless
+//! it is void or one whose end tag HTML lets be implied (`p`, `li`, `td`, ...); a
+//! self-closing `/>` closes nothing on an HTML element (the parser ignores it there), only
+//! inside `svg`/`math`, until a tag that breaks out of them; an end tag closes only the
+//! element on top of the stack with its name (a stray or mismatched end tag is ignored,
+//! where the parser might close more).
 
 /// Elements without content.
 const VOID: &[&str] =
@@ -59,15 +65,16 @@ const BLOCKS: &[&str] = &[
 /// One lexical piece of a page.
 enum Piece<'a> {
     Text(&'a str),
-    /// A start tag: (lowercase name, self-closed).
+    /// A start tag: (lowercase name, self-closing `/>`).
     Start(String, bool),
     /// An end tag (lowercase name).
     End(String),
 }
 
-/// Splits `html` into text and tags, skipping comments, declarations and the content of
-/// raw text elements (which is yielded as nothing).
-fn pieces(html: &str, mut each: impl FnMut(Piece<'_>)) {
+/// Splits `html` into text and tags as the HTML tokenizer does for these purposes:
+/// comments, declarations and processing instructions are skipped, the content of raw
+/// text elements is skipped to their end tag.
+fn pieces(html: &str, mut each: impl FnMut(Piece<'_>) -> bool) {
     let b = html.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -75,98 +82,281 @@ fn pieces(html: &str, mut each: impl FnMut(Piece<'_>)) {
             each(Piece::Text(&html[i..]));
             return;
         };
-        if lt > i {
-            each(Piece::Text(&html[i..lt]));
+        if lt > i && !each(Piece::Text(&html[i..lt])) {
+            return;
         }
-        let rest = &html[lt..];
-        if let Some(comment) = rest.strip_prefix("<!--") {
-            i = comment.find("-->").map_or(b.len(), |k| lt + 4 + k + 3);
+        let rest = &b[lt..];
+        if rest.starts_with(b"<!--") {
+            i = comment_end(b, lt + 4);
             continue;
         }
-        if rest.starts_with("<!") || rest.starts_with("<?") {
+        if rest.starts_with(b"<!") || rest.starts_with(b"<?") {
             i = memchr(b'>', &b[lt..]).map_or(b.len(), |k| lt + k + 1);
             continue;
         }
-        let (closing, name_at) = if rest.starts_with("</") { (true, lt + 2) } else { (false, lt + 1) };
-        let name_end = b[name_at..]
-            .iter()
-            .position(|c| !c.is_ascii_alphanumeric() && *c != b'-' && *c != b':')
-            .map_or(b.len(), |k| name_at + k);
-        if name_end == name_at || !b[name_at].is_ascii_alphabetic() {
+        let closing = rest.starts_with(b"</");
+        let name_at = if closing { lt + 2 } else { lt + 1 };
+        if !b.get(name_at).is_some_and(u8::is_ascii_alphabetic) {
+            if closing {
+                // `</>` is dropped, `</ x>` is a comment to the next `>`.
+                i = memchr(b'>', &b[lt..]).map_or(b.len(), |k| lt + k + 1);
+                continue;
+            }
             // Not a tag: a literal `<`.
-            each(Piece::Text(&html[lt..lt + 1]));
+            if !each(Piece::Text(&html[lt..lt + 1])) {
+                return;
+            }
             i = lt + 1;
             continue;
         }
-        let name = html[name_at..name_end].to_ascii_lowercase();
-        let Some(gt) = tag_end(b, name_end) else {
+        // The name runs to whitespace, `/` or `>`.
+        let name_end = b[name_at..]
+            .iter()
+            .position(|c| c.is_ascii_whitespace() || *c == b'/' || *c == b'>')
+            .map_or(b.len(), |k| name_at + k);
+        let name = String::from_utf8_lossy(&b[name_at..name_end]).to_ascii_lowercase();
+        let Some((gt, self_closing)) = tag_end(b, name_end) else {
             return;
         };
-        let self_closed = gt > 0 && b[gt - 1] == b'/';
         i = gt + 1;
         if closing {
-            each(Piece::End(name));
-            continue;
-        }
-        if RAW_TEXT.contains(&name.as_str()) && !self_closed {
-            // Skip to the matching end tag (case-insensitive).
-            let end = format!("</{name}");
-            let lower = |k: usize| html.get(k..k + end.len()).is_some_and(|s| s.eq_ignore_ascii_case(&end));
-            let mut k = i;
-            while k < b.len() && !lower(k) {
-                k += memchr(b'<', &b[k + 1..]).map_or(b.len() - k, |d| d + 1);
+            if !each(Piece::End(name)) {
+                return;
             }
-            i = tag_end(b, k).map_or(b.len(), |g| g + 1);
             continue;
         }
-        each(Piece::Start(name, self_closed));
+        if RAW_TEXT.contains(&name.as_str()) {
+            // Skip to the matching end tag (case-insensitive): `</name` then whitespace,
+            // `/` or `>`.
+            let end = format!("</{name}");
+            let mut k = i;
+            loop {
+                let Some(d) = memchr(b'<', &b[k..]) else {
+                    return;
+                };
+                k += d;
+                let after = k + end.len();
+                if b.len() >= after
+                    && b[k..after].eq_ignore_ascii_case(end.as_bytes())
+                    && b.get(after).is_none_or(|c| c.is_ascii_whitespace() || *c == b'/' || *c == b'>')
+                {
+                    break;
+                }
+                k += 1;
+            }
+            i = tag_end(b, k + end.len()).map_or(b.len(), |(g, _)| g + 1);
+            continue;
+        }
+        if !each(Piece::Start(name, self_closing)) {
+            return;
+        }
     }
 }
 
-/// The `>` that ends a tag whose attributes start at `from` (quoted values skipped).
-fn tag_end(b: &[u8], from: usize) -> Option<usize> {
-    let mut quote = None;
-    for (k, &c) in b.iter().enumerate().skip(from) {
-        match (quote, c) {
-            (Some(q), _) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, b'"' | b'\'') => quote = Some(c),
-            (None, b'>') => return Some(k),
+/// Where a comment whose text starts at `from` ends (just past it): `-->`, `--!>`, or at
+/// once for `<!-->` and `<!--->`; the end of the page when it does not end.
+fn comment_end(b: &[u8], from: usize) -> usize {
+    let rest = &b[from..];
+    if rest.starts_with(b">") {
+        return from + 1;
+    }
+    if rest.starts_with(b"->") {
+        return from + 2;
+    }
+    let mut k = from;
+    while let Some(d) = memchr(b'-', &b[k..]) {
+        k += d;
+        if b[k..].starts_with(b"-->") {
+            return k + 3;
+        }
+        if b[k..].starts_with(b"--!>") {
+            return k + 4;
+        }
+        k += 1;
+    }
+    b.len()
+}
+
+/// The `>` that ends a tag whose attributes start at `from`, and whether the tag is
+/// self-closing (`/>`). Quotes count only around an attribute value (after `=`), as the
+/// tokenizer reads them: a quote inside an attribute name is part of the name.
+fn tag_end(b: &[u8], from: usize) -> Option<(usize, bool)> {
+    let mut k = from;
+    let skip_ws = |k: &mut usize| {
+        while b.get(*k).is_some_and(u8::is_ascii_whitespace) {
+            *k += 1;
+        }
+    };
+    loop {
+        skip_ws(&mut k);
+        match b.get(k)? {
+            b'>' => return Some((k, false)),
+            b'/' => {
+                if b.get(k + 1) == Some(&b'>') {
+                    return Some((k + 1, true));
+                }
+                k += 1;
+                continue;
+            }
             _ => {}
         }
+        // An attribute name (its first character may be `=`), to whitespace, `/`, `>`, `=`.
+        k += 1;
+        while let Some(&c) = b.get(k) {
+            if c.is_ascii_whitespace() || c == b'/' || c == b'>' || c == b'=' {
+                break;
+            }
+            k += 1;
+        }
+        skip_ws(&mut k);
+        if b.get(k) != Some(&b'=') {
+            continue;
+        }
+        k += 1;
+        skip_ws(&mut k);
+        match b.get(k)? {
+            q @ (b'"' | b'\'') => {
+                let close = memchr(*q, &b[k + 1..])?;
+                k += close + 2;
+            }
+            b'>' => return Some((k, false)),
+            _ => {
+                while let Some(&c) = b.get(k) {
+                    if c.is_ascii_whitespace() || c == b'>' {
+                        break;
+                    }
+                    k += 1;
+                }
+            }
+        }
     }
-    None
 }
 
 fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|&c| c == needle)
 }
 
-/// The deepest nesting of `html`'s elements, estimated from its tags (module docs).
-pub fn nesting_depth(html: &str) -> usize {
-    let (mut depth, mut max) = (0usize, 0usize);
-    pieces(html, |p| match p {
-        Piece::Start(name, self_closed) => {
-            if !self_closed && !VOID.contains(&name.as_str()) && !IMPLIED_END.contains(&name.as_str()) {
-                depth += 1;
-                max = max.max(depth);
+/// Start tags that leave `svg`/`math` content for HTML (the parser pops the foreign
+/// elements first).
+const BREAKOUT: &[&str] = &[
+    "b",
+    "big",
+    "blockquote",
+    "body",
+    "br",
+    "center",
+    "code",
+    "dd",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "embed",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "head",
+    "hr",
+    "i",
+    "img",
+    "li",
+    "listing",
+    "menu",
+    "meta",
+    "nobr",
+    "ol",
+    "p",
+    "pre",
+    "ruby",
+    "s",
+    "small",
+    "span",
+    "strong",
+    "strike",
+    "sub",
+    "sup",
+    "table",
+    "tt",
+    "u",
+    "ul",
+    "var",
+    "font",
+];
+
+/// The deepest nesting of `html`'s elements as estimated from its tags (module docs), or
+/// `limit + 1` as soon as it is deeper than `limit` (the scan stops there).
+pub fn nesting_depth(html: &str, limit: usize) -> usize {
+    let mut open: Vec<String> = vec![];
+    // How many of the open elements are `svg`/`math` (foreign content while non-zero).
+    let mut foreign = 0usize;
+    // The estimated depth: the open elements, a table counted as the four levels it makes.
+    let mut levels = 0usize;
+    let mut max = 0usize;
+    pieces(html, |p| {
+        match p {
+            Piece::Start(name, self_closing) => {
+                if foreign > 0 && BREAKOUT.contains(&name.as_str()) {
+                    // Back to HTML: the foreign elements and what they hold are closed.
+                    while let Some(top) = open.pop() {
+                        levels -= if top == "table" { 4 } else { 1 };
+                        if top == "svg" || top == "math" {
+                            foreign -= 1;
+                            if foreign == 0 {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let n = name.as_str();
+                let opens = if foreign > 0 {
+                    !self_closing
+                } else {
+                    !VOID.contains(&n) && !IMPLIED_END.contains(&n) && !(self_closing && (n == "svg" || n == "math"))
+                };
+                if opens {
+                    if n == "svg" || n == "math" {
+                        foreign += 1;
+                    }
+                    // A table holds its rows and cells, whose tags are not counted (their
+                    // end tags may be implied): the parser nests tbody, tr and td in it.
+                    levels += if n == "table" { 4 } else { 1 };
+                    open.push(name);
+                    max = max.max(levels);
+                }
             }
-        }
-        Piece::End(name) => {
-            if !VOID.contains(&name.as_str()) && !IMPLIED_END.contains(&name.as_str()) {
-                depth = depth.saturating_sub(1);
+            Piece::End(name) => {
+                if open.last() == Some(&name) {
+                    open.pop();
+                    levels -= if name == "table" { 4 } else { 1 };
+                    if name == "svg" || name == "math" {
+                        foreign -= 1;
+                    }
+                }
             }
+            Piece::Text(_) => {}
         }
-        Piece::Text(_) => {}
+        max <= limit
     });
-    max
+    max.min(limit + 1)
 }
 
 /// The text of `html` without its tags, comments and raw text elements (scripts, styles),
 /// one line per block element, whitespace collapsed and the common entities decoded.
 pub fn strip_tags(html: &str) -> String {
     let mut out = String::new();
-    pieces(html, |p| match p {
+    pieces(html, |p| {
+        text_piece(&mut out, p);
+        true
+    });
+    out.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n")
+}
+
+/// Adds one piece of a page to [`strip_tags`]'s text.
+fn text_piece(out: &mut String, p: Piece<'_>) {
+    match p {
         Piece::Text(t) => {
             let decoded = decode_entities(t);
             let words: Vec<&str> = decoded.split_whitespace().collect();
@@ -191,8 +381,7 @@ pub fn strip_tags(html: &str) -> String {
                 out.push('\n');
             }
         }
-    });
-    out.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n")
+    }
 }
 
 /// `&amp;`, `&lt;`, `&gt;`, `&quot;`, `&apos;`, `&#39;`, `&nbsp;` and numeric references;
@@ -246,30 +435,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nesting_is_estimated_from_the_tags() {
+    fn nesting_is_estimated_from_the_tags_and_never_low() {
         let deep = |n: usize| format!("{}x{}", "<div>".repeat(n), "</div>".repeat(n));
+        let depth = |html: &str| nesting_depth(html, 10_000);
         for (html, want) in [
             ("plain text", 0),
             ("<html><body><p>a<p>b</body></html>", 2),
             (deep(5).as_str(), 5),
-            // Void, self-closed and implied-end elements do not nest.
+            // Void and implied-end elements do not nest.
             ("<div><br><img src=x><hr/><input></div>", 1),
             ("<ul><li>a<li>b<li>c</ul>", 1),
-            ("<table><tr><td>a<td>b<tr><td>c</table>", 1),
-            ("<div/><div/><div/>", 0),
-            // Comments, declarations and raw text hide their tags.
+            ("<table><tr><td>a<td>b<tr><td>c</table>", 4),
+            // `/>` closes nothing on an HTML element: the parser leaves it open.
+            ("<div/><div/><div/>", 3),
+            // ... but does inside svg and math, until a tag breaks out of them.
+            ("<svg><path/><path/><g><rect/></g></svg>", 2),
+            ("<svg/><div></div>", 1),
+            ("<svg><path/><div/><div/>", 2),
+            ("<math><mi/></math><div>", 1),
+            // A stray or mismatched end tag closes nothing.
+            ("<div><div></b></span>x", 2),
+            ("<div><span></div><div>", 3),
+            ("<b><div></b><b><div></b>", 4),
+            // Comments, declarations and raw text hide their tags, ended as the parser ends them.
             ("<!DOCTYPE html><!-- <div><div> --><div></div>", 1),
+            ("<!--><div><div>", 2),
+            ("<!---><div>", 1),
+            ("<!-- a --!><div>", 1),
+            ("</ x><div>", 1),
+            ("</><div>", 1),
             ("<script>if (a<b) { x = '<div><div><div>'; }</script><div></div>", 1),
+            ("<script>x</scriptx><div></script><div>", 1),
             ("<STYLE>p > a { }</style><DIV></DIV>", 1),
-            // A `>` inside a quoted attribute value does not end the tag.
+            // Quotes count around attribute values only.
             ("<div title=\"a > b\"><span>x</span></div>", 2),
-            // Unclosed tags only add up (an overestimate, never an underestimate).
+            ("<i a\"><div><div>", 3),
+            ("<div a='x\"y'><div>", 2),
+            ("<div a=b\"><div>", 2),
+            // Unclosed tags only add up.
             ("<div><div><div>", 3),
             ("a < b and c <3", 0),
         ] {
-            assert_eq!(nesting_depth(html), want, "{html}");
+            assert_eq!(depth(html), want, "{html}");
         }
-        assert_eq!(nesting_depth(&deep(100_000)), 100_000);
+        assert_eq!(depth(&deep(9_000)), 9_000);
+        // The scan stops just past the limit, whatever the page's size.
+        assert_eq!(nesting_depth(&deep(100_000), 2_000), 2_001);
+        assert_eq!(nesting_depth(&"<div/>".repeat(1_100_000), 2_000), 2_001);
+        assert_eq!(nesting_depth(&"<b><div></b>".repeat(5_000), 2_000), 2_001);
     }
 
     #[test]
@@ -307,7 +520,7 @@ mod tests {
                     alphabet[(seed % alphabet.len() as u64) as usize]
                 })
                 .collect();
-            let _ = nesting_depth(&page);
+            let _ = nesting_depth(&page, 8);
             let _ = strip_tags(&page);
         }
     }

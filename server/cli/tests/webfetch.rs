@@ -156,12 +156,19 @@ fn a_deeply_nested_page_does_not_bring_the_server_down() {
     );
     let middle =
         format!("<html><body>{}<p>middle text</p>{}</body></html>", "<div>".repeat(1_000), "</div>".repeat(1_000));
-    let server = Server::start(vec![html("/deep", &deep), html("/middle", &middle), html("/fine", &fine)]);
+    // `<div/>` leaves the div open (HTML ignores the slash there): as deep as the first.
+    let selfclosed = format!("<html><body>{}<p>deep text</p></body></html>", "<div/>".repeat(100_000));
+    let server = Server::start(vec![
+        html("/deep", &deep),
+        html("/selfclosed", &selfclosed),
+        html("/middle", &middle),
+        html("/fine", &fine),
+    ]);
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let c = client(&sb, &repo, None);
-    for format in ["markdown", "text"] {
-        let out = c.tool_ok("webfetch", json!({ "url": server.url("/deep"), "format": format }));
+    for (page, format) in [("/deep", "markdown"), ("/deep", "text"), ("/selfclosed", "markdown")] {
+        let out = c.tool_ok("webfetch", json!({ "url": server.url(page), "format": format }));
         let head = &out.text[..out.text.len().min(300)];
         assert!(out.text.contains("deep text") && out.text.contains("shown as plain text"), "{format}: {head}");
     }
