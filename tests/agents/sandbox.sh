@@ -34,6 +34,10 @@ sh -c 'echo $$ ${FORGE_SANDBOX:-host}' > "$d/path-sh.txt" 2>&1
 # fresh `user` session on a folder of its choice otherwise).
 "$SHELL" -c 'env -u FORGE_SESSION_TOKEN -u FORGE_SESSION_ID FORGE_AGENT=user forge-lsp call tools' > "$d/untokened.out" 2> "$d/untokened.err"
 echo $? > "$d/untokened.code"
+# A loop session's call from outside its worktree (here /tmp, inside the sandbox) is still
+# about its worktree.
+"$SHELL" -c 'cd /tmp && forge-lsp call review-read "{}"' > "$d/fromtmp.out" 2> "$d/fromtmp.err"
+echo $? > "$d/fromtmp.code"
 # A plugin tool from files (box__Probe, when the test installed it) runs in the sandbox too.
 forge-lsp call box__Probe '{}' > "$d/plugin.out" 2> "$d/plugin.err"
 echo $? > "$d/plugin.code"

@@ -221,6 +221,7 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     // A sandboxed process without its loop identity is refused at initialize (1001).
     assert_eq!(read(&d, "untokened.code").trim(), "1", "{}", read(&d, "untokened.out"));
     assert_contains(&read(&d, "untokened.err"), "inside a loop's sandbox");
+    assert_eq!(read(&d, "fromtmp.code").trim(), "0", "{}", read(&d, "fromtmp.err"));
     assert!(wt.join("plugin-made").exists());
     // Nothing outside the worktree is writable.
     let escape = result(&d, "escape");

@@ -91,7 +91,7 @@ pub enum Mode {
 /// dropped, which removes it. The rename is relative to the directory opened when the file
 /// was staged, so a directory swapped for a link in the meantime does not redirect it.
 pub struct Staged {
-    dir: OwnedFd,
+    dir: std::sync::Arc<OwnedFd>,
     tmp: CString,
     name: CString,
     shown: std::path::PathBuf,
@@ -141,12 +141,72 @@ pub fn stage(
     create_dirs: bool,
     sync: bool,
 ) -> io::Result<Staged> {
+    Stager::new(base).stage(rel, contents, mode, create_dirs, sync)
+}
+
+/// Stages files and sets files aside beneath one base, opening each directory once: the
+/// files of one directory share its descriptor, so a change of thousands of files holds
+/// one descriptor per directory, not one per file.
+pub struct Stager {
+    base: std::path::PathBuf,
+    dirs: std::collections::HashMap<std::path::PathBuf, std::sync::Arc<OwnedFd>>,
+}
+
+impl Stager {
+    pub fn new(base: &Path) -> Stager {
+        Stager { base: base.to_path_buf(), dirs: Default::default() }
+    }
+
+    /// The directory `rel` beneath the base, opened once ([`open_dir`]).
+    fn dir(&mut self, rel: &Path, create: bool) -> io::Result<std::sync::Arc<OwnedFd>> {
+        if let Some(d) = self.dirs.get(rel) {
+            return Ok(d.clone());
+        }
+        let d = std::sync::Arc::new(open_dir(&self.base, rel, create)?);
+        self.dirs.insert(rel.to_path_buf(), d.clone());
+        Ok(d)
+    }
+
+    /// [`stage`] with this stager's base and directories.
+    pub fn stage(
+        &mut self,
+        rel: &Path,
+        contents: &[u8],
+        mode: Mode,
+        create_dirs: bool,
+        sync: bool,
+    ) -> io::Result<Staged> {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
+        };
+        let dir = self.dir(parent, create_dirs)?;
+        stage_in(dir, self.base.join(rel), name, contents, mode, sync)
+    }
+
+    /// [`set_aside`] with this stager's base and directories.
+    pub fn set_aside(&mut self, rel: &Path) -> io::Result<Option<SetAside>> {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
+        };
+        let dir = match self.dir(parent, false) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        set_aside_in(dir, name)
+    }
+}
+
+fn stage_in(
+    dir: std::sync::Arc<OwnedFd>,
+    shown: std::path::PathBuf,
+    name: &std::ffi::OsStr,
+    contents: &[u8],
+    mode: Mode,
+    sync: bool,
+) -> io::Result<Staged> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
-    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
-    };
-    let dir = open_dir(base, parent, create_dirs)?;
     let name_c = cstr(name)?;
     // (mode set on the open file, mode the file is created with: a new file's is
     // subject to the umask).
@@ -167,7 +227,7 @@ pub fn stage(
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    let staged = Staged { dir, tmp, name: name_c, shown: base.join(rel), pending: true };
+    let staged = Staged { dir, tmp, name: name_c, shown, pending: true };
     // SAFETY: just opened, owned here.
     let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     f.write_all(contents)?;
@@ -218,7 +278,7 @@ pub fn write_file(base: &Path, rel: &Path, contents: &[u8], mode: u32) -> io::Re
 /// Invariant: until [`SetAside::finish`] unlinks it, the file exists under its temporary
 /// name, and dropping the value renames it back.
 pub struct SetAside {
-    dir: OwnedFd,
+    dir: std::sync::Arc<OwnedFd>,
     name: CString,
     aside: CString,
     pending: bool,
@@ -251,14 +311,10 @@ impl Drop for SetAside {
 /// Moves the file `base/rel` aside (see [`SetAside`]), never following a link below
 /// `base`; `None` when there is no such file.
 pub fn set_aside(base: &Path, rel: &Path) -> io::Result<Option<SetAside>> {
-    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
-    };
-    let dir = match open_dir(base, parent, false) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    Stager::new(base).set_aside(rel)
+}
+
+fn set_aside_in(dir: std::sync::Arc<OwnedFd>, name: &std::ffi::OsStr) -> io::Result<Option<SetAside>> {
     // (As for a staged file, a name whose length does not depend on the file's.)
     let (name, aside) = (cstr(name)?, cstr(std::ffi::OsStr::new(&format!(".forge-{}.removed", ulid::Ulid::new())))?);
     // SAFETY: as above.
@@ -417,6 +473,25 @@ mod tests {
             assert!(r.is_err(), "a read-only directory");
             assert!(base.join("dir/b").exists());
         }
+    }
+
+    #[test]
+    fn one_stager_opens_each_directory_once() {
+        let d = tempfile::tempdir().unwrap();
+        let mut stager = Stager::new(d.path());
+        let staged: Vec<Staged> = (0..50)
+            .map(|i| stager.stage(Path::new(&format!("a/f{i}")), b"x", Mode::Exact(0o644), true, false).unwrap())
+            .collect();
+        let other = stager.stage(Path::new("b/g"), b"y", Mode::Exact(0o644), true, false).unwrap();
+        assert!(staged.iter().all(|s| std::sync::Arc::ptr_eq(&s.dir, &staged[0].dir)), "one descriptor for a/");
+        assert!(!std::sync::Arc::ptr_eq(&other.dir, &staged[0].dir));
+        std::fs::write(d.path().join("a/old"), "o").unwrap();
+        let aside = stager.set_aside(Path::new("a/old")).unwrap().unwrap();
+        assert!(std::sync::Arc::ptr_eq(&aside.dir, &staged[0].dir));
+        commit_all(staged).unwrap();
+        other.commit().unwrap();
+        aside.finish().unwrap();
+        assert_eq!(names(&d.path().join("a")).len(), 50);
     }
 
     #[test]

@@ -80,6 +80,11 @@ impl Hub {
         self.next_conn.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The workspace of `data_dir` if it is open already (never opens one).
+    pub fn open_workspace(&self, data_dir: &Path) -> Option<Arc<Workspace>> {
+        self.workspaces.lock().unwrap_or_else(|p| p.into_inner()).get(data_dir).cloned()
+    }
+
     /// The workspace of `data_dir`, opening its store on first use.
     pub fn workspace(&self, data_dir: &Path) -> Result<Arc<Workspace>, OpenError> {
         let key = data_dir.to_path_buf();

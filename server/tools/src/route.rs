@@ -2,9 +2,9 @@
 //! share this one path (docs/protocol.md, "forge-lsp call" and "forge-lsp mcp").
 //!
 //! [`Route::new`] finds the caller's identity (`FORGE_SESSION_ID` + `FORGE_SESSION_TOKEN`,
-//! else `--agent` and `--session`), the project (`--project DIR`, else the working
-//! directory's repository; outside a repository it refuses unless inside a loop) and the
-//! data directory. [`Route::call`] then runs one tool: with `FORGE_LSP_SOCKET` (set for
+//! else `--agent` and `--session`), the project (`--project DIR`; for a loop session with
+//! `FORGE_LSP_SOCKET`, its worktree `FORGE_WORKTREE`; else the working directory's
+//! repository, and outside a repository it refuses) and the data directory. [`Route::call`] then runs one tool: with `FORGE_LSP_SOCKET` (set for
 //! agents in a loop) through that server; otherwise through a running server of the project
 //! found in the database's `servers` table; with none, in-process on the database when the
 //! tool only touches it ([`run_on`](crate::run_on), the same dispatcher a server runs), and
@@ -92,8 +92,15 @@ impl Route {
         // The project is the repository the directory is in, with its work tree as the root
         // (as an editor opening the repository sees it), wherever in it the caller stands.
         let detected = Project::detect(&cwd);
-        let root = detected.repo_root.clone().unwrap_or(cwd);
         let socket = std::env::var_os("FORGE_LSP_SOCKET").filter(|s| !s.is_empty()).map(PathBuf::from);
+        // A loop session's calls are about its loop's worktree (`FORGE_WORKTREE`), wherever
+        // the agent stands (`/tmp`, a nested repository): the loop's server refuses its
+        // identity for any other project.
+        let worktree = std::env::var_os("FORGE_WORKTREE").filter(|s| !s.is_empty()).map(PathBuf::from);
+        let root = match (&socket, &token, &args.project, worktree) {
+            (Some(_), Some(_), None, Some(w)) => w,
+            _ => detected.repo_root.clone().unwrap_or(cwd),
+        };
         if socket.is_none() && detected.is_global() {
             return Err(ToolError::invalid_params(format!(
                 "{} is not inside a git repository with a commit, so there is no project {purpose}; run it from your project, or name one with --project DIR",

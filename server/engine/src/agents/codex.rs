@@ -5,8 +5,8 @@
 //!   turn; later turns run `codex exec … resume <thread id> -`.
 //! - Model: `-m <model>`; the role's variant as `-c model_reasoning_effort="<variant>"`.
 //! - MCP: `-c mcp_servers.forge={command = "<this forge-lsp>", args = ["mcp"], env_vars =
-//!   [FORGE_SESSION_ID, FORGE_SESSION_TOKEN, FORGE_LSP_SOCKET]}` (Codex gives MCP servers
-//!   only a few variables unless listed). Nothing is written to `CODEX_HOME` by Forge.
+//!   [<the identity variables, `super::IDENTITY_VARS`>]}` (Codex gives MCP servers only a
+//!   few variables unless listed). Nothing is written to `CODEX_HOME` by Forge.
 //! - Commands keep `FORGE_*`: `shell_environment_policy.inherit = "all"` with
 //!   `ignore_default_excludes = true` (the default filter drops `*TOKEN*` names), and
 //!   `allow_login_shell = false`.

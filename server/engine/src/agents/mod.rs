@@ -220,8 +220,8 @@ pub const STRUCTURED_CONTENT_ENV: &str = "FORGE_MCP_STRUCTURED_CONTENT";
 
 /// Variables that identify the session (and its data directory) to `forge-lsp mcp` /
 /// `forge-lsp call`.
-pub const IDENTITY_VARS: [&str; 5] =
-    ["FORGE_SESSION_ID", "FORGE_SESSION_TOKEN", "FORGE_AGENT", "FORGE_LSP_SOCKET", "FORGE_DATA_DIR"];
+pub const IDENTITY_VARS: [&str; 6] =
+    ["FORGE_SESSION_ID", "FORGE_SESSION_TOKEN", "FORGE_AGENT", "FORGE_LSP_SOCKET", "FORGE_WORKTREE", "FORGE_DATA_DIR"];
 
 /// `TMPDIR` for a CLI whose shell commands run in the sandbox but write into the CLI's
 /// temporary directory: `<worktree>/.forge/tmp`, writable inside.

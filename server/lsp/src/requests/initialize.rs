@@ -33,6 +33,29 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         ))));
     }
 
+    // A process in a loop's sandbox reaches the private socket (it is bound in, so that
+    // `forge-lsp call` works there), but it is not the user: it must be its loop session.
+    // Otherwise it could open a fresh `user` session on a folder of its choice, trust that
+    // folder's plugin tools with its own initialization options, and run them on the host.
+    // Checked before anything is done for it: it names a session and its token, and a
+    // data directory this server has open (its loop's); the token itself is proven below.
+    let confined = backend.peer == crate::server::Peer::Confined;
+    let refuse_confined = |why: &str| {
+        rpc_error(&ToolError::denied(format!(
+            "a process inside a loop's sandbox (or whose credentials cannot be read) may only connect as its loop session: {why}"
+        )))
+    };
+    if confined && (options.session.is_none() || options.token.is_none()) {
+        return Err(refuse_confined(
+            "set FORGE_SESSION_ID and FORGE_SESSION_TOKEN, as the loop's agent environment does",
+        ));
+    }
+    if confined {
+        let dd = project::data_dir(options.data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
+        if backend.hub.open_workspace(&dd).is_none() {
+            return Err(refuse_confined(&format!("no loop of this server keeps its data in {}", dd.display())));
+        }
+    }
     let folder = workspace_folder(&p).unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
     // Detection reads git (a history walk when its cache is cold): never on a runtime thread.
     let project = tokio::task::spawn_blocking(move || Project::detect(&folder))
@@ -62,14 +85,8 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         })
         .await
         .map_err(|e| rpc_error(&e))?;
-    // A process in a loop's sandbox reaches the private socket (it is bound in, so that
-    // `forge-lsp call` works there), but it is not the user: it must be its loop session.
-    // Otherwise it could open a fresh `user` session on a folder of its choice, trust that
-    // folder's plugin tools with its own initialization options, and run them on the host.
-    if backend.peer == crate::server::Peer::Confined && caller.binding.is_none() {
-        return Err(rpc_error(&ToolError::denied(
-            "a process inside a loop's sandbox (or whose credentials cannot be read) may only connect as its loop session: set FORGE_SESSION_ID and FORGE_SESSION_TOKEN, as the loop's agent environment does",
-        )));
+    if confined && caller.binding.is_none() {
+        return Err(refuse_confined("its session is not a loop session"));
     }
     let session_id = caller.session_id.clone();
     // A loop session's connection (an agent's `forge-lsp call`) runs with its loop's

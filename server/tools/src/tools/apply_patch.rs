@@ -55,15 +55,18 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
         e => fail(e.to_string()),
     })?;
     // Stage every write, then commit them all.
+    let mut stager = beneath::Stager::new(root);
     let mut staged: Vec<Staged> = vec![];
     let mut removals: Vec<(PathBuf, PathBuf)> = vec![];
     for change in &plan.changes {
         let step = match change {
             FileChange::Add { path, content } | FileChange::Update { path, content } => {
-                stage(root, path, content).map(|s| staged.push(s))
+                stage(&mut stager, root, path, content).map(|s| staged.push(s))
             }
             FileChange::Move { from, to, content } => {
-                stage(root, to, content).map(|s| staged.push(s)).and_then(|()| removal(root, from).map(|r| removals.push(r)))
+                stage(&mut stager, root, to, content)
+                    .map(|s| staged.push(s))
+                    .and_then(|()| removal(root, from).map(|r| removals.push(r)))
             }
             FileChange::Delete { path } => removal(root, path).map(|r| removals.push(r)),
         };
@@ -74,7 +77,7 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
     // before any file changes (dropping what was set aside puts it back).
     let mut aside = vec![];
     for (shown, rel) in &removals {
-        match beneath::set_aside(root, rel) {
+        match stager.set_aside(rel) {
             Ok(Some(a)) => aside.push((a, shown)),
             Ok(None) => {}
             Err(e) => return Err(fail(format!("cannot remove {}: {e}; nothing was changed", shown.display()))),
@@ -88,12 +91,20 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
             targets[i].display()
         )));
     }
+    let mut left_behind = vec![];
     for (a, shown) in aside {
         if let Err(e) = a.finish() {
-            tracing::warn!("apply-patch: {} was replaced but its old file could not be unlinked: {e}", shown.display());
+            tracing::warn!("apply-patch: {} was removed but its moved-aside copy could not be unlinked: {e}", shown.display());
+            left_behind.push(format!("{} ({e})", shown.display()));
         }
     }
-    let text = format!("Patch applied.\n{}", plan.summary());
+    let mut text = format!("Patch applied.\n{}", plan.summary());
+    if !left_behind.is_empty() {
+        text.push_str(&format!(
+            "\nNote: removed, but a hidden `.forge-*.removed` copy could not be unlinked beside: {}",
+            left_behind.join(", ")
+        ));
+    }
     // Paths only: the contents are in the files now.
     let changes: Vec<_> = plan
         .changes
@@ -129,10 +140,11 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
 /// `forge_core::beneath`: written and later renamed relative to directories opened
 /// without following links, so a directory swapped for a link after the checks cannot
 /// redirect the write. The file keeps the mode of the one it replaces.
-fn stage(root: &Path, rel: &str, content: &str) -> Result<Staged, String> {
+fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str) -> Result<Staged, String> {
     let target = within(root, rel).map_err(|e| e.message)?;
     let under = resolved_rel(root, &target)?;
-    beneath::stage(root, &under, content.as_bytes(), beneath::Mode::KeepOr(0o666), true, false)
+    stager
+        .stage(&under, content.as_bytes(), beneath::Mode::KeepOr(0o666), true, false)
         .map_err(|e| format!("cannot write {}: {e}", target.display()))
 }
 

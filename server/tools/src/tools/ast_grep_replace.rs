@@ -135,7 +135,8 @@ fn replace(
 fn write_all(root: &Path, edits: &[FileEdit]) -> Result<(), ToolError> {
     let fail = |m: String| ToolError::invalid(format!("ast-grep-replace failed, nothing was written: {m}"));
     // Dropping what was staged removes its temporaries.
-    let staged = edits.iter().map(|e| stage(root, e)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
+    let mut stager = beneath::Stager::new(root);
+    let staged = edits.iter().map(|e| stage(&mut stager, root, e)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
     beneath::commit_all(staged).map_err(|(i, err)| {
         let done: Vec<String> = edits[..i].iter().map(|e| e.shown.clone()).collect();
         ToolError::invalid(format!(
@@ -148,13 +149,13 @@ fn write_all(root: &Path, edits: &[FileEdit]) -> Result<(), ToolError> {
 
 /// The new content staged beside the target (same mode) through `forge_core::beneath`,
 /// after checking the target can be written.
-fn stage(root: &Path, e: &FileEdit) -> Result<Staged, String> {
+fn stage(stager: &mut beneath::Stager, root: &Path, e: &FileEdit) -> Result<Staged, String> {
     let meta = std::fs::metadata(&e.path).map_err(|err| format!("{}: {err}", e.shown))?;
     if meta.permissions().readonly() {
         return Err(format!("{} is read-only", e.shown));
     }
     std::fs::OpenOptions::new().append(true).open(&e.path).map_err(|err| format!("{} cannot be written: {err}", e.shown))?;
     let under = resolved_rel(root, &e.path)?;
-    beneath::stage(root, &under, e.new.as_bytes(), beneath::Mode::KeepOr(0o666), false, false)
+    stager.stage(&under, e.new.as_bytes(), beneath::Mode::KeepOr(0o666), false, false)
         .map_err(|err| format!("{}: {err}", e.shown))
 }
