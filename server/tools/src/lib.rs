@@ -352,6 +352,20 @@ pub async fn call(
     command: &str,
     input: Value,
 ) -> Result<CommandResult, ToolError> {
+    call_watched(store, engine, env, command, input, None).await
+}
+
+/// [`call`], stopping a plugin tool (its process group killed) when `caller_gone` becomes
+/// true before it answered: the caller's connection ended. Built-in tools run to the end:
+/// their writes are committed whole and their effects must not stop halfway.
+pub async fn call_watched(
+    store: &Store,
+    engine: &Arc<forge_engine::Engine>,
+    env: Arc<ToolEnv>,
+    command: &str,
+    input: Value,
+    caller_gone: Option<tokio::sync::watch::Receiver<bool>>,
+) -> Result<CommandResult, ToolError> {
     if env.caller.binding.is_some() {
         // A tool call is activity of the loop session (stall watchdog).
         engine.activity.touch_with(&env.caller.session_id, "tool-call");
@@ -360,6 +374,7 @@ pub async fn call(
     let name = tool.guard_name();
     let ticket = guard::start(&env.caller.session_id, &name, &input)?;
     let read_only = tool.read_only();
+    let caller_gone = caller_gone.filter(|_| matches!(tool, Resolved::Plugin(_)));
     let command = command.to_string();
     let env2 = env.clone();
     let guarded = move |conn: &Connection| {
@@ -396,7 +411,14 @@ pub async fn call(
         // Finished: nothing to cancel.
         on_drop.0 = None;
         res
-    }
-    .await;
+    };
+    let outcome = match caller_gone {
+        None => outcome.await,
+        Some(mut gone) => tokio::select! {
+            r = outcome => r,
+            // Dropping the call above kills the plugin tool's process group.
+            _ = gone.wait_for(|g| *g) => Err(ToolError::internal(format!("forge.{name} was stopped: its caller's connection closed"))),
+        },
+    };
     guard::settle(ticket, outcome)
 }

@@ -37,23 +37,12 @@ pub fn direct(conn: Arc<Conn>, closed: watch::Receiver<bool>, params: Option<Val
     })
 }
 
-/// Runs the tool. A plugin tool is stopped (its process group killed, by dropping the
-/// call) when the caller's connection ends before it answers: an agent's `forge-lsp call`
-/// killed with its loop, or an editor that went away. Built-in tools run to the end: their
-/// writes are committed whole and their effects must not stop halfway.
-async fn run(conn: &Conn, mut closed: watch::Receiver<bool>, params: ExecuteCommandParams) -> Result<CommandResult> {
+/// Runs the tool. A plugin tool is stopped (its process group killed) when the caller's
+/// connection ends before it answers: an agent's `forge-lsp call` killed with its loop, or
+/// an editor that went away (`forge_tools::call_watched`).
+async fn run(conn: &Conn, closed: watch::Receiver<bool>, params: ExecuteCommandParams) -> Result<CommandResult> {
     let input = tools::input_from_arguments(params.arguments).map_err(|e| rpc_error(&e))?;
-    let env = conn.env();
-    let plugin = matches!(tools::resolve(&env, &params.command), Ok(tools::Resolved::Plugin(_)));
-    let call = tools::call(&conn.ws.store, &conn.ws.engine, env, &params.command, input);
-    if !plugin {
-        return call.await.map_err(|e| rpc_error(&e));
-    }
-    tokio::select! {
-        r = call => r.map_err(|e| rpc_error(&e)),
-        _ = closed.wait_for(|c| *c) => Err(rpc_error(&forge_protocol::ToolError::internal(format!(
-            "{} was stopped: its caller's connection closed",
-            params.command
-        )))),
-    }
+    tools::call_watched(&conn.ws.store, &conn.ws.engine, conn.env(), &params.command, input, Some(closed))
+        .await
+        .map_err(|e| rpc_error(&e))
 }
