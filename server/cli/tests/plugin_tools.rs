@@ -22,6 +22,17 @@ fn tool(dir: &Path, name: &str, script: &str, sidecar: Value) {
     std::fs::write(dir.join(format!("{name}.json")), sidecar.to_string()).unwrap();
 }
 
+/// The user plugin tool `slow__Hang`: writes its pid to `<plugin dir>/pid`
+/// and never ends.
+fn hang_tool(sb: &Sandbox) {
+    tool(
+        &sb.config_home.join("forge-lsp/plugins/slow/tools"),
+        "Hang",
+        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
+        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
+    );
+}
+
 const ECHO: &str = "#!/bin/sh\nread -r line\nprintf '{\"got\":%s,\"tool\":\"%s\",\"id\":\"%s\",\"dir\":\"%s\",\"greeting\":\"%s\"}\\n' \"$line\" \"$FORGE_TOOL_NAME\" \"$FORGE_TOOL_CALL_ID\" \"$FORGE_PLUGIN_DIR\" \"$GREETING\"\n";
 
 fn schema() -> Value {
@@ -154,13 +165,7 @@ fn user_and_project_plugin_tools() {
 fn a_hanging_plugin_tool_is_killed_at_the_time_limit() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
-    tool(
-        &dir,
-        "Hang",
-        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
-        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
-    );
+    hang_tool(&sb);
     sb.write_user_config("[plugins]\ntimeoutMs = 500\n");
     let mut c = sb.stdio();
     c.init(&Init::new(&repo.path));
@@ -181,13 +186,7 @@ fn a_hanging_plugin_tool_is_killed_at_the_time_limit() {
 fn cancelling_a_plugin_tool_call_kills_its_process() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
-    tool(
-        &dir,
-        "Hang",
-        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
-        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
-    );
+    hang_tool(&sb);
     let mut c = sb.stdio();
     c.init(&Init::new(&repo.path));
     let pid_file = sb.config_home.join("forge-lsp/plugins/slow/pid");
@@ -309,13 +308,7 @@ fn the_repeated_call_guard_tells_plugin_tools_apart() {
 fn a_plugin_tool_dies_with_its_callers_connection() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
-    tool(
-        &dir,
-        "Hang",
-        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
-        json!({ "description": "Never ends.", "inputSchema": { "type": "object" } }),
-    );
+    hang_tool(&sb);
     let mut c = sb.stdio();
     c.init(&Init::new(&repo.path));
     let sock = c.private_socket().expect("private socket");

@@ -125,18 +125,8 @@ pub struct Server {
     pub last_response_bytes: usize,
 }
 
-/// `file://` URI of a (plain, already canonical) path.
-pub fn file_uri(p: &Path) -> String {
-    let mut s = String::from("file://");
-    for b in p.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            s.push(b as char);
-        } else {
-            s.push_str(&format!("%{b:02X}"));
-        }
-    }
-    s
-}
+/// `file://` URI of a path, spelled as the server spells it.
+pub use forge_lsp::lsp::uri::file_uri;
 
 /// An LSP frame (header + JSON body).
 fn frame(v: &Value) -> Vec<u8> {
