@@ -338,6 +338,22 @@ fn inside_a_loop_calls_go_through_the_socket() {
     let w = m.call("plan-write", json!({ "content": PLAN }));
     assert_ok(&w);
     assert_ok(&m.call("plan-read", json!({})));
+    // tools/list is the server's forge.tools (its configuration and trust decide), and a
+    // name the server does not know is a protocol error, as outside a loop.
+    let listed = m.result("tools/list", json!({}));
+    let names: Vec<String> =
+        listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    let mut editor = server.connect();
+    editor.init(&Init::new(&plain));
+    let offered: Vec<String> = editor.tool_ok("tools", json!({})).data["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, offered);
+    let e = m.request("tools/call", json!({ "name": "no_such__Tool", "arguments": {} }));
+    assert_eq!(e["error"]["code"], json!(-32602), "{e}");
     let (code, stderr) = m.finish();
     assert_eq!(code, 0, "{stderr}");
 

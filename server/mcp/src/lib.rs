@@ -116,21 +116,17 @@ fn structured_content_from_env() -> bool {
 /// The MCP tools: one per `forge.tools` offer, all of them whoever the caller is (a denied
 /// call says why, naming the rule; see docs/mcp.md).
 pub fn tools() -> Vec<Tool> {
-    forge_tools::offers()
-        .into_iter()
-        .map(|o| {
-            let schema = match o.input_schema {
-                Value::Object(m) => m,
-                _ => JsonObject::from_iter([("type".to_string(), json!("object"))]),
-            };
-            Tool::new(o.name, o.description, Arc::new(schema))
-        })
-        .collect()
+    as_tools(forge_tools::offers())
 }
 
 /// The MCP tools of the plugin tools from files of a project (PROTOCOL.md 10.4).
 pub fn plugin_tools(root: &std::path::Path) -> Vec<Tool> {
-    forge_tools::plugins::offers(root, forge_tools::plugins::trusted_outside(root))
+    as_tools(forge_tools::plugins::offers(root, forge_tools::plugins::trusted_outside(root)))
+}
+
+/// One MCP tool per offer (a schema that is not an object becomes `{"type": "object"}`).
+fn as_tools(offers: Vec<forge_protocol::ToolOffer>) -> Vec<Tool> {
+    offers
         .into_iter()
         .map(|o| {
             let schema = match o.input_schema {
@@ -212,6 +208,19 @@ fn mcp_watch_line(text: &str, data: &Value) -> Option<String> {
     )
 }
 
+impl ForgeMcp {
+    /// The loop's server's `forge.tools` as MCP tools; `None` when it cannot be asked (then
+    /// the local listing stands in).
+    async fn offers_of_the_server(&self) -> Option<Vec<Tool>> {
+        let entry = forge_tools::find("tools")?;
+        let route = self.route.clone();
+        let r = tokio::task::spawn_blocking(move || route.call(entry, json!({}))).await.ok()?.ok()?;
+        let offers: Vec<forge_protocol::ToolOffer> =
+            serde_json::from_value(r.data.into_value().get("tools")?.clone()).ok()?;
+        Some(as_tools(offers))
+    }
+}
+
 impl ServerHandler for ForgeMcp {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -228,6 +237,14 @@ impl ServerHandler for ForgeMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        // Inside a loop the loop's server decides what is offered (its configuration and
+        // its trust, which may come from an editor's initialization options): its
+        // `forge.tools`, as one MCP tool per offer.
+        if self.route.in_loop() {
+            if let Some(listed) = self.offers_of_the_server().await {
+                return Ok(ListToolsResult::with_all_items(listed));
+            }
+        }
         let mut all: Vec<Tool> = tools();
         // Trust is decided with the project's id: detection reads git (a history walk when
         // its cache is cold), so it runs on a blocking thread, never on the runtime's.
@@ -251,15 +268,29 @@ impl ServerHandler for ForgeMcp {
         // The MCP spec's rule: an unknown tool is a protocol error (-32602), a tool that ran
         // and failed is a result with isError.
         let Some(tool) = forge_tools::TOOLS.iter().find(|t| t.name == request.name) else {
-            // A plugin tool from files (PROTOCOL.md 10.4).
+            // A plugin tool from files (PROTOCOL.md 10.4); inside a loop, whatever the loop's
+            // server offers (it says when it has no such tool).
             let (route, name) = (self.route.clone(), request.name.to_string());
-            let is_plugin = tokio::task::spawn_blocking(move || route.plugin(&name).is_some()).await.unwrap_or(false);
+            let in_loop = self.route.in_loop();
+            let is_plugin =
+                in_loop || tokio::task::spawn_blocking(move || route.plugin(&name).is_some()).await.unwrap_or(false);
             if is_plugin {
                 let input = Value::Object(request.arguments.unwrap_or_default());
                 let (route, name) = (self.route.clone(), request.name.to_string());
                 let outcome = tokio::task::spawn_blocking(move || route.call_named(&name, false, input))
                     .await
                     .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", request.name))));
+                if let Err(e) = &outcome {
+                    if in_loop
+                        && e.kind == forge_protocol::ErrorKind::InvalidParams
+                        && e.message.contains("unknown command")
+                    {
+                        return Err(ErrorData::invalid_params(
+                            format!("Unknown tool: {}; tools/list lists the Forge tools", request.name),
+                            None,
+                        ));
+                    }
+                }
                 let mut result = to_mcp(outcome);
                 if !self.structured {
                     result.structured_content = None;
