@@ -525,3 +525,32 @@ fn the_repeated_call_guard_holds_without_a_server() {
     // Another pattern is a new call.
     assert_ok(&m.call("grep", json!({ "pattern": "fn" })));
 }
+
+/// An MCP client's `notifications/cancelled` stops a plugin tool that `forge-lsp mcp` runs
+/// itself (no server running): its process group is killed, and the process serves on.
+#[test]
+fn a_cancelled_plugin_tool_call_is_killed() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("Hang"), "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n").unwrap();
+    std::fs::set_permissions(dir.join("Hang"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("Hang.json"), json!({ "description": "Never ends.", "inputSchema": {} }).to_string()).unwrap();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.initialize();
+    let id = m.next_id;
+    m.next_id += 1;
+    m.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "slow__Hang", "arguments": {} } }));
+    let pid_file = sb.config_home.join("forge-lsp/plugins/slow/pid");
+    let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
+        .expect("the tool started");
+    let proc_dir = format!("/proc/{}", pid.trim());
+    m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": "user" } }));
+    assert!(
+        wait_for(Duration::from_secs(5), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
+        "the tool process {pid} was not killed"
+    );
+    assert!(m.result("tools/list", json!({}))["tools"].is_array());
+}

@@ -263,7 +263,7 @@ impl ServerHandler for ForgeMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         // The MCP spec's rule: an unknown tool is a protocol error (-32602), a tool that ran
         // and failed is a result with isError.
@@ -277,9 +277,23 @@ impl ServerHandler for ForgeMcp {
             if is_plugin {
                 let input = Value::Object(request.arguments.unwrap_or_default());
                 let (route, name) = (self.route.clone(), request.name.to_string());
-                let outcome = tokio::task::spawn_blocking(move || route.call_named(&name, false, input))
-                    .await
-                    .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", request.name))));
+                // The client's `notifications/cancelled` stops a plugin tool this process runs
+                // (its process group is killed), as `$/cancelRequest` does in a server.
+                let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let asked = cancel.clone();
+                let watch = tokio::spawn({
+                    let ct = context.ct.clone();
+                    async move {
+                        ct.cancelled().await;
+                        asked.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                });
+                let outcome = tokio::task::spawn_blocking(move || {
+                    route.call_named_cancellable(&name, false, input, Some(&cancel))
+                })
+                .await
+                .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", request.name))));
+                watch.abort();
                 if let Err(e) = &outcome {
                     if in_loop
                         && e.kind == forge_protocol::ErrorKind::InvalidParams

@@ -185,11 +185,43 @@ pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError
 /// calls (PROTOCOL.md 10.3) as a server's calls are: a `forge-lsp mcp` process without a
 /// server runs all of its session's calls here.
 pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value) -> Result<CommandResult, ToolError> {
+    run_on_cancellable(conn, env, command, input, None)
+}
+
+/// [`run_on`]; setting `cancel` while a plugin tool runs kills its process group (as a
+/// dropped call does in a server): how `forge-lsp mcp` passes on an MCP client's
+/// `notifications/cancelled`.
+pub fn run_on_cancellable(
+    conn: &mut Connection,
+    env: &ToolEnv,
+    command: &str,
+    input: Value,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<CommandResult, ToolError> {
+    use std::sync::atomic::Ordering;
     let name = resolve(env, command).map(|t| t.guard_name()).unwrap_or_default();
     let ticket = guard::start(&env.caller.session_id, &name, &input)?;
-    let outcome = run_tx(conn, env, command, input, false).and_then(|done| match done.after {
-        Some(after) => after(),
-        None => Ok(done.result),
+    let outcome = run_tx(conn, env, command, input, false).and_then(|done| match (done.after, cancel, done.cancel) {
+        (Some(after), Some(asked), Some(flag)) => {
+            // Passes the caller's cancel on to the tool's flag while the tool runs.
+            let finished = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !finished.load(Ordering::Acquire) {
+                        if asked.load(Ordering::Acquire) {
+                            flag.store(true, Ordering::Release);
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                });
+                let r = after();
+                finished.store(true, Ordering::Release);
+                r
+            })
+        }
+        (Some(after), _, _) => after(),
+        (None, _, _) => Ok(done.result),
     });
     guard::settle(ticket, outcome)
 }

@@ -161,7 +161,19 @@ impl Route {
 
     /// Calls tool `name` (a built-in's or a plugin tool's offer name); `needs_server` refuses
     /// the in-process path.
-    pub fn call_named(&self, name: &str, needs_server: bool, mut input: Value) -> Result<CommandResult, ToolError> {
+    pub fn call_named(&self, name: &str, needs_server: bool, input: Value) -> Result<CommandResult, ToolError> {
+        self.call_named_cancellable(name, needs_server, input, None)
+    }
+
+    /// [`Route::call_named`]; setting `cancel` stops a plugin tool this process runs itself
+    /// (in-process). Through a server the call runs there to its end or its time limit.
+    pub fn call_named_cancellable(
+        &self,
+        name: &str,
+        needs_server: bool,
+        mut input: Value,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<CommandResult, ToolError> {
         relative_file_from(&mut input, &self.here, &self.root);
         if let Some(sock) = &self.socket {
             self.say(format!("through the server at FORGE_LSP_SOCKET={}", sock.display()));
@@ -219,7 +231,7 @@ impl Route {
             home: std::env::var("HOME").ok(),
             links: forge_core::Links::Forge,
         };
-        crate::run_on(&mut conn, &env, name, input)
+        crate::run_on_cancellable(&mut conn, &env, name, input, cancel)
     }
 
     fn say(&self, route: String) {
