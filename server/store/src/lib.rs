@@ -907,14 +907,18 @@ mod tests {
         let db = dir.path().join("forge.db");
         let store = Store::open(&db).unwrap();
         // Four pages or so per write: about 66 MB of WAL if nothing checkpointed it and
-        // started it over; at most about 16 MB with the checkpoints (`checkpoint` module).
+        // started it over; about 16 MB with the checkpoints (`checkpoint` module) when the
+        // checkpoint thread gets a CPU. On a loaded machine its checkpoint can run long
+        // while the writer goes on (writes never wait for it: a commit that finds it
+        // running retries at the next commit), and the log grew to 34 MB in one run; the
+        // bound checks that the log is started over at all.
         let big = "x".repeat(3900);
         for i in 0..4000 {
             let key = format!("{i}{big}");
             store.write_grouped(move |c| add_change(c, &key), |_| rusqlite::Error::InvalidQuery).await.unwrap();
         }
         let wal = std::fs::metadata(dir.path().join("forge.db-wal")).unwrap().len();
-        assert!(wal < 24 << 20, "the WAL grew to {wal} bytes: nothing checkpointed it and started it over");
+        assert!(wal < 48 << 20, "the WAL grew to {wal} bytes: nothing checkpointed it and started it over");
         assert_eq!(store.read(changes_count).await.unwrap(), 4000);
     }
 
