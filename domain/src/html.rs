@@ -7,16 +7,21 @@
 //! million), so `forge.webfetch` estimates the depth first and converts a page that nests
 //! deeper than it should with [`strip_tags`], in linear time.
 //!
-//! The estimate must never run low, whatever the page does to the tokenizer, and may run
-//! high (that costs a plain-text rendering, never a slow parse). So it follows the HTML
-//! tokenizer where that matters: quotes only around attribute values, `<!-->`, `--!>` and
-//! `</ x>` as the parser ends them, and raw text (`script`, `style`, `textarea`, `title`)
-//! up to its end tag. It keeps a stack of the open elements: a start tag opens one unless
-//! it is void or one whose end tag HTML lets be implied (`p`, `li`, `td`, ...); a
-//! self-closing `/>` closes nothing on an HTML element (the parser ignores it there), only
-//! inside `svg`/`math`, until a tag that breaks out of them; an end tag closes only the
-//! element on top of the stack with its name (a stray or mismatched end tag is ignored,
-//! where the parser might close more).
+//! The estimate must not run low by a growing amount, whatever the page does to the
+//! tokenizer, and may run high (that costs a plain-text rendering, never a slow parse). So
+//! where this model and the parser could disagree on where they stand, it reads more than
+//! the parser, never less: comments and the content of raw text elements (`script`,
+//! `style`, `textarea`, `title`, ...) are read as markup (only declarations, `<?...>` and
+//! `</ x>` are skipped to their `>`, as the parser skips them). It keeps a stack of the open
+//! elements with their namespace: a start tag opens one unless it is void or one whose end
+//! tag HTML lets be implied (`p`, `li`, `td`, ...; a table and a list count the levels
+//! their rows, cells and items make); `/>` closes nothing on an HTML element (the parser
+//! ignores it there) but does in svg/math content, which ends at a breakout tag and is
+//! read by HTML's rules inside integration points; an end tag closes its nearest open
+//! element and what is above it (a formatting element only when on top, as the adoption
+//! agency keeps what it encloses), and nothing inside raw text but the raw text element's
+//! own. Checked against html5ever on random pages (`webfetch.rs`): the parser's depth
+//! stays within twice the estimate and a few levels.
 
 /// Elements without content.
 const VOID: &[&str] =
@@ -65,27 +70,52 @@ const BLOCKS: &[&str] = &[
 /// One lexical piece of a page.
 enum Piece<'a> {
     Text(&'a str),
-    /// A start tag: (lowercase name, self-closing `/>`).
-    Start(String, bool),
+    /// A start tag: (lowercase name, self-closing `/>`, an `encoding` attribute naming
+    /// HTML: what makes `annotation-xml` an HTML integration point).
+    Start(String, bool, bool),
     /// An end tag (lowercase name).
     End(String),
 }
 
+/// What [`pieces`] does after handing over a piece.
+#[derive(PartialEq)]
+enum Flow {
+    Go,
+    Stop,
+    /// (After a start tag) the element's content is raw text: skip to its end tag.
+    RawText,
+    /// (After a start tag) the element's content is raw text for the parser, but hand over
+    /// its tags anyway, with no comments or declarations (the parser sees none there) and
+    /// each tag ending at its first `>`, until the element's end tag.
+    MarkupText,
+}
+
 /// Splits `html` into text and tags as the HTML tokenizer does for these purposes:
-/// comments, declarations and processing instructions are skipped, the content of raw
-/// text elements is skipped to their end tag.
-fn pieces(html: &str, mut each: impl FnMut(Piece<'_>) -> bool) {
+/// comments, declarations and processing instructions are skipped; the content of an
+/// element is skipped to its end tag when the consumer says it is raw text (which depends
+/// on where it stands: `<style>` in HTML is, in `svg` it is not).
+fn pieces(html: &str, skip_comments: bool, mut each: impl FnMut(Piece<'_>) -> Flow) {
     let b = html.as_bytes();
     let mut i = 0;
+    // Inside an element handed over as `MarkupText`: its end tag.
+    let mut raw_until: Option<String> = None;
     while i < b.len() {
         let Some(lt) = memchr(b'<', &b[i..]).map(|k| i + k) else {
             each(Piece::Text(&html[i..]));
             return;
         };
-        if lt > i && !each(Piece::Text(&html[i..lt])) {
+        if lt > i && each(Piece::Text(&html[i..lt])) == Flow::Stop {
             return;
         }
         let rest = &b[lt..];
+        let text_here = raw_until.is_some() && (rest.starts_with(b"<!") || rest.starts_with(b"<?"));
+        if text_here || (!skip_comments && rest.starts_with(b"<!--")) {
+            if each(Piece::Text(&html[lt..lt + 1])) == Flow::Stop {
+                return;
+            }
+            i = lt + 1;
+            continue;
+        }
         if rest.starts_with(b"<!--") {
             i = comment_end(b, lt + 4);
             continue;
@@ -103,7 +133,7 @@ fn pieces(html: &str, mut each: impl FnMut(Piece<'_>) -> bool) {
                 continue;
             }
             // Not a tag: a literal `<`.
-            if !each(Piece::Text(&html[lt..lt + 1])) {
+            if each(Piece::Text(&html[lt..lt + 1])) == Flow::Stop {
                 return;
             }
             i = lt + 1;
@@ -115,20 +145,42 @@ fn pieces(html: &str, mut each: impl FnMut(Piece<'_>) -> bool) {
             .position(|c| c.is_ascii_whitespace() || *c == b'/' || *c == b'>')
             .map_or(b.len(), |k| name_at + k);
         let name = String::from_utf8_lossy(&b[name_at..name_end]).to_ascii_lowercase();
-        let Some((gt, self_closing)) = tag_end(b, name_end) else {
+        let ended = if raw_until.is_some() {
+            memchr(b'>', &b[name_end..]).map(|k| (name_end + k, k > 0 && b[name_end + k - 1] == b'/'))
+        } else {
+            tag_end(b, name_end)
+        };
+        let Some((gt, self_closing)) = ended else {
             return;
         };
         i = gt + 1;
         if closing {
-            if !each(Piece::End(name)) {
+            if raw_until.as_deref() == Some(name.as_str()) {
+                raw_until = None;
+            }
+            if each(Piece::End(name)) == Flow::Stop {
                 return;
             }
             continue;
         }
-        if RAW_TEXT.contains(&name.as_str()) {
+        let end = format!("</{name}");
+        let html_encoding = {
+            let attrs = String::from_utf8_lossy(&b[name_end..gt]).to_ascii_lowercase();
+            attrs.contains("encoding") && (attrs.contains("text/html") || attrs.contains("application/xhtml+xml"))
+        };
+        let raw_name = name.clone();
+        match each(Piece::Start(name, self_closing, html_encoding)) {
+            Flow::Go => continue,
+            Flow::Stop => return,
+            Flow::MarkupText => {
+                raw_until = Some(raw_name);
+                continue;
+            }
+            Flow::RawText => {}
+        }
+        {
             // Skip to the matching end tag (case-insensitive): `</name` then whitespace,
             // `/` or `>`.
-            let end = format!("</{name}");
             let mut k = i;
             loop {
                 let Some(d) = memchr(b'<', &b[k..]) else {
@@ -145,10 +197,6 @@ fn pieces(html: &str, mut each: impl FnMut(Piece<'_>) -> bool) {
                 k += 1;
             }
             i = tag_end(b, k + end.len()).map_or(b.len(), |(g, _)| g + 1);
-            continue;
-        }
-        if !each(Piece::Start(name, self_closing)) {
-            return;
         }
     }
 }
@@ -237,7 +285,8 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
 }
 
 /// Start tags that leave `svg`/`math` content for HTML (the parser pops the foreign
-/// elements first).
+/// elements first). Not `font`, which leaves only with some attributes: taken as staying,
+/// which can only read high.
 const BREAKOUT: &[&str] = &[
     "b",
     "big",
@@ -283,62 +332,144 @@ const BREAKOUT: &[&str] = &[
     "u",
     "ul",
     "var",
-    "font",
 ];
+
+/// Formatting elements (the adoption agency's).
+const FORMATTING: &[&str] =
+    &["a", "b", "big", "code", "em", "font", "i", "nobr", "s", "small", "strike", "strong", "tt", "u"];
+
+/// The namespace of an open element.
+#[derive(Clone, Copy, PartialEq)]
+enum Ns {
+    Html,
+    Svg,
+    Math,
+}
+
+/// Whether a foreign element of namespace `ns` is read by HTML's rules inside (an HTML
+/// integration point in svg, a MathML text integration point, or `annotation-xml` whose
+/// `encoding` names HTML).
+fn integration(ns: Ns, name: &str, html_encoding: bool) -> bool {
+    match ns {
+        Ns::Svg => matches!(name, "foreignobject" | "desc" | "title"),
+        Ns::Math => matches!(name, "mi" | "mo" | "mn" | "ms" | "mtext") || (name == "annotation-xml" && html_encoding),
+        Ns::Html => false,
+    }
+}
+
+/// The levels an open element adds to the estimate: a table holds its rows and cells,
+/// whose tags are not counted (their end tags may be implied), and the parser nests
+/// tbody, tr and td in it; a list holds its items.
+fn weight(name: &str) -> usize {
+    match name {
+        "table" => 4,
+        // Their items (li, dt, dd: implied ends, not counted) are a level of their own.
+        "ul" | "ol" | "dl" | "menu" => 2,
+        _ => 1,
+    }
+}
 
 /// The deepest nesting of `html`'s elements as estimated from its tags (module docs), or
 /// `limit + 1` as soon as it is deeper than `limit` (the scan stops there).
 pub fn nesting_depth(html: &str, limit: usize) -> usize {
-    let mut open: Vec<String> = vec![];
-    // How many of the open elements are `svg`/`math` (foreign content while non-zero).
-    let mut foreign = 0usize;
-    // The estimated depth: the open elements, a table counted as the four levels it makes.
+    // The open elements: (name, namespace, whether its content is read as foreign content:
+    // an svg/math element that is not an integration point).
+    let mut open: Vec<(String, Ns, bool)> = vec![];
     let mut levels = 0usize;
     let mut max = 0usize;
-    pieces(html, |p| {
-        match p {
-            Piece::Start(name, self_closing) => {
-                if foreign > 0 && BREAKOUT.contains(&name.as_str()) {
-                    // Back to HTML: the foreign elements and what they hold are closed.
-                    while let Some(top) = open.pop() {
-                        levels -= if top == "table" { 4 } else { 1 };
-                        if top == "svg" || top == "math" {
-                            foreign -= 1;
-                            if foreign == 0 {
-                                break;
-                            }
+    // Inside a raw text element (HTML content): its name. Its tags are counted (high) but
+    // other end tags close nothing: the parser sees only text there.
+    let mut raw: Option<String> = None;
+    // Comments are read as markup: skipping one is only safe where this model and the parser
+    // agree on where they stand (in raw text, or in a CDATA section of svg content, the
+    // parser sees no comment).
+    pieces(html, false, |p| {
+        let foreign_here = |open: &Vec<(String, Ns, bool)>| open.last().is_some_and(|(_, _, foreign)| *foreign);
+        let flow = match p {
+            Piece::Start(name, _, _) if raw.is_some() => {
+                levels += weight(&name);
+                open.push((name, Ns::Html, false));
+                Flow::Go
+            }
+            Piece::Start(name, self_closing, html_encoding) => {
+                let n = name.as_str();
+                if foreign_here(&open) && !BREAKOUT.contains(&n) {
+                    // A foreign element, of its parent's namespace (or svg's, math's): `/>`
+                    // closes it; its content is markup, never raw text, unless it is an
+                    // integration point.
+                    if !self_closing {
+                        // (`<svg>` in math content is a MathML element, except in
+                        // `annotation-xml`; `<math>` in svg content is an svg element.)
+                        let (parent_name, parent) = open.last().map_or(("", Ns::Html), |(t, ns, _)| (t.as_str(), *ns));
+                        let ns = if n == "svg" && parent == Ns::Math && parent_name == "annotation-xml" {
+                            Ns::Svg
+                        } else {
+                            parent
+                        };
+                        let foreign = !integration(ns, n, html_encoding);
+                        levels += 1;
+                        open.push((name, ns, foreign));
+                    }
+                    Flow::Go
+                } else {
+                    // Back to HTML: the parser closes foreign elements up to an HTML
+                    // element or an integration point.
+                    while foreign_here(&open) {
+                        if let Some((top, ..)) = open.pop() {
+                            levels -= weight(&top);
+                        }
+                    }
+                    if n == "svg" || n == "math" {
+                        if !self_closing {
+                            levels += 1;
+                            let ns = if n == "svg" { Ns::Svg } else { Ns::Math };
+                            open.push((name, ns, true));
+                        }
+                        Flow::Go
+                    } else if VOID.contains(&n) || IMPLIED_END.contains(&n) {
+                        Flow::Go
+                    } else if RAW_TEXT.contains(&n) {
+                        // Its content is read as markup here (high), not skipped as the
+                        // parser skips it: skipping is only safe where this model and the
+                        // parser agree on where they stand. Its end tag closes what it
+                        // opened.
+                        raw = Some(name.clone());
+                        levels += 1;
+                        open.push((name, Ns::Html, false));
+                        Flow::MarkupText
+                    } else {
+                        levels += weight(n);
+                        open.push((name, Ns::Html, false));
+                        Flow::Go
+                    }
+                }
+            }
+            Piece::End(name) if raw.as_ref().is_some_and(|r| *r != name) => Flow::Go,
+            Piece::End(name) => {
+                raw = None;
+                // Closes the nearest open element of that name and everything above it:
+                // the parser closes at least that much for most end tags (an HTML end tag
+                // in svg/math content, a raw text element's), and closing too much can only
+                // put this model in HTML content where the parser is in foreign content,
+                // which reads high. Formatting elements close only on top: the parser's
+                // adoption agency keeps what they enclose open.
+                if let Some(at) = open.iter().rposition(|(t, ..)| *t == name) {
+                    if !FORMATTING.contains(&name.as_str()) || at + 1 == open.len() {
+                        for (t, ..) in open.drain(at..) {
+                            levels -= weight(&t);
                         }
                     }
                 }
-                let n = name.as_str();
-                let opens = if foreign > 0 {
-                    !self_closing
-                } else {
-                    !VOID.contains(&n) && !IMPLIED_END.contains(&n) && !(self_closing && (n == "svg" || n == "math"))
-                };
-                if opens {
-                    if n == "svg" || n == "math" {
-                        foreign += 1;
-                    }
-                    // A table holds its rows and cells, whose tags are not counted (their
-                    // end tags may be implied): the parser nests tbody, tr and td in it.
-                    levels += if n == "table" { 4 } else { 1 };
-                    open.push(name);
-                    max = max.max(levels);
-                }
+                Flow::Go
             }
-            Piece::End(name) => {
-                if open.last() == Some(&name) {
-                    open.pop();
-                    levels -= if name == "table" { 4 } else { 1 };
-                    if name == "svg" || name == "math" {
-                        foreign -= 1;
-                    }
-                }
-            }
-            Piece::Text(_) => {}
+            Piece::Text(_) => Flow::Go,
+        };
+        max = max.max(levels);
+        if max > limit {
+            Flow::Stop
+        } else {
+            flow
         }
-        max <= limit
     });
     max.min(limit + 1)
 }
@@ -347,9 +478,14 @@ pub fn nesting_depth(html: &str, limit: usize) -> usize {
 /// one line per block element, whitespace collapsed and the common entities decoded.
 pub fn strip_tags(html: &str) -> String {
     let mut out = String::new();
-    pieces(html, |p| {
+    pieces(html, true, |p| {
+        let raw = matches!(&p, Piece::Start(name, ..) if RAW_TEXT.contains(&name.as_str()));
         text_piece(&mut out, p);
-        true
+        if raw {
+            Flow::RawText
+        } else {
+            Flow::Go
+        }
     });
     out.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n")
 }
@@ -374,7 +510,7 @@ fn text_piece(out: &mut String, p: Piece<'_>) {
                 out.push(' ');
             }
         }
-        Piece::Start(name, _) | Piece::End(name) => {
+        Piece::Start(name, ..) | Piece::End(name) => {
             if BLOCKS.contains(&name.as_str()) && !out.is_empty() && !out.ends_with('\n') {
                 let trimmed = out.trim_end_matches(' ').len();
                 out.truncate(trimmed);
@@ -444,7 +580,7 @@ mod tests {
             (deep(5).as_str(), 5),
             // Void and implied-end elements do not nest.
             ("<div><br><img src=x><hr/><input></div>", 1),
-            ("<ul><li>a<li>b<li>c</ul>", 1),
+            ("<ul><li>a<li>b<li>c</ul>", 2),
             ("<table><tr><td>a<td>b<tr><td>c</table>", 4),
             // `/>` closes nothing on an HTML element: the parser leaves it open.
             ("<div/><div/><div/>", 3),
@@ -453,19 +589,40 @@ mod tests {
             ("<svg/><div></div>", 1),
             ("<svg><path/><div/><div/>", 2),
             ("<math><mi/></math><div>", 1),
-            // A stray or mismatched end tag closes nothing.
+            // Inside svg/math, `style` and `script` are elements like any other: their
+            // content is markup (a breakout tag then closes them with the svg).
+            ("<svg><style><div><div><div><div><div>", 5),
+            ("<svg><script><div><div>", 2),
+            // Integration points read their content by HTML's rules: nothing is closed.
+            ("<svg><foreignObject><div><div>", 4),
+            ("<math><mi><div><div>", 4),
+            // ... by namespace: `mi` in svg is an svg element.
+            ("<svg><mi><xmp><b>", 3),
+            // `svg` in math content is a MathML element (its `title` is no integration point).
+            ("<math><svg><title><xmp><b><b>", 4),
+            ("<svg><foreignObject><style><div></style><div>", 4),
+            // annotation-xml is one only with an HTML encoding.
+            ("<math><annotation-xml><style><g><xmp><b>", 5),
+            ("<math><annotation-xml encoding='text/html'><style><div></style><div>", 4),
+            // A stray end tag closes nothing; a mismatched one closes up to its element.
             ("<div><div></b></span>x", 2),
-            ("<div><span></div><div>", 3),
+            ("<div><span></div><div>", 2),
             ("<b><div></b><b><div></b>", 4),
-            // Comments, declarations and raw text hide their tags, ended as the parser ends them.
-            ("<!DOCTYPE html><!-- <div><div> --><div></div>", 1),
+            // Comments and declarations hide their tags, ended as the parser ends them; raw
+            // text is read as markup (high), its end tag closing what it opened.
+            // Declarations are skipped to their `>` as the parser does; comments are read
+            // as markup (high).
+            ("<!DOCTYPE html><!-- <div><div> --><div></div>", 3),
             ("<!--><div><div>", 2),
             ("<!---><div>", 1),
             ("<!-- a --!><div>", 1),
             ("</ x><div>", 1),
             ("</><div>", 1),
-            ("<script>if (a<b) { x = '<div><div><div>'; }</script><div></div>", 1),
-            ("<script>x</scriptx><div></script><div>", 1),
+            ("<script>if (a<b) { x = '<div><div><div>'; }</script><div></div>", 4),
+            ("<script>x</scriptx><div></script><div>", 2),
+            // Inside raw text no comment starts and no other end tag closes anything.
+            ("<textarea><!--</textarea><div><div>", 2),
+            ("<div><div><script></div></div></script><div>", 3),
             ("<STYLE>p > a { }</style><DIV></DIV>", 1),
             // Quotes count around attribute values only.
             ("<div title=\"a > b\"><span>x</span></div>", 2),
@@ -483,6 +640,8 @@ mod tests {
         assert_eq!(nesting_depth(&deep(100_000), 2_000), 2_001);
         assert_eq!(nesting_depth(&"<div/>".repeat(1_100_000), 2_000), 2_001);
         assert_eq!(nesting_depth(&"<b><div></b>".repeat(5_000), 2_000), 2_001);
+        assert_eq!(nesting_depth(&format!("<svg><style>{}", "<div>".repeat(100_000)), 2_000), 2_001);
+        assert_eq!(nesting_depth(&"<svg><foreignObject><div>".repeat(1_000), 2_000), 2_001);
     }
 
     #[test]

@@ -537,7 +537,8 @@ fn a_cancelled_plugin_tool_call_is_killed() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("Hang"), "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n").unwrap();
     std::fs::set_permissions(dir.join("Hang"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(dir.join("Hang.json"), json!({ "description": "Never ends.", "inputSchema": {} }).to_string()).unwrap();
+    std::fs::write(dir.join("Hang.json"), json!({ "description": "Never ends.", "inputSchema": {} }).to_string())
+        .unwrap();
     let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
     m.initialize();
     let id = m.next_id;
