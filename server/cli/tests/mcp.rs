@@ -332,8 +332,25 @@ fn inside_a_loop_calls_go_through_the_socket() {
     // With a live server the process serves even outside a repository (the server decides),
     // and its calls are that server's.
     let sock = sb.root.join("s/forge.sock");
+    // A user plugin tool the server sees; the MCP process is given another configuration
+    // directory, so only the server's listing has it.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = sb.config_home.join("forge-lsp/plugins/kit/tools");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("Ping"), "#!/bin/sh\ncat >/dev/null\necho pong\n").unwrap();
+        std::fs::set_permissions(dir.join("Ping"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("Ping.json"), json!({ "description": "Pong.", "inputSchema": {} }).to_string())
+            .unwrap();
+    }
     let server = sb.listen_unix(&sock);
-    let mut m = Mcp::start(&sb, &plain, &[], &[("FORGE_LSP_SOCKET", sock.to_str().expect("utf-8"))]);
+    let elsewhere = sb.mkdir("other-config");
+    let mut m = Mcp::start(
+        &sb,
+        &plain,
+        &[],
+        &[("FORGE_LSP_SOCKET", sock.to_str().expect("utf-8")), ("XDG_CONFIG_HOME", elsewhere.to_str().expect("utf-8"))],
+    );
     m.initialize();
     let w = m.call("plan-write", json!({ "content": PLAN }));
     assert_ok(&w);
@@ -352,6 +369,9 @@ fn inside_a_loop_calls_go_through_the_socket() {
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(names, offered);
+    assert!(names.iter().any(|n| n == "kit__Ping"), "the server's plugin tool is listed: {names:?}");
+    let r = m.call("kit__Ping", json!({}));
+    assert_contains(&text(&r), "pong");
     let e = m.request("tools/call", json!({ "name": "no_such__Tool", "arguments": {} }));
     assert_eq!(e["error"]["code"], json!(-32602), "{e}");
     let (code, stderr) = m.finish();

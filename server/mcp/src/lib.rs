@@ -297,7 +297,7 @@ impl ServerHandler for ForgeMcp {
                 if let Err(e) = &outcome {
                     if in_loop
                         && e.kind == forge_protocol::ErrorKind::InvalidParams
-                        && e.message.contains("unknown command")
+                        && e.message.starts_with("unknown command `")
                     {
                         return Err(ErrorData::invalid_params(
                             format!("Unknown tool: {}; tools/list lists the Forge tools", request.name),
