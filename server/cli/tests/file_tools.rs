@@ -233,6 +233,11 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     // A matching line that is not UTF-8 does not end its file's search; git's directories,
     // nested ones included, are never searched.
     std::fs::write(repo.path.join("src/latin1.txt"), b"zebra one\n\xff zebra two\nzebra three\n").unwrap();
+    // A binary file gives no matches, also none before a NUL byte far into it.
+    let mut binary = b"zebra early\n".to_vec();
+    binary.extend(std::iter::repeat_n(b'x', 300_000));
+    binary.extend(b"\n\0zebra late\n");
+    std::fs::write(repo.path.join("src/blob.bin"), binary).unwrap();
     repo.write("vendor/lib/.git/config", "zebra in a nested git directory\n");
     let out = c.tool_ok("grep", json!({ "pattern": "zebra" }));
     let paths: Vec<&str> =

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use forge_protocol::{CommandResult, ToolError};
 use grep_regex::RegexMatcherBuilder;
-use grep_searcher::sinks::Lossy;
+use grep_searcher::{Searcher, Sink, SinkMatch};
 use grep_searcher::{BinaryDetection, SearcherBuilder};
 use serde_json::json;
 
@@ -86,27 +86,23 @@ fn search(
         }
         files += 1;
         let shown = rel.display().to_string();
-        let r = searcher.search_path(
-            matcher,
-            path,
-            // A matching line that is not UTF-8 is shown with replacement characters, not
-            // the end of that file's search.
-            Lossy(|line, text| {
-                if lines.len() >= limit {
-                    truncated = true;
-                    return Ok(false);
-                }
-                let text = text.trim_end_matches(['\n', '\r']);
-                lines.push(format!("{shown}:{line}: {text}"));
-                hits.push(json!({ "path": shown, "line": line, "text": text }));
-                Ok(true)
-            }),
-        );
-        if let Err(e) = r {
+        let mut found = FileHits { room: limit - lines.len(), hits: vec![], binary: false, full: false };
+        if let Err(e) = searcher.search_path(matcher, path, &mut found) {
             tracing::debug!("grep: cannot search {}: {e}", path.display());
             unreadable.push(shown);
+            continue;
         }
-        if truncated {
+        // A binary file (a NUL byte anywhere it was read) gives no matches, also none
+        // found before the NUL byte.
+        if found.binary {
+            continue;
+        }
+        for (line, text) in found.hits {
+            lines.push(format!("{shown}:{line}: {text}"));
+            hits.push(json!({ "path": shown, "line": line, "text": text }));
+        }
+        if found.full {
+            truncated = true;
             break;
         }
     }
@@ -135,4 +131,34 @@ fn search(
         text,
         data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files, "unreadable": unreadable }).into(),
     })
+}
+
+/// The matches of one file, kept until its search ends: a file found to be binary part way
+/// gives none. A matching line that is not UTF-8 is kept with replacement characters.
+struct FileHits {
+    /// Matches that may still be kept (the call's `limit` minus those kept so far).
+    room: usize,
+    hits: Vec<(u64, String)>,
+    binary: bool,
+    /// There were more matches than room.
+    full: bool,
+}
+
+impl Sink for FileHits {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+        if self.hits.len() >= self.room {
+            self.full = true;
+            return Ok(false);
+        }
+        let text = String::from_utf8_lossy(mat.bytes());
+        self.hits.push((mat.line_number().unwrap_or(0), text.trim_end_matches(['\n', '\r']).to_string()));
+        Ok(true)
+    }
+
+    fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, std::io::Error> {
+        self.binary = true;
+        Ok(false)
+    }
 }
