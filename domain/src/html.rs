@@ -35,8 +35,9 @@ const IMPLIED_END: &[&str] = &[
 /// Elements whose content is text up to their end tag.
 const RAW_TEXT: &[&str] =
     &["script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "plaintext"];
-/// Elements that start a new line in [`strip_tags`]'s text.
-const BLOCKS: &[&str] = &[
+/// Elements that start a new line in a page's text ([`strip_tags`], and webfetch's text of
+/// a parsed page).
+pub const BLOCKS: &[&str] = &[
     "p",
     "div",
     "section",

@@ -48,6 +48,14 @@ fn open_dir_at(parent: &OwnedFd, name: &std::ffi::OsStr, create: bool, shown: &P
     Err(io::Error::other(format!("cannot open {}", shown.display())))
 }
 
+/// `rel`'s directory and file name, or an error saying it names no file.
+fn split_file(rel: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
+    match (rel.parent(), rel.file_name()) {
+        (Some(parent), Some(name)) => Ok((parent, name)),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display()))),
+    }
+}
+
 /// Opens the directory `base/rel` (creating missing components when `create`), never
 /// following a link below `base`. `base` itself is the caller's to trust.
 pub fn open_dir(base: &Path, rel: &Path, create: bool) -> io::Result<OwnedFd> {
@@ -176,18 +184,14 @@ impl Stager {
         create_dirs: bool,
         sync: bool,
     ) -> io::Result<Staged> {
-        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
-        };
+        let (parent, name) = split_file(rel)?;
         let dir = self.dir(parent, create_dirs)?;
         stage_in(dir, self.base.join(rel), name, contents, mode, sync)
     }
 
     /// [`set_aside`] with this stager's base and directories.
     pub fn set_aside(&mut self, rel: &Path) -> io::Result<Option<SetAside>> {
-        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
-        };
+        let (parent, name) = split_file(rel)?;
         let dir = match self.dir(parent, false) {
             Ok(d) => d,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -327,9 +331,7 @@ fn set_aside_in(dir: std::sync::Arc<OwnedFd>, name: &std::ffi::OsStr) -> io::Res
 
 /// Removes the file `base/rel` (absent is fine), never following a link below `base`.
 pub fn remove_file(base: &Path, rel: &Path) -> io::Result<()> {
-    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} names no file", rel.display())));
-    };
+    let (parent, name) = split_file(rel)?;
     let dir = match open_dir(base, parent, false) {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),

@@ -159,6 +159,11 @@ pub fn to_mcp(outcome: Result<CommandResult, ToolError>) -> CallToolResult {
     }
 }
 
+/// The MCP spec's protocol error for a tool name nobody offers (-32602).
+fn unknown_tool(name: &str) -> ErrorData {
+    ErrorData::invalid_params(format!("Unknown tool: {name}; tools/list lists the Forge tools"), None)
+}
+
 /// The error for a request the SDK could not parse: -32602 naming what is wrong for the
 /// methods this server has, -32601 for any other method.
 fn malformed_request(method: &str, params: Option<&Value>) -> ErrorData {
@@ -209,6 +214,16 @@ fn mcp_watch_line(text: &str, data: &Value) -> Option<String> {
 }
 
 impl ForgeMcp {
+    /// The `tools/call` result of an outcome, without `structuredContent` when this process
+    /// leaves it out ([`STRUCTURED_CONTENT_ENV`]).
+    fn result(&self, outcome: Result<CommandResult, ToolError>) -> CallToolResult {
+        let mut result = to_mcp(outcome);
+        if !self.structured {
+            result.structured_content = None;
+        }
+        result
+    }
+
     /// The loop's server's `forge.tools` as MCP tools; `None` when it cannot be asked (then
     /// the local listing stands in).
     async fn offers_of_the_server(&self) -> Option<Vec<Tool>> {
@@ -299,22 +314,12 @@ impl ServerHandler for ForgeMcp {
                         && e.kind == forge_protocol::ErrorKind::InvalidParams
                         && e.message.starts_with("unknown command `")
                     {
-                        return Err(ErrorData::invalid_params(
-                            format!("Unknown tool: {}; tools/list lists the Forge tools", request.name),
-                            None,
-                        ));
+                        return Err(unknown_tool(&request.name));
                     }
                 }
-                let mut result = to_mcp(outcome);
-                if !self.structured {
-                    result.structured_content = None;
-                }
-                return Ok(result.into());
+                return Ok(self.result(outcome).into());
             }
-            return Err(ErrorData::invalid_params(
-                format!("Unknown tool: {}; tools/list lists the Forge tools", request.name),
-                None,
-            ));
+            return Err(unknown_tool(&request.name));
         };
         let input = Value::Object(request.arguments.unwrap_or_default());
         let route = self.route.clone();
@@ -329,11 +334,7 @@ impl ServerHandler for ForgeMcp {
             }
             r
         });
-        let mut result = to_mcp(outcome);
-        if !self.structured {
-            result.structured_content = None;
-        }
-        Ok(result.into())
+        Ok(self.result(outcome).into())
     }
 
     /// The SDK hands over requests it could not parse as custom requests: a `tools/call`

@@ -518,11 +518,6 @@ fn markdown(html: &str) -> String {
     htmd::HtmlToMarkdown::builder().skip_tags(skip).build().tree_to_markdown(&node)
 }
 
-const BLOCKS: &[&str] = &[
-    "p", "div", "section", "article", "main", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "pre",
-    "blockquote", "tr", "table", "dt", "dd", "hr", "header", "figure", "figcaption",
-];
-
 fn plain_text(html: &str) -> String {
     if forge_domain::html::nesting_depth(html, MAX_PARSED_DEPTH) > MAX_PARSED_DEPTH {
         return too_deep(MAX_PARSED_DEPTH) + &forge_domain::html::strip_tags(html);
@@ -587,7 +582,7 @@ fn collect_text(node: &Rc<Node>, drop: &[&str], out: &mut String) {
                 if drop.contains(&t) || t == "head" {
                     continue;
                 }
-                if BLOCKS.contains(&t) {
+                if forge_domain::html::BLOCKS.contains(&t) {
                     if !out.ends_with('\n') && !out.is_empty() {
                         out.push('\n');
                     }
