@@ -183,15 +183,10 @@ pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError
 /// Runs one tool call synchronously on `conn` in one transaction, without an engine; work
 /// left for after the transaction runs here, after the commit. Guarded against repeated
 /// calls (PROTOCOL.md 10.3) as a server's calls are: a `forge-lsp mcp` process without a
-/// server runs all of its session's calls here.
-pub fn run_on(conn: &mut Connection, env: &ToolEnv, command: &str, input: Value) -> Result<CommandResult, ToolError> {
-    run_on_cancellable(conn, env, command, input, None)
-}
-
-/// [`run_on`]; setting `cancel` while a plugin tool runs kills its process group (as a
-/// dropped call does in a server): how `forge-lsp mcp` passes on an MCP client's
-/// `notifications/cancelled`.
-pub fn run_on_cancellable(
+/// server runs all of its session's calls here. Setting `cancel` while a plugin tool runs
+/// kills its process group, as a dropped call does in a server (how `forge-lsp mcp` passes
+/// on an MCP client's `notifications/cancelled`).
+pub fn run_on(
     conn: &mut Connection,
     env: &ToolEnv,
     command: &str,

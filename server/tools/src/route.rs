@@ -231,7 +231,7 @@ impl Route {
             home: std::env::var("HOME").ok(),
             links: forge_core::Links::Forge,
         };
-        crate::run_on_cancellable(&mut conn, &env, name, input, cancel)
+        crate::run_on(&mut conn, &env, name, input, cancel)
     }
 
     fn say(&self, route: String) {
