@@ -550,17 +550,46 @@ fn the_repeated_call_guard_holds_without_a_server() {
 /// itself (no server running): its process group is killed, and the process serves on.
 #[test]
 fn a_cancelled_plugin_tool_call_is_killed() {
-    use std::os::unix::fs::PermissionsExt;
     let sb = Sandbox::new();
     let repo = GitRepo::new();
+    hanging_tool(&sb);
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.initialize();
+    cancel_the_hanging_tool(&sb, &mut m);
+}
+
+/// Through a running server too: the MCP process closes its connection to the server, and
+/// the server kills the plugin tool whose caller went away.
+#[test]
+fn a_cancelled_plugin_tool_call_through_a_server_is_killed() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    hanging_tool(&sb);
+    let sock = sb.root.join("s/forge.sock");
+    let server = sb.listen_unix(&sock);
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[("FORGE_LSP_SOCKET", sock.to_str().expect("utf-8"))]);
+    m.initialize();
+    cancel_the_hanging_tool(&sb, &mut m);
+    // The server serves on.
+    let mut editor = server.connect();
+    editor.init(&Init::new(&repo.path));
+    assert!(editor.tool_ok("tools", json!({})).data["tools"].is_array());
+}
+
+/// A user plugin tool `slow__Hang` that writes its pid and never ends.
+fn hanging_tool(sb: &Sandbox) {
+    use std::os::unix::fs::PermissionsExt;
     let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("Hang"), "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n").unwrap();
     std::fs::set_permissions(dir.join("Hang"), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(dir.join("Hang.json"), json!({ "description": "Never ends.", "inputSchema": {} }).to_string())
         .unwrap();
-    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
-    m.initialize();
+}
+
+/// Calls `slow__Hang`, cancels the call once the tool runs, and checks that its process is
+/// gone, that the call is answered, and that the MCP process serves on.
+fn cancel_the_hanging_tool(sb: &Sandbox, m: &mut Mcp) {
     let id = m.next_id;
     m.next_id += 1;
     m.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "slow__Hang", "arguments": {} } }));

@@ -141,6 +141,77 @@ fn serve_listen_tcp_shares_one_state_between_connections() {
     write_for_another_client(&a, &b, "client a");
 }
 
+/// An `initialize` sent over TCP to `addr` by a Python process (`wrap`, then `python`):
+/// the server's reply, or `EOF` when it closed the connection unanswered.
+fn tcp_initialize(addr: &str, repo: &std::path::Path, wrap: &[&str], python: &str) -> String {
+    let (host, port) = addr.rsplit_once(':').expect("host:port");
+    let script = r#"
+import json, socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"processId": None, "rootUri": "file://" + sys.argv[3], "capabilities": {}}}).encode()
+s.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+s.settimeout(20)
+data = b""
+while True:
+    head, sep, rest = data.partition(b"\r\n\r\n")
+    if sep:
+        n = int(head.split(b":")[1])
+        if len(rest) >= n:
+            print(rest[:n].decode()); break
+    try:
+        chunk = s.recv(65536)
+    except ConnectionResetError:
+        chunk = b""
+    if not chunk:
+        print("EOF"); break
+    data += chunk
+"#;
+    let mut cmd = std::process::Command::new(wrap.first().copied().unwrap_or(python));
+    cmd.args(wrap.iter().skip(1)).args(if wrap.is_empty() { vec![] } else { vec![python] });
+    cmd.args(["-c", script, host, port, repo.to_str().expect("utf-8")]);
+    let out = cmd.output().expect("python3 runs");
+    assert!(out.status.success(), "{wrap:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// TCP carries no credentials, so the server looks its peer up in /proc: a process in this
+/// namespace is the host; one in another process namespace (a loop sandbox that shares the
+/// network) is confined and must identify as a loop session (1001 without one); another
+/// user's connection is closed unanswered (checked when the tests run as root).
+#[test]
+fn serve_listen_tcp_places_its_peers() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let server = sb.listen_tcp();
+    let Addr::Tcp(addr) = &server.addr else { unreachable!() };
+    let host = tcp_initialize(addr, &repo.path, &[], "python3");
+    assert!(host.contains("\"capabilities\""), "the host is served: {host}");
+    let sandboxed = tcp_initialize(
+        addr,
+        &repo.path,
+        &["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"],
+        "python3",
+    );
+    let reply: Value = serde_json::from_str(&sandboxed).unwrap_or_else(|e| panic!("{e}: {sandboxed}"));
+    assert_eq!(reply["error"]["code"], json!(1001), "a sandboxed peer is confined: {reply}");
+    // Another user runs the system's Python (a user's own, as pyenv's, may be unreadable).
+    let system_python = std::path::Path::new("/usr/bin/python3");
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 && system_python.is_file() {
+        let other = tcp_initialize(
+            addr,
+            &repo.path,
+            &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"],
+            "/usr/bin/python3",
+        );
+        assert_eq!(other, "EOF", "another user's connection is closed unanswered");
+    } else {
+        println!("NOTE: not root, or no /usr/bin/python3: another user's TCP connection is not exercised");
+    }
+    // The server serves on.
+    assert!(tcp_initialize(addr, &repo.path, &[], "python3").contains("\"capabilities\""));
+}
+
 #[test]
 fn serve_listen_refuses_addresses_off_loopback_and_bad_schemes() {
     let sb = Sandbox::new();

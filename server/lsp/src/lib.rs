@@ -20,6 +20,7 @@ pub mod ext;
 pub mod findings_index;
 pub mod loops;
 pub mod notifications;
+pub mod peer;
 pub mod plan_features;
 pub mod requests;
 pub mod serve;

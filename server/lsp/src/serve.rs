@@ -37,13 +37,10 @@ where
     shut_down.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// Where a Unix socket connection's peer runs (`SO_PEERCRED`): confined when its
-/// credentials cannot be read.
+/// Where a Unix socket connection's peer runs ([`Peer::of_socket`]).
 fn peer_of(s: &tokio::net::UnixStream) -> Peer {
-    match s.peer_cred().ok().and_then(|c| c.pid()) {
-        Some(pid) => Peer::of_pid(pid),
-        None => Peer::Confined,
-    }
+    use std::os::fd::AsFd;
+    Peer::of_socket(s.as_fd())
 }
 
 /// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT. Returns whether the
@@ -238,10 +235,25 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
             register_listener(&hub, None).await;
             say(format!("tcp:{}", l.local_addr()?));
             loop {
-                let (s, _) = l.accept().await?;
-                let (r, w) = s.into_split();
-                // No credentials over TCP: loopback only, for tests (docs/protocol.md).
-                tokio::spawn(serve_connection(hub.clone(), r, w, Peer::Host));
+                let (s, theirs) = l.accept().await?;
+                let hub = hub.clone();
+                tokio::spawn(async move {
+                    // No credentials over TCP (loopback only, for tests): the peer's process
+                    // is looked up in /proc, off the runtime's threads. Another user's
+                    // connection is closed unanswered.
+                    let placed = match s.local_addr() {
+                        Ok(ours) => tokio::task::spawn_blocking(move || crate::peer::of_tcp(ours, theirs))
+                            .await
+                            .unwrap_or(Some(Peer::Confined)),
+                        Err(_) => Some(Peer::Confined),
+                    };
+                    let Some(peer) = placed else {
+                        tracing::warn!("refused the TCP connection from {theirs}: its socket is another user's");
+                        return;
+                    };
+                    let (r, w) = s.into_split();
+                    serve_connection(hub, r, w, peer).await;
+                });
             }
         }
     }

@@ -11,39 +11,7 @@ use super::conn::Conn;
 use super::{notifications, requests};
 use forge_engine::hub::Hub;
 
-/// Where a connection's peer runs, as far as the server can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Peer {
-    /// The server's own namespaces (an editor, a shell's `forge-lsp call`), or a connection
-    /// whose peer cannot be known (stdio: whoever started the server; TCP, tests only).
-    Host,
-    /// Another process namespace than the server's (a loop's sandbox: bubblewrap unshares
-    /// it), or a Unix socket peer whose credentials cannot be read: it must identify as a
-    /// loop session.
-    Confined,
-}
-
-impl Peer {
-    /// The place of the process `pid` (as this process sees it; 0 when it is in a process
-    /// namespace this process cannot see): confined when its process namespace differs
-    /// from this process's, or cannot be read (it may have gone).
-    ///
-    /// Only the process namespace: containers that share the host's processes but not its
-    /// mounts (distrobox and toolbox run with the host's process namespace, snaps and
-    /// services with a private /tmp have their own mount namespace) are the user's own
-    /// shells, and a loop's sandbox always has a process namespace of its own.
-    pub fn of_pid(pid: i32) -> Peer {
-        let ns = |who: &str| std::fs::read_link(format!("/proc/{who}/ns/pid")).ok();
-        let Some(ours) = ns("self") else {
-            // No /proc here: nothing to compare; the sandbox itself needs /proc.
-            return Peer::Host;
-        };
-        if pid <= 0 || ns(&pid.to_string()).as_ref() != Some(&ours) {
-            return Peer::Confined;
-        }
-        Peer::Host
-    }
-}
+pub use crate::peer::Peer;
 
 pub struct Backend {
     pub client: Client,

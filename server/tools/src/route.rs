@@ -165,8 +165,10 @@ impl Route {
         self.call_named_cancellable(name, needs_server, input, None)
     }
 
-    /// [`Route::call_named`]; setting `cancel` stops a plugin tool this process runs itself
-    /// (in-process). Through a server the call runs there to its end or its time limit.
+    /// [`Route::call_named`]; setting `cancel` stops a plugin tool: one this process runs
+    /// itself (in-process) is killed; through a server, the connection is closed, and the
+    /// server kills a plugin tool whose caller's connection ended (`call_watched`). A
+    /// built-in tool the server runs goes on to its end there (its writes are whole).
     pub fn call_named_cancellable(
         &self,
         name: &str,
@@ -177,7 +179,9 @@ impl Route {
         relative_file_from(&mut input, &self.here, &self.root);
         if let Some(sock) = &self.socket {
             self.say(format!("through the server at FORGE_LSP_SOCKET={}", sock.display()));
-            return self.via_server(sock, name, input).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)));
+            return self
+                .via_server(sock, name, input, cancel)
+                .map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)));
         }
 
         let first = self.detected.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -187,7 +191,7 @@ impl Route {
         keep_wal_files(&conn);
         for sock in running_servers(&conn, &project.id) {
             self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
-            match self.via_server(&sock, name, input.clone()) {
+            match self.via_server(&sock, name, input.clone(), cancel) {
                 Ok(r) => return Ok(r),
                 Err(Some(e)) => return Err(e),
                 Err(None) => {
@@ -273,14 +277,51 @@ impl Route {
     }
 
     /// Runs the call through a server. `Err(None)` when the server cannot be reached.
-    fn via_server(&self, sock: &Path, tool: &str, input: Value) -> Result<CommandResult, Option<ToolError>> {
+    /// Setting `cancel` while the call runs closes the connection (the server then stops a
+    /// plugin tool) and ends the call with an error saying so.
+    fn via_server(
+        &self,
+        sock: &Path,
+        tool: &str,
+        input: Value,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<CommandResult, Option<ToolError>> {
+        use std::sync::atomic::{AtomicBool, Ordering};
         let mut c = self.connect(sock)?;
-        let r = c
-            .request(
-                "workspace/executeCommand",
-                json!({ "command": forge_protocol::command_name(tool), "arguments": [input] }),
-            )
-            .map_err(|e| Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))?;
+        let params = json!({ "command": forge_protocol::command_name(tool), "arguments": [input] });
+        let r = match cancel {
+            None => c.request("workspace/executeCommand", params),
+            Some(cancel) => {
+                let closer = c.closer().map_err(|e| {
+                    Some(ToolError::internal(format!("cannot watch the server connection for a cancel: {e}")))
+                })?;
+                let done = AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    // Watches the caller's cancel while the call waits for its reply; woken
+                    // when the reply came.
+                    let watcher = s.spawn(|| {
+                        while !done.load(Ordering::Acquire) {
+                            if cancel.load(Ordering::Acquire) {
+                                let _ = closer.shutdown(std::net::Shutdown::Both);
+                                return;
+                            }
+                            std::thread::park_timeout(std::time::Duration::from_millis(20));
+                        }
+                    });
+                    let r = c.request("workspace/executeCommand", params);
+                    done.store(true, Ordering::Release);
+                    watcher.thread().unpark();
+                    r
+                })
+            }
+        };
+        if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire)) {
+            return Err(Some(ToolError::internal(format!(
+                "forge.{tool} was cancelled: the connection to the server was closed, which stops a plugin tool there"
+            ))));
+        }
+        let r =
+            r.map_err(|e| Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))?;
         let _ = c.request("shutdown", Value::Null);
         let _ = c.notify("exit", Value::Null);
         match r {

@@ -25,6 +25,12 @@ impl LspClient {
         Ok(LspClient { reader: s.try_clone()?, decoder: Decoder::new(), writer: s, next_id: 1, notifications: None })
     }
 
+    /// A handle on the same connection that can close it from another thread
+    /// (`shutdown`), ending a `request` that waits for its reply.
+    pub fn closer(&self) -> std::io::Result<UnixStream> {
+        self.writer.try_clone()
+    }
+
     /// From now on, keeps the notifications the server sends (the demo shows them);
     /// otherwise they are dropped.
     pub fn keep_notifications(&mut self) {
