@@ -391,4 +391,28 @@ H.run(function()
   local _, after = run_qf_command('Forge findings', 'Forge findings')
   note('quickfix_after_delete', after)
   check('after the delete :Forge findings lists only the other finding', #after == 1 and after[1].file == 'notes.txt', after)
+
+  ---------------------------------------------------------------- a file name with + @ space é
+  -- Neovim spells such a file's URI its own way (`+` and `@` kept, lowercase hex); the
+  -- server must still know the file on didOpen and publish its findings again.
+  local odd = 'c++ @v2 é.txt'
+  local out = vim.fn.system({ 'forge-lsp', 'call', 'review-write', vim.json.encode({ file = odd, line = 1, severity = 'warning', description = 'Odd name finding.' }) })
+  check('a finding on a file named with + @ space é is written (forge-lsp call)', vim.v.shell_error == 0, out)
+  vim.cmd('edit ' .. vim.fn.fnameescape(odd))
+  local ob = vim.api.nvim_get_current_buf()
+  note('odd_uri', vim.uri_from_bufnr(ob))
+  wait(5000, function()
+    return #H.forge_diagnostics(ob) > 0
+  end)
+  check('findings of a file named with + @ space é are shown', #H.forge_diagnostics(ob) == 1, diag_summary(H.forge_diagnostics(ob)))
+  vim.cmd('bdelete ' .. ob)
+  vim.cmd('edit ' .. vim.fn.fnameescape(odd))
+  ob = vim.api.nvim_get_current_buf()
+  wait(5000, function()
+    return #H.forge_diagnostics(ob) > 0
+  end)
+  check('they are shown again after it is closed and reopened (published again on didOpen)', #H.forge_diagnostics(ob) == 1, {
+    uri = vim.uri_from_bufnr(ob),
+    diagnostics = diag_summary(H.forge_diagnostics(ob)),
+  })
 end)
