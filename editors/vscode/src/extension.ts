@@ -208,7 +208,18 @@ class Forge implements vscode.Disposable {
         // The server takes exactly one input object (PROTOCOL.md §3); VS Code runs a
         // server command invoked without arguments (a key binding, another extension) with
         // `[]`, which means an empty input here.
-        executeCommand: (command, args, next) => next(command, args.length === 0 ? [{}] : args),
+        // Recorded like the extension's own commands (the test report).
+        executeCommand: async (command, args, next) => {
+          try {
+            const result: unknown = await next(command, args.length === 0 ? [{}] : args);
+            const text = (result as { text?: unknown } | null | undefined)?.text;
+            this.report.command(command, true, typeof text === 'string' ? text : '');
+            return result;
+          } catch (e) {
+            this.report.command(command, false, e instanceof Error ? e.message : String(e));
+            throw e;
+          }
+        },
         // The server's code lenses run its commands, whose results the client drops: route
         // them through the extension so that the user sees what happened.
         provideCodeLenses: async (document, token, next) => {

@@ -381,6 +381,15 @@ async function main() {
       }
     }, ['loop-completed']);
 
+    await step('a key bound to a server command runs it without arguments (forge.loop-status)', 'keybinding', async () => {
+      await openFromExplorer('src/main.txt');
+      await page.keyboard.press('Control+Alt+F9');
+      await until('the server command to be answered', (r) => r.commands.find((c) => c.command === 'forge.loop-status'));
+      const ran = readReport().commands.filter((c) => c.command === 'forge.loop-status');
+      check(ran.length === 1 && ran[0].ok, `server command: ${JSON.stringify(ran)}`);
+      check(/vscode-loop/.test(ran[0].detail), `loop-status text names the loop: ${JSON.stringify(ran[0].detail)}`);
+    }, ['loop-completed']);
+
     await step('Delete finding (quick fix) removes the finding', 'quick-fix', async () => {
       await openFromExplorer('src/main.txt');
       await page.keyboard.press('Control+g');
