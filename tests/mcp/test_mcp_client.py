@@ -218,3 +218,59 @@ def test_outside_a_repository_exits_2(env: Env, tmp_path: pathlib.Path):
     assert out.returncode == 2, out
     assert "not inside a git repository" in out.stderr and "--project" in out.stderr
     assert out.stdout == ""
+
+
+def hanging_tool(env: Env) -> pathlib.Path:
+    """A user plugin tool `slow__Hang` that writes its pid and never ends; returns the pid file."""
+    tools = env.tmp / "config" / "forge-lsp" / "plugins" / "slow" / "tools"
+    tools.mkdir(parents=True)
+    script = tools / "Hang"
+    script.write_text('#!/bin/sh\necho $$ > "$FORGE_PLUGIN_DIR/pid"\nsleep 60 &\nwait\n')
+    script.chmod(0o755)
+    (tools / "Hang.json").write_text('{"description": "Never ends.", "inputSchema": {}}')
+    return tools.parent / "pid"
+
+
+@pytest.mark.parametrize("through_server", [False, True], ids=["in-process", "through-a-server"])
+async def test_an_abandoned_call_stops_the_plugin_tool(env: Env, through_server: bool):
+    """The SDK sends `notifications/cancelled` when its caller abandons a request (here: the
+    task calling the tool is cancelled). The plugin tool's process is then killed, whether
+    `forge-lsp mcp` runs it itself or a running server does, and the session goes on."""
+    import anyio
+
+    pid_file = hanging_tool(env)
+    extra: dict[str, str] = {}
+    server = None
+    if through_server:
+        sock = env.tmp / "s" / "forge.sock"
+        server = subprocess.Popen(
+            [server_binary(), "--data-dir", str(env.data), "serve", "--listen", f"unix:{sock}"],
+            cwd=env.repo,
+            env={"PATH": os.environ.get("PATH", ""), **env.env},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = server.stderr.readline()
+        assert line.startswith("listening on unix:"), line
+        extra["FORGE_LSP_SOCKET"] = str(sock)
+    try:
+        async with env.session(env=extra) as s:
+            await s.initialize()
+            assert "slow__Hang" in [t.name for t in (await s.list_tools()).tools]
+            pid = None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(s.call_tool, "slow__Hang", {})
+                with anyio.fail_after(30):
+                    while not (pid_file.exists() and pid_file.read_text().strip()):
+                        await anyio.sleep(0.05)
+                pid = pid_file.read_text().strip()
+                tg.cancel_scope.cancel()
+            with anyio.fail_after(10):
+                while pathlib.Path(f"/proc/{pid}").exists():
+                    await anyio.sleep(0.05)
+            r = await s.call_tool("review-read", {})
+            assert not r.is_error, r
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
