@@ -212,6 +212,26 @@ fn serve_listen_tcp_places_its_peers() {
     assert!(tcp_initialize(addr, &repo.path, &[], "python3").contains("\"capabilities\""));
 }
 
+/// A listening socket in a directory other users can write (no sticky bit) is served, with
+/// a warning on stderr that names the directory; a private or sticky directory gets none.
+#[test]
+fn serve_listen_warns_about_a_directory_others_can_write() {
+    let sb = Sandbox::new();
+    for (mode, warned) in [(0o777, true), (0o770, true), (0o1777, false), (0o700, false)] {
+        let dir = sb.root.join(format!("sockdir-{mode:o}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let server = sb.listen_unix(&dir.join("forge.sock"));
+        // The warning comes before the `listening on` line.
+        let err = wait_for(WAIT, || Some(server.stderr()).filter(|e| e.contains("listening on unix:")))
+            .expect("the listening line");
+        assert_eq!(err.contains("writable by other users"), warned, "mode {mode:o}: {err}");
+        if warned {
+            assert_contains(&err, dir.to_str().unwrap());
+        }
+    }
+}
+
 #[test]
 fn serve_listen_refuses_addresses_off_loopback_and_bad_schemes() {
     let sb = Sandbox::new();

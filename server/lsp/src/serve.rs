@@ -196,6 +196,24 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     }
 }
 
+/// Why the directory of a listening socket at `path` is unsafe, if it is: other users may
+/// write it (group- or world-writable without the sticky bit), so they could remove the
+/// socket and put their own in its place for clients to connect to. (The socket itself is
+/// 0600: no one else can connect to it.)
+fn shared_directory(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mode = std::fs::metadata(dir).ok()?.mode();
+    let sticky = mode & 0o1000 != 0;
+    (mode & 0o022 != 0 && !sticky).then(|| {
+        format!(
+            "the socket's directory {} (mode {:o}) is writable by other users: they could replace the socket with their own; listen in a directory only you can write (e.g. under $XDG_RUNTIME_DIR)",
+            dir.display(),
+            mode & 0o7777
+        )
+    })
+}
+
 /// Accepts connections forever; each gets its own LSP session on the shared hub. Once
 /// listening it says where on standard error (`listening on tcp:127.0.0.1:PORT`).
 pub async fn listen(hub: Arc<Hub>, addr: ListenAddr) -> std::io::Result<()> {
@@ -215,6 +233,11 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
     match addr {
         ListenAddr::Unix(path) => {
             let l = bind_unix(&path)?;
+            if let Some(why) = shared_directory(&path) {
+                // Said on stderr beside the `listening on` line: the user chose the path.
+                eprintln!("forge-lsp: warning: {why}");
+                tracing::warn!("{why}");
+            }
             // Loops get the private socket, in a directory of its own: never this one,
             // whose directory may hold anything (it is bound into loop sandboxes).
             start_private_socket(hub.clone());
