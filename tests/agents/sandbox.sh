@@ -38,6 +38,12 @@ echo $? > "$d/untokened.code"
 # about its worktree.
 "$SHELL" -c 'cd /tmp && forge-lsp call review-read "{}"' > "$d/fromtmp.out" 2> "$d/fromtmp.err"
 echo $? > "$d/fromtmp.code"
+# The user's runtime directory (session bus, ssh and gpg agents) is hidden inside the
+# sandbox: its daemons act on the host.
+if [ -n "${FORGE_TEST_RUNTIME_SOCKET:-}" ]; then
+  { [ -S "$FORGE_TEST_RUNTIME_SOCKET" ] && echo host-sees || echo host-misses
+    "$SHELL" -c '[ -S "$FORGE_TEST_RUNTIME_SOCKET" ] && echo sandbox-sees || echo sandbox-misses'; } > "$d/runtime.txt" 2>&1
+fi
 # A plugin tool from files (box__Probe, when the test installed it) runs in the sandbox too.
 forge-lsp call box__Probe '{}' > "$d/plugin.out" 2> "$d/plugin.err"
 echo $? > "$d/plugin.code"

@@ -243,15 +243,18 @@ async def test_an_abandoned_call_stops_the_plugin_tool(env: Env, through_server:
     server = None
     if through_server:
         sock = env.tmp / "s" / "forge.sock"
-        server = subprocess.Popen(
-            [server_binary(), "--data-dir", str(env.data), "serve", "--listen", f"unix:{sock}"],
-            cwd=env.repo,
-            env={"PATH": os.environ.get("PATH", ""), **env.env},
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        line = server.stderr.readline()
-        assert line.startswith("listening on unix:"), line
+        log = env.tmp / "serve.log"
+        with open(log, "w") as err:  # a file, never a pipe nobody drains
+            server = subprocess.Popen(
+                [server_binary(), "--data-dir", str(env.data), "serve", "--listen", f"unix:{sock}"],
+                cwd=env.repo,
+                env={"PATH": os.environ.get("PATH", ""), **env.env},
+                stderr=err,
+            )
+        with anyio.fail_after(30):
+            while "listening on unix:" not in log.read_text():
+                assert server.poll() is None, log.read_text()
+                await anyio.sleep(0.05)
         extra["FORGE_LSP_SOCKET"] = str(sock)
     try:
         async with env.session(env=extra) as s:

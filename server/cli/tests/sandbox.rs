@@ -174,7 +174,18 @@ fn a_loop_start_without_bubblewrap_fails_with_1004_and_leaves_nothing() {
 #[test]
 fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() {
     require_bwrap();
-    let f = Fixture::start(true, |_| {});
+    // A runtime directory outside /tmp (the sandbox's /tmp is private anyway), holding a
+    // socket like the session bus's: visible to the agent on the host, hidden in the sandbox.
+    let runtime = tempfile::Builder::new().prefix("runtime-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let bus = runtime.path().join("bus");
+    let _bus = std::os::unix::net::UnixListener::bind(&bus).unwrap();
+    let f = Fixture::start(true, |c| {
+        c.env("XDG_RUNTIME_DIR", runtime.path()).env("FORGE_TEST_RUNTIME_SOCKET", &bus);
+    });
     // A user plugin tool the agent calls: it reports where it ran and tries to write outside.
     let tools = f.sb.config_home.join("forge-lsp/plugins/box/tools");
     std::fs::create_dir_all(&tools).unwrap();
@@ -249,6 +260,9 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     assert_eq!(read(&d, "shim.txt").trim(), "2 1");
     assert_eq!(read(&d, "path-sh.txt").trim(), "2 1");
     assert!(wt.join("shim-made").exists(), "the sandboxed shell writes into the worktree");
+    // The user's runtime directory is hidden inside (its private socket still works: the
+    // calls above went through it).
+    assert_eq!(read(&d, "runtime.txt").lines().collect::<Vec<_>>(), ["host-sees", "sandbox-misses"]);
 
     // Not for sessions outside a loop.
     let e = f.client.tool_err("shell", json!({ "command": "pwd" }));

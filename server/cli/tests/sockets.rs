@@ -180,6 +180,10 @@ while True:
 /// user's connection is closed unanswered (checked when the tests run as root).
 #[test]
 fn serve_listen_tcp_places_its_peers() {
+    let on_path =
+        |p: &str| std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join(p).is_file());
+    assert!(on_path("bwrap"), "this test needs bubblewrap: apt-get install bubblewrap (scripts/test-all installs it)");
+    assert!(on_path("python3"), "this test needs python3");
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let server = sb.listen_tcp();
@@ -197,7 +201,7 @@ fn serve_listen_tcp_places_its_peers() {
     // Another user runs the system's Python (a user's own, as pyenv's, may be unreadable).
     let system_python = std::path::Path::new("/usr/bin/python3");
     // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 && system_python.is_file() {
+    if unsafe { libc::geteuid() } == 0 && system_python.is_file() && on_path("setpriv") {
         let other = tcp_initialize(
             addr,
             &repo.path,
@@ -206,7 +210,7 @@ fn serve_listen_tcp_places_its_peers() {
         );
         assert_eq!(other, "EOF", "another user's connection is closed unanswered");
     } else {
-        println!("NOTE: not root, or no /usr/bin/python3: another user's TCP connection is not exercised");
+        println!("NOTE: not root, or no /usr/bin/python3 or setpriv: another user's TCP connection is not exercised");
     }
     // The server serves on.
     assert!(tcp_initialize(addr, &repo.path, &[], "python3").contains("\"capabilities\""));

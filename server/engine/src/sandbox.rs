@@ -10,6 +10,13 @@
 //!   Every namespace is unshared (`--unshare-all`): no network unless the loop was started
 //!   with `sandbox.network = true` (`--share-net`); loopback inside is a fresh namespace.
 //!   `FORGE_SANDBOX=1` is set inside. `--die-with-parent` ties the sandbox to its caller.
+//! - Hidden, because a socket on a read-only mount can still be connected to and the daemons
+//!   behind them act on the host ([`hidden_dirs`], [`hidden_sockets`]): the user runtime
+//!   directories (`/run/user`, the server's own `$XDG_RUNTIME_DIR`: the session bus, whose
+//!   `systemd-run --user` would start any command outside the sandbox, the agents of ssh
+//!   and gpg, Wayland, PipeWire, rootless Podman) are empty tmpfs, and the Docker and Podman
+//!   system sockets are `/dev/null`. Abstract Unix sockets (an X server's) are per network
+//!   namespace: unreachable unless the loop shares the network.
 //! - What runs sandboxed: `forge.shell` commands (`sh -c`), and every shell the agent starts
 //!   through `PATH` or `$SHELL`: at loop start and restart the engine writes the shims
 //!   `<worktree>/.forge/bin/{sh,bash}` ([`Sandbox::write_shim`]) and the command host puts
@@ -166,6 +173,47 @@ pub fn loop_binds(socket: Option<&Path>) -> Vec<PathBuf> {
     socket.and_then(|s| s.parent().map(Path::to_path_buf)).into_iter().collect()
 }
 
+/// Directories a sandbox sees as empty tmpfs: `/run/user` and the server's own
+/// `$XDG_RUNTIME_DIR` when it is a runtime directory (absolute, ours, mode 0700) outside
+/// `/tmp` (private already) and not the home directory or above it (the agents' own
+/// configuration lives there). Binds made after them (the private socket's directory, the
+/// worktree) reappear inside.
+pub fn hidden_dirs() -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = vec![];
+    let run_user = Path::new("/run/user");
+    if run_user.is_dir() {
+        out.push(run_user.to_path_buf());
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let private = std::fs::metadata(&rt).is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0);
+        let covered = rt.starts_with("/tmp") || rt.starts_with(run_user);
+        let above_home = home.as_deref().is_some_and(|h| h.starts_with(&rt));
+        if rt.is_absolute() && rt != Path::new("/") && private && !covered && !above_home {
+            out.push(rt);
+        }
+    }
+    out
+}
+
+/// System sockets whose daemons act as root for their callers (Docker's, Podman's), bound
+/// over with `/dev/null` in a sandbox: each one present, once.
+pub fn hidden_sockets() -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut out: Vec<PathBuf> = vec![];
+    for p in ["/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock"] {
+        let Ok(real) = Path::new(p).canonicalize() else { continue };
+        let socket = std::fs::metadata(&real).is_ok_and(|m| m.file_type().is_socket());
+        if socket && !out.contains(&real) {
+            out.push(real);
+        }
+    }
+    out
+}
+
 /// The read-only binds a loop's sandbox needs for its agent program: the program file when
 /// `argv[0]` names one by path outside the worktree (a script run through the shims, whose
 /// `#!/usr/bin/env bash` finds the sandboxed shell, must be visible inside).
@@ -226,6 +274,12 @@ impl Sandbox {
         push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]);
         push(&["--dev".as_ref(), "/dev".as_ref(), "--proc".as_ref(), "/proc".as_ref()]);
         push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
+        for d in hidden_dirs() {
+            push(&["--tmpfs".as_ref(), d.as_os_str()]);
+        }
+        for sock in hidden_sockets() {
+            push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), sock.as_os_str()]);
+        }
         // After the tmpfs (so directories under /tmp reappear), before the worktree (so a
         // bind that contains the worktree does not hide its binds).
         for b in &self.binds {

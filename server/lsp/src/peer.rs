@@ -8,12 +8,11 @@
 /// Where a connection's peer runs, as far as the server can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peer {
-    /// The server's own namespaces (an editor, a shell's `forge-lsp call`), or a connection
-    /// whose peer cannot be known (stdio: whoever started the server; TCP, tests only).
+    /// The server's own process namespace (an editor, a shell's `forge-lsp call`), or stdio
+    /// (whoever started the server).
     Host,
     /// Another process namespace than the server's (a loop's sandbox: bubblewrap unshares
-    /// it), or a Unix socket peer whose credentials cannot be read: it must identify as a
-    /// loop session.
+    /// it), or a peer whose place cannot be read: it must identify as a loop session.
     Confined,
 }
 
@@ -54,7 +53,7 @@ impl Peer {
         // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
         let placed = Peer::of_pid(cred.pid);
-        if placed == Peer::Host && !alive(&pidfd) {
+        if placed == Peer::Host && alive(&pidfd) == Some(false) {
             return Peer::Confined;
         }
         placed
@@ -71,8 +70,8 @@ impl Peer {
     pub fn of_pid(pid: i32) -> Peer {
         let ns = |who: &str| std::fs::read_link(format!("/proc/{who}/ns/pid")).ok();
         let Some(ours) = ns("self") else {
-            // No /proc here: nothing to compare; the sandbox itself needs /proc.
-            return Peer::Host;
+            // No /proc here: nothing can be placed, so nothing is trusted.
+            return Peer::Confined;
         };
         if pid <= 0 || ns(&pid.to_string()).as_ref() != Some(&ours) {
             return Peer::Confined;
@@ -81,23 +80,26 @@ impl Peer {
     }
 }
 
-/// The place of a loopback TCP peer: `None` when it is another user's (refused: TCP
-/// carries no credentials, and any local user can reach a loopback port), else where the
-/// process that holds its socket runs.
+/// The place of a loopback TCP peer: `None` when it is refused (another user's, or gone
+/// before it could be looked up: TCP carries no credentials, and any local user can reach
+/// a loopback port), else where the processes that hold its socket run.
 ///
 /// `/proc/net/tcp` (and `tcp6`) name the owner and inode of the peer's end (its local
-/// address is our remote one and the other way round); the processes whose `fd` links
-/// name that inode hold it. Each holder is placed by [`Peer::of_pid`], then checked to
-/// hold the socket still (an id reused in between names a process without it). The
-/// host only when every holder is; confined when none can be found (the peer is gone, or
-/// the socket is held in a process namespace this one cannot see).
+/// address is our remote one and the other way round); the threads whose `fd` links name
+/// that inode hold it (each thread's table is read: a process whose main thread exited,
+/// or a thread that unshared its table, shows the socket only there). Each holder is
+/// placed by [`Peer::of_pid`], then checked to hold the socket still (an id reused in
+/// between names a process without it). The host only when every holder found is;
+/// confined when none is found (held where this process cannot look). Placement follows
+/// who holds the socket when it is looked up, not who created it: a sandboxed process
+/// that handed its socket to a host process and kept no readable copy would pass as the
+/// host (docs/reliability.md).
 pub fn of_tcp(ours: std::net::SocketAddr, theirs: std::net::SocketAddr) -> Option<Peer> {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    let Some((uid, inode)) = tcp_socket_of(theirs, ours) else {
-        return Some(Peer::Confined);
-    };
-    if uid != me {
+    let (uid, inode) = tcp_socket_of(theirs, ours)?;
+    // Inode 0: no socket behind the entry any more (closed, in TIME_WAIT; its uid reads 0).
+    if uid != me || inode == 0 {
         return None;
     }
     let link = format!("socket:[{inode}]");
@@ -105,9 +107,9 @@ pub fn of_tcp(ours: std::net::SocketAddr, theirs: std::net::SocketAddr) -> Optio
     if holders.is_empty() {
         return Some(Peer::Confined);
     }
-    for (pid, fd) in holders {
+    for (pid, fd_path) in holders {
         let placed = Peer::of_pid(pid);
-        let still = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|l| l.as_os_str() == link.as_str());
+        let still = std::fs::read_link(&fd_path).is_ok_and(|l| l.as_os_str() == link.as_str());
         if placed != Peer::Host || !still {
             return Some(Peer::Confined);
         }
@@ -161,18 +163,20 @@ fn proc_addr(s: &str) -> Option<std::net::SocketAddr> {
     Some(canonical(addr))
 }
 
-/// The (process id, descriptor) pairs whose `/proc/<pid>/fd/<fd>` link is `link`, over
-/// the processes this one may look into (other users' are unreadable, and skipped).
-fn holders_of(link: &str) -> Vec<(i32, u64)> {
+/// The (process id, `/proc/<pid>/task/<tid>/fd/<fd>` path) pairs whose link is `link`,
+/// over the threads this process may look into (other users' are unreadable, and
+/// skipped).
+fn holders_of(link: &str) -> Vec<(i32, std::path::PathBuf)> {
     let mut found = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else { return found };
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
-        for fd in fds.flatten() {
-            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == link) {
-                if let Some(n) = fd.file_name().to_str().and_then(|n| n.parse().ok()) {
-                    found.push((pid, n));
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+        for t in tasks.flatten() {
+            let Ok(fds) = std::fs::read_dir(t.path().join("fd")) else { continue };
+            for fd in fds.flatten() {
+                if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == link) {
+                    found.push((pid, fd.path()));
                 }
             }
         }
@@ -180,14 +184,23 @@ fn holders_of(link: &str) -> Vec<(i32, u64)> {
     found
 }
 
-/// Whether the process of `pidfd` has not been reaped yet (signal 0 reaches it).
-fn alive(pidfd: &std::os::fd::OwnedFd) -> bool {
+/// Whether the process of `pidfd` has not been reaped yet (signal 0 reaches it); `None`
+/// when the call is not available (a seccomp filter that refuses it): the id-only check
+/// then stands, as on a kernel without pidfds.
+fn alive(pidfd: &std::os::fd::OwnedFd) -> Option<bool> {
     use std::os::fd::AsRawFd;
     // SAFETY: a live pidfd, signal 0 (nothing is sent), no siginfo, no flags.
     let rc = unsafe {
         libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), 0, std::ptr::null::<libc::siginfo_t>(), 0)
     };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    if rc == 0 {
+        return Some(true);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EPERM) => Some(true),
+        Some(libc::ENOSYS) => None,
+        _ => Some(false),
+    }
 }
 
 #[cfg(test)]
@@ -211,11 +224,12 @@ mod tests {
         let (s, theirs) = l.accept().unwrap();
         assert_eq!(theirs, c.local_addr().unwrap());
         assert_eq!(super::of_tcp(s.local_addr().unwrap(), theirs), Some(Peer::Host));
-        // A peer whose socket is gone: confined.
+        // A peer whose socket is gone (closed before it was looked up): refused.
+        let (ours, theirs) = (s.local_addr().unwrap(), c.local_addr().unwrap());
         drop(c);
         drop(s);
-        let gone: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
-        assert_eq!(super::of_tcp(l.local_addr().unwrap(), gone), Some(Peer::Confined));
+        // The closed pair may linger in TIME_WAIT (owner uid 0, inode 0): not ours either.
+        assert_eq!(super::of_tcp(ours, theirs), None);
     }
 
     /// `/proc/net/tcp*` addresses, as the kernel prints them on a little-endian machine.

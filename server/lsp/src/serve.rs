@@ -257,21 +257,28 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
             start_private_socket(hub.clone());
             register_listener(&hub, None).await;
             say(format!("tcp:{}", l.local_addr()?));
+            // Two lookups at a time: each reads the fd links of the user's processes, and a
+            // burst of connections must not take the blocking threads tools run on.
+            let lookups = Arc::new(tokio::sync::Semaphore::new(2));
             loop {
                 let (s, theirs) = l.accept().await?;
-                let hub = hub.clone();
+                let (hub, lookups) = (hub.clone(), lookups.clone());
                 tokio::spawn(async move {
                     // No credentials over TCP (loopback only, for tests): the peer's process
                     // is looked up in /proc, off the runtime's threads. Another user's
-                    // connection is closed unanswered.
+                    // connection, or one gone before the lookup, is closed unanswered.
+                    let Ok(permit) = lookups.acquire().await else { return };
                     let placed = match s.local_addr() {
                         Ok(ours) => tokio::task::spawn_blocking(move || crate::peer::of_tcp(ours, theirs))
                             .await
                             .unwrap_or(Some(Peer::Confined)),
                         Err(_) => Some(Peer::Confined),
                     };
+                    drop(permit);
                     let Some(peer) = placed else {
-                        tracing::warn!("refused the TCP connection from {theirs}: its socket is another user's");
+                        tracing::warn!(
+                            "refused the TCP connection from {theirs}: its socket is another user's, or gone"
+                        );
                         return;
                     };
                     let (r, w) = s.into_split();

@@ -287,7 +287,19 @@ impl Route {
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<CommandResult, Option<ToolError>> {
         use std::sync::atomic::{AtomicBool, Ordering};
+        let cancelled = || {
+            Some(ToolError::internal(format!(
+                "forge.{tool} was cancelled: the connection to the server was closed, which stops a plugin tool there"
+            )))
+        };
+        let asked = || cancel.is_some_and(|c| c.load(Ordering::Acquire));
+        if asked() {
+            return Err(cancelled());
+        }
         let mut c = self.connect(sock)?;
+        if asked() {
+            return Err(cancelled());
+        }
         let params = json!({ "command": forge_protocol::command_name(tool), "arguments": [input] });
         let r = match cancel {
             None => c.request("workspace/executeCommand", params),
@@ -315,13 +327,14 @@ impl Route {
                 })
             }
         };
-        if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire)) {
-            return Err(Some(ToolError::internal(format!(
-                "forge.{tool} was cancelled: the connection to the server was closed, which stops a plugin tool there"
-            ))));
-        }
-        let r =
-            r.map_err(|e| Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))?;
+        // A reply that arrived is the call's outcome, even when a cancel came with it.
+        let r = match r {
+            Ok(r) => r,
+            Err(_) if asked() => return Err(cancelled()),
+            Err(e) => {
+                return Err(Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))
+            }
+        };
         let _ = c.request("shutdown", Value::Null);
         let _ = c.notify("exit", Value::Null);
         match r {
