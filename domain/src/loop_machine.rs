@@ -556,13 +556,16 @@ fn terminate(facts: &LoopFacts, reason: TerminationReason, cause: &'static str) 
 }
 
 /// Applies the iteration increment of `t`, or turns it into a `max_iterations` termination
-/// (keeping its counters) when the cap would be exceeded.
+/// (keeping its counters and its section: a clean section audit that hits the cap has
+/// completed its section, so a restart resumes at the next one) when the cap would be
+/// exceeded.
 fn next_iteration(facts: &LoopFacts, t: Transition) -> Transition {
     if facts.iteration_cap_reached() {
         return Transition {
             audit_count_after: t.audit_count_after,
             error_count_after: t.error_count_after,
             model_failed: t.model_failed,
+            section_after: t.section_after,
             ..terminate(facts, TerminationReason::MaxIterations, t.cause)
         };
     }
@@ -1135,6 +1138,9 @@ mod tests {
             assert_eq!(t.to, None);
             assert_eq!(t.iteration_after, 4);
             assert_eq!(t.status(), Some(Status::Errored));
+            // The completed section is left behind: the next one is current.
+            let section_after = if cause == "section-clean" { f.section_index.map(|i| i + 1) } else { f.section_index };
+            assert_eq!(t.section_after, section_after, "{cause}");
         }
         // Below the cap, and unlimited: no termination.
         let below = LoopFacts { iteration: 3, max_iterations: 4, ..facts(Phase::Auditing) };

@@ -11,6 +11,10 @@
 #     finding   clean, but section 2's first audit writes a bug finding on work.txt:1 and
 #               hands off without a summary; its second audit deletes it and hands off clean
 #     silent    the coder only prints text (never hands off)
+#     postlimit the post-action turn fails with a provider limit ("429 Too Many Requests")
+#               without a record; otherwise as clean
+#     mute      the coder's first turn only prints text, its second prints nothing at all
+#               (no reply), its third works and hands off; then as clean
 #     crash     every turn fails (exit 1)
 #     block     the auditor records a clean handoff, writes its pid to auditor.pid and waits
 #               for the file `release` (at most ~20 s) before ending its turn; while the file
@@ -117,6 +121,14 @@ code() { # the default coder turn: one line per turn in work.txt, then the hando
 [ "$scenario" = crash ] && { echo "boom: the test agent crashed on purpose" >&2; exit 1; }
 
 case "$FORGE_ROLE:$scenario" in
+  coder:mute)
+    case $(bump coder-mute) in
+      1) echo "I will look at it." ;;
+      2) ;;
+      *) code ;;
+    esac
+    exit 0
+    ;;
   coder:silent)
     echo "I looked at the plan and will get back to you."
     exit 0
@@ -227,6 +239,10 @@ case "$FORGE_ROLE:$scenario" in
     ;;
   auditor:*)
     audit_clean
+    ;;
+  post_action:postlimit)
+    echo "Error: 429 Too Many Requests: rate limit reached" >&2
+    exit 1
     ;;
   post_action:*)
     post_action

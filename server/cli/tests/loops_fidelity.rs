@@ -196,6 +196,14 @@ fn a_restart_counts_only_the_current_sections_bugs_for_the_continuation_prompt()
         !prompt.contains("left the findings below open"),
         "the initial section prompt, not a continuation:\n{prompt}"
     );
+    // A force restart of a loop this process runs takes the loop over: it does not end it
+    // first (no shutdown row, no teardown commit, no cancelled status for the editors).
+    let briefs = t.briefs(&name);
+    assert!(!briefs.iter().any(|b| b.contains("shutdown")), "{briefs:?}");
+    let log = t.log(&format!("forge/{name}"));
+    assert!(!log.iter().any(|l| l.contains("shutdown")), "{log:?}");
+    let statuses = t.statuses(&name);
+    assert!(!statuses.iter().any(|s| s["status"] != json!("running")), "{statuses:?}");
     t.signal("coder-release");
 }
 

@@ -190,6 +190,30 @@ fn plan_adjust_during_an_audit_appends_a_section_that_then_runs() {
     assert_eq!(t.log(&format!("forge/{name}"))[..2], ["section 2: Appended section", "section 1: Only step"]);
 }
 
+/// A post-action turn that fails with a provider limit and no record still completes the
+/// loop (seeds, "Post-action": an assistant error there completes, the status is always
+/// completed); provider limits end loops with `provider_limit` in coding and auditing.
+#[test]
+fn a_provider_limit_in_post_action_completes_the_loop() {
+    let t = LoopTest::start(
+        "postlimit",
+        "[loop.postAction]\nenabled = true\nprompt = \"Run the release checks and report.\"\n",
+    );
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("completed"));
+    assert_eq!(t.roles(), ["coder", "auditor", "post_action"]);
+    t.assert_transitions(
+        &name,
+        &[
+            "rotate coder-handoff coding->auditing it=1",
+            "phase auditor-handoff auditing->post_action it=1",
+            "terminate completed post_action->- it=1 status=completed reason=completed",
+        ],
+    );
+}
+
 /// With `loop.postAction` enabled and a prompt, the clean final audit enters post_action;
 /// the post-action agent's loop-complete completes the loop and its report is stored and
 /// shown by loop-status.

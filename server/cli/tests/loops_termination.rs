@@ -40,6 +40,21 @@ fn a_coder_that_never_hands_off_is_nudged_three_times_then_terminated() {
     assert!(t.has_branch(&format!("forge/{name}")));
 }
 
+/// A turn with no reply at all is re-sent the full phase prompt (seeds, "Turn-end
+/// sequence"), also when the turn before it was nudged: the nudge never becomes the prompt
+/// that is re-sent.
+#[test]
+fn a_turn_with_no_reply_after_a_nudge_gets_the_phase_prompt_again() {
+    let t = LoopTest::start("mute", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let first = t.state_file("prompt-1").unwrap();
+    assert!(first.contains("work.txt"), "{first}");
+    assert_eq!(t.state_file("prompt-2").unwrap().trim(), NUDGE, "a reply without a handoff is nudged");
+    assert_eq!(t.state_file("prompt-3").unwrap(), first, "no reply: the phase prompt again, not the nudge");
+}
+
 /// An agent that exits 1 on every turn: the coder error still rotates to audit, the audit
 /// error recovers to coding, and the third consecutive error ends the loop
 /// (`error_max_retries`, errored).
@@ -70,6 +85,28 @@ fn a_crashing_agent_ends_the_loop_with_error_max_retries() {
     let fallback = t.strings("SELECT fallback_reason FROM loop_attempts WHERE loop_name = ?1 ORDER BY id", &name);
     assert_eq!(fallback, ["coder turn ended on an assistant error"]);
     assert_eq!(t.strings("SELECT coder_decisions FROM loop_attempts WHERE loop_name = ?1", &name), ["NULL"]);
+}
+
+/// A clean section audit that would start an iteration past the cap ends the loop
+/// `max_iterations` with that section completed and the next one current, so a restart
+/// resumes there (seeds: restart preserves section progress) instead of redoing the
+/// finished section.
+#[test]
+fn the_cap_at_a_clean_section_audit_leaves_the_next_section_for_a_restart() {
+    let t = LoopTest::start("clean", "[loop]\ndefaultMaxIterations = 1\n");
+    let name = t.execute("Three steps", THREE_SECTIONS);
+    let end = t.wait_end(&name);
+    assert_eq!(end["terminationReason"], json!("max_iterations"), "{end}{}", t.report());
+    let row = t.loop_row(&name);
+    assert_eq!(row["sectionIndex"], json!(1), "the next section is current: {row}");
+    assert_eq!(
+        t.strings("SELECT status FROM section_plans WHERE loop_name = ?1 ORDER BY section_index", &name),
+        ["completed", "pending", "pending"]
+    );
+    t.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
+    let prompt = t.wait_state_file("prompt-3");
+    common::assert_contains(&prompt, "Step two");
+    assert!(!prompt.contains("## Step one"), "the finished section is not sent again: {prompt}");
 }
 
 /// `loop.defaultMaxIterations = 2` with an auditor that always finds a bug: the second dirty

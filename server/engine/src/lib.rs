@@ -117,8 +117,14 @@ impl Engine {
         self.runners.lock().expect("runners").insert((project.to_string(), loop_name.to_string()), h);
     }
 
-    pub(crate) fn unregister(&self, project: &str, loop_name: &str) {
-        self.runners.lock().expect("runners").remove(&(project.to_string(), loop_name.to_string()));
+    /// Forgets the runner `id` of the loop; a later runner of the same loop (a restart's)
+    /// stays registered.
+    pub(crate) fn unregister(&self, project: &str, loop_name: &str, id: u64) {
+        let mut runners = self.runners.lock().expect("runners");
+        let key = (project.to_string(), loop_name.to_string());
+        if runners.get(&key).is_some_and(|h| h.id() == id) {
+            runners.remove(&key);
+        }
     }
 
     /// Carries out an effect for the caller `env`.

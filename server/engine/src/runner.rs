@@ -53,12 +53,18 @@ pub enum Msg {
         reply: oneshot::Sender<Result<CommandResult, ToolError>>,
     },
     Shutdown(oneshot::Sender<()>),
+    /// Stops the runner without ending the loop: its turn is killed, nothing is written
+    /// (a force restart takes the loop over; another process changed the loop's row).
+    Stop(oneshot::Sender<()>),
 }
 
 /// Handle to a running loop's task.
 #[derive(Clone)]
 pub struct Handle {
     tx: mpsc::UnboundedSender<Msg>,
+    /// Tells this runner from a later one of the same loop (a restart registers a new
+    /// runner while the old one may still be unregistering).
+    id: u64,
     /// The configuration the loop runs with (its agent sessions' connections use it).
     pub config: std::sync::Arc<Config>,
 }
@@ -85,6 +91,19 @@ impl Handle {
             let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
         }
     }
+
+    /// Stops the runner without ending the loop (`Msg::Stop`); returns once it stopped (at
+    /// most 10 s).
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Stop(tx)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+        }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
 }
 
 /// The live phase session.
@@ -94,7 +113,11 @@ struct Live {
     role: Role,
     turns: u32,
     nudges: u32,
-    last_prompt: String,
+    /// The phase's full prompt: sent on the session's first turn of the phase, and again
+    /// after a turn with no reply, a retry, an auditor or post-action model fallback and an
+    /// idle stall. Nudges and task-revive instructions never replace it (seeds: a turn with
+    /// no reply "is re-sent the full phase prompt").
+    phase_prompt: String,
     handle: Option<TurnHandle>,
     /// Its turn was stopped by `forge.task-cancel`: the outcome of that turn is ignored, the
     /// watchdog leaves it alone, and `forge.task-revive` starts its next turn.
@@ -143,7 +166,9 @@ pub fn spawn(
 ) -> Handle {
     let (tx, rx) = mpsc::unbounded_channel();
     let (done_tx, done_rx) = mpsc::unbounded_channel();
-    let handle = Handle { tx, config: std::sync::Arc::new(config.clone()) };
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let handle = Handle { tx, id, config: std::sync::Arc::new(config.clone()) };
     engine.register(project, loop_name, handle.clone());
     let runner = Runner {
         engine: engine.clone(),
@@ -157,7 +182,7 @@ pub fn spawn(
             role: first.role,
             turns: 0,
             nudges: 0,
-            last_prompt: first.prompt,
+            phase_prompt: first.prompt,
             handle: None,
             stopped: false,
         },
@@ -168,17 +193,20 @@ pub fn spawn(
         post_action_fallback: false,
         deferred_since: None,
     };
-    tokio::spawn(run(runner, rx, done_rx));
+    tokio::spawn(run(runner, id, rx, done_rx));
     handle
 }
 
 async fn run(
     mut r: Runner,
+    id: u64,
     mut ctl: mpsc::UnboundedReceiver<Msg>,
     mut done: mpsc::UnboundedReceiver<(String, u32, TurnOutcome)>,
 ) {
-    let prompt = r.live.last_prompt.clone();
+    let prompt = r.live.phase_prompt.clone();
     r.send(prompt).await;
+    // The reply to a `Msg::Stop`, sent once the runner is gone.
+    let mut stopped: Option<oneshot::Sender<()>> = None;
     let tick = watchdog_tick(&r.config);
     let mut ticker = tokio::time::interval(tick.unwrap_or(Duration::from_secs(3600)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -202,6 +230,10 @@ async fn run(
                 Some(Msg::Shutdown(reply)) => {
                     r.external(Event::Shutdown).await;
                     let _ = reply.send(());
+                    break;
+                }
+                Some(Msg::Stop(reply)) => {
+                    stopped = Some(reply);
                     break;
                 }
                 None => break,
@@ -242,7 +274,10 @@ async fn run(
     if let Some(h) = r.live.handle.take() {
         h.abort();
     }
-    r.engine.unregister(&r.project, &r.loop_name);
+    r.engine.unregister(&r.project, &r.loop_name, id);
+    if let Some(reply) = stopped {
+        let _ = reply.send(());
+    }
 }
 
 /// How often the watchdog looks: a quarter of the shorter enabled timeout, 50 ms to 5 s;
@@ -352,7 +387,6 @@ impl Runner {
         let variant = variant.filter(|v| model.is_some() && !v.trim().is_empty());
         let title = session_title(&row, role);
         self.live.turns += 1;
-        self.live.last_prompt = prompt.clone();
         self.live.stopped = false;
         // Messages queued for this session (forge.task-message) go first, delivered once.
         let sid = self.live.id.clone();
@@ -491,7 +525,7 @@ impl Runner {
             self.write(move |c| db::discard_pending(c, &p, &n, now_ms())).await;
             self.send(CONTINUE_NUDGE.to_string()).await;
         } else {
-            let prompt = self.live.last_prompt.clone();
+            let prompt = self.live.phase_prompt.clone();
             self.send(prompt).await;
         }
         true
@@ -539,7 +573,7 @@ impl Runner {
             {
                 tracing::warn!(loop_name = %self.loop_name, "loop.postAction.model failed ({msg}); falling back to the auditor model");
                 self.post_action_fallback = true;
-                let prompt = self.live.last_prompt.clone();
+                let prompt = self.live.phase_prompt.clone();
                 self.send(prompt).await;
                 return true;
             }
@@ -555,7 +589,10 @@ impl Runner {
             TurnOutcome::Error(msg) => {
                 if facts.phase == Phase::PostAction && pending.is_some() {
                     Event::PostActionComplete
-                } else if provider_limit(msg) {
+                } else if provider_limit(msg) && (facts.phase != Phase::PostAction || self.live.nudges > 0) {
+                    // Classified in coding and auditing; in post-action only on a nudge's turn
+                    // (seeds: a failed send of a post-action nudge can end the loop with
+                    // provider_limit, while an assistant error there completes it).
                     let chain = self.auditor_chain();
                     let fallback_available =
                         facts.phase == Phase::Auditing && (row.auditor_fallback_index() as usize + 1) < chain.len();
@@ -808,7 +845,7 @@ impl Runner {
                     })
                     .await;
                 self.mark(&self.live.id.clone(), "retry").await;
-                let p = self.live.last_prompt.clone();
+                let p = self.live.phase_prompt.clone();
                 self.send(p).await;
                 true
             }
@@ -828,7 +865,7 @@ impl Runner {
             }
             TransitionKind::Resend => {
                 self.live.nudges += 1;
-                let p = self.live.last_prompt.clone();
+                let p = self.live.phase_prompt.clone();
                 self.send(p).await;
                 true
             }
@@ -845,7 +882,7 @@ impl Runner {
                 // The session is retrying until the prompt is sent again.
                 self.mark(&self.live.id.clone(), "retry").await;
                 tokio::time::sleep(Duration::from_secs(2)).await;
-                let p = self.live.last_prompt.clone();
+                let p = self.live.phase_prompt.clone();
                 self.send(p).await;
                 true
             }
@@ -1062,7 +1099,7 @@ impl Runner {
             role,
             turns: prior_turns,
             nudges: 0,
-            last_prompt: String::new(),
+            phase_prompt: String::new(),
             handle: None,
             stopped: false,
         };
@@ -1075,6 +1112,7 @@ impl Runner {
             Phase::Coding => Kind::Continuation,
         };
         let prompt = self.build_prompt(kind, coder_decisions).await;
+        self.live.phase_prompt = prompt.clone();
         self.send(prompt).await;
     }
 
@@ -1327,9 +1365,10 @@ impl Runner {
                     let status = t2.status().map(|s| s.as_str()).unwrap_or("errored");
                     tx.execute(
                         "UPDATE loops SET status = ?3, termination_reason = ?4, completed_at = ?5, completion_summary = coalesce(?6, completion_summary),
-                            audit_count = ?7, error_count = ?8, standby_session_id = NULL
+                            audit_count = ?7, error_count = ?8, standby_session_id = NULL,
+                            current_section_index = coalesce(?9, current_section_index)
                          WHERE project_id = ?1 AND loop_name = ?2",
-                        rusqlite::params![p, n, status, t2.termination.as_ref().map(|r| r.to_stored()), now, completion, t2.audit_count_after, t2.error_count_after],
+                        rusqlite::params![p, n, status, t2.termination.as_ref().map(|r| r.to_stored()), now, completion, t2.audit_count_after, t2.error_count_after, t2.section_after],
                     )?;
                     db::delete_sessions(tx, &p, &n, None, now)?;
                     db::log_transition(tx, &p, &n, &t2, now)?;

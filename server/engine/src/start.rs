@@ -404,8 +404,11 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
     // Sandbox (engine/sandbox.rs): the loop's own saved settings, probed before the runner stops.
     let (sbx, sbx_network) = sandbox::saved(engine, &project, name).await?;
     let bwrap = sandbox::require(sbx, "bwrap", &format!("Cannot restart \"{name}\"")).await?;
+    // A force restart of a loop this process runs: its runner stops without ending the
+    // loop (no termination row, teardown commit or cancelled notice); the restart below
+    // takes the loop over.
     if let Some(h) = engine.runner(&project, name) {
-        h.shutdown().await;
+        h.stop().await;
     }
     if !dir.exists() {
         let (r, d, b) = (repo.clone(), dir.clone(), branch.clone());
