@@ -141,3 +141,64 @@ fn restarting_a_cancelled_loop_resumes_its_section_and_completes() {
     assert_eq!(log[..2], ["section 2: Second half".to_string(), "section 1: First half".to_string()], "{log:?}");
     assert!(log.contains(&format!("loop: {name} cancelled after 1 iteration")), "{log:?}");
 }
+
+/// A loop cancelled through another server process (same database): the process that runs
+/// it sees the cancel in the change feed, kills its agent's turn and starts no other.
+#[test]
+fn a_cancel_from_another_process_stops_the_running_agent() {
+    let t = LoopTest::start("block", "[loop]\ncleanupWorktree = true\n");
+    let name = t.execute("Two halves", TWO_SECTIONS);
+    let pid: u32 = t.wait_state_file("auditor.pid").trim().parse().expect("auditor pid");
+    let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap());
+    let mut other = t.sb.stdio_with(|c| {
+        c.arg("--data-dir").arg(&t.sb.data_dir);
+    });
+    other.init(&common::Init::new(&t.repo.path));
+    other.tool_ok("loop-cancel", json!({ "name": name }));
+    assert!(
+        wait_for(Duration::from_secs(10), || (!pid_alive(pid)).then_some(())).is_some(),
+        "the auditor {pid} still runs after the cancel from another process"
+    );
+    // The running process removed the worktree (loop.cleanupWorktree), not the canceller
+    // while the agent still worked in it; nothing more ran.
+    assert!(wait_for(Duration::from_secs(10), || (!wt.exists()).then_some(())).is_some(), "{}", wt.display());
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(t.roles(), ["coder", "auditor"]);
+    assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
+}
+
+/// A force restart through another process: the first process's runner stops (its agent's
+/// turn killed, nothing written) and the other process runs the loop.
+#[test]
+fn a_force_restart_from_another_process_takes_the_loop_over() {
+    let t = LoopTest::start("block", "");
+    let name = t.execute("Two halves", TWO_SECTIONS);
+    let pid: u32 = t.wait_state_file("auditor.pid").trim().parse().expect("auditor pid");
+    let state = t.state.clone();
+    let bin_dir = std::path::Path::new(common::BIN).parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
+    let mut other = t.sb.stdio_with(|c| {
+        c.arg("--data-dir")
+            .arg(&t.sb.data_dir)
+            .env("PATH", &path)
+            .env("FORGE_TEST_STATE", &state)
+            .env("FORGE_TEST_SCENARIO", "block");
+    });
+    other.init(&common::Init::new(&t.repo.path));
+    let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
+    let session = out.data["sessionId"].as_str().unwrap().to_string();
+    assert!(
+        wait_for(Duration::from_secs(10), || (!pid_alive(pid)).then_some(())).is_some(),
+        "the first process's auditor {pid} still runs after the restart elsewhere"
+    );
+    t.signal("release"); // the restarted loop's auditors do not wait
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    // No shutdown or cancel was recorded by the first process.
+    let briefs = t.briefs(&name);
+    assert!(!briefs.iter().any(|b| b.contains("shutdown") || b.contains("cancelled")), "{briefs:?}");
+    assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
+}

@@ -78,3 +78,31 @@ fn a_loop_uses_the_last_used_model_when_none_is_configured() {
     let models: Vec<String> = arg_turns(&t).iter().filter(|a| a.role == "coder").map(|a| a.model.clone()).collect();
     assert_eq!(models, ["a/x", "a/x"], "{}", t.report());
 }
+
+/// A cancel sent while a standby compacts is handled at once: the compaction is stopped
+/// (its process killed), no turn starts, and the loop ends cancelled, instead of waiting for
+/// the compaction (up to 10 minutes).
+#[test]
+fn a_cancel_during_a_compaction_stops_it() {
+    let t = resilience_support::start("fixonce", REUSE_50, &[("FORGE_TEST_CONTEXT", "900")]);
+    let p = t.state.join("compact-hang.sh");
+    std::fs::write(&p, "#!/bin/sh\necho $$ > \"$FORGE_TEST_STATE/compact.pid\"\nsleep 120 &\nwait\necho compacted\n")
+        .unwrap();
+    let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
+    change_config(&t, json!({ "agent": { "compactCommand": [p.display().to_string(), "{session}"] } }));
+    std::thread::sleep(QUIET);
+    let name = t.execute("One step", ONE_SECTION);
+    let pid: u32 = t.wait_state_file("compact.pid").trim().parse().expect("compaction pid");
+    let turns_before = arg_turns(&t).len();
+    let asked = std::time::Instant::now();
+    let out = t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    assert_contains(&out.text, &format!("Cancelled loop \"{name}\""));
+    assert!(asked.elapsed() < std::time::Duration::from_secs(10), "the cancel waited {:?}", asked.elapsed());
+    assert!(
+        wait_for(std::time::Duration::from_secs(10), || (!pid_alive(pid)).then_some(())).is_some(),
+        "the compaction {pid} still runs"
+    );
+    assert_eq!(t.wait_end(&name)["status"], json!("cancelled"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(arg_turns(&t).len(), turns_before, "no turn started after the cancel{}", t.report());
+}

@@ -28,7 +28,7 @@ pub const POLL: Duration = Duration::from_millis(100);
 /// rate on two cores).
 pub const BATCH: Duration = Duration::from_millis(5);
 /// Batches a slow subscriber may fall behind before it is told it lagged.
-const CHANNEL: usize = 4096;
+pub(crate) const CHANNEL: usize = 4096;
 
 /// One batch of the change feed, in feed order.
 pub type Batch = Arc<Vec<Change>>;
@@ -94,26 +94,24 @@ impl Hub {
         }
         let store = Store::open(&data_dir.join("forge.db"))?;
         let engine = Engine::new(store.clone(), key.clone(), self.private_socket());
-        let (changes, _) = broadcast::channel(CHANNEL);
-        let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine, changes });
+        let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine });
         start_watcher(&ws);
         map.insert(key, ws.clone());
         Ok(ws)
     }
 }
 
-/// A data directory in use: its store, its engine and its change broadcast.
+/// A data directory in use: its store and its engine (which holds the change broadcast).
 pub struct Workspace {
     pub data_dir: PathBuf,
     pub store: Store,
     pub engine: Arc<Engine>,
-    changes: broadcast::Sender<Batch>,
 }
 
 impl Workspace {
     /// Every change-feed batch from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Batch> {
-        self.changes.subscribe()
+        self.engine.subscribe()
     }
 }
 
@@ -149,7 +147,7 @@ fn start_watcher(ws: &Arc<Workspace>) {
         }
         if !batch.is_empty() {
             // No subscriber is not an error: nobody to tell.
-            let _ = ws.changes.send(Arc::new(batch));
+            let _ = ws.engine.changes.send(Arc::new(batch));
         }
         drop(ws);
         if woken {

@@ -90,6 +90,10 @@ pub struct Engine {
     private_socket: Option<PathBuf>,
     /// Last activity per loop session (the stall watchdog's input).
     pub activity: Arc<host::Activity>,
+    /// The change feed's batches, every process's writes (the hub's watcher sends them):
+    /// front ends announce from it, and a runner learns from it that another process
+    /// cancelled or took over its loop.
+    changes: tokio::sync::broadcast::Sender<hub::Batch>,
 }
 
 impl Engine {
@@ -100,7 +104,13 @@ impl Engine {
             runners: Mutex::new(HashMap::new()),
             private_socket,
             activity: Arc::default(),
+            changes: tokio::sync::broadcast::channel(hub::CHANNEL).0,
         })
+    }
+
+    /// Every change-feed batch from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<hub::Batch> {
+        self.changes.subscribe()
     }
 
     /// The private socket agents call back on.

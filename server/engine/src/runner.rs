@@ -58,10 +58,31 @@ pub enum Msg {
     Stop(oneshot::Sender<()>),
 }
 
+/// Set by a cancel, shutdown or stop sent to a runner: from then on it starts no turn, and a
+/// compaction under way is stopped, so the message is handled at once instead of after
+/// the compaction (up to 10 minutes).
+#[derive(Default)]
+struct Stopping {
+    asked: std::sync::atomic::AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Stopping {
+    fn ask(&self) {
+        self.asked.store(true, std::sync::atomic::Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    fn asked(&self) -> bool {
+        self.asked.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
 /// Handle to a running loop's task.
 #[derive(Clone)]
 pub struct Handle {
     tx: mpsc::UnboundedSender<Msg>,
+    stopping: Arc<Stopping>,
     /// Tells this runner from a later one of the same loop (a restart registers a new
     /// runner while the old one may still be unregistering).
     id: u64,
@@ -73,6 +94,7 @@ impl Handle {
     pub async fn cancel(&self) -> Option<Result<CommandResult, ToolError>> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(Msg::Cancel(tx)).ok()?;
+        self.stopping.ask();
         rx.await.ok()
     }
     pub async fn task(
@@ -88,6 +110,7 @@ impl Handle {
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
         if self.tx.send(Msg::Shutdown(tx)).is_ok() {
+            self.stopping.ask();
             let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
         }
     }
@@ -97,6 +120,7 @@ impl Handle {
     pub async fn stop(&self) {
         let (tx, rx) = oneshot::channel();
         if self.tx.send(Msg::Stop(tx)).is_ok() {
+            self.stopping.ask();
             let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
         }
     }
@@ -143,6 +167,8 @@ pub struct Runner {
     post_action_fallback: bool,
     /// Since when the current turn end waits for other busy sessions of the loop.
     deferred_since: Option<i64>,
+    /// A cancel, shutdown or stop was sent ([`Stopping`]).
+    stopping: Arc<Stopping>,
 }
 
 /// What the first turn of a (re)started runner sends.
@@ -168,7 +194,8 @@ pub fn spawn(
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let handle = Handle { tx, id, config: std::sync::Arc::new(config.clone()) };
+    let stopping = Arc::new(Stopping::default());
+    let handle = Handle { tx, id, stopping: stopping.clone(), config: std::sync::Arc::new(config.clone()) };
     engine.register(project, loop_name, handle.clone());
     let runner = Runner {
         engine: engine.clone(),
@@ -192,6 +219,7 @@ pub fn spawn(
         sessions: std::collections::HashMap::new(),
         post_action_fallback: false,
         deferred_since: None,
+        stopping,
     };
     tokio::spawn(run(runner, id, rx, done_rx));
     handle
@@ -203,6 +231,10 @@ async fn run(
     mut ctl: mpsc::UnboundedReceiver<Msg>,
     mut done: mpsc::UnboundedReceiver<(String, u32, TurnOutcome)>,
 ) {
+    // Another process may cancel or restart this loop (they share the database): the
+    // runner follows its loop's row through the change feed and stops when it is no longer
+    // the one running it.
+    let mut feed = r.engine.subscribe();
     let prompt = r.live.phase_prompt.clone();
     r.send(prompt).await;
     // The reply to a `Msg::Stop`, sent once the runner is gone.
@@ -214,6 +246,18 @@ async fn run(
         tokio::select! {
             _ = ticker.tick(), if tick.is_some() => {
                 if !r.watchdog().await {
+                    break;
+                }
+            }
+            batch = feed.recv() => {
+                let mine = match &batch {
+                    Ok(b) => b.iter().any(|c| {
+                        c.kind == forge_store::changes::Kind::Loop && c.key == r.loop_name && c.project_id == r.project
+                    }),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => false,
+                };
+                if mine && r.taken_over().await {
                     break;
                 }
             }
@@ -324,6 +368,37 @@ impl Runner {
         self.db(move |c| loops::get(c, &p, &n)).await.ok().flatten()
     }
 
+    /// Whether another process ended or took over this loop: its row is gone, no longer
+    /// running, or running another session than this runner's live one (a restart there).
+    /// Then the turn is left to be killed as the runner stops, nothing is written, and a
+    /// loop cancelled elsewhere has its worktree removed here when `loop.cleanupWorktree`
+    /// asks for it (the canceller leaves it to the process whose agent works in it).
+    async fn taken_over(&mut self) -> bool {
+        let (p, n) = (self.project.clone(), self.loop_name.clone());
+        let row = match self.db(move |c| loops::get(c, &p, &n)).await {
+            Ok(row) => row,
+            // Unreadable: keep running; the next change looks again.
+            Err(_) => return false,
+        };
+        let Some(row) = row else { return true };
+        if row.status == "running" && row.current_session_id == self.live.id {
+            return false;
+        }
+        tracing::info!(
+            loop_name = %self.loop_name,
+            status = %row.status,
+            "the loop was {} by another process: this runner stops",
+            if row.status == "running" { "taken over" } else { "ended" }
+        );
+        if let Some(h) = self.live.handle.take() {
+            h.abort();
+        }
+        if row.status == "cancelled" && self.config.cleanup_worktree {
+            remove_worktree_logged(self.repo_root.clone(), PathBuf::from(&row.worktree_dir)).await;
+        }
+        true
+    }
+
     fn facts(&self, row: &LoopRow) -> LoopFacts {
         row.facts(post_action_configured(&self.config))
     }
@@ -363,6 +438,11 @@ impl Runner {
     /// Starts a turn of the live session with `prompt`.
     async fn send(&mut self, prompt: String) {
         let Some(row) = self.row().await else { return };
+        if row.status != "running" || row.current_session_id != self.live.id || self.stopping.asked() {
+            // Cancelled or taken over by another process meanwhile (the feed stops the
+            // runner), or a cancel, shutdown or stop waits in the runner's queue.
+            return;
+        }
         let argv = crate::agents::program(&self.config).unwrap_or_default();
         let role = self.live.role;
         let (agent, model, variant) = match role {
@@ -1146,8 +1226,18 @@ impl Runner {
         // The standby is busy while it compacts (other loop sessions see it).
         self.mark(session, "busy").await;
         let handle = host::start_turn(req, tx);
-        let res = tokio::time::timeout(Duration::from_secs(600), rx.recv()).await;
+        let res = tokio::select! {
+            r = tokio::time::timeout(Duration::from_secs(600), rx.recv()) => Some(r),
+            // A cancel, shutdown or stop waits: it is handled now, not after the compaction.
+            _ = self.stopping.wake.notified(), if !self.stopping.asked() => None,
+            _ = std::future::ready(()), if self.stopping.asked() => None,
+        };
         self.mark(session, "idle").await;
+        let Some(res) = res else {
+            handle.abort();
+            tracing::info!(loop_name = %self.loop_name, "compaction stopped: the loop is being cancelled or stopped");
+            return false;
+        };
         match res {
             // Its usage file is kept (its rows are totals); the resumed turn reports anew.
             Ok(Some((_, _, TurnOutcome::Reply(_) | TurnOutcome::NoReply))) => true,
@@ -1551,13 +1641,36 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
         .await
         .map_err(|e| ToolError::internal(e.to_string()))?;
     engine.store.wrote.wake();
-    if env.config.cleanup_worktree {
+    // A loop another live process runs: that process's runner sees the cancel in the change
+    // feed, kills its agent's turn and removes the worktree itself (`Runner::taken_over`);
+    // removing it here could pull it from under a turn still running there.
+    let (p, n) = (env.project.id.clone(), loop_name.to_string());
+    let owner: Option<i64> = engine
+        .store
+        .call(move |c| {
+            c.query_row("SELECT owner_pid FROM loops WHERE project_id = ?1 AND loop_name = ?2", [&p, &n], |r| r.get(0))
+        })
+        .await
+        .ok()
+        .flatten();
+    let owned_elsewhere = owner.is_some_and(|pid| pid != i64::from(std::process::id()) && process_alive(pid));
+    if env.config.cleanup_worktree && !owned_elsewhere {
         if let Some(repo) = env.project.repo_root.clone() {
             let wt = PathBuf::from(&row.worktree_dir);
             remove_worktree_logged(repo, wt).await;
         }
     }
     Ok(cancelled_result(&row, row.iteration))
+}
+
+/// Whether a process `pid` exists (signal 0; one that exists but is not ours counts).
+fn process_alive(pid: i64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; kill has no memory arguments.
+    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
 }
 
 /// Removes a loop's worktree; a failure is logged (the loop's state does not depend on it).
