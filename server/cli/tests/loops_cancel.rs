@@ -155,6 +155,8 @@ fn a_cancel_from_another_process_stops_the_running_agent() {
     });
     other.init(&common::Init::new(&t.repo.path));
     other.tool_ok("loop-cancel", json!({ "name": name }));
+    // The canceller left the worktree to the process whose agent works in it.
+    assert!(wt.exists() || !pid_alive(pid), "the worktree was removed under the running auditor");
     assert!(
         wait_for(Duration::from_secs(10), || (!pid_alive(pid)).then_some(())).is_some(),
         "the auditor {pid} still runs after the cancel from another process"

@@ -106,3 +106,47 @@ fn a_cancel_during_a_compaction_stops_it() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(arg_turns(&t).len(), turns_before, "no turn started after the cancel{}", t.report());
 }
+
+/// Another process force-restarts the loop while this one compacts its standby: the
+/// compaction is stopped within seconds (this process looks at the loop's row while it
+/// compacts), and this process writes nothing over the restarted loop, which the other
+/// process then runs to its end.
+#[test]
+fn a_restart_elsewhere_during_a_compaction_stops_it_and_writes_nothing() {
+    let t = resilience_support::start("fixonce", REUSE_50, &[("FORGE_TEST_CONTEXT", "900")]);
+    let p = t.state.join("compact-hang.sh");
+    std::fs::write(&p, "#!/bin/sh\necho $$ > \"$FORGE_TEST_STATE/compact.pid\"\nsleep 120 &\nwait\necho compacted\n")
+        .unwrap();
+    let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
+    change_config(&t, json!({ "agent": { "compactCommand": [p.display().to_string(), "{session}"] } }));
+    std::thread::sleep(QUIET);
+    let name = t.execute("One step", ONE_SECTION);
+    let pid: u32 = t.wait_state_file("compact.pid").trim().parse().expect("compaction pid");
+    let bin_dir = std::path::Path::new(BIN).parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
+    let state = t.state.clone();
+    let mut other = t.sb.stdio_with(|c| {
+        c.arg("--data-dir")
+            .arg(&t.sb.data_dir)
+            .env("PATH", &path)
+            .env("FORGE_TEST_STATE", &state)
+            .env("FORGE_TEST_SCENARIO", "fixonce")
+            .env("FORGE_TEST_CONTEXT", "900");
+    });
+    other.init(&Init::new(&t.repo.path));
+    let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
+    let session = out.data["sessionId"].as_str().unwrap().to_string();
+    assert!(
+        wait_for(std::time::Duration::from_secs(10), || (!pid_alive(pid)).then_some(())).is_some(),
+        "the compaction {pid} still runs after the restart elsewhere"
+    );
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    // The restart's session ran the loop on; the first process wrote no rotation over it.
+    assert!(arg_turns(&t).iter().any(|a| a.session == session), "{}", t.report());
+    let briefs = t.briefs(&name);
+    assert!(!briefs.iter().any(|b| b.contains("shutdown") || b.contains("cancelled")), "{briefs:?}");
+}

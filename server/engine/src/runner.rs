@@ -44,7 +44,9 @@ pub const COMPACT_PROMPT: &str =
 
 /// Control messages.
 pub enum Msg {
-    Cancel(oneshot::Sender<Result<CommandResult, ToolError>>),
+    /// `None` in reply: the loop is no longer this runner's (ended or taken over by another
+    /// process): the caller cancels it in the store.
+    Cancel(oneshot::Sender<Option<Result<CommandResult, ToolError>>>),
     /// A task control (`forge.task-*`) by `sender` on `session` (default: the live one).
     Task {
         session: Option<String>,
@@ -95,7 +97,7 @@ impl Handle {
         let (tx, rx) = oneshot::channel();
         self.tx.send(Msg::Cancel(tx)).ok()?;
         self.stopping.ask();
-        rx.await.ok()
+        rx.await.ok().flatten()
     }
     pub async fn task(
         &self,
@@ -115,13 +117,18 @@ impl Handle {
         }
     }
 
-    /// Stops the runner without ending the loop (`Msg::Stop`); returns once it stopped (at
-    /// most 10 s).
-    pub async fn stop(&self) {
+    /// Stops the runner without ending the loop (`Msg::Stop`); returns once it stopped,
+    /// false when it did not within 10 s. A runner that already ended counts as stopped.
+    pub async fn stop(&self) -> bool {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Stop(tx)).is_ok() {
-            self.stopping.ask();
-            let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+        if self.tx.send(Msg::Stop(tx)).is_err() {
+            return true;
+        }
+        self.stopping.ask();
+        match tokio::time::timeout(Duration::from_secs(10), rx).await {
+            Ok(_) => true,
+            // The runner ended without answering (it broke out for another reason).
+            Err(_) => self.tx.is_closed(),
         }
     }
 
@@ -142,6 +149,9 @@ struct Live {
     /// idle stall. Nudges and task-revive instructions never replace it (seeds: a turn with
     /// no reply "is re-sent the full phase prompt").
     phase_prompt: String,
+    /// The turn under way was started with something else than the phase prompt (a nudge,
+    /// the busy-stall continue nudge, a task-revive instruction).
+    nudge_turn: bool,
     handle: Option<TurnHandle>,
     /// Its turn was stopped by `forge.task-cancel`: the outcome of that turn is ignored, the
     /// watchdog leaves it alone, and `forge.task-revive` starts its next turn.
@@ -169,6 +179,43 @@ pub struct Runner {
     deferred_since: Option<i64>,
     /// A cancel, shutdown or stop was sent ([`Stopping`]).
     stopping: Arc<Stopping>,
+    /// A write of this runner found the loop no longer its own (ended or taken over by
+    /// another process): nothing was written, and the runner stops.
+    gone: bool,
+}
+
+/// The error a runner's write fails with when the loop is no longer its own.
+#[derive(Debug)]
+struct TakenOver;
+
+impl std::fmt::Display for TakenOver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the loop is no longer run by this runner")
+    }
+}
+
+impl std::error::Error for TakenOver {}
+
+/// Inside a runner's write: fails with [`TakenOver`] (rolling the write back) unless the loop
+/// is still running with `session` as its current session.
+fn still_ours(tx: &rusqlite::Connection, p: &str, n: &str, session: &str) -> rusqlite::Result<()> {
+    let ours: Option<bool> = tx
+        .query_row(
+            "SELECT status = 'running' AND current_session_id = ?3 FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+            rusqlite::params![p, n, session],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if ours == Some(true) {
+        Ok(())
+    } else {
+        // Carried in the one boxed-error variant every rusqlite build has.
+        Err(rusqlite::Error::ToSqlConversionFailure(Box::new(TakenOver)))
+    }
+}
+
+fn is_taken_over(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::ToSqlConversionFailure(b) if b.is::<TakenOver>())
 }
 
 /// What the first turn of a (re)started runner sends.
@@ -210,6 +257,7 @@ pub fn spawn(
             turns: 0,
             nudges: 0,
             phase_prompt: first.prompt,
+            nudge_turn: false,
             handle: None,
             stopped: false,
         },
@@ -220,21 +268,29 @@ pub fn spawn(
         post_action_fallback: false,
         deferred_since: None,
         stopping,
+        gone: false,
     };
-    tokio::spawn(run(runner, id, rx, done_rx));
+    // Subscribed before the runner runs: a change committed from here on reaches it.
+    let feed = engine.subscribe();
+    tokio::spawn(run(runner, id, feed, rx, done_rx));
     handle
 }
 
 async fn run(
     mut r: Runner,
     id: u64,
+    mut feed: tokio::sync::broadcast::Receiver<crate::hub::Batch>,
     mut ctl: mpsc::UnboundedReceiver<Msg>,
     mut done: mpsc::UnboundedReceiver<(String, u32, TurnOutcome)>,
 ) {
     // Another process may cancel or restart this loop (they share the database): the
-    // runner follows its loop's row through the change feed and stops when it is no longer
-    // the one running it.
-    let mut feed = r.engine.subscribe();
+    // runner follows its loop's row through the change feed (`feed`, subscribed before the
+    // runner was spawned) and stops when it is no longer the one running it. A change made
+    // before that is seen here.
+    if r.taken_over().await {
+        r.engine.unregister(&r.project, &r.loop_name, id);
+        return;
+    }
     let prompt = r.live.phase_prompt.clone();
     r.send(prompt).await;
     // The reply to a `Msg::Stop`, sent once the runner is gone.
@@ -244,23 +300,9 @@ async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = ticker.tick(), if tick.is_some() => {
-                if !r.watchdog().await {
-                    break;
-                }
-            }
-            batch = feed.recv() => {
-                let mine = match &batch {
-                    Ok(b) => b.iter().any(|c| {
-                        c.kind == forge_store::changes::Kind::Loop && c.key == r.loop_name && c.project_id == r.project
-                    }),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => false,
-                };
-                if mine && r.taken_over().await {
-                    break;
-                }
-            }
+            // Control first: a cancel, shutdown or stop ready together with a turn end is
+            // handled before it.
+            biased;
             msg = ctl.recv() => match msg {
                 Some(Msg::Cancel(reply)) => {
                     let res = r.cancel().await;
@@ -282,9 +324,27 @@ async fn run(
                 }
                 None => break,
             },
+            _ = ticker.tick(), if tick.is_some() && !r.stopping.asked() => {
+                if !r.watchdog().await {
+                    break;
+                }
+            }
+            batch = feed.recv() => {
+                let mine = match &batch {
+                    Ok(b) => b.iter().any(|c| {
+                        c.kind == forge_store::changes::Kind::Loop && c.key == r.loop_name && c.project_id == r.project
+                    }),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => false,
+                };
+                if mine && r.taken_over().await {
+                    break;
+                }
+            }
             Some((sid, turn, outcome)) = done.recv() => {
-                // A turn the runner aborted, or of a retired session: not a turn end.
-                if sid != r.live.id || turn != r.live.turns || r.live.stopped {
+                // A turn the runner aborted, or of a retired session: not a turn end. After a
+                // cancel, shutdown or stop was sent, nothing more is acted on.
+                if sid != r.live.id || turn != r.live.turns || r.live.stopped || r.stopping.asked() {
                     continue;
                 }
                 r.live.handle = None;
@@ -366,6 +426,12 @@ impl Runner {
     async fn row(&self) -> Option<LoopRow> {
         let (p, n) = (self.project.clone(), self.loop_name.clone());
         self.db(move |c| loops::get(c, &p, &n)).await.ok().flatten()
+    }
+
+    /// Whether the loop is still running with this runner's live session (a read: writes
+    /// check again inside their transaction, [`still_ours`]).
+    async fn owns(&self) -> bool {
+        self.row().await.is_some_and(|r| r.status == "running" && r.current_session_id == self.live.id)
     }
 
     /// Whether another process ended or took over this loop: its row is gone, no longer
@@ -468,6 +534,7 @@ impl Runner {
         let title = session_title(&row, role);
         self.live.turns += 1;
         self.live.stopped = false;
+        self.live.nudge_turn = prompt != self.live.phase_prompt;
         // Messages queued for this session (forge.task-message) go first, delivered once.
         let sid = self.live.id.clone();
         let queued = self.write(move |c| forge_store::task_messages::take(c, &sid, now_ms())).await.unwrap_or_default();
@@ -669,7 +736,7 @@ impl Runner {
             TurnOutcome::Error(msg) => {
                 if facts.phase == Phase::PostAction && pending.is_some() {
                     Event::PostActionComplete
-                } else if provider_limit(msg) && (facts.phase != Phase::PostAction || self.live.nudges > 0) {
+                } else if provider_limit(msg) && (facts.phase != Phase::PostAction || self.live.nudge_turn) {
                     // Classified in coding and auditing; in post-action only on a nudge's turn
                     // (seeds: a failed send of a post-action nudge can end the loop with
                     // provider_limit, while an assistant error there completes it).
@@ -709,9 +776,11 @@ impl Runner {
     }
 
     /// An event from outside a turn (cancel, shutdown).
+    /// `None` when the loop is not this runner's to end (no longer running, or running
+    /// another session: taken over by another process).
     async fn external(&mut self, event: Event) -> Option<Transition> {
         let row = self.row().await?;
-        if row.status != "running" {
+        if row.status != "running" || row.current_session_id != self.live.id {
             return None;
         }
         if let Some(h) = self.live.handle.take() {
@@ -719,7 +788,7 @@ impl Runner {
         }
         let t = next_transition(&self.facts(&row), &event);
         self.apply(row, t.clone(), None).await;
-        Some(t)
+        (!self.gone).then_some(t)
     }
 
     /// Logs a task control as a `control` transition (phase and counters unchanged).
@@ -892,18 +961,17 @@ impl Runner {
         }
     }
 
-    async fn cancel(&mut self) -> Result<CommandResult, ToolError> {
-        let row = self
-            .row()
-            .await
-            .ok_or_else(|| ToolError::not_found(format!("No loop found for loop \"{}\".", self.loop_name)))?;
+    /// `None` when the loop is no longer this runner's (gone, ended, or running another
+    /// process's session): the caller then answers from the store.
+    async fn cancel(&mut self) -> Option<Result<CommandResult, ToolError>> {
+        let row = self.row().await?;
         let iteration = row.iteration;
-        self.external(Event::Cancel).await;
+        self.external(Event::Cancel).await?;
         if self.config.cleanup_worktree {
             let (repo, wt) = (self.repo_root.clone(), PathBuf::from(&row.worktree_dir));
             remove_worktree_logged(repo, wt).await;
         }
-        Ok(cancelled_result(&row, iteration))
+        Some(Ok(cancelled_result(&row, iteration)))
     }
 
     /// Carries out a transition; returns false when the loop stopped.
@@ -972,7 +1040,7 @@ impl Runner {
             }
             _ => {
                 self.switch(row, t, pending).await;
-                true
+                !self.gone
             }
         }
     }
@@ -980,6 +1048,11 @@ impl Runner {
     /// A phase change into a fresh session.
     async fn switch(&mut self, row: LoopRow, t: Transition, pending: Option<db::Pending>) {
         let Some(to) = t.to else { return };
+        // Not into a worktree another process took over (its transaction below checks again).
+        if !self.owns().await {
+            self.gone = true;
+            return;
+        }
         let now = now_ms();
         let section_clean = t.cause == "section-clean";
         // Git first: the checkpoint commit of a clean section.
@@ -1035,6 +1108,15 @@ impl Runner {
                 }
             }
         };
+        // A compaction stopped by a cancel, shutdown or stop, or by another process taking
+        // the loop over: nothing of the rotation is written (the message is handled next).
+        if self.stopping.asked() {
+            return;
+        }
+        if !self.owns().await {
+            self.gone = true;
+            return;
+        }
         tracing::debug!(loop_name = %self.loop_name, cause = t.cause, ?standby_dbg, escalate, known = self.sessions.len(), "session rotation");
         let old_role = self.live.role;
         let keep_old = same_scope && !escalate && percent(old_role) != 0 && t.cause != "audit-error";
@@ -1075,6 +1157,7 @@ impl Runner {
             .store
             .call(move |c| {
                 forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                    still_ours(tx, &p, &n, &old_id)?;
                     if let Some(x) = &pend {
                         db::apply_handoff(tx, &p, &n, &x.session_id, &x.role, now)?;
                     } else {
@@ -1163,6 +1246,11 @@ impl Runner {
             })
             .await;
         if let Err(e) = res {
+            if is_taken_over(&e) {
+                tracing::info!(loop_name = %self.loop_name, "the loop was taken over by another process: this runner stops");
+                self.gone = true;
+                return;
+            }
             tracing::error!(loop_name = %self.loop_name, "persisting a transition failed: {e}");
             return;
         }
@@ -1180,6 +1268,7 @@ impl Runner {
             turns: prior_turns,
             nudges: 0,
             phase_prompt: String::new(),
+            nudge_turn: false,
             handle: None,
             stopped: false,
         };
@@ -1226,16 +1315,28 @@ impl Runner {
         // The standby is busy while it compacts (other loop sessions see it).
         self.mark(session, "busy").await;
         let handle = host::start_turn(req, tx);
-        let res = tokio::select! {
-            r = tokio::time::timeout(Duration::from_secs(600), rx.recv()) => Some(r),
-            // A cancel, shutdown or stop waits: it is handled now, not after the compaction.
-            _ = self.stopping.wake.notified(), if !self.stopping.asked() => None,
-            _ = std::future::ready(()), if self.stopping.asked() => None,
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        // Every 2 s: is the loop still this runner's (the change feed is not read while the
+        // runner compacts)?
+        let mut look = tokio::time::interval(Duration::from_secs(2));
+        look.tick().await;
+        let res = loop {
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, rx.recv()) => break Some(r),
+                // A cancel, shutdown or stop waits: it is handled now, not after the compaction.
+                _ = self.stopping.wake.notified(), if !self.stopping.asked() => break None,
+                _ = std::future::ready(()), if self.stopping.asked() => break None,
+                _ = look.tick() => {
+                    if !self.owns().await {
+                        break None;
+                    }
+                }
+            }
         };
         self.mark(session, "idle").await;
         let Some(res) = res else {
             handle.abort();
-            tracing::info!(loop_name = %self.loop_name, "compaction stopped: the loop is being cancelled or stopped");
+            tracing::info!(loop_name = %self.loop_name, "compaction stopped: the loop is being cancelled or stopped, or another process took it over");
             return false;
         };
         match res {
@@ -1379,6 +1480,11 @@ impl Runner {
 
     /// Ends the loop.
     async fn terminate(&mut self, row: LoopRow, t: Transition, pending: Option<db::Pending>) {
+        // Not into a worktree another process took over (the transaction checks again).
+        if !self.owns().await {
+            self.gone = true;
+            return;
+        }
         let now = now_ms();
         let reason = t.termination.clone().unwrap_or(TerminationReason::Completed);
         let section_clean = t.cause == "section-clean";
@@ -1428,6 +1534,7 @@ impl Runner {
             .store
             .call(move |c| {
                 forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                    still_ours(tx, &p, &n, &old_id)?;
                     match &pending {
                         Some(x) if apply_record => {
                             db::apply_handoff(tx, &p, &n, &x.session_id, &x.role, now)?;
@@ -1467,6 +1574,14 @@ impl Runner {
             })
             .await;
         if let Err(e) = res {
+            if is_taken_over(&e) {
+                tracing::info!(loop_name = %self.loop_name, "the loop was ended or taken over by another process: this runner stops");
+                self.gone = true;
+                if let Some(h) = self.live.handle.take() {
+                    h.abort();
+                }
+                return;
+            }
             tracing::error!(loop_name = %self.loop_name, "persisting the termination failed: {e}");
         }
         self.engine.store.wrote.wake();
@@ -1653,7 +1768,10 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
         .await
         .ok()
         .flatten();
-    let owned_elsewhere = owner.is_some_and(|pid| pid != i64::from(std::process::id()) && process_alive(pid));
+    let owned_elsewhere = match owner {
+        Some(pid) if pid != i64::from(std::process::id()) => owner_serves(engine, pid).await,
+        _ => false,
+    };
     if env.config.cleanup_worktree && !owned_elsewhere {
         if let Some(repo) = env.project.repo_root.clone() {
             let wt = PathBuf::from(&row.worktree_dir);
@@ -1663,14 +1781,22 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     Ok(cancelled_result(&row, row.iteration))
 }
 
-/// Whether a process `pid` exists (signal 0; one that exists but is not ours counts).
-fn process_alive(pid: i64) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 sends nothing; kill has no memory arguments.
-    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
+/// Whether the server process `pid` still serves: one of its registered private sockets
+/// (`servers` table) accepts a connection. A process id alone could have been reused; a
+/// socket that answers belongs to the live server that registered it.
+async fn owner_serves(engine: &Arc<Engine>, pid: i64) -> bool {
+    let sockets: Vec<String> = engine
+        .store
+        .call(move |c| -> rusqlite::Result<Vec<String>> {
+            let mut st = c.prepare("SELECT DISTINCT socket_path FROM servers WHERE pid = ?1")?;
+            let rows = st.query_map([pid], |r| r.get(0))?;
+            rows.collect()
+        })
+        .await
+        .unwrap_or_default();
+    tokio::task::spawn_blocking(move || sockets.iter().any(|s| std::os::unix::net::UnixStream::connect(s).is_ok()))
+        .await
+        .unwrap_or(false)
 }
 
 /// Removes a loop's worktree; a failure is logged (the loop's state does not depend on it).

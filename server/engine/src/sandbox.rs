@@ -181,11 +181,11 @@ pub fn loop_binds(socket: Option<&Path>) -> Vec<PathBuf> {
 pub fn hidden_dirs() -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let mut out = vec![];
+    let home = std::env::var_os("HOME").map(PathBuf::from);
     let run_user = Path::new("/run/user");
-    if run_user.is_dir() {
+    if run_user.is_dir() && !home.as_deref().is_some_and(|h| h.starts_with(run_user)) {
         out.push(run_user.to_path_buf());
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from);
     if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
@@ -199,12 +199,22 @@ pub fn hidden_dirs() -> Vec<PathBuf> {
     out
 }
 
-/// System sockets whose daemons act as root for their callers (Docker's, Podman's), bound
-/// over with `/dev/null` in a sandbox: each one present, once.
+/// System sockets whose daemons act as root for the members of their groups (Docker,
+/// Podman, containerd, LXD, Incus, libvirt), bound over with `/dev/null` in a sandbox: each
+/// one present, once.
 pub fn hidden_sockets() -> Vec<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
     let mut out: Vec<PathBuf> = vec![];
-    for p in ["/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock"] {
+    for p in [
+        "/run/docker.sock",
+        "/var/run/docker.sock",
+        "/run/podman/podman.sock",
+        "/run/containerd/containerd.sock",
+        "/var/snap/lxd/common/lxd/unix.socket",
+        "/var/lib/lxd/unix.socket",
+        "/var/lib/incus/unix.socket",
+        "/run/libvirt/libvirt-sock",
+    ] {
         let Ok(real) = Path::new(p).canonicalize() else { continue };
         let socket = std::fs::metadata(&real).is_ok_and(|m| m.file_type().is_socket());
         if socket && !out.contains(&real) {

@@ -386,30 +386,46 @@ pub async fn new_session(
 pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: bool) -> Result<CommandResult, ToolError> {
     let (repo, _) = preconditions(env)?;
     let project = env.project.id.clone();
-    let (p, n) = (project.clone(), name.to_string());
-    let row = engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(internal)?;
-    let Some(row) = row else { return Err(ToolError::not_found(format!("No loop found for loop \"{name}\"."))) };
-    let status = Status::parse(&row.status).unwrap_or(Status::Errored);
-    if status == Status::Completed {
-        return Err(ToolError::conflict(format!("Loop \"{name}\" completed successfully and cannot be restarted.")));
-    }
-    if status == Status::Running && !force {
-        return Err(ToolError::conflict(format!("Loop \"{name}\" is currently active. Use force=true to restart it.")));
-    }
-    let dir = PathBuf::from(&row.worktree_dir);
-    let branch = row.worktree_branch.clone().unwrap_or_else(|| git::branch_for(name));
-    let branch_ok = git::branch_exists(&repo, &branch).unwrap_or(false);
-    loop_machine::restartable(status, dir.exists(), branch_ok)
-        .map_err(|m| ToolError::precondition(format!("Cannot restart \"{name}\": {m}")))?;
-    // Sandbox (engine/sandbox.rs): the loop's own saved settings, probed before the runner stops.
-    let (sbx, sbx_network) = sandbox::saved(engine, &project, name).await?;
-    let bwrap = sandbox::require(sbx, "bwrap", &format!("Cannot restart \"{name}\"")).await?;
-    // A force restart of a loop this process runs: its runner stops without ending the
-    // loop (no termination row, teardown commit or cancelled notice); the restart below
-    // takes the loop over.
-    if let Some(h) = engine.runner(&project, name) {
-        h.stop().await;
-    }
+    // The row is read and checked; when this process runs the loop, its runner is stopped
+    // (without ending the loop: no termination row, teardown commit or cancelled notice) and
+    // the row read and checked again, since the runner may have ended or advanced the loop
+    // before it stopped.
+    let mut stopped_runner = false;
+    let (row, dir, branch, bwrap, sbx_network) = loop {
+        let (p, n) = (project.clone(), name.to_string());
+        let row = engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(internal)?;
+        let Some(row) = row else { return Err(ToolError::not_found(format!("No loop found for loop \"{name}\"."))) };
+        let status = Status::parse(&row.status).unwrap_or(Status::Errored);
+        if status == Status::Completed {
+            return Err(ToolError::conflict(format!(
+                "Loop \"{name}\" completed successfully and cannot be restarted."
+            )));
+        }
+        if status == Status::Running && !force {
+            return Err(ToolError::conflict(format!(
+                "Loop \"{name}\" is currently active. Use force=true to restart it."
+            )));
+        }
+        let dir = PathBuf::from(&row.worktree_dir);
+        let branch = row.worktree_branch.clone().unwrap_or_else(|| git::branch_for(name));
+        let branch_ok = git::branch_exists(&repo, &branch).unwrap_or(false);
+        loop_machine::restartable(status, dir.exists(), branch_ok)
+            .map_err(|m| ToolError::precondition(format!("Cannot restart \"{name}\": {m}")))?;
+        // Sandbox (engine/sandbox.rs): the loop's own saved settings, probed before the runner stops.
+        let (sbx, sbx_network) = sandbox::saved(engine, &project, name).await?;
+        let bwrap = sandbox::require(sbx, "bwrap", &format!("Cannot restart \"{name}\"")).await?;
+        match engine.runner(&project, name).filter(|_| !stopped_runner) {
+            Some(h) => {
+                if !h.stop().await {
+                    return Err(ToolError::busy(format!(
+                        "Cannot restart \"{name}\": its runner in this process did not stop within 10 s; try again"
+                    )));
+                }
+                stopped_runner = true;
+            }
+            None => break (row, dir, branch, bwrap, sbx_network),
+        }
+    };
     if !dir.exists() {
         let (r, d, b) = (repo.clone(), dir.clone(), branch.clone());
         tokio::task::spawn_blocking(move || git::reattach_worktree(&r, &d, &b))
