@@ -69,7 +69,7 @@ async def test_identical_strings(forge):
 async def test_old_string_not_found(forge):
     await run(forge.client, "plan-write", {"content": "# Plan\n\nbody"})
     message = await expect_error(
-        run(forge.client, "plan-edit", {"oldString": "2: body", "newString": "x"}), 1006, "invalid"
+        run(forge.client, "plan-edit", {"oldString": "2: body", "newString": "x"}), 1003, "conflict"
     )
     assert message.startswith("plan-edit failed: oldString not found in the stored plan.")
 

@@ -36,6 +36,10 @@ const FAILED: &str = "plan-edit failed: ";
 
 /// Applies one edit to the stored plan `existing` (`None` when the session has no
 /// plan). `Err` is the complete failure text, starting `plan-edit failed: `.
+/// The start of the error when `oldString` is not in the stored plan: a stale edit (the plan
+/// is not what the caller read), which the tool reports as a conflict, not bad input.
+pub const NOT_FOUND: &str = "plan-edit failed: oldString not found in the stored plan.";
+
 pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: bool) -> Result<EditOutcome, String> {
     if old == new {
         return Err(format!("{FAILED}oldString and newString are identical."));
@@ -60,7 +64,7 @@ pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: boo
     let count = positions.len();
     if count == 0 {
         return Err(format!(
-            "{FAILED}oldString not found in the stored plan. \
+            "{NOT_FOUND} \
              Copy it from plan-read output without the \"N: \" line-number prefixes; \
              spaces, tabs, indentation and line breaks must match the plan exactly."
         ));

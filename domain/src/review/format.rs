@@ -129,13 +129,13 @@ pub fn duplicate_message(file: &str, line: i64) -> String {
     )
 }
 
-/// `Deleted review finding at <file>:<line>`, `Deleted <n> review findings at
-/// <file>:<line>` when several rows went, or `No review finding found at <file>:<line>`.
+/// `Deleted review finding at <file>:<line>`, also when several rows went (Forge's text
+/// is the same whatever the count; the count is in the result's data), or `No review
+/// finding found at <file>:<line>`.
 pub fn deleted_message(file: &str, line: i64, n: usize) -> String {
     match n {
         0 => format!("No review finding found at {file}:{line}"),
-        1 => format!("Deleted review finding at {file}:{line}"),
-        n => format!("Deleted {n} review findings at {file}:{line}"),
+        _ => format!("Deleted review finding at {file}:{line}"),
     }
 }
 
@@ -248,6 +248,6 @@ mod tests {
         assert!(duplicate_message("a.rs", 3).contains("review-delete"));
         assert_eq!(deleted_message("a.rs", 3, 0), "No review finding found at a.rs:3");
         assert_eq!(deleted_message("a.rs", 3, 1), "Deleted review finding at a.rs:3");
-        assert_eq!(deleted_message("a.rs", 3, 3), "Deleted 3 review findings at a.rs:3");
+        assert_eq!(deleted_message("a.rs", 3, 3), "Deleted review finding at a.rs:3");
     }
 }

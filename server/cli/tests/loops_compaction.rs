@@ -150,3 +150,37 @@ fn a_restart_elsewhere_during_a_compaction_stops_it_and_writes_nothing() {
     let briefs = t.briefs(&name);
     assert!(!briefs.iter().any(|b| b.contains("shutdown") || b.contains("cancelled")), "{briefs:?}");
 }
+
+/// Another process cancels the loop while this one compacts (`loop.cleanupWorktree` on):
+/// the canceller leaves the worktree to this process, whose runner sees within seconds that
+/// the loop is no longer its own, stops the compaction and removes the worktree.
+#[test]
+fn a_cancel_elsewhere_during_a_compaction_leaves_no_worktree_behind() {
+    let top = format!("[loop]\ncleanupWorktree = true\n\n{REUSE_50}");
+    let t = resilience_support::start("fixonce", &top, &[("FORGE_TEST_CONTEXT", "900")]);
+    let p = t.state.join("compact-hang.sh");
+    std::fs::write(&p, "#!/bin/sh\necho $$ > \"$FORGE_TEST_STATE/compact.pid\"\nsleep 120 &\nwait\necho compacted\n")
+        .unwrap();
+    let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
+    change_config(&t, json!({ "agent": { "compactCommand": [p.display().to_string(), "{session}"] } }));
+    std::thread::sleep(QUIET);
+    let name = t.execute("One step", ONE_SECTION);
+    let pid: u32 = t.wait_state_file("compact.pid").trim().parse().expect("compaction pid");
+    let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap());
+    let mut other = t.sb.stdio_with(|c| {
+        c.arg("--data-dir").arg(&t.sb.data_dir);
+    });
+    other.init(&Init::new(&t.repo.path));
+    other.tool_ok("loop-cancel", json!({ "name": name }));
+    assert!(wt.exists() || !pid_alive(pid), "the canceller removed the worktree while the compaction ran in it");
+    assert!(
+        wait_for(std::time::Duration::from_secs(10), || (!pid_alive(pid)).then_some(())).is_some(),
+        "the compaction {pid} still runs after the cancel elsewhere"
+    );
+    assert!(
+        wait_for(std::time::Duration::from_secs(10), || (!wt.exists()).then_some(())).is_some(),
+        "the worktree {} was left behind",
+        wt.display()
+    );
+    assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
+}

@@ -199,7 +199,7 @@ fn initialize_list_and_call_over_stdio() {
 
     // A tool that fails is a result with isError and the message, not a JSON-RPC error.
     let e = m.call("plan-edit", json!({ "oldString": "not in the plan", "newString": "x" }));
-    assert_tool_error(&e, "invalid");
+    assert_tool_error(&e, "conflict");
     assert!(text(&e).contains("plan-edit failed"), "{e}");
     // So is input the schema rejects (the model can correct it).
     let e = m.call("plan-read", json!({ "bogus": 1 }));

@@ -418,8 +418,9 @@ fn plan_edit_failures_have_exact_messages_and_leave_the_plan_alone() {
     assert_error(&e, 1006, "invalid");
     assert_eq!(e.message, "plan-edit failed: oldString and newString are identical.");
 
+    // A stale edit: the text is not in the stored plan (1003, re-read and retry).
     let e = c.tool_err("plan-edit", json!({ "oldString": "missing text", "newString": "y" }));
-    assert_error(&e, 1006, "invalid");
+    assert_error(&e, 1003, "conflict");
     assert!(e.message.starts_with("plan-edit failed: oldString not found in the stored plan."), "{}", e.message);
 
     let e = c.tool_err("plan-edit", json!({ "oldString": "step", "newString": "walk" }));

@@ -324,11 +324,6 @@ async fn run(
                 }
                 None => break,
             },
-            _ = ticker.tick(), if tick.is_some() && !r.stopping.asked() => {
-                if !r.watchdog().await {
-                    break;
-                }
-            }
             batch = feed.recv() => {
                 let mine = match &batch {
                     Ok(b) => b.iter().any(|c| {
@@ -338,6 +333,11 @@ async fn run(
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => false,
                 };
                 if mine && r.taken_over().await {
+                    break;
+                }
+            }
+            _ = ticker.tick(), if tick.is_some() && !r.stopping.asked() => {
+                if !r.watchdog().await {
                     break;
                 }
             }
@@ -430,8 +430,22 @@ impl Runner {
 
     /// Whether the loop is still running with this runner's live session (a read: writes
     /// check again inside their transaction, [`still_ours`]).
+    /// A row that cannot be read counts as owned: the write's own check decides then.
     async fn owns(&self) -> bool {
-        self.row().await.is_some_and(|r| r.status == "running" && r.current_session_id == self.live.id)
+        let (p, n) = (self.project.clone(), self.loop_name.clone());
+        match self.db(move |c| loops::get(c, &p, &n)).await {
+            Ok(Some(r)) => r.status == "running" && r.current_session_id == self.live.id,
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+
+    /// The loop turned out not to be this runner's any more: the runner stops, after
+    /// [`Runner::taken_over`]'s cleanup (its turn killed; the worktree of a loop cancelled
+    /// elsewhere removed when `loop.cleanupWorktree` asks for it).
+    async fn lost(&mut self) {
+        self.gone = true;
+        self.taken_over().await;
     }
 
     /// Whether another process ended or took over this loop: its row is gone, no longer
@@ -646,6 +660,11 @@ impl Runner {
         if limit == 0 || now - self.quiet_since < limit {
             return true;
         }
+        // Acting on a stall writes the loop: only while it is still this runner's.
+        if !self.owns().await {
+            self.lost().await;
+            return false;
+        }
         self.stalls += 1;
         self.quiet_since = now;
         let (p, n, k) = (self.project.clone(), self.loop_name.clone(), self.stalls);
@@ -788,7 +807,20 @@ impl Runner {
         }
         let t = next_transition(&self.facts(&row), &event);
         self.apply(row, t.clone(), None).await;
-        (!self.gone).then_some(t)
+        if self.gone {
+            return None;
+        }
+        // A termination that could not be written (a database failure) leaves the loop
+        // running with this session: not reported as done.
+        if t.kind == TransitionKind::Terminate && self.owns_for_sure().await {
+            return None;
+        }
+        Some(t)
+    }
+
+    /// Whether the row reads as still running this runner's session (false when unreadable).
+    async fn owns_for_sure(&self) -> bool {
+        self.row().await.is_some_and(|r| r.status == "running" && r.current_session_id == self.live.id)
     }
 
     /// Logs a task control as a `control` transition (phase and counters unchanged).
@@ -966,7 +998,11 @@ impl Runner {
     async fn cancel(&mut self) -> Option<Result<CommandResult, ToolError>> {
         let row = self.row().await?;
         let iteration = row.iteration;
-        self.external(Event::Cancel).await?;
+        if self.external(Event::Cancel).await.is_none() {
+            // Not this runner's to end: it stops, cleaning up after a cancel made elsewhere.
+            self.taken_over().await;
+            return None;
+        }
         if self.config.cleanup_worktree {
             let (repo, wt) = (self.repo_root.clone(), PathBuf::from(&row.worktree_dir));
             remove_worktree_logged(repo, wt).await;
@@ -1050,7 +1086,7 @@ impl Runner {
         let Some(to) = t.to else { return };
         // Not into a worktree another process took over (its transaction below checks again).
         if !self.owns().await {
-            self.gone = true;
+            self.lost().await;
             return;
         }
         let now = now_ms();
@@ -1114,7 +1150,7 @@ impl Runner {
             return;
         }
         if !self.owns().await {
-            self.gone = true;
+            self.lost().await;
             return;
         }
         tracing::debug!(loop_name = %self.loop_name, cause = t.cause, ?standby_dbg, escalate, known = self.sessions.len(), "session rotation");
@@ -1248,7 +1284,7 @@ impl Runner {
         if let Err(e) = res {
             if is_taken_over(&e) {
                 tracing::info!(loop_name = %self.loop_name, "the loop was taken over by another process: this runner stops");
-                self.gone = true;
+                self.lost().await;
                 return;
             }
             tracing::error!(loop_name = %self.loop_name, "persisting a transition failed: {e}");
@@ -1482,7 +1518,7 @@ impl Runner {
     async fn terminate(&mut self, row: LoopRow, t: Transition, pending: Option<db::Pending>) {
         // Not into a worktree another process took over (the transaction checks again).
         if !self.owns().await {
-            self.gone = true;
+            self.lost().await;
             return;
         }
         let now = now_ms();
@@ -1576,7 +1612,7 @@ impl Runner {
         if let Err(e) = res {
             if is_taken_over(&e) {
                 tracing::info!(loop_name = %self.loop_name, "the loop was ended or taken over by another process: this runner stops");
-                self.gone = true;
+                self.lost().await;
                 if let Some(h) = self.live.handle.take() {
                     h.abort();
                 }
@@ -1785,18 +1821,25 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
 /// (`servers` table) accepts a connection. A process id alone could have been reused; a
 /// socket that answers belongs to the live server that registered it.
 async fn owner_serves(engine: &Arc<Engine>, pid: i64) -> bool {
-    let sockets: Vec<String> = engine
+    let sockets = engine
         .store
         .call(move |c| -> rusqlite::Result<Vec<String>> {
             let mut st = c.prepare("SELECT DISTINCT socket_path FROM servers WHERE pid = ?1")?;
             let rows = st.query_map([pid], |r| r.get(0))?;
             rows.collect()
         })
-        .await
-        .unwrap_or_default();
-    tokio::task::spawn_blocking(move || sockets.iter().any(|s| std::os::unix::net::UnixStream::connect(s).is_ok()))
-        .await
-        .unwrap_or(false)
+        .await;
+    // Unreadable: counted as serving (the worktree is kept, never removed under an agent).
+    let Ok(sockets) = sockets else { return true };
+    for s in sockets {
+        // A stuck owner (a full backlog) must not hold the cancel: a second at most.
+        let answer = tokio::time::timeout(Duration::from_secs(1), tokio::net::UnixStream::connect(&s)).await;
+        match answer {
+            Ok(Ok(_)) | Err(_) => return true,
+            Ok(Err(_)) => {}
+        }
+    }
+    false
 }
 
 /// Removes a loop's worktree; a failure is logged (the loop's state does not depend on it).

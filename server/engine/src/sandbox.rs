@@ -174,16 +174,15 @@ pub fn loop_binds(socket: Option<&Path>) -> Vec<PathBuf> {
 }
 
 /// Directories a sandbox sees as empty tmpfs: `/run/user` and the server's own
-/// `$XDG_RUNTIME_DIR` when it is a runtime directory (absolute, ours, mode 0700) outside
-/// `/tmp` (private already) and not the home directory or above it (the agents' own
-/// configuration lives there). Binds made after them (the private socket's directory, the
-/// worktree) reappear inside.
+/// `$XDG_RUNTIME_DIR` when it is a runtime directory (absolute, ours, mode 0700, not `/`)
+/// outside `/tmp` (private already). Binds made after them (the home directory when it is
+/// inside one of them, [`home_to_restore`]; the private socket's directory; the worktree)
+/// reappear inside.
 pub fn hidden_dirs() -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let mut out = vec![];
-    let home = std::env::var_os("HOME").map(PathBuf::from);
     let run_user = Path::new("/run/user");
-    if run_user.is_dir() && !home.as_deref().is_some_and(|h| h.starts_with(run_user)) {
+    if run_user.is_dir() {
         out.push(run_user.to_path_buf());
     }
     if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
@@ -191,12 +190,18 @@ pub fn hidden_dirs() -> Vec<PathBuf> {
         let me = unsafe { libc::geteuid() };
         let private = std::fs::metadata(&rt).is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0);
         let covered = rt.starts_with("/tmp") || rt.starts_with(run_user);
-        let above_home = home.as_deref().is_some_and(|h| h.starts_with(&rt));
-        if rt.is_absolute() && rt != Path::new("/") && private && !covered && !above_home {
+        if rt.is_absolute() && rt != Path::new("/") && private && !covered {
             out.push(rt);
         }
     }
     out
+}
+
+/// The home directory, when a hidden directory contains it: bound back read-only right
+/// after the tmpfs (the agents' own configuration lives there).
+pub fn home_to_restore(hidden: &[PathBuf]) -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute())?;
+    hidden.iter().any(|d| home.starts_with(d)).then_some(home)
 }
 
 /// System sockets whose daemons act as root for the members of their groups (Docker,
@@ -284,8 +289,12 @@ impl Sandbox {
         push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]);
         push(&["--dev".as_ref(), "/dev".as_ref(), "--proc".as_ref(), "/proc".as_ref()]);
         push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
-        for d in hidden_dirs() {
+        let hidden = hidden_dirs();
+        for d in &hidden {
             push(&["--tmpfs".as_ref(), d.as_os_str()]);
+        }
+        if let Some(home) = home_to_restore(&hidden) {
+            push(&["--ro-bind-try".as_ref(), home.as_os_str(), home.as_os_str()]);
         }
         for sock in hidden_sockets() {
             push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), sock.as_os_str()]);

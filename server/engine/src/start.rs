@@ -418,7 +418,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             Some(h) => {
                 if !h.stop().await {
                     return Err(ToolError::busy(format!(
-                        "Cannot restart \"{name}\": its runner in this process did not stop within 10 s; try again"
+                        "Cannot restart \"{name}\": its runner in this process did not stop within 10 s (it stops as soon as its current step ends); retry the restart"
                     )));
                 }
                 stopped_runner = true;

@@ -37,10 +37,15 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             .map(|p| p.content)
             .ok_or_else(|| ToolError::not_found("No plan found. Author it with the plan-write tool or pass it directly as the plan argument."))?,
     };
+    // Forge's failure prefix names what failed to start (FORGE-REFERENCE §2.5).
+    let failed = match input.mode {
+        Some(ExecuteMode::NewSession) => "Failed to start new session",
+        _ => "Failed to start loop",
+    };
     if plan.trim().is_empty() {
-        return Err(ToolError::invalid("Failed to start loop: the plan is empty."));
+        return Err(ToolError::invalid(format!("{failed}: the plan is empty.")));
     }
-    crate::plan_ops::check_plan_size(ctx, &plan).map_err(|e| ToolError::invalid(format!("Failed to start loop: {}", e.message)))?;
+    crate::plan_ops::check_plan_size(ctx, &plan).map_err(|e| ToolError::invalid(format!("{failed}: {}", e.message)))?;
     if !ctx.has_engine {
         return Err(ToolError::precondition(
             "forge.execute-plan needs a running forge-lsp server (it runs agent processes); start it from your editor or with `forge-lsp serve --listen unix:PATH`.",

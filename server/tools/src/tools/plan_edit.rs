@@ -2,7 +2,7 @@
 //! (FORGE-REFERENCE.md §2.3). Rejections never touch the stored plan.
 
 use forge_domain::plan::{
-    edit::{apply_edit, EditOutcome},
+    edit::{self, apply_edit, EditOutcome},
     structure,
 };
 use forge_protocol::{CommandResult, ToolError};
@@ -35,7 +35,9 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         &input.new_string,
         input.replace_all.unwrap_or(false),
     )
-    .map_err(ToolError::invalid)?;
+    // oldString not found is a stale edit (1003, re-read the plan); anything else is input
+    // that cannot be used (1006).
+    .map_err(|m| if m.starts_with(edit::NOT_FOUND) { ToolError::conflict(m) } else { ToolError::invalid(m) })?;
     let (prefix, text, outline, count) = match outcome {
         EditOutcome::Created { text } => ("Created plan.".to_string(), text, structure::Outline::Full, 0),
         EditOutcome::Replaced { text, count, lines } => (
