@@ -7,6 +7,7 @@
 pub mod agent_cli;
 pub mod agent_output;
 pub mod diagnostics;
+pub mod ecma_regex;
 pub mod handoff;
 pub mod history;
 pub mod html;

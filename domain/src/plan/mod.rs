@@ -126,9 +126,10 @@ pub(crate) fn static_regex(pattern: &str) -> regex::Regex {
     regex::Regex::new(pattern).expect("constant plan regex must compile")
 }
 
-/// Compiles a user-supplied search pattern, with Forge's error text.
+/// Compiles a user-supplied search pattern (ECMAScript, as Forge reads it:
+/// [`crate::ecma_regex`]), with Forge's error text.
 pub(crate) fn user_regex(pattern: &str) -> Result<regex::Regex, String> {
-    regex::Regex::new(pattern).map_err(|e| format!("Invalid regex pattern: {}", regex_error_line(&e)))
+    crate::ecma_regex::compile(pattern).map_err(|e| format!("Invalid regex pattern: {}", regex_error_line(&e)))
 }
 
 /// A one-line description of a regex error. The crate's message spans several

@@ -3,7 +3,6 @@
 
 use super::Finding;
 use forge_protocol::inputs::Severity;
-use regex::Regex;
 use std::fmt::Write as _;
 
 /// Keeps the findings whose `description + " " + scenario` (scenario or `""`)
@@ -14,7 +13,9 @@ pub fn filter_pattern(findings: Vec<Finding>, pattern: Option<&str>) -> Result<V
     let Some(pattern) = pattern.filter(|p| !p.is_empty()) else {
         return Ok(findings);
     };
-    let re = Regex::new(pattern).map_err(|e| format!("Invalid regex pattern: {}", one_line(&e.to_string())))?;
+    // ECMAScript, as Forge reads it (`crate::ecma_regex`).
+    let re = crate::ecma_regex::compile(pattern)
+        .map_err(|e| format!("Invalid regex pattern: {}", one_line(&e.to_string())))?;
     Ok(findings
         .into_iter()
         .filter(|f| {

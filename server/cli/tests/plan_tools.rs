@@ -299,6 +299,16 @@ fn plan_read_searches_with_a_regex() {
     let e = c.tool_err("plan-read", json!({ "pattern": "(unclosed" }));
     assert_error(&e, 1006, "invalid");
     assert!(e.message.starts_with("Invalid regex pattern: "), "{}", e.message);
+
+    // Read as ECMAScript, as Forge does: ASCII \d and \w, a lone brace is a literal.
+    c.tool_ok("plan-write", json!({ "content": "é\n٣\nx\nPhase{ 1}" }));
+    assert_eq!(c.tool_ok("plan-read", json!({ "pattern": "^\\w$" })).text, "Found 1 match:\n\n  Line 3: x");
+    assert_eq!(c.tool_ok("plan-read", json!({ "pattern": "^\\d$" })).text, "No matches found in plan");
+    assert_eq!(c.tool_ok("plan-read", json!({ "pattern": "Phase{" })).text, "Found 1 match:\n\n  Line 4: Phase{ 1}");
+    // Look-around is refused, naming it.
+    let e = c.tool_err("plan-read", json!({ "pattern": "(?=Phase)" }));
+    assert_error(&e, 1006, "invalid");
+    assert!(e.message.contains("look-around"), "{}", e.message);
 }
 
 #[test]
