@@ -129,26 +129,7 @@ pub(crate) fn static_regex(pattern: &str) -> regex::Regex {
 /// Compiles a user-supplied search pattern (ECMAScript, as Forge reads it:
 /// [`crate::ecma_regex`]), with Forge's error text.
 pub(crate) fn user_regex(pattern: &str) -> Result<regex::Regex, String> {
-    crate::ecma_regex::compile(pattern).map_err(|e| format!("Invalid regex pattern: {}", regex_error_line(&e)))
-}
-
-/// A one-line description of a regex error. The crate's message spans several
-/// lines (a header, the pattern with a caret, then `error: <reason>`); the header
-/// and the reason are joined so the text stays on one line and says what is wrong.
-fn regex_error_line(e: &regex::Error) -> String {
-    let full = e.to_string();
-    let first = full.lines().next().unwrap_or("").trim().to_string();
-    let reason = full.lines().map(str::trim).find_map(|l| l.strip_prefix("error:")).map(str::trim);
-    match reason {
-        Some(reason) if !reason.is_empty() && first != reason => {
-            if first.is_empty() {
-                reason.to_string()
-            } else {
-                format!("{first} {reason}")
-            }
-        }
-        _ => first,
-    }
+    crate::ecma_regex::compile(pattern).map_err(|e| format!("Invalid regex pattern: {e}"))
 }
 
 #[cfg(test)]

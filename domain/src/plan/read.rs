@@ -287,13 +287,13 @@ mod tests {
 
     #[test]
     fn recent_search_format_and_limit() {
-        let (idx, text) = recent_search(&plans(), "(?i)single|token", 20).unwrap_or_default();
+        let (idx, text) = recent_search(&plans(), "[Ss]ingle|token", 20).unwrap_or_default();
         assert_eq!(idx, vec![0, 1]);
         assert_eq!(
             text,
-            "Found 2 recent plan match(es) for /(?i)single|token/.\n  loop: add-oauth | 2024-12-02T14:33:20.123Z | # OAuth plan\n    Line 4: line four with token\n  session: ses_1 | 1970-01-01T00:00:00.000Z | # Single\n    Line 1: # Single"
+            "Found 2 recent plan match(es) for /[Ss]ingle|token/.\n  loop: add-oauth | 2024-12-02T14:33:20.123Z | # OAuth plan\n    Line 4: line four with token\n  session: ses_1 | 1970-01-01T00:00:00.000Z | # Single\n    Line 1: # Single"
         );
-        let (idx, _) = recent_search(&plans(), "(?i)single|token", 1).unwrap_or_default();
+        let (idx, _) = recent_search(&plans(), "[Ss]ingle|token", 1).unwrap_or_default();
         assert_eq!(idx, vec![0]);
         let (idx, text) = recent_search(&plans(), "nothing", 5).unwrap_or_default();
         assert!(idx.is_empty());

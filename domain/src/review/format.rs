@@ -14,8 +14,7 @@ pub fn filter_pattern(findings: Vec<Finding>, pattern: Option<&str>) -> Result<V
         return Ok(findings);
     };
     // ECMAScript, as Forge reads it (`crate::ecma_regex`).
-    let re = crate::ecma_regex::compile(pattern)
-        .map_err(|e| format!("Invalid regex pattern: {}", one_line(&e.to_string())))?;
+    let re = crate::ecma_regex::compile(pattern).map_err(|e| format!("Invalid regex pattern: {e}"))?;
     Ok(findings
         .into_iter()
         .filter(|f| {
@@ -138,11 +137,6 @@ pub fn deleted_message(file: &str, line: i64, n: usize) -> String {
         0 => format!("No review finding found at {file}:{line}"),
         _ => format!("Deleted review finding at {file}:{line}"),
     }
-}
-
-/// Regex engine errors span several lines (a caret diagram); fold them into one.
-fn one_line(s: &str) -> String {
-    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

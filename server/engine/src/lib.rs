@@ -82,6 +82,9 @@ pub enum TaskAction {
 }
 
 /// The engine of one data directory.
+/// A loop: its project id and name.
+type LoopKey = (String, String);
+
 pub struct Engine {
     pub store: Store,
     pub data_dir: PathBuf,
@@ -94,6 +97,9 @@ pub struct Engine {
     /// front ends announce from it, and a runner learns from it that another process
     /// cancelled or took over its loop.
     changes: tokio::sync::broadcast::Sender<hub::Batch>,
+    /// One restart of a loop at a time in this process (two force restarts would each start
+    /// a runner, and the later one's would unregister the earlier's).
+    restarts: Mutex<HashMap<LoopKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Engine {
@@ -105,7 +111,20 @@ impl Engine {
             private_socket,
             activity: Arc::default(),
             changes: tokio::sync::broadcast::channel(hub::CHANNEL).0,
+            restarts: Mutex::default(),
         })
+    }
+
+    /// Held for the whole of a restart of the loop `loop_name`.
+    pub(crate) async fn restart_lock(&self, project: &str, loop_name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self
+            .restarts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((project.to_string(), loop_name.to_string()))
+            .or_default()
+            .clone();
+        lock.lock_owned().await
     }
 
     /// Every change-feed batch from now on.

@@ -430,6 +430,37 @@ impl Runner {
 
     /// Whether the loop is still running with this runner's live session (a read: writes
     /// check again inside their transaction, [`still_ours`]).
+    /// A write of the loop, in one transaction that first checks the loop is still this
+    /// runner's ([`still_ours`]). False when it is not (the runner then stops, [`Runner::lost`]);
+    /// another failure is logged, as [`Runner::write`] does.
+    async fn guarded_write(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<()> + Send + 'static,
+    ) -> bool {
+        let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        let res = self
+            .engine
+            .store
+            .call(move |c| {
+                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                    still_ours(tx, &p, &n, &sid)?;
+                    f(tx)
+                })
+            })
+            .await;
+        match res {
+            Ok(()) => true,
+            Err(e) if is_taken_over(&e) => {
+                self.lost().await;
+                false
+            }
+            Err(e) => {
+                tracing::error!(project = %self.project, loop_name = %self.loop_name, "database write failed: {e}");
+                true
+            }
+        }
+    }
+
     /// A row that cannot be read counts as owned: the write's own check decides then.
     async fn owns(&self) -> bool {
         let (p, n) = (self.project.clone(), self.loop_name.clone());
@@ -1018,8 +1049,8 @@ impl Runner {
                 // Next model of the auditor chain, same session, the pending record of the
                 // aborted turn discarded, the audit prompt sent again.
                 let (p, n) = (self.project.clone(), self.loop_name.clone());
-                self
-                    .write(move |c| {
+                let ours = self
+                    .guarded_write(move |c| {
                         db::discard_pending(c, &p, &n, now_ms())?;
                         c.execute(
                             "UPDATE loops SET auditor_fallback_index = auditor_fallback_index + 1 WHERE project_id = ?1 AND loop_name = ?2",
@@ -1028,6 +1059,9 @@ impl Runner {
                         .map(|_| ())
                     })
                     .await;
+                if !ours {
+                    return false;
+                }
                 self.mark(&self.live.id.clone(), "retry").await;
                 let p = self.live.phase_prompt.clone();
                 self.send(p).await;
@@ -1055,14 +1089,18 @@ impl Runner {
             }
             TransitionKind::Retry => {
                 let (p, n, e) = (self.project.clone(), self.loop_name.clone(), t.error_count_after);
-                self.write(move |c| {
-                    c.execute(
-                        "UPDATE loops SET error_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
-                        rusqlite::params![p, n, e],
-                    )
-                    .map(|_| ())
-                })
-                .await;
+                let ours = self
+                    .guarded_write(move |c| {
+                        c.execute(
+                            "UPDATE loops SET error_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                            rusqlite::params![p, n, e],
+                        )
+                        .map(|_| ())
+                    })
+                    .await;
+                if !ours {
+                    return false;
+                }
                 // The session is retrying until the prompt is sent again.
                 self.mark(&self.live.id.clone(), "retry").await;
                 tokio::time::sleep(Duration::from_secs(2)).await;

@@ -386,6 +386,7 @@ pub async fn new_session(
 pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: bool) -> Result<CommandResult, ToolError> {
     let (repo, _) = preconditions(env)?;
     let project = env.project.id.clone();
+    let _one_at_a_time = engine.restart_lock(&project, name).await;
     // The row is read and checked; when this process runs the loop, its runner is stopped
     // (without ending the loop: no termination row, teardown commit or cancelled notice) and
     // the row read and checked again, since the runner may have ended or advanced the loop
