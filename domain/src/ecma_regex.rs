@@ -29,11 +29,11 @@ const JS_SPACE: &str =
     r"\t\n\x0B\x0C\r \u{A0}\u{1680}\u{2000}-\u{200A}\u{2028}\u{2029}\u{202F}\u{205F}\u{3000}\u{FEFF}";
 
 /// What an escape `\<c>` (and what follows it, `rest`) means, in `regex` syntax; and how
-/// many characters after the backslash it used.
-fn escape(c: char, rest: &[char], in_class: bool) -> (String, usize) {
-    let hex = |n: usize| -> Option<u32> {
-        let digits: String = rest.get(..n)?.iter().collect();
-        (digits.len() == n && digits.chars().all(|d| d.is_ascii_hexdigit()))
+/// many characters after the backslash it used. `Err` for a named back-reference.
+fn escape(c: char, rest: &[char], in_class: bool) -> Result<(String, usize), String> {
+    let hex_at = |from: usize, n: usize| -> Option<u32> {
+        let digits: String = rest.get(from..from + n)?.iter().collect();
+        (digits.chars().count() == n && digits.chars().all(|d| d.is_ascii_hexdigit()))
             .then(|| u32::from_str_radix(&digits, 16).ok())?
     };
     let class = |members: &str, negated: bool| match (in_class, negated) {
@@ -43,93 +43,146 @@ fn escape(c: char, rest: &[char], in_class: bool) -> (String, usize) {
         (true, false) => members.to_string(),
         (true, true) => format!("[^{members}]"),
     };
-    match c {
+    let code = |v: u32| format!("\\x{{{v:X}}}");
+    Ok(match c {
         'd' => (class("0-9", false), 1),
         'D' => (class("0-9", true), 1),
         'w' => (class("0-9A-Za-z_", false), 1),
         'W' => (class("0-9A-Za-z_", true), 1),
         's' => (class(JS_SPACE, false), 1),
         'S' => (class(JS_SPACE, true), 1),
-        'b' if in_class => (r"\x08".to_string(), 1),
+        'b' if in_class => (code(8), 1),
         'b' => (r"(?-u:\b)".to_string(), 1),
         'B' if !in_class => (r"(?-u:\B)".to_string(), 1),
-        'f' | 'n' | 'r' | 't' => (format!("\\{c}"), 1),
-        'v' => (r"\x0B".to_string(), 1),
-        '0' if !rest.first().is_some_and(char::is_ascii_digit) => (r"\x00".to_string(), 1),
-        'x' => match hex(2) {
-            Some(v) => (format!("\\x{{{v:X}}}"), 3),
+        'f' => (code(0x0C), 1),
+        'n' => (code(0x0A), 1),
+        'r' => (code(0x0D), 1),
+        't' => (code(0x09), 1),
+        'v' => (code(0x0B), 1),
+        // `\0` and legacy octal (`\01`, `\377`); `\08` is NUL then `8`.
+        '0' => {
+            let octal: String = rest.iter().take(2).take_while(|d| ('0'..='7').contains(d)).collect();
+            let value = u32::from_str_radix(&format!("0{octal}"), 8).unwrap_or(0);
+            (code(value), 1 + octal.len())
+        }
+        'x' => match hex_at(0, 2) {
+            Some(v) => (code(v), 3),
             None => ("x".to_string(), 1),
         },
-        'u' => match hex(4) {
+        'u' => match hex_at(0, 4) {
+            // A surrogate pair written as two escapes is one character.
+            Some(hi @ 0xD800..=0xDBFF) if rest.get(4) == Some(&'\\') && rest.get(5) == Some(&'u') => {
+                match hex_at(6, 4) {
+                    Some(lo @ 0xDC00..=0xDFFF) => (code(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)), 11),
+                    _ => (format!("\\u{{{hi:X}}}"), 5),
+                }
+            }
             // A lone surrogate half has no `regex` spelling: left for the engine to refuse.
             Some(v) if (0xD800..0xE000).contains(&v) => (format!("\\u{{{v:X}}}"), 5),
-            Some(v) => (format!("\\x{{{v:X}}}"), 5),
+            Some(v) => (code(v), 5),
             None => ("u".to_string(), 1),
         },
-        'c' => match rest.first().filter(|l| l.is_ascii_alphabetic()) {
-            Some(l) => (format!("\\x{{{:X}}}", (*l as u32) % 32), 2),
-            None => (r"\\c".to_string(), 1),
+        'c' => match rest.first() {
+            Some(l) if l.is_ascii_alphabetic() || (in_class && (l.is_ascii_digit() || *l == '_')) => {
+                (code(*l as u32 % 32), 2)
+            }
+            // Not a control escape: the backslash itself, then `c`.
+            _ => (r"\\c".to_string(), 1),
         },
-        // Back-references (`\1`, `\k<name>`): left for the engine to refuse, naming them.
-        '1'..='9' | 'k' => (format!("\\{c}"), 1),
-        // Any other escaped character is that character (`\<`, `\/`, `\é`, `\p`, `\z`).
-        other => (regex_syntax_escape(other), 1),
-    }
+        'k' if rest.first() == Some(&'<') => {
+            return Err("back-references (\\k<name>) are not supported: no linear-time engine runs them".to_string())
+        }
+        // Numbered back-references: left for the engine to refuse, naming them.
+        '1'..='9' if !in_class => (format!("\\{c}"), 1),
+        // Any other escaped character is that character (`\<`, `\/`, `\é`, `\p`, `\z`, `\k`).
+        other => (regex::escape(other.encode_utf8(&mut [0; 4])), 1),
+    })
 }
 
-/// `c` as a literal in `regex` syntax.
-fn regex_syntax_escape(c: char) -> String {
-    regex::escape(c.encode_utf8(&mut [0; 4]))
+/// One member of a class as written: a character or an escape, as `regex` text; whether
+/// it is a class escape (`\d`, `\w`, `\s` and their complements), which ends no range.
+struct Atom {
+    text: String,
+    class_escape: bool,
+    dash: bool,
+}
+
+/// The class that starts at `chars[start]` (a `[`): its `regex` spelling and the index after
+/// its `]`; `None` when it is not closed (left for the engine to refuse).
+///
+/// ECMAScript's class grammar (with the web-compatibility rules): `a-b` is a range unless
+/// one end is a class escape, where it is the two members and a `-`; a `-` first, last or
+/// right after a range is a member.
+fn class(chars: &[char], start: usize) -> Result<Option<(String, usize)>, String> {
+    let mut i = start + 1;
+    let negated = chars.get(i) == Some(&'^');
+    if negated {
+        i += 1;
+    }
+    let mut atoms: Vec<Atom> = vec![];
+    loop {
+        let Some(&c) = chars.get(i) else { return Ok(None) };
+        match c {
+            ']' => break,
+            '\\' => {
+                let Some(&next) = chars.get(i + 1) else { return Ok(None) };
+                let (text, used) = escape(next, &chars[i + 2..], true)?;
+                atoms.push(Atom { text, class_escape: matches!(next, 'd' | 'D' | 'w' | 'W' | 's' | 'S'), dash: false });
+                i += 1 + used;
+            }
+            _ => {
+                let text = if matches!(c, '[' | ']' | '&' | '~' | '-' | '^' | '\\') {
+                    format!("\\{c}")
+                } else {
+                    c.to_string()
+                };
+                atoms.push(Atom { text, class_escape: false, dash: c == '-' });
+                i += 1;
+            }
+        }
+    }
+    let mut out = String::from(if negated { "[^" } else { "[" });
+    let mut k = 0;
+    while k < atoms.len() {
+        let a = &atoms[k];
+        let range = atoms.get(k + 1).is_some_and(|d| d.dash) && k + 2 < atoms.len() && !a.dash;
+        if range {
+            let b = &atoms[k + 2];
+            out.push_str(&a.text);
+            // A range between two members; next to a class escape, a literal `-`.
+            out.push_str(if a.class_escape || b.class_escape { "\\-" } else { "-" });
+            out.push_str(&b.text);
+            k += 3;
+        } else {
+            out.push_str(&a.text);
+            k += 1;
+        }
+    }
+    out.push(']');
+    Ok(Some((out, i + 1)))
 }
 
 /// The `regex` crate's spelling of an ECMAScript pattern (see the module docs), or why it
-/// has none: a group with flags (`(?i)`, `(?P<n>...)`), which ECMAScript does not have.
+/// has none: a group with flags (`(?i)`, `(?P<n>...)`), which ECMAScript does not have, or
+/// a named back-reference.
 pub fn translate(pattern: &str) -> Result<String, String> {
     let chars: Vec<char> = pattern.chars().collect();
     let mut out = String::with_capacity(pattern.len() + 8);
-    let mut in_class = false;
-    // Inside a class: the previous member was a class escape, or a `-` follows one (a `-`
-    // next to a class escape is a literal in ECMAScript, a bad range in `regex`).
-    let mut after_class_escape = false;
-    // The previous character inside the current class (for `--`, `&&`, `~~`).
-    let mut class_prev: Option<char> = None;
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
-        if c == '\\' {
-            let Some(&next) = chars.get(i + 1) else {
-                // A trailing backslash: left for the engine to refuse.
-                out.push(c);
-                break;
-            };
-            let (text, used) = escape(next, &chars[i + 2..], in_class);
-            let is_class_escape = matches!(next, 'd' | 'D' | 'w' | 'W' | 's' | 'S');
-            if in_class && is_class_escape && out.ends_with('-') && !out.ends_with("\\-") {
-                out.pop();
-                out.push_str("\\-");
-            }
-            out.push_str(&text);
-            after_class_escape = in_class && is_class_escape;
-            class_prev = None;
-            i += 1 + used;
-            continue;
-        }
-        if in_class {
-            match c {
-                ']' => {
-                    in_class = false;
-                    out.push(c);
-                }
-                '[' | '&' | '~' => out.push_str(&format!("\\{c}")),
-                '-' if class_prev == Some('-') || after_class_escape => out.push_str("\\-"),
-                _ => out.push(c),
-            }
-            after_class_escape = false;
-            class_prev = Some(c);
-            i += 1;
-            continue;
-        }
         match c {
+            '\\' => {
+                let Some(&next) = chars.get(i + 1) else {
+                    // A trailing backslash: left for the engine to refuse.
+                    out.push(c);
+                    break;
+                };
+                let (text, used) = escape(next, &chars[i + 2..], false)?;
+                out.push_str(&text);
+                i += 1 + used;
+                continue;
+            }
             // `[]` matches nothing and `[^]` any character in ECMAScript (a `]` right after
             // the bracket closes the class); `regex` reads a literal `]` there.
             '[' if chars.get(i + 1) == Some(&']') => {
@@ -142,16 +195,18 @@ pub fn translate(pattern: &str) -> Result<String, String> {
                 i += 3;
                 continue;
             }
-            '[' => {
-                in_class = true;
-                class_prev = None;
-                after_class_escape = false;
-                out.push(c);
-                if chars.get(i + 1) == Some(&'^') {
-                    out.push('^');
-                    i += 1;
+            '[' => match class(&chars, i)? {
+                Some((text, next)) => {
+                    out.push_str(&text);
+                    i = next;
+                    continue;
                 }
-            }
+                // Not closed: the rest as written, for the engine to refuse.
+                None => {
+                    out.extend(&chars[i..]);
+                    break;
+                }
+            },
             // A group with flags, or `(?P<`: `regex` syntax only.
             '(' if chars.get(i + 1) == Some(&'?')
                 && chars.get(i + 2).is_some_and(|f| f.is_ascii_alphabetic() || *f == '-') =>
@@ -234,6 +289,9 @@ mod tests {
             (r"\d\D\W", r"[0-9][^0-9][^0-9A-Za-z_]"),
             (r"\bword\B", r"(?-u:\b)word(?-u:\B)"),
             (r"[\w-]", r"[0-9A-Za-z_\-]"),
+            (r"[\\-\d]", r"[\\\-0-9]"),
+            (r"[\d-a-z]", r"[0-9\-a\-z]"),
+            (r"[a-c-e]", r"[a-c\-e]"),
             (r"[\d.]", r"[0-9.]"),
             (r"[\w-.]", r"[0-9A-Za-z_\-.]"),
             (r"[.-\w]", r"[.\-0-9A-Za-z_]"),
@@ -243,15 +301,18 @@ mod tests {
             (r"a{x}", r"a\{x\}"),
             (r"[a[b]", r"[a\[b]"),
             (r"[a&&b]", r"[a\&\&b]"),
-            (r"[a--b]", r"[a-\-b]"),
             (r"[]a", r"[^\s\S]a"),
             (r"[^]a", r"[\s\S]a"),
             (r"\\d", r"\\d"),
             (r"\.", r"\."),
             (r"Vec\<T\>", r"Vec<T>"),
-            (r"\x41\u00e9\0", r"\x{41}\x{E9}\x00"),
+            (r"\x41\u00e9\0", r"\x{41}\x{E9}\x{0}"),
+            (r"\01\08", r"\x{1}\x{0}8"),
+            (r"\uD83D\uDE00", r"\x{1F600}"),
+            (r"[\c1]", r"[\x{11}]"),
+            (r"\k", r"k"),
             (r"\xZ", r"xZ"),
-            (r"[\b]", r"[\x08]"),
+            (r"[\b]", r"[\x{8}]"),
             (r"é+", r"é+"),
         ];
         for (js, rust) in cases {
@@ -290,5 +351,13 @@ mod tests {
         assert!(e.contains("backreference"), "{e}");
         let e = compile(r"(?i)phase").unwrap_err();
         assert!(e.contains("(?i)"), "{e}");
+        let e = compile(r"(?<n>a)\k<n>").unwrap_err();
+        assert!(e.contains("back-references"), "{e}");
+        // Ranges next to class escapes, and what JS reads after a range.
+        assert!(m(r"^[\\-\d]+$", "\\-5"));
+        assert!(!m(r"^[\d-a-z]$", "b"));
+        assert!(m(r"^[\d-a-z]$", "z"));
+        assert!(m(r"^\01$", "\u{1}"));
+        assert!(m(r"^\uD83D\uDE00$", "😀"));
     }
 }

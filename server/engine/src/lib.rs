@@ -81,10 +81,10 @@ pub enum TaskAction {
     Revive(String),
 }
 
-/// The engine of one data directory.
 /// A loop: its project id and name.
 type LoopKey = (String, String);
 
+/// The engine of one data directory.
 pub struct Engine {
     pub store: Store,
     pub data_dir: PathBuf,

@@ -428,8 +428,6 @@ impl Runner {
         self.db(move |c| loops::get(c, &p, &n)).await.ok().flatten()
     }
 
-    /// Whether the loop is still running with this runner's live session (a read: writes
-    /// check again inside their transaction, [`still_ours`]).
     /// A write of the loop, in one transaction that first checks the loop is still this
     /// runner's ([`still_ours`]). False when it is not (the runner then stops, [`Runner::lost`]);
     /// another failure is logged, as [`Runner::write`] does.
@@ -461,7 +459,9 @@ impl Runner {
         }
     }
 
-    /// A row that cannot be read counts as owned: the write's own check decides then.
+    /// Whether the loop is still running with this runner's live session (a read: writes
+    /// check again inside their transaction, [`still_ours`]). A row that cannot be read
+    /// counts as owned: the write's own check decides then.
     async fn owns(&self) -> bool {
         let (p, n) = (self.project.clone(), self.loop_name.clone());
         match self.db(move |c| loops::get(c, &p, &n)).await {
