@@ -73,6 +73,15 @@ fn escape(c: char, rest: &[char], in_class: bool) -> Result<(String, usize), Str
             // A surrogate pair written as two escapes is one character.
             Some(hi @ 0xD800..=0xDBFF) if rest.get(4) == Some(&'\\') && rest.get(5) == Some(&'u') => {
                 match hex_at(6, 4) {
+                    // A quantifier after the pair applies to its second half alone in
+                    // ECMAScript, which has no spelling here.
+                    Some(0xDC00..=0xDFFF)
+                        if !in_class
+                            && (rest.get(10).is_some_and(|q| matches!(q, '*' | '+' | '?'))
+                                || quantifier_len(&rest[10.min(rest.len())..]).is_some()) =>
+                    {
+                        return Err("a quantifier after a surrogate pair (\\uD83D\\uDE00*) repeats only its second half in ECMAScript, which cannot be searched for here; put the pair in a group: (?:\\uD83D\\uDE00)*".to_string());
+                    }
                     Some(lo @ 0xDC00..=0xDFFF) => (code(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)), 11),
                     _ => (format!("\\u{{{hi:X}}}"), 5),
                 }
@@ -359,5 +368,8 @@ mod tests {
         assert!(m(r"^[\d-a-z]$", "z"));
         assert!(m(r"^\01$", "\u{1}"));
         assert!(m(r"^\uD83D\uDE00$", "😀"));
+        assert!(m(r"^(?:\uD83D\uDE00)+$", "😀😀"));
+        let e = compile(r"\uD83D\uDE00*").unwrap_err();
+        assert!(e.contains("surrogate pair"), "{e}");
     }
 }
