@@ -184,6 +184,16 @@ pub struct Runner {
     gone: bool,
 }
 
+/// How a [`Runner::guarded_write`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guarded {
+    Written,
+    /// The loop is no longer this runner's: nothing was written, and the runner stops.
+    Lost,
+    /// Another failure (logged): nothing was written.
+    Failed,
+}
+
 /// The error a runner's write fails with when the loop is no longer its own.
 #[derive(Debug)]
 struct TakenOver;
@@ -428,13 +438,14 @@ impl Runner {
         self.db(move |c| loops::get(c, &p, &n)).await.ok().flatten()
     }
 
-    /// A write of the loop, in one transaction that first checks the loop is still this
-    /// runner's ([`still_ours`]). False when it is not (the runner then stops, [`Runner::lost`]);
-    /// another failure is logged, as [`Runner::write`] does.
+    /// A write of the loop (`what` names it in the log), in one transaction that first
+    /// checks the loop is still this runner's ([`still_ours`]). When it is not, nothing is
+    /// written and the runner stops ([`Runner::lost`]); another failure is logged.
     async fn guarded_write(
         &mut self,
+        what: &str,
         f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<()> + Send + 'static,
-    ) -> bool {
+    ) -> Guarded {
         let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
         let res = self
             .engine
@@ -447,25 +458,36 @@ impl Runner {
             })
             .await;
         match res {
-            Ok(()) => true,
+            Ok(()) => Guarded::Written,
             Err(e) if is_taken_over(&e) => {
+                tracing::info!(loop_name = %self.loop_name, "{what}: the loop was ended or taken over by another process; this runner stops");
                 self.lost().await;
-                false
+                Guarded::Lost
             }
             Err(e) => {
-                tracing::error!(project = %self.project, loop_name = %self.loop_name, "database write failed: {e}");
-                true
+                tracing::error!(project = %self.project, loop_name = %self.loop_name, "{what} failed: {e}");
+                Guarded::Failed
             }
         }
+    }
+
+    /// The loop's row; `Err` when it cannot be read.
+    async fn loop_row(&self) -> rusqlite::Result<Option<LoopRow>> {
+        let (p, n) = (self.project.clone(), self.loop_name.clone());
+        self.db(move |c| loops::get(c, &p, &n)).await
+    }
+
+    /// Whether `row` is running this runner's live session.
+    fn is_ours(&self, row: &LoopRow) -> bool {
+        row.status == "running" && row.current_session_id == self.live.id
     }
 
     /// Whether the loop is still running with this runner's live session (a read: writes
     /// check again inside their transaction, [`still_ours`]). A row that cannot be read
     /// counts as owned: the write's own check decides then.
     async fn owns(&self) -> bool {
-        let (p, n) = (self.project.clone(), self.loop_name.clone());
-        match self.db(move |c| loops::get(c, &p, &n)).await {
-            Ok(Some(r)) => r.status == "running" && r.current_session_id == self.live.id,
+        match self.loop_row().await {
+            Ok(Some(r)) => self.is_ours(&r),
             Ok(None) => false,
             Err(_) => true,
         }
@@ -485,14 +507,13 @@ impl Runner {
     /// loop cancelled elsewhere has its worktree removed here when `loop.cleanupWorktree`
     /// asks for it (the canceller leaves it to the process whose agent works in it).
     async fn taken_over(&mut self) -> bool {
-        let (p, n) = (self.project.clone(), self.loop_name.clone());
-        let row = match self.db(move |c| loops::get(c, &p, &n)).await {
+        let row = match self.loop_row().await {
             Ok(row) => row,
             // Unreadable: keep running; the next change looks again.
             Err(_) => return false,
         };
         let Some(row) = row else { return true };
-        if row.status == "running" && row.current_session_id == self.live.id {
+        if self.is_ours(&row) {
             return false;
         }
         tracing::info!(
@@ -549,7 +570,7 @@ impl Runner {
     /// Starts a turn of the live session with `prompt`.
     async fn send(&mut self, prompt: String) {
         let Some(row) = self.row().await else { return };
-        if row.status != "running" || row.current_session_id != self.live.id || self.stopping.asked() {
+        if !self.is_ours(&row) || self.stopping.asked() {
             // Cancelled or taken over by another process meanwhile (the feed stops the
             // runner), or a cancel, shutdown or stop waits in the runner's queue.
             return;
@@ -731,7 +752,7 @@ impl Runner {
     /// Handles a turn end; returns false when the loop stopped.
     async fn on_turn_end(&mut self, outcome: TurnOutcome) -> bool {
         let Some(row) = self.row().await else { return false };
-        if row.status != "running" || row.current_session_id != self.live.id {
+        if !self.is_ours(&row) {
             return false;
         }
         let facts = self.facts(&row);
@@ -830,7 +851,7 @@ impl Runner {
     /// another session: taken over by another process).
     async fn external(&mut self, event: Event) -> Option<Transition> {
         let row = self.row().await?;
-        if row.status != "running" || row.current_session_id != self.live.id {
+        if !self.is_ours(&row) {
             return None;
         }
         if let Some(h) = self.live.handle.take() {
@@ -843,15 +864,10 @@ impl Runner {
         }
         // A termination that could not be written (a database failure) leaves the loop
         // running with this session: not reported as done.
-        if t.kind == TransitionKind::Terminate && self.owns_for_sure().await {
+        if t.kind == TransitionKind::Terminate && matches!(self.loop_row().await, Ok(Some(r)) if self.is_ours(&r)) {
             return None;
         }
         Some(t)
-    }
-
-    /// Whether the row reads as still running this runner's session (false when unreadable).
-    async fn owns_for_sure(&self) -> bool {
-        self.row().await.is_some_and(|r| r.status == "running" && r.current_session_id == self.live.id)
     }
 
     /// Logs a task control as a `control` transition (phase and counters unchanged).
@@ -1049,8 +1065,8 @@ impl Runner {
                 // Next model of the auditor chain, same session, the pending record of the
                 // aborted turn discarded, the audit prompt sent again.
                 let (p, n) = (self.project.clone(), self.loop_name.clone());
-                let ours = self
-                    .guarded_write(move |c| {
+                let written = self
+                    .guarded_write("the auditor fallback", move |c| {
                         db::discard_pending(c, &p, &n, now_ms())?;
                         c.execute(
                             "UPDATE loops SET auditor_fallback_index = auditor_fallback_index + 1 WHERE project_id = ?1 AND loop_name = ?2",
@@ -1059,7 +1075,7 @@ impl Runner {
                         .map(|_| ())
                     })
                     .await;
-                if !ours {
+                if written == Guarded::Lost {
                     return false;
                 }
                 self.mark(&self.live.id.clone(), "retry").await;
@@ -1089,8 +1105,8 @@ impl Runner {
             }
             TransitionKind::Retry => {
                 let (p, n, e) = (self.project.clone(), self.loop_name.clone(), t.error_count_after);
-                let ours = self
-                    .guarded_write(move |c| {
+                let written = self
+                    .guarded_write("the retry's error count", move |c| {
                         c.execute(
                             "UPDATE loops SET error_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
                             rusqlite::params![p, n, e],
@@ -1098,7 +1114,7 @@ impl Runner {
                         .map(|_| ())
                     })
                     .await;
-                if !ours {
+                if written == Guarded::Lost {
                     return false;
                 }
                 // The session is retrying until the prompt is sent again.
@@ -1226,12 +1242,8 @@ impl Runner {
         let r2 = row.clone();
         let decisions = coder_decisions.clone();
         let pend = pending.clone();
-        let res = self
-            .engine
-            .store
-            .call(move |c| {
-                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
-                    still_ours(tx, &p, &n, &old_id)?;
+        let written = self
+            .guarded_write("persisting a transition", move |tx| {
                     if let Some(x) = &pend {
                         db::apply_handoff(tx, &p, &n, &x.session_id, &x.role, now)?;
                     } else {
@@ -1316,16 +1328,9 @@ impl Runner {
                         db::log_transition(tx, &p, &n, &t2, now)?;
                     }
                     forge_store::status::touch(tx, &p, &n, now)
-                })
             })
             .await;
-        if let Err(e) = res {
-            if is_taken_over(&e) {
-                tracing::info!(loop_name = %self.loop_name, "the loop was taken over by another process: this runner stops");
-                self.lost().await;
-                return;
-            }
-            tracing::error!(loop_name = %self.loop_name, "persisting a transition failed: {e}");
+        if written != Guarded::Written {
             return;
         }
         self.engine.store.wrote.wake();
@@ -1603,12 +1608,8 @@ impl Runner {
         let (p, n, old_id) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
         let t2 = t.clone();
         let r2 = row.clone();
-        let res = self
-            .engine
-            .store
-            .call(move |c| {
-                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
-                    still_ours(tx, &p, &n, &old_id)?;
+        let written = self
+            .guarded_write("persisting the termination", move |tx| {
                     match &pending {
                         Some(x) if apply_record => {
                             db::apply_handoff(tx, &p, &n, &x.session_id, &x.role, now)?;
@@ -1644,19 +1645,10 @@ impl Runner {
                     db::delete_sessions(tx, &p, &n, None, now)?;
                     db::log_transition(tx, &p, &n, &t2, now)?;
                     forge_store::status::touch(tx, &p, &n, now)
-                })
             })
             .await;
-        if let Err(e) = res {
-            if is_taken_over(&e) {
-                tracing::info!(loop_name = %self.loop_name, "the loop was ended or taken over by another process: this runner stops");
-                self.lost().await;
-                if let Some(h) = self.live.handle.take() {
-                    h.abort();
-                }
-                return;
-            }
-            tracing::error!(loop_name = %self.loop_name, "persisting the termination failed: {e}");
+        if written == Guarded::Lost {
+            return;
         }
         self.engine.store.wrote.wake();
         if let Some(h) = self.live.handle.take() {
@@ -1834,14 +1826,7 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     // feed, kills its agent's turn and removes the worktree itself (`Runner::taken_over`);
     // removing it here could pull it from under a turn still running there.
     let (p, n) = (env.project.id.clone(), loop_name.to_string());
-    let owner: Option<i64> = engine
-        .store
-        .call(move |c| {
-            c.query_row("SELECT owner_pid FROM loops WHERE project_id = ?1 AND loop_name = ?2", [&p, &n], |r| r.get(0))
-        })
-        .await
-        .ok()
-        .flatten();
+    let owner = engine.store.call(move |c| loops::owner_pid(c, &p, &n)).await.ok().flatten();
     let owned_elsewhere = match owner {
         Some(pid) if pid != i64::from(std::process::id()) => owner_serves(engine, pid).await,
         _ => false,
@@ -1859,14 +1844,7 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
 /// (`servers` table) accepts a connection. A process id alone could have been reused; a
 /// socket that answers belongs to the live server that registered it.
 async fn owner_serves(engine: &Arc<Engine>, pid: i64) -> bool {
-    let sockets = engine
-        .store
-        .call(move |c| -> rusqlite::Result<Vec<String>> {
-            let mut st = c.prepare("SELECT DISTINCT socket_path FROM servers WHERE pid = ?1")?;
-            let rows = st.query_map([pid], |r| r.get(0))?;
-            rows.collect()
-        })
-        .await;
+    let sockets = engine.store.call(move |c| forge_store::servers::sockets_of_pid(c, pid)).await;
     // Unreadable: counted as serving (the worktree is kept, never removed under an agent).
     let Ok(sockets) = sockets else { return true };
     for s in sockets {

@@ -104,6 +104,17 @@ pub fn get(conn: &Connection, project: &str, name: &str) -> rusqlite::Result<Opt
         .optional()
 }
 
+/// The process id recorded as the loop's owner at its start or last restart, if any.
+pub fn owner_pid(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<i64>> {
+    conn.query_row(
+        "SELECT owner_pid FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+        rusqlite::params![project, loop_name],
+        |r| r.get(0),
+    )
+    .optional()
+    .map(Option::flatten)
+}
+
 /// The running loop whose current session is `session` (the "direct loop").
 pub fn running_for_session(conn: &Connection, project: &str, session: &str) -> rusqlite::Result<Option<LoopRow>> {
     conn.prepare_cached(&format!(

@@ -25,6 +25,13 @@ pub fn forget_socket(db: &Connection, socket: &str) -> rusqlite::Result<usize> {
     db.execute("DELETE FROM servers WHERE socket_path = ?1", [socket])
 }
 
+/// The sockets process `pid` registered (one per project it serves).
+pub fn sockets_of_pid(db: &Connection, pid: i64) -> rusqlite::Result<Vec<String>> {
+    let mut st = db.prepare("SELECT DISTINCT socket_path FROM servers WHERE pid = ?1")?;
+    let rows = st.query_map([pid], |r| r.get::<_, String>(0))?;
+    rows.collect()
+}
+
 /// The `project_id` of a server that serves any project of this data directory: a
 /// `serve --listen` server, registered when it starts listening, before any client has
 /// named a project.
