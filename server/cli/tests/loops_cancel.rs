@@ -150,10 +150,7 @@ fn a_cancel_from_another_process_stops_the_running_agent() {
     let name = t.execute("Two halves", TWO_SECTIONS);
     let pid: u32 = t.wait_state_file("auditor.pid").trim().parse().expect("auditor pid");
     let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap());
-    let mut other = t.sb.stdio_with(|c| {
-        c.arg("--data-dir").arg(&t.sb.data_dir);
-    });
-    other.init(&common::Init::new(&t.repo.path));
+    let other = t.other_server("block", &[]);
     other.tool_ok("loop-cancel", json!({ "name": name }));
     // The canceller left the worktree to the process whose agent works in it.
     assert!(wt.exists() || !pid_alive(pid), "the worktree was removed under the running auditor");
@@ -176,20 +173,7 @@ fn a_force_restart_from_another_process_takes_the_loop_over() {
     let t = LoopTest::start("block", "");
     let name = t.execute("Two halves", TWO_SECTIONS);
     let pid: u32 = t.wait_state_file("auditor.pid").trim().parse().expect("auditor pid");
-    let state = t.state.clone();
-    let bin_dir = std::path::Path::new(common::BIN).parent().unwrap().to_path_buf();
-    let path = std::env::join_paths(
-        std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
-    .unwrap();
-    let mut other = t.sb.stdio_with(|c| {
-        c.arg("--data-dir")
-            .arg(&t.sb.data_dir)
-            .env("PATH", &path)
-            .env("FORGE_TEST_STATE", &state)
-            .env("FORGE_TEST_SCENARIO", "block");
-    });
-    other.init(&common::Init::new(&t.repo.path));
+    let other = t.other_server("block", &[]);
     let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
     let session = out.data["sessionId"].as_str().unwrap().to_string();
     assert!(

@@ -85,12 +85,7 @@ fn a_loop_uses_the_last_used_model_when_none_is_configured() {
 #[test]
 fn a_cancel_during_a_compaction_stops_it() {
     let t = resilience_support::start("fixonce", REUSE_50, &[("FORGE_TEST_CONTEXT", "900")]);
-    let p = t.state.join("compact-hang.sh");
-    std::fs::write(&p, "#!/bin/sh\necho $$ > \"$FORGE_TEST_STATE/compact.pid\"\nsleep 120 &\nwait\necho compacted\n")
-        .unwrap();
-    let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
-    change_config(&t, json!({ "agent": { "compactCommand": [p.display().to_string(), "{session}"] } }));
-    std::thread::sleep(QUIET);
+    hang_compactions(&t);
     let name = t.execute("One step", ONE_SECTION);
     let pid: u32 = t.wait_state_file("compact.pid").trim().parse().expect("compaction pid");
     let turns_before = arg_turns(&t).len();
@@ -114,29 +109,10 @@ fn a_cancel_during_a_compaction_stops_it() {
 #[test]
 fn a_restart_elsewhere_during_a_compaction_stops_it_and_writes_nothing() {
     let t = resilience_support::start("fixonce", REUSE_50, &[("FORGE_TEST_CONTEXT", "900")]);
-    let p = t.state.join("compact-hang.sh");
-    std::fs::write(&p, "#!/bin/sh\necho $$ > \"$FORGE_TEST_STATE/compact.pid\"\nsleep 120 &\nwait\necho compacted\n")
-        .unwrap();
-    let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
-    change_config(&t, json!({ "agent": { "compactCommand": [p.display().to_string(), "{session}"] } }));
-    std::thread::sleep(QUIET);
+    hang_compactions(&t);
     let name = t.execute("One step", ONE_SECTION);
     let pid: u32 = t.wait_state_file("compact.pid").trim().parse().expect("compaction pid");
-    let bin_dir = std::path::Path::new(BIN).parent().unwrap().to_path_buf();
-    let path = std::env::join_paths(
-        std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
-    .unwrap();
-    let state = t.state.clone();
-    let mut other = t.sb.stdio_with(|c| {
-        c.arg("--data-dir")
-            .arg(&t.sb.data_dir)
-            .env("PATH", &path)
-            .env("FORGE_TEST_STATE", &state)
-            .env("FORGE_TEST_SCENARIO", "fixonce")
-            .env("FORGE_TEST_CONTEXT", "900");
-    });
-    other.init(&Init::new(&t.repo.path));
+    let other = t.other_server("fixonce", &[("FORGE_TEST_CONTEXT", "900")]);
     let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
     let session = out.data["sessionId"].as_str().unwrap().to_string();
     assert!(
@@ -158,19 +134,11 @@ fn a_restart_elsewhere_during_a_compaction_stops_it_and_writes_nothing() {
 fn a_cancel_elsewhere_during_a_compaction_leaves_no_worktree_behind() {
     let top = format!("[loop]\ncleanupWorktree = true\n\n{REUSE_50}");
     let t = resilience_support::start("fixonce", &top, &[("FORGE_TEST_CONTEXT", "900")]);
-    let p = t.state.join("compact-hang.sh");
-    std::fs::write(&p, "#!/bin/sh\necho $$ > \"$FORGE_TEST_STATE/compact.pid\"\nsleep 120 &\nwait\necho compacted\n")
-        .unwrap();
-    let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
-    change_config(&t, json!({ "agent": { "compactCommand": [p.display().to_string(), "{session}"] } }));
-    std::thread::sleep(QUIET);
+    hang_compactions(&t);
     let name = t.execute("One step", ONE_SECTION);
     let pid: u32 = t.wait_state_file("compact.pid").trim().parse().expect("compaction pid");
     let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap());
-    let mut other = t.sb.stdio_with(|c| {
-        c.arg("--data-dir").arg(&t.sb.data_dir);
-    });
-    other.init(&Init::new(&t.repo.path));
+    let other = t.other_server("fixonce", &[]);
     other.tool_ok("loop-cancel", json!({ "name": name }));
     assert!(wt.exists() || !pid_alive(pid), "the canceller removed the worktree while the compaction ran in it");
     assert!(
@@ -183,4 +151,15 @@ fn a_cancel_elsewhere_during_a_compaction_leaves_no_worktree_behind() {
         wt.display()
     );
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
+}
+
+/// Makes every compaction of the test's loops hang: `agent.compactCommand` is a script that
+/// writes its pid to `compact.pid` and waits two minutes.
+fn hang_compactions(t: &LoopTest) {
+    let p = t.state.join("compact-hang.sh");
+    std::fs::write(&p, "#!/bin/sh\necho $$ > \"$FORGE_TEST_STATE/compact.pid\"\nsleep 120 &\nwait\necho compacted\n")
+        .unwrap();
+    let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
+    change_config(t, json!({ "agent": { "compactCommand": [p.display().to_string(), "{session}"] } }));
+    std::thread::sleep(QUIET);
 }

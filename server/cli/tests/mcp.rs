@@ -334,15 +334,13 @@ fn inside_a_loop_calls_go_through_the_socket() {
     let sock = sb.root.join("s/forge.sock");
     // A user plugin tool the server sees; the MCP process is given another configuration
     // directory, so only the server's listing has it.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = sb.config_home.join("forge-lsp/plugins/kit/tools");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("Ping"), "#!/bin/sh\ncat >/dev/null\necho pong\n").unwrap();
-        std::fs::set_permissions(dir.join("Ping"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(dir.join("Ping.json"), json!({ "description": "Pong.", "inputSchema": {} }).to_string())
-            .unwrap();
-    }
+    user_plugin_tool(
+        &sb,
+        "kit",
+        "Ping",
+        "#!/bin/sh\ncat >/dev/null\necho pong\n",
+        json!({ "description": "Pong.", "inputSchema": {} }),
+    );
     let server = sb.listen_unix(&sock);
     let elsewhere = sb.mkdir("other-config");
     let mut m = Mcp::start(
@@ -578,13 +576,23 @@ fn a_cancelled_plugin_tool_call_through_a_server_is_killed() {
 
 /// A user plugin tool `slow__Hang` that writes its pid and never ends.
 fn hanging_tool(sb: &Sandbox) {
+    user_plugin_tool(
+        sb,
+        "slow",
+        "Hang",
+        "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n",
+        json!({ "description": "Never ends.", "inputSchema": {} }),
+    );
+}
+
+/// A user plugin tool `<plugin>__<name>`: the executable `script` and its sidecar.
+fn user_plugin_tool(sb: &Sandbox, plugin: &str, name: &str, script: &str, sidecar: Value) {
     use std::os::unix::fs::PermissionsExt;
-    let dir = sb.config_home.join("forge-lsp/plugins/slow/tools");
+    let dir = sb.config_home.join(format!("forge-lsp/plugins/{plugin}/tools"));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("Hang"), "#!/bin/sh\necho $$ > \"$FORGE_PLUGIN_DIR/pid\"\nsleep 60 &\nwait\n").unwrap();
-    std::fs::set_permissions(dir.join("Hang"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(dir.join("Hang.json"), json!({ "description": "Never ends.", "inputSchema": {} }).to_string())
-        .unwrap();
+    std::fs::write(dir.join(name), script).unwrap();
+    std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join(format!("{name}.json")), sidecar.to_string()).unwrap();
 }
 
 /// Calls `slow__Hang`, cancels the call once the tool runs, and checks that its process is

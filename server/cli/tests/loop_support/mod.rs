@@ -179,6 +179,28 @@ impl LoopTest {
         LoopTest { client, repo, sb, state }
     }
 
+    /// A second server process on the same data directory (initialized on the repository),
+    /// whose agents run this test's scripted agent with `env` (as [`LoopTest::launch`]).
+    pub fn other_server(&self, scenario: &str, env: &[(&str, &str)]) -> Client {
+        let bin_dir = Path::new(BIN).parent().expect("bin dir").to_path_buf();
+        let path = std::env::join_paths(
+            std::iter::once(bin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+        )
+        .expect("PATH");
+        let mut client = self.sb.stdio_with(|c| {
+            c.arg("--data-dir")
+                .arg(&self.sb.data_dir)
+                .env("PATH", &path)
+                .env("FORGE_TEST_STATE", &self.state)
+                .env("FORGE_TEST_SCENARIO", scenario);
+            for (k, v) in env {
+                c.env(k, v);
+            }
+        });
+        client.init(&Init::new(&self.repo.path));
+        client
+    }
+
     /// `forge.execute-plan`; returns the loop's name.
     pub fn execute(&self, title: &str, plan: &str) -> String {
         let out = self.client.tool_ok("execute-plan", json!({ "title": title, "plan": plan }));
