@@ -21,6 +21,9 @@ pub enum PatchError {
     Ambiguous { line: usize, path: String, what: String, candidates: Vec<usize> },
     /// The caller's file lookup failed (unreadable, not UTF-8, ...).
     Read { path: String, message: String },
+    /// After the patch, `file` would be a file and a directory at once: `inside` is a
+    /// file the patch writes beneath it.
+    FileAndDirectory { file: String, inside: String },
 }
 
 impl PatchError {
@@ -52,6 +55,9 @@ impl fmt::Display for PatchError {
                 join_lines(candidates)
             ),
             PatchError::Read { path, message } => write!(f, "cannot read '{path}': {message}"),
+            PatchError::FileAndDirectory { file, inside } => {
+                write!(f, "'{file}' would be both a file and the directory of '{inside}'; nothing was changed")
+            }
         }
     }
 }

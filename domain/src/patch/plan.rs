@@ -192,7 +192,37 @@ where
             }
         }
     }
-    Ok(PatchPlan { changes: net_changes(&view), notes })
+    let changes = net_changes(&view);
+    file_and_directory(&changes)?;
+    Ok(PatchPlan { changes, notes })
+}
+
+/// Refuses a plan that writes a file beneath another file it writes (`d` and `d/f`): the
+/// two cannot both exist, and writing one would fail only after the other was written.
+fn file_and_directory(changes: &[FileChange]) -> Result<(), PatchError> {
+    let written: std::collections::HashSet<&str> = changes
+        .iter()
+        .filter_map(|c| match c {
+            FileChange::Add { path, .. } | FileChange::Update { path, .. } => Some(path.as_str()),
+            FileChange::Move { to, .. } => Some(to.as_str()),
+            FileChange::Delete { .. } => None,
+        })
+        .collect();
+    let mut sorted: Vec<&str> = written.iter().copied().collect();
+    sorted.sort_unstable();
+    for inside in sorted {
+        let mut at = inside.len();
+        while let Some(slash) = inside[..at].rfind('/') {
+            if written.contains(&inside[..slash]) {
+                return Err(PatchError::FileAndDirectory {
+                    file: inside[..slash].to_string(),
+                    inside: inside.to_string(),
+                });
+            }
+            at = slash;
+        }
+    }
+    Ok(())
 }
 
 /// Compare the final view with what existed: one change per touched path.

@@ -402,6 +402,26 @@ fn file_existence_is_checked() {
             "*** Update File: a.txt\n*** Move to: c.txt\n@@\n-a\n+A\n*** Update File: a.txt\n@@\n-A\n+B\n",
             PatchError::Missing { line: 7, path: "a.txt".into() },
         ),
+        (
+            "a file and a file beneath it, in either order",
+            "*** Add File: d/f\n+inner\n*** Add File: d\n+outer\n",
+            PatchError::FileAndDirectory { file: "d".into(), inside: "d/f".into() },
+        ),
+        (
+            "a file beneath a file added first, two levels down",
+            "*** Add File: d\n+outer\n*** Add File: d/e/f\n+inner\n",
+            PatchError::FileAndDirectory { file: "d".into(), inside: "d/e/f".into() },
+        ),
+        (
+            "an updated file and a file beneath it",
+            "*** Update File: a.txt\n@@\n-a\n+A\n*** Add File: a.txt/x\n+x\n",
+            PatchError::FileAndDirectory { file: "a.txt".into(), inside: "a.txt/x".into() },
+        ),
+        (
+            "a move under the file it moves to",
+            "*** Update File: a.txt\n*** Move to: m\n*** Update File: b.txt\n*** Move to: m/b.txt\n",
+            PatchError::FileAndDirectory { file: "m".into(), inside: "m/b.txt".into() },
+        ),
     ];
     for (case, body, expected) in cases {
         assert_eq!(&run(&wrap(body), &files).expect_err(case), expected, "{case}");

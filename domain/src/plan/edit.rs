@@ -34,28 +34,49 @@ pub enum EditOutcome {
 /// Prefix of every failure.
 const FAILED: &str = "plan-edit failed: ";
 
-/// Applies one edit to the stored plan `existing` (`None` when the session has no
-/// plan). `Err` is the complete failure text, starting `plan-edit failed: `.
-/// The start of the error when `oldString` is not in the stored plan: a stale edit (the plan
-/// is not what the caller read), which the tool reports as a conflict, not bad input.
-pub const NOT_FOUND: &str = "plan-edit failed: oldString not found in the stored plan.";
+/// Why an edit was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EditErrorKind {
+    /// `oldString` is not in the stored plan: the plan is not what the caller read (a
+    /// stale edit; re-read it and retry).
+    Stale,
+    /// The edit itself cannot be used (identical strings, an empty `oldString` on a plan,
+    /// several matches without `replaceAll`, an empty result, no plan to edit).
+    Invalid,
+}
 
-pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: bool) -> Result<EditOutcome, String> {
+/// A refused edit: its kind and the complete failure text, starting `plan-edit failed: `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct EditError {
+    pub kind: EditErrorKind,
+    pub message: String,
+}
+
+impl EditError {
+    fn invalid(reason: impl std::fmt::Display) -> Self {
+        EditError { kind: EditErrorKind::Invalid, message: format!("{FAILED}{reason}") }
+    }
+}
+
+/// Applies one edit to the stored plan `existing` (`None` when the session has no
+/// plan).
+pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: bool) -> Result<EditOutcome, EditError> {
     if old == new {
-        return Err(format!("{FAILED}oldString and newString are identical."));
+        return Err(EditError::invalid("oldString and newString are identical."));
     }
     let Some(existing) = existing else {
         if old.is_empty() {
             return normalize_plan(new)
                 .map(|text| EditOutcome::Created { text: text.into_owned() })
-                .map_err(|reason| format!("{FAILED}{reason}"));
+                .map_err(EditError::invalid);
         }
-        return Err(format!("{FAILED}no plan stored for this session. Use plan-write to create it first."));
+        return Err(EditError::invalid("no plan stored for this session. Use plan-write to create it first."));
     };
     if old.is_empty() {
-        return Err(format!(
-            "{FAILED}oldString cannot be empty when editing an existing plan. \
-             Quote the exact text to change (plan-read shows it), or use plan-write to replace the whole plan."
+        return Err(EditError::invalid(
+            "oldString cannot be empty when editing an existing plan. \
+             Quote the exact text to change (plan-read shows it), or use plan-write to replace the whole plan.",
         ));
     }
 
@@ -63,17 +84,20 @@ pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: boo
     let positions: Vec<usize> = memchr::memmem::find_iter(existing.as_bytes(), old.as_bytes()).collect();
     let count = positions.len();
     if count == 0 {
-        return Err(format!(
-            "{NOT_FOUND} \
-             Copy it from plan-read output without the \"N: \" line-number prefixes; \
-             spaces, tabs, indentation and line breaks must match the plan exactly."
-        ));
+        return Err(EditError {
+            kind: EditErrorKind::Stale,
+            message: format!(
+                "{FAILED}oldString not found in the stored plan. \
+                 Copy it from plan-read output without the \"N: \" line-number prefixes; \
+                 spaces, tabs, indentation and line breaks must match the plan exactly."
+            ),
+        });
     }
     if count > 1 && !replace_all {
-        return Err(format!(
-            "{FAILED}found {count} matches for oldString. \
+        return Err(EditError::invalid(format!(
+            "found {count} matches for oldString. \
              Add surrounding context to make it unique, or set replaceAll: true."
-        ));
+        )));
     }
 
     // Build the new text and remember which lines each replacement covers in it:
@@ -97,9 +121,9 @@ pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: boo
     text.push_str(&existing[copied..]);
 
     if js_trim(&text).is_empty() {
-        return Err(format!(
-            "{FAILED}replacement would leave the plan empty. \
-             Leave some non-whitespace text in the plan, or use plan-write to replace it entirely."
+        return Err(EditError::invalid(
+            "replacement would leave the plan empty. \
+             Leave some non-whitespace text in the plan, or use plan-write to replace it entirely.",
         ));
     }
 
@@ -125,7 +149,7 @@ mod tests {
         decompose(text).sections.iter().filter(|s| touches(s, ranges)).map(|s| s.index).collect()
     }
 
-    fn replaced(outcome: Result<EditOutcome, String>) -> (String, usize, Vec<usize>) {
+    fn replaced(outcome: Result<EditOutcome, EditError>) -> (String, usize, Vec<usize>) {
         match outcome {
             Ok(EditOutcome::Replaced { text, count, lines }) => {
                 let touched = touched_sections(&text, &lines);
@@ -138,11 +162,11 @@ mod tests {
     #[test]
     fn identical_strings_fail_first() {
         assert_eq!(
-            apply_edit(None, "x", "x", false).unwrap_err(),
+            apply_edit(None, "x", "x", false).unwrap_err().message,
             "plan-edit failed: oldString and newString are identical."
         );
         assert_eq!(
-            apply_edit(Some(BASE), "", "", false).unwrap_err(),
+            apply_edit(Some(BASE), "", "", false).unwrap_err().message,
             "plan-edit failed: oldString and newString are identical."
         );
     }
@@ -151,9 +175,9 @@ mod tests {
     fn no_plan_and_empty_old_creates_normalized() {
         let out = apply_edit(None, "", "\n<!-- forge-plan:start -->\n# New\n<!-- forge-plan:end -->\n", false);
         assert_eq!(out, Ok(EditOutcome::Created { text: "# New".to_string() }));
-        assert_eq!(apply_edit(None, "", "   ", false).unwrap_err(), "plan-edit failed: content is empty.");
+        assert_eq!(apply_edit(None, "", "   ", false).unwrap_err().message, "plan-edit failed: content is empty.");
         assert_eq!(
-            apply_edit(None, "", "<!-- forge-plan:start -->\nx", false).unwrap_err(),
+            apply_edit(None, "", "<!-- forge-plan:start -->\nx", false).unwrap_err().message,
             "plan-edit failed: content contains an unbalanced <!-- forge-plan:start --> / <!-- forge-plan:end --> marker."
         );
     }
@@ -161,29 +185,48 @@ mod tests {
     #[test]
     fn no_plan_with_old_text_fails() {
         assert_eq!(
-            apply_edit(None, "foo", "bar", false).unwrap_err(),
+            apply_edit(None, "foo", "bar", false).unwrap_err().message,
             "plan-edit failed: no plan stored for this session. Use plan-write to create it first."
         );
     }
 
     #[test]
     fn empty_old_on_existing_plan_fails() {
-        let err = apply_edit(Some(BASE), "", "more", false).unwrap_err();
+        let err = apply_edit(Some(BASE), "", "more", false).unwrap_err().message;
         assert!(err.starts_with("plan-edit failed: oldString cannot be empty when editing an existing plan"));
     }
 
     #[test]
     fn not_found_gives_whitespace_advice() {
         let err = apply_edit(Some(BASE), "no such text", "x", false).unwrap_err();
-        assert!(err.starts_with("plan-edit failed: oldString not found in the stored plan. "));
-        assert!(err.contains("indentation"));
+        assert_eq!(err.kind, EditErrorKind::Stale);
+        assert!(err.message.starts_with("plan-edit failed: oldString not found in the stored plan. "));
+        assert!(err.message.contains("indentation"));
+    }
+
+    #[test]
+    fn only_a_missing_old_string_is_stale() {
+        let invalid = [
+            apply_edit(None, "x", "x", false),
+            apply_edit(None, "", "   ", false),
+            apply_edit(None, "foo", "bar", false),
+            apply_edit(Some(BASE), "", "more", false),
+            apply_edit(Some("a a"), "a", "b", false),
+            apply_edit(Some("# Plan"), "# Plan", " ", false),
+        ];
+        for out in invalid {
+            let err = out.unwrap_err();
+            assert_eq!(err.kind, EditErrorKind::Invalid, "{err}");
+            assert!(err.to_string().starts_with(FAILED), "{err}");
+        }
+        assert_eq!(apply_edit(Some("# Plan"), "Phase", "x", false).unwrap_err().kind, EditErrorKind::Stale);
     }
 
     #[test]
     fn several_matches_need_replace_all() {
         let plan = "# Plan\n\nline\nline\nline\n";
         assert_eq!(
-            apply_edit(Some(plan), "line", "replaced", false).unwrap_err(),
+            apply_edit(Some(plan), "line", "replaced", false).unwrap_err().message,
             "plan-edit failed: found 3 matches for oldString. Add surrounding context to make it unique, or set replaceAll: true."
         );
         let (text, count, touched) = replaced(apply_edit(Some(plan), "line", "replaced", true));
@@ -217,7 +260,7 @@ mod tests {
 
     #[test]
     fn emptying_the_plan_fails() {
-        let err = apply_edit(Some("# The entire plan"), "# The entire plan", "   ", false).unwrap_err();
+        let err = apply_edit(Some("# The entire plan"), "# The entire plan", "   ", false).unwrap_err().message;
         assert!(err.starts_with("plan-edit failed: replacement would leave the plan empty."));
         let (text, _, _) = replaced(apply_edit(Some("# Plan\n\nLine A\nLine B"), "Line B", "", false));
         assert_eq!(text, "# Plan\n\nLine A\n");

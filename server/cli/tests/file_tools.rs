@@ -142,6 +142,38 @@ fn apply_patch_follows_a_link_to_a_directory_inside_the_root_and_creates_directo
     assert!(!repo.path.join("documentation/deep/er/new.md").exists());
 }
 
+/// A patch that writes a file and a file beneath it (`d` and `d/f`) is refused before
+/// anything is written, in either order; so are two spellings of one file through a
+/// symlinked directory, whose changes would otherwise be planned apart and one lost.
+#[test]
+fn apply_patch_refuses_a_file_beneath_a_file_and_one_file_named_twice() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("src/a.txt", "one\ntwo\n");
+    std::os::unix::fs::symlink("src", repo.path.join("alias")).unwrap();
+    let c = client(&sb, &repo);
+    for body in
+        ["*** Add File: d/f\n+inner\n*** Add File: d\n+outer\n", "*** Add File: d\n+outer\n*** Add File: d/f\n+inner\n"]
+    {
+        let e = c.tool_err("apply-patch", patch(body));
+        assert_eq!(e.code, 1006, "{e}");
+        assert!(e.message.contains("'d' would be both a file and the directory of 'd/f'"), "{e}");
+        assert!(!repo.path.join("d").exists(), "nothing was written: {body}");
+    }
+    for body in [
+        "*** Update File: src/a.txt\n@@\n-one\n+ONE\n*** Update File: alias/a.txt\n@@\n-two\n+TWO\n",
+        "*** Delete File: src/a.txt\n*** Update File: alias/a.txt\n@@\n-two\n+TWO\n",
+    ] {
+        let e = c.tool_err("apply-patch", patch(body));
+        assert_eq!(e.code, -32602, "{e}");
+        assert!(e.message.contains("'src/a.txt' and 'alias/a.txt' are the same file"), "{e}");
+        assert_eq!(read(&repo, "src/a.txt"), "one\ntwo\n");
+    }
+    // One spelling is fine.
+    c.tool_ok("apply-patch", patch("*** Update File: alias/a.txt\n@@\n-one\n+ONE\n@@\n-two\n+TWO\n"));
+    assert_eq!(read(&repo, "src/a.txt"), "ONE\nTWO\n");
+}
+
 /// All files or none, removals included: a file that cannot be removed fails the patch
 /// before any file changes. Files with names near the system's limit are written, moved
 /// and removed like any other (temporaries have names of their own length).
@@ -198,6 +230,17 @@ fn apply_patch_keeps_the_file_mode_and_is_denied_to_auditors() {
     let c = client(&sb, &repo);
     c.tool_ok("apply-patch", patch("*** Update File: run.sh\n@@\n-echo one\n+echo two\n"));
     assert_eq!(std::fs::metadata(&script).unwrap().permissions().mode() & 0o777, 0o755);
+    // A move keeps the mode too: an executable stays one, a private file stays private.
+    let secret = repo.write(".env", "KEY=1\n");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    c.tool_ok(
+        "apply-patch",
+        patch("*** Update File: run.sh\n*** Move to: bin/run.sh\n*** Update File: .env\n*** Move to: .env.local\n@@\n-KEY=1\n+KEY=2\n"),
+    );
+    let mode = |rel: &str| std::fs::metadata(repo.path.join(rel)).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode("bin/run.sh"), mode(".env.local")), (0o755, 0o600));
+    assert_eq!(read(&repo, ".env.local"), "KEY=2\n");
+    c.tool_ok("apply-patch", patch("*** Update File: bin/run.sh\n*** Move to: run.sh\n"));
     let mut auditor = sb.stdio();
     auditor.init(&Init::new(&repo.path).agent("auditor"));
     let e = auditor.tool_err("apply-patch", patch("*** Update File: run.sh\n@@\n-echo two\n+echo three\n"));

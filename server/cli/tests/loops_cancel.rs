@@ -188,3 +188,47 @@ fn a_force_restart_from_another_process_takes_the_loop_over() {
     assert!(!briefs.iter().any(|b| b.contains("shutdown") || b.contains("cancelled")), "{briefs:?}");
     assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
 }
+
+/// A force restart through another process while this process's runner is in the middle of
+/// a step (it checked the loop is its own and is about to commit the clean section's
+/// checkpoint): the restart waits for the step (the loop lock), so the checkpoint is
+/// committed and recorded once, and the restart takes the loop over from the next section.
+/// Before the lock, the restart read the loop as still auditing section 1 and restarted
+/// it, and the runner's checkpoint commit landed on the branch after all.
+#[test]
+fn a_restart_from_another_process_waits_for_the_runners_step() {
+    let t = LoopTest::start("block", "");
+    let name = t.execute("Two halves", TWO_SECTIONS);
+    t.wait_state_file("auditor.pid"); // the first audit has handed off clean and waits
+    t.hold("runner.step");
+    t.signal("release");
+    t.wait_held("runner.step");
+    let other = t.other_server("block", &[]);
+    let (n2, done) = (name.clone(), std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let done2 = done.clone();
+    let restart = std::thread::spawn(move || {
+        let out = other.tool_ok("loop-status", json!({ "name": n2, "restart": true, "force": true }));
+        done2.store(true, std::sync::atomic::Ordering::SeqCst);
+        (other, out)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!done.load(std::sync::atomic::Ordering::SeqCst), "the restart did not wait for the runner's step");
+    t.unhold("runner.step");
+    let (_other, out) = restart.join().expect("the restart's thread");
+    assert_eq!(out.data["phase"], json!("coding"), "{:?}", out);
+    let session = out.data["sessionId"].as_str().unwrap().to_string();
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    // Section 1 was checkpointed once, by the step the restart waited for; the restart went
+    // on with section 2.
+    let log = t.log(&format!("forge/{name}"));
+    assert_eq!(log.iter().filter(|s| *s == "section 1: First half").count(), 1, "{log:?}");
+    let coder_turns: Vec<_> = t.turns().into_iter().filter(|x| x.0 == "coder").collect();
+    assert_eq!(coder_turns.last().map(|x| x.1.clone()), Some(session), "{:?}", t.turns());
+    let sections = t.strings(
+        "SELECT group_concat(x, ',') FROM (SELECT section_index || ':' || status AS x FROM section_plans
+         WHERE loop_name = ?1 ORDER BY section_index)",
+        &name,
+    );
+    assert_eq!(sections, ["0:completed,1:completed"], "{}", t.report());
+}

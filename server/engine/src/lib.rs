@@ -16,6 +16,8 @@ pub mod agents;
 pub mod git;
 pub mod host;
 pub mod hub;
+pub mod loop_lock;
+pub mod pause;
 pub mod process;
 pub mod prompt_context;
 pub mod runner;
@@ -113,6 +115,16 @@ impl Engine {
             changes: tokio::sync::broadcast::channel(hub::CHANNEL).0,
             restarts: Mutex::default(),
         })
+    }
+
+    /// The loop lock of `loop_name` ([`loop_lock`]), waited for at most `wait`.
+    pub(crate) async fn loop_lock(
+        &self,
+        project: &str,
+        loop_name: &str,
+        wait: std::time::Duration,
+    ) -> Result<loop_lock::LoopLock, loop_lock::LockError> {
+        loop_lock::acquire(&self.data_dir, project, loop_name, wait).await
     }
 
     /// Held for the whole of a restart of the loop `loop_name`.

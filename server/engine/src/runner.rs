@@ -471,6 +471,19 @@ impl Runner {
         }
     }
 
+    /// The loop lock for a step that does git work in the worktree before its write
+    /// (`loop_lock`). `None` when it could not be taken (logged): the step goes on, and
+    /// its write's own check ([`still_ours`]) still keeps the row right.
+    async fn step_lock(&self) -> Option<crate::loop_lock::LoopLock> {
+        match self.engine.loop_lock(&self.project, &self.loop_name, crate::loop_lock::WAIT).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(loop_name = %self.loop_name, "the loop's step goes on without the loop lock: {e}");
+                None
+            }
+        }
+    }
+
     /// The loop's row; `Err` when it cannot be read.
     async fn loop_row(&self) -> rusqlite::Result<Option<LoopRow>> {
         let (p, n) = (self.project.clone(), self.loop_name.clone());
@@ -720,14 +733,18 @@ impl Runner {
         self.stalls += 1;
         self.quiet_since = now;
         let (p, n, k) = (self.project.clone(), self.loop_name.clone(), self.stalls);
-        self.write(move |c| {
-            c.execute(
-                "UPDATE loops SET stall_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
-                rusqlite::params![p, n, k],
-            )?;
-            forge_store::status::touch(c, &p, &n, now_ms())
-        })
-        .await;
+        let written = self
+            .guarded_write("the stall count", move |c| {
+                c.execute(
+                    "UPDATE loops SET stall_count = ?3 WHERE project_id = ?1 AND loop_name = ?2",
+                    rusqlite::params![p, n, k],
+                )?;
+                forge_store::status::touch(c, &p, &n, now_ms())
+            })
+            .await;
+        if written == Guarded::Lost {
+            return false;
+        }
         self.engine.store.wrote.wake();
         tracing::warn!(loop_name = %self.loop_name, stalls = self.stalls, busy, "loop stalled");
         let max = self.config.max_consecutive_stalls as u32;
@@ -740,7 +757,14 @@ impl Runner {
                 h.abort();
             }
             let (p, n) = (self.project.clone(), self.loop_name.clone());
-            self.write(move |c| db::discard_pending(c, &p, &n, now_ms())).await;
+            let written = self
+                .guarded_write("discarding the stalled turn's handoff", move |c| {
+                    db::discard_pending(c, &p, &n, now_ms())
+                })
+                .await;
+            if written == Guarded::Lost {
+                return false;
+            }
             self.send(CONTINUE_NUDGE.to_string()).await;
         } else {
             let prompt = self.live.phase_prompt.clone();
@@ -1145,8 +1169,6 @@ impl Runner {
         }
         let now = now_ms();
         let section_clean = t.cause == "section-clean";
-        // Git first: the checkpoint commit of a clean section.
-        let checkpoint = if section_clean { self.checkpoint_section(&row).await } else { None };
         let role = match to {
             Phase::Coding => Role::Coder,
             Phase::Auditing => Role::Auditor,
@@ -1203,10 +1225,17 @@ impl Runner {
         if self.stopping.asked() {
             return;
         }
+        // From the ownership check to the write: git work in the worktree, which no restart
+        // or cancel by another process may come between (`loop_lock`).
+        let step = self.step_lock().await;
         if !self.owns().await {
             self.lost().await;
             return;
         }
+        crate::pause::at("runner.step").await;
+        // Git first: the checkpoint commit of a clean section (a new section never resumes a
+        // standby, so nothing above compacted).
+        let checkpoint = if section_clean { self.checkpoint_section(&row).await } else { None };
         tracing::debug!(loop_name = %self.loop_name, cause = t.cause, ?standby_dbg, escalate, known = self.sessions.len(), "session rotation");
         let old_role = self.live.role;
         let keep_old = same_scope && !escalate && percent(old_role) != 0 && t.cause != "audit-error";
@@ -1330,6 +1359,7 @@ impl Runner {
                     forge_store::status::touch(tx, &p, &n, now)
             })
             .await;
+        drop(step);
         if written != Guarded::Written {
             return;
         }
@@ -1559,11 +1589,15 @@ impl Runner {
 
     /// Ends the loop.
     async fn terminate(&mut self, row: LoopRow, t: Transition, pending: Option<db::Pending>) {
-        // Not into a worktree another process took over (the transaction checks again).
+        // Not into a worktree another process took over (the transaction checks again),
+        // and no restart or cancel by another process between this check, the commits and
+        // the write (`loop_lock`).
+        let step = self.step_lock().await;
         if !self.owns().await {
             self.lost().await;
             return;
         }
+        crate::pause::at("runner.step").await;
         let now = now_ms();
         let reason = t.termination.clone().unwrap_or(TerminationReason::Completed);
         let section_clean = t.cause == "section-clean";
@@ -1647,6 +1681,7 @@ impl Runner {
                     forge_store::status::touch(tx, &p, &n, now)
             })
             .await;
+        drop(step);
         if written == Guarded::Lost {
             return;
         }
@@ -1794,6 +1829,11 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
             return r;
         }
     }
+    // Not between another process's runner's ownership check and its write (`loop_lock`).
+    let locked = engine
+        .loop_lock(&project, loop_name, crate::loop_lock::WAIT)
+        .await
+        .map_err(|e| ToolError::busy(format!("Cannot cancel \"{loop_name}\": {e}; retry the cancel")))?;
     let (p, n) = (project.clone(), loop_name.to_string());
     let row =
         engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(|e| ToolError::internal(e.to_string()))?;
@@ -1821,6 +1861,7 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
         })
         .await
         .map_err(|e| ToolError::internal(e.to_string()))?;
+    drop(locked);
     engine.store.wrote.wake();
     // A loop another live process runs: that process's runner sees the cancel in the change
     // feed, kills its agent's turn and removes the worktree itself (`Runner::taken_over`);

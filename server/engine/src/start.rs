@@ -392,6 +392,10 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
     // the row read and checked again, since the runner may have ended or advanced the loop
     // before it stopped.
     let mut stopped_runner = false;
+    // Taken once no runner of this process runs the loop; held until the loop's row is
+    // written (`loop_lock`): a runner of another process finishes the step it is in (its
+    // commits and its write) before this restart reads the row, or starts it after.
+    let mut locked: Option<crate::loop_lock::LoopLock> = None;
     let (row, dir, branch, bwrap, sbx_network) = loop {
         let (p, n) = (project.clone(), name.to_string());
         let row = engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(internal)?;
@@ -423,6 +427,16 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
                     )));
                 }
                 stopped_runner = true;
+            }
+            // Read and checked once more under the lock: another process's runner may have
+            // ended or advanced the loop while this restart waited for it.
+            None if locked.is_none() => {
+                let lock = engine
+                    .loop_lock(&project, name, crate::loop_lock::WAIT)
+                    .await
+                    .map_err(|e| ToolError::busy(format!("Cannot restart \"{name}\": {e}; retry the restart")))?;
+                locked = Some(lock);
+                crate::pause::at("restart.locked").await;
             }
             None => break (row, dir, branch, bwrap, sbx_network),
         }
@@ -484,6 +498,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         })
         .await
         .map_err(internal)?;
+    drop(locked);
     engine.store.wrote.wake();
     if plan.finish_instead {
         return Err(ToolError::conflict(format!(

@@ -137,6 +137,9 @@ pub struct LoopTest {
     pub sb: Sandbox,
     /// `FORGE_TEST_STATE` of the agent.
     pub state: PathBuf,
+    /// `FORGE_TEST_PAUSE_DIR` of this test's first server (not of [`LoopTest::other_server`]):
+    /// see [`LoopTest::hold`].
+    pub pauses: PathBuf,
 }
 
 impl LoopTest {
@@ -159,6 +162,7 @@ impl LoopTest {
         let sb = Sandbox::new();
         let repo = GitRepo::new();
         let state = sb.mkdir("agent-state");
+        let pauses = sb.mkdir("pauses");
         repo.write_project_config(config);
         let bin_dir = Path::new(BIN).parent().expect("bin dir").to_path_buf();
         let path = std::env::join_paths(
@@ -170,13 +174,32 @@ impl LoopTest {
                 .arg(&sb.data_dir)
                 .env("PATH", &path)
                 .env("FORGE_TEST_STATE", &state)
-                .env("FORGE_TEST_SCENARIO", scenario);
+                .env("FORGE_TEST_SCENARIO", scenario)
+                .env("FORGE_TEST_PAUSE_DIR", &pauses);
             for (k, v) in env {
                 c.env(k, v);
             }
         });
         client.init(&Init::new(&repo.path));
-        LoopTest { client, repo, sb, state }
+        LoopTest { client, repo, sb, state, pauses }
+    }
+
+    /// Holds the first server at its next pass through the test pause `name`
+    /// (`forge_engine::pause`, debug builds): it waits there until [`LoopTest::unhold`].
+    pub fn hold(&self, name: &str) {
+        std::fs::write(self.pauses.join(name), "").expect("write the pause file");
+    }
+
+    /// Waits until the first server is held at the pause `name`.
+    pub fn wait_held(&self, name: &str) {
+        let reached = self.pauses.join(format!("{name}.reached"));
+        wait_for(LOOP_WAIT, || reached.exists().then_some(()))
+            .unwrap_or_else(|| panic!("the server did not reach the pause {name}{}", self.report()));
+    }
+
+    /// Lets the first server go on from the pause `name`.
+    pub fn unhold(&self, name: &str) {
+        std::fs::remove_file(self.pauses.join(name)).expect("remove the pause file");
     }
 
     /// A second server process on the same data directory (initialized on the repository),

@@ -61,13 +61,13 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
     for change in &plan.changes {
         let step = match change {
             FileChange::Add { path, content } | FileChange::Update { path, content } => {
-                stage(&mut stager, root, path, content).map(|s| staged.push(s))
+                stage(&mut stager, root, path, content, beneath::Mode::KeepOr(0o666)).map(|s| staged.push(s))
             }
-            FileChange::Move { from, to, content } => {
-                stage(&mut stager, root, to, content)
-                    .map(|s| staged.push(s))
-                    .and_then(|()| removal(root, from).map(|r| removals.push(r)))
-            }
+            // A moved file keeps its mode (an executable stays one, a private file private).
+            FileChange::Move { from, to, content } => mode_of(root, from)
+                .and_then(|mode| stage(&mut stager, root, to, content, mode))
+                .map(|s| staged.push(s))
+                .and_then(|()| removal(root, from).map(|r| removals.push(r))),
             FileChange::Delete { path } => removal(root, path).map(|r| removals.push(r)),
         };
         // Dropping what was staged removes its temporaries: nothing is written.
@@ -128,10 +128,26 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
         PatchOp::Add { path, .. } | PatchOp::Delete { path, .. } => vec![path],
         PatchOp::Update { path, move_to, .. } => std::iter::once(path).chain(move_to.as_ref().map(|m| &m.path)).collect(),
     });
+    // The file each path names, with its directories' links resolved: two spellings of one
+    // file (`src/a` and `alias/a`, where `alias` links to `src`) would each be planned on
+    // their own, and one's change lost.
+    let mut files: std::collections::HashMap<PathBuf, String> = std::collections::HashMap::new();
     for raw in paths {
         let rel = normalize_path(raw, Some(root_text))
             .map_err(|why| ToolError::invalid_params(format!("apply-patch failed: path {raw:?}: {why}")))?;
-        within(root, &rel).map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {}", e.message)))?;
+        let target =
+            within(root, &rel).map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {}", e.message)))?;
+        let file = resolved_rel(root, &target).map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {e}")))?;
+        match files.get(&file) {
+            Some(other) if *other != rel => {
+                return Err(ToolError::invalid_params(format!(
+                    "apply-patch failed: '{other}' and '{rel}' are the same file (a directory on the way is a symlink); name it one way in the patch"
+                )))
+            }
+            _ => {
+                files.insert(file, rel);
+            }
+        }
     }
     Ok(())
 }
@@ -139,13 +155,21 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
 /// Stages `content` for `rel` (creating its directories inside the root) through
 /// `forge_core::beneath`: written and later renamed relative to directories opened
 /// without following links, so a directory swapped for a link after the checks cannot
-/// redirect the write. The file keeps the mode of the one it replaces.
-fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str) -> Result<Staged, String> {
+/// redirect the write.
+fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str, mode: beneath::Mode) -> Result<Staged, String> {
     let target = within(root, rel).map_err(|e| e.message)?;
     let under = resolved_rel(root, &target)?;
     stager
-        .stage(&under, content.as_bytes(), beneath::Mode::KeepOr(0o666), true, false)
+        .stage(&under, content.as_bytes(), mode, true, false)
         .map_err(|e| format!("cannot write {}: {e}", target.display()))
+}
+
+/// The permission bits of the file a move takes its content from, for its new name.
+fn mode_of(root: &Path, rel: &str) -> Result<beneath::Mode, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = within(root, rel).map_err(|e| e.message)?;
+    let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(beneath::Mode::Exact(meta.permissions().mode() & 0o7777))
 }
 
 /// A file to remove: (as shown, relative to the root with its directories resolved).

@@ -2,7 +2,7 @@
 //! (FORGE-REFERENCE.md §2.3). Rejections never touch the stored plan.
 
 use forge_domain::plan::{
-    edit::{self, apply_edit, EditOutcome},
+    edit::{apply_edit, EditErrorKind, EditOutcome},
     structure,
 };
 use forge_protocol::{CommandResult, ToolError};
@@ -37,7 +37,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     )
     // oldString not found is a stale edit (1003, re-read the plan); anything else is input
     // that cannot be used (1006).
-    .map_err(|m| if m.starts_with(edit::NOT_FOUND) { ToolError::conflict(m) } else { ToolError::invalid(m) })?;
+    .map_err(|e| match e.kind {
+        EditErrorKind::Stale => ToolError::conflict(e.message),
+        EditErrorKind::Invalid => ToolError::invalid(e.message),
+    })?;
     let (prefix, text, outline, count) = match outcome {
         EditOutcome::Created { text } => ("Created plan.".to_string(), text, structure::Outline::Full, 0),
         EditOutcome::Replaced { text, count, lines } => (
