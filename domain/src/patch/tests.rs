@@ -611,6 +611,25 @@ fn ten_thousand_lines_with_a_stale_hunk_apply() {
     assert_eq!(plan.notes.len(), 1);
 }
 
+/// Repetitive text (a file of 40,000 equal lines, a hunk of 20,000 of them and one line
+/// that is not there) is searched in linear time at each level, and matches where it
+/// fits: at every start, overlapping ones included.
+#[test]
+fn repetitive_lines_are_matched_in_linear_time() {
+    let file = "a\n".repeat(40_000);
+    let body = format!("*** Update File: big.txt\n@@\n{}-b\n+c\n", "-a\n".repeat(20_000));
+    let e = run(&wrap(&body), &[("big.txt", &file)]).unwrap_err();
+    assert!(matches!(e, PatchError::ContextNotFound { .. }), "{e}");
+    // The same hunk without the missing line fits at 20,001 places: ambiguous.
+    let body = format!("*** Update File: big.txt\n@@\n{}+c\n", "-a\n".repeat(20_000));
+    let e = run(&wrap(&body), &[("big.txt", &file)]).unwrap_err();
+    assert!(matches!(e, PatchError::Ambiguous { ref candidates, .. } if candidates[..3] == [1, 2, 3]), "{e}");
+    // A needle whose prefix repeats inside it (the failure function's case).
+    let file = "a\na\nb\na\na\na\nb\n";
+    let plan = run(&wrap("*** Update File: f\n@@\n a\n a\n-a\n+X\n b\n"), &[("f", file)]).unwrap();
+    assert_eq!(updated(&plan), "a\na\nb\na\na\nX\nb\n");
+}
+
 /// A small deterministic generator for the robustness test.
 struct Lcg(u64);
 

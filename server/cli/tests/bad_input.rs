@@ -70,12 +70,20 @@ fn json_that_is_not_json_rpc_is_an_invalid_request() {
         (json!({ "jsonrpc": "2.0", "id": 70007, "method": 12 }), json!(70007)),
         (json!({ "jsonrpc": "2.0", "id": 70008 }), json!(70008)),
         (json!({ "jsonrpc": "2.0", "id": { "nested": true }, "method": "shutdown" }), Value::Null),
+        // LSP ids are integers or strings: a null id is refused, not run.
+        (
+            json!({ "jsonrpc": "2.0", "id": null, "method": "workspace/executeCommand",
+                    "params": { "command": "forge.plan-write", "arguments": [{ "content": "# Sent with a null id" }] } }),
+            Value::Null,
+        ),
     ] {
         let e = send_bad(&c, body.to_string().as_bytes());
         assert_eq!(e["error"]["code"], json!(-32600), "{body}: {e}");
         assert_eq!(e["id"], id, "{body}: {e}");
         assert_serving(&mut c);
     }
+    let e = c.tool_err("plan-read", json!({}));
+    assert_eq!(e.code, 1002, "the null-id plan-write did not run: {e}");
 }
 
 #[test]

@@ -241,6 +241,18 @@ fn apply_patch_keeps_the_file_mode_and_is_denied_to_auditors() {
     assert_eq!((mode("bin/run.sh"), mode(".env.local")), (0o755, 0o600));
     assert_eq!(read(&repo, ".env.local"), "KEY=2\n");
     c.tool_ok("apply-patch", patch("*** Update File: bin/run.sh\n*** Move to: run.sh\n"));
+    // A file rewritten by a server that may give it away (root, as in CI) keeps its owner.
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::fs::MetadataExt;
+        let theirs = repo.write("theirs.txt", "a\n");
+        std::os::unix::fs::chown(&theirs, Some(1234), Some(1235)).unwrap();
+        c.tool_ok("apply-patch", patch("*** Update File: theirs.txt\n@@\n-a\n+b\n"));
+        let m = std::fs::metadata(&theirs).unwrap();
+        assert_eq!((m.uid(), m.gid(), read(&repo, "theirs.txt").as_str()), (1234, 1235, "b\n"));
+    } else {
+        println!("NOTE: not root: the owner of a rewritten file is not changed by this test");
+    }
     let mut auditor = sb.stdio();
     auditor.init(&Init::new(&repo.path).agent("auditor"));
     let e = auditor.tool_err("apply-patch", patch("*** Update File: run.sh\n@@\n-echo two\n+echo three\n"));
@@ -313,6 +325,20 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     let e = c.tool_err("ast-grep-search", json!({ "pattern": "let a = 1; let b = 2;", "lang": "rust" }));
     assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("Multiple AST nodes"), "{e}");
+}
+
+/// A minified file's one long line is cut around the match, not returned whole (twice).
+#[test]
+fn grep_cuts_a_long_line_around_its_match() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("min.js", &format!("{}var needle=1;{}\n", "x".repeat(200_000), "y".repeat(200_000)));
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("grep", json!({ "pattern": "needle", "limit": 1 }));
+    assert!(out.text.len() < 2_000, "{} bytes", out.text.len());
+    assert!(out.text.contains("min.js:1: …") && out.text.contains("var needle=1;"), "{}", out.text);
+    let hit = out.data["matches"][0]["text"].as_str().unwrap();
+    assert!(hit.contains("needle") && hit.len() < 1_000, "{hit}");
 }
 
 #[test]

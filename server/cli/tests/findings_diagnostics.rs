@@ -505,3 +505,90 @@ fn the_index_lists_open_findings_per_file_with_counts_and_links() {
     assert_contains(&index, "- [src/a.rs](");
     assert_contains(&index, " · 2 (1 bug, 1 warning)");
 }
+
+// --- a client that stops reading ------------------------------------------------------------------
+
+fn raw_send(s: &mut std::os::unix::net::UnixStream, v: &Value) {
+    use std::io::Write;
+    let b = v.to_string();
+    s.write_all(format!("Content-Length: {}\r\n\r\n{b}", b.len()).as_bytes()).expect("send");
+}
+
+/// A client that stops reading long enough for the change feed to drop batches it had not
+/// taken (its connection's writer blocked on a full socket while findings are
+/// written) gets every finding published once it reads again, the first one written
+/// included: the connection announces everything again after a lag. Before, the skipped
+/// batches' files were never published to it.
+#[test]
+fn a_client_that_stopped_reading_gets_every_finding_when_it_reads_again() {
+    let (sb, repo) = setup();
+    let sock = sb.root.join("sockdir/forge.sock");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&sb.data_dir).arg("serve").arg("--listen").arg(format!("unix:{}", sock.display()));
+    // The feed keeps 8 batches for a connection that does not take them (4,096 in a
+    // release build): a few hundred writes make A fall behind.
+    cmd.env("FORGE_TEST_FEED_CAPACITY", "8");
+    let server = ListenServer::start(cmd, Addr::Unix(sock.clone()), sb.next_log("listen-lag"));
+    let mut a = std::os::unix::net::UnixStream::connect(&sock).expect("connect");
+    let mut reader = std::io::BufReader::new(a.try_clone().unwrap());
+    raw_send(
+        &mut a,
+        &json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "processId": null, "rootUri": file_uri(&repo.path),
+            "capabilities": { "workspace": { "textDocumentContent": {} }, "textDocument": { "publishDiagnostics": {} } } } }),
+    );
+    let session = loop {
+        let m: Value = serde_json::from_slice(&read_frame(&mut reader).unwrap().expect("a reply")).unwrap();
+        if m["id"] == json!(0) {
+            break m["result"]["capabilities"]["experimental"]["forge"]["sessionId"].as_str().unwrap().to_string();
+        }
+    };
+    raw_send(&mut a, &json!({ "jsonrpc": "2.0", "method": "initialized", "params": {} }));
+    // A's own plan, 60 KB, asked for 700 times without reading the replies: its socket and
+    // its connection's queue fill, and its announcements wait.
+    let plan = format!("# P\n## Phase 1: a\n{}", format!("{}\n", "z".repeat(99)).repeat(600));
+    let b = server.connect();
+    let mut b = b;
+    b.init(&Init::new(&repo.path));
+    b.tool_ok("plan-write", json!({ "content": plan, "session_id": session }));
+    let uri = session_plan_uri(&session);
+    let mut w = a.try_clone().unwrap();
+    let flood = std::thread::spawn(move || {
+        for i in 0..700 {
+            raw_send(
+                &mut w,
+                &json!({ "jsonrpc": "2.0", "id": 1000 + i, "method": "workspace/textDocumentContent", "params": { "uri": uri } }),
+            );
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // A change A must announce (its plan), then more batches than the feed keeps.
+    b.tool_ok("plan-write", json!({ "content": "# P2\n## Phase 1: b\n", "session_id": session }));
+    b.tool_ok(
+        "review-write",
+        json!({ "file": "first.rs", "line": 1, "severity": "bug", "description": "written first" }),
+    );
+    for i in 0..200 {
+        b.tool_ok(
+            "review-write",
+            json!({ "file": format!("f{i}.rs"), "line": 1, "severity": "bug", "description": "d" }),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10)); // one batch each
+    }
+    // A reads again: everything, until the server has been quiet for 3 s.
+    flood.join().unwrap();
+    a.set_read_timeout(Some(std::time::Duration::from_secs(3))).unwrap();
+    let mut published = std::collections::HashSet::new();
+    while let Ok(Some(body)) = read_frame(&mut reader) {
+        let m: Value = serde_json::from_slice(&body).unwrap();
+        if m["method"] == json!("textDocument/publishDiagnostics")
+            && !m["params"]["diagnostics"].as_array().unwrap().is_empty()
+        {
+            published.insert(m["params"]["uri"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(server.stderr().contains("change batches behind"), "the feed did not lag: {}", server.stderr());
+    for f in ["first.rs", "f0.rs", "f199.rs"] {
+        assert!(published.contains(&uri_in(&repo.path, f)), "{f} was not published ({} URIs)", published.len());
+    }
+}

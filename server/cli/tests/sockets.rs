@@ -552,3 +552,45 @@ fn call_help_lists_every_tool_with_its_description() {
     assert_eq!(v.code, 0);
     assert_contains(&v.stdout, env!("CARGO_PKG_VERSION"));
 }
+
+/// A `--listen` server that runs out of file descriptors (every client holds one) keeps
+/// serving: its clients stay connected, and new ones are accepted once descriptors are
+/// free again. Before, the first failed `accept` ended the process.
+#[test]
+fn running_out_of_descriptors_does_not_end_a_listen_server() {
+    use std::os::unix::process::CommandExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("sockdir/forge.sock");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&sb.data_dir).arg("serve").arg("--listen").arg(format!("unix:{}", sock.display()));
+    // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 96, rlim_max: 96 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let server = ListenServer::start(cmd, Addr::Unix(sock.clone()), sb.next_log("listen-fd"));
+    let mut first = server.connect();
+    first.init(&Init::new(&repo.path));
+    // More connections than the server has descriptors for (within the listen backlog).
+    let held: Vec<_> = (0..120).filter_map(|_| std::os::unix::net::UnixStream::connect(&sock).ok()).collect();
+    assert!(held.len() > 100, "{} connections", held.len());
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // The connected client is still served while the server cannot accept.
+    first.tool_ok("plan-write", json!({ "content": "# Still served" }));
+    drop(held);
+    // Accepted once descriptors are free (the listener retries within a second).
+    let mut later = server.connect();
+    later.init(&Init::new(&repo.path));
+    later.tool_ok(
+        "review-write",
+        json!({ "file": "a.rs", "line": 1, "severity": "bug", "description": "after the burst" }),
+    );
+    let log = server.stderr();
+    assert!(log.contains("cannot accept a connection on the listening socket"), "{log}");
+}

@@ -78,6 +78,15 @@ fn search_and_replace_stay_inside_the_root() {
     assert!(e.message.contains("a.rs is not a directory"), "{e}");
     let e = c.tool_err("ast-grep-search", json!({ "pattern": "fn $F() {}", "lang": "rust", "path": "nope" }));
     assert!(e.message.contains("nope does not exist"), "{e}");
+    // A link named as the path: found through, never replaced by a file.
+    std::os::unix::fs::symlink("a.rs", repo.path.join("link.rs")).unwrap();
+    let e = c.tool_err(
+        "ast-grep-replace",
+        json!({ "pattern": "fn $F() {}", "rewrite": "fn $F() { todo!() }", "lang": "rust", "path": "link.rs", "dryRun": false }),
+    );
+    assert!(e.message.contains("link.rs is not a regular file") && e.message.contains("nothing was written"), "{e}");
+    assert!(std::fs::symlink_metadata(repo.path.join("link.rs")).unwrap().file_type().is_symlink());
+    assert_eq!(read(&repo, "a.rs"), "fn a() {}\n");
 }
 
 #[test]

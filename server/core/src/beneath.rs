@@ -214,10 +214,13 @@ fn stage_in(
     let name_c = cstr(name)?;
     // (mode set on the open file, mode the file is created with: a new file's is
     // subject to the umask).
+    // The file replaced keeps its owner too, where the process may give it (root, or a
+    // group the user is in): a rewrite by root must not leave a user's file root's.
+    let existing = existing_file(&dir, &name_c)?;
     let (fchmod, create) = match mode {
         Mode::Exact(m) => (Some(m), 0o600),
-        Mode::KeepOr(new) => match existing_mode(&dir, &name_c)? {
-            Some(m) => (Some(m), 0o600),
+        Mode::KeepOr(new) => match existing {
+            Some((m, _, _)) => (Some(m), 0o600),
             None => (None, new),
         },
     };
@@ -235,6 +238,15 @@ fn stage_in(
     // SAFETY: just opened, owned here.
     let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     f.write_all(contents)?;
+    if let Some((_, uid, gid)) = existing {
+        // SAFETY: plain syscalls on a descriptor owned here.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if uid != euid || gid != egid {
+            // Best effort: where it is not permitted the file is the writer's, as before.
+            let _ = unsafe { libc::fchown(f.as_raw_fd(), uid, gid) };
+        }
+    }
+    // After the owner: a change of owner clears set-id bits.
     if let Some(m) = fchmod {
         f.set_permissions(std::fs::Permissions::from_mode(m))?;
     }
@@ -244,9 +256,9 @@ fn stage_in(
     Ok(staged)
 }
 
-/// The permission bits of the regular file `name` in `dir` (not following a link), or
-/// `None` when there is none.
-fn existing_mode(dir: &OwnedFd, name: &CString) -> io::Result<Option<u32>> {
+/// The permission bits, owner and group of the regular file `name` in `dir` (not
+/// following a link), or `None` when there is none.
+fn existing_file(dir: &OwnedFd, name: &CString) -> io::Result<Option<(u32, u32, u32)>> {
     // SAFETY: a zeroed stat is a valid out-parameter; valid fd and name.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
@@ -254,7 +266,7 @@ fn existing_mode(dir: &OwnedFd, name: &CString) -> io::Result<Option<u32>> {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::NotFound { Ok(None) } else { Err(e) };
     }
-    Ok((st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(st.st_mode & 0o7777))
+    Ok((st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some((st.st_mode & 0o7777, st.st_uid, st.st_gid)))
 }
 
 /// Commits staged files in order. On a failure the files not yet renamed are removed and

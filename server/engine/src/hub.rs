@@ -30,6 +30,17 @@ pub const BATCH: Duration = Duration::from_millis(5);
 /// Batches a slow subscriber may fall behind before it is told it lagged.
 pub(crate) const CHANNEL: usize = 4096;
 
+/// [`CHANNEL`], or in a debug build `FORGE_TEST_FEED_CAPACITY` when set: a test of what a
+/// connection does after falling behind makes it fall behind with a few batches, not
+/// thousands.
+pub(crate) fn channel_capacity() -> usize {
+    #[cfg(debug_assertions)]
+    if let Some(n) = std::env::var("FORGE_TEST_FEED_CAPACITY").ok().and_then(|v| v.parse::<usize>().ok()) {
+        return n.max(1);
+    }
+    CHANNEL
+}
+
 /// One batch of the change feed, in feed order.
 pub type Batch = Arc<Vec<Change>>;
 

@@ -112,7 +112,7 @@ impl Engine {
             runners: Mutex::new(HashMap::new()),
             private_socket,
             activity: Arc::default(),
-            changes: tokio::sync::broadcast::channel(hub::CHANNEL).0,
+            changes: tokio::sync::broadcast::channel(hub::channel_capacity()).0,
             restarts: Mutex::default(),
         })
     }

@@ -32,12 +32,60 @@ pub fn subscribe(conn: &Arc<Conn>) {
                     announce(&conn, &batch).await;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!("connection fell {n} change batches behind; announcements were skipped");
+                    tracing::warn!("connection fell {n} change batches behind; announcing everything again");
+                    let Some(conn) = weak.upgrade() else { return };
+                    resync(&conn).await;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
         }
     });
+}
+
+/// After the feed skipped batches this connection had not taken yet (a client that did
+/// not read for long enough): what those batches may have changed is announced again
+/// whole, since which of them changed what is no longer known. Every finding is
+/// republished, every loop's status sent (completed ones too: one may have ended in the
+/// gap), every known plan document refreshed with its warnings, and the view copies
+/// rewritten.
+async fn resync(conn: &Arc<Conn>) {
+    if let Ok(mut counts) = conn.index_counts.lock() {
+        counts.all_changed();
+    }
+    conn.queue_diagnostics(Work::All);
+    let p = conn.project_id();
+    let names: Vec<String> = conn
+        .ws
+        .store
+        .read(move |c| forge_store::loops::list(c, &p).map(|v| v.into_iter().map(|l| l.loop_name).collect::<Vec<_>>()))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    for name in &names {
+        crate::loops::announce(conn, name, None, false).await;
+        if conn.caps.materialize {
+            for uri in loop_document_uris(conn, name).await {
+                materialize(conn, &uri).await;
+            }
+        }
+    }
+    for k in conn.known_plans() {
+        // `k` is a `forge:` URI or a view copy's file URI; both show the `forge:` document.
+        if let Some(doc) = conn.document(&k) {
+            let uri = doc.to_uri();
+            conn.refresh(&uri);
+            if conn.caps.materialize {
+                materialize(conn, &uri).await;
+            }
+        }
+        publish_plan_warnings(conn, &k).await;
+    }
+    conn.refresh(&ForgeUri::Index.to_uri());
+    conn.refresh_code_lenses();
+    if conn.caps.materialize {
+        materialize_index_soon(conn);
+    }
 }
 
 async fn announce(conn: &Arc<Conn>, batch: &[Change]) {

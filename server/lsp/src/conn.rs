@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use forge_domain::diagnostics::PositionEncoding;
 use forge_protocol::uri::ForgeUri;
-use tokio::sync::mpsc;
 use tower_lsp_server::gen_lsp_types::Uri;
 use tower_lsp_server::Client;
 
@@ -76,7 +75,7 @@ pub struct Conn {
     /// Dropped with the connection: its tasks (change-feed subscription) watch it.
     alive: tokio::sync::watch::Sender<()>,
     /// The findings-diagnostics publisher.
-    pub diagnostics: std::sync::OnceLock<mpsc::UnboundedSender<Work>>,
+    pub diagnostics: std::sync::OnceLock<Arc<crate::diagnostics::Queue>>,
     pub published: Mutex<Published>,
     /// Work-done progress of loops on this connection.
     pub progress: Mutex<ProgressState>,
@@ -208,8 +207,8 @@ impl Conn {
 
     /// Queues work for the findings-diagnostics publisher.
     pub fn queue_diagnostics(&self, w: Work) {
-        if let Some(tx) = self.diagnostics.get() {
-            let _ = tx.send(w);
+        if let Some(q) = self.diagnostics.get() {
+            q.push(w);
         }
     }
 

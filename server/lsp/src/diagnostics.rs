@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use forge_domain::diagnostics::{self as dmap};
 use forge_domain::review::Finding;
-use tokio::sync::mpsc;
 
 use crate::conn::Conn;
 use crate::state::Work;
@@ -38,39 +37,81 @@ pub const QUIET: Duration = Duration::from_millis(50);
 /// 50 ms is still published every 5 s).
 pub const MAX_HOLD: Duration = Duration::from_secs(5);
 
-/// Starts the publisher of a connection; returns its queue.
-pub fn start(conn: Weak<Conn>) -> mpsc::UnboundedSender<Work> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Work>();
+/// The publisher's work not yet taken: a set, so a file written a thousand times while a
+/// publication is under way (or while the client does not read) is one entry, and
+/// [`Work::All`] stands for everything else. Bounded by the project's distinct file
+/// strings and loops, whatever the rate of writes.
+#[derive(Default)]
+pub struct Queue {
+    pending: std::sync::Mutex<HashSet<Work>>,
+    wake: tokio::sync::Notify,
+}
+
+impl Queue {
+    /// Adds work and wakes the publisher.
+    pub fn push(&self, w: Work) {
+        {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.contains(&Work::All) {
+                return;
+            }
+            if w == Work::All {
+                p.clear();
+            }
+            p.insert(w);
+        }
+        self.wake.notify_one();
+    }
+
+    fn take(&self) -> HashSet<Work> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn has_all(&self) -> bool {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).contains(&Work::All)
+    }
+}
+
+/// Starts the publisher of a connection; returns its queue. The publisher ends with the
+/// connection.
+pub fn start(conn: Weak<Conn>) -> Arc<Queue> {
+    let queue = Arc::new(Queue::default());
+    let Some(mut alive) = conn.upgrade().map(|c| c.alive()) else { return queue };
+    let q = queue.clone();
     tokio::spawn(async move {
-        while let Some(first) = rx.recv().await {
+        loop {
+            tokio::select! {
+                _ = q.wake.notified() => {}
+                _ = alive.changed() => return,
+            }
             // The first publication of everything (after `initialized`) goes out at once;
             // later changes are coalesced.
-            let at_once = first == Work::All;
-            let mut batch: HashSet<Work> = HashSet::from([first]);
-            let start = Instant::now();
-            if !at_once && !hold(&mut rx, &mut batch, start).await {
+            if !q.has_all() && !hold(&q, &mut alive).await {
                 return;
+            }
+            let batch = q.take();
+            if batch.is_empty() {
+                continue;
             }
             let Some(conn) = conn.upgrade() else { return };
             publish(&conn, batch).await;
         }
     });
-    tx
+    queue
 }
 
-/// Collects the rest of a burst into `batch`: until the feed is quiet for [`QUIET`] or
-/// [`MAX_HOLD`] passed since `start`. False when the queue closed.
-async fn hold(rx: &mut mpsc::UnboundedReceiver<Work>, batch: &mut HashSet<Work>, start: Instant) -> bool {
+/// Waits for the rest of a burst: until no work arrives for [`QUIET`], or [`MAX_HOLD`]
+/// passed. False when the connection ended.
+async fn hold(q: &Queue, alive: &mut tokio::sync::watch::Receiver<()>) -> bool {
+    let start = Instant::now();
     loop {
-        match tokio::time::timeout(QUIET, rx.recv()).await {
-            Ok(Some(w)) => {
-                batch.insert(w);
-                if start.elapsed() >= MAX_HOLD {
+        tokio::select! {
+            r = tokio::time::timeout(QUIET, q.wake.notified()) => {
+                if r.is_err() || start.elapsed() >= MAX_HOLD {
                     return true;
                 }
             }
-            Ok(None) => return false,
-            Err(_) => return true,
+            _ = alive.changed() => return false,
         }
     }
 }

@@ -243,8 +243,16 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
             start_private_socket(hub.clone());
             register_listener(&hub, Some(&path)).await;
             say(format!("unix:{}", path.display()));
+            let mut pause = AcceptPause::default();
             loop {
-                let (s, _) = l.accept().await?;
+                let s = match l.accept().await {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        pause.after(&e, "the listening socket").await;
+                        continue;
+                    }
+                };
+                pause.reset();
                 // The whole file system is visible (read-only) in a loop's sandbox, and a
                 // socket on a read-only mount can still be connected to.
                 let peer = peer_of(&s);
@@ -260,8 +268,16 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
             // Two lookups at a time: each reads the fd links of the user's processes, and a
             // burst of connections must not take the blocking threads tools run on.
             let lookups = Arc::new(tokio::sync::Semaphore::new(2));
+            let mut pause = AcceptPause::default();
             loop {
-                let (s, theirs) = l.accept().await?;
+                let (s, theirs) = match l.accept().await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        pause.after(&e, "the listening socket").await;
+                        continue;
+                    }
+                };
+                pause.reset();
                 let (hub, lookups) = (hub.clone(), lookups.clone());
                 tokio::spawn(async move {
                     // No credentials over TCP (loopback only, for tests): the peer's process
@@ -332,6 +348,36 @@ pub async fn stdio_with_hint(hub: Arc<Hub>) -> bool {
     stdio(hub).await
 }
 
+/// What a listener does after `accept` failed. Every such failure is taken as passing:
+/// out of descriptors (`EMFILE`, `ENFILE`: every client holds one) or memory, a
+/// connection reset before it was accepted. The listener waits, longer after each failure
+/// in a row (10 ms doubling to 1 s), and accepts again; the connections it serves go on
+/// meanwhile and free descriptors as they close. Logged once per run of failures. Before,
+/// the first `EMFILE` ended a `--listen` server (every client dropped) or silently stopped
+/// the private socket (every loop agent's call refused from then on).
+#[derive(Default)]
+struct AcceptPause {
+    failures: u32,
+}
+
+impl AcceptPause {
+    async fn after(&mut self, e: &std::io::Error, what: &str) {
+        if self.failures == 0 {
+            tracing::error!("cannot accept a connection on {what}: {e}; retrying (existing connections are served)");
+        }
+        self.failures = self.failures.saturating_add(1);
+        let ms = 10u64.saturating_mul(1 << self.failures.min(7)).min(1000);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+
+    fn reset(&mut self) {
+        if self.failures > 0 {
+            tracing::info!("accepting connections again after {} failure(s)", self.failures);
+        }
+        self.failures = 0;
+    }
+}
+
 /// Starts the private callback socket (`forge_core::paths::private_socket_path`). A
 /// socket directory that is not ours is refused: the server keeps serving its clients,
 /// logs why, and loops (which need the socket) refuse to start.
@@ -347,7 +393,16 @@ pub fn start_private_socket(hub: Arc<Hub>) {
         Ok(l) => {
             hub.set_private_socket(path.clone());
             tokio::spawn(async move {
-                while let Ok((s, _)) = l.accept().await {
+                let mut pause = AcceptPause::default();
+                loop {
+                    let s = match l.accept().await {
+                        Ok((s, _)) => s,
+                        Err(e) => {
+                            pause.after(&e, "the private socket").await;
+                            continue;
+                        }
+                    };
+                    pause.reset();
                     // Bound into every loop sandbox: a sandboxed process is confined.
                     let peer = peer_of(&s);
                     let (r, w) = s.into_split();

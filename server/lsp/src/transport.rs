@@ -123,6 +123,15 @@ fn validate(body: Vec<u8>) -> Incoming {
     if value.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Incoming::Reply(error_frame(id, -32600, "Invalid Request: `jsonrpc` must be \"2.0\""));
     }
+    // JSON-RPC allows a null id, LSP does not (integer or string); such a request would be
+    // run with no way to answer or cancel it.
+    if value.get("method").is_some() && value.get("id").is_some_and(Value::is_null) {
+        return Incoming::Reply(error_frame(
+            Value::Null,
+            -32600,
+            "Invalid Request: `id` must be an integer or a string (LSP has no null ids); a notification has no `id` at all",
+        ));
+    }
     let is_response = value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some());
     if is_response {
         // A malformed response to us: nothing to answer.

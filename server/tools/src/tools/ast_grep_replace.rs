@@ -150,6 +150,12 @@ fn write_all(root: &Path, edits: &[FileEdit]) -> Result<(), ToolError> {
 /// The new content staged beside the target (same mode) through `forge_core::beneath`,
 /// after checking the target can be written.
 fn stage(stager: &mut beneath::Stager, root: &Path, e: &FileEdit) -> Result<Staged, String> {
+    // A link named as `path` is searched through, but the write would replace the link
+    // with a file (as apply-patch, refused: edit the file it points to).
+    let own = std::fs::symlink_metadata(&e.path).map_err(|err| format!("{}: {err}", e.shown))?;
+    if !own.file_type().is_file() {
+        return Err(format!("{} is not a regular file (a symbolic link?); name the file it points to", e.shown));
+    }
     let meta = std::fs::metadata(&e.path).map_err(|err| format!("{}: {err}", e.shown))?;
     if meta.permissions().readonly() {
         return Err(format!("{} is read-only", e.shown));

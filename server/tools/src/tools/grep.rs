@@ -86,7 +86,7 @@ fn search(
         }
         files += 1;
         let shown = rel.display().to_string();
-        let mut found = FileHits { room: limit - lines.len(), hits: vec![], binary: false, full: false };
+        let mut found = FileHits { matcher, room: limit - lines.len(), hits: vec![], binary: false, full: false };
         if let Err(e) = searcher.search_path(matcher, path, &mut found) {
             tracing::debug!("grep: cannot search {}: {e}", path.display());
             unreadable.push(shown);
@@ -134,8 +134,10 @@ fn search(
 }
 
 /// The matches of one file, kept until its search ends: a file found to be binary part way
-/// gives none. A matching line that is not UTF-8 is kept with replacement characters.
-struct FileHits {
+/// gives none. A matching line that is not UTF-8 is kept with replacement characters; a
+/// long one (minified code) is cut around its first match ([`around`]).
+struct FileHits<'a> {
+    matcher: &'a grep_regex::RegexMatcher,
     /// Matches that may still be kept (the call's `limit` minus those kept so far).
     room: usize,
     hits: Vec<(u64, String)>,
@@ -144,7 +146,34 @@ struct FileHits {
     full: bool,
 }
 
-impl Sink for FileHits {
+/// Longest line kept whole, in bytes; a longer one is cut to about this much around its
+/// first match, so one minified file cannot make a reply of megabytes.
+const LINE_BYTES: usize = 500;
+
+/// `line`, or when it is longer than [`LINE_BYTES`] the part around the match starting at
+/// byte `at` (200 bytes before it, the rest after, on character boundaries), with `…`
+/// where it was cut.
+fn around(line: &str, at: usize) -> String {
+    if line.len() <= LINE_BYTES {
+        return line.to_string();
+    }
+    let mut start = at.min(line.len()).saturating_sub(200);
+    while !line.is_char_boundary(start) {
+        start -= 1;
+    }
+    let mut end = (start + LINE_BYTES).min(line.len());
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}{}{}",
+        if start > 0 { "…" } else { "" },
+        &line[start..end],
+        if end < line.len() { "…" } else { "" }
+    )
+}
+
+impl Sink for FileHits<'_> {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
@@ -153,12 +182,41 @@ impl Sink for FileHits {
             return Ok(false);
         }
         let text = String::from_utf8_lossy(mat.bytes());
-        self.hits.push((mat.line_number().unwrap_or(0), text.trim_end_matches(['\n', '\r']).to_string()));
+        let text = text.trim_end_matches(['\n', '\r']);
+        let shown = if text.len() > LINE_BYTES {
+            use grep_matcher::Matcher;
+            let at = self.matcher.find(text.as_bytes()).ok().flatten().map_or(0, |m| m.start());
+            around(text, at)
+        } else {
+            text.to_string()
+        };
+        self.hits.push((mat.line_number().unwrap_or(0), shown));
         Ok(true)
     }
 
     fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, std::io::Error> {
         self.binary = true;
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_are_cut_around_the_match() {
+        assert_eq!(around("short line", 3), "short line");
+        let long = format!("{}NEEDLE{}", "a".repeat(1000), "b".repeat(1000));
+        let cut = around(&long, 1000);
+        assert!(cut.starts_with('…') && cut.ends_with('…') && cut.contains("NEEDLE"), "{cut}");
+        assert_eq!(cut.len(), LINE_BYTES + 2 * '…'.len_utf8());
+        // At the start: no leading mark; multi-byte characters are never split.
+        let wide = "é".repeat(600);
+        let cut = around(&wide, 0);
+        assert!(!cut.starts_with('…') && cut.ends_with('…'));
+        assert!(around(&wide, 501).chars().all(|c| c == 'é' || c == '…'));
+        let tail = format!("{}x", "é".repeat(600));
+        assert!(around(&tail, tail.len() - 1).ends_with('x'));
     }
 }
