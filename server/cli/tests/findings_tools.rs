@@ -465,3 +465,40 @@ fn review_writing_and_deleting_is_for_auditors_and_the_user() {
     assert_eq!(del.data["deleted"], json!(1));
     assert_eq!(lines_of(&user.tool_ok("review-read", json!({})).data), [1, 2]);
 }
+
+/// A cancelled built-in call runs to the end and is answered with its result: its write is
+/// committed whole, so answering "cancelled" would be wrong. 300 writes sent at once, then
+/// a cancel for each: every write stored is answered as stored, none is answered
+/// -32800 while it was stored.
+#[test]
+fn cancelling_a_built_in_write_never_hides_that_it_was_stored() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let ids: Vec<i64> = (0..300)
+        .map(|i| {
+            c.send_request(
+                "workspace/executeCommand",
+                json!({ "command": "forge.review-write", "arguments": [{ "file": format!("c{i}.rs"), "line": 1, "severity": "bug", "description": "cancelled?" }] }),
+            )
+        })
+        .collect();
+    // The cancels arrive while the writes are queued, committing or answered.
+    std::thread::sleep(std::time::Duration::from_millis(1));
+    for id in &ids {
+        c.notify("$/cancelRequest", json!({ "id": id }));
+    }
+    let mut stored_replies = 0;
+    for id in ids {
+        let r = c.wait_response(id, WAIT);
+        if r.get("result").is_some() {
+            stored_replies += 1;
+        } else {
+            assert_eq!(r["error"]["code"], json!(-32800), "{r}");
+        }
+    }
+    let page = c.tool_ok("review-read", json!({ "limit": 1000 }));
+    let stored = page.data["findings"].as_array().unwrap().len();
+    assert_eq!(stored, stored_replies, "every stored write was answered as stored");
+}

@@ -612,3 +612,62 @@ fn cancel_the_hanging_tool(sb: &Sandbox, m: &mut Mcp) {
     );
     assert!(m.result("tools/list", json!({}))["tools"].is_array());
 }
+
+/// A call whose line is longer than the MCP SDK's default 16 MiB (a plan within
+/// `maxPlanBytes` whose characters grow when escaped) is read and answered, as the LSP side
+/// would: lines up to 64 MiB. Before, the SDK dropped the line without an answer.
+#[test]
+fn a_call_longer_than_16_mib_is_answered() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.initialize();
+    // 5 MB of text, 17.5 MB on the line: each control character is escaped as `\u0001`.
+    let plan = format!("# Long\n{}", "a\u{1}".repeat(2_500_000));
+    let r = m.call("plan-write", json!({ "content": plan }));
+    assert_ok(&r);
+    assert!(text(&r).contains("Plan stored"), "{}", text(&r));
+    let r = m.call("plan-read", json!({ "limit": 1 }));
+    assert_ok(&r);
+}
+
+/// Many calls sent at once are run a few at a time and all answered: with the process's
+/// descriptors limited to 256, 600 pipelined writes all succeed. Before, each ran on a
+/// thread and a database connection of its own at once, and most failed with misleading
+/// errors ("not a usable forge-lsp database", "Too many open files").
+#[test]
+fn many_pipelined_calls_all_succeed() {
+    use std::os::unix::process::CommandExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&sb.data_dir).arg("mcp").current_dir(&repo.path);
+    // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 256, rlim_max: 256 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut m = Mcp::spawn(cmd);
+    m.initialize();
+    let n = 600;
+    for i in 0..n {
+        let args = json!({ "file": format!("p{i}.rs"), "line": 1, "severity": "bug", "description": "pipelined" });
+        m.send(&json!({ "jsonrpc": "2.0", "id": 10_000 + i, "method": "tools/call", "params": { "name": "review-write", "arguments": args } }));
+    }
+    let mut failed = vec![];
+    for _ in 0..n {
+        let line = m.lines.recv_timeout(REQUEST_TIMEOUT).expect("an answer");
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        if msg.get("error").is_some() || msg["result"]["isError"] == json!(true) {
+            failed.push(msg);
+        }
+    }
+    assert!(failed.is_empty(), "{} failed, e.g. {}", failed.len(), failed[0]);
+    let r = m.call("review-read", json!({ "limit": 1000 }));
+    assert_ok(&r);
+}

@@ -75,7 +75,7 @@ pub struct Conn {
     /// Dropped with the connection: its tasks (change-feed subscription) watch it.
     alive: tokio::sync::watch::Sender<()>,
     /// The findings-diagnostics publisher.
-    pub diagnostics: std::sync::OnceLock<Arc<crate::diagnostics::Queue>>,
+    pub diagnostics: std::sync::OnceLock<Arc<crate::state::Queue>>,
     pub published: Mutex<Published>,
     /// Work-done progress of loops on this connection.
     pub progress: Mutex<ProgressState>,

@@ -27,7 +27,7 @@ use forge_domain::diagnostics::{self as dmap};
 use forge_domain::review::Finding;
 
 use crate::conn::Conn;
-use crate::state::Work;
+use crate::state::{Queue, Work};
 use crate::to_proto::{publish_diagnostics, Diagnostic, Range};
 use forge_store::findings;
 
@@ -36,41 +36,6 @@ pub const QUIET: Duration = Duration::from_millis(50);
 /// Longest a continuous burst is held back (a stream of writes that never pauses for
 /// 50 ms is still published every 5 s).
 pub const MAX_HOLD: Duration = Duration::from_secs(5);
-
-/// The publisher's work not yet taken: a set, so a file written a thousand times while a
-/// publication is under way (or while the client does not read) is one entry, and
-/// [`Work::All`] stands for everything else. Bounded by the project's distinct file
-/// strings and loops, whatever the rate of writes.
-#[derive(Default)]
-pub struct Queue {
-    pending: std::sync::Mutex<HashSet<Work>>,
-    wake: tokio::sync::Notify,
-}
-
-impl Queue {
-    /// Adds work and wakes the publisher.
-    pub fn push(&self, w: Work) {
-        {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            if p.contains(&Work::All) {
-                return;
-            }
-            if w == Work::All {
-                p.clear();
-            }
-            p.insert(w);
-        }
-        self.wake.notify_one();
-    }
-
-    fn take(&self) -> HashSet<Work> {
-        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    fn has_all(&self) -> bool {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).contains(&Work::All)
-    }
-}
 
 /// Starts the publisher of a connection; returns its queue. The publisher ends with the
 /// connection.

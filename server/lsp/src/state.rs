@@ -16,6 +16,41 @@ pub enum Work {
     Loop(String),
 }
 
+/// The diagnostics publisher's work not yet taken: a set, so a file written a thousand times while a
+/// publication is under way (or while the client does not read) is one entry, and
+/// [`Work::All`] stands for everything else. Bounded by the project's distinct file
+/// strings and loops, whatever the rate of writes.
+#[derive(Default)]
+pub struct Queue {
+    pending: std::sync::Mutex<HashSet<Work>>,
+    pub(crate) wake: tokio::sync::Notify,
+}
+
+impl Queue {
+    /// Adds work and wakes the publisher.
+    pub fn push(&self, w: Work) {
+        {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.contains(&Work::All) {
+                return;
+            }
+            if w == Work::All {
+                p.clear();
+            }
+            p.insert(w);
+        }
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn take(&self) -> HashSet<Work> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub(crate) fn has_all(&self) -> bool {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).contains(&Work::All)
+    }
+}
+
 /// What this connection has published: file string → URIs, URI → file strings.
 #[derive(Default)]
 pub struct Published {

@@ -383,8 +383,9 @@ impl Out {
 
 type Handling = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Out>> + Send>>;
 
-/// Requests the server took itself and has not answered yet: their cancel handles, by id.
-type Taken = Arc<Mutex<HashMap<String, AbortHandle>>>;
+/// Requests the server took itself and has not answered yet: their cancel handles and
+/// shields (`forge_tools::cancel`: raised, the request runs to the end), by id.
+type Taken = Arc<Mutex<HashMap<String, (AbortHandle, Arc<std::sync::atomic::AtomicBool>)>>>;
 
 /// The id a `$/cancelRequest` names, as an in-flight key.
 fn cancelled_key(req: &Request) -> Option<String> {
@@ -465,8 +466,11 @@ async fn read_client<R, S, K>(
                     if req.method() == "$/cancelRequest" && req.id().is_none() {
                         let handle = cancelled_key(&req)
                             .and_then(|k| taken.lock().unwrap_or_else(|p| p.into_inner()).remove(&k));
-                        if let Some(h) = handle {
-                            h.abort();
+                        if let Some((h, shield)) = handle {
+                            // A call that must run to the end is answered with its result.
+                            if forge_tools::cancel::cancellable(&shield) {
+                                h.abort();
+                            }
                             continue;
                         }
                     }
@@ -478,8 +482,9 @@ async fn read_client<R, S, K>(
                         let (_, id, params) = req.into_parts();
                         let id = id.unwrap_or(Id::Null);
                         let (handle, registration) = AbortHandle::new_pair();
-                        taken.lock().unwrap_or_else(|p| p.into_inner()).insert(id_key(&id), handle);
-                        let run = Abortable::new(handler(params), registration);
+                        let shield = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                        taken.lock().unwrap_or_else(|p| p.into_inner()).insert(id_key(&id), (handle, shield.clone()));
+                        let run = Abortable::new(forge_tools::cancel::scope(shield, handler(params)), registration);
                         Box::pin(async move {
                             let reply = run.await.unwrap_or_else(|_| Err(Error::request_cancelled()));
                             Some(Out::Direct(id, reply))

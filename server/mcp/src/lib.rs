@@ -54,8 +54,15 @@ pub fn run(args: McpArgs) -> i32 {
     };
     let structured = structured_content_from_env();
     let r = rt.block_on(async move {
-        let server = ForgeMcp { route: Arc::new(route), structured };
-        let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
+        let server =
+            ForgeMcp { route: Arc::new(route), structured, calls: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS)) };
+        // Lines as long as the LSP side's messages (64 MiB; the SDK's default is 16 MiB,
+        // which a plan within `maxPlanBytes` could exceed once escaped, and a longer line is
+        // dropped unanswered).
+        let (stdin, stdout) = rmcp::transport::stdio();
+        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout)
+            .with_max_line_length(forge_protocol::framing::MAX_MESSAGE);
+        let running = server.serve(transport).await.map_err(|e| e.to_string())?;
         running.waiting().await.map_err(|e| e.to_string())
     });
     // A blocking read of standard input may still be pending (the client closed only its
@@ -92,10 +99,15 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
     Ok(route)
 }
 
+/// Tool calls one `forge-lsp mcp` process runs at once.
+const MAX_CALLS: usize = 16;
+
 /// The MCP server: one per process, over stdio.
 #[derive(Clone)]
 pub struct ForgeMcp {
     route: Arc<Route>,
+    /// Calls running at once ([`MAX_CALLS`]); the others wait their turn.
+    calls: Arc<tokio::sync::Semaphore>,
     /// Whether results carry `structuredContent` (see [`STRUCTURED_CONTENT_ENV`]).
     structured: bool,
 }
@@ -280,6 +292,12 @@ impl ServerHandler for ForgeMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A client that pipelines thousands of calls gets them run 16 at a time: each runs
+        // on a thread of its own with a database connection of its own, and thousands at
+        // once ran out of descriptors and failed with misleading errors.
+        let Ok(_turn) = self.calls.clone().acquire_owned().await else {
+            return Err(ErrorData::internal_error("forge-lsp mcp is shutting down", None));
+        };
         // The MCP spec's rule: an unknown tool is a protocol error (-32602), a tool that ran
         // and failed is a result with isError.
         let Some(tool) = forge_tools::TOOLS.iter().find(|t| t.name == request.name) else {

@@ -33,6 +33,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub mod cancel;
 pub mod files;
 pub mod guard;
 pub mod identity;
@@ -398,6 +399,9 @@ pub async fn call_watched(
         engine.activity.touch_with(&env.caller.session_id, "tool-call");
     }
     let tool = resolve(&env, command)?;
+    if !matches!(tool, Resolved::Plugin(_)) {
+        cancel::shield();
+    }
     let name = tool.guard_name();
     let ticket = guard::start(&env.caller.session_id, &name, &input)?;
     let read_only = tool.read_only();
