@@ -250,6 +250,12 @@ fn apply_patch_keeps_the_file_mode_and_is_denied_to_auditors() {
         c.tool_ok("apply-patch", patch("*** Update File: theirs.txt\n@@\n-a\n+b\n"));
         let m = std::fs::metadata(&theirs).unwrap();
         assert_eq!((m.uid(), m.gid(), read(&repo, "theirs.txt").as_str()), (1234, 1235, "b\n"));
+        // A moved file is the server's (root's) like any new file: a user's set-user-id
+        // program must not become a root one.
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        c.tool_ok("apply-patch", patch("*** Update File: theirs.txt\n*** Move to: moved.txt\n"));
+        let m = std::fs::metadata(repo.path.join("moved.txt")).unwrap();
+        assert_eq!((m.uid(), m.permissions().mode() & 0o7777), (0, 0o755));
     } else {
         println!("NOTE: not root: the owner of a rewritten file is not changed by this test");
     }

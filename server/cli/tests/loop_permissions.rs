@@ -203,3 +203,28 @@ fn a_loop_session_cannot_be_claimed_for_another_project() {
     let c = f.connect(CODER, "tok-coder", json!([]));
     c.tool_ok("review-read", json!({}));
 }
+
+/// A cancelled `forge.shell` command is stopped (its process group killed) and answered
+/// -32800: unlike the other built-in tools, which run to the end, a shell command loses
+/// nothing by stopping.
+#[test]
+fn a_cancelled_shell_command_is_stopped() {
+    let f = Fixture::new();
+    let c = f.connect(CODER, "tok-coder", json!([]));
+    let id = c.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.shell", "arguments": [{ "command": "echo $$ > shell.pid; exec sleep 60" }] }),
+    );
+    let pid_file = f.worktree.join("shell.pid");
+    let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| s.ends_with('\n')))
+        .expect("the command started");
+    let proc_dir = format!("/proc/{}", pid.trim());
+    c.notify("$/cancelRequest", json!({ "id": id }));
+    let resp = c.wait_response(id, WAIT);
+    assert_eq!(resp["error"]["code"], json!(-32800), "{resp}");
+    assert!(
+        wait_for(std::time::Duration::from_secs(5), || (!std::path::Path::new(&proc_dir).exists()).then_some(()))
+            .is_some(),
+        "the command {pid} still runs"
+    );
+}

@@ -239,12 +239,7 @@ fn stage_in(
     let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     f.write_all(contents)?;
     if let Some((_, uid, gid)) = existing {
-        // SAFETY: plain syscalls on a descriptor owned here.
-        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        if uid != euid || gid != egid {
-            // Best effort: where it is not permitted the file is the writer's, as before.
-            let _ = unsafe { libc::fchown(f.as_raw_fd(), uid, gid) };
-        }
+        keep_owner(&f, uid, gid);
     }
     // After the owner: a change of owner clears set-id bits.
     if let Some(m) = fchmod {
@@ -254,6 +249,22 @@ fn stage_in(
         f.sync_all()?;
     }
     Ok(staged)
+}
+
+/// Gives the new file `f` the owner and group of the file it replaces, as far as the
+/// process may: both (root), else the group alone (a group the user is in), else neither
+/// (the file is the writer's, as any new file).
+fn keep_owner(f: &std::fs::File, uid: u32, gid: u32) {
+    use std::os::unix::fs::MetadataExt;
+    // What the new file got (a set-group-id directory gives its own group).
+    let Ok(now) = f.metadata() else { return };
+    if (now.uid(), now.gid()) == (uid, gid) {
+        return;
+    }
+    // SAFETY: plain syscalls on a descriptor owned by `f`.
+    if unsafe { libc::fchown(f.as_raw_fd(), uid, gid) } != 0 && now.gid() != gid {
+        let _ = unsafe { libc::fchown(f.as_raw_fd(), u32::MAX, gid) };
+    }
 }
 
 /// The permission bits, owner and group of the regular file `name` in `dir` (not

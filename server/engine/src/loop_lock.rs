@@ -12,9 +12,9 @@
 //!
 //! The lock is an advisory `flock` on `<dataDir>/locks/<hash>.lock` (0600, in a 0700
 //! directory), one file per project and loop name. The kernel releases it when its holder
-//! dies, so a crashed process never leaves a loop locked. Taking it polls (never a
-//! blocked thread) until a deadline; on a filesystem without `flock`, or after the
-//! deadline, the caller decides (a runner goes on without it, as the transaction's check
+//! dies, so a crashed process never leaves a loop locked. A waiter blocks in `flock` on a
+//! blocking thread (the kernel wakes it when the lock is let go), until a deadline; on a
+//! filesystem without `flock`, or after the deadline, the caller decides (a runner goes on without it, as the transaction's check
 //! still keeps the row right; a restart or cancel answers that the loop is busy).
 //!
 //! Invariant: nobody waits for this lock while holding the store's write lock or
@@ -24,7 +24,7 @@
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -58,25 +58,54 @@ pub fn path(data_dir: &Path, project: &str, loop_name: &str) -> PathBuf {
 }
 
 /// Takes the lock of `loop_name`, waiting at most `wait` for its holder.
+///
+/// A waiter blocks in `flock` on a blocking thread rather than polling, so the kernel
+/// wakes it when the holder lets go: a runner whose steps follow each other within
+/// milliseconds cannot take the lock back again and again before a restart that waits for
+/// it. A waiter given up on (timed out, or its caller gone) lets go of the lock as soon as
+/// its thread gets it.
 pub async fn acquire(data_dir: &Path, project: &str, loop_name: &str, wait: Duration) -> Result<LoopLock, LockError> {
-    let file = open(&path(data_dir, project, loop_name))?;
-    let until = Instant::now() + wait;
-    let mut pause = Duration::from_millis(2);
+    let at = path(data_dir, project, loop_name);
+    let file = open(&at)?;
+    if try_lock(&file).map_err(|e| LockError::Io(at.clone(), e))? {
+        return Ok(LoopLock { _file: file });
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::task::spawn_blocking(move || {
+        let locked = loop {
+            // SAFETY: flock on a descriptor this closure owns; no memory is passed.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                break Ok(file);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                break Err(e);
+            }
+        };
+        // Nobody waits any more: the file, and with it the lock, is dropped here.
+        let _ = tx.send(locked);
+    });
+    match tokio::time::timeout(wait, rx).await {
+        Ok(Ok(Ok(file))) => Ok(LoopLock { _file: file }),
+        Ok(Ok(Err(e))) => Err(LockError::Io(at, e)),
+        Ok(Err(_)) => Err(LockError::Io(at, std::io::Error::other("the waiting thread ended"))),
+        Err(_) => Err(LockError::Busy(wait)),
+    }
+}
+
+/// Takes the lock if it is free: `Ok(false)` when another open file holds it.
+fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
     loop {
-        // SAFETY: flock on a descriptor this function owns; no memory is passed.
-        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if r == 0 {
-            return Ok(LoopLock { _file: file });
+        // SAFETY: flock on a descriptor `file` owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
         }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EWOULDBLOCK) && err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(LockError::Io(path(data_dir, project, loop_name), err));
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            Some(libc::EINTR) => continue,
+            _ => return Err(e),
         }
-        if Instant::now() >= until {
-            return Err(LockError::Busy(wait));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
@@ -107,7 +136,8 @@ mod tests {
         let _b = acquire(dir.path(), "p", "loop-b", Duration::ZERO).await.unwrap();
         let _c = acquire(dir.path(), "q", "loop-a", Duration::ZERO).await.unwrap();
         drop(held);
-        acquire(dir.path(), "p", "loop-a", Duration::ZERO).await.unwrap();
+        // The waiter given up on above gets the lock when it is let go, and lets it go.
+        acquire(dir.path(), "p", "loop-a", Duration::from_secs(5)).await.unwrap();
     }
 
     #[tokio::test]

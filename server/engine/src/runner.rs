@@ -182,6 +182,8 @@ pub struct Runner {
     /// A write of this runner found the loop no longer its own (ended or taken over by
     /// another process): nothing was written, and the runner stops.
     gone: bool,
+    /// The loop lock, while a step holds it (from its ownership check to its write).
+    step: Option<crate::loop_lock::LoopLock>,
 }
 
 /// How a [`Runner::guarded_write`] went.
@@ -279,6 +281,7 @@ pub fn spawn(
         deferred_since: None,
         stopping,
         gone: false,
+        step: None,
     };
     // Subscribed before the runner runs: a change committed from here on reaches it.
     let feed = engine.subscribe();
@@ -484,6 +487,43 @@ impl Runner {
         }
     }
 
+    /// [`Runner::step_lock`] for a step a stop may interrupt (a rotation): `Err` when a
+    /// cancel, shutdown or stop is asked for while it waits, or was before; the step then
+    /// writes nothing (the message is handled next). A restart in this process waits at
+    /// most 10 s for its runner to stop, less than a wait for the lock may take.
+    async fn step_lock_or_stop(&self) -> Result<Option<crate::loop_lock::LoopLock>, ()> {
+        let got = tokio::select! {
+            l = self.step_lock() => l,
+            _ = self.stopping.wake.notified(), if !self.stopping.asked() => return Err(()),
+            _ = std::future::ready(()), if self.stopping.asked() => return Err(()),
+        };
+        if self.stopping.asked() {
+            return Err(());
+        }
+        Ok(got)
+    }
+
+    /// Removes the worktree of a loop cancelled a moment ago, under the loop lock (this
+    /// runner's step's, when it holds it) and only if the loop is still cancelled: a
+    /// restart by another process between the cancel and this removal has a runner
+    /// working in it.
+    async fn remove_cancelled_worktree(&self, wt: PathBuf) {
+        let mut locked = None;
+        if self.step.is_none() {
+            match self.engine.loop_lock(&self.project, &self.loop_name, crate::loop_lock::WAIT).await {
+                Ok(l) => locked = Some(l),
+                Err(e) => {
+                    tracing::warn!(loop_name = %self.loop_name, "the cancelled loop's worktree is kept: {e}");
+                    return;
+                }
+            }
+        }
+        if matches!(self.loop_row().await, Ok(Some(r)) if r.status == "cancelled") {
+            remove_worktree_logged(self.repo_root.clone(), wt).await;
+        }
+        drop(locked);
+    }
+
     /// The loop's row; `Err` when it cannot be read.
     async fn loop_row(&self) -> rusqlite::Result<Option<LoopRow>> {
         let (p, n) = (self.project.clone(), self.loop_name.clone());
@@ -539,7 +579,7 @@ impl Runner {
             h.abort();
         }
         if row.status == "cancelled" && self.config.cleanup_worktree {
-            remove_worktree_logged(self.repo_root.clone(), PathBuf::from(&row.worktree_dir)).await;
+            self.remove_cancelled_worktree(PathBuf::from(&row.worktree_dir)).await;
         }
         true
     }
@@ -1075,8 +1115,7 @@ impl Runner {
             return None;
         }
         if self.config.cleanup_worktree {
-            let (repo, wt) = (self.repo_root.clone(), PathBuf::from(&row.worktree_dir));
-            remove_worktree_logged(repo, wt).await;
+            self.remove_cancelled_worktree(PathBuf::from(&row.worktree_dir)).await;
         }
         Some(Ok(cancelled_result(&row, iteration)))
     }
@@ -1222,14 +1261,13 @@ impl Runner {
         };
         // A compaction stopped by a cancel, shutdown or stop, or by another process taking
         // the loop over: nothing of the rotation is written (the message is handled next).
-        if self.stopping.asked() {
-            return;
-        }
         // From the ownership check to the write: git work in the worktree, which no restart
         // or cancel by another process may come between (`loop_lock`).
-        let step = self.step_lock().await;
+        let Ok(step) = self.step_lock_or_stop().await else { return };
+        self.step = step;
         if !self.owns().await {
             self.lost().await;
+            self.step = None;
             return;
         }
         crate::pause::at("runner.step").await;
@@ -1359,7 +1397,7 @@ impl Runner {
                     forge_store::status::touch(tx, &p, &n, now)
             })
             .await;
-        drop(step);
+        self.step = None;
         if written != Guarded::Written {
             return;
         }
@@ -1592,9 +1630,10 @@ impl Runner {
         // Not into a worktree another process took over (the transaction checks again),
         // and no restart or cancel by another process between this check, the commits and
         // the write (`loop_lock`).
-        let step = self.step_lock().await;
+        self.step = self.step_lock().await;
         if !self.owns().await {
             self.lost().await;
+            self.step = None;
             return;
         }
         crate::pause::at("runner.step").await;
@@ -1681,7 +1720,7 @@ impl Runner {
                     forge_store::status::touch(tx, &p, &n, now)
             })
             .await;
-        drop(step);
+        self.step = None;
         if written == Guarded::Lost {
             return;
         }
@@ -1861,8 +1900,9 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
         })
         .await
         .map_err(|e| ToolError::internal(e.to_string()))?;
-    drop(locked);
     engine.store.wrote.wake();
+    // Still under the loop lock: a restart waits until the worktree is gone (it then
+    // reattaches it), never has it removed from under its new runner.
     // A loop another live process runs: that process's runner sees the cancel in the change
     // feed, kills its agent's turn and removes the worktree itself (`Runner::taken_over`);
     // removing it here could pull it from under a turn still running there.
@@ -1878,6 +1918,7 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
             remove_worktree_logged(repo, wt).await;
         }
     }
+    drop(locked);
     Ok(cancelled_result(&row, row.iteration))
 }
 

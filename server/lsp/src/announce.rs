@@ -21,6 +21,8 @@ pub fn subscribe(conn: &Arc<Conn>) {
     let mut alive = conn.alive();
     let weak = Arc::downgrade(conn);
     tokio::spawn(async move {
+        // When the last batch taken was written (no later change was missed before it).
+        let mut taken_up_to = forge_core::now_ms();
         loop {
             let batch = tokio::select! {
                 b = feed.recv() => b,
@@ -29,12 +31,13 @@ pub fn subscribe(conn: &Arc<Conn>) {
             match batch {
                 Ok(batch) => {
                     let Some(conn) = weak.upgrade() else { return };
+                    taken_up_to = batch.last().map_or(taken_up_to, |c| c.at);
                     announce(&conn, &batch).await;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                     tracing::warn!("connection fell {n} change batches behind; announcing everything again");
                     let Some(conn) = weak.upgrade() else { return };
-                    resync(&conn).await;
+                    resync(&conn, taken_up_to).await;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
@@ -43,44 +46,59 @@ pub fn subscribe(conn: &Arc<Conn>) {
 }
 
 /// After the feed skipped batches this connection had not taken yet (a client that did
-/// not read for long enough): what those batches may have changed is announced again
-/// whole, since which of them changed what is no longer known. Every finding is
-/// republished, every loop's status sent (completed ones too: one may have ended in the
-/// gap), every known plan document refreshed with its warnings, and the view copies
-/// rewritten.
-async fn resync(conn: &Arc<Conn>) {
+/// not read for long enough): what those batches may have changed, since `since` (when the
+/// last batch taken was written), is announced again, since which of them changed what is
+/// no longer known. Every finding is republished; every loop's status is sent, and a loop
+/// that ended in the gap is told as a live end (`window/showMessage`); every plan written
+/// in the gap is announced as a change (refreshes, warnings, view copies); the index and
+/// the lenses are refreshed.
+async fn resync(conn: &Arc<Conn>, since: i64) {
     if let Ok(mut counts) = conn.index_counts.lock() {
         counts.all_changed();
     }
     conn.queue_diagnostics(Work::All);
     let p = conn.project_id();
-    let names: Vec<String> = conn
+    let found = conn
         .ws
         .store
-        .read(move |c| forge_store::loops::list(c, &p).map(|v| v.into_iter().map(|l| l.loop_name).collect::<Vec<_>>()))
+        .read(move |c| {
+            Ok::<_, rusqlite::Error>((
+                forge_store::loops::list(c, &p)?,
+                forge_store::plans::updated_since(c, &p, since)?,
+            ))
+        })
         .await
         .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
-    for name in &names {
-        crate::loops::announce(conn, name, None, false).await;
-        if conn.caps.materialize {
-            for uri in loop_document_uris(conn, name).await {
-                materialize(conn, &uri).await;
-            }
+        .and_then(Result::ok);
+    let Some((loops, plans)) = found else { return };
+    let project = conn.project_id();
+    let mut batch: Vec<Change> = plans
+        .iter()
+        .map(|plan| Change {
+            id: 0,
+            project_id: project.clone(),
+            kind: Kind::Plan,
+            key: plan.uri().to_uri(),
+            at: since,
+            payload: None,
+        })
+        .collect();
+    for l in &loops {
+        if l.completed_at.is_some_and(|at| at >= since) {
+            batch.push(Change {
+                id: 0,
+                project_id: project.clone(),
+                kind: Kind::Loop,
+                key: l.loop_name.clone(),
+                at: since,
+                payload: None,
+            });
+        } else {
+            crate::loops::announce(conn, &l.loop_name, None, false).await;
         }
     }
-    for k in conn.known_plans() {
-        // `k` is a `forge:` URI or a view copy's file URI; both show the `forge:` document.
-        if let Some(doc) = conn.document(&k) {
-            let uri = doc.to_uri();
-            conn.refresh(&uri);
-            if conn.caps.materialize {
-                materialize(conn, &uri).await;
-            }
-        }
-        publish_plan_warnings(conn, &k).await;
-    }
+    // As if the changes had come from the feed (loops ended in the gap told live).
+    announce(conn, &batch).await;
     conn.refresh(&ForgeUri::Index.to_uri());
     conn.refresh_code_lenses();
     if conn.caps.materialize {

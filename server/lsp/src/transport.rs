@@ -58,11 +58,14 @@ const READ_CHUNK: usize = 64 * 1024;
 pub struct Frame {
     buf: Vec<u8>,
     start: usize,
+    /// Its share of the connection's output budget ([`OUT_BUDGET_KIB`]), given back when
+    /// the frame is written (dropped).
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl From<Vec<u8>> for Frame {
     fn from(buf: Vec<u8>) -> Frame {
-        Frame { buf, start: 0 }
+        Frame { buf, start: 0, held: None }
     }
 }
 
@@ -179,12 +182,35 @@ pub const CLOSING_FLUSH: std::time::Duration = std::time::Duration::from_secs(2)
 /// Sends frames onto the connection beside the framework's own messages: what the server
 /// builds as bytes (diagnostics) goes out without becoming a `serde_json::Value` first.
 #[derive(Clone)]
-pub struct Outbox(mpsc::Sender<Frame>);
+pub struct Outbox {
+    tx: mpsc::Sender<Frame>,
+    budget: Arc<tokio::sync::Semaphore>,
+}
+
+/// What a connection may hold queued for its client, in KiB (32 MiB). A client that sends
+/// requests and does not read the replies gets no more replies built for it once this
+/// much waits to be written: the handling waits, and the reading of its requests with it.
+/// The queue's count of frames (256) alone let large replies (a plan's text, a page of
+/// findings) pile up to gigabytes.
+pub const OUT_BUDGET_KIB: u32 = 32 * 1024;
 
 impl Outbox {
+    /// Queues one frame once its size fits in the budget (a frame larger than the whole
+    /// budget waits until nothing else is queued); false once the connection is closed.
+    async fn send(&self, mut frame: Frame) -> bool {
+        let kib = frame.len().div_ceil(1024).min(OUT_BUDGET_KIB as usize) as u32;
+        if kib > 0 {
+            match self.budget.clone().acquire_many_owned(kib).await {
+                Ok(p) => frame.held = Some(p),
+                Err(_) => return false,
+            }
+        }
+        self.tx.send(frame).await.is_ok()
+    }
+
     /// Sends one serialized JSON-RPC message; false once the connection is closed.
     pub async fn send_body(&self, body: &[u8]) -> bool {
-        !body.is_empty() && self.0.send(framing::encode(body).into()).await.is_ok()
+        !body.is_empty() && self.send(framing::encode(body).into()).await
     }
 }
 
@@ -192,7 +218,7 @@ impl Outbox {
 /// [`serve`] writes from.
 pub fn outbox() -> (Outbox, mpsc::Receiver<Frame>) {
     let (tx, rx) = mpsc::channel(256);
-    (Outbox(tx), rx)
+    (Outbox { tx, budget: Arc::new(tokio::sync::Semaphore::new(OUT_BUDGET_KIB as usize)) }, rx)
 }
 
 /// `Some` of a field that is present, even when it is `null` (as the framework reads it).
@@ -366,7 +392,7 @@ impl Out {
                 match FRONT.checked_sub(front.len()) {
                     Some(start) => {
                         buf[start..FRONT].copy_from_slice(&front);
-                        Frame { buf, start }
+                        Frame { buf, start, held: None }
                     }
                     None => {
                         buf.splice(0..FRONT, front);
@@ -436,7 +462,7 @@ async fn read_client<R, S, K>(
                 }
                 Event::TooLarge { length } => {
                     let (code, message) = Event::TooLarge { length }.error().unwrap_or_default();
-                    if out.0.send(error_frame(Value::Null, code, &message)).await.is_err() {
+                    if !out.send(error_frame(Value::Null, code, &message)).await {
                         break 'read;
                     }
                     if length > MAX_SKIP {
@@ -512,7 +538,7 @@ async fn read_client<R, S, K>(
                     }
                 }
                 Err(reply) => {
-                    if out.0.send(reply).await.is_err() {
+                    if !out.send(reply).await {
                         break 'read;
                     }
                 }
@@ -632,12 +658,12 @@ pub async fn serve<S, R, W>(
                 }
                 let frame = res.into_frame();
                 in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-                if out.0.send(frame).await.is_err() {
+                if !out.send(frame).await {
                     break;
                 }
             }
             stop.notify_one();
-            let _ = out.0.send(Vec::new().into()).await;
+            let _ = out.send(Vec::new().into()).await;
         }
     };
     let to_answer = outbox.clone();
@@ -654,6 +680,28 @@ pub async fn serve<S, R, W>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Queued output is bounded in bytes: a frame waits while the frames before it hold
+    /// the budget, and goes out once one of them was written (dropped).
+    #[tokio::test]
+    async fn queued_output_is_bounded_in_bytes() {
+        let (out, mut rx) = outbox();
+        let big = || Frame::from(vec![b'x'; 20 * 1024 * 1024]);
+        assert!(out.send(big()).await);
+        let second = tokio::spawn({
+            let out = out.clone();
+            async move { out.send(big()).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!second.is_finished(), "40 MiB queued with a budget of 32");
+        let first = rx.recv().await.unwrap();
+        drop(first);
+        assert!(second.await.unwrap());
+        // A frame larger than the whole budget still goes out, alone.
+        drop(rx.recv().await.unwrap());
+        assert!(out.send(Frame::from(vec![b'y'; 40 * 1024 * 1024])).await);
+        assert_eq!(rx.recv().await.unwrap().len(), 40 * 1024 * 1024);
+    }
 
     fn check(body: &[u8]) -> String {
         match validate(body.to_vec()) {

@@ -399,7 +399,9 @@ pub async fn call_watched(
         engine.activity.touch_with(&env.caller.session_id, "tool-call");
     }
     let tool = resolve(&env, command)?;
-    if !matches!(tool, Resolved::Plugin(_)) {
+    // Runs to the end once resolved (`cancel`), except what a cancel should stop and whose
+    // stopping loses nothing: a plugin tool's process, a shell command.
+    if !matches!(&tool, Resolved::Plugin(_) | Resolved::Builtin(ToolEntry { name: "shell", .. })) {
         cancel::shield();
     }
     let name = tool.guard_name();

@@ -164,12 +164,15 @@ fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str, mo
         .map_err(|e| format!("cannot write {}: {e}", target.display()))
 }
 
-/// The permission bits of the file a move takes its content from, for its new name.
+/// The permission bits of the file a move takes its content from, for its new name:
+/// read, write and execute for each class. Not its set-id bits: the new file belongs to
+/// the server's user (a server running as root would make a user's set-uid program a
+/// root one).
 fn mode_of(root: &Path, rel: &str) -> Result<beneath::Mode, String> {
     use std::os::unix::fs::PermissionsExt;
     let path = within(root, rel).map_err(|e| e.message)?;
     let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(beneath::Mode::Exact(meta.permissions().mode() & 0o7777))
+    Ok(beneath::Mode::Exact(meta.permissions().mode() & 0o777))
 }
 
 /// A file to remove: (as shown, relative to the root with its directories resolved).
