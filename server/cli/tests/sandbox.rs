@@ -200,11 +200,26 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     }
     std::fs::write(tools.join("Probe.json"), r#"{"description":"Where am I?","inputSchema":{"type":"object"}}"#)
         .unwrap();
+    // The repository commits a `forge-lsp` under `.forge/bin` (where the shims used to be,
+    // first on the agent's PATH): it must never run, on the host or anywhere.
+    f.repo.write(".forge/bin/forge-lsp", "#!/bin/sh\ntouch \"$FORGE_TEST_STATE/hijacked\"\nexit 1\n");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(f.repo.path.join(".forge/bin/forge-lsp"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    f.repo.git(&["add", "-f", ".forge/bin/forge-lsp"]);
+    f.repo.git(&["commit", "-q", "-m", "a forge-lsp of the repository's own"]);
     let out = f.client.tool_ok("execute-plan", json!({ "title": "Sandbox check", "plan": PLAN }));
     let name = out.data["loopName"].as_str().expect("loopName").to_string();
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
     let wt = PathBuf::from(out.data["worktreeDir"].as_str().expect("worktreeDir"));
-    let shims = wt.join(".forge/bin");
+    assert!(wt.join(".forge/bin/forge-lsp").is_file(), "the committed file is in the worktree");
+    // The shims are the server's, in its data directory, not in the worktree.
+    let shims: Vec<PathBuf> =
+        std::fs::read_dir(f.sb.data_dir.join("shims")).expect("shims dir").map(|e| e.unwrap().path()).collect();
+    assert_eq!(shims.len(), 1, "{shims:?}");
+    let shims = shims[0].clone();
     assert_eq!(f.loop_columns(&name), (1, 0), "sandbox on, network off");
     assert!(shims.join("sh").is_file() && shims.join("bash").is_file(), "shims in {}", shims.display());
     assert_eq!(
@@ -290,6 +305,7 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     assert_eq!(read(&d2, "shim.txt").trim(), "2 1", "still sandboxed after the restart");
     assert_eq!(result(&d2, "pwd")["data"]["stdout"].as_str().unwrap().trim(), wt.to_str().unwrap());
     f.client.tool_ok("loop-cancel", json!({ "name": name }));
+    assert!(!f.state.join("hijacked").exists(), "the repository's .forge/bin/forge-lsp ran");
 }
 
 #[test]
@@ -300,7 +316,7 @@ fn without_a_sandbox_forge_shell_runs_directly_in_the_worktree() {
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
     let wt = PathBuf::from(out.data["worktreeDir"].as_str().expect("worktreeDir"));
     assert_eq!(f.loop_columns(&name), (0, 0));
-    assert!(!wt.join(".forge/bin").exists(), "no shims without a sandbox");
+    assert!(!f.sb.data_dir.join("shims").exists(), "no shims without a sandbox");
     let d = f.wait_turn(&session);
     let pwd = result(&d, "pwd");
     assert_eq!(pwd["data"]["stdout"].as_str().unwrap().trim(), wt.to_str().unwrap(), "{pwd}");

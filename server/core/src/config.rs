@@ -123,7 +123,12 @@ const TRUST_KEYS: &[&str] =
 /// `.forge/config.toml` that is not committed (the server keeps `.forge/` out of git).
 /// "Committed" is [`committed_config`].
 const LOCAL_KEYS: &[&str] =
-    &["agent.command", "agent.compactCommand", "sandbox.enabled", "sandbox.mode", "sandbox.network"];
+    &["agent.command", "agent.compactCommand", "agent.preset", "sandbox.enabled", "sandbox.mode", "sandbox.network"];
+
+/// Lists a project's `.forge/config.toml` may add to but never shorten: its entries are
+/// added to what the sources before it set (a cloned repository must not drop the user's
+/// deny rules with `deny = []`).
+const ADD_ONLY_KEYS: &[&str] = &["loop.permissions.deny"];
 
 /// Whether the project's `.forge/config.toml` may have come with the repository: the file,
 /// or a `.forge` that is a symbolic link or a submodule, is in the index or in `HEAD` of
@@ -431,6 +436,16 @@ impl Loader {
         }
         for (key, val) in flat {
             let trust = TRUST_KEYS.contains(&key.as_str());
+            if untrusted && ADD_ONLY_KEYS.contains(&key.as_str()) {
+                if let (Some(Value::Array(before)), Value::Array(added)) = (self.merged.get_mut(&key), &val) {
+                    for entry in added {
+                        if !before.contains(entry) {
+                            before.push(entry.clone());
+                        }
+                    }
+                    continue;
+                }
+            }
             if plugin_variable(&key).is_some() || (KEYS.iter().any(|(n, _)| *n == key) && !(trust && untrusted)) {
                 self.merged.insert(key, val);
             }
@@ -607,12 +622,15 @@ mod tests {
         assert_eq!(c.agent_compact_command, None);
         assert!(c.sandbox_enabled && !c.sandbox_network && c.sandbox_mode == "bwrap", "{c:?}");
         assert!(c.plugin_variables.is_empty(), "{:?}", c.plugin_variables);
+        // The preset too: it picks the program found on PATH, and one (codex) runs the
+        // whole agent in a sandbox that shares the network.
+        assert_eq!(c.agent_preset, None);
         // The rest of the file still applies.
-        assert_eq!(c.agent_preset.as_deref(), Some("codex"));
         assert_eq!(c.default_max_iterations, 4);
         for key in [
             "agent.command",
             "agent.compactCommand",
+            "agent.preset",
             "sandbox.enabled",
             "sandbox.network",
             "sandbox.mode",
@@ -641,6 +659,37 @@ mod tests {
         let c = Loader::standard(committed.path(), Some(&init)).unwrap().build();
         assert_eq!(c.agent_command.as_deref(), Some(&["my-agent".to_string()][..]));
         assert!(!c.sandbox_enabled);
+    }
+
+    /// A project's file adds deny rules to the user's, never removes them (committed or
+    /// not); the user's initialization options still set the list as they like.
+    #[test]
+    fn a_project_file_adds_to_the_deny_rules_and_never_removes_them() {
+        let user = json!({ "loop": { "permissions": { "deny": ["review-write", { "permission": "bash", "pattern": "git push *" }] } } });
+        for committed in [true, false] {
+            let emptied = project_with_config("[loop.permissions]\ndeny = []\n", committed);
+            let mut l = Loader::default();
+            l.add_value(&user, "user").unwrap();
+            l.repository_file_of = Some(emptied.path().to_path_buf());
+            l.add_file(&Loader::project_file(emptied.path())).unwrap();
+            assert_eq!(l.build().permissions_deny.len(), 2, "committed: {committed}");
+            let added = project_with_config("[loop.permissions]\ndeny = [\"shell\", \"review-write\"]\n", committed);
+            let mut l = Loader::default();
+            l.add_value(&user, "user").unwrap();
+            l.repository_file_of = Some(added.path().to_path_buf());
+            l.add_file(&Loader::project_file(added.path())).unwrap();
+            let deny = l.build().permissions_deny;
+            assert_eq!(deny.len(), 3, "{deny:?}");
+            assert_eq!(deny[2], json!("shell"));
+        }
+        // Without a user list, the project's is the list.
+        let only = project_with_config("[loop.permissions]\ndeny = [\"shell\"]\n", true);
+        assert_eq!(load_project(only.path()).build().permissions_deny, vec![json!("shell")]);
+        // The user's initialization options replace it.
+        let mut l = Loader::default();
+        l.add_value(&user, "user").unwrap();
+        l.add_value(&json!({ "loop": { "permissions": { "deny": [] } } }), "init").unwrap();
+        assert!(l.build().permissions_deny.is_empty());
     }
 
     /// Commits every file under `dir` (a repository) as `HEAD`.

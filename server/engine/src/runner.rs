@@ -678,7 +678,9 @@ impl Runner {
             data_dir: self.engine.data_dir.clone(),
             prompt_dir: self.engine.data_dir.join("prompts").join(&self.loop_name),
             turn: self.live.turns,
-            shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
+            shim_dir: row
+                .sandbox
+                .then(|| super::sandbox::shim_dir(&self.engine.data_dir, Path::new(&row.worktree_dir))),
             preset: crate::agents::preset(&self.config),
         };
         let sid = self.live.id.clone();
@@ -1455,7 +1457,9 @@ impl Runner {
             data_dir: self.engine.data_dir.clone(),
             prompt_dir: self.engine.data_dir.join("prompts").join(&self.loop_name),
             turn: 0,
-            shim_dir: row.sandbox.then(|| super::sandbox::shim_dir(Path::new(&row.worktree_dir))),
+            shim_dir: row
+                .sandbox
+                .then(|| super::sandbox::shim_dir(&self.engine.data_dir, Path::new(&row.worktree_dir))),
             preset: None,
         };
         let (tx, mut rx) = mpsc::unbounded_channel();

@@ -56,8 +56,6 @@ use tokio::io::AsyncReadExt;
 use super::Engine;
 use forge_core::ToolEnv;
 
-/// The shim directory, relative to the worktree.
-pub const SHIM_DIR: &str = ".forge/bin";
 /// Overrides the `bwrap` binary (server environment).
 pub const BWRAP_ENV: &str = "FORGE_BWRAP";
 /// Set to `1` inside a sandbox; a shim started inside runs the real shell directly.
@@ -94,9 +92,16 @@ pub const USAGE_DIR: &str = ".forge/usage";
 /// background pid file), which the private `/tmp` of the sandbox would hide.
 pub const TMP_DIR: &str = ".forge/tmp";
 
-/// `<worktree>/.forge/bin`.
-pub fn shim_dir(worktree: &Path) -> PathBuf {
-    worktree.join(SHIM_DIR)
+/// The shims of the loop whose worktree is `worktree`: `<dataDir>/shims/<hash>`, in the
+/// server's data directory and never in the worktree. The agent's `PATH` starts with it,
+/// and the agent runs on the host: a directory of the worktree there would run whatever the
+/// repository commits under that name (a `node`, a `git`, a `forge-lsp`) on the host,
+/// outside the sandbox.
+pub fn shim_dir(data_dir: &Path, worktree: &Path) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(worktree.as_os_str().as_bytes());
+    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    data_dir.join("shims").join(hex)
 }
 
 /// The `bwrap` to use: `$FORGE_BWRAP` when set, else the first `bwrap` on `PATH`.
@@ -345,14 +350,13 @@ impl Sandbox {
     /// working directory (bwrap keeps it when it exists inside, else uses `$HOME`). A shim
     /// started inside a sandbox (`FORGE_SANDBOX=1`) runs the real shell directly. Returns
     /// the directory. `bash` is skipped when the host has none.
-    pub fn write_shim(&self, bwrap: &Path) -> io::Result<PathBuf> {
+    pub fn write_shim(&self, bwrap: &Path, data_dir: &Path) -> io::Result<PathBuf> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let dir = shim_dir(&self.worktree);
-        // A committed `.forge` (or `.forge/bin`, `.forge/usage`) symlink is refused, never
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let dir = shim_dir(data_dir, &self.worktree);
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+        // A committed `.forge` (or `.forge/usage`, `.forge/tmp`) symlink is refused, never
         // followed.
-        let rel = dir.strip_prefix(&self.worktree).map_err(io::Error::other)?;
-        drop(forge_core::beneath::open_dir(&self.worktree, rel, true)?);
         drop(forge_core::beneath::open_dir(&self.worktree, Path::new(USAGE_DIR), true)?);
         drop(forge_core::beneath::open_dir(&self.worktree, Path::new(TMP_DIR), true)?);
         let mut opts = Vec::new();
@@ -809,8 +813,10 @@ mod tests {
     async fn the_shim_runs_shells_sandboxed() {
         let wt = worktree();
         let s = sandbox(wt.path());
-        let dir = s.write_shim(&bwrap()).expect("shim");
-        assert_eq!(dir, wt.path().join(".forge/bin"));
+        let data = tempfile::tempdir().unwrap();
+        let dir = s.write_shim(&bwrap(), data.path()).expect("shim");
+        assert_eq!(dir, shim_dir(data.path(), wt.path()));
+        assert!(dir.starts_with(data.path().join("shims")));
         let sh = dir.join("sh");
         {
             use std::os::unix::fs::PermissionsExt;
@@ -819,7 +825,7 @@ mod tests {
         // Run it as the agent would: through PATH, from the worktree.
         let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
         let mut cmd = tokio::process::Command::new("sh");
-        cmd.args(["-c", "echo $$; touch x; echo $FORGE_SANDBOX; touch /forge-shim-outside 2>/dev/null || echo ro; sh -c 'echo nested $FORGE_SANDBOX'; touch .forge/bin/planted 2>/dev/null || echo shims-ro"])
+        cmd.args(["-c", "echo $$; touch x; echo $FORGE_SANDBOX; touch /forge-shim-outside 2>/dev/null || echo ro; sh -c 'echo nested $FORGE_SANDBOX'; touch \"$1/planted\" 2>/dev/null || echo shims-ro", "sh", dir.to_str().unwrap()])
             .env("PATH", &path)
             .env_remove(INSIDE_ENV)
             .current_dir(wt.path());
@@ -858,7 +864,7 @@ mod tests {
         assert_eq!(c.stdout.trim(), "1 a  b\nro", "{c:?}");
         assert!(wt.path().join("y").exists() && !Path::new("/forge-prefix-outside").exists());
         // Rewriting replaces the files (restart).
-        s.write_shim(&bwrap()).expect("rewrite");
+        s.write_shim(&bwrap(), data.path()).expect("rewrite");
     }
 
     #[tokio::test]

@@ -116,7 +116,7 @@ pub async fn start_loop(
             ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &wt.dir),
             ..Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref())
         };
-        if let Err(e) = sb.write_shim(b) {
+        if let Err(e) = sb.write_shim(b, &engine.data_dir) {
             rollback_git(&repo, &wt.dir, &branch).await;
             return Err(internal(format!("cannot write the sandbox shims: {e}")));
         }
@@ -453,7 +453,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &dir),
             ..Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref())
         }
-        .write_shim(b)
+        .write_shim(b, &engine.data_dir)
         .map_err(|e| ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}")))?;
     }
     let facts = row.facts(runner::post_action_configured(&env.config));
