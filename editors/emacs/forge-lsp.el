@@ -1239,7 +1239,12 @@ Emacs passes directory names here without their last slash."
   (interactive)
   (let ((uri (or (forge-lsp--link-at (or pos (point))) (user-error "No forge:// link here"))))
     (if (string-prefix-p "file://" uri)
-        (find-file (url-unhex-string (url-filename (url-generic-parse-url uri))))
+        (let ((file (url-unhex-string (url-filename (url-generic-parse-url uri)))))
+          ;; A link in a plan or a finding is text an agent wrote: a name that TRAMP
+          ;; would open as a remote connection (`/ssh:host:...', `/sudo::...') is refused.
+          (when (or (not (file-name-absolute-p file)) (file-remote-p file))
+            (user-error "Not a local file: %s" file))
+          (find-file file))
       (let ((forge-lsp--last-server (or (and (forge-lsp--live-p forge-lsp--buffer-server)
                                              forge-lsp--buffer-server)
                                         forge-lsp--last-server)))

@@ -213,6 +213,16 @@ only when BODY returns (fail . DETAIL)."
               (eq (current-buffer) ft-plan-buffer)
               (ft-fail "following the link gave %s" (buffer-name))))))))
 
+(ft-check "a file:// link that TRAMP would open as a remote connection is refused"
+  (with-temp-buffer
+    (insert "See [the host](file:///ssh:user@evil.example:/tmp/x) now.")
+    (let* ((before (buffer-list))
+           (err (condition-case e (progn (forge-lsp-follow-link 10) nil)
+                  (user-error (cadr e)))))
+      (or (and err (string-match-p "Not a local file" err)
+               (equal before (buffer-list)))
+          (ft-fail "followed: %S" err)))))
+
 (ft-check "a plan edited elsewhere is refreshed in its buffer (workspace/textDocumentContent/refresh)"
   (let ((r (ft-shell "call" "--session" ft-plan-session "plan-edit"
                      "{\"oldString\":\"Append to work.txt.\",\"newString\":\"Append one line to work.txt.\"}")))

@@ -9,6 +9,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
+import { userSetting } from './server';
 
 export interface Notice {
   at: number;
@@ -83,7 +84,8 @@ export class Report implements vscode.Disposable {
   }
 
   static target(): string | undefined {
-    const fromSetting = vscode.workspace.getConfiguration('forge').get<string>('test.reportFile', '');
+    // User settings only (`userSetting`): a workspace must not pick a file to overwrite.
+    const fromSetting = userSetting<string>(vscode.workspace.getConfiguration('forge'), 'test.reportFile') ?? '';
     const file = fromSetting || process.env.FORGE_VSCODE_REPORT || '';
     return file ? path.resolve(file) : undefined;
   }

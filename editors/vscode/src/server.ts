@@ -19,13 +19,26 @@ export interface ServerSettings {
   config: Record<string, unknown>;
 }
 
+/**
+ * A setting from the user's (or machine's) settings only, never a workspace's or folder's:
+ * a repository's `.vscode/settings.json` must not choose the program started, its
+ * arguments, the data directory or the server's configuration (trust, the agent program,
+ * the sandbox). The settings are declared `machine`/`application`, which VS Code enforces;
+ * this holds even where it would not.
+ */
+export function userSetting<T>(c: vscode.WorkspaceConfiguration, key: string): T | undefined {
+  const i = c.inspect<T>(key);
+  return i?.globalValue ?? i?.defaultValue;
+}
+
 export function readSettings(): ServerSettings {
   const c = vscode.workspace.getConfiguration('forge');
+  const config = userSetting<Record<string, unknown>>(c, 'config');
   return {
-    path: (c.get<string>('server.path') ?? '').trim(),
-    args: (c.get<string[]>('server.args') ?? []).filter((a) => typeof a === 'string'),
-    dataDir: (c.get<string>('dataDir') ?? '').trim(),
-    config: c.get<Record<string, unknown>>('config') ?? {},
+    path: (userSetting<string>(c, 'server.path') ?? '').trim(),
+    args: (userSetting<string[]>(c, 'server.args') ?? []).filter((a) => typeof a === 'string'),
+    dataDir: (userSetting<string>(c, 'dataDir') ?? '').trim(),
+    config: config && typeof config === 'object' && !Array.isArray(config) ? config : {},
   };
 }
 

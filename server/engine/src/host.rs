@@ -190,6 +190,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             let mut sb = crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref());
             sb.binds.extend(extra.iter().cloned());
             sb.ro_binds = crate::sandbox::program_binds(Some(&argv), &req.cwd);
+            let sb = sb.with_shims(&req.data_dir);
             sb.command(&bwrap, &argv, &req.cwd)
         }
         _ => {
@@ -294,20 +295,21 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
 pub const BIN_ENV: &str = "FORGE_LSP_BIN";
 
 /// An agent's `PATH`: the sandbox shims first, then the directory of the server's binary,
-/// then the server's own `PATH` (without repeating those two, nor its empty entries, which
-/// would mean the agent's working directory). A directory whose name holds a `:` cannot be
-/// on `PATH` and is left out.
+/// then the server's own `PATH` (without repeating those two). Only absolute directories:
+/// an empty entry, `.` or `node_modules/.bin` would be looked up in the agent's working
+/// directory, the worktree, whose files come from the repository (a committed
+/// `node_modules/.bin/node` run on the host by `#!/usr/bin/env node`). A directory whose
+/// name holds a `:` cannot be on `PATH` and is left out.
 pub fn agent_path(shims: Option<&Path>, bin: Option<&Path>, path: Option<std::ffi::OsString>) -> std::ffi::OsString {
     use std::os::unix::ffi::OsStrExt;
     let mut dirs: Vec<PathBuf> = Vec::new();
     for d in shims.into_iter().chain(bin.and_then(Path::parent)) {
-        if !d.as_os_str().is_empty() && !d.as_os_str().as_bytes().contains(&b':') && !dirs.iter().any(|x| x == d) {
+        if d.is_absolute() && !d.as_os_str().as_bytes().contains(&b':') && !dirs.iter().any(|x| x == d) {
             dirs.push(d.to_path_buf());
         }
     }
     let rest = path.unwrap_or_default();
-    let rest: Vec<PathBuf> =
-        std::env::split_paths(&rest).filter(|d| !d.as_os_str().is_empty() && !dirs.contains(d)).collect();
+    let rest: Vec<PathBuf> = std::env::split_paths(&rest).filter(|d| d.is_absolute() && !dirs.contains(d)).collect();
     std::env::join_paths(dirs.into_iter().chain(rest)).unwrap_or_default()
 }
 
@@ -328,11 +330,14 @@ mod path_tests {
     #[test]
     fn agent_path_puts_shims_then_the_binary_first() {
         let p = agent_path(
-            Some(Path::new("/w/.forge/bin")),
+            Some(Path::new("/d/shims/ab12")),
             Some(Path::new("/opt/forge/forge-lsp")),
             Some("/usr/bin:/opt/forge:/bin".into()),
         );
-        assert_eq!(p, "/w/.forge/bin:/opt/forge:/usr/bin:/bin");
+        assert_eq!(p, "/d/shims/ab12:/opt/forge:/usr/bin:/bin");
+        // Relative entries would be looked up in the worktree: left out.
+        assert_eq!(agent_path(None, None, Some("/usr/bin:.:node_modules/.bin::bin:/bin".into())), "/usr/bin:/bin");
+        assert_eq!(agent_path(Some(Path::new("data/shims/x")), None, Some("/bin".into())), "/bin");
         assert_eq!(agent_path(None, Some(Path::new("/o/forge-lsp")), None), "/o");
         assert_eq!(agent_path(None, Some(Path::new("/a:b/forge-lsp")), Some("/bin".into())), "/bin");
     }

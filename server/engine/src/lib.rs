@@ -106,6 +106,9 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(store: Store, data_dir: PathBuf, private_socket: Option<PathBuf>) -> Arc<Engine> {
+        // Absolute: worktrees and shims are named from it, and agents run in their worktree
+        // (a relative shim directory on an agent's PATH would be looked up in the worktree).
+        let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
         Arc::new(Engine {
             store,
             data_dir,

@@ -519,7 +519,7 @@ impl Runner {
             }
         }
         if matches!(self.loop_row().await, Ok(Some(r)) if r.status == "cancelled") {
-            remove_worktree_logged(self.repo_root.clone(), wt).await;
+            remove_worktree_logged(self.engine.data_dir.clone(), self.repo_root.clone(), wt).await;
         }
         drop(locked);
     }
@@ -1734,7 +1734,7 @@ impl Runner {
         }
         if reason == TerminationReason::Completed {
             let repo = self.repo_root.clone();
-            remove_worktree_logged(repo, wt).await;
+            remove_worktree_logged(self.engine.data_dir.clone(), repo, wt).await;
         }
     }
 }
@@ -1919,7 +1919,7 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     if env.config.cleanup_worktree && !owned_elsewhere {
         if let Some(repo) = env.project.repo_root.clone() {
             let wt = PathBuf::from(&row.worktree_dir);
-            remove_worktree_logged(repo, wt).await;
+            remove_worktree_logged(engine.data_dir.clone(), repo, wt).await;
         }
     }
     drop(locked);
@@ -1944,9 +1944,17 @@ async fn owner_serves(engine: &Arc<Engine>, pid: i64) -> bool {
     false
 }
 
-/// Removes a loop's worktree; a failure is logged (the loop's state does not depend on it).
-async fn remove_worktree_logged(repo: PathBuf, wt: PathBuf) {
-    match tokio::task::spawn_blocking(move || git::remove_worktree(&repo, &wt).map_err(|e| (wt, e))).await {
+/// Removes a loop's worktree and its sandbox shims; a failure is logged (the loop's state
+/// does not depend on it).
+async fn remove_worktree_logged(data_dir: PathBuf, repo: PathBuf, wt: PathBuf) {
+    let removed = tokio::task::spawn_blocking(move || {
+        if let Err(e) = super::sandbox::remove_shims(&data_dir, &wt) {
+            tracing::warn!("cannot remove the sandbox shims of {}: {e}", wt.display());
+        }
+        git::remove_worktree(&repo, &wt).map_err(|e| (wt, e))
+    })
+    .await;
+    match removed {
         Ok(Ok(())) => {}
         Ok(Err((wt, e))) => tracing::warn!("cannot remove worktree {}: {e}", wt.display()),
         Err(e) => tracing::warn!("removing a worktree failed: {e}"),

@@ -19,7 +19,7 @@
 //!   namespace: unreachable unless the loop shares the network.
 //! - What runs sandboxed: `forge.shell` commands (`sh -c`), and every shell the agent starts
 //!   through `PATH` or `$SHELL`: at loop start and restart the engine writes the shims
-//!   `<worktree>/.forge/bin/{sh,bash}` ([`Sandbox::write_shim`]) and the command host puts
+//!   `<dataDir>/shims/<hash>/{sh,bash}` ([`shim_dir`], [`Sandbox::write_shim`]) and the command host puts
 //!   that directory first on the agent's `PATH` and sets `SHELL=<dir>/sh`. The agent process
 //!   itself runs on the host (its own file reads, writes and edits are host operations); so
 //!   does an agent script whose shebang is `#!/usr/bin/env bash`, which finds the shim: such
@@ -102,6 +102,15 @@ pub fn shim_dir(data_dir: &Path, worktree: &Path) -> PathBuf {
     let digest = Sha256::digest(worktree.as_os_str().as_bytes());
     let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
     data_dir.join("shims").join(hex)
+}
+
+/// Removes the shims of the loop whose worktree is `worktree` (with the worktree: at its
+/// removal and at a failed start). A directory already gone is not an error.
+pub fn remove_shims(data_dir: &Path, worktree: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(shim_dir(data_dir, worktree)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// The `bwrap` to use: `$FORGE_BWRAP` when set, else the first `bwrap` on `PATH`.
@@ -286,6 +295,15 @@ impl Sandbox {
         Sandbox { worktree: worktree.to_path_buf(), network, binds: loop_binds(socket), ro_binds: vec![] }
     }
 
+    /// With the loop's shims ([`shim_dir`]) visible, read-only, inside: a shell started
+    /// inside through `$SHELL` finds them (they run the real shell there) even when the
+    /// data directory is under a directory the sandbox hides (`/tmp`, the runtime
+    /// directory).
+    pub fn with_shims(mut self, data_dir: &Path) -> Sandbox {
+        self.ro_binds.push(shim_dir(data_dir, &self.worktree));
+        self
+    }
+
     /// The `bwrap` options (without the command).
     fn args(&self, cwd: Option<&Path>) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
@@ -345,7 +363,7 @@ impl Sandbox {
         c
     }
 
-    /// Writes the executable shims `<worktree>/.forge/bin/{sh,bash}`: each execs the real
+    /// Writes the executable shims `<shim_dir>/{sh,bash}`: each execs the real
     /// `/bin/sh` (`/bin/bash`) inside the sandbox with the same arguments, in the caller's
     /// working directory (bwrap keeps it when it exists inside, else uses `$HOME`). A shim
     /// started inside a sandbox (`FORGE_SANDBOX=1`) runs the real shell directly. Returns
@@ -698,7 +716,9 @@ pub async fn shell(
     let argv = ["/bin/sh".to_string(), "-c".to_string(), command.to_string()];
     let cmd = if sandboxed {
         let bwrap = find_bwrap().map_err(|e| ToolError::precondition(format!("shell failed: {e}")))?;
-        Sandbox::for_loop(&wt, network, engine.private_socket().as_deref()).command(&bwrap, &argv, &dir)
+        Sandbox::for_loop(&wt, network, engine.private_socket().as_deref())
+            .with_shims(&engine.data_dir)
+            .command(&bwrap, &argv, &dir)
     } else {
         let mut c = tokio::process::Command::new(&argv[0]);
         c.args(&argv[1..]).current_dir(&dir);

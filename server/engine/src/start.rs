@@ -115,8 +115,10 @@ pub async fn start_loop(
         let sb = Sandbox {
             ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &wt.dir),
             ..Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref())
-        };
+        }
+        .with_shims(&engine.data_dir);
         if let Err(e) = sb.write_shim(b, &engine.data_dir) {
+            let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
             rollback_git(&repo, &wt.dir, &branch).await;
             return Err(internal(format!("cannot write the sandbox shims: {e}")));
         }
@@ -125,6 +127,7 @@ pub async fn start_loop(
     // The agent command, checked before any row exists: a loop that cannot start is never
     // announced as running.
     if let Err(e) = probe_agent(env, &wt.dir) {
+        let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
         rollback_git(&repo, &wt.dir, &branch).await;
         return Err(ToolError::precondition(format!("Failed to start loop: {e}")));
     }
@@ -177,6 +180,7 @@ pub async fn start_loop(
         })
         .await;
     if let Err(e) = rows {
+        let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
         rollback_git(&repo, &wt.dir, &branch).await;
         return Err(internal(e));
     }
@@ -453,6 +457,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &dir),
             ..Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref())
         }
+        .with_shims(&engine.data_dir)
         .write_shim(b, &engine.data_dir)
         .map_err(|e| ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}")))?;
     }

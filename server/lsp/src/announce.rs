@@ -16,13 +16,19 @@ use crate::{documents, plan_features};
 
 /// Turns the workspace's change-feed batches into this connection's announcements, in
 /// feed order, until the connection is gone.
+///
+/// A connection that falls behind the feed (its client did not read for long enough, and
+/// the feed dropped batches it had not taken) reads the changes it missed back from the
+/// change table, from the last one it took ([`replay`]), and then skips what the feed still
+/// delivers of them. Only when those rows are gone (pruned after an hour) or it had taken
+/// none yet does it announce everything again instead ([`resync`]).
 pub fn subscribe(conn: &Arc<Conn>) {
     let mut feed = conn.ws.subscribe();
     let mut alive = conn.alive();
     let weak = Arc::downgrade(conn);
     tokio::spawn(async move {
-        // When the last batch taken was written (no later change was missed before it).
-        let mut taken_up_to = forge_core::now_ms();
+        // The id of the last change taken (ids are the feed table's, in commit order).
+        let mut taken: Option<i64> = None;
         loop {
             let batch = tokio::select! {
                 b = feed.recv() => b,
@@ -31,13 +37,28 @@ pub fn subscribe(conn: &Arc<Conn>) {
             match batch {
                 Ok(batch) => {
                     let Some(conn) = weak.upgrade() else { return };
-                    taken_up_to = batch.last().map_or(taken_up_to, |c| c.at);
-                    announce(&conn, &batch).await;
+                    // After a replay, the feed still delivers some of what was replayed.
+                    if let Some(t) = taken.filter(|t| batch.first().is_some_and(|c| c.id <= *t)) {
+                        let fresh: Vec<Change> = batch.iter().filter(|c| c.id > t).cloned().collect();
+                        if let Some(last) = fresh.last() {
+                            taken = Some(last.id);
+                            announce(&conn, &fresh).await;
+                        }
+                    } else if let Some(last) = batch.last() {
+                        taken = Some(last.id);
+                        announce(&conn, &batch).await;
+                    }
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!("connection fell {n} change batches behind; announcing everything again");
+                    tracing::warn!("connection fell {n} change batches behind; reading the changes it missed back");
                     let Some(conn) = weak.upgrade() else { return };
-                    resync(&conn, taken_up_to).await;
+                    match taken {
+                        Some(t) => match replay(&conn, t).await {
+                            Some(last) => taken = Some(last),
+                            None => resync(&conn).await,
+                        },
+                        None => resync(&conn).await,
+                    }
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
@@ -45,60 +66,60 @@ pub fn subscribe(conn: &Arc<Conn>) {
     });
 }
 
-/// After the feed skipped batches this connection had not taken yet (a client that did
-/// not read for long enough): what those batches may have changed, since `since` (when the
-/// last batch taken was written), is announced again, since which of them changed what is
-/// no longer known. Every finding is republished; every loop's status is sent, and a loop
-/// that ended in the gap is told as a live end (`window/showMessage`); every plan written
-/// in the gap is announced as a change (refreshes, warnings, view copies); the index and
-/// the lenses are refreshed.
-async fn resync(conn: &Arc<Conn>, since: i64) {
+/// Announces the changes after `after` read back from the change table, a thousand at a
+/// time; returns the last id announced, or `None` when the rows right after `after` are gone
+/// (pruned), so that what was missed is not known.
+async fn replay(conn: &Arc<Conn>, after: i64) -> Option<i64> {
+    let mut last = after;
+    loop {
+        let from = last;
+        let rows = conn.ws.store.read(move |c| forge_store::changes::since(c, from, 1000)).await.ok()?.ok()?;
+        let Some(first) = rows.first() else { return Some(last) };
+        if last == after && first.id != after + 1 {
+            return None;
+        }
+        last = rows.last().map_or(last, |c| c.id);
+        announce(conn, &rows).await;
+    }
+}
+
+/// Announces everything again, for a connection that missed changes it cannot read back:
+/// every finding republished, every loop's status sent (with its documents' view copies),
+/// every known plan document refreshed with its warnings and copy, the index and the lenses
+/// refreshed.
+async fn resync(conn: &Arc<Conn>) {
     if let Ok(mut counts) = conn.index_counts.lock() {
         counts.all_changed();
     }
     conn.queue_diagnostics(Work::All);
     let p = conn.project_id();
-    let found = conn
+    let names: Vec<String> = conn
         .ws
         .store
-        .read(move |c| {
-            Ok::<_, rusqlite::Error>((
-                forge_store::loops::list(c, &p)?,
-                forge_store::plans::updated_since(c, &p, since)?,
-            ))
-        })
+        .read(move |c| forge_store::loops::list(c, &p).map(|v| v.into_iter().map(|l| l.loop_name).collect::<Vec<_>>()))
         .await
         .ok()
-        .and_then(Result::ok);
-    let Some((loops, plans)) = found else { return };
-    let project = conn.project_id();
-    let mut batch: Vec<Change> = plans
-        .iter()
-        .map(|plan| Change {
-            id: 0,
-            project_id: project.clone(),
-            kind: Kind::Plan,
-            key: plan.uri().to_uri(),
-            at: since,
-            payload: None,
-        })
-        .collect();
-    for l in &loops {
-        if l.completed_at.is_some_and(|at| at >= since) {
-            batch.push(Change {
-                id: 0,
-                project_id: project.clone(),
-                kind: Kind::Loop,
-                key: l.loop_name.clone(),
-                at: since,
-                payload: None,
-            });
-        } else {
-            crate::loops::announce(conn, &l.loop_name, None, false).await;
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    for name in &names {
+        crate::loops::announce(conn, name, None, false).await;
+        if conn.caps.materialize {
+            for uri in loop_document_uris(conn, name).await {
+                materialize(conn, &uri).await;
+            }
         }
     }
-    // As if the changes had come from the feed (loops ended in the gap told live).
-    announce(conn, &batch).await;
+    for k in conn.known_plans() {
+        // `k` is a `forge:` URI or a view copy's file URI; both show the `forge:` document.
+        if let Some(doc) = conn.document(&k) {
+            let uri = doc.to_uri();
+            conn.refresh(&uri);
+            if conn.caps.materialize {
+                materialize(conn, &uri).await;
+            }
+        }
+        publish_plan_warnings(conn, &k).await;
+    }
     conn.refresh(&ForgeUri::Index.to_uri());
     conn.refresh_code_lenses();
     if conn.caps.materialize {

@@ -62,15 +62,6 @@ pub fn get_loop(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::
         .optional()
 }
 
-/// The project's plans written at or after `since` (epoch ms), newest first.
-pub fn updated_since(conn: &Connection, project: &str, since: i64) -> rusqlite::Result<Vec<PlanRow>> {
-    let mut st = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM plans WHERE project_id = ?1 AND updated_at >= ?2 ORDER BY updated_at DESC, id DESC"
-    ))?;
-    let rows = st.query_map(params![project, since], row)?;
-    rows.collect()
-}
-
 /// Newest first.
 pub fn recent(conn: &Connection, project: &str, limit: usize) -> rusqlite::Result<Vec<PlanRow>> {
     let mut st = conn.prepare_cached(&format!(

@@ -329,7 +329,11 @@ fn cleanup_loop(data_dir: &Path, name: &str, project: Option<&str>, dry_run: boo
             return Err(stop(removed, plan.describe(it), &"the loop's repository cannot be opened"));
         };
         let r = match it {
-            Item::Worktree(d) => git::remove_worktree(repo, d),
+            Item::Worktree(d) => {
+                // Its sandbox shims go with it (they are in the data directory).
+                let _ = forge_engine::sandbox::remove_shims(data_dir, d);
+                git::remove_worktree(repo, d)
+            }
             Item::Branch(b) => git::delete_branch(repo, b),
             Item::SnapshotRefs(_) => git::delete_refs(repo, &format!("refs/forge/{}/", plan.name)).map(|_| ()),
             _ => Ok(()),

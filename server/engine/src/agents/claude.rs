@@ -10,7 +10,7 @@
 //!   (else MCP tools are deferred behind a search tool); tools are `mcp__forge__<tool>`.
 //!   Permissions: `--allowedTools` for the file tools, Bash and `mcp__forge` (headless, and
 //!   allowed as root, unlike `--dangerously-skip-permissions`).
-//! - Sandbox: `CLAUDE_CODE_SHELL_PREFIX=<worktree>/.forge/bin/prefix`: every Bash command
+//! - Sandbox: `CLAUDE_CODE_SHELL_PREFIX=<shims>/prefix` (`sandbox::shim_dir`): every Bash command
 //!   line is handed to that shim (one argument), which runs it with `/bin/bash -c` in the
 //!   loop's sandbox. Claude itself (its file tools) runs on the host, in the worktree, with
 //!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: each command writes its cwd there).
