@@ -23,7 +23,7 @@ export interface ServerSettings {
  * A setting from the user's (or machine's) settings only, never a workspace's or folder's:
  * a repository's `.vscode/settings.json` must not choose the program started, its
  * arguments, the data directory or the server's configuration (trust, the agent program,
- * the sandbox). The settings are declared `machine`/`application`, which VS Code enforces;
+ * the sandbox). The settings are declared `machine`, which VS Code enforces;
  * this holds even where it would not.
  */
 export function userSetting<T>(c: vscode.WorkspaceConfiguration, key: string): T | undefined {

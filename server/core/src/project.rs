@@ -224,7 +224,17 @@ fn commit_parents(data: &[u8], out: &mut Vec<git2::Oid>) {
 
 /// Resolves the data directory by precedence: initialization option, `--data-dir`,
 /// `FORGE_DATA_DIR`, `$XDG_DATA_HOME/forge-lsp`, `~/.local/share/forge-lsp`.
+///
+/// Always absolute (a relative one is taken from the current directory): the path is a
+/// key (one workspace per data directory in a server, its agents' `FORGE_DATA_DIR`), and
+/// worktrees and sandbox shims are named from it, so two spellings of one directory must
+/// not meet as two.
 pub fn data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
+    let d = chosen_data_dir(init_option, cli);
+    std::path::absolute(&d).unwrap_or(d)
+}
+
+fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
     if let Some(d) = init_option.filter(|d| !d.trim().is_empty()) {
         return PathBuf::from(d);
     }
@@ -248,6 +258,16 @@ pub fn home_dir() -> PathBuf {
 mod tests {
     use super::*;
     use std::process::Command;
+
+    #[test]
+    fn the_data_dir_is_absolute_however_it_is_given() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(data_dir(Some("rel/data"), None), cwd.join("rel/data"));
+        assert_eq!(data_dir(None, Some(Path::new("data"))), cwd.join("data"));
+        assert_eq!(data_dir(Some("/abs/d"), Some(Path::new("data"))), PathBuf::from("/abs/d"));
+        // Two spellings of one relative directory are one key.
+        assert_eq!(data_dir(Some("./d"), None), data_dir(Some("d"), None));
+    }
 
     fn git(dir: &Path, args: &[&str]) {
         let ok = Command::new("git")

@@ -52,12 +52,18 @@ pub fn subscribe(conn: &Arc<Conn>) {
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                     tracing::warn!("connection fell {n} change batches behind; reading the changes it missed back");
                     let Some(conn) = weak.upgrade() else { return };
-                    match taken {
-                        Some(t) => match replay(&conn, t).await {
-                            Some(last) => taken = Some(last),
-                            None => resync(&conn).await,
-                        },
-                        None => resync(&conn).await,
+                    drop(conn);
+                    let replayed = match taken {
+                        Some(t) => replay(&weak, t).await,
+                        None => Replayed::Unknown,
+                    };
+                    match replayed {
+                        Replayed::UpTo(last) => taken = Some(last),
+                        Replayed::Gone => return,
+                        Replayed::Unknown => {
+                            let Some(conn) = weak.upgrade() else { return };
+                            resync(&conn).await;
+                        }
                     }
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -66,20 +72,43 @@ pub fn subscribe(conn: &Arc<Conn>) {
     });
 }
 
+/// What [`replay`] did.
+enum Replayed {
+    /// Announced every change up to this id.
+    UpTo(i64),
+    /// The rows after the last change taken were pruned: what was missed is not known.
+    Unknown,
+    /// The connection ended meanwhile.
+    Gone,
+}
+
 /// Announces the changes after `after` read back from the change table, a thousand at a
-/// time; returns the last id announced, or `None` when the rows right after `after` are gone
-/// (pruned), so that what was missed is not known.
-async fn replay(conn: &Arc<Conn>, after: i64) -> Option<i64> {
+/// time, while the connection lives.
+async fn replay(weak: &std::sync::Weak<Conn>, after: i64) -> Replayed {
     let mut last = after;
     loop {
+        let Some(conn) = weak.upgrade() else { return Replayed::Gone };
         let from = last;
-        let rows = conn.ws.store.read(move |c| forge_store::changes::since(c, from, 1000)).await.ok()?.ok()?;
-        let Some(first) = rows.first() else { return Some(last) };
+        let read = conn
+            .ws
+            .store
+            .read(move |c| {
+                let rows = forge_store::changes::since(c, from, 1000)?;
+                // Nothing after `from` on the first read: taken up to the end, unless ids
+                // past it were given and pruned since.
+                let given = if rows.is_empty() { forge_store::changes::last_given(c)? } else { 0 };
+                Ok::<_, rusqlite::Error>((rows, given))
+            })
+            .await;
+        let Ok(Ok((rows, given))) = read else { return Replayed::Unknown };
+        let Some(first) = rows.first() else {
+            return if last == after && given > after { Replayed::Unknown } else { Replayed::UpTo(last) };
+        };
         if last == after && first.id != after + 1 {
-            return None;
+            return Replayed::Unknown;
         }
         last = rows.last().map_or(last, |c| c.id);
-        announce(conn, &rows).await;
+        announce(&conn, &rows).await;
     }
 }
 

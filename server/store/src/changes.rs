@@ -1,7 +1,7 @@
 //! The change feed (`changes` table): every write appends a row in its own transaction;
 //! every server process tails the feed to announce changes made by any process.
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 
 /// What changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,6 +75,15 @@ pub fn record_with(
 /// The newest change id (the feed position a new reader starts from).
 pub fn head(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("SELECT coalesce(max(id), 0) FROM changes", [], |r| r.get(0))
+}
+
+/// The highest change id ever given, pruned rows included (the table's `AUTOINCREMENT`
+/// counter, else its highest row): a reader that took changes up to an id below it and
+/// finds no row after that id knows the rows it missed were pruned.
+pub fn last_given(conn: &Connection) -> rusqlite::Result<i64> {
+    let seq: Option<i64> =
+        conn.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'changes'", [], |r| r.get(0)).optional()?;
+    Ok(seq.unwrap_or(0).max(head(conn)?))
 }
 
 /// Changes after `after`, oldest first, at most `limit`.
