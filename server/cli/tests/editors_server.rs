@@ -371,3 +371,37 @@ fn configuration_warnings_are_shown_once_and_helix_settings_are_understood() {
     assert_eq!(shown(&c, "bogusKey"), 1, "{:?}", c.notifications_of("window/showMessage"));
     assert_eq!(shown(&c, "unknown configuration key `agent`"), 0, "{:?}", c.notifications_of("window/showMessage"));
 }
+
+/// A copy the user changed on disk while no connection that wrote it was there (the server
+/// restarted, or another editor's connection wrote it) is not overwritten silently: the new
+/// connection rewrites it from the stored plan, keeps the user's text under
+/// `.forge/rejected/` and says so.
+#[test]
+fn a_copy_changed_before_this_connection_is_kept_when_rewritten() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut first = view_client(&sb, &repo);
+    first.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nstored\n" }));
+    let session = first.session_id();
+    let root = repo.path.canonicalize().unwrap();
+    let copy = root.join(format!(".forge/view/plan/session/{session}.md"));
+    let written = wait_file(&copy, |t| t.contains("stored"));
+    first.shutdown_exit();
+    drop(first);
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&copy, format!("{written}USER EDIT\n")).unwrap();
+    let second = view_client(&sb, &repo);
+    second
+        .wait_notification(WAIT, |r| {
+            r.method() == "window/showMessage"
+                && r.params()["message"].as_str().is_some_and(|m| m.contains("was changed on disk"))
+        })
+        .unwrap_or_else(|| panic!("the user is told: {:?}", shown_messages(&second)));
+    assert_eq!(wait_file(&copy, |t| t == written), written, "rewritten from the stored plan");
+    let kept: Vec<String> = std::fs::read_dir(root.join(".forge/rejected"))
+        .expect("rejected dir")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect();
+    assert_eq!(kept, vec![format!("{written}USER EDIT\n")], "the user's text is kept");
+}

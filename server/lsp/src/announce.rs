@@ -348,6 +348,22 @@ pub async fn materialize(conn: &Conn, uri: &str) {
             // document wins; the user's text is kept, and they are told.
             adopt_view_edit(conn, &parsed, &path, on_disk, false).await;
             text = documents::render_view(conn, &parsed).await.ok();
+        } else if recorded.is_none() && !read_only && text.as_deref() != Some(on_disk.as_str()) {
+            // Not written by this connection (another one wrote it, or a server before a
+            // restart), and writable: the server writes its copies read-only, so the user
+            // changed it. It is rewritten from the stored document; their text is kept, and
+            // they are told.
+            conn.claim_view_edit(&path, &on_disk, false);
+            let kept = keep_rejected(conn, &parsed, &on_disk).await;
+            conn.client
+                .show_message(
+                    tower_lsp_server::gen_lsp_types::MessageType::Warning,
+                    format!(
+                        "forge-lsp: {} was changed on disk without being saved through an editor connected to forge-lsp; it was rewritten from the stored document. Your text is in {kept}.",
+                        path.display()
+                    ),
+                )
+                .await;
         }
     }
     let root = conn.env().project.root.clone();

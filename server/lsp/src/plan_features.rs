@@ -2,7 +2,7 @@
 //! structure warnings as diagnostics. Built from the domain's decomposition of the
 //! plan text; the results are LSP-shaped JSON.
 
-use forge_domain::diagnostics::{line_range, PositionEncoding};
+use forge_domain::diagnostics::PositionEncoding;
 use forge_domain::plan::{decompose::decompose, fences::fenced_lines, structure};
 use serde_json::{json, Value};
 
@@ -77,23 +77,70 @@ pub fn blocks(text: &str) -> Vec<Block> {
     out
 }
 
-fn range(text_lines: &[&str], start: usize, end: usize, enc: PositionEncoding) -> Value {
-    let last = end.saturating_sub(1).max(start);
-    let end_char = text_lines.get(last).map(|l| char_len(l, enc)).unwrap_or(0);
-    json!({ "start": { "line": start, "character": 0 }, "end": { "line": last, "character": end_char } })
+/// The plan's lines (split at `\n`, as its structure is read) placed in the client's
+/// lines, which LSP also ends at a lone `\r`: a plan holding one would otherwise put every
+/// symbol, fold, lens and warning after it on the wrong line.
+struct ClientLines<'a> {
+    text: &'a str,
+    /// Byte offset where each plan line starts.
+    plan: Vec<usize>,
+    /// Byte offset where each client line starts.
+    client: Vec<usize>,
 }
 
-fn char_len(line: &str, enc: PositionEncoding) -> usize {
-    let line = line.strip_suffix('\r').unwrap_or(line);
-    match enc {
-        PositionEncoding::Utf8 => line.len(),
-        PositionEncoding::Utf16 => line.encode_utf16().count(),
+impl<'a> ClientLines<'a> {
+    fn new(text: &'a str) -> Self {
+        let b = text.as_bytes();
+        let mut plan = vec![0];
+        let mut client = vec![0];
+        for (i, &c) in b.iter().enumerate() {
+            if c == b'\n' {
+                plan.push(i + 1);
+                client.push(i + 1);
+            } else if c == b'\r' && b.get(i + 1) != Some(&b'\n') {
+                client.push(i + 1);
+            }
+        }
+        ClientLines { text, plan, client }
     }
+
+    /// The client position (line, character) of byte `at`.
+    fn pos(&self, at: usize, enc: PositionEncoding) -> (usize, usize) {
+        let line = self.client.partition_point(|&s| s <= at).saturating_sub(1);
+        let part = &self.text[self.client[line]..at];
+        let ch = match enc {
+            PositionEncoding::Utf8 => part.len(),
+            PositionEncoding::Utf16 => part.encode_utf16().count(),
+        };
+        (line, ch)
+    }
+
+    /// The client line where plan line `i` starts.
+    fn line(&self, i: usize) -> usize {
+        let at = self.plan.get(i).copied().unwrap_or(self.text.len());
+        self.pos(at, PositionEncoding::Utf8).0
+    }
+
+    /// The client position of the end of plan line `i` (before its line break).
+    fn end(&self, i: usize, enc: PositionEncoding) -> (usize, usize) {
+        let mut at = self.plan.get(i + 1).map_or(self.text.len(), |n| n - 1);
+        at = at.min(self.text.len());
+        if self.text[..at].ends_with('\r') && self.text.as_bytes().get(at) == Some(&b'\n') {
+            at -= 1;
+        }
+        self.pos(at, enc)
+    }
+}
+
+fn range(lines: &ClientLines, start: usize, end: usize, enc: PositionEncoding) -> Value {
+    let last = end.saturating_sub(1).max(start);
+    let (end_line, end_char) = lines.end(last, enc);
+    json!({ "start": { "line": lines.line(start), "character": 0 }, "end": { "line": end_line, "character": end_char } })
 }
 
 /// `textDocument/documentSymbol` result.
 pub fn symbols(text: &str, enc: PositionEncoding) -> Vec<Value> {
-    let lines: Vec<&str> = forge_domain::text::split_lines(text);
+    let lines = ClientLines::new(text);
     blocks(text)
         .into_iter()
         .map(|b| {
@@ -110,6 +157,7 @@ pub fn symbols(text: &str, enc: PositionEncoding) -> Vec<Value> {
 /// `textDocument/foldingRange` result.
 pub fn folding(text: &str) -> Vec<Value> {
     let lines: Vec<&str> = forge_domain::text::split_lines(text);
+    let client = ClientLines::new(text);
     blocks(text)
         .into_iter()
         .filter_map(|b| {
@@ -118,31 +166,45 @@ pub fn folding(text: &str) -> Vec<Value> {
             while end > b.start + 1 && lines[end - 1].trim().is_empty() {
                 end -= 1;
             }
-            (end - 1 > b.start).then(|| json!({ "startLine": b.start, "endLine": end - 1, "kind": "region" }))
+            let (first, last) = (client.line(b.start), client.end(end - 1, PositionEncoding::Utf8).0);
+            (last > first).then(|| json!({ "startLine": first, "endLine": last, "kind": "region" }))
         })
         .collect()
 }
 
 /// The structure warnings as diagnostics (severity Warning, source `forge`).
 pub fn warning_diagnostics(text: &str, enc: PositionEncoding) -> Vec<Value> {
+    let lines = ClientLines::new(text);
     structure::warnings(text)
         .into_iter()
         .map(|w| {
-            let line = w.line.unwrap_or(0) as i64 + 1;
-            let (l, s, e) = line_range(text, line, enc).unwrap_or((0, 0, 0));
-            diagnostic(l, s, e, 2, &w.message, None, None)
+            // The warning's plan line, on the client line it starts on.
+            let i = w.line.unwrap_or(0);
+            let line = lines.line(i);
+            let (end_line, end_char) = lines.end(i, enc);
+            let e = if end_line == line {
+                end_char
+            } else {
+                let next = lines.client.get(line + 1).map_or(text.len(), |n| n.saturating_sub(1));
+                lines.pos(next, enc).1
+            };
+            diagnostic(line as u32, 0, e as u32, 2, &w.message, None, None)
         })
         .collect()
 }
 
 /// Section status lens titles for a loop plan: `(heading line, title)`.
 pub fn section_lenses(text: &str, statuses: &[(usize, String)], total: usize) -> Vec<(usize, String)> {
+    let lines = ClientLines::new(text);
     blocks(text)
         .into_iter()
         .filter_map(|b| {
             let idx = b.section?;
             let status = statuses.iter().find(|(i, _)| *i == idx).map(|(_, s)| s.as_str()).unwrap_or("pending");
-            Some((b.heading, format!("Section {}/{} · {}", idx + 1, total.max(idx + 1), status.replace('_', " "))))
+            Some((
+                lines.line(b.heading),
+                format!("Section {}/{} · {}", idx + 1, total.max(idx + 1), status.replace('_', " ")),
+            ))
         })
         .collect()
 }
@@ -170,5 +232,28 @@ mod tests {
         let s = symbols(PLAN, PositionEncoding::Utf16);
         assert_eq!(s.len(), 5);
         assert_eq!(s[2]["selectionRange"]["start"]["line"], 8);
+    }
+
+    /// A lone `\r` ends a line for the client (LSP), not for the plan's structure: the
+    /// features land on the client's lines. CRLF is one break for both.
+    #[test]
+    fn a_lone_carriage_return_is_a_client_line_break() {
+        let text = "# Plan\n\n## Objective\rx\n<!-- forge-section -->\n## Phase 1: a long heading title here\r\nbody\n";
+        let s = symbols(text, PositionEncoding::Utf16);
+        let objective = s.iter().find(|x| x["name"].as_str().unwrap().starts_with("Objective")).unwrap();
+        // Plan line 2 is `## Objective\rx`: the client's lines 2 and 3.
+        assert_eq!(objective["selectionRange"]["start"]["line"], 2);
+        assert_eq!(objective["selectionRange"]["end"], json!({ "line": 3, "character": 1 }));
+        let phase = s.iter().find(|x| x["name"].as_str().unwrap().starts_with("1. ")).unwrap();
+        assert_eq!(phase["selectionRange"]["start"]["line"], 5);
+        assert_eq!(phase["selectionRange"]["end"], json!({ "line": 5, "character": 37 }));
+        let lenses = section_lenses(text, &[], 1);
+        assert_eq!(lenses[0].0, 5);
+        for w in warning_diagnostics(text, PositionEncoding::Utf16) {
+            assert!(w["range"]["start"]["line"].as_u64().unwrap() <= 6, "{w}");
+        }
+        // Without a lone `\r` nothing moves.
+        let plain = symbols(PLAN, PositionEncoding::Utf8);
+        assert_eq!(plain[2]["range"]["end"], json!({ "line": 11, "character": 0 }));
     }
 }
