@@ -637,21 +637,11 @@ fn a_call_longer_than_16_mib_is_answered() {
 /// errors ("not a usable forge-lsp database", "Too many open files").
 #[test]
 fn many_pipelined_calls_all_succeed() {
-    use std::os::unix::process::CommandExt;
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let mut cmd = sb.command();
     cmd.arg("--data-dir").arg(&sb.data_dir).arg("mcp").current_dir(&repo.path);
-    // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit { rlim_cur: 256, rlim_max: 256 };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    limit_open_files(&mut cmd, 256);
     let mut m = Mcp::spawn(cmd);
     m.initialize();
     let n = 600;

@@ -558,22 +558,12 @@ fn call_help_lists_every_tool_with_its_description() {
 /// free again. Before, the first failed `accept` ended the process.
 #[test]
 fn running_out_of_descriptors_does_not_end_a_listen_server() {
-    use std::os::unix::process::CommandExt;
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let sock = sb.root.join("sockdir/forge.sock");
     let mut cmd = sb.command();
     cmd.arg("--data-dir").arg(&sb.data_dir).arg("serve").arg("--listen").arg(format!("unix:{}", sock.display()));
-    // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit { rlim_cur: 96, rlim_max: 96 };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    limit_open_files(&mut cmd, 96);
     let server = ListenServer::start(cmd, Addr::Unix(sock.clone()), sb.next_log("listen-fd"));
     let mut first = server.connect();
     first.init(&Init::new(&repo.path));

@@ -243,22 +243,10 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
             start_private_socket(hub.clone());
             register_listener(&hub, Some(&path)).await;
             say(format!("unix:{}", path.display()));
-            let mut pause = AcceptPause::default();
-            loop {
-                let s = match l.accept().await {
-                    Ok((s, _)) => s,
-                    Err(e) => {
-                        pause.after(&e, "the listening socket").await;
-                        continue;
-                    }
-                };
-                pause.reset();
-                // The whole file system is visible (read-only) in a loop's sandbox, and a
-                // socket on a read-only mount can still be connected to.
-                let peer = peer_of(&s);
-                let (r, w) = s.into_split();
-                tokio::spawn(serve_connection(hub.clone(), r, w, peer));
-            }
+            // The whole file system is visible (read-only) in a loop's sandbox, and a socket
+            // on a read-only mount can still be connected to: each peer is placed.
+            serve_unix(hub, l, "the listening socket").await;
+            Ok(())
         }
         ListenAddr::Tcp(a) => {
             let l = TcpListener::bind(&a).await?;
@@ -348,6 +336,25 @@ pub async fn stdio_with_hint(hub: Arc<Hub>) -> bool {
     stdio(hub).await
 }
 
+/// Serves every connection `l` accepts, each peer placed by its credentials
+/// ([`peer_of`]); `what` names the socket in the log. Runs until the process ends.
+async fn serve_unix(hub: Arc<Hub>, l: UnixListener, what: &'static str) {
+    let mut pause = AcceptPause::default();
+    loop {
+        let s = match l.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                pause.after(&e, what).await;
+                continue;
+            }
+        };
+        pause.reset();
+        let peer = peer_of(&s);
+        let (r, w) = s.into_split();
+        tokio::spawn(serve_connection(hub.clone(), r, w, peer));
+    }
+}
+
 /// What a listener does after `accept` failed. Every such failure is taken as passing:
 /// out of descriptors (`EMFILE`, `ENFILE`: every client holds one) or memory, a
 /// connection reset before it was accepted. The listener waits, longer after each failure
@@ -392,23 +399,8 @@ pub fn start_private_socket(hub: Arc<Hub>) {
     match bind_unix(&path) {
         Ok(l) => {
             hub.set_private_socket(path.clone());
-            tokio::spawn(async move {
-                let mut pause = AcceptPause::default();
-                loop {
-                    let s = match l.accept().await {
-                        Ok((s, _)) => s,
-                        Err(e) => {
-                            pause.after(&e, "the private socket").await;
-                            continue;
-                        }
-                    };
-                    pause.reset();
-                    // Bound into every loop sandbox: a sandboxed process is confined.
-                    let peer = peer_of(&s);
-                    let (r, w) = s.into_split();
-                    tokio::spawn(serve_connection(hub.clone(), r, w, peer));
-                }
-            });
+            // Bound into every loop sandbox: a sandboxed process is confined.
+            tokio::spawn(serve_unix(hub, l, "the private socket"));
         }
         Err(e) => {
             tracing::error!(

@@ -1599,6 +1599,21 @@ pub fn sandbox_available() -> bool {
 }
 
 /// The `[sandbox]` table of a loop test's project configuration: on where bubblewrap works.
+/// Limits the open files of the process `cmd` starts to `n` (soft and hard).
+pub fn limit_open_files(cmd: &mut Command, n: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 pub fn sandbox_toml() -> String {
     format!("[sandbox]\nenabled = {}\n", sandbox_available())
 }
