@@ -661,3 +661,30 @@ fn many_pipelined_calls_all_succeed() {
     let r = m.call("review-read", json!({ "limit": 1000 }));
     assert_ok(&r);
 }
+
+/// A client that sends notifications or a response before `initialize`, or an `initialize`
+/// with malformed params, stays connected: the stray messages are dropped, the malformed
+/// `initialize` is answered with -32602 naming the field, and the next `initialize` starts
+/// the session. Before, the SDK's handshake ended the process on the first notification, and
+/// answered the malformed `initialize` with a message about request metadata.
+#[test]
+fn messages_before_initialize_do_not_end_the_session() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 7 } }));
+    m.send(&json!({ "jsonrpc": "2.0", "id": "from-client", "result": {} }));
+    let r = m.request("initialize", json!({ "protocolVersion": 5, "capabilities": {} }));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("invalid initialize: params.protocolVersion"), "{r}");
+    let r = m.request("initialize", json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {} }));
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("params.clientInfo.name"), "{r}");
+    let init = m.initialize();
+    assert_eq!(init["serverInfo"]["name"], "forge-lsp", "{init}");
+    let r = m.call("review-read", json!({}));
+    assert_ok(&r);
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -60,8 +60,10 @@ pub fn run(args: McpArgs) -> i32 {
         // which a plan within `maxPlanBytes` could exceed once escaped, and a longer line is
         // dropped unanswered).
         let (stdin, stdout) = rmcp::transport::stdio();
-        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout)
-            .with_max_line_length(forge_protocol::framing::MAX_MESSAGE);
+        let transport = BeforeInitialize::new(
+            rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout)
+                .with_max_line_length(forge_protocol::framing::MAX_MESSAGE),
+        );
         let running = server.serve(transport).await.map_err(|e| e.to_string())?;
         running.waiting().await.map_err(|e| e.to_string())
     });
@@ -97,6 +99,88 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
     }
     route.check_identity()?;
     Ok(route)
+}
+
+/// The wire until the client's `initialize`: the SDK's handshake ends the connection on a
+/// notification or a response that comes before it, and answers an `initialize` whose
+/// params it cannot parse as if it were another request, with a message about request
+/// metadata. This keeps such a client connected: it drops notifications and responses sent
+/// before `initialize` (the MCP spec has the client send none) and answers a malformed
+/// `initialize` with -32602 naming the field. From the first request the SDK takes as the
+/// start of the session on, everything passes through untouched.
+struct BeforeInitialize<T> {
+    inner: T,
+    started: bool,
+}
+
+impl<T> BeforeInitialize<T> {
+    fn new(inner: T) -> Self {
+        BeforeInitialize { inner, started: false }
+    }
+}
+
+impl<T: rmcp::transport::Transport<RoleServer>> rmcp::transport::Transport<RoleServer> for BeforeInitialize<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleServer>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleServer>> {
+        use rmcp::model::{ClientRequest, JsonRpcMessage, ServerJsonRpcMessage};
+        loop {
+            let message = self.inner.receive().await?;
+            if self.started {
+                return Some(message);
+            }
+            match &message {
+                JsonRpcMessage::Request(r) => match &r.request {
+                    ClientRequest::CustomRequest(c) if c.method == "initialize" => {
+                        let error = ErrorData::invalid_params(initialize_problem(c.params.as_ref()), None);
+                        // A reply that cannot be written: the client is gone, and the next
+                        // receive says so.
+                        let _ = self.inner.send(ServerJsonRpcMessage::error(error, Some(r.id.clone()))).await;
+                    }
+                    ClientRequest::PingRequest(_) => return Some(message),
+                    _ => {
+                        self.started = true;
+                        return Some(message);
+                    }
+                },
+                other => tracing::debug!("forge-lsp mcp: dropped before initialize: {other:?}"),
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// What is wrong with the params of an `initialize` the SDK could not parse.
+fn initialize_problem(params: Option<&Value>) -> String {
+    let why = match params {
+        None => "params are missing".to_string(),
+        Some(p) if !p.is_object() => "params must be an object".to_string(),
+        Some(p) if !p.get("protocolVersion").is_some_and(Value::is_string) => {
+            "params.protocolVersion must be the protocol version the client speaks (a string, e.g. \"2025-06-18\")"
+                .to_string()
+        }
+        Some(p) if !p.get("capabilities").is_some_and(Value::is_object) => {
+            "params.capabilities must be an object".to_string()
+        }
+        Some(p) => match p.get("clientInfo") {
+            Some(Value::Object(info)) if info.get("name").is_some_and(Value::is_string) => {
+                "params do not match the MCP schema of initialize".to_string()
+            }
+            Some(Value::Object(_)) => "params.clientInfo.name must be the client's name (a string)".to_string(),
+            _ => "params.clientInfo must be an object with the client's name and version".to_string(),
+        },
+    };
+    format!("invalid initialize: {why}")
 }
 
 /// Tool calls one `forge-lsp mcp` process runs at once.
@@ -420,6 +504,25 @@ mod tests {
             let e = malformed_request(method, params.as_ref());
             assert_eq!(e.code.0, code, "{method}: {e:?}");
             assert!(e.message.contains(needle), "{method}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn a_malformed_initialize_names_the_field() {
+        let cases = [
+            (None, "params are missing"),
+            (Some(json!([1])), "must be an object"),
+            (Some(json!({ "protocolVersion": 5 })), "params.protocolVersion"),
+            (Some(json!({ "protocolVersion": "2025-06-18", "capabilities": [] })), "params.capabilities"),
+            (Some(json!({ "protocolVersion": "2025-06-18", "capabilities": {} })), "params.clientInfo must"),
+            (
+                Some(json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": 1 } })),
+                "params.clientInfo.name",
+            ),
+        ];
+        for (params, needle) in cases {
+            let m = initialize_problem(params.as_ref());
+            assert!(m.starts_with("invalid initialize: ") && m.contains(needle), "{params:?}: {m}");
         }
     }
 
