@@ -282,8 +282,28 @@ fn requests_after_shutdown_are_rejected_and_exit_still_works() {
     c.request_ok("shutdown", Value::Null);
     let e = c.execute("forge.tools", None).expect_err("request after shutdown");
     assert_eq!(e.code, -32600, "LSP: requests after shutdown are InvalidRequest: {e}");
+    assert!(e.message.contains("received `shutdown`") && e.message.contains("workspace/executeCommand"), "{e}");
+    let e = c.request("shutdown", Value::Null).expect_err("a second shutdown");
+    assert!(e.message.contains("received `shutdown`"), "{e}");
     c.notify("exit", Value::Null);
     let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits after exit");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// LSP: `initialize` once per connection; a second one is refused with a message that says
+/// so (the framework's own is a bare "Invalid request"), and the session goes on.
+#[test]
+fn a_second_initialize_is_refused_and_says_why() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let e =
+        c.request("initialize", json!({ "processId": null, "rootUri": null, "capabilities": {} })).expect_err("twice");
+    assert_eq!(e.code, -32600, "{e}");
+    assert!(e.message.contains("`initialize` was already received"), "{e}");
+    c.execute("forge.tools", None).expect("the session goes on");
+    let (status, _) = c.shutdown_exit().expect("stdio server");
     assert_eq!(status.code(), Some(0));
 }
 

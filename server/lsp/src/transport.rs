@@ -488,6 +488,7 @@ async fn read_client<R, S, K>(
                         break 'read;
                     }
                     let exit = req.method() == "exit";
+                    let after_shutdown = shut_down;
                     shut_down |= req.method() == "shutdown";
                     if req.method() == "$/cancelRequest" && req.id().is_none() {
                         let handle = cancelled_key(&req)
@@ -516,6 +517,7 @@ async fn read_client<R, S, K>(
                             Some(Out::Direct(id, reply))
                         })
                     } else {
+                        let method = req.method().to_string();
                         let call = service.call(req);
                         Box::pin(async move {
                             call.await
@@ -523,7 +525,7 @@ async fn read_client<R, S, K>(
                                     tracing::debug!("request not handled: {e}");
                                     None
                                 })
-                                .map(Out::Framework)
+                                .map(|r| Out::Framework(explain_refusal(&method, after_shutdown, r)))
                         })
                     };
                     if tasks.send(handling).await.is_err() || exit {
@@ -553,6 +555,30 @@ async fn read_client<R, S, K>(
             }
         }
     }
+}
+
+/// The framework refuses a second `initialize` and every request after `shutdown` with a
+/// bare "Invalid request": say which rule the request broke (same code, -32600).
+fn explain_refusal(method: &str, after_shutdown: bool, r: Response) -> Response {
+    let bare = r.error().is_some_and(|e| {
+        e.code == tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest
+            && e.data.is_none()
+            && e.message == tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest.description()
+    });
+    let message = match () {
+        _ if !bare => return r,
+        _ if after_shutdown => {
+            format!("Invalid request: the server has received `shutdown` and answers no more requests ({method}); send `exit`")
+        }
+        _ if method == "initialize" => {
+            "Invalid request: `initialize` was already received on this connection (LSP allows it once)".to_string()
+        }
+        _ => return r,
+    };
+    let (id, _) = r.into_parts();
+    let mut error = Error::invalid_request();
+    error.message = message.into();
+    Response::from_error(id, error)
 }
 
 /// Serves one LSP connection over `reader`/`writer` until `exit` or end of input. Each
