@@ -86,6 +86,37 @@ fn a_second_listen_server_on_the_same_socket_is_told_it_is_in_use_and_the_first_
     c.tool_ok("plan-write", json!({ "content": "# still served" }));
 }
 
+/// `--listen unix:PATH` replaces only a stale socket: a regular file, a directory or a
+/// symbolic link at PATH is refused and left as it was, the message naming the address;
+/// a path too long for clients to connect to is refused before anything is bound. Before,
+/// a regular file there was deleted and the server listened in its place.
+#[test]
+fn serve_listen_leaves_anything_but_a_stale_socket_alone() {
+    let sb = Sandbox::new();
+    let dir = sb.root.join("lt");
+    std::fs::create_dir_all(dir.join("adir")).unwrap();
+    std::fs::write(dir.join("notes.txt"), "precious\n").unwrap();
+    std::os::unix::fs::symlink(dir.join("notes.txt"), dir.join("link")).unwrap();
+    let long = dir.join(format!("{}.sock", "a".repeat(120)));
+    for (path, needle) in [
+        (dir.join("notes.txt"), "not a socket"),
+        (dir.join("adir"), "a directory"),
+        (dir.join("link"), "a symbolic link"),
+        (long.clone(), "shorter path"),
+    ] {
+        let mut cmd = sb.command();
+        cmd.arg("--data-dir").arg(&sb.data_dir).arg("serve").arg("--listen").arg(format!("unix:{}", path.display()));
+        let out = run_process(cmd, None, WAIT);
+        assert_eq!(out.code, 1, "{}: {out:?}", path.display());
+        assert!(out.stderr.contains(&format!("cannot listen on unix:{}", path.display())), "{}", out.stderr);
+        assert!(out.stderr.contains(needle), "{}", out.stderr);
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "precious\n");
+    assert!(dir.join("adir").is_dir());
+    assert!(dir.join("link").symlink_metadata().unwrap().file_type().is_symlink());
+    assert!(!long.exists());
+}
+
 /// Under umask 000 a socket bound in place would be connectable by anyone until its mode
 /// is set. The socket is bound and made 0600 elsewhere and only then linked in: a watcher
 /// that looks at the path as fast as it can sees nothing, then a 0600 socket.

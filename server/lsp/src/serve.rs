@@ -135,17 +135,55 @@ impl ListenAddr {
     }
 }
 
-/// Binds a Unix socket with mode 0600; a directory it creates gets mode 0700.
+/// `cannot listen on ADDR: why`, keeping the error's kind.
+fn context(e: std::io::Error, addr: &str) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
+}
+
+/// The longest Unix socket path a client can connect to (`sun_path` is 108 bytes with
+/// its terminating NUL on Linux).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Binds a Unix socket with mode 0600; a directory it creates gets mode 0700. Only a socket
+/// is ever replaced at `path` (a stale one, from a dead server); any other file there is
+/// refused, never removed.
 pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let long = path.as_os_str().len();
+    if long > MAX_SOCKET_PATH {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("the socket path is {long} bytes long; clients cannot connect to one over {MAX_SOCKET_PATH} bytes: choose a shorter path"),
+        ));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            let what = if m.is_dir() {
+                "a directory"
+            } else if m.is_symlink() {
+                "a symbolic link"
+            } else {
+                "a file that is not a socket"
+            };
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} is {what}; forge-lsp only replaces a stale socket there and leaves anything else alone",
+                    path.display()
+                ),
+            ));
+        }
+        _ => {}
+    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
             std::fs::create_dir_all(dir)?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         }
     }
-    if path.exists() {
-        // A stale socket from a dead process; a live one refuses the bind below.
+    if path.symlink_metadata().is_ok() {
+        // A stale socket from a dead process (checked above: a socket); a live one
+        // answers the connect.
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
@@ -232,7 +270,7 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
     };
     match addr {
         ListenAddr::Unix(path) => {
-            let l = bind_unix(&path)?;
+            let l = bind_unix(&path).map_err(|e| context(e, &format!("unix:{}", path.display())))?;
             if let Some(why) = shared_directory(&path) {
                 // Said on stderr beside the `listening on` line: the user chose the path.
                 eprintln!("forge-lsp: warning: {why}");
@@ -249,7 +287,7 @@ pub async fn listen_with(hub: Arc<Hub>, addr: ListenAddr, announce: bool) -> std
             Ok(())
         }
         ListenAddr::Tcp(a) => {
-            let l = TcpListener::bind(&a).await?;
+            let l = TcpListener::bind(&a).await.map_err(|e| context(e, &format!("tcp:{a}")))?;
             start_private_socket(hub.clone());
             register_listener(&hub, None).await;
             say(format!("tcp:{}", l.local_addr()?));
