@@ -457,3 +457,37 @@ fn cleanup_loop_removes_the_attempt_snapshot_refs() {
     let refs = repo.git(&["for-each-ref", "--format=%(refname)", "refs/forge/"]);
     assert_eq!(refs.trim(), "refs/forge/alphabet/attempts/plan-1", "only alpha's refs are gone");
 }
+
+/// `cleanup loop` holds the loop's lock from its decision to its last removal, as restarts
+/// and cancels do: while another process holds it (here the test, standing in for a
+/// restart in progress), the cleanup waits and removes nothing; when the holder has made
+/// the loop run again meanwhile, the cleanup sees it and refuses. Before, it decided
+/// without the lock and removed the restarted loop's worktree and branch.
+#[test]
+fn cleanup_loop_waits_for_a_restart_holding_the_loop_lock() {
+    let (sb, repo) = setup();
+    let p = repo.root_commit.clone();
+    let wt = add_loop(&sb, &repo, "rc", "cancelled", "forge/rc");
+    let lock = forge_engine::loop_lock::acquire_blocking(&sb.data_dir, &p, "rc", std::time::Duration::ZERO)
+        .expect("the test takes the loop lock");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&sb.data_dir).args(["cleanup", "loop", "rc"]).current_dir(&repo.path);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("spawn cleanup");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    assert!(wt.is_dir() && branch_exists(&repo, "forge/rc"), "nothing is removed while the lock is held");
+    // The "restart": the loop runs again before the lock is let go.
+    let n = sb
+        .db()
+        .conn
+        .execute("UPDATE loops SET status = 'running', completed_at = NULL WHERE loop_name = 'rc'", [])
+        .expect("update");
+    assert_eq!(n, 1);
+    drop(lock);
+    let out = child.wait_with_output().expect("cleanup ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("running"), "{stderr}");
+    assert!(wt.is_dir() && branch_exists(&repo, "forge/rc"), "the restarted loop keeps its worktree and branch");
+    assert_eq!(count(&sb, "SELECT count(*) FROM loops WHERE loop_name = 'rc'"), 1);
+}

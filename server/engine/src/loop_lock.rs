@@ -72,24 +72,56 @@ pub async fn acquire(data_dir: &Path, project: &str, loop_name: &str, wait: Dura
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::task::spawn_blocking(move || {
-        let locked = loop {
-            // SAFETY: flock on a descriptor this closure owns; no memory is passed.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                break Ok(file);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                break Err(e);
-            }
-        };
         // Nobody waits any more: the file, and with it the lock, is dropped here.
-        let _ = tx.send(locked);
+        let _ = tx.send(lock_blocking(file));
     });
     match tokio::time::timeout(wait, rx).await {
         Ok(Ok(Ok(file))) => Ok(LoopLock { _file: file }),
         Ok(Ok(Err(e))) => Err(LockError::Io(at, e)),
         Ok(Err(_)) => Err(LockError::Io(at, std::io::Error::other("the waiting thread ended"))),
         Err(_) => Err(LockError::Busy(wait)),
+    }
+}
+
+/// [`acquire`] for a caller without a runtime (`forge-lsp cleanup`): the wait blocks this
+/// thread, the `flock` itself another one (which lets go of the lock as soon as it gets it
+/// when nobody waits any more).
+pub fn acquire_blocking(
+    data_dir: &Path,
+    project: &str,
+    loop_name: &str,
+    wait: Duration,
+) -> Result<LoopLock, LockError> {
+    let at = path(data_dir, project, loop_name);
+    let file = open(&at)?;
+    if try_lock(&file).map_err(|e| LockError::Io(at.clone(), e))? {
+        return Ok(LoopLock { _file: file });
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(lock_blocking(file));
+    });
+    match rx.recv_timeout(wait) {
+        Ok(Ok(file)) => Ok(LoopLock { _file: file }),
+        Ok(Err(e)) => Err(LockError::Io(at, e)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(LockError::Busy(wait)),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Err(LockError::Io(at, std::io::Error::other("the waiting thread ended")))
+        }
+    }
+}
+
+/// Waits in `flock` until `file` holds the lock.
+fn lock_blocking(file: std::fs::File) -> std::io::Result<std::fs::File> {
+    loop {
+        // SAFETY: flock on a descriptor `file` owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(file);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
@@ -138,6 +170,12 @@ mod tests {
         drop(held);
         // The waiter given up on above gets the lock when it is let go, and lets it go.
         acquire(dir.path(), "p", "loop-a", Duration::from_secs(5)).await.unwrap();
+        // The same for a caller without a runtime.
+        let held = acquire_blocking(dir.path(), "p", "loop-a", Duration::ZERO).unwrap();
+        let busy = acquire_blocking(dir.path(), "p", "loop-a", Duration::from_millis(30));
+        assert!(matches!(busy, Err(LockError::Busy(_))), "{busy:?}");
+        drop(held);
+        acquire_blocking(dir.path(), "p", "loop-a", Duration::from_secs(5)).unwrap();
     }
 
     #[tokio::test]

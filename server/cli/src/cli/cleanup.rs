@@ -302,6 +302,18 @@ fn cleanup_loop(data_dir: &Path, name: &str, project: Option<&str>, dry_run: boo
             data_dir.join("forge.db").display()
         )));
     };
+    // Held from the decision to the last row removed: a restart or cancel of the loop by
+    // another process waits for the cleanup (or the cleanup for it), never interleaves
+    // with it (a restart between the decision and the git removals lost the restarted
+    // loop's worktree and branch). A dry run changes nothing and takes no lock.
+    let _lock = if dry_run {
+        None
+    } else {
+        Some(
+            forge_engine::loop_lock::acquire_blocking(data_dir, &project_id, name, forge_engine::loop_lock::WAIT)
+                .map_err(|e| failed(format!("cannot clean up loop {name}: {e}")))?,
+        )
+    };
     let plan = plan_loop(&conn, data_dir, &detected, &project_id, project.is_none(), name, force)?;
 
     say(format!("Loop {name} in project {project_id}{}:", if dry_run { " (dry run)" } else { "" }));
