@@ -244,6 +244,86 @@ fn a_corrupt_database_is_refused_and_left_untouched() {
     assert!(c.is_alive(), "{}", c.diagnostics());
 }
 
+/// Another program's SQLite database at the path is refused and left byte for byte as it
+/// was. Before, it was switched to WAL and forge-lsp's tables were written into it (or,
+/// with a `plans` table of its own, the first migration failed after the WAL switch).
+#[test]
+fn another_programs_sqlite_database_is_refused_and_left_untouched() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    std::fs::create_dir_all(&sb.data_dir).unwrap();
+    {
+        let c = rusqlite::Connection::open(sb.db_path()).unwrap();
+        c.execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');").unwrap();
+    }
+    let before = std::fs::read(sb.db_path()).unwrap();
+    let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, "another program");
+    assert_contains(&out.stderr, "-wal");
+    assert_eq!(std::fs::read(sb.db_path()).unwrap(), before, "forge.db must be byte-for-byte unchanged");
+    assert!(!sb.data_dir.join("forge.db-wal").exists());
+}
+
+/// The database moved away without its write-ahead log: a new database is not created
+/// beside the log (SQLite would discard the writes in it); the refusal names the log.
+#[test]
+fn a_write_ahead_log_without_its_database_is_not_discarded() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    std::fs::create_dir_all(&sb.data_dir).unwrap();
+    let wal = sb.data_dir.join("forge.db-wal");
+    std::fs::write(&wal, vec![7u8; 4096]).unwrap();
+    let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, &wal.display().to_string());
+    assert_eq!(std::fs::read(&wal).unwrap(), vec![7u8; 4096]);
+    assert!(!sb.db_path().exists(), "no database was created");
+}
+
+/// A data directory others may write is refused (they could replace the database); a
+/// database file of ours that others may read is made 0600; a directory or database that
+/// another user owns is refused (checked when the tests run as root, who can give one away).
+#[test]
+fn a_data_directory_or_database_others_control_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let shared = sb.root.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = sb.call("plan-read").data_dir(&shared).input(json!({ "recent": true })).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, "other users may write this directory (mode 1777)");
+    assert!(!shared.join("forge.db").exists());
+
+    std::fs::create_dir_all(&sb.data_dir).unwrap();
+    std::fs::write(sb.db_path(), b"").unwrap();
+    std::fs::set_permissions(sb.db_path(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = sb.call("plan-write").input(json!({ "content": "# P\n" })).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    for f in ["forge.db", "forge.db-wal", "forge.db-shm"] {
+        let p = sb.data_dir.join(f);
+        if p.exists() {
+            assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
+        }
+    }
+
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = sb.root.join("theirs");
+        std::fs::create_dir_all(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let out = sb.call("plan-read").data_dir(&theirs).input(json!({ "recent": true })).cwd(&repo.path).run();
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_contains(&out.stderr, "owned by uid 65534");
+        std::os::unix::fs::chown(sb.db_path(), Some(65534), Some(65534)).unwrap();
+        let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).run();
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_contains(&out.stderr, "owned by uid 65534");
+    }
+}
+
 #[test]
 fn a_database_from_a_newer_forge_lsp_is_refused_and_left_untouched() {
     let sb = Sandbox::new();

@@ -24,7 +24,8 @@ impl std::fmt::Display for Refused {
     }
 }
 
-fn euid() -> u32 {
+/// This process's effective user id.
+pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }

@@ -77,8 +77,10 @@ pub fn latest_version() -> u32 {
 pub enum OpenError {
     #[error("cannot create the data directory for {path}: {err}", path = .0.display(), err = .1)]
     Io(PathBuf, std::io::Error),
-    #[error("{path} is not a usable forge-lsp database ({err}); it was left untouched. Move it away or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
+    #[error("{path} is not a usable forge-lsp database ({err}); it was left untouched. Move it away, with the {path}-wal and {path}-shm files beside it if there are any (they may hold its latest writes), or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
     NotADatabase(PathBuf, String),
+    #[error("{path}: {why}; forge-lsp keeps private data there and refuses to use it. Use a data directory only you own and can write (--data-dir / FORGE_DATA_DIR).", path = .0.display(), why = .1)]
+    NotPrivate(PathBuf, String),
     #[error("{shown} has schema version {found}, newer than this forge-lsp understands (version {known}); it was left untouched. Upgrade forge-lsp or use another data directory.", shown = path.display())]
     TooNew { path: PathBuf, found: u32, known: u32 },
     #[error("cannot open {path}: {err}", path = .0.display(), err = .1)]
@@ -117,6 +119,39 @@ pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// `forge.db-wal` beside `forge.db`.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Refuses a data directory or database file that another user owns (they could read or
+/// replace what is stored), and a data directory others may write (they could replace the
+/// database in it). A database file of ours that others may read or write is made 0600,
+/// as forge-lsp creates it.
+fn check_owned(path: &Path, dir: bool) -> Result<(), OpenError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let refuse = |why: String| OpenError::NotPrivate(path.to_path_buf(), why);
+    let m = std::fs::metadata(path).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+    let me = forge_core::paths::euid();
+    if m.uid() != me {
+        return Err(refuse(format!("it is owned by uid {}, not by this user (uid {me})", m.uid())));
+    }
+    let mode = m.permissions().mode() & 0o7777;
+    if dir && mode & 0o022 != 0 {
+        return Err(refuse(format!(
+            "other users may write this directory (mode {mode:04o}) and so replace the database in it; `chmod go-w` it"
+        )));
+    }
+    if !dir && mode & 0o077 != 0 {
+        tracing::warn!("{}: mode {mode:04o}, made 0600 (only its owner may read or write it)", path.display());
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+    }
+    Ok(())
+}
+
 /// Creates an empty database file with mode 0600 (whatever the umask) if there is none.
 /// SQLite gives the `-wal` and `-shm` files the database file's mode.
 fn create_db_file(path: &Path) -> std::io::Result<()> {
@@ -135,10 +170,26 @@ fn create_db_file(path: &Path) -> std::io::Result<()> {
 pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         create_data_dir(dir).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+        check_owned(dir, true)?;
     }
     let existed = path.exists() && std::fs::metadata(path).map(|m| m.len() > 0).unwrap_or(false);
     if !existed {
+        let wal = sibling(path, "-wal");
+        if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+            return Err(OpenError::NotADatabase(
+                path.to_path_buf(),
+                format!(
+                    "there is no database here but a write-ahead log with writes in it, {}, left by a database that was moved or deleted; a new database would discard them. Put the database back, or move the log away too",
+                    wal.display()
+                ),
+            ));
+        }
         create_db_file(path).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+    }
+    for file in [path.to_path_buf(), sibling(path, "-wal"), sibling(path, "-shm")] {
+        if file.exists() {
+            check_owned(&file, false)?;
+        }
     }
     let conn = Connection::open_with_flags(
         path,
@@ -150,12 +201,18 @@ pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
     if existed {
         // Read-only probes first: nothing below writes until the file is known good.
         let probe: Result<i64, _> = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0));
-        if let Err(e) = probe {
-            return Err(OpenError::NotADatabase(path.to_path_buf(), e.to_string()));
-        }
+        let tables = probe.map_err(|e| OpenError::NotADatabase(path.to_path_buf(), e.to_string()))?;
         let found = applied_version(&conn).map_err(|e| OpenError::NotADatabase(path.to_path_buf(), e.to_string()))?;
         if found > latest_version() {
             return Err(OpenError::TooNew { path: path.to_path_buf(), found, known: latest_version() });
+        }
+        // forge-lsp's first migration creates `schema_migrations` with everything else, in
+        // one transaction: a file with tables but without it is another program's.
+        if found == 0 && tables > 0 {
+            return Err(OpenError::NotADatabase(
+                path.to_path_buf(),
+                "an SQLite database of another program: it has tables but no forge-lsp schema".to_string(),
+            ));
         }
     }
     configure(&conn).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
