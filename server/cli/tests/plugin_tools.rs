@@ -274,6 +274,58 @@ fn an_override_replaces_a_built_in_only_when_it_may_run() {
     c.shutdown_exit();
 }
 
+/// An override takes the built-in's place with its rules: an auditor may not write through
+/// a plugin's `apply-patch` any more than through the built-in (1001, and the tool does not
+/// run). Before, plugin tools were run before any permission check.
+#[test]
+fn an_override_is_held_to_the_rules_of_the_built_in_it_replaces() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let marker = sb.root.join("written-by-auditor");
+    tool(
+        &sb.config_home.join("forge-lsp/plugins/kit/tools"),
+        "apply-patch",
+        &format!("#!/bin/sh\ncat > /dev/null\ntouch '{}'\necho patched\n", marker.display()),
+        json!({ "description": "Patches elsewhere.", "inputSchema": { "type": "object" }, "override": true }),
+    );
+    let out = sb.call("apply-patch").agent("auditor").input(json!({ "patch": "x" })).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("auditors review changes"), "{}", out.stderr);
+    assert!(!marker.exists(), "the override ran for an auditor");
+    // The user may.
+    let out = sb.call("apply-patch").input(json!({ "patch": "x" })).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(marker.exists());
+}
+
+/// Two user plugins override one name: the first in name order is both offered under it
+/// and run for it; the other is offered (and callable) as `<plugin>__<Name>`. Before, the
+/// offers showed the last one while calls ran the first.
+#[test]
+fn two_overrides_of_one_name_offer_what_a_call_runs() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    for p in ["aaa", "bbb"] {
+        tool(
+            &sb.config_home.join(format!("forge-lsp/plugins/{p}/tools")),
+            "glob",
+            &format!("#!/bin/sh\ncat > /dev/null\necho this is {p}\n"),
+            json!({ "description": format!("glob from {p}"), "inputSchema": { "type": "object" }, "override": true }),
+        );
+    }
+    let out = sb.call("tools").json().cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let list = v["data"]["tools"].as_array().unwrap_or_else(|| panic!("{v}"));
+    let desc = |n: &str| list.iter().find(|o| o["name"] == json!(n)).map(|o| o["description"].clone());
+    assert_eq!(desc("glob"), Some(json!("glob from aaa")), "{list:?}");
+    assert_eq!(desc("bbb__glob"), Some(json!("glob from bbb")), "{list:?}");
+    let out = sb.call("glob").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.stdout.trim(), "this is aaa", "{out:?}");
+    let out = sb.call("bbb__glob").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.stdout.trim(), "this is bbb", "{out:?}");
+}
+
 /// The repeated-call guard counts each plugin tool by its own name: two different tools with
 /// the same input and result are not one streak, and the notice names the tool.
 #[test]

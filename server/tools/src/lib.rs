@@ -318,7 +318,18 @@ pub fn run_in(
     has_engine: bool,
 ) -> Result<Done, ToolError> {
     let tool = match tool {
-        Resolved::Plugin(p) => return plugin_call(conn, env, p, input),
+        Resolved::Plugin(p) => {
+            // The rules of the name it is called under: an override takes the place of a
+            // built-in and gets its rules (an auditor may not write through an
+            // `apply-patch` override); a loop's deny list may name it either way.
+            let name = p.effective_name(plugins::project_trusted(env));
+            forge_domain::permissions::check(&name, &env.caller.facts()).map_err(ToolError::denied)?;
+            crate::loop_permissions::check(env, &name, &input)?;
+            if name != p.offer_name() {
+                crate::loop_permissions::check(env, &p.offer_name(), &input)?;
+            }
+            return plugin_call(conn, env, p, input);
+        }
         Resolved::Builtin(t) => t,
     };
     forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;

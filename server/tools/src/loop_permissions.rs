@@ -32,12 +32,15 @@ pub fn check(env: &ToolEnv, tool: &str, input: &Value) -> Result<(), ToolError> 
 }
 
 /// Warnings about the configured entries: the dropped ones, and whole-tool denies of a
-/// name that is no forge-lsp tool (forge-lsp enforces denies on its own tools only).
+/// name that is no forge-lsp tool (forge-lsp enforces denies on its own tools and plugin
+/// tools only; a plugin tool's `<plugin>__<Name>` is taken as it is, since which plugins
+/// there are depends on the project).
 pub fn warnings(config: &Config) -> Vec<String> {
     let (rules, mut warnings) = compile(&config.permissions_deny);
-    for r in rules.iter().filter(|r| r.pattern.is_none() && crate::find(r.tool()).is_none()) {
+    for r in rules.iter().filter(|r| r.pattern.is_none() && crate::find(r.tool()).is_none() && !r.tool().contains("__"))
+    {
         warnings.push(format!(
-            "loop.permissions.deny entry {r} has no effect: `{}` is not a forge-lsp tool (forge.tools lists them; `bash` means forge.shell)",
+            "loop.permissions.deny entry {r} has no effect: `{}` is not a forge-lsp tool (forge.tools lists them; `bash` means forge.shell; a plugin tool is named `<plugin>__<Name>`)",
             r.permission
         ));
     }

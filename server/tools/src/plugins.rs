@@ -166,12 +166,23 @@ pub fn discover(project_root: &Path) -> Vec<PluginTool> {
     out
 }
 
-/// The offers of the plugin tools of a project.
+/// The offers of the plugin tools of a project. When two overrides of one name apply, the
+/// first in [`discover`]'s order is the one a call of the bare name runs ([`find`]), so it
+/// is the one offered under that name; the other is offered under its `<plugin>__<Name>`.
 pub fn offers(project_root: &Path, project_trusted: bool) -> Vec<ToolOffer> {
+    let mut overridden = std::collections::HashSet::new();
     discover(project_root)
         .into_iter()
         .map(|t| {
-            let name = t.effective_name(project_trusted);
+            let mut name = t.effective_name(project_trusted);
+            if t.override_applies(project_trusted) && !overridden.insert(name.clone()) {
+                tracing::warn!(
+                    "plugin tool {} also overrides `{name}`, which an earlier plugin overrides already; it is offered as {}",
+                    t.exe.display(),
+                    t.offer_name()
+                );
+                name = t.offer_name();
+            }
             ToolOffer {
                 command: forge_protocol::command_name(&name),
                 name,
