@@ -325,3 +325,36 @@ fn a_kept_copy_is_revalidated_with_a_conditional_request() {
     assert_eq!(out.data["cache"], "revalidated");
     assert_eq!(server.hits(), vec!["/doc.md", "/doc.md 304"]);
 }
+
+/// A session of a loop that runs sandboxed without network cannot fetch through the
+/// server (which runs outside the sandbox): 1001, naming the setting. With network, or
+/// without a sandbox, it can. Before, a loop agent with `sandbox.network = false` reached
+/// the internet and the host's loopback services through `forge-lsp call webfetch`.
+#[test]
+fn a_loop_sandboxed_without_network_cannot_fetch_through_the_server() {
+    let server = Server::start(vec![html("/guide", PAGE)]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    sb.ensure_db();
+    let session = "ses_01JLOOPNONET0000000000000";
+    {
+        let db = sb.db();
+        db.insert_loop(&LoopFixture::running(&repo.root_commit, "nonet", session, &repo.path));
+        db.insert_loop_session(session, &repo.root_commit, "nonet", "coder", "tok");
+        db.conn.execute("UPDATE loops SET sandbox = 1, sandbox_network = 0 WHERE loop_name = 'nonet'", []).unwrap();
+    }
+    let data_dir = sb.db_path().parent().unwrap().to_path_buf();
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--data-dir").arg(&data_dir);
+        for k in ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] {
+            cmd.env_remove(k);
+        }
+    });
+    c.init(&Init::new(&repo.path).session(session).token("tok"));
+    let e = c.tool_err("webfetch", json!({ "url": server.url("/guide") }));
+    assert_eq!(e.code, 1001, "{e}");
+    assert!(e.message.contains("sandbox.network = false") && e.message.contains("nonet"), "{e}");
+    sb.db().conn.execute("UPDATE loops SET sandbox_network = 1 WHERE loop_name = 'nonet'", []).unwrap();
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/guide") }));
+    assert!(out.text.contains("# Install guide"), "{}", out.text);
+}

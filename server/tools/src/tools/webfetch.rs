@@ -83,6 +83,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             )))
         }
     };
+    no_network_loop(ctx)?;
     let timeout = input.timeout.unwrap_or(DEFAULT_TIMEOUT);
     if timeout == 0 || timeout > MAX_TIMEOUT {
         return Err(ToolError::invalid_params(format!(
@@ -105,6 +106,27 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     };
     ctx.after = Some(Box::new(move || fetch(url, &opts)));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
+}
+
+/// A loop session whose loop runs sandboxed without network may not fetch either: the
+/// fetch runs in the server, outside the sandbox, and would hand the agent the network
+/// (the internet, and services listening on the host's loopback) its sandbox keeps from it.
+fn no_network_loop(ctx: &ToolCtx) -> Result<(), ToolError> {
+    use crate::Db;
+    let Some(b) = &ctx.caller().binding else { return Ok(()) };
+    let row: Option<(bool, bool)> = rusqlite::OptionalExtension::optional(ctx.db.query_row(
+        "SELECT sandbox, sandbox_network FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+        rusqlite::params![ctx.project_id(), b.loop_name],
+        |r| Ok((r.get::<_, i64>(0)? != 0, r.get::<_, i64>(1)? != 0)),
+    ))
+    .db()?;
+    match row {
+        Some((true, false)) => Err(ToolError::denied(format!(
+            "forge.webfetch is not available to the {} session of loop \"{}\": the loop runs in a sandbox without network (sandbox.network = false), and a fetch by the server would go around it",
+            b.role, b.loop_name
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// One response, redirects resolved.
