@@ -86,3 +86,20 @@ mod tests {
         }
     }
 }
+
+/// For each prefix `needle[..=i]`, the length of its longest proper prefix that is also its
+/// suffix (the failure function of Knuth-Morris-Pratt).
+pub fn kmp_failure<T: PartialEq>(needle: &[T]) -> Vec<usize> {
+    let mut fail = vec![0; needle.len()];
+    let mut k = 0;
+    for i in 1..needle.len() {
+        while k > 0 && needle[i] != needle[k] {
+            k = fail[k - 1];
+        }
+        if needle[i] == needle[k] {
+            k += 1;
+        }
+        fail[i] = k;
+    }
+    fail
+}

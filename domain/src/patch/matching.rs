@@ -155,7 +155,7 @@ impl<'a> Haystack<'a> {
         // Knuth-Morris-Pratt over lines: every start, overlapping ones included, in
         // O(n + m) line comparisons. (Comparing at every start was O(n * m): a hunk of
         // 20,000 equal lines against a file of 40,000 took seconds.)
-        let fail = prefix_function(&needle);
+        let fail = crate::text::kmp_failure(&needle);
         let mut k = 0;
         for (p, line) in keys.iter().enumerate().take(hi).skip(lo) {
             while k > 0 && *line != needle[k] {
@@ -200,23 +200,6 @@ impl<'a> Haystack<'a> {
     pub(crate) fn at(&self, needle: &[&str], p: usize) -> Option<MatchLevel> {
         LEVELS.into_iter().find(|&level| !self.starts(level, needle, p, p + needle.len(), 1).is_empty())
     }
-}
-
-/// For each prefix `needle[..=i]`, the length of its longest proper prefix that is also its
-/// suffix (the failure function of Knuth-Morris-Pratt).
-fn prefix_function<T: PartialEq>(needle: &[T]) -> Vec<usize> {
-    let mut fail = vec![0; needle.len()];
-    let mut k = 0;
-    for i in 1..needle.len() {
-        while k > 0 && needle[i] != needle[k] {
-            k = fail[k - 1];
-        }
-        if needle[i] == needle[k] {
-            k += 1;
-        }
-        fail[i] = k;
-    }
-    fail
 }
 
 /// A stale-context match.
