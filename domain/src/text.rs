@@ -56,6 +56,23 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// For each prefix `needle[..=i]`, the length of its longest proper prefix that is also its
+/// suffix (the failure function of Knuth-Morris-Pratt).
+pub fn kmp_failure<T: PartialEq>(needle: &[T]) -> Vec<usize> {
+    let mut fail = vec![0; needle.len()];
+    let mut k = 0;
+    for i in 1..needle.len() {
+        while k > 0 && needle[i] != needle[k] {
+            k = fail[k - 1];
+        }
+        if needle[i] == needle[k] {
+            k += 1;
+        }
+        fail[i] = k;
+    }
+    fail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,21 +102,4 @@ mod tests {
             assert_eq!(line_count(s), s.split('\n').count(), "{s:?}");
         }
     }
-}
-
-/// For each prefix `needle[..=i]`, the length of its longest proper prefix that is also its
-/// suffix (the failure function of Knuth-Morris-Pratt).
-pub fn kmp_failure<T: PartialEq>(needle: &[T]) -> Vec<usize> {
-    let mut fail = vec![0; needle.len()];
-    let mut k = 0;
-    for i in 1..needle.len() {
-        while k > 0 && needle[i] != needle[k] {
-            k = fail[k - 1];
-        }
-        if needle[i] == needle[k] {
-            k += 1;
-        }
-        fail[i] = k;
-    }
-    fail
 }
