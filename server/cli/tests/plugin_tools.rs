@@ -182,6 +182,66 @@ fn a_hanging_plugin_tool_is_killed_at_the_time_limit() {
     c.shutdown_exit();
 }
 
+/// A process the tool starts outside its process group (`setsid`) keeps the tool's output
+/// pipes open: the call still ends at the time limit, and a tool that ended is answered
+/// with what it wrote, without waiting for that process. Before, the call waited for the
+/// escaped process (forever for `sleep infinity`).
+#[test]
+fn a_process_that_left_the_tools_group_does_not_hold_the_call() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let dir = sb.config_home.join("forge-lsp/plugins/esc/tools");
+    let schema = json!({ "description": "Escapes.", "inputSchema": { "type": "object" } });
+    tool(&dir, "Slow", "#!/bin/sh\ncat > /dev/null\nsetsid sleep 30 &\nsleep 60\n", schema.clone());
+    tool(&dir, "Quick", "#!/bin/sh\ncat > /dev/null\nsetsid sleep 30 &\necho '{\"done\":true}'\n", schema);
+    sb.write_user_config("[plugins]\ntimeoutMs = 1000\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let started = std::time::Instant::now();
+    let e = c.tool_err("esc__Slow", json!({}));
+    assert!(e.message.contains("did not finish within 1000 ms"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(8), "{:?}", started.elapsed());
+    let started = std::time::Instant::now();
+    let out = c.tool_ok("esc__Quick", json!({}));
+    assert_eq!(out.data["done"], json!(true), "{}", out.text);
+    assert!(started.elapsed() < std::time::Duration::from_secs(8), "{:?}", started.elapsed());
+    c.shutdown_exit();
+}
+
+/// A `forge-lsp call` of a plugin tool (in-process, no server) interrupted with SIGINT
+/// takes the tool with it. Before, the tool, in a process group of its own, kept running
+/// with nobody left to enforce its time limit.
+#[test]
+fn an_interrupted_call_takes_its_plugin_tool_with_it() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    hang_tool(&sb);
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&sb.data_dir).args(["call", "slow__Hang", "{}"]).current_dir(&repo.path);
+    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn call");
+    let pid_file = sb.config_home.join("forge-lsp/plugins/slow/pid");
+    let deadline = std::time::Instant::now() + WAIT;
+    let pid = loop {
+        if let Ok(p) = std::fs::read_to_string(&pid_file) {
+            if p.ends_with('\n') {
+                break p.trim().to_string();
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "the tool never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // SAFETY: kill of our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = child.wait();
+    let gone = (0..250).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    });
+    assert!(gone, "the tool process {pid} outlived its call");
+}
+
 #[test]
 fn cancelling_a_plugin_tool_call_kills_its_process() {
     let sb = Sandbox::new();

@@ -20,6 +20,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use forge_protocol::{CommandResult, ToolError, ToolOffer};
@@ -321,25 +322,50 @@ pub fn validate(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads at most [`MAX_OUTPUT`] bytes, then drains the rest (so the tool never blocks).
-fn read_bounded(mut r: impl Read) -> (Vec<u8>, bool) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let mut cut = false;
-    loop {
-        match r.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = MAX_OUTPUT.saturating_sub(buf.len());
-                if n > room {
-                    cut = true;
-                }
-                buf.extend_from_slice(&chunk[..n.min(room)]);
-            }
-        }
-    }
-    (buf, cut)
+/// One of a tool's output pipes, read on a thread of its own: at most [`MAX_OUTPUT`]
+/// bytes kept, the rest drained (so the tool never blocks).
+struct Drain {
+    /// What was read so far, and whether anything was cut.
+    read: Arc<Mutex<(Vec<u8>, bool)>>,
+    /// Says the pipe reached its end (or failed).
+    ended: std::sync::mpsc::Receiver<()>,
 }
+
+impl Drain {
+    fn start(mut r: impl Read + Send + 'static) -> Drain {
+        let read = Arc::new(Mutex::new((Vec::new(), false)));
+        let (tx, ended) = std::sync::mpsc::channel();
+        let into = read.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            loop {
+                match r.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let mut g = into.lock().unwrap_or_else(|p| p.into_inner());
+                        let room = MAX_OUTPUT.saturating_sub(g.0.len());
+                        g.1 |= n > room;
+                        g.0.extend_from_slice(&chunk[..n.min(room)]);
+                    }
+                }
+            }
+            let _ = tx.send(());
+        });
+        Drain { read, ended }
+    }
+
+    /// What the pipe carried, waiting until `deadline` at most for its end: a process the
+    /// tool started outside its process group (`setsid`) may keep the pipe open long after
+    /// the tool ended, and the call must not wait for it (its reading thread ends when it
+    /// lets go).
+    fn finish(self, deadline: Instant) -> (Vec<u8>, bool) {
+        let _ = self.ended.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        std::mem::take(&mut *self.read.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// How long a tool's output may still come after the tool ended or was killed.
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
 /// Where a plugin tool called from a loop session runs: the loop's worktree, in its sandbox
 /// when the loop has one (`network`: the loop's sandbox network setting).
@@ -391,6 +417,15 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent. The tool is
+    // killed when the thread that started it ends (this one, which waits for it): a
+    // `forge-lsp call` interrupted with Ctrl-C does not leave it running on its own.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     if let Some(vars) = env.config.plugin_variables.get(&tool.plugin) {
         for (k, v) in vars {
             cmd.env(k, v);
@@ -406,8 +441,8 @@ pub fn run(
             let _ = s.write_all(line.as_bytes());
         }
     });
-    let out = child.stdout.take().map(|s| std::thread::spawn(move || read_bounded(s)));
-    let err = child.stderr.take().map(|s| std::thread::spawn(move || read_bounded(s)));
+    let out = child.stdout.take().map(Drain::start);
+    let err = child.stderr.take().map(Drain::start);
     let started = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -428,9 +463,12 @@ pub fn run(
     };
     // The tool's children may hold the pipes open: the group is killed either way.
     forge_engine::process::kill_group(pid);
-    let _ = writer.join();
-    let (stdout, out_cut) = out.and_then(|h| h.join().ok()).unwrap_or_default();
-    let (stderr, _) = err.and_then(|h| h.join().ok()).unwrap_or_default();
+    let grace = Instant::now() + OUTPUT_GRACE;
+    let (stdout, out_cut) = out.map(|d| d.finish(grace)).unwrap_or_default();
+    let (stderr, _) = err.map(|d| d.finish(grace)).unwrap_or_default();
+    // The writer ends when the tool's end of its input is closed, which an escaped process
+    // may hold as well: not waited for.
+    drop(writer);
     let Some(status) = status else {
         return Err(ToolError::internal(format!(
             "{label} did not finish within {} ms (plugins.timeoutMs) and was killed",
