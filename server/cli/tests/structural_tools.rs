@@ -152,3 +152,36 @@ fn replace_write_failure_is_an_error_and_leaves_every_file_unchanged() {
     let out = auditor.tool_ok("ast-grep-search", json!({ "pattern": "print($X)", "lang": "python", "path": "a.py" }));
     assert_eq!(out.data["total"], 1, "{}", out.text);
 }
+
+/// A nested repository's `.git` (a vendored checkout) is skipped by glob and both ast-grep
+/// tools, as grep skips it: a rewrite must never reach a git directory. Before, only the
+/// root's own `.git` was skipped. A pattern that does not parse is refused (1006) instead
+/// of finding nothing.
+#[test]
+fn nested_git_directories_are_skipped_and_unparsable_patterns_refused() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("vendor/lib/src/y.rs", "fn y() {}\n");
+    repo.write("vendor/lib/.git/hook.rs", "fn y() {}\n");
+    repo.write("vendor/lib/.git/config", "[core]\n");
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("glob", json!({ "pattern": "**/*", "path": "vendor" }));
+    assert!(out.text.contains("vendor/lib/src/y.rs"), "{}", out.text);
+    assert!(!out.text.contains(".git"), "{}", out.text);
+    let out = c.tool_ok("ast-grep-search", json!({ "pattern": "fn $F() {}", "lang": "rust", "path": "vendor" }));
+    assert_eq!(out.data["total"], 1, "{}", out.text);
+    assert!(!out.text.contains(".git"), "{}", out.text);
+    let out = c.tool_ok(
+        "ast-grep-replace",
+        json!({ "pattern": "fn $F() {}", "rewrite": "fn $F() { todo!() }", "lang": "rust", "path": "vendor", "dryRun": false }),
+    );
+    assert!(!out.text.contains(".git"), "{}", out.text);
+    assert_eq!(read(&repo, "vendor/lib/.git/hook.rs"), "fn y() {}\n");
+    assert_eq!(read(&repo, "vendor/lib/src/y.rs"), "fn y() { todo!() }\n");
+
+    for (pattern, lang) in [("{{{", "js"), ("fn (", "rust")] {
+        let e = c.tool_err("ast-grep-search", json!({ "pattern": pattern, "lang": lang }));
+        assert_eq!(e.code, 1006, "{pattern}: {e}");
+        assert!(e.message.contains("does not parse"), "{e}");
+    }
+}

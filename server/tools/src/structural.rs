@@ -43,8 +43,17 @@ pub fn pattern(src: &str, lang: SupportLang) -> Result<Pattern, ToolError> {
     if src.trim().is_empty() {
         return Err(ToolError::invalid_params("invalid argument `pattern`: must not be empty"));
     }
-    Pattern::try_new(src, lang)
-        .map_err(|e| ToolError::invalid(format!("invalid argument `pattern` for {}: {e}", lang_name(lang))))
+    let pattern = Pattern::try_new(src, lang)
+        .map_err(|e| ToolError::invalid(format!("invalid argument `pattern` for {}: {e}", lang_name(lang))))?;
+    // The grammar recovers from what it cannot parse with ERROR nodes; a pattern that is
+    // one matches nothing useful: say so instead of "no matches".
+    if pattern.has_error() {
+        return Err(ToolError::invalid(format!(
+            "invalid argument `pattern`: it does not parse as {}; write it as code of the language, with $NAME or $$$ for what varies",
+            lang_name(lang)
+        )));
+    }
+    Ok(pattern)
 }
 
 /// The canonical name of a language.
@@ -53,23 +62,26 @@ pub fn lang_name(lang: SupportLang) -> &'static str {
 }
 
 /// The files under `start` (a file or a directory) with one of `exts`, gitignore-aware,
-/// `.git` skipped, in a stable order. A file named directly is searched whatever its
+/// every `.git` skipped, in a stable order. A file named directly is searched whatever its
 /// extension.
-pub fn files(root: &Path, start: &Path, exts: &[&str]) -> Vec<PathBuf> {
+pub fn files(start: &Path, exts: &[&str]) -> Vec<PathBuf> {
     if start.is_file() {
         return vec![start.to_path_buf()];
     }
     let mut out = vec![];
-    let walk = ignore::WalkBuilder::new(start).hidden(false).git_global(false).require_git(false).build();
+    // Every `.git` skipped, nested repositories' included (a rewrite must never reach a
+    // git directory).
+    let walk = ignore::WalkBuilder::new(start)
+        .hidden(false)
+        .git_global(false)
+        .require_git(false)
+        .filter_entry(|e| e.file_name() != ".git")
+        .build();
     for entry in walk.flatten() {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
         let path = entry.path();
-        let rel = path.strip_prefix(root).unwrap_or(path);
-        if rel.components().next().is_some_and(|c| c.as_os_str() == ".git") {
-            continue;
-        }
         if path.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.contains(&e)) {
             out.push(path.to_path_buf());
         }
@@ -125,4 +137,34 @@ pub fn rewritten(src: &str, hits: &[Hit]) -> String {
     }
     out.push_str(&src[at..]);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_that_do_not_parse_are_refused() {
+        let ok = [
+            ("console.log($$$ARGS)", "js"),
+            ("foo($A)", "ts"),
+            ("fn $F() {}", "rust"),
+            ("$A.unwrap()", "rust"),
+            ("foo($A)", "c"),
+            ("def $F($$$ARGS): $$$BODY", "python"),
+            ("if err != nil { $$$ }", "go"),
+            ("System.out.println($A)", "java"),
+            ("std::move($A)", "cpp"),
+        ];
+        for (src, lang) in ok {
+            let (l, _) = language(lang).unwrap();
+            assert!(pattern(src, l).is_ok(), "{lang}: {src}: {:?}", pattern(src, l).err());
+        }
+        for (src, lang) in [("{{{", "js"), ("fn (", "rust"), ("def (:", "python")] {
+            let (l, _) = language(lang).unwrap();
+            let e = pattern(src, l).err().unwrap_or_else(|| panic!("{lang}: {src} accepted"));
+            assert_eq!(e.kind.code(), 1006, "{e:?}");
+            assert!(e.message.contains("does not parse"), "{}", e.message);
+        }
+    }
 }

@@ -45,14 +45,20 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
 
 fn list(root: &Path, start: &Path, glob: &globset::GlobMatcher) -> Result<CommandResult, ToolError> {
     let mut found: Vec<(SystemTime, String)> = vec![];
-    let walk = ignore::WalkBuilder::new(start).hidden(false).git_global(false).require_git(false).build();
+    // Every `.git` skipped, nested repositories' included.
+    let walk = ignore::WalkBuilder::new(start)
+        .hidden(false)
+        .git_global(false)
+        .require_git(false)
+        .filter_entry(|e| e.file_name() != ".git")
+        .build();
     for entry in walk.flatten() {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
         let path = entry.path();
         let under = path.strip_prefix(start).unwrap_or(path);
-        if under.components().next().is_some_and(|c| c.as_os_str() == ".git") || !glob.is_match(under) {
+        if !glob.is_match(under) {
             continue;
         }
         let modified = entry.metadata().ok().and_then(|m| m.modified().ok()).unwrap_or(SystemTime::UNIX_EPOCH);
