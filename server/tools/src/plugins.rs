@@ -31,7 +31,7 @@ use crate::ToolEnv;
 /// Bytes of standard output (and of standard error) kept.
 pub const MAX_OUTPUT: usize = 1024 * 1024;
 /// Largest sidecar read.
-const MAX_SIDECAR: u64 = 1024 * 1024;
+const MAX_SIDECAR: u64 = 256 * 1024;
 
 /// One tool found on disk.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,55 +81,67 @@ fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') && !s.contains("__")
 }
 
+/// Tools one plugin folder may hold: more are skipped, with a log.
+const MAX_TOOLS_PER_PLUGIN: usize = 256;
+
 /// The tools of one plugin folder (sorted by name); unusable files are skipped with a log.
 fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
     let dir = plugin_dir.join("tools");
     let Ok(rd) = std::fs::read_dir(&dir) else { return vec![] };
-    let mut out = vec![];
-    for e in rd.flatten() {
-        let path = e.path();
-        if path.extension().is_some_and(|x| x == "json") {
-            continue;
-        }
-        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
-        if !valid_name(&name) {
-            continue;
-        }
-        let sidecar = dir.join(format!("{name}.json"));
-        let text = match forge_core::config::read_small_file(&sidecar, MAX_SIDECAR) {
-            Ok(Some(t)) => t,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!("plugin tool sidecar {}: {e}; skipped", sidecar.display());
-                continue;
-            }
-        };
-        let parsed: Option<Value> = serde_json::from_str(&text).ok();
-        let Some(Value::Object(side)) = parsed else {
-            tracing::warn!("plugin tool sidecar {} is not a JSON object; skipped", sidecar.display());
-            continue;
-        };
-        let description = side.get("description").and_then(Value::as_str).unwrap_or("").to_string();
-        let schema = side.get("inputSchema").cloned().unwrap_or_else(|| json!({ "type": "object" }));
-        let Some(schema) = object_schema(schema).filter(|_| !description.trim().is_empty()) else {
-            tracing::warn!(
-                "plugin tool sidecar {} needs a description and an inputSchema object whose type is \"object\" (the input is one JSON object); skipped",
-                sidecar.display()
-            );
-            continue;
-        };
-        out.push(PluginTool {
-            plugin: plugin.to_string(),
-            name,
-            exe: path,
-            plugin_dir: plugin_dir.to_path_buf(),
-            description,
-            input_schema: schema,
-            overrides: side.get("override").and_then(Value::as_bool).unwrap_or(false),
-        });
+    let mut names: Vec<String> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| !n.ends_with(".json") && valid_name(n))
+        .collect();
+    names.sort();
+    if names.len() > MAX_TOOLS_PER_PLUGIN {
+        tracing::warn!(
+            "plugin folder {} holds {} tools; the first {MAX_TOOLS_PER_PLUGIN} by name are used",
+            dir.display(),
+            names.len()
+        );
+        names.truncate(MAX_TOOLS_PER_PLUGIN);
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+    names.into_iter().filter_map(|n| tool_at(plugin, plugin_dir, n)).collect()
+}
+
+/// The tool `name` of one plugin folder, when it has a usable sidecar (else skipped with a
+/// log).
+fn tool_at(plugin: &str, plugin_dir: &Path, name: String) -> Option<PluginTool> {
+    let dir = plugin_dir.join("tools");
+    let path = dir.join(&name);
+    let sidecar = dir.join(format!("{name}.json"));
+    let text = match forge_core::config::read_small_file(&sidecar, MAX_SIDECAR) {
+        Ok(Some(t)) => t,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!("plugin tool sidecar {}: {e}; skipped", sidecar.display());
+            return None;
+        }
+    };
+    let parsed: Option<Value> = serde_json::from_str(&text).ok();
+    let Some(Value::Object(side)) = parsed else {
+        tracing::warn!("plugin tool sidecar {} is not a JSON object; skipped", sidecar.display());
+        return None;
+    };
+    let description = side.get("description").and_then(Value::as_str).unwrap_or("").to_string();
+    let schema = side.get("inputSchema").cloned().and_then(object_schema);
+    let Some(schema) = schema.filter(|_| !description.trim().is_empty()) else {
+        tracing::warn!(
+            "plugin tool sidecar {} needs a description and an inputSchema object whose type is \"object\" (the input is one JSON object); skipped",
+            sidecar.display()
+        );
+        return None;
+    };
+    Some(PluginTool {
+        plugin: plugin.to_string(),
+        name,
+        exe: path,
+        plugin_dir: plugin_dir.to_path_buf(),
+        description,
+        input_schema: schema,
+        overrides: side.get("override").and_then(Value::as_bool).unwrap_or(false),
+    })
 }
 
 /// A sidecar's `inputSchema` as the schema of an object input: a JSON object whose `type`
@@ -147,10 +159,9 @@ fn object_schema(schema: Value) -> Option<Value> {
     Some(Value::Object(m))
 }
 
-/// Every plugin tool visible to a project: the project's own (`project`), then each user
-/// plugin in name order.
-pub fn discover(project_root: &Path) -> Vec<PluginTool> {
-    let mut out = scan("project", &project_root.join(".forge"));
+/// The plugin folders of a project, in order: the project's own (`project`), then each
+/// user plugin in name order.
+fn plugin_dirs(project_root: &Path) -> Vec<(String, PathBuf)> {
     let mut plugins: Vec<(String, PathBuf)> = std::fs::read_dir(user_plugins_dir())
         .map(|rd| {
             rd.flatten()
@@ -161,10 +172,13 @@ pub fn discover(project_root: &Path) -> Vec<PluginTool> {
         })
         .unwrap_or_default();
     plugins.sort();
-    for (name, dir) in plugins {
-        out.extend(scan(&name, &dir));
-    }
-    out
+    plugins.insert(0, ("project".to_string(), project_root.join(".forge")));
+    plugins
+}
+
+/// Every plugin tool visible to a project, in [`plugin_dirs`]' order.
+pub fn discover(project_root: &Path) -> Vec<PluginTool> {
+    plugin_dirs(project_root).into_iter().flat_map(|(name, dir)| scan(&name, &dir)).collect()
 }
 
 /// The offers of the plugin tools of a project. When two overrides of one name apply, the
@@ -208,11 +222,29 @@ pub fn merge(mut builtins: Vec<ToolOffer>, plugins: Vec<ToolOffer>) -> Vec<ToolO
 
 /// The plugin tool of a command: `forge.<plugin>__<Name>` (or without `forge.`), or the bare
 /// `<Name>` of a tool whose override applies.
+///
+/// Reads only the sidecars of that name (every call of a built-in passes here: a folder of
+/// many or large sidecars must not slow each one down).
 pub fn find(project_root: &Path, command: &str, project_trusted: bool) -> Option<PluginTool> {
     let name = command.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(command);
-    discover(project_root)
+    if let Some((plugin, tool)) = name.split_once("__") {
+        if !valid_name(plugin) || !valid_name(tool) {
+            return None;
+        }
+        let dir = if plugin == "project" { project_root.join(".forge") } else { user_plugins_dir().join(plugin) };
+        if !dir.join("tools").join(tool).exists() {
+            return None;
+        }
+        return tool_at(plugin, &dir, tool.to_string());
+    }
+    if !valid_name(name) {
+        return None;
+    }
+    plugin_dirs(project_root)
         .into_iter()
-        .find(|t| t.offer_name() == name || (t.override_applies(project_trusted) && t.name == name))
+        .filter(|(_, dir)| dir.join("tools").join(name).exists())
+        .filter_map(|(plugin, dir)| tool_at(&plugin, &dir, name.to_string()))
+        .find(|t| t.override_applies(project_trusted))
 }
 
 /// Whether the project's own tools may run.
