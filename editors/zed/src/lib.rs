@@ -13,7 +13,7 @@ impl zed::Extension for Forge {
 
     fn language_server_command(&mut self, _id: &LanguageServerId, worktree: &Worktree) -> Result<zed::Command> {
         let command = worktree.which("forge-lsp").ok_or_else(|| {
-            "forge-lsp is not on PATH: install it with `cargo install --path server/cli` from the forge-lsp repository"
+            "forge-lsp is not on PATH: install it with `cargo install --path server/cli --locked --bin forge-lsp` from the forge-lsp repository"
                 .to_string()
         })?;
         Ok(zed::Command { command, args: vec![], env: worktree.shell_env() })

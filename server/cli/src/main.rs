@@ -107,7 +107,7 @@ enum Cmd {
     /// FORGE_LSP_SOCKET. FORGE_MCP_STRUCTURED_CONTENT=off leaves structuredContent out of
     /// results. See docs/mcp.md.
     Mcp {
-        /// Calling agent: user (default), architect, code, auditor, auditor-loop, minion.
+        /// Calling agent: user (default, or FORGE_AGENT), architect, code, auditor, auditor-loop, minion.
         #[arg(long)]
         agent: Option<String>,
         /// Session id (default: FORGE_SESSION_ID, else a fresh id for this process).

@@ -491,3 +491,21 @@ fn cleanup_loop_waits_for_a_restart_holding_the_loop_lock() {
     assert!(wt.is_dir() && branch_exists(&repo, "forge/rc"), "the restarted loop keeps its worktree and branch");
     assert_eq!(count(&sb, "SELECT count(*) FROM loops WHERE loop_name = 'rc'"), 1);
 }
+
+/// `--project` takes the project's directory as well as its id (as `call --project` and
+/// `mcp --project` do); a path that is not a directory is refused. Before, a directory was
+/// taken for an id and the cleanup said there was nothing to clean.
+#[test]
+fn cleanup_project_takes_a_directory_or_an_id() {
+    let (sb, repo) = setup();
+    let p = repo.root_commit.clone();
+    add_plan(&sb, &p, None, Some("ses_old"), now_ms() - 40 * DAY);
+    let dir = repo.path.display().to_string();
+    let dry = cleanup(&sb, &sb.root, &["plans", "--project", &dir, "--dry-run"]);
+    assert!(ok(&dry).contains(&format!("Dry run: 1 plan(s) in project {p}")), "{}", dry.stdout);
+    let by_id = cleanup(&sb, &sb.root, &["plans", "--project", &p, "--dry-run"]);
+    assert!(ok(&by_id).contains("Dry run: 1 plan(s)"), "{}", by_id.stdout);
+    let missing = cleanup(&sb, &sb.root, &["plans", "--project", "/no/such/dir", "--dry-run"]);
+    assert_eq!(missing.code, 1, "{missing:?}");
+    assert!(missing.stderr.contains("no such directory"), "{}", missing.stderr);
+}

@@ -81,8 +81,12 @@ fn demo_without_bubblewrap_runs_unsandboxed_and_says_why() {
     let sb = Sandbox::new();
     let mut cmd = sb.command();
     cmd.arg("demo").env("TMPDIR", sb.mkdir("tmp")).env("FORGE_BWRAP", sb.root.join("no-bwrap"));
-    // A user configuration that would stop the demo's loop is overridden.
-    sb.write_user_config("[loop]\nenabled = false\n\n[loop.postAction]\nenabled = true\n");
+    // A user configuration that would stop the demo's loop is not read: loops off, a
+    // post-action phase, a preset that wraps the agent in another CLI's arguments, fewer
+    // iterations than the demo needs (the last two made the demo fail before).
+    sb.write_user_config(
+        "[agent]\npreset = \"claude\"\n\n[loop]\nenabled = false\ndefaultMaxIterations = 2\n\n[loop.postAction]\nenabled = true\n",
+    );
     let out = run_process(cmd, None, Duration::from_secs(120));
     assert_eq!(out.code, 0, "demo failed: {}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("Sandbox:    off: bubblewrap is not available"), "{}", out.stdout);

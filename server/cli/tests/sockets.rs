@@ -371,7 +371,11 @@ fn forge_lsp_socket_sends_calls_through_the_server() {
     // Errors come back with the tool's message.
     let out = sb.call("plan-read").env("FORGE_LSP_SOCKET", &sock).cwd(&repo.path).run();
     assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(out.stderr.trim(), "No plan found for current session");
+    // The message, then how to name the session a plan was written in.
+    assert!(
+        out.stderr.trim().starts_with("No plan found for current session\n(this call ran as a fresh session"),
+        "{out:?}"
+    );
 
     // The socket is really used: an unreachable one is an error, not a silent fallback.
     let out = sb.call("tools").env("FORGE_LSP_SOCKET", sb.root.join("absent.sock")).cwd(&repo.path).run();
@@ -468,7 +472,11 @@ fn call_exit_codes_and_messages() {
 
     let out = run("plan-read", None);
     assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(out.stderr.trim(), "No plan found for current session");
+    // The message, then how to name the session a plan was written in.
+    assert!(
+        out.stderr.trim().starts_with("No plan found for current session\n(this call ran as a fresh session"),
+        "{out:?}"
+    );
     assert!(out.stdout.is_empty(), "{out:?}");
 
     let out = run("plan-write", Some(r#"{"content": "   "}"#));
@@ -614,4 +622,67 @@ fn running_out_of_descriptors_does_not_end_a_listen_server() {
     );
     let log = server.stderr();
     assert!(log.contains("cannot accept a connection on the listening socket"), "{log}");
+}
+
+/// What `forge-lsp call` is given is checked before it is routed, and named as given:
+/// an empty `--session ''` is no session (a fresh one, reported); a bad `--agent` names the
+/// flag whether or not a server runs (it was reported as `initializationOptions.forge.agent`
+/// through a server); `--project` naming a file says it is not a directory; a relative
+/// `XDG_DATA_HOME` is ignored (it gave one database per working directory).
+#[test]
+fn call_checks_its_flags_and_environment_as_given() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let out =
+        sb.call("plan-write").session("").input(json!({ "content": "# Empty session flag" })).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("Session: ses_"), "the chosen session is reported: {out:?}");
+
+    let sock = sb.root.join("s/forge.sock");
+    let _server = sb.listen_unix(&sock);
+    let out = sb.call("plan-read").agent("bogus").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--agent (or FORGE_AGENT) must be one of"), "{out:?}");
+
+    let file = sb.root.join("afile");
+    std::fs::write(&file, "x").unwrap();
+    let out =
+        sb.call("plan-read").arg("--project").arg(&file.display().to_string()).input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("not a directory"), "{out:?}");
+
+    let sub = repo.path.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let out = sb
+        .call("plan-read")
+        .no_data_dir()
+        .env("FORGE_DATA_DIR", "")
+        .env("XDG_DATA_HOME", "relxdg")
+        .input(json!({ "recent": true }))
+        .cwd(&sub)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(!sub.join("relxdg").exists(), "a relative XDG_DATA_HOME was used");
+}
+
+/// A data directory whose name is not UTF-8: a call through a running server on it would
+/// name another directory (its lossy spelling), so such a call runs in-process on the real
+/// one. Before, the finding went to a second directory made by the server.
+#[test]
+fn a_data_directory_that_is_not_utf8_is_never_misnamed() {
+    use std::os::unix::ffi::OsStrExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let odd = sb.root.join(std::ffi::OsStr::from_bytes(b"odd-\xff-dir"));
+    let sock = sb.root.join("s/forge.sock");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&odd).arg("serve").arg("--listen").arg(format!("unix:{}", sock.display()));
+    let _server = ListenServer::start(cmd, Addr::Unix(sock.clone()), sb.next_log("listen-odd"));
+    let args = json!({ "file": "odd.rs", "line": 1, "severity": "bug", "description": "kept" });
+    let out = sb.call("review-write").data_dir(&odd).input(args).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let lossy = sb.root.join("odd-\u{FFFD}-dir");
+    assert!(!lossy.exists(), "a second data directory was made");
+    let out = sb.call("review-read").data_dir(&odd).input(json!({})).cwd(&repo.path).run();
+    assert!(out.stdout.contains("kept"), "{out:?}");
 }

@@ -340,8 +340,9 @@ fn flatten(prefix: &str, v: &Map<String, Value>, out: &mut Vec<(String, Value)>)
 impl Loader {
     /// The user config file path.
     pub fn user_file() -> PathBuf {
+        // A relative value is ignored, as the XDG base directory specification says.
         let base = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|d| !d.is_empty())
+            .filter(|d| Path::new(d).is_absolute())
             .map(PathBuf::from)
             .unwrap_or_else(|| crate::project::home_dir().join(".config"));
         base.join("forge-lsp/config.toml")

@@ -109,7 +109,7 @@ fn mkdtemp(base: &Path, prefix: &str) -> Result<PathBuf, Refused> {
 /// the socket inside it.
 pub fn private_socket_path() -> Result<PathBuf, Refused> {
     let pid = std::process::id();
-    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_absolute()) {
         let base = PathBuf::from(runtime).join("forge-lsp");
         ensure_private_dir(&base)?;
         let mine = base.join(pid.to_string());

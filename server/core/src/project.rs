@@ -244,7 +244,9 @@ fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
     if let Some(d) = std::env::var_os("FORGE_DATA_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+    // A relative value is ignored, as the XDG base directory specification says (it would
+    // give one database per directory called from).
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| Path::new(d).is_absolute()) {
         return PathBuf::from(d).join("forge-lsp");
     }
     home_dir().join(".local/share/forge-lsp")

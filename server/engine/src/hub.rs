@@ -93,16 +93,23 @@ impl Hub {
 
     /// The workspace of `data_dir` if it is open already (never opens one).
     pub fn open_workspace(&self, data_dir: &Path) -> Option<Arc<Workspace>> {
-        self.workspaces.lock().unwrap_or_else(|p| p.into_inner()).get(data_dir).cloned()
+        self.workspaces.lock().unwrap_or_else(|p| p.into_inner()).get(&workspace_key(data_dir)).cloned()
     }
 
-    /// The workspace of `data_dir`, opening its store on first use.
+    /// The workspace of `data_dir`, opening its store on first use. Two spellings of one
+    /// directory (through a symbolic link) are one workspace: two stores and engines on one
+    /// database would not see each other's runners.
     pub fn workspace(&self, data_dir: &Path) -> Result<Arc<Workspace>, OpenError> {
-        let key = data_dir.to_path_buf();
         let mut map = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ws) = map.get(&workspace_key(data_dir)) {
+            return Ok(ws.clone());
+        }
+        forge_store::create_data_dir(data_dir).map_err(|e| OpenError::Io(data_dir.join("forge.db"), e))?;
+        let key = workspace_key(data_dir);
         if let Some(ws) = map.get(&key) {
             return Ok(ws.clone());
         }
+        let data_dir = key.as_path();
         let store = Store::open(&data_dir.join("forge.db"))?;
         let engine = Engine::new(store.clone(), key.clone(), self.private_socket());
         let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine });
@@ -110,6 +117,11 @@ impl Hub {
         map.insert(key, ws.clone());
         Ok(ws)
     }
+}
+
+/// The key of a data directory: its canonical path once it exists.
+fn workspace_key(data_dir: &Path) -> PathBuf {
+    data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_path_buf())
 }
 
 /// A data directory in use: its store and its engine (which holds the change broadcast).

@@ -49,7 +49,11 @@ pub fn identity_from_env(session: Option<&str>) -> (Option<String>, Option<Strin
     let env_token = std::env::var("FORGE_SESSION_TOKEN").ok().filter(|s| !s.is_empty());
     match (env_session, env_token) {
         (Some(s), Some(t)) => (Some(s), Some(t)),
-        (env_session, _) => (session.map(str::to_string).or(env_session), None),
+        // An empty `--session ''` (an unset shell variable) is no session, as an empty
+        // `FORGE_SESSION_ID` is.
+        (env_session, _) => {
+            (session.map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).or(env_session), None)
+        }
     }
 }
 
@@ -81,12 +85,27 @@ impl Route {
     /// forge.plan-read on`). That refusal is an `InvalidParams` error (a usage error).
     pub fn new(args: &RouteArgs, purpose: &str) -> Result<Route, ToolError> {
         let (session, token) = identity_from_env(args.session.as_deref());
+        if let Some(a) = args.agent.as_deref().filter(|a| !forge_protocol::AGENTS.contains(a)) {
+            return Err(ToolError::invalid_params(format!(
+                "--agent (or FORGE_AGENT) must be one of {}, got {a:?}",
+                forge_protocol::AGENTS.join(", ")
+            )));
+        }
         let here = std::env::current_dir()
             .map_err(|e| ToolError::internal(format!("cannot read the working directory: {e}")))?;
         let cwd = match &args.project {
-            Some(p) => p.canonicalize().map_err(|e| {
-                ToolError::invalid_params(format!("--project {}: not a usable directory: {e}", p.display()))
-            })?,
+            Some(p) => {
+                let dir = p.canonicalize().map_err(|e| {
+                    ToolError::invalid_params(format!("--project {}: not a usable directory: {e}", p.display()))
+                })?;
+                if !dir.is_dir() {
+                    return Err(ToolError::invalid_params(format!(
+                        "--project {}: not a directory (name the project's directory)",
+                        p.display()
+                    )));
+                }
+                dir
+            }
             None => here.clone(),
         };
         // The project is the repository the directory is in, with its work tree as the root
@@ -176,7 +195,10 @@ impl Route {
         mut input: Value,
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<CommandResult, ToolError> {
-        relative_file_from(&mut input, &self.here, &self.root);
+        // Built-in tools' `file` only: a plugin tool's `file` means what its author says.
+        if crate::find(name.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(name)).is_some() {
+            relative_file_from(&mut input, &self.here, &self.root);
+        }
         if let Some(sock) = &self.socket {
             self.say(format!("through the server at FORGE_LSP_SOCKET={}", sock.display()));
             return self
@@ -248,11 +270,20 @@ impl Route {
     /// Connects to a server and initializes as the caller. `Err(None)` when the server
     /// cannot be reached.
     fn connect(&self, sock: &Path) -> Result<LspClient, Option<ToolError>> {
+        // A data directory whose name is not UTF-8 cannot be named to a server exactly (a
+        // lossy name would be another directory): such a caller is not served by one.
+        let Some(data_dir) = self.data_dir.to_str() else {
+            self.say(format!(
+                "the data directory {} is not UTF-8: not going through a server",
+                self.data_dir.display()
+            ));
+            return Err(None);
+        };
         let mut c = LspClient::connect(sock).map_err(|_| None)?;
         // A process outside the server is not an editor: it never reads materialized views,
         // and writing them into its working directory (an agent's loop worktree) could
         // recreate that worktree after the loop removed it.
-        let mut forge = json!({ "dataDir": self.data_dir.display().to_string(), "config": { "documents": { "materialize": false } } });
+        let mut forge = json!({ "dataDir": data_dir, "config": { "documents": { "materialize": false } } });
         if let Some(a) = &self.agent {
             forge["agent"] = json!(a);
         }
@@ -262,7 +293,11 @@ impl Route {
         if let Some(t) = &self.token {
             forge["token"] = json!(t);
         }
-        let root = format!("file://{}", self.root.display());
+        // Percent-encoded: a root with `#`, `?`, `%` or bytes that are not UTF-8 in its name
+        // is named exactly.
+        let root = url::Url::from_file_path(&self.root)
+            .map(String::from)
+            .unwrap_or_else(|()| format!("file://{}", self.root.display()));
         let init = c
             .request(
                 "initialize",
@@ -383,6 +418,9 @@ fn unreachable_socket(sock: &Path) -> ToolError {
 
 /// A relative `file` is relative to the caller's working directory: rewritten relative to
 /// the project root (or absolute when the directory is outside it).
+///
+/// `..` is resolved by name (as the caller's shell would for a path it was given): a file
+/// that leaves the project that way is named absolute too, never as `../x`.
 fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) {
     let Some(file) = input.get("file").and_then(Value::as_str) else { return };
     if file.is_empty() || Path::new(file).is_absolute() {
@@ -390,13 +428,36 @@ fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) {
     }
     let Ok(sub) = cwd.strip_prefix(root) else {
         // Outside the project: make it absolute, so it names the file the caller meant.
-        input["file"] = Value::String(cwd.join(file).display().to_string());
+        input["file"] = Value::String(lexical(&cwd.join(file)).display().to_string());
         return;
     };
-    if sub.as_os_str().is_empty() {
-        return;
+    let joined = lexical(&sub.join(file));
+    let rewritten = if joined.starts_with("..") { lexical(&root.join(&joined)) } else { joined };
+    if !rewritten.as_os_str().is_empty() && rewritten.as_os_str() != file {
+        input["file"] = Value::String(rewritten.display().to_string());
     }
-    input["file"] = Value::String(sub.join(file).display().to_string());
+}
+
+/// `path` with `.` dropped and each `..` taking back the name before it (a leading `..` of
+/// a relative path stays).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                // `/..` is `/`.
+                Some(Component::RootDir) => {}
+                _ => out.push(".."),
+            },
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// Whether nothing can ever answer on `sock` again: the socket file is gone, or nobody
@@ -425,4 +486,33 @@ fn rpc_to_tool_error(e: &Value) -> ToolError {
     let code = e.get("code").and_then(Value::as_i64).unwrap_or(1007);
     let message = e.get("message").and_then(Value::as_str).unwrap_or("unknown error").to_string();
     ToolError::new(ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal), message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_relative_file_is_named_from_the_project_root() {
+        let root = Path::new("/p");
+        // (working directory, file given, file sent)
+        let cases = [
+            ("/p", "src/a.rs", "src/a.rs"),
+            ("/p/sub", "a.rs", "sub/a.rs"),
+            ("/p/sub", "../a.rs", "a.rs"),
+            ("/p/sub", "./x/../a.rs", "sub/a.rs"),
+            ("/p", "../../etc/passwd", "/etc/passwd"),
+            ("/p/sub", "../../q/b.rs", "/q/b.rs"),
+            ("/elsewhere", "b.rs", "/elsewhere/b.rs"),
+            ("/elsewhere", "../b.rs", "/b.rs"),
+            ("/p", "/abs/c.rs", "/abs/c.rs"),
+            ("/p", ".", "."),
+        ];
+        for (cwd, given, sent) in cases {
+            let mut input = json!({ "file": given });
+            relative_file_from(&mut input, Path::new(cwd), root);
+            assert_eq!(input["file"], json!(sent), "{cwd} {given}");
+        }
+    }
 }

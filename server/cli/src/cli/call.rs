@@ -133,8 +133,8 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
     let mut route = Route::new(&route_args, &format!("to call forge.{} on", tool.name))?;
     // A plan written from a shell belongs to a session the caller must name again to edit
     // it: choose it here, so the reply can say which.
-    let chosen_session =
-        (route.session.is_none() && matches!(tool.name, "plan-write" | "plan-edit")).then(forge_core::fresh_session);
+    let fresh = route.session.is_none();
+    let chosen_session = (fresh && matches!(tool.name, "plan-write" | "plan-edit")).then(forge_core::fresh_session);
     if chosen_session.is_some() {
         route.session = chosen_session.clone();
     }
@@ -157,17 +157,44 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
             ));
             Ok(r)
         }
+        // Each call from a shell is a session of its own unless one is named: the plan
+        // written by an earlier call is in that call's session.
+        (Err(mut e), _)
+            if fresh
+                && e.kind == forge_protocol::ErrorKind::NotFound
+                && matches!(tool.name, "plan-edit" | "plan-read") =>
+        {
+            e.message.push_str(
+                "\n(this call ran as a fresh session: pass the --session <id> that plan-write printed, or find the plan with plan-read '{\"recent\":true}')",
+            );
+            Err(e)
+        }
         (r, _) => r,
     }
+}
+
+/// The first sentence of a description: up to the first ". " outside parentheses (so
+/// "(e.g. *.rs)" does not end it), without its full stop.
+fn first_sentence(d: &str) -> &str {
+    let mut depth = 0i32;
+    for (i, c) in d.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            '.' if depth <= 0 && d[i + 1..].starts_with(' ') => return &d[..i],
+            _ => {}
+        }
+    }
+    d.trim_end_matches('.')
 }
 
 /// The `call --help` list of tools.
 pub fn tools_help() -> String {
     let mut s =
-        String::from("Tools (input is one JSON object; `forge-lsp call tools --json` prints every input schema):\n");
+        String::from("Tools (input is one JSON object; `forge-lsp call tools --json`, run in a project, prints every input schema):\n");
+    let width = tools::TOOLS.iter().map(|t| t.name.len()).max().unwrap_or(0);
     for t in tools::TOOLS {
-        let first = t.description.split(". ").next().unwrap_or(t.description);
-        s.push_str(&format!("  {:<15} {}\n", t.name, first.trim_end_matches('.')));
+        s.push_str(&format!("  {:<width$}  {}\n", t.name, first_sentence(t.description)));
     }
     s.push_str("\nIdentity: FORGE_SESSION_ID + FORGE_SESSION_TOKEN (a loop session), else --agent and --session.\nExit status: 0 success, 1 the tool failed (message on stderr), 2 usage error.");
     s

@@ -40,8 +40,8 @@ pub enum CleanupCmd {
         /// Minimum age since the last update: a number with a unit s, m, h or d (e.g. 12h, 30d).
         #[arg(long, value_name = "AGE", default_value = "30d", value_parser = Age::parse)]
         older_than: Age,
-        /// Only plans of this project id (default: every project).
-        #[arg(long, value_name = "ID")]
+        /// Only plans of this project: its directory, or its id (default: every project).
+        #[arg(long, value_name = "DIR|ID")]
         project: Option<String>,
         /// List what would be deleted; delete nothing.
         #[arg(long)]
@@ -51,8 +51,8 @@ pub enum CleanupCmd {
     Loop {
         /// The loop name (exact).
         name: String,
-        /// The loop's project id (default: the project of the working directory).
-        #[arg(long, value_name = "ID")]
+        /// The loop's project: its directory, or its id (default: the working directory's).
+        #[arg(long, value_name = "DIR|ID")]
         project: Option<String>,
         /// List what would be removed; remove nothing.
         #[arg(long)]
@@ -115,14 +115,13 @@ fn say(line: impl fmt::Display) {
 /// Runs a cleanup subcommand; returns the process exit status.
 pub fn run(cmd: CleanupCmd, data_dir: Option<PathBuf>) -> i32 {
     let data_dir = project::data_dir(None, data_dir.as_deref());
-    let r = match cmd {
-        CleanupCmd::Plans { older_than, project, dry_run } => {
-            cleanup_plans(&data_dir, &older_than, project.as_deref(), dry_run)
-        }
-        CleanupCmd::Loop { name, project, dry_run, force } => {
-            cleanup_loop(&data_dir, &name, project.as_deref(), dry_run, force)
-        }
-    };
+    let r =
+        match cmd {
+            CleanupCmd::Plans { older_than, project, dry_run } => project_id(project.as_deref())
+                .and_then(|p| cleanup_plans(&data_dir, &older_than, p.as_deref(), dry_run)),
+            CleanupCmd::Loop { name, project, dry_run, force } => project_id(project.as_deref())
+                .and_then(|p| cleanup_loop(&data_dir, &name, p.as_deref(), dry_run, force)),
+        };
     match r {
         Ok(()) => 0,
         Err(Failure::Failed(m)) => {
@@ -130,6 +129,27 @@ pub fn run(cmd: CleanupCmd, data_dir: Option<PathBuf>) -> i32 {
             1
         }
     }
+}
+
+/// The project id `--project` names: a directory's project (the repository it is in), or
+/// an id as given (the root commit's hash, or `global`); a path that is no directory is
+/// refused rather than taken for an id nothing has.
+fn project_id(arg: Option<&str>) -> Result<Option<String>, Failure> {
+    let Some(arg) = arg else { return Ok(None) };
+    let dir = Path::new(arg);
+    if dir.is_dir() {
+        let detected = Project::detect(dir);
+        if detected.is_global() {
+            return Err(failed(format!(
+                "--project {arg}: not inside a git repository with a commit (give the project's directory, or its id)"
+            )));
+        }
+        return Ok(Some(detected.id));
+    }
+    if arg.contains('/') || arg == "." || arg == ".." {
+        return Err(failed(format!("--project {arg}: no such directory (give the project's directory, or its id)")));
+    }
+    Ok(Some(arg.to_string()))
 }
 
 /// Opens `<data_dir>/forge.db` if it exists (a cleanup never creates a database).

@@ -160,6 +160,12 @@ fn demo(root: &Path, started: Instant) -> Result<(), String> {
     let bin = shown_bin(&exe);
 
     println!("forge-lsp demo: a two-section coding/auditing loop with a scripted agent (no model, no network).");
+    // The demo shows forge-lsp as it ships: the user's configuration file (an agent preset,
+    // a lower iteration limit, loops off) and plugins are not read by this process or its
+    // agent. Set while this process has no other thread.
+    let config_home = root.join("config");
+    std::fs::create_dir_all(&config_home).map_err(|e| format!("cannot create {}: {e}", config_home.display()))?;
+    std::env::set_var("XDG_CONFIG_HOME", &config_home);
     make_repository(&project)?;
     let sandbox = match forge_engine::sandbox::probe() {
         Ok(bwrap) => format!("on ({}: each shell the agent runs is in its own sandbox)", bwrap.display()),
