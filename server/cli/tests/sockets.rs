@@ -686,3 +686,26 @@ fn a_data_directory_that_is_not_utf8_is_never_misnamed() {
     let out = sb.call("review-read").data_dir(&odd).input(json!({})).cwd(&repo.path).run();
     assert!(out.stdout.contains("kept"), "{out:?}");
 }
+
+/// A registered server that is alive but does not answer (stopped with SIGSTOP: its
+/// socket still accepts) is passed over after the initialize timeout, and the call runs
+/// in-process. Before, the call waited up to 11 minutes for it.
+#[test]
+fn a_server_that_does_not_answer_is_passed_over() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("s/forge.sock");
+    let server = sb.listen_unix(&sock);
+    let pid = server.pid() as i32;
+    // SAFETY: signals to the server process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let started = std::time::Instant::now();
+    let args = json!({ "file": "a.rs", "line": 1, "severity": "bug", "description": "while stopped" });
+    let out = sb.call("review-write").input(args).env("FORGE_TEST_INIT_TIMEOUT_MS", "500").cwd(&repo.path).run();
+    let took = started.elapsed();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(took < std::time::Duration::from_secs(15), "{took:?}");
+    let out = sb.call("review-read").input(json!({})).cwd(&repo.path).run();
+    assert!(out.stdout.contains("while stopped"), "{out:?}");
+}

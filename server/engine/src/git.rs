@@ -707,7 +707,7 @@ fn prepare_target_dir(dir: &Path) -> Result<bool, GitError> {
         }
     };
     if let Some(parent) = dir.parent() {
-        fs::create_dir_all(parent).ctx("create the worktree's parent directory", parent)?;
+        forge_core::paths::create_private_dirs(parent).ctx("create the worktree's parent directory", parent)?;
     }
     Ok(removed)
 }

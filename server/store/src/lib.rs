@@ -391,6 +391,8 @@ struct Writer {
     waiting: std::sync::atomic::AtomicUsize,
     /// Checkpoints the log off the write path (`checkpoint` module).
     checkpoints: checkpoint::Checkpoints,
+    /// When the change feed was last pruned by this store.
+    pruned: std::sync::Mutex<std::time::Instant>,
 }
 
 /// Counts a caller in [`Writer::waiting`] while it lives.
@@ -442,8 +444,26 @@ impl Writer {
     fn commit(&self, conn: &Connection, group: Vec<GroupJob>) {
         run_group(conn, group);
         self.checkpoints.after_commit(conn);
+        self.maybe_prune(conn);
+    }
+
+    /// Prunes the change feed of rows older than [`sweep::CHANGES_KEEP_MS`] every
+    /// [`PRUNE_EVERY`] of writing (the first connection's sweep prunes it too): a server that
+    /// runs for weeks, or in-process calls that never sweep, would grow it without bound.
+    fn maybe_prune(&self, conn: &Connection) {
+        let mut at = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+        if at.elapsed() < PRUNE_EVERY || !conn.is_autocommit() {
+            return;
+        }
+        *at = std::time::Instant::now();
+        if let Err(e) = changes::prune(conn, now_ms().saturating_sub(sweep::CHANGES_KEEP_MS)) {
+            tracing::warn!("cannot prune the change feed: {e}");
+        }
     }
 }
+
+/// How often a writing store prunes the change feed.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
 /// Prepared statements a connection keeps (rusqlite's default is 16; one connection serves
 /// every tool, and a statement pushed out is parsed and planned again on its next use).
@@ -542,6 +562,7 @@ impl Store {
             queue: Default::default(),
             waiting: Default::default(),
             checkpoints,
+            pruned: std::sync::Mutex::new(std::time::Instant::now()),
         });
         let (tx, rx) = std_mpsc::channel::<Work>();
         let w = writer.clone();
@@ -572,7 +593,7 @@ impl Store {
         if self.jobs.send(Work::Plain(job)).is_err() {
             panic!("forge-store thread stopped");
         }
-        rx.await.expect("forge-store thread dropped a job")
+        rx.await.expect("a store job failed with an internal error (a bug); the store keeps running")
     }
 
     /// Runs `f` on a read connection inside one read transaction (one committed
@@ -660,7 +681,7 @@ impl Store {
             std::mem::forget(unled);
         }
         self.lead();
-        rx.await.expect("forge-store thread dropped a job")
+        rx.await.expect("a store job failed with an internal error (a bug); the store keeps running")
     }
 
     /// Runs a lone write here, when the write connection is free and no other write is
@@ -730,8 +751,17 @@ fn writer_loop(writer: &Writer, rx: std_mpsc::Receiver<Work>) {
             {
                 let mut conn = writer.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(Work::Plain(job)) = work.take() {
-                    job(&mut conn);
+                    // A job that panics must not end the writer thread (every later write
+                    // of the process would fail): its caller's channel is dropped (it sees
+                    // the job lost) and a transaction it left open is rolled back.
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn))).is_err() {
+                        tracing::error!("a store job panicked; its transaction, if any, is rolled back");
+                        if !conn.is_autocommit() {
+                            let _ = conn.execute_batch("ROLLBACK");
+                        }
+                    }
                     writer.checkpoints.after_commit(&conn);
+                    writer.maybe_prune(&conn);
                 }
                 writer.run_queued(&conn);
             }
@@ -977,6 +1007,53 @@ mod tests {
         let wal = std::fs::metadata(dir.path().join("forge.db-wal")).unwrap().len();
         assert!(wal < 48 << 20, "the WAL grew to {wal} bytes: nothing checkpointed it and started it over");
         assert_eq!(store.read(changes_count).await.unwrap(), 4000);
+    }
+
+    /// A store that keeps writing prunes the change feed every [`PRUNE_EVERY`]: rows older
+    /// than an hour go, newer ones stay. (Only the first connection's sweep pruned it.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writing_store_prunes_the_change_feed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("forge.db")).unwrap();
+        store.call(|c| add_change(c, "old")).await.unwrap();
+        store.write_grouped(|c| add_change(c, "unpruned yet"), |_| rusqlite::Error::InvalidQuery).await.unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 2, "not yet {PRUNE_EVERY:?}");
+        let long_ago = std::time::Instant::now().checked_sub(PRUNE_EVERY * 2).expect("an instant that long ago");
+        *store.writer.pruned.lock().unwrap() = long_ago;
+        let now = now_ms();
+        store
+            .write_grouped(
+                move |c| {
+                    c.execute("INSERT INTO changes (project_id, kind, key, at) VALUES ('p','plan','new',?1)", [now])
+                        .map(|_| ())
+                },
+                |_| rusqlite::Error::InvalidQuery,
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 1, "the rows of epoch 0 are pruned, the new one kept");
+    }
+
+    /// A plain job that panics inside its transaction loses its job and its transaction;
+    /// the writer thread keeps running the next ones. It ended the thread before (every
+    /// later write of the process panicked with "forge-store thread stopped").
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_job_leaves_the_writer_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("forge.db")).unwrap();
+        let s2 = store.clone();
+        let lost = tokio::spawn(async move {
+            s2.call(|c| {
+                c.execute_batch("BEGIN IMMEDIATE").unwrap();
+                add_change(c, "lost").unwrap();
+                panic!("a bug in a job");
+            })
+            .await
+        })
+        .await;
+        assert!(lost.is_err(), "the caller sees its job fail");
+        store.call(|c| add_change(c, "kept")).await.unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 1, "the panicked job's write was rolled back");
     }
 
     #[tokio::test]

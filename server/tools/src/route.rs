@@ -298,15 +298,23 @@ impl Route {
         let root = url::Url::from_file_path(&self.root)
             .map(String::from)
             .unwrap_or_else(|()| format!("file://{}", self.root.display()));
+        // A server that accepts connections but does not answer (stopped, wedged) is passed
+        // over after INIT_TIMEOUT instead of holding the call for the reply timeout: nothing
+        // was asked of it yet.
+        c.set_timeout(init_timeout()).map_err(|_| None)?;
         let init = c
             .request(
                 "initialize",
                 json!({ "processId": std::process::id(), "rootUri": root, "capabilities": {}, "workspaceFolders": [{ "uri": root, "name": "cwd" }], "initializationOptions": { "forge": forge } }),
             )
-            .map_err(|_| None)?;
+            .map_err(|e| {
+                self.say(format!("the server at {} did not answer initialize ({e}): passed over", sock.display()));
+                None
+            })?;
         if let Err(e) = init {
             return Err(Some(rpc_to_tool_error(&e)));
         }
+        c.set_timeout(lsp_client::REPLY_TIMEOUT).map_err(|_| None)?;
         c.notify("initialized", json!({})).map_err(|_| None)?;
         Ok(c)
     }
@@ -414,6 +422,20 @@ fn keep_wal_files(conn: &rusqlite::Connection) {
 
 fn unreachable_socket(sock: &Path) -> ToolError {
     ToolError::precondition(format!("cannot reach the forge-lsp server at FORGE_LSP_SOCKET={}", sock.display()))
+}
+
+/// How long a running server may take to answer `initialize` (the project's id is cached by
+/// the caller's own detection by then, so it is answered in milliseconds).
+const INIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// [`INIT_TIMEOUT`], or in a debug build `FORGE_TEST_INIT_TIMEOUT_MS` when set (a test of
+/// a server that does not answer need not wait 20 s).
+fn init_timeout() -> std::time::Duration {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("FORGE_TEST_INIT_TIMEOUT_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+        return std::time::Duration::from_millis(ms);
+    }
+    INIT_TIMEOUT
 }
 
 /// A relative `file` is relative to the caller's working directory: rewritten relative to

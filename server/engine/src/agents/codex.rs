@@ -84,7 +84,7 @@ impl AgentHost for Codex {
             Some(_) => {
                 let home =
                     codex_home().ok_or("the Codex preset needs CODEX_HOME or HOME to find Codex's state directory")?;
-                std::fs::create_dir_all(&home)
+                forge_core::paths::create_private_dirs(&home)
                     .map_err(|e| format!("cannot create Codex's state directory {}: {e}", home.display()))?;
                 Some(vec![home])
             }

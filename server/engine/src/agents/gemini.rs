@@ -70,7 +70,7 @@ impl AgentHost for Gemini {
             .and_then(|p| std::fs::read_to_string(p).ok());
         let file = settings_file(req);
         if let Some(d) = file.parent() {
-            std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            forge_core::paths::create_private_dirs(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
         let text = serde_json::to_string_pretty(&settings(base.as_deref(), &super::mcp_command()))
             .map_err(|e| format!("cannot write Gemini settings: {e}"))?;

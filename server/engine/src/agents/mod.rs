@@ -107,7 +107,7 @@ fn save_cli_session(req: &TurnRequest, id: &str) {
     }
     let f = cli_session_file(req);
     if let Some(d) = f.parent() {
-        let _ = std::fs::create_dir_all(d);
+        let _ = forge_core::paths::create_private_dirs(d);
     }
     if let Err(e) = write_private(&f, id.as_bytes()) {
         tracing::warn!(session = %req.session_id, "cannot record the agent's session id in {}: {e}", f.display());

@@ -18,11 +18,19 @@ pub struct LspClient {
     notifications: Option<Vec<Value>>,
 }
 
+/// How long a reply may take: longer than any tool's own limit (a shell command's 600 s).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(660);
+
 impl LspClient {
     pub fn connect(path: &Path) -> std::io::Result<LspClient> {
         let s = UnixStream::connect(path)?;
-        s.set_read_timeout(Some(Duration::from_secs(660)))?;
+        s.set_read_timeout(Some(REPLY_TIMEOUT))?;
         Ok(LspClient { reader: s.try_clone()?, decoder: Decoder::new(), writer: s, next_id: 1, notifications: None })
+    }
+
+    /// How long a read waits for the server from now on.
+    pub fn set_timeout(&self, wait: Duration) -> std::io::Result<()> {
+        self.reader.set_read_timeout(Some(wait))
     }
 
     /// A handle on the same connection that can close it from another thread
