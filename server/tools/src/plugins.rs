@@ -269,89 +269,267 @@ pub fn trusted_outside(project_root: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Validates `v` against the supported subset of JSON Schema: `type` (one or a list),
-/// `properties`, `required`, `additionalProperties` (false or a schema), `items`, `enum`,
-/// `const`, `minLength`/`maxLength`, `minimum`/`maximum`, `minItems`/`maxItems`. Other
-/// keywords are ignored. The error names the path of the first failure.
+/// Validates `v` against a sidecar's `inputSchema`, JSON Schema as tools written with zod
+/// or by hand use it: `type` (one or a list; an integer may be written `2.0`), `enum`,
+/// `const`, `minLength`/`maxLength`, `pattern` (ECMAScript, run linear-time), `minimum`,
+/// `maximum`, `exclusiveMinimum`/`exclusiveMaximum` (numbers, or draft 4's booleans),
+/// `multipleOf`, `items` (a schema, or draft 4's list), `prefixItems`, `minItems`/
+/// `maxItems`, `uniqueItems`, `contains`, `properties`, `required`,
+/// `additionalProperties`, `patternProperties`, `propertyNames`, `minProperties`/
+/// `maxProperties`, `dependentRequired`, `allOf`, `anyOf`, `oneOf`, `not`,
+/// `if`/`then`/`else`, boolean schemas and `$ref` to `#` or a JSON pointer into the schema
+/// (`#/$defs/...`, `#/definitions/...`). Annotations (`format`, `description`, `default`,
+/// ...) do not constrain. The error names the path of the first failure.
 pub fn validate(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
-    let Some(s) = schema.as_object() else { return Ok(()) };
-    let at = if path.is_empty() { "the input".to_string() } else { format!("`{path}`") };
-    if let Some(t) = s.get("type") {
-        let types: Vec<&str> = match t {
-            Value::String(x) => vec![x.as_str()],
-            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
-            _ => vec![],
+    Validator { root: schema }.check(schema, v, path, 0)
+}
+
+/// How deep `$ref`s and combinators may nest (a schema that refers to itself for ever is an
+/// error, not a stack overflow).
+const MAX_SCHEMA_DEPTH: usize = 64;
+
+struct Validator<'a> {
+    root: &'a Value,
+}
+
+impl Validator<'_> {
+    fn check(&self, schema: &Value, v: &Value, path: &str, depth: usize) -> Result<(), String> {
+        let at = if path.is_empty() { "the input".to_string() } else { format!("`{path}`") };
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(format!("the tool's inputSchema nests deeper than {MAX_SCHEMA_DEPTH} at {at}"));
+        }
+        let s = match schema {
+            Value::Bool(true) => return Ok(()),
+            Value::Bool(false) => return Err(format!("{at} is not allowed")),
+            Value::Object(s) => s,
+            _ => return Ok(()),
         };
-        let is = |ty: &str| match ty {
-            "object" => v.is_object(),
-            "array" => v.is_array(),
-            "string" => v.is_string(),
-            "boolean" => v.is_boolean(),
-            "null" => v.is_null(),
-            "number" => v.is_number(),
-            "integer" => v.as_i64().is_some() || v.as_u64().is_some(),
-            _ => true,
-        };
-        if !types.is_empty() && !types.iter().any(|t| is(t)) {
-            return Err(format!("{at} must be {}", types.join(" or ")));
-        }
-    }
-    if let Some(Value::Array(e)) = s.get("enum") {
-        if !e.contains(v) {
-            return Err(format!("{at} must be one of {}", Value::Array(e.clone())));
-        }
-    }
-    if let Some(c) = s.get("const") {
-        if c != v {
-            return Err(format!("{at} must be {c}"));
-        }
-    }
-    let num = |k: &str| s.get(k).and_then(Value::as_f64);
-    if let Some(x) = v.as_str() {
-        let n = x.chars().count() as f64;
-        if num("minLength").is_some_and(|m| n < m) || num("maxLength").is_some_and(|m| n > m) {
-            return Err(format!("{at} has a length outside the allowed range"));
-        }
-    }
-    if let Some(x) = v.as_f64() {
-        if num("minimum").is_some_and(|m| x < m) || num("maximum").is_some_and(|m| x > m) {
-            return Err(format!("{at} is outside the allowed range"));
-        }
-    }
-    if let Some(a) = v.as_array() {
-        let n = a.len() as f64;
-        if num("minItems").is_some_and(|m| n < m) || num("maxItems").is_some_and(|m| n > m) {
-            return Err(format!("{at} has a number of items outside the allowed range"));
-        }
-        if let Some(items) = s.get("items") {
-            for (i, x) in a.iter().enumerate() {
-                validate(items, x, &format!("{path}[{i}]"))?;
+        let deeper = |sub: &Value, v: &Value, p: &str| self.check(sub, v, p, depth + 1);
+        if let Some(Value::String(r)) = s.get("$ref") {
+            match self.resolve(r) {
+                Some(target) => deeper(target, v, path)?,
+                None => tracing::warn!("plugin tool inputSchema: $ref {r:?} is not a pointer into the schema; ignored"),
             }
         }
-    }
-    if let Some(o) = v.as_object() {
-        let props = s.get("properties").and_then(Value::as_object);
-        if let Some(Value::Array(req)) = s.get("required") {
-            for r in req.iter().filter_map(Value::as_str) {
-                if !o.contains_key(r) {
-                    let p = if path.is_empty() { r.to_string() } else { format!("{path}.{r}") };
-                    return Err(format!("missing required field `{p}`"));
+        if let Some(t) = s.get("type") {
+            let types: Vec<&str> = match t {
+                Value::String(x) => vec![x.as_str()],
+                Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+                _ => vec![],
+            };
+            let is = |ty: &str| match ty {
+                "object" => v.is_object(),
+                "array" => v.is_array(),
+                "string" => v.is_string(),
+                "boolean" => v.is_boolean(),
+                "null" => v.is_null(),
+                "number" => v.is_number(),
+                "integer" => {
+                    v.as_i64().is_some() || v.as_u64().is_some() || v.as_f64().is_some_and(|x| x.fract() == 0.0)
+                }
+                _ => true,
+            };
+            if !types.is_empty() && !types.iter().any(|t| is(t)) {
+                return Err(format!("{at} must be {}", types.join(" or ")));
+            }
+        }
+        if let Some(Value::Array(e)) = s.get("enum") {
+            if !e.iter().any(|x| same(x, v)) {
+                return Err(format!("{at} must be one of {}", Value::Array(e.clone())));
+            }
+        }
+        if let Some(c) = s.get("const") {
+            if !same(c, v) {
+                return Err(format!("{at} must be {c}"));
+            }
+        }
+        let num = |k: &str| s.get(k).and_then(Value::as_f64);
+        if let Some(x) = v.as_str() {
+            let n = x.chars().count() as f64;
+            if num("minLength").is_some_and(|m| n < m) || num("maxLength").is_some_and(|m| n > m) {
+                return Err(format!("{at} has a length outside the allowed range"));
+            }
+            if let Some(Value::String(p)) = s.get("pattern") {
+                let re = forge_domain::ecma_regex::compile(p).map_err(|e| {
+                    format!("the tool's inputSchema has a pattern that is not a regular expression ({p:?}): {e}")
+                })?;
+                if !re.is_match(x) {
+                    return Err(format!("{at} must match the pattern {p:?}"));
                 }
             }
         }
-        for (k, x) in o {
-            let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-            match props.and_then(|m| m.get(k)) {
-                Some(sub) => validate(sub, x, &p)?,
-                None => match s.get("additionalProperties") {
-                    Some(Value::Bool(false)) => return Err(format!("unknown field `{p}`")),
-                    Some(sub @ Value::Object(_)) => validate(sub, x, &p)?,
-                    _ => {}
-                },
+        if let Some(x) = v.as_f64().filter(|_| v.is_number()) {
+            let exclusive = |k: &str, bound: &str| match s.get(k) {
+                Some(Value::Bool(b)) => (*b).then(|| num(bound)).flatten(),
+                Some(n) => n.as_f64(),
+                None => None,
+            };
+            let low = exclusive("exclusiveMinimum", "minimum");
+            let high = exclusive("exclusiveMaximum", "maximum");
+            if num("minimum").is_some_and(|m| x < m)
+                || num("maximum").is_some_and(|m| x > m)
+                || low.is_some_and(|m| x <= m)
+                || high.is_some_and(|m| x >= m)
+            {
+                return Err(format!("{at} is outside the allowed range"));
+            }
+            if let Some(m) = num("multipleOf").filter(|m| *m > 0.0) {
+                let q = x / m;
+                if (q - q.round()).abs() > 1e-9 {
+                    return Err(format!("{at} must be a multiple of {m}"));
+                }
             }
         }
+        if let Some(a) = v.as_array() {
+            let n = a.len() as f64;
+            if num("minItems").is_some_and(|m| n < m) || num("maxItems").is_some_and(|m| n > m) {
+                return Err(format!("{at} has a number of items outside the allowed range"));
+            }
+            let prefix: &[Value] = match (s.get("prefixItems"), s.get("items")) {
+                (Some(Value::Array(p)), _) => p,
+                (None, Some(Value::Array(p))) => p,
+                _ => &[],
+            };
+            for (i, x) in a.iter().enumerate() {
+                let sub = match prefix.get(i) {
+                    Some(sub) => Some(sub),
+                    None if !prefix.is_empty() && s.get("prefixItems").is_none() => s.get("additionalItems"),
+                    None => s.get("items").filter(|it| !it.is_array()),
+                };
+                if let Some(sub) = sub {
+                    deeper(sub, x, &format!("{path}[{i}]"))?;
+                }
+            }
+            if s.get("uniqueItems") == Some(&Value::Bool(true)) {
+                for (i, x) in a.iter().enumerate() {
+                    if a[..i].iter().any(|y| same(x, y)) {
+                        return Err(format!("{at} must not repeat an item (item {i} is repeated)"));
+                    }
+                }
+            }
+            if let Some(c) = s.get("contains") {
+                if !a.iter().enumerate().any(|(i, x)| deeper(c, x, &format!("{path}[{i}]")).is_ok()) {
+                    return Err(format!("{at} must contain an item that matches its schema"));
+                }
+            }
+        }
+        if let Some(o) = v.as_object() {
+            let n = o.len() as f64;
+            if num("minProperties").is_some_and(|m| n < m) || num("maxProperties").is_some_and(|m| n > m) {
+                return Err(format!("{at} has a number of fields outside the allowed range"));
+            }
+            let field = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+            if let Some(Value::Array(req)) = s.get("required") {
+                for r in req.iter().filter_map(Value::as_str) {
+                    if !o.contains_key(r) {
+                        return Err(format!("missing required field `{}`", field(r)));
+                    }
+                }
+            }
+            if let Some(Value::Object(deps)) = s.get("dependentRequired") {
+                for (k, needs) in deps.iter().filter(|(k, _)| o.contains_key(k.as_str())) {
+                    for r in needs.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                        if !o.contains_key(r) {
+                            return Err(format!("missing field `{}`, required with `{}`", field(r), field(k)));
+                        }
+                    }
+                }
+            }
+            let props = s.get("properties").and_then(Value::as_object);
+            let patterns: Vec<(regex::Regex, &Value)> = match s.get("patternProperties") {
+                Some(Value::Object(pp)) => pp
+                    .iter()
+                    .map(|(p, sub)| {
+                        forge_domain::ecma_regex::compile(p).map(|re| (re, sub)).map_err(|e| {
+                            format!("the tool's inputSchema has a patternProperties key that is not a regular expression ({p:?}): {e}")
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+                _ => vec![],
+            };
+            for (k, x) in o {
+                let p = field(k);
+                if let Some(names) = s.get("propertyNames") {
+                    deeper(names, &Value::String(k.clone()), &p)
+                        .map_err(|e| format!("field name `{p}` is not allowed: {e}"))?;
+                }
+                let mut known = false;
+                if let Some(sub) = props.and_then(|m| m.get(k)) {
+                    known = true;
+                    deeper(sub, x, &p)?;
+                }
+                for (re, sub) in &patterns {
+                    if re.is_match(k) {
+                        known = true;
+                        deeper(sub, x, &p)?;
+                    }
+                }
+                if !known {
+                    match s.get("additionalProperties") {
+                        Some(Value::Bool(false)) => return Err(format!("unknown field `{p}`")),
+                        Some(sub @ Value::Object(_)) => deeper(sub, x, &p)?,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if let Some(Value::Array(all)) = s.get("allOf") {
+            for sub in all {
+                deeper(sub, v, path)?;
+            }
+        }
+        if let Some(Value::Array(any)) = s.get("anyOf") {
+            let mut first = None;
+            if !any.iter().any(|sub| deeper(sub, v, path).map_err(|e| first.get_or_insert(e).clone()).is_ok()) {
+                return Err(first.unwrap_or_else(|| format!("{at} matches none of the allowed forms")));
+            }
+        }
+        if let Some(Value::Array(one)) = s.get("oneOf") {
+            let matching = one.iter().filter(|sub| deeper(sub, v, path).is_ok()).count();
+            if matching != 1 {
+                return Err(format!("{at} must match exactly one of the allowed forms (it matches {matching})"));
+            }
+        }
+        if let Some(not) = s.get("not") {
+            if deeper(not, v, path).is_ok() {
+                return Err(format!("{at} is of a form that is not allowed"));
+            }
+        }
+        if let Some(cond) = s.get("if") {
+            let branch = if deeper(cond, v, path).is_ok() { s.get("then") } else { s.get("else") };
+            if let Some(b) = branch {
+                deeper(b, v, path)?;
+            }
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// The schema a `$ref` points at: `#` or a JSON pointer into the sidecar's schema.
+    fn resolve(&self, r: &str) -> Option<&Value> {
+        let pointer = r.strip_prefix('#')?;
+        let decoded = percent_decode(pointer);
+        self.root.pointer(&decoded)
+    }
+}
+
+/// JSON equality with numbers compared by value (`1` and `1.0` are the same).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, a)| y.get(k).is_some_and(|b| same(a, b)))
+        }
+        _ => a == b,
+    }
+}
+
+/// A `$ref`'s fragment with `%XX` escapes decoded.
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| s.to_string())
 }
 
 /// One of a tool's output pipes, read on a thread of its own: at most [`MAX_OUTPUT`]
@@ -565,6 +743,62 @@ mod tests {
                 (r, w) => panic!("{v}: got {r:?}, wanted {w:?}"),
             }
         }
+    }
+
+    /// The keywords zod and hand-written schemas use beyond the basic ones: each one's
+    /// failure is caught (they were ignored, and the input reached the tool).
+    #[test]
+    fn validates_what_generated_schemas_use() {
+        let schema = json!({
+            "type": "object",
+            "$defs": { "id": { "type": "string", "pattern": "^[a-z]+$" } },
+            "properties": {
+                "n": { "type": "integer", "exclusiveMinimum": 0, "multipleOf": 2 },
+                "id": { "$ref": "#/$defs/id" },
+                "mode": { "anyOf": [{ "const": "a" }, { "const": "b" }] },
+                "one": { "oneOf": [{ "type": "string" }, { "type": "integer" }] },
+                "not5": { "not": { "const": 5 } },
+                "set": { "type": "array", "uniqueItems": true, "prefixItems": [{ "type": "string" }], "items": { "type": "integer" } },
+                "old": { "type": "number", "minimum": 0, "exclusiveMinimum": true },
+                "tags": { "type": "object", "patternProperties": { "^x-": { "type": "string" } }, "additionalProperties": false },
+                "both": { "type": "object", "dependentRequired": { "a": ["b"] } },
+                "kind": { "type": "string", "format": "uri" }
+            },
+            "additionalProperties": false,
+            "if": { "required": ["kind"] },
+            "then": { "required": ["id"] }
+        });
+        let cases: &[(Value, Option<&str>)] = &[
+            (json!({ "n": 2, "id": "abc", "mode": "b", "one": 3, "not5": 4, "set": ["s", 1, 2] }), None),
+            (json!({ "n": 4.0 }), None),
+            (json!({ "n": 0 }), Some("`n` is outside")),
+            (json!({ "n": 3 }), Some("`n` must be a multiple of 2")),
+            (json!({ "id": "../../etc" }), Some("`id` must match the pattern")),
+            (json!({ "mode": "zzz" }), Some("`mode` must be")),
+            (json!({ "one": true }), Some("exactly one")),
+            (json!({ "not5": 5 }), Some("`not5` is of a form that is not allowed")),
+            (json!({ "set": ["s", 1, 1] }), Some("must not repeat")),
+            (json!({ "set": [1] }), Some("`set[0]` must be string")),
+            (json!({ "set": ["s", "t"] }), Some("`set[1]` must be integer")),
+            (json!({ "old": 0 }), Some("`old` is outside")),
+            (json!({ "tags": { "x-a": "ok" } }), None),
+            (json!({ "tags": { "x-a": 1 } }), Some("`tags.x-a` must be string")),
+            (json!({ "tags": { "y": "no" } }), Some("unknown field `tags.y`")),
+            (json!({ "both": { "a": 1 } }), Some("missing field `both.b`, required with `both.a`")),
+            (json!({ "kind": "not a uri" }), Some("missing required field `id`")),
+            (json!({ "kind": "x", "id": "ok" }), None),
+        ];
+        for (v, want) in cases {
+            match (validate(&schema, v, ""), want) {
+                (Ok(()), None) => {}
+                (Err(e), Some(w)) => assert!(e.contains(w), "{v}: {e}"),
+                (r, w) => panic!("{v}: got {r:?}, wanted {w:?}"),
+            }
+        }
+        // A schema that refers to itself for ever is an error, not a stack overflow.
+        let endless = json!({ "$ref": "#" });
+        assert!(validate(&endless, &json!({}), "").unwrap_err().contains("nests deeper"));
+        assert!(validate(&json!(false), &json!(1), "").is_err());
     }
 
     #[test]
