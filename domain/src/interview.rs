@@ -171,9 +171,54 @@ fn nearest_start(ends: &[usize], lo: usize, len: usize, want: usize) -> Option<u
         .min_by_key(|&s| (s.abs_diff(want), s))
 }
 
-/// The place nearest to `want` (within `lo..`) where `old` fits.
+/// [`nearest_within`] without a budget (the tests).
+#[cfg(test)]
 fn nearest(text: &[&str], lo: usize, want: usize, old: &[&str], loose: bool) -> Option<usize> {
-    nearest_start(&prefix_ends(text, lo, old, loose), lo, old.len(), want)
+    let mut unlimited = usize::MAX;
+    nearest_within(text, lo, want, old, loose, &mut unlimited).ok().flatten()
+}
+
+/// Lines one diff may compare while placing its hunks: a hunk found at or near its line
+/// costs about its length, but each hunk found nowhere (or only with other trailing white
+/// space) costs a pass over the spec, and a diff of thousands of them would hold the
+/// store's writes for minutes.
+const MAX_COMPARED: usize = 50_000_000;
+
+/// The place nearest to `want` (within `lo..`) where `old` fits. Searched in windows
+/// around `want` that double until one holds a match or covers the whole range: a hunk at
+/// or near its line costs about its own length, not the spec's, however many hunks a diff
+/// has. A match at distance `d` lies in every window of radius `d` or more, and any match
+/// outside a window is farther than all inside it, so the first window with a match holds
+/// the nearest one (ties included: a window reaches as far on both sides).
+///
+/// The lines compared are counted against `budget`; `Err` when it runs out.
+fn nearest_within(
+    text: &[&str],
+    lo: usize,
+    want: usize,
+    old: &[&str],
+    loose: bool,
+    budget: &mut usize,
+) -> Result<Option<usize>, ()> {
+    if old.is_empty() || old.len() > text.len() || lo > text.len() - old.len() {
+        return Ok(None);
+    }
+    let last = text.len() - old.len();
+    let want = want.clamp(lo, last);
+    let mut radius = old.len().max(16);
+    loop {
+        let from = want.saturating_sub(radius).max(lo);
+        let to = (want + radius).min(last);
+        let window = &text[..to + old.len()];
+        *budget = budget.checked_sub(window.len() - from).ok_or(())?;
+        if let Some(at) = nearest_start(&prefix_ends(window, from, old, loose), from, old.len(), want) {
+            return Ok(Some(at));
+        }
+        if from == lo && to == last {
+            return Ok(None);
+        }
+        radius = radius.saturating_mul(2);
+    }
 }
 
 /// Applies a unified diff to `text`; every hunk applies or the error names the one
@@ -185,6 +230,7 @@ pub fn apply_unified(text: &str, diff: &str) -> Result<String, String> {
     let old_lines: Vec<&str> = if text.is_empty() { vec![] } else { body.split('\n').collect() };
     let mut out: Vec<String> = Vec::new();
     let mut cursor = 0;
+    let mut budget = MAX_COMPARED;
     for h in &hunks {
         let old = h.old();
         let want = h.old_start.saturating_sub(1);
@@ -196,9 +242,18 @@ pub fn apply_unified(text: &str, diff: &str) -> Result<String, String> {
             }
             at
         } else {
-            match nearest(&old_lines, cursor, want, &old, false)
-                .or_else(|| nearest(&old_lines, cursor, want, &old, true))
-            {
+            let too_costly = |_| {
+                format!(
+                    "{} could not be placed: the diff's hunks are too far from the spec lines they name (over {MAX_COMPARED} lines compared); send fewer hunks with their current line numbers, or the whole spec",
+                    h.name()
+                )
+            };
+            let exact = nearest_within(&old_lines, cursor, want, &old, false, &mut budget).map_err(too_costly)?;
+            let found = match exact {
+                Some(at) => Some(at),
+                None => nearest_within(&old_lines, cursor, want, &old, true, &mut budget).map_err(too_costly)?,
+            };
+            match found {
                 Some(at) => at,
                 None => {
                     // Say which old line is the problem: the longest prefix that fits,
@@ -366,6 +421,19 @@ mod tests {
         let stale = format!("@@ -1 +1 @@\n{}-b\n+c\n", " a\n".repeat(20_000));
         let e = apply_unified(&spec, &stale).unwrap_err();
         assert!(e.contains("line 20001 of the hunk (`b`) differs"), "{e}");
+        // Many hunks, each at its line: linear in the diff, not hunks x spec.
+        let numbered: String = (0..100_000).map(|i| format!("line {i}\n")).collect();
+        let diff: String =
+            (0..5_000).map(|h| format!("@@ -{0} +{0} @@\n-line {1}\n+LINE {1}\n", h * 20 + 1, h * 20)).collect();
+        let out = apply_unified(&numbered, &diff).unwrap();
+        assert!(out.starts_with("LINE 0\nline 1\n") && out.contains("\nLINE 99980\n"), "placed at their lines");
+        // Hunks found only by their loose match each cost a pass over the spec: a diff of
+        // thousands of them is refused once the budget is spent, naming the hunk.
+        let stale: String =
+            (0..4_000).map(|h| format!("@@ -{0} +{0} @@\n-line {1}  \n+L\n", h * 10 + 1, h * 10)).collect();
+        let spec40k: String = (0..40_000).map(|i| format!("line {i}\n")).collect();
+        let e = apply_unified(&spec40k, &stale).err().unwrap_or_default();
+        assert!(e.contains("too far from the spec lines"), "{}", &e[..e.len().min(300)]);
         let fits = format!("@@ -150000 +150000 @@\n{}-a\n+c\n", " a\n".repeat(20_000));
         let out = apply_unified(&spec, &fits).unwrap();
         let lines: Vec<&str> = out.lines().collect();

@@ -474,7 +474,17 @@ fn cleanup_loop_waits_for_a_restart_holding_the_loop_lock() {
     cmd.arg("--data-dir").arg(&sb.data_dir).args(["cleanup", "loop", "rc"]).current_dir(&repo.path);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let child = cmd.spawn().expect("spawn cleanup");
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    // Until the cleanup waits for the lock: the kernel lists it as a blocked flock waiter.
+    let waiting = format!(" {} ", child.id());
+    let deadline = std::time::Instant::now() + WAIT;
+    while !std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("->") && l.contains("FLOCK") && l.contains(&waiting))
+    {
+        assert!(std::time::Instant::now() < deadline, "the cleanup never waited for the loop lock");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(wt.is_dir() && branch_exists(&repo, "forge/rc"), "nothing is removed while the lock is held");
     // The "restart": the loop runs again before the lock is let go.
     let n = sb

@@ -291,11 +291,29 @@ fn a_data_directory_or_database_others_control_is_refused() {
     let repo = GitRepo::new();
     let shared = sb.root.join("shared");
     std::fs::create_dir_all(&shared).unwrap();
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
     let out = sb.call("plan-read").data_dir(&shared).input(json!({ "recent": true })).cwd(&repo.path).run();
     assert_eq!(out.code, 1, "{out:?}");
-    assert_contains(&out.stderr, "other users may write this directory (mode 1777)");
+    assert_contains(&out.stderr, "every user may write this directory (mode 0777)");
+    assert_contains(&out.stderr, "FORGE_SHARED_DATA_DIR=1");
     assert!(!shared.join("forge.db").exists());
+    // Shared on purpose: used.
+    let out = sb
+        .call("plan-read")
+        .data_dir(&shared)
+        .env("FORGE_SHARED_DATA_DIR", "1")
+        .input(json!({ "recent": true }))
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    // A group directory (user-private groups, umask 002) or a sticky one is fine.
+    for mode in [0o775, 0o1777] {
+        let dir = sb.root.join(format!("mode-{mode:o}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = sb.call("plan-read").data_dir(&dir).input(json!({ "recent": true })).cwd(&repo.path).run();
+        assert_eq!(out.code, 0, "{mode:o}: {out:?}");
+    }
 
     std::fs::create_dir_all(&sb.data_dir).unwrap();
     std::fs::write(sb.db_path(), b"").unwrap();
@@ -309,18 +327,34 @@ fn a_data_directory_or_database_others_control_is_refused() {
         }
     }
 
+    // Another user's directory or database: refused to a user, used by root (a container
+    // with a mounted directory). Run as uid 65534 where the tests run as root.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let theirs = sb.root.join("theirs");
         std::fs::create_dir_all(&theirs).unwrap();
-        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(1234), Some(1234)).unwrap();
         let out = sb.call("plan-read").data_dir(&theirs).input(json!({ "recent": true })).cwd(&repo.path).run();
+        assert_eq!(out.code, 0, "root uses another user's directory: {out:?}");
+        let mut cmd = sb.command();
+        // The sandbox's tree must be reachable by that user, and the repository its own
+        // (git refuses a repository of another owner).
+        std::process::Command::new("chmod").arg("a+rx").arg(&sb.root).status().unwrap();
+        std::process::Command::new("chown").arg("-R").arg("65534:65534").arg(&repo.path).status().unwrap();
+        cmd.arg("--data-dir").arg(&theirs).args(["call", "plan-read", r#"{"recent":true}"#]).current_dir(&repo.path);
+        cmd.env("HOME", &repo.path).env("XDG_CONFIG_HOME", repo.path.join(".config"));
+        // SAFETY: setuid in the child before exec; no memory is shared.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = run_process(cmd, None, CALL_TIMEOUT);
         assert_eq!(out.code, 1, "{out:?}");
-        assert_contains(&out.stderr, "owned by uid 65534");
-        std::os::unix::fs::chown(sb.db_path(), Some(65534), Some(65534)).unwrap();
-        let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).run();
-        assert_eq!(out.code, 1, "{out:?}");
-        assert_contains(&out.stderr, "owned by uid 65534");
+        assert_contains(&out.stderr, "owned by uid 1234");
     }
 }
 

@@ -675,6 +675,11 @@ fn messages_before_initialize_do_not_end_the_session() {
     m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
     m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 7 } }));
     m.send(&json!({ "jsonrpc": "2.0", "id": "from-client", "result": {} }));
+    // A request before initialize is answered (by the SDK) and does not start the session:
+    // the notification after it is dropped too.
+    let r = m.request("tools/list", json!({}));
+    assert!(r.get("error").is_some(), "{r}");
+    m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
     let r = m.request("initialize", json!({ "protocolVersion": 5, "capabilities": {} }));
     assert_eq!(r["error"]["code"], -32602, "{r}");
     let message = r["error"]["message"].as_str().unwrap_or_default();

@@ -209,8 +209,9 @@ fn a_process_that_left_the_tools_group_does_not_hold_the_call() {
 }
 
 /// A `forge-lsp call` of a plugin tool (in-process, no server) interrupted with SIGINT
-/// takes the tool with it. Before, the tool, in a process group of its own, kept running
-/// with nobody left to enforce its time limit.
+/// takes the tool with it, and the processes the tool started (its process group). Before,
+/// the tool, in a process group of its own, kept running with nobody left to enforce its
+/// time limit.
 #[test]
 fn an_interrupted_call_takes_its_plugin_tool_with_it() {
     let sb = Sandbox::new();
@@ -234,12 +235,21 @@ fn an_interrupted_call_takes_its_plugin_tool_with_it() {
     // SAFETY: kill of our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let _ = child.wait();
+    // The whole group: the tool's shell and the `sleep` it started (its group is its pid).
+    let group_alive = |pgid: i32| {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read_to_string(e.path().join("stat")).is_ok_and(|st| {
+                let f: Vec<&str> = st.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
+                f.first() != Some(&"Z") && f.get(2) == Some(&pgid.to_string().as_str())
+            })
+        })
+    };
+    let pgid: i32 = pid.parse().unwrap();
     let gone = (0..250).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(20));
-        !Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+        !group_alive(pgid)
     });
-    assert!(gone, "the tool process {pid} outlived its call");
+    assert!(gone, "the tool's process group {pid} outlived its call");
 }
 
 #[test]

@@ -179,6 +179,25 @@ fn nested_git_directories_are_skipped_and_unparsable_patterns_refused() {
     assert_eq!(read(&repo, "vendor/lib/.git/hook.rs"), "fn y() {}\n");
     assert_eq!(read(&repo, "vendor/lib/src/y.rs"), "fn y() { todo!() }\n");
 
+    // Nor when the path names a git directory (the walk's start is not filtered).
+    repo.write(".git/hooks/evil.rs", "fn y() {}\n");
+    std::os::unix::fs::symlink(repo.path.join(".git"), repo.path.join("gitlink")).unwrap();
+    for path in [".git", "vendor/lib/.git", "gitlink"] {
+        for tool in ["ast-grep-replace", "ast-grep-search", "glob"] {
+            let input = match tool {
+                "glob" => json!({ "pattern": "**/*", "path": path }),
+                "ast-grep-search" => json!({ "pattern": "fn $F() {}", "lang": "rust", "path": path }),
+                _ => {
+                    json!({ "pattern": "fn $F() {}", "rewrite": "fn $F() { x() }", "lang": "rust", "path": path, "dryRun": false })
+                }
+            };
+            let e = c.tool_err(tool, input);
+            assert_eq!(e.code, -32602, "{tool} {path}: {e}");
+            assert!(e.message.contains("inside a git directory"), "{e}");
+        }
+    }
+    assert_eq!(read(&repo, ".git/hooks/evil.rs"), "fn y() {}\n");
+
     for (pattern, lang) in [("{{{", "js"), ("fn (", "rust")] {
         let e = c.tool_err("ast-grep-search", json!({ "pattern": pattern, "lang": lang }));
         assert_eq!(e.code, 1006, "{pattern}: {e}");

@@ -252,6 +252,18 @@ fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
     home_dir().join(".local/share/forge-lsp")
 }
 
+/// The main working tree of the repository `dir` is a linked worktree of (a loop's
+/// worktree: its project's directory); `None` when `dir` is not in a linked worktree or the
+/// repository is bare.
+pub fn main_worktree(dir: &Path) -> Option<PathBuf> {
+    let repo = git2::Repository::open(dir).ok()?;
+    if !repo.is_worktree() {
+        return None;
+    }
+    let common = repo.commondir();
+    (common.file_name()? == ".git").then(|| common.parent().map(Path::to_path_buf)).flatten()
+}
+
 pub fn home_dir() -> PathBuf {
     std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"))
 }
@@ -305,6 +317,10 @@ mod tests {
         git(&repo, &["worktree", "add", "-q", "-b", "forge/x", wt.to_str().unwrap()]);
         git(&wt, &["commit", "-q", "--allow-empty", "-m", "on branch"]);
         assert_eq!(Project::detect(&wt).id, p.id);
+        // A linked worktree knows its project's directory; the project itself is no worktree.
+        let canon = |p: &Path| p.canonicalize().unwrap();
+        assert_eq!(main_worktree(&wt).map(|m| canon(&m)), Some(canon(&repo)));
+        assert_eq!(main_worktree(&repo), None);
     }
 
     /// `git commit` at a fixed author and committer date (the committer time orders roots).

@@ -489,7 +489,8 @@ async fn read_client<R, S, K>(
                     }
                     let exit = req.method() == "exit";
                     let after_shutdown = shut_down;
-                    shut_down |= req.method() == "shutdown";
+                    // A `shutdown` request (with an id): sent as a notification it is not one.
+                    shut_down |= req.method() == "shutdown" && req.id().is_some_and(|id| *id != Id::Null);
                     if req.method() == "$/cancelRequest" && req.id().is_none() {
                         let handle = cancelled_key(&req)
                             .and_then(|k| taken.lock().unwrap_or_else(|p| p.into_inner()).remove(&k));

@@ -106,8 +106,9 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
 /// params it cannot parse as if it were another request, with a message about request
 /// metadata. This keeps such a client connected: it drops notifications and responses sent
 /// before `initialize` (the MCP spec has the client send none) and answers a malformed
-/// `initialize` with -32602 naming the field. From the first request the SDK takes as the
-/// start of the session on, everything passes through untouched.
+/// `initialize` with -32602 naming the field. From the request the SDK takes as the start of
+/// the session on (`initialize`, or a stateless request with its full metadata), everything
+/// passes through untouched.
 struct BeforeInitialize<T> {
     inner: T,
     started: bool,
@@ -144,9 +145,22 @@ impl<T: rmcp::transport::Transport<RoleServer>> rmcp::transport::Transport<RoleS
                         // receive says so.
                         let _ = self.inner.send(ServerJsonRpcMessage::error(error, Some(r.id.clone()))).await;
                     }
-                    ClientRequest::PingRequest(_) => return Some(message),
-                    _ => {
+                    ClientRequest::InitializeRequest(_) => {
                         self.started = true;
+                        return Some(message);
+                    }
+                    // The SDK answers any other request itself before a session starts
+                    // (ping, discovery, a metadata error) and keeps waiting; only a request
+                    // with the complete inline metadata of the stateless protocol starts
+                    // one without `initialize`.
+                    other => {
+                        use rmcp::model::GetMeta;
+                        let meta = other.get_meta();
+                        let stateless =
+                            !matches!(other, ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_))
+                                && meta.protocol_version().is_some()
+                                && meta.missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28).is_empty();
+                        self.started = stateless;
                         return Some(message);
                     }
                 },

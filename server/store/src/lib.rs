@@ -79,7 +79,7 @@ pub enum OpenError {
     Io(PathBuf, std::io::Error),
     #[error("{path} is not a usable forge-lsp database ({err}); it was left untouched. Move it away, with the {path}-wal and {path}-shm files beside it if there are any (they may hold its latest writes), or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
     NotADatabase(PathBuf, String),
-    #[error("{path}: {why}; forge-lsp keeps private data there and refuses to use it. Use a data directory only you own and can write (--data-dir / FORGE_DATA_DIR).", path = .0.display(), why = .1)]
+    #[error("{path}: {why}; forge-lsp keeps private data there and refuses to use it. Use a data directory of your own (--data-dir / FORGE_DATA_DIR), or set FORGE_SHARED_DATA_DIR=1 if it is shared on purpose.", path = .0.display(), why = .1)]
     NotPrivate(PathBuf, String),
     #[error("{shown} has schema version {found}, newer than this forge-lsp understands (version {known}); it was left untouched. Upgrade forge-lsp or use another data directory.", shown = path.display())]
     TooNew { path: PathBuf, found: u32, known: u32 },
@@ -126,28 +126,42 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Set to `1` when a data directory is shared on purpose (a team directory others may write,
+/// a mount whose owners and modes mean nothing): the checks of [`check_owned`] are skipped.
+pub const SHARED_DATA_DIR_ENV: &str = "FORGE_SHARED_DATA_DIR";
+
 /// Refuses a data directory or database file that another user owns (they could read or
-/// replace what is stored), and a data directory others may write (they could replace the
-/// database in it). A database file of ours that others may read or write is made 0600,
-/// as forge-lsp creates it.
+/// replace what is stored; not checked when running as root, who may use any user's
+/// directory, as in a container with a mounted one), and a data directory every user may
+/// write without the sticky bit (they could replace the database in it). A database file
+/// of ours that others may read or write loses those bits (never gains any), as forge-lsp
+/// creates it 0600; where the file system ignores modes, that changes nothing and is
+/// not an error. [`SHARED_DATA_DIR_ENV`] skips all of it.
 fn check_owned(path: &Path, dir: bool) -> Result<(), OpenError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if std::env::var(SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
     let refuse = |why: String| OpenError::NotPrivate(path.to_path_buf(), why);
     let m = std::fs::metadata(path).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
     let me = forge_core::paths::euid();
-    if m.uid() != me {
+    if me != 0 && m.uid() != me {
         return Err(refuse(format!("it is owned by uid {}, not by this user (uid {me})", m.uid())));
     }
     let mode = m.permissions().mode() & 0o7777;
-    if dir && mode & 0o022 != 0 {
+    if dir && mode & 0o002 != 0 && mode & 0o1000 == 0 {
         return Err(refuse(format!(
-            "other users may write this directory (mode {mode:04o}) and so replace the database in it; `chmod go-w` it"
+            "every user may write this directory (mode {mode:04o}) and so replace the database in it; `chmod o-w` it"
         )));
     }
     if !dir && mode & 0o077 != 0 {
-        tracing::warn!("{}: mode {mode:04o}, made 0600 (only its owner may read or write it)", path.display());
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+        let private = mode & 0o700;
+        match std::fs::set_permissions(path, std::fs::Permissions::from_mode(private)) {
+            Ok(()) => {
+                tracing::warn!("{}: mode {mode:04o}, made {private:04o} (only its owner may use it)", path.display())
+            }
+            Err(e) => tracing::warn!("{}: mode {mode:04o}, and it cannot be made private: {e}", path.display()),
+        }
     }
     Ok(())
 }

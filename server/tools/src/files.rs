@@ -92,6 +92,23 @@ pub fn search_path(root: &Path, rel: Option<&str>) -> Result<PathBuf, ToolError>
     Ok(full)
 }
 
+/// Refuses a start path inside a git directory (`.git`, the project's or a nested
+/// repository's): glob and the ast-grep tools never look there, whatever their walk's start
+/// (the walk skips `.git` below its start, not the start itself).
+pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), ToolError> {
+    // Resolved: a committed symlink to `.git` is the git directory too.
+    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let (root, start) = (canon(root), canon(start));
+    let tail = start.strip_prefix(&root).unwrap_or(&start);
+    if tail.components().any(|c| c.as_os_str() == ".git") {
+        return Err(ToolError::invalid_params(format!(
+            "path {:?} is inside a git directory (.git); glob and the ast-grep tools do not look there",
+            rel.unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
 /// A file's text, or why it cannot be read as UTF-8.
 pub fn read_utf8(p: &Path) -> Result<String, String> {
     let bytes = std::fs::read(p).map_err(|e| e.to_string())?;

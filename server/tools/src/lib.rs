@@ -272,7 +272,7 @@ impl Resolved {
 /// Finds what `command` runs: a plugin tool (its namespaced command, or a built-in's name
 /// it overrides) or a built-in.
 pub fn resolve(env: &ToolEnv, command: &str) -> Result<Resolved, ToolError> {
-    if let Some(p) = plugins::find(&env.project.root, command, plugins::project_trusted(env)) {
+    if let Some(p) = plugins::find(&plugins::project_dir(env), command, plugins::project_trusted(env)) {
         return Ok(Resolved::Plugin(p));
     }
     find(command).map(Resolved::Builtin).ok_or_else(|| {
@@ -349,7 +349,7 @@ fn plugin_call(conn: &Connection, env: &ToolEnv, p: plugins::PluginTool, input: 
             "{command} is a tool of this repository ({}), and a repository cannot trust itself: to run its tools, set `plugins.trustProjectTools = true` in {} (or in initializationOptions.forge.config), or add \"{}\" to `plugins.trustedProjects` there",
             p.exe.display(),
             forge_core::config::Loader::user_file().display(),
-            env.project.root.display()
+            plugins::project_dir(env).display()
         )));
     }
     plugins::validate(&p.input_schema, &input, "")

@@ -87,13 +87,7 @@ const MAX_TOOLS_PER_PLUGIN: usize = 256;
 /// The tools of one plugin folder (sorted by name); unusable files are skipped with a log.
 fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
     let dir = plugin_dir.join("tools");
-    let Ok(rd) = std::fs::read_dir(&dir) else { return vec![] };
-    let mut names: Vec<String> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| !n.ends_with(".json") && valid_name(n))
-        .collect();
-    names.sort();
+    let mut names = tool_names(&dir);
     if names.len() > MAX_TOOLS_PER_PLUGIN {
         tracing::warn!(
             "plugin folder {} holds {} tools; the first {MAX_TOOLS_PER_PLUGIN} by name are used",
@@ -103,6 +97,25 @@ fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
         names.truncate(MAX_TOOLS_PER_PLUGIN);
     }
     names.into_iter().filter_map(|n| tool_at(plugin, plugin_dir, n)).collect()
+}
+
+/// The names of the tools a plugin's `tools/` folder may hold, sorted.
+fn tool_names(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return vec![] };
+    let mut names: Vec<String> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| !n.ends_with(".json") && valid_name(n))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Whether `name` is among the tools of its folder that are used (the first
+/// [`MAX_TOOLS_PER_PLUGIN`] by name), as [`scan`] offers them.
+fn within_cap(plugin_dir: &Path, name: &str) -> bool {
+    let names = tool_names(&plugin_dir.join("tools"));
+    names.len() <= MAX_TOOLS_PER_PLUGIN || names.iter().take(MAX_TOOLS_PER_PLUGIN).any(|n| n == name)
 }
 
 /// The tool `name` of one plugin folder, when it has a usable sidecar (else skipped with a
@@ -232,7 +245,7 @@ pub fn find(project_root: &Path, command: &str, project_trusted: bool) -> Option
             return None;
         }
         let dir = if plugin == "project" { project_root.join(".forge") } else { user_plugins_dir().join(plugin) };
-        if !dir.join("tools").join(tool).exists() {
+        if !dir.join("tools").join(tool).exists() || !within_cap(&dir, tool) {
             return None;
         }
         return tool_at(plugin, &dir, tool.to_string());
@@ -242,14 +255,27 @@ pub fn find(project_root: &Path, command: &str, project_trusted: bool) -> Option
     }
     plugin_dirs(project_root)
         .into_iter()
-        .filter(|(_, dir)| dir.join("tools").join(name).exists())
+        .filter(|(_, dir)| dir.join("tools").join(name).exists() && within_cap(dir, name))
         .filter_map(|(plugin, dir)| tool_at(&plugin, &dir, name.to_string()))
         .find(|t| t.override_applies(project_trusted))
 }
 
 /// Whether the project's own tools may run.
 pub fn project_trusted(env: &ToolEnv) -> bool {
-    trusted_by(&env.config, &env.project.root)
+    trusted_by(&env.config, &project_dir(env))
+}
+
+/// The directory whose `.forge/tools` are the project's tools, and whose path the user
+/// trusts: the project's own directory, also for a loop session, whose root is the loop's
+/// worktree (`.forge/` is not committed, so the worktree has the tools the agent wrote there
+/// at most, and trust names the project's directory, not a worktree's).
+pub fn project_dir(env: &ToolEnv) -> PathBuf {
+    if env.caller.binding.is_some() {
+        if let Some(main) = forge_core::project::main_worktree(&env.project.root) {
+            return main;
+        }
+    }
+    env.project.root.clone()
 }
 
 /// Whether `config` trusts the tools of the project at `root`: by its root, never by its
@@ -586,6 +612,37 @@ pub struct LoopPlace {
     pub network: bool,
 }
 
+/// The process group of the plugin tool this process runs, 0 when none: a `forge-lsp call`
+/// killed by a signal kills it first ([`kill_running_group`]; a server has many and stops
+/// them by their calls).
+static RUNNING_GROUP: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Records a running tool's group while it lives.
+struct RunningGroup;
+
+impl RunningGroup {
+    fn set(pid: u32) -> RunningGroup {
+        RUNNING_GROUP.store(i32::try_from(pid).unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+        RunningGroup
+    }
+}
+
+impl Drop for RunningGroup {
+    fn drop(&mut self) {
+        RUNNING_GROUP.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Kills the process group of the plugin tool this process runs, if any. Only
+/// async-signal-safe calls: for a signal handler.
+pub fn kill_running_group() {
+    let g = RUNNING_GROUP.load(std::sync::atomic::Ordering::SeqCst);
+    if g > 0 {
+        // SAFETY: kill is async-signal-safe; a negative pid names the tool's own group.
+        unsafe { libc::kill(-g, libc::SIGKILL) };
+    }
+}
+
 /// Runs a plugin tool (blocking; call it off the store thread).
 pub fn run(
     tool: &PluginTool,
@@ -644,6 +701,7 @@ pub fn run(
     let mut child =
         cmd.spawn().map_err(|e| ToolError::internal(format!("{label}: cannot start {}: {e}", tool.exe.display())))?;
     let pid = child.id();
+    let _group = RunningGroup::set(pid);
     let line = format!("{input}\n");
     let stdin = child.stdin.take();
     let writer = std::thread::spawn(move || {

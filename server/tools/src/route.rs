@@ -195,8 +195,11 @@ impl Route {
         mut input: Value,
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<CommandResult, ToolError> {
-        // Built-in tools' `file` only: a plugin tool's `file` means what its author says.
-        if crate::find(name.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(name)).is_some() {
+        // Built-in tools' `file` only: a plugin tool's `file` (an override's too) means what
+        // its author says.
+        if crate::find(name.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(name)).is_some()
+            && self.plugin(name).is_none()
+        {
             relative_file_from(&mut input, &self.here, &self.root);
         }
         if let Some(sock) = &self.socket {
@@ -279,6 +282,11 @@ impl Route {
             ));
             return Err(None);
         };
+        // The same for the project's root (the server reads a URI's path as UTF-8).
+        if self.root.to_str().is_none() {
+            self.say(format!("the project root {} is not UTF-8: not going through a server", self.root.display()));
+            return Err(None);
+        }
         let mut c = LspClient::connect(sock).map_err(|_| None)?;
         // A process outside the server is not an editor: it never reads materialized views,
         // and writing them into its working directory (an agent's loop worktree) could
@@ -293,8 +301,7 @@ impl Route {
         if let Some(t) = &self.token {
             forge["token"] = json!(t);
         }
-        // Percent-encoded: a root with `#`, `?`, `%` or bytes that are not UTF-8 in its name
-        // is named exactly.
+        // Percent-encoded: a root with `#`, `?` or `%` in its name is named exactly.
         let root = url::Url::from_file_path(&self.root)
             .map(String::from)
             .unwrap_or_else(|()| format!("file://{}", self.root.display()));

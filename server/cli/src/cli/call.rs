@@ -98,6 +98,7 @@ fn parse_input(raw: Option<&str>) -> Result<Value, ToolError> {
 
 /// Runs one call and returns its result (what `run` prints); the demo's agent uses it too.
 pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
+    on_signal_kill_the_tool();
     let Some(tool) = tools::find(&args.tool) else {
         // A plugin tool from files (`<plugin>__<Name>`, PROTOCOL.md 10.4) of the project.
         if args.tool.contains("__") {
@@ -138,6 +139,8 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
     if chosen_session.is_some() {
         route.session = chosen_session.clone();
     }
+    // A plan named in the input (`loop_name`, `session_id`) is not looked for in the session.
+    let names_a_plan = ["loop_name", "session_id"].iter().any(|k| input.get(*k).is_some_and(|v| !v.is_null()));
     let mut result = route.call(tool, input);
     if let (Ok(r), "execute-plan", false) = (&mut result, tool.name, route.in_loop()) {
         // From a shell there is no editor to watch the loop in: say how to watch it here.
@@ -161,6 +164,7 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
         // written by an earlier call is in that call's session.
         (Err(mut e), _)
             if fresh
+                && !names_a_plan
                 && e.kind == forge_protocol::ErrorKind::NotFound
                 && matches!(tool.name, "plan-edit" | "plan-read") =>
         {
@@ -170,6 +174,25 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
             Err(e)
         }
         (r, _) => r,
+    }
+}
+
+/// Ctrl-C, SIGTERM or a closed terminal ends the call as before, and first kills the
+/// plugin tool it runs in-process with the tool's whole process group (the tool runs in a
+/// group of its own, which the terminal's signal does not reach).
+fn on_signal_kill_the_tool() {
+    extern "C" fn handler(sig: libc::c_int) {
+        forge_tools::plugins::kill_running_group();
+        // SAFETY: signal and raise are async-signal-safe: the default action (the
+        // process ends by this signal, as it would have) runs next.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs a handler that only makes async-signal-safe calls.
+        unsafe { libc::signal(sig, handler as *const () as libc::sighandler_t) };
     }
 }
 

@@ -154,7 +154,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     // The built-in commands, then the plugin tools from files (PROTOCOL.md 10.4).
     let mut commands = forge_tools::commands();
     let trusted = forge_tools::plugins::project_trusted(&conn.env());
-    for o in forge_tools::plugins::offers(&conn.env().project.root, trusted) {
+    for o in forge_tools::plugins::offers(&forge_tools::plugins::project_dir(&conn.env()), trusted) {
         if !commands.contains(&o.command) {
             commands.push(o.command);
         }

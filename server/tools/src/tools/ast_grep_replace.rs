@@ -37,6 +37,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let pat = structural::pattern(&input.pattern, lang)?;
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
+    crate::files::outside_git(&root, &start, input.path.as_deref())?;
     let dry = input.dry_run.unwrap_or(true);
     let rewrite = input.rewrite;
     ctx.after = Some(Box::new(move || replace(&root, &start, lang, exts, &pat, &rewrite, dry)));

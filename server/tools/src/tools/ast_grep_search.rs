@@ -30,6 +30,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let pat = structural::pattern(&input.pattern, lang)?;
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
+    crate::files::outside_git(&root, &start, input.path.as_deref())?;
     ctx.after = Some(Box::new(move || search(&root, &start, lang, exts, &pat)));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }

@@ -33,6 +33,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         .compile_matcher();
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
+    crate::files::outside_git(&root, &start, input.path.as_deref())?;
     if !start.is_dir() {
         return Err(ToolError::invalid_params(format!(
             "invalid argument `path`: {} is not a directory",

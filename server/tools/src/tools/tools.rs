@@ -16,7 +16,7 @@ pub type Input = forge_protocol::inputs::NoInput;
 pub fn execute(_input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     // The built-in tools, then the plugin tools found on disk (PROTOCOL.md 10.4).
     let trusted = crate::plugins::project_trusted(ctx.env);
-    let plugins = crate::plugins::offers(&ctx.env.project.root, trusted);
+    let plugins = crate::plugins::offers(&crate::plugins::project_dir(ctx.env), trusted);
     if plugins.is_empty() {
         // The common case: the built-in offers never change, so their reply is built once.
         static BUILTIN: std::sync::OnceLock<CommandResult> = std::sync::OnceLock::new();
