@@ -358,3 +358,27 @@ fn a_loop_sandboxed_without_network_cannot_fetch_through_the_server() {
     let out = c.tool_ok("webfetch", json!({ "url": server.url("/guide") }));
     assert!(out.text.contains("# Install guide"), "{}", out.text);
 }
+
+/// A page in another character set is decoded as its content type (or, for HTML, its
+/// `<meta charset>`) says. Before, every body was read as UTF-8 (`caf� na�ve`).
+#[test]
+fn a_body_is_decoded_in_its_declared_charset() {
+    let latin1 = b"<html><body><main><p>caf\xe9 na\xefve</p></main></body></html>".to_vec();
+    let meta =
+        b"<html><head><meta charset=\"windows-1252\"></head><body><main><p>\x93quoted\x94</p></main></body></html>"
+            .to_vec();
+    let server = Server::start(vec![
+        ("/latin", 200, "text/html; charset=iso-8859-1", String::new(), latin1),
+        ("/meta", 200, "text/html", String::new(), meta),
+        ("/plain", 200, "text/plain; charset=\"ISO-8859-1\"", String::new(), b"se\xf1or".to_vec()),
+    ]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/latin"), "format": "text" }));
+    assert!(out.text.contains("café naïve"), "{}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/meta"), "format": "text" }));
+    assert!(out.text.contains("\u{201c}quoted\u{201d}"), "{}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/plain") }));
+    assert!(out.text.contains("señor"), "{}", out.text);
+}

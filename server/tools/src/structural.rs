@@ -127,12 +127,22 @@ pub fn matches(src: &str, lang: SupportLang, pat: &Pattern, rewrite: Option<&str
 }
 
 /// `src` with every hit replaced by its replacement.
+///
+/// A file whose lines end mostly in CRLF gets its replacements' line breaks as CRLF too (a
+/// rewrite template is written with `\n`).
 pub fn rewritten(src: &str, hits: &[Hit]) -> String {
+    let crlf = src.matches("\r\n").count();
+    let crlf_file = crlf > 0 && crlf * 2 >= src.matches('\n').count();
     let mut out = String::with_capacity(src.len());
     let mut at = 0;
     for h in hits {
         out.push_str(&src[at..h.start]);
-        out.push_str(h.replacement.as_deref().unwrap_or(&h.text));
+        let text = h.replacement.as_deref().unwrap_or(&h.text);
+        if crlf_file && text.contains('\n') {
+            out.push_str(&text.replace("\r\n", "\n").replace('\n', "\r\n"));
+        } else {
+            out.push_str(text);
+        }
         at = h.end;
     }
     out.push_str(&src[at..]);
@@ -142,6 +152,15 @@ pub fn rewritten(src: &str, hits: &[Hit]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replacements_take_the_files_line_breaks() {
+        let hit = |start, end, r: &str| Hit { line: 1, start, end, text: String::new(), replacement: Some(r.into()) };
+        let crlf = "a();\r\nb();\r\n";
+        assert_eq!(rewritten(crlf, &[hit(0, 3, "x(\n  1\n)")]), "x(\r\n  1\r\n);\r\nb();\r\n");
+        let lf = "a();\nb();\n";
+        assert_eq!(rewritten(lf, &[hit(0, 3, "x(\n  1\n)")]), "x(\n  1\n);\nb();\n");
+    }
 
     #[test]
     fn patterns_that_do_not_parse_are_refused() {

@@ -36,21 +36,25 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             "invalid argument `limit`: must be between 1 and {MAX_LIMIT}, got {limit}"
         )));
     }
-    let matcher = RegexMatcherBuilder::new()
-        .case_insensitive(!input.case_sensitive.unwrap_or(true))
-        .build(&input.pattern)
-        .map_err(|e| ToolError::invalid(format!("grep failed: invalid regex {:?}: {e}", input.pattern)))?;
-    let include = match input.include.as_deref().filter(|g| !g.is_empty()) {
-        Some(g) => Some(
-            globset::Glob::new(g)
-                .map_err(|e| ToolError::invalid(format!("grep failed: invalid glob `include` {g:?}: {e}")))?
-                .compile_matcher(),
-        ),
-        None => None,
-    };
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
-    ctx.after = Some(Box::new(move || search(&root, &start, &matcher, include.as_ref(), limit as usize)));
+    // Compiled off the caller's thread, with the search: a large pattern can take seconds
+    // to compile, and a read-only tool's own part runs on the server's async workers.
+    ctx.after = Some(Box::new(move || {
+        let matcher = RegexMatcherBuilder::new()
+            .case_insensitive(!input.case_sensitive.unwrap_or(true))
+            .build(&input.pattern)
+            .map_err(|e| ToolError::invalid(format!("grep failed: invalid regex {:?}: {e}", input.pattern)))?;
+        let include = match input.include.as_deref().filter(|g| !g.is_empty()) {
+            Some(g) => Some(
+                globset::Glob::new(g)
+                    .map_err(|e| ToolError::invalid(format!("grep failed: invalid glob `include` {g:?}: {e}")))?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        search(&root, &start, &matcher, include.as_ref(), limit as usize)
+    }));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 

@@ -295,7 +295,7 @@ fn fetch(url: Url, opts: &Opts) -> Result<CommandResult, ToolError> {
         let llms = url.join("/llms.txt").expect("a root URL joins /llms.txt");
         match get(&agent, &llms, opts, deadline) {
             Ok(f) if f.status == 200 && !is_html(&f.content_type, &f.body) && is_text(&f.content_type, &f.body) => {
-                let text = String::from_utf8_lossy(&f.body).into_owned();
+                let text = decode(&f.content_type, &f.body);
                 if !text.trim().is_empty() {
                     return Ok(result(&url, &f, text, "llms.txt"));
                 }
@@ -316,7 +316,7 @@ fn fetch(url: Url, opts: &Opts) -> Result<CommandResult, ToolError> {
         )));
     }
     if is_html(&f.content_type, &f.body) {
-        let html = String::from_utf8_lossy(&f.body).into_owned();
+        let html = decode(&f.content_type, &f.body);
         let text = match opts.format {
             Format::Html => html,
             Format::Markdown => markdown(&html),
@@ -325,7 +325,7 @@ fn fetch(url: Url, opts: &Opts) -> Result<CommandResult, ToolError> {
         return Ok(result(&url, &f, text, "page"));
     }
     if is_text(&f.content_type, &f.body) {
-        let text = String::from_utf8_lossy(&f.body).into_owned();
+        let text = decode(&f.content_type, &f.body);
         return Ok(result(&url, &f, text, "page"));
     }
     save_binary(&url, &f, opts)
@@ -358,6 +358,33 @@ fn result(requested: &Url, f: &Fetched, text: String, source: &str) -> CommandRe
             "cache": f.cache,
         }).into(),
     }
+}
+
+/// A text body as a string: in the `charset` of its content type, else the one an HTML
+/// page declares in its first 1024 bytes (`<meta charset=...>` or `content="...;
+/// charset=..."`), else UTF-8 (a byte order mark wins over both); what cannot be decoded
+/// becomes U+FFFD.
+fn decode(content_type: &str, body: &[u8]) -> String {
+    let label = charset_of(content_type).or_else(|| meta_charset(&body[..body.len().min(1024)]));
+    let encoding = label.and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes())).unwrap_or(encoding_rs::UTF_8);
+    encoding.decode(body).0.into_owned()
+}
+
+/// `charset=` of a content type.
+fn charset_of(content_type: &str) -> Option<String> {
+    content_type.split(';').skip(1).find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim().eq_ignore_ascii_case("charset").then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+/// The charset an HTML page's head declares, read as ASCII.
+fn meta_charset(head: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(head).to_ascii_lowercase();
+    let at = text.find("charset=")? + "charset=".len();
+    let rest = text[at..].trim_start_matches(['"', '\'', ' ']);
+    let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))).unwrap_or(rest.len());
+    (end > 0).then(|| rest[..end].to_string())
 }
 
 fn mime(content_type: &str) -> String {
