@@ -256,6 +256,10 @@ fn leftovers_of_a_loop_without_row_are_removed_by_name() {
     assert!(lines_with(ok(&outside), "removed: ").is_empty(), "{}", outside.stdout);
     assert!(outside.stdout.contains(&format!("kept: worktree {}", wt.display())), "{}", outside.stdout);
     assert_eq!(snapshot(&sb, &repo), before);
+    // Named by its directory, the repository is known from anywhere.
+    let dir = repo.path.display().to_string();
+    let named = cleanup(&sb, &sb.root, &["loop", "swept", "--project", &dir, "--dry-run"]);
+    assert_eq!(lines_with(ok(&named), "would remove: "), listed, "{}", named.stdout);
 
     let real = cleanup(&sb, &repo.path, &["loop", "swept"]);
     assert_eq!(lines_with(ok(&real), "removed: "), listed);

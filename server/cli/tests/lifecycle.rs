@@ -327,15 +327,31 @@ fn a_data_directory_or_database_others_control_is_refused() {
         }
     }
 
-    // Another user's directory or database: refused to a user, used by root (a container
-    // with a mounted directory). Run as uid 65534 where the tests run as root.
+    // Another user's directory or database: refused, root included (FORGE_SHARED_DATA_DIR=1
+    // for a container's mounted directory). Run as uid 65534 too where the tests run as root.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let theirs = sb.root.join("theirs");
         std::fs::create_dir_all(&theirs).unwrap();
         std::os::unix::fs::chown(&theirs, Some(1234), Some(1234)).unwrap();
         let out = sb.call("plan-read").data_dir(&theirs).input(json!({ "recent": true })).cwd(&repo.path).run();
-        assert_eq!(out.code, 0, "root uses another user's directory: {out:?}");
+        assert_eq!(out.code, 1, "root too is refused another user's directory: {out:?}");
+        assert_contains(&out.stderr, "FORGE_SHARED_DATA_DIR=1");
+        // A database file that is a link (its chmod would reach the file it points at).
+        let linked = sb.root.join("linked");
+        std::fs::create_dir_all(&linked).unwrap();
+        let victim = sb.root.join("victim");
+        std::fs::write(&victim, "x").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::symlink(&victim, linked.join("forge.db-shm")).unwrap();
+        let out = sb.call("plan-read").data_dir(&linked).input(json!({ "recent": true })).cwd(&repo.path).run();
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_contains(&out.stderr, "symbolic link");
+        assert_eq!(
+            std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+            0o644,
+            "the link's target was changed"
+        );
         let mut cmd = sb.command();
         // The sandbox's tree must be reachable by that user, and the repository its own
         // (git refuses a repository of another owner).

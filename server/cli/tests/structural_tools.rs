@@ -183,9 +183,10 @@ fn nested_git_directories_are_skipped_and_unparsable_patterns_refused() {
     repo.write(".git/hooks/evil.rs", "fn y() {}\n");
     std::os::unix::fs::symlink(repo.path.join(".git"), repo.path.join("gitlink")).unwrap();
     for path in [".git", "vendor/lib/.git", "gitlink"] {
-        for tool in ["ast-grep-replace", "ast-grep-search", "glob"] {
+        for tool in ["ast-grep-replace", "ast-grep-search", "glob", "grep"] {
             let input = match tool {
                 "glob" => json!({ "pattern": "**/*", "path": path }),
+                "grep" => json!({ "pattern": "core", "path": path }),
                 "ast-grep-search" => json!({ "pattern": "fn $F() {}", "lang": "rust", "path": path }),
                 _ => {
                     json!({ "pattern": "fn $F() {}", "rewrite": "fn $F() { x() }", "lang": "rust", "path": path, "dryRun": false })

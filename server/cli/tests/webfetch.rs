@@ -371,6 +371,15 @@ fn a_body_is_decoded_in_its_declared_charset() {
         ("/latin", 200, "text/html; charset=iso-8859-1", String::new(), latin1),
         ("/meta", 200, "text/html", String::new(), meta),
         ("/plain", 200, "text/plain; charset=\"ISO-8859-1\"", String::new(), b"se\xf1or".to_vec()),
+        // Only an HTML page's <meta> declares; a text that mentions a charset does not.
+        ("/mention", 200, "text/plain", String::new(), "set charset=utf-16 — ok".as_bytes().to_vec()),
+        (
+            "/utf16",
+            200,
+            "text/html",
+            String::new(),
+            "<meta charset=\"utf-16\"><main><p>naïve</p></main>".as_bytes().to_vec(),
+        ),
     ]);
     let sb = Sandbox::new();
     let repo = GitRepo::new();
@@ -381,4 +390,8 @@ fn a_body_is_decoded_in_its_declared_charset() {
     assert!(out.text.contains("\u{201c}quoted\u{201d}"), "{}", out.text);
     let out = c.tool_ok("webfetch", json!({ "url": server.url("/plain") }));
     assert!(out.text.contains("señor"), "{}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/mention") }));
+    assert!(out.text.contains("set charset=utf-16 — ok"), "{}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/utf16"), "format": "text" }));
+    assert!(out.text.contains("naïve"), "{}", out.text);
 }

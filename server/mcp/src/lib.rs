@@ -156,9 +156,13 @@ impl<T: rmcp::transport::Transport<RoleServer>> rmcp::transport::Transport<RoleS
                     other => {
                         use rmcp::model::GetMeta;
                         let meta = other.get_meta();
+                        // (The versions this server takes are the SDK's known ones: ForgeMcp
+                        // keeps the handler's default.)
                         let stateless =
                             !matches!(other, ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_))
-                                && meta.protocol_version().is_some()
+                                && meta
+                                    .protocol_version()
+                                    .is_some_and(|v| rmcp::model::ProtocolVersion::KNOWN_VERSIONS.contains(&v))
                                 && meta.missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28).is_empty();
                         self.started = stateless;
                         return Some(message);

@@ -113,7 +113,18 @@ pub fn since(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<Ve
     Ok(out)
 }
 
-/// Deletes feed rows older than `before` (epoch ms).
+/// Deletes feed rows older than `before` (epoch ms): the rows before the first one (in id
+/// order) that is not, found by walking the table from its start, and deleted as a range of
+/// ids. `at` has no index (one more B-tree per write for a prune every few minutes), so
+/// `WHERE at < ?` would read the whole table with the write lock held; this reads the old
+/// rows only. (A row older than `before` after a newer one, from a clock set back, waits
+/// for a later prune.)
 pub fn prune(conn: &Connection, before: i64) -> rusqlite::Result<usize> {
-    conn.execute("DELETE FROM changes WHERE at < ?1", params![before])
+    let first_kept: Option<i64> = conn
+        .query_row("SELECT id FROM changes WHERE at >= ?1 ORDER BY id LIMIT 1", params![before], |r| r.get(0))
+        .optional()?;
+    match first_kept {
+        Some(id) => conn.execute("DELETE FROM changes WHERE id < ?1", params![id]),
+        None => conn.execute("DELETE FROM changes", []),
+    }
 }

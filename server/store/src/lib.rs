@@ -131,21 +131,28 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
 pub const SHARED_DATA_DIR_ENV: &str = "FORGE_SHARED_DATA_DIR";
 
 /// Refuses a data directory or database file that another user owns (they could read or
-/// replace what is stored; not checked when running as root, who may use any user's
-/// directory, as in a container with a mounted one), and a data directory every user may
-/// write without the sticky bit (they could replace the database in it). A database file
-/// of ours that others may read or write loses those bits (never gains any), as forge-lsp
-/// creates it 0600; where the file system ignores modes, that changes nothing and is
-/// not an error. [`SHARED_DATA_DIR_ENV`] skips all of it.
+/// replace what is stored; root too, whose files there would then lock the owner out), a
+/// database file that is a symbolic link (a chmod or a write would reach what it points
+/// at), and a data directory every user may write without the sticky bit (they could
+/// replace the database in it). A database file of ours that others may read or write
+/// loses those bits (never gains any), through a descriptor opened without following
+/// links; where the file system ignores modes that changes nothing and is not an error.
+/// [`SHARED_DATA_DIR_ENV`] skips all of it (a directory shared on purpose, a container's
+/// mounted directory, a mount whose owners and modes mean nothing).
 fn check_owned(path: &Path, dir: bool) -> Result<(), OpenError> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     if std::env::var(SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1") {
         return Ok(());
     }
     let refuse = |why: String| OpenError::NotPrivate(path.to_path_buf(), why);
-    let m = std::fs::metadata(path).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+    let io = |e| OpenError::Io(path.to_path_buf(), e);
+    // The data directory may be a link to one of ours; a database file may not.
+    let m = if dir { std::fs::metadata(path) } else { std::fs::symlink_metadata(path) }.map_err(io)?;
+    if m.file_type().is_symlink() {
+        return Err(refuse("it is a symbolic link; the database and its -wal and -shm files must be files".into()));
+    }
     let me = forge_core::paths::euid();
-    if me != 0 && m.uid() != me {
+    if m.uid() != me {
         return Err(refuse(format!("it is owned by uid {}, not by this user (uid {me})", m.uid())));
     }
     let mode = m.permissions().mode() & 0o7777;
@@ -156,7 +163,12 @@ fn check_owned(path: &Path, dir: bool) -> Result<(), OpenError> {
     }
     if !dir && mode & 0o077 != 0 {
         let private = mode & 0o700;
-        match std::fs::set_permissions(path, std::fs::Permissions::from_mode(private)) {
+        let done = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .and_then(|f| f.set_permissions(std::fs::Permissions::from_mode(private)));
+        match done {
             Ok(()) => {
                 tracing::warn!("{}: mode {mode:04o}, made {private:04o} (only its owner may use it)", path.display())
             }

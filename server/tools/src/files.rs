@@ -93,8 +93,8 @@ pub fn search_path(root: &Path, rel: Option<&str>) -> Result<PathBuf, ToolError>
 }
 
 /// Refuses a start path inside a git directory (`.git`, the project's or a nested
-/// repository's): glob and the ast-grep tools never look there, whatever their walk's start
-/// (the walk skips `.git` below its start, not the start itself).
+/// repository's): the file tools never look there, whatever their walk's start (the walk
+/// skips `.git` below its start, not the start itself).
 pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), ToolError> {
     // Resolved: a committed symlink to `.git` is the git directory too.
     let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
@@ -102,7 +102,7 @@ pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), T
     let tail = start.strip_prefix(&root).unwrap_or(&start);
     if tail.components().any(|c| c.as_os_str() == ".git") {
         return Err(ToolError::invalid_params(format!(
-            "path {:?} is inside a git directory (.git); glob and the ast-grep tools do not look there",
+            "path {:?} is inside a git directory (.git); grep, glob and the ast-grep tools do not look there",
             rel.unwrap_or_default()
         )));
     }

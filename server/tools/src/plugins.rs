@@ -307,19 +307,33 @@ pub fn trusted_outside(project_root: &Path) -> bool {
 /// (`#/$defs/...`, `#/definitions/...`). Annotations (`format`, `description`, `default`,
 /// ...) do not constrain. The error names the path of the first failure.
 pub fn validate(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
-    Validator { root: schema }.check(schema, v, path, 0)
+    Validator { root: schema, budget: std::cell::Cell::new(MAX_SCHEMA_CHECKS) }.check(schema, v, path, 0)
 }
+
+/// Schema checks one validation may make: unions of unions (`anyOf` inside `anyOf`, as
+/// recursive schemas have) can try every branch at every level of a deep input, which grows
+/// exponentially; past this the input is refused, naming the cost.
+const MAX_SCHEMA_CHECKS: usize = 200_000;
 
 /// How deep `$ref`s and combinators may nest (a schema that refers to itself for ever is an
 /// error, not a stack overflow).
-const MAX_SCHEMA_DEPTH: usize = 64;
+const MAX_SCHEMA_DEPTH: usize = 200;
 
 struct Validator<'a> {
     root: &'a Value,
+    /// Checks left ([`MAX_SCHEMA_CHECKS`]).
+    budget: std::cell::Cell<usize>,
 }
 
 impl Validator<'_> {
     fn check(&self, schema: &Value, v: &Value, path: &str, depth: usize) -> Result<(), String> {
+        let left = self.budget.get();
+        if left == 0 {
+            return Err(format!(
+                "the input is too costly to check against the tool's inputSchema (over {MAX_SCHEMA_CHECKS} checks)"
+            ));
+        }
+        self.budget.set(left - 1);
         let at = if path.is_empty() { "the input".to_string() } else { format!("`{path}`") };
         if depth > MAX_SCHEMA_DEPTH {
             return Err(format!("the tool's inputSchema nests deeper than {MAX_SCHEMA_DEPTH} at {at}"));
@@ -473,7 +487,11 @@ impl Validator<'_> {
                     .collect::<Result<_, _>>()?,
                 _ => vec![],
             };
-            for (k, x) in o {
+            // Scalar fields first: a union's branch that a discriminator (`kind: "x"`)
+            // rules out is given up before its nested values are walked.
+            let scalars = o.iter().filter(|(_, x)| !x.is_object() && !x.is_array());
+            let nested = o.iter().filter(|(_, x)| x.is_object() || x.is_array());
+            for (k, x) in scalars.chain(nested) {
                 let p = field(k);
                 if let Some(names) = s.get("propertyNames") {
                     deeper(names, &Value::String(k.clone()), &p)
@@ -853,6 +871,30 @@ mod tests {
                 (r, w) => panic!("{v}: got {r:?}, wanted {w:?}"),
             }
         }
+        // A recursive union told apart by a discriminator: linear in the input (the
+        // discriminator is checked before the nested value), however deep.
+        let union = json!({ "anyOf": [
+            { "type": "object", "properties": { "a": { "$ref": "#" }, "kind": { "const": "x" } } },
+            { "type": "object", "properties": { "a": { "$ref": "#" }, "kind": { "const": "y" } } }
+        ] });
+        let mut deep = json!({ "kind": "y" });
+        for _ in 0..40 {
+            deep = json!({ "a": deep, "kind": "y" });
+        }
+        assert_eq!(validate(&union, &deep, ""), Ok(()));
+        // Without one, every branch is tried at every level: the budget ends it, quickly.
+        let blind = json!({ "anyOf": [
+            { "type": "object", "properties": { "a": { "$ref": "#" }, "b": { "const": 1 } } },
+            { "type": "object", "properties": { "a": { "$ref": "#" }, "b": { "const": 2 } } }
+        ] });
+        let mut deep = json!({ "b": { "n": 3 } });
+        for _ in 0..40 {
+            deep = json!({ "a": deep, "b": { "n": 3 } });
+        }
+        let started = std::time::Instant::now();
+        let e = validate(&blind, &deep, "").unwrap_err();
+        assert!(e.contains("too costly") || e.contains("must be"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
         // A schema that refers to itself for ever is an error, not a stack overflow.
         let endless = json!({ "$ref": "#" });
         assert!(validate(&endless, &json!({}), "").unwrap_err().contains("nests deeper"));

@@ -175,7 +175,12 @@ impl Route {
 
     /// A plugin tool (`<plugin>__<Name>`, PROTOCOL.md 10.4) of this route's project, if any.
     pub fn plugin(&self, name: &str) -> Option<crate::plugins::PluginTool> {
-        crate::plugins::find(&self.root, name, crate::plugins::trusted_outside(&self.root))
+        // A loop session's project tools are its project's, as the server finds them.
+        let dir = match self.in_loop() {
+            true => forge_core::project::main_worktree(&self.root).unwrap_or_else(|| self.root.clone()),
+            false => self.root.clone(),
+        };
+        crate::plugins::find(&dir, name, crate::plugins::trusted_outside(&dir))
     }
 
     /// Calls tool `name` (a built-in's or a plugin tool's offer name); `needs_server` refuses

@@ -191,8 +191,14 @@ fn on_signal_kill_the_tool() {
         }
     }
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: installs a handler that only makes async-signal-safe calls.
-        unsafe { libc::signal(sig, handler as *const () as libc::sighandler_t) };
+        // SAFETY: installs a handler that only makes async-signal-safe calls; a signal the
+        // process was started ignoring (`nohup`, a background job's SIGINT) stays ignored.
+        unsafe {
+            let before = libc::signal(sig, handler as *const () as libc::sighandler_t);
+            if before == libc::SIG_IGN {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+        }
     }
 }
 

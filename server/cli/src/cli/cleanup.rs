@@ -115,13 +115,14 @@ fn say(line: impl fmt::Display) {
 /// Runs a cleanup subcommand; returns the process exit status.
 pub fn run(cmd: CleanupCmd, data_dir: Option<PathBuf>) -> i32 {
     let data_dir = project::data_dir(None, data_dir.as_deref());
-    let r =
-        match cmd {
-            CleanupCmd::Plans { older_than, project, dry_run } => project_id(project.as_deref())
-                .and_then(|p| cleanup_plans(&data_dir, &older_than, p.as_deref(), dry_run)),
-            CleanupCmd::Loop { name, project, dry_run, force } => project_id(project.as_deref())
-                .and_then(|p| cleanup_loop(&data_dir, &name, p.as_deref(), dry_run, force)),
-        };
+    let r = match cmd {
+        CleanupCmd::Plans { older_than, project, dry_run } => {
+            project_id(project.as_deref()).and_then(|p| cleanup_plans(&data_dir, &older_than, p.as_deref(), dry_run))
+        }
+        CleanupCmd::Loop { name, project, dry_run, force } => {
+            project_arg(project.as_deref()).and_then(|p| cleanup_loop(&data_dir, &name, p, dry_run, force))
+        }
+    };
     match r {
         Ok(()) => 0,
         Err(Failure::Failed(m)) => {
@@ -135,6 +136,11 @@ pub fn run(cmd: CleanupCmd, data_dir: Option<PathBuf>) -> i32 {
 /// an id as given (the root commit's hash, or `global`); a path that is no directory is
 /// refused rather than taken for an id nothing has.
 fn project_id(arg: Option<&str>) -> Result<Option<String>, Failure> {
+    Ok(project_arg(arg)?.map(|(id, _)| id))
+}
+
+/// [`project_id`], with the repository detected when `--project` names a directory.
+fn project_arg(arg: Option<&str>) -> Result<Option<(String, Option<Project>)>, Failure> {
     let Some(arg) = arg else { return Ok(None) };
     let dir = Path::new(arg);
     if dir.is_dir() {
@@ -144,12 +150,12 @@ fn project_id(arg: Option<&str>) -> Result<Option<String>, Failure> {
                 "--project {arg}: not inside a git repository with a commit (give the project's directory, or its id)"
             )));
         }
-        return Ok(Some(detected.id));
+        return Ok(Some((detected.id.clone(), Some(detected))));
     }
     if arg.contains('/') || arg == "." || arg == ".." {
         return Err(failed(format!("--project {arg}: no such directory (give the project's directory, or its id)")));
     }
-    Ok(Some(arg.to_string()))
+    Ok(Some((arg.to_string(), None)))
 }
 
 /// Opens `<data_dir>/forge.db` if it exists (a cleanup never creates a database).
@@ -312,9 +318,26 @@ fn open_repo(dir: &Path) -> Result<PathBuf, String> {
         .map_err(|e| e.message().to_string())
 }
 
-fn cleanup_loop(data_dir: &Path, name: &str, project: Option<&str>, dry_run: bool, force: bool) -> Result<(), Failure> {
-    let cwd = std::env::current_dir().map_err(|e| failed(format!("cannot read the working directory: {e}")))?;
-    let detected = Project::detect(&cwd);
+fn cleanup_loop(
+    data_dir: &Path,
+    name: &str,
+    given: Option<(String, Option<Project>)>,
+    dry_run: bool,
+    force: bool,
+) -> Result<(), Failure> {
+    let (project, given_repo) = match given {
+        Some((id, repo)) => (Some(id), repo),
+        None => (None, None),
+    };
+    let project = project.as_deref();
+    let from_a_directory = project.is_none() || given_repo.is_some();
+    // The repository `--project DIR` names, else the working directory's.
+    let detected = match given_repo {
+        Some(p) => p,
+        None => Project::detect(
+            &std::env::current_dir().map_err(|e| failed(format!("cannot read the working directory: {e}")))?,
+        ),
+    };
     let project_id = project.map(str::to_string).unwrap_or_else(|| detected.id.clone());
     let Some(mut conn) = open_db(data_dir)? else {
         return Err(failed(format!(
@@ -334,7 +357,7 @@ fn cleanup_loop(data_dir: &Path, name: &str, project: Option<&str>, dry_run: boo
                 .map_err(|e| failed(format!("cannot clean up loop {name}: {e}")))?,
         )
     };
-    let plan = plan_loop(&conn, data_dir, &detected, &project_id, project.is_none(), name, force)?;
+    let plan = plan_loop(&conn, data_dir, &detected, &project_id, from_a_directory, name, force)?;
 
     say(format!("Loop {name} in project {project_id}{}:", if dry_run { " (dry run)" } else { "" }));
     if dry_run {

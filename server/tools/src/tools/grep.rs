@@ -38,6 +38,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     }
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
+    crate::files::outside_git(&root, &start, input.path.as_deref())?;
     // Compiled off the caller's thread, with the search: a large pattern can take seconds
     // to compile, and a read-only tool's own part runs on the server's async workers.
     ctx.after = Some(Box::new(move || {

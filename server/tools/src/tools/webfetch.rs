@@ -365,8 +365,14 @@ fn result(requested: &Url, f: &Fetched, text: String, source: &str) -> CommandRe
 /// charset=..."`), else UTF-8 (a byte order mark wins over both); what cannot be decoded
 /// becomes U+FFFD.
 fn decode(content_type: &str, body: &[u8]) -> String {
-    let label = charset_of(content_type).or_else(|| meta_charset(&body[..body.len().min(1024)]));
-    let encoding = label.and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes())).unwrap_or(encoding_rs::UTF_8);
+    let declared = charset_of(content_type).and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes()));
+    let encoding = declared
+        .or_else(|| {
+            let m = mime(content_type);
+            let html = m == "text/html" || m == "application/xhtml+xml" || (m.is_empty() && is_html("", body));
+            html.then(|| meta_charset(&body[..body.len().min(1024)])).flatten()
+        })
+        .unwrap_or(encoding_rs::UTF_8);
     encoding.decode(body).0.into_owned()
 }
 
@@ -378,13 +384,28 @@ fn charset_of(content_type: &str) -> Option<String> {
     })
 }
 
-/// The charset an HTML page's head declares, read as ASCII.
-fn meta_charset(head: &[u8]) -> Option<String> {
+/// The encoding an HTML page's `<meta>` tags declare (`charset="..."`, or a `content`
+/// with `charset=...`), read as ASCII, as the HTML prescan does: UTF-16 declared there means
+/// UTF-8 (the bytes read it were ASCII-compatible), `x-user-defined` windows-1252.
+fn meta_charset(head: &[u8]) -> Option<&'static encoding_rs::Encoding> {
     let text = String::from_utf8_lossy(head).to_ascii_lowercase();
-    let at = text.find("charset=")? + "charset=".len();
-    let rest = text[at..].trim_start_matches(['"', '\'', ' ']);
-    let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))).unwrap_or(rest.len());
-    (end > 0).then(|| rest[..end].to_string())
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("<meta") {
+        let tag = &rest[at..];
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        rest = &rest[at + 5..];
+        let Some(c) = tag.find("charset") else { continue };
+        let value = tag[c + "charset".len()..].trim_start().strip_prefix('=')?.trim_start();
+        let value = value.trim_start_matches(['"', '\'']);
+        let end = value.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))).unwrap_or(value.len());
+        let encoding = encoding_rs::Encoding::for_label(&value.as_bytes()[..end])?;
+        return Some(match encoding.name() {
+            "UTF-16LE" | "UTF-16BE" => encoding_rs::UTF_8,
+            "x-user-defined" => encoding_rs::WINDOWS_1252,
+            _ => encoding,
+        });
+    }
+    None
 }
 
 fn mime(content_type: &str) -> String {
