@@ -159,7 +159,12 @@ fn codex(stdout: &str) -> Output {
                     o.reply = Some(t);
                 }
             }
-            Some("turn.completed") => last_usage = e.get("usage").cloned(),
+            // A completed turn succeeded, whatever `error` events came before it: Codex
+            // reports each stream retry ("Reconnecting... 1/5") as one.
+            Some("turn.completed") => {
+                last_usage = e.get("usage").cloned();
+                o.error = None;
+            }
             Some("turn.failed") => o.error = s(&e, &["error", "message"]).or(o.error.take()),
             Some("error") if o.error.is_none() => o.error = s(&e, &["message"]),
             _ => {}
@@ -341,6 +346,7 @@ mod tests {
     const CODEX_OK: &str = r#"{"type":"thread.started","thread_id":"0199a-thread"}
 {"type":"turn.started"}
 {"type":"item.completed","item":{"id":"i0","type":"error","message":"Model metadata for `fake-model` not found."}}
+{"type":"error","message":"Reconnecting... 1/5 (stream disconnected before completion: 429 Too Many Requests)"}
 {"type":"item.completed","item":{"id":"i1","type":"command_execution","command":"/bin/bash -c 'echo hi'","exit_code":0}}
 {"type":"item.completed","item":{"id":"i2","type":"agent_message","text":"first turn done"}}
 {"type":"turn.completed","usage":{"input_tokens":3600,"cached_input_tokens":600,"cache_write_input_tokens":0,"output_tokens":150,"reasoning_output_tokens":0}}

@@ -24,6 +24,7 @@ auditor's finding and handoffs as calls of the Forge MCP tools the preset wired 
   section 2 auditor: hands off clean with a summary -> the loop completes
 """
 
+import glob
 import json
 import os
 import shutil
@@ -223,12 +224,15 @@ def main():
     wrapper = os.path.join(T, "timed-agent")
     with open(wrapper, "w") as f:
         f.write('#!/bin/bash\nlog="$E2E_TIMING_LOG"\n'
+                # Inside the sandbox Codex's CODEX_HOME is the loop's own (writable) one.
+                '[ -n "$FORGE_SANDBOX" ] && [ -n "$CODEX_HOME" ] && log="$CODEX_HOME/timing.log"\n'
                 'echo "start $(date +%s%N)" >> "$log"\n"$@"\nrc=$?\n'
                 'echo "end $(date +%s%N)" >> "$log"\nexit $rc\n')
     os.chmod(wrapper, 0o755)
     # Writable where the wrapper runs: Codex runs inside the sandbox, where only the worktree
-    # (removed at the end) and CODEX_HOME are writable.
-    env["E2E_TIMING_LOG"] = os.path.join(env.get("CODEX_HOME") or T, "timing.log")
+    # (removed at the end) and the loop's own CODEX_HOME (in the data directory) are
+    # writable; the wrapper writes there then (read back below).
+    env["E2E_TIMING_LOG"] = os.path.join(T, "timing.log")
     sock = os.path.join(T, "lsp.sock")
     server_log = open(os.path.join(T, "server.log"), "w")
     env["RUST_LOG"] = env.get("RUST_LOG", "info")
@@ -294,6 +298,9 @@ def main():
     result["work"] = git(repo, "show", branch + ":work.txt")
     result["outside_written"] = os.path.exists(os.path.join(env["OUTSIDE"], "escaped"))
     timing = env["E2E_TIMING_LOG"]
+    in_sandbox = glob.glob(os.path.join(data, "agent-homes", "*", "codex", "timing.log"))
+    if not os.path.exists(timing) and in_sandbox:
+        timing = in_sandbox[0]
     marks = []
     if os.path.exists(timing):
         with open(timing) as f:

@@ -243,11 +243,16 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let prompt = req.prompt.clone();
     let keep = host.keep_stdout();
     tokio::spawn(async move {
-        if let Some(mut s) = stdin {
-            // An agent that does not read stdin closes it early: not an error.
-            let _ = s.write_all(prompt.as_bytes()).await;
-            let _ = s.shutdown().await;
-        }
+        // The prompt is written beside the readers, not before them: an agent that writes
+        // more than a pipe holds before it has read its whole prompt (a long plan) would
+        // otherwise wait on its output while this waited on its input.
+        let writer = tokio::spawn(async move {
+            if let Some(mut s) = stdin {
+                // An agent that does not read stdin closes it early: not an error.
+                let _ = s.write_all(prompt.as_bytes()).await;
+                let _ = s.shutdown().await;
+            }
+        });
         let (s1, s2) = (session.clone(), session.clone());
         let (a1, a2) = (req.activity.clone(), req.activity.clone());
         let out = tokio::spawn(async move {
@@ -263,6 +268,8 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             }
         });
         let status = child.wait().await;
+        // Its input ends with it (or with a process it left holding it): not waited for.
+        writer.abort();
         let (stdout, _) = out.await.unwrap_or_default();
         let (stderr, _) = err.await.unwrap_or_default();
         if req.shim_dir.is_some() {
@@ -272,6 +279,13 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let outcome = match status {
             Ok(s) if std::os::unix::process::ExitStatusExt::signal(&s).is_some() => {
                 let sig = std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0);
+                // What it printed before it was killed is still recorded: the CLI's session
+                // id (the next turn resumes it instead of starting over, or of reusing an
+                // id the CLI now refuses) and the usage it reported.
+                let run = crate::agents::Run { code: None, stdout, stderr };
+                let h = crate::agents::host_for(&req);
+                let r2 = req.clone();
+                let _ = tokio::task::spawn_blocking(move || h.finish(&r2, &run)).await;
                 TurnOutcome::Aborted(format!("agent killed by signal {sig}"))
             }
             Ok(s) => {

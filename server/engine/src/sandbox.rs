@@ -104,13 +104,27 @@ pub fn shim_dir(data_dir: &Path, worktree: &Path) -> PathBuf {
     data_dir.join("shims").join(hex)
 }
 
-/// Removes the shims of the loop whose worktree is `worktree` (with the worktree: at its
-/// removal and at a failed start). A directory already gone is not an error.
+/// The private home directory `cli` gets in the loop whose worktree is `worktree` (the
+/// Codex preset's `CODEX_HOME`): `<dataDir>/agent-homes/<hash of the worktree path>/<cli>`,
+/// removed with the shims.
+pub fn agent_home(data_dir: &Path, worktree: &Path, cli: &str) -> PathBuf {
+    let shims = shim_dir(data_dir, worktree);
+    let hex = shims.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    data_dir.join("agent-homes").join(hex).join(cli)
+}
+
+/// Removes the shims of the loop whose worktree is `worktree`, and its agents' homes (with
+/// the worktree: at its removal and at a failed start). A directory already gone is not an
+/// error.
 pub fn remove_shims(data_dir: &Path, worktree: &Path) -> io::Result<()> {
-    match std::fs::remove_dir_all(shim_dir(data_dir, worktree)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+    let homes = agent_home(data_dir, worktree, "x").parent().map(Path::to_path_buf);
+    for dir in [Some(shim_dir(data_dir, worktree)), homes].into_iter().flatten() {
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
     }
+    Ok(())
 }
 
 /// The `bwrap` to use: `$FORGE_BWRAP` when set, else the first `bwrap` on `PATH`.

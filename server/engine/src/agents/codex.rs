@@ -13,9 +13,11 @@
 //! - Sandbox: Codex starts `/bin/bash` itself (no `PATH`/`SHELL` shim reaches it), so with
 //!   the loop's sandbox on the whole `codex` process runs inside it (bubblewrap, the
 //!   worktree writable, the rest read-only, a private `/tmp`), with the network shared (its
-//!   model endpoint must stay reachable, so its commands have network too) and
-//!   `$CODEX_HOME` (default `~/.codex`: sessions, state) writable. Codex's own sandbox is
-//!   bypassed (`--dangerously-bypass-approvals-and-sandbox`): Forge's is the one in force.
+//!   model endpoint must stay reachable, so its commands have network too) and a
+//!   `CODEX_HOME` of the loop's own writable ([`loop_home`]: the user's `config.toml`,
+//!   `auth.json` and `AGENTS.md` copied in before each turn; the user's `~/.codex` stays
+//!   read-only). Codex's own sandbox is bypassed
+//!   (`--dangerously-bypass-approvals-and-sandbox`): Forge's is the one in force.
 //! - Usage: `turn.completed.usage` is the thread's running total; each turn records the
 //!   difference to what the session recorded before.
 
@@ -35,6 +37,36 @@ pub fn codex_home() -> Option<PathBuf> {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".codex")))
+}
+
+/// The files of the user's Codex home a sandboxed loop's Codex gets a copy of.
+const SEEDED: [&str; 3] = ["config.toml", "auth.json", "AGENTS.md"];
+
+/// The `CODEX_HOME` of a sandboxed loop's Codex: a directory of its own in the data
+/// directory (writable inside the sandbox, removed with the worktree), where the user's
+/// `config.toml`, `auth.json` and `AGENTS.md` are copied before every turn. Codex runs whole
+/// inside the sandbox, and so do the commands it runs: a writable `~/.codex` would let a
+/// command (or a prompt-injected repository) rewrite the user's own configuration (a
+/// `notify` program, an MCP server, a model endpoint) for the user's next Codex run outside
+/// any sandbox. What the loop's Codex writes stays in its copy.
+fn loop_home(req: &TurnRequest) -> Result<PathBuf, String> {
+    let home = crate::sandbox::agent_home(&req.data_dir, &req.cwd, "codex");
+    forge_core::paths::create_private_dirs(&home)
+        .map_err(|e| format!("cannot create the loop's Codex home {}: {e}", home.display()))?;
+    let user = codex_home();
+    for name in SEEDED {
+        let mine = home.join(name);
+        match user.as_ref().map(|u| u.join(name)).filter(|f| f.is_file()) {
+            Some(theirs) => {
+                let data = std::fs::read(&theirs).map_err(|e| format!("cannot read {}: {e}", theirs.display()))?;
+                super::write_private(&mine, &data).map_err(|e| format!("cannot write {}: {e}", mine.display()))?;
+            }
+            None => {
+                let _ = std::fs::remove_file(&mine);
+            }
+        }
+    }
+    Ok(home)
 }
 
 /// The `-c` overrides every Codex turn gets.
@@ -80,17 +112,14 @@ impl AgentHost for Codex {
             args.extend(["resume".into(), id]);
         }
         args.push("-".into());
-        let whole_in_sandbox = match req.shim_dir {
+        let (whole_in_sandbox, env) = match req.shim_dir {
             Some(_) => {
-                let home =
-                    codex_home().ok_or("the Codex preset needs CODEX_HOME or HOME to find Codex's state directory")?;
-                forge_core::paths::create_private_dirs(&home)
-                    .map_err(|e| format!("cannot create Codex's state directory {}: {e}", home.display()))?;
-                Some(vec![home])
+                let home = loop_home(req)?;
+                (Some(vec![home.clone()]), vec![("CODEX_HOME".to_string(), home.into_os_string())])
             }
-            None => None,
+            None => (None, vec![]),
         };
-        Ok(Launch { argv: super::with_program(req, "codex", args), env: vec![], whole_in_sandbox, template: false })
+        Ok(Launch { argv: super::with_program(req, "codex", args), env, whole_in_sandbox, template: false })
     }
 
     fn finish(&self, req: &TurnRequest, run: &Run) -> TurnOutcome {
@@ -125,6 +154,33 @@ mod tests {
         super::super::save_cli_session(&r, "0199-th");
         let l = Codex.prepare(&r, Path::new("/p")).unwrap();
         assert_eq!(l.argv[l.argv.len() - 3..], ["resume", "0199-th", "-"]);
+    }
+
+    /// Sandboxed, Codex gets a home of the loop's own in the data directory, seeded with
+    /// copies of the user's files before each turn; the user's home is never bound writable.
+    #[test]
+    fn a_sandboxed_codex_gets_a_home_of_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let user = d.path().join("user-codex");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("config.toml"), "model = \"m\"\n").unwrap();
+        std::env::set_var("CODEX_HOME", &user);
+        let r = req(d.path(), Some(Cli::Codex));
+        let l = Codex.prepare(&r, Path::new("/p")).unwrap();
+        let home = crate::sandbox::agent_home(&r.data_dir, &r.cwd, "codex");
+        assert!(home.starts_with(&r.data_dir), "{}", home.display());
+        assert_eq!(l.whole_in_sandbox, Some(vec![home.clone()]));
+        assert!(l.env.iter().any(|(k, v)| k == "CODEX_HOME" && *v == home.clone().into_os_string()));
+        assert_eq!(std::fs::read_to_string(home.join("config.toml")).unwrap(), "model = \"m\"\n");
+        // What the loop's Codex wrote to its copy is replaced by the user's at the next turn.
+        std::fs::write(home.join("config.toml"), "notify = [\"evil\"]\n").unwrap();
+        Codex.prepare(&r, Path::new("/p")).unwrap();
+        assert_eq!(std::fs::read_to_string(home.join("config.toml")).unwrap(), "model = \"m\"\n");
+        assert_eq!(std::fs::read_to_string(user.join("config.toml")).unwrap(), "model = \"m\"\n");
+        // Removed with the loop's shims.
+        crate::sandbox::remove_shims(&r.data_dir, &r.cwd).unwrap();
+        assert!(!home.exists());
+        std::env::remove_var("CODEX_HOME");
     }
 
     #[test]
