@@ -30,9 +30,16 @@ use crate::turn::{TurnOutcome, TurnRequest};
 pub struct Gemini;
 
 /// The settings: `base` (a JSON object, else `{}`) plus the Forge MCP server.
-pub fn settings(base: Option<&str>, mcp_bin: &str) -> Value {
-    let mut v: Value = base.and_then(|b| serde_json::from_str(b).ok()).filter(Value::is_object).unwrap_or(json!({}));
-    let o = v.as_object_mut().expect("an object");
+pub fn settings(base: Option<&str>, mcp_bin: &str) -> Result<Value, String> {
+    let mut v = match base {
+        None => json!({}),
+        Some(b) => match serde_json::from_str::<Value>(&strip_json_comments(b)) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => return Err("is not a JSON object".into()),
+            Err(e) => return Err(format!("is not JSON ({e})")),
+        },
+    };
+    let Some(o) = v.as_object_mut() else { return Err("is not a JSON object".into()) };
     let servers = o.entry("mcpServers").or_insert_with(|| json!({}));
     if !servers.is_object() {
         *servers = json!({});
@@ -41,7 +48,62 @@ pub fn settings(base: Option<&str>, mcp_bin: &str) -> Value {
         "command": mcp_bin, "args": ["mcp"], "trust": true,
         "env": {"FORGE_SESSION_TOKEN": "$FORGE_SESSION_TOKEN"}
     });
-    v
+    Ok(v)
+}
+
+/// Gemini CLI's system settings file on Linux when `GEMINI_CLI_SYSTEM_SETTINGS_PATH` is not
+/// set: its highest-precedence layer (an administrator's), which the loop's own file
+/// replaces and so must carry.
+const DEFAULT_SYSTEM_SETTINGS: &str = "/etc/gemini-cli/settings.json";
+
+/// JSON with comments (as Gemini CLI reads its settings) as JSON: `//` and `/* */`
+/// comments outside strings become spaces.
+fn strip_json_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        out.push(n);
+                    }
+                }
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut last = ' ';
+                for n in chars.by_ref() {
+                    if last == '*' && n == '/' {
+                        break;
+                    }
+                    last = n;
+                }
+                out.push(' ');
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 fn settings_file(req: &TurnRequest) -> PathBuf {
@@ -65,15 +127,30 @@ impl AgentHost for Gemini {
             ]),
             None => args.extend(["--session-id".into(), forge_domain::agent_cli::session_uuid(&req.session_id)]),
         }
-        let base = std::env::var_os("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
+        // The system settings the loop's file takes the place of: the variable's file, else
+        // Gemini CLI's default one. One that is there but cannot be used fails the turn,
+        // naming it (merging nothing would drop the user's auth and an administrator's
+        // policies without a word).
+        let base_path = std::env::var_os("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
             .filter(|p| !p.is_empty())
-            .and_then(|p| std::fs::read_to_string(p).ok());
+            .map(PathBuf::from)
+            .or_else(|| Some(PathBuf::from(DEFAULT_SYSTEM_SETTINGS)).filter(|p| p.exists()));
+        let base = match &base_path {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .map_err(|e| format!("cannot read Gemini CLI's system settings {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
+        let merged = settings(base.as_deref(), &super::mcp_command()).map_err(|why| {
+            let p = base_path.as_deref().unwrap_or(Path::new("?"));
+            format!("Gemini CLI's system settings {} {why}; the loop's turns need them (fix the file)", p.display())
+        })?;
         let file = settings_file(req);
         if let Some(d) = file.parent() {
             forge_core::paths::create_private_dirs(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
-        let text = serde_json::to_string_pretty(&settings(base.as_deref(), &super::mcp_command()))
-            .map_err(|e| format!("cannot write Gemini settings: {e}"))?;
+        let text = serde_json::to_string_pretty(&merged).map_err(|e| format!("cannot write Gemini settings: {e}"))?;
         super::write_private(&file, text.as_bytes())
             .map_err(|e| format!("cannot write Gemini settings {}: {e}", file.display()))?;
         Ok(Launch {
@@ -143,11 +220,16 @@ mod tests {
     #[test]
     fn settings_merge_into_the_base() {
         let base = r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"mcpServers":{"x":{"command":"y"}}}"#;
-        let s = settings(Some(base), "/b/forge-lsp");
+        let s = settings(Some(base), "/b/forge-lsp").unwrap();
         assert_eq!(s["security"]["auth"]["selectedType"], "gemini-api-key");
         assert_eq!(s["mcpServers"]["x"]["command"], "y");
         assert_eq!(s["mcpServers"]["forge"]["command"], "/b/forge-lsp");
-        assert_eq!(settings(Some("[1]"), "f")["mcpServers"]["forge"]["trust"], true);
-        assert_eq!(settings(None, "f")["mcpServers"]["forge"]["command"], "f");
+        assert_eq!(settings(None, "f").unwrap()["mcpServers"]["forge"]["command"], "f");
+        // Gemini CLI reads its settings with comments; a file that is not an object or not
+        // JSON is an error, not an empty base.
+        let jsonc = "{\n  // auth\n  \"security\": {\"auth\": {\"selectedType\": \"a//b\"}} /* end */\n}";
+        assert_eq!(settings(Some(jsonc), "f").unwrap()["security"]["auth"]["selectedType"], "a//b");
+        assert!(settings(Some("[1]"), "f").unwrap_err().contains("not a JSON object"));
+        assert!(settings(Some("{oops"), "f").unwrap_err().contains("not JSON"));
     }
 }
