@@ -279,13 +279,6 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let outcome = match status {
             Ok(s) if std::os::unix::process::ExitStatusExt::signal(&s).is_some() => {
                 let sig = std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0);
-                // What it printed before it was killed is still recorded: the CLI's session
-                // id (the next turn resumes it instead of starting over, or of reusing an
-                // id the CLI now refuses) and the usage it reported.
-                let run = crate::agents::Run { code: None, stdout, stderr };
-                let h = crate::agents::host_for(&req);
-                let r2 = req.clone();
-                let _ = tokio::task::spawn_blocking(move || h.finish(&r2, &run)).await;
                 TurnOutcome::Aborted(format!("agent killed by signal {sig}"))
             }
             Ok(s) => {

@@ -118,13 +118,18 @@ pub fn agent_home(data_dir: &Path, worktree: &Path, cli: &str) -> PathBuf {
 /// error.
 pub fn remove_shims(data_dir: &Path, worktree: &Path) -> io::Result<()> {
     let homes = agent_home(data_dir, worktree, "x").parent().map(Path::to_path_buf);
+    let mut first_error = None;
+    // Each is removed even when the other cannot be (the homes hold copies of credentials).
     for dir in [Some(shim_dir(data_dir, worktree)), homes].into_iter().flatten() {
         match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                tracing::warn!("cannot remove {}: {e}", dir.display());
+                first_error.get_or_insert(e);
+            }
             _ => {}
         }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// The `bwrap` to use: `$FORGE_BWRAP` when set, else the first `bwrap` on `PATH`.

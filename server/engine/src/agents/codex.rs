@@ -49,22 +49,37 @@ const SEEDED: [&str; 3] = ["config.toml", "auth.json", "AGENTS.md"];
 /// command (or a prompt-injected repository) rewrite the user's own configuration (a
 /// `notify` program, an MCP server, a model endpoint) for the user's next Codex run outside
 /// any sandbox. What the loop's Codex writes stays in its copy.
+///
+/// `auth.json` is copied again only when the user's file changed since it was last copied
+/// (`auth.json.seeded` keeps its hash): a login Codex refreshes during the loop stays in
+/// the loop's copy from turn to turn (ChatGPT refresh tokens work once; putting the user's
+/// spent one back would fail every later turn).
 fn loop_home(req: &TurnRequest) -> Result<PathBuf, String> {
+    loop_home_from(req, codex_home().as_deref())
+}
+
+fn loop_home_from(req: &TurnRequest, user: Option<&Path>) -> Result<PathBuf, String> {
+    use sha2::{Digest, Sha256};
     let home = crate::sandbox::agent_home(&req.data_dir, &req.cwd, "codex");
     forge_core::paths::create_private_dirs(&home)
         .map_err(|e| format!("cannot create the loop's Codex home {}: {e}", home.display()))?;
-    let user = codex_home();
     for name in SEEDED {
         let mine = home.join(name);
-        match user.as_ref().map(|u| u.join(name)).filter(|f| f.is_file()) {
-            Some(theirs) => {
-                let data = std::fs::read(&theirs).map_err(|e| format!("cannot read {}: {e}", theirs.display()))?;
-                super::write_private(&mine, &data).map_err(|e| format!("cannot write {}: {e}", mine.display()))?;
+        let Some(theirs) = user.map(|u| u.join(name)).filter(|f| f.is_file()) else {
+            let _ = std::fs::remove_file(&mine);
+            continue;
+        };
+        let data = std::fs::read(&theirs).map_err(|e| format!("cannot read {}: {e}", theirs.display()))?;
+        if name == "auth.json" {
+            let stamp = home.join("auth.json.seeded");
+            let hash: String = Sha256::digest(&data).iter().map(|b| format!("{b:02x}")).collect();
+            if mine.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|h| h == hash) {
+                continue;
             }
-            None => {
-                let _ = std::fs::remove_file(&mine);
-            }
+            super::write_private(&stamp, hash.as_bytes())
+                .map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
         }
+        super::write_private(&mine, &data).map_err(|e| format!("cannot write {}: {e}", mine.display()))?;
     }
     Ok(home)
 }
@@ -164,23 +179,29 @@ mod tests {
         let user = d.path().join("user-codex");
         std::fs::create_dir_all(&user).unwrap();
         std::fs::write(user.join("config.toml"), "model = \"m\"\n").unwrap();
-        std::env::set_var("CODEX_HOME", &user);
+        std::fs::write(user.join("auth.json"), "{\"t\":1}").unwrap();
         let r = req(d.path(), Some(Cli::Codex));
-        let l = Codex.prepare(&r, Path::new("/p")).unwrap();
-        let home = crate::sandbox::agent_home(&r.data_dir, &r.cwd, "codex");
+        let home = loop_home_from(&r, Some(&user)).unwrap();
+        assert_eq!(home, crate::sandbox::agent_home(&r.data_dir, &r.cwd, "codex"));
         assert!(home.starts_with(&r.data_dir), "{}", home.display());
+        assert_eq!(std::fs::read_to_string(home.join("config.toml")).unwrap(), "model = \"m\"\n");
+        let l = Codex.prepare(&r, Path::new("/p")).unwrap();
         assert_eq!(l.whole_in_sandbox, Some(vec![home.clone()]));
         assert!(l.env.iter().any(|(k, v)| k == "CODEX_HOME" && *v == home.clone().into_os_string()));
-        assert_eq!(std::fs::read_to_string(home.join("config.toml")).unwrap(), "model = \"m\"\n");
-        // What the loop's Codex wrote to its copy is replaced by the user's at the next turn.
+        // What the loop's Codex wrote to its configuration is replaced by the user's at the
+        // next turn; a login it refreshed is kept until the user's own file changes.
         std::fs::write(home.join("config.toml"), "notify = [\"evil\"]\n").unwrap();
-        Codex.prepare(&r, Path::new("/p")).unwrap();
+        std::fs::write(home.join("auth.json"), "{\"t\":2}").unwrap();
+        loop_home_from(&r, Some(&user)).unwrap();
         assert_eq!(std::fs::read_to_string(home.join("config.toml")).unwrap(), "model = \"m\"\n");
+        assert_eq!(std::fs::read_to_string(home.join("auth.json")).unwrap(), "{\"t\":2}");
         assert_eq!(std::fs::read_to_string(user.join("config.toml")).unwrap(), "model = \"m\"\n");
+        std::fs::write(user.join("auth.json"), "{\"t\":3}").unwrap();
+        loop_home_from(&r, Some(&user)).unwrap();
+        assert_eq!(std::fs::read_to_string(home.join("auth.json")).unwrap(), "{\"t\":3}");
         // Removed with the loop's shims.
         crate::sandbox::remove_shims(&r.data_dir, &r.cwd).unwrap();
         assert!(!home.exists());
-        std::env::remove_var("CODEX_HOME");
     }
 
     #[test]

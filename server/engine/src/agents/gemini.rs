@@ -7,11 +7,14 @@
 //! - Model: `-m <model>`.
 //! - MCP: Gemini reads MCP servers only from settings files, so the host writes a private
 //!   settings file per session in the data directory (never in the worktree):
-//!   the server's own `GEMINI_CLI_SYSTEM_SETTINGS_PATH` file, if any, plus
+//!   the server's own `GEMINI_CLI_SYSTEM_SETTINGS_PATH` file, else Gemini's default
+//!   `/etc/gemini-cli/settings.json` when there is one (read with comments; one that cannot
+//!   be used fails the turn), plus
 //!   `mcpServers.forge = {command: <this forge-lsp>, args: ["mcp"], trust: true, env:
 //!   {FORGE_SESSION_TOKEN: "$FORGE_SESSION_TOKEN"}}` (Gemini drops token-like variables
 //!   from MCP servers' environment unless named), and points
-//!   `GEMINI_CLI_SYSTEM_SETTINGS_PATH` at it. Gemini ignores a settings file below a group-
+//!   `GEMINI_CLI_SYSTEM_SETTINGS_PATH` at it (and `GEMINI_CLI_SYSTEM_DEFAULTS_PATH` at the
+//!   `system-defaults.json` beside the original, unless set). Gemini ignores a settings file below a group-
 //!   or world-writable directory: keep the data directory out of `/tmp`.
 //! - Sandbox: Gemini runs `bash -c …` with `bash` found on `PATH`: the loop's sandbox shim;
 //!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: its commands write their background
@@ -136,10 +139,12 @@ impl AgentHost for Gemini {
             .map(PathBuf::from)
             .or_else(|| Some(PathBuf::from(DEFAULT_SYSTEM_SETTINGS)).filter(|p| p.exists()));
         let base = match &base_path {
-            Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .map_err(|e| format!("cannot read Gemini CLI's system settings {}: {e}", p.display()))?,
-            ),
+            // A variable naming no file: Gemini CLI reads that as no settings, so does this.
+            Some(p) => match std::fs::read_to_string(p) {
+                Ok(t) => Some(t),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(format!("cannot read Gemini CLI's system settings {}: {e}", p.display())),
+            },
             None => None,
         };
         let merged = settings(base.as_deref(), &super::mcp_command()).map_err(|why| {
@@ -153,9 +158,17 @@ impl AgentHost for Gemini {
         let text = serde_json::to_string_pretty(&merged).map_err(|e| format!("cannot write Gemini settings: {e}"))?;
         super::write_private(&file, text.as_bytes())
             .map_err(|e| format!("cannot write Gemini settings {}: {e}", file.display()))?;
+        // Gemini CLI looks for `system-defaults.json` beside the system settings file: keep
+        // pointing it at the one beside the original (the loop's file is elsewhere).
+        let defaults =
+            std::env::var_os("GEMINI_CLI_SYSTEM_DEFAULTS_PATH").filter(|p| !p.is_empty()).is_none().then(|| {
+                let dir = base_path.as_deref().and_then(Path::parent).unwrap_or(Path::new("/etc/gemini-cli"));
+                env("GEMINI_CLI_SYSTEM_DEFAULTS_PATH", dir.join("system-defaults.json"))
+            });
         Ok(Launch {
             argv: super::with_program(req, "gemini", args),
             env: std::iter::once(env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", file))
+                .chain(defaults)
                 .chain(super::sandbox_tmpdir(req))
                 .collect(),
             whole_in_sandbox: None,

@@ -40,15 +40,7 @@ pub fn config_content(base: Option<&str>, mcp_bin: &str) -> String {
         *perm = json!({});
     }
     perm["edit"] = json!("allow");
-    // A headless run cannot ask: commands are allowed, but the rules the user's value names
-    // stay (an object of patterns such as `"git push*": "deny"`, or `"deny"` for all).
-    match perm.get_mut("bash") {
-        Some(Value::Object(rules)) => {
-            rules.entry("*").or_insert(json!("allow"));
-        }
-        Some(Value::String(all)) if all == "deny" => {}
-        _ => perm["bash"] = json!("allow"),
-    }
+    perm["bash"] = json!("allow");
     o.entry("autoupdate").or_insert(json!(false));
     o.entry("share").or_insert(json!("disabled"));
     v.to_string()
@@ -139,16 +131,6 @@ mod tests {
                 json!({"model": "x/y", "mcp": {"other": {"type": "remote"},
                     "forge": {"type": "local", "command": ["/b/forge-lsp", "mcp"], "enabled": true}},
                     "permission": {"webfetch": "deny", "edit": "allow", "bash": "allow"}, "autoupdate": true, "share": "disabled"}),
-            ),
-            (
-                Some(r#"{"permission":{"bash":{"git push*":"deny"}}}"#),
-                json!({"mcp": {"forge": {"type": "local", "command": ["/b/forge-lsp", "mcp"], "enabled": true}},
-                          "permission": {"edit": "allow", "bash": {"git push*": "deny", "*": "allow"}}, "autoupdate": false, "share": "disabled"}),
-            ),
-            (
-                Some(r#"{"permission":{"bash":"deny"}}"#),
-                json!({"mcp": {"forge": {"type": "local", "command": ["/b/forge-lsp", "mcp"], "enabled": true}},
-                          "permission": {"edit": "allow", "bash": "deny"}, "autoupdate": false, "share": "disabled"}),
             ),
             (
                 Some("not json"),
