@@ -528,3 +528,44 @@ fn after_a_model_error_later_turns_get_the_default_model() {
         ],
     );
 }
+
+/// A stalled turn that was killed has what its CLI printed recorded before the nudge starts
+/// the next turn: a Claude Code session's next turn resumes the conversation by the id the
+/// killed turn printed (`--resume <id>`) instead of starting it again under the same
+/// `--session-id`, which Claude Code refuses ("already in use"). Before, a killed turn
+/// recorded nothing. The agent is a stand-in for `claude` that prints its session id and
+/// hangs.
+#[test]
+fn a_killed_turns_cli_session_is_resumed_by_the_nudge() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("claude");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"$*\" >> \"$FORGE_TEST_STATE/claude-args\"\ncat > /dev/null\n\
+         echo '{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"11111111-2222-4333-8444-555555555555\"}'\n\
+         exec sleep 60\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = format!(
+        "{STALLS}\n[agent]\npreset = \"claude\"\ncommand = [{:?}]\n\n{}",
+        fake.display().to_string(),
+        common::sandbox_toml()
+    );
+    let t = LoopTest::launch(&config, "none", &[]);
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let lines = loop {
+        let text = t.state_file("claude-args").unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.len() >= 2 {
+            break lines;
+        }
+        assert!(std::time::Instant::now() < deadline, "no second turn: {lines:?}{}", t.report());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(!lines[0].contains("--resume"), "{lines:?}");
+    assert!(lines[1].contains("--resume 11111111-2222-4333-8444-555555555555"), "{lines:?}");
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+}

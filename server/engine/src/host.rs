@@ -32,9 +32,12 @@ use tokio::sync::mpsc;
 pub use crate::turn::{self_bin, tail_chars, usage_file, Activity, TurnOutcome, TurnRequest};
 
 /// A running turn; dropping it does not stop the process, `abort` does.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TurnHandle {
     pub pid: Option<u32>,
+    /// Notified once the turn's end is recorded (what the CLI printed: its session id,
+    /// usage), just before its outcome is sent.
+    ended: Arc<tokio::sync::Notify>,
 }
 
 impl TurnHandle {
@@ -42,6 +45,17 @@ impl TurnHandle {
     pub fn abort(&self) {
         if let Some(pid) = self.pid {
             crate::process::kill_group(pid);
+        }
+    }
+
+    /// Kills the turn and waits (at most `wait`) until its end is recorded: a turn started
+    /// next in the same session must find the CLI session id and usage the killed one
+    /// printed (Claude Code refuses a second start under the same `--session-id`; Codex's
+    /// usage is a running total each turn subtracts from).
+    pub async fn abort_and_wait(&self, wait: std::time::Duration) {
+        self.abort();
+        if self.pid.is_some() && tokio::time::timeout(wait, self.ended.notified()).await.is_err() {
+            tracing::warn!("a killed agent turn did not end within {wait:?}; the next turn starts anyway");
         }
     }
 }
@@ -160,9 +174,10 @@ async fn read_tail<R: tokio::io::AsyncRead + Unpin>(
 pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, TurnOutcome)>) -> TurnHandle {
     let session = req.session_id.clone();
     let turn = req.turn;
+    let ended = Arc::new(tokio::sync::Notify::new());
     let fail = |msg: String| {
         let _ = done.send((session.clone(), turn, TurnOutcome::Error(msg)));
-        TurnHandle { pid: None }
+        TurnHandle { pid: None, ended: ended.clone() }
     };
     let host = crate::agents::host_for(&req);
     if let Err(e) = forge_core::paths::create_private_dirs(&req.prompt_dir) {
@@ -242,6 +257,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let stderr = child.stderr.take();
     let prompt = req.prompt.clone();
     let keep = host.keep_stdout();
+    let ended2 = ended.clone();
     tokio::spawn(async move {
         // The prompt is written beside the readers, not before them: an agent that writes
         // more than a pipe holds before it has read its whole prompt (a long plan) would
@@ -279,6 +295,14 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let outcome = match status {
             Ok(s) if std::os::unix::process::ExitStatusExt::signal(&s).is_some() => {
                 let sig = std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0);
+                // What it printed before it was killed is still recorded: the CLI's session
+                // id (the next turn resumes it instead of starting over, or of reusing an
+                // id the CLI now refuses) and the usage it reported. A runner that kills a
+                // turn to start another waits for this (`TurnHandle::abort_and_wait`).
+                let run = crate::agents::Run { code: None, stdout, stderr };
+                let h = crate::agents::host_for(&req);
+                let r2 = req.clone();
+                let _ = tokio::task::spawn_blocking(move || h.finish(&r2, &run)).await;
                 TurnOutcome::Aborted(format!("agent killed by signal {sig}"))
             }
             Ok(s) => {
@@ -293,9 +317,10 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             }
             Err(e) => TurnOutcome::Error(format!("waiting for the agent failed: {e}")),
         };
+        ended2.notify_one();
         let _ = done.send((session, turn, outcome));
     });
-    TurnHandle { pid }
+    TurnHandle { pid, ended }
 }
 
 /// The variable that gives an agent the path of the running `forge-lsp` binary.

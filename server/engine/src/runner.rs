@@ -32,6 +32,10 @@ use forge_store::loops::{self, LoopRow};
 use forge_store::{attempts, now_ms};
 
 /// The one-line prompt a stalled busy turn gets after it was aborted.
+/// How long a stalled turn that was killed may take to end and be recorded before the
+/// nudge starts the next one anyway.
+const KILLED_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub const CONTINUE_NUDGE: &str =
     "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
 
@@ -796,7 +800,9 @@ impl Runner {
         }
         if busy {
             if let Some(h) = self.live.handle.take() {
-                h.abort();
+                // The nudge resumes the same CLI session: it must find what the killed
+                // turn printed (its session id, its usage) recorded first.
+                h.abort_and_wait(KILLED_TURN_WAIT).await;
             }
             let (p, n) = (self.project.clone(), self.loop_name.clone());
             let written = self
