@@ -92,6 +92,18 @@ pub fn search_path(root: &Path, rel: Option<&str>) -> Result<PathBuf, ToolError>
     Ok(full)
 }
 
+/// The gitignore-aware walk the file tools share: hidden files included, git's own
+/// directories (the root's and nested repositories') never entered, symlinked directories
+/// not followed.
+pub fn walk(start: &Path) -> ignore::Walk {
+    ignore::WalkBuilder::new(start)
+        .hidden(false)
+        .git_global(false)
+        .require_git(false)
+        .filter_entry(|e| e.file_name() != ".git")
+        .build()
+}
+
 /// Refuses a start path inside a git directory (`.git`, the project's or a nested
 /// repository's): the file tools never look there, whatever their walk's start (the walk
 /// skips `.git` below its start, not the start itself).

@@ -71,12 +71,7 @@ pub fn files(start: &Path, exts: &[&str]) -> Vec<PathBuf> {
     let mut out = vec![];
     // Every `.git` skipped, nested repositories' included (a rewrite must never reach a
     // git directory).
-    let walk = ignore::WalkBuilder::new(start)
-        .hidden(false)
-        .git_global(false)
-        .require_git(false)
-        .filter_entry(|e| e.file_name() != ".git")
-        .build();
+    let walk = crate::files::walk(start);
     for entry in walk.flatten() {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;

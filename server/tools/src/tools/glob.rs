@@ -47,12 +47,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
 fn list(root: &Path, start: &Path, glob: &globset::GlobMatcher) -> Result<CommandResult, ToolError> {
     let mut found: Vec<(SystemTime, String)> = vec![];
     // Every `.git` skipped, nested repositories' included.
-    let walk = ignore::WalkBuilder::new(start)
-        .hidden(false)
-        .git_global(false)
-        .require_git(false)
-        .filter_entry(|e| e.file_name() != ".git")
-        .build();
+    let walk = crate::files::walk(start);
     for entry in walk.flatten() {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;

@@ -73,12 +73,7 @@ fn search(
     let mut files = 0usize;
     let mut unreadable: Vec<String> = vec![];
     // Hidden files are searched, git's own directories (the root's and nested ones) never.
-    let walk = ignore::WalkBuilder::new(start)
-        .hidden(false)
-        .git_global(false)
-        .require_git(false)
-        .filter_entry(|e| e.file_name() != ".git")
-        .build();
+    let walk = crate::files::walk(start);
     for entry in walk {
         let Ok(entry) = entry else { continue };
         if !entry.file_type().is_some_and(|t| t.is_file()) {
