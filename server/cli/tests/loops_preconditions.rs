@@ -51,6 +51,24 @@ fn a_loop_needs_an_agent_host() {
     no_loop_was_created(&sb, &repo.path);
 }
 
+/// A preset whose CLI is not installed is named as the setting it came from (it was
+/// reported as `agent.command`, which the user never set).
+#[test]
+fn a_preset_whose_cli_is_missing_is_named() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write_project_config("[sandbox]\nenabled = false\n\n[agent]\npreset = \"gemini\"\n");
+    let data_dir = sb.data_dir.clone();
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--data-dir").arg(&data_dir).env("PATH", "/usr/bin:/bin");
+    });
+    c.init(&Init::new(&repo.path));
+    let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
+    assert!(e.message.contains("agent.preset = \"gemini\""), "{e}");
+    assert!(e.message.contains("was not found"), "{e}");
+    no_loop_was_created(&sb, &repo.path);
+}
+
 const S: &str = "ses_01JSECTIONREADCODER00000";
 const LOOP: &str = "sections";
 

@@ -291,7 +291,12 @@ fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
     if found {
         Ok(())
     } else {
-        Err(format!("the agent command {prog:?} (agent.command) was not found; check the path or PATH"))
+        // Name the setting the program came from.
+        let from = match (&env.config.agent_preset, env.config.agent_command.is_none()) {
+            (Some(p), true) => format!("agent.preset = {p:?}: the {p} CLI"),
+            _ => "agent.command".to_string(),
+        };
+        Err(format!("the agent command {prog:?} ({from}) was not found; check the path or PATH"))
     }
 }
 
