@@ -697,6 +697,18 @@ fn a_server_that_does_not_answer_is_passed_over() {
     let sock = sb.root.join("s/forge.sock");
     let server = sb.listen_unix(&sock);
     let pid = server.pid() as i32;
+    // Stopped only once it has registered and served a call: stopped in the middle of its
+    // registration (its socket accepts before that), it would hold the store's write lock
+    // and the in-process call would wait for it (CI failed so, "database is locked").
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sb.db().conn.query_row("SELECT count(*) FROM servers WHERE pid = ?1", [pid], |r| r.get::<_, i64>(0)).unwrap()
+        == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "the server never registered: {}", server.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = sb.call("review-read").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
     // SAFETY: signals to the server process this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let started = std::time::Instant::now();

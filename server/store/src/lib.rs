@@ -85,6 +85,24 @@ pub enum OpenError {
     TooNew { path: PathBuf, found: u32, known: u32 },
     #[error("cannot open {path}: {err}", path = .0.display(), err = .1)]
     Sqlite(PathBuf, rusqlite::Error),
+    #[error("{path} stayed locked by another process for {secs} s (a forge-lsp server or call that is stopped or stuck, or another program holding the file); nothing was changed. Try again once it is done, or find it with `fuser {path}`.", path = .0.display(), secs = BUSY_TIMEOUT.as_secs())]
+    Busy(PathBuf),
+}
+
+impl OpenError {
+    /// A database error while opening `path`: [`OpenError::Busy`] when another process
+    /// kept its lock past the busy timeout (the file is fine), else what `other` makes.
+    fn from_sqlite(path: &Path, e: rusqlite::Error, other: impl FnOnce(PathBuf, rusqlite::Error) -> OpenError) -> Self {
+        if is_busy(&e) {
+            OpenError::Busy(path.to_path_buf())
+        } else {
+            other(path.to_path_buf(), e)
+        }
+    }
+}
+
+fn not_a_database(path: PathBuf, e: rusqlite::Error) -> OpenError {
+    OpenError::NotADatabase(path, e.to_string())
 }
 
 pub use forge_core::now_ms;
@@ -227,8 +245,8 @@ pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
     if existed {
         // Read-only probes first: nothing below writes until the file is known good.
         let probe: Result<i64, _> = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0));
-        let tables = probe.map_err(|e| OpenError::NotADatabase(path.to_path_buf(), e.to_string()))?;
-        let found = applied_version(&conn).map_err(|e| OpenError::NotADatabase(path.to_path_buf(), e.to_string()))?;
+        let tables = probe.map_err(|e| OpenError::from_sqlite(path, e, not_a_database))?;
+        let found = applied_version(&conn).map_err(|e| OpenError::from_sqlite(path, e, not_a_database))?;
         if found > latest_version() {
             return Err(OpenError::TooNew { path: path.to_path_buf(), found, known: latest_version() });
         }
@@ -241,13 +259,13 @@ pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
             ));
         }
     }
-    configure(&conn).map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
+    configure(&conn).map_err(|e| OpenError::from_sqlite(path, e, OpenError::Sqlite))?;
     match migrate(&conn) {
         Ok(()) => Ok(conn),
         Err(MigrateError::TooNew(found)) => {
             Err(OpenError::TooNew { path: path.to_path_buf(), found, known: latest_version() })
         }
-        Err(MigrateError::Sqlite(e)) => Err(OpenError::Sqlite(path.to_path_buf(), e)),
+        Err(MigrateError::Sqlite(e)) => Err(OpenError::from_sqlite(path, e, OpenError::Sqlite)),
     }
 }
 
@@ -960,6 +978,25 @@ mod tests {
         assert_eq!(jm, "wal");
         let temp: i64 = c.query_row("PRAGMA temp_store", [], |r| r.get(0)).unwrap();
         assert_eq!(temp, 2, "savepoint journals in memory");
+    }
+
+    /// A database another process keeps locked past the busy timeout is named as locked,
+    /// not as unusable (whose advice, to move the file away, would be wrong). Takes the
+    /// busy timeout (10 s).
+    #[test]
+    fn a_database_locked_elsewhere_is_named_locked_not_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("forge.db");
+        drop(open_connection(&p).unwrap());
+        let holder = Connection::open(&p).unwrap();
+        holder.execute_batch("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; DELETE FROM servers;").unwrap();
+        let Err(err) = open_connection(&p) else { panic!("opened a locked database") };
+        assert!(matches!(err, OpenError::Busy(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("stayed locked by another process") && !text.contains("Move it away"), "{text}");
+        holder.execute_batch("COMMIT").unwrap();
+        drop(holder);
+        open_connection(&p).unwrap();
     }
 
     #[test]
