@@ -443,6 +443,61 @@ fn the_first_connection_sweeps_expired_terminal_loops_of_its_project() {
     c.shutdown_exit();
 }
 
+/// The first connection also sweeps the agents' files (prompts, CLI session ids, usage
+/// logs) older than the TTL whose session is not a stored loop's: a loop swept at the same
+/// initialize takes its files with it; a running loop's old files stay. Before, every
+/// turn's prompt stayed in the data directory for good.
+#[test]
+fn the_first_connection_sweeps_old_agent_files_of_gone_sessions() {
+    let (sb, repo) = setup();
+    add_loop(&sb, &repo, "old-cancelled", "cancelled", "forge/old-cancelled");
+    add_loop(&sb, &repo, "running", "running", "forge/running");
+    sb.db()
+        .conn
+        .execute("UPDATE loops SET completed_at = ?1 WHERE loop_name = 'old-cancelled'", [now_ms() - 10 * DAY])
+        .expect("age");
+    let aged = |rel: &str, days: u64| {
+        let p = sb.data_dir.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+        std::fs::write(&p, "prompt").expect("write");
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(days * 86_400);
+        std::fs::File::options().write(true).open(&p).expect("open").set_modified(t).expect("mtime");
+        p
+    };
+    let gone = [
+        aged("prompts/old-cancelled/old-cancelled-coder-1.md", 10),
+        aged("agent-sessions/old-cancelled-coder.id", 10),
+        aged("usage/old-cancelled-coder.jsonl", 10),
+        aged("prompts/sessions/ses_outside-1.md", 10),
+    ];
+    let kept = [
+        aged("prompts/running/running-coder-1.md", 10),
+        aged("agent-sessions/running-coder.id", 10),
+        aged("prompts/sessions/ses_recent-1.md", 1),
+    ];
+    // completedLoopTtlMs = 0: nothing.
+    {
+        let mut c = sb.stdio();
+        c.init(&Init::new(&repo.path).config(json!({ "completedLoopTtlMs": 0 })));
+        c.shutdown_exit();
+    }
+    assert!(gone.iter().chain(&kept).all(|p| p.exists()));
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while gone.iter().any(|p| p.exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not swept: {:?}",
+            gone.iter().filter(|p| p.exists()).collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(kept.iter().all(|p| p.exists()), "{kept:?}");
+    assert!(!sb.data_dir.join("prompts/old-cancelled").exists(), "its emptied directory goes too");
+    c.shutdown_exit();
+}
+
 /// `cleanup loop` also removes the loop's attempt snapshot refs (`refs/forge/<name>/…`) and
 /// no other loop's.
 #[test]

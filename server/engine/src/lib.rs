@@ -13,6 +13,7 @@
 //! from which every connection announces `forge/loopStatus`.
 
 pub mod agents;
+pub mod file_sweep;
 pub mod git;
 pub mod host;
 pub mod hub;
@@ -102,6 +103,8 @@ pub struct Engine {
     /// One restart of a loop at a time in this process (two force restarts would each start
     /// a runner, and the later one's would unregister the earlier's).
     restarts: Mutex<HashMap<LoopKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Whether [`Engine::sweep_files_once`] ran.
+    files_swept: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -117,7 +120,36 @@ impl Engine {
             activity: Arc::default(),
             changes: tokio::sync::broadcast::channel(hub::channel_capacity()).0,
             restarts: Mutex::default(),
+            files_swept: Default::default(),
         })
+    }
+
+    /// Sweeps the agents' old files out of the data directory ([`file_sweep`]), once per
+    /// engine (the first connection's `completedLoopTtlMs`, as the store's sweep of
+    /// terminal loops), in the background: nothing waits for it.
+    pub fn sweep_files_once(self: &Arc<Self>, ttl_ms: u64) {
+        use std::sync::atomic::Ordering;
+        if ttl_ms == 0 || self.files_swept.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            // Read before the files are listed: a session that starts after this writes
+            // files too new to be swept.
+            let live = match engine.store.read(file_sweep::live_sessions).await {
+                Ok(Ok(live)) => live,
+                Ok(Err(e)) => return tracing::warn!("the sweep of agents' files cannot read the sessions: {e}"),
+                Err(e) => return tracing::warn!("the sweep of agents' files cannot read the sessions: {e}"),
+            };
+            let dir = engine.data_dir.clone();
+            let swept = tokio::task::spawn_blocking(move || {
+                file_sweep::sweep(&dir, &live, ttl_ms, std::time::SystemTime::now())
+            })
+            .await;
+            if let Some(s) = swept.ok().filter(|s| s.files > 0) {
+                tracing::info!(files = s.files, bytes = s.bytes, "swept agents' files older than {ttl_ms} ms");
+            }
+        });
     }
 
     /// The loop lock of `loop_name` ([`loop_lock`]), waited for at most `wait`.

@@ -69,6 +69,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let config = loader.build();
     // TTL sweep of terminal loops: once per workspace, for the first connection's project.
     ws.store.sweep_once(&project.id, config.completed_loop_ttl_ms).await;
+    ws.engine.sweep_files_once(config.completed_loop_ttl_ms);
 
     let (agent_opt, session_opt, token_opt) = (Some(agent.clone()), options.session.clone(), options.token.clone());
     let project_id = project.id.clone();
