@@ -109,7 +109,9 @@ fn patch(rng: &mut Rng) -> String {
 
 fn run(text: &str) -> Result<Vec<FileChange>, String> {
     let files = files();
-    apply_patch(text, None, |p| Ok(files.get(p).cloned())).map(|plan| plan.changes).map_err(|e| e.to_string())
+    apply_patch(text, None, |p| Ok::<_, String>(files.get(p).cloned()))
+        .map(|plan| plan.changes)
+        .map_err(|e| e.to_string())
 }
 
 fn check_path(ctx: &str, p: &str) {

@@ -18,7 +18,7 @@
 //! ```
 //! use forge_domain::patch::{apply_patch, FileChange};
 //! let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+uno\n two\n*** End Patch\n";
-//! let plan = apply_patch(patch, None, |_| Ok(Some("one\r\ntwo\r\n".to_string()))).unwrap();
+//! let plan = apply_patch(patch, None, |_| Ok::<_, String>(Some("one\r\ntwo\r\n".to_string()))).unwrap();
 //! assert_eq!(plan.changes, vec![FileChange::Update { path: "a.txt".into(), content: "uno\r\ntwo\r\n".into() }]);
 //! ```
 
@@ -37,12 +37,13 @@ pub use error::PatchError;
 pub use matching::{fold, MatchLevel};
 pub use parse::{parse_patch, Hunk, HunkLine, MoveTo, Patch, PatchOp};
 pub use path::normalize_path;
-pub use plan::{plan_patch, FileChange, MatchNote, PatchPlan};
+pub use plan::{plan_patch, FileChange, MatchNote, PatchPlan, Unreadable};
 
 /// [`parse_patch`] then [`plan_patch`].
-pub fn apply_patch<F>(text: &str, root: Option<&str>, read: F) -> Result<PatchPlan, PatchError>
+pub fn apply_patch<F, E>(text: &str, root: Option<&str>, read: F) -> Result<PatchPlan, PatchError>
 where
-    F: FnMut(&str) -> Result<Option<String>, String>,
+    F: FnMut(&str) -> Result<Option<String>, E>,
+    E: Into<Unreadable>,
 {
     let patch = parse_patch(text)?;
     plan_patch(&patch, root, read)

@@ -87,6 +87,25 @@ struct Entry {
     /// The path the content was first read from; `None` for content the patch added.
     origin: Option<String>,
     content: String,
+    /// Why the file's content cannot be patched, for a file that exists but can only be
+    /// deleted ([`Unreadable::removable`]): its `content` is empty and must not be used.
+    unreadable: Option<String>,
+}
+
+/// A path the caller's lookup could not give the content of: why, and whether the patch
+/// may still delete it (a symbolic link: `Delete File` removes the link; `Update File`
+/// and a move are refused with `message`). A plain `String` error converts to one that
+/// cannot be deleted either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub message: String,
+    pub removable: bool,
+}
+
+impl From<String> for Unreadable {
+    fn from(message: String) -> Self {
+        Unreadable { message, removable: false }
+    }
 }
 
 struct View<F> {
@@ -98,14 +117,22 @@ struct View<F> {
     order: Vec<String>,
 }
 
-impl<F: FnMut(&str) -> Result<Option<String>, String>> View<F> {
+impl<E: Into<Unreadable>, F: FnMut(&str) -> Result<Option<String>, E>> View<F> {
     fn load(&mut self, path: &str) -> Result<(), PatchError> {
         if self.current.contains_key(path) {
             return Ok(());
         }
-        let found = (self.read)(path).map_err(|message| PatchError::Read { path: path.to_string(), message })?;
-        self.existed.insert(path.to_string(), found.is_some());
-        let entry = found.map(|content| Entry { origin: Some(path.to_string()), content });
+        let origin = Some(path.to_string());
+        let entry = match (self.read)(path).map_err(Into::into) {
+            Ok(found) => found.map(|content| Entry { origin, content, unreadable: None }),
+            Err(Unreadable { message, removable: true }) => {
+                Some(Entry { origin, content: String::new(), unreadable: Some(message) })
+            }
+            Err(Unreadable { message, removable: false }) => {
+                return Err(PatchError::Read { path: path.to_string(), message })
+            }
+        };
+        self.existed.insert(path.to_string(), entry.is_some());
         self.current.insert(path.to_string(), entry);
         self.order.push(path.to_string());
         Ok(())
@@ -129,9 +156,10 @@ impl<F: FnMut(&str) -> Result<Option<String>, String>> View<F> {
 /// (`Ok(None)` = no such file; `Err` = it cannot be read, with why). `read` gets
 /// root-relative paths and is called at most once per path. `root` lets absolute
 /// paths inside it through (made relative); without it absolute paths are refused.
-pub fn plan_patch<F>(patch: &Patch, root: Option<&str>, read: F) -> Result<PatchPlan, PatchError>
+pub fn plan_patch<F, E>(patch: &Patch, root: Option<&str>, read: F) -> Result<PatchPlan, PatchError>
 where
-    F: FnMut(&str) -> Result<Option<String>, String>,
+    F: FnMut(&str) -> Result<Option<String>, E>,
+    E: Into<Unreadable>,
 {
     let norm = |line: usize, raw: &str| {
         normalize_path(raw, root).map_err(|reason| PatchError::BadPath { line, path: raw.to_string(), reason })
@@ -162,7 +190,7 @@ where
                 }
                 let mut content = lines.join("\n");
                 content.push('\n');
-                view.set(&path, Some(Entry { origin: None, content }));
+                view.set(&path, Some(Entry { origin: None, content, unreadable: None }));
             }
             PatchOp::Delete { line, .. } => {
                 if view.take(&path).is_none() {
@@ -173,6 +201,9 @@ where
                 let Some(mut entry) = view.take(&path) else {
                     return Err(PatchError::Missing { line: *line, path });
                 };
+                if let Some(message) = entry.unreadable {
+                    return Err(PatchError::Read { path, message });
+                }
                 if !hunks.is_empty() {
                     let applied = apply_hunks(&path, &entry.content, hunks)?;
                     entry.content = applied.content;
@@ -241,6 +272,8 @@ fn net_changes<F>(view: &View<F>) -> Vec<FileChange> {
     let mut changes = Vec::new();
     for path in &view.order {
         match view.current.get(path) {
+            // Only ever deleted: one still here is unchanged.
+            Some(Some(Entry { unreadable: Some(_), .. })) => {}
             Some(Some(entry)) => {
                 let content = entry.content.clone();
                 let path = path.clone();

@@ -10,7 +10,7 @@ fn wrap(body: &str) -> String {
 
 fn run_with(patch: &str, root: Option<&str>, files: &[(&str, &str)]) -> Result<PatchPlan, PatchError> {
     let map: HashMap<String, String> = files.iter().map(|(p, c)| (p.to_string(), c.to_string())).collect();
-    apply_patch(patch, root, |p| Ok(map.get(p).cloned()))
+    apply_patch(patch, root, |p| Ok::<_, String>(map.get(p).cloned()))
 }
 
 fn run(patch: &str, files: &[(&str, &str)]) -> Result<PatchPlan, PatchError> {
@@ -546,7 +546,7 @@ fn bad_paths_are_reported_before_any_file_is_read() {
     let mut reads = 0;
     let err = apply_patch(&patch, None, |_| {
         reads += 1;
-        Ok(Some("a\n".to_string()))
+        Ok::<_, String>(Some("a\n".to_string()))
     })
     .unwrap_err();
     assert_eq!(reads, 0);
@@ -561,6 +561,29 @@ fn absolute_paths_inside_the_root_are_made_relative() {
     let patch = wrap("*** Update File: /work/p/a.txt\n@@\n-a\n+b\n");
     let plan = run_with(&patch, Some("/work/p"), &[("a.txt", "a\n")]).unwrap();
     assert_eq!(plan.changes, vec![FileChange::Update { path: "a.txt".into(), content: "b\n".into() }]);
+}
+
+/// A file the lookup can give no content of but says may be deleted (a symbolic link):
+/// `Delete File` removes it; `Update File`, a move from it and `Add File` over it are
+/// refused, naming why; left alone, nothing is planned for it.
+#[test]
+fn a_removable_unreadable_file_can_only_be_deleted() {
+    let link = || Unreadable { message: "a symbolic link".into(), removable: true };
+    let lookup = |p: &str| if p == "l" { Err(link()) } else { Ok(Some("a\n".to_string())) };
+    let plan = apply_patch(&wrap("*** Delete File: l\n"), None, lookup).unwrap();
+    assert_eq!(plan.changes, vec![FileChange::Delete { path: "l".into() }]);
+    for body in ["*** Update File: l\n@@\n-a\n+b\n", "*** Update File: l\n*** Move to: m\n"] {
+        let err = apply_patch(&wrap(body), None, lookup).unwrap_err();
+        assert_eq!(err.to_string(), "cannot read 'l': a symbolic link", "{body}");
+    }
+    let err = apply_patch(&wrap("*** Add File: l\n+x\n"), None, lookup).unwrap_err();
+    assert!(matches!(err, PatchError::AlreadyExists { .. }), "{err:?}");
+    // Moving another file onto it: it exists.
+    let err = apply_patch(&wrap("*** Update File: a\n*** Move to: l\n"), None, lookup).unwrap_err();
+    assert!(matches!(err, PatchError::AlreadyExists { .. }), "{err:?}");
+    // Not removable: refused as before, whatever the operation.
+    let err = apply_patch(&wrap("*** Delete File: l\n"), None, |_| Err("not a regular file".to_string())).unwrap_err();
+    assert_eq!(err.to_string(), "cannot read 'l': not a regular file");
 }
 
 #[test]

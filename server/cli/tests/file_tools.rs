@@ -118,6 +118,42 @@ fn apply_patch_never_writes_through_a_link_planted_at_a_temporary_name() {
     assert!(left.is_empty(), "temporaries left: {left:?}");
 }
 
+/// A committed symbolic link can be deleted with `Delete File` (the link goes, what it
+/// points to stays, inside the root or outside); updating or moving it is refused with a
+/// message that names it. Before, every operation on it failed with "not a regular file".
+#[test]
+fn apply_patch_deletes_a_symbolic_link_and_nothing_it_points_to() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("real.txt", "real\n");
+    let victim = sb.mkdir("outside").join("victim");
+    std::fs::write(&victim, "keep\n").unwrap();
+    std::os::unix::fs::symlink("real.txt", repo.path.join("inside-link")).unwrap();
+    std::os::unix::fs::symlink(&victim, repo.path.join("outside-link")).unwrap();
+    let c = client(&sb, &repo);
+    let err = c.tool_err("apply-patch", patch("*** Update File: inside-link\n@@\n-real\n+changed\n"));
+    assert!(err.message.contains("a symbolic link"), "{err:?}");
+    let err = c.tool_err("apply-patch", patch("*** Update File: inside-link\n*** Move to: moved\n"));
+    assert!(err.message.contains("a symbolic link"), "{err:?}");
+    // One that leads out of the root is refused as a path, before anything is read.
+    let err = c.tool_err("apply-patch", patch("*** Update File: outside-link\n*** Move to: moved\n"));
+    assert!(err.message.contains("outside-link") && err.message.contains("through a symlink"), "{err:?}");
+    assert_eq!(read(&repo, "real.txt"), "real\n");
+    let out = c.tool_ok("apply-patch", patch("*** Delete File: inside-link\n*** Delete File: outside-link\n"));
+    assert!(out.text.contains("D inside-link") && out.text.contains("D outside-link"), "{}", out.text);
+    for name in ["inside-link", "outside-link"] {
+        assert!(std::fs::symlink_metadata(repo.path.join(name)).is_err(), "{name} is gone");
+    }
+    assert_eq!(read(&repo, "real.txt"), "real\n", "the file a link pointed to stays");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+    let left: Vec<String> = std::fs::read_dir(&repo.path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".forge-"))
+        .collect();
+    assert!(left.is_empty(), "left beside: {left:?}");
+}
+
 #[test]
 fn apply_patch_follows_a_link_to_a_directory_inside_the_root_and_creates_directories() {
     let sb = Sandbox::new();

@@ -23,6 +23,17 @@ pub fn caller_root(ctx: &ToolCtx) -> Result<PathBuf, ToolError> {
 
 /// `rel` as a path inside `root` (which is canonical), or an error naming the path.
 pub fn within(root: &Path, rel: &str) -> Result<PathBuf, ToolError> {
+    within_from(root, rel, false)
+}
+
+/// [`within`] without following the path's last component: its directory must be inside
+/// the root, the name itself may be a symbolic link to anywhere. For a link that is
+/// removed (renamed in its directory, never followed), not for anything read or written.
+pub fn within_unfollowed(root: &Path, rel: &str) -> Result<PathBuf, ToolError> {
+    within_from(root, rel, true)
+}
+
+fn within_from(root: &Path, rel: &str, unfollowed: bool) -> Result<PathBuf, ToolError> {
     let bad = |why: &str| ToolError::invalid_params(format!("path {rel:?} {why}"));
     if rel.is_empty() || rel.contains('\0') {
         return Err(bad("is empty or contains NUL"));
@@ -49,7 +60,7 @@ pub fn within(root: &Path, rel: &str) -> Result<PathBuf, ToolError> {
         }
     }
     // The deepest existing ancestor, symlinks resolved, must be inside the root.
-    let mut probe = out.clone();
+    let mut probe = if unfollowed { out.parent().map_or_else(|| out.clone(), Path::to_path_buf) } else { out.clone() };
     loop {
         if let Ok(real) = probe.canonicalize() {
             if !real.starts_with(root) {

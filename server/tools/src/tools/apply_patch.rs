@@ -10,12 +10,12 @@
 
 use std::path::{Path, PathBuf};
 
-use forge_domain::patch::{parse_patch, plan_patch, FileChange, Patch, PatchError};
+use forge_domain::patch::{parse_patch, plan_patch, FileChange, Patch, PatchError, Unreadable};
 use forge_protocol::{CommandResult, ToolError};
 use serde_json::json;
 
 use super::ToolCtx;
-use crate::files::{caller_root, read_utf8, resolved_rel, within};
+use crate::files::{caller_root, read_utf8, resolved_rel, within, within_unfollowed};
 use forge_core::beneath::{self, Staged};
 
 pub const NEEDS_SERVER: bool = false;
@@ -41,12 +41,22 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
     let root_text = root.to_string_lossy().into_owned();
     check_paths(root, &root_text, patch)?;
     let plan = plan_patch(patch, Some(&root_text), |rel| {
-        let p = within(root, rel).map_err(|e| e.message)?;
+        // The last component unfollowed: a link is found as a link (and may be deleted);
+        // anything else at the name is checked as `within` checks it.
+        let p = within_unfollowed(root, rel).map_err(|e| Unreadable::from(e.message))?;
         match std::fs::symlink_metadata(&p) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{e}")),
-            Ok(m) if !m.file_type().is_file() => Err("not a regular file".into()),
-            Ok(_) => read_utf8(&p).map(Some),
+            Err(e) => Err(format!("{e}").into()),
+            // The link itself may be deleted (it is renamed aside in its directory, never
+            // followed); what it points to is not edited through it.
+            Ok(m) if m.file_type().is_symlink() => Err(Unreadable {
+                message: "a symbolic link: apply-patch edits regular files only (Delete File removes the link)".into(),
+                removable: true,
+            }),
+            Ok(m) if !m.file_type().is_file() => Err("not a regular file".to_string().into()),
+            Ok(_) => within(root, rel)
+                .map_err(|e| Unreadable::from(e.message))
+                .and_then(|p| read_utf8(&p).map(Some).map_err(Unreadable::from)),
         }
     })
     .map_err(|e| match e {
@@ -124,19 +134,25 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
 /// invalid parameter (-32602) naming it, as for the other file tools.
 fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolError> {
     use forge_domain::patch::{normalize_path, PatchOp};
+    // (path, whether its last component is left unfollowed: a deleted path may be a link
+    // to anywhere, which is removed, not followed).
     let paths = patch.ops.iter().flat_map(|op| match op {
-        PatchOp::Add { path, .. } | PatchOp::Delete { path, .. } => vec![path],
-        PatchOp::Update { path, move_to, .. } => std::iter::once(path).chain(move_to.as_ref().map(|m| &m.path)).collect(),
+        PatchOp::Add { path, .. } => vec![(path, false)],
+        PatchOp::Delete { path, .. } => vec![(path, true)],
+        PatchOp::Update { path, move_to, .. } => {
+            std::iter::once((path, false)).chain(move_to.as_ref().map(|m| (&m.path, false))).collect()
+        }
     });
     // The file each path names, with its directories' links resolved: two spellings of one
     // file (`src/a` and `alias/a`, where `alias` links to `src`) would each be planned on
     // their own, and one's change lost.
     let mut files: std::collections::HashMap<PathBuf, String> = std::collections::HashMap::new();
-    for raw in paths {
+    for (raw, unfollowed) in paths {
         let rel = normalize_path(raw, Some(root_text))
             .map_err(|why| ToolError::invalid_params(format!("apply-patch failed: path {raw:?}: {why}")))?;
+        let checked = if unfollowed { within_unfollowed(root, &rel) } else { within(root, &rel) };
         let target =
-            within(root, &rel).map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {}", e.message)))?;
+            checked.map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {}", e.message)))?;
         let file = resolved_rel(root, &target).map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {e}")))?;
         match files.get(&file) {
             Some(other) if *other != rel => {
@@ -177,7 +193,8 @@ fn mode_of(root: &Path, rel: &str) -> Result<beneath::Mode, String> {
 
 /// A file to remove: (as shown, relative to the root with its directories resolved).
 fn removal(root: &Path, rel: &str) -> Result<(PathBuf, PathBuf), String> {
-    let target = within(root, rel).map_err(|e| e.message)?;
+    // A link is removed, not followed (the moved-from file was read: a regular file).
+    let target = within_unfollowed(root, rel).map_err(|e| e.message)?;
     let under = resolved_rel(root, &target)?;
     Ok((target, under))
 }
