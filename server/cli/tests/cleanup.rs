@@ -498,6 +498,28 @@ fn the_first_connection_sweeps_old_agent_files_of_gone_sessions() {
     c.shutdown_exit();
 }
 
+/// The first user connection's `completedLoopTtlMs` holds for the server's life: with 0 it
+/// keeps everything, and a later connection to the same server with the default sweeps
+/// nothing either (before, it swept the agents' files the first had asked to keep).
+#[test]
+fn a_first_connection_with_ttl_0_keeps_the_agents_files_for_the_servers_life() {
+    let (sb, repo) = setup();
+    let old = sb.data_dir.join("prompts/sessions/ses_01JOUTSIDE00000000000000000-1.md");
+    std::fs::create_dir_all(old.parent().expect("parent")).expect("dir");
+    std::fs::write(&old, "prompt").expect("write");
+    let t = std::time::SystemTime::now() - std::time::Duration::from_secs(10 * 86_400);
+    std::fs::File::options().write(true).open(&old).expect("open").set_modified(t).expect("mtime");
+    let server = sb.listen_unix(&sb.root.join("s/forge.sock"));
+    let mut first = server.connect();
+    first.init(&Init::new(&repo.path).config(json!({ "completedLoopTtlMs": 0 })));
+    let mut second = server.connect();
+    second.init(&Init::new(&repo.path));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(old.exists(), "a later connection swept what the first kept");
+    first.shutdown_exit();
+    second.shutdown_exit();
+}
+
 /// `cleanup loop` also removes the loop's attempt snapshot refs (`refs/forge/<name>/…`) and
 /// no other loop's.
 #[test]

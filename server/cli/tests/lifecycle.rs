@@ -193,6 +193,42 @@ fn every_agent_of_the_protocol_is_accepted() {
 }
 
 /// A loop with one coder session `session` whose token is `token`.
+/// A loop's agent never chooses what the TTL sweeps delete: its connection (a loop
+/// session) sweeps nothing, whatever `completedLoopTtlMs` it passes; the first connection
+/// of the user's does, with its own configuration. Before, the first connection swept,
+/// with the TTL it asked for, even one refused afterwards.
+#[test]
+fn only_a_users_connection_runs_the_ttl_sweeps() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let session = "ses_01JLOOPCODER0000000000000";
+    loop_with_session(&sb, &repo, "running-loop", session, "tok-right");
+    let old = sb.data_dir.join("prompts/sessions/ses_01JOUTSIDE00000000000000000-1.md");
+    std::fs::create_dir_all(old.parent().unwrap()).unwrap();
+    std::fs::write(&old, "prompt").unwrap();
+    let t = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
+    std::fs::File::options().write(true).open(&old).unwrap().set_modified(t).unwrap();
+
+    let mut agent = sb.stdio();
+    agent.init(&Init::new(&repo.path).session(session).token("tok-right").config(json!({ "completedLoopTtlMs": 1 })));
+    // A refused connection with a TTL of its own sweeps nothing either.
+    let mut wrong = Init::new(&repo.path).session(session).config(json!({ "completedLoopTtlMs": 1 }));
+    wrong.token = Some("tok-wrong".into());
+    sb.stdio().initialize(&wrong).expect_err("a wrong token is refused");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(old.exists(), "a loop session's connection swept");
+    agent.shutdown_exit();
+
+    let mut user = sb.stdio();
+    user.init(&Init::new(&repo.path).config(json!({ "completedLoopTtlMs": 86_400_000 })));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while old.exists() {
+        assert!(std::time::Instant::now() < deadline, "the user's connection did not sweep");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    user.shutdown_exit();
+}
+
 fn loop_with_session(sb: &Sandbox, repo: &GitRepo, loop_name: &str, session: &str, token: &str) {
     sb.ensure_db();
     let db = sb.db();

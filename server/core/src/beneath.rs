@@ -371,9 +371,103 @@ pub fn remove_file(base: &Path, rel: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The subdirectory `name` of `parent`, never through a link (a link or a file there is
+/// an error).
+pub fn open_subdir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
+    open_dir_at(parent, name, false, Path::new(name))
+}
+
+/// The names in the directory `dir` (`.` and `..` left out).
+pub fn list_dir(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
+    use std::os::unix::ffi::OsStringExt;
+    // fdopendir takes the descriptor it is given: a duplicate, so `dir` stays open.
+    // SAFETY: `dir` is a valid descriptor.
+    let dup = unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is ours; on success the stream owns it and closedir closes it.
+    let stream = unsafe { libc::fdopendir(dup) };
+    if stream.is_null() {
+        let e = io::Error::last_os_error();
+        // SAFETY: not taken by a stream.
+        unsafe { libc::close(dup) };
+        return Err(e);
+    }
+    // (A duplicate shares its offset with `dir`: read from the start.)
+    // SAFETY: a live stream.
+    unsafe { libc::rewinddir(stream) };
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: a live stream; each entry is read before the next call.
+        let entry = unsafe { libc::readdir(stream) };
+        if entry.is_null() {
+            break;
+        }
+        // SAFETY: readdir returns an entry whose d_name is NUL-terminated.
+        let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) }.to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsString::from_vec(name));
+        }
+    }
+    // SAFETY: the stream from fdopendir, closed once.
+    unsafe { libc::closedir(stream) };
+    Ok(names)
+}
+
+/// What `name` in `dir` is, the link itself when it is one (`AT_SYMLINK_NOFOLLOW`).
+pub fn stat_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<libc::stat> {
+    let c = cstr(name)?;
+    // SAFETY: a zeroed stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd, a NUL-terminated name, a writable stat.
+    if unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// Removes `name` from `dir`: a file (or link, never followed), or with `empty_dir` an
+/// empty directory (a directory with anything in it is an error, and left alone).
+pub fn unlink_at(dir: &OwnedFd, name: &std::ffi::OsStr, empty_dir: bool) -> io::Result<()> {
+    let c = cstr(name)?;
+    let flags = if empty_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: a valid fd and a NUL-terminated name.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directories_are_listed_and_entries_removed_without_following_links() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path();
+        std::fs::create_dir_all(base.join("a/sub")).unwrap();
+        std::fs::write(base.join("a/f"), "x").unwrap();
+        std::fs::write(base.join("target"), "keep").unwrap();
+        std::os::unix::fs::symlink(base.join("target"), base.join("a/link")).unwrap();
+        std::os::unix::fs::symlink(base.join("a"), base.join("dirlink")).unwrap();
+        let root = open_dir(base, Path::new(""), false).unwrap();
+        assert!(open_subdir(&root, "dirlink".as_ref()).is_err(), "a link to a directory is not opened");
+        let a = open_subdir(&root, "a".as_ref()).unwrap();
+        let mut names = list_dir(&a).unwrap();
+        names.sort();
+        assert_eq!(names, ["f", "link", "sub"]);
+        assert_eq!(list_dir(&a).unwrap().len(), 3, "listed again from the start");
+        assert_eq!(stat_at(&a, "link".as_ref()).unwrap().st_mode & libc::S_IFMT, libc::S_IFLNK);
+        unlink_at(&a, "link".as_ref(), false).unwrap();
+        assert_eq!(std::fs::read_to_string(base.join("target")).unwrap(), "keep");
+        std::fs::write(base.join("a/sub/g"), "x").unwrap();
+        assert!(unlink_at(&a, "sub".as_ref(), true).is_err(), "not empty");
+        std::fs::remove_file(base.join("a/sub/g")).unwrap();
+        unlink_at(&a, "sub".as_ref(), true).unwrap();
+        assert!(!base.join("a/sub").exists());
+    }
 
     #[test]
     fn writes_and_refuses_links_on_the_way() {

@@ -137,3 +137,32 @@ pub fn remove_private_socket(sock: &Path) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Every directory `create_private_dirs` makes is private (the prompts, usage and
+    /// agent-session directories hold plans and credentials' paths); one that exists keeps
+    /// its mode.
+    #[test]
+    fn private_dirs_are_made_0700_and_existing_ones_are_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let existing = d.path().join("existing");
+        std::fs::create_dir(&existing).unwrap();
+        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let deep = existing.join("prompts").join("loop-a");
+        create_private_dirs(&deep).unwrap();
+        assert_eq!(mode(&existing), 0o755);
+        assert_eq!(mode(&existing.join("prompts")), 0o700);
+        assert_eq!(mode(&deep), 0o700);
+        // Again: nothing changes, no error.
+        create_private_dirs(&deep).unwrap();
+        assert_eq!(mode(&deep), 0o700);
+    }
+}

@@ -15,14 +15,23 @@
 //! after that takes its files. A session outside loops has no row: its files go once
 //! they are that old. A TTL of 0 keeps everything (the store's sweep is off too).
 //!
-//! Only plain files with the names above are removed, never followed through a symlink;
-//! a directory left empty under `prompts/` goes too. Anything else in those directories
-//! is left alone.
+//! Only plain files with the names above are removed. Every directory is opened without
+//! following a link and entries are removed relative to it, so a link at any of these
+//! names (a `prompts` planted in a shared data directory) is skipped and nothing outside
+//! the data directory is touched. A loop's folder left empty under `prompts/` goes too
+//! (not `prompts/sessions`). Anything else in those directories is left alone.
+//!
+//! The TTL is the one of the first host connection that is not a loop session (a loop's
+//! agent never chooses it), and it governs the whole data directory: the files of
+//! sessions outside loops carry no project.
 
 use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use forge_core::beneath;
 use rusqlite::Connection;
 
 /// The sessions of every stored loop (any project): their files are kept whatever their age.
@@ -42,25 +51,45 @@ pub struct Swept {
 /// Removes the agents' files under `data_dir` older than `ttl_ms` (at `now`) whose session
 /// is not in `live` (module docs). Errors are logged and skipped: a sweep never fails a
 /// caller.
+///
+/// Every directory below `data_dir` is opened relative to its parent without following a
+/// link (`forge_core::beneath`), and entries are removed relative to the directory that
+/// was listed: a `prompts`, a loop's folder or an `agent-sessions` that is a symbolic link
+/// (planted in a shared data directory, say) is skipped, and nothing outside is touched.
 pub fn sweep(data_dir: &Path, live: &HashSet<String>, ttl_ms: u64, now: SystemTime) -> Swept {
     let mut swept = Swept::default();
     if ttl_ms == 0 {
         return swept;
     }
     let Some(cutoff) = now.checked_sub(Duration::from_millis(ttl_ms)) else { return swept };
-    let prompts = data_dir.join("prompts");
-    for dir in entries(&prompts) {
-        if !is_plain_dir(&dir) {
-            continue;
+    let data = match beneath::open_dir(data_dir, Path::new(""), false) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!("the sweep of agents' files cannot open {}: {e}", data_dir.display());
+            return swept;
         }
-        sweep_dir(&dir, live, cutoff, prompt_session, &mut swept);
-        // Only when empty (a loop's directory whose turns are all gone).
-        let _ = std::fs::remove_dir(&dir);
+    };
+    if let Some(prompts) = subdir(&data, data_dir, "prompts") {
+        for name in names(&prompts, &data_dir.join("prompts")) {
+            let shown = data_dir.join("prompts").join(&name);
+            let Some(dir) = subdir(&prompts, &data_dir.join("prompts"), &name) else { continue };
+            sweep_in(&dir, &shown, live, cutoff, prompt_session, &mut swept);
+            // A loop's folder once its turns are all gone (only when empty). Not the
+            // sessions' folder, which every new session outside loops writes into.
+            if name != "sessions" {
+                let _ = beneath::unlink_at(&prompts, &name, true);
+            }
+        }
     }
-    sweep_dir(&data_dir.join("agent-sessions"), live, cutoff, agent_session, &mut swept);
-    sweep_dir(&data_dir.join("usage"), live, cutoff, usage_session, &mut swept);
+    for (folder, session_of) in [("agent-sessions", agent_session as SessionOf), ("usage", usage_session)] {
+        if let Some(dir) = subdir(&data, data_dir, folder) {
+            sweep_in(&dir, &data_dir.join(folder), live, cutoff, session_of, &mut swept);
+        }
+    }
     swept
 }
+
+type SessionOf = fn(&str) -> Option<&str>;
 
 /// `<session>-<turn>.md` → the session.
 fn prompt_session(name: &str) -> Option<&str> {
@@ -78,48 +107,53 @@ fn usage_session(name: &str) -> Option<&str> {
     name.strip_suffix(".jsonl").filter(|s| !s.is_empty())
 }
 
-fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
-    match std::fs::read_dir(dir) {
-        Ok(rd) => rd.flatten().map(|e| e.path()).collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
+/// The directory `name` in `parent` (shown as `parent_shown/name`); `None` when it is
+/// absent, a link or not a directory (logged unless absent).
+fn subdir(parent: &OwnedFd, parent_shown: &Path, name: impl AsRef<OsStr>) -> Option<OwnedFd> {
+    let name = name.as_ref();
+    match beneath::open_subdir(parent, name) {
+        Ok(d) => Some(d),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
-            tracing::warn!("cannot list {}: {e}", dir.display());
-            vec![]
+            tracing::warn!("the sweep of agents' files skips {}: {e}", parent_shown.join(name).display());
+            None
         }
     }
 }
 
-fn is_plain_dir(p: &Path) -> bool {
-    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+fn names(dir: &OwnedFd, shown: &Path) -> Vec<OsString> {
+    beneath::list_dir(dir).unwrap_or_else(|e| {
+        tracing::warn!("cannot list {}: {e}", shown.display());
+        vec![]
+    })
 }
 
-fn sweep_dir(
-    dir: &Path,
+fn sweep_in(
+    dir: &OwnedFd,
+    shown: &Path,
     live: &HashSet<String>,
     cutoff: SystemTime,
-    session_of: fn(&str) -> Option<&str>,
+    session_of: SessionOf,
     swept: &mut Swept,
 ) {
-    if !is_plain_dir(dir) {
-        return;
-    }
-    for path in entries(dir) {
-        let Some(session) = path.file_name().and_then(|n| n.to_str()).and_then(session_of) else { continue };
+    let cutoff_secs = cutoff.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    for name in names(dir, shown) {
+        let Some(session) = name.to_str().and_then(session_of) else { continue };
         if live.contains(session) {
             continue;
         }
-        // Not followed: a symlink or a directory with such a name is not ours to remove.
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-        if !meta.is_file() || meta.modified().map_or(true, |m| m >= cutoff) {
+        // The entry itself, not what a link points to: only a plain file is removed.
+        let Ok(st) = beneath::stat_at(dir, &name) else { continue };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_mtime >= cutoff_secs {
             continue;
         }
-        match std::fs::remove_file(&path) {
+        match beneath::unlink_at(dir, &name, false) {
             Ok(()) => {
                 swept.files += 1;
-                swept.bytes += meta.len();
+                swept.bytes += st.st_size as u64;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
+            Err(e) => tracing::warn!("cannot remove {}: {e}", shown.join(&name).display()),
         }
     }
 }
@@ -132,7 +166,6 @@ mod tests {
 
     #[test]
     fn file_names_give_their_session() {
-        type SessionOf = fn(&str) -> Option<&str>;
         let cases: &[(SessionOf, &str, Option<&str>)] = &[
             (prompt_session, "ses_a-b-3.md", Some("ses_a-b")),
             (prompt_session, "s-12.md", Some("s")),
@@ -212,6 +245,35 @@ mod tests {
         // TTL 0: nothing.
         assert_eq!(sweep(dd, &HashSet::new(), 0, SystemTime::now()), Swept::default());
         assert!(dd.join("agent-sessions/live.id").exists());
+    }
+
+    /// A `prompts`, a loop's folder or an `agent-sessions` that is a link (planted in a
+    /// shared data directory, say) is skipped: nothing it leads to is removed, files or
+    /// empty directories. The sessions' folder stays when emptied.
+    #[test]
+    fn links_at_the_folders_are_never_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let (dd, victim) = (d.path().join("data"), d.path().join("victim"));
+        for f in ["notes/meeting-2024.md", "loop/s-1.md", "agent/s.id", "usage/s.jsonl"] {
+            touch(&victim.join(f), 10);
+        }
+        std::fs::create_dir_all(victim.join("Music")).unwrap();
+        std::fs::create_dir_all(dd.join("prompts")).unwrap();
+        std::os::unix::fs::symlink(victim.join("loop"), dd.join("prompts/linked-loop")).unwrap();
+        std::os::unix::fs::symlink(victim.join("agent"), dd.join("agent-sessions")).unwrap();
+        std::os::unix::fs::symlink(victim.join("usage"), dd.join("usage")).unwrap();
+        touch(&dd.join("prompts/sessions/s2-1.md"), 10);
+        sweep(&dd, &HashSet::new(), 7 * DAY, SystemTime::now());
+        assert!(!dd.join("prompts/sessions/s2-1.md").exists());
+        assert!(dd.join("prompts/sessions").is_dir(), "the sessions' folder stays");
+        // prompts itself a link to the victim's folder.
+        std::fs::remove_dir_all(dd.join("prompts")).unwrap();
+        std::os::unix::fs::symlink(&victim, dd.join("prompts")).unwrap();
+        let swept = sweep(&dd, &HashSet::new(), 7 * DAY, SystemTime::now());
+        assert_eq!(swept, Swept::default());
+        for f in ["notes/meeting-2024.md", "loop/s-1.md", "agent/s.id", "usage/s.jsonl", "Music"] {
+            assert!(victim.join(f).exists(), "{f} was removed through a link");
+        }
     }
 
     #[test]

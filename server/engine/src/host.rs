@@ -185,7 +185,14 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     }
     let prompt_file = req.prompt_dir.join(format!("{}-{}.md", req.session_id, req.turn));
     let _ = forge_core::paths::create_private_dirs(&req.data_dir.join("usage"));
-    if let Err(e) = crate::agents::write_private(&prompt_file, req.prompt.as_bytes()) {
+    let mut written = crate::agents::write_private(&prompt_file, req.prompt.as_bytes());
+    if written.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        // The folder was removed in between (the sweep of agents' files takes a loop's
+        // folder once it is empty): made again, once.
+        written = forge_core::paths::create_private_dirs(&req.prompt_dir)
+            .and_then(|()| crate::agents::write_private(&prompt_file, req.prompt.as_bytes()));
+    }
+    if let Err(e) = written {
         return fail(format!("cannot write the prompt file {}: {e}", prompt_file.display()));
     }
     let launch = match host.prepare(&req, &prompt_file) {

@@ -125,11 +125,13 @@ impl Engine {
     }
 
     /// Sweeps the agents' old files out of the data directory ([`file_sweep`]), once per
-    /// engine (the first connection's `completedLoopTtlMs`, as the store's sweep of
-    /// terminal loops), in the background: nothing waits for it.
+    /// engine, with the `completedLoopTtlMs` of the first call (the first host connection
+    /// that is not a loop session, as the store's sweep of terminal loops): a first call
+    /// with 0 keeps everything for the engine's life, whatever later connections ask. In
+    /// the background: nothing waits for it.
     pub fn sweep_files_once(self: &Arc<Self>, ttl_ms: u64) {
         use std::sync::atomic::Ordering;
-        if ttl_ms == 0 || self.files_swept.swap(true, Ordering::SeqCst) {
+        if self.files_swept.swap(true, Ordering::SeqCst) || ttl_ms == 0 {
             return;
         }
         let engine = self.clone();

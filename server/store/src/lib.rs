@@ -85,15 +85,16 @@ pub enum OpenError {
     TooNew { path: PathBuf, found: u32, known: u32 },
     #[error("cannot open {path}: {err}", path = .0.display(), err = .1)]
     Sqlite(PathBuf, rusqlite::Error),
-    #[error("{path} stayed locked by another process for {secs} s (a forge-lsp server or call that is stopped or stuck, or another program holding the file); nothing was changed. Try again once it is done, or find it with `fuser {path}`.", path = .0.display(), secs = BUSY_TIMEOUT.as_secs())]
+    #[error("{path} stayed busy for {secs} s: another process holds its lock (a forge-lsp server or call that is stopped or stuck, or another program), or its file system does not support SQLite's file locks (some network file systems); nothing was changed. `fuser -v {path} {path}-shm` lists the processes that have it open.", path = .0.display(), secs = BUSY_TIMEOUT.as_secs())]
     Busy(PathBuf),
 }
 
 impl OpenError {
-    /// A database error while opening `path`: [`OpenError::Busy`] when another process
-    /// kept its lock past the busy timeout (the file is fine), else what `other` makes.
+    /// A database error while opening `path`: [`OpenError::Busy`] when SQLite gave up
+    /// waiting for a lock past the busy timeout (`SQLITE_BUSY`: the file is fine, another
+    /// process holds it, or locks fail on its file system), else what `other` makes.
     fn from_sqlite(path: &Path, e: rusqlite::Error, other: impl FnOnce(PathBuf, rusqlite::Error) -> OpenError) -> Self {
-        if is_busy(&e) {
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) {
             OpenError::Busy(path.to_path_buf())
         } else {
             other(path.to_path_buf(), e)
@@ -993,7 +994,7 @@ mod tests {
         let Err(err) = open_connection(&p) else { panic!("opened a locked database") };
         assert!(matches!(err, OpenError::Busy(_)), "{err:?}");
         let text = err.to_string();
-        assert!(text.contains("stayed locked by another process") && !text.contains("Move it away"), "{text}");
+        assert!(text.contains("another process holds its lock") && !text.contains("Move it away"), "{text}");
         holder.execute_batch("COMMIT").unwrap();
         drop(holder);
         open_connection(&p).unwrap();

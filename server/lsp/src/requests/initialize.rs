@@ -67,9 +67,6 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let loader =
         Loader::standard(&project.root, options.config.as_ref()).map_err(|e| rpc_error(&ToolError::invalid(e.0)))?;
     let config = loader.build();
-    // TTL sweep of terminal loops: once per workspace, for the first connection's project.
-    ws.store.sweep_once(&project.id, config.completed_loop_ttl_ms).await;
-    ws.engine.sweep_files_once(config.completed_loop_ttl_ms);
 
     let (agent_opt, session_opt, token_opt) = (Some(agent.clone()), options.session.clone(), options.token.clone());
     let project_id = project.id.clone();
@@ -88,6 +85,13 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         .map_err(|e| rpc_error(&e))?;
     if confined && caller.binding.is_none() {
         return Err(refuse_confined("its session is not a loop session"));
+    }
+    // TTL sweeps of terminal loops and of agents' files: once per workspace, by the first
+    // connection of the user's (not a loop's agent, sandboxed or not: its configuration
+    // would choose what is deleted), with that connection's project and configuration.
+    if !confined && caller.binding.is_none() {
+        ws.store.sweep_once(&project.id, config.completed_loop_ttl_ms).await;
+        ws.engine.sweep_files_once(config.completed_loop_ttl_ms);
     }
     let session_id = caller.session_id.clone();
     // A loop session's connection (an agent's `forge-lsp call`) runs with its loop's
