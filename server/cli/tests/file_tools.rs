@@ -139,6 +139,12 @@ fn apply_patch_deletes_a_symbolic_link_and_nothing_it_points_to() {
     let err = c.tool_err("apply-patch", patch("*** Update File: outside-link\n*** Move to: moved\n"));
     assert!(err.message.contains("outside-link") && err.message.contains("through a symlink"), "{err:?}");
     assert_eq!(read(&repo, "real.txt"), "real\n");
+    // A path beneath a link the patch deletes would be written through it: refused.
+    std::fs::create_dir(repo.path.join("dir")).unwrap();
+    std::os::unix::fs::symlink("dir", repo.path.join("dir-link")).unwrap();
+    let err = c.tool_err("apply-patch", patch("*** Delete File: dir-link\n*** Add File: dir-link/new.txt\n+x\n"));
+    assert!(err.message.contains("'dir-link/new.txt' lies beneath 'dir-link', which this patch deletes"), "{err:?}");
+    assert!(!repo.path.join("dir/new.txt").exists() && repo.path.join("dir-link").symlink_metadata().is_ok());
     let out = c.tool_ok("apply-patch", patch("*** Delete File: inside-link\n*** Delete File: outside-link\n"));
     assert!(out.text.contains("D inside-link") && out.text.contains("D outside-link"), "{}", out.text);
     for name in ["inside-link", "outside-link"] {

@@ -209,23 +209,26 @@ fn only_a_users_connection_runs_the_ttl_sweeps() {
     let t = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
     std::fs::File::options().write(true).open(&old).unwrap().set_modified(t).unwrap();
 
-    let mut agent = sb.stdio();
-    agent.init(&Init::new(&repo.path).session(session).token("tok-right").config(json!({ "completedLoopTtlMs": 1 })));
-    // A refused connection with a TTL of its own sweeps nothing either.
+    // One server: a refused connection and a loop session's connection, each with a TTL
+    // of its own, neither sweeping nor using up the server's one sweep.
+    let server = sb.listen_unix(&sb.root.join("s/forge.sock"));
     let mut wrong = Init::new(&repo.path).session(session).config(json!({ "completedLoopTtlMs": 1 }));
     wrong.token = Some("tok-wrong".into());
-    sb.stdio().initialize(&wrong).expect_err("a wrong token is refused");
+    let refused = server.connect();
+    refused.initialize(&wrong).expect_err("a wrong token is refused");
+    let mut agent = server.connect();
+    agent.init(&Init::new(&repo.path).session(session).token("tok-right").config(json!({ "completedLoopTtlMs": 1 })));
     std::thread::sleep(Duration::from_millis(500));
-    assert!(old.exists(), "a loop session's connection swept");
-    agent.shutdown_exit();
+    assert!(old.exists(), "a loop session's or a refused connection swept");
 
-    let mut user = sb.stdio();
+    let mut user = server.connect();
     user.init(&Init::new(&repo.path).config(json!({ "completedLoopTtlMs": 86_400_000 })));
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while old.exists() {
         assert!(std::time::Instant::now() < deadline, "the user's connection did not sweep");
         std::thread::sleep(Duration::from_millis(50));
     }
+    agent.shutdown_exit();
     user.shutdown_exit();
 }
 

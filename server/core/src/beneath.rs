@@ -371,18 +371,29 @@ pub fn remove_file(base: &Path, rel: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The subdirectory `name` of `parent`, never through a link (a link or a file there is
-/// an error).
+/// The subdirectory `name` of `parent`, never through a link: a link there is the OS's
+/// `ELOOP` error, a file `ENOTDIR`, nothing `NotFound`.
 pub fn open_subdir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
-    open_dir_at(parent, name, false, Path::new(name))
+    let c = cstr(name)?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let fd = unsafe { libc::openat(parent.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The names in the directory `dir` (`.` and `..` left out).
 pub fn list_dir(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
     use std::os::unix::ffi::OsStringExt;
-    // fdopendir takes the descriptor it is given: a duplicate, so `dir` stays open.
-    // SAFETY: `dir` is a valid descriptor.
-    let dup = unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    // fdopendir takes the descriptor it is given: a new one for the same directory (not a
+    // duplicate, whose read position `dir`'s other users would share), so `dir` stays
+    // open and untouched.
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let dup =
+        unsafe { libc::openat(dir.as_raw_fd(), c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
     if dup < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -394,25 +405,27 @@ pub fn list_dir(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
         unsafe { libc::close(dup) };
         return Err(e);
     }
-    // (A duplicate shares its offset with `dir`: read from the start.)
-    // SAFETY: a live stream.
-    unsafe { libc::rewinddir(stream) };
     let mut names = Vec::new();
-    loop {
+    let failed = loop {
+        // readdir says an error only through errno (NULL is also the end).
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = 0 };
         // SAFETY: a live stream; each entry is read before the next call.
         let entry = unsafe { libc::readdir(stream) };
         if entry.is_null() {
-            break;
+            // SAFETY: as above.
+            let errno = unsafe { *libc::__errno_location() };
+            break (errno != 0).then(|| io::Error::from_raw_os_error(errno));
         }
         // SAFETY: readdir returns an entry whose d_name is NUL-terminated.
         let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) }.to_bytes().to_vec();
         if name != b"." && name != b".." {
             names.push(std::ffi::OsString::from_vec(name));
         }
-    }
+    };
     // SAFETY: the stream from fdopendir, closed once.
     unsafe { libc::closedir(stream) };
-    Ok(names)
+    failed.map_or(Ok(names), Err)
 }
 
 /// What `name` in `dir` is, the link itself when it is one (`AT_SYMLINK_NOFOLLOW`).

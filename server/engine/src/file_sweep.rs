@@ -114,6 +114,11 @@ fn subdir(parent: &OwnedFd, parent_shown: &Path, name: impl AsRef<OsStr>) -> Opt
     match beneath::open_subdir(parent, name) {
         Ok(d) => Some(d),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        // A link (skipped, never followed) or a file: nothing of the engine's.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) => {
+            tracing::debug!("the sweep of agents' files skips {}: not a directory", parent_shown.join(name).display());
+            None
+        }
         Err(e) => {
             tracing::warn!("the sweep of agents' files skips {}: {e}", parent_shown.join(name).display());
             None

@@ -147,6 +147,8 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
     // file (`src/a` and `alias/a`, where `alias` links to `src`) would each be planned on
     // their own, and one's change lost.
     let mut files: std::collections::HashMap<PathBuf, String> = std::collections::HashMap::new();
+    // (relative path, deleted) of each path: none may lie beneath a deleted one.
+    let mut named: Vec<(String, bool)> = vec![];
     for (raw, unfollowed) in paths {
         let rel = normalize_path(raw, Some(root_text))
             .map_err(|why| ToolError::invalid_params(format!("apply-patch failed: path {raw:?}: {why}")))?;
@@ -161,8 +163,18 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
                 )))
             }
             _ => {
-                files.insert(file, rel);
+                files.insert(file, rel.clone());
             }
+        }
+        named.push((rel, unfollowed));
+    }
+    // A path beneath one the patch deletes (a link to a directory, or a file that would
+    // become one) would be written through what is removed, or not at all.
+    for (deleted, _) in named.iter().filter(|(_, d)| *d) {
+        if let Some((inside, _)) = named.iter().find(|(p, _)| p.strip_prefix(deleted.as_str()).is_some_and(|r| r.starts_with('/'))) {
+            return Err(ToolError::invalid(format!(
+                "apply-patch failed: '{inside}' lies beneath '{deleted}', which this patch deletes; nothing was changed"
+            )));
         }
     }
     Ok(())
