@@ -371,6 +371,35 @@ pub fn remove_file(base: &Path, rel: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The contents of the regular file `base/rel`, never following a link below `base` (a
+/// directory or the file swapped for a link after a check is refused, not read through).
+pub fn read_file(base: &Path, rel: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (parent, name) = split_file(rel)?;
+    let dir = open_dir(base, parent, false)?;
+    let c = cstr(name)?;
+    // Non-blocking: a FIFO planted at the name must not hang the open.
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
+            io::Error::other(format!("{} is a symbolic link; refusing to read through it", rel.display()))
+        } else {
+            e
+        });
+    }
+    // SAFETY: just opened, owned here.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other(format!("{} is not a regular file", rel.display())));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// The subdirectory `name` of `parent`, never through a link: a link there is the OS's
 /// `ELOOP` error, a file `ENOTDIR`, nothing `NotFound`.
 pub fn open_subdir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
@@ -455,6 +484,22 @@ pub fn unlink_at(dir: &OwnedFd, name: &std::ffi::OsStr, empty_dir: bool) -> io::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_are_read_without_following_links() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().join("root");
+        std::fs::create_dir_all(base.join("dir")).unwrap();
+        std::fs::write(base.join("dir/f"), "inside").unwrap();
+        std::fs::write(d.path().join("secret"), "outside").unwrap();
+        std::os::unix::fs::symlink(d.path().join("secret"), base.join("dir/link")).unwrap();
+        std::os::unix::fs::symlink(d.path(), base.join("dirlink")).unwrap();
+        assert_eq!(read_file(&base, Path::new("dir/f")).unwrap(), b"inside");
+        let e = read_file(&base, Path::new("dir/link")).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(read_file(&base, Path::new("dirlink/secret")).is_err(), "a linked directory on the way");
+        assert!(read_file(&base, Path::new("dir")).is_err(), "a directory");
+    }
 
     #[test]
     fn directories_are_listed_and_entries_removed_without_following_links() {

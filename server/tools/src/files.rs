@@ -133,8 +133,18 @@ pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), T
 }
 
 /// A file's text, or why it cannot be read as UTF-8.
-pub fn read_utf8(p: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(p).map_err(|e| e.to_string())?;
+///
+/// Its links (a link inside the root named as the path included) are resolved once and
+/// must stay inside `root` (canonical); the file is then read relative to the root
+/// through `forge_core::beneath`, never following a link: a file or directory swapped
+/// for a link after that (by a command racing the tool) is refused, never read through
+/// to a file outside the root.
+pub fn read_utf8(root: &Path, p: &Path) -> Result<String, String> {
+    let real = p.canonicalize().map_err(|e| e.to_string())?;
+    let rel = real
+        .strip_prefix(root)
+        .map_err(|_| format!("{} leads out of the root {} through a symlink", p.display(), root.display()))?;
+    let bytes = forge_core::beneath::read_file(root, rel).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
@@ -169,4 +179,29 @@ pub fn resolved_rel(root: &Path, path: &Path) -> Result<PathBuf, String> {
         .map_err(|_| format!("{} leads out of the root {} through a symlink", path.display(), root.display()))?;
     rel.extend(rest.iter().rev());
     Ok(rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file is read through a link inside the root, never through one that leads out,
+    /// and not when it is not UTF-8.
+    #[test]
+    fn files_are_read_only_inside_the_root() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let root = root.canonicalize().unwrap();
+        std::fs::write(root.join("a.rs"), "fn a() {}").unwrap();
+        std::fs::write(d.path().join("secret"), "outside").unwrap();
+        std::os::unix::fs::symlink("a.rs", root.join("in.rs")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("secret"), root.join("out.rs")).unwrap();
+        std::fs::write(root.join("bin"), [0xff, 0xfe]).unwrap();
+        assert_eq!(read_utf8(&root, &root.join("a.rs")).unwrap(), "fn a() {}");
+        assert_eq!(read_utf8(&root, &root.join("in.rs")).unwrap(), "fn a() {}");
+        let e = read_utf8(&root, &root.join("out.rs")).unwrap_err();
+        assert!(e.contains("leads out of the root"), "{e}");
+        assert_eq!(read_utf8(&root, &root.join("bin")).unwrap_err(), "not UTF-8 text");
+    }
 }

@@ -56,7 +56,7 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
             Ok(m) if !m.file_type().is_file() => Err("not a regular file".to_string().into()),
             Ok(_) => within(root, rel)
                 .map_err(|e| Unreadable::from(e.message))
-                .and_then(|p| read_utf8(&p).map(Some).map_err(Unreadable::from)),
+                .and_then(|p| read_utf8(root, &p).map(Some).map_err(Unreadable::from)),
         }
     })
     .map_err(|e| match e {
@@ -197,10 +197,21 @@ fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str, mo
 /// the server's user (a server running as root would make a user's set-uid program a
 /// root one).
 fn mode_of(root: &Path, rel: &str) -> Result<beneath::Mode, String> {
-    use std::os::unix::fs::PermissionsExt;
     let path = within(root, rel).map_err(|e| e.message)?;
-    let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(beneath::Mode::Exact(meta.permissions().mode() & 0o777))
+    let resolved = resolved_rel(root, &path)?;
+    // Read as `read_utf8` reads: directories opened without following links, and the file
+    // itself never through one (a link swapped in since would give its own 0777).
+    let (dir, name) = match (resolved.parent(), resolved.file_name()) {
+        (Some(d), Some(n)) => (d, n),
+        _ => return Err(format!("{} names no file", path.display())),
+    };
+    let st = beneath::open_dir(root, dir, false)
+        .and_then(|d| beneath::stat_at(&d, name))
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(format!("cannot read {}: not a regular file", path.display()));
+    }
+    Ok(beneath::Mode::Exact(st.st_mode & 0o777))
 }
 
 /// A file to remove: (as shown, relative to the root with its directories resolved).

@@ -43,7 +43,7 @@ fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pat
     let mut skipped = vec![];
     for path in &files {
         let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
-        let src = match read_utf8(path) {
+        let src = match read_utf8(root, path) {
             Ok(s) => s,
             Err(e) => {
                 skipped.push(format!("{shown} ({e})"));
