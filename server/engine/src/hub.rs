@@ -189,6 +189,26 @@ mod tests {
     use super::*;
     use forge_store::changes::{self, Kind};
 
+    /// Every spelling of one data directory (a symbolic link to it, `.` and a trailing
+    /// slash, one made by the first call) is one workspace: two stores and engines on one
+    /// database would not see each other's runners.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_spelling_of_a_data_directory_is_one_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("data");
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let hub = Hub::new(None);
+        // Made by the first call (not there yet), then named other ways.
+        let first = hub.workspace(&real).unwrap();
+        for other in [dir.path().join("link"), dir.path().join("./data/"), dir.path().join("link/../data")] {
+            let ws = hub.workspace(&other).unwrap();
+            assert!(Arc::ptr_eq(&first, &ws), "{} opened a second workspace", other.display());
+            assert!(hub.open_workspace(&other).is_some_and(|w| Arc::ptr_eq(&first, &w)));
+        }
+        let elsewhere = hub.workspace(&dir.path().join("other")).unwrap();
+        assert!(!Arc::ptr_eq(&first, &elsewhere));
+    }
+
     /// A burst of local writes reaches subscribers in batches: the watcher reads at once
     /// when woken, then pauses [`BATCH`], so 200 writes in a row make far fewer than 200
     /// batches (woken and reading per write, as before, they made about one each).
