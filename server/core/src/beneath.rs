@@ -14,9 +14,15 @@ fn cstr(name: &std::ffi::OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path holds a NUL byte"))
 }
 
+/// Directories on the way are opened as `O_PATH` handles: enough for the `*at` calls,
+/// and needing only search permission, as a lookup by path does (a directory the user may
+/// pass through but not list, 0711, stays usable). With `O_NOFOLLOW | O_DIRECTORY` a link
+/// is refused (`ENOTDIR`), never opened.
+const DIR_FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
 fn open_dir_at(parent: &OwnedFd, name: &std::ffi::OsStr, create: bool, shown: &Path) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let flags = DIR_FLAGS;
     for attempt in 0..2 {
         // SAFETY: a valid directory fd and a NUL-terminated name.
         let fd = unsafe { libc::openat(parent.as_raw_fd(), c.as_ptr(), flags) };
@@ -38,7 +44,7 @@ fn open_dir_at(parent: &OwnedFd, name: &std::ffi::OsStr, create: bool, shown: &P
             }
             Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
                 return Err(io::Error::other(format!(
-                    "{} is a symbolic link or not a directory; refusing to write through it",
+                    "{} is a symbolic link or not a directory; refusing to follow it",
                     shown.display()
                 )))
             }
@@ -375,6 +381,13 @@ pub fn remove_file(base: &Path, rel: &Path) -> io::Result<()> {
 /// directory or the file swapped for a link after a check is refused, not read through).
 pub fn read_file(base: &Path, rel: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
+    let mut bytes = Vec::new();
+    open_file(base, rel)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The regular file `base/rel` opened for reading, as [`read_file`] opens it.
+pub fn open_file(base: &Path, rel: &Path) -> io::Result<std::fs::File> {
     let (parent, name) = split_file(rel)?;
     let dir = open_dir(base, parent, false)?;
     let c = cstr(name)?;
@@ -391,22 +404,28 @@ pub fn read_file(base: &Path, rel: &Path) -> io::Result<Vec<u8>> {
         });
     }
     // SAFETY: just opened, owned here.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     if !file.metadata()?.is_file() {
         return Err(io::Error::other(format!("{} is not a regular file", rel.display())));
     }
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
+    // A regular file: blocking reads again (a file system that honours the flag, FUSE, a
+    // file under a lease, would otherwise fail a read with "would block").
+    // SAFETY: a valid fd; F_GETFL/F_SETFL take and give plain flags.
+    unsafe {
+        let fl = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(file)
 }
 
 /// The subdirectory `name` of `parent`, never through a link: a link there is the OS's
 /// `ELOOP` error, a file `ENOTDIR`, nothing `NotFound`.
 pub fn open_subdir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: a valid directory fd and a NUL-terminated name.
-    let fd = unsafe { libc::openat(parent.as_raw_fd(), c.as_ptr(), flags) };
+    let fd = unsafe { libc::openat(parent.as_raw_fd(), c.as_ptr(), DIR_FLAGS) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -497,8 +516,16 @@ mod tests {
         assert_eq!(read_file(&base, Path::new("dir/f")).unwrap(), b"inside");
         let e = read_file(&base, Path::new("dir/link")).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
-        assert!(read_file(&base, Path::new("dirlink/secret")).is_err(), "a linked directory on the way");
-        assert!(read_file(&base, Path::new("dir")).is_err(), "a directory");
+        let e = read_file(&base, Path::new("dirlink/secret")).unwrap_err();
+        assert!(e.to_string().contains("dirlink is a symbolic link or not a directory; refusing to follow it"), "{e}");
+        let e = read_file(&base, Path::new("dir")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        // A FIFO at the name: refused at once, not waited on for a writer.
+        let fifo = std::ffi::CString::new(base.join("dir/fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = read_file(&base, Path::new("dir/fifo")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]

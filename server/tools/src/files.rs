@@ -132,6 +132,17 @@ pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), T
     Ok(())
 }
 
+/// The regular file `p` opened for reading, as [`read_utf8`] opens it: its links resolved
+/// once and inside `root` (canonical), then opened through `forge_core::beneath` without
+/// following any.
+pub fn open_inside(root: &Path, p: &Path) -> Result<std::fs::File, String> {
+    let real = p.canonicalize().map_err(|e| e.to_string())?;
+    let rel = real
+        .strip_prefix(root)
+        .map_err(|_| format!("{} leads out of the root {} through a symlink", p.display(), root.display()))?;
+    forge_core::beneath::open_file(root, rel).map_err(|e| e.to_string())
+}
+
 /// A file's text, or why it cannot be read as UTF-8.
 ///
 /// Its links (a link inside the root named as the path included) are resolved once and
@@ -140,11 +151,9 @@ pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), T
 /// for a link after that (by a command racing the tool) is refused, never read through
 /// to a file outside the root.
 pub fn read_utf8(root: &Path, p: &Path) -> Result<String, String> {
-    let real = p.canonicalize().map_err(|e| e.to_string())?;
-    let rel = real
-        .strip_prefix(root)
-        .map_err(|_| format!("{} leads out of the root {} through a symlink", p.display(), root.display()))?;
-    let bytes = forge_core::beneath::read_file(root, rel).map_err(|e| e.to_string())?;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_inside(root, p)?.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 

@@ -87,7 +87,10 @@ fn search(
         files += 1;
         let shown = rel.display().to_string();
         let mut found = FileHits { matcher, room: limit - lines.len(), hits: vec![], binary: false, full: false };
-        if let Err(e) = searcher.search_path(matcher, path, &mut found) {
+        // Opened as the other file tools read: a directory or file swapped for a link
+        // since the walk listed it is refused, never read through out of the root.
+        let opened = crate::files::open_inside(root, path);
+        if let Err(e) = opened.and_then(|f| searcher.search_file(matcher, &f, &mut found).map_err(|e| e.to_string())) {
             tracing::debug!("grep: cannot search {}: {e}", path.display());
             unreadable.push(shown);
             continue;
