@@ -420,6 +420,22 @@ pub fn open_file(base: &Path, rel: &Path) -> io::Result<std::fs::File> {
     Ok(file)
 }
 
+/// Whether `name` in `dir` may be opened for writing (appending, nothing written), never
+/// through a link and without waiting (a FIFO there does not hold the caller).
+pub fn check_writable_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()> {
+    let c = cstr(name)?;
+    let flags =
+        libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned here; closed at once.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(())
+}
+
 /// The subdirectory `name` of `parent`, never through a link: a link there is the OS's
 /// `ELOOP` error, a file `ENOTDIR`, nothing `NotFound`.
 pub fn open_subdir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
@@ -526,6 +542,12 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let e = read_file(&base, Path::new("dir/fifo")).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
+        // Nor is the write check held by it (no reader: refused at once), or by a link.
+        let dir = open_dir(&base, Path::new("dir"), false).unwrap();
+        assert!(check_writable_at(&dir, "fifo".as_ref()).is_err());
+        assert!(check_writable_at(&dir, "link".as_ref()).is_err());
+        check_writable_at(&dir, "f".as_ref()).unwrap();
+        assert_eq!(std::fs::read_to_string(base.join("dir/f")).unwrap(), "inside", "nothing written");
     }
 
     #[test]

@@ -153,16 +153,21 @@ fn write_all(root: &Path, edits: &[FileEdit]) -> Result<(), ToolError> {
 fn stage(stager: &mut beneath::Stager, root: &Path, e: &FileEdit) -> Result<Staged, String> {
     // A link named as `path` is searched through, but the write would replace the link
     // with a file (as apply-patch, refused: edit the file it points to).
-    let own = std::fs::symlink_metadata(&e.path).map_err(|err| format!("{}: {err}", e.shown))?;
-    if !own.file_type().is_file() {
+    // Checked relative to the root without following a link (as the stager writes): a
+    // directory swapped for a link since the read is refused, never looked through.
+    let under = resolved_rel(root, &e.path)?;
+    let (Some(dir), Some(name)) = (under.parent(), under.file_name()) else {
+        return Err(format!("{} names no file", e.shown));
+    };
+    let dir = beneath::open_dir(root, dir, false).map_err(|err| format!("{}: {err}", e.shown))?;
+    let own = beneath::stat_at(&dir, name).map_err(|err| format!("{}: {err}", e.shown))?;
+    if own.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(format!("{} is not a regular file (a symbolic link?); name the file it points to", e.shown));
     }
-    let meta = std::fs::metadata(&e.path).map_err(|err| format!("{}: {err}", e.shown))?;
-    if meta.permissions().readonly() {
+    if own.st_mode & 0o222 == 0 {
         return Err(format!("{} is read-only", e.shown));
     }
-    std::fs::OpenOptions::new().append(true).open(&e.path).map_err(|err| format!("{} cannot be written: {err}", e.shown))?;
-    let under = resolved_rel(root, &e.path)?;
+    beneath::check_writable_at(&dir, name).map_err(|err| format!("{} cannot be written: {err}", e.shown))?;
     stager.stage(&under, e.new.as_bytes(), beneath::Mode::KeepOr(0o666), false, false)
         .map_err(|err| format!("{}: {err}", e.shown))
 }
