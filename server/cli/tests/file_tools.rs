@@ -118,6 +118,28 @@ fn apply_patch_never_writes_through_a_link_planted_at_a_temporary_name() {
     assert!(left.is_empty(), "temporaries left: {left:?}");
 }
 
+/// grep reads every file relative to the root without following a link: a start named
+/// through a link to a directory inside the root is searched (at its real place), links
+/// to files inside or outside are not followed by the walk, and a link leading out is
+/// never read.
+#[test]
+fn grep_searches_through_an_inside_link_and_never_reads_outside() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("src/deep/a.rs", "let needle = 1;\n");
+    let outside = sb.mkdir("outside");
+    std::fs::write(outside.join("secret.rs"), "let needle = 2;\n").unwrap();
+    std::os::unix::fs::symlink("src", repo.path.join("alias")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.rs"), repo.path.join("src/out.rs")).unwrap();
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("grep", json!({ "pattern": "needle" }));
+    assert!(out.text.contains("src/deep/a.rs:1:"), "{}", out.text);
+    assert!(!out.text.contains("= 2"), "read outside the root: {}", out.text);
+    let out = c.tool_ok("grep", json!({ "pattern": "needle", "path": "alias" }));
+    assert!(out.text.contains("alias/deep/a.rs:1:"), "{}", out.text);
+    assert!(!out.text.contains("= 2"), "read outside the root: {}", out.text);
+}
+
 /// A committed symbolic link can be deleted with `Delete File` (the link goes, what it
 /// points to stays, inside the root or outside); updating or moving it is refused with a
 /// message that names it. Before, every operation on it failed with "not a regular file".

@@ -390,6 +390,53 @@ pub fn read_file(base: &Path, rel: &Path) -> io::Result<Vec<u8>> {
 pub fn open_file(base: &Path, rel: &Path) -> io::Result<std::fs::File> {
     let (parent, name) = split_file(rel)?;
     let dir = open_dir(base, parent, false)?;
+    open_file_at(&dir, name, rel)
+}
+
+/// Opens many files beneath one base for reading, as [`open_file`] does, keeping the
+/// directories it opened (a few dozen at most) for the next files: a search that reads
+/// every file of a tree opens each directory about once instead of once per file.
+pub struct Reader {
+    base: std::path::PathBuf,
+    dirs: std::collections::HashMap<std::path::PathBuf, std::sync::Arc<OwnedFd>>,
+}
+
+impl Reader {
+    /// Directories kept at most (then all are let go): bounded descriptors.
+    const KEPT: usize = 64;
+
+    pub fn new(base: &Path) -> Reader {
+        Reader { base: base.to_path_buf(), dirs: Default::default() }
+    }
+
+    fn dir(&mut self, rel: &Path) -> io::Result<std::sync::Arc<OwnedFd>> {
+        if let Some(d) = self.dirs.get(rel) {
+            return Ok(d.clone());
+        }
+        let d = match (rel.parent(), rel.file_name()) {
+            (Some(parent), Some(name)) => {
+                let parent = self.dir(parent)?;
+                open_dir_at(&parent, name, false, &self.base.join(rel))?
+            }
+            _ => open_dir(&self.base, rel, false)?,
+        };
+        if self.dirs.len() >= Self::KEPT {
+            self.dirs.clear();
+        }
+        let d = std::sync::Arc::new(d);
+        self.dirs.insert(rel.to_path_buf(), d.clone());
+        Ok(d)
+    }
+
+    /// The regular file `rel` (below the base) opened for reading.
+    pub fn open(&mut self, rel: &Path) -> io::Result<std::fs::File> {
+        let (parent, name) = split_file(rel)?;
+        let dir = self.dir(parent)?;
+        open_file_at(&dir, name, rel)
+    }
+}
+
+fn open_file_at(dir: &OwnedFd, name: &std::ffi::OsStr, rel: &Path) -> io::Result<std::fs::File> {
     let c = cstr(name)?;
     // Non-blocking: a FIFO planted at the name must not hang the open.
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
@@ -532,6 +579,18 @@ mod tests {
         assert_eq!(read_file(&base, Path::new("dir/f")).unwrap(), b"inside");
         let e = read_file(&base, Path::new("dir/link")).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
+        // The same through a Reader, which keeps its directories.
+        let mut reader = Reader::new(&base);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut reader.open(Path::new("dir/f")).unwrap(), &mut text).unwrap();
+        assert_eq!(text, "inside");
+        assert!(reader.open(Path::new("dir/link")).is_err() && reader.open(Path::new("dirlink/secret")).is_err());
+        for i in 0..(Reader::KEPT + 5) {
+            std::fs::create_dir_all(base.join(format!("many/d{i}"))).unwrap();
+            std::fs::write(base.join(format!("many/d{i}/f")), "x").unwrap();
+            reader.open(&Path::new("many").join(format!("d{i}/f"))).unwrap();
+        }
+        assert!(reader.dirs.len() <= Reader::KEPT);
         let e = read_file(&base, Path::new("dirlink/secret")).unwrap_err();
         assert!(e.to_string().contains("dirlink is a symbolic link or not a directory; refusing to follow it"), "{e}");
         let e = read_file(&base, Path::new("dir")).unwrap_err();

@@ -136,11 +136,17 @@ pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), T
 /// once and inside `root` (canonical), then opened through `forge_core::beneath` without
 /// following any.
 pub fn open_inside(root: &Path, p: &Path) -> Result<std::fs::File, String> {
-    let real = p.canonicalize().map_err(|e| e.to_string())?;
-    let rel = real
-        .strip_prefix(root)
-        .map_err(|_| format!("{} leads out of the root {} through a symlink", p.display(), root.display()))?;
-    forge_core::beneath::open_file(root, rel).map_err(|e| e.to_string())
+    let rel = real_rel(root, p)?;
+    forge_core::beneath::open_file(root, &rel).map_err(|e| e.to_string())
+}
+
+/// `p`'s real place relative to `root` (canonical), its links resolved; an error names
+/// it when that is outside the root.
+pub fn real_rel(root: &Path, p: &Path) -> Result<PathBuf, String> {
+    let real = p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?;
+    real.strip_prefix(root)
+        .map(Path::to_path_buf)
+        .map_err(|_| format!("{} leads out of the root {} through a symlink", p.display(), root.display()))
 }
 
 /// A file's text, or why it cannot be read as UTF-8.

@@ -72,6 +72,12 @@ fn search(
     let mut truncated = false;
     let mut files = 0usize;
     let mut unreadable: Vec<String> = vec![];
+    // Each file is opened relative to the root without following a link (as the other
+    // file tools read): the walk follows none, so a walked path is the start's real place
+    // (its links resolved once, inside the root) and the rest as listed; a directory or
+    // file swapped for a link since it was listed is refused, never read through.
+    let start_rel = crate::files::real_rel(root, start).map_err(ToolError::invalid_params)?;
+    let mut reader = forge_core::beneath::Reader::new(root);
     // Hidden files are searched, git's own directories (the root's and nested ones) never.
     let walk = crate::files::walk(start);
     for entry in walk {
@@ -87,10 +93,11 @@ fn search(
         files += 1;
         let shown = rel.display().to_string();
         let mut found = FileHits { matcher, room: limit - lines.len(), hits: vec![], binary: false, full: false };
-        // Opened as the other file tools read: a directory or file swapped for a link
-        // since the walk listed it is refused, never read through out of the root.
-        let opened = crate::files::open_inside(root, path);
-        if let Err(e) = opened.and_then(|f| searcher.search_file(matcher, &f, &mut found).map_err(|e| e.to_string())) {
+        let opened = match path.strip_prefix(start) {
+            Ok(below) => reader.open(&start_rel.join(below)),
+            Err(_) => Err(std::io::Error::other("not below the search's start")),
+        };
+        if let Err(e) = opened.and_then(|f| searcher.search_file(matcher, &f, &mut found)) {
             tracing::debug!("grep: cannot search {}: {e}", path.display());
             unreadable.push(shown);
             continue;
