@@ -167,6 +167,12 @@ fn apply_patch_deletes_a_symbolic_link_and_nothing_it_points_to() {
     let err = c.tool_err("apply-patch", patch("*** Delete File: dir-link\n*** Add File: dir-link/new.txt\n+x\n"));
     assert!(err.message.contains("'dir-link/new.txt' lies beneath 'dir-link', which this patch deletes"), "{err:?}");
     assert!(!repo.path.join("dir/new.txt").exists() && repo.path.join("dir-link").symlink_metadata().is_ok());
+    // Also when the path spells it through another link (`alias` leads to the root's `.`).
+    std::os::unix::fs::symlink(".", repo.path.join("alias")).unwrap();
+    let err = c.tool_err("apply-patch", patch("*** Delete File: dir-link\n*** Add File: alias/dir-link/new.txt\n+x\n"));
+    assert!(err.message.contains("'alias/dir-link/new.txt' lies beneath 'dir-link'"), "{err:?}");
+    assert!(!repo.path.join("dir/new.txt").exists());
+    std::fs::remove_file(repo.path.join("alias")).unwrap();
     let out = c.tool_ok("apply-patch", patch("*** Delete File: inside-link\n*** Delete File: outside-link\n"));
     assert!(out.text.contains("D inside-link") && out.text.contains("D outside-link"), "{}", out.text);
     for name in ["inside-link", "outside-link"] {

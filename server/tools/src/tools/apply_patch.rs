@@ -169,12 +169,25 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
         named.push((rel, unfollowed));
     }
     // A path beneath one the patch deletes (a link to a directory, or a file that would
-    // become one) would be written through what is removed, or not at all.
-    for (deleted, _) in named.iter().filter(|(_, d)| *d) {
-        if let Some((inside, _)) = named.iter().find(|(p, _)| p.strip_prefix(deleted.as_str()).is_some_and(|r| r.starts_with('/'))) {
-            return Err(ToolError::invalid(format!(
-                "apply-patch failed: '{inside}' lies beneath '{deleted}', which this patch deletes; nothing was changed"
-            )));
+    // become one) would be written through what is removed, or not at all. Compared by
+    // place, not spelling: each directory on a path, its own directories' links resolved,
+    // against each deleted path resolved the same way (`alias/link/f` where `alias` leads
+    // to `real` lies beneath a deleted `real/link`).
+    let place = |rel: &str| within_unfollowed(root, rel).ok().and_then(|t| resolved_rel(root, &t).ok());
+    let deleted: Vec<(PathBuf, &String)> =
+        named.iter().filter(|(_, d)| *d).filter_map(|(rel, _)| place(rel).map(|p| (p, rel))).collect();
+    if deleted.is_empty() {
+        return Ok(());
+    }
+    for (rel, _) in &named {
+        let mut dir = rel.as_str();
+        while let Some((parent, _)) = dir.rsplit_once('/') {
+            dir = parent;
+            if let Some((_, name)) = place(dir).and_then(|p| deleted.iter().find(|(d, _)| *d == p).cloned()) {
+                return Err(ToolError::invalid(format!(
+                    "apply-patch failed: '{rel}' lies beneath '{name}', which this patch deletes; nothing was changed"
+                )));
+            }
         }
     }
     Ok(())
