@@ -165,14 +165,37 @@ fn apply_patch_deletes_a_symbolic_link_and_nothing_it_points_to() {
     std::fs::create_dir(repo.path.join("dir")).unwrap();
     std::os::unix::fs::symlink("dir", repo.path.join("dir-link")).unwrap();
     let err = c.tool_err("apply-patch", patch("*** Delete File: dir-link\n*** Add File: dir-link/new.txt\n+x\n"));
-    assert!(err.message.contains("'dir-link/new.txt' lies beneath 'dir-link', which this patch deletes"), "{err:?}");
+    assert!(
+        err.message.contains("'dir-link/new.txt'") && err.message.contains("'dir-link', which this patch deletes"),
+        "{err:?}"
+    );
     assert!(!repo.path.join("dir/new.txt").exists() && repo.path.join("dir-link").symlink_metadata().is_ok());
     // Also when the path spells it through another link (`alias` leads to the root's `.`).
     std::os::unix::fs::symlink(".", repo.path.join("alias")).unwrap();
     let err = c.tool_err("apply-patch", patch("*** Delete File: dir-link\n*** Add File: alias/dir-link/new.txt\n+x\n"));
-    assert!(err.message.contains("'alias/dir-link/new.txt' lies beneath 'dir-link'"), "{err:?}");
+    assert!(
+        err.message.contains("'alias/dir-link/new.txt'")
+            && err.message.contains("'dir-link', which this patch deletes"),
+        "{err:?}"
+    );
     assert!(!repo.path.join("dir/new.txt").exists());
     std::fs::remove_file(repo.path.join("alias")).unwrap();
+    // And through a chain of links (`alias2` leads to `dir-link`, which the patch deletes).
+    std::os::unix::fs::symlink("dir-link", repo.path.join("alias2")).unwrap();
+    let err = c.tool_err("apply-patch", patch("*** Delete File: dir-link\n*** Add File: alias2/new.txt\n+x\n"));
+    assert!(err.message.contains("'alias2/new.txt' is reached through 'dir-link'"), "{err:?}");
+    assert!(!repo.path.join("dir/new.txt").exists());
+    // A file the patch deletes cannot hold a file beneath it either.
+    repo.write("plain", "p\n");
+    let err = c.tool_err("apply-patch", patch("*** Delete File: plain\n*** Add File: plain/inner.txt\n+x\n"));
+    assert!(err.message.contains("'plain/inner.txt' lies beneath 'plain'"), "{err:?}");
+    assert_eq!(read(&repo, "plain"), "p\n");
+    // Not refused: a sibling, a name that only starts the same, a file at the link's name.
+    repo.write("a/b", "b\n");
+    c.tool_ok("apply-patch", patch("*** Delete File: a/b\n*** Add File: a/bc\n+c\n*** Add File: a/d\n+d\n"));
+    c.tool_ok("apply-patch", patch("*** Delete File: alias2\n*** Add File: alias2\n+now a file\n"));
+    assert_eq!(read(&repo, "alias2"), "now a file\n");
+    assert!(repo.path.join("dir-link").symlink_metadata().is_ok(), "the other link stays");
     let out = c.tool_ok("apply-patch", patch("*** Delete File: inside-link\n*** Delete File: outside-link\n"));
     assert!(out.text.contains("D inside-link") && out.text.contains("D outside-link"), "{}", out.text);
     for name in ["inside-link", "outside-link"] {

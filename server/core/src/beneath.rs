@@ -402,8 +402,12 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Directories kept at most (then all are let go): bounded descriptors.
-    const KEPT: usize = 64;
+    /// Directories kept at most: a few descriptors per search (many searches may run at
+    /// once). When full, all but the nearest ancestors of the directory being opened are
+    /// let go, so a depth-first walk keeps the chain it climbs back through.
+    const KEPT: usize = 12;
+    /// Ancestors kept when full.
+    const ANCESTORS: usize = 8;
 
     pub fn new(base: &Path) -> Reader {
         Reader { base: base.to_path_buf(), dirs: Default::default() }
@@ -421,7 +425,8 @@ impl Reader {
             _ => open_dir(&self.base, rel, false)?,
         };
         if self.dirs.len() >= Self::KEPT {
-            self.dirs.clear();
+            let depth = rel.components().count();
+            self.dirs.retain(|k, _| rel.starts_with(k) && k.components().count() + Self::ANCESTORS >= depth);
         }
         let d = std::sync::Arc::new(d);
         self.dirs.insert(rel.to_path_buf(), d.clone());
@@ -483,8 +488,8 @@ pub fn check_writable_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()
     Ok(())
 }
 
-/// The subdirectory `name` of `parent`, never through a link: a link there is the OS's
-/// `ELOOP` error, a file `ENOTDIR`, nothing `NotFound`.
+/// The subdirectory `name` of `parent`, never through a link: a link or a file there is
+/// the OS's `ENOTDIR` (or `ELOOP`) error, nothing `NotFound`.
 pub fn open_subdir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
     // SAFETY: a valid directory fd and a NUL-terminated name.
@@ -591,6 +596,20 @@ mod tests {
             reader.open(&Path::new("many").join(format!("d{i}/f"))).unwrap();
         }
         assert!(reader.dirs.len() <= Reader::KEPT);
+        // A deep chain with siblings at the bottom: each directory opened about once (its
+        // ancestors are kept), not its whole chain again per directory.
+        let deep: std::path::PathBuf = (0..30).map(|i| format!("l{i}")).collect();
+        for i in 0..40 {
+            std::fs::create_dir_all(base.join(&deep).join(format!("s{i}"))).unwrap();
+            std::fs::write(base.join(&deep).join(format!("s{i}/f")), "x").unwrap();
+        }
+        let mut reader = Reader::new(&base);
+        let opened = |r: &Reader| r.dirs.len();
+        for i in 0..40 {
+            reader.open(&deep.join(format!("s{i}/f"))).unwrap();
+            assert!(opened(&reader) <= Reader::KEPT + 1);
+            assert!(reader.dirs.contains_key(&deep), "the parent of the siblings is kept");
+        }
         let e = read_file(&base, Path::new("dirlink/secret")).unwrap_err();
         assert!(e.to_string().contains("dirlink is a symbolic link or not a directory; refusing to follow it"), "{e}");
         let e = read_file(&base, Path::new("dir")).unwrap_err();

@@ -180,6 +180,14 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
         return Ok(());
     }
     for (rel, _) in &named {
+        // A deleted link that the lookup of this path's directories goes through, however
+        // it is spelled (`alias2/f` where `alias2` leads to a deleted `dir-link`).
+        let through = crate::files::links_on_the_way(root, rel);
+        if let Some((_, name)) = deleted.iter().find(|(d, _)| through.contains(d)) {
+            return Err(ToolError::invalid(format!(
+                "apply-patch failed: '{rel}' is reached through '{name}', which this patch deletes; nothing was changed"
+            )));
+        }
         let mut dir = rel.as_str();
         while let Some((parent, _)) = dir.rsplit_once('/') {
             dir = parent;

@@ -98,6 +98,13 @@ fn search(
             Err(_) => Err(std::io::Error::other("not below the search's start")),
         };
         if let Err(e) = opened.and_then(|f| searcher.search_file(matcher, &f, &mut found)) {
+            // Out of descriptors is the server's state, not the file's: the whole search
+            // fails, rather than answering with files silently left out.
+            if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
+                return Err(ToolError::internal(format!(
+                    "grep stopped at {shown}: the server is out of file descriptors ({e}); try again when fewer searches run"
+                )));
+            }
             tracing::debug!("grep: cannot search {}: {e}", path.display());
             unreadable.push(shown);
             continue;
