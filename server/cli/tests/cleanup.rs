@@ -456,14 +456,7 @@ fn the_first_connection_sweeps_old_agent_files_of_gone_sessions() {
         .conn
         .execute("UPDATE loops SET completed_at = ?1 WHERE loop_name = 'old-cancelled'", [now_ms() - 10 * DAY])
         .expect("age");
-    let aged = |rel: &str, days: u64| {
-        let p = sb.data_dir.join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
-        std::fs::write(&p, "prompt").expect("write");
-        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(days * 86_400);
-        std::fs::File::options().write(true).open(&p).expect("open").set_modified(t).expect("mtime");
-        p
-    };
+    let aged = |rel: &str, days: u64| write_aged(&sb.data_dir.join(rel), "prompt", days);
     let gone = [
         aged("prompts/old-cancelled/old-cancelled-coder-1.md", 10),
         aged("agent-sessions/old-cancelled-coder.id", 10),
@@ -484,15 +477,8 @@ fn the_first_connection_sweeps_old_agent_files_of_gone_sessions() {
     assert!(gone.iter().chain(&kept).all(|p| p.exists()));
     let mut c = sb.stdio();
     c.init(&Init::new(&repo.path));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while gone.iter().any(|p| p.exists()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not swept: {:?}",
-            gone.iter().filter(|p| p.exists()).collect::<Vec<_>>()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let swept = wait_for(std::time::Duration::from_secs(20), || (!gone.iter().any(|p| p.exists())).then_some(()));
+    assert!(swept.is_some(), "not swept: {:?}", gone.iter().filter(|p| p.exists()).collect::<Vec<_>>());
     assert!(kept.iter().all(|p| p.exists()), "{kept:?}");
     assert!(!sb.data_dir.join("prompts/old-cancelled").exists(), "its emptied directory goes too");
     c.shutdown_exit();
@@ -504,11 +490,7 @@ fn the_first_connection_sweeps_old_agent_files_of_gone_sessions() {
 #[test]
 fn a_first_connection_with_ttl_0_keeps_the_agents_files_for_the_servers_life() {
     let (sb, repo) = setup();
-    let old = sb.data_dir.join("prompts/sessions/ses_01JOUTSIDE00000000000000000-1.md");
-    std::fs::create_dir_all(old.parent().expect("parent")).expect("dir");
-    std::fs::write(&old, "prompt").expect("write");
-    let t = std::time::SystemTime::now() - std::time::Duration::from_secs(10 * 86_400);
-    std::fs::File::options().write(true).open(&old).expect("open").set_modified(t).expect("mtime");
+    let old = write_aged(&sb.data_dir.join("prompts/sessions/ses_01JOUTSIDE00000000000000000-1.md"), "prompt", 10);
     let server = sb.listen_unix(&sb.root.join("s/forge.sock"));
     let mut first = server.connect();
     first.init(&Init::new(&repo.path).config(json!({ "completedLoopTtlMs": 0 })));

@@ -192,7 +192,6 @@ fn every_agent_of_the_protocol_is_accepted() {
     }
 }
 
-/// A loop with one coder session `session` whose token is `token`.
 /// A loop's agent never chooses what the TTL sweeps delete: its connection (a loop
 /// session) sweeps nothing, whatever `completedLoopTtlMs` it passes; the first connection
 /// of the user's does, with its own configuration. Before, the first connection swept,
@@ -203,11 +202,7 @@ fn only_a_users_connection_runs_the_ttl_sweeps() {
     let repo = GitRepo::new();
     let session = "ses_01JLOOPCODER0000000000000";
     loop_with_session(&sb, &repo, "running-loop", session, "tok-right");
-    let old = sb.data_dir.join("prompts/sessions/ses_01JOUTSIDE00000000000000000-1.md");
-    std::fs::create_dir_all(old.parent().unwrap()).unwrap();
-    std::fs::write(&old, "prompt").unwrap();
-    let t = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
-    std::fs::File::options().write(true).open(&old).unwrap().set_modified(t).unwrap();
+    let old = write_aged(&sb.data_dir.join("prompts/sessions/ses_01JOUTSIDE00000000000000000-1.md"), "prompt", 2);
 
     // One server: a refused connection and a loop session's connection, each with a TTL
     // of its own, neither sweeping nor using up the server's one sweep.
@@ -223,15 +218,13 @@ fn only_a_users_connection_runs_the_ttl_sweeps() {
 
     let mut user = server.connect();
     user.init(&Init::new(&repo.path).config(json!({ "completedLoopTtlMs": 86_400_000 })));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while old.exists() {
-        assert!(std::time::Instant::now() < deadline, "the user's connection did not sweep");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let swept = wait_for(Duration::from_secs(20), || (!old.exists()).then_some(()));
+    assert!(swept.is_some(), "the user's connection did not sweep");
     agent.shutdown_exit();
     user.shutdown_exit();
 }
 
+/// A loop with one coder session `session` whose token is `token`.
 fn loop_with_session(sb: &Sandbox, repo: &GitRepo, loop_name: &str, session: &str, token: &str) {
     sb.ensure_db();
     let db = sb.db();

@@ -700,21 +700,13 @@ fn a_server_that_does_not_answer_is_passed_over() {
     // Stopped only once it has registered and served a call: stopped in the middle of its
     // registration (its socket accepts before that), it would hold the store's write lock
     // and the in-process call would wait for it (CI failed so, "database is locked").
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let registered = || {
+    let registered = wait_for(std::time::Duration::from_secs(20), || {
         // Not opened before the server made it (its tables may not exist yet).
-        sb.db_path().exists()
-            && sb
-                .db()
-                .conn
-                .query_row("SELECT count(*) FROM servers WHERE pid = ?1", [pid], |r| r.get::<_, i64>(0))
-                .unwrap_or(0)
-                > 0
-    };
-    while !registered() {
-        assert!(std::time::Instant::now() < deadline, "the server never registered: {}", server.stderr());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        let db = sb.db_path().exists().then(|| sb.db())?;
+        let n: i64 = db.conn.query_row("SELECT count(*) FROM servers WHERE pid = ?1", [pid], |r| r.get(0)).ok()?;
+        (n > 0).then_some(())
+    });
+    assert!(registered.is_some(), "the server never registered: {}", server.stderr());
     let out = sb.call("review-read").input(json!({})).cwd(&repo.path).run();
     assert_eq!(out.code, 0, "{out:?}");
     // SAFETY: signals to the server process this test started.

@@ -1143,6 +1143,16 @@ fn reader_loop(
     shared.cv.notify_all();
 }
 
+/// Writes `path` (its directories made) with `text`, last modified `days` days ago: an
+/// old file for the sweeps that go by age.
+pub fn write_aged(path: &Path, text: &str, days: u64) -> PathBuf {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+    std::fs::write(path, text).expect("write");
+    let t = std::time::SystemTime::now() - Duration::from_secs(days * 86_400);
+    std::fs::File::options().write(true).open(path).expect("open").set_modified(t).expect("mtime");
+    path.to_path_buf()
+}
+
 /// Polls `f` every 20 ms until it returns `Some` or `timeout` passes (for conditions outside
 /// a client's traffic: files, the database, processes).
 pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
