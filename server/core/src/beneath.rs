@@ -162,23 +162,59 @@ pub fn stage(
 /// files of one directory share its descriptor, so a change of thousands of files holds
 /// one descriptor per directory, not one per file.
 pub struct Stager {
+    dirs: Dirs,
+}
+
+/// The directories opened beneath one base, each from its parent's descriptor without
+/// following a link ([`open_dir_at`]), kept for the next files (a staged file holds its
+/// own directory's descriptor until it is committed).
+///
+/// Invariant: at most [`Dirs::KEPT`] are kept. When full, all but the nearest
+/// [`Dirs::ANCESTORS`] ancestors of the directory being opened are let go, so a
+/// depth-first walk keeps the chain it climbs back through, and many searches at once
+/// hold a few descriptors each.
+struct Dirs {
     base: std::path::PathBuf,
-    dirs: std::collections::HashMap<std::path::PathBuf, std::sync::Arc<OwnedFd>>,
+    kept: std::collections::HashMap<std::path::PathBuf, std::sync::Arc<OwnedFd>>,
+}
+
+impl Dirs {
+    const KEPT: usize = 12;
+    const ANCESTORS: usize = 8;
+
+    fn new(base: &Path) -> Dirs {
+        Dirs { base: base.to_path_buf(), kept: Default::default() }
+    }
+
+    /// The directory `rel` beneath the base (its missing components made when `create`).
+    fn get(&mut self, rel: &Path, create: bool) -> io::Result<std::sync::Arc<OwnedFd>> {
+        if let Some(d) = self.kept.get(rel) {
+            return Ok(d.clone());
+        }
+        let d = match (rel.parent(), rel.file_name()) {
+            (Some(parent), Some(name)) => {
+                let parent = self.get(parent, create)?;
+                open_dir_at(&parent, name, create, &self.base.join(rel))?
+            }
+            _ => open_dir(&self.base, rel, create)?,
+        };
+        if self.kept.len() >= Self::KEPT {
+            let depth = rel.components().count();
+            self.kept.retain(|k, _| rel.starts_with(k) && k.components().count() + Self::ANCESTORS >= depth);
+        }
+        let d = std::sync::Arc::new(d);
+        self.kept.insert(rel.to_path_buf(), d.clone());
+        Ok(d)
+    }
 }
 
 impl Stager {
     pub fn new(base: &Path) -> Stager {
-        Stager { base: base.to_path_buf(), dirs: Default::default() }
+        Stager { dirs: Dirs::new(base) }
     }
 
-    /// The directory `rel` beneath the base, opened once ([`open_dir`]).
     fn dir(&mut self, rel: &Path, create: bool) -> io::Result<std::sync::Arc<OwnedFd>> {
-        if let Some(d) = self.dirs.get(rel) {
-            return Ok(d.clone());
-        }
-        let d = std::sync::Arc::new(open_dir(&self.base, rel, create)?);
-        self.dirs.insert(rel.to_path_buf(), d.clone());
-        Ok(d)
+        self.dirs.get(rel, create)
     }
 
     /// [`stage`] with this stager's base and directories.
@@ -192,7 +228,7 @@ impl Stager {
     ) -> io::Result<Staged> {
         let (parent, name) = split_file(rel)?;
         let dir = self.dir(parent, create_dirs)?;
-        stage_in(dir, self.base.join(rel), name, contents, mode, sync)
+        stage_in(dir, self.dirs.base.join(rel), name, contents, mode, sync)
     }
 
     /// [`set_aside`] with this stager's base and directories.
@@ -394,49 +430,21 @@ pub fn open_file(base: &Path, rel: &Path) -> io::Result<std::fs::File> {
 }
 
 /// Opens many files beneath one base for reading, as [`open_file`] does, keeping the
-/// directories it opened (a few dozen at most) for the next files: a search that reads
-/// every file of a tree opens each directory about once instead of once per file.
+/// directories it opened ([`Dirs`]) for the next files: a search that reads every file of
+/// a tree opens each directory about once instead of once per file.
 pub struct Reader {
-    base: std::path::PathBuf,
-    dirs: std::collections::HashMap<std::path::PathBuf, std::sync::Arc<OwnedFd>>,
+    dirs: Dirs,
 }
 
 impl Reader {
-    /// Directories kept at most: a few descriptors per search (many searches may run at
-    /// once). When full, all but the nearest ancestors of the directory being opened are
-    /// let go, so a depth-first walk keeps the chain it climbs back through.
-    const KEPT: usize = 12;
-    /// Ancestors kept when full.
-    const ANCESTORS: usize = 8;
-
     pub fn new(base: &Path) -> Reader {
-        Reader { base: base.to_path_buf(), dirs: Default::default() }
-    }
-
-    fn dir(&mut self, rel: &Path) -> io::Result<std::sync::Arc<OwnedFd>> {
-        if let Some(d) = self.dirs.get(rel) {
-            return Ok(d.clone());
-        }
-        let d = match (rel.parent(), rel.file_name()) {
-            (Some(parent), Some(name)) => {
-                let parent = self.dir(parent)?;
-                open_dir_at(&parent, name, false, &self.base.join(rel))?
-            }
-            _ => open_dir(&self.base, rel, false)?,
-        };
-        if self.dirs.len() >= Self::KEPT {
-            let depth = rel.components().count();
-            self.dirs.retain(|k, _| rel.starts_with(k) && k.components().count() + Self::ANCESTORS >= depth);
-        }
-        let d = std::sync::Arc::new(d);
-        self.dirs.insert(rel.to_path_buf(), d.clone());
-        Ok(d)
+        Reader { dirs: Dirs::new(base) }
     }
 
     /// The regular file `rel` (below the base) opened for reading.
     pub fn open(&mut self, rel: &Path) -> io::Result<std::fs::File> {
         let (parent, name) = split_file(rel)?;
-        let dir = self.dir(parent)?;
+        let dir = self.dirs.get(parent, false)?;
         open_file_at(&dir, name, rel)
     }
 }
@@ -590,12 +598,12 @@ mod tests {
         std::io::Read::read_to_string(&mut reader.open(Path::new("dir/f")).unwrap(), &mut text).unwrap();
         assert_eq!(text, "inside");
         assert!(reader.open(Path::new("dir/link")).is_err() && reader.open(Path::new("dirlink/secret")).is_err());
-        for i in 0..(Reader::KEPT + 5) {
+        for i in 0..(Dirs::KEPT + 5) {
             std::fs::create_dir_all(base.join(format!("many/d{i}"))).unwrap();
             std::fs::write(base.join(format!("many/d{i}/f")), "x").unwrap();
             reader.open(&Path::new("many").join(format!("d{i}/f"))).unwrap();
         }
-        assert!(reader.dirs.len() <= Reader::KEPT);
+        assert!(reader.dirs.kept.len() <= Dirs::KEPT);
         // A deep chain with siblings at the bottom: each directory opened about once (its
         // ancestors are kept), not its whole chain again per directory.
         let deep: std::path::PathBuf = (0..30).map(|i| format!("l{i}")).collect();
@@ -604,11 +612,11 @@ mod tests {
             std::fs::write(base.join(&deep).join(format!("s{i}/f")), "x").unwrap();
         }
         let mut reader = Reader::new(&base);
-        let opened = |r: &Reader| r.dirs.len();
+        let opened = |r: &Reader| r.dirs.kept.len();
         for i in 0..40 {
             reader.open(&deep.join(format!("s{i}/f"))).unwrap();
-            assert!(opened(&reader) <= Reader::KEPT + 1);
-            assert!(reader.dirs.contains_key(&deep), "the parent of the siblings is kept");
+            assert!(opened(&reader) <= Dirs::KEPT + 1);
+            assert!(reader.dirs.kept.contains_key(&deep), "the parent of the siblings is kept");
         }
         let e = read_file(&base, Path::new("dirlink/secret")).unwrap_err();
         assert!(e.to_string().contains("dirlink is a symbolic link or not a directory; refusing to follow it"), "{e}");
