@@ -135,7 +135,7 @@ pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), T
 /// The regular file `p` opened for reading, as [`read_utf8`] opens it: its links resolved
 /// once and inside `root` (canonical), then opened through `forge_core::beneath` without
 /// following any.
-pub fn open_inside(root: &Path, p: &Path) -> Result<std::fs::File, String> {
+fn open_inside(root: &Path, p: &Path) -> Result<std::fs::File, String> {
     let rel = real_rel(root, p)?;
     forge_core::beneath::open_file(root, &rel).map_err(|e| e.to_string())
 }
@@ -147,53 +147,6 @@ pub fn real_rel(root: &Path, p: &Path) -> Result<PathBuf, String> {
     real.strip_prefix(root)
         .map(Path::to_path_buf)
         .map_err(|_| format!("{} leads out of the root {} through a symlink", p.display(), root.display()))
-}
-
-/// The places (relative to `root`, canonical: each link's directory resolved, its own name
-/// kept) of the symbolic links that looking up the directories of `rel` passes through,
-/// chains of links included, one hop at a time (at most 40, as the kernel allows).
-/// The last component of `rel` is not looked up.
-pub fn links_on_the_way(root: &Path, rel: &str) -> Vec<PathBuf> {
-    use std::collections::VecDeque;
-    let mut found = vec![];
-    let mut pending: VecDeque<std::ffi::OsString> =
-        Path::new(rel).parent().map(|p| p.components().map(|c| c.as_os_str().to_owned()).collect()).unwrap_or_default();
-    let mut cur = root.to_path_buf();
-    let mut hops = 0;
-    while let Some(comp) = pending.pop_front() {
-        match comp.to_str() {
-            Some(".") | Some("") => continue,
-            Some("..") => {
-                cur.pop();
-                continue;
-            }
-            _ => {}
-        }
-        let next = cur.join(&comp);
-        match std::fs::symlink_metadata(&next) {
-            Ok(m) if m.file_type().is_symlink() => {
-                hops += 1;
-                let Ok(target) = std::fs::read_link(&next) else { break };
-                if hops > 40 {
-                    break;
-                }
-                if let Ok(place) = next.strip_prefix(root) {
-                    found.push(place.to_path_buf());
-                }
-                if target.is_absolute() {
-                    cur = PathBuf::from("/");
-                }
-                for c in target.components().rev() {
-                    if !matches!(c, Component::RootDir) {
-                        pending.push_front(c.as_os_str().to_owned());
-                    }
-                }
-            }
-            Ok(_) => cur = next,
-            Err(_) => break,
-        }
-    }
-    found
 }
 
 /// A file's text, or why it cannot be read as UTF-8.

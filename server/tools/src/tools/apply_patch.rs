@@ -182,7 +182,7 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
     for (rel, _) in &named {
         // A deleted link that the lookup of this path's directories goes through, however
         // it is spelled (`alias2/f` where `alias2` leads to a deleted `dir-link`).
-        let through = crate::files::links_on_the_way(root, rel);
+        let through = links_on_the_way(root, rel);
         if let Some((_, name)) = deleted.iter().find(|(d, _)| through.contains(d)) {
             return Err(ToolError::invalid(format!(
                 "apply-patch failed: '{rel}' is reached through '{name}', which this patch deletes; nothing was changed"
@@ -241,4 +241,51 @@ fn removal(root: &Path, rel: &str) -> Result<(PathBuf, PathBuf), String> {
     let target = within_unfollowed(root, rel).map_err(|e| e.message)?;
     let under = resolved_rel(root, &target)?;
     Ok((target, under))
+}
+
+/// The places (relative to `root`, canonical: each link's directory resolved, its own name
+/// kept) of the symbolic links that looking up the directories of `rel` passes through,
+/// chains of links included, one hop at a time (at most 40, as the kernel allows).
+/// The last component of `rel` is not looked up.
+fn links_on_the_way(root: &Path, rel: &str) -> Vec<PathBuf> {
+    use std::collections::VecDeque;
+    let mut found = vec![];
+    let mut pending: VecDeque<std::ffi::OsString> =
+        Path::new(rel).parent().map(|p| p.components().map(|c| c.as_os_str().to_owned()).collect()).unwrap_or_default();
+    let mut cur = root.to_path_buf();
+    let mut hops = 0;
+    while let Some(comp) = pending.pop_front() {
+        match comp.to_str() {
+            Some(".") | Some("") => continue,
+            Some("..") => {
+                cur.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let next = cur.join(&comp);
+        match std::fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() => {
+                hops += 1;
+                let Ok(target) = std::fs::read_link(&next) else { break };
+                if hops > 40 {
+                    break;
+                }
+                if let Ok(place) = next.strip_prefix(root) {
+                    found.push(place.to_path_buf());
+                }
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                for c in target.components().rev() {
+                    if !matches!(c, std::path::Component::RootDir) {
+                        pending.push_front(c.as_os_str().to_owned());
+                    }
+                }
+            }
+            Ok(_) => cur = next,
+            Err(_) => break,
+        }
+    }
+    found
 }
