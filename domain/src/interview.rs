@@ -456,13 +456,7 @@ mod tests {
             (lo..text.len()).filter(|&s| fits(s)).min_by_key(|&s| (s.abs_diff(want), s))
         }
         let alphabet = ["x", "y", "x ", ""];
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::text::test_rng();
         for _ in 0..3000 {
             let text: Vec<&str> = (0..next(30)).map(|_| alphabet[next(4)]).collect();
             let old: Vec<&str> = (0..1 + next(4)).map(|_| alphabet[next(4)]).collect();

@@ -73,6 +73,19 @@ pub fn kmp_failure<T: PartialEq>(needle: &[T]) -> Vec<usize> {
     fail
 }
 
+/// A fixed-seed xorshift: `next(n)` is a pseudo-random number below `n`, the same sequence
+/// every run (the property tests' inputs).
+#[cfg(test)]
+pub(crate) fn test_rng() -> impl FnMut(usize) -> usize {
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -858,13 +858,7 @@ mod tests {
             "## Objective",
             "Loop Name: a-b",
         ];
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::text::test_rng();
         let (mut compared, mut trimmed_ends) = (0, 0);
         for _ in 0..12_000 {
             let count = 3 + next(30);
