@@ -12,8 +12,9 @@
 //! loop keeps its worktree (and branch) so the work stays available for a manual
 //! restart. `forge-lsp cleanup loop` removes those on request.
 //!
-//! It runs once per opened store, when the store's first connection initializes, for that
-//! connection's project and TTL; a TTL of 0 disables it.
+//! It runs once per opened store, when the first connection of the user's initializes (a
+//! loop agent's connection never runs it: `requests::initialize` in the LSP front end), for
+//! that connection's project and TTL; a TTL of 0 disables it.
 
 use std::sync::atomic::Ordering;
 
@@ -76,7 +77,7 @@ fn sweep_in(conn: &Connection, project: Option<&str>, ttl_ms: u64, now: i64) -> 
 
 impl Store {
     /// Runs the TTL sweep for `project` with `ttl_ms` the first time it is called on this
-    /// store (the first connection of the workspace); later calls do nothing. Failures
+    /// store (the first user connection of the workspace); later calls do nothing. Failures
     /// are logged, never returned: a sweep that could not run leaves everything in place.
     /// Returns the swept loop names.
     pub async fn sweep_once(&self, project: &str, ttl_ms: u64) -> Vec<String> {
