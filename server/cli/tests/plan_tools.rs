@@ -651,3 +651,32 @@ fn forge_tools_offers_every_command_with_a_strict_schema() {
     let write = offers.iter().find(|o| o["name"] == json!("plan-write")).unwrap();
     assert_eq!(write["inputSchema"]["required"], json!(["content"]));
 }
+
+/// The server keeps the plans it wrote and read (forge_store::plans::cache); a write by
+/// another process, and a read through a stale snapshot, must never be answered from it.
+#[test]
+fn another_process_writing_the_plan_is_seen_by_the_next_read() {
+    let (sb, repo, c) = setup();
+    let session = c.session_id();
+    let uri = format!("forge://plan/session/{session}.md");
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nFirst words.\n" }));
+    for _ in 0..2 {
+        assert!(c.tool_ok("plan-read", json!({})).text.contains("First words."));
+        assert!(c.content(&uri).unwrap().contains("First words."));
+    }
+    let edit = sb
+        .call("plan-edit")
+        .input(json!({ "oldString": "First words.", "newString": "Second words." }))
+        .session(&session)
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(edit.code, 0, "{edit:?}");
+    let read = c.tool_ok("plan-read", json!({}));
+    assert!(read.text.contains("Second words.") && !read.text.contains("First words."), "{}", read.text);
+    assert!(c.content(&uri).unwrap().contains("Second words."));
+    // And the other way: this server's write is what the other process reads.
+    c.tool_ok("plan-edit", json!({ "oldString": "Second words.", "newString": "Third words." }));
+    let out = sb.call("plan-read").session(&session).cwd(&repo.path).run();
+    assert!(out.stdout.contains("Third words."), "{out:?}");
+    assert!(c.tool_ok("plan-read", json!({})).text.contains("Third words."));
+}

@@ -834,6 +834,7 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
         abandon(conn, vec![], group, &format!("cannot start a write transaction: {e}"));
         return;
     }
+    plans::cache::begin_group();
     let mut delivers: Vec<Deliver> = Vec::with_capacity(group.len());
     let mut jobs = group.into_iter();
     while let Some(job) = jobs.next() {
@@ -842,15 +843,20 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
             abandon(conn, delivers, rest, &format!("cannot start a savepoint: {e}"));
             return;
         }
+        let mark = plans::cache::pending_mark();
         let (keep, deliver) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(conn)))) {
             Ok(r) => r,
             Err(_) => {
                 // The job's sender is gone with the panic: its caller sees the dropped job.
+                plans::cache::truncate_pending(mark);
                 let _ = rollback_job(conn);
                 continue;
             }
         };
         delivers.push(deliver);
+        if !keep {
+            plans::cache::truncate_pending(mark);
+        }
         let end = if keep { exec(conn, "RELEASE forge_job") } else { rollback_job(conn) };
         if let Err(e) = end {
             abandon(conn, delivers, jobs.collect(), &format!("cannot end a savepoint: {e}"));
@@ -864,6 +870,8 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
             Err(format!("the transaction did not commit: {e}"))
         }
     };
+    // Before the results go out: a caller that reads its plan back finds it kept.
+    plans::cache::end_group(committed.is_ok());
     for d in delivers {
         d(committed.clone());
     }
@@ -872,6 +880,7 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
 /// Gives up a group: rolls back what ran (nothing of it is kept), fails the jobs that ran
 /// and fails the others without running them.
 fn abandon(conn: &Connection, ran: Vec<Deliver>, not_run: Vec<GroupJob>, why: &str) {
+    plans::cache::end_group(false);
     if !conn.is_autocommit() {
         let _ = exec(conn, "ROLLBACK");
     }

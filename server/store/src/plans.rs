@@ -3,6 +3,9 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::changes::{self, Kind};
+use cache::Which;
+
+pub mod cache;
 use forge_protocol::uri::ForgeUri;
 
 /// A stored plan.
@@ -50,16 +53,31 @@ fn row(r: &Row) -> rusqlite::Result<PlanRow> {
     })
 }
 
+/// A session's plan (from [`cache`] when it holds the committed row).
 pub fn get_session(conn: &Connection, project: &str, session: &str) -> rusqlite::Result<Option<PlanRow>> {
-    conn.prepare_cached(&format!("SELECT {COLS} FROM plans WHERE project_id = ?1 AND session_id = ?2"))?
-        .query_row(params![project, session], row)
-        .optional()
+    get(conn, project, Which::Session(session.to_string()), "session_id")
 }
 
+/// A loop's master plan (from [`cache`] when it holds the committed row).
 pub fn get_loop(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<PlanRow>> {
-    conn.prepare_cached(&format!("SELECT {COLS} FROM plans WHERE project_id = ?1 AND loop_name = ?2"))?
-        .query_row(params![project, loop_name], row)
-        .optional()
+    get(conn, project, Which::Loop(loop_name.to_string()), "loop_name")
+}
+
+fn get(conn: &Connection, project: &str, which: Which, column: &str) -> rusqlite::Result<Option<PlanRow>> {
+    if let Some(kept) = cache::lookup(conn, project, &which)? {
+        return Ok(Some(kept));
+    }
+    let name = match &which {
+        Which::Session(s) | Which::Loop(s) => s.as_str(),
+    };
+    let found = conn
+        .prepare_cached(&format!("SELECT {COLS} FROM plans WHERE project_id = ?1 AND {column} = ?2"))?
+        .query_row(params![project, name], row)
+        .optional()?;
+    if let Some(r) = &found {
+        cache::record_read(conn, which, r)?;
+    }
+    Ok(found)
 }
 
 /// Newest first.
@@ -83,7 +101,7 @@ pub fn put_session(
     content: &str,
     now: i64,
 ) -> rusqlite::Result<bool> {
-    if let Some(existing) = existing {
+    let (id, created_at) = if let Some(existing) = existing {
         if existing.content == content {
             return Ok(false);
         }
@@ -92,13 +110,28 @@ pub fn put_session(
             now,
             existing.id
         ])?;
+        (existing.id, existing.created_at)
     } else {
         conn.prepare_cached(
             "INSERT INTO plans (project_id, session_id, content, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?4)",
         )?
         .execute(params![project, session, content, now])?;
-    }
+        (conn.last_insert_rowid(), now)
+    };
     changes::record(conn, project, Kind::Plan, &ForgeUri::SessionPlan(session.to_string()).to_uri(), now)?;
+    cache::record_write(
+        conn,
+        Which::Session(session.to_string()),
+        PlanRow {
+            id,
+            project_id: project.to_string(),
+            loop_name: None,
+            session_id: Some(session.to_string()),
+            content: content.to_string(),
+            created_at,
+            updated_at: now,
+        },
+    );
     Ok(true)
 }
 

@@ -1510,6 +1510,13 @@ impl Db {
             )
             .expect("update plan");
         assert_eq!(n, 1, "no session plan {session} in project {project_id}");
+        // As every writer of a plan does (the servers' plan cache relies on it).
+        self.conn
+            .execute(
+                "INSERT INTO changes (project_id, kind, key, at) VALUES (?1, 'plan', ?2, ?3)",
+                rusqlite::params![project_id, format!("forge://plan/session/{session}.md"), at],
+            )
+            .expect("record the plan's change");
     }
 
     pub fn count(&self, sql: &str) -> i64 {
