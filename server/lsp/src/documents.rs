@@ -1,6 +1,7 @@
 //! The `forge:` virtual documents (PROTOCOL.md §4): rendering from the store.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use forge_core::Links;
 use forge_domain::text::iso_millis;
@@ -24,15 +25,46 @@ pub async fn render(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String,
         .unwrap_or_else(|e| Err(ToolError::internal(e)))
 }
 
+/// A rendered document: a plan is shared with the store's plan cache, not copied.
+pub enum Rendered {
+    Text(String),
+    Plan(Arc<plans::PlanRow>),
+}
+
+impl Rendered {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Rendered::Text(t) => t,
+            Rendered::Plan(p) => &p.content,
+        }
+    }
+}
+
 /// [`render`] on the calling thread ([`forge_store::Store::read_here`]): one document is a
 /// short read, shorter than the hop to a reader thread.
-pub fn render_here(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String, ToolError> {
+pub fn render_here(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<Rendered, ToolError> {
     let project = conn.project_id();
     let root = conn.env().project.root.clone();
     conn.ws
         .store
-        .read_here(|db| render_sync(db, &project, &root, links, uri))
+        .read_here(|db| match uri {
+            ForgeUri::SessionPlan(id) => {
+                plans::session_shared(db, &project, id).db()?.map(Rendered::Plan).ok_or_else(|| no_session_plan(id))
+            }
+            ForgeUri::LoopPlan(name) => {
+                plans::loop_shared(db, &project, name).db()?.map(Rendered::Plan).ok_or_else(|| no_loop_plan(name))
+            }
+            _ => render_sync(db, &project, &root, links, uri).map(Rendered::Text),
+        })
         .unwrap_or_else(|e| Err(ToolError::internal(e)))
+}
+
+fn no_session_plan(id: &str) -> ToolError {
+    ToolError::not_found(format!("No plan stored for session {id}."))
+}
+
+fn no_loop_plan(name: &str) -> ToolError {
+    ToolError::not_found(format!("No plan stored for loop \"{name}\"."))
 }
 
 /// Renders a document; its links to other documents are written in the style `links`.
@@ -45,14 +77,12 @@ pub fn render_sync(
 ) -> Result<String, ToolError> {
     let link = |u: &ForgeUri| forge_core::caller::link(u, root, links);
     match uri {
-        ForgeUri::SessionPlan(id) => plans::get_session(db, project, id)
-            .db()?
-            .map(|p| p.content)
-            .ok_or_else(|| ToolError::not_found(format!("No plan stored for session {id}."))),
-        ForgeUri::LoopPlan(name) => plans::get_loop(db, project, name)
-            .db()?
-            .map(|p| p.content)
-            .ok_or_else(|| ToolError::not_found(format!("No plan stored for loop \"{name}\"."))),
+        ForgeUri::SessionPlan(id) => {
+            plans::get_session(db, project, id).db()?.map(|p| p.content).ok_or_else(|| no_session_plan(id))
+        }
+        ForgeUri::LoopPlan(name) => {
+            plans::get_loop(db, project, name).db()?.map(|p| p.content).ok_or_else(|| no_loop_plan(name))
+        }
         ForgeUri::LoopSection(name, index) => render_section(db, project, name, *index),
         ForgeUri::LoopStatus(name) => render_status(db, project, name, &link),
         ForgeUri::LoopHistory(name) => {

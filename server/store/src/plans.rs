@@ -1,5 +1,7 @@
 //! Plan rows: session plans and loop-scoped master plans.
 
+use std::sync::Arc;
+
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::changes::{self, Kind};
@@ -55,16 +57,26 @@ fn row(r: &Row) -> rusqlite::Result<PlanRow> {
 
 /// A session's plan (from [`cache`] when it holds the committed row).
 pub fn get_session(conn: &Connection, project: &str, session: &str) -> rusqlite::Result<Option<PlanRow>> {
-    get(conn, project, Which::Session(session.to_string()), "session_id")
+    Ok(session_shared(conn, project, session)?.map(Arc::unwrap_or_clone))
 }
 
 /// A loop's master plan (from [`cache`] when it holds the committed row).
 pub fn get_loop(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<PlanRow>> {
+    Ok(loop_shared(conn, project, loop_name)?.map(Arc::unwrap_or_clone))
+}
+
+/// [`get_session`] without a copy of the text, for readers that only look at it.
+pub fn session_shared(conn: &Connection, project: &str, session: &str) -> rusqlite::Result<Option<Arc<PlanRow>>> {
+    get(conn, project, Which::Session(session.to_string()), "session_id")
+}
+
+/// [`get_loop`] without a copy of the text, for readers that only look at it.
+pub fn loop_shared(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<Arc<PlanRow>>> {
     get(conn, project, Which::Loop(loop_name.to_string()), "loop_name")
 }
 
-fn get(conn: &Connection, project: &str, which: Which, column: &str) -> rusqlite::Result<Option<PlanRow>> {
-    if let Some(kept) = cache::lookup(conn, project, &which)? {
+fn get(conn: &Connection, project: &str, which: Which, column: &str) -> rusqlite::Result<Option<Arc<PlanRow>>> {
+    if let Some(kept) = cache::lookup(conn, project, &which) {
         return Ok(Some(kept));
     }
     let name = match &which {
@@ -73,9 +85,10 @@ fn get(conn: &Connection, project: &str, which: Which, column: &str) -> rusqlite
     let found = conn
         .prepare_cached(&format!("SELECT {COLS} FROM plans WHERE project_id = ?1 AND {column} = ?2"))?
         .query_row(params![project, name], row)
-        .optional()?;
+        .optional()?
+        .map(Arc::new);
     if let Some(r) = &found {
-        cache::record_read(conn, which, r)?;
+        cache::record_read(conn, which, r);
     }
     Ok(found)
 }
@@ -119,19 +132,21 @@ pub fn put_session(
         (conn.last_insert_rowid(), now)
     };
     changes::record(conn, project, Kind::Plan, &ForgeUri::SessionPlan(session.to_string()).to_uri(), now)?;
-    cache::record_write(
-        conn,
-        Which::Session(session.to_string()),
-        PlanRow {
-            id,
-            project_id: project.to_string(),
-            loop_name: None,
-            session_id: Some(session.to_string()),
-            content: content.to_string(),
-            created_at,
-            updated_at: now,
-        },
-    );
+    if cache::recording() {
+        cache::record_write(
+            conn,
+            Which::Session(session.to_string()),
+            PlanRow {
+                id,
+                project_id: project.to_string(),
+                loop_name: None,
+                session_id: Some(session.to_string()),
+                content: content.to_string(),
+                created_at,
+                updated_at: now,
+            },
+        );
+    }
     Ok(true)
 }
 

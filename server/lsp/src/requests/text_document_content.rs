@@ -21,14 +21,15 @@ pub async fn text_document_content(
     backend: &Backend,
     params: TextDocumentContentParams,
 ) -> Result<TextDocumentContentResult> {
-    Ok(TextDocumentContentResult { text: text(backend.conn()?, params).await? })
+    Ok(TextDocumentContentResult { text: text(backend.conn()?, params).await?.as_str().to_string() })
 }
 
 /// The same request for the transport: the result's JSON.
 pub fn direct(conn: Arc<Conn>, params: Option<serde_json::Value>) -> DirectFuture {
     Box::pin(async move {
         let text = text(&conn, crate::transport::params(params)?).await?;
-        crate::transport::reply_with(text.len(), |out| result_json(out, &text))
+        let text = text.as_str();
+        crate::transport::reply_with(text.len(), |out| result_json(out, text))
     })
 }
 
@@ -39,7 +40,7 @@ fn result_json(out: &mut Vec<u8>, text: &str) {
     out.push(b'}');
 }
 
-async fn text(conn: &Arc<Conn>, params: TextDocumentContentParams) -> Result<String> {
+async fn text(conn: &Arc<Conn>, params: TextDocumentContentParams) -> Result<documents::Rendered> {
     let uri = params.uri.0;
     let Some(doc) = ForgeUri::parse(&uri) else {
         return Err(rpc_error(&ToolError::not_found(format!("Unknown forge document {uri}."))));
@@ -48,7 +49,7 @@ async fn text(conn: &Arc<Conn>, params: TextDocumentContentParams) -> Result<Str
     let text = documents::render_here(conn, &doc, forge_core::Links::Forge).map_err(|e| rpc_error(&e))?;
     if doc.is_plan() {
         conn.mark_known(&uri);
-        crate::announce::plan_warnings_after_read(conn, uri, &text);
+        crate::announce::plan_warnings_after_read(conn, uri, text.as_str());
     }
     Ok(text)
 }

@@ -87,14 +87,27 @@ fn uri_of(which: &Which) -> String {
 }
 
 /// The kept row of `which`, if it is still the committed one in `conn`'s view (module
-/// docs). `Ok(None)`: not kept, or no longer valid (the entry is dropped).
-pub fn lookup(conn: &Connection, project: &str, which: &Which) -> rusqlite::Result<Option<PlanRow>> {
-    let Some(db) = db_name(conn) else { return Ok(None) };
+/// docs). `None`: not kept, not valid in this view, or the check failed (the caller reads
+/// the row: a failing check never fails a read that would have worked without it).
+pub fn lookup(conn: &Connection, project: &str, which: &Which) -> Option<Arc<PlanRow>> {
+    let db = db_name(conn)?;
     let found = {
         let k = kept();
         k.iter().find(|e| &*e.db == db && e.project == project && &e.which == which).cloned()
-    };
-    let Some(e) = found else { return Ok(None) };
+    }?;
+    match check(conn, project, which, &found) {
+        Ok(true) => Some(found.row),
+        Ok(false) => None,
+        Err(e) => {
+            tracing::debug!("plan cache check failed, reading the row: {e}");
+            None
+        }
+    }
+}
+
+/// Whether `e` is the committed row in `conn`'s view; drops it when it is stale for every
+/// later reader too.
+fn check(conn: &Connection, project: &str, which: &Which, e: &Entry) -> rusqlite::Result<bool> {
     let id_sql = match which {
         Which::Session(_) => "SELECT id FROM plans WHERE project_id = ?1 AND session_id = ?2",
         Which::Loop(_) => "SELECT id FROM plans WHERE project_id = ?1 AND loop_name = ?2",
@@ -113,28 +126,41 @@ pub fn lookup(conn: &Connection, project: &str, which: &Which) -> rusqlite::Resu
         })?;
     // `highest`: a snapshot older than the entry (a read transaction begun before the
     // write it came from committed) must not see it.
+    let newer_view = highest.is_some_and(|h| h >= e.stamp);
     let valid = id == Some(e.row.id)
         && lowest.is_some_and(|l| l <= e.stamp + 1)
-        && highest.is_some_and(|h| h >= e.stamp)
+        && newer_view
         && (after as usize) < SCAN
         && changed == 0;
-    if !valid {
+    // Dropped only when stale for later readers too: not for a view older than the entry,
+    // nor for a write transaction's view (its changes may still roll back).
+    let committed_view = conn.is_autocommit() || conn.is_readonly(MAIN_DB).unwrap_or(false);
+    if !valid && newer_view && committed_view {
         kept().retain(|k| !(Arc::ptr_eq(&k.row, &e.row)));
-        return Ok(None);
     }
-    Ok(Some((*e.row).clone()))
+    Ok(valid)
 }
 
 /// Keeps `row`, just read on `conn`, if `conn` is a read-only connection inside a read
-/// transaction (the stamp is then read in the same snapshot as the row).
-pub fn record_read(conn: &Connection, which: Which, row: &PlanRow) -> rusqlite::Result<()> {
+/// transaction (the stamp is then read in the same snapshot as the row). A failure keeps
+/// nothing and does not fail the read.
+pub fn record_read(conn: &Connection, which: Which, row: &Arc<PlanRow>) {
     if conn.is_autocommit() || !conn.is_readonly(MAIN_DB).unwrap_or(false) || !fits(row) {
-        return Ok(());
+        return;
     }
-    let Some(db) = db_name(conn) else { return Ok(()) };
-    let stamp: i64 = conn.prepare_cached("SELECT coalesce(max(id), 0) FROM changes")?.query_row([], |r| r.get(0))?;
-    keep(Entry { db: db.into(), project: row.project_id.clone(), which, stamp, row: Arc::new(row.clone()) });
-    Ok(())
+    let Some(db) = db_name(conn) else { return };
+    let stamp =
+        conn.prepare_cached("SELECT coalesce(max(id), 0) FROM changes").and_then(|mut s| s.query_row([], |r| r.get(0)));
+    match stamp {
+        Ok(stamp) => keep(Entry { db: db.into(), project: row.project_id.clone(), which, stamp, row: row.clone() }),
+        Err(e) => tracing::debug!("plan cache: cannot read the feed's head, the row is not kept: {e}"),
+    }
+}
+
+/// Whether a group is running on this thread, so that a write's row would be recorded
+/// (the caller builds the row only then).
+pub fn recording() -> bool {
+    PENDING.with(|p| p.borrow().is_some())
 }
 
 /// Records `row` as written by the running group, its change row being the connection's
@@ -160,7 +186,13 @@ fn fits(row: &PlanRow) -> bool {
 
 fn keep(e: Entry) {
     let mut k = kept();
-    k.retain(|o| !(o.db == e.db && o.project == e.project && o.which == e.which));
+    let same = |o: &Entry| o.db == e.db && o.project == e.project && o.which == e.which;
+    // An entry of a later state is not replaced by one of an earlier (a read whose
+    // snapshot began before a write committed may finish after it).
+    if k.iter().any(|o| same(o) && o.stamp > e.stamp) {
+        return;
+    }
+    k.retain(|o| !same(o));
     let db = e.db.clone();
     k.push_back(e);
     // The oldest of this database's entries go first; other databases' are not touched.
@@ -364,7 +396,49 @@ mod tests {
         assert!(held(&store).await);
         assert_eq!(plans::get_session(&r, P, S).unwrap().unwrap().content, "one", "the old snapshot's text");
         r.execute_batch("COMMIT").unwrap();
+        // Neither the old view's failed check nor its read (kept with an older stamp)
+        // took the newer entry's place: served from the cache.
+        sneak(&other(&store), "behind the feed");
         assert_eq!(plans::get_session(&r, P, S).unwrap().unwrap().content, "two");
+        assert_eq!(read(&store).await.as_deref(), Some("two"));
+    }
+
+    /// The invariant the cache rests on, checked in the source: only `plans.rs` writes a
+    /// plan's row (its two writers append the feed row). Deletes may be anywhere. The
+    /// bench's fixture seeds a database before any server runs.
+    #[test]
+    fn only_the_plan_writers_write_plan_rows() {
+        let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let allowed = ["store/src/plans.rs", "cli/src/bin/forge_bench/fixture.rs"];
+        let mut found = vec![];
+        let mut dirs = vec![server.to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                if p.is_dir() {
+                    if name != "tests" && name != "target" {
+                        dirs.push(p);
+                    }
+                    continue;
+                }
+                if !name.ends_with(".rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&p).unwrap();
+                // Unit tests at the end of a file write what they like.
+                let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+                let flat = code.split_whitespace().collect::<Vec<_>>().join(" ").to_ascii_uppercase();
+                let rel = p.strip_prefix(server).unwrap().to_string_lossy().into_owned();
+                for stmt in ["INSERT INTO PLANS", "UPDATE PLANS", "REPLACE INTO PLANS", "INSERT OR REPLACE INTO PLANS"]
+                {
+                    if flat.contains(stmt) && !allowed.contains(&rel.as_str()) {
+                        found.push(format!("{rel}: {stmt}"));
+                    }
+                }
+            }
+        }
+        assert!(found.is_empty(), "plan rows written outside plans.rs (see plans::cache's invariant): {found:?}");
     }
 
     #[tokio::test]

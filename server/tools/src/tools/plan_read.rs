@@ -48,14 +48,15 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
 
     let loop_name = input.loop_name.as_deref().map(str::trim).filter(|s| !s.is_empty());
     let session_id = input.session_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    // Shared with the plan cache: the text is paged from where it is, not copied.
     let plan = if let Some(name) = loop_name {
-        plans::get_loop(ctx.db, &project, name).db()?
+        plans::loop_shared(ctx.db, &project, name).db()?
     } else if let Some(s) = session_id {
-        plans::get_session(ctx.db, &project, s).db()?
+        plans::session_shared(ctx.db, &project, s).db()?
     } else if let Some(l) = loops::running_for_session(ctx.db, &project, &ctx.caller().session_id).db()? {
-        plans::get_loop(ctx.db, &project, &l.loop_name).db()?
+        plans::loop_shared(ctx.db, &project, &l.loop_name).db()?
     } else {
-        plans::get_session(ctx.db, &project, &ctx.caller().session_id).db()?
+        plans::session_shared(ctx.db, &project, &ctx.caller().session_id).db()?
     };
     let Some(plan) = plan else {
         let what = match (loop_name, session_id) {
