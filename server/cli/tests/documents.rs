@@ -228,6 +228,44 @@ fn structure_warnings_are_published_as_diagnostics() {
     );
 }
 
+/// Plan warnings the client already has are not sent again (a plan edited without a
+/// change in its warnings); closing the document forgets what was sent.
+#[test]
+fn the_same_warnings_are_not_published_twice() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let uri = session_plan_uri(&c.session_id());
+    let on_uri = |c: &Client, since: Mark| -> Vec<Vec<Value>> {
+        c.notifications_since(since, "textDocument/publishDiagnostics")
+            .iter()
+            .filter(|p| p["uri"] == json!(uri))
+            .map(|p| p["diagnostics"].as_array().cloned().unwrap_or_default())
+            .collect()
+    };
+    c.tool_ok("plan-write", json!({ "content": "# Quick idea\n\nJust do it." }));
+    let mark = c.mark();
+    c.content(&uri).unwrap();
+    let first = c.wait_diagnostics_since(mark, &uri, WAIT, |d| !d.is_empty()).expect("the warnings");
+
+    // Another text with the same warnings, then one without any: between the two, nothing
+    // is sent for the first (publishes of one document go out in order).
+    let mark = c.mark();
+    c.tool_ok("plan-write", json!({ "content": "# Quick idea\n\nJust do it, again." }));
+    c.wait_refresh(mark, &uri, WAIT).expect("the edit is announced");
+    c.content(&uri).unwrap();
+    c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
+    c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).expect("cleared");
+    let sent = on_uri(&c, mark);
+    assert_eq!(sent, vec![Vec::<Value>::new()], "only the clearing was sent (first: {first:?})");
+
+    // Closed and read again: what was sent is forgotten, the (empty) warnings are sent.
+    c.did_close(&uri);
+    let mark = c.mark();
+    c.content(&uri).unwrap();
+    c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).expect("sent again after a close");
+}
+
 #[test]
 fn a_warning_about_a_section_points_at_its_line() {
     let sb = Sandbox::new();

@@ -260,13 +260,14 @@ pub async fn publish_plan_warnings_of(conn: &Conn, uri: &str, stored: Option<Str
 /// [`publish_plan_warnings_of`] right after a plan's stored text was read for a client:
 /// the common case, text whose warnings were published already, costs a digest (no copy
 /// of the text, no task).
-pub fn plan_warnings_after_read(conn: &Arc<Conn>, uri: String, stored: &str) {
+pub fn plan_warnings_after_read(conn: &Arc<Conn>, uri: String, stored: &documents::Rendered) {
     let open = conn.open_text(&uri);
-    if conn.warned(&uri, crate::conn::digest(open.as_deref().unwrap_or(stored))) {
+    if conn.warned(&uri, crate::conn::digest(open.as_deref().unwrap_or(stored.as_str()))) {
         return;
     }
-    let (conn, text) = (conn.clone(), open.unwrap_or_else(|| stored.to_string()));
-    tokio::spawn(async move { publish_warnings_for(&conn, &uri, Some(&text)).await });
+    // The stored plan is shared with the store's plan cache, not copied.
+    let (conn, text) = (conn.clone(), open.map_or_else(|| stored.clone(), documents::Rendered::Text));
+    tokio::spawn(async move { publish_warnings_for(&conn, &uri, Some(text.as_str())).await });
 }
 
 async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>) {
@@ -274,7 +275,7 @@ async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>) {
         Some(t) => plan_features::warning_diagnostics(t, conn.caps.encoding),
         None => vec![],
     };
-    conn.publish(uri, &diags).await;
+    conn.publish_warnings(uri, &diags).await;
 }
 
 /// The documents of a loop: status, each section, its plan.

@@ -62,6 +62,11 @@ pub struct Conn {
     config_shown: Mutex<HashSet<String>>,
     /// Plan documents' warnings as last published: URI → digest of the text.
     warned: Mutex<HashMap<String, u64>>,
+    /// A digest of the plan warnings last published for each URI.
+    published_warnings: Mutex<HashMap<String, u64>>,
+    /// Held while plan warnings are sent, so `published_warnings` says what the client got
+    /// last.
+    warnings_turn: tokio::sync::Mutex<()>,
     /// Read-only copies this connection wrote: path → digest of the text written.
     views: Mutex<HashMap<PathBuf, u64>>,
     /// A rewrite of the index copy is scheduled (`announce::materialize_index_soon`).
@@ -105,6 +110,8 @@ impl Conn {
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
             warned: Mutex::new(HashMap::new()),
+            published_warnings: Mutex::new(HashMap::new()),
+            warnings_turn: tokio::sync::Mutex::new(()),
             views: Mutex::new(HashMap::new()),
             index_pending: std::sync::atomic::AtomicBool::new(false),
             index_counts: Mutex::new(Default::default()),
@@ -172,6 +179,26 @@ impl Conn {
     pub fn forget_warned(&self, uri: &str) {
         if let Ok(mut w) = self.warned.lock() {
             w.remove(uri);
+        }
+        if let Ok(mut w) = self.published_warnings.lock() {
+            w.remove(uri);
+        }
+    }
+
+    /// Publishes `diags` as the plan warnings of `uri`, unless they are what was last
+    /// published for it (a plan edited without a change in its warnings, most often none
+    /// before and after).
+    pub async fn publish_warnings<T: serde::Serialize>(&self, uri: &str, diags: &[T]) {
+        let body = crate::to_proto::publish_diagnostics(uri, diags);
+        let d = digest_bytes(&body);
+        let _turn = self.warnings_turn.lock().await;
+        let sent = self.published_warnings.lock().map(|w| w.get(uri) == Some(&d)).unwrap_or(false);
+        if sent {
+            return;
+        }
+        self.outbox.send_body(&body).await;
+        if let Ok(mut w) = self.published_warnings.lock() {
+            w.insert(uri.to_string(), d);
         }
     }
 
@@ -275,4 +302,10 @@ impl Conn {
 pub fn digest(text: &str) -> u64 {
     use std::hash::BuildHasher;
     foldhash::quality::FixedState::with_seed(0).hash_one(text)
+}
+
+/// [`digest`] of bytes.
+fn digest_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(0).hash_one(bytes)
 }

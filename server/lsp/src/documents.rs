@@ -26,6 +26,7 @@ pub async fn render(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String,
 }
 
 /// A rendered document: a plan is shared with the store's plan cache, not copied.
+#[derive(Clone)]
 pub enum Rendered {
     Text(String),
     Plan(Arc<plans::PlanRow>),

@@ -174,8 +174,13 @@ pub fn folding(text: &str) -> Vec<Value> {
 
 /// The structure warnings as diagnostics (severity Warning, source `forge`).
 pub fn warning_diagnostics(text: &str, enc: PositionEncoding) -> Vec<Value> {
+    let warnings = structure::warnings(text);
+    if warnings.is_empty() {
+        // The common case: no line table of the whole plan to build.
+        return vec![];
+    }
     let lines = ClientLines::new(text);
-    structure::warnings(text)
+    warnings
         .into_iter()
         .map(|w| {
             // The warning's plan line, on the client line it starts on.

@@ -49,7 +49,7 @@ async fn text(conn: &Arc<Conn>, params: TextDocumentContentParams) -> Result<doc
     let text = documents::render_here(conn, &doc, forge_core::Links::Forge).map_err(|e| rpc_error(&e))?;
     if doc.is_plan() {
         conn.mark_known(&uri);
-        crate::announce::plan_warnings_after_read(conn, uri, text.as_str());
+        crate::announce::plan_warnings_after_read(conn, uri, &text);
     }
     Ok(text)
 }
