@@ -3,7 +3,7 @@
 //! plan text; the results are LSP-shaped JSON.
 
 use forge_domain::diagnostics::PositionEncoding;
-use forge_domain::plan::{decompose::decompose, fences::fenced_lines, structure};
+use forge_domain::plan::{decompose::decompose, fences::fenced_lines};
 use serde_json::{json, Value};
 
 use crate::to_proto::diagnostic;
@@ -174,14 +174,14 @@ pub fn folding(text: &str) -> Vec<Value> {
 
 /// The structure warnings as diagnostics (severity Warning, source `forge`).
 pub fn warning_diagnostics(text: &str, enc: PositionEncoding) -> Vec<Value> {
-    let warnings = structure::warnings(text);
+    let warnings = forge_tools::plan_ops::warnings(text);
     if warnings.is_empty() {
         // The common case: no line table of the whole plan to build.
         return vec![];
     }
     let lines = ClientLines::new(text);
     warnings
-        .into_iter()
+        .iter()
         .map(|w| {
             // The warning's plan line, on the client line it starts on.
             let i = w.line.unwrap_or(0);

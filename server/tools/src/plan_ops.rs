@@ -1,7 +1,10 @@
-//! Operations the plan tools share: the session-scoped write path and the running-loop
-//! guard. (Each tool's own logic stays in its file under `tools/`.)
+//! Operations the plan tools share: the session-scoped write path, the running-loop
+//! guard, and the structure report with its warnings remembered. (Each tool's own logic
+//! stays in its file under `tools/`.)
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use forge_domain::plan::{sanitize::sanitize_paths, structure};
 use forge_protocol::uri::ForgeUri;
@@ -89,4 +92,77 @@ pub fn report_data(session: &str, report: &structure::StructureReport, written: 
         "sections": report.outline.iter().map(|(i, t)| json!({ "index": i, "title": t })).collect::<Vec<_>>(),
         "warnings": report.warnings.iter().map(|w| json!({ "message": w.message, "line": w.line })).collect::<Vec<_>>(),
     })
+}
+
+/// The structure report of a plan just stored ([`structure::report`]); its warnings are
+/// remembered for [`warnings`] (the editors' diagnostics of the same text).
+pub fn report(stored: &str, outline: structure::Outline) -> structure::StructureReport {
+    let report = structure::report(stored, outline);
+    remember(stored, Arc::new(report.warnings.clone()));
+    report
+}
+
+/// The structure warnings of `plan` ([`structure::warnings`]), taken from the last texts
+/// reported or asked for when `plan` is one of them: a plan written by a tool is checked
+/// once, not again for each connection that publishes its warnings. A pure function's
+/// results kept by their whole input (compared in full, a few microseconds for a
+/// 2,000-line plan against tens for the checks): never stale.
+pub fn warnings(plan: &str) -> Arc<Vec<structure::Warning>> {
+    let found = memo().iter().find(|(text, _)| **text == *plan).map(|(_, w)| w.clone());
+    if let Some(w) = found {
+        return w;
+    }
+    let w = Arc::new(structure::warnings(plan));
+    remember(plan, w.clone());
+    w
+}
+
+/// Texts whose warnings are kept, and the largest kept.
+const MEMO_KEEP: usize = 4;
+const MEMO_MAX_BYTES: usize = 2 << 20;
+
+type Memo = VecDeque<(Arc<str>, Arc<Vec<structure::Warning>>)>;
+
+static MEMO: Mutex<Memo> = Mutex::new(VecDeque::new());
+
+fn memo() -> std::sync::MutexGuard<'static, Memo> {
+    MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn remember(text: &str, warnings: Arc<Vec<structure::Warning>>) {
+    if text.len() > MEMO_MAX_BYTES {
+        return;
+    }
+    let mut m = memo();
+    if m.iter().any(|(t, _)| **t == *text) {
+        return;
+    }
+    if m.len() >= MEMO_KEEP {
+        m.pop_front();
+    }
+    m.push_back((Arc::from(text), warnings));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_warnings_are_those_of_the_same_text() {
+        let plans =
+            ["# Quick idea\n\nJust do it.", "# Plan\n\n## Objective\nDo it.\n", "", "# Quick idea\n\nJust do it!"];
+        for _ in 0..3 {
+            for p in plans {
+                assert_eq!(*warnings(p), structure::warnings(p), "{p:?}");
+                let r = report(p, structure::Outline::Full);
+                assert_eq!(r.warnings, structure::warnings(p));
+            }
+        }
+        // More texts than are kept: still each its own.
+        for i in 0..MEMO_KEEP * 3 {
+            let p = format!("# Plan {i}\n\n## Objective\nDo {i}.\n");
+            assert_eq!(*warnings(&p), structure::warnings(&p));
+        }
+        assert!(memo().len() <= MEMO_KEEP);
+    }
 }

@@ -51,7 +51,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         ),
     };
     let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), text)?;
-    let report = structure::report(&stored, outline);
+    let report = plan_ops::report(&stored, outline);
     let mut data = plan_ops::report_data(&session, &report, written);
     data["replaced"] = serde_json::json!(count);
     data["created"] = serde_json::json!(prefix == "Created plan.");

@@ -30,6 +30,6 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     };
     let existing = plans::get_session(ctx.db, ctx.project_id(), &session).db()?;
     let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), text)?;
-    let report = structure::report(&stored, structure::Outline::Full);
+    let report = plan_ops::report(&stored, structure::Outline::Full);
     ok(report.render(), plan_ops::report_data(&session, &report, written))
 }
