@@ -250,11 +250,12 @@ pub async fn publish_plan_warnings(conn: &Conn, uri: &str) {
 /// (`None`: not found); an open buffer's text wins.
 pub async fn publish_plan_warnings_of(conn: &Conn, uri: &str, stored: Option<String>) {
     let text = conn.open_text(uri).or(stored);
+    let digest = text.as_deref().map_or(0, crate::conn::digest);
     // Unchanged text: its warnings were published already.
-    if conn.warned(uri, text.as_deref().map_or(0, crate::conn::digest)) {
+    if conn.warned(uri, digest) {
         return;
     }
-    publish_warnings_for(conn, uri, text.as_deref()).await
+    publish_warnings_for(conn, uri, text.as_deref(), digest).await
 }
 
 /// [`publish_plan_warnings_of`] right after a plan's stored text was read for a client:
@@ -262,20 +263,23 @@ pub async fn publish_plan_warnings_of(conn: &Conn, uri: &str, stored: Option<Str
 /// of the text, no task).
 pub fn plan_warnings_after_read(conn: &Arc<Conn>, uri: String, stored: &documents::Rendered) {
     let open = conn.open_text(&uri);
-    if conn.warned(&uri, crate::conn::digest(open.as_deref().unwrap_or(stored.as_str()))) {
+    let digest = crate::conn::digest(open.as_deref().unwrap_or(stored.as_str()));
+    if conn.warned(&uri, digest) {
         return;
     }
     // The stored plan is shared with the store's plan cache, not copied.
     let (conn, text) = (conn.clone(), open.map_or_else(|| stored.clone(), documents::Rendered::Text));
-    tokio::spawn(async move { publish_warnings_for(&conn, &uri, Some(text.as_str())).await });
+    tokio::spawn(async move { publish_warnings_for(&conn, &uri, Some(text.as_str()), digest).await });
 }
 
-async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>) {
+/// Publishes the warnings of `text` (digest `digest`; `None`: no plan) on `uri`
+/// ([`Conn::publish_warnings`]: not if a newer text was asked for meanwhile).
+async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>, digest: u64) {
     let diags: Vec<Value> = match text {
         Some(t) => plan_features::warning_diagnostics(t, conn.caps.encoding),
         None => vec![],
     };
-    conn.publish_warnings(uri, &diags).await;
+    conn.publish_warnings(uri, digest, &diags).await;
 }
 
 /// The documents of a loop: status, each section, its plan.

@@ -62,10 +62,9 @@ pub struct Conn {
     config_shown: Mutex<HashSet<String>>,
     /// Plan documents' warnings as last published: URI → digest of the text.
     warned: Mutex<HashMap<String, u64>>,
-    /// A digest of the plan warnings last published for each URI.
-    published_warnings: Mutex<HashMap<String, u64>>,
-    /// Held while plan warnings are sent, so `published_warnings` says what the client got
-    /// last.
+    /// The URIs whose plan warnings were last published empty.
+    published_empty: Mutex<HashSet<String>>,
+    /// Held while plan warnings are sent: a send checks, then records and sends, in turn.
     warnings_turn: tokio::sync::Mutex<()>,
     /// Read-only copies this connection wrote: path → digest of the text written.
     views: Mutex<HashMap<PathBuf, u64>>,
@@ -110,7 +109,7 @@ impl Conn {
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
             warned: Mutex::new(HashMap::new()),
-            published_warnings: Mutex::new(HashMap::new()),
+            published_empty: Mutex::new(HashSet::new()),
             warnings_turn: tokio::sync::Mutex::new(()),
             views: Mutex::new(HashMap::new()),
             index_pending: std::sync::atomic::AtomicBool::new(false),
@@ -180,26 +179,37 @@ impl Conn {
         if let Ok(mut w) = self.warned.lock() {
             w.remove(uri);
         }
-        if let Ok(mut w) = self.published_warnings.lock() {
+        if let Ok(mut w) = self.published_empty.lock() {
             w.remove(uri);
         }
     }
 
-    /// Publishes `diags` as the plan warnings of `uri`, unless they are what was last
-    /// published for it (a plan edited without a change in its warnings, most often none
-    /// before and after).
-    pub async fn publish_warnings<T: serde::Serialize>(&self, uri: &str, diags: &[T]) {
-        let body = crate::to_proto::publish_diagnostics(uri, diags);
-        let d = digest_bytes(&body);
+    /// Publishes `diags`, the plan warnings of the text of `uri` whose digest is `text`,
+    /// unless
+    /// - a newer text of `uri` was asked for since ([`Conn::warned`] holds another digest):
+    ///   its warnings go out instead, so an older text's never arrive after a newer's;
+    /// - they are empty and the last ones sent for `uri` were empty too (a plan edited
+    ///   without warnings before or after). Only empty lists are not sent again: a list
+    ///   with positions is, because some clients (eglot) keep the positions as offsets
+    ///   that a text change makes wrong.
+    pub async fn publish_warnings<T: serde::Serialize>(&self, uri: &str, text: u64, diags: &[T]) {
         let _turn = self.warnings_turn.lock().await;
-        let sent = self.published_warnings.lock().map(|w| w.get(uri) == Some(&d)).unwrap_or(false);
-        if sent {
+        let newer = self.warned.lock().map(|w| w.get(uri).is_some_and(|&d| d != text)).unwrap_or(false);
+        if newer {
             return;
         }
-        self.outbox.send_body(&body).await;
-        if let Ok(mut w) = self.published_warnings.lock() {
-            w.insert(uri.to_string(), d);
+        let again = match self.published_empty.lock() {
+            Ok(mut empty) if diags.is_empty() => !empty.insert(uri.to_string()),
+            Ok(mut empty) => {
+                empty.remove(uri);
+                false
+            }
+            Err(_) => false,
+        };
+        if again {
+            return;
         }
+        self.outbox.send_body(&crate::to_proto::publish_diagnostics(uri, diags)).await;
     }
 
     pub fn env(&self) -> Arc<ToolEnv> {
@@ -302,10 +312,4 @@ impl Conn {
 pub fn digest(text: &str) -> u64 {
     use std::hash::BuildHasher;
     foldhash::quality::FixedState::with_seed(0).hash_one(text)
-}
-
-/// [`digest`] of bytes.
-fn digest_bytes(bytes: &[u8]) -> u64 {
-    use std::hash::BuildHasher;
-    foldhash::quality::FixedState::with_seed(0).hash_one(bytes)
 }

@@ -103,18 +103,14 @@ pub fn report(stored: &str, outline: structure::Outline) -> structure::Structure
 }
 
 /// The structure warnings of `plan` ([`structure::warnings`]), taken from the last texts
-/// reported or asked for when `plan` is one of them: a plan written by a tool is checked
-/// once, not again for each connection that publishes its warnings. A pure function's
-/// results kept by their whole input (compared in full, a few microseconds for a
-/// 2,000-line plan against tens for the checks): never stale.
+/// the plan tools reported when `plan` is one of them: a plan written by a tool is
+/// checked once, not again for each connection that publishes its warnings. A pure
+/// function's results kept by their whole input (compared in full, a few microseconds for
+/// a 2,000-line plan against tens for the checks): never stale. Texts checked here are
+/// not kept (each keystroke in an open plan would push the written ones out).
 pub fn warnings(plan: &str) -> Arc<Vec<structure::Warning>> {
     let found = memo().iter().find(|(text, _)| **text == *plan).map(|(_, w)| w.clone());
-    if let Some(w) = found {
-        return w;
-    }
-    let w = Arc::new(structure::warnings(plan));
-    remember(plan, w.clone());
-    w
+    found.unwrap_or_else(|| Arc::new(structure::warnings(plan)))
 }
 
 /// Texts whose warnings are kept, and the largest kept.
@@ -161,6 +157,7 @@ mod tests {
         // More texts than are kept: still each its own.
         for i in 0..MEMO_KEEP * 3 {
             let p = format!("# Plan {i}\n\n## Objective\nDo {i}.\n");
+            assert_eq!(report(&p, structure::Outline::Full).warnings, structure::warnings(&p));
             assert_eq!(*warnings(&p), structure::warnings(&p));
         }
         assert!(memo().len() <= MEMO_KEEP);
