@@ -269,6 +269,7 @@ fn an_empty_list_of_warnings_is_not_sent_twice() {
     assert_eq!(on_uri(&c, mark), vec![0, 4], "one empty list, then the warnings");
 
     // Closed and read again: what was sent is forgotten.
+    let mark = c.mark();
     c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
     c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).expect("cleared");
     c.did_close(&uri);

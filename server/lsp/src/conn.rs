@@ -186,16 +186,24 @@ impl Conn {
 
     /// Publishes `diags`, the plan warnings of the text of `uri` whose digest is `text`,
     /// unless
-    /// - a newer text of `uri` was asked for since ([`Conn::warned`] holds another digest):
-    ///   its warnings go out instead, so an older text's never arrive after a newer's;
+    /// - `text` is no longer the document's text: the open buffer's, when the client has
+    ///   it open (buffer edits race), else the newest stored text asked for
+    ///   ([`Conn::warned`] holds another digest). The newer text's warnings go out
+    ///   instead, so an older text's never arrive after a newer's;
+    /// - the client closed the document since ([`Conn::forget_warned`]): reopening it
+    ///   publishes again;
     /// - they are empty and the last ones sent for `uri` were empty too (a plan edited
     ///   without warnings before or after). Only empty lists are not sent again: a list
     ///   with positions is, because some clients (eglot) keep the positions as offsets
     ///   that a text change makes wrong.
     pub async fn publish_warnings<T: serde::Serialize>(&self, uri: &str, text: u64, diags: &[T]) {
         let _turn = self.warnings_turn.lock().await;
-        let newer = self.warned.lock().map(|w| w.get(uri).is_some_and(|&d| d != text)).unwrap_or(false);
-        if newer {
+        let asked = self.warned.lock().ok().and_then(|w| w.get(uri).copied());
+        let current = match self.open_text(uri) {
+            Some(open) => asked.is_some() && digest(&open) == text,
+            None => asked == Some(text),
+        };
+        if !current {
             return;
         }
         let again = match self.published_empty.lock() {
