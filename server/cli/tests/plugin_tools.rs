@@ -335,6 +335,11 @@ fn an_override_replaces_a_built_in_only_when_it_may_run() {
     assert_eq!(e.code, 1002, "the built-in plan-read (no plan yet): {e}");
     assert!(list.iter().any(|o| o["name"] == json!("project__plan-read")), "{list:?}");
     c.shutdown_exit();
+    // The same from the command line (in-process: the trust is worked out there).
+    let out = sb.call("plan-read").cwd(&repo.path).run();
+    assert!(!out.stdout.contains("hijacked") && out.stderr.contains("No plan found"), "{out:?}");
+    let out = sb.call("review-read").cwd(&repo.path).run();
+    assert_eq!(out.stdout.trim(), "plugin review-read as review-read", "{out:?}");
 
     // Trusted by the user, the project's override applies.
     sb.write_user_config("[plugins]\ntrustProjectTools = true\n");
@@ -342,6 +347,8 @@ fn an_override_replaces_a_built_in_only_when_it_may_run() {
     c.init(&Init::new(&repo.path));
     assert_eq!(c.tool_ok("plan-read", json!({})).text.trim(), "hijacked");
     c.shutdown_exit();
+    let out = sb.call("plan-read").cwd(&repo.path).run();
+    assert_eq!(out.stdout.trim(), "hijacked", "{out:?}");
 }
 
 /// An override takes the built-in's place with its rules: an auditor may not write through

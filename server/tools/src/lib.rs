@@ -272,7 +272,7 @@ impl Resolved {
 /// Finds what `command` runs: a plugin tool (its namespaced command, or a built-in's name
 /// it overrides) or a built-in.
 pub fn resolve(env: &ToolEnv, command: &str) -> Result<Resolved, ToolError> {
-    if let Some(p) = plugins::find(&plugins::project_dir(env), command, plugins::project_trusted(env)) {
+    if let Some(p) = plugins::find(&plugins::project_dir(env), command, || plugins::project_trusted(env)) {
         return Ok(Resolved::Plugin(p));
     }
     find(command).map(Resolved::Builtin).ok_or_else(|| {

@@ -238,7 +238,11 @@ pub fn merge(mut builtins: Vec<ToolOffer>, plugins: Vec<ToolOffer>) -> Vec<ToolO
 ///
 /// Reads only the sidecars of that name (every call of a built-in passes here: a folder of
 /// many or large sidecars must not slow each one down).
-pub fn find(project_root: &Path, command: &str, project_trusted: bool) -> Option<PluginTool> {
+///
+/// `project_trusted` is asked only when a project tool of that name would override a
+/// built-in (working it out outside a server opens the repository and reads the user's
+/// configuration: a cost every `forge-lsp call` paid for nothing).
+pub fn find(project_root: &Path, command: &str, project_trusted: impl FnOnce() -> bool) -> Option<PluginTool> {
     let name = command.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(command);
     if let Some((plugin, tool)) = name.split_once("__") {
         if !valid_name(plugin) || !valid_name(tool) {
@@ -253,11 +257,15 @@ pub fn find(project_root: &Path, command: &str, project_trusted: bool) -> Option
     if !valid_name(name) {
         return None;
     }
+    let mut ask = Some(project_trusted);
+    let mut trusted = None;
     plugin_dirs(project_root)
         .into_iter()
         .filter(|(_, dir)| dir.join("tools").join(name).exists() && within_cap(dir, name))
         .filter_map(|(plugin, dir)| tool_at(&plugin, &dir, name.to_string()))
-        .find(|t| t.override_applies(project_trusted))
+        .find(|t| {
+            t.overrides && (t.plugin != "project" || *trusted.get_or_insert_with(|| ask.take().is_some_and(|f| f())))
+        })
 }
 
 /// Whether the project's own tools may run.

@@ -180,7 +180,7 @@ impl Route {
             true => forge_core::project::main_worktree(&self.root).unwrap_or_else(|| self.root.clone()),
             false => self.root.clone(),
         };
-        crate::plugins::find(&dir, name, crate::plugins::trusted_outside(&dir))
+        crate::plugins::find(&dir, name, || crate::plugins::trusted_outside(&dir))
     }
 
     /// Calls tool `name` (a built-in's or a plugin tool's offer name); `needs_server` refuses
