@@ -278,6 +278,34 @@ fn an_empty_list_of_warnings_is_not_sent_twice() {
     c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).expect("sent again after a close");
 }
 
+/// A burst of edits to an open plan: whatever order the checks finish in, the warnings the
+/// client is left with are the last text's (an older text's are never sent after a newer's).
+#[test]
+fn after_a_burst_of_edits_the_warnings_are_the_last_texts() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let uri = session_plan_uri(&c.session_id());
+    c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
+    let quick = "# Quick idea\n\nJust do it.";
+    c.did_open(&uri, quick, 1);
+    c.wait_diagnostics_since(Mark::default(), &uri, WAIT, |d| d.len() == 4).expect("the open buffer's warnings");
+    for (round, (last, expected)) in [(GOOD_PLAN, 0), (quick, 4), (GOOD_PLAN, 0)].into_iter().enumerate() {
+        let mark = c.mark();
+        let base = 2 + 100 * round as i32;
+        for v in 0..40 {
+            let text = if v % 2 == 0 { quick.to_string() } else { GOOD_PLAN.replace("login", &format!("login {v}")) };
+            c.did_change(&uri, &text, base + v);
+        }
+        c.did_change(&uri, last, base + 50);
+        c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.len() == expected).expect("the last text's warnings");
+        // Settled: nothing later replaces them.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let latest = c.latest_diagnostics(&uri).unwrap_or_default();
+        assert_eq!(latest.len(), expected, "the client is left with the last text's warnings: {latest:?}");
+    }
+}
+
 #[test]
 fn a_warning_about_a_section_points_at_its_line() {
     let sb = Sandbox::new();
