@@ -67,24 +67,21 @@ pub fn get_loop(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::
 
 /// [`get_session`] without a copy of the text, for readers that only look at it.
 pub fn session_shared(conn: &Connection, project: &str, session: &str) -> rusqlite::Result<Option<Arc<PlanRow>>> {
-    get(conn, project, Which::Session(session.to_string()), "session_id")
+    get(conn, project, Which::Session(session.to_string()))
 }
 
 /// [`get_loop`] without a copy of the text, for readers that only look at it.
 pub fn loop_shared(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<Arc<PlanRow>>> {
-    get(conn, project, Which::Loop(loop_name.to_string()), "loop_name")
+    get(conn, project, Which::Loop(loop_name.to_string()))
 }
 
-fn get(conn: &Connection, project: &str, which: Which, column: &str) -> rusqlite::Result<Option<Arc<PlanRow>>> {
+fn get(conn: &Connection, project: &str, which: Which) -> rusqlite::Result<Option<Arc<PlanRow>>> {
     if let Some(kept) = cache::lookup(conn, project, &which) {
         return Ok(Some(kept));
     }
-    let name = match &which {
-        Which::Session(s) | Which::Loop(s) => s.as_str(),
-    };
     let found = conn
-        .prepare_cached(&format!("SELECT {COLS} FROM plans WHERE project_id = ?1 AND {column} = ?2"))?
-        .query_row(params![project, name], row)
+        .prepare_cached(&format!("SELECT {COLS} FROM plans WHERE project_id = ?1 AND {} = ?2", which.column()))?
+        .query_row(params![project, which.name()], row)
         .optional()?
         .map(Arc::new);
     if let Some(r) = &found {
@@ -131,11 +128,12 @@ pub fn put_session(
         .execute(params![project, session, content, now])?;
         (conn.last_insert_rowid(), now)
     };
-    changes::record(conn, project, Kind::Plan, &ForgeUri::SessionPlan(session.to_string()).to_uri(), now)?;
+    let which = Which::Session(session.to_string());
+    changes::record(conn, project, Kind::Plan, &which.uri(), now)?;
     if cache::recording() {
         cache::record_write(
             conn,
-            Which::Session(session.to_string()),
+            which,
             PlanRow {
                 id,
                 project_id: project.to_string(),
@@ -157,6 +155,6 @@ pub fn put_loop(conn: &Connection, project: &str, loop_name: &str, content: &str
          ON CONFLICT (project_id, loop_name) WHERE loop_name IS NOT NULL DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at",
     )?
     .execute(params![project, loop_name, content, now])?;
-    changes::record(conn, project, Kind::Plan, &ForgeUri::LoopPlan(loop_name.to_string()).to_uri(), now)?;
+    changes::record(conn, project, Kind::Plan, &Which::Loop(loop_name.to_string()).uri(), now)?;
     Ok(())
 }

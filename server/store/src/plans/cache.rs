@@ -52,6 +52,32 @@ pub enum Which {
     Loop(String),
 }
 
+impl Which {
+    /// The `plans` column that names it.
+    pub fn column(&self) -> &'static str {
+        match self {
+            Which::Session(_) => "session_id",
+            Which::Loop(_) => "loop_name",
+        }
+    }
+
+    /// The session id or the loop name.
+    pub fn name(&self) -> &str {
+        match self {
+            Which::Session(s) | Which::Loop(s) => s,
+        }
+    }
+
+    /// Its document: the key of its change-feed rows.
+    pub fn uri(&self) -> String {
+        use forge_protocol::uri::ForgeUri;
+        match self {
+            Which::Session(s) => ForgeUri::SessionPlan(s.clone()).to_uri(),
+            Which::Loop(l) => ForgeUri::LoopPlan(l.clone()).to_uri(),
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Entry {
     db: Arc<str>,
@@ -78,14 +104,6 @@ fn db_name(conn: &Connection) -> Option<&str> {
     conn.path().filter(|p| !p.is_empty())
 }
 
-fn uri_of(which: &Which) -> String {
-    use forge_protocol::uri::ForgeUri;
-    match which {
-        Which::Session(s) => ForgeUri::SessionPlan(s.clone()).to_uri(),
-        Which::Loop(l) => ForgeUri::LoopPlan(l.clone()).to_uri(),
-    }
-}
-
 /// The kept row of `which`, if it is still the committed one in `conn`'s view (module
 /// docs). `None`: not kept, not valid in this view, or the check failed (the caller reads
 /// the row: a failing check never fails a read that would have worked without it).
@@ -108,20 +126,15 @@ pub fn lookup(conn: &Connection, project: &str, which: &Which) -> Option<Arc<Pla
 /// Whether `e` is the committed row in `conn`'s view; drops it when it is stale for every
 /// later reader too.
 fn check(conn: &Connection, project: &str, which: &Which, e: &Entry) -> rusqlite::Result<bool> {
-    let id_sql = match which {
-        Which::Session(_) => "SELECT id FROM plans WHERE project_id = ?1 AND session_id = ?2",
-        Which::Loop(_) => "SELECT id FROM plans WHERE project_id = ?1 AND loop_name = ?2",
-    };
-    let name = match which {
-        Which::Session(s) | Which::Loop(s) => s,
-    };
+    let column = which.column();
     let sql = format!(
-        "SELECT ({id_sql}), (SELECT min(id) FROM changes), (SELECT max(id) FROM changes), count(*),
+        "SELECT (SELECT id FROM plans WHERE project_id = ?1 AND {column} = ?2),
+                (SELECT min(id) FROM changes), (SELECT max(id) FROM changes), count(*),
                 coalesce(sum(kind = 'plan' AND key = ?4), 0)
          FROM (SELECT kind, key FROM changes WHERE id > ?3 ORDER BY id LIMIT {SCAN})"
     );
     let (id, lowest, highest, after, changed): (Option<i64>, Option<i64>, Option<i64>, i64, i64) =
-        conn.prepare_cached(&sql)?.query_row(params![project, name, e.stamp, uri_of(which)], |r| {
+        conn.prepare_cached(&sql)?.query_row(params![project, which.name(), e.stamp, which.uri()], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?;
     // `highest`: a snapshot older than the entry (a read transaction begun before the
