@@ -48,24 +48,8 @@ pub fn render_here(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<Rendered
     let root = conn.env().project.root.clone();
     conn.ws
         .store
-        .read_here(|db| match uri {
-            ForgeUri::SessionPlan(id) => {
-                plans::session_shared(db, &project, id).db()?.map(Rendered::Plan).ok_or_else(|| no_session_plan(id))
-            }
-            ForgeUri::LoopPlan(name) => {
-                plans::loop_shared(db, &project, name).db()?.map(Rendered::Plan).ok_or_else(|| no_loop_plan(name))
-            }
-            _ => render_sync(db, &project, &root, links, uri).map(Rendered::Text),
-        })
+        .read_here(|db| render_shared(db, &project, &root, links, uri))
         .unwrap_or_else(|e| Err(ToolError::internal(e)))
-}
-
-fn no_session_plan(id: &str) -> ToolError {
-    ToolError::not_found(format!("No plan stored for session {id}."))
-}
-
-fn no_loop_plan(name: &str) -> ToolError {
-    ToolError::not_found(format!("No plan stored for loop \"{name}\"."))
 }
 
 /// Renders a document; its links to other documents are written in the style `links`.
@@ -76,13 +60,33 @@ pub fn render_sync(
     links: Links,
     uri: &ForgeUri,
 ) -> Result<String, ToolError> {
+    Ok(match render_shared(db, project, root, links, uri)? {
+        Rendered::Text(t) => t,
+        Rendered::Plan(p) => Arc::unwrap_or_clone(p).content,
+    })
+}
+
+/// [`render_sync`], a plan shared with the store's plan cache instead of copied.
+fn render_shared(
+    db: &Connection,
+    project: &str,
+    root: &Path,
+    links: Links,
+    uri: &ForgeUri,
+) -> Result<Rendered, ToolError> {
     let link = |u: &ForgeUri| forge_core::caller::link(u, root, links);
-    match uri {
+    let text = match uri {
         ForgeUri::SessionPlan(id) => {
-            plans::get_session(db, project, id).db()?.map(|p| p.content).ok_or_else(|| no_session_plan(id))
+            let plan = plans::session_shared(db, project, id).db()?;
+            return plan
+                .map(Rendered::Plan)
+                .ok_or_else(|| ToolError::not_found(format!("No plan stored for session {id}.")));
         }
         ForgeUri::LoopPlan(name) => {
-            plans::get_loop(db, project, name).db()?.map(|p| p.content).ok_or_else(|| no_loop_plan(name))
+            let plan = plans::loop_shared(db, project, name).db()?;
+            return plan
+                .map(Rendered::Plan)
+                .ok_or_else(|| ToolError::not_found(format!("No plan stored for loop \"{name}\".")));
         }
         ForgeUri::LoopSection(name, index) => render_section(db, project, name, *index),
         ForgeUri::LoopStatus(name) => render_status(db, project, name, &link),
@@ -107,7 +111,8 @@ pub fn render_sync(
             }))
         }
         ForgeUri::Index => render_index(db, project, root, &link, None),
-    }
+    };
+    text.map(Rendered::Text)
 }
 
 /// Renders a document for its read-only copy: as [`render`] with view links, except the
