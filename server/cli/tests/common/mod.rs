@@ -1514,7 +1514,11 @@ impl Db {
         self.conn
             .execute(
                 "INSERT INTO changes (project_id, kind, key, at) VALUES (?1, 'plan', ?2, ?3)",
-                rusqlite::params![project_id, format!("forge://plan/session/{session}.md"), at],
+                rusqlite::params![
+                    project_id,
+                    forge_protocol::uri::ForgeUri::SessionPlan(session.to_string()).to_uri(),
+                    at
+                ],
             )
             .expect("record the plan's change");
     }
