@@ -79,8 +79,11 @@ mod sqlite_allocator {
     }
     #[cfg(feature = "mimalloc")]
     unsafe extern "C" fn size(p: *mut c_void) -> c_int {
-        // SAFETY: as for `free`. Allocations are below SQLite's 2 GiB limit.
-        unsafe { libmimalloc_sys::mi_usable_size(p) as c_int }
+        // SAFETY: as for `free`.
+        let usable = unsafe { libmimalloc_sys::mi_usable_size(p) };
+        // SQLite asks for less than 2 GiB, but mimalloc may round a block just below that
+        // up past `c_int::MAX`.
+        c_int::try_from(usable).unwrap_or(c_int::MAX)
     }
     #[cfg(feature = "mimalloc")]
     unsafe extern "C" fn roundup(n: c_int) -> c_int {
