@@ -592,3 +592,76 @@ fn a_client_that_stopped_reading_gets_every_finding_when_it_reads_again() {
         assert!(published.contains(&uri_in(&repo.path, f)), "{f} was not published ({} URIs)", published.len());
     }
 }
+
+// --- a client that only runs tools ----------------------------------------------------------------
+
+/// What a raw client connected to `sock` is sent from `initialize` to the reply of its
+/// `shutdown`: the methods of the server's notifications and requests, in order. Between
+/// them it runs `forge.review-read` and waits `quiet`, so a first publication the server
+/// started for it has time to arrive.
+fn pushes_to(
+    sock: &std::path::Path,
+    root: &std::path::Path,
+    capabilities: Value,
+    quiet: std::time::Duration,
+) -> Vec<String> {
+    let mut s = std::os::unix::net::UnixStream::connect(sock).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let mut reader = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut pushed = vec![];
+    let mut until = |s: &mut std::os::unix::net::UnixStream, id: i64, pushed: &mut Vec<String>| loop {
+        let m: Value = serde_json::from_slice(&read_frame(&mut reader).unwrap().expect("a frame")).unwrap();
+        if let Some(method) = m["method"].as_str() {
+            pushed.push(method.to_string());
+            if m.get("id").is_some() {
+                raw_send(s, &json!({ "jsonrpc": "2.0", "id": m["id"], "result": null }));
+            }
+        } else if m["id"] == json!(id) {
+            assert!(m.get("error").is_none(), "{m}");
+            return;
+        }
+    };
+    raw_send(
+        &mut s,
+        &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "processId": null, "rootUri": file_uri(root), "capabilities": capabilities } }),
+    );
+    until(&mut s, 1, &mut pushed);
+    raw_send(&mut s, &json!({ "jsonrpc": "2.0", "method": "initialized", "params": {} }));
+    raw_send(
+        &mut s,
+        &json!({ "jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand",
+                 "params": { "command": "forge.review-read", "arguments": [{ "file": "src/a.rs" }] } }),
+    );
+    until(&mut s, 2, &mut pushed);
+    std::thread::sleep(quiet);
+    raw_send(&mut s, &json!({ "jsonrpc": "2.0", "id": 3, "method": "shutdown" }));
+    until(&mut s, 3, &mut pushed);
+    pushed
+}
+
+/// A client that declares `experimental.forge.toolsOnly` (what `forge-lsp call` and
+/// `forge-lsp mcp` do through a server) is sent no diagnostics and no announcements, and
+/// its tools still run; the same client without it gets the stored finding published.
+#[test]
+fn a_tools_only_client_is_sent_no_diagnostics() {
+    let (sb, repo) = setup();
+    repo.write("src/a.rs", "fn a() {}\n");
+    let sock = sb.root.join("sockdir/forge.sock");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&sb.data_dir).arg("serve").arg("--listen").arg(format!("unix:{}", sock.display()));
+    let server = ListenServer::start(cmd, Addr::Unix(sock.clone()), sb.next_log("listen-tools-only"));
+    let mut writer = server.connect();
+    writer.init(&Init::new(&repo.path));
+    writer.tool_ok("review-write", json!({ "file": "src/a.rs", "line": 1, "severity": "bug", "description": "d" }));
+    let quiet = std::time::Duration::from_millis(500);
+
+    let tools_only = json!({ "experimental": { "forge": { "toolsOnly": true } } });
+    let pushed = pushes_to(&sock, &repo.path, tools_only, quiet);
+    let unasked: Vec<&String> = pushed.iter().filter(|m| !m.starts_with("window/")).collect();
+    assert!(unasked.is_empty(), "a tools-only client was sent {unasked:?}");
+
+    // The check can see a publication: the same client without the capability gets one.
+    let pushed = pushes_to(&sock, &repo.path, json!({}), quiet);
+    assert!(pushed.iter().any(|m| m == "textDocument/publishDiagnostics"), "{pushed:?}");
+}

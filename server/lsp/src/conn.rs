@@ -34,6 +34,10 @@ pub struct ClientCaps {
     pub code_lens_refresh: bool,
     /// Materialize read-only copies under `<project>/.forge/view/`.
     pub materialize: bool,
+    /// `experimental.forge.toolsOnly` declared: the client only runs tools (`forge-lsp
+    /// call`, `forge-lsp mcp`), so the connection is sent no diagnostics and no
+    /// announcements of changes (docs/protocol.md, "Initialization").
+    pub tools_only: bool,
 }
 
 /// An open document (full sync).

@@ -314,15 +314,10 @@ impl Route {
         // over after INIT_TIMEOUT instead of holding the call for the reply timeout: nothing
         // was asked of it yet.
         c.set_timeout(init_timeout()).map_err(|_| None)?;
-        let init = c
-            .request(
-                "initialize",
-                json!({ "processId": std::process::id(), "rootUri": root, "capabilities": {}, "workspaceFolders": [{ "uri": root, "name": "cwd" }], "initializationOptions": { "forge": forge } }),
-            )
-            .map_err(|e| {
-                self.say(format!("the server at {} did not answer initialize ({e}): passed over", sock.display()));
-                None
-            })?;
+        let init = c.request("initialize", initialize_params(&root, forge)).map_err(|e| {
+            self.say(format!("the server at {} did not answer initialize ({e}): passed over", sock.display()));
+            None
+        })?;
         if let Err(e) = init {
             return Err(Some(rpc_to_tool_error(&e)));
         }
@@ -398,6 +393,21 @@ impl Route {
             Err(e) => Err(Some(rpc_to_tool_error(&e))),
         }
     }
+}
+
+/// The `initialize` of a call through a server. The client declares itself tools-only
+/// (`experimental.forge.toolsOnly`): it reads nothing but its replies, so the server sends
+/// it no diagnostics and no announcements, and does not start its first publication of
+/// every finding for it. A server that does not know the capability ignores it (LSP
+/// capabilities are open), where an unknown initialization option would be refused.
+fn initialize_params(root: &str, forge: Value) -> Value {
+    json!({
+        "processId": std::process::id(),
+        "rootUri": root,
+        "capabilities": { "experimental": { "forge": { "toolsOnly": true } } },
+        "workspaceFolders": [{ "uri": root, "name": "cwd" }],
+        "initializationOptions": { "forge": forge },
+    })
 }
 
 /// Leaves the database's `-wal` and `-shm` files in place when this connection is the last
@@ -526,6 +536,15 @@ fn rpc_to_tool_error(e: &Value) -> ToolError {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_call_through_a_server_declares_itself_tools_only() {
+        let p = initialize_params("file:///p", json!({ "agent": "code" }));
+        assert_eq!(p["capabilities"]["experimental"]["forge"]["toolsOnly"], json!(true), "{p}");
+        assert_eq!(p["initializationOptions"]["forge"]["agent"], json!("code"));
+        // Nothing else is declared: the server sends such a client no documents either.
+        assert_eq!(p["capabilities"].as_object().map(|o| o.len()), Some(1), "{p}");
+    }
 
     #[test]
     fn a_relative_file_is_named_from_the_project_root() {

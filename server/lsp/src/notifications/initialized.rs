@@ -1,5 +1,6 @@
 //! `initialized`: report configuration warnings, publish what the client should see
-//! from the start, and materialize views for clients that only open files.
+//! from the start (nothing for a tools-only client), and materialize views for clients
+//! that only open files.
 
 use forge_protocol::uri::ForgeUri;
 use tower_lsp_server::gen_lsp_types::InitializedParams;
@@ -11,6 +12,9 @@ pub async fn initialized(backend: &Backend, _params: InitializedParams) {
     let warnings = std::mem::take(&mut *conn.config_warnings.lock().expect("warnings"));
     for w in warnings {
         conn.warn_config_once(&w).await;
+    }
+    if conn.caps.tools_only {
+        return;
     }
     let conn = conn.clone();
     tokio::spawn(async move {

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::client::{Server, Target};
-use super::fixture::{git, World};
+use super::fixture::{git, seed_findings, World};
 use super::report::{ms, thousands, Latency, Report, Target as Goal};
 use super::{create_schema, SETTLE};
 
@@ -46,26 +46,40 @@ fn run_exit(anchor: &Path) -> Duration {
     took
 }
 
-/// `forge-lsp call` spawn → exit, without and with the project's server running.
+/// `forge-lsp call` spawn → exit, without and with the project's server running, and with
+/// it running on 10,000 stored findings (a connection that published them would make
+/// every call pay for it); with the server's CPU time per call.
 pub fn scenario_call(bin: &Path, anchor: Option<&Path>, quick: bool, r: &mut Report) {
     let (warm, n) = if quick { (3, 20) } else { (10, 100) };
     eprintln!("[call] forge-lsp call plan-read {{\"recent\":true}}: spawn → exit, {n} runs");
     if anchor.is_none() {
         eprintln!("  process floor skipped: no forge-bench-anchor");
     }
-    let w = World::new("call", bin, 0, 0);
+    let files = 100;
+    let w = World::new("call", bin, files, 110);
     create_schema(&w);
     let mut floor = vec![];
-    let measure = |label: &str, r: &mut Report, floor: &mut Vec<Duration>| {
+    let measure = |label: &str, server: Option<u32>, r: &mut Report, floor: &mut Vec<Duration>| {
         r.figure(format!("forge-lsp call route ({label})"), call_route(&w.target));
         let mut v = vec![];
+        let mut cpu = Duration::ZERO;
         for i in 0..warm + n {
             let f = anchor.map(run_exit);
+            let before = server.map(cpu_time);
             let c = run_call(&w.target);
             if i >= warm {
                 v.push(c);
                 floor.extend(f);
+                if let (Some(pid), Some(before)) = (server, before) {
+                    cpu += cpu_time(pid).saturating_sub(before);
+                }
             }
+        }
+        if server.is_some() {
+            r.figure(
+                format!("server CPU time per forge-lsp call ({label})"),
+                format!("{} ms (user + system, mean of {n}; the clock ticks are 10 ms)", ms(cpu / n as u32)),
+            );
         }
         let l = r.latency(Latency::new(format!("forge-lsp call plan-read, spawn → exit ({label})"), v));
         let p50 = l.p50();
@@ -76,14 +90,30 @@ pub fn scenario_call(bin: &Path, anchor: Option<&Path>, quick: bool, r: &mut Rep
             met: p50 <= Duration::from_millis(3),
         });
     };
-    measure("no server running: in-process", r, &mut floor);
+    measure("no server running: in-process", None, r, &mut floor);
     let (mut s, _) = Server::connect(&w.target);
     s.settle(SETTLE);
-    measure("the project's server running", r, &mut floor);
+    measure("the project's server running", Some(s.pid()), r, &mut floor);
+    // Stored behind the running server's back (it publishes them to new connections only).
+    seed_findings(&mut w.open_db(), &w.project_id, 10_000, files, 1);
+    measure("the project's server running, 10,000 findings stored", Some(s.pid()), r, &mut floor);
     s.stop();
     if anchor.is_some() {
         r.latency(Latency::new("process floor: spawn → exit of forge-bench-anchor exit", floor));
     }
+}
+
+/// The CPU time (user + system) process `pid` has used so far, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which is in parentheses and may hold spaces):
+    // utime and stime are the 12th and 13th of them, in clock ticks.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    Duration::from_micros(ticks * 1_000_000 / hz)
 }
 
 /// `git` in `dir`, output ignored; false when it failed.
