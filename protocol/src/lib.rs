@@ -27,6 +27,12 @@ pub fn command_name(tool: &str) -> String {
     format!("{COMMAND_PREFIX}{tool}")
 }
 
+/// The client capability (a JSON pointer into `initialize`'s params) by which a client
+/// that only runs tools (`forge-lsp call`, `forge-lsp mcp`) asks to be sent no findings
+/// diagnostics and no announcements of changes (docs/protocol.md, "Initialization"): a
+/// boolean, default false.
+pub const TOOLS_ONLY_CAPABILITY: &str = "/capabilities/experimental/forge/toolsOnly";
+
 /// The agents a connection may declare in `initializationOptions.forge.agent`.
 pub const AGENTS: &[&str] = &["user", "architect", "code", "auditor", "auditor-loop", "minion"];
 

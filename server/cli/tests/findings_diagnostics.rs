@@ -597,12 +597,14 @@ fn a_client_that_stopped_reading_gets_every_finding_when_it_reads_again() {
 
 /// What a raw client connected to `sock` is sent from `initialize` to the reply of its
 /// `shutdown`: the methods of the server's notifications and requests, in order. Between
-/// them it runs `forge.review-read` and waits `quiet`, so a first publication the server
-/// started for it has time to arrive.
+/// them it runs `forge.review-read`, then `meanwhile` runs (another client's write) and the
+/// client waits `quiet`, so a first publication the server started for it, and the
+/// announcement of that write, have time to arrive.
 fn pushes_to(
     sock: &std::path::Path,
     root: &std::path::Path,
     capabilities: Value,
+    meanwhile: impl FnOnce(),
     quiet: std::time::Duration,
 ) -> Vec<String> {
     let mut s = std::os::unix::net::UnixStream::connect(sock).expect("connect");
@@ -634,6 +636,7 @@ fn pushes_to(
                  "params": { "command": "forge.review-read", "arguments": [{ "file": "src/a.rs" }] } }),
     );
     until(&mut s, 2, &mut pushed);
+    meanwhile();
     std::thread::sleep(quiet);
     raw_send(&mut s, &json!({ "jsonrpc": "2.0", "id": 3, "method": "shutdown" }));
     until(&mut s, 3, &mut pushed);
@@ -641,8 +644,9 @@ fn pushes_to(
 }
 
 /// A client that declares `experimental.forge.toolsOnly` (what `forge-lsp call` and
-/// `forge-lsp mcp` do through a server) is sent no diagnostics and no announcements, and
-/// its tools still run; the same client without it gets the stored finding published.
+/// `forge-lsp mcp` do through a server) is sent no diagnostics and no announcements, of
+/// what was stored before it connected or of what is written while it is connected, and
+/// its tools still run; the same client without it gets both published.
 #[test]
 fn a_tools_only_client_is_sent_no_diagnostics() {
     let (sb, repo) = setup();
@@ -656,12 +660,21 @@ fn a_tools_only_client_is_sent_no_diagnostics() {
     writer.tool_ok("review-write", json!({ "file": "src/a.rs", "line": 1, "severity": "bug", "description": "d" }));
     let quiet = std::time::Duration::from_millis(500);
 
+    let write = |file: &'static str| {
+        let mut w = server.connect();
+        w.init(&Init::new(&repo.path));
+        move || {
+            w.tool_ok("review-write", json!({ "file": file, "line": 1, "severity": "bug", "description": "d" }));
+        }
+    };
     let tools_only = json!({ "experimental": { "forge": { "toolsOnly": true } } });
-    let pushed = pushes_to(&sock, &repo.path, tools_only, quiet);
+    let pushed = pushes_to(&sock, &repo.path, tools_only, write("src/b.rs"), quiet);
     let unasked: Vec<&String> = pushed.iter().filter(|m| !m.starts_with("window/")).collect();
     assert!(unasked.is_empty(), "a tools-only client was sent {unasked:?}");
 
-    // The check can see a publication: the same client without the capability gets one.
-    let pushed = pushes_to(&sock, &repo.path, json!({}), quiet);
-    assert!(pushed.iter().any(|m| m == "textDocument/publishDiagnostics"), "{pushed:?}");
+    // The check can see both: the same client without the capability gets the stored
+    // finding's first publication (src/a.rs) and the written one's (src/c.rs).
+    let pushed = pushes_to(&sock, &repo.path, json!({}), write("src/c.rs"), quiet);
+    let diagnostics = pushed.iter().filter(|m| *m == "textDocument/publishDiagnostics").count();
+    assert!(diagnostics >= 2, "{pushed:?}");
 }

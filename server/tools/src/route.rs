@@ -401,6 +401,7 @@ impl Route {
 /// every finding for it. A server that does not know the capability ignores it (LSP
 /// capabilities are open), where an unknown initialization option would be refused.
 fn initialize_params(root: &str, forge: Value) -> Value {
+    // At forge_protocol::TOOLS_ONLY_CAPABILITY (a test checks the two agree).
     json!({
         "processId": std::process::id(),
         "rootUri": root,
@@ -540,7 +541,7 @@ mod tests {
     #[test]
     fn a_call_through_a_server_declares_itself_tools_only() {
         let p = initialize_params("file:///p", json!({ "agent": "code" }));
-        assert_eq!(p["capabilities"]["experimental"]["forge"]["toolsOnly"], json!(true), "{p}");
+        assert_eq!(p.pointer(forge_protocol::TOOLS_ONLY_CAPABILITY), Some(&json!(true)), "{p}");
         assert_eq!(p["initializationOptions"]["forge"]["agent"], json!("code"));
         // Nothing else is declared: the server sends such a client no documents either.
         assert_eq!(p["capabilities"].as_object().map(|o| o.len()), Some(1), "{p}");

@@ -139,7 +139,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let materialize = config.materialize.unwrap_or(!text_document_content);
     let code_lens_refresh =
         p.pointer("/capabilities/workspace/codeLens/refreshSupport").and_then(Value::as_bool).unwrap_or(false);
-    let tools_only = p.pointer("/capabilities/experimental/forge/toolsOnly").and_then(Value::as_bool).unwrap_or(false);
+    let tools_only = p.pointer(forge_protocol::TOOLS_ONLY_CAPABILITY).and_then(Value::as_bool).unwrap_or(false);
     // A client that only runs tools never reads views either.
     let materialize = materialize && !tools_only;
     let caps =
