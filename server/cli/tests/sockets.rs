@@ -322,6 +322,37 @@ fn a_call_in_another_process_reaches_a_stdio_client() {
     assert_eq!(c.tool_ok("plan-read", json!({ "limit": 1 })).text.lines().nth(1), Some("1: # Add OAuth login"));
 }
 
+/// A call that only reads, through the project's running server, commits nothing: neither
+/// the tool nor the connection (the server registered the project when its editor
+/// connected, and a tools-only connection does not write that again). Every commit starts
+/// the page caches of every read connection over.
+#[test]
+fn a_reading_call_through_a_server_commits_nothing() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c.tool_ok("plan-write", json!({ "content": "# A plan\nstep" }));
+    let observer = rusqlite::Connection::open(sb.db_path()).unwrap();
+    // Changes when another connection commits (SQLite's `data_version`).
+    let version = || observer.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0)).unwrap();
+    let before = version();
+    for _ in 0..3 {
+        let out = sb.call("plan-read").arg("--verbose").input(json!({ "recent": true })).cwd(&repo.path).run();
+        assert_eq!(out.code, 0, "{out:?}");
+        assert!(out.stderr.contains("through the running server"), "{out:?}");
+    }
+    assert_eq!(version(), before, "a reading call through the server committed");
+    // The check sees a commit: a write through the server.
+    let out = sb
+        .call("review-write")
+        .input(json!({ "file": "a.rs", "line": 1, "severity": "bug", "description": "d" }))
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_ne!(version(), before);
+}
+
 #[test]
 fn a_second_server_process_sees_the_first_ones_writes() {
     let sb = Sandbox::new();

@@ -70,9 +70,11 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
 
     let (agent_opt, session_opt, token_opt) = (Some(agent.clone()), options.session.clone(), options.token.clone());
     let project_id = project.id.clone();
+    // A read of one session row, on this thread's read connection: no hop to the writer
+    // thread, and no wait behind writes.
     let caller = ws
         .store
-        .call(move |db| {
+        .read_here(move |db| {
             forge_tools::identity::resolve(
                 db,
                 agent_opt.as_deref(),
@@ -81,7 +83,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
                 Some(&project_id),
             )
         })
-        .await
+        .map_err(|e| rpc_error(&ToolError::internal(e)))?
         .map_err(|e| rpc_error(&e))?;
     if confined && caller.binding.is_none() {
         return Err(refuse_confined("its session is not a loop session"));
@@ -164,7 +166,14 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     if backend.conn.set(conn.clone()).is_err() {
         return Err(rpc_error(&ToolError::invalid("initialize was already called on this connection")));
     }
-    register_server(&ws, &conn.project_id()).await;
+    // A tools-only connection (each `forge-lsp call` through this server) registers the
+    // project only if this process has not: it came through a registration already, and
+    // the write would be one commit per call, which also starts every read connection's
+    // page cache over.
+    let registered = ws.registered.lock().expect("registered").contains(&conn.project_id());
+    if !(tools_only && registered) {
+        register_server(&ws, &conn.project_id()).await;
+    }
 
     // The built-in commands, then the plugin tools from files (PROTOCOL.md 10.4).
     let mut commands = forge_tools::commands();
@@ -196,8 +205,11 @@ async fn register_server(ws: &forge_engine::hub::Workspace, project: &str) {
     let Some(socket) = ws.engine.private_socket() else { return };
     let (p, s, pid, now) =
         (project.to_string(), socket.display().to_string(), std::process::id(), forge_core::now_ms());
-    if let Err(e) = ws.store.call(move |c| forge_store::servers::register(c, pid, &p, &s, now)).await {
-        tracing::warn!("cannot register the server: {e}");
+    match ws.store.call(move |c| forge_store::servers::register(c, pid, &p, &s, now)).await {
+        Ok(()) => {
+            ws.registered.lock().expect("registered").insert(project.to_string());
+        }
+        Err(e) => tracing::warn!("cannot register the server: {e}"),
     }
 }
 
