@@ -220,8 +220,14 @@ fn initialize_list_and_call_over_stdio() {
     assert_contains(bad["error"]["message"].as_str().unwrap_or_default(), "arguments");
     let bad = m.request("bogus/method", json!({}));
     assert_eq!(bad["error"]["code"], -32601, "{bad}");
-    // A line that is not JSON is dropped by the SDK's transport (no reply: it has no id).
+    // A line that is not JSON is dropped by the SDK's transport, without a reply (as every
+    // official MCP SDK does; docs/mcp.md says why) ...
     m.stdin.as_mut().expect("stdin").write_all(b"this is not json\n").expect("write");
+    // ... while JSON that is no JSON-RPC message is answered -32600: the next line out.
+    m.send(&json!({ "not": "a message" }));
+    let line = m.lines.recv_timeout(REQUEST_TIMEOUT).expect("an answer to JSON that is no message");
+    let answer: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
     // And the connection goes on.
     assert_ok(&m.call("plan-read", json!({ "limit": 2 })));
 
