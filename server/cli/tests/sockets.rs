@@ -752,3 +752,75 @@ fn a_server_that_does_not_answer_is_passed_over() {
     let out = sb.call("review-read").input(json!({})).cwd(&repo.path).run();
     assert!(out.stdout.contains("while stopped"), "{out:?}");
 }
+
+/// After a call passed over a server that does not answer and reached another, the next
+/// call goes to that other one first: the call marks it most recently seen. Without it,
+/// every call waited for the stopped server's initialize timeout again (the servers do
+/// not register again for every call).
+#[test]
+fn after_passing_over_a_stopped_server_calls_go_to_the_one_that_answered() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let (sock_b, sock_a) = (sb.root.join("b/forge.sock"), sb.root.join("a/forge.sock"));
+    // B serves the project first, then A: A is the most recently seen.
+    let b = sb.listen_unix(&sock_b);
+    let mut cb = b.connect();
+    cb.init(&Init::new(&repo.path));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let a = sb.listen_unix(&sock_a);
+    let mut ca = a.connect();
+    ca.init(&Init::new(&repo.path));
+    let call = || {
+        sb.call("review-read")
+            .arg("--verbose")
+            .input(json!({}))
+            .env("FORGE_TEST_INIT_TIMEOUT_MS", "500")
+            .cwd(&repo.path)
+            .run()
+    };
+    let first_try = |out: &CallOutput| {
+        out.stderr.lines().find(|l| l.contains("through the running server at")).unwrap_or_default().to_string()
+    };
+    let out = call();
+    assert_eq!(out.code, 0, "{out:?}");
+    // Calls reach a server by its private socket, `<runtime dir>/forge-lsp/<pid>/forge.sock`.
+    let private = |pid: u32| format!("/{pid}/forge.sock");
+    assert!(first_try(&out).contains(&private(a.pid())), "{out:?}");
+    // SAFETY: signals to the server process this test started.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
+    let passed = call();
+    let next = call();
+    unsafe { libc::kill(a.pid() as i32, libc::SIGCONT) };
+    assert_eq!(passed.code, 0, "{passed:?}");
+    assert!(passed.stderr.contains("does not answer"), "{passed:?}");
+    assert_eq!(next.code, 0, "{next:?}");
+    assert!(first_try(&next).contains(&private(b.pid())), "the next call tried A again: {next:?}");
+    assert!(!next.stderr.contains("does not answer"), "{next:?}");
+}
+
+/// A server whose registration of the project was forgotten (by a caller that took it for
+/// dead) registers it again on the next call that reaches it (here through the
+/// `serve --listen` row for any project), although calls do not register again otherwise.
+#[test]
+fn a_forgotten_registration_comes_back_with_the_next_call() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let server = sb.listen_unix(&sb.root.join("s/forge.sock"));
+    let mut c = server.connect();
+    c.init(&Init::new(&repo.path));
+    let pid = server.pid();
+    let rows = || -> i64 {
+        sb.db()
+            .conn
+            .query_row("SELECT count(*) FROM servers WHERE pid = ?1 AND project_id != '*'", [pid], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(rows(), 1);
+    let out = sb.call("review-read").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    sb.db().conn.execute("DELETE FROM servers WHERE pid = ?1 AND project_id != '*'", [pid]).unwrap();
+    let out = sb.call("review-read").arg("--verbose").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("through the running server"), "{out:?}");
+    assert_eq!(rows(), 1, "the registration did not come back");
+}

@@ -13,6 +13,19 @@ pub fn register(db: &Connection, pid: u32, project: &str, socket: &str, now: i64
     Ok(())
 }
 
+/// Whether process `pid` is registered as a server of `project` with `socket`.
+pub fn is_registered(db: &Connection, pid: u32, project: &str, socket: &str) -> rusqlite::Result<bool> {
+    db.prepare_cached("SELECT 1 FROM servers WHERE pid = ?1 AND project_id = ?2 AND socket_path = ?3")?
+        .exists(rusqlite::params![pid, project, socket])
+}
+
+/// Marks the server on `socket` as the most recently seen (`heartbeat_at = now`), so the
+/// next call tries it first: what a call does after it passed over a server that did not
+/// answer and reached this one.
+pub fn touch(db: &Connection, socket: &str, now: i64) -> rusqlite::Result<usize> {
+    db.execute("UPDATE servers SET heartbeat_at = ?2 WHERE socket_path = ?1", rusqlite::params![socket, now])
+}
+
 /// Forgets every registration of process `pid` (its shutdown).
 pub fn unregister(db: &Connection, pid: u32) -> rusqlite::Result<()> {
     db.execute("DELETE FROM servers WHERE pid = ?1", [pid])?;

@@ -219,16 +219,26 @@ impl Route {
         let db_path = self.data_dir.join("forge.db");
         let mut conn = store::open_connection(&db_path).map_err(|e| ToolError::precondition(e.to_string()))?;
         keep_wal_files(&conn);
+        let mut passed_over = false;
         for sock in running_servers(&conn, &project.id) {
             self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
             match self.via_server(&sock, name, input.clone(), cancel) {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    // The next call tries this server first, not the one that did not
+                    // answer (a write only on this rare path; the servers do not
+                    // register again for every call).
+                    if passed_over {
+                        let _ = store::servers::touch(&conn, &sock.display().to_string(), forge_core::now_ms());
+                    }
+                    return Ok(r);
+                }
                 Err(Some(e)) => return Err(e),
                 Err(None) => {
                     // Not reachable (a server that died): try the next, then in-process. A
                     // socket that is gone or refuses connections belongs to a server that
                     // died without unregistering (SIGKILL, crash): its row is forgotten.
                     self.say(format!("{} does not answer", sock.display()));
+                    passed_over = true;
                     if socket_is_dead(&sock) {
                         if let Ok(1..) = store::servers::forget_socket(&conn, &sock.display().to_string()) {
                             self.say(format!("forgot the registration of the dead server at {}", sock.display()));

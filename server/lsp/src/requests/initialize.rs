@@ -167,11 +167,12 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         return Err(rpc_error(&ToolError::invalid("initialize was already called on this connection")));
     }
     // A tools-only connection (each `forge-lsp call` through this server) registers the
-    // project only if this process has not: it came through a registration already, and
-    // the write would be one commit per call, which also starts every read connection's
-    // page cache over.
+    // project only when its row is gone (forgotten by a caller that took this server for
+    // dead): a read, where writing the row again would be one commit per call, which also
+    // starts every read connection's page cache over. A caller that passed over another
+    // server to reach this one moves this one first itself (`servers::touch`).
     let registered = ws.registered.lock().expect("registered").contains(&conn.project_id());
-    if !(tools_only && registered) {
+    if !(tools_only && registered && still_registered(&ws, &conn.project_id())) {
         register_server(&ws, &conn.project_id()).await;
     }
 
@@ -211,6 +212,16 @@ async fn register_server(ws: &forge_engine::hub::Workspace, project: &str) {
         }
         Err(e) => tracing::warn!("cannot register the server: {e}"),
     }
+}
+
+/// Whether this process's registration of `project` is still in the `servers` table (an
+/// error reads as no).
+fn still_registered(ws: &forge_engine::hub::Workspace, project: &str) -> bool {
+    let Some(socket) = ws.engine.private_socket() else { return true };
+    let socket = socket.display().to_string();
+    ws.store
+        .read_here(|c| forge_store::servers::is_registered(c, std::process::id(), project, &socket))
+        .is_ok_and(|r| r.unwrap_or(false))
 }
 
 /// The first workspace folder, else `rootUri`, as a path.
