@@ -521,6 +521,19 @@ fn raw_send(s: &mut std::os::unix::net::UnixStream, v: &Value) {
 /// batches' files were never published to it.
 #[test]
 fn a_client_that_stopped_reading_gets_every_finding_when_it_reads_again() {
+    stop_reading_then_read_again(false);
+}
+
+/// The same, when the changes the client missed were pruned from the feed meanwhile (as
+/// the first connection's sweep or a long-running server prunes them): they cannot be
+/// read back, so the connection announces everything again, and the client still gets
+/// every finding.
+#[test]
+fn after_the_missed_changes_were_pruned_a_lagging_client_still_gets_every_finding() {
+    stop_reading_then_read_again(true);
+}
+
+fn stop_reading_then_read_again(prune: bool) {
     let (sb, repo) = setup();
     let sock = sb.root.join("sockdir/forge.sock");
     let mut cmd = sb.command();
@@ -575,8 +588,15 @@ fn a_client_that_stopped_reading_gets_every_finding_when_it_reads_again() {
         );
         std::thread::sleep(std::time::Duration::from_millis(10)); // one batch each
     }
-    // A reads again: everything, until the server has been quiet for 3 s.
     flood.join().unwrap();
+    if prune {
+        // Once the server's watcher has taken them, every change row goes, as a prune of
+        // rows older than now would take them.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let pruned = sb.db().conn.execute("DELETE FROM changes", []).unwrap();
+        assert!(pruned > 200, "{pruned} change rows");
+    }
+    // A reads again: everything, until the server has been quiet for 3 s.
     a.set_read_timeout(Some(std::time::Duration::from_secs(3))).unwrap();
     let mut published = std::collections::HashSet::new();
     while let Ok(Some(body)) = read_frame(&mut reader) {
@@ -588,6 +608,7 @@ fn a_client_that_stopped_reading_gets_every_finding_when_it_reads_again() {
         }
     }
     assert!(server.stderr().contains("change batches behind"), "the feed did not lag: {}", server.stderr());
+    assert_eq!(server.stderr().contains("announcing everything again"), prune, "{}", server.stderr());
     for f in ["first.rs", "f0.rs", "f199.rs"] {
         assert!(published.contains(&uri_in(&repo.path, f)), "{f} was not published ({} URIs)", published.len());
     }

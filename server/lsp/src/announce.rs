@@ -61,6 +61,9 @@ pub fn subscribe(conn: &Arc<Conn>) {
                         Replayed::UpTo(last) => taken = Some(last),
                         Replayed::Gone => return,
                         Replayed::Unknown => {
+                            tracing::warn!(
+                                "the changes this connection missed were pruned from the feed; announcing everything again"
+                            );
                             let Some(conn) = weak.upgrade() else { return };
                             resync(&conn).await;
                         }
