@@ -84,7 +84,6 @@ impl Hub {
             if let Err(e) = ws.store.call(move |c| forge_store::servers::unregister(c, pid)).await {
                 tracing::warn!("cannot unregister the server: {e}");
             }
-            ws.registered.lock().map(|mut r| r.clear()).unwrap_or_default();
         }
     }
 
@@ -113,7 +112,7 @@ impl Hub {
         let data_dir = key.as_path();
         let store = Store::open(&data_dir.join("forge.db"))?;
         let engine = Engine::new(store.clone(), key.clone(), self.private_socket());
-        let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine, registered: Default::default() });
+        let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine });
         start_watcher(&ws);
         map.insert(key, ws.clone());
         Ok(ws)
@@ -130,9 +129,6 @@ pub struct Workspace {
     pub data_dir: PathBuf,
     pub store: Store,
     pub engine: Arc<Engine>,
-    /// The projects this process has registered in the database's `servers` table (so
-    /// that `forge-lsp call` finds it), by the front end that serves them.
-    pub registered: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Workspace {

@@ -171,8 +171,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     // dead): a read, where writing the row again would be one commit per call, which also
     // starts every read connection's page cache over. A caller that passed over another
     // server to reach this one moves this one first itself (`servers::touch`).
-    let registered = ws.registered.lock().expect("registered").contains(&conn.project_id());
-    if !(tools_only && registered && still_registered(&ws, &conn.project_id())) {
+    if !(tools_only && still_registered(&ws, &conn.project_id())) {
         register_server(&ws, &conn.project_id()).await;
     }
 
@@ -206,16 +205,13 @@ async fn register_server(ws: &forge_engine::hub::Workspace, project: &str) {
     let Some(socket) = ws.engine.private_socket() else { return };
     let (p, s, pid, now) =
         (project.to_string(), socket.display().to_string(), std::process::id(), forge_core::now_ms());
-    match ws.store.call(move |c| forge_store::servers::register(c, pid, &p, &s, now)).await {
-        Ok(()) => {
-            ws.registered.lock().expect("registered").insert(project.to_string());
-        }
-        Err(e) => tracing::warn!("cannot register the server: {e}"),
+    if let Err(e) = ws.store.call(move |c| forge_store::servers::register(c, pid, &p, &s, now)).await {
+        tracing::warn!("cannot register the server: {e}");
     }
 }
 
-/// Whether this process's registration of `project` is still in the `servers` table (an
-/// error reads as no).
+/// Whether this process's registration of `project` is in the `servers` table (an error
+/// reads as no). Only this process writes rows with its pid and private socket.
 fn still_registered(ws: &forge_engine::hub::Workspace, project: &str) -> bool {
     let Some(socket) = ws.engine.private_socket() else { return true };
     let socket = socket.display().to_string();
