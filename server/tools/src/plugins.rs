@@ -53,15 +53,16 @@ impl PluginTool {
         format!("{}__{}", self.plugin, self.name)
     }
 
-    /// Whether the override applies (`project_trusted`: the project's tools may run).
-    pub fn override_applies(&self, project_trusted: bool) -> bool {
-        self.overrides && (self.plugin != "project" || project_trusted)
+    /// Whether the override applies (`project_trusted`: whether the project's tools may
+    /// run, asked only of a project tool that overrides).
+    pub fn override_applies(&self, project_trusted: impl FnOnce() -> bool) -> bool {
+        self.overrides && (self.plugin != "project" || project_trusted())
     }
 
     /// The name it is offered under: the bare `<Name>` when its override applies, else
     /// `<plugin>__<Name>`.
     pub fn effective_name(&self, project_trusted: bool) -> String {
-        if self.override_applies(project_trusted) {
+        if self.override_applies(|| project_trusted) {
             self.name.clone()
         } else {
             self.offer_name()
@@ -203,7 +204,7 @@ pub fn offers(project_root: &Path, project_trusted: bool) -> Vec<ToolOffer> {
         .into_iter()
         .map(|t| {
             let mut name = t.effective_name(project_trusted);
-            if t.override_applies(project_trusted) && !overridden.insert(name.clone()) {
+            if t.override_applies(|| project_trusted) && !overridden.insert(name.clone()) {
                 tracing::warn!(
                     "plugin tool {} also overrides `{name}`, which an earlier plugin overrides already; it is offered as {}",
                     t.exe.display(),
@@ -257,15 +258,13 @@ pub fn find(project_root: &Path, command: &str, project_trusted: impl FnOnce() -
     if !valid_name(name) {
         return None;
     }
-    let mut ask = Some(project_trusted);
-    let mut trusted = None;
+    // Worked out at most once, and only if needed.
+    let trusted = std::cell::LazyCell::new(project_trusted);
     plugin_dirs(project_root)
         .into_iter()
         .filter(|(_, dir)| dir.join("tools").join(name).exists() && within_cap(dir, name))
         .filter_map(|(plugin, dir)| tool_at(&plugin, &dir, name.to_string()))
-        .find(|t| {
-            t.overrides && (t.plugin != "project" || *trusted.get_or_insert_with(|| ask.take().is_some_and(|f| f())))
-        })
+        .find(|t| t.override_applies(|| *trusted))
 }
 
 /// Whether the project's own tools may run.
