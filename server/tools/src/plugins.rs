@@ -793,6 +793,35 @@ pub fn run(
 mod tests {
     use super::*;
 
+    /// The trust of the project's tools is worked out only for a project tool that would
+    /// override the called built-in, and at most once.
+    #[test]
+    fn find_asks_about_trust_only_for_a_project_override() {
+        let root = tempfile::tempdir().unwrap();
+        let asked = std::cell::Cell::new(0);
+        let ask = |answer: bool| {
+            let asked = &asked;
+            move || {
+                asked.set(asked.get() + 1);
+                answer
+            }
+        };
+        // No project tool of that name: not asked. (A user's own plugins may override it:
+        // only the project's tool is looked at here.)
+        assert!(find(root.path(), "forge.plan-read", ask(true)).is_none_or(|t| t.plugin != "project"));
+        assert_eq!(asked.get(), 0);
+        // A project override of it: asked once, and it decides.
+        let tools = root.path().join(".forge/tools");
+        std::fs::create_dir_all(&tools).unwrap();
+        std::fs::write(tools.join("plan-read"), "#!/bin/sh\n").unwrap();
+        let sidecar = json!({ "description": "d", "inputSchema": { "type": "object" }, "override": true });
+        std::fs::write(tools.join("plan-read.json"), sidecar.to_string()).unwrap();
+        assert!(find(root.path(), "forge.plan-read", ask(false)).is_none_or(|t| t.plugin != "project"));
+        assert_eq!(asked.get(), 1);
+        assert!(find(root.path(), "forge.plan-read", ask(true)).is_some_and(|t| t.plugin == "project"));
+        assert_eq!(asked.get(), 2);
+    }
+
     #[test]
     fn validates_the_subset() {
         let schema = json!({
