@@ -57,54 +57,46 @@ mod allocator_options {
 mod sqlite_allocator {
     use rusqlite::ffi;
     use std::os::raw::c_int;
-    #[cfg(feature = "mimalloc")]
-    use std::os::raw::c_void;
 
-    // SQLite calls these with positive sizes (it refuses 0 and sizes past its limit
-    // before calling), with pointers it got from them, and from any thread.
+    /// SQLite's allocator methods on mimalloc. SQLite calls them with positive sizes (it
+    /// refuses 0 and sizes past its limit before calling), with pointers it got from
+    /// them, and from any thread.
     #[cfg(feature = "mimalloc")]
-    unsafe extern "C" fn malloc(n: c_int) -> *mut c_void {
-        // SAFETY: a plain allocation; mimalloc aligns to at least 8 bytes, SQLite's need.
-        unsafe { libmimalloc_sys::mi_malloc(n as usize) }
-    }
-    #[cfg(feature = "mimalloc")]
-    unsafe extern "C" fn free(p: *mut c_void) {
-        // SAFETY: `p` came from `malloc` or `realloc` above (SQLite's contract).
-        unsafe { libmimalloc_sys::mi_free(p) }
-    }
-    #[cfg(feature = "mimalloc")]
-    unsafe extern "C" fn realloc(p: *mut c_void, n: c_int) -> *mut c_void {
-        // SAFETY: as for `free`.
-        unsafe { libmimalloc_sys::mi_realloc(p, n as usize) }
-    }
-    #[cfg(feature = "mimalloc")]
-    unsafe extern "C" fn size(p: *mut c_void) -> c_int {
-        // SAFETY: as for `free`.
-        let usable = unsafe { libmimalloc_sys::mi_usable_size(p) };
-        // SQLite asks for less than 2 GiB, but mimalloc may round a block just below that
-        // up past `c_int::MAX`.
-        c_int::try_from(usable).unwrap_or(c_int::MAX)
-    }
-    #[cfg(feature = "mimalloc")]
-    unsafe extern "C" fn roundup(n: c_int) -> c_int {
-        // SAFETY: a pure size computation.
-        let good = unsafe { libmimalloc_sys::mi_good_size(n as usize) };
-        c_int::try_from(good).unwrap_or(n)
-    }
-    #[cfg(feature = "mimalloc")]
-    unsafe extern "C" fn init(_: *mut c_void) -> c_int {
-        ffi::SQLITE_OK
-    }
-    #[cfg(feature = "mimalloc")]
-    unsafe extern "C" fn shutdown(_: *mut c_void) {}
+    mod on_mimalloc {
+        use rusqlite::ffi;
+        use std::os::raw::{c_int, c_void};
 
-    /// Must run before anything opens a database: SQLite refuses configuration once it
-    /// has initialized (then it keeps its defaults, which costs memory, not
-    /// correctness). `Err` names what SQLite refused.
-    pub fn install() -> Result<(), String> {
-        #[cfg(feature = "mimalloc")]
-        {
-            let methods = ffi::sqlite3_mem_methods {
+        unsafe extern "C" fn malloc(n: c_int) -> *mut c_void {
+            // SAFETY: a plain allocation; mimalloc aligns to at least 8 bytes, SQLite's need.
+            unsafe { libmimalloc_sys::mi_malloc(n as usize) }
+        }
+        unsafe extern "C" fn free(p: *mut c_void) {
+            // SAFETY: `p` came from `malloc` or `realloc` above (SQLite's contract).
+            unsafe { libmimalloc_sys::mi_free(p) }
+        }
+        unsafe extern "C" fn realloc(p: *mut c_void, n: c_int) -> *mut c_void {
+            // SAFETY: as for `free`.
+            unsafe { libmimalloc_sys::mi_realloc(p, n as usize) }
+        }
+        unsafe extern "C" fn size(p: *mut c_void) -> c_int {
+            // SAFETY: as for `free`.
+            let usable = unsafe { libmimalloc_sys::mi_usable_size(p) };
+            // SQLite asks for less than 2 GiB, but mimalloc may round a block just below
+            // that up past `c_int::MAX`.
+            c_int::try_from(usable).unwrap_or(c_int::MAX)
+        }
+        unsafe extern "C" fn roundup(n: c_int) -> c_int {
+            // SAFETY: a pure size computation.
+            let good = unsafe { libmimalloc_sys::mi_good_size(n as usize) };
+            c_int::try_from(good).unwrap_or(n)
+        }
+        unsafe extern "C" fn init(_: *mut c_void) -> c_int {
+            ffi::SQLITE_OK
+        }
+        unsafe extern "C" fn shutdown(_: *mut c_void) {}
+
+        pub fn methods() -> ffi::sqlite3_mem_methods {
+            ffi::sqlite3_mem_methods {
                 xMalloc: Some(malloc),
                 xFree: Some(free),
                 xRealloc: Some(realloc),
@@ -113,9 +105,19 @@ mod sqlite_allocator {
                 xInit: Some(init),
                 xShutdown: Some(shutdown),
                 pAppData: std::ptr::null_mut(),
-            };
-            // SAFETY: SQLite copies the methods; the functions above keep SQLite's
-            // allocator contract; nothing else configures SQLite.
+            }
+        }
+    }
+
+    /// Must run before anything opens a database: SQLite refuses configuration once it
+    /// has initialized (then it keeps its defaults, which costs memory, not
+    /// correctness). `Err` names what SQLite refused.
+    pub fn install() -> Result<(), String> {
+        #[cfg(feature = "mimalloc")]
+        {
+            let methods = on_mimalloc::methods();
+            // SAFETY: SQLite copies the methods; they keep SQLite's allocator contract;
+            // nothing else configures SQLite.
             let rc =
                 unsafe { ffi::sqlite3_config(ffi::SQLITE_CONFIG_MALLOC, &methods as *const ffi::sqlite3_mem_methods) };
             if rc != ffi::SQLITE_OK {
