@@ -225,10 +225,9 @@ impl Route {
             match self.via_server(&sock, name, input.clone(), cancel) {
                 Ok(r) => {
                     // The next call tries this server first, not the one that did not
-                    // answer (a write only on this rare path; the servers do not
-                    // register again for every call).
-                    // Best effort, so it waits little for a lock (the stopped server may
-                    // hold one) after the call has succeeded.
+                    // answer (servers do not register again for every call). A write only
+                    // on this rare path, best effort: it waits little for a lock (the
+                    // stopped server may hold one) once the call has succeeded.
                     if passed_over && conn.busy_timeout(std::time::Duration::from_millis(100)).is_ok() {
                         let _ = store::servers::touch(&conn, &sock.display().to_string(), forge_core::now_ms());
                     }
