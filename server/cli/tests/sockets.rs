@@ -827,3 +827,63 @@ fn a_forgotten_registration_comes_back_with_the_next_call() {
     assert!(out.stderr.contains("through the running server"), "{out:?}");
     assert_eq!(rows(), 1, "the registration did not come back");
 }
+
+/// Reads one LSP frame's body from `s` (`None` at the end of input).
+fn read_frame(s: &mut std::io::BufReader<std::os::unix::net::UnixStream>) -> Option<Value> {
+    use std::io::{BufRead, Read};
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        if s.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(n) = line.strip_prefix("Content-Length: ") {
+            length = n.parse::<usize>().ok();
+        }
+    }
+    let mut body = vec![0; length?];
+    s.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+/// A call through a server ends its connection as LSP asks, `shutdown` and then `exit`,
+/// but does not wait for `shutdown`'s reply (a round trip it has no use for): a fake
+/// server that never answers `shutdown` still sees the call end at once, with its result.
+#[test]
+fn a_call_sends_shutdown_and_exit_without_waiting_for_the_reply() {
+    use std::io::Write;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("fake.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let fake = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut w = conn.try_clone().unwrap();
+        let mut r = std::io::BufReader::new(conn);
+        let mut methods = Vec::new();
+        while let Some(m) = read_frame(&mut r) {
+            let method = m["method"].as_str().unwrap_or_default().to_string();
+            let result = match method.as_str() {
+                "initialize" => Some(json!({ "capabilities": {} })),
+                "workspace/executeCommand" => Some(json!({ "text": "from the fake server", "data": {} })),
+                _ => None,
+            };
+            if let Some(result) = result {
+                let body = json!({ "jsonrpc": "2.0", "id": m["id"], "result": result }).to_string();
+                write!(w, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+            }
+            methods.push(method);
+        }
+        methods
+    });
+    let out = sb.call("plan-read").input(json!({})).env("FORGE_LSP_SOCKET", &sock).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), "from the fake server", "{out:?}");
+    let methods = fake.join().unwrap();
+    assert_eq!(methods, ["initialize", "initialized", "workspace/executeCommand", "shutdown", "exit"]);
+}

@@ -157,9 +157,8 @@ impl Route {
     /// session when it is wrong or missing); an unknown agent is an `InvalidParams` error.
     pub fn check_identity(&self) -> Result<(), ToolError> {
         if let Some(sock) = &self.socket {
-            let mut c = self.connect(sock).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)))?;
-            let _ = c.request("shutdown", Value::Null);
-            let _ = c.notify("exit", Value::Null);
+            let c = self.connect(sock).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)))?;
+            let _ = c.finish();
             return Ok(());
         }
         let conn = store::open_connection(&self.data_dir.join("forge.db"))
@@ -333,7 +332,7 @@ impl Route {
             return Err(Some(rpc_to_tool_error(&e)));
         }
         c.set_timeout(lsp_client::REPLY_TIMEOUT).map_err(|_| None)?;
-        c.notify("initialized", json!({})).map_err(|_| None)?;
+        c.notify_with_next("initialized", json!({}));
         Ok(c)
     }
 
@@ -396,8 +395,7 @@ impl Route {
                 return Err(Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))
             }
         };
-        let _ = c.request("shutdown", Value::Null);
-        let _ = c.notify("exit", Value::Null);
+        let _ = c.finish();
         match r {
             Ok(v) => serde_json::from_value(v)
                 .map_err(|e| Some(ToolError::internal(format!("unexpected result from the server: {e}")))),

@@ -16,6 +16,8 @@ pub struct LspClient {
     next_id: i64,
     /// Notifications from the server seen while waiting for replies, when kept.
     notifications: Option<Vec<Value>>,
+    /// Frames queued by [`LspClient::notify_with_next`], written with the next message.
+    pending: Vec<u8>,
 }
 
 /// How long a reply may take: longer than any tool's own limit (a shell command's 600 s).
@@ -25,7 +27,14 @@ impl LspClient {
     pub fn connect(path: &Path) -> std::io::Result<LspClient> {
         let s = UnixStream::connect(path)?;
         s.set_read_timeout(Some(REPLY_TIMEOUT))?;
-        Ok(LspClient { reader: s.try_clone()?, decoder: Decoder::new(), writer: s, next_id: 1, notifications: None })
+        Ok(LspClient {
+            reader: s.try_clone()?,
+            decoder: Decoder::new(),
+            writer: s,
+            next_id: 1,
+            notifications: None,
+            pending: Vec::new(),
+        })
     }
 
     /// How long a read waits for the server from now on.
@@ -51,7 +60,20 @@ impl LspClient {
     }
 
     fn send(&mut self, v: &Value) -> std::io::Result<()> {
-        self.writer.write_all(&framing::encode(v.to_string().as_bytes()))?;
+        let frame = framing::encode(v.to_string().as_bytes());
+        self.write_with_pending(frame)
+    }
+
+    /// Writes `frame` after the queued frames, in one write.
+    fn write_with_pending(&mut self, frame: Vec<u8>) -> std::io::Result<()> {
+        let out = if self.pending.is_empty() {
+            frame
+        } else {
+            let mut out = std::mem::take(&mut self.pending);
+            out.extend(frame);
+            out
+        };
+        self.writer.write_all(&out)?;
         self.writer.flush()
     }
 
@@ -82,8 +104,28 @@ impl LspClient {
         }
     }
 
+    /// Ends the connection as LSP asks, `shutdown` and then `exit`, in one write and
+    /// without waiting for `shutdown`'s reply: a caller that is done has nothing to read,
+    /// and the server handles a connection's messages in order, so the reply is only a
+    /// round trip (issue 17). The server's reply may find the connection closed; it stops
+    /// writing then.
+    pub fn finish(mut self) -> std::io::Result<()> {
+        let id = self.next_id;
+        let mut out =
+            framing::encode(json!({ "jsonrpc": "2.0", "id": id, "method": "shutdown" }).to_string().as_bytes());
+        out.extend(framing::encode(json!({ "jsonrpc": "2.0", "method": "exit" }).to_string().as_bytes()));
+        self.write_with_pending(out)
+    }
+
     pub fn notify(&mut self, method: &str, params: Value) -> std::io::Result<()> {
         self.send(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+    }
+
+    /// Queues a notification to go out in one write with the next message (`initialized`
+    /// with the call that follows it: one wake-up of the server instead of two).
+    pub fn notify_with_next(&mut self, method: &str, params: Value) {
+        let v = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+        self.pending.extend(framing::encode(v.to_string().as_bytes()));
     }
 
     /// Sends a request and returns its `result` or `error` object.
