@@ -358,6 +358,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_failing_check_reads_the_row_and_keeps_the_entry() {
+        let (_d, store) = open();
+        write(&store, "one").await;
+        let o = other(&store);
+        sneak(&o, "behind the feed");
+        // On this connection the check's `changes` is a view that fails when read (a temp
+        // object shadows the table; `abs` of the smallest integer is an overflow error),
+        // while the plan's row reads as usual.
+        o.execute_batch("CREATE TEMP VIEW changes(id, kind, key) AS SELECT abs(-9223372036854775807 - 1), 'plan', ''")
+            .unwrap();
+        let db = db_name(&o).unwrap();
+        let e = kept().iter().find(|e| &*e.db == db && e.project == P && e.which == ses()).cloned().expect("kept");
+        assert!(check(&o, P, &ses(), &e).is_err(), "the check fails on this connection");
+        // The read does not fail with it, nor answer from the entry: it reads the row.
+        let row = plans::get_session(&o, P, S).unwrap().map(|r| r.content.clone());
+        assert_eq!(row.as_deref(), Some("behind the feed"));
+        // A failed check drops nothing: a working connection is still served from the entry.
+        assert_eq!(read(&store).await.as_deref(), Some("one"));
+    }
+
+    #[tokio::test]
     async fn a_plan_deleted_without_a_feed_row_is_not_served() {
         let (_d, store) = open();
         write(&store, "one").await;
