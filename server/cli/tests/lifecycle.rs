@@ -452,6 +452,30 @@ fn requests_after_shutdown_are_rejected_and_exit_still_works() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// A client may send `exit` right behind `shutdown`, in one write, without waiting for the
+/// reply (`forge-lsp call` does): `shutdown` is still answered with `null`, not cancelled by
+/// the `exit` read after it, and the server exits with code 0.
+#[test]
+fn shutdown_and_exit_in_one_write_are_a_clean_exit() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let id = c.next_request_id();
+    let mut both = Vec::new();
+    for msg in
+        [json!({ "jsonrpc": "2.0", "id": id, "method": "shutdown" }), json!({ "jsonrpc": "2.0", "method": "exit" })]
+    {
+        let body = msg.to_string();
+        both.extend(format!("Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes());
+    }
+    c.send_raw(&both);
+    let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits after exit");
+    let reply = c.wait_response(id, REQUEST_TIMEOUT);
+    assert_eq!(reply.get("result"), Some(&Value::Null), "{reply}");
+    assert_eq!(status.code(), Some(0));
+}
+
 /// LSP: `initialize` once per connection; a second one is refused with a message that says
 /// so (the framework's own is a bare "Invalid request"), and the session goes on.
 #[test]

@@ -881,9 +881,14 @@ fn a_call_sends_shutdown_and_exit_without_waiting_for_the_reply() {
         }
         methods
     });
+    let started = Instant::now();
     let out = sb.call("plan-read").input(json!({})).env("FORGE_LSP_SOCKET", &sock).cwd(&repo.path).run();
+    let took = started.elapsed();
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout.trim(), "from the fake server", "{out:?}");
+    // Not a speed check: a call that waited for the reply would end only when the fake
+    // gives up reading, after 30 s.
+    assert!(took < Duration::from_secs(20), "{took:?}");
     let methods = fake.join().unwrap();
     assert_eq!(methods, ["initialize", "initialized", "workspace/executeCommand", "shutdown", "exit"]);
 }

@@ -489,6 +489,15 @@ async fn read_client<R, S, K>(
                     }
                     let exit = req.method() == "exit";
                     let after_shutdown = shut_down;
+                    // `exit` after `shutdown`: reading ends here, and the connection ends once
+                    // the replies in flight are out, `shutdown`'s included. Handed to the
+                    // framework, an `exit` read right behind `shutdown` (one write from the
+                    // client, as `forge-lsp call` sends them) cancelled that `shutdown`
+                    // before its handler ran: its reply was an error and a stdio server
+                    // exited with code 1.
+                    if exit && after_shutdown {
+                        break 'read;
+                    }
                     // A `shutdown` request (with an id): sent as a notification it is not one.
                     shut_down |= req.method() == "shutdown" && req.id().is_some_and(|id| *id != Id::Null);
                     if req.method() == "$/cancelRequest" && req.id().is_none() {

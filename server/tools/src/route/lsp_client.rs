@@ -106,9 +106,9 @@ impl LspClient {
 
     /// Ends the connection as LSP asks, `shutdown` and then `exit`, in one write and
     /// without waiting for `shutdown`'s reply: a caller that is done has nothing to read,
-    /// and the server handles a connection's messages in order, so the reply is only a
-    /// round trip (issue 17). The server's reply may find the connection closed; it stops
-    /// writing then.
+    /// so the reply is only a round trip (issue 17). The server runs `shutdown` and
+    /// answers it before the `exit` behind it ends the connection; the reply may find the
+    /// connection closed, and the server stops writing then.
     pub fn finish(mut self) -> std::io::Result<()> {
         let id = self.next_id;
         let mut out =
