@@ -476,6 +476,25 @@ fn shutdown_and_exit_in_one_write_are_a_clean_exit() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// `shutdown` takes no params: empty ones (`{}`, some clients send them) are accepted;
+/// others are refused (-32602) without shutting the server down, so a proper `shutdown`
+/// still works and `exit` is still a clean exit.
+#[test]
+fn shutdown_with_params_is_accepted_when_empty_and_refused_without_effect_otherwise() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let e = c.request("shutdown", json!({ "force": true })).expect_err("params refused");
+    assert_eq!(e.code, -32602, "{e}");
+    assert!(e.message.contains("not shut down"), "{e}");
+    c.execute("forge.tools", None).expect("the server still serves");
+    assert_eq!(c.request("shutdown", json!({})), Ok(Value::Null));
+    c.notify("exit", Value::Null);
+    let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits after exit");
+    assert_eq!(status.code(), Some(0));
+}
+
 /// LSP: `initialize` once per connection; a second one is refused with a message that says
 /// so (the framework's own is a bare "Invalid request"), and the session goes on.
 #[test]

@@ -419,6 +419,28 @@ fn cancelled_key(req: &Request) -> Option<String> {
     (id.is_string() || id.is_i64()).then(|| id.to_string())
 }
 
+/// A `shutdown` request as the framework may be given it: without params when they are
+/// empty (`{}`, `[]`), or, when they are anything else, its refusal (-32602) to send
+/// instead. Any other message is given back as it is.
+fn shutdown_params(req: Request) -> Result<Request, Handling> {
+    let empty = |p: &Value| match p {
+        Value::Null => true,
+        Value::Object(o) => o.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    };
+    if req.method() != "shutdown" || req.id().is_none_or(|id| *id == Id::Null) || req.params().is_none() {
+        return Ok(req);
+    }
+    let (method, id, params) = req.into_parts();
+    let id = id.unwrap_or(Id::Null);
+    if params.as_ref().is_some_and(empty) {
+        return Ok(Request::build(method).id(id).finish());
+    }
+    let refusal = Error::invalid_params("`shutdown` takes no params; the server was not shut down");
+    Err(Box::pin(async move { Some(Out::Direct(id, Err(refusal))) }))
+}
+
 /// Reads the client's frames, answers bad ones and hands good ones to the service (or,
 /// for responses to our requests, to the framework's client) until `exit`, end of input,
 /// or an unskippable oversized message.
@@ -487,6 +509,20 @@ async fn read_client<R, S, K>(
                         tracing::debug!("the service stopped taking requests: {e}");
                         break 'read;
                     }
+                    // `shutdown` takes no params. Empty ones (`{}`, `[]`: some clients send
+                    // them) are dropped before the framework sees them; others are refused
+                    // here, and the server is not shut down. The framework refused them
+                    // (-32602) after it had already shut down, so a client told that its
+                    // `shutdown` failed could neither send another one nor exit with code 0.
+                    let req = match shutdown_params(req) {
+                        Ok(req) => req,
+                        Err(refusal) => {
+                            if tasks.send(refusal).await.is_err() {
+                                break 'read;
+                            }
+                            continue;
+                        }
+                    };
                     let exit = req.method() == "exit";
                     let after_shutdown = shut_down;
                     // `exit` after `shutdown`: reading ends here, and the connection ends once
@@ -744,6 +780,44 @@ mod tests {
             Incoming::Message(_) => "msg:".into(),
             Incoming::Reply(f) => format!("reply:{}", String::from_utf8_lossy(&f)),
             Incoming::Skip => "skip".into(),
+        }
+    }
+
+    #[test]
+    fn shutdown_is_given_to_the_framework_without_params_or_refused() {
+        let req = |method: &'static str, id: Option<i64>, params: Option<Value>| {
+            let mut b = Request::build(method);
+            if let Some(id) = id {
+                b = b.id(id);
+            }
+            if let Some(p) = params {
+                b = b.params(p);
+            }
+            b.finish()
+        };
+        for (given, passed) in [
+            (req("shutdown", Some(1), None), Some(req("shutdown", Some(1), None))),
+            (req("shutdown", Some(1), Some(Value::Null)), Some(req("shutdown", Some(1), None))),
+            (req("shutdown", Some(1), Some(json!({}))), Some(req("shutdown", Some(1), None))),
+            (req("shutdown", Some(1), Some(json!([]))), Some(req("shutdown", Some(1), None))),
+            (req("shutdown", Some(1), Some(json!({ "force": true }))), None),
+            (req("shutdown", Some(1), Some(json!([1]))), None),
+            // Not a request: the framework's business.
+            (
+                req("shutdown", None, Some(json!({ "force": true }))),
+                Some(req("shutdown", None, Some(json!({ "force": true })))),
+            ),
+            (req("exit", None, Some(json!({}))), Some(req("exit", None, Some(json!({}))))),
+            (req("forge/x", Some(2), Some(json!({ "a": 1 }))), Some(req("forge/x", Some(2), Some(json!({ "a": 1 }))))),
+        ] {
+            let shown = format!("{given:?}");
+            match (shutdown_params(given), passed) {
+                (Ok(got), Some(want)) => assert_eq!(format!("{got:?}"), format!("{want:?}"), "{shown}"),
+                (Err(_), None) => {}
+                (got, want) => {
+                    panic!("{shown}: got {:?}, want {want:?}", got.map(|r| format!("{r:?}")).map_err(|_| "a refusal"))
+                }
+            }
         }
     }
 
