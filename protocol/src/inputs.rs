@@ -127,7 +127,8 @@ impl Severity {
 pub struct ReviewWriteInput {
     /// File path where the finding is located.
     pub file: String,
-    /// Line number of the finding (1-based).
+    /// Line number of the finding (1-based, at most 2^31, the last line an LSP position names).
+    #[schemars(range(min = 1, max = 2147483648_i64))]
     pub line: i64,
     /// bug or warning.
     pub severity: Severity,
@@ -182,6 +183,7 @@ pub struct ReviewDeleteInput {
     /// File path of the finding to delete.
     pub file: String,
     /// Line number of the finding to delete.
+    #[schemars(range(min = 1))]
     pub line: i64,
     /// Explicit section index override.
     #[serde(rename = "sectionIndex", default, skip_serializing_if = "Option::is_none")]

@@ -218,12 +218,14 @@ async def test_vscode_negotiates_utf16(forge):
     assert not negotiated_utf8(forge)
 
 
-async def test_a_line_beyond_the_lsp_range_is_still_published(forge, workspace):
-    """LSP positions are `uinteger` (at most 2^31 - 1): a finding at a larger line is still
-    published, on the last representable line, and clients can parse it."""
+async def test_the_last_line_lsp_can_name_is_published_and_a_larger_one_refused(forge, workspace):
+    """LSP positions are `uinteger` (at most 2^31 - 1): a finding at line 2^31 is published
+    on the last representable line, and clients can parse it; a larger line is refused."""
     client = forge.client
     uri = write(workspace, "src/far.rs", "one\n")
-    far = {"file": "src/far.rs", "line": 3_000_000_000, "severity": "bug", "description": "far"}
+    too_far = {"file": "src/far.rs", "line": 2**31 + 1, "severity": "bug", "description": "too far"}
+    await expect_error(run(client, "review-write", too_far), -32602, "invalid_params")
+    far = {"file": "src/far.rs", "line": 2**31, "severity": "bug", "description": "far"}
     await run(client, "review-write", far)
     await run(client, "review-write", {"file": "src/far.rs", "line": 1, "severity": "bug", "description": "near"})
     diags = await eventually(lambda: (d := diagnostics_of(client, uri)) and len(d) == 2 and d)

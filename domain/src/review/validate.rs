@@ -14,6 +14,12 @@ pub const MAX_TEXT_BYTES: usize = 8 * 1024 * 1024;
 /// Largest accepted `file`, in UTF-8 bytes.
 pub const MAX_FILE_BYTES: usize = 4096;
 
+/// Largest accepted finding `line`. LSP positions are unsigned 31-bit numbers, so line
+/// 2^31 (position 2^31 - 1) is the last one an editor can show; a larger number would be
+/// published on that line anyway, and past 2^53 a JavaScript client does not even read it
+/// back exactly (a "Delete finding" action would name another line).
+pub const MAX_LINE: i64 = 1 << 31;
+
 /// Default attempt-history page size.
 pub const DEFAULT_ATTEMPTS_LIMIT: i64 = 20;
 
@@ -21,7 +27,7 @@ pub const DEFAULT_ATTEMPTS_LIMIT: i64 = 20;
 pub const MAX_ATTEMPTS_LIMIT: i64 = 100;
 
 /// Validates a `review-write` beyond its JSON shape: `file` is non-empty after
-/// trimming, at most [`MAX_FILE_BYTES`] and free of NUL; `line` is at least 1;
+/// trimming, at most [`MAX_FILE_BYTES`] and free of NUL; `line` is 1 to [`MAX_LINE`];
 /// `description` is non-empty after trimming; `description` and `scenario` are at
 /// most [`MAX_TEXT_BYTES`]. The error names the field.
 pub fn validate_write(file: &str, line: i64, description: &str, scenario: Option<&str>) -> Result<(), String> {
@@ -36,6 +42,11 @@ pub fn validate_write(file: &str, line: i64, description: &str, scenario: Option
     }
     if line < 1 {
         return Err(format!("Invalid line {line}: must be a positive integer (lines are 1-based)."));
+    }
+    if line > MAX_LINE {
+        return Err(format!(
+            "Invalid line {line}: must be at most {MAX_LINE} (the last line an LSP position can name)."
+        ));
     }
     if description.trim().is_empty() {
         return Err("Invalid description: must not be empty.".to_string());
@@ -120,7 +131,7 @@ mod tests {
     #[test]
     fn write_ok() {
         assert_eq!(validate_write("src/a.rs", 1, "bad", None), Ok(()));
-        assert_eq!(validate_write("a", i64::MAX, "bad", Some("")), Ok(()));
+        assert_eq!(validate_write("a", MAX_LINE, "bad", Some("")), Ok(()));
     }
 
     #[test]
@@ -133,6 +144,10 @@ mod tests {
             Err("Invalid line 0: must be a positive integer (lines are 1-based).".to_string())
         );
         assert!(validate_write("a", -4, "d", None).expect_err("neg").contains("line -4"));
+        for line in [MAX_LINE + 1, (1 << 53) + 1, i64::MAX] {
+            let e = validate_write("a", line, "d", None).expect_err("too large");
+            assert!(e.starts_with(&format!("Invalid line {line}: must be at most 2147483648")), "{e}");
+        }
         assert!(validate_write("a", 1, " \n ", None).expect_err("desc").contains("description"));
     }
 

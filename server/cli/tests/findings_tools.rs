@@ -235,12 +235,19 @@ fn bad_review_input_is_rejected_and_the_server_stays_up() {
     let e = c.tool_err("review-write", json!({ "line": 1, "severity": "bug", "description": "d" }));
     assert_error(&e, -32602, "invalid_params");
     assert_contains(&e.message, "file");
-    for line in [0, -5] {
+    // Lines are 1 to 2^31, the last line an LSP position names (the offered schema says so):
+    // a larger one would be published on that line anyway, and past 2^53 a JavaScript
+    // client would not read it back exactly.
+    for line in [0, -5, (1_i64 << 31) + 1, (1_i64 << 53) + 1] {
         let e =
             c.tool_err("review-write", json!({ "file": "a.rs", "line": line, "severity": "bug", "description": "d" }));
         assert_error(&e, -32602, "invalid_params");
-        assert_contains(&e.message, "line");
+        assert_contains(&e.message, &format!("line {line}"));
     }
+    let offers = c.tool_ok("tools", json!({})).data;
+    let write = offers["tools"].as_array().unwrap().iter().find(|t| t["name"] == "review-write").unwrap().clone();
+    let line = &write["inputSchema"]["properties"]["line"];
+    assert_eq!((line["minimum"].clone(), line["maximum"].clone()), (json!(1), json!(2147483648_i64)), "{write}");
     let e =
         c.tool_err("review-write", json!({ "file": "a.rs", "line": 1, "severity": "critical", "description": "d" }));
     assert_error(&e, -32602, "invalid_params");
@@ -303,17 +310,17 @@ fn bad_review_input_is_rejected_and_the_server_stays_up() {
     assert_eq!(range(&d[0]), (0, 0, 0, 0), "{}", d[0]);
     assert!(!Path::new(&lexical(&repo.path.join(passwd))).starts_with(&repo.path));
 
-    // A line past the end of the file, and one beyond what LSP positions can express
-    // (`uinteger`, at most 2^31 - 1): stored as given, published 0..0 on the line (clamped).
+    // A line past the end of the file, and the last one LSP positions can express
+    // (`uinteger`, at most 2^31 - 1, so line 2^31): stored as given, published 0..0 on it.
     std::fs::write(repo.path.join("short.rs"), "one\ntwo\n").expect("write");
     let mark = c.mark();
     let past = write_bug(&c, "short.rs", 100)["id"].as_i64().expect("id");
-    let far = write_bug(&c, "short.rs", 3_000_000_000)["id"].as_i64().expect("id");
+    let far = write_bug(&c, "short.rs", 1 << 31)["id"].as_i64().expect("id");
     let d = expect_count(&c, mark, &uri_in(&repo.path, "short.rs"), 2);
     assert_eq!(range(&by_id(&d, past)), (99, 0, 99, 0));
     let last = i32::MAX as u64;
     assert_eq!(range(&by_id(&d, far)), (last, 0, last, 0));
-    assert_eq!(by_id(&d, far)["data"]["line"], json!(3_000_000_000i64));
+    assert_eq!(by_id(&d, far)["data"]["line"], json!(1_i64 << 31));
 
     // Duplicates.
     let e = c.tool_err("review-write", json!({ "file": "big.rs", "line": 1, "severity": "bug", "description": "dup" }));
