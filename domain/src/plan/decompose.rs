@@ -156,12 +156,15 @@ fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
 }
 
 /// The title of a section body: the first unfenced `## ` heading that is not
-/// structural, cut to 60 UTF-16 units.
+/// structural, cut to 60 UTF-16 units. The `\r` of a CRLF line is not part of the line
+/// here: Forge's pattern, which cannot match across a `\r`, named every section of a
+/// CRLF plan (one saved by a Windows editor) "Section k".
 fn section_title(body: &[(usize, &str)], fenced: &[bool]) -> Option<String> {
     body.iter().zip(fenced).find_map(|((_, line), &in_fence)| {
         if in_fence {
             return None;
         }
+        let line = line.strip_suffix('\r').unwrap_or(line);
         let candidate = js_trim(title_heading(line)?);
         // A heading of whitespace only (`## \u{feff}`) names nothing: look further.
         if candidate.is_empty() || STRUCTURAL_TITLES.contains(&candidate.to_lowercase().as_str()) {
@@ -317,6 +320,16 @@ mod tests {
 
     fn titles(plan: &str) -> Vec<String> {
         decompose(plan).sections.into_iter().map(|s| s.title).collect()
+    }
+
+    #[test]
+    fn a_crlf_plan_has_the_titles_of_its_lf_twin() {
+        let lf = "# Plan\n\n<!-- forge-section -->\n## Phase 1: tokens\n- one\n\n<!-- forge-section -->\n## Phase 2 😀\n- two\n";
+        let crlf = lf.replace('\n', "\r\n");
+        assert_eq!(titles(&crlf), ["Phase 1: tokens", "Phase 2 😀"]);
+        assert_eq!(titles(&crlf), titles(lf));
+        // A lone CR inside the heading is still no title (a line terminator in it).
+        assert_eq!(titles("<!-- forge-section -->\n## A\rB\n- x"), ["Section 1"]);
     }
 
     #[test]
