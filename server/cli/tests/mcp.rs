@@ -681,10 +681,14 @@ fn messages_before_initialize_do_not_end_the_session() {
     m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
     m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 7 } }));
     m.send(&json!({ "jsonrpc": "2.0", "id": "from-client", "result": {} }));
-    // A request before initialize is answered (by the SDK) and does not start the session:
-    // the notification after it is dropped too.
+    // A request before initialize is answered, saying what is missing, and does not start
+    // the session: the notification after it is dropped too.
     let r = m.request("tools/list", json!({}));
-    assert!(r.get("error").is_some(), "{r}");
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("tools/list came before initialize; start with the MCP handshake"), "{r}");
+    // `ping` needs no handshake.
+    assert_eq!(m.request("ping", json!({}))["result"], json!({}));
     m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
     let r = m.request("initialize", json!({ "protocolVersion": 5, "capabilities": {} }));
     assert_eq!(r["error"]["code"], -32602, "{r}");
@@ -692,10 +696,33 @@ fn messages_before_initialize_do_not_end_the_session() {
     assert!(message.contains("invalid initialize: params.protocolVersion"), "{r}");
     let r = m.request("initialize", json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {} }));
     assert!(r["error"]["message"].as_str().unwrap_or_default().contains("params.clientInfo.name"), "{r}");
+    let r = m.request(
+        "initialize",
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "c" } }),
+    );
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("params.clientInfo.version"), "{r}");
     let init = m.initialize();
     assert_eq!(init["serverInfo"]["name"], "forge-lsp", "{init}");
     let r = m.call("review-read", json!({}));
     assert_ok(&r);
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+}
+
+/// Every tool is on the one page of `tools/list`: the server gives no cursor, so any
+/// cursor is an invalid one (the MCP spec: -32602).
+#[test]
+fn tools_list_refuses_a_cursor_it_never_gave() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.initialize();
+    let r = m.request("tools/list", json!({}));
+    assert!(r["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{r}");
+    assert!(r["result"].get("nextCursor").is_none(), "{r}");
+    let r = m.request("tools/list", json!({ "cursor": "page-2" }));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("unknown cursor \"page-2\""), "{r}");
     let (code, stderr) = m.finish();
     assert_eq!(code, 0, "{stderr}");
 }

@@ -156,14 +156,30 @@ impl<T: rmcp::transport::Transport<RoleServer>> rmcp::transport::Transport<RoleS
                     other => {
                         use rmcp::model::GetMeta;
                         let meta = other.get_meta();
+                        let handshake_free =
+                            matches!(other, ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_));
+                        // A request without the stateless protocol's version in its metadata
+                        // is a handshake client's that skipped `initialize`: the SDK would
+                        // answer it about missing request metadata, which misleads such a
+                        // client. Say what is missing instead.
+                        if !handshake_free && meta.protocol_version().is_none() {
+                            let error = ErrorData::invalid_request(
+                                format!(
+                                    "forge-lsp mcp: {} came before initialize; start with the MCP handshake (initialize, then notifications/initialized)",
+                                    other.method()
+                                ),
+                                None,
+                            );
+                            let _ = self.inner.send(ServerJsonRpcMessage::error(error, Some(r.id.clone()))).await;
+                            continue;
+                        }
                         // (The versions this server takes are the SDK's known ones: ForgeMcp
                         // keeps the handler's default.)
-                        let stateless =
-                            !matches!(other, ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_))
-                                && meta
-                                    .protocol_version()
-                                    .is_some_and(|v| rmcp::model::ProtocolVersion::KNOWN_VERSIONS.contains(&v))
-                                && meta.missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28).is_empty();
+                        let stateless = !handshake_free
+                            && meta
+                                .protocol_version()
+                                .is_some_and(|v| rmcp::model::ProtocolVersion::KNOWN_VERSIONS.contains(&v))
+                            && meta.missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28).is_empty();
                         self.started = stateless;
                         return Some(message);
                     }
@@ -191,10 +207,13 @@ fn initialize_problem(params: Option<&Value>) -> String {
             "params.capabilities must be an object".to_string()
         }
         Some(p) => match p.get("clientInfo") {
-            Some(Value::Object(info)) if info.get("name").is_some_and(Value::is_string) => {
-                "params do not match the MCP schema of initialize".to_string()
+            Some(Value::Object(info)) if !info.get("name").is_some_and(Value::is_string) => {
+                "params.clientInfo.name must be the client's name (a string)".to_string()
             }
-            Some(Value::Object(_)) => "params.clientInfo.name must be the client's name (a string)".to_string(),
+            Some(Value::Object(info)) if !info.get("version").is_some_and(Value::is_string) => {
+                "params.clientInfo.version must be the client's version (a string)".to_string()
+            }
+            Some(Value::Object(_)) => "params do not match the MCP schema of initialize".to_string(),
             _ => "params.clientInfo must be an object with the client's name and version".to_string(),
         },
     };
@@ -363,9 +382,19 @@ impl ServerHandler for ForgeMcp {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        // Every tool is on the one page, so this server gives no cursor, and any cursor is
+        // one it did not give (the MCP spec: an invalid cursor is -32602).
+        if let Some(cursor) = request.as_ref().and_then(|r| r.cursor.as_ref()) {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "tools/list: unknown cursor {cursor:?}; every tool is listed on one page, so there is no next page"
+                ),
+                None,
+            ));
+        }
         // Inside a loop the loop's server decides what is offered (its configuration and
         // its trust, which may come from an editor's initialization options): its
         // `forge.tools`, as one MCP tool per offer.
