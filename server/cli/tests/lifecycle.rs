@@ -177,6 +177,19 @@ fn an_unknown_initialization_option_is_invalid_params() {
     let e = c.initialize(&init).expect_err("unknown option");
     assert_eq!(e.code, -32602, "{e}");
     assert_contains(&e.message, "colour");
+    // The options are an object: a list is not read by position (agent, session, ...).
+    let c = sb.stdio();
+    let root = format!("file://{}", repo.path.display());
+    let e = c
+        .request(
+            "initialize",
+            json!({ "processId": null, "rootUri": root, "capabilities": {},
+                    "initializationOptions": { "forge": ["code", null, null, null, null] } }),
+        )
+        .expect_err("a list");
+    assert_eq!(e.code, -32602, "{e}");
+    assert_contains(&e.message, "initializationOptions.forge must be an object");
+    assert_contains(&e.message, "got a list");
 }
 
 #[test]

@@ -314,6 +314,31 @@ pub struct Loader {
     committed: Option<bool>,
 }
 
+/// The 1-based line and column (in characters) of byte `at` of `text`.
+fn line_and_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+}
+
+/// The dotted key of the first TOML date-time in `table`, if any: no configuration key
+/// takes one, and read as a string it would pass a string key's check.
+fn datetime_key(prefix: &str, table: &toml::Table) -> Option<String> {
+    fn in_value(key: String, v: &toml::Value) -> Option<String> {
+        match v {
+            toml::Value::Datetime(_) => Some(key),
+            toml::Value::Table(t) => datetime_key(&key, t),
+            toml::Value::Array(a) => a.iter().find_map(|v| in_value(key.clone(), v)),
+            _ => None,
+        }
+    }
+    table.iter().find_map(|(k, v)| in_value(if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, v))
+}
+
 fn toml_to_json(v: toml::Value) -> Value {
     match v {
         toml::Value::String(s) => Value::String(s),
@@ -357,12 +382,32 @@ impl Loader {
     pub fn add_file(&mut self, path: &Path) -> Result<(), ConfigError> {
         let text = match read_small_file(path, MAX_CONFIG_FILE) {
             Ok(Some(t)) => t,
+            // A link to nothing is not "no file": the user meant one to be there.
+            Ok(None) if path.is_symlink() => {
+                let target = std::fs::read_link(path).map(|t| t.display().to_string()).unwrap_or_default();
+                return Err(ConfigError(format!(
+                    "cannot read configuration file {}: it is a symbolic link to {target}, which does not exist",
+                    path.display()
+                )));
+            }
             Ok(None) => return Ok(()),
             Err(e) => return Err(ConfigError(format!("cannot read configuration file {}: {e}", path.display()))),
         };
         let table: toml::Table = toml::from_str(&text).map_err(|e| {
-            ConfigError(format!("configuration file {} is not valid TOML: {}", path.display(), e.message()))
+            let at = e.span().map(|s| line_and_column(&text, s.start)).map(|(l, c)| format!(" (line {l}, column {c})"));
+            ConfigError(format!(
+                "configuration file {} is not valid TOML{}: {}",
+                path.display(),
+                at.unwrap_or_default(),
+                e.message().trim_end()
+            ))
         })?;
+        if let Some(key) = datetime_key("", &table) {
+            return Err(ConfigError(format!(
+                "configuration key `{key}` in {} is a TOML date-time, which no key takes (quote it to make it a string)",
+                path.display()
+            )));
+        }
         let json = toml_to_json(toml::Value::Table(table));
         self.add_value(&json, &path.display().to_string())
     }
@@ -744,6 +789,35 @@ mod tests {
         // No repository at all.
         let plain = tempfile::tempdir().unwrap();
         assert!(!committed_config(plain.path()));
+    }
+
+    #[test]
+    fn a_toml_error_names_its_line_and_column_and_a_date_time_is_refused_by_key() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        for (text, want) in [
+            ("executionModel = \"m\"\n[documents]\nmaxPlanBytes = = 3\n", "(line 3, column 16)"),
+            ("a = 1\na = 2\n", "(line 2, column 1)"),
+            ("é = \"ü\" x\n", "(line 1, column 9)"),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let e = Loader::default().add_file(&p).unwrap_err();
+            assert!(e.0.contains("is not valid TOML ") && e.0.contains(want), "{text:?}: {e}");
+        }
+        std::fs::write(&p, "[agent]\nexecutionModel = 1979-05-27T07:32:00Z\n").unwrap();
+        let e = Loader::default().add_file(&p).unwrap_err();
+        assert!(e.0.contains("`agent.executionModel`") && e.0.contains("date-time"), "{e}");
+    }
+
+    #[test]
+    fn a_config_file_that_is_a_link_to_nothing_is_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        std::os::unix::fs::symlink(d.path().join("gone.toml"), &p).unwrap();
+        let e = Loader::default().add_file(&p).unwrap_err();
+        assert!(e.0.contains("symbolic link to") && e.0.contains("gone.toml"), "{e}");
+        // No file at all is no configuration, as before.
+        Loader::default().add_file(&d.path().join("absent.toml")).unwrap();
     }
 
     #[test]

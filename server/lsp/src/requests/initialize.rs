@@ -21,6 +21,18 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let p = serde_json::to_value(&params).unwrap_or(Value::Null);
     let options: InitOptions = match p.pointer("/initializationOptions/forge") {
         None | Some(Value::Null) => InitOptions::default(),
+        // An array would be read by position (serde reads a struct from a sequence too).
+        Some(v) if !v.is_object() => {
+            return Err(rpc_error(&ToolError::invalid_params(format!(
+                "initializationOptions.forge must be an object (with agent, session, token, dataDir, config), got {}",
+                match v {
+                    Value::Array(_) => "a list",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    _ => "a boolean",
+                }
+            ))));
+        }
         Some(v) => forge_tools::parse_input(v.clone()).map_err(|e| {
             rpc_error(&ToolError::invalid_params(format!("initializationOptions.forge: {}", e.message)))
         })?,
