@@ -530,6 +530,14 @@ fn paths_are_confined_to_the_root() {
         ("home", "~/a.rs", None, Err("home directory")),
         ("root itself", "src/..", None, Err("names the root")),
         ("empty", "  ", None, Err("is empty")),
+        ("a directory", "newdir/", None, Err("names a directory")),
+        ("a directory with a backslash", "newdir\\", None, Err("names a directory")),
+        ("git's hooks", ".git/hooks/pre-commit", None, Err("inside a git directory")),
+        ("a worktree's git link", ".git", None, Err("inside a git directory")),
+        ("a nested repository's git", "vendor/x/.git/config", None, Err("inside a git directory")),
+        ("git by an absolute path", "/work/p/.git/config", Some("/work/p"), Err("inside a git directory")),
+        ("a name that only starts so", ".github/workflows/ci.yml", None, Ok(".github/workflows/ci.yml")),
+        ("a name that only ends so", "x.git/a", None, Ok("x.git/a")),
     ];
     for (case, raw, root, expected) in cases {
         match (normalize_path(raw, *root), expected) {

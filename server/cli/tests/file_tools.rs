@@ -267,6 +267,41 @@ fn apply_patch_refuses_a_file_beneath_a_file_and_one_file_named_twice() {
     assert_eq!(read(&repo, "src/a.txt"), "ONE\nTWO\n");
 }
 
+/// Git's own files are not the project's code: apply-patch never writes there (a hook
+/// would be run by the user's git), however the path is spelled, and a path that ends
+/// with a slash names a directory, not a file to add.
+#[test]
+fn apply_patch_never_writes_in_a_git_directory_nor_adds_a_directory() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    std::os::unix::fs::symlink(".git", repo.path.join("g")).unwrap();
+    let hooks = repo.path.join(".git/hooks");
+    let before: Vec<_> =
+        std::fs::read_dir(&hooks).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let c = client(&sb, &repo);
+    for (body, says) in [
+        ("*** Add File: .git/hooks/pre-commit\n+#!/bin/sh\n", "inside a git directory (.git)"),
+        ("*** Add File: src/../.git/hooks/post-checkout\n+#!/bin/sh\n", "inside a git directory (.git)"),
+        (
+            "*** Update File: .git/HEAD\n@@\n-ref: refs/heads/main\n+ref: refs/heads/x\n",
+            "inside a git directory (.git)",
+        ),
+        ("*** Add File: g/hooks/pre-push\n+#!/bin/sh\n", "leads into a git directory (.git) through a symbolic link"),
+        ("*** Add File: newdir/\n+x\n", "names a directory"),
+    ] {
+        let e = c.tool_err("apply-patch", patch(body));
+        assert_eq!(e.code, -32602, "{body}: {e}");
+        assert!(e.message.contains(says), "{body}: {e}");
+    }
+    let after: Vec<_> =
+        std::fs::read_dir(&hooks).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert_eq!(after, before, "nothing was added to .git/hooks");
+    assert!(!repo.path.join("newdir").exists());
+    // `.github` is not `.git`.
+    c.tool_ok("apply-patch", patch("*** Add File: .github/workflows/ci.yml\n+on: push\n"));
+    assert_eq!(read(&repo, ".github/workflows/ci.yml"), "on: push\n");
+}
+
 /// All files or none, removals included: a file that cannot be removed fails the patch
 /// before any file changes. Files with names near the system's limit are written, moved
 /// and removed like any other (temporaries have names of their own length).

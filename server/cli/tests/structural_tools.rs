@@ -89,6 +89,35 @@ fn search_and_replace_stay_inside_the_root() {
     assert_eq!(read(&repo, "a.rs"), "fn a() {}\n");
 }
 
+/// A rewrite that names a metavariable the pattern does not capture (or captures in the
+/// other form) would put nothing where the match was: refused, nothing written.
+#[test]
+fn a_rewrite_with_a_metavariable_the_pattern_lacks_is_refused() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let src = "foo(1, 2, 3);\n";
+    repo.write("a.js", src);
+    let c = client(&sb, &repo);
+    for (pattern, rewrite, says) in [
+        ("foo($A)", "bar($B)", "$B is not a metavariable of the pattern"),
+        ("foo($$$ARGS)", "bar($ARGS)", "$ARGS is written $$$ARGS in the pattern"),
+        ("foo($$$)", "bar($$$)", "$$$ captures nothing"),
+    ] {
+        let e = c.tool_err(
+            "ast-grep-replace",
+            json!({ "pattern": pattern, "rewrite": rewrite, "lang": "js", "dryRun": false }),
+        );
+        assert_eq!(e.code, 1006, "{rewrite}: {e}");
+        assert!(e.message.contains(says), "{rewrite}: {e}");
+        assert_eq!(read(&repo, "a.js"), src);
+    }
+    c.tool_ok(
+        "ast-grep-replace",
+        json!({ "pattern": "foo($$$ARGS)", "rewrite": "bar($$$ARGS)", "lang": "js", "dryRun": false }),
+    );
+    assert_eq!(read(&repo, "a.js"), "bar(1, 2, 3);\n");
+}
+
 #[test]
 fn replace_dry_run_previews_and_writes_nothing_then_applies() {
     let sb = Sandbox::new();

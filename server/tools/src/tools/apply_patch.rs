@@ -96,9 +96,16 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
     // Renames within one directory do not fail for space; report what happened.
     let targets: Vec<PathBuf> = staged.iter().map(|s| s.target().to_path_buf()).collect();
     if let Err((i, e)) = beneath::commit_all(staged) {
+        let shown = |p: &PathBuf| p.strip_prefix(root).unwrap_or(p).display().to_string();
+        let written: Vec<String> = targets[..i].iter().map(shown).collect();
+        let kept = if written.is_empty() {
+            "no file was changed".to_string()
+        } else {
+            format!("already written with their new content: {}", written.join(", "))
+        };
         return Err(fail(format!(
-            "cannot write {}: {e} (files renamed before this one keep their new content; files to remove were kept)",
-            targets[i].display()
+            "cannot write {}: {e} ({kept}; files to remove were kept)",
+            shown(&targets[i])
         )));
     }
     let mut left_behind = vec![];
@@ -156,6 +163,13 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
         let target =
             checked.map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {}", e.message)))?;
         let file = resolved_rel(root, &target).map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {e}")))?;
+        // A link on the way to git's directory is that directory (the lexical check is the
+        // domain's, in `normalize_path`).
+        if file.components().any(|c| c.as_os_str() == ".git") {
+            return Err(ToolError::invalid_params(format!(
+                "apply-patch failed: path {raw:?} leads into a git directory (.git) through a symbolic link, which apply-patch does not change"
+            )));
+        }
         match files.get(&file) {
             Some(other) if *other != rel => {
                 return Err(ToolError::invalid_params(format!(

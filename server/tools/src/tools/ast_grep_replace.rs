@@ -35,6 +35,7 @@ const MAX_SHOWN: usize = 200;
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let (lang, exts) = structural::language(&input.lang)?;
     let pat = structural::pattern(&input.pattern, lang)?;
+    structural::check_rewrite(&input.pattern, &pat, &input.rewrite)?;
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
     crate::files::outside_git(&root, &start, input.path.as_deref())?;
