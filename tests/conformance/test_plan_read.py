@@ -54,6 +54,13 @@ async def test_search(forge):
     none = await run(forge.client, "plan-read", {"pattern": "nothing like this"})
     assert none["text"] == "No matches found in plan"
     assert none["data"]["matches"] == []
+    # An empty pattern is no pattern (Forge: `if (args.pattern)`): the plan's first page.
+    empty = await run(forge.client, "plan-read", {"pattern": ""})
+    whole = await run(forge.client, "plan-read", {})
+    assert empty["text"] == whole["text"]
+    assert empty["text"].startswith(f"({len(COMPLETE_PLAN.splitlines())} lines total)\n1: ")
+    recent = await run(forge.client, "plan-read", {"recent": True, "pattern": ""})
+    assert recent["text"] == (await run(forge.client, "plan-read", {"recent": True}))["text"]
 
 
 async def test_invalid_regex_is_invalid(forge):

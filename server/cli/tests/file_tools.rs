@@ -302,6 +302,29 @@ fn apply_patch_never_writes_in_a_git_directory_nor_adds_a_directory() {
     assert_eq!(read(&repo, ".github/workflows/ci.yml"), "on: push\n");
 }
 
+/// An editor that opens a bare repository (no work tree) gets a project rooted in git's
+/// own directory: the file tools refuse to work there, and write nothing.
+#[test]
+fn the_file_tools_refuse_a_bare_repository() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let bare = sb.root.join("bare.git");
+    git(&sb.root, &["clone", "-q", "--bare", repo.path.to_str().unwrap(), bare.to_str().unwrap()]);
+    let mut c = sb.stdio();
+    c.init(&Init::new(&bare));
+    let hooks: Vec<_> = std::fs::read_dir(bare.join("hooks")).unwrap().flatten().map(|e| e.file_name()).collect();
+    for (tool, input) in [
+        ("apply-patch", patch("*** Add File: hooks/post-commit\n+#!/bin/sh\n")),
+        ("glob", json!({ "pattern": "*" })),
+        ("grep", json!({ "pattern": "x" })),
+    ] {
+        let e = c.tool_err(tool, input);
+        assert!(e.message.contains("without a work tree (a bare repository)"), "{tool}: {e}");
+    }
+    let after: Vec<_> = std::fs::read_dir(bare.join("hooks")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(after, hooks);
+}
+
 /// All files or none, removals included: a file that cannot be removed fails the patch
 /// before any file changes. Files with names near the system's limit are written, moved
 /// and removed like any other (temporaries have names of their own length).

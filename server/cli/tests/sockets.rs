@@ -892,3 +892,25 @@ fn a_call_sends_shutdown_and_exit_without_waiting_for_the_reply() {
     let methods = fake.join().unwrap();
     assert_eq!(methods, ["initialize", "initialized", "workspace/executeCommand", "shutdown", "exit"]);
 }
+
+/// A call from a bare repository (no work tree) has no project to work on: its root would
+/// be git's own directory, where the file tools would list and write hooks. A data
+/// directory that is a file is named as such.
+#[test]
+fn a_bare_repository_and_a_data_directory_that_is_a_file_are_refused_by_name() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let bare = sb.root.join("bare.git");
+    git(&sb.root, &["clone", "-q", "--bare", repo.path.to_str().unwrap(), bare.to_str().unwrap()]);
+    for (dir, tool) in [(bare.clone(), "glob"), (bare.join("hooks"), "apply-patch"), (bare.clone(), "plan-read")] {
+        let out = sb.call(tool).input(json!({ "pattern": "*" })).cwd(&dir).run();
+        assert_eq!(out.code, 2, "{tool} in {}: {out:?}", dir.display());
+        assert_contains(&out.stderr, "without a work tree (a bare repository)");
+    }
+    let file = sb.root.join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let out =
+        sb.call("review-read").input(json!({})).arg("--data-dir").arg(file.to_str().unwrap()).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, &format!("{} exists and is not a directory", file.display()));
+}

@@ -35,6 +35,16 @@ impl Project {
     }
 }
 
+/// Why git refuses the repository that `folder` is in, when it refuses it as not safe to
+/// open (owned by another user and not in `safe.directory`): [`Project::detect`] then
+/// sees no repository, and a message saying only that would mislead.
+pub fn refused_repository(folder: &Path) -> Option<String> {
+    match git2::Repository::discover(folder) {
+        Err(e) if e.code() == git2::ErrorCode::Owner => Some(e.message().to_string()),
+        _ => None,
+    }
+}
+
 /// The cache of the root commit, per repository (its common git directory, so a project
 /// and all its worktrees share it): one `<root> <head> <working tree>` line per HEAD seen,
 /// newest first; the working tree is `.` for the main one, else its git directory relative

@@ -134,6 +134,13 @@ pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(std::io::Error::new(
+            e.kind(),
+            format!(
+                "{} exists and is not a directory (choose a directory with --data-dir / FORGE_DATA_DIR)",
+                dir.display()
+            ),
+        )),
         Err(e) => Err(e),
     }
 }

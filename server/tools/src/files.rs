@@ -16,6 +16,14 @@ use crate::{loop_scope, ToolCtx};
 pub fn caller_root(ctx: &ToolCtx) -> Result<PathBuf, ToolError> {
     let root = match loop_scope::caller_loop(ctx)? {
         Some(row) if ctx.caller().binding.is_some() => PathBuf::from(row.worktree_dir),
+        // A project of a repository without a work tree (a bare one) is rooted in git's
+        // own directory: its files are hooks and objects, not code to edit.
+        _ if ctx.env.project.repo_root.is_none() && !ctx.env.project.is_global() => {
+            return Err(ToolError::precondition(format!(
+                "{} is in a git repository without a work tree (a bare repository); the file tools work in a work tree: run from a clone",
+                ctx.env.project.root.display()
+            )))
+        }
         _ => ctx.env.project.root.clone(),
     };
     root.canonicalize().map_err(|e| ToolError::precondition(format!("the root {} cannot be used: {e}", root.display())))

@@ -121,8 +121,19 @@ impl Route {
             _ => detected.repo_root.clone().unwrap_or(cwd),
         };
         if socket.is_none() && detected.is_global() {
+            // Git may refuse the repository itself (another user's, not in safe.directory):
+            // say so, instead of "not inside a repository".
+            let refused = forge_core::project::refused_repository(&detected.root)
+                .map(|why| format!(" (git refuses the repository here: {why})"))
+                .unwrap_or_default();
             return Err(ToolError::invalid_params(format!(
-                "{} is not inside a git repository with a commit, so there is no project {purpose}; run it from your project, or name one with --project DIR",
+                "{} is not inside a git repository with a commit{refused}, so there is no project {purpose}; run it from your project, or name one with --project DIR",
+                detected.root.display(),
+            )));
+        }
+        if socket.is_none() && detected.repo_root.is_none() {
+            return Err(ToolError::invalid_params(format!(
+                "{} is in a git repository without a work tree (a bare repository), so there is no project {purpose}; run it from a clone with a work tree, or name one with --project DIR",
                 detected.root.display(),
             )));
         }

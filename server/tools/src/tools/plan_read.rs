@@ -26,8 +26,11 @@ fn regex_error(m: String) -> ToolError {
     ToolError::invalid(m)
 }
 
-pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+pub fn execute(mut input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let project = ctx.project_id().to_string();
+    // An empty pattern is no pattern, as Forge tests it (`if (args.pattern)`): a page, or
+    // the recent list, not a search matching every line.
+    input.pattern = input.pattern.filter(|p| !p.is_empty());
     if input.recent == Some(true) {
         let n = read::clamp_count(input.count);
         return match input.pattern.as_deref() {
