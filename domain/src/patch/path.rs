@@ -34,8 +34,8 @@ pub fn normalize_path(raw: &str, root: Option<&str>) -> Result<String, String> {
     if relative.is_empty() {
         return Err("names the root directory, not a file".to_string());
     }
-    if raw.ends_with(['/', '\\']) {
-        return Err("ends with a slash, so it names a directory, not a file".to_string());
+    if raw.rsplit(['/', '\\']).next().is_some_and(|last| last.is_empty() || last == ".") {
+        return Err("ends with a slash (or `/.`), so it names a directory, not a file".to_string());
     }
     // Git's own files (hooks, config, a worktree's `.git` link) are not the project's code:
     // a patch that wrote there could make git run a program of its choosing.

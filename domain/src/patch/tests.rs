@@ -532,6 +532,7 @@ fn paths_are_confined_to_the_root() {
         ("empty", "  ", None, Err("is empty")),
         ("a directory", "newdir/", None, Err("names a directory")),
         ("a directory with a backslash", "newdir\\", None, Err("names a directory")),
+        ("a directory spelled with a dot", "newdir/.", None, Err("names a directory")),
         ("git's hooks", ".git/hooks/pre-commit", None, Err("inside a git directory")),
         ("a worktree's git link", ".git", None, Err("inside a git directory")),
         ("a nested repository's git", "vendor/x/.git/config", None, Err("inside a git directory")),

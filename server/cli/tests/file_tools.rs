@@ -305,7 +305,7 @@ fn apply_patch_never_writes_in_a_git_directory_nor_adds_a_directory() {
 /// An editor that opens a bare repository (no work tree) gets a project rooted in git's
 /// own directory: the file tools refuse to work there, and write nothing.
 #[test]
-fn the_file_tools_refuse_a_bare_repository() {
+fn the_file_tools_refuse_a_bare_repository_and_a_folder_inside_git() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let bare = sb.root.join("bare.git");
@@ -323,6 +323,13 @@ fn the_file_tools_refuse_a_bare_repository() {
     }
     let after: Vec<_> = std::fs::read_dir(bare.join("hooks")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(after, hooks);
+    // The same for an editor that opened a repository's `.git` folder.
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path.join(".git")));
+    let e = c.tool_err("apply-patch", patch("*** Add File: hooks/pre-commit\n+#!/bin/sh\n"));
+    assert_eq!(e.code, 1004, "{e}");
+    assert!(e.message.contains("is inside a git directory (.git)"), "{e}");
+    assert!(!repo.path.join(".git/hooks/pre-commit").exists());
 }
 
 /// All files or none, removals included: a file that cannot be removed fails the patch

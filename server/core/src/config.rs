@@ -322,7 +322,9 @@ fn line_and_column(text: &str, at: usize) -> (usize, usize) {
     }
     let before = &text[..at];
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+    // A position at the `\n` of a CRLF line is at the end of its line, the `\r` not counted.
+    let column = before[line_start..].trim_end_matches('\r').chars().count() + 1;
+    (before.matches('\n').count() + 1, column)
 }
 
 /// The dotted key of the first TOML date-time in `table`, if any: no configuration key
@@ -382,13 +384,16 @@ impl Loader {
     pub fn add_file(&mut self, path: &Path) -> Result<(), ConfigError> {
         let text = match read_small_file(path, MAX_CONFIG_FILE) {
             Ok(Some(t)) => t,
-            // A link to nothing is not "no file": the user meant one to be there.
+            // A link to nothing is not silently "no file": someone meant one to be there. A
+            // warning, not an error: a committed link to a file each clone makes for itself
+            // must not stop a fresh clone's server.
             Ok(None) if path.is_symlink() => {
                 let target = std::fs::read_link(path).map(|t| t.display().to_string()).unwrap_or_default();
-                return Err(ConfigError(format!(
-                    "cannot read configuration file {}: it is a symbolic link to {target}, which does not exist",
+                self.warnings.push(format!(
+                    "configuration file {} is a symbolic link to {target}, which does not exist: skipped",
                     path.display()
-                )));
+                ));
+                return Ok(());
             }
             Ok(None) => return Ok(()),
             Err(e) => return Err(ConfigError(format!("cannot read configuration file {}: {e}", path.display()))),
@@ -402,7 +407,9 @@ impl Loader {
                 e.message().trim_end()
             ))
         })?;
-        if let Some(key) = datetime_key("", &table) {
+        // Only a key that is read is refused; a date-time under an unknown key gets that
+        // key's usual warning.
+        if let Some(key) = datetime_key("", &table).filter(|k| KEYS.iter().any(|(n, _)| n == k)) {
             return Err(ConfigError(format!(
                 "configuration key `{key}` in {} is a TOML date-time, which no key takes (quote it to make it a string)",
                 path.display()
@@ -799,25 +806,43 @@ mod tests {
             ("executionModel = \"m\"\n[documents]\nmaxPlanBytes = = 3\n", "(line 3, column 16)"),
             ("a = 1\na = 2\n", "(line 2, column 1)"),
             ("é = \"ü\" x\n", "(line 1, column 9)"),
+            ("a = 1\r\nb = \r\n", "(line 2, column 5)"),
         ] {
             std::fs::write(&p, text).unwrap();
             let e = Loader::default().add_file(&p).unwrap_err();
             assert!(e.0.contains("is not valid TOML ") && e.0.contains(want), "{text:?}: {e}");
         }
-        std::fs::write(&p, "[agent]\nexecutionModel = 1979-05-27T07:32:00Z\n").unwrap();
+        std::fs::write(&p, "executionModel = 1979-05-27T07:32:00Z\n").unwrap();
         let e = Loader::default().add_file(&p).unwrap_err();
-        assert!(e.0.contains("`agent.executionModel`") && e.0.contains("date-time"), "{e}");
+        assert!(e.0.contains("`executionModel`") && e.0.contains("date-time"), "{e}");
     }
 
     #[test]
-    fn a_config_file_that_is_a_link_to_nothing_is_an_error() {
+    fn a_config_file_that_is_a_link_to_nothing_is_skipped_with_a_warning() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("config.toml");
         std::os::unix::fs::symlink(d.path().join("gone.toml"), &p).unwrap();
-        let e = Loader::default().add_file(&p).unwrap_err();
-        assert!(e.0.contains("symbolic link to") && e.0.contains("gone.toml"), "{e}");
-        // No file at all is no configuration, as before.
-        Loader::default().add_file(&d.path().join("absent.toml")).unwrap();
+        let mut l = Loader::default();
+        l.add_file(&p).unwrap();
+        assert!(
+            l.warnings.iter().any(|w| w.contains("symbolic link to") && w.contains("gone.toml")),
+            "{:?}",
+            l.warnings
+        );
+        // No file at all is no configuration, without a word.
+        let mut l = Loader::default();
+        l.add_file(&d.path().join("absent.toml")).unwrap();
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    }
+
+    #[test]
+    fn a_date_time_under_an_unknown_key_is_only_that_keys_warning() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        std::fs::write(&p, "[x]\nupdated = 2024-05-01\n").unwrap();
+        let mut l = Loader::default();
+        l.add_file(&p).unwrap();
+        assert!(l.warnings.iter().any(|w| w.contains("x.updated")), "{:?}", l.warnings);
     }
 
     #[test]

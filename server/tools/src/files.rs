@@ -26,7 +26,17 @@ pub fn caller_root(ctx: &ToolCtx) -> Result<PathBuf, ToolError> {
         }
         _ => ctx.env.project.root.clone(),
     };
-    root.canonicalize().map_err(|e| ToolError::precondition(format!("the root {} cannot be used: {e}", root.display())))
+    let root = root
+        .canonicalize()
+        .map_err(|e| ToolError::precondition(format!("the root {} cannot be used: {e}", root.display())))?;
+    // A folder inside a git directory (an editor opened `.git`) is git's files too.
+    if root.components().any(|c| c.as_os_str() == ".git") {
+        return Err(ToolError::precondition(format!(
+            "{} is inside a git directory (.git); the file tools work in the project's work tree, not in git's own files",
+            root.display()
+        )));
+    }
+    Ok(root)
 }
 
 /// `rel` as a path inside `root` (which is canonical), or an error naming the path.

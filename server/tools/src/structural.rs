@@ -88,7 +88,7 @@ pub fn check_rewrite(pattern_src: &str, pat: &Pattern, rewrite: &str) -> Result<
         let shown = if multi { format!("$$${name}") } else { format!("${name}") };
         let problem = if name.is_empty() || name.starts_with('_') {
             Some(
-                "captures nothing (only a named metavariable of the pattern, like $$$ARGS or $A, is replaced)"
+                "captures nothing (only a named metavariable of the pattern, like $$$ARGS or $A, is replaced; a literal `$$$` cannot be written with this tool)"
                     .to_string(),
             )
         } else if !bound.contains(name.as_str()) {
