@@ -332,6 +332,9 @@ pub fn materialize_index_soon(conn: &Arc<Conn>) {
 /// followed: the write is refused, logged, and the user told once per connection.
 pub async fn materialize(conn: &Conn, uri: &str) {
     let Some(parsed) = ForgeUri::parse(uri) else { return };
+    // One at a time per connection, each rendering what is stored when it starts: the
+    // last one to write has the newest text (`Conn::materializing`).
+    let _one_at_a_time = conn.materializing.lock().await;
     let path = conn.view_path(&parsed);
     // A copy is a file: its links point at the other copies.
     let mut text = documents::render_view(conn, &parsed).await.ok();

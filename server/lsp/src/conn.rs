@@ -74,6 +74,11 @@ pub struct Conn {
     views: Mutex<HashMap<PathBuf, u64>>,
     /// A rewrite of the index copy is scheduled (`announce::materialize_index_soon`).
     pub index_pending: std::sync::atomic::AtomicBool,
+    /// Held while a view copy is rendered and written ([`crate::announce::materialize`]):
+    /// two of them for one document (the first materialization at `initialized` and the
+    /// announcement of a write just after) could otherwise finish in the other order, the
+    /// older render (no plan yet: remove the copy) last.
+    pub materializing: tokio::sync::Mutex<()>,
     /// The index copy's open-finding counts, updated per changed file.
     pub index_counts: Mutex<crate::state::IndexCounts>,
     /// URIs waiting for a coalesced refresh.
@@ -117,6 +122,7 @@ impl Conn {
             warnings_turn: tokio::sync::Mutex::new(()),
             views: Mutex::new(HashMap::new()),
             index_pending: std::sync::atomic::AtomicBool::new(false),
+            materializing: tokio::sync::Mutex::new(()),
             index_counts: Mutex::new(Default::default()),
             alive,
             diagnostics: std::sync::OnceLock::new(),
