@@ -914,3 +914,22 @@ fn a_bare_repository_and_a_data_directory_that_is_a_file_are_refused_by_name() {
     assert_eq!(out.code, 1, "{out:?}");
     assert_contains(&out.stderr, &format!("{} exists and is not a directory", file.display()));
 }
+
+/// A repository git refuses to open (another user's, not in `safe.directory`) is named as
+/// such, not as "not inside a git repository". Needs root to give the repository away.
+#[test]
+fn a_repository_git_refuses_as_another_users_is_named() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: giving a repository to another user needs root");
+        return;
+    }
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let chown = std::process::Command::new("chown").args(["-R", "1234:1234"]).arg(&repo.path).status().unwrap();
+    assert!(chown.success());
+    let out = sb.call("plan-read").input(json!({ "recent": true })).cwd(&repo.path).run();
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_contains(&out.stderr, "git refuses the repository here");
+    assert_contains(&out.stderr, "owned by");
+}
