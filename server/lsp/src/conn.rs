@@ -74,7 +74,7 @@ pub struct Conn {
     views: Mutex<HashMap<PathBuf, u64>>,
     /// A rewrite of the index copy is scheduled (`announce::materialize_index_soon`).
     pub index_pending: std::sync::atomic::AtomicBool,
-    /// Held while a view copy is rendered and written ([`crate::announce::materialize`]):
+    /// Held while a view copy is rendered and written (`announce::materialize`):
     /// two of them for one document (the first materialization at `initialized` and the
     /// announcement of a write just after) could otherwise finish in the other order, the
     /// older render (no plan yet: remove the copy) last.
