@@ -80,7 +80,15 @@ fn escape(c: char, rest: &[char], in_class: bool) -> Result<(String, usize), Str
                             && (rest.get(10).is_some_and(|q| matches!(q, '*' | '+' | '?'))
                                 || quantifier_len(&rest[10.min(rest.len())..]).is_some()) =>
                     {
-                        return Err("a quantifier after a surrogate pair (\\uD83D\\uDE00*) repeats only its second half in ECMAScript, which cannot be searched for here; put the pair in a group: (?:\\uD83D\\uDE00)*".to_string());
+                        // As the caller wrote them: the pair and its quantifier.
+                        let pair: String = rest[..10].iter().collect();
+                        let len = match rest[10] {
+                            '*' | '+' | '?' => 1,
+                            _ => quantifier_len(&rest[10..]).unwrap_or(1),
+                        };
+                        let lazy = usize::from(rest.get(10 + len) == Some(&'?'));
+                        let q: String = rest[10..10 + len + lazy].iter().collect();
+                        return Err(format!("a quantifier after a surrogate pair (\\u{pair}{q}) repeats only its second half in ECMAScript, which cannot be searched for here; put the pair in a group: (?:\\u{pair}){q}"));
                     }
                     Some(lo @ 0xDC00..=0xDFFF) => (code(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)), 11),
                     _ => (format!("\\u{{{hi:X}}}"), 5),
@@ -371,5 +379,13 @@ mod tests {
         assert!(m(r"^(?:\uD83D\uDE00)+$", "😀😀"));
         let e = compile(r"\uD83D\uDE00*").unwrap_err();
         assert!(e.contains("surrogate pair"), "{e}");
+        // The message quotes the caller's pair and quantifier.
+        for (pattern, quoted, grouped) in [
+            (r"x\uD83D\uDE00+", r"(\uD83D\uDE00+)", r"(?:\uD83D\uDE00)+"),
+            (r"\uD83C\uDF89{2,3}?", r"(\uD83C\uDF89{2,3}?)", r"(?:\uD83C\uDF89){2,3}?"),
+        ] {
+            let e = compile(pattern).unwrap_err();
+            assert!(e.contains(quoted) && e.contains(grouped), "{pattern}: {e}");
+        }
     }
 }

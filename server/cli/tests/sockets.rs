@@ -412,7 +412,11 @@ fn forge_lsp_socket_sends_calls_through_the_server() {
     let out = sb.call("tools").env("FORGE_LSP_SOCKET", sb.root.join("absent.sock")).cwd(&repo.path).run();
     assert_eq!(out.code, 1, "{out:?}");
     assert_contains(&out.stderr, "FORGE_LSP_SOCKET");
-    assert_contains(&out.stderr, "absent.sock");
+    assert_contains(&out.stderr, "absent.sock: nothing is there");
+    // A path that is not a socket says so.
+    let out = sb.call("tools").env("FORGE_LSP_SOCKET", &sb.root).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, "it is not a socket");
     drop(server);
 }
 

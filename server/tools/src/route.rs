@@ -464,7 +464,19 @@ fn keep_wal_files(conn: &rusqlite::Connection) {
 }
 
 fn unreachable_socket(sock: &Path) -> ToolError {
-    ToolError::precondition(format!("cannot reach the forge-lsp server at FORGE_LSP_SOCKET={}", sock.display()))
+    use std::os::unix::fs::FileTypeExt;
+    // Why, as far as the path tells: a loop's socket that is gone, a wrong path, or a server
+    // that stopped listening.
+    let why = match std::fs::metadata(sock) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "nothing is there".to_string(),
+        Err(e) => e.to_string(),
+        Ok(m) if !m.file_type().is_socket() => "it is not a socket".to_string(),
+        Ok(_) => match std::os::unix::net::UnixStream::connect(sock) {
+            Err(e) => e.to_string(),
+            Ok(_) => "the server did not answer initialize".to_string(),
+        },
+    };
+    ToolError::precondition(format!("cannot reach the forge-lsp server at FORGE_LSP_SOCKET={}: {why}", sock.display()))
 }
 
 /// How long a running server may take to answer `initialize` (the project's id is cached by
