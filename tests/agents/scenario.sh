@@ -27,6 +27,8 @@
 #     double    the coder calls loop-handoff twice in one turn (first, then second summary)
 #     abortaudit the first audit records a clean handoff, then is killed by a signal (SIGKILL)
 #     abortcoder the coder is killed by a signal (SIGKILL) without handing off
+#     bgchild   the coder starts `sleep 600` in the background holding its stdout (its pid in
+#               bg.pid), then works and hands off as clean and exits; then as clean
 #     subagent  the coder waits for `coder-go`, tries loop-handoff (saved as first-handoff),
 #               waits for `coder-go2`, hands off, then waits for `coder-go3` before it ends
 #     adjustbad the first coder tries plan-adjust; the first audit waits for `adjust-go`, tries
@@ -148,6 +150,13 @@ case "$FORGE_ROLE:$scenario" in
     echo "turn $turn" >> work.txt
     run first coder_handoff "FIRST-CALL summary"
     run second coder_handoff "SECOND-CALL summary"
+    ;;
+  coder:bgchild)
+    # Left running, and holding the turn's stdout: the turn must end when this script does.
+    sleep 600 &
+    echo $! > "$state/bg.pid"
+    code
+    exit 0
     ;;
   coder:abortcoder)
     echo "working" >> work.txt

@@ -232,3 +232,24 @@ fn a_restart_from_another_process_waits_for_the_runners_step() {
     );
     assert_eq!(sections, ["0:completed,1:completed"], "{}", t.report());
 }
+
+/// The turn ends when the agent exits (PROTOCOL.md 7), whatever it left running: a coder
+/// that leaves `sleep 600` in the background holding its output has its turn end at once
+/// (the handoff applied, the loop going on to the audit), and the sleep is killed with the
+/// rest of the turn's process group. Before, the turn waited for the output to end, the
+/// watchdog took it for a stall and threw the handoff away, turn after turn.
+#[test]
+fn a_turn_ends_when_its_agent_exits_and_what_it_left_running_is_killed() {
+    let t = LoopTest::start("bgchild", "[loop]\nbusyStallTimeoutMs = 60000\n");
+    let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let bg: u32 = t.wait_state_file("bg.pid").trim().parse().expect("bg pid");
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        !pid_alive(bg)
+    });
+    assert!(gone, "the background sleep {bg} outlived its turn");
+    // One coder turn: nothing was taken for a stall.
+    assert_eq!(t.roles().iter().filter(|r| *r == "coder").count(), 1, "{:?}", t.roles());
+}

@@ -142,32 +142,67 @@ pub fn absorb_usage(req: &TurnRequest) {
     }
 }
 
+/// The last bytes an agent wrote to one of its pipes, kept as they arrive, so that what was
+/// read so far can be taken even when the pipe never ends (a process outside the turn's
+/// group holds it open).
+#[derive(Default)]
+struct Tail {
+    buf: std::sync::Mutex<Vec<u8>>,
+}
+
+impl Tail {
+    /// The last `keep` bytes, as text.
+    fn take(&self, keep: usize) -> String {
+        let mut buf = std::mem::take(&mut *self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if buf.len() > keep {
+            buf.drain(..buf.len() - keep);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+}
+
 async fn read_tail<R: tokio::io::AsyncRead + Unpin>(
     mut r: R,
     session: String,
     activity: Arc<Activity>,
     keep: usize,
-) -> (String, bool) {
-    let mut buf = Vec::new();
+    tail: Arc<Tail>,
+) {
     let mut chunk = [0u8; 8192];
-    let mut any = false;
     loop {
         match r.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                any = true;
                 activity.touch(&session);
+                let mut buf = tail.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 buf.extend_from_slice(&chunk[..n]);
                 if buf.len() > 2 * keep {
-                    buf.drain(..buf.len() - keep);
+                    let cut = buf.len() - keep;
+                    buf.drain(..cut);
                 }
             }
         }
     }
-    if buf.len() > keep {
-        buf.drain(..buf.len() - keep);
+}
+
+/// How long the pipes of a turn whose agent exited may stay open after its process group
+/// was killed: only a process that left the group (`setsid`) can still hold them.
+const PIPES_LEFT_OPEN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits until process `pid` (a child of this process) has exited, without reaping it: as
+/// long as it is a zombie its pid, which is also its process group's id, cannot be taken
+/// by another process, so the group can be killed after it without hitting a stranger.
+fn wait_exit_unreaped(pid: u32) {
+    let id: libc::id_t = pid;
+    loop {
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes only into `info`; WNOWAIT leaves the child to be reaped.
+        let r = unsafe { libc::waitid(libc::P_PID, id, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
     }
-    (String::from_utf8_lossy(&buf).into_owned(), any)
 }
 
 /// Starts a turn; its outcome is sent on `done` as `(session_id, turn, outcome)`.
@@ -278,23 +313,42 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         });
         let (s1, s2) = (session.clone(), session.clone());
         let (a1, a2) = (req.activity.clone(), req.activity.clone());
-        let out = tokio::spawn(async move {
-            match stdout {
-                Some(s) => read_tail(s, s1, a1, keep).await,
-                None => (String::new(), false),
+        let (t1, t2) = (Arc::new(Tail::default()), Arc::new(Tail::default()));
+        let (t1r, t2r) = (t1.clone(), t2.clone());
+        let mut out = tokio::spawn(async move {
+            if let Some(s) = stdout {
+                read_tail(s, s1, a1, keep, t1r).await;
             }
         });
-        let err = tokio::spawn(async move {
-            match stderr {
-                Some(s) => read_tail(s, s2, a2, TAIL).await,
-                None => (String::new(), false),
+        let mut err = tokio::spawn(async move {
+            if let Some(s) = stderr {
+                read_tail(s, s2, a2, TAIL, t2r).await;
             }
         });
+        // The turn ends when the agent exits (PROTOCOL.md 7), not when its output does:
+        // what it left running in its process group (`npm run dev &`) is killed then, which
+        // also closes the pipes such a process held. Killed before the agent is reaped, so
+        // the group's id is still the agent's.
+        if let Some(pid) = pid {
+            let _ = tokio::task::spawn_blocking(move || wait_exit_unreaped(pid)).await;
+            crate::process::kill_group(pid);
+        }
         let status = child.wait().await;
         // Its input ends with it (or with a process it left holding it): not waited for.
         writer.abort();
-        let (stdout, _) = out.await.unwrap_or_default();
-        let (stderr, _) = err.await.unwrap_or_default();
+        // A process that left the group (`setsid`) may still hold a pipe: what was read by
+        // then is the output.
+        let drained = tokio::time::timeout(PIPES_LEFT_OPEN, async {
+            let _ = (&mut out).await;
+            let _ = (&mut err).await;
+        })
+        .await;
+        if drained.is_err() {
+            out.abort();
+            err.abort();
+            tracing::warn!(session = %session, "the agent exited, but a process it started outside its process group still holds its output; the turn ends without waiting for it");
+        }
+        let (stdout, stderr) = (t1.take(keep), t2.take(TAIL));
         if req.shim_dir.is_some() {
             let r2 = req.clone();
             let _ = tokio::task::spawn_blocking(move || absorb_usage(&r2)).await;
