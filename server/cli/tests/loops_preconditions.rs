@@ -69,6 +69,28 @@ fn a_preset_whose_cli_is_missing_is_named() {
     no_loop_was_created(&sb, &repo.path);
 }
 
+/// An agent command that exists but may not be executed is refused at the start, naming
+/// the file, instead of failing three turns with "Permission denied" and leaving an
+/// errored loop behind.
+#[test]
+fn an_agent_command_that_may_not_be_executed_is_refused_at_the_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let agent = sb.root.join("agent.sh");
+    std::fs::write(&agent, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o644)).unwrap();
+    repo.write_project_config(&format!(
+        "[sandbox]\nenabled = false\n\n[agent]\ncommand = [{:?}]\n",
+        agent.display().to_string()
+    ));
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
+    assert!(e.message.contains("may not be executed") && e.message.contains("agent.sh"), "{e}");
+    no_loop_was_created(&sb, &repo.path);
+}
+
 const S: &str = "ses_01JSECTIONREADCODER00000";
 const LOOP: &str = "sections";
 

@@ -276,27 +276,40 @@ async fn resolve_models(
         .await
 }
 
-/// Checks that the agent command can be started at all (its program exists).
+/// Checks that the agent command can be started at all: its program exists and may be
+/// executed (a file without an execute bit would fail every turn, "Permission denied").
 fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
     let argv = crate::agents::program(&env.config).unwrap_or_default();
     let prog = argv.first().ok_or("agent.command is empty")?;
-    let found = if prog.contains('/') {
+    let executable = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    // The first file of that name (a path, or as PATH finds it), and whether it may run.
+    let found: Option<(PathBuf, bool)> = if prog.contains('/') {
         let p = if Path::new(prog).is_absolute() { PathBuf::from(prog) } else { cwd.join(prog) };
-        p.is_file()
+        p.is_file().then(|| (p.clone(), executable(&p)))
     } else {
-        // The PATH the agent gets (the server's binary directory first).
+        // The PATH the agent gets (the server's binary directory first); like execvp, a
+        // file there that may not be executed is passed over for a later one.
         let path = crate::host::agent_path(None, crate::host::self_bin().as_deref(), std::env::var_os("PATH"));
-        std::env::split_paths(&path).any(|d| d.join(prog).is_file())
+        let files: Vec<PathBuf> = std::env::split_paths(&path).map(|d| d.join(prog)).filter(|p| p.is_file()).collect();
+        files
+            .iter()
+            .find(|p| executable(p))
+            .map(|p| (p.clone(), true))
+            .or_else(|| files.first().map(|p| (p.clone(), false)))
     };
-    if found {
-        Ok(())
-    } else {
-        // Name the setting the program came from.
-        let from = match (&env.config.agent_preset, env.config.agent_command.is_none()) {
-            (Some(p), true) => format!("agent.preset = {p:?}: the {p} CLI"),
-            _ => "agent.command".to_string(),
-        };
-        Err(format!("the agent command {prog:?} ({from}) was not found; check the path or PATH"))
+    // Name the setting the program came from.
+    let from = match (&env.config.agent_preset, env.config.agent_command.is_none()) {
+        (Some(p), true) => format!("agent.preset = {p:?}: the {p} CLI"),
+        _ => "agent.command".to_string(),
+    };
+    match found {
+        Some((_, true)) => Ok(()),
+        Some((file, false)) => Err(format!(
+            "the agent command {prog:?} ({from}) is {}, which may not be executed; make it executable (chmod +x)",
+            file.display()
+        )),
+        None => Err(format!("the agent command {prog:?} ({from}) was not found; check the path or PATH")),
     }
 }
 
