@@ -39,6 +39,8 @@ export class PlansProvider implements vscode.TreeDataProvider<PlanEntry> {
   readonly onDidChangeTreeData = this.emitter.event;
   private plans: PlanEntry[] = [];
   private loading: Promise<void> | undefined;
+  /** What the tree last showed: it is redrawn only when that changes. */
+  private shown = '';
 
   constructor(
     private readonly fetch: () => Promise<PlanEntry[]>,
@@ -57,7 +59,14 @@ export class PlansProvider implements vscode.TreeDataProvider<PlanEntry> {
         )
         .finally(() => {
           this.loading = undefined;
-          this.emitter.fire();
+          // The list is reloaded every few seconds while the view is visible; redrawing
+          // an unchanged tree closed any context menu open in the Forge views (a user's,
+          // and the editor test's "Restart Loop").
+          const shown = JSON.stringify(this.plans.map((p) => [p.uri, PlansProvider.title(p), PlansProvider.description(p), p.loopName ?? '']));
+          if (shown !== this.shown) {
+            this.shown = shown;
+            this.emitter.fire();
+          }
           this.snapshot();
         });
     }
@@ -66,6 +75,7 @@ export class PlansProvider implements vscode.TreeDataProvider<PlanEntry> {
 
   clear(): void {
     this.plans = [];
+    this.shown = '';
     this.emitter.fire();
     this.snapshot();
   }
