@@ -153,7 +153,8 @@ fn locate(over: Option<&OsStr>, path: Option<&OsStr>) -> Result<PathBuf, String>
         .ok_or_else(|| format!("bubblewrap (bwrap) was not found on PATH. {HOW_TO_FIX}"))
 }
 
-fn is_executable(p: &Path) -> bool {
+/// Whether `p` is a regular file with an execute bit (what `execvp` may run).
+pub(crate) fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }

@@ -279,10 +279,9 @@ async fn resolve_models(
 /// Checks that the agent command can be started at all: its program exists and may be
 /// executed (a file without an execute bit would fail every turn, "Permission denied").
 fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
+    use crate::sandbox::is_executable as executable;
     let argv = crate::agents::program(&env.config).unwrap_or_default();
     let prog = argv.first().ok_or("agent.command is empty")?;
-    let executable = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
     // The first file of that name (a path, or as PATH finds it), and whether it may run.
     let found: Option<(PathBuf, bool)> = if prog.contains('/') {
         let p = if Path::new(prog).is_absolute() { PathBuf::from(prog) } else { cwd.join(prog) };
