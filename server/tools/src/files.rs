@@ -30,7 +30,7 @@ pub fn caller_root(ctx: &ToolCtx) -> Result<PathBuf, ToolError> {
         .canonicalize()
         .map_err(|e| ToolError::precondition(format!("the root {} cannot be used: {e}", root.display())))?;
     // A folder inside a git directory (an editor opened `.git`) is git's files too.
-    if root.components().any(|c| c.as_os_str() == ".git") {
+    if in_git_dir(&root) {
         return Err(ToolError::precondition(format!(
             "{} is inside a git directory (.git); the file tools work in the project's work tree, not in git's own files",
             root.display()
@@ -133,6 +133,12 @@ pub fn walk(start: &Path) -> ignore::Walk {
         .build()
 }
 
+/// Whether `p` has a `.git` component: it is, or lies in, a git directory (the file tools
+/// never read or write git's own files).
+pub fn in_git_dir(p: &Path) -> bool {
+    p.components().any(|c| c.as_os_str() == ".git")
+}
+
 /// Refuses a start path inside a git directory (`.git`, the project's or a nested
 /// repository's): the file tools never look there, whatever their walk's start (the walk
 /// skips `.git` below its start, not the start itself).
@@ -141,7 +147,7 @@ pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), T
     let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let (root, start) = (canon(root), canon(start));
     let tail = start.strip_prefix(&root).unwrap_or(&start);
-    if tail.components().any(|c| c.as_os_str() == ".git") {
+    if in_git_dir(tail) {
         return Err(ToolError::invalid_params(format!(
             "path {:?} is inside a git directory (.git); grep, glob and the ast-grep tools do not look there",
             rel.unwrap_or_default()

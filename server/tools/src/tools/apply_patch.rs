@@ -165,7 +165,7 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
         let file = resolved_rel(root, &target).map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {e}")))?;
         // A link on the way to git's directory is that directory (the lexical check is the
         // domain's, in `normalize_path`).
-        if file.components().any(|c| c.as_os_str() == ".git") {
+        if crate::files::in_git_dir(&file) {
             return Err(ToolError::invalid_params(format!(
                 "apply-patch failed: path {raw:?} leads into a git directory (.git) through a symbolic link, which apply-patch does not change"
             )));
