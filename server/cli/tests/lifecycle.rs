@@ -475,13 +475,9 @@ fn shutdown_and_exit_in_one_write_are_a_clean_exit() {
     let mut c = sb.stdio();
     c.init(&Init::new(&repo.path));
     let id = c.next_request_id();
-    let mut both = Vec::new();
-    for msg in
-        [json!({ "jsonrpc": "2.0", "id": id, "method": "shutdown" }), json!({ "jsonrpc": "2.0", "method": "exit" })]
-    {
-        let body = msg.to_string();
-        both.extend(format!("Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes());
-    }
+    let frame = |msg: Value| forge_protocol::framing::encode(msg.to_string().as_bytes());
+    let mut both = frame(json!({ "jsonrpc": "2.0", "id": id, "method": "shutdown" }));
+    both.extend(frame(json!({ "jsonrpc": "2.0", "method": "exit" })));
     c.send_raw(&both);
     let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits after exit");
     let reply = c.wait_response(id, REQUEST_TIMEOUT);

@@ -832,26 +832,21 @@ fn a_forgotten_registration_comes_back_with_the_next_call() {
     assert_eq!(rows(), 1, "the registration did not come back");
 }
 
-/// Reads one LSP frame's body from `s` (`None` at the end of input).
-fn read_frame(s: &mut std::io::BufReader<std::os::unix::net::UnixStream>) -> Option<Value> {
-    use std::io::{BufRead, Read};
-    let mut length = None;
+/// The next LSP message on `s`, framed by the protocol crate's decoder (`None` at the end
+/// of input).
+fn read_frame(s: &mut std::os::unix::net::UnixStream, dec: &mut forge_protocol::framing::Decoder) -> Option<Value> {
+    use forge_protocol::framing::Event;
+    use std::io::Read;
     loop {
-        let mut line = String::new();
-        if s.read_line(&mut line).ok()? == 0 {
-            return None;
+        match dec.next_event() {
+            Some(Event::Frame(body)) => return serde_json::from_slice(&body).ok(),
+            Some(_) => return None,
+            None => {}
         }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some(n) = line.strip_prefix("Content-Length: ") {
-            length = n.parse::<usize>().ok();
-        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).ok().filter(|n| *n > 0)?;
+        dec.push(&chunk[..n]);
     }
-    let mut body = vec![0; length?];
-    s.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
 }
 
 /// A call through a server ends its connection as LSP asks, `shutdown` and then `exit`,
@@ -868,9 +863,9 @@ fn a_call_sends_shutdown_and_exit_without_waiting_for_the_reply() {
         let (conn, _) = listener.accept().unwrap();
         conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut w = conn.try_clone().unwrap();
-        let mut r = std::io::BufReader::new(conn);
+        let (mut r, mut dec) = (conn, forge_protocol::framing::Decoder::new());
         let mut methods = Vec::new();
-        while let Some(m) = read_frame(&mut r) {
+        while let Some(m) = read_frame(&mut r, &mut dec) {
             let method = m["method"].as_str().unwrap_or_default().to_string();
             let result = match method.as_str() {
                 "initialize" => Some(json!({ "capabilities": {} })),
@@ -879,7 +874,7 @@ fn a_call_sends_shutdown_and_exit_without_waiting_for_the_reply() {
             };
             if let Some(result) = result {
                 let body = json!({ "jsonrpc": "2.0", "id": m["id"], "result": result }).to_string();
-                write!(w, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+                w.write_all(&forge_protocol::framing::encode(body.as_bytes())).unwrap();
             }
             methods.push(method);
         }
