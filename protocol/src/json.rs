@@ -25,6 +25,20 @@ fn escapes(w: u64) -> u64 {
     below_space | zero(w ^ (ONES * b'"' as u64)) | zero(w ^ (ONES * b'\\' as u64))
 }
 
+/// What kind of JSON value `v` is, for a message: "null", "a list", "a string", "a number",
+/// "a boolean" or "an object".
+pub fn kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Array(_) => "a list",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[inline]
 fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'

@@ -169,14 +169,7 @@ pub fn input_from_arguments(args: Option<Vec<Value>>) -> Result<Value, ToolError
         Value::Array(a) if a.is_empty() => Ok(Value::Object(Default::default())),
         other => Err(ToolError::invalid_params(format!(
             "arguments must be absent or a list with exactly one JSON object (the tool's input), got a list holding {}",
-            match other {
-                Value::Null => "null",
-                Value::Array(_) => "a list",
-                Value::String(_) => "a string",
-                Value::Number(_) => "a number",
-                Value::Bool(_) => "a boolean",
-                Value::Object(_) => "an object",
-            }
+            forge_protocol::json::kind(&other)
         ))),
     }
 }

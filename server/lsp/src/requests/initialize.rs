@@ -25,12 +25,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         Some(v) if !v.is_object() => {
             return Err(rpc_error(&ToolError::invalid_params(format!(
                 "initializationOptions.forge must be an object (with agent, session, token, dataDir, config), got {}",
-                match v {
-                    Value::Array(_) => "a list",
-                    Value::String(_) => "a string",
-                    Value::Number(_) => "a number",
-                    _ => "a boolean",
-                }
+                forge_protocol::json::kind(v)
             ))));
         }
         Some(v) => forge_tools::parse_input(v.clone()).map_err(|e| {
