@@ -327,18 +327,20 @@ fn line_and_column(text: &str, at: usize) -> (usize, usize) {
     (before.matches('\n').count() + 1, column)
 }
 
-/// The dotted key of the first TOML date-time in `table`, if any: no configuration key
-/// takes one, and read as a string it would pass a string key's check.
-fn datetime_key(prefix: &str, table: &toml::Table) -> Option<String> {
-    fn in_value(key: String, v: &toml::Value) -> Option<String> {
+/// The dotted keys of the TOML date-times in `table`: no configuration key takes one, and
+/// read as a string one would pass a string key's check.
+fn datetime_keys(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {
+    fn in_value(key: String, v: &toml::Value, out: &mut Vec<String>) {
         match v {
-            toml::Value::Datetime(_) => Some(key),
-            toml::Value::Table(t) => datetime_key(&key, t),
-            toml::Value::Array(a) => a.iter().find_map(|v| in_value(key.clone(), v)),
-            _ => None,
+            toml::Value::Datetime(_) => out.push(key),
+            toml::Value::Table(t) => datetime_keys(&key, t, out),
+            toml::Value::Array(a) => a.iter().for_each(|v| in_value(key.clone(), v, out)),
+            _ => {}
         }
     }
-    table.iter().find_map(|(k, v)| in_value(if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, v))
+    for (k, v) in table {
+        in_value(if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, v, out);
+    }
 }
 
 fn toml_to_json(v: toml::Value) -> Value {
@@ -409,7 +411,9 @@ impl Loader {
         })?;
         // Only a key that is read is refused; a date-time under an unknown key gets that
         // key's usual warning.
-        if let Some(key) = datetime_key("", &table).filter(|k| KEYS.iter().any(|(n, _)| n == k)) {
+        let mut dates = vec![];
+        datetime_keys("", &table, &mut dates);
+        if let Some(key) = dates.iter().find(|k| KEYS.iter().any(|(n, _)| n == *k)) {
             return Err(ConfigError(format!(
                 "configuration key `{key}` in {} is a TOML date-time, which no key takes (quote it to make it a string)",
                 path.display()
@@ -815,6 +819,10 @@ mod tests {
         std::fs::write(&p, "executionModel = 1979-05-27T07:32:00Z\n").unwrap();
         let e = Loader::default().add_file(&p).unwrap_err();
         assert!(e.0.contains("`executionModel`") && e.0.contains("date-time"), "{e}");
+        // Also behind a date-time under an unknown key.
+        std::fs::write(&p, "aaa = 2024-05-01\nexecutionModel = 1979-05-27T07:32:00Z\n").unwrap();
+        let e = Loader::default().add_file(&p).unwrap_err();
+        assert!(e.0.contains("`executionModel`"), "{e}");
     }
 
     #[test]
