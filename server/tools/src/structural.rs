@@ -78,7 +78,8 @@ pub fn check_rewrite(pattern_src: &str, pat: &Pattern, rewrite: &str) -> Result<
             if name.starts_with(|c: char| c.is_ascii_uppercase() || c == '_') || (dollars == 3 && name.is_empty()) {
                 out.push((dollars == 3, name.to_string()));
             }
-            rest = &tail[len.max(if dollars == 0 { 1 } else { 0 })..];
+            // At least the `$` found is behind: the scan moves on.
+            rest = &tail[len..];
         }
         out
     };
