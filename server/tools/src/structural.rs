@@ -56,57 +56,6 @@ pub fn pattern(src: &str, lang: SupportLang) -> Result<Pattern, ToolError> {
     Ok(pattern)
 }
 
-/// Refuses a `rewrite` that uses a metavariable the pattern does not capture in the same
-/// form: ast-grep replaces such a name with nothing (`bar($B)` for a pattern without `$B`
-/// deletes what the match held), and writes an anonymous `$$$` as it is. `$NAME` needs a
-/// `$NAME` in the pattern, `$$$NAME` a `$$$NAME`. The names used are read as ast-grep's
-/// replacer reads them (one, two or three `$`, then a name of capitals, digits and `_`
-/// that does not start with a digit); the names bound are the pattern's own
-/// ([`Pattern::defined_vars`]).
-pub fn check_rewrite(pattern_src: &str, pat: &Pattern, rewrite: &str) -> Result<(), ToolError> {
-    let bound = pat.defined_vars();
-    let uses = |text: &str| -> Vec<(bool, String)> {
-        let mut out = vec![];
-        let mut rest = text;
-        while let Some(at) = rest.find('$') {
-            let after = &rest[at..];
-            let dollars = after.chars().take(3).take_while(|&c| c == '$').count();
-            let tail = &after[dollars..];
-            let len =
-                tail.find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
-            let name = &tail[..len];
-            if name.starts_with(|c: char| c.is_ascii_uppercase() || c == '_') || (dollars == 3 && name.is_empty()) {
-                out.push((dollars == 3, name.to_string()));
-            }
-            // At least the `$` found is behind: the scan moves on.
-            rest = &tail[len..];
-        }
-        out
-    };
-    let multi_in_pattern: std::collections::HashSet<String> =
-        uses(pattern_src).into_iter().filter(|(multi, _)| *multi).map(|(_, n)| n).collect();
-    for (multi, name) in uses(rewrite) {
-        let shown = if multi { format!("$$${name}") } else { format!("${name}") };
-        let problem = if name.is_empty() || name.starts_with('_') {
-            Some(
-                "captures nothing (only a named metavariable of the pattern, like $$$ARGS or $A, is replaced; a literal `$$$` cannot be written with this tool)"
-                    .to_string(),
-            )
-        } else if !bound.contains(name.as_str()) {
-            Some("is not a metavariable of the pattern, so it would be replaced with nothing".to_string())
-        } else if multi != multi_in_pattern.contains(&name) {
-            let other = if multi { format!("${name}") } else { format!("$$${name}") };
-            Some(format!("is written {other} in the pattern; use the same form in the rewrite"))
-        } else {
-            None
-        };
-        if let Some(why) = problem {
-            return Err(ToolError::invalid(format!("invalid argument `rewrite`: {shown} {why}")));
-        }
-    }
-    Ok(())
-}
-
 /// The canonical name of a language.
 pub fn lang_name(lang: SupportLang) -> &'static str {
     LANGS.iter().find(|(_, sl, _)| *sl == lang).map(|(n, _, _)| n[0]).unwrap_or("?")
@@ -206,35 +155,6 @@ mod tests {
         assert_eq!(rewritten(crlf, &[hit(0, 3, "x(\n  1\n)")]), "x(\r\n  1\r\n);\r\nb();\r\n");
         let lf = "a();\nb();\n";
         assert_eq!(rewritten(lf, &[hit(0, 3, "x(\n  1\n)")]), "x(\n  1\n);\nb();\n");
-    }
-
-    #[test]
-    fn a_rewrite_uses_only_what_the_pattern_captures_in_the_same_form() {
-        let check = |pattern_src: &str, lang: &str, rewrite: &str| {
-            let (l, _) = language(lang).unwrap();
-            check_rewrite(pattern_src, &pattern(pattern_src, l).unwrap(), rewrite)
-        };
-        for (p, lang, rw) in [
-            ("foo($A, $B)", "js", "bar($B, $A)"),
-            ("console.log($$$ARGS)", "js", "logger.info($$$ARGS)"),
-            ("foo($A)", "js", "bar($A) // costs $5, `$` and $$"),
-            ("foo($A)", "js", "bar($A, 'literal')"),
-            ("$X.unwrap()", "rust", "$X.expect(\"why\")"),
-            ("foo($$$)", "js", "bar()"),
-        ] {
-            assert!(check(p, lang, rw).is_ok(), "{p} -> {rw}: {:?}", check(p, lang, rw).err());
-        }
-        for (p, lang, rw, says) in [
-            ("foo($A)", "js", "bar($B)", "$B is not a metavariable of the pattern"),
-            ("foo($$$ARGS)", "js", "bar($ARGS)", "$ARGS is written $$$ARGS in the pattern"),
-            ("foo($A)", "js", "bar($$$A)", "$$$A is written $A in the pattern"),
-            ("foo($$$)", "js", "bar($$$)", "$$$ captures nothing"),
-            ("foo($_)", "js", "bar($_)", "$_ captures nothing"),
-        ] {
-            let e = check(p, lang, rw).expect_err(rw);
-            assert_eq!(e.kind.code(), 1006, "{e:?}");
-            assert!(e.message.contains(says), "{p} -> {rw}: {}", e.message);
-        }
     }
 
     #[test]
