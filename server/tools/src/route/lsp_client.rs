@@ -96,7 +96,14 @@ impl LspClient {
                 }
                 None => {}
             }
-            let n = self.reader.read(&mut chunk)?;
+            let n = match self.reader.read(&mut chunk) {
+                Ok(n) => n,
+                // A signal this process handles (the SIGCHLD of `forge-lsp demo`'s agent):
+                // a read on a socket with a timeout is not restarted (signal(7)), whatever
+                // the handler's SA_RESTART says.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
             if n == 0 {
                 return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "server closed the connection"));
             }
@@ -152,5 +159,59 @@ impl LspClient {
                 return Ok(Ok(msg.get("result").cloned().unwrap_or(Value::Null)));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" fn ignore(_: libc::c_int) {}
+
+    /// A signal handled by this process while a request waits for its reply does not fail
+    /// the request. Before, `forge-lsp demo` failed now and then with "Interrupted system
+    /// call" when its agent's SIGCHLD reached the thread that waited for the server.
+    #[test]
+    fn a_signal_while_waiting_for_a_reply_is_not_an_error() {
+        // SIGURG without SA_RESTART: nothing else in this test binary uses it.
+        // SAFETY: installs a handler that does nothing; sigaction is given valid pointers.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut()), 0);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut d = Decoder::new();
+            let mut chunk = [0u8; 4096];
+            let id = loop {
+                if let Some(Event::Frame(body)) = d.next_event() {
+                    break serde_json::from_slice::<Value>(&body).unwrap()["id"].clone();
+                }
+                let n = s.read(&mut chunk).unwrap();
+                d.push(&chunk[..n]);
+            };
+            // Late enough for the signal to find the client waiting.
+            std::thread::sleep(Duration::from_millis(300));
+            s.write_all(&framing::encode(json!({ "jsonrpc": "2.0", "id": id, "result": 7 }).to_string().as_bytes()))
+                .unwrap();
+            s
+        });
+        // SAFETY: pthread_self names this thread, which outlives the signalling thread's use.
+        let me = unsafe { libc::pthread_self() };
+        let signaller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: `me` is the waiting test thread, alive until this thread is joined.
+            unsafe { libc::pthread_kill(me, libc::SIGURG) };
+        });
+        let mut c = LspClient::connect(&path).unwrap();
+        let r = c.request("x", json!({}));
+        signaller.join().unwrap();
+        let _s = server.join().unwrap();
+        assert_eq!(r.unwrap().unwrap(), json!(7));
     }
 }
