@@ -29,6 +29,9 @@
 #     abortcoder the coder is killed by a signal (SIGKILL) without handing off
 #     bgchild   the coder starts `sleep 600` in the background holding its stdout (its pid in
 #               bg.pid), then works and hands off as clean and exits; then as clean
+#     orphan    the first coder turn starts `sleep 600` in the background (its pid in bg.pid),
+#               writes its own pid to coder.pid and waits for `coder-release` (at most
+#               ~20 s) before working; later turns work at once
 #     subagent  the coder waits for `coder-go`, tries loop-handoff (saved as first-handoff),
 #               waits for `coder-go2`, hands off, then waits for `coder-go3` before it ends
 #     adjustbad the first coder tries plan-adjust; the first audit waits for `adjust-go`, tries
@@ -157,6 +160,15 @@ case "$FORGE_ROLE:$scenario" in
     echo $! > "$state/bg.pid"
     code
     exit 0
+    ;;
+  coder:orphan)
+    if [ "$turn" = 1 ]; then
+      sleep 600 > /dev/null 2>&1 &
+      echo $! > "$state/bg.pid"
+      echo $$ > "$state/coder.pid"
+      await coder-release
+    fi
+    code
     ;;
   coder:abortcoder)
     echo "working" >> work.txt

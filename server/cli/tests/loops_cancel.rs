@@ -253,3 +253,57 @@ fn a_turn_ends_when_its_agent_exits_and_what_it_left_running_is_killed() {
     // One coder turn: nothing was taken for a stall.
     assert_eq!(t.roles().iter().filter(|r| *r == "coder").count(), 1, "{:?}", t.roles());
 }
+
+/// A loop whose server was killed outright (SIGKILL) while its coder's first turn runs, and
+/// whose coder had started `sleep 600` in the background. Returns the test, the loop, and
+/// the pid of that sleep.
+fn server_killed_mid_turn() -> (LoopTest, String, u32) {
+    let mut t = LoopTest::start("orphan", "");
+    let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    let coder: u32 = t.wait_state_file("coder.pid").trim().parse().expect("coder pid");
+    let bg: u32 = t.wait_state_file("bg.pid").trim().parse().expect("bg pid");
+    let server = t.client.pid().expect("a stdio server");
+    let killed = std::process::Command::new("kill").args(["-KILL", &server.to_string()]).status().expect("kill");
+    assert!(killed.success());
+    assert!(wait_for(Duration::from_secs(10), || (!t.client.is_alive()).then_some(())).is_some());
+    // The agent died with its server: nothing could end its turn any more.
+    assert!(
+        wait_for(Duration::from_secs(10), || (!pid_alive(coder)).then_some(())).is_some(),
+        "the coder {coder} outlived its server"
+    );
+    // What it started in its process group lives on until a restart or cancel.
+    assert!(pid_alive(bg), "the background sleep died with the server");
+    (t, name, bg)
+}
+
+/// A restart by another server after the first was killed ends what the dead server's turn
+/// left running, and then runs the loop to its end with one new agent. Before, the old
+/// agent (and what it started) kept working in the worktree beside the new one.
+#[test]
+fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
+    let (t, name, bg) = server_killed_mid_turn();
+    let other = t.other_server("orphan", &[]);
+    let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
+    assert!(!pid_alive(bg), "the restart left the dead server's background sleep {bg} running");
+    let session = out.data["sessionId"].as_str().unwrap().to_string();
+    let end = wait_for(Duration::from_secs(60), || {
+        let row = t.loop_row(&name);
+        (row["status"] != json!("running")).then_some(row)
+    })
+    .unwrap_or_else(|| panic!("the restarted loop did not end{}", t.report()));
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
+    // Nothing recorded is left for the ended turns.
+    let left = t.count("SELECT count(*) FROM loop_sessions WHERE loop_name = ?1 AND agent_process IS NOT NULL", &name);
+    assert_eq!(left, 0);
+}
+
+/// A cancel by another server after the first was killed ends what its turn left running.
+#[test]
+fn a_cancel_after_the_server_was_killed_ends_what_its_turn_left_running() {
+    let (t, name, bg) = server_killed_mid_turn();
+    let other = t.other_server("orphan", &[]);
+    other.tool_ok("loop-cancel", json!({ "name": name }));
+    assert!(!pid_alive(bg), "the cancel left the dead server's background sleep {bg} running");
+    assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
+}

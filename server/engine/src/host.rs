@@ -29,6 +29,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
+use forge_store::loop_db;
+
 pub use crate::turn::{self_bin, tail_chars, usage_file, Activity, TurnOutcome, TurnRequest};
 
 /// A running turn; dropping it does not stop the process, `abort` does.
@@ -205,6 +207,31 @@ fn wait_exit_unreaped(pid: u32) {
     }
 }
 
+/// Has the agent killed when this server dies (`PR_SET_PDEATHSIG`), so that an agent whose
+/// turn nobody can end any more stops working (and spending) at once. What it started in
+/// its process group lives on until a restart or cancel ends it (`process::kill_orphaned`).
+///
+/// The signal follows the thread that spawned the child, not the process: turns are spawned
+/// from the runtime's tasks, whose worker threads (and `block_on`'s main thread) live as
+/// long as the server; never from `spawn_blocking`, whose idle threads exit.
+fn die_with_server(cmd: &mut Command) {
+    let server = std::process::id();
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // async-signal-safe functions (prctl, getppid), allocating nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The server died before the signal was set: the agent is not started.
+            if u32::try_from(libc::getppid()).ok() != Some(server) {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Starts a turn; its outcome is sent on `done` as `(session_id, turn, outcome)`.
 pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, TurnOutcome)>) -> TurnHandle {
     let session = req.session_id.clone();
@@ -289,6 +316,10 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     for (k, v) in &launch.env {
         cmd.env(k, v);
     }
+    // A loop's turn: its runner is in this server (an untracked session is nobody's).
+    if req.record.is_some() {
+        die_with_server(&mut cmd);
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return fail(format!("cannot start the agent command {:?}: {e}", argv[0])),
@@ -301,6 +332,15 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let keep = host.keep_stdout();
     let ended2 = ended.clone();
     tokio::spawn(async move {
+        // Recorded while the turn runs: if this server dies, a restart or cancel from
+        // another one ends what the turn left running (`process::kill_orphaned`).
+        let leader = pid.and_then(crate::process::Leader::of).map(|l| l.record());
+        if let (Some(store), Some(l)) = (&req.record, &leader) {
+            let (s, l) = (session.clone(), l.clone());
+            if let Err(e) = store.call(move |c| loop_db::set_agent_process(c, &s, Some(&l), "")).await {
+                tracing::warn!(session = %session, "cannot record the agent's process: {e}");
+            }
+        }
         // The prompt is written beside the readers, not before them: an agent that writes
         // more than a pipe holds before it has read its whole prompt (a long plan) would
         // otherwise wait on its output while this waited on its input.
@@ -332,6 +372,12 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         if let Some(pid) = pid {
             let _ = tokio::task::spawn_blocking(move || wait_exit_unreaped(pid)).await;
             crate::process::kill_group(pid);
+        }
+        if let (Some(store), Some(l)) = (&req.record, leader) {
+            let s = session.clone();
+            if let Err(e) = store.call(move |c| loop_db::set_agent_process(c, &s, None, &l)).await {
+                tracing::warn!(session = %session, "cannot clear the agent's process record: {e}");
+            }
         }
         let status = child.wait().await;
         // Its input ends with it (or with a process it left holding it): not waited for.
@@ -463,6 +509,7 @@ mod expand_tests {
             shim_dir: None,
             activity: Arc::default(),
             preset: None,
+            record: None,
         };
         let uuid = forge_domain::agent_cli::session_uuid("ses_T1");
         let t = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();

@@ -686,6 +686,7 @@ impl Runner {
                 .sandbox
                 .then(|| super::sandbox::shim_dir(&self.engine.data_dir, Path::new(&row.worktree_dir))),
             preset: crate::agents::preset(&self.config),
+            record: Some(self.engine.store.clone()),
         };
         let sid = self.live.id.clone();
         self.write(move |c| db::set_session_status(c, &sid, "busy")).await;
@@ -1467,6 +1468,7 @@ impl Runner {
                 .sandbox
                 .then(|| super::sandbox::shim_dir(&self.engine.data_dir, Path::new(&row.worktree_dir))),
             preset: None,
+            record: Some(self.engine.store.clone()),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         // The standby is busy while it compacts (other loop sessions see it).
@@ -1916,12 +1918,11 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     // A loop another live process runs: that process's runner sees the cancel in the change
     // feed, kills its agent's turn and removes the worktree itself (`Runner::taken_over`);
     // removing it here could pull it from under a turn still running there.
-    let (p, n) = (env.project.id.clone(), loop_name.to_string());
-    let owner = engine.store.call(move |c| loops::owner_pid(c, &p, &n)).await.ok().flatten();
-    let owned_elsewhere = match owner {
-        Some(pid) if pid != i64::from(std::process::id()) => owner_serves(engine, pid).await,
-        _ => false,
-    };
+    let owned_elsewhere = owned_elsewhere(engine, &env.project.id, loop_name).await;
+    if !owned_elsewhere {
+        // Its server died: what its last turn left running is ended here.
+        end_orphaned_turns(engine, &env.project.id, loop_name).await;
+    }
     if env.config.cleanup_worktree && !owned_elsewhere {
         if let Some(repo) = env.project.repo_root.clone() {
             let wt = PathBuf::from(&row.worktree_dir);
@@ -1930,6 +1931,55 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     }
     drop(locked);
     Ok(cancelled_result(&row, row.iteration))
+}
+
+/// Whether another live server process runs the loop (its recorded owner, which then ends
+/// its own agent's turn when it sees a cancel or restart in the change feed).
+pub(crate) async fn owned_elsewhere(engine: &Arc<Engine>, project: &str, loop_name: &str) -> bool {
+    let (p, n) = (project.to_string(), loop_name.to_string());
+    let owner = engine.store.call(move |c| loops::owner_pid(c, &p, &n)).await.ok().flatten();
+    match owner {
+        Some(pid) if pid != i64::from(std::process::id()) => owner_serves(engine, pid).await,
+        _ => false,
+    }
+}
+
+/// Ends what the turns of a loop that no live server runs left running: the recorded turn
+/// leaders' process groups (`loop_sessions.agent_process`, `process::kill_orphaned`). A
+/// server killed outright (SIGKILL, a crash) takes its agents with it
+/// (`host::die_with_server`) but not what they started; without this, a restart would start
+/// a new agent beside the old one's processes, and a cancel would leave them running.
+/// The records are forgotten afterwards. Called by a cancel or restart that found no runner
+/// of this process and no other live server running the loop.
+pub(crate) async fn end_orphaned_turns(engine: &Arc<Engine>, project: &str, loop_name: &str) {
+    let (p, n) = (project.to_string(), loop_name.to_string());
+    let recorded = match engine.store.call(move |c| db::agent_processes(c, &p, &n)).await {
+        Ok(r) if r.is_empty() => return,
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(loop_name, "cannot read the loop's recorded agent processes: {e}");
+            return;
+        }
+    };
+    let killed = tokio::task::spawn_blocking(move || {
+        recorded
+            .iter()
+            .filter_map(|(session, rec)| Some((session, crate::process::Leader::parse(rec)?)))
+            .map(|(session, leader)| crate::process::kill_orphaned(&leader, session))
+            .sum::<usize>()
+    })
+    .await
+    .unwrap_or(0);
+    if killed > 0 {
+        tracing::info!(
+            loop_name,
+            "ended {killed} process(es) that a turn of the loop left running when its server died"
+        );
+    }
+    let (p, n) = (project.to_string(), loop_name.to_string());
+    if let Err(e) = engine.store.call(move |c| db::clear_agent_processes(c, &p, &n)).await {
+        tracing::warn!(loop_name, "cannot clear the loop's recorded agent processes: {e}");
+    }
 }
 
 /// Whether the server process `pid` still serves: one of its registered private sockets

@@ -385,6 +385,7 @@ pub async fn new_session(
             shim_dir: None,
             activity: engine.activity.clone(),
             preset: crate::agents::preset(&env.config),
+            record: None,
         },
         tx,
     );
@@ -462,6 +463,11 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             None => break (row, dir, branch, bwrap, sbx_network),
         }
     };
+    // No runner of this process runs the loop now. When no other live server does either,
+    // what the turn of a server that died left running is ended before a new agent starts.
+    if !runner::owned_elsewhere(engine, &project, name).await {
+        runner::end_orphaned_turns(engine, &project, name).await;
+    }
     if !dir.exists() {
         let (r, d, b) = (repo.clone(), dir.clone(), branch.clone());
         tokio::task::spawn_blocking(move || git::reattach_worktree(&r, &d, &b))

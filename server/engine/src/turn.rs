@@ -50,6 +50,9 @@ pub struct TurnRequest {
     pub activity: Arc<Activity>,
     /// `agent.preset`: the agent CLI whose preset runs the turn (else `agent.command`).
     pub preset: Option<forge_domain::agent_output::Cli>,
+    /// Where the turn's leading process is recorded while it runs (a loop session's
+    /// `agent_process`): the store of a loop's turn, `None` for an untracked session.
+    pub record: Option<forge_store::Store>,
 }
 
 /// Last activity (epoch ms) per session and its source: `output` (its process printed),

@@ -603,6 +603,12 @@ pub struct Store {
     swept: Arc<std::sync::atomic::AtomicBool>,
 }
 
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
 impl Store {
     /// Opens the database and starts its owner thread.
     pub fn open(path: &Path) -> Result<Self, OpenError> {

@@ -122,6 +122,41 @@ pub fn set_session_status(db: &Connection, session_id: &str, status: &str) -> ru
     Ok(())
 }
 
+/// Records `process` (`forge_engine::process::Leader`'s form) as the leader of the running
+/// turn of session `session_id`; `None` clears it, only while it still names `was` (a turn
+/// that ended after the next one started leaves the next one's record alone).
+pub fn set_agent_process(db: &Connection, session_id: &str, process: Option<&str>, was: &str) -> rusqlite::Result<()> {
+    match process {
+        Some(p) => db
+            .prepare_cached("UPDATE loop_sessions SET agent_process = ?2 WHERE session_id = ?1")?
+            .execute(params![session_id, p])?,
+        None => db
+            .prepare_cached(
+                "UPDATE loop_sessions SET agent_process = NULL WHERE session_id = ?1 AND agent_process = ?2",
+            )?
+            .execute(params![session_id, was])?,
+    };
+    Ok(())
+}
+
+/// The recorded turn leaders of a loop's sessions, deleted ones included:
+/// `(session_id, agent_process)`.
+pub fn agent_processes(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut st = db.prepare_cached(
+        "SELECT session_id, agent_process FROM loop_sessions
+         WHERE project_id = ?1 AND loop_name = ?2 AND agent_process IS NOT NULL",
+    )?;
+    let rows = st.query_map(params![project, loop_name], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+/// Forgets the recorded turn leaders of a loop (what they led was ended).
+pub fn clear_agent_processes(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<()> {
+    db.prepare_cached("UPDATE loop_sessions SET agent_process = NULL WHERE project_id = ?1 AND loop_name = ?2")?
+        .execute(params![project, loop_name])?;
+    Ok(())
+}
+
 /// Retires every session of a loop except `keep`.
 pub fn delete_sessions(
     db: &Connection,
