@@ -30,8 +30,9 @@
 #     bgchild   the coder starts `sleep 600` in the background holding its stdout (its pid in
 #               bg.pid), then works and hands off as clean and exits; then as clean
 #     orphan    the first coder turn starts `sleep 600` in the background (its pid in bg.pid),
-#               writes its own pid to coder.pid and waits for `coder-release` (at most
-#               ~20 s) before working; later turns work at once
+#               with FORGE_TEST_ORPHAN_SHELL=1 also a forge.shell command that writes its
+#               pid to shell.pid and sleeps, writes its own pid to coder.pid and waits for
+#               `coder-release` (at most ~20 s) before working; later turns work at once
 #     subagent  the coder waits for `coder-go`, tries loop-handoff (saved as first-handoff),
 #               waits for `coder-go2`, hands off, then waits for `coder-go3` before it ends
 #     adjustbad the first coder tries plan-adjust; the first audit waits for `adjust-go`, tries
@@ -165,6 +166,10 @@ case "$FORGE_ROLE:$scenario" in
     if [ "$turn" = 1 ]; then
       sleep 600 > /dev/null 2>&1 &
       echo $! > "$state/bg.pid"
+      if [ -n "${FORGE_TEST_ORPHAN_SHELL:-}" ]; then
+        forge-lsp call shell "{\"command\":\"echo \$\$ > $state/shell.pid; exec sleep 600\",\"timeoutMs\":600000}" \
+          > "$state/shell.out" 2>&1 &
+      fi
       echo $$ > "$state/coder.pid"
       await coder-release
     fi

@@ -262,10 +262,7 @@ fn server_killed_mid_turn() -> (LoopTest, String, u32) {
     let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
     let coder: u32 = t.wait_state_file("coder.pid").trim().parse().expect("coder pid");
     let bg: u32 = t.wait_state_file("bg.pid").trim().parse().expect("bg pid");
-    let server = t.client.pid().expect("a stdio server");
-    let killed = std::process::Command::new("kill").args(["-KILL", &server.to_string()]).status().expect("kill");
-    assert!(killed.success());
-    assert!(wait_for(Duration::from_secs(10), || (!t.client.is_alive()).then_some(())).is_some());
+    kill_server(&mut t);
     // The agent died with its server: nothing could end its turn any more.
     assert!(
         wait_for(Duration::from_secs(10), || (!pid_alive(coder)).then_some(())).is_some(),
@@ -274,6 +271,36 @@ fn server_killed_mid_turn() -> (LoopTest, String, u32) {
     // What it started in its process group lives on until a restart or cancel.
     assert!(pid_alive(bg), "the background sleep died with the server");
     (t, name, bg)
+}
+
+/// SIGKILLs the test's first server and waits until it is gone.
+fn kill_server(t: &mut LoopTest) {
+    let server = t.client.pid().expect("a stdio server");
+    let killed = std::process::Command::new("kill").args(["-KILL", &server.to_string()]).status().expect("kill");
+    assert!(killed.success());
+    assert!(wait_for(Duration::from_secs(10), || (!t.client.is_alive()).then_some(())).is_some());
+}
+
+/// A `forge.shell` command dies with its server: nobody would enforce its time limit. (In
+/// a loop without the sandbox, so that the command's pid is this test's to see.)
+#[test]
+fn a_shell_command_dies_with_its_killed_server() {
+    let config = format!(
+        "[agent]\ncommand = [{:?}, \"{{session}}\"]\n\n[sandbox]\nenabled = false\n",
+        agent_script().display().to_string()
+    );
+    let mut t = LoopTest::launch(&config, "orphan", &[("FORGE_TEST_ORPHAN_SHELL", "1")]);
+    t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    let sh = wait_for(Duration::from_secs(30), || t.state_file("shell.pid").filter(|s| !s.trim().is_empty()))
+        .unwrap_or_else(|| panic!("no shell.pid; the call said: {:?}{}", t.state_file("shell.out"), t.report()));
+    let sh: u32 = sh.trim().parse().expect("shell pid");
+    t.wait_state_file("coder.pid");
+    assert!(pid_alive(sh));
+    kill_server(&mut t);
+    assert!(
+        wait_for(Duration::from_secs(10), || (!pid_alive(sh)).then_some(())).is_some(),
+        "the forge.shell command {sh} outlived its server"
+    );
 }
 
 /// A restart by another server after the first was killed ends what the dead server's turn

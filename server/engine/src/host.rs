@@ -207,31 +207,6 @@ fn wait_exit_unreaped(pid: u32) {
     }
 }
 
-/// Has the agent killed when this server dies (`PR_SET_PDEATHSIG`), so that an agent whose
-/// turn nobody can end any more stops working (and spending) at once. What it started in
-/// its process group lives on until a restart or cancel ends it (`process::kill_orphaned`).
-///
-/// The signal follows the thread that spawned the child, not the process: turns are spawned
-/// from the runtime's tasks, whose worker threads (and `block_on`'s main thread) live as
-/// long as the server; never from `spawn_blocking`, whose idle threads exit.
-fn die_with_server(cmd: &mut Command) {
-    let server = std::process::id();
-    // SAFETY: the closure runs in the child between fork and exec and calls only
-    // async-signal-safe functions (prctl, getppid), allocating nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The server died before the signal was set: the agent is not started.
-            if u32::try_from(libc::getppid()).ok() != Some(server) {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
 /// Starts a turn; its outcome is sent on `done` as `(session_id, turn, outcome)`.
 pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, TurnOutcome)>) -> TurnHandle {
     let session = req.session_id.clone();
@@ -318,7 +293,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     }
     // A loop's turn: its runner is in this server (an untracked session is nobody's).
     if req.record.is_some() {
-        die_with_server(&mut cmd);
+        crate::process::die_with_server(&mut cmd);
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -332,15 +307,6 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let keep = host.keep_stdout();
     let ended2 = ended.clone();
     tokio::spawn(async move {
-        // Recorded while the turn runs: if this server dies, a restart or cancel from
-        // another one ends what the turn left running (`process::kill_orphaned`).
-        let leader = pid.and_then(crate::process::Leader::of).map(|l| l.record());
-        if let (Some(store), Some(l)) = (&req.record, &leader) {
-            let (s, l) = (session.clone(), l.clone());
-            if let Err(e) = store.call(move |c| loop_db::set_agent_process(c, &s, Some(&l), "")).await {
-                tracing::warn!(session = %session, "cannot record the agent's process: {e}");
-            }
-        }
         // The prompt is written beside the readers, not before them: an agent that writes
         // more than a pipe holds before it has read its whole prompt (a long plan) would
         // otherwise wait on its output while this waited on its input.
@@ -365,6 +331,16 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
                 read_tail(s, s2, a2, TAIL, t2r).await;
             }
         });
+        // Recorded while the turn runs, once its input and output are under way (the store
+        // may wait for another process's write lock): if this server dies, a restart or
+        // cancel from another one ends what the turn left running (`kill_orphaned`).
+        let leader = pid.and_then(crate::process::Leader::of).map(|l| l.record());
+        if let (Some(store), Some(l)) = (&req.record, &leader) {
+            let (s, l) = (session.clone(), l.clone());
+            if let Err(e) = store.call(move |c| loop_db::set_agent_process(c, &s, Some(&l), "")).await {
+                tracing::warn!(session = %session, "cannot record the agent's process: {e}");
+            }
+        }
         // The turn ends when the agent exits (PROTOCOL.md 7), not when its output does:
         // what it left running in its process group (`npm run dev &`) is killed then, which
         // also closes the pipes such a process held. Killed before the agent is reaped, so

@@ -23,6 +23,33 @@ pub fn kill_group(pgid: u32) {
     }
 }
 
+/// Has `cmd`'s process killed when this server dies (`PR_SET_PDEATHSIG`): a loop's agent,
+/// whose turn nobody can end any more, stops working (and spending) at once, and so does a
+/// `forge.shell` command, whose time limit nobody enforces any more. What the process
+/// started in its group lives on: for a loop's turn, until a restart or cancel ends it
+/// ([`kill_orphaned`]).
+///
+/// The signal follows the thread that spawned the child, not the process: these commands
+/// are spawned from the runtime's tasks, whose worker threads (and `block_on`'s main
+/// thread) live as long as the server; never from `spawn_blocking`, whose idle threads exit.
+pub fn die_with_server(cmd: &mut tokio::process::Command) {
+    let server = std::process::id();
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // async-signal-safe functions (prctl, getppid), allocating nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The server died before the signal was set: the command is not started.
+            if u32::try_from(libc::getppid()).ok() != Some(server) {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Which process led an agent turn's process group, told apart from a later process that
 /// gets the same pid: the pid, its start time (clock ticks after boot, `/proc/<pid>/stat`)
 /// and the boot it ran in. Recorded in the store while the turn runs
@@ -77,47 +104,57 @@ fn boot_id() -> Option<String> {
 
 /// Kills what is left of an agent turn whose server died: the turn's process group, led by
 /// `leader`, whose processes carry `FORGE_SESSION_ID=<session>` in their environment.
-/// Returns how many processes (or, for a live leader, groups) were signalled.
+/// Returns how many of the group's processes were found (0: nothing was killed).
 ///
 /// - Another boot: nothing of it runs.
-/// - The leader still runs (same pid, same start time): its whole group is killed.
-/// - Otherwise the leader is gone (the server's death killed it, `PR_SET_PDEATHSIG`), or its
-///   pid now names another process. The processes whose group is still the leader's pid
-///   and whose environment names the session are killed one by one: while a group has
-///   members the kernel does not give its id to a new process, and the environment check
-///   leaves alone the group of a stranger that got the pid after the group was gone.
-///   A process that cleared its environment, or left the group (`setsid`), is not found.
+/// - The group is the leader's pid. It is killed (`killpg`, one signal to every member,
+///   forks in flight included) only when one of its processes, the leader or what it
+///   started, names the session in its environment: while a group has members the kernel
+///   does not give its id to a new process, so such a member means the group is still the
+///   turn's, and a stranger that got the pid after the group was gone is left alone.
+/// - Waits (at most 2 s) until no process of the group runs, so that what comes next (a
+///   restart's new agent) does not meet the old one's processes.
+///
+/// Not found: a process that left the group (`setsid`); a group none of whose processes
+/// kept the session in its environment.
 pub fn kill_orphaned(leader: &Leader, session: &str) -> usize {
     if boot_id().as_deref() != Some(leader.boot.as_str()) {
         return 0;
     }
-    if Leader::of(leader.pid).is_some_and(|now| now.start == leader.start) {
-        kill_group(leader.pid);
-        return 1;
-    }
     let want = format!("FORGE_SESSION_ID={session}");
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
-    let mut killed = 0;
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let in_group = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| stat_fields(&s))
-            .is_some_and(|(pgrp, _)| pgrp == leader.pid);
-        if !in_group {
-            continue;
-        }
+    let members = group_members(leader.pid);
+    let ours = members.iter().any(|pid| {
         let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if !env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) {
-            continue;
-        }
-        let Ok(p) = libc::pid_t::try_from(pid) else { continue };
-        // SAFETY: kill only sends a signal.
-        if p > 1 && unsafe { libc::kill(p, libc::SIGKILL) } == 0 {
-            killed += 1;
-        }
+        env.split(|b| *b == 0).any(|kv| kv == want.as_bytes())
+    });
+    if !ours {
+        return 0;
     }
-    killed
+    kill_group(leader.pid);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !group_members(leader.pid).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    members.len()
+}
+
+/// The running processes (zombies left out) whose process group is `pgid`.
+fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .is_some_and(|s| running(&s) && stat_fields(&s).is_some_and(|(pgrp, _)| pgrp == pgid))
+        })
+        .collect()
+}
+
+/// Whether a `/proc/<pid>/stat` line is of a process that has not exited (not a zombie).
+fn running(stat: &str) -> bool {
+    let state = stat.rsplit(')').next().unwrap_or("").trim_start().chars().next();
+    !matches!(state, Some('Z' | 'X') | None)
 }
 
 #[cfg(test)]
@@ -160,43 +197,50 @@ mod tests {
         assert_eq!(kill_orphaned(&other, "ses_none"), 0);
     }
 
-    #[test]
-    fn an_orphaned_group_is_killed_by_its_session_and_a_strangers_is_not() {
+    /// A group whose leader exits at once and leaves `sleep 60`s behind, the first with
+    /// `env` (a session or none) and the rest without FORGE_SESSION_ID. Returns the leader
+    /// and the sleeps' pids.
+    fn orphaned_group(session: Option<&str>, others: usize) -> (Leader, Vec<u32>) {
+        use std::io::Read;
         use std::os::unix::process::CommandExt;
-        // A group whose leader exits at once and leaves two sleeps: one carries the session,
-        // one does not (a stranger that joined the group, as far as the check can tell).
-        let mut lead = std::process::Command::new("sh")
-            .args(["-c", "sleep 60 >/dev/null & echo $!; env -u FORGE_SESSION_ID sleep 60 >/dev/null & echo $!"])
-            .env("FORGE_SESSION_ID", "ses_orphan")
-            .stdout(std::process::Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("sh");
+        let mut script = String::from("sleep 60 >/dev/null & echo $!;");
+        for _ in 0..others {
+            script.push_str(" env -u FORGE_SESSION_ID sleep 60 >/dev/null & echo $!;");
+        }
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", &script]).env_remove("FORGE_SESSION_ID").stdout(std::process::Stdio::piped()).process_group(0);
+        if let Some(s) = session {
+            cmd.env("FORGE_SESSION_ID", s);
+        }
+        let mut lead = cmd.spawn().expect("sh");
         let leader = Leader::of(lead.id()).expect("the leader");
-        let out = {
-            use std::io::Read;
-            let mut s = String::new();
-            lead.stdout.take().unwrap().read_to_string(&mut s).ok();
-            s
-        };
+        let mut out = String::new();
+        lead.stdout.take().unwrap().read_to_string(&mut out).unwrap();
         lead.wait().unwrap();
         let pids: Vec<u32> = out.split_whitespace().map(|s| s.parse().unwrap()).collect();
-        assert_eq!(pids.len(), 2, "{out}");
-        let alive = |p: u32| {
-            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
-                !matches!(s.rsplit(')').next().unwrap_or("").trim_start().chars().next(), Some('Z' | 'X'))
-            })
-        };
-        assert!(alive(pids[0]) && alive(pids[1]));
-        // The leader is gone (reaped): its members are found by group and session.
+        assert_eq!(pids.len(), 1 + others, "{out}");
+        (leader, pids)
+    }
+
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| running(&s))
+    }
+
+    #[test]
+    fn an_orphaned_group_is_killed_when_it_names_the_session_and_a_strangers_is_not() {
+        // The leader is gone (reaped): the group is found by its id and a member's session;
+        // the whole group goes, a member that dropped the variable too.
+        let (leader, pids) = orphaned_group(Some("ses_orphan"), 1);
+        assert!(pids.iter().all(|p| alive(*p)));
         assert_eq!(kill_orphaned(&leader, "ses_other"), 0, "another session's group");
-        assert_eq!(kill_orphaned(&leader, "ses_orphan"), 1);
-        let gone = (0..100).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            !alive(pids[0])
-        });
-        assert!(gone, "the session's sleep {} survived", pids[0]);
-        assert!(alive(pids[1]), "the sleep without the session was killed");
-        kill_group(leader.pid);
+        assert!(pids.iter().all(|p| alive(*p)));
+        assert_eq!(kill_orphaned(&leader, "ses_orphan"), 2);
+        // kill_orphaned waited for them.
+        assert!(pids.iter().all(|p| !alive(*p)), "the group survived: {pids:?}");
+        // A group none of whose processes names the session: a stranger's, left alone.
+        let (stranger, pids) = orphaned_group(None, 1);
+        assert_eq!(kill_orphaned(&stranger, "ses_orphan"), 0);
+        assert!(pids.iter().all(|p| alive(*p)), "a stranger's group was killed");
+        kill_group(stranger.pid);
     }
 }

@@ -1937,10 +1937,11 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
 /// its own agent's turn when it sees a cancel or restart in the change feed).
 pub(crate) async fn owned_elsewhere(engine: &Arc<Engine>, project: &str, loop_name: &str) -> bool {
     let (p, n) = (project.to_string(), loop_name.to_string());
-    let owner = engine.store.call(move |c| loops::owner_pid(c, &p, &n)).await.ok().flatten();
-    match owner {
-        Some(pid) if pid != i64::from(std::process::id()) => owner_serves(engine, pid).await,
-        _ => false,
+    match engine.store.call(move |c| loops::owner_pid(c, &p, &n)).await {
+        Ok(Some(pid)) if pid != i64::from(std::process::id()) => owner_serves(engine, pid).await,
+        Ok(_) => false,
+        // Unreadable: counted as owned elsewhere (nothing is killed or removed under it).
+        Err(_) => true,
     }
 }
 

@@ -596,6 +596,8 @@ impl Drop for GroupGuard {
 pub async fn run_captured(mut cmd: tokio::process::Command, timeout: Duration) -> io::Result<Captured> {
     use std::os::unix::process::ExitStatusExt;
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+    // Nobody enforces the time limit once this server is gone.
+    crate::process::die_with_server(&mut cmd);
     let mut child = cmd.spawn()?;
     let mut guard = GroupGuard(child.id());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -463,9 +463,10 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             None => break (row, dir, branch, bwrap, sbx_network),
         }
     };
-    // No runner of this process runs the loop now. When no other live server does either,
-    // what the turn of a server that died left running is ended before a new agent starts.
-    if !runner::owned_elsewhere(engine, &project, name).await {
+    // No runner of this process runs the loop now (one that did was stopped, its turn
+    // killed). When no live server ran it, what the turn of a server that died left running
+    // is ended before a new agent starts.
+    if !stopped_runner && !runner::owned_elsewhere(engine, &project, name).await {
         runner::end_orphaned_turns(engine, &project, name).await;
     }
     if !dir.exists() {
