@@ -131,15 +131,41 @@ export class PlansProvider implements vscode.TreeDataProvider<PlanEntry> {
 export class LoopsProvider implements vscode.TreeDataProvider<LoopStatus> {
   private readonly emitter = new vscode.EventEmitter<void>();
   readonly onDidChangeTreeData = this.emitter.event;
+  /** What the view shows, as last drawn: it is redrawn only when that changes. */
+  private drawn = '';
 
   constructor(
     private readonly loops: Loops,
     private readonly report: Report,
   ) {
     loops.onDidChange(() => {
-      this.emitter.fire();
+      // A redraw closes a context menu the user has open on the view: every status
+      // notification of a running loop (or a repeat of an ended one's) would close it.
+      const shown = JSON.stringify(this.loops.all().map((l) => LoopsProvider.shown(l)));
+      if (shown !== this.drawn) {
+        this.drawn = shown;
+        this.emitter.fire();
+      }
       this.snapshot();
     });
+  }
+
+  /** Everything an item of the view shows for `l`. */
+  static shown(l: LoopStatus): string[] {
+    return [l.loopName, describeLoop(l), l.status, LoopsProvider.context(l), ...LoopsProvider.tooltipLines(l)];
+  }
+
+  static tooltipLines(l: LoopStatus): string[] {
+    return [
+      `**${l.loopName}** — ${l.status}`,
+      '',
+      l.sectionTitle ? `Section: ${l.sectionTitle}` : '',
+      typeof l.auditCount === 'number' ? `Audits: ${l.auditCount}` : '',
+      l.errorCount ? `Errors: ${l.errorCount}` : '',
+      l.terminationReason ? `Reason: ${l.terminationReason}` : '',
+      l.branch ? `Branch: \`${l.branch}\`` : '',
+      l.worktreeDir ? `Worktree: \`${l.worktreeDir}\`` : '',
+    ].filter((x, i) => i < 2 || x);
   }
 
   static icon(l: LoopStatus): vscode.ThemeIcon {
@@ -165,17 +191,7 @@ export class LoopsProvider implements vscode.TreeDataProvider<LoopStatus> {
     item.description = describeLoop(l);
     item.iconPath = LoopsProvider.icon(l);
     item.contextValue = LoopsProvider.context(l);
-    const lines = [
-      `**${l.loopName}** — ${l.status}`,
-      '',
-      l.sectionTitle ? `Section: ${l.sectionTitle}` : '',
-      typeof l.auditCount === 'number' ? `Audits: ${l.auditCount}` : '',
-      l.errorCount ? `Errors: ${l.errorCount}` : '',
-      l.terminationReason ? `Reason: ${l.terminationReason}` : '',
-      l.branch ? `Branch: \`${l.branch}\`` : '',
-      l.worktreeDir ? `Worktree: \`${l.worktreeDir}\`` : '',
-    ].filter((x, i) => i < 2 || x);
-    item.tooltip = new vscode.MarkdownString(lines.join('  \n'));
+    item.tooltip = new vscode.MarkdownString(LoopsProvider.tooltipLines(l).join('  \n'));
     item.command = { title: 'Open loop status', command: 'forgeLsp.openLoopStatus', arguments: [l.loopName] };
     return item;
   }
