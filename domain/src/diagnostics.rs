@@ -107,10 +107,11 @@ pub fn message(f: &Finding) -> String {
         out.push_str(scenario);
     }
     let origin = match (f.loop_name.as_deref().filter(|l| !l.is_empty()), f.section_index) {
-        // People count sections from 1 (as progress, lenses and status do).
-        (Some(name), Some(k)) => Some(format!("loop {name}, section {}", k + 1)),
+        // People count sections from 1 (as progress, lenses and status do); a finding's
+        // section may be any u32 (review-write), the last one included.
+        (Some(name), Some(k)) => Some(format!("loop {name}, section {}", u64::from(k) + 1)),
         (Some(name), None) => Some(format!("loop {name}")),
-        (None, Some(k)) => Some(format!("section {}", k + 1)),
+        (None, Some(k)) => Some(format!("section {}", u64::from(k) + 1)),
         (None, None) => None,
     };
     if let Some(origin) = origin {
@@ -272,6 +273,9 @@ mod tests {
         f.loop_name = None;
         f.section_index = Some(0);
         assert_eq!(message(&f), "Leaks the handle.\n\nsection 1");
+        // The largest section review-write takes: no overflow (it panicked the publisher).
+        f.section_index = Some(u32::MAX);
+        assert_eq!(message(&f), "Leaks the handle.\n\nsection 4294967296");
     }
 
     #[test]
