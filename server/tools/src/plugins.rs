@@ -314,33 +314,79 @@ pub fn trusted_outside(project_root: &Path) -> bool {
 /// (`#/$defs/...`, `#/definitions/...`). Annotations (`format`, `description`, `default`,
 /// ...) do not constrain. The error names the path of the first failure.
 pub fn validate(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
-    Validator { root: schema, budget: std::cell::Cell::new(MAX_SCHEMA_CHECKS) }.check(schema, v, path, 0)
+    let run = || {
+        Validator { root: schema, budget: std::cell::Cell::new(MAX_SCHEMA_CHECKS), patterns: Default::default() }
+            .check(schema, v, path, 0)
+    };
+    // On a thread of its own with room for MAX_SCHEMA_DEPTH frames (a debug build's are
+    // about 10 KiB): the caller's (a runtime worker's 2 MiB) overflowed at 200, and took the
+    // server down. The thread costs tens of microseconds; a plugin call starts a process.
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("forge-schema".into())
+            .stack_size(SCHEMA_STACK)
+            .spawn_scoped(scope, run)
+            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .unwrap_or_else(|e| Err(format!("cannot start the inputSchema check: {e}")))
+    })
 }
+
+/// The stack of the thread that checks an input ([`validate`]).
+const SCHEMA_STACK: usize = 32 << 20;
 
 /// Schema checks one validation may make: unions of unions (`anyOf` inside `anyOf`, as
 /// recursive schemas have) can try every branch at every level of a deep input, which grows
-/// exponentially; past this the input is refused, naming the cost.
+/// exponentially; past this the input is refused, naming the cost. `uniqueItems` counts
+/// each comparison of two items.
 const MAX_SCHEMA_CHECKS: usize = 200_000;
 
-/// How deep `$ref`s and combinators may nest (a schema that refers to itself for ever is an
-/// error, not a stack overflow).
-const MAX_SCHEMA_DEPTH: usize = 200;
+/// How deep checks may nest: `$ref`s, combinators and the input's own nesting together (a
+/// schema that refers to itself for ever is an error, not a stack overflow; [`SCHEMA_STACK`]
+/// holds this many frames with room to spare).
+const MAX_SCHEMA_DEPTH: usize = 256;
 
 struct Validator<'a> {
     root: &'a Value,
     /// Checks left ([`MAX_SCHEMA_CHECKS`]).
     budget: std::cell::Cell<usize>,
+    /// `pattern`s compiled so far: each once per validation, not once per string checked.
+    patterns: std::cell::RefCell<std::collections::HashMap<String, Result<regex::Regex, String>>>,
 }
 
 impl Validator<'_> {
-    fn check(&self, schema: &Value, v: &Value, path: &str, depth: usize) -> Result<(), String> {
-        let left = self.budget.get();
-        if left == 0 {
-            return Err(format!(
-                "the input is too costly to check against the tool's inputSchema (over {MAX_SCHEMA_CHECKS} checks)"
-            ));
+    /// Takes `n` checks from the budget.
+    fn spend(&self, n: usize) -> Result<(), String> {
+        match self.budget.get().checked_sub(n) {
+            Some(left) => {
+                self.budget.set(left);
+                Ok(())
+            }
+            None => {
+                self.budget.set(0);
+                Err(format!(
+                    "the input is too costly to check against the tool's inputSchema (over {MAX_SCHEMA_CHECKS} checks)"
+                ))
+            }
         }
-        self.budget.set(left - 1);
+    }
+
+    /// Whether `x` matches `p` (an ECMAScript pattern of the schema), compiled once.
+    fn matches(&self, p: &str, x: &str) -> Result<bool, String> {
+        let mut cache = self.patterns.borrow_mut();
+        if !cache.contains_key(p) {
+            let compiled = forge_domain::ecma_regex::compile(p).map_err(|e| {
+                format!("the tool's inputSchema has a pattern that is not a regular expression ({p:?}): {e}")
+            });
+            cache.insert(p.to_string(), compiled);
+        }
+        match cache.get(p).expect("compiled above") {
+            Ok(re) => Ok(re.is_match(x)),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    fn check(&self, schema: &Value, v: &Value, path: &str, depth: usize) -> Result<(), String> {
+        self.spend(1)?;
         let at = if path.is_empty() { "the input".to_string() } else { format!("`{path}`") };
         if depth > MAX_SCHEMA_DEPTH {
             return Err(format!("the tool's inputSchema nests deeper than {MAX_SCHEMA_DEPTH} at {at}"));
@@ -397,10 +443,7 @@ impl Validator<'_> {
                 return Err(format!("{at} has a length outside the allowed range"));
             }
             if let Some(Value::String(p)) = s.get("pattern") {
-                let re = forge_domain::ecma_regex::compile(p).map_err(|e| {
-                    format!("the tool's inputSchema has a pattern that is not a regular expression ({p:?}): {e}")
-                })?;
-                if !re.is_match(x) {
+                if !self.matches(p, x)? {
                     return Err(format!("{at} must match the pattern {p:?}"));
                 }
             }
@@ -449,6 +492,7 @@ impl Validator<'_> {
             }
             if s.get("uniqueItems") == Some(&Value::Bool(true)) {
                 for (i, x) in a.iter().enumerate() {
+                    self.spend(i)?;
                     if a[..i].iter().any(|y| same(x, y)) {
                         return Err(format!("{at} must not repeat an item (item {i} is repeated)"));
                     }
@@ -931,10 +975,42 @@ mod tests {
         let e = validate(&blind, &deep, "").unwrap_err();
         assert!(e.contains("too costly") || e.contains("must be"), "{e}");
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
-        // A schema that refers to itself for ever is an error, not a stack overflow.
+        // A schema that refers to itself for ever is an error, not a stack overflow, even
+        // from a thread with little stack (a runtime worker's overflowed and took the server
+        // down); so is a chain of references as deep as the limit.
         let endless = json!({ "$ref": "#" });
-        assert!(validate(&endless, &json!({}), "").unwrap_err().contains("nests deeper"));
+        let mut defs = serde_json::Map::new();
+        for i in 0..300 {
+            defs.insert(format!("d{i}"), json!({ "$ref": format!("#/$defs/d{}", i + 1) }));
+        }
+        defs.insert("d300".into(), json!({ "type": "object" }));
+        let chain = json!({ "$ref": "#/$defs/d0", "$defs": defs });
+        let small = std::thread::Builder::new().stack_size(256 << 10);
+        let (e1, e2) = small
+            .spawn(move || (validate(&endless, &json!({}), ""), validate(&chain, &json!({}), "")))
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert!(e1.unwrap_err().contains("nests deeper"));
+        assert!(e2.unwrap_err().contains("nests deeper"));
         assert!(validate(&json!(false), &json!(1), "").is_err());
+    }
+
+    /// A pattern is compiled once per validation (it was compiled for every string: 150,000
+    /// strings took 100 s), and `uniqueItems` spends the check budget on its comparisons (it
+    /// was quadratic outside it).
+    #[test]
+    fn large_inputs_cost_what_the_budget_allows() {
+        let schema = json!({ "type": "array", "items": { "type": "string", "pattern": "^[a-z0-9]{1,64}@x$" } });
+        let input = Value::Array((0..100_000).map(|i| json!(format!("u{i}@x"))).collect());
+        let started = std::time::Instant::now();
+        assert_eq!(validate(&schema, &input, ""), Ok(()));
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+        let unique = json!({ "type": "array", "uniqueItems": true });
+        let input = Value::Array((0..20_000).map(|i| json!(i)).collect());
+        assert!(validate(&unique, &input, "").unwrap_err().contains("too costly"));
+        let small = Value::Array((0..500).map(|i| json!(i)).collect());
+        assert_eq!(validate(&unique, &small, ""), Ok(()));
     }
 
     #[test]
