@@ -61,12 +61,13 @@ pub struct Ticket {
 }
 
 /// Before a call: refuses a search tool's identical call after [`REFUSE_AFTER`] identical
-/// results; otherwise returns the ticket to hand to [`finish`].
-pub fn start(session: &str, tool: &str, input: &Value) -> Result<Option<Ticket>, ToolError> {
+/// results; otherwise returns the ticket to hand to [`finish`]. The same input in another
+/// project (`project`: its id) is another call.
+pub fn start(session: &str, project: &str, tool: &str, input: &Value) -> Result<Option<Ticket>, ToolError> {
     if EXEMPT.contains(&tool) {
         return Ok(None);
     }
-    let call = digest(tool, input);
+    let call = digest(tool, &(project, input));
     let map = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let e = map.get(session);
     if let Some(e) = e {
@@ -160,7 +161,7 @@ mod tests {
     use serde_json::json;
 
     fn once(session: &str, tool: &str, input: &Value, result: &str) -> Result<Option<String>, ToolError> {
-        match start(session, tool, input)? {
+        match start(session, "p1", tool, input)? {
             Some(t) => Ok(finish(t, result, &Data::default())),
             None => Ok(None),
         }
@@ -175,6 +176,10 @@ mod tests {
         }
         let e = once("s-grep", "grep", &input, "same").unwrap_err();
         assert_eq!(e.kind, forge_protocol::ErrorKind::Conflict);
+        // The same input in another project is not the same call (it was refused there,
+        // though it never ran there).
+        let other = start("s-grep", "p2", "grep", &input).unwrap().expect("a ticket");
+        assert!(finish(other, "other", &Data::default()).is_none());
         // Another input is not the same call.
         assert!(once("s-grep", "grep", &json!({ "pattern": "y" }), "same").unwrap().is_none());
     }
@@ -194,7 +199,7 @@ mod tests {
     fn parallel_identical_calls_count_once() {
         let input = json!({ "pattern": "p" });
         // Three calls start before any result arrives: only the first result counts.
-        let tickets: Vec<Ticket> = (0..3).map(|_| start("s-par", "glob", &input).unwrap().unwrap()).collect();
+        let tickets: Vec<Ticket> = (0..3).map(|_| start("s-par", "p1", "glob", &input).unwrap().unwrap()).collect();
         for t in tickets {
             finish(t, "same", &Data::default());
         }
@@ -204,6 +209,6 @@ mod tests {
 
     #[test]
     fn task_controls_are_exempt() {
-        assert!(start("s-task", "task-status", &json!({})).unwrap().is_none());
+        assert!(start("s-task", "p1", "task-status", &json!({})).unwrap().is_none());
     }
 }

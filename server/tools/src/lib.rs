@@ -189,7 +189,7 @@ pub fn run_on(
 ) -> Result<CommandResult, ToolError> {
     use std::sync::atomic::Ordering;
     let name = resolve(env, command).map(|t| t.guard_name()).unwrap_or_default();
-    let ticket = guard::start(&env.caller.session_id, &name, &input)?;
+    let ticket = guard::start(&env.caller.session_id, &env.project.id, &name, &input)?;
     let outcome = run_tx(conn, env, command, input, false).and_then(|done| match (done.after, cancel, done.cancel) {
         (Some(after), Some(asked), Some(flag)) => {
             // Passes the caller's cancel on to the tool's flag while the tool runs.
@@ -409,7 +409,7 @@ pub async fn call_watched(
         cancel::shield();
     }
     let name = tool.guard_name();
-    let ticket = guard::start(&env.caller.session_id, &name, &input)?;
+    let ticket = guard::start(&env.caller.session_id, &env.project.id, &name, &input)?;
     let read_only = tool.read_only();
     let caller_gone = caller_gone.filter(|_| matches!(tool, Resolved::Plugin(_)));
     let command = command.to_string();
