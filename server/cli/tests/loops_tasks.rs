@@ -111,6 +111,10 @@ fn task_controls_are_for_the_loop_owner_and_check_their_input() {
         assert_eq!(e.code, 1001, "{tool}: {e}");
         assert!(e.message.contains(&format!("forge.{tool}")) && e.message.contains("ses_someone_else"), "{e}");
     }
+    // Without a name the same: a loop runs, it is not theirs (it said "No active loops.").
+    let e = other.tool_err("task-status", json!({}));
+    assert_eq!(e.code, 1001, "{e}");
+    assert!(e.message.contains("forge.task-status") && e.message.contains(&name), "{e}");
 
     // Bad input.
     let e = t.client.tool_err("task-message", json!({ "message": "  " }));
@@ -134,4 +138,25 @@ fn task_controls_are_for_the_loop_owner_and_check_their_input() {
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
     let e = t.client.tool_err("task-status", json!({ "name": name }));
     assert_contains(&e.message, "is not running");
+}
+
+/// Without a running server, a task control's bad input is named first (-32602, exit 2), as
+/// a server would; a good one is then told it needs a server. Before, every input got the
+/// "needs a running forge-lsp server" answer.
+#[test]
+fn without_a_server_a_task_controls_input_is_checked_first() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    for (tool, input, field) in [
+        ("task-status", json!({ "bogus": 1 }), "bogus"),
+        ("task-message", json!({}), "message"),
+        ("task-revive", json!({ "instruction": 5 }), "instruction"),
+    ] {
+        let out = sb.call(tool).input(input).cwd(&repo.path).run();
+        assert_eq!(out.code, 2, "{tool}: {out:?}");
+        assert!(out.stderr.contains(field), "{tool}: {}", out.stderr);
+    }
+    let out = sb.call("task-status").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_contains(&out.stderr, "needs a running forge-lsp server");
 }

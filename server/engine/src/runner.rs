@@ -997,9 +997,9 @@ impl Runner {
         } else {
             self.sessions.get(&target).map(|(_, _, r)| r.as_str().to_string()).unwrap_or_else(|| "standby".into())
         };
-        let not_live = |what: &str| {
+        let not_live = |what: &str, done: &str| {
             ToolError::conflict(format!(
-                "Session {target} is the loop's standby session: it runs no turn to {what}; only the current phase session {} can be {what}d.",
+                "Session {target} is the loop's standby session: it runs no turn to {what}; only the current phase session {} can be {done}.",
                 self.live.id
             ))
         };
@@ -1064,7 +1064,7 @@ impl Runner {
             }
             TaskAction::Cancel => {
                 if !is_live {
-                    return Err(not_live("cancel"));
+                    return Err(not_live("cancel", "cancelled"));
                 }
                 let Some(h) = self.live.handle.take() else {
                     return Ok(CommandResult {
@@ -1087,7 +1087,7 @@ impl Runner {
             }
             TaskAction::Revive(instruction) => {
                 if !is_live {
-                    return Err(not_live("revive"));
+                    return Err(not_live("revive", "revived"));
                 }
                 if self.live.handle.is_some() {
                     return Err(ToolError::conflict(format!(

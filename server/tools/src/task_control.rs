@@ -46,13 +46,22 @@ pub fn target(ctx: &ToolCtx, tool: &str, name: Option<&str>) -> Result<LoopRow, 
         Some(q) => loop_scope::find_loop(ctx, q)?,
         None => {
             let c = ctx.caller();
-            let running: Vec<LoopRow> = loops::list(ctx.db, ctx.project_id())
+            let (running, others): (Vec<LoopRow>, Vec<LoopRow>) = loops::list(ctx.db, ctx.project_id())
                 .db()?
                 .into_iter()
                 .filter(|l| l.status == "running")
-                .filter(|l| c.agent == "user" || l.host_session_id.as_deref() == Some(c.session_id.as_str()))
-                .collect();
+                .partition(|l| c.agent == "user" || l.host_session_id.as_deref() == Some(c.session_id.as_str()));
             match running.len() {
+                // Loops run, none of them the caller's: the denial says so (not "none").
+                0 if !others.is_empty() => {
+                    let names: Vec<&str> = others.iter().map(|l| l.loop_name.as_str()).collect();
+                    return Err(ToolError::denied(format!(
+                        "forge.{tool} is not available to agent `{}` (session {}): the running loops ({}) are controlled by the user and by the sessions that started them",
+                        c.agent,
+                        c.session_id,
+                        names.join(", ")
+                    )));
+                }
                 0 => return Err(ToolError::not_found("No active loops.")),
                 1 => running.into_iter().next().expect("one"),
                 _ => {
