@@ -932,3 +932,24 @@ fn a_repository_git_refuses_as_another_users_is_named() {
     assert_contains(&out.stderr, "git refuses the repository here");
     assert_contains(&out.stderr, "owned by");
 }
+
+/// A call through a running server tells the configuration's warnings on standard error, as
+/// an in-process call does (before, only an editor saw them, as `window/showMessage`, and
+/// a user who wrote `trustedProjects = ["~/repo"]` never learned it was ignored).
+#[test]
+fn a_call_through_a_server_tells_the_configurations_warnings() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    sb.write_user_config("[plugins]\ntrustedProjects = [\"~/repo\"]\nbogusKey = 1\n");
+    let in_process = sb.call("plan-read").arg("--verbose").input(json!({ "recent": true })).cwd(&repo.path).run();
+    assert!(in_process.stderr.contains("in-process"), "{in_process:?}");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let through = sb.call("plan-read").arg("--verbose").input(json!({ "recent": true })).cwd(&repo.path).run();
+    assert_eq!(through.code, 0, "{through:?}");
+    assert!(through.stderr.contains("through the running server"), "{through:?}");
+    for out in [&in_process, &through] {
+        assert!(out.stderr.contains("warning: unknown configuration key `plugins.bogusKey`"), "{}", out.stderr);
+        assert!(out.stderr.contains("warning: plugins.trustedProjects entry \"~/repo\""), "{}", out.stderr);
+    }
+}

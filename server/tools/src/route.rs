@@ -260,6 +260,10 @@ impl Route {
             }
         }
         if needs_server {
+            // A bad input is named first (-32602), as when a server runs the tool.
+            if let Some(entry) = crate::find(name.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(name)) {
+                (entry.validate)(input)?;
+            }
             return Err(ToolError::precondition(format!(
                 "forge.{} needs a running forge-lsp server (it controls loops) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
                 name,
@@ -339,8 +343,19 @@ impl Route {
             self.say(format!("the server at {} did not answer initialize ({e}): passed over", sock.display()));
             None
         })?;
-        if let Err(e) = init {
-            return Err(Some(rpc_to_tool_error(&e)));
+        let init = match init {
+            Ok(r) => r,
+            Err(e) => return Err(Some(rpc_to_tool_error(&e))),
+        };
+        // The configuration's warnings, as the server read it for this caller: told on
+        // standard error, as an in-process call tells the loader's. Not to a loop's agent,
+        // which can do nothing about them (its tool calls' output is the model's input).
+        let warnings = init["capabilities"]["experimental"]["forge"]["configWarnings"].as_array().cloned();
+        for w in warnings.into_iter().flatten().filter(|_| !self.in_loop()) {
+            if let Some(w) = w.as_str() {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "warning: {w}");
+            }
         }
         c.set_timeout(lsp_client::REPLY_TIMEOUT).map_err(|_| None)?;
         c.notify_with_next("initialized", json!({}));
@@ -510,7 +525,10 @@ fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) {
     };
     let joined = lexical(&sub.join(file));
     let rewritten = if joined.starts_with("..") { lexical(&root.join(&joined)) } else { joined };
-    if !rewritten.as_os_str().is_empty() && rewritten.as_os_str() != file {
+    // The project root itself (`..` from a folder just below it) is `.`, as when the
+    // caller names it from the root; left as it was, `..` would name the root's parent.
+    let rewritten = if rewritten.as_os_str().is_empty() { PathBuf::from(".") } else { rewritten };
+    if rewritten.as_os_str() != file {
         input["file"] = Value::String(rewritten.display().to_string());
     }
 }
@@ -594,6 +612,10 @@ mod tests {
             ("/elsewhere", "../b.rs", "/b.rs"),
             ("/p", "/abs/c.rs", "/abs/c.rs"),
             ("/p", ".", "."),
+            // The root itself, named from below it: `.`, never `..` (the root's parent).
+            ("/p/sub", "..", "."),
+            ("/p/sub", "../", "."),
+            ("/p/sub/deeper", "../..", "."),
         ];
         for (cwd, given, sent) in cases {
             let mut input = json!({ "file": given });

@@ -190,6 +190,14 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
             commands.push(o.command);
         }
     }
+    let mut forge =
+        json!({ "protocolVersion": forge_protocol::PROTOCOL_VERSION, "tools": true, "sessionId": session_id });
+    // A tools-only client (`forge-lsp call`, `forge-lsp mcp`) tells the user its
+    // configuration's warnings from here: the `window/showMessage` sent at `initialized`
+    // may come after the one reply it waits for.
+    if tools_only {
+        forge["configWarnings"] = json!(*conn.config_warnings.lock().expect("warnings"));
+    }
     typed(json!({
         "capabilities": {
             "positionEncoding": if encoding == PositionEncoding::Utf8 { "utf-8" } else { "utf-16" },
@@ -200,7 +208,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
             "foldingRangeProvider": true,
             "codeLensProvider": { "resolveProvider": false },
             "codeActionProvider": true,
-            "experimental": { "forge": { "protocolVersion": forge_protocol::PROTOCOL_VERSION, "tools": true, "sessionId": session_id } }
+            "experimental": { "forge": forge }
         },
         "serverInfo": { "name": "forge-lsp", "version": env!("CARGO_PKG_VERSION") }
     }))
