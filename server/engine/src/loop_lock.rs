@@ -170,8 +170,9 @@ mod tests {
         drop(held);
         // The waiter given up on above gets the lock when it is let go, and lets it go.
         acquire(dir.path(), "p", "loop-a", Duration::from_secs(5)).await.unwrap();
-        // The same for a caller without a runtime.
-        let held = acquire_blocking(dir.path(), "p", "loop-a", Duration::ZERO).unwrap();
+        // The same for a caller without a runtime. (Waiting: the waiter given up on above may
+        // take the lock for a moment after the acquire just before it let it go.)
+        let held = acquire_blocking(dir.path(), "p", "loop-a", Duration::from_secs(5)).unwrap();
         let busy = acquire_blocking(dir.path(), "p", "loop-a", Duration::from_millis(30));
         assert!(matches!(busy, Err(LockError::Busy(_))), "{busy:?}");
         drop(held);
