@@ -100,11 +100,16 @@ pub fn line_lengths(text: &str, enc: PositionEncoding) -> Vec<u32> {
 /// `k` is the 0-based `sectionIndex`, the same number `review-read` shows as
 /// `Section:` and `review-write` reports as `for section <k>`, so one finding is
 /// never named by two different numbers.
+///
+/// The description and the scenario are each cut at [`MESSAGE_PART_MAX`] bytes, saying so:
+/// a diagnostic is for reading in a hover or a list, and every finding of a file goes out in
+/// one `publishDiagnostics` (nine findings of the 8 MiB review-write allows made a 75 MB
+/// message, over the 64 MiB any client of this protocol may refuse).
 pub fn message(f: &Finding) -> String {
-    let mut out = f.description.clone();
+    let mut out = cut_part(&f.description);
     if let Some(scenario) = f.scenario.as_deref().filter(|s| !s.is_empty()) {
         out.push_str("\n\nScenario: ");
-        out.push_str(scenario);
+        out.push_str(&cut_part(scenario));
     }
     let origin = match (f.loop_name.as_deref().filter(|l| !l.is_empty()), f.section_index) {
         // People count sections from 1 (as progress, lenses and status do); a finding's
@@ -119,6 +124,21 @@ pub fn message(f: &Finding) -> String {
         out.push_str(&origin);
     }
     out
+}
+
+/// The most bytes of a finding's description (and of its scenario) a diagnostic shows.
+pub const MESSAGE_PART_MAX: usize = 16 * 1024;
+
+/// `s`, or its first [`MESSAGE_PART_MAX`] bytes (at a character boundary) and a note.
+fn cut_part(s: &str) -> String {
+    if s.len() <= MESSAGE_PART_MAX {
+        return s.to_string();
+    }
+    let mut end = MESSAGE_PART_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [cut: {} bytes in all; forge.review-read shows it whole]", &s[..end], s.len())
 }
 
 /// LSP `DiagnosticSeverity`: bug → 1 (Error), warning → 2 (Warning).
@@ -276,6 +296,19 @@ mod tests {
         // The largest section review-write takes: no overflow (it panicked the publisher).
         f.section_index = Some(u32::MAX);
         assert_eq!(message(&f), "Leaks the handle.\n\nsection 4294967296");
+        // A long description and scenario are cut, at a character boundary, saying so.
+        f.section_index = None;
+        f.description = format!("{}é tail", "x".repeat(MESSAGE_PART_MAX - 1));
+        f.scenario = Some("y".repeat(MESSAGE_PART_MAX + 5));
+        let m = message(&f);
+        let want = format!(
+            "{}… [cut: {} bytes in all; forge.review-read shows it whole]\n\nScenario: {}… [cut: {} bytes in all; forge.review-read shows it whole]",
+            "x".repeat(MESSAGE_PART_MAX - 1),
+            MESSAGE_PART_MAX + 6,
+            "y".repeat(MESSAGE_PART_MAX),
+            MESSAGE_PART_MAX + 5
+        );
+        assert_eq!(m, want);
     }
 
     #[test]

@@ -509,3 +509,38 @@ fn cancelling_a_built_in_write_never_hides_that_it_was_stored() {
     let stored = page.data["findings"].as_array().unwrap().len();
     assert_eq!(stored, stored_replies, "every stored write was answered as stored");
 }
+
+/// A page of findings also ends at 16 MiB of finding text: three findings of 7 MiB come as
+/// a page of two and a page of one (one page of all three made a reply of over 42 MB, and
+/// nine 8 MiB findings one over the 64 MiB message limit). Their diagnostics are cut.
+#[test]
+fn a_page_of_large_findings_stays_under_the_message_limit() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let big = |ch: char| ch.to_string().repeat(7 << 20);
+    for (line, ch) in [(1, 'a'), (2, 'b'), (3, 'c')] {
+        c.tool_ok("review-write", json!({ "file": "big.rs", "line": line, "severity": "bug", "description": big(ch) }));
+    }
+    let first = c.tool_ok("review-read", json!({}));
+    assert_eq!(lines_of(&first.data), [2, 3], "the two newest");
+    let next = first.data["nextBeforeId"].as_i64().expect("a next page");
+    assert!(first.text.contains(&format!("beforeId: {next}")));
+    let second = c.tool_ok("review-read", json!({ "beforeId": next }));
+    assert_eq!(lines_of(&second.data), [1]);
+    assert_eq!(second.data["nextBeforeId"], Value::Null);
+    // The diagnostics of the file carry each description cut, saying so.
+    let uri = file_uri(&repo.path.join("big.rs"));
+    let d = c
+        .wait_notification(std::time::Duration::from_secs(30), |n| {
+            n.method() == "textDocument/publishDiagnostics"
+                && n.params()["uri"] == json!(uri)
+                && n.params()["diagnostics"].as_array().is_some_and(|a| a.len() == 3)
+        })
+        .expect("the file's three diagnostics");
+    for x in d.params()["diagnostics"].as_array().unwrap() {
+        let m = x["message"].as_str().unwrap();
+        assert!(m.len() < 20_000 && m.contains("forge.review-read shows it whole"), "{}", &m[m.len() - 100..]);
+    }
+}

@@ -14,7 +14,7 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
-pub const DESCRIPTION: &str = "Read review findings. Inside a sectioned loop the default scope is the current and earlier sections plus cross-section findings; allSections reads every section, crossSection only cross-section ones, loopName a specific loop (completed ones too). file filters by path and pattern searches descriptions and scenarios (regex). Findings come in pages, newest first: limit (default 100, at most 5000) and beforeId (the reply's nextBeforeId) page back; the text says when there are more. attempts: true returns the durable audit-attempt history { attempts, nextBeforeId } instead (limit 1-100, beforeId to page back); it cannot be combined with file, pattern or crossSection.";
+pub const DESCRIPTION: &str = "Read review findings. Inside a sectioned loop the default scope is the current and earlier sections plus cross-section findings; allSections reads every section, crossSection only cross-section ones, loopName a specific loop (completed ones too). file filters by path and pattern searches descriptions and scenarios (regex). Findings come in pages, newest first: limit (default 100, at most 5000; a page also ends after 16 MiB of finding text) and beforeId (the reply's nextBeforeId) page back; the text says when there are more. attempts: true returns the durable audit-attempt history { attempts, nextBeforeId } instead (limit 1-100, beforeId to page back); it cannot be combined with file, pattern or crossSection.";
 
 pub type Input = forge_protocol::inputs::ReviewReadInput;
 
@@ -57,6 +57,16 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             (hits, next)
         }
     };
+    // A page also ends at PAGE_BYTES of finding text (each finding may hold 8 MiB): the reply
+    // carries the text twice (the text and `data`) and must stay under the 64 MiB message
+    // limit (PROTOCOL.md §8), which nine large findings went over.
+    let next = match fit_bytes(&rows) {
+        Some(k) => {
+            rows.truncate(k);
+            rows.last().map(|f| f.id)
+        }
+        None => next,
+    };
     review::sort_findings(&mut rows);
     let mut text = review::render_findings(&rows);
     if let Some(n) = next {
@@ -69,6 +79,22 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     // Serialized straight from the rows: a page may hold 5,000 findings (forge_protocol::Data).
     let data = forge_protocol::Data::serialized(&Page { findings: &rows, next_before_id: next });
     Ok(CommandResult { text, data })
+}
+
+/// The most bytes of finding text (description, scenario, file) one page carries, past its
+/// first finding.
+const PAGE_BYTES: usize = 16 << 20;
+
+/// How many of `rows` (newest first) fit in [`PAGE_BYTES`], when not all do (at least one).
+fn fit_bytes(rows: &[review::Finding]) -> Option<usize> {
+    let mut total = 0usize;
+    for (i, f) in rows.iter().enumerate() {
+        total += f.description.len() + f.scenario.as_deref().map_or(0, str::len) + f.file.len();
+        if total > PAGE_BYTES && i > 0 {
+            return Some(i);
+        }
+    }
+    None
 }
 
 /// The `data` of a page of findings.
