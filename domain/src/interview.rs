@@ -261,7 +261,15 @@ pub fn apply_unified(text: &str, diff: &str) -> Result<String, String> {
                     let ends = prefix_ends(&old_lines, cursor, &old, true);
                     let longest = ends.iter().copied().max().unwrap_or(0);
                     let best = nearest_start(&ends, cursor, longest, want).map(|s| (s, longest));
+                    // Lines that are in the spec, but only where an earlier hunk already went.
+                    let mut spare = MAX_COMPARED;
+                    let before = nearest_within(&old_lines, 0, want, &old, true, &mut spare).ok().flatten();
                     let detail = match best {
+                        _ if before.is_some_and(|b| b < cursor) => format!(
+                            "its old lines are at spec line {}, before where the previous hunk ended (line {}); hunks must be in the spec's order and must not overlap",
+                            before.unwrap_or(0) + 1,
+                            cursor
+                        ),
                         Some((s, k)) if k > 0 && k < old.len() => format!(
                             "its old lines match from spec line {} but line {} of the hunk (`{}`) differs from the spec (`{}`)",
                             s + 1,
@@ -402,6 +410,13 @@ mod tests {
                 "second hunk stale",
                 "@@ -1 +1 @@\n-# Spec\n+# S\n@@ -7,2 +7,2 @@\n - one\n-- zwei\n+- 2\n",
                 &["hunk 2 (diff line 4", "line 2 of the hunk (`- zwei`) differs", "(`- two`)"],
+            ),
+            (
+                // The second hunk's lines are in the spec, before the first hunk's: said so,
+                // not "not in the spec".
+                "out of order",
+                "@@ -3 +3 @@\n-Goal: a\n+Goal: b\n@@ -1 +1 @@\n-# Spec\n+# S\n",
+                &["hunk 2", "at spec line 1, before where the previous hunk ended (line 3)", "in the spec's order"],
             ),
         ];
         for (name, diff, needles) in cases {

@@ -73,6 +73,13 @@ fn interview_state_is_stored_diffed_and_served_as_a_document() {
     for (input, needle, code) in [
         (json!({ "status": "" }), "`status`", 1006),
         (json!({ "status": "a\nb" }), "one line", 1006),
+        (json!({ "status": "a\rb" }), "one line", 1006),
+        (json!({ "status": "a\u{2028}b" }), "one line", 1006),
+        (json!({ "status": "x".repeat(5000) }), "at most 4096", 1006),
+        (json!({ "status": "x", "questions": vec!["q"; 101] }), "at most 100", 1006),
+        (json!({ "status": "x", "questions": ["ok", "q".repeat(20_000)] }), "questions[1]", 1006),
+        // A diff that removes every line would store an empty spec.
+        (json!({ "status": "x", "diff": whole_removal(&c, &uri) }), "leave the spec empty", 1006),
         (json!({ "status": "x", "spec": "a", "diff": "@@ -1 +1 @@\n-a\n+b\n" }), "not both", 1006),
         (json!({ "status": "x", "questions": ["ok", " "] }), "questions[1]", 1006),
         (json!({ "status": "x", "bogus": 1 }), "bogus", -32602),
@@ -102,4 +109,17 @@ fn interview_state_is_stored_diffed_and_served_as_a_document() {
     // Sessions do not share state.
     assert_contains(&c.content(&uri).unwrap(), "delimiter decided");
     c.shutdown_exit();
+}
+
+/// A diff that removes every line of the interview's stored spec (read from its document).
+fn whole_removal(c: &Client, uri: &str) -> String {
+    let doc = c.content(uri).expect("the interview document");
+    let spec = doc.split("## Spec\n\n").nth(1).unwrap_or_default();
+    let spec = spec.trim_end_matches('\n');
+    let lines: Vec<&str> = spec.split('\n').collect();
+    let mut d = format!("@@ -1,{} +0,0 @@\n", lines.len());
+    for l in lines {
+        d.push_str(&format!("-{l}\n"));
+    }
+    d
 }

@@ -20,17 +20,44 @@ pub type Input = forge_protocol::inputs::InterviewSubmitStateInput;
 
 /// Largest spec stored (bytes).
 pub const MAX_SPEC: usize = 8 * 1024 * 1024;
+/// Largest status (bytes): one line.
+pub const MAX_STATUS: usize = 4096;
+/// Most open questions, and the largest one (bytes). The status and the questions go into
+/// the project's index document, which must stay a readable size.
+pub const MAX_QUESTIONS: usize = 100;
+pub const MAX_QUESTION: usize = 16 * 1024;
 
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let status = input.status.trim();
     if status.is_empty() {
         return Err(ToolError::invalid("invalid argument `status`: must not be empty (one line saying where the interview stands)"));
     }
-    if status.contains('\n') {
-        return Err(ToolError::invalid("invalid argument `status`: must be one line"));
+    // Every line break an editor or a markdown reader breaks at (LSP: `\r` too).
+    if status.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']) {
+        return Err(ToolError::invalid("invalid argument `status`: must be one line (it holds a line break)"));
     }
-    if let Some(q) = input.questions.as_ref().and_then(|q| q.iter().position(|q| q.trim().is_empty())) {
-        return Err(ToolError::invalid(format!("invalid argument `questions[{q}]`: a question must not be empty")));
+    if status.len() > MAX_STATUS {
+        return Err(ToolError::invalid(format!(
+            "invalid argument `status`: {} bytes, at most {MAX_STATUS} (one line saying where the interview stands)",
+            status.len()
+        )));
+    }
+    if let Some(q) = input.questions.as_ref() {
+        if q.len() > MAX_QUESTIONS {
+            return Err(ToolError::invalid(format!(
+                "invalid argument `questions`: {} questions, at most {MAX_QUESTIONS}",
+                q.len()
+            )));
+        }
+        if let Some(i) = q.iter().position(|q| q.trim().is_empty()) {
+            return Err(ToolError::invalid(format!("invalid argument `questions[{i}]`: a question must not be empty")));
+        }
+        if let Some(i) = q.iter().position(|q| q.len() > MAX_QUESTION) {
+            return Err(ToolError::invalid(format!(
+                "invalid argument `questions[{i}]`: {} bytes, at most {MAX_QUESTION}",
+                q[i].len()
+            )));
+        }
     }
     let session = ctx.caller().session_id.clone();
     let stored = interviews::get(ctx.db, ctx.project_id(), &session).db()?;
@@ -46,8 +73,16 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "session {session} has no interview yet: the first turn must carry the full `spec`"
             )))
         }
-        (Some(row), None, Some(diff)) => forge_domain::interview::apply_unified(&row.spec, &diff)
-            .map_err(|e| ToolError::invalid(format!("invalid argument `diff`: {e}; nothing was stored")))?,
+        (Some(row), None, Some(diff)) => {
+            let spec = forge_domain::interview::apply_unified(&row.spec, &diff)
+                .map_err(|e| ToolError::invalid(format!("invalid argument `diff`: {e}; nothing was stored")))?;
+            if spec.trim().is_empty() {
+                return Err(ToolError::invalid(
+                    "invalid argument `diff`: it would leave the spec empty (a spec must not be empty); nothing was stored",
+                ));
+            }
+            spec
+        }
         (Some(row), None, None) => row.spec.clone(),
         (_, Some(_), Some(_)) => {
             return Err(ToolError::invalid(
