@@ -27,6 +27,40 @@ pub fn split_lines(s: &str) -> Vec<&str> {
     out
 }
 
+/// `s` as literal markdown text inside a line (never at its start): each character that
+/// could start markup there is backslash-escaped (so a stored name such as
+/// `x](http://e/)` is not a link, and `<b>` not HTML), and each line break (`\r\n`, `\n`,
+/// `\r`, U+0085, U+2028, U+2029) is shown as `\n` (so it cannot end a list item). An `_`
+/// between two letters or digits is left as it is (it cannot emphasize: `snake_case` stays
+/// readable in the source). For names and first lines the server puts into the documents
+/// it generates, which editors mostly show as source.
+pub fn md_inline(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\r' | '\n' | '\u{85}' | '\u{2028}' | '\u{2029}' => {
+                if c == '\r' && chars.get(i + 1) == Some(&'\n') {
+                    i += 1;
+                }
+                out.push_str("\\\\n");
+            }
+            '_' if i > 0 && chars[i - 1].is_alphanumeric() && chars.get(i + 1).is_some_and(|n| n.is_alphanumeric()) => {
+                out.push('_');
+            }
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '&' | '~' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    out
+}
+
 /// `split_lines(s).len()`, without building the lines.
 pub fn line_count(s: &str) -> usize {
     memchr::memchr_iter(b'\n', s.as_bytes()).count() + 1
@@ -113,6 +147,23 @@ mod tests {
         for s in ["", "\n", "\n\n", "a", "a\n", "\na", "a\r\nb", "é😀\nü\n", "\r", long.as_str()] {
             assert_eq!(split_lines(s), s.split('\n').collect::<Vec<_>>(), "{s:?}");
             assert_eq!(line_count(s), s.split('\n').count(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn md_inline_is_literal_text_on_one_line() {
+        let cases: &[(&str, &str)] = &[
+            ("plain name-1.rs", "plain name-1.rs"),
+            ("x](http://evil.example/).rs", "x\\](http://evil.example/).rs"),
+            ("<img src=x>", "\\<img src=x\\>"),
+            ("a\nb\r\nc\rd\u{2028}e", "a\\\\nb\\\\nc\\\\nd\\\\ne"),
+            ("*`~&\\", "\\*\\`\\~\\&\\\\"),
+            ("snake_case_1.rs", "snake_case_1.rs"),
+            ("_private_.rs", "\\_private\\_.rs"),
+            ("ü ok", "ü ok"),
+        ];
+        for (given, want) in cases {
+            assert_eq!(md_inline(given), *want, "{given:?}");
         }
     }
 }

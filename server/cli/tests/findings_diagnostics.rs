@@ -504,6 +504,15 @@ fn the_index_lists_open_findings_per_file_with_counts_and_links() {
     let index = c.content(INDEX_URI).expect("index");
     assert_contains(&index, "- [src/a.rs](");
     assert_contains(&index, " · 2 (1 bug, 1 warning)");
+
+    // A file name is literal text: not a link of its own, and a line break cannot end the
+    // list (a probe's `x](http://evil.example/).rs` was a link to that site).
+    for file in ["x](http://evil.example/).rs", "two\nlines.rs"] {
+        c.tool_ok("review-write", json!({ "file": file, "line": 1, "severity": "bug", "description": "d" }));
+    }
+    let index = c.content(INDEX_URI).expect("index");
+    assert_contains(&index, "- [x\\](http://evil.example/).rs](");
+    assert_contains(&index, "- [two\\\\nlines.rs](");
 }
 
 // --- a client that stops reading ------------------------------------------------------------------
@@ -698,4 +707,38 @@ fn a_tools_only_client_is_sent_no_diagnostics() {
     let pushed = pushes_to(&sock, &repo.path, json!({}), write("src/c.rs"), quiet);
     let diagnostics = pushed.iter().filter(|m| *m == "textDocument/publishDiagnostics").count();
     assert!(diagnostics >= 2, "{pushed:?}");
+}
+
+/// An editor opened on a folder inside a repository (a package of a monorepo) publishes a
+/// finding on the file every other client means: relative paths are the repository's, as
+/// `forge-lsp call` and the loops' worktrees store them. Before, they were resolved against
+/// the folder: `sub/x.rs` was published on `sub/sub/x.rs`, and `y.rs` on `sub/y.rs`.
+#[test]
+fn an_editor_on_a_folder_inside_a_repository_publishes_on_the_repositorys_paths() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("sub/x.rs", "one\ntwo\n");
+    repo.write("y.rs", "one\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path.join("sub")));
+    let since = c.mark();
+    for (cwd, file) in [(repo.path.join("sub"), "x.rs"), (repo.path.clone(), "y.rs")] {
+        let out = sb
+            .call("review-write")
+            .input(json!({ "file": file, "line": 1, "severity": "bug", "description": "d" }))
+            .cwd(&cwd)
+            .run();
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    for path in ["sub/x.rs", "y.rs"] {
+        let uri = uri_in(&repo.path, path);
+        let d = c.wait_diagnostics_since(since, &uri, std::time::Duration::from_secs(10), |d| d.len() == 1);
+        assert!(d.is_some(), "nothing published on {uri}");
+    }
+    assert!(c.latest_diagnostics(&uri_in(&repo.path, "sub/sub/x.rs")).is_none());
+    assert!(c.latest_diagnostics(&uri_in(&repo.path, "sub/y.rs")).is_none());
+    // The index links them the same way.
+    let index = c.content(INDEX_URI).expect("index");
+    assert_contains(&index, &format!("- [sub/x.rs]({})", uri_in(&repo.path, "sub/x.rs")));
+    assert_contains(&index, &format!("- [y.rs]({})", uri_in(&repo.path, "y.rs")));
 }

@@ -33,6 +33,14 @@ impl Project {
     pub fn is_global(&self) -> bool {
         self.id == GLOBAL
     }
+
+    /// What a finding's relative `file` is relative to: the repository's work tree (as for
+    /// `forge-lsp call`, wherever in it the caller stands, and in a loop's worktree, a whole
+    /// checkout), else the folder. An editor opened on a folder inside a repository names
+    /// the same file with the same path as every other client.
+    pub fn findings_root(&self) -> &Path {
+        self.repo_root.as_deref().unwrap_or(&self.root)
+    }
 }
 
 /// Why git refuses the repository that `folder` is in, when it refuses it as not safe to

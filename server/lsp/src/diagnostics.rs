@@ -148,7 +148,9 @@ fn groups(files: &[String], edges: &[(String, String)]) -> Vec<Vec<String>> {
 async fn publish(conn: &Arc<Conn>, batch: HashSet<Work>) {
     let env = conn.env();
     let project = env.project.id.clone();
-    let root = env.project.root.clone();
+    // Relative paths are the repository's (`Project::findings_root`), also for an editor
+    // opened on a folder inside it.
+    let root = env.project.findings_root().to_path_buf();
     let mirror = env.config.mirror_loop_findings;
     let all = batch.contains(&Work::All);
     let mut files: HashSet<String> = HashSet::new();

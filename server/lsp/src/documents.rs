@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use forge_core::Links;
-use forge_domain::text::iso_millis;
+use forge_domain::text::{iso_millis, md_inline};
 use forge_protocol::uri::ForgeUri;
 use forge_protocol::ToolError;
 use rusqlite::Connection;
@@ -16,11 +16,12 @@ use forge_tools::Db;
 /// Renders a document; unknown documents are `not_found` (1002).
 pub async fn render(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String, ToolError> {
     let project = conn.project_id();
-    let root = conn.env().project.root.clone();
+    let env = conn.env();
+    let (root, base) = (env.project.root.clone(), env.project.findings_root().to_path_buf());
     let uri = uri.clone();
     conn.ws
         .store
-        .read(move |db| render_sync(db, &project, &root, links, &uri))
+        .read(move |db| render_sync(db, &project, (&root, &base), links, &uri))
         .await
         .unwrap_or_else(|e| Err(ToolError::internal(e)))
 }
@@ -45,22 +46,26 @@ impl Rendered {
 /// short read, shorter than the hop to a reader thread.
 pub fn render_here(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<Rendered, ToolError> {
     let project = conn.project_id();
-    let root = conn.env().project.root.clone();
+    let env = conn.env();
+    let roots = (env.project.root.as_path(), env.project.findings_root());
     conn.ws
         .store
-        .read_here(|db| render_shared(db, &project, &root, links, uri))
+        .read_here(|db| render_shared(db, &project, roots, links, uri))
         .unwrap_or_else(|e| Err(ToolError::internal(e)))
 }
 
 /// Renders a document; its links to other documents are written in the style `links`.
+///
+/// `roots`: the project's root (where the view copies are) and its findings' root
+/// ([`forge_core::project::Project::findings_root`]).
 pub fn render_sync(
     db: &Connection,
     project: &str,
-    root: &Path,
+    roots: (&Path, &Path),
     links: Links,
     uri: &ForgeUri,
 ) -> Result<String, ToolError> {
-    Ok(match render_shared(db, project, root, links, uri)? {
+    Ok(match render_shared(db, project, roots, links, uri)? {
         Rendered::Text(t) => t,
         Rendered::Plan(p) => Arc::unwrap_or_clone(p).content,
     })
@@ -70,7 +75,7 @@ pub fn render_sync(
 fn render_shared(
     db: &Connection,
     project: &str,
-    root: &Path,
+    (root, findings_root): (&Path, &Path),
     links: Links,
     uri: &ForgeUri,
 ) -> Result<Rendered, ToolError> {
@@ -110,7 +115,7 @@ fn render_shared(
                 updated_at: &iso_millis(row.updated_at),
             }))
         }
-        ForgeUri::Index => render_index(db, project, root, &link, None),
+        ForgeUri::Index => render_index(db, project, findings_root, &link, None),
     };
     text.map(Rendered::Text)
 }
@@ -123,15 +128,16 @@ pub async fn render_view(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolErro
     }
     let work = conn.index_counts.lock().map(|mut c| c.take()).map_err(|_| ToolError::internal("index counts"))?;
     let project = conn.project_id();
-    let root = conn.env().project.root.clone();
+    let env = conn.env();
+    let (root, base) = (env.project.root.clone(), env.project.findings_root().to_path_buf());
     let r = conn
         .ws
         .store
         .read(move |db| {
             let counts = crate::findings_index::update(db, &project, work)?;
-            let block = crate::findings_index::render_counts(&counts, &root);
+            let block = crate::findings_index::render_counts(&counts, &base);
             let link = |u: &ForgeUri| forge_core::caller::link(u, &root, Links::View);
-            Ok::<_, ToolError>((render_index(db, &project, &root, &link, Some(block))?, counts))
+            Ok::<_, ToolError>((render_index(db, &project, &base, &link, Some(block))?, counts))
         })
         .await
         .unwrap_or_else(|e| Err(ToolError::internal(e)));
@@ -151,11 +157,12 @@ pub async fn render_view(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolErro
     }
 }
 
-/// The index; `findings` is its open-findings block when the caller has it already.
+/// The index; `findings` is its open-findings block when the caller has it already;
+/// `findings_root` is what the findings' relative paths are relative to.
 fn render_index(
     db: &Connection,
     project: &str,
-    root: &Path,
+    findings_root: &Path,
     link: &dyn Fn(&ForgeUri) -> String,
     findings: Option<String>,
 ) -> Result<String, ToolError> {
@@ -166,12 +173,14 @@ fn render_index(
     }
     for p in &recent {
         let first = p.content.split('\n').next().unwrap_or("").trim();
+        // Stored names and text are literal (`md_inline`): a name such as `x](http://e/)`
+        // must not become a link, nor a line break end the list.
         out.push_str(&format!(
             "- [{}]({}) · updated {} · {}\n",
-            p.label(),
+            md_inline(&p.label()),
             link(&p.uri()),
             iso_millis(p.updated_at),
-            first
+            md_inline(first)
         ));
     }
     out.push_str("\n## Loops\n\n");
@@ -182,7 +191,7 @@ fn render_index(
     for l in &all {
         out.push_str(&format!(
             "- [{}]({}) · {} · {} · iteration {} · [plan]({})\n",
-            l.loop_name,
+            md_inline(&l.loop_name),
             link(&ForgeUri::LoopStatus(l.loop_name.clone())),
             l.status,
             l.phase,
@@ -198,17 +207,17 @@ fn render_index(
         for i in &interviews {
             out.push_str(&format!(
                 "- [session {}]({}) · turn {} · updated {} · {}\n",
-                i.session_id,
+                md_inline(&i.session_id),
                 link(&ForgeUri::Interview(i.session_id.clone())),
                 i.turns,
                 iso_millis(i.updated_at),
-                i.status.lines().next().unwrap_or("")
+                md_inline(i.status.lines().next().unwrap_or(""))
             ));
         }
     }
     match findings {
         Some(block) => out.push_str(&block),
-        None => out.push_str(&crate::findings_index::render(db, project, root)?),
+        None => out.push_str(&crate::findings_index::render(db, project, findings_root)?),
     }
     Ok(out)
 }

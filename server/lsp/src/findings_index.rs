@@ -57,7 +57,12 @@ fn render_rows(rows: impl IntoIterator<Item = (String, i64, i64)>, root: &std::p
         if warnings > 0 {
             parts.push(format!("{warnings} warning{}", if warnings == 1 { "" } else { "s" }));
         }
-        out.push_str(&format!("- [{file}]({}) · {n} ({})\n", file_uri(&abs), parts.join(", ")));
+        out.push_str(&format!(
+            "- [{}]({}) · {n} ({})\n",
+            forge_domain::text::md_inline(&file),
+            file_uri(&abs),
+            parts.join(", ")
+        ));
     }
     out
 }

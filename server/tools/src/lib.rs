@@ -107,7 +107,8 @@ pub fn schema_of<T: JsonSchema>() -> Value {
 }
 
 /// Parses a tool input; errors name the offending field.
-pub fn parse_input<T: DeserializeOwned>(v: Value) -> Result<T, ToolError> {
+pub fn parse_input<T: DeserializeOwned>(mut v: Value) -> Result<T, ToolError> {
+    integral_floats_as_integers(&mut v);
     serde_path_to_error::deserialize::<_, T>(v).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
@@ -117,6 +118,26 @@ pub fn parse_input<T: DeserializeOwned>(v: Value) -> Result<T, ToolError> {
             ToolError::invalid_params(format!("invalid argument `{path}`: {inner}"))
         }
     })
+}
+
+/// Rewrites each number written with a fraction that is zero (`2.0`, `1e3`) as the integer
+/// it is, when it is exact (at most 2^53 from zero): the offered schemas say `integer`, and
+/// JSON Schema counts `2.0` as one, so a client that writes every number as a float (as
+/// JavaScript may) is not refused. A walk over the input's few nodes; a tool's large text
+/// is one string node.
+fn integral_floats_as_integers(v: &mut Value) {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            const EXACT: f64 = 9_007_199_254_740_992.0;
+            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= EXACT) {
+                // Exact by the bound above: the cast loses nothing.
+                *v = Value::from(f as i64);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(o) => o.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
 }
 
 /// Finds a tool by command (`forge.plan-read`) or by name (`plan-read`).
@@ -458,4 +479,25 @@ pub async fn call_watched(
         },
     };
     guard::settle(ticket, outcome)
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+    use forge_protocol::inputs::ReviewWriteInput;
+    use serde_json::json;
+
+    /// `2.0` is an integer to JSON Schema (the offered schemas say `integer`); `2.5` is not.
+    #[test]
+    fn an_integral_float_is_an_integer() {
+        let base = |line: Value| json!({ "file": "a.rs", "line": line, "severity": "bug", "description": "d" });
+        for (line, want) in [(json!(2.0), 2), (json!(1e3), 1000), (json!(-0.0), 0), (json!(7), 7)] {
+            let input: ReviewWriteInput = parse_input(base(line.clone())).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert_eq!(input.line, want, "{line}");
+        }
+        for line in [json!(2.5), json!(1e300), json!("2")] {
+            let e = parse_input::<ReviewWriteInput>(base(line.clone())).expect_err("refused");
+            assert!(e.message.contains("`line`"), "{line}: {}", e.message);
+        }
+    }
 }
