@@ -126,6 +126,19 @@ pub fn message(f: &Finding) -> String {
     out
 }
 
+/// The message of a finding published after its file's others took [`URI_MESSAGES_MAX`]:
+/// what it is and where to read it, at a fixed small size.
+pub fn short_message(f: &Finding) -> String {
+    format!(
+        "[Finding {}: not shown here, this file's findings are too large to publish whole; forge.review-read shows it.]",
+        f.id
+    )
+}
+
+/// The most bytes (as JSON text) the messages of one file's diagnostics take in full; the
+/// findings after that get [`short_message`]. One `publishDiagnostics` carries them all.
+pub const URI_MESSAGES_MAX: usize = 32 << 20;
+
 /// The most bytes of a finding's description (and of its scenario) a diagnostic shows.
 pub const MESSAGE_PART_MAX: usize = 16 * 1024;
 

@@ -25,6 +25,20 @@ fn escapes(w: u64) -> u64 {
     below_space | zero(w ^ (ONES * b'"' as u64)) | zero(w ^ (ONES * b'\\' as u64))
 }
 
+/// How many bytes `s` takes inside a JSON string literal (what [`push_string`] writes for
+/// it, without the quotes): `"`, `\\` and the controls with a short escape take two bytes,
+/// the other controls below 0x20 six, every other byte one. For size limits that must hold
+/// for the message on the wire, not just the text.
+pub fn escaped_len(s: &str) -> usize {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
+}
+
 /// What kind of JSON value `v` is, for a message: "null", "a list", "a string", "a number",
 /// "a boolean" or "an object".
 pub fn kind(v: &serde_json::Value) -> &'static str {
@@ -111,6 +125,16 @@ mod tests {
                 assert_eq!(ours(&s), serde_json::to_string(&s).unwrap(), "byte {byte:#04x} at {at}");
             }
         }
+    }
+
+    #[test]
+    fn escaped_len_is_what_serde_json_writes() {
+        for byte in 0u8..0x80 {
+            let s = format!("a{}b", byte as char);
+            assert_eq!(escaped_len(&s) + 2, serde_json::to_string(&s).unwrap().len(), "byte {byte:#04x}");
+        }
+        let mixed = "ünï \"q\" \\ \n\u{1}🦀";
+        assert_eq!(escaped_len(mixed) + 2, serde_json::to_string(mixed).unwrap().len());
     }
 
     #[test]

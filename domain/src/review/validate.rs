@@ -65,6 +65,15 @@ fn check_size(field: &str, text: &str) -> Result<(), String> {
             text.len()
         ));
     }
+    // The cap holds on the wire too, where each quote, backslash and control character is
+    // escaped (up to six bytes): a page of findings must fit in a 64 MiB message.
+    let wire = forge_protocol::json::escaped_len(text);
+    if wire > MAX_TEXT_BYTES {
+        return Err(format!(
+            "Invalid {field}: {} bytes are {wire} as JSON text (quotes, backslashes and control characters are escaped), larger than the {MAX_TEXT_BYTES}-byte (8 MiB) limit.",
+            text.len()
+        ));
+    }
     Ok(())
 }
 
@@ -166,6 +175,9 @@ mod tests {
         assert!(validate_write("a", 1, "d", Some(&huge)).expect_err("scen").starts_with("Invalid scenario:"));
         let exact = "x".repeat(MAX_TEXT_BYTES);
         assert_eq!(validate_write("a", 1, &exact, None), Ok(()));
+        // Measured as JSON text too: 5 MiB of quotes are 10 MiB on the wire.
+        let quotes = "\"".repeat(5 << 20);
+        assert!(validate_write("a", 1, &quotes, None).expect_err("escaped").contains("as JSON text"));
     }
 
     #[test]

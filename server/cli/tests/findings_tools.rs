@@ -544,3 +544,38 @@ fn a_page_of_large_findings_stays_under_the_message_limit() {
         assert!(m.len() < 20_000 && m.contains("forge.review-read shows it whole"), "{}", &m[m.len() - 100..]);
     }
 }
+
+/// One file's diagnostics are one message: past 32 MiB of message text (as JSON, escapes
+/// counted) its further findings are published with a short message naming them, so the
+/// message stays under 64 MiB (360 findings of 16 KiB of control characters made 70 MB).
+#[test]
+fn one_files_diagnostics_stay_under_the_message_limit() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let text = "\u{1}".repeat(16 * 1024);
+    for line in 1..=360 {
+        c.tool_ok(
+            "review-write",
+            json!({ "file": "many.rs", "line": line, "severity": "bug", "description": text, "scenario": text }),
+        );
+    }
+    let uri = file_uri(&repo.path.join("many.rs"));
+    let d = c
+        .wait_notification(std::time::Duration::from_secs(60), |n| {
+            n.method() == "textDocument/publishDiagnostics"
+                && n.params()["uri"] == json!(uri)
+                && n.params()["diagnostics"].as_array().is_some_and(|a| a.len() == 360)
+        })
+        .expect("the file's 360 diagnostics");
+    let size = serde_json::to_string(d.params()).unwrap().len();
+    assert!(size < 64 << 20, "{size} bytes");
+    let short = d.params()["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["message"].as_str().unwrap().contains("too large to publish whole"))
+        .count();
+    assert!(short > 0 && short < 360, "{short} short messages");
+}

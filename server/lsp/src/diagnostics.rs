@@ -304,6 +304,8 @@ async fn publish_step(
         let mut diags = Vec::with_capacity(entries.len());
         let mut contributing = HashSet::new();
         let open = if entries.is_empty() { None } else { conn.open_text(&uri).map(|t| dmap::line_lengths(&t, enc)) };
+        // One message for the whole file: its findings' texts in full up to a budget.
+        let mut left = dmap::URI_MESSAGES_MAX;
         for (f, path) in entries {
             contributing.insert(f.file.clone());
             let lens: Option<&[u32]> = match &open {
@@ -324,7 +326,13 @@ async fn publish_step(
                 range: Range::on_line(line, start, end),
                 severity: dmap::severity_code(f.severity),
                 source: "forge",
-                message: dmap::message(f),
+                message: if left > 0 {
+                    let m = dmap::message(f);
+                    left = left.saturating_sub(forge_protocol::json::escaped_len(&m));
+                    m
+                } else {
+                    dmap::short_message(f)
+                },
                 code: f.id,
                 data: dmap::data(f),
             });

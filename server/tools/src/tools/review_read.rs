@@ -81,15 +81,16 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     Ok(CommandResult { text, data })
 }
 
-/// The most bytes of finding text (description, scenario, file) one page carries, past its
-/// first finding.
+/// The most bytes of finding text (description, scenario, file) one page carries as JSON
+/// text (escapes counted), past its first finding.
 const PAGE_BYTES: usize = 16 << 20;
 
 /// How many of `rows` (newest first) fit in [`PAGE_BYTES`], when not all do (at least one).
 fn fit_bytes(rows: &[review::Finding]) -> Option<usize> {
+    use forge_protocol::json::escaped_len;
     let mut total = 0usize;
     for (i, f) in rows.iter().enumerate() {
-        total += f.description.len() + f.scenario.as_deref().map_or(0, str::len) + f.file.len();
+        total += escaped_len(&f.description) + f.scenario.as_deref().map_or(0, escaped_len) + escaped_len(&f.file);
         if total > PAGE_BYTES && i > 0 {
             return Some(i);
         }
