@@ -741,4 +741,7 @@ fn an_editor_on_a_folder_inside_a_repository_publishes_on_the_repositorys_paths(
     let index = c.content(INDEX_URI).expect("index");
     assert_contains(&index, &format!("- [sub/x.rs]({})", uri_in(&repo.path, "sub/x.rs")));
     assert_contains(&index, &format!("- [y.rs]({})", uri_in(&repo.path, "y.rs")));
+    // The file tools name files the same way: a path grep prints is one review-write takes.
+    let found = c.tool_ok("grep", json!({ "pattern": "^two$" }));
+    assert_contains(&found.text, "sub/x.rs");
 }

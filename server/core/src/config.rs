@@ -134,11 +134,12 @@ const ADD_ONLY_KEYS: &[&str] = &["loop.permissions.deny"];
 /// or a `.forge` that is a symbolic link or a submodule, is in the index or in `HEAD` of
 /// the repository that holds `project_root` (the project may be a folder inside it). Fails
 /// closed: when git cannot answer (an index it cannot read, a repository it will not open)
-/// the file counts as committed. Only a project in no repository at all has none.
+/// the file counts as committed, and so does the file of a folder in no repository at all
+/// (an unpacked archive: where its file came from cannot be told, and its plugin variables
+/// would reach the user's own plugin tools).
 fn committed_config(project_root: &Path) -> bool {
     let repo = match git2::Repository::discover(project_root) {
         Ok(r) => r,
-        Err(e) if e.code() == git2::ErrorCode::NotFound => return false,
         Err(_) => return true,
     };
     let (Some(workdir), Ok(root)) = (repo.workdir(), project_root.canonicalize()) else { return true };
@@ -361,8 +362,20 @@ fn flatten(prefix: &str, v: &Map<String, Value>, out: &mut Vec<(String, Value)>)
         let is_leaf_key = KEYS.iter().any(|(n, _)| *n == key);
         match val {
             Value::Object(m) if !is_leaf_key => flatten(&key, m, out),
-            _ => out.push((key, val.clone())),
+            _ => out.push((key, integral(val))),
         }
+    }
+}
+
+/// `v`, with a number written with a zero fraction (`5.0`) as the integer it is (exact up
+/// to 2^53), as tool inputs take it: the same option must not be an integer in
+/// `initializationOptions` and refused in `didChangeConfiguration` or a TOML file.
+fn integral(v: &Value) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match v.as_f64().filter(|f| v.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT) {
+        // Exact by the bound: the cast loses nothing.
+        Some(f) => Value::from(f as i64),
+        None => v.clone(),
     }
 }
 
@@ -442,13 +455,21 @@ impl Loader {
         }
         let held_back = untrusted && self.committed == Some(true);
         if held_back {
+            // A folder in no repository (an unpacked archive) counts as committed too, but
+            // has no uncommitted file to offer instead.
+            let no_repository = self.repository_file_of.as_ref().is_some_and(|root| {
+                git2::Repository::discover(root).is_err_and(|e| e.code() == git2::ErrorCode::NotFound)
+            });
+            let why = if no_repository {
+                "the folder is in no git repository, so the file may have come with it (an unpacked archive), and such a file cannot choose the program forge-lsp runs, loosen its sandbox or set plugin variables (set it in the user configuration file or the initialization options)"
+            } else {
+                "the file is committed to the repository, and a repository cannot choose the program forge-lsp runs, loosen its sandbox or set plugin variables (set it in the user configuration file, the initialization options, or a .forge/config.toml that is not committed)"
+            };
             flat.retain(|(key, _)| {
                 if !local(key) {
                     return true;
                 }
-                self.warnings.push(format!(
-                    "configuration key `{key}` in {source} is ignored: the file is committed to the repository, and a repository cannot choose the program forge-lsp runs, loosen its sandbox or set plugin variables (set it in the user configuration file, the initialization options, or a .forge/config.toml that is not committed)"
-                ));
+                self.warnings.push(format!("configuration key `{key}` in {source} is ignored: {why}"));
                 false
             });
         }
@@ -629,6 +650,12 @@ mod tests {
         assert_eq!(c.busy_stall_timeout_ms, 900_000);
         assert!(c.sandbox_enabled);
         assert!(l.warnings.is_empty());
+        // `4.0` is the integer 4 (as in tool inputs, wherever the option comes from); 4.5 is
+        // not an integer.
+        l.add_value(&json!({"loop": {"defaultMaxIterations": 4.0}}), "c").unwrap();
+        assert_eq!(l.build().default_max_iterations, 4);
+        let e = l.add_value(&json!({"loop": {"defaultMaxIterations": 4.5}}), "d").unwrap_err();
+        assert!(e.0.contains("non-negative integer"), "{}", e.0);
     }
 
     #[test]
@@ -797,9 +824,14 @@ mod tests {
         assert!(!committed_config(d.path()));
         assert_eq!(load_project(d.path()).build().agent_command.as_deref(), Some(&["evil".to_string()][..]));
 
-        // No repository at all.
+        // No repository at all (an unpacked archive): it may have come with the folder.
         let plain = tempfile::tempdir().unwrap();
-        assert!(!committed_config(plain.path()));
+        assert!(committed_config(plain.path()));
+        std::fs::create_dir_all(plain.path().join(".forge")).unwrap();
+        std::fs::write(plain.path().join(".forge/config.toml"), command).unwrap();
+        let l = load_project(plain.path());
+        assert!(l.warnings.iter().any(|w| w.contains("in no git repository")), "{:?}", l.warnings);
+        assert_eq!(l.build().agent_command, None);
     }
 
     #[test]

@@ -24,17 +24,23 @@ pub fn caller_root(ctx: &ToolCtx) -> Result<PathBuf, ToolError> {
                 ctx.env.project.root.display()
             )))
         }
-        _ => ctx.env.project.root.clone(),
+        // The repository's work tree, also for an editor opened on a folder inside it: the
+        // paths these tools take and print are the ones the review tools store
+        // (`Project::findings_root`), one base for every path of a connection.
+        _ => ctx.env.project.findings_root().to_path_buf(),
     };
     let root = root
         .canonicalize()
         .map_err(|e| ToolError::precondition(format!("the root {} cannot be used: {e}", root.display())))?;
-    // A folder inside a git directory (an editor opened `.git`) is git's files too.
-    if in_git_dir(&root) {
-        return Err(ToolError::precondition(format!(
-            "{} is inside a git directory (.git); the file tools work in the project's work tree, not in git's own files",
-            root.display()
-        )));
+    // A folder inside a git directory (an editor opened `.git`) is git's files too, also
+    // when its repository's work tree would be the root.
+    for dir in [&root, &ctx.env.project.root] {
+        if in_git_dir(dir) {
+            return Err(ToolError::precondition(format!(
+                "{} is inside a git directory (.git); the file tools work in the project's work tree, not in git's own files",
+                dir.display()
+            )));
+        }
     }
     Ok(root)
 }

@@ -272,7 +272,10 @@ impl Route {
         }
         self.say(format!("in-process (no running server of this project in {})", db_path.display()));
         let loader = Loader::standard(&project.root, None).map_err(|e| ToolError::invalid(e.0))?;
-        for w in &loader.warnings {
+        let config = loader.build();
+        // The same warnings a server gives (`configWarnings`): the loader's, then the
+        // permission rules'.
+        for w in loader.warnings.iter().cloned().chain(crate::loop_permissions::warnings(&config)) {
             use std::io::Write;
             let _ = writeln!(std::io::stderr(), "warning: {w}");
         }
@@ -283,13 +286,8 @@ impl Route {
             self.token.as_deref(),
             Some(&project.id),
         )?;
-        let env = ToolEnv {
-            project,
-            caller,
-            config: loader.build(),
-            home: std::env::var("HOME").ok(),
-            links: forge_core::Links::Forge,
-        };
+        let env =
+            ToolEnv { project, caller, config, home: std::env::var("HOME").ok(), links: forge_core::Links::Forge };
         crate::run_on(&mut conn, &env, name, input, cancel)
     }
 
