@@ -39,6 +39,27 @@ pub fn escaped_len(s: &str) -> usize {
         .sum()
 }
 
+/// Rewrites, in `v` and everything in it, each number written with a fraction that is zero
+/// (`2.0`, `1e3`) as the integer it is, when that is exact (at most 2^53 from zero). JSON
+/// Schema counts `2.0` as an integer, and a client that writes every number as a float (as
+/// JavaScript may) must not be refused where an integer is asked for: tool inputs and the
+/// configuration both read numbers through this.
+pub fn integral_floats_as_integers(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            const EXACT: f64 = 9_007_199_254_740_992.0;
+            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= EXACT) {
+                // Exact by the bound above: the cast loses nothing.
+                *v = Value::from(f as i64);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(o) => o.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
+}
+
 /// What kind of JSON value `v` is, for a message: "null", "a list", "a string", "a number",
 /// "a boolean" or "an object".
 pub fn kind(v: &serde_json::Value) -> &'static str {
@@ -125,6 +146,14 @@ mod tests {
                 assert_eq!(ours(&s), serde_json::to_string(&s).unwrap(), "byte {byte:#04x} at {at}");
             }
         }
+    }
+
+    #[test]
+    fn integral_floats_become_integers_and_nothing_else_changes() {
+        let mut v = serde_json::json!({ "a": 2.0, "b": [1e3, -0.0, 2.5, 1e300, "3.0"], "c": { "d": 7 } });
+        integral_floats_as_integers(&mut v);
+        assert_eq!(v, serde_json::json!({ "a": 2, "b": [1000, 0, 2.5, 1e300, "3.0"], "c": { "d": 7 } }));
+        assert!(v["a"].is_i64());
     }
 
     #[test]

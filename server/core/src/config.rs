@@ -362,20 +362,15 @@ fn flatten(prefix: &str, v: &Map<String, Value>, out: &mut Vec<(String, Value)>)
         let is_leaf_key = KEYS.iter().any(|(n, _)| *n == key);
         match val {
             Value::Object(m) if !is_leaf_key => flatten(&key, m, out),
-            _ => out.push((key, integral(val))),
+            _ => {
+                // `5.0` is 5 wherever the option comes from, as in tool inputs: the same
+                // option must not be an integer in `initializationOptions` and refused in
+                // `didChangeConfiguration` or a TOML file.
+                let mut val = val.clone();
+                forge_protocol::json::integral_floats_as_integers(&mut val);
+                out.push((key, val))
+            }
         }
-    }
-}
-
-/// `v`, with a number written with a zero fraction (`5.0`) as the integer it is (exact up
-/// to 2^53), as tool inputs take it: the same option must not be an integer in
-/// `initializationOptions` and refused in `didChangeConfiguration` or a TOML file.
-fn integral(v: &Value) -> Value {
-    const EXACT: f64 = 9_007_199_254_740_992.0;
-    match v.as_f64().filter(|f| v.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT) {
-        // Exact by the bound: the cast loses nothing.
-        Some(f) => Value::from(f as i64),
-        None => v.clone(),
     }
 }
 

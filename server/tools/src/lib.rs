@@ -108,7 +108,8 @@ pub fn schema_of<T: JsonSchema>() -> Value {
 
 /// Parses a tool input; errors name the offending field.
 pub fn parse_input<T: DeserializeOwned>(mut v: Value) -> Result<T, ToolError> {
-    integral_floats_as_integers(&mut v);
+    // `2.0` is an integer, as JSON Schema (and the offered schemas) say.
+    forge_protocol::json::integral_floats_as_integers(&mut v);
     serde_path_to_error::deserialize::<_, T>(v).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
@@ -118,26 +119,6 @@ pub fn parse_input<T: DeserializeOwned>(mut v: Value) -> Result<T, ToolError> {
             ToolError::invalid_params(format!("invalid argument `{path}`: {inner}"))
         }
     })
-}
-
-/// Rewrites each number written with a fraction that is zero (`2.0`, `1e3`) as the integer
-/// it is, when it is exact (at most 2^53 from zero): the offered schemas say `integer`, and
-/// JSON Schema counts `2.0` as one, so a client that writes every number as a float (as
-/// JavaScript may) is not refused. A walk over the input's few nodes; a tool's large text
-/// is one string node.
-fn integral_floats_as_integers(v: &mut Value) {
-    match v {
-        Value::Number(n) if n.is_f64() => {
-            const EXACT: f64 = 9_007_199_254_740_992.0;
-            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= EXACT) {
-                // Exact by the bound above: the cast loses nothing.
-                *v = Value::from(f as i64);
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(integral_floats_as_integers),
-        Value::Object(o) => o.values_mut().for_each(integral_floats_as_integers),
-        _ => {}
-    }
 }
 
 /// Finds a tool by command (`forge.plan-read`) or by name (`plan-read`).
