@@ -337,7 +337,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let leader = pid.and_then(crate::process::Leader::of).map(|l| l.record());
         if let (Some(store), Some(l)) = (&req.record, &leader) {
             let (s, l) = (session.clone(), l.clone());
-            if let Err(e) = store.call(move |c| loop_db::set_agent_process(c, &s, Some(&l), "")).await {
+            if let Err(e) = store.call(move |c| loop_db::record_agent_process(c, &s, &l)).await {
                 tracing::warn!(session = %session, "cannot record the agent's process: {e}");
             }
         }
@@ -351,7 +351,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         }
         if let (Some(store), Some(l)) = (&req.record, leader) {
             let s = session.clone();
-            if let Err(e) = store.call(move |c| loop_db::set_agent_process(c, &s, None, &l)).await {
+            if let Err(e) = store.call(move |c| loop_db::forget_agent_process(c, &s, &l)).await {
                 tracing::warn!(session = %session, "cannot clear the agent's process record: {e}");
             }
         }

@@ -50,50 +50,48 @@ pub fn die_with_server(cmd: &mut tokio::process::Command) {
     }
 }
 
-/// Which process led an agent turn's process group, told apart from a later process that
-/// gets the same pid: the pid, its start time (clock ticks after boot, `/proc/<pid>/stat`)
-/// and the boot it ran in. Recorded in the store while the turn runs
-/// (`loop_sessions.agent_process`), so that a restart or cancel after the server that ran
-/// the turn died can end what the turn left running (`kill_orphaned`).
+/// Which process led an agent turn's process group: its pid (the group's id) and the boot
+/// it ran in. Recorded in the store while the turn runs (`loop_sessions.agent_process`), so
+/// that a restart or cancel after the server that ran the turn died can end what the turn
+/// left running ([`kill_orphaned`], which tells the turn's group from a stranger's that got
+/// the same id by the session in its processes' environment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leader {
     pub pid: u32,
-    pub start: u64,
     pub boot: String,
 }
 
 impl Leader {
-    /// The leader `pid` as the system shows it now; `None` when it is gone or `/proc` cannot
-    /// be read.
+    /// The leader `pid` in this boot; `None` when the boot id cannot be read.
     pub fn of(pid: u32) -> Option<Leader> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (_, start) = stat_fields(&stat)?;
-        Some(Leader { pid, start, boot: boot_id()? })
+        Some(Leader { pid, boot: boot_id()? })
     }
 
-    /// The stored form: `<pid> <start> <boot id>`.
+    /// The stored form: `<pid> <boot id>`.
     pub fn record(&self) -> String {
-        format!("{} {} {}", self.pid, self.start, self.boot)
+        format!("{} {}", self.pid, self.boot)
     }
 
     /// Reads [`Leader::record`]'s form back; `None` for anything else.
     pub fn parse(s: &str) -> Option<Leader> {
-        let mut it = s.split(' ');
-        let pid = it.next()?.parse().ok()?;
-        let start = it.next()?.parse().ok()?;
-        let boot = it.next()?.to_string();
-        (it.next().is_none() && !boot.is_empty()).then_some(Leader { pid, start, boot })
+        let (pid, boot) = s.split_once(' ')?;
+        let pid = pid.parse().ok()?;
+        (!boot.is_empty() && !boot.contains(' ')).then(|| Leader { pid, boot: boot.to_string() })
     }
 }
 
-/// The process group (field 5) and start time (field 22) of a `/proc/<pid>/stat` line. The
-/// command name (field 2) is in parentheses and may itself hold `)` and spaces: the fields
-/// after it are counted from the last `)`.
-fn stat_fields(stat: &str) -> Option<(u32, u64)> {
+/// The process group (field 5) of a `/proc/<pid>/stat` line, when the process has not
+/// exited (a zombie has none to kill). The command name (field 2) is in parentheses and may
+/// itself hold `)` and spaces: the fields after it are counted from the last `)`.
+fn running_group(stat: &str) -> Option<u32> {
     let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // After the name: state (3), ppid (4), pgrp (5), ... starttime (22).
-    Some((fields.get(2)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+    let mut fields = rest.split_ascii_whitespace();
+    // After the name: state (3), ppid (4), pgrp (5).
+    let state = fields.next()?;
+    if matches!(state, "Z" | "X") {
+        return None;
+    }
+    fields.nth(1)?.parse().ok()
 }
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`).
@@ -144,17 +142,9 @@ fn group_members(pgid: u32) -> Vec<u32> {
     dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
         .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .is_some_and(|s| running(&s) && stat_fields(&s).is_some_and(|(pgrp, _)| pgrp == pgid))
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| running_group(&s)) == Some(pgid)
         })
         .collect()
-}
-
-/// Whether a `/proc/<pid>/stat` line is of a process that has not exited (not a zombie).
-fn running(stat: &str) -> bool {
-    let state = stat.rsplit(')').next().unwrap_or("").trim_start().chars().next();
-    !matches!(state, Some('Z' | 'X') | None)
 }
 
 #[cfg(test)]
@@ -162,37 +152,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_fields_count_from_the_last_parenthesis() {
-        let tail = "S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200";
-        let table: &[(&str, Option<(u32, u64)>)] = &[
-            ("17 (sleep) ", Some((4242, 987654))),
+    fn the_group_is_counted_from_the_last_parenthesis() {
+        let table: &[(&str, Option<u32>)] = &[
+            ("17 (sleep) S 1 4242 4242 0 -1", Some(4242)),
             // A name with a space and a `)` of its own.
-            ("17 (a) b (c) ", Some((4242, 987654))),
+            ("17 (a) b (c) S 1 4242 4242", Some(4242)),
+            // A zombie has no group left to kill.
+            ("17 (sleep) Z 1 4242 4242", None),
             ("17 (x", None),
+            ("1 (x) S 0", None),
         ];
-        for (head, want) in table {
-            let line = format!("{head}{tail}");
-            let line = if want.is_none() { head.to_string() } else { line };
-            assert_eq!(stat_fields(&line), *want, "{line}");
+        for (line, want) in table {
+            assert_eq!(running_group(line), *want, "{line}");
         }
-        assert_eq!(stat_fields("1 (x) S 0 0"), None, "too few fields");
     }
 
     #[test]
     fn a_leader_record_reads_back_and_nothing_else_does() {
-        let l = Leader { pid: 31337, start: 123456789, boot: "0b0e2d7e-6f3c-4e7e-9d8e-1c2b3a4d5e6f".into() };
+        let l = Leader { pid: 31337, boot: "0b0e2d7e-6f3c-4e7e-9d8e-1c2b3a4d5e6f".into() };
         assert_eq!(Leader::parse(&l.record()), Some(l.clone()));
-        for bad in ["", "1 2", "1 2 ", "x 2 b", "1 y b", "1 2 b extra", "-1 2 b"] {
+        for bad in ["", "1", "1 ", "x b", "-1 b", "1 b extra"] {
             assert_eq!(Leader::parse(bad), None, "{bad:?}");
         }
     }
 
     #[test]
-    fn this_process_is_its_own_leader_record() {
-        let me = Leader::of(std::process::id()).expect("this process in /proc");
-        assert_eq!(Leader::of(std::process::id()), Some(me.clone()), "the start time is stable");
-        assert_ne!(me.start, 0);
-        // Another boot's leader is never looked for.
+    fn another_boots_leader_is_never_looked_for() {
+        let me = Leader::of(std::process::id()).expect("this boot's id");
         let other = Leader { boot: "another-boot".into(), ..me };
         assert_eq!(kill_orphaned(&other, "ses_none"), 0);
     }
@@ -223,7 +209,7 @@ mod tests {
     }
 
     fn alive(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| running(&s))
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| running_group(&s)).is_some()
     }
 
     #[test]

@@ -123,19 +123,18 @@ pub fn set_session_status(db: &Connection, session_id: &str, status: &str) -> ru
 }
 
 /// Records `process` (`forge_engine::process::Leader`'s form) as the leader of the running
-/// turn of session `session_id`; `None` clears it, only while it still names `was` (a turn
+/// turn of session `session_id`.
+pub fn record_agent_process(db: &Connection, session_id: &str, process: &str) -> rusqlite::Result<()> {
+    db.prepare_cached("UPDATE loop_sessions SET agent_process = ?2 WHERE session_id = ?1")?
+        .execute(params![session_id, process])?;
+    Ok(())
+}
+
+/// Forgets the record of a turn that ended, only while it still names `process` (a turn
 /// that ended after the next one started leaves the next one's record alone).
-pub fn set_agent_process(db: &Connection, session_id: &str, process: Option<&str>, was: &str) -> rusqlite::Result<()> {
-    match process {
-        Some(p) => db
-            .prepare_cached("UPDATE loop_sessions SET agent_process = ?2 WHERE session_id = ?1")?
-            .execute(params![session_id, p])?,
-        None => db
-            .prepare_cached(
-                "UPDATE loop_sessions SET agent_process = NULL WHERE session_id = ?1 AND agent_process = ?2",
-            )?
-            .execute(params![session_id, was])?,
-    };
+pub fn forget_agent_process(db: &Connection, session_id: &str, process: &str) -> rusqlite::Result<()> {
+    db.prepare_cached("UPDATE loop_sessions SET agent_process = NULL WHERE session_id = ?1 AND agent_process = ?2")?
+        .execute(params![session_id, process])?;
     Ok(())
 }
 
