@@ -27,6 +27,10 @@ pub fn split_lines(s: &str) -> Vec<&str> {
     out
 }
 
+/// The characters an editor or a markdown reader breaks a line at (LSP counts a lone `\r`
+/// too; `\r\n` is one break of two).
+pub const LINE_BREAKS: [char; 5] = ['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'];
+
 /// `s` as literal markdown text inside a line (never at its start): each character that
 /// could start markup there is backslash-escaped (so a stored name such as
 /// `x](http://e/)` is not a link, and `<b>` not HTML), and each line break (`\r\n`, `\n`,
@@ -41,7 +45,7 @@ pub fn md_inline(s: &str) -> String {
     while i < chars.len() {
         let c = chars[i];
         match c {
-            '\r' | '\n' | '\u{85}' | '\u{2028}' | '\u{2029}' => {
+            c if LINE_BREAKS.contains(&c) => {
                 if c == '\r' && chars.get(i + 1) == Some(&'\n') {
                     i += 1;
                 }

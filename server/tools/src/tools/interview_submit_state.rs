@@ -32,8 +32,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     if status.is_empty() {
         return Err(ToolError::invalid("invalid argument `status`: must not be empty (one line saying where the interview stands)"));
     }
-    // Every line break an editor or a markdown reader breaks at (LSP: `\r` too).
-    if status.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']) {
+    if status.contains(forge_domain::text::LINE_BREAKS) {
         return Err(ToolError::invalid("invalid argument `status`: must be one line (it holds a line break)"));
     }
     if status.len() > MAX_STATUS {
