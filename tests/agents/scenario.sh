@@ -28,8 +28,9 @@
 #     abortaudit the first audit records a clean handoff, then is killed by a signal (SIGKILL)
 #     abortcoder the coder is killed by a signal (SIGKILL) without handing off
 #     bgchild   the coder starts `sleep 600` in the background holding its stdout (its pid in
-#               bg.pid), then works and hands off as clean and exits; then as clean
-#     orphan    the first coder turn starts `sleep 600` in the background (its pid in bg.pid),
+#               bg.pid) and one that left its process group (`setsid`, esc.pid), then works and hands off as clean and exits; then as clean
+#     orphan    the first coder turn starts `sleep 600` in the background (its pid in bg.pid,
+#               and a `setsid` one in esc.pid),
 #               with FORGE_TEST_ORPHAN_SHELL=1 also a forge.shell command that writes its
 #               pid to shell.pid and sleeps, writes its own pid to coder.pid and waits for
 #               `coder-release` (at most ~20 s) before working; later turns work at once
@@ -159,6 +160,9 @@ case "$FORGE_ROLE:$scenario" in
     # Left running, and holding the turn's stdout: the turn must end when this script does.
     sleep 600 &
     echo $! > "$state/bg.pid"
+    # And one that leaves the turn's process group (its pid in esc.pid).
+    setsid sleep 600 > /dev/null 2>&1 &
+    echo $! > "$state/esc.pid"
     code
     exit 0
     ;;
@@ -166,6 +170,8 @@ case "$FORGE_ROLE:$scenario" in
     if [ "$turn" = 1 ]; then
       sleep 600 > /dev/null 2>&1 &
       echo $! > "$state/bg.pid"
+      setsid sleep 600 > /dev/null 2>&1 &
+      echo $! > "$state/esc.pid"
       if [ -n "${FORGE_TEST_ORPHAN_SHELL:-}" ]; then
         forge-lsp call shell "{\"command\":\"echo \$\$ > $state/shell.pid; exec sleep 600\",\"timeoutMs\":600000}" \
           > "$state/shell.out" 2>&1 &

@@ -250,6 +250,12 @@ fn a_turn_ends_when_its_agent_exits_and_what_it_left_running_is_killed() {
         !pid_alive(bg)
     });
     assert!(gone, "the background sleep {bg} outlived its turn");
+    // Also the one that left the group: found by the turn's mark in its environment.
+    let esc: u32 = t.wait_state_file("esc.pid").trim().parse().expect("esc pid");
+    assert!(
+        wait_for(Duration::from_secs(5), || (!pid_alive(esc)).then_some(())).is_some(),
+        "the sleep {esc} that left the turn's process group outlived its turn"
+    );
     // One coder turn: nothing was taken for a stall.
     assert_eq!(t.roles().iter().filter(|r| *r == "coder").count(), 1, "{:?}", t.roles());
 }
@@ -257,7 +263,7 @@ fn a_turn_ends_when_its_agent_exits_and_what_it_left_running_is_killed() {
 /// A loop whose server was killed outright (SIGKILL) while its coder's first turn runs, and
 /// whose coder had started `sleep 600` in the background. Returns the test, the loop, and
 /// the pid of that sleep.
-fn server_killed_mid_turn() -> (LoopTest, String, u32) {
+fn server_killed_mid_turn() -> (LoopTest, String, u32, u32) {
     let mut t = LoopTest::start("orphan", "");
     let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
     let coder: u32 = t.wait_state_file("coder.pid").trim().parse().expect("coder pid");
@@ -270,7 +276,9 @@ fn server_killed_mid_turn() -> (LoopTest, String, u32) {
     );
     // What it started in its process group lives on until a restart or cancel.
     assert!(pid_alive(bg), "the background sleep died with the server");
-    (t, name, bg)
+    let esc: u32 = t.wait_state_file("esc.pid").trim().parse().expect("esc pid");
+    assert!(pid_alive(esc), "the setsid sleep died with the server");
+    (t, name, bg, esc)
 }
 
 /// SIGKILLs the test's first server and waits until it is gone.
@@ -308,10 +316,11 @@ fn a_shell_command_dies_with_its_killed_server() {
 /// agent (and what it started) kept working in the worktree beside the new one.
 #[test]
 fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
-    let (t, name, bg) = server_killed_mid_turn();
+    let (t, name, bg, esc) = server_killed_mid_turn();
     let other = t.other_server("orphan", &[]);
     let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
     assert!(!pid_alive(bg), "the restart left the dead server's background sleep {bg} running");
+    assert!(!pid_alive(esc), "the restart left the dead server's setsid sleep {esc} running");
     let session = out.data["sessionId"].as_str().unwrap().to_string();
     let end = wait_for(Duration::from_secs(60), || {
         let row = t.loop_row(&name);
@@ -328,9 +337,10 @@ fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
 /// A cancel by another server after the first was killed ends what its turn left running.
 #[test]
 fn a_cancel_after_the_server_was_killed_ends_what_its_turn_left_running() {
-    let (t, name, bg) = server_killed_mid_turn();
+    let (t, name, bg, esc) = server_killed_mid_turn();
     let other = t.other_server("orphan", &[]);
     other.tool_ok("loop-cancel", json!({ "name": name }));
     assert!(!pid_alive(bg), "the cancel left the dead server's background sleep {bg} running");
+    assert!(!pid_alive(esc), "the cancel left the dead server's setsid sleep {esc} running");
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
 }

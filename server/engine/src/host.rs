@@ -5,7 +5,8 @@
 //! with the prompt on standard input and in `{prompt_file}`, and these variables:
 //! `FORGE_LSP_SOCKET`, `FORGE_SESSION_ID`, `FORGE_SESSION_TOKEN`, `FORGE_LOOP`,
 //! `FORGE_ROLE`, `FORGE_WORKTREE`, `FORGE_DATA_DIR`, `FORGE_AGENT` (the agent kind:
-//! `code`, `auditor-loop`; `forge-lsp call` uses it when `--agent` is not given). The turn ends when the process exits:
+//! `code`, `auditor-loop`; `forge-lsp call` uses it when `--agent` is not given), and
+//! `FORGE_TURN_ID` (new each turn: what carries it is killed when the turn ends). The turn ends when the process exits:
 //! exit 0 with output is a reply, exit 0 without output is no reply, any other exit is an
 //! assistant error.
 //!
@@ -32,6 +33,9 @@ use tokio::sync::mpsc;
 use forge_store::loop_db;
 
 pub use crate::turn::{self_bin, tail_chars, usage_file, Activity, TurnOutcome, TurnRequest};
+
+/// The variable that marks every process of one agent turn (a new id per turn).
+pub const TURN_ENV: &str = "FORGE_TURN_ID";
 
 /// A running turn; dropping it does not stop the process, `abort` does.
 #[derive(Debug, Clone)]
@@ -258,6 +262,9 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             c
         }
     };
+    // Marks every process of this turn, so that what left its process group is found at
+    // the turn's end (`process::kill_marked`).
+    let turn_id = ulid::Ulid::new().to_string();
     cmd.current_dir(&req.cwd)
         .env("PWD", &req.cwd)
         .env("FORGE_SESSION_ID", &req.session_id)
@@ -269,6 +276,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         .env("FORGE_DATA_DIR", &req.data_dir)
         .env("FORGE_PROMPT_FILE", &prompt_file)
         .env("FORGE_USAGE_FILE", agent_usage_file(&req))
+        .env(TURN_ENV, &turn_id)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -348,6 +356,13 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         if let Some(pid) = pid {
             let _ = tokio::task::spawn_blocking(move || wait_exit_unreaped(pid)).await;
             crate::process::kill_group(pid);
+        }
+        // And what left the group (`setsid`, a daemon) but still carries the turn's mark:
+        // a turn's processes do not outlive it.
+        let t = turn_id.clone();
+        let escaped = tokio::task::spawn_blocking(move || crate::process::kill_marked(TURN_ENV, &t)).await;
+        if let Ok(n @ 1..) = escaped {
+            tracing::info!(session = %session, "killed {n} process(es) the agent started outside its process group");
         }
         if let (Some(store), Some(l)) = (&req.record, leader) {
             let s = session.clone();

@@ -102,7 +102,7 @@ fn boot_id() -> Option<String> {
 
 /// Kills what is left of an agent turn whose server died: the turn's process group, led by
 /// `leader`, whose processes carry `FORGE_SESSION_ID=<session>` in their environment.
-/// Returns how many of the group's processes were found (0: nothing was killed).
+/// Returns how many processes were killed.
 ///
 /// - Another boot: nothing of it runs.
 /// - The group is the leader's pid. It is killed (`killpg`, one signal to every member,
@@ -113,8 +113,11 @@ fn boot_id() -> Option<String> {
 /// - Waits (at most 2 s) until no process of the group runs, so that what comes next (a
 ///   restart's new agent) does not meet the old one's processes.
 ///
-/// Not found: a process that left the group (`setsid`); a group none of whose processes
-/// kept the session in its environment.
+/// - Then every other process that carries the session ([`kill_marked`]): what left the
+///   group (`setsid`, a daemon). No live server runs the loop, so none of them is a
+///   current turn's.
+///
+/// Not found: a process that left the group and dropped the session from its environment.
 pub fn kill_orphaned(leader: &Leader, session: &str) -> usize {
     if boot_id().as_deref() != Some(leader.boot.as_str()) {
         return 0;
@@ -125,15 +128,104 @@ pub fn kill_orphaned(leader: &Leader, session: &str) -> usize {
         let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         env.split(|b| *b == 0).any(|kv| kv == want.as_bytes())
     });
-    if !ours {
-        return 0;
+    let mut killed = 0;
+    if ours {
+        kill_group(leader.pid);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !group_members(leader.pid).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        killed = members.len();
     }
-    kill_group(leader.pid);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while !group_members(leader.pid).is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    killed + kill_marked("FORGE_SESSION_ID", session)
+}
+
+/// Kills every process of this user whose environment holds `var=value`, however it left
+/// the process group it was started in (`setsid`, a daemon's double fork), and returns how
+/// many were killed. For a marker no other process has (a plugin tool call's id): what
+/// the call started in the background does not outlive it.
+///
+/// - Each process is opened as a pidfd before its environment is read, and the signal goes
+///   to that pidfd: a pid reused between the read and the kill cannot be hit.
+/// - Rounds repeat until one finds nothing (at most 8): a process that forked while its
+///   parent was being killed is found in the next.
+///
+/// Not found: a process that cleared or replaced its environment, and one whose
+/// `/proc/<pid>/environ` this process may not read (another user's, a setuid program).
+pub fn kill_marked(var: &str, value: &str) -> usize {
+    let want = format!("{var}={value}");
+    let mut killed = 0;
+    for _ in 0..8 {
+        let Ok(dir) = std::fs::read_dir("/proc") else { return killed };
+        let me = std::process::id();
+        let mut round = Vec::new();
+        for pid in dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())) {
+            if pid == me {
+                continue;
+            }
+            let Some(fd) = Pidfd::open(pid) else { continue };
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) && fd.kill() {
+                round.push(fd);
+            }
+        }
+        if round.is_empty() {
+            break;
+        }
+        killed += round.len();
+        // Until they have exited (at most 1 s), so the next round does not count them again.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        for fd in &round {
+            fd.wait_exit(deadline);
+        }
     }
-    members.len()
+    killed
+}
+
+/// A process opened by pid (`pidfd_open`), to signal without the pid's reuse in between.
+struct Pidfd(std::os::fd::OwnedFd);
+
+impl Pidfd {
+    fn open(pid: u32) -> Option<Pidfd> {
+        use std::os::fd::FromRawFd;
+        let pid = libc::pid_t::try_from(pid).ok()?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+        // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+        Some(Pidfd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Sends SIGKILL; false when the process was gone or may not be signalled.
+    fn kill(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a signal to the process this descriptor holds; no memory is passed.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        r == 0
+    }
+
+    /// Waits until the process has exited (a zombie or reaped), or `deadline`.
+    fn wait_exit(&self, deadline: std::time::Instant) {
+        use std::os::fd::AsRawFd;
+        let mut p = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: one pollfd that lives on this stack frame for the call.
+            let r = unsafe { libc::poll(&mut p, 1, ms) };
+            if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) || left.is_zero() {
+                return;
+            }
+        }
+    }
 }
 
 /// The running processes (zombies left out) whose process group is `pgid`.
@@ -228,5 +320,61 @@ mod tests {
         assert_eq!(kill_orphaned(&stranger, "ses_orphan"), 0);
         assert!(pids.iter().all(|p| alive(*p)), "a stranger's group was killed");
         kill_group(stranger.pid);
+    }
+
+    /// What left the dead turn's group but carries its session goes too.
+    #[test]
+    fn an_orphaned_turns_escaped_process_is_killed_with_its_group() {
+        use std::io::Read;
+        let (leader, pids) = orphaned_group(Some("ses_escaped"), 0);
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"])
+            .env("FORGE_SESSION_ID", "ses_escaped")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut out = String::new();
+        sh.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        sh.wait().unwrap();
+        let escaped: u32 = out.trim().parse().unwrap();
+        assert_eq!(kill_orphaned(&leader, "ses_escaped"), 2);
+        assert!(!alive(pids[0]) && !alive(escaped), "survived: {pids:?}, {escaped}");
+    }
+
+    /// Processes that carry the marker are killed wherever they went (`setsid`, a
+    /// subshell's background job); one without it, or with another value, is not.
+    #[test]
+    fn marked_processes_are_killed_whatever_group_they_left_for() {
+        use std::io::Read;
+        let mark = format!("m{}", std::process::id());
+        let script = "setsid sleep 60 >/dev/null 2>&1 & echo $!; (sleep 60 >/dev/null & echo $!); \
+                      env -u FORGE_TEST_MARK sleep 60 >/dev/null & echo $!; \
+                      FORGE_TEST_MARK=other sleep 60 >/dev/null & echo $!";
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", script])
+            .env("FORGE_TEST_MARK", &mark)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut out = String::new();
+        sh.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        sh.wait().unwrap();
+        let pids: Vec<u32> = out.split_whitespace().map(|s| s.parse().unwrap()).collect();
+        assert_eq!(pids.len(), 4, "{out}");
+        // Each has become `sleep` (before its exec, `env -u` still carries the marker).
+        let slept = |p: &u32| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !pids.iter().all(slept) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(pids.iter().all(|p| alive(*p)));
+        assert_eq!(kill_marked("FORGE_TEST_MARK", &mark), 2);
+        assert!(!alive(pids[0]) && !alive(pids[1]), "a marked process survived: {pids:?}");
+        assert!(alive(pids[2]) && alive(pids[3]), "an unmarked process was killed: {pids:?}");
+        assert_eq!(kill_marked("FORGE_TEST_MARK", &mark), 0, "nothing is left to kill");
+        for p in &pids[2..] {
+            // SAFETY: a signal to the test's own leftover sleep.
+            unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+        }
     }
 }

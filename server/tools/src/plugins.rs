@@ -689,9 +689,9 @@ impl Drain {
     }
 
     /// What the pipe carried, waiting until `deadline` at most for its end: a process the
-    /// tool started outside its process group (`setsid`) may keep the pipe open long after
-    /// the tool ended, and the call must not wait for it (its reading thread ends when it
-    /// lets go).
+    /// tool started outside its process group (`setsid`) that also dropped the call's id
+    /// from its environment is not killed with the call and may keep the pipe open, and the
+    /// call must not wait for it (its reading thread ends when it lets go).
     fn finish(self, deadline: Instant) -> (Vec<u8>, bool) {
         let _ = self.ended.recv_timeout(deadline.saturating_duration_since(Instant::now()));
         std::mem::take(&mut *self.read.lock().unwrap_or_else(|p| p.into_inner()))
@@ -821,14 +821,18 @@ pub fn run(
             Ok(None) if cancel.load(std::sync::atomic::Ordering::Acquire) => {
                 forge_engine::process::kill_group(pid);
                 let _ = child.wait();
+                forge_engine::process::kill_marked("FORGE_TOOL_CALL_ID", &call_id);
                 return Err(ToolError::internal(format!("{label} was cancelled and killed")));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
             Err(e) => return Err(ToolError::internal(format!("{label}: waiting for the tool failed: {e}"))),
         }
     };
-    // The tool's children may hold the pipes open: the group is killed either way.
+    // The tool's children may hold the pipes open: the group is killed either way, and so
+    // is what left it (`setsid`, a daemon) but still carries the call's id: a call's
+    // processes do not outlive it.
     forge_engine::process::kill_group(pid);
+    forge_engine::process::kill_marked("FORGE_TOOL_CALL_ID", &call_id);
     let grace = Instant::now() + OUTPUT_GRACE;
     let (stdout, out_cut) = out.map(|d| d.finish(grace)).unwrap_or_default();
     let (stderr, _) = err.map(|d| d.finish(grace)).unwrap_or_default();
