@@ -568,3 +568,44 @@ fn one_files_diagnostics_stay_under_the_message_limit() {
     let short = d.iter().filter(|x| x["message"].as_str().unwrap().contains("too large to publish whole")).count();
     assert!(short > 0 && short < 360, "{short} short messages");
 }
+
+/// A file whose findings' diagnostics would pass the 64 MiB message limit even with short
+/// messages (each diagnostic's `data` names the file: 4000 control characters are 24 KB
+/// on the wire, and 3,001 findings made about 72 MB): the publication leaves the last ones
+/// out and ends with a note that counts them. Before, the whole 72 MB went out.
+#[test]
+fn a_publication_that_would_pass_the_limit_leaves_findings_out_and_says_so() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let file = "\u{1}".repeat(4000);
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    c.tool_ok("review-write", json!({ "file": file, "line": 1, "severity": "bug", "description": "d" }));
+    c.shutdown_exit();
+    // 3,000 more on the same file, written behind the server's back, then a new server.
+    let db = rusqlite::Connection::open(sb.db_path()).unwrap();
+    db.execute_batch(
+        "WITH RECURSIVE n(k) AS (SELECT 2 UNION ALL SELECT k + 1 FROM n WHERE k < 3001)
+         INSERT INTO review_findings (project_id, loop_name, file, line, section_index, severity, description, created_at)
+         SELECT f.project_id, f.loop_name, f.file, n.k, f.section_index, f.severity, f.description, f.created_at
+         FROM review_findings f, n",
+    )
+    .unwrap();
+    drop(db);
+    let mut c = sb.stdio();
+    let since = c.mark();
+    c.init(&Init::new(&repo.path));
+    let uri = file_uri(&repo.path.join(&file));
+    let d = c
+        .wait_diagnostics_since(since, &uri, std::time::Duration::from_secs(60), |d| !d.is_empty())
+        .expect("the file's diagnostics");
+    let size = serde_json::to_string(&d).unwrap().len();
+    assert!(size < 64 << 20, "{size} bytes");
+    let note = d.last().unwrap();
+    let left_out: usize = note["message"].as_str().unwrap().split(' ').next().unwrap().parse().expect("a count");
+    assert!(note["message"].as_str().unwrap().contains("more findings on this file"), "{note}");
+    assert_eq!(note.get("data"), None, "{note}");
+    assert!(left_out > 0, "{note}");
+    assert_eq!(d.len() - 1 + left_out, 3001);
+    c.shutdown_exit();
+}

@@ -310,8 +310,14 @@ async fn publish_step(
         // the budget, and exactly from then on (measuring every message cost 6% of the first
         // publication of 100,000 findings).
         let (mut spent, mut exact) = (0usize, false);
+        let mut size = PublishSize::default();
+        let mut left_out = 0usize;
         for (f, path) in entries {
             contributing.insert(f.file.clone());
+            if left_out > 0 {
+                left_out += 1;
+                continue;
+            }
             let lens: Option<&[u32]> = match &open {
                 Some(l) => Some(l.as_slice()),
                 None => lengths
@@ -326,14 +332,20 @@ async fn publish_step(
             // LSP positions are `uinteger` (0..=2^31-1): a line beyond that is shown on the
             // last representable line, or clients reject the whole publication.
             let (line, start, end) = measured.unwrap_or(((f.line.max(1) - 1).min(i64::from(i32::MAX)) as u32, 0, 0));
-            diags.push(Diagnostic {
+            let d = Entry::Finding(Diagnostic {
                 range: Range::on_line(line, start, end),
                 severity: dmap::severity_code(f.severity),
                 source: "forge",
                 message: if spent < dmap::URI_MESSAGES_MAX {
                     let m = dmap::message(f);
                     if !exact && spent + 6 * m.len() > dmap::URI_MESSAGES_MAX {
-                        spent = diags.iter().map(|d: &Diagnostic<dmap::Data>| escaped_len(&d.message)).sum();
+                        spent = diags
+                            .iter()
+                            .map(|d: &Entry| match d {
+                                Entry::Finding(x) => escaped_len(&x.message),
+                                Entry::Note(_) => 0,
+                            })
+                            .sum();
                         exact = true;
                     }
                     spent += if exact { escaped_len(&m) } else { 6 * m.len() };
@@ -344,6 +356,14 @@ async fn publish_step(
                 code: f.id,
                 data: dmap::data(f),
             });
+            if size.admit(&d, &diags) {
+                diags.push(d);
+            } else {
+                left_out = 1;
+            }
+        }
+        if left_out > 0 {
+            diags.push(Entry::Note(note_left_out(left_out)));
         }
         messages.push((uri.clone(), publish_diagnostics(&uri, &diags), contributing));
     }
@@ -374,6 +394,104 @@ async fn publish_step(
         }
     }
     true
+}
+
+/// One diagnostic of a file's publication: a finding's, or the note that says how many
+/// were left out ([`PublishSize`]).
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Entry<'a> {
+    Finding(Diagnostic<dmap::Data<'a>>),
+    Note(Note),
+}
+
+/// A diagnostic that is no finding's: no `code`, no `data` (code actions pass it over).
+#[derive(serde::Serialize)]
+struct Note {
+    range: Range,
+    severity: u8,
+    source: &'static str,
+    message: String,
+}
+
+/// The most bytes one file's `publishDiagnostics` may take, well under the 64 MiB any
+/// client of this protocol may refuse: the findings past it are left out, and a note says
+/// how many. Past [`dmap::URI_MESSAGES_MAX`] each finding has a short message, but its
+/// `data` still names its file (up to 4096 bytes, six on the wire for a control character).
+const URI_PUBLISH_MAX: usize = 56 << 20;
+
+/// More than a finding's diagnostic takes on the wire besides its message, its file (in
+/// `data`) and its loop's name: the range, the numbers, the keys.
+const DIAGNOSTIC_REST_MAX: usize = 512;
+
+/// How many bytes of a file's publication are spent: an upper bound (six bytes per byte of
+/// text) while it stays clear of [`URI_PUBLISH_MAX`], exactly (serialized into a counter)
+/// from then on, so an ordinary file never pays for measuring.
+#[derive(Default)]
+struct PublishSize {
+    bound: usize,
+    exact: Option<usize>,
+}
+
+impl PublishSize {
+    /// Whether `d` still fits after `before` (the entries admitted so far); counts it if so.
+    fn admit(&mut self, d: &Entry, before: &[Entry]) -> bool {
+        if self.exact.is_none() {
+            let b = match d {
+                Entry::Finding(x) => {
+                    DIAGNOSTIC_REST_MAX
+                        + 6 * (x.message.len() + x.data.file.len() + x.data.loop_name.map_or(0, str::len))
+                }
+                Entry::Note(n) => DIAGNOSTIC_REST_MAX + 6 * n.message.len(),
+            };
+            if self.bound + b <= URI_PUBLISH_MAX - NOTE_RESERVE {
+                self.bound += b;
+                return true;
+            }
+            self.exact = Some(before.iter().map(|e| json_len(e) + 1).sum());
+        }
+        let total = self.exact.get_or_insert(0);
+        let n = json_len(d) + 1;
+        if *total + n > URI_PUBLISH_MAX - NOTE_RESERVE {
+            return false;
+        }
+        *total += n;
+        true
+    }
+}
+
+/// Room kept for the note and the notification around the diagnostics.
+const NOTE_RESERVE: usize = 64 * 1024;
+
+/// The note published in place of `n` findings left out of their file's publication.
+fn note_left_out(n: usize) -> Note {
+    Note {
+        range: Range::on_line(0, 0, 0),
+        severity: 3,
+        source: "forge",
+        message: format!(
+            "{n} more {} on this file {} not shown: publishing them too would pass the 64 MiB message limit. forge.review-read with this file reads them all.",
+            if n == 1 { "finding" } else { "findings" },
+            if n == 1 { "is" } else { "are" }
+        ),
+    }
+}
+
+/// The bytes `v` takes as JSON, counted without keeping them.
+fn json_len(v: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// The paths a finding (its `file` as written and its loop) is published on.
@@ -495,5 +613,57 @@ mod tests {
         assert_eq!(read_allowed(&inside.join("a.txt"), &allowed).as_deref(), Some("x"));
         assert_eq!(read_allowed(&outside.path().join("secret"), &allowed), None);
         assert_eq!(read_allowed(&inside.join("link"), &allowed), None, "symlink escaping the project");
+    }
+
+    /// A file whose diagnostics' `data` alone would pass the message limit (4096 control
+    /// characters in its name, 24 KiB each on the wire): the publication stops short of
+    /// [`URI_PUBLISH_MAX`], not far short, and a note counts what was left out. An
+    /// ordinary file is never measured.
+    #[test]
+    fn a_files_publication_stays_under_its_limit() {
+        let diag = |file: &'static str, id: i64| {
+            Entry::Finding(Diagnostic {
+                range: Range::on_line(0, 0, 0),
+                severity: 1,
+                source: "forge",
+                message: "m".into(),
+                code: id,
+                data: dmap::Data {
+                    finding_id: id,
+                    loop_name: None,
+                    section_index: None,
+                    cross_section: true,
+                    file,
+                    line: 1,
+                },
+            })
+        };
+        let mut size = PublishSize::default();
+        let mut diags = Vec::new();
+        for id in 0..1000 {
+            let d = diag("src/a.rs", id);
+            assert!(size.admit(&d, &diags));
+            diags.push(d);
+        }
+        assert!(size.exact.is_none(), "an ordinary file was measured");
+
+        let long: &'static str = Box::leak("\u{1}".repeat(4096).into_boxed_str());
+        let (mut size, mut diags, mut left_out) = (PublishSize::default(), Vec::new(), 0);
+        for id in 0..3000 {
+            let d = diag(long, id);
+            if size.admit(&d, &diags) {
+                diags.push(d);
+            } else {
+                left_out += 1;
+            }
+        }
+        assert!(left_out > 0 && diags.len() > 2000, "{} admitted, {left_out} left out", diags.len());
+        diags.push(Entry::Note(note_left_out(left_out)));
+        let body = publish_diagnostics("file:///p/a.rs", &diags);
+        assert!(body.len() < URI_PUBLISH_MAX && body.len() > URI_PUBLISH_MAX - (1 << 20), "{} bytes", body.len());
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let note = v["params"]["diagnostics"].as_array().unwrap().last().unwrap().clone();
+        assert!(note["message"].as_str().unwrap().starts_with(&format!("{left_out} more findings")), "{note}");
+        assert!(note.get("data").is_none() && note.get("code").is_none(), "{note}");
     }
 }
