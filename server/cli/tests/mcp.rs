@@ -726,3 +726,64 @@ fn tools_list_refuses_a_cursor_it_never_gave() {
     let (code, stderr) = m.finish();
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// A client that sends its requests and closes its input at once (`printf … | forge-lsp
+/// mcp | …`), and reads the output late, still gets every answer whole before the exit:
+/// replies larger than the pipe (the writer blocked on the reader) and a call that ends
+/// 6 s after the input closed included. Before, the SDK gave them 5 s after the end of
+/// the input: the late call was never answered, and with a slow reader a reply was cut in
+/// the middle of its line.
+#[test]
+fn input_closed_with_calls_in_flight_gets_every_answer_whole() {
+    use std::io::Read;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    user_plugin_tool(
+        &sb,
+        "big",
+        "Slow",
+        "#!/bin/sh\ncat > /dev/null\nsleep 0.3\nhead -c 300000 /dev/zero | tr '\\0' y\n",
+        json!({ "description": "Slow and large.", "inputSchema": { "type": "object" } }),
+    );
+    user_plugin_tool(
+        &sb,
+        "big",
+        "Late",
+        "#!/bin/sh\ncat > /dev/null\nsleep 6\necho '{\"late\":true}'\n",
+        json!({ "description": "Late.", "inputSchema": { "type": "object" } }),
+    );
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir").arg(&sb.data_dir).arg("mcp").current_dir(&repo.path);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn forge-lsp mcp");
+    let mut input = String::new();
+    for msg in [
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } } }),
+        json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": { "name": "big__Slow", "arguments": {} } }),
+        json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/list" }),
+        json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": { "name": "big__Slow", "arguments": {} } }),
+        json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": { "name": "big__Late", "arguments": {} } }),
+    ] {
+        input.push_str(&format!("{msg}\n"));
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    // The reader comes late: the replies fill the pipe meanwhile.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = wait_exit(&mut child, WAIT).expect("forge-lsp mcp exits");
+    assert_eq!(status.code(), Some(0));
+    assert!(out.ends_with('\n'), "the last line was cut: …{}", &out[out.len().saturating_sub(80)..]);
+    let mut ids: Vec<i64> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("a cut line ({} bytes): {e}", l.len())))
+        .filter_map(|m| m["id"].as_i64())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [1, 2, 3, 4, 5], "{} bytes", out.len());
+    assert!(out.contains(r#"\"late\":true"#), "the late call's reply");
+    assert!(out.len() > 600_000, "{} bytes", out.len());
+}

@@ -109,14 +109,59 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
 /// `initialize` with -32602 naming the field. From the request the SDK takes as the start of
 /// the session on (`initialize`, or a stateless request with its full metadata), everything
 /// passes through untouched.
+///
+/// It also keeps the end of the input from ending the session before every request read is
+/// answered ([`Unanswered`]): a client may send its requests and close its input at once
+/// (`printf … | forge-lsp mcp | …`). The SDK gives what is still running or being written
+/// at the end of the input 5 s and then drops it, which cut a reply in the middle of its
+/// line for a client that read slowly.
 struct BeforeInitialize<T> {
     inner: T,
     started: bool,
+    unanswered: Arc<Unanswered>,
 }
 
 impl<T> BeforeInitialize<T> {
     fn new(inner: T) -> Self {
-        BeforeInitialize { inner, started: false }
+        BeforeInitialize { inner, started: false, unanswered: Arc::default() }
+    }
+}
+
+/// The requests read and not yet answered (their reply not yet written, or cancelled by
+/// the client), and a wake-up for the reader waiting for the last one at the end of input.
+#[derive(Default)]
+struct Unanswered {
+    ids: std::sync::Mutex<std::collections::HashSet<rmcp::model::RequestId>>,
+    answered: tokio::sync::Notify,
+}
+
+/// How long the end of the input waits for running calls to be answered: longer than any
+/// tool's own time limit; a call still running after it is dropped by the SDK.
+const ANSWER_AFTER_EOF: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+impl Unanswered {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<rmcp::model::RequestId>> {
+        self.ids.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn answered(&self, id: &rmcp::model::RequestId) {
+        if self.lock().remove(id) {
+            self.answered.notify_one();
+        }
+    }
+
+    /// Until every request read is answered (or [`ANSWER_AFTER_EOF`]).
+    async fn all_answered(&self) {
+        let wait = async {
+            while !self.lock().is_empty() {
+                self.answered.notified().await;
+            }
+        };
+        if tokio::time::timeout(ANSWER_AFTER_EOF, wait).await.is_err() {
+            tracing::warn!(
+                "forge-lsp mcp: input closed; calls still unanswered after {ANSWER_AFTER_EOF:?} are dropped"
+            );
+        }
     }
 }
 
@@ -127,10 +172,55 @@ impl<T: rmcp::transport::Transport<RoleServer>> rmcp::transport::Transport<RoleS
         &mut self,
         item: rmcp::service::TxJsonRpcMessage<RoleServer>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(item)
+        use rmcp::model::JsonRpcMessage;
+        let id = match &item {
+            JsonRpcMessage::Response(r) => Some(r.id.clone()),
+            JsonRpcMessage::Error(e) => e.id.clone(),
+            _ => None,
+        };
+        let write = self.inner.send(item);
+        let unanswered = self.unanswered.clone();
+        async move {
+            // Written (or failed: the client is gone): answered either way.
+            let r = write.await;
+            if let Some(id) = id {
+                unanswered.answered(&id);
+            }
+            r
+        }
     }
 
     async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleServer>> {
+        let Some(message) = self.receive_started().await else {
+            self.unanswered.all_answered().await;
+            return None;
+        };
+        use rmcp::model::{ClientNotification, JsonRpcMessage};
+        match &message {
+            JsonRpcMessage::Request(r) => {
+                self.unanswered.lock().insert(r.id.clone());
+            }
+            // A cancelled request may get no reply at all.
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification {
+                    if let Some(id) = &c.params.request_id {
+                        self.unanswered.answered(id);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+impl<T: rmcp::transport::Transport<RoleServer>> BeforeInitialize<T> {
+    /// The next message the session is to see, `None` at the end of the input.
+    async fn receive_started(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleServer>> {
         use rmcp::model::{ClientRequest, JsonRpcMessage, ServerJsonRpcMessage};
         loop {
             let message = self.inner.receive().await?;
@@ -187,10 +277,6 @@ impl<T: rmcp::transport::Transport<RoleServer>> rmcp::transport::Transport<RoleS
                 other => tracing::debug!("forge-lsp mcp: dropped before initialize: {other:?}"),
             }
         }
-    }
-
-    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
     }
 }
 
