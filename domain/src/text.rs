@@ -27,6 +27,38 @@ pub fn split_lines(s: &str) -> Vec<&str> {
     out
 }
 
+/// Longest part of a caller's input [`echo`] shows.
+const ECHO_MAX: usize = 200;
+
+/// `s` quoted (as `{:?}` shows it) for an error message that names a caller's input; past
+/// [`ECHO_MAX`] bytes only its start, and how long it is: a 1 MB pattern must not come
+/// back as a 2 MB message.
+pub fn echo(s: &str) -> String {
+    if s.len() <= ECHO_MAX {
+        return format!("{s:?}");
+    }
+    let mut end = ECHO_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}… ({} bytes in all)", &s[..end], s.len())
+}
+
+/// A library's error text, cut after 1,000 bytes (a regex syntax error repeats the whole
+/// pattern).
+pub fn cut_error(e: impl std::fmt::Display) -> String {
+    let mut t = e.to_string();
+    if t.len() > 1000 {
+        let mut end = 1000;
+        while !t.is_char_boundary(end) {
+            end -= 1;
+        }
+        t.truncate(end);
+        t.push_str("… [cut]");
+    }
+    t
+}
+
 /// The characters an editor or a markdown reader breaks a line at (LSP counts a lone `\r`
 /// too; `\r\n` is one break of two).
 pub const LINE_BREAKS: [char; 5] = ['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'];
@@ -127,6 +159,18 @@ pub(crate) fn test_rng() -> impl FnMut(usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn echo_quotes_short_input_whole_and_long_input_by_its_start() {
+        assert_eq!(echo("a\"b"), "\"a\\\"b\"");
+        let long = "é".repeat(150);
+        let e = echo(&long);
+        assert!(e.starts_with("\"éé") && e.ends_with("… (300 bytes in all)"), "{e}");
+        assert!(e.len() < 230, "{e}");
+        let cut = cut_error("x".repeat(5000));
+        assert_eq!(cut.len(), 1000 + "… [cut]".len());
+        assert_eq!(cut_error("short"), "short");
+    }
 
     #[test]
     fn js_semantics() {

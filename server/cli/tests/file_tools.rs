@@ -330,6 +330,65 @@ fn the_file_tools_refuse_a_bare_repository_and_a_folder_inside_git() {
     assert_eq!(e.code, 1004, "{e}");
     assert!(e.message.contains("is inside a git directory (.git)"), "{e}");
     assert!(!repo.path.join(".git/hooks/pre-commit").exists());
+    // `forge-lsp call` (and `mcp`) from inside `.git` refuse to start (exit 2), as the
+    // docs say; before, a call from `.git/hooks` ran on the work tree.
+    for (dir, args) in [
+        (
+            repo.path.join(".git/hooks"),
+            vec!["call".to_string(), "apply-patch".to_string(), patch("*** Add File: zz.txt\n+x\n").to_string()],
+        ),
+        (repo.path.join(".git"), vec!["mcp".to_string()]),
+    ] {
+        let out = sb
+            .command()
+            .arg("--data-dir")
+            .arg(&sb.data_dir)
+            .args(&args)
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("is inside a git directory (.git)"), "{err}");
+    }
+    assert!(!repo.path.join("zz.txt").exists());
+}
+
+/// A repository whose git directory sits in its work tree under another name
+/// (`git init --separate-git-dir=<work tree>/meta`): apply-patch refuses to write there, and
+/// the walks leave it out, as for `.git`. Before, a patch of `meta/config` set
+/// `core.fsmonitor`, a command git runs.
+#[test]
+fn a_git_directory_under_another_name_is_treated_as_git_s_own() {
+    let sb = Sandbox::new();
+    let wt = sb.mkdir("separate");
+    git(&wt, &["init", "-q", "--separate-git-dir", wt.join("meta").to_str().unwrap()]);
+    std::fs::write(wt.join("a.txt"), "needle\n").unwrap();
+    git(&wt, &["add", "a.txt"]);
+    git(&wt, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]);
+    let config = std::fs::read_to_string(wt.join("meta/config")).unwrap();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&wt));
+    for body in [
+        "*** Update File: meta/config\n@@\n [core]\n+\tfsmonitor = touch /tmp/forge-test-fsmonitor\n",
+        "*** Add File: meta/hooks/post-commit\n+#!/bin/sh\n",
+    ] {
+        let e = c.tool_err("apply-patch", patch(body));
+        assert_eq!(e.code, -32602, "{body}: {e}");
+        assert!(e.message.contains("inside the repository's git directory"), "{e}");
+    }
+    assert_eq!(std::fs::read_to_string(wt.join("meta/config")).unwrap(), config);
+    assert!(!wt.join("meta/hooks/post-commit").exists());
+    let out = c.tool_ok("grep", json!({ "pattern": "repositoryformatversion|needle" }));
+    let paths: Vec<&str> =
+        out.data["matches"].as_array().unwrap().iter().map(|m| m["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["a.txt"], "{}", out.text);
+    let out = c.tool_ok("glob", json!({ "pattern": "**/*" }));
+    assert!(!out.text.contains("meta/"), "{}", out.text);
+    let e = c.tool_err("grep", json!({ "pattern": "x", "path": "meta" }));
+    assert!(e.message.contains("inside a git directory"), "{e}");
+    c.shutdown_exit();
 }
 
 /// All files or none, removals included: a file that cannot be removed fails the patch
@@ -463,6 +522,13 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
         out.data["matches"].as_array().unwrap().iter().map(|m| m["path"].as_str().unwrap()).collect();
     assert_eq!(paths, ["src/latin1.txt"; 3], "{}", out.text);
     assert!(out.text.contains("src/latin1.txt:2: \u{fffd} zebra two"), "{}", out.text);
+    // Also when the limit is reached before the NUL byte: the rest of the file is read.
+    let mut binary = b"zebra one\nzebra two\n".to_vec();
+    binary.extend(std::iter::repeat_n(b'x', 300_000));
+    binary.extend(b"\n\0\n");
+    std::fs::write(repo.path.join("src/early.bin"), binary).unwrap();
+    let out = c.tool_ok("grep", json!({ "pattern": "zebra", "path": "src/early.bin", "limit": 1 }));
+    assert_eq!(out.data["matches"], json!([]), "{}", out.text);
     // PROTOCOL.md §3: -32602 is input that does not match the offered schema (which says
     // what the bounds are), 1006 input that matches it but cannot be used (a bad glob, as a
     // bad regex).
@@ -486,6 +552,18 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     let e = c.tool_err("glob", json!({ "pattern": "[" }));
     assert_eq!(e.code, 1006, "{e}");
     assert_eq!(c.tool_err("glob", json!({ "pattern": "" })).code, -32602);
+    // A glob too large to compile is an error naming it (its start only), not a panic; so
+    // is a long invalid regex (echoed by its start, not twice in full).
+    let e = c.tool_err("glob", json!({ "pattern": "a?".repeat(100_000) }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("too large to compile") && e.message.contains("200000 bytes in all"), "{e}");
+    assert!(e.message.len() < 1_000, "{} bytes", e.message.len());
+    let e = c.tool_err("grep", json!({ "pattern": "x", "include": "a?".repeat(300_000) }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("include") && e.message.contains("too large to compile"), "{e}");
+    let e = c.tool_err("grep", json!({ "pattern": format!("({}", "a".repeat(1_000_000)) }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.len() < 3_000, "{} bytes", e.message.len());
     let e = c.tool_err("ast-grep-search", json!({ "pattern": "let a = 1; let b = 2;", "lang": "rust" }));
     assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("Multiple AST nodes"), "{e}");
@@ -536,4 +614,44 @@ fn identical_searches_get_a_notice_then_are_refused() {
     // Another search is not refused, and resets the streak.
     c.tool_ok("grep", json!({ "pattern": "other" }));
     assert!(!c.tool_ok("grep", input).text.contains("Notice:"));
+}
+
+/// A file that cannot be replaced (append-only or immutable) fails the patch before
+/// anything is written, and a refused patch leaves none of the directories it made for
+/// its new files. Before, the files ahead of it in the patch were written, and a refused
+/// `Add File: newdir/sub/x` left `newdir/sub/` behind.
+#[test]
+fn apply_patch_checks_every_target_can_be_replaced_and_leaves_no_directories() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("a.txt", "hello\n");
+    repo.write("imm.txt", "fixed\n");
+    repo.write("log.txt", "kept\n");
+    let chattr = |flag: &str, f: &str| {
+        std::process::Command::new("chattr").arg(flag).arg(repo.path.join(f)).output().is_ok_and(|o| o.status.success())
+    };
+    if !chattr("+i", "imm.txt") || !chattr("+a", "log.txt") {
+        chattr("-i", "imm.txt");
+        println!("skipped: chattr +i / +a needs CAP_LINUX_IMMUTABLE and a file system with attributes");
+        return;
+    }
+    let c = client(&sb, &repo);
+    for (locked, says) in [("imm.txt", "Operation not permitted"), ("log.txt", "append-only or immutable")] {
+        let body = format!(
+            "*** Add File: newdir/sub/x.txt\n+x\n*** Update File: a.txt\n@@\n-hello\n+HELLO\n*** Update File: {locked}\n@@\n-{}\n+changed\n",
+            if locked == "imm.txt" { "fixed" } else { "kept" }
+        );
+        let e = c.tool_err("apply-patch", patch(&body));
+        assert!(e.message.contains(locked) && e.message.contains(says), "{e}");
+        assert_eq!(read(&repo, "a.txt"), "hello\n", "{locked}: a file ahead of it was written");
+        assert!(!repo.path.join("newdir").exists(), "{locked}: the directories made for the patch were left");
+    }
+    chattr("-i", "imm.txt");
+    chattr("-a", "log.txt");
+    // Once they can be, the same patch is applied, its directories made.
+    c.tool_ok(
+        "apply-patch",
+        patch("*** Add File: newdir/sub/x.txt\n+x\n*** Update File: imm.txt\n@@\n-fixed\n+changed\n"),
+    );
+    assert_eq!(read(&repo, "newdir/sub/x.txt"), "x\n");
 }

@@ -237,6 +237,18 @@ fn an_interrupted_call_takes_its_plugin_tool_with_it() {
     let mut cmd = sb.command();
     cmd.arg("--data-dir").arg(&sb.data_dir).args(["call", "slow__Hang", "{}"]).current_dir(&repo.path);
     cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    // As from a terminal: SIGINT not ignored. A test run started in the background (as CI
+    // runs it) passes SIGINT on ignored, and the call keeps it so (`nohup`, `&`): the
+    // tool then ran until its 60 s time limit and the test passed without testing this.
+    // SAFETY: signal() is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let started = std::time::Instant::now();
     let mut child = cmd.spawn().expect("spawn call");
     let pid_file = sb.config_home.join("forge-lsp/plugins/slow/pid");
     let deadline = std::time::Instant::now() + WAIT;
@@ -251,7 +263,12 @@ fn an_interrupted_call_takes_its_plugin_tool_with_it() {
     };
     // SAFETY: kill of our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let _ = child.wait();
+    let status = child.wait().unwrap();
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGINT), "the call ended by SIGINT: {status:?}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "not at the tool's time limit");
     // The whole group: the tool's shell and the `sleep` it started (its group is its pid).
     let group_alive = |pgid: i32| {
         std::fs::read_dir("/proc").unwrap().flatten().any(|e| {

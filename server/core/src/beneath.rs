@@ -21,14 +21,25 @@ fn cstr(name: &std::ffi::OsStr) -> io::Result<CString> {
 const DIR_FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
 
 fn open_dir_at(parent: &OwnedFd, name: &std::ffi::OsStr, create: bool, shown: &Path) -> io::Result<OwnedFd> {
+    open_or_make_dir_at(parent, name, create, shown).map(|(d, _)| d)
+}
+
+/// [`open_dir_at`], and whether it made the directory.
+fn open_or_make_dir_at(
+    parent: &OwnedFd,
+    name: &std::ffi::OsStr,
+    create: bool,
+    shown: &Path,
+) -> io::Result<(OwnedFd, bool)> {
     let c = cstr(name)?;
+    let mut made = false;
     let flags = DIR_FLAGS;
     for attempt in 0..2 {
         // SAFETY: a valid directory fd and a NUL-terminated name.
         let fd = unsafe { libc::openat(parent.as_raw_fd(), c.as_ptr(), flags) };
         if fd >= 0 {
             // SAFETY: `fd` was just opened and is owned by nobody else.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, made));
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
@@ -40,6 +51,8 @@ fn open_dir_at(parent: &OwnedFd, name: &std::ffi::OsStr, create: bool, shown: &P
                     if e.kind() != io::ErrorKind::AlreadyExists {
                         return Err(e);
                     }
+                } else {
+                    made = true;
                 }
             }
             Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
@@ -161,8 +174,23 @@ pub fn stage(
 /// Stages files and sets files aside beneath one base, opening each directory once: the
 /// files of one directory share its descriptor, so a change of thousands of files holds
 /// one descriptor per directory, not one per file.
+///
+/// Invariant: the directories it made for staged files are removed again when it is
+/// dropped (each if it is empty: drop the staged files first), unless
+/// [`Stager::keep_made_dirs`] was called once the change was committed. A refused change
+/// leaves no empty directories behind.
 pub struct Stager {
     dirs: Dirs,
+}
+
+impl Drop for Stager {
+    fn drop(&mut self) {
+        for (parent, name) in self.dirs.made.drain(..).rev() {
+            // SAFETY: a directory descriptor we hold and a NUL-terminated name. Removes
+            // only an empty directory, never follows a link (one swapped in is ENOTDIR).
+            unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) };
+        }
+    }
 }
 
 /// The directories opened beneath one base, each from its parent's descriptor without
@@ -176,6 +204,8 @@ pub struct Stager {
 struct Dirs {
     base: std::path::PathBuf,
     kept: std::collections::HashMap<std::path::PathBuf, std::sync::Arc<OwnedFd>>,
+    /// The directories made, in order: (parent, name).
+    made: Vec<(std::sync::Arc<OwnedFd>, CString)>,
 }
 
 impl Dirs {
@@ -183,7 +213,7 @@ impl Dirs {
     const ANCESTORS: usize = 8;
 
     fn new(base: &Path) -> Dirs {
-        Dirs { base: base.to_path_buf(), kept: Default::default() }
+        Dirs { base: base.to_path_buf(), kept: Default::default(), made: vec![] }
     }
 
     /// The directory `rel` beneath the base (its missing components made when `create`).
@@ -194,7 +224,11 @@ impl Dirs {
         let d = match (rel.parent(), rel.file_name()) {
             (Some(parent), Some(name)) => {
                 let parent = self.get(parent, create)?;
-                open_dir_at(&parent, name, create, &self.base.join(rel))?
+                let (d, made) = open_or_make_dir_at(&parent, name, create, &self.base.join(rel))?;
+                if made {
+                    self.made.push((parent, cstr(name)?));
+                }
+                d
             }
             _ => open_dir(&self.base, rel, create)?,
         };
@@ -211,6 +245,11 @@ impl Dirs {
 impl Stager {
     pub fn new(base: &Path) -> Stager {
         Stager { dirs: Dirs::new(base) }
+    }
+
+    /// Keeps the directories made for the staged files (the change was committed).
+    pub fn keep_made_dirs(&mut self) {
+        self.dirs.made.clear();
     }
 
     fn dir(&mut self, rel: &Path, create: bool) -> io::Result<std::sync::Arc<OwnedFd>> {
@@ -492,7 +531,17 @@ pub fn check_writable_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()
         return Err(io::Error::last_os_error());
     }
     // SAFETY: just opened, owned here; closed at once.
-    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    let file = unsafe { OwnedFd::from_raw_fd(fd) };
+    // An append-only file opens for appending, but cannot be replaced (nor can an
+    // immutable one, which does not open at all).
+    const FS_IMMUTABLE_FL: libc::c_long = 0x10;
+    const FS_APPEND_FL: libc::c_long = 0x20;
+    let mut attrs: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes the file's attribute flags (an int) into `attrs`.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut attrs) };
+    if r == 0 && attrs & (FS_IMMUTABLE_FL | FS_APPEND_FL) != 0 {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the file is append-only or immutable (chattr)"));
+    }
     Ok(())
 }
 

@@ -8,7 +8,20 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use forge_domain::text::echo;
 use forge_protocol::ToolError;
+
+/// `s` for an error message, cut after 200 bytes (a path derived from a caller's input).
+fn cut(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= 200 {
+        return s.into();
+    }
+    let mut end = 200;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &s[..end], s.len()).into()
+}
 
 use crate::{loop_scope, ToolCtx};
 
@@ -58,7 +71,7 @@ pub fn within_unfollowed(root: &Path, rel: &str) -> Result<PathBuf, ToolError> {
 }
 
 fn within_from(root: &Path, rel: &str, unfollowed: bool) -> Result<PathBuf, ToolError> {
-    let bad = |why: &str| ToolError::invalid_params(format!("path {rel:?} {why}"));
+    let bad = |why: &str| ToolError::invalid_params(format!("path {} {why}", echo(rel)));
     if rel.is_empty() || rel.contains('\0') {
         return Err(bad("is empty or contains NUL"));
     }
@@ -114,12 +127,18 @@ pub fn search_path(root: &Path, rel: Option<&str>) -> Result<PathBuf, ToolError>
         match std::fs::metadata(&at) {
             Err(_) => {
                 return Err(ToolError::not_found(format!(
-                    "path {rel:?}: {shown} does not exist under {}",
+                    "path {}: {} does not exist under {}",
+                    echo(rel),
+                    cut(&shown),
                     root.display()
                 )))
             }
             Ok(m) if i + 1 < parts.len() && !m.is_dir() => {
-                return Err(ToolError::invalid_params(format!("path {rel:?}: {shown} is not a directory")))
+                return Err(ToolError::invalid_params(format!(
+                    "path {}: {} is not a directory",
+                    echo(rel),
+                    cut(&shown)
+                )))
             }
             Ok(_) => {}
         }
@@ -130,13 +149,53 @@ pub fn search_path(root: &Path, rel: Option<&str>) -> Result<PathBuf, ToolError>
 /// The gitignore-aware walk the file tools share: hidden files included, git's own
 /// directories (the root's and nested repositories') never entered, symlinked directories
 /// not followed.
-pub fn walk(start: &Path) -> ignore::Walk {
+pub fn walk(root: &Path, start: &Path) -> ignore::Walk {
+    let hidden = git_dirs_within(root);
     ignore::WalkBuilder::new(start)
         .hidden(false)
         .git_global(false)
         .require_git(false)
-        .filter_entry(|e| e.file_name() != ".git")
+        .filter_entry(move |e| {
+            e.file_name() != ".git"
+                && (hidden.is_empty()
+                    || !e.file_type().is_some_and(|t| t.is_dir())
+                    || !hidden.iter().any(|h| h == e.path()))
+        })
         .build()
+}
+
+/// The git directories of the repository whose work tree is `root` that lie inside it
+/// under a name other than `.git` (`git init --separate-git-dir=<root>/meta`, or
+/// `GIT_DIR` set up by hand), as paths under `root`: the file tools treat them as they
+/// treat `.git`. Found from `<root>/.git` when it is a file (`gitdir: <path>`), and the
+/// `commondir` beside that; nothing for a usual `.git` directory (no cost but one stat).
+pub fn git_dirs_within(root: &Path) -> Vec<PathBuf> {
+    let dot_git = root.join(".git");
+    if !std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file()) {
+        return vec![];
+    }
+    let Ok(text) = std::fs::read_to_string(&dot_git) else { return vec![] };
+    let Some(gitdir) = text.lines().find_map(|l| l.strip_prefix("gitdir:")).map(str::trim) else { return vec![] };
+    let gitdir = root.join(gitdir);
+    let mut dirs = vec![gitdir.clone()];
+    if let Ok(common) = std::fs::read_to_string(gitdir.join("commondir")) {
+        dirs.push(gitdir.join(common.trim()));
+    }
+    let canon_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut out: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|d| d.canonicalize().ok())
+        .filter_map(|d| d.strip_prefix(&canon_root).ok().map(|rel| root.join(rel)))
+        .filter(|d| d != root)
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Whether `rel` (relative to `root`, its links resolved) is, or lies in, a git directory:
+/// a `.git` component, or one of [`git_dirs_within`] `root`.
+pub fn in_git_dir_of(root: &Path, rel: &Path, hidden: &[PathBuf]) -> bool {
+    in_git_dir(rel) || hidden.iter().any(|h| h.strip_prefix(root).is_ok_and(|h| rel.starts_with(h)))
 }
 
 /// Whether `p` has a `.git` component: it is, or lies in, a git directory (the file tools
@@ -153,10 +212,10 @@ pub fn outside_git(root: &Path, start: &Path, rel: Option<&str>) -> Result<(), T
     let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let (root, start) = (canon(root), canon(start));
     let tail = start.strip_prefix(&root).unwrap_or(&start);
-    if in_git_dir(tail) {
+    if in_git_dir_of(&root, tail, &git_dirs_within(&root)) {
         return Err(ToolError::invalid_params(format!(
-            "path {:?} is inside a git directory (.git); grep, glob and the ast-grep tools do not look there",
-            rel.unwrap_or_default()
+            "path {} is inside a git directory (.git); grep, glob and the ast-grep tools do not look there",
+            echo(rel.unwrap_or_default())
         )));
     }
     Ok(())

@@ -137,6 +137,14 @@ impl Route {
                 detected.root.display(),
             )));
         }
+        // A directory inside git's own files (`.git/hooks`) has no root for the file tools
+        // (an editor opened there gets 1004 from them), nor a project of its own.
+        if socket.is_none() && crate::files::in_git_dir(&detected.root) {
+            return Err(ToolError::invalid_params(format!(
+                "{} is inside a git directory (.git), so there is no project {purpose}; run it from the repository's work tree",
+                detected.root.display(),
+            )));
+        }
         // The project as a call sees it: the one at `root` (what `Project::detect(&root)`
         // says, without opening the repository again).
         let first = (!detected.is_global()).then(|| Project {

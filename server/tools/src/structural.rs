@@ -64,14 +64,14 @@ pub fn lang_name(lang: SupportLang) -> &'static str {
 /// The files under `start` (a file or a directory) with one of `exts`, gitignore-aware,
 /// every `.git` skipped, in a stable order. A file named directly is searched whatever its
 /// extension.
-pub fn files(start: &Path, exts: &[&str]) -> Vec<PathBuf> {
+pub fn files(root: &Path, start: &Path, exts: &[&str]) -> Vec<PathBuf> {
     if start.is_file() {
         return vec![start.to_path_buf()];
     }
     let mut out = vec![];
     // Every `.git` skipped, nested repositories' included (a rewrite must never reach a
     // git directory).
-    let walk = crate::files::walk(start);
+    let walk = crate::files::walk(root, start);
     for entry in walk.flatten() {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;

@@ -95,7 +95,11 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
     }
     // Renames within one directory do not fail for space; report what happened.
     let targets: Vec<PathBuf> = staged.iter().map(|s| s.target().to_path_buf()).collect();
-    if let Err((i, e)) = beneath::commit_all(staged) {
+    let committed = beneath::commit_all(staged);
+    if committed.is_ok() {
+        stager.keep_made_dirs();
+    }
+    if let Err((i, e)) = committed {
         let shown = |p: &PathBuf| p.strip_prefix(root).unwrap_or(p).display().to_string();
         let written: Vec<String> = targets[..i].iter().map(shown).collect();
         let kept = if written.is_empty() {
@@ -156,9 +160,10 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
     let mut files: std::collections::HashMap<PathBuf, String> = std::collections::HashMap::new();
     // (relative path, deleted) of each path: none may lie beneath a deleted one.
     let mut named: Vec<(String, bool)> = vec![];
+    let hidden = crate::files::git_dirs_within(root);
     for (raw, unfollowed) in paths {
         let rel = normalize_path(raw, Some(root_text))
-            .map_err(|why| ToolError::invalid_params(format!("apply-patch failed: path {raw:?}: {why}")))?;
+            .map_err(|why| ToolError::invalid_params(format!("apply-patch failed: path {}: {why}", forge_domain::text::echo(raw))))?;
         let checked = if unfollowed { within_unfollowed(root, &rel) } else { within(root, &rel) };
         let target =
             checked.map_err(|e| ToolError::invalid_params(format!("apply-patch failed: {}", e.message)))?;
@@ -168,6 +173,12 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
         if crate::files::in_git_dir(&file) {
             return Err(ToolError::invalid_params(format!(
                 "apply-patch failed: path {raw:?} leads into a git directory (.git) through a symbolic link, which apply-patch does not change"
+            )));
+        }
+        // The repository's own git directory under another name (`--separate-git-dir`).
+        if crate::files::in_git_dir_of(root, &file, &hidden) {
+            return Err(ToolError::invalid_params(format!(
+                "apply-patch failed: path {raw:?} is inside the repository's git directory, which apply-patch does not change"
             )));
         }
         match files.get(&file) {
@@ -222,6 +233,16 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
 fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str, mode: beneath::Mode) -> Result<Staged, String> {
     let target = within(root, rel).map_err(|e| e.message)?;
     let under = resolved_rel(root, &target)?;
+    // A file there that cannot be replaced (immutable, append-only, read-only file system)
+    // fails the patch now, before anything is written, not when it is renamed over.
+    if let (Some(dir), Some(name)) = (under.parent(), under.file_name()) {
+        if let Ok(d) = beneath::open_dir(root, dir, false) {
+            if beneath::stat_at(&d, name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
+                beneath::check_writable_at(&d, name)
+                    .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
+            }
+        }
+    }
     stager
         .stage(&under, content.as_bytes(), mode, true, false)
         .map_err(|e| format!("cannot write {}: {e}", target.display()))

@@ -61,7 +61,7 @@ fn replace(
     rewrite: &str,
     dry: bool,
 ) -> Result<CommandResult, ToolError> {
-    let files = structural::files(start, exts);
+    let files = structural::files(root, start, exts);
     let mut edits: Vec<FileEdit> = vec![];
     let mut preview: Vec<String> = vec![];
     let mut shown_changes = 0usize;

@@ -36,7 +36,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
 }
 
 fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pattern) -> Result<CommandResult, ToolError> {
-    let files: Vec<PathBuf> = structural::files(start, exts);
+    let files: Vec<PathBuf> = structural::files(root, start, exts);
     let mut lines = vec![];
     let mut hits = vec![];
     let mut total = 0usize;

@@ -29,8 +29,8 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let glob = globset::GlobBuilder::new(&input.pattern)
         .literal_separator(true)
         .build()
-        .map_err(|e| ToolError::invalid(format!("glob failed: invalid glob {:?}: {e}", input.pattern)))?
-        .compile_matcher();
+        .and_then(|g| globset::GlobSetBuilder::new().add(g).build())
+        .map_err(|e| invalid_glob("glob failed: invalid glob", &input.pattern, e))?;
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
     crate::files::outside_git(&root, &start, input.path.as_deref())?;
@@ -44,10 +44,21 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
-fn list(root: &Path, start: &Path, glob: &globset::GlobMatcher) -> Result<CommandResult, ToolError> {
+/// A glob that cannot be compiled: a syntax error, or a pattern too large for its matcher
+/// (compiled as a set, whose build says so, where a single matcher's panics).
+pub(crate) fn invalid_glob(what: &str, pattern: &str, e: globset::Error) -> ToolError {
+    use forge_domain::text::{cut_error, echo};
+    let why = match e.kind() {
+        globset::ErrorKind::Regex(_) => "it is too large to compile; use a shorter pattern".to_string(),
+        _ => cut_error(e.kind()),
+    };
+    ToolError::invalid(format!("{what} {}: {why}", echo(pattern)))
+}
+
+fn list(root: &Path, start: &Path, glob: &globset::GlobSet) -> Result<CommandResult, ToolError> {
     let mut found: Vec<(SystemTime, String)> = vec![];
     // Every `.git` skipped, nested repositories' included.
-    let walk = crate::files::walk(start);
+    let walk = crate::files::walk(root, start);
     for entry in walk.flatten() {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;

@@ -45,12 +45,15 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         let matcher = RegexMatcherBuilder::new()
             .case_insensitive(!input.case_sensitive.unwrap_or(true))
             .build(&input.pattern)
-            .map_err(|e| ToolError::invalid(format!("grep failed: invalid regex {:?}: {e}", input.pattern)))?;
+            .map_err(|e| {
+                let (p, e) = (forge_domain::text::echo(&input.pattern), forge_domain::text::cut_error(e));
+                ToolError::invalid(format!("grep failed: invalid regex {p}: {e}"))
+            })?;
         let include = match input.include.as_deref().filter(|g| !g.is_empty()) {
             Some(g) => Some(
                 globset::Glob::new(g)
-                    .map_err(|e| ToolError::invalid(format!("grep failed: invalid glob `include` {g:?}: {e}")))?
-                    .compile_matcher(),
+                    .and_then(|g| globset::GlobSetBuilder::new().add(g).build())
+                    .map_err(|e| super::glob::invalid_glob("grep failed: invalid glob `include`", g, e))?,
             ),
             None => None,
         };
@@ -63,7 +66,7 @@ fn search(
     root: &Path,
     start: &Path,
     matcher: &grep_regex::RegexMatcher,
-    include: Option<&globset::GlobMatcher>,
+    include: Option<&globset::GlobSet>,
     limit: usize,
 ) -> Result<CommandResult, ToolError> {
     let mut searcher = SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
@@ -79,7 +82,7 @@ fn search(
     let start_rel = crate::files::real_rel(root, start).map_err(ToolError::invalid_params)?;
     let mut reader = forge_core::beneath::Reader::new(root);
     // Hidden files are searched, git's own directories (the root's and nested ones) never.
-    let walk = crate::files::walk(start);
+    let walk = crate::files::walk(root, start);
     for entry in walk {
         let Ok(entry) = entry else { continue };
         if !entry.file_type().is_some_and(|t| t.is_file()) {
@@ -97,7 +100,16 @@ fn search(
             Ok(below) => reader.open(&start_rel.join(below)),
             Err(_) => Err(std::io::Error::other("not below the search's start")),
         };
-        if let Err(e) = opened.and_then(|f| searcher.search_file(matcher, &f, &mut found)) {
+        let searched = opened.and_then(|f| {
+            searcher.search_file(matcher, &f, &mut found)?;
+            // Stopped at the limit before the end: the rest may still hold a NUL byte,
+            // which makes the whole file binary (no matches from it).
+            if found.full && !found.binary {
+                found.binary = holds_nul(&f)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = searched {
             // Out of descriptors is the server's state, not the file's: the whole search
             // fails, rather than answering with files silently left out.
             if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
@@ -148,6 +160,22 @@ fn search(
         text,
         data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files, "unreadable": unreadable }).into(),
     })
+}
+
+/// Whether `f` holds a NUL byte anywhere (read again from its start).
+fn holds_nul(mut f: &std::fs::File) -> std::io::Result<bool> {
+    use std::io::{Read, Seek};
+    f.seek(std::io::SeekFrom::Start(0))?;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) if memchr::memchr(0, &chunk[..n]).is_some() => return Ok(true),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The matches of one file, kept until its search ends: a file found to be binary part way
