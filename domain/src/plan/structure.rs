@@ -417,11 +417,17 @@ struct HeadingBody<'a> {
     lines: Vec<&'a str>,
 }
 
-struct HeadingBodies<'a>(Vec<HeadingBody<'a>>);
+/// The bodies in the order their headings first appear, and where each name's is: a plan
+/// with tens of thousands of distinct headings is looked up by name, not searched (that was
+/// quadratic: 80,000 `##` headings took 24 s to write).
+struct HeadingBodies<'a> {
+    list: Vec<HeadingBody<'a>>,
+    at: std::collections::HashMap<&'a str, usize>,
+}
 
 impl<'a> HeadingBodies<'a> {
     fn find(&self, name: &str) -> Option<&HeadingBody<'a>> {
-        self.0.iter().find(|b| b.name == name)
+        self.at.get(name).map(|&i| &self.list[i])
     }
 }
 
@@ -431,6 +437,7 @@ impl<'a> HeadingBodies<'a> {
 /// headings are skipped. A heading seen twice accumulates.
 fn heading_bodies<'a>(lines: &[Line<'a>], level: usize, from: usize) -> HeadingBodies<'a> {
     let mut bodies: Vec<HeadingBody<'a>> = Vec::new();
+    let mut at: std::collections::HashMap<&'a str, usize> = std::collections::HashMap::new();
     let mut current: Option<usize> = None;
     for (i, (line, fenced, delimiter)) in lines.iter().enumerate().skip(from) {
         if *delimiter {
@@ -441,13 +448,10 @@ fn heading_bodies<'a>(lines: &[Line<'a>], level: usize, from: usize) -> HeadingB
                 let name = js_trim_end(name);
                 let plain = !name.contains(['\r', '\u{2028}', '\u{2029}']);
                 if found == level && plain && !name.is_empty() {
-                    current = Some(match bodies.iter().position(|b| b.name == name) {
-                        Some(p) => p,
-                        None => {
-                            bodies.push(HeadingBody { name, line: i, lines: Vec::new() });
-                            bodies.len() - 1
-                        }
-                    });
+                    current = Some(*at.entry(name).or_insert_with(|| {
+                        bodies.push(HeadingBody { name, line: i, lines: Vec::new() });
+                        bodies.len() - 1
+                    }));
                 } else if found <= level {
                     current = None;
                 }
@@ -464,7 +468,7 @@ fn heading_bodies<'a>(lines: &[Line<'a>], level: usize, from: usize) -> HeadingB
             }
         }
     }
-    HeadingBodies(bodies)
+    HeadingBodies { list: bodies, at }
 }
 
 /// Characters a path may be preceded by.

@@ -419,6 +419,27 @@ fn clients_with_virtual_documents_get_no_copies_by_default() {
     assert!(!repo.path.join(".forge").exists(), "no .forge/view for a client with textDocumentContent");
 }
 
+/// A client that names no folder (rootUri null) gets no copies written into the server's
+/// working directory, which it never chose (an editor started from the home directory), nor
+/// the repository's `info/exclude` touched. Before, `<cwd>/.forge/view/` was written.
+#[test]
+fn a_client_without_a_folder_gets_no_copies_in_the_working_directory() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let exclude = std::fs::read_to_string(repo.path.join(".git/info/exclude")).unwrap_or_default();
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--data-dir").arg(&sb.data_dir).current_dir(&repo.path);
+    });
+    c.init(&Init::rootless().text_document_content(false));
+    c.tool_ok("plan-write", json!({ "content": "# No folder" }));
+    // The tools work (on the working directory's project) and write nothing there.
+    let read = c.tool_ok("plan-read", json!({}));
+    assert!(read.text.contains("# No folder"), "{}", read.text);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!repo.path.join(".forge").exists(), "copies were written into the working directory");
+    assert_eq!(std::fs::read_to_string(repo.path.join(".git/info/exclude")).unwrap_or_default(), exclude);
+}
+
 #[test]
 fn materialize_can_be_forced_by_configuration() {
     let sb = Sandbox::new();

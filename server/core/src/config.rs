@@ -495,7 +495,17 @@ impl Loader {
                     }
                 }
             }
+            let table =
+                KEYS.iter().any(|(n, _)| n.strip_prefix(key.as_str()).is_some_and(|rest| rest.starts_with('.')));
             match KEYS.iter().find(|(n, _)| n == key) {
+                // A table of options given as null: not set (as an absent table).
+                None if table && val.is_null() => {}
+                None if table => {
+                    return Err(ConfigError(format!(
+                        "configuration key `{key}` in {source} must be a table of options, found {}",
+                        short(val)
+                    )))
+                }
                 None => self.warnings.push(format!("unknown configuration key `{key}` in {source} (ignored)")),
                 Some((_, ty)) if !ty.accepts(val) => {
                     return Err(ConfigError(format!(
@@ -666,6 +676,22 @@ mod tests {
                 && e.0.contains("non-negative integer"),
             "{e}"
         );
+    }
+
+    /// A table of options given as null is not set (no warning); as anything else but a
+    /// table, an error saying it must be one. Before, both were an "unknown key" warning
+    /// and the rest of the change applied.
+    #[test]
+    fn a_table_given_as_a_value_is_named_as_a_table() {
+        let mut l = Loader::default();
+        l.add_value(&json!({"documents": null, "loop": {"defaultMaxIterations": 4}}), "d").unwrap();
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        assert_eq!(l.build().default_max_iterations, 4);
+        let e = l.add_value(&json!({"documents": 5}), "d").unwrap_err();
+        assert!(e.0.contains("`documents`") && e.0.contains("must be a table of options"), "{e}");
+        // A key that only starts like a table's name is still unknown.
+        l.add_value(&json!({"documentsX": 1}), "d").unwrap();
+        assert!(l.warnings[0].contains("unknown configuration key `documentsX`"), "{:?}", l.warnings);
     }
 
     /// A project whose `.forge/config.toml` (`text`) is in the index when `commit` is set.

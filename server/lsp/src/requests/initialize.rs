@@ -63,7 +63,13 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
             return Err(refuse_confined(&format!("no loop of this server keeps its data in {}", dd.display())));
         }
     }
-    let folder = workspace_folder(&p).unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
+    // No folder named (rootUri null, LSP's "no folder is open"): the server's working
+    // directory stands in for reading and tools, but nothing is written into it
+    // (`materialize` below): an editor started from the home directory must not get
+    // `~/.forge/view/`.
+    let named = workspace_folder(&p);
+    let no_folder = named.is_none();
+    let folder = named.unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
     // Detection reads git (a history walk when its cache is cold): never on a runtime thread.
     let project = tokio::task::spawn_blocking(move || Project::detect(&folder))
         .await
@@ -149,8 +155,9 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let code_lens_refresh =
         p.pointer("/capabilities/workspace/codeLens/refreshSupport").and_then(Value::as_bool).unwrap_or(false);
     let tools_only = p.pointer(forge_protocol::TOOLS_ONLY_CAPABILITY).and_then(Value::as_bool).unwrap_or(false);
-    // A client that only runs tools never reads views either.
-    let materialize = materialize && !tools_only;
+    // A client that only runs tools never reads views either, and a client that named no
+    // folder gets none written into the working directory it happened to start in.
+    let materialize = materialize && !tools_only && !no_folder;
     let caps =
         ClientCaps { encoding, text_document_content, work_done_progress, materialize, code_lens_refresh, tools_only };
 
