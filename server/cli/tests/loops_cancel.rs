@@ -250,14 +250,33 @@ fn a_turn_ends_when_its_agent_exits_and_what_it_left_running_is_killed() {
         !pid_alive(bg)
     });
     assert!(gone, "the background sleep {bg} outlived its turn");
-    // Also the one that left the group: found by the turn's mark in its environment.
+    // The one that left the group (a daemon) outlives a turn that ended by itself.
     let esc: u32 = t.wait_state_file("esc.pid").trim().parse().expect("esc pid");
-    assert!(
-        wait_for(Duration::from_secs(5), || (!pid_alive(esc)).then_some(())).is_some(),
-        "the sleep {esc} that left the turn's process group outlived its turn"
-    );
+    assert!(pid_alive(esc), "the setsid sleep {esc} of a turn that ended by itself was killed");
+    // SAFETY: a signal to the sleep this test's agent started.
+    unsafe { libc::kill(esc as i32, libc::SIGKILL) };
     // One coder turn: nothing was taken for a stall.
     assert_eq!(t.roles().iter().filter(|r| *r == "coder").count(), 1, "{:?}", t.roles());
+}
+
+/// A loop cancelled while its coder's turn runs loses what the turn started outside its
+/// process group too (`setsid`), found by the turn's mark (`FORGE_TURN_ID`). Before, it
+/// kept running after the cancel.
+#[test]
+fn a_cancelled_turn_takes_what_left_its_group_with_it() {
+    let t = LoopTest::start("orphan", "");
+    let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    let coder: u32 = t.wait_state_file("coder.pid").trim().parse().expect("coder pid");
+    let bg: u32 = t.wait_state_file("bg.pid").trim().parse().expect("bg pid");
+    let esc: u32 = t.wait_state_file("esc.pid").trim().parse().expect("esc pid");
+    assert!(pid_alive(esc));
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    for (what, pid) in [("coder", coder), ("background sleep", bg), ("setsid sleep", esc)] {
+        assert!(
+            wait_for(Duration::from_secs(10), || (!pid_alive(pid)).then_some(())).is_some(),
+            "the cancelled turn's {what} {pid} still runs"
+        );
+    }
 }
 
 /// A loop whose server was killed outright (SIGKILL) while its coder's first turn runs, and

@@ -182,26 +182,26 @@ fn a_hanging_plugin_tool_is_killed_at_the_time_limit() {
     c.shutdown_exit();
 }
 
-/// A process the tool starts outside its process group (`setsid`) is killed with the
-/// call, found by the call's id in its environment: the call ends at the time limit, a tool
-/// that ended is answered with what it wrote, and neither leaves the process running.
-/// One that also drops the id from its environment is not found, and still does not hold
-/// the call although it keeps the output pipes open. Before, the call waited for the
-/// escaped process (forever for `sleep infinity`), and later left it running.
+/// A process the tool starts outside its process group (`setsid`) does not hold the call:
+/// the call ends at the time limit, and a tool that ended is answered with what it wrote,
+/// without waiting for that process. A call stopped at its time limit also kills that
+/// process (found by the call's id in its environment); a tool that ended by itself leaves
+/// it running (a daemon it started may serve others by now). Before, the call waited for
+/// the escaped process (forever for `sleep infinity`), and a timed-out call left it
+/// running.
 #[test]
-fn a_process_that_left_the_tools_group_does_not_outlive_the_call() {
+fn a_process_that_left_the_tools_group_does_not_hold_the_call() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let dir = sb.config_home.join("forge-lsp/plugins/esc/tools");
     let schema = json!({ "description": "Escapes.", "inputSchema": { "type": "object" } });
-    let escape = "setsid sleep 30 & echo $! > \"$FORGE_PLUGIN_DIR/escaped\"\n";
-    let hidden = "setsid env -u FORGE_TOOL_CALL_ID sleep 30 & echo $! > \"$FORGE_PLUGIN_DIR/hidden\"\n";
-    tool(&dir, "Slow", &format!("#!/bin/sh\ncat > /dev/null\n{escape}sleep 60\n"), schema.clone());
-    tool(&dir, "Quick", &format!("#!/bin/sh\ncat > /dev/null\n{escape}{hidden}echo '{{\"done\":true}}'\n"), schema);
+    let escape = |file: &str| format!("setsid sleep 30 & echo $! > \"$FORGE_PLUGIN_DIR/{file}\"\n");
+    tool(&dir, "Slow", &format!("#!/bin/sh\ncat > /dev/null\n{}sleep 60\n", escape("slow")), schema.clone());
+    tool(&dir, "Quick", &format!("#!/bin/sh\ncat > /dev/null\n{}echo '{{\"done\":true}}'\n", escape("quick")), schema);
     sb.write_user_config("[plugins]\ntimeoutMs = 1000\n");
     // Running: not gone, and not a zombie nobody reaped yet.
-    let escaped_runs = || {
-        let pid = std::fs::read_to_string(dir.join("../escaped")).expect("the tool wrote the pid");
+    let runs = |file: &str| {
+        let pid = std::fs::read_to_string(dir.join("..").join(file)).expect("the tool wrote the pid");
         std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
             .is_ok_and(|st| st.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X'])))
     };
@@ -211,17 +211,15 @@ fn a_process_that_left_the_tools_group_does_not_outlive_the_call() {
     let e = c.tool_err("esc__Slow", json!({}));
     assert!(e.message.contains("did not finish within 1000 ms"), "{e}");
     assert!(started.elapsed() < std::time::Duration::from_secs(8), "{:?}", started.elapsed());
-    assert!(!escaped_runs(), "the escaped process outlived the timed-out call");
+    assert!(!runs("slow"), "the escaped process outlived the timed-out call");
     let started = std::time::Instant::now();
     let out = c.tool_ok("esc__Quick", json!({}));
     assert_eq!(out.data["done"], json!(true), "{}", out.text);
     assert!(started.elapsed() < std::time::Duration::from_secs(8), "{:?}", started.elapsed());
-    assert!(!escaped_runs(), "the escaped process outlived the call");
-    // The one that hid from the scan still runs (documented); it is the test's to end.
-    let hidden = std::fs::read_to_string(dir.join("../hidden")).unwrap();
-    let hidden: i32 = hidden.trim().parse().unwrap();
+    assert!(runs("quick"), "the process a finished tool left running was killed");
+    let quick: i32 = std::fs::read_to_string(dir.join("../quick")).unwrap().trim().parse().unwrap();
     // SAFETY: a signal to the sleep this test's tool started.
-    unsafe { libc::kill(hidden, libc::SIGKILL) };
+    unsafe { libc::kill(quick, libc::SIGKILL) };
     c.shutdown_exit();
 }
 

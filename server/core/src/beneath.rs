@@ -532,8 +532,30 @@ pub fn check_writable_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()
     }
     // SAFETY: just opened, owned here; closed at once.
     let file = unsafe { OwnedFd::from_raw_fd(fd) };
-    // An append-only file opens for appending, but cannot be replaced (nor can an
-    // immutable one, which does not open at all).
+    // An append-only file opens for appending, but cannot be replaced.
+    check_attributes(&file)
+}
+
+/// Whether the file `name` in `dir` can be replaced by renaming another file over it, as
+/// far as the file itself decides: not when it is append-only or immutable (`chattr +a` /
+/// `+i`). Permission to write the file is not needed (a rename needs only the directory's),
+/// and a read-only mount already fails the staging beside it. Never through a link, never
+/// waiting (a FIFO there does not hold the caller); a file this user may not read, or a
+/// file system without attributes, passes (its rename will tell).
+pub fn check_replaceable_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()> {
+    let c = cstr(name)?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Ok(());
+    }
+    // SAFETY: just opened, owned here; closed at once.
+    check_attributes(&unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Refuses an open file that is append-only or immutable (its attribute flags).
+fn check_attributes(file: &OwnedFd) -> io::Result<()> {
     const FS_IMMUTABLE_FL: libc::c_long = 0x10;
     const FS_APPEND_FL: libc::c_long = 0x20;
     let mut attrs: libc::c_long = 0;

@@ -6,7 +6,7 @@
 //! `FORGE_LSP_SOCKET`, `FORGE_SESSION_ID`, `FORGE_SESSION_TOKEN`, `FORGE_LOOP`,
 //! `FORGE_ROLE`, `FORGE_WORKTREE`, `FORGE_DATA_DIR`, `FORGE_AGENT` (the agent kind:
 //! `code`, `auditor-loop`; `forge-lsp call` uses it when `--agent` is not given), and
-//! `FORGE_TURN_ID` (new each turn: what carries it is killed when the turn ends). The turn ends when the process exits:
+//! `FORGE_TURN_ID` (new each turn: what carries it is killed when the turn is stopped). The turn ends when the process exits:
 //! exit 0 with output is a reply, exit 0 without output is no reply, any other exit is an
 //! assistant error.
 //!
@@ -44,11 +44,15 @@ pub struct TurnHandle {
     /// Notified once the turn's end is recorded (what the CLI printed: its session id,
     /// usage), just before its outcome is sent.
     ended: Arc<tokio::sync::Notify>,
+    /// Set by [`TurnHandle::abort`]: the turn's end then also kills what left its group.
+    aborted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TurnHandle {
-    /// Kills the turn's whole process group.
+    /// Kills the turn's whole process group, and (when the turn ends) every process that
+    /// carries its mark (`FORGE_TURN_ID`), however it left the group.
     pub fn abort(&self) {
+        self.aborted.store(true, std::sync::atomic::Ordering::SeqCst);
         if let Some(pid) = self.pid {
             crate::process::kill_group(pid);
         }
@@ -216,9 +220,10 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let session = req.session_id.clone();
     let turn = req.turn;
     let ended = Arc::new(tokio::sync::Notify::new());
+    let aborted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let fail = |msg: String| {
         let _ = done.send((session.clone(), turn, TurnOutcome::Error(msg)));
-        TurnHandle { pid: None, ended: ended.clone() }
+        TurnHandle { pid: None, ended: ended.clone(), aborted: aborted.clone() }
     };
     let host = crate::agents::host_for(&req);
     if let Err(e) = forge_core::paths::create_private_dirs(&req.prompt_dir) {
@@ -314,6 +319,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let prompt = req.prompt.clone();
     let keep = host.keep_stdout();
     let ended2 = ended.clone();
+    let aborted2 = aborted.clone();
     tokio::spawn(async move {
         // The prompt is written beside the readers, not before them: an agent that writes
         // more than a pipe holds before it has read its whole prompt (a long plan) would
@@ -357,12 +363,16 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             let _ = tokio::task::spawn_blocking(move || wait_exit_unreaped(pid)).await;
             crate::process::kill_group(pid);
         }
-        // And what left the group (`setsid`, a daemon) but still carries the turn's mark:
-        // a turn's processes do not outlive it.
-        let t = turn_id.clone();
-        let escaped = tokio::task::spawn_blocking(move || crate::process::kill_marked(TURN_ENV, &t)).await;
-        if let Ok(n @ 1..) = escaped {
-            tracing::info!(session = %session, "killed {n} process(es) the agent started outside its process group");
+        // A turn that was stopped (cancel, restart, the stall watchdog) also loses what left
+        // the group (`setsid`, a daemon) but carries its mark. A turn that ended by itself
+        // keeps those: a daemon it started (sccache, an ssh master, a Gradle daemon) may be
+        // serving other loops and the user by now.
+        if aborted2.load(std::sync::atomic::Ordering::SeqCst) {
+            let t = turn_id.clone();
+            let escaped = tokio::task::spawn_blocking(move || crate::process::kill_marked(TURN_ENV, &t)).await;
+            if let Ok(n @ 1..) = escaped {
+                tracing::info!(session = %session, "killed {n} process(es) the stopped agent started outside its process group");
+            }
         }
         if let (Some(store), Some(l)) = (&req.record, leader) {
             let s = session.clone();
@@ -418,7 +428,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         ended2.notify_one();
         let _ = done.send((session, turn, outcome));
     });
-    TurnHandle { pid, ended }
+    TurnHandle { pid, ended, aborted }
 }
 
 /// The variable that gives an agent the path of the running `forge-lsp` binary.

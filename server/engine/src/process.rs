@@ -142,8 +142,11 @@ pub fn kill_orphaned(leader: &Leader, session: &str) -> usize {
 
 /// Kills every process of this user whose environment holds `var=value`, however it left
 /// the process group it was started in (`setsid`, a daemon's double fork), and returns how
-/// many were killed. For a marker no other process has (a plugin tool call's id): what
-/// the call started in the background does not outlive it.
+/// many were killed. For a marker no other process has (a plugin tool call's id, an agent
+/// turn's): what a stopped call or turn started in the background does not outlive it.
+/// Called only when something is stopped: a daemon a call or turn started (sccache, an
+/// ssh master) carries the marker too, and may be serving others by then; and reading a
+/// process's environment can wait on its memory (a process stuck on a hung network mount).
 ///
 /// - Each process is opened as a pidfd before its environment is read, and the signal goes
 ///   to that pidfd: a pid reused between the read and the kill cannot be hit.

@@ -119,11 +119,14 @@ struct BeforeInitialize<T> {
     inner: T,
     started: bool,
     unanswered: Arc<Unanswered>,
+    /// When the input ended: the wait for the last answers is counted from then, however
+    /// often the SDK starts a new `receive`.
+    ended_at: Option<std::time::Instant>,
 }
 
 impl<T> BeforeInitialize<T> {
     fn new(inner: T) -> Self {
-        BeforeInitialize { inner, started: false, unanswered: Arc::default() }
+        BeforeInitialize { inner, started: false, unanswered: Arc::default(), ended_at: None }
     }
 }
 
@@ -135,8 +138,9 @@ struct Unanswered {
     answered: tokio::sync::Notify,
 }
 
-/// How long the end of the input waits for running calls to be answered: longer than any
-/// tool's own time limit; a call still running after it is dropped by the SDK.
+/// How long after the end of the input running calls may still be answered: longer than
+/// the tools' usual time limits (a `plugins.timeoutMs` set higher is cut here); a call
+/// still running then is dropped by the SDK.
 const ANSWER_AFTER_EOF: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl Unanswered {
@@ -150,14 +154,14 @@ impl Unanswered {
         }
     }
 
-    /// Until every request read is answered (or [`ANSWER_AFTER_EOF`]).
-    async fn all_answered(&self) {
+    /// Until every request read is answered, or [`ANSWER_AFTER_EOF`] after `ended`.
+    async fn all_answered(&self, ended: std::time::Instant) {
         let wait = async {
             while !self.lock().is_empty() {
                 self.answered.notified().await;
             }
         };
-        if tokio::time::timeout(ANSWER_AFTER_EOF, wait).await.is_err() {
+        if tokio::time::timeout_at((ended + ANSWER_AFTER_EOF).into(), wait).await.is_err() {
             tracing::warn!(
                 "forge-lsp mcp: input closed; calls still unanswered after {ANSWER_AFTER_EOF:?} are dropped"
             );
@@ -191,8 +195,13 @@ impl<T: rmcp::transport::Transport<RoleServer>> rmcp::transport::Transport<RoleS
     }
 
     async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleServer>> {
+        if let Some(ended) = self.ended_at {
+            self.unanswered.all_answered(ended).await;
+            return None;
+        }
         let Some(message) = self.receive_started().await else {
-            self.unanswered.all_answered().await;
+            let ended = *self.ended_at.get_or_insert_with(std::time::Instant::now);
+            self.unanswered.all_answered(ended).await;
             return None;
         };
         use rmcp::model::{ClientNotification, JsonRpcMessage};

@@ -150,7 +150,11 @@ pub fn search_path(root: &Path, rel: Option<&str>) -> Result<PathBuf, ToolError>
 /// directories (the root's and nested repositories') never entered, symlinked directories
 /// not followed.
 pub fn walk(root: &Path, start: &Path) -> ignore::Walk {
-    let hidden = git_dirs_within(root);
+    use std::os::unix::fs::MetadataExt;
+    // Told apart by device and inode, not by name: a start reached through a link
+    // (`alias/meta`) names the same directory another way.
+    let hidden: Vec<(u64, u64)> =
+        git_dirs_within(root).iter().filter_map(|d| std::fs::metadata(d).ok()).map(|m| (m.dev(), m.ino())).collect();
     ignore::WalkBuilder::new(start)
         .hidden(false)
         .git_global(false)
@@ -159,7 +163,7 @@ pub fn walk(root: &Path, start: &Path) -> ignore::Walk {
             e.file_name() != ".git"
                 && (hidden.is_empty()
                     || !e.file_type().is_some_and(|t| t.is_dir())
-                    || !hidden.iter().any(|h| h == e.path()))
+                    || !std::fs::metadata(e.path()).is_ok_and(|m| hidden.contains(&(m.dev(), m.ino()))))
         })
         .build()
 }

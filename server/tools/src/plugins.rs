@@ -689,9 +689,9 @@ impl Drain {
     }
 
     /// What the pipe carried, waiting until `deadline` at most for its end: a process the
-    /// tool started outside its process group (`setsid`) that also dropped the call's id
-    /// from its environment is not killed with the call and may keep the pipe open, and the
-    /// call must not wait for it (its reading thread ends when it lets go).
+    /// tool started outside its process group (`setsid`) outlives a call that ended by
+    /// itself and may keep the pipe open, and the call must not wait for it (its reading
+    /// thread ends when it lets go).
     fn finish(self, deadline: Instant) -> (Vec<u8>, bool) {
         let _ = self.ended.recv_timeout(deadline.saturating_duration_since(Instant::now()));
         std::mem::take(&mut *self.read.lock().unwrap_or_else(|p| p.into_inner()))
@@ -816,6 +816,8 @@ pub fn run(
             Ok(None) if started.elapsed() >= timeout => {
                 forge_engine::process::kill_group(pid);
                 let _ = child.wait();
+                // Stopped: also what left its group (`setsid`), found by the call's id.
+                forge_engine::process::kill_marked("FORGE_TOOL_CALL_ID", &call_id);
                 break None;
             }
             Ok(None) if cancel.load(std::sync::atomic::Ordering::Acquire) => {
@@ -828,11 +830,10 @@ pub fn run(
             Err(e) => return Err(ToolError::internal(format!("{label}: waiting for the tool failed: {e}"))),
         }
     };
-    // The tool's children may hold the pipes open: the group is killed either way, and so
-    // is what left it (`setsid`, a daemon) but still carries the call's id: a call's
-    // processes do not outlive it.
+    // The tool's children may hold the pipes open: the group is killed either way. What
+    // left it (`setsid`, a daemon such as an sccache server other callers use by now) is
+    // killed only when the call was stopped (above).
     forge_engine::process::kill_group(pid);
-    forge_engine::process::kill_marked("FORGE_TOOL_CALL_ID", &call_id);
     let grace = Instant::now() + OUTPUT_GRACE;
     let (stdout, out_cut) = out.map(|d| d.finish(grace)).unwrap_or_default();
     let (stderr, _) = err.map(|d| d.finish(grace)).unwrap_or_default();

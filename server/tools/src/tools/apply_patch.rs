@@ -172,13 +172,15 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
         // domain's, in `normalize_path`).
         if crate::files::in_git_dir(&file) {
             return Err(ToolError::invalid_params(format!(
-                "apply-patch failed: path {raw:?} leads into a git directory (.git) through a symbolic link, which apply-patch does not change"
+                "apply-patch failed: path {} leads into a git directory (.git) through a symbolic link, which apply-patch does not change",
+                forge_domain::text::echo(raw)
             )));
         }
         // The repository's own git directory under another name (`--separate-git-dir`).
         if crate::files::in_git_dir_of(root, &file, &hidden) {
             return Err(ToolError::invalid_params(format!(
-                "apply-patch failed: path {raw:?} is inside the repository's git directory, which apply-patch does not change"
+                "apply-patch failed: path {} is inside the repository's git directory, which apply-patch does not change",
+                forge_domain::text::echo(raw)
             )));
         }
         match files.get(&file) {
@@ -233,12 +235,13 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
 fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str, mode: beneath::Mode) -> Result<Staged, String> {
     let target = within(root, rel).map_err(|e| e.message)?;
     let under = resolved_rel(root, &target)?;
-    // A file there that cannot be replaced (immutable, append-only, read-only file system)
-    // fails the patch now, before anything is written, not when it is renamed over.
+    // A file there that cannot be replaced (append-only or immutable) fails the patch now,
+    // before anything is written, not when it is renamed over. (A read-only file is
+    // replaced, as before: the rename needs only the directory's permission.)
     if let (Some(dir), Some(name)) = (under.parent(), under.file_name()) {
         if let Ok(d) = beneath::open_dir(root, dir, false) {
             if beneath::stat_at(&d, name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
-                beneath::check_writable_at(&d, name)
+                beneath::check_replaceable_at(&d, name)
                     .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
             }
         }
