@@ -54,7 +54,8 @@ fn encode(s: &str) -> String {
 impl ForgeUri {
     /// Parses a `forge://...` URI; `None` when it names no known document.
     pub fn parse(uri: &str) -> Option<Self> {
-        let rest = uri.strip_prefix("forge://")?;
+        // The scheme in any case (RFC 3986 §3.1: schemes are case-insensitive).
+        let rest = uri.get(..8).filter(|s| s.eq_ignore_ascii_case("forge://")).map(|_| &uri[8..])?;
         let rest = rest.split(['?', '#']).next()?;
         if rest == "index.md" {
             return Some(Self::Index);

@@ -13,8 +13,19 @@ pub fn forge_document(root: &Path, uri: &str) -> Option<ForgeUri> {
     }
     let path = uri.strip_prefix("file://")?;
     let path = percent_decode(path);
+    // `.` and `..` resolved as written (`.forge/view/./plan/...` is the same copy).
+    let mut lexical = std::path::PathBuf::new();
+    for c in Path::new(&path).components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                lexical.pop();
+            }
+            c => lexical.push(c),
+        }
+    }
     let view = root.join(".forge/view");
-    let rel = std::path::Path::new(&path).strip_prefix(&view).ok()?;
+    let rel = lexical.strip_prefix(&view).ok()?;
     ForgeUri::parse(&format!("forge://{}", rel.display()))
 }
 
@@ -66,6 +77,23 @@ pub fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A view copy's URI names its document however its path is spelled (`./`, `x/../`),
+    /// and a `..` that leaves the view names none.
+    #[test]
+    fn view_copy_uris_are_read_with_dots_resolved() {
+        let root = Path::new("/p");
+        let want = Some(ForgeUri::SessionPlan("ses_1".into()));
+        for uri in [
+            "file:///p/.forge/view/plan/session/ses_1.md",
+            "file:///p/.forge/view/./plan/session/ses_1.md",
+            "file:///p/x/../.forge/view/plan/session/ses_1.md",
+            "FORGE://plan/session/ses_1.md",
+        ] {
+            assert_eq!(forge_document(root, uri), want, "{uri}");
+        }
+        assert_eq!(forge_document(root, "file:///p/.forge/view/plan/../../../secret.md"), None);
+    }
 
     #[test]
     fn file_uris_are_spelled_one_way() {
