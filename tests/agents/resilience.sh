@@ -13,6 +13,8 @@
 #     hang      every turn prints nothing and sleeps 60 s (its sleep's pid is appended to
 #               `sleepers`); once the file `behave` exists, turns act like clean (printing a
 #               line every 100 ms while they run)
+#     starthang every turn prints one line at once (as agent CLIs print their start events)
+#               and then hangs as `hang` does
 #     chatty    every turn prints a line every 100 ms while it runs; the coder works for
 #               ~1.5 s before it hands off
 #     fixonce   each section's (or the plan's) first audit writes a bug on work.txt:1 and
@@ -146,6 +148,13 @@ if [ "$scenario" = hang ] && [ -e "$state/behave" ]; then
 fi
 
 case "$FORGE_ROLE:$scenario" in
+  *:starthang)
+    echo "started"
+    sleep 60 &
+    echo $! >> "$state/sleepers"
+    wait $!
+    exit 0
+    ;;
   *:hang)
     sleep 60 &
     echo $! >> "$state/sleepers"

@@ -76,6 +76,21 @@ fn a_hanging_turn_is_aborted_and_nudged_until_the_fifth_stall_ends_the_loop() {
     assert_contains(&status.text, &format!("Restart: available with loop-status name={name} restart=true"));
 }
 
+/// Output at a turn's start is not progress: a coder that prints a line at once (as agent
+/// CLIs print their start events) and then hangs is nudged, and the 5th consecutive stall
+/// still ends the loop. Before, each nudged turn's first line reset the count, and the loop
+/// was nudged forever.
+#[test]
+fn a_turn_that_prints_at_its_start_and_hangs_still_ends_stalled() {
+    let t = resilience_support::start("starthang", STALLS, &[]);
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("stalled"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("stall_timeout"), "{end}");
+    assert_eq!(resilience_row(&t, &name)["stallCount"], json!(5), "{}", t.report());
+    assert_eq!(prompt_files(&t, &name).len(), 5, "the phase prompt and 4 nudges{}", t.report());
+}
+
 /// Output resets the busy watchdog: a coder that prints a line every 100 ms for ~1.5 s (1.5
 /// times `busyStallTimeoutMs`) before it hands off is never stalled. (The timeout leaves 10
 /// missed lines of slack: a loaded machine may delay a line, and a stall here would be

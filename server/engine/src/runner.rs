@@ -170,9 +170,11 @@ pub struct Runner {
     config: Config,
     live: Live,
     done_tx: mpsc::UnboundedSender<(String, u32, TurnOutcome)>,
-    /// Watchdog: consecutive stalls, and the time activity is measured from.
+    /// Watchdog: consecutive stalls, the time activity is measured from, and the last
+    /// progress (a tool call of the live session) that ended a run of stalls.
     stalls: u32,
     quiet_since: i64,
+    progress_seen: i64,
     /// Sessions this runner created: id → (token, turns so far, role). The standby can only
     /// be resumed from here (tokens are stored hashed).
     sessions: std::collections::HashMap<String, (String, u32, Role)>,
@@ -280,6 +282,7 @@ pub fn spawn(
         done_tx,
         stalls: 0,
         quiet_since: now_ms(),
+        progress_seen: 0,
         sessions: std::collections::HashMap::new(),
         post_action_fallback: false,
         deferred_since: None,
@@ -754,7 +757,10 @@ impl Runner {
     /// turn running past `stallTimeoutMs`, is a stall: the busy turn is aborted and nudged
     /// to continue, an idle phase is re-triggered; the `maxConsecutiveStalls`-th stall ends
     /// the loop (`stall_timeout`). Activity (output of the agent, tool calls of its
-    /// session) resets the timer and the count. Returns false when the loop stopped.
+    /// session) resets the timer; only progress (a tool call) resets the count, so an agent
+    /// that prints its start events and then hangs, turn after nudged turn, still reaches
+    /// the limit (Forge: "busy alone never resets the stall counters"). Returns false when
+    /// the loop stopped.
     async fn watchdog(&mut self) -> bool {
         let now = now_ms();
         // A session stopped by its owner waits for task-revive, not for the watchdog.
@@ -765,6 +771,10 @@ impl Runner {
         let activity = self.engine.activity.last(&self.live.id).unwrap_or(0);
         if activity > self.quiet_since {
             self.quiet_since = activity;
+        }
+        let progress = self.engine.activity.last_progress(&self.live.id);
+        if progress > self.progress_seen {
+            self.progress_seen = progress;
             self.stalls = 0;
         }
         let busy = self.live.handle.is_some() || self.deferred_since.is_some();

@@ -58,8 +58,20 @@ pub struct TurnRequest {
 /// Last activity (epoch ms) per session and its source: `output` (its process printed),
 /// `tool-call` (it called a tool), `turn-start` (a turn was started and nothing else was
 /// seen since). One per engine; the stall watchdog and `forge.task-status` read it.
+///
+/// Also the last *progress* of each session: a tool call. Output only shows the agent is
+/// alive (an agent CLI prints its start events at once, whether or not its model ever
+/// answers), so it extends the stall timer but does not end a run of stalls.
 #[derive(Debug, Default)]
-pub struct Activity(std::sync::Mutex<std::collections::HashMap<String, (i64, &'static str)>>);
+pub struct Activity(std::sync::Mutex<std::collections::HashMap<String, Seen>>);
+
+/// What [`Activity`] keeps of one session.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    at: i64,
+    source: &'static str,
+    progress: i64,
+}
 
 impl Activity {
     /// Records output of a session's process.
@@ -67,11 +79,21 @@ impl Activity {
         self.touch_with(session, "output");
     }
 
-    /// Records activity of a session with its source.
+    /// Records activity of a session with its source (`tool-call` is progress too).
     pub fn touch_with(&self, session: &str, source: &'static str) {
         if let Ok(mut m) = self.0.lock() {
-            m.insert(session.to_string(), (forge_core::now_ms(), source));
+            let now = forge_core::now_ms();
+            let e = m.entry(session.to_string()).or_insert(Seen { at: now, source, progress: 0 });
+            (e.at, e.source) = (now, source);
+            if source == "tool-call" {
+                e.progress = now;
+            }
         }
+    }
+
+    /// The last progress (a tool call) of a session; 0 when none was seen.
+    pub fn last_progress(&self, session: &str) -> i64 {
+        self.0.lock().ok().and_then(|m| m.get(session).map(|s| s.progress)).unwrap_or(0)
     }
 
     /// The last recorded activity of a session.
@@ -81,7 +103,7 @@ impl Activity {
 
     /// The last recorded activity of a session and its source.
     pub fn last_with_source(&self, session: &str) -> Option<(i64, &'static str)> {
-        self.0.lock().ok().and_then(|m| m.get(session).copied())
+        self.0.lock().ok().and_then(|m| m.get(session).map(|s| (s.at, s.source)))
     }
 
     /// Forgets a retired session.
