@@ -393,7 +393,27 @@ pub fn delete_created_branch(repo_dir: &Path, branch: &str) -> Result<(), GitErr
 /// stored with trailing whitespace trimmed and one final newline; an empty message
 /// becomes "checkpoint".
 pub fn checkpoint(worktree: &Path, message: &str) -> Result<Option<String>, GitError> {
+    checkpoint_on(worktree, None, message)
+}
+
+/// [`checkpoint`] on the loop's `branch`: when the agent detached HEAD or switched to
+/// another branch in the worktree, HEAD is first put back on `refs/heads/<branch>` (the
+/// index and the files stay as they are), so the commit, holding the worktree's files as
+/// they are, lands on the branch the loop reports. Before, it landed on the detached HEAD
+/// (a dangling commit once the worktree was removed) or on the agent's branch.
+pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Result<Option<String>, GitError> {
     let repo = open_worktree(worktree)?;
+    if let Some(b) = branch {
+        let want = format!("refs/heads/{b}");
+        let on_it = repo.find_reference("HEAD").ok().and_then(|h| h.symbolic_target().map(|t| t == want)) == Some(true);
+        if !on_it && repo.find_reference(&want).is_ok() {
+            tracing::warn!(
+                "the worktree {} left the loop's branch {b}; its checkpoint goes on {b}",
+                worktree.display()
+            );
+            repo.set_head(&want).ctx(&format!("put HEAD back on `{b}`"), worktree)?;
+        }
+    }
     let mut index = repo.index().ctx("read the index", worktree)?;
     // libgit2 refuses to stage an embedded repository (a directory with its own `.git`,
     // e.g. a clone made by the agent) and would fail the whole checkpoint: skip those,
@@ -1163,6 +1183,23 @@ mod tests {
         assert_eq!(checkpoint(&wt.dir, "again").unwrap(), None);
         // The branch moved, the main checkout did not.
         assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), id);
+    }
+
+    /// A worktree whose HEAD the agent detached (or moved to a branch of its own) is
+    /// checkpointed on the loop's branch, with its files as they are.
+    #[test]
+    fn a_checkpoint_lands_on_the_loops_branch_whatever_head_the_agent_left() {
+        for leave in [&["checkout", "-q", "--detach"][..], &["checkout", "-q", "-b", "side"][..]] {
+            let (_tmp, _repo, wt) = setup();
+            git(&wt.dir, leave);
+            write(&wt.dir.join("work.txt"), "done\n");
+            let id = checkpoint_on(&wt.dir, Some("forge/x"), "section 1: work").unwrap().expect("a commit");
+            assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), id, "{leave:?}");
+            assert_eq!(git(&wt.dir, &["show", "forge/x:work.txt"]), "done");
+            assert_eq!(git(&wt.dir, &["rev-parse", "forge/x~1"]), wt.base_commit);
+            assert_eq!(git(&wt.dir, &["symbolic-ref", "HEAD"]), "refs/heads/forge/x", "{leave:?}");
+            assert_eq!(git(&wt.dir, &["status", "--porcelain"]), "");
+        }
     }
 
     #[test]

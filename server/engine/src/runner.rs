@@ -1637,7 +1637,8 @@ impl Runner {
             .unwrap_or_else(|| "checkpoint".into());
         let msg = format!("section {}: {title}", k + 1);
         let wt = PathBuf::from(&row.worktree_dir);
-        match tokio::task::spawn_blocking(move || git::checkpoint(&wt, &msg)).await {
+        let branch = row.worktree_branch.clone();
+        match tokio::task::spawn_blocking(move || git::checkpoint_on(&wt, branch.as_deref(), &msg)).await {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
                 tracing::warn!(loop_name = %row.loop_name, "checkpoint commit failed: {e}");
@@ -1681,8 +1682,15 @@ impl Runner {
             if row.iteration == 1 { "" } else { "s" }
         );
         let wt2 = wt.clone();
-        let _ = tokio::task::spawn_blocking(move || if wt2.exists() { git::checkpoint(&wt2, &msg).ok() } else { None })
-            .await;
+        let branch = row.worktree_branch.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if wt2.exists() {
+                git::checkpoint_on(&wt2, branch.as_deref(), &msg).ok()
+            } else {
+                None
+            }
+        })
+        .await;
 
         let summary: Option<AuditSummary> = pending
             .as_ref()
