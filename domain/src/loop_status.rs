@@ -33,6 +33,22 @@ pub struct LoopView {
     pub usage: Option<crate::usage::Totals>,
 }
 
+/// loop-cancel's answer for a loop that is not running: Forge's sentence, then how it
+/// ended (its status and termination reason), and for a restartable end how to resume it:
+/// "already completed" alone misled for a loop that errored or was cancelled.
+pub fn already_ended(name: &str, status: &str, reason: Option<&str>) -> String {
+    let how = match reason.filter(|r| !r.is_empty() && *r != status) {
+        Some(r) => format!("{status}, {r}"),
+        None => status.to_string(),
+    };
+    let resume = if matches!(status, "cancelled" | "errored" | "stalled") {
+        format!("; `loop-status` with name={name} restart=true resumes it")
+    } else {
+        String::new()
+    };
+    format!("Loop \"{name}\" has already completed. It ended {how}{resume}.")
+}
+
 /// `<h>h <m>m`, `<m>m <s>s` or `<s>s`.
 pub fn duration(ms: i64) -> String {
     let s = ms.max(0) / 1000;
@@ -167,6 +183,26 @@ pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cancel_of_an_ended_loop_says_how_it_ended() {
+        let table = [
+            ("completed", Some("completed"), "Loop \"a\" has already completed. It ended completed."),
+            (
+                "errored",
+                Some("error_max_retries: boom"),
+                "Loop \"a\" has already completed. It ended errored, error_max_retries: boom; `loop-status` with name=a restart=true resumes it.",
+            ),
+            (
+                "cancelled",
+                None,
+                "Loop \"a\" has already completed. It ended cancelled; `loop-status` with name=a restart=true resumes it.",
+            ),
+        ];
+        for (status, reason, want) in table {
+            assert_eq!(already_ended("a", status, reason), want);
+        }
+    }
 
     fn v(name: &str, status: &str) -> LoopView {
         LoopView {

@@ -1908,7 +1908,11 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
         engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(|e| ToolError::internal(e.to_string()))?;
     let Some(row) = row else { return Err(ToolError::not_found(format!("No loop found for loop \"{loop_name}\"."))) };
     if row.status != "running" {
-        return Err(ToolError::conflict(format!("Loop \"{}\" has already completed.", row.loop_name)));
+        return Err(ToolError::conflict(forge_domain::loop_status::already_ended(
+            &row.loop_name,
+            &row.status,
+            row.termination_reason.as_deref(),
+        )));
     }
     let facts = row.facts(false);
     let t = next_transition(&facts, &Event::Cancel);

@@ -34,7 +34,11 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         Some(q) => {
             let row = loop_scope::find_loop(ctx, q)?;
             if row.status != "running" {
-                return Err(ToolError::conflict(format!("Loop \"{}\" has already completed.", row.loop_name)));
+                return Err(ToolError::conflict(forge_domain::loop_status::already_ended(
+            &row.loop_name,
+            &row.status,
+            row.termination_reason.as_deref(),
+        )));
             }
             row.loop_name
         }
