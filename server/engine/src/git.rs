@@ -397,22 +397,19 @@ pub fn checkpoint(worktree: &Path, message: &str) -> Result<Option<String>, GitE
 }
 
 /// [`checkpoint`] on the loop's `branch`: when the agent detached HEAD or switched to
-/// another branch in the worktree, HEAD is first put back on `refs/heads/<branch>` (the
-/// index and the files stay as they are), so the commit, holding the worktree's files as
-/// they are, lands on the branch the loop reports. Before, it landed on the detached HEAD
-/// (a dangling commit once the worktree was removed) or on the agent's branch.
+/// another branch in the worktree, and its HEAD is the branch's tip or ahead of it (it
+/// committed there), the branch is first moved to that commit and HEAD put back on it (the
+/// index and the files stay as they are), so the agent's commits and the checkpoint land
+/// on the branch the loop reports. Before, they landed on the detached HEAD (dangling once
+/// the worktree was removed) or on the agent's branch.
+///
+/// Left where it is, with a warning: a HEAD behind or beside the branch (an older commit
+/// checked out: committing its files on the branch would revert the loop's work), a
+/// rebase or merge in progress, a branch that is gone.
 pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Result<Option<String>, GitError> {
     let repo = open_worktree(worktree)?;
     if let Some(b) = branch {
-        let want = format!("refs/heads/{b}");
-        let on_it = repo.find_reference("HEAD").ok().and_then(|h| h.symbolic_target().map(|t| t == want)) == Some(true);
-        if !on_it && repo.find_reference(&want).is_ok() {
-            tracing::warn!(
-                "the worktree {} left the loop's branch {b}; its checkpoint goes on {b}",
-                worktree.display()
-            );
-            repo.set_head(&want).ctx(&format!("put HEAD back on `{b}`"), worktree)?;
-        }
+        back_on_branch(&repo, worktree, b);
     }
     let mut index = repo.index().ctx("read the index", worktree)?;
     // libgit2 refuses to stage an embedded repository (a directory with its own `.git`,
@@ -447,6 +444,47 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
     let parents = parent.iter().collect::<Vec<_>>();
     let id = repo.commit(Some("HEAD"), &sig, &sig, &message, &tree, &parents).ctx("commit the checkpoint", worktree)?;
     Ok(Some(id.to_string()))
+}
+
+/// Puts the worktree's HEAD back on `refs/heads/<branch>` when that is safe (see
+/// [`checkpoint_on`]); logs why not otherwise.
+fn back_on_branch(repo: &Repository, worktree: &Path, branch: &str) {
+    let want = format!("refs/heads/{branch}");
+    let on_it = repo.find_reference("HEAD").ok().and_then(|h| h.symbolic_target().map(|t| t == want)) == Some(true);
+    if on_it {
+        return;
+    }
+    let why_not = (|| {
+        if repo.state() != git2::RepositoryState::Clean {
+            return Some("a rebase, merge or similar is in progress".to_string());
+        }
+        let Some(tip) = repo.find_reference(&want).ok().and_then(|r| r.peel_to_commit().ok()).map(|c| c.id()) else {
+            return Some("the branch is gone".to_string());
+        };
+        let Some(head) = repo.head().ok().and_then(|h| h.peel_to_commit().ok()).map(|c| c.id()) else {
+            return Some("its HEAD names no commit".to_string());
+        };
+        if head != tip && !repo.graph_descendant_of(head, tip).unwrap_or(false) {
+            return Some(
+                "its HEAD is not at or ahead of the branch (committing its files there would undo the loop's work)"
+                    .into(),
+            );
+        }
+        if let Err(e) = repo.reference(&want, head, true, "forge-lsp: the agent's commits onto the loop's branch") {
+            return Some(format!("the branch cannot be moved: {e}"));
+        }
+        repo.set_head(&want).err().map(|e| format!("HEAD cannot be put back on it: {e}"))
+    })();
+    match why_not {
+        None => tracing::warn!(
+            "the worktree {} had left the loop's branch {branch}; HEAD is back on it",
+            worktree.display()
+        ),
+        Some(why) => tracing::warn!(
+            "the worktree {} left the loop's branch {branch}, and stays where it is: {why}",
+            worktree.display()
+        ),
+    }
 }
 
 /// The latest commit on the worktree's HEAD (first-parent history) whose message starts
@@ -1185,21 +1223,34 @@ mod tests {
         assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), id);
     }
 
-    /// A worktree whose HEAD the agent detached (or moved to a branch of its own) is
-    /// checkpointed on the loop's branch, with its files as they are.
+    /// A worktree whose HEAD the agent detached (or moved to a branch of its own) at or
+    /// ahead of the loop's branch is checkpointed on the loop's branch, the agent's own
+    /// commits included; one whose HEAD is behind the branch is left where it is (its files
+    /// committed on the branch would undo the loop's work).
     #[test]
-    fn a_checkpoint_lands_on_the_loops_branch_whatever_head_the_agent_left() {
+    fn a_checkpoint_lands_on_the_loops_branch_when_head_is_at_or_ahead_of_it() {
         for leave in [&["checkout", "-q", "--detach"][..], &["checkout", "-q", "-b", "side"][..]] {
             let (_tmp, _repo, wt) = setup();
             git(&wt.dir, leave);
+            write(&wt.dir.join("own.txt"), "own\n");
+            git(&wt.dir, &["add", "own.txt"]);
+            git(&wt.dir, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "agent's own"]);
             write(&wt.dir.join("work.txt"), "done\n");
             let id = checkpoint_on(&wt.dir, Some("forge/x"), "section 1: work").unwrap().expect("a commit");
             assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), id, "{leave:?}");
             assert_eq!(git(&wt.dir, &["show", "forge/x:work.txt"]), "done");
-            assert_eq!(git(&wt.dir, &["rev-parse", "forge/x~1"]), wt.base_commit);
+            assert_eq!(git(&wt.dir, &["log", "-1", "--format=%s", "forge/x~1"]), "agent's own");
+            assert_eq!(git(&wt.dir, &["rev-parse", "forge/x~2"]), wt.base_commit);
             assert_eq!(git(&wt.dir, &["symbolic-ref", "HEAD"]), "refs/heads/forge/x", "{leave:?}");
             assert_eq!(git(&wt.dir, &["status", "--porcelain"]), "");
         }
+        // Behind the branch: the branch keeps its work.
+        let (_tmp, _repo, wt) = setup();
+        write(&wt.dir.join("work.txt"), "section 1\n");
+        let s1 = checkpoint_on(&wt.dir, Some("forge/x"), "section 1: work").unwrap().expect("a commit");
+        git(&wt.dir, &["checkout", "-q", "--detach", "HEAD~1"]);
+        checkpoint_on(&wt.dir, Some("forge/x"), "loop: x cancelled").unwrap();
+        assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), s1, "the branch was rewound");
     }
 
     #[test]

@@ -693,7 +693,10 @@ impl Runner {
         };
         let sid = self.live.id.clone();
         self.write(move |c| db::set_session_status(c, &sid, "busy")).await;
-        self.engine.activity.touch_with(&self.live.id, "turn-start");
+        // Output in the first half of the busy timeout (at most 10 s) is the CLI's start
+        // events, not yet the model working.
+        let grace = (self.config.busy_stall_timeout_ms as i64 / 2).min(10_000);
+        self.engine.activity.turn_started(&self.live.id, grace);
         self.quiet_since = now_ms();
         self.live.handle = Some(host::start_turn(req, self.done_tx.clone()));
     }
@@ -753,14 +756,24 @@ impl Runner {
             .await;
     }
 
+    /// Ends a run of stalls when the live session made progress since the last look: a
+    /// tool call, or output later than the start of its turn (see [`Activity`]).
+    fn note_progress(&mut self) {
+        let progress = self.engine.activity.last_progress(&self.live.id);
+        if progress > self.progress_seen {
+            self.progress_seen = progress;
+            self.stalls = 0;
+        }
+    }
+
     /// One watchdog look. A busy turn without activity past `busyStallTimeoutMs`, or no
     /// turn running past `stallTimeoutMs`, is a stall: the busy turn is aborted and nudged
     /// to continue, an idle phase is re-triggered; the `maxConsecutiveStalls`-th stall ends
     /// the loop (`stall_timeout`). Activity (output of the agent, tool calls of its
-    /// session) resets the timer; only progress (a tool call) resets the count, so an agent
-    /// that prints its start events and then hangs, turn after nudged turn, still reaches
-    /// the limit (Forge: "busy alone never resets the stall counters"). Returns false when
-    /// the loop stopped.
+    /// session) resets the timer; only progress (a tool call, output after the turn's start
+    /// grace) resets the count, so an agent that prints its start events and then hangs,
+    /// turn after nudged turn, still reaches the limit (Forge: "busy alone never resets the
+    /// stall counters"). Returns false when the loop stopped.
     async fn watchdog(&mut self) -> bool {
         let now = now_ms();
         // A session stopped by its owner waits for task-revive, not for the watchdog.
@@ -772,11 +785,7 @@ impl Runner {
         if activity > self.quiet_since {
             self.quiet_since = activity;
         }
-        let progress = self.engine.activity.last_progress(&self.live.id);
-        if progress > self.progress_seen {
-            self.progress_seen = progress;
-            self.stalls = 0;
-        }
+        self.note_progress();
         let busy = self.live.handle.is_some() || self.deferred_since.is_some();
         let limit = if busy { self.config.busy_stall_timeout_ms } else { self.config.stall_timeout_ms } as i64;
         if limit == 0 || now - self.quiet_since < limit {
@@ -838,6 +847,9 @@ impl Runner {
         if !self.is_ours(&row) {
             return false;
         }
+        // Progress the turn made (its handoff, a tool call) ends a run of stalls now, before
+        // a rotation forgets its session: the watchdog's next look may come after that.
+        self.note_progress();
         let facts = self.facts(&row);
         let role = self.live.role;
         let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());

@@ -59,9 +59,11 @@ pub struct TurnRequest {
 /// `tool-call` (it called a tool), `turn-start` (a turn was started and nothing else was
 /// seen since). One per engine; the stall watchdog and `forge.task-status` read it.
 ///
-/// Also the last *progress* of each session: a tool call. Output only shows the agent is
-/// alive (an agent CLI prints its start events at once, whether or not its model ever
-/// answers), so it extends the stall timer but does not end a run of stalls.
+/// Also the last *progress* of each session: a tool call, or output later than the start
+/// grace given by [`Activity::turn_started`]. Output right at a turn's start only
+/// shows the agent is alive (an agent CLI prints its start events at once, whether or not
+/// its model ever answers), so it extends the stall timer but does not end a run of
+/// stalls; later output is the model working (its text, its own tools' events).
 #[derive(Debug, Default)]
 pub struct Activity(std::sync::Mutex<std::collections::HashMap<String, Seen>>);
 
@@ -71,6 +73,8 @@ struct Seen {
     at: i64,
     source: &'static str,
     progress: i64,
+    turn_started: i64,
+    grace: i64,
 }
 
 impl Activity {
@@ -79,19 +83,39 @@ impl Activity {
         self.touch_with(session, "output");
     }
 
-    /// Records activity of a session with its source (`tool-call` is progress too).
+    /// Records activity of a session with its source: `tool-call` is progress, and so is
+    /// `output` later than the start grace after [`Activity::turn_started`].
     pub fn touch_with(&self, session: &str, source: &'static str) {
         if let Ok(mut m) = self.0.lock() {
             let now = forge_core::now_ms();
-            let e = m.entry(session.to_string()).or_insert(Seen { at: now, source, progress: 0 });
+            let e = m.entry(session.to_string()).or_insert(Seen {
+                at: now,
+                source,
+                progress: 0,
+                turn_started: 0,
+                grace: 0,
+            });
             (e.at, e.source) = (now, source);
-            if source == "tool-call" {
-                e.progress = now;
+            match source {
+                "tool-call" => e.progress = now,
+                "output" if now - e.turn_started >= e.grace => e.progress = now,
+                _ => {}
             }
         }
     }
 
-    /// The last progress (a tool call) of a session; 0 when none was seen.
+    /// Records that a turn of the session started (source `turn-start`); its output within
+    /// `grace_ms` is taken for start events, not progress.
+    pub fn turn_started(&self, session: &str, grace_ms: i64) {
+        self.touch_with(session, "turn-start");
+        if let Ok(mut m) = self.0.lock() {
+            if let Some(e) = m.get_mut(session) {
+                (e.turn_started, e.grace) = (e.at, grace_ms.max(0));
+            }
+        }
+    }
+
+    /// The last progress of a session; 0 when none was seen.
     pub fn last_progress(&self, session: &str) -> i64 {
         self.0.lock().ok().and_then(|m| m.get(session).map(|s| s.progress)).unwrap_or(0)
     }
