@@ -34,14 +34,15 @@ pub struct LoopView {
 }
 
 /// loop-cancel's answer for a loop that is not running: Forge's sentence, then how it
-/// ended (its status and termination reason), and for a restartable end how to resume it:
+/// ended (its status and termination reason), and for a restartable end whose work is
+/// still there (`recoverable`: its worktree or branch) how to resume it:
 /// "already completed" alone misled for a loop that errored or was cancelled.
-pub fn already_ended(name: &str, status: &str, reason: Option<&str>) -> String {
+pub fn already_ended(name: &str, status: &str, reason: Option<&str>, recoverable: bool) -> String {
     let how = match reason.filter(|r| !r.is_empty() && *r != status) {
         Some(r) => format!("{status}, {r}"),
         None => status.to_string(),
     };
-    let resume = if matches!(status, "cancelled" | "errored" | "stalled") {
+    let resume = if recoverable && matches!(status, "cancelled" | "errored" | "stalled") {
         format!("; `loop-status` with name={name} restart=true resumes it")
     } else {
         String::new()
@@ -200,8 +201,13 @@ mod tests {
             ),
         ];
         for (status, reason, want) in table {
-            assert_eq!(already_ended("a", status, reason), want);
+            assert_eq!(already_ended("a", status, reason, true), want);
         }
+        // Nothing left to restart from: no hint.
+        assert_eq!(
+            already_ended("a", "cancelled", None, false),
+            "Loop \"a\" has already completed. It ended cancelled."
+        );
     }
 
     fn v(name: &str, status: &str) -> LoopView {

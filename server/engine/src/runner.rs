@@ -1901,6 +1901,25 @@ pub async fn task(
     )))
 }
 
+/// What a restart of `row` could recover its work from: (its worktree directory exists,
+/// its branch exists in `repo`). The one answer for the restart, loop-status's restart line
+/// and loop-cancel's hint.
+pub(crate) fn work_left(repo: &Path, row: &forge_store::loops::LoopRow) -> (bool, bool) {
+    if Path::new(&row.worktree_dir).exists() {
+        return (true, true);
+    }
+    let branch = row.worktree_branch.clone().unwrap_or_else(|| git::branch_for(&row.loop_name));
+    (false, git::branch_exists(repo, &branch).unwrap_or(false))
+}
+
+/// Whether a restart of the ended loop `row` could recover its work (its worktree directory
+/// or its branch is there), as the restart decides it; the project's repository is `env`'s.
+pub fn work_recoverable(env: &ToolEnv, row: &forge_store::loops::LoopRow) -> bool {
+    let repo = env.project.repo_root.clone().unwrap_or_else(|| env.project.root.clone());
+    let (dir, branch) = work_left(&repo, row);
+    dir || branch
+}
+
 /// `loop-cancel`: through the loop's runner when this process runs it, else directly in
 /// the store (a loop whose process died).
 pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Result<CommandResult, ToolError> {
@@ -1924,6 +1943,7 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
             &row.loop_name,
             &row.status,
             row.termination_reason.as_deref(),
+            work_recoverable(env, &row),
         )));
     }
     let facts = row.facts(false);

@@ -435,8 +435,8 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         }
         let dir = PathBuf::from(&row.worktree_dir);
         let branch = row.worktree_branch.clone().unwrap_or_else(|| git::branch_for(name));
-        let branch_ok = git::branch_exists(&repo, &branch).unwrap_or(false);
-        loop_machine::restartable(status, dir.exists(), branch_ok)
+        let (dir_ok, branch_ok) = crate::runner::work_left(&repo, &row);
+        loop_machine::restartable(status, dir_ok, branch_ok)
             .map_err(|m| ToolError::precondition(format!("Cannot restart \"{name}\": {m}")))?;
         // Sandbox (engine/sandbox.rs): the loop's own saved settings, probed before the runner stops.
         let (sbx, sbx_network) = sandbox::saved(engine, &project, name).await?;

@@ -34,11 +34,13 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         Some(q) => {
             let row = loop_scope::find_loop(ctx, q)?;
             if row.status != "running" {
+                let recoverable = forge_engine::runner::work_recoverable(ctx.env, &row);
                 return Err(ToolError::conflict(forge_domain::loop_status::already_ended(
-            &row.loop_name,
-            &row.status,
-            row.termination_reason.as_deref(),
-        )));
+                    &row.loop_name,
+                    &row.status,
+                    row.termination_reason.as_deref(),
+                    recoverable,
+                )));
             }
             row.loop_name
         }

@@ -148,11 +148,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "running" => format!("Restart: available with loop-status name={} restart=true force=true", row.loop_name),
                 // As the restart itself decides (`loop_machine::restartable`): a loop whose
                 // worktree and branch are both gone is not offered one it would refuse.
-                _ if !std::path::Path::new(&row.worktree_dir).is_dir()
-                    && !row.worktree_branch.as_deref().is_some_and(|b| {
-                        forge_engine::git::branch_exists(std::path::Path::new(&row.project_dir), b).unwrap_or(true)
-                    }) =>
-                {
+                _ if !forge_engine::runner::work_recoverable(ctx.env, &row) => {
                     "Restart: not available (its worktree directory no longer exists and its branch is gone)".to_string()
                 }
                 _ => format!("Restart: available with loop-status name={} restart=true", row.loop_name),
