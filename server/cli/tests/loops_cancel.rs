@@ -328,6 +328,14 @@ fn a_shell_command_dies_with_its_killed_server() {
         wait_for(Duration::from_secs(10), || (!pid_alive(sh)).then_some(())).is_some(),
         "the forge.shell command {sh} outlived its server"
     );
+    // What the dead server's turn left running is the test's to end (no restart or cancel
+    // comes here to do it).
+    for f in ["bg.pid", "esc.pid"] {
+        if let Some(pid) = t.state_file(f).and_then(|p| p.trim().parse::<i32>().ok()) {
+            // SAFETY: a signal to a sleep this test's agent started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// A restart by another server after the first was killed ends what the dead server's turn
