@@ -19,7 +19,7 @@
 //! loop worktrees and the data directory is never read (its range is 0..0).
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -518,22 +518,7 @@ pub fn targets(file: &str, loop_name: Option<&str>, root: &Path, worktrees: &Wor
     }
 }
 
-/// Lexical normalisation (`.` and `..`), without touching the file system.
-pub fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
-
-pub use crate::uri::file_uri;
+pub use crate::uri::{file_uri, normalize};
 
 fn allowed_roots(root: &Path, worktrees: &Worktrees, data_dir: &Path) -> Vec<PathBuf> {
     std::iter::once(root)

@@ -14,19 +14,25 @@ pub fn forge_document(root: &Path, uri: &str) -> Option<ForgeUri> {
     let path = uri.strip_prefix("file://")?;
     let path = percent_decode(path);
     // `.` and `..` resolved as written (`.forge/view/./plan/...` is the same copy).
-    let mut lexical = std::path::PathBuf::new();
-    for c in Path::new(&path).components() {
-        match c {
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                lexical.pop();
-            }
-            c => lexical.push(c),
-        }
-    }
+    let lexical = normalize(Path::new(&path));
     let view = root.join(".forge/view");
     let rel = lexical.strip_prefix(&view).ok()?;
     ForgeUri::parse(&format!("forge://{}", rel.display()))
+}
+
+/// Lexical normalisation (`.` and `..`), without touching the file system.
+pub fn normalize(p: &Path) -> std::path::PathBuf {
+    let mut out = std::path::PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// `file://` URI of an absolute path: every byte but ASCII letters, digits and `-._~/`
