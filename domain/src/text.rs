@@ -30,6 +30,18 @@ pub fn split_lines(s: &str) -> Vec<&str> {
 /// Longest part of a caller's input [`echo`] shows.
 const ECHO_MAX: usize = 200;
 
+/// The longest start of `s` of at most `max` bytes that ends on a character boundary.
+pub fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// `s` quoted (as `{:?}` shows it) for an error message that names a caller's input; past
 /// [`ECHO_MAX`] bytes only its start, and how long it is: a 1 MB pattern must not come
 /// back as a 2 MB message.
@@ -37,26 +49,17 @@ pub fn echo(s: &str) -> String {
     if s.len() <= ECHO_MAX {
         return format!("{s:?}");
     }
-    let mut end = ECHO_MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{:?}… ({} bytes in all)", &s[..end], s.len())
+    format!("{:?}… ({} bytes in all)", prefix(s, ECHO_MAX), s.len())
 }
 
 /// A library's error text, cut after 1,000 bytes (a regex syntax error repeats the whole
 /// pattern).
 pub fn cut_error(e: impl std::fmt::Display) -> String {
-    let mut t = e.to_string();
-    if t.len() > 1000 {
-        let mut end = 1000;
-        while !t.is_char_boundary(end) {
-            end -= 1;
-        }
-        t.truncate(end);
-        t.push_str("… [cut]");
+    let t = e.to_string();
+    if t.len() <= 1000 {
+        return t;
     }
-    t
+    format!("{}… [cut]", prefix(&t, 1000))
 }
 
 /// The characters an editor or a markdown reader breaks a line at (LSP counts a lone `\r`

@@ -16,11 +16,7 @@ fn cut(s: &str) -> std::borrow::Cow<'_, str> {
     if s.len() <= 200 {
         return s.into();
     }
-    let mut end = 200;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &s[..end], s.len()).into()
+    format!("{}… ({} bytes in all)", forge_domain::text::prefix(s, 200), s.len()).into()
 }
 
 use crate::{loop_scope, ToolCtx};
