@@ -124,10 +124,7 @@ pub fn kill_orphaned(leader: &Leader, session: &str) -> usize {
     }
     let want = format!("FORGE_SESSION_ID={session}");
     let members = group_members(leader.pid);
-    let ours = members.iter().any(|pid| {
-        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        env.split(|b| *b == 0).any(|kv| kv == want.as_bytes())
-    });
+    let ours = members.iter().any(|pid| carries(*pid, &want));
     let mut killed = 0;
     if ours {
         kill_group(leader.pid);
@@ -167,8 +164,7 @@ pub fn kill_marked(var: &str, value: &str) -> usize {
                 continue;
             }
             let Some(fd) = Pidfd::open(pid) else { continue };
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            if env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) && fd.kill() {
+            if carries(pid, &want) && fd.kill() {
                 round.push(fd);
             }
         }
@@ -183,6 +179,13 @@ pub fn kill_marked(var: &str, value: &str) -> usize {
         }
     }
     killed
+}
+
+/// Whether process `pid`'s environment holds the entry `var_value` (`NAME=value`); false
+/// when it cannot be read (gone, a zombie, another user's).
+fn carries(pid: u32, var_value: &str) -> bool {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    env.split(|b| *b == 0).any(|kv| kv == var_value.as_bytes())
 }
 
 /// A process opened by pid (`pidfd_open`), to signal without the pid's reuse in between.
@@ -325,21 +328,24 @@ mod tests {
         kill_group(stranger.pid);
     }
 
+    /// Runs `sh -c script` with the variable `env` and returns the pids it echoed, once it
+    /// exited (what it started in the background runs on).
+    fn pids_of(script: &str, env: (&str, &str)) -> Vec<u32> {
+        // Standard error not captured: the background processes would hold it open.
+        let out = std::process::Command::new("sh")
+            .args(["-c", script])
+            .env(env.0, env.1)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .expect("sh");
+        String::from_utf8_lossy(&out.stdout).split_whitespace().map(|s| s.parse().unwrap()).collect()
+    }
+
     /// What left the dead turn's group but carries its session goes too.
     #[test]
     fn an_orphaned_turns_escaped_process_is_killed_with_its_group() {
-        use std::io::Read;
         let (leader, pids) = orphaned_group(Some("ses_escaped"), 0);
-        let mut sh = std::process::Command::new("sh")
-            .args(["-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"])
-            .env("FORGE_SESSION_ID", "ses_escaped")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("sh");
-        let mut out = String::new();
-        sh.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-        sh.wait().unwrap();
-        let escaped: u32 = out.trim().parse().unwrap();
+        let escaped = pids_of("setsid sleep 60 >/dev/null 2>&1 & echo $!", ("FORGE_SESSION_ID", "ses_escaped"))[0];
         assert_eq!(kill_orphaned(&leader, "ses_escaped"), 2);
         assert!(!alive(pids[0]) && !alive(escaped), "survived: {pids:?}, {escaped}");
     }
@@ -348,22 +354,12 @@ mod tests {
     /// subshell's background job); one without it, or with another value, is not.
     #[test]
     fn marked_processes_are_killed_whatever_group_they_left_for() {
-        use std::io::Read;
         let mark = format!("m{}", std::process::id());
         let script = "setsid sleep 60 >/dev/null 2>&1 & echo $!; (sleep 60 >/dev/null & echo $!); \
                       env -u FORGE_TEST_MARK sleep 60 >/dev/null & echo $!; \
                       FORGE_TEST_MARK=other sleep 60 >/dev/null & echo $!";
-        let mut sh = std::process::Command::new("sh")
-            .args(["-c", script])
-            .env("FORGE_TEST_MARK", &mark)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("sh");
-        let mut out = String::new();
-        sh.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-        sh.wait().unwrap();
-        let pids: Vec<u32> = out.split_whitespace().map(|s| s.parse().unwrap()).collect();
-        assert_eq!(pids.len(), 4, "{out}");
+        let pids = pids_of(script, ("FORGE_TEST_MARK", &mark));
+        assert_eq!(pids.len(), 4, "{pids:?}");
         // Each has become `sleep` (before its exec, `env -u` still carries the marker).
         let slept = |p: &u32| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
