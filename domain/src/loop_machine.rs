@@ -18,6 +18,10 @@
 //!   `max_iterations > 0` and the next iteration would exceed it, the loop terminates with
 //!   `max_iterations` instead;
 //! * the error budget ([`MAX_RETRIES`]) for assistant errors and failed prompt sends;
+//! * the failed-turn streaks ([`FailedTurns`]): a phase whose turns fail [`MAX_RETRIES`]
+//!   times in a row ends the loop even when the other phase's passes clear the error
+//!   budget in between (an auditor that fails every turn would otherwise send the loop
+//!   round without bound, each round a real coder turn);
 //! * the handoff nudge budget ([`MAX_HANDOFF_NUDGES`]) per phase turn;
 //! * post-action best effort: its assistant errors, aborts, missing records and session
 //!   failures complete the loop instead of failing it.
@@ -360,8 +364,42 @@ pub struct LoopFacts {
     pub audit_count: u32,
     /// Consecutive errors so far (the error budget spent).
     pub error_count: u32,
+    /// Failed turns in a row, per phase.
+    pub failed_turns: FailedTurns,
     /// `loop.postAction.enabled` with a non-empty skill or prompt.
     pub post_action_configured: bool,
+}
+
+/// Turns of each phase that failed in a row: an assistant error in coding or auditing, or
+/// an auditor session aborted by a signal forge-lsp did not send. The other phase's turns
+/// in between do not break a streak; only a turn of the same phase that ends in its
+/// handoff does. The error budget (`error_count`) is cleared by every clean pass, as the
+/// seeds say, so it alone never stops a phase that fails on every turn while the other
+/// succeeds: the seeds' "3 consecutive errors in either phase" is this streak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FailedTurns {
+    pub coding: u32,
+    pub auditing: u32,
+}
+
+impl FailedTurns {
+    /// The streak of `phase` (post-action turns are best effort and never counted).
+    pub fn of(self, phase: Phase) -> u32 {
+        match phase {
+            Phase::Coding => self.coding,
+            Phase::Auditing => self.auditing,
+            Phase::PostAction => 0,
+        }
+    }
+
+    /// These streaks with `phase`'s set to `n`.
+    pub fn with(self, phase: Phase, n: u32) -> FailedTurns {
+        match phase {
+            Phase::Coding => FailedTurns { coding: n, ..self },
+            Phase::Auditing => FailedTurns { auditing: n, ..self },
+            Phase::PostAction => self,
+        }
+    }
 }
 
 impl LoopFacts {
@@ -492,6 +530,7 @@ pub struct Transition {
     pub section_after: Option<u32>,
     pub audit_count_after: u32,
     pub error_count_after: u32,
+    pub failed_turns_after: FailedTurns,
     /// `Some(true)`: mark the model failed; `Some(false)`: clear the mark; `None`: keep.
     pub model_failed: Option<bool>,
 }
@@ -528,6 +567,7 @@ fn stay(facts: &LoopFacts, kind: TransitionKind, cause: &'static str) -> Transit
         section_after: facts.section_index,
         audit_count_after: facts.audit_count,
         error_count_after: facts.error_count,
+        failed_turns_after: facts.failed_turns,
         model_failed: None,
     }
 }
@@ -564,6 +604,7 @@ fn next_iteration(facts: &LoopFacts, t: Transition) -> Transition {
         return Transition {
             audit_count_after: t.audit_count_after,
             error_count_after: t.error_count_after,
+            failed_turns_after: t.failed_turns_after,
             model_failed: t.model_failed,
             section_after: t.section_after,
             ..terminate(facts, TerminationReason::MaxIterations, t.cause)
@@ -585,7 +626,10 @@ pub fn next_transition(facts: &LoopFacts, event: &Event) -> Transition {
     let phase = facts.phase;
     match event {
         Event::CoderHandoff => match phase {
-            Coding => clean_pass(go(facts, K::Rotate, "coder-handoff", "coder-handoff", Auditing)),
+            Coding => Transition {
+                failed_turns_after: facts.failed_turns.with(Coding, 0),
+                ..clean_pass(go(facts, K::Rotate, "coder-handoff", "coder-handoff", Auditing))
+            },
             Auditing | PostAction => stay(facts, K::Noop, event.name()),
         },
 
@@ -617,16 +661,17 @@ pub fn next_transition(facts: &LoopFacts, event: &Event) -> Transition {
             Coding | Auditing => {
                 let cause = if phase == Coding { "coder-error" } else { "audit-error" };
                 let errors = facts.error_count.saturating_add(1);
+                let failed = facts.failed_turns.of(phase).saturating_add(1);
+                let failed_turns_after = facts.failed_turns.with(phase, failed);
                 let marked = model_error.then_some(true);
-                if errors >= MAX_RETRIES {
+                if errors >= MAX_RETRIES || failed >= MAX_RETRIES {
+                    let message = format!("assistant error: {}", message.trim());
+                    let message = if errors >= MAX_RETRIES { message } else { streak_message(phase, failed, &message) };
                     return Transition {
                         error_count_after: errors,
+                        failed_turns_after,
                         model_failed: marked,
-                        ..terminate(
-                            facts,
-                            TerminationReason::ErrorMaxRetries(Some(format!("assistant error: {}", message.trim()))),
-                            cause,
-                        )
+                        ..terminate(facts, TerminationReason::ErrorMaxRetries(Some(message)), cause)
                     };
                 }
                 let t = if phase == Coding {
@@ -636,7 +681,7 @@ pub fn next_transition(facts: &LoopFacts, event: &Event) -> Transition {
                     // The audit is not counted; back to coding on the next iteration.
                     go(facts, K::ErrorRecovery, cause, cause, Coding)
                 };
-                let t = Transition { error_count_after: errors, model_failed: marked, ..t };
+                let t = Transition { error_count_after: errors, failed_turns_after, model_failed: marked, ..t };
                 if phase == Auditing {
                     next_iteration(facts, t)
                 } else {
@@ -647,10 +692,19 @@ pub fn next_transition(facts: &LoopFacts, event: &Event) -> Transition {
 
         Event::SessionAborted => match phase {
             Coding => terminate(facts, TerminationReason::Cancelled, "coder-session-aborted"),
-            Auditing => next_iteration(
-                facts,
-                go(facts, K::ErrorRecovery, "audit-session-aborted", "audit-session-aborted", Coding),
-            ),
+            Auditing => {
+                let failed = facts.failed_turns.auditing.saturating_add(1);
+                let failed_turns_after = facts.failed_turns.with(Auditing, failed);
+                if failed >= MAX_RETRIES {
+                    let message = streak_message(Auditing, failed, "the auditor's session was aborted");
+                    return Transition {
+                        failed_turns_after,
+                        ..terminate(facts, TerminationReason::ErrorMaxRetries(Some(message)), "audit-session-aborted")
+                    };
+                }
+                let t = go(facts, K::ErrorRecovery, "audit-session-aborted", "audit-session-aborted", Coding);
+                next_iteration(facts, Transition { failed_turns_after, ..t })
+            }
             PostAction => terminate(facts, TerminationReason::Completed, "post-action-aborted"),
         },
 
@@ -694,6 +748,13 @@ pub fn next_transition(facts: &LoopFacts, event: &Event) -> Transition {
     }
 }
 
+/// The termination message when `phase`'s failed-turn streak reached `failed`; `last`
+/// says how the last turn failed.
+fn streak_message(phase: Phase, failed: u32, last: &str) -> String {
+    let turns = if phase == Phase::Coding { "coding turns" } else { "audit turns" };
+    format!("{failed} {turns} in a row failed; the last: {last}")
+}
+
 /// The turn's nudge budget is spent: coding and auditing fail, post-action completes.
 fn handoff_missing(facts: &LoopFacts) -> Transition {
     let reason = match facts.phase {
@@ -718,8 +779,13 @@ fn auditor_handoff(facts: &LoopFacts, blocking_findings: u32, has_summary: bool,
         return stay(facts, K::Nudge, "summary-missing");
     }
 
-    let counted =
-        |t: Transition| clean_pass(Transition { audit_count_after: facts.audit_count.saturating_add(1), ..t });
+    let counted = |t: Transition| {
+        clean_pass(Transition {
+            audit_count_after: facts.audit_count.saturating_add(1),
+            failed_turns_after: facts.failed_turns.with(Phase::Auditing, 0),
+            ..t
+        })
+    };
     let (clean_cause, dirty_cause) =
         if facts.is_sectioned() { ("section-clean", "section-dirty") } else { ("audit-clear", "audit-dirty") };
 
@@ -783,6 +849,8 @@ pub struct RestartPlan {
     pub iteration: u32,
     /// Error budget cleared.
     pub error_count: u32,
+    /// Both streaks cleared.
+    pub failed_turns: FailedTurns,
     pub audit_count: u32,
     pub model_failed: bool,
     pub auditor_fallback_index: u32,
@@ -838,6 +906,7 @@ pub fn restart(facts: &LoopFacts) -> RestartPlan {
             iteration_after: 1,
             error_count_after: 0,
             audit_count_after: 0,
+            failed_turns_after: FailedTurns::default(),
             model_failed: Some(false),
             ..go(facts, TransitionKind::Phase, "restart", "restart", phase)
         })
@@ -848,6 +917,7 @@ pub fn restart(facts: &LoopFacts) -> RestartPlan {
         phase,
         iteration: 1,
         error_count: 0,
+        failed_turns: FailedTurns::default(),
         audit_count: 0,
         model_failed: false,
         auditor_fallback_index: 0,
@@ -871,6 +941,7 @@ pub fn restart_failed(previous: &LoopFacts, plan: &RestartPlan, was_running: boo
         phase: plan.phase,
         iteration: plan.iteration,
         error_count: plan.error_count,
+        failed_turns: plan.failed_turns,
         audit_count: plan.audit_count,
         ..previous.clone()
     };
@@ -882,6 +953,7 @@ pub fn restart_failed(previous: &LoopFacts, plan: &RestartPlan, was_running: boo
             iteration_after: previous.iteration,
             audit_count_after: previous.audit_count,
             error_count_after: previous.error_count,
+            failed_turns_after: previous.failed_turns,
             ..go(&restarted, TransitionKind::Rollback, "restart_prompt_failed", "restart-prompt-failed", previous.phase)
         };
     }
@@ -902,6 +974,7 @@ mod tests {
             total_sections: 3,
             audit_count: 4,
             error_count: 1,
+            failed_turns: FailedTurns::default(),
             post_action_configured: false,
         }
     }
@@ -1152,6 +1225,106 @@ mod tests {
         // Transitions that do not increment ignore the cap.
         let at_cap = capped(facts(Phase::Coding));
         assert_eq!(next_transition(&at_cap, &Event::CoderHandoff).kind, K::Rotate);
+    }
+
+    /// Drives `events` from `start` through the machine, applying each transition to the
+    /// facts as the runner does, and returns the transitions.
+    fn drive(start: LoopFacts, events: &[Event]) -> Vec<Transition> {
+        let mut f = start;
+        let mut out = vec![];
+        for e in events {
+            let t = next_transition(&f, e);
+            f = LoopFacts {
+                phase: t.to.unwrap_or(f.phase),
+                iteration: t.iteration_after,
+                section_index: t.section_after,
+                audit_count: t.audit_count_after,
+                error_count: t.error_count_after,
+                failed_turns: t.failed_turns_after,
+                ..f
+            };
+            out.push(t);
+        }
+        out
+    }
+
+    #[test]
+    fn a_phase_failing_every_turn_ends_the_loop_although_the_other_phase_passes() {
+        let aborted = Event::SessionAborted;
+        // (start phase, the round's events, what the failing turns look like in the log)
+        let cases: [(Phase, Vec<Event>, &str); 4] = [
+            // An auditor that errors on every turn: each coder handoff clears the error
+            // budget, the audit streak still grows.
+            (
+                Phase::Coding,
+                vec![Event::CoderHandoff, err(false)],
+                "3 audit turns in a row failed; the last: assistant error: boom",
+            ),
+            // An auditor killed on every turn.
+            (
+                Phase::Coding,
+                vec![Event::CoderHandoff, aborted.clone()],
+                "3 audit turns in a row failed; the last: the auditor's session was aborted",
+            ),
+            // A coder that errors on every turn while the auditor finds work left.
+            (
+                Phase::Coding,
+                vec![err(false), audit(1, false)],
+                "3 coding turns in a row failed; the last: assistant error: boom",
+            ),
+            // The same with a dirty section audit that carries a summary.
+            (
+                Phase::Coding,
+                vec![err(false), audit(2, true)],
+                "3 coding turns in a row failed; the last: assistant error: boom",
+            ),
+        ];
+        for (phase, round, message) in cases {
+            let start = LoopFacts { error_count: 0, ..unsectioned(phase) };
+            let events: Vec<Event> = round.iter().cycle().take(round.len() * 4).cloned().collect();
+            let ts = drive(start, &events);
+            let end = ts.iter().position(|t| t.termination.is_some()).expect("the loop ends");
+            let failing = if matches!(round[0], Event::CoderHandoff) { 1 } else { 0 };
+            assert_eq!(end, round.len() * 2 + failing, "{message}: ends on the third failed turn");
+            assert_eq!(ts[end].termination, Some(TerminationReason::ErrorMaxRetries(Some(message.into()))));
+            assert_eq!(ts[end].status(), Some(Status::Errored));
+            assert!(
+                ts[..end].iter().all(|t| t.error_count_after < MAX_RETRIES),
+                "{message}: the budget alone never ran out"
+            );
+        }
+    }
+
+    #[test]
+    fn a_passing_turn_of_the_same_phase_ends_its_streak_only() {
+        let two = FailedTurns { coding: 2, auditing: 2 };
+        let (f, a) = (
+            LoopFacts { failed_turns: two, ..facts(Phase::Coding) },
+            LoopFacts { failed_turns: two, ..facts(Phase::Auditing) },
+        );
+        // (facts, event, streaks after)
+        let table = [
+            (&f, Event::CoderHandoff, FailedTurns { coding: 0, auditing: 2 }),
+            (&a, audit(1, true), FailedTurns { coding: 2, auditing: 0 }),
+            (&a, audit(0, true), FailedTurns { coding: 2, auditing: 0 }),
+            // A summary-missing nudge is not a finished audit.
+            (&a, audit(0, false), two),
+            // A failed prompt send charges the budget, not a streak.
+            (&f, Event::PromptFailed { context: String::new() }, two),
+            (&f, Event::NoHandoff { replied: true, nudges_sent: 0 }, two),
+        ];
+        for (facts, event, after) in table {
+            let t = next_transition(facts, &event);
+            assert_eq!(t.failed_turns_after, after, "{} in {}", event.name(), facts.phase.as_str());
+        }
+        // A restart clears both.
+        let plan = restart(&LoopFacts { failed_turns: two, ..facts(Phase::Auditing) });
+        assert_eq!(plan.failed_turns, FailedTurns::default());
+        assert_eq!(plan.transition.map(|t| t.failed_turns_after), Some(FailedTurns::default()));
+        // The budget's own message wins when both run out on the same turn.
+        let both = LoopFacts { error_count: MAX_RETRIES - 1, ..a };
+        let t = next_transition(&both, &err(false));
+        assert_eq!(t.termination, Some(TerminationReason::ErrorMaxRetries(Some("assistant error: boom".into()))));
     }
 
     #[test]

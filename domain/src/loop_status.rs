@@ -21,6 +21,8 @@ pub struct LoopView {
     pub section: Option<(i64, i64, String)>,
     pub audit_count: i64,
     pub error_count: i64,
+    /// Failed turns in a row: (coding, auditing).
+    pub failed_turns: (i64, i64),
     pub last_audit: Option<String>,
     pub post_action_report: Option<String>,
     pub completion_summary: Option<String>,
@@ -164,6 +166,11 @@ pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
     }
     out.push_str(&format!("Audit count: {}\n", l.audit_count));
     out.push_str(&format!("Error count: {} (retries before termination: 3)\n", l.error_count));
+    for (n, turns) in [(l.failed_turns.0, "coding turns"), (l.failed_turns.1, "audit turns")] {
+        if n > 0 {
+            out.push_str(&format!("Failed {turns} in a row: {n} (the loop ends at 3)\n"));
+        }
+    }
     out.push_str(&format!("Model: {}\n", l.execution_model.as_deref().unwrap_or("default")));
     out.push_str(&format!("Auditor model: {}\n", l.auditor_model.as_deref().unwrap_or("default")));
     if let Some(t) = l.last_activity_at {

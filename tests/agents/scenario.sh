@@ -16,6 +16,8 @@
 #     mute      the coder's first turn only prints text, its second prints nothing at all
 #               (no reply), its third works and hands off; then as clean
 #     crash     every turn fails (exit 1)
+#     auditcrash every audit fails (exit 1); the coder works as clean
+#     auditkill every audit is killed by a signal (SIGKILL); the coder works as clean
 #     block     the auditor records a clean handoff, writes its pid to auditor.pid and waits
 #               for the file `release` (at most ~20 s) before ending its turn; while the file
 #               `hold-coder` exists, the coder waits for `coder-release` before working
@@ -126,6 +128,8 @@ code() { # the default coder turn: one line per turn in work.txt, then the hando
 }
 
 [ "$scenario" = crash ] && { echo "boom: the test agent crashed on purpose" >&2; exit 1; }
+[ "$FORGE_ROLE:$scenario" = auditor:auditcrash ] && { echo "boom: audit $turn failed on purpose" >&2; exit 1; }
+[ "$FORGE_ROLE:$scenario" = auditor:auditkill ] && kill -KILL $$
 
 case "$FORGE_ROLE:$scenario" in
   coder:mute)

@@ -87,6 +87,41 @@ fn a_crashing_agent_ends_the_loop_with_error_max_retries() {
     assert_eq!(t.strings("SELECT coder_decisions FROM loop_attempts WHERE loop_name = ?1", &name), ["NULL"]);
 }
 
+/// An auditor that fails on every turn, whether it exits 1 or is killed, while the coder
+/// works: each coder handoff clears the error budget (a clean pass), so the budget alone
+/// would send the loop round without bound, a real coder turn each time. The third failed
+/// audit in a row ends it `errored` (`error_max_retries`), and the reason says why.
+#[test]
+fn an_auditor_that_fails_every_turn_ends_the_loop_on_its_third_failure() {
+    for (scenario, cause, last) in [
+        ("auditcrash", "audit-error", "the last: assistant error: agent exit status 1: boom: audit"),
+        ("auditkill", "audit-session-aborted", "the last: the auditor's session was aborted"),
+    ] {
+        let t = LoopTest::start(scenario, "");
+        let name = t.execute("Plain plan", UNSECTIONED);
+        let end = t.wait_end(&name);
+        assert_eq!(end["status"], json!("errored"), "{scenario}: {end}{}", t.report());
+        let reason = end["terminationReason"].as_str().unwrap_or_default().to_string();
+        assert!(reason.starts_with("error_max_retries: 3 audit turns in a row failed; "), "{scenario}: {reason}");
+        assert!(reason.contains(last), "{scenario}: {reason}");
+        let mut rows = vec![];
+        for it in 1..=3 {
+            rows.push(format!("rotate coder-handoff coding->auditing it={it}"));
+            if it < 3 {
+                rows.push(format!("error-recovery {cause} auditing->coding it={it}"));
+            }
+        }
+        rows.push("terminate error_max_retries auditing->- it=3 status=errored reason=error_max_retries".into());
+        t.assert_transitions(&name, &rows.iter().map(String::as_str).collect::<Vec<_>>());
+        t.assert_notifications_match(&name);
+        assert_eq!(t.roles(), ["coder", "auditor", "coder", "auditor", "coder", "auditor"], "{scenario}");
+        // The streak is on the row; loop-status shows it.
+        assert_eq!(t.count("SELECT failed_audit_turns FROM loops WHERE loop_name = ?1", &name), 3);
+        let status = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+        assert!(status.contains("Failed audit turns in a row: 3 (the loop ends at 3)"), "{status}");
+    }
+}
+
 /// A clean section audit that would start an iteration past the cap ends the loop
 /// `max_iterations` with that section completed and the next one current, so a restart
 /// resumes there (seeds: restart preserves section progress) instead of redoing the

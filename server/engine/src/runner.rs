@@ -1402,7 +1402,8 @@ impl Runner {
                     tx.execute(
                         "UPDATE loops SET phase = ?3, iteration = ?4, current_section_index = coalesce(?5, current_section_index),
                             audit_count = ?6, error_count = ?7, model_failed = coalesce(?8, model_failed),
-                            current_session_id = ?9, nudge_count = 0, standby_session_id = ?10
+                            current_session_id = ?9, nudge_count = 0, standby_session_id = ?10,
+                            failed_coding_turns = ?11, failed_audit_turns = ?12
                          WHERE project_id = ?1 AND loop_name = ?2 AND status = 'running'",
                         rusqlite::params![
                             p,
@@ -1414,7 +1415,9 @@ impl Runner {
                             t2.error_count_after,
                             t2.model_failed.map(i64::from),
                             nid,
-                            sb2
+                            sb2,
+                            t2.failed_turns_after.coding,
+                            t2.failed_turns_after.auditing
                         ],
                     )?;
                     let keep: Vec<String> = std::iter::once(nid.clone()).chain(sb2.clone()).collect();
@@ -1753,9 +1756,22 @@ impl Runner {
                     tx.execute(
                         "UPDATE loops SET status = ?3, termination_reason = ?4, completed_at = ?5, completion_summary = coalesce(?6, completion_summary),
                             audit_count = ?7, error_count = ?8, standby_session_id = NULL,
-                            current_section_index = coalesce(?9, current_section_index)
+                            current_section_index = coalesce(?9, current_section_index),
+                            failed_coding_turns = ?10, failed_audit_turns = ?11
                          WHERE project_id = ?1 AND loop_name = ?2",
-                        rusqlite::params![p, n, status, t2.termination.as_ref().map(|r| r.to_stored()), now, completion, t2.audit_count_after, t2.error_count_after, t2.section_after],
+                        rusqlite::params![
+                            p,
+                            n,
+                            status,
+                            t2.termination.as_ref().map(|r| r.to_stored()),
+                            now,
+                            completion,
+                            t2.audit_count_after,
+                            t2.error_count_after,
+                            t2.section_after,
+                            t2.failed_turns_after.coding,
+                            t2.failed_turns_after.auditing
+                        ],
                     )?;
                     db::delete_sessions(tx, &p, &n, None, now)?;
                     db::log_transition(tx, &p, &n, &t2, now)?;

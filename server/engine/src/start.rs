@@ -509,7 +509,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
                 } else {
                     tx.execute(
                         "UPDATE loops SET status = 'running', phase = ?3, iteration = 1, error_count = 0, audit_count = 0, model_failed = 0,
-                            auditor_fallback_index = 0, stall_count = 0, nudge_count = 0, current_session_id = ?4, standby_session_id = NULL,
+                            failed_coding_turns = 0, failed_audit_turns = 0, auditor_fallback_index = 0, stall_count = 0, nudge_count = 0, current_session_id = ?4, standby_session_id = NULL,
                             started_at = ?5, completed_at = NULL, termination_reason = NULL, completion_summary = NULL, owner_pid = ?6
                          WHERE project_id = ?1 AND loop_name = ?2",
                         rusqlite::params![p, n, pl.phase.as_str(), s, now, std::process::id()],

@@ -34,12 +34,14 @@ pub struct LoopRow {
     pub auditor_model: Option<String>,
     pub auditor_fallback_index: i64,
     pub stall_count: i64,
+    pub failed_coding_turns: i64,
+    pub failed_audit_turns: i64,
 }
 
 impl LoopRow {
     /// The state machine's view of this row.
     pub fn facts(&self, post_action_configured: bool) -> forge_domain::loop_machine::LoopFacts {
-        use forge_domain::loop_machine::{LoopFacts, Phase};
+        use forge_domain::loop_machine::{FailedTurns, LoopFacts, Phase};
         LoopFacts {
             phase: Phase::parse(&self.phase).unwrap_or(Phase::Coding),
             iteration: self.iteration.max(0) as u32,
@@ -48,6 +50,10 @@ impl LoopRow {
             total_sections: self.total_sections.max(0) as u32,
             audit_count: self.audit_count.max(0) as u32,
             error_count: self.error_count.max(0) as u32,
+            failed_turns: FailedTurns {
+                coding: self.failed_coding_turns.max(0) as u32,
+                auditing: self.failed_audit_turns.max(0) as u32,
+            },
             post_action_configured,
         }
     }
@@ -63,7 +69,7 @@ impl LoopRow {
     }
 }
 
-const COLS: &str = "project_id, loop_name, status, phase, current_session_id, worktree_dir, worktree_branch, iteration, max_iterations, current_section_index, total_sections, started_at, completed_at, termination_reason, title, audit_count, error_count, base_commit, host_session_id, project_dir, model_failed, completion_summary, standby_session_id, sandbox, execution_model, auditor_model, auditor_fallback_index, stall_count";
+const COLS: &str = "project_id, loop_name, status, phase, current_session_id, worktree_dir, worktree_branch, iteration, max_iterations, current_section_index, total_sections, started_at, completed_at, termination_reason, title, audit_count, error_count, base_commit, host_session_id, project_dir, model_failed, completion_summary, standby_session_id, sandbox, execution_model, auditor_model, auditor_fallback_index, stall_count, failed_coding_turns, failed_audit_turns";
 
 fn row(r: &Row) -> rusqlite::Result<LoopRow> {
     Ok(LoopRow {
@@ -95,6 +101,8 @@ fn row(r: &Row) -> rusqlite::Result<LoopRow> {
         auditor_model: r.get(25)?,
         auditor_fallback_index: r.get(26)?,
         stall_count: r.get(27)?,
+        failed_coding_turns: r.get(28)?,
+        failed_audit_turns: r.get(29)?,
     })
 }
 

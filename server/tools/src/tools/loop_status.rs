@@ -55,6 +55,7 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
         section,
         audit_count: l.audit_count,
         error_count: l.error_count,
+        failed_turns: (l.failed_coding_turns, l.failed_audit_turns),
         last_audit,
         post_action_report: report,
         completion_summary: l.completion_summary.clone(),
