@@ -30,6 +30,10 @@ pub struct LoopView {
     pub auditor_model: Option<String>,
     /// Whether a session of the loop is busy right now.
     pub busy: bool,
+    /// A running loop whose server process has ended (SIGKILL, a crash) without ending
+    /// it: that process's id. Its sessions' `busy` marks are stale; the loop waits for a
+    /// restart (or a cancel).
+    pub server_gone: Option<i64>,
     pub last_activity_at: Option<i64>,
     /// Cumulative usage (stored rows, the live session merged), when any was captured.
     pub usage: Option<crate::usage::Totals>,
@@ -124,7 +128,7 @@ pub fn render_list(loops: &[LoopView], now: i64) -> String {
             l.phase,
             iterations(l),
             duration(now - l.started_at),
-            if l.busy { "busy" } else { "idle" }
+            running_status(l)
         ));
         if let Some(u) = &l.usage {
             out.insert_str(out.len() - 1, &format!("   Usage: {}\n", crate::usage::line(u)));
@@ -138,6 +142,18 @@ pub fn render_list(loops: &[LoopView], now: i64) -> String {
     out
 }
 
+/// A running loop's status word: `busy`, `idle`, or `server stopped` when the process that
+/// ran it has ended (its sessions' marks are stale then).
+fn running_status(l: &LoopView) -> &'static str {
+    if l.server_gone.is_some() {
+        "server stopped"
+    } else if l.busy {
+        "busy"
+    } else {
+        "idle"
+    }
+}
+
 /// One loop in detail. `restart_line` is the `Restart...` line.
 pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
     let mut out = String::new();
@@ -145,7 +161,12 @@ pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
     out.push_str(if running { "Loop Status\n\n" } else { "Loop Status (Inactive)\n\n" });
     out.push_str(&format!("Name: {}\nSession: {}\nWorktree: {}\n", l.name, l.session, l.worktree));
     if running {
-        out.push_str(&format!("Status: {}\nPhase: {}\n", if l.busy { "busy" } else { "idle" }, l.phase));
+        out.push_str(&format!("Status: {}\nPhase: {}\n", running_status(l), l.phase));
+        if let Some(pid) = l.server_gone {
+            out.push_str(&format!(
+                "Server: process {pid}, which ran this loop, has ended; nothing runs it until a restart (force=true) or a cancel\n"
+            ));
+        }
     } else {
         out.push_str(&format!("Status: {}\n", l.status));
     }
@@ -253,5 +274,15 @@ mod tests {
         let d = render_detail(&run, "Restart: available with force=true", 1000);
         assert!(d.starts_with("Loop Status\n\nName: live\n"));
         assert!(d.contains("Section: 2/4 Phase 2") && d.ends_with("Restart: available with force=true"));
+        assert!(d.contains("Status: idle\n") && !d.contains("Server:"), "{d}");
+        // A loop whose server died: not `busy`, whatever its sessions' stale marks say.
+        let orphan = LoopView { busy: true, server_gone: Some(4242), ..run };
+        let d = render_detail(&orphan, "", 1000);
+        assert!(
+            d.contains("Status: server stopped\nPhase: coding\nServer: process 4242, which ran this loop, has ended;"),
+            "{d}"
+        );
+        let t = render_list(&[orphan], 1000);
+        assert!(t.contains("| Status: server stopped\n"), "{t}");
     }
 }

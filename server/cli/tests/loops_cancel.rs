@@ -174,6 +174,9 @@ fn a_force_restart_from_another_process_takes_the_loop_over() {
     let name = t.execute("Two halves", TWO_SECTIONS);
     let pid: u32 = t.wait_state_file("auditor.pid").trim().parse().expect("auditor pid");
     let other = t.other_server("block", &[]);
+    // A loop whose server is alive shows its sessions' state in the other server.
+    let status = other.tool_ok("loop-status", json!({ "name": name })).text;
+    assert!(status.contains("Status: busy\n") && !status.contains("Server:"), "{status}");
     let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
     let session = out.data["sessionId"].as_str().unwrap().to_string();
     assert!(
@@ -345,6 +348,15 @@ fn a_shell_command_dies_with_its_killed_server() {
 fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
     let (t, name, bg, esc) = server_killed_mid_turn();
     let other = t.other_server("orphan", &[]);
+    // Before the restart, the other server's loop-status says the loop's server has
+    // stopped (its session was busy when it died; that mark is stale).
+    let status = other.tool_ok("loop-status", json!({ "name": name })).text;
+    assert!(
+        status.contains("Status: server stopped\n") && status.contains("which ran this loop, has ended"),
+        "{status}"
+    );
+    let list = other.tool_ok("loop-status", json!({})).text;
+    assert!(list.contains("| Status: server stopped"), "{list}");
     let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
     assert!(!pid_alive(bg), "the restart left the dead server's background sleep {bg} running");
     assert!(!pid_alive(esc), "the restart left the dead server's setsid sleep {esc} running");

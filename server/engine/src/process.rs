@@ -94,6 +94,38 @@ fn running_group(stat: &str) -> Option<u32> {
     fields.nth(1)?.parse().ok()
 }
 
+/// Whether process `pid` may still be the server that started (or last restarted) a loop
+/// at `since_ms` (milliseconds since the epoch, the loop's `started_at`): it runs, is not a
+/// zombie, and started no later than that. A process that got the pid after the server
+/// died started later; so did everything after a reboot. The boot time is given in whole
+/// seconds, so a start up to 2 s after `since_ms` still counts as the owner. Fails towards
+/// "may be": `true` when `/proc` cannot tell.
+pub fn may_be_owner(pid: u32, since_ms: i64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        // No such process, unless /proc itself cannot be read.
+        return !std::path::Path::new("/proc/self/stat").exists();
+    };
+    let Some(started) = started_ms(&stat) else {
+        return running_group(&stat).is_some();
+    };
+    running_group(&stat).is_some() && started <= since_ms.saturating_add(2000)
+}
+
+/// When the process of a `/proc/<pid>/stat` line started, in milliseconds since the epoch
+/// (field 22, clock ticks after boot, plus `btime` of `/proc/stat`).
+fn started_ms(stat: &str) -> Option<i64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name: state is field 3, so field 22 is the 20th of the rest.
+    let ticks: i64 = rest.split_ascii_whitespace().nth(19)?.parse().ok()?;
+    let btime: i64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
+    // SAFETY: sysconf reads a constant of the running system; it has no preconditions.
+    let hz: i64 = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| btime.saturating_mul(1000).saturating_add(ticks.saturating_mul(1000) / hz))
+}
+
 /// This boot's id (`/proc/sys/kernel/random/boot_id`).
 fn boot_id() -> Option<String> {
     let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
@@ -308,6 +340,20 @@ mod tests {
 
     fn alive(pid: u32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| running_group(&s)).is_some()
+    }
+
+    #[test]
+    fn the_owner_check_tells_a_live_owner_from_a_dead_one_and_a_later_process() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+        let me = std::process::id();
+        assert!(may_be_owner(me, now), "this process started before now");
+        assert!(!may_be_owner(me, now - 3_600_000), "a process started after the loop is a stranger");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!may_be_owner(pid, now + 60_000), "a reaped process is gone");
+        let stat = "12 (a) b) c) S 1 12 12 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 0 0";
+        assert!(started_ms(stat).is_some(), "field 22 is read after the last parenthesis");
     }
 
     #[test]

@@ -62,9 +62,24 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
         execution_model: l.execution_model.clone(),
         auditor_model: l.auditor_model.clone(),
         busy: busy > 0,
+        server_gone: server_gone(ctx, l)?,
         last_activity_at: activity,
         usage: Some(usage_rows(ctx, l)?).filter(|r| !r.is_empty()).map(|r| forge_domain::usage::total(&r)),
     })
+}
+
+/// The recorded server of a running loop when that process has ended (or its pid now
+/// belongs to a later process): the loop then runs nowhere until a restart or cancel.
+/// Not for this process's own loops.
+fn server_gone(ctx: &ToolCtx, l: &LoopRow) -> Result<Option<i64>, ToolError> {
+    if l.status != "running" {
+        return Ok(None);
+    }
+    let owner = loops::owner_pid(ctx.db, ctx.project_id(), &l.loop_name).db()?;
+    Ok(owner.filter(|&pid| {
+        pid != i64::from(std::process::id())
+            && !u32::try_from(pid).is_ok_and(|pid| forge_engine::process::may_be_owner(pid, l.started_at))
+    }))
 }
 
 /// Usage rows of a loop for display: (model, role, totals), the stored rows with the live
