@@ -221,6 +221,20 @@ fn a_caller_chosen_branch_replaces_forge_name_and_survives_a_restart() {
         .tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "bad..name" }));
     assert_eq!(e.code, 1006, "{e}");
     assert_contains(&e.message, "`bad..name` is not a valid git branch name");
+    // A full ref name, and a part too long for a file name, are refused as bad input
+    // (before: `refs/heads/refs/heads/x`, and 1004 from the file system).
+    for (branch, says) in [
+        ("refs/heads/x", "`refs/heads/x` is a full ref name (branch); pass the branch's own name, `x`"),
+        ("refs/tags/x", "names a ref outside refs/heads"),
+        (&format!("a/{}", "b".repeat(300)), "has a part of 300 bytes (branch)"),
+    ] {
+        let e =
+            t.client.tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": branch }));
+        assert_eq!(e.code, 1006, "{branch}: {e}");
+        assert_contains(&e.message, says);
+        assert!(e.message.len() < 600, "the long name is quoted by its start: {e}");
+    }
+    assert!(!t.has_branch("refs/heads/x"), "no nested ref was made");
     let e = t.client.tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "main" }));
     assert_eq!(e.code, 1003, "{e}");
     assert_contains(&e.message, "branch `main` already exists");

@@ -364,6 +364,47 @@ pub fn is_valid_branch_name(name: &str) -> bool {
     valid_branch_name(name)
 }
 
+/// The longest `/`-separated part of a branch name a loop accepts, in bytes: git keeps a
+/// branch as a file named by that part, written through a `<part>.lock` beside it, and a
+/// file name has at most 255 bytes.
+pub const MAX_BRANCH_PART: usize = 250;
+
+/// Why `name` cannot be a caller-chosen loop branch (argument `branch`), or `None`: not a
+/// valid short branch name; a full ref name (`refs/heads/x` would become
+/// `refs/heads/refs/heads/x`); a part longer than [`MAX_BRANCH_PART`].
+pub fn branch_name_problem(name: &str) -> Option<String> {
+    use forge_domain::text::prefix;
+    let quote = |s: &str| {
+        if s.len() <= 200 {
+            format!("`{s}`")
+        } else {
+            format!("`{}…` ({} bytes)", prefix(s, 200), s.len())
+        }
+    };
+    if let Some(short) = name.strip_prefix("refs/heads/") {
+        return Some(format!(
+            "{} is a full ref name (branch); pass the branch's own name, {}",
+            quote(name),
+            quote(short)
+        ));
+    }
+    if name.starts_with("refs/") {
+        return Some(format!(
+            "{} names a ref outside refs/heads (branch); pass a branch name like `feature/my-loop`",
+            quote(name)
+        ));
+    }
+    if let Some(part) = name.split('/').find(|p| p.len() > MAX_BRANCH_PART) {
+        return Some(format!(
+            "{} has a part of {} bytes (branch); git stores each `/`-separated part as a file name, so each may have at most {MAX_BRANCH_PART} bytes",
+            quote(name),
+            part.len()
+        ));
+    }
+    (!valid_branch_name(name))
+        .then(|| format!("{} is not a valid git branch name (branch); use a name like `feature/my-loop`", quote(name)))
+}
+
 /// Delete a branch the loop start itself just created, whatever its prefix (the rollback
 /// of a failed start with a caller-chosen branch). A missing branch is not an error.
 pub fn delete_created_branch(repo_dir: &Path, branch: &str) -> Result<(), GitError> {

@@ -83,10 +83,8 @@ pub async fn start_loop(
     // forge/<name> above); it must be a new, valid branch name.
     let branch = match caller_branch {
         Some(b) => {
-            if !git::is_valid_branch_name(&b) {
-                return Err(ToolError::invalid(format!(
-                    "Failed to start loop: `{b}` is not a valid git branch name (branch); use a name like `feature/my-loop`"
-                )));
+            if let Some(why) = git::branch_name_problem(&b) {
+                return Err(ToolError::invalid(format!("Failed to start loop: {why}")));
             }
             let (r, b2) = (repo.clone(), b.clone());
             let exists = tokio::task::spawn_blocking(move || git::branch_exists(&r, &b2))
