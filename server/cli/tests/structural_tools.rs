@@ -234,3 +234,39 @@ fn nested_git_directories_are_skipped_and_unparsable_patterns_refused() {
         assert!(e.message.contains("does not parse"), "{e}");
     }
 }
+
+/// A file over 1 MiB (a generated bundle) is not parsed: a syntax tree takes about 90 times
+/// its file's size, in the server's process (a 24 MB bundle took 2 GB). It is reported as
+/// not searched, and a replace leaves it as it was; the files beside it are searched.
+#[test]
+fn files_over_one_mebibyte_are_reported_not_parsed() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let bundle = "console.log(1);\n".repeat(70_000); // 1.07 MiB
+    repo.write("dist/bundle.js", &bundle);
+    repo.write("dist/small.js", "console.log(2);\n");
+    let c = client(&sb, &repo);
+    let out =
+        c.tool_ok("ast-grep-search", json!({ "pattern": "console.log($A)", "lang": "javascript", "path": "dist" }));
+    assert_eq!(out.data["total"], 1, "{}", out.text);
+    assert!(out.text.contains("dist/small.js:1: console.log(2)"), "{}", out.text);
+    assert!(
+        out.text.contains("not searched: dist/bundle.js (1120000 bytes, over the limit of 1048576: the structural tools parse files of up to 1 MiB)"),
+        "{}",
+        out.text
+    );
+    // Named directly, the same.
+    let out = c.tool_ok(
+        "ast-grep-search",
+        json!({ "pattern": "console.log($A)", "lang": "javascript", "path": "dist/bundle.js" }),
+    );
+    assert_eq!(out.data["total"], 0, "{}", out.text);
+    assert_eq!(out.data["skipped"].as_array().map(Vec::len), Some(1), "{}", out.data);
+    let out = c.tool_ok(
+        "ast-grep-replace",
+        json!({ "pattern": "console.log($A)", "rewrite": "log($A)", "lang": "javascript", "path": "dist", "dryRun": false }),
+    );
+    assert!(out.text.contains("not searched: dist/bundle.js"), "{}", out.text);
+    assert_eq!(read(&repo, "dist/bundle.js"), bundle);
+    assert_eq!(read(&repo, "dist/small.js"), "log(2);\n");
+}

@@ -246,9 +246,24 @@ pub fn real_rel(root: &Path, p: &Path) -> Result<PathBuf, String> {
 /// for a link after that (by a command racing the tool) is refused, never read through
 /// to a file outside the root.
 pub fn read_utf8(root: &Path, p: &Path) -> Result<String, String> {
+    read_utf8_within(root, p, u64::MAX)
+}
+
+/// [`read_utf8`] for a file of at most `max` bytes; a larger one (also one that grows past
+/// `max` while it is read) is an error that gives its size.
+pub fn read_utf8_within(root: &Path, p: &Path, max: u64) -> Result<String, String> {
     use std::io::Read;
+    let file = open_inside(root, p)?;
+    let too_big = |n: u64| format!("{n} bytes, over the limit of {max}");
+    match file.metadata() {
+        Ok(m) if m.len() > max => return Err(too_big(m.len())),
+        _ => {}
+    }
     let mut bytes = Vec::new();
-    open_inside(root, p)?.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > max {
+        return Err(too_big(bytes.len() as u64));
+    }
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 

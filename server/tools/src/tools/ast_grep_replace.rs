@@ -15,7 +15,7 @@ use forge_protocol::{CommandResult, ToolError};
 use serde_json::json;
 
 use super::ToolCtx;
-use crate::files::{caller_root, read_utf8, resolved_rel, search_path};
+use crate::files::{caller_root, resolved_rel, search_path};
 use forge_core::beneath::{self, Staged};
 use crate::structural;
 
@@ -68,7 +68,7 @@ fn replace(
     let mut skipped = vec![];
     for path in &files {
         let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
-        let src = match read_utf8(root, path) {
+        let src = match structural::source(root, path) {
             Ok(s) => s,
             Err(e) => {
                 skipped.push(format!("{shown} ({e})"));
@@ -107,6 +107,9 @@ fn replace(
     let mut body = preview.join("\n");
     if truncated {
         body.push_str(&format!("\n… (the first {MAX_SHOWN} of {total} changes shown)"));
+    }
+    if !skipped.is_empty() {
+        body.push_str(&format!("\n\nnot searched: {}", skipped.join(", ")));
     }
     if dry {
         let text = format!(

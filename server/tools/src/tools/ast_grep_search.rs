@@ -10,7 +10,7 @@ use forge_protocol::{CommandResult, ToolError};
 use serde_json::json;
 
 use super::ToolCtx;
-use crate::files::{caller_root, read_utf8, search_path};
+use crate::files::{caller_root, search_path};
 use crate::structural;
 
 pub const NEEDS_SERVER: bool = false;
@@ -43,7 +43,7 @@ fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pat
     let mut skipped = vec![];
     for path in &files {
         let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
-        let src = match read_utf8(root, path) {
+        let src = match structural::source(root, path) {
             Ok(s) => s,
             Err(e) => {
                 skipped.push(format!("{shown} ({e})"));
