@@ -535,6 +535,28 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     std::fs::write(repo.path.join("src/early.bin"), binary).unwrap();
     let out = c.tool_ok("grep", json!({ "pattern": "zebra", "path": "src/early.bin", "limit": 1 }));
     assert_eq!(out.data["matches"], json!([]), "{}", out.text);
+    // The NUL byte in what the search had already read when it stopped (not read again),
+    // and in the first line of the next buffer.
+    for (name, at) in [("near.bin", 10usize), ("edge.bin", 64 * 1024 - 20), ("next.bin", 64 * 1024 + 20)] {
+        let mut binary = b"zebra one\nzebra two\n".to_vec();
+        binary.extend(std::iter::repeat_n(b'x', at));
+        binary.extend(b"\0\n");
+        binary.extend(std::iter::repeat_n(b'y', 200_000));
+        std::fs::write(repo.path.join("src").join(name), binary).unwrap();
+        let out = c.tool_ok("grep", json!({ "pattern": "zebra", "path": format!("src/{name}"), "limit": 1 }));
+        assert_eq!(out.data["matches"], json!([]), "{name}: {}", out.text);
+    }
+    // A line over 16 MiB ends its file's search, which the answer names; the other files
+    // are searched (before, a 300 MB line took 600 MB).
+    let mut long = b"zebra first\n".to_vec();
+    long.extend(std::iter::repeat_n(b'x', 17 << 20));
+    long.extend(b" zebra\n");
+    std::fs::write(repo.path.join("src/long.txt"), long).unwrap();
+    let out = c.tool_ok("grep", json!({ "pattern": "zebra", "path": "src", "include": "*.txt" }));
+    assert!(out.text.contains("1 file not searched past a line over 16 MiB: src/long.txt"), "{}", out.text);
+    assert_eq!(out.data["longLines"], json!(["src/long.txt"]), "{}", out.data);
+    assert!(out.text.contains("src/latin1.txt:1: zebra one"), "{}", out.text);
+    std::fs::remove_file(repo.path.join("src/long.txt")).unwrap();
     // PROTOCOL.md §3: -32602 is input that does not match the offered schema (which says
     // what the bounds are), 1006 input that matches it but cannot be used (a bad glob, as a
     // bad regex).

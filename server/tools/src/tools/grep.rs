@@ -69,12 +69,17 @@ fn search(
     include: Option<&globset::GlobSet>,
     limit: usize,
 ) -> Result<CommandResult, ToolError> {
-    let mut searcher = SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
+    let mut searcher = SearcherBuilder::new()
+        .binary_detection(BinaryDetection::quit(0))
+        .line_number(true)
+        .heap_limit(Some(MAX_LINE_BUFFER))
+        .build();
     let mut lines: Vec<String> = vec![];
     let mut hits = vec![];
     let mut truncated = false;
     let mut files = 0usize;
     let mut unreadable: Vec<String> = vec![];
+    let mut long_lines: Vec<String> = vec![];
     // Each file is opened relative to the root without following a link (as the other
     // file tools read): the walk follows none, so a walked path is the start's real place
     // (its links resolved once, inside the root) and the rest as listed; a directory or
@@ -118,7 +123,13 @@ fn search(
                 )));
             }
             tracing::debug!("grep: cannot search {}: {e}", path.display());
-            unreadable.push(shown);
+            // The searcher's buffer limit (a line over MAX_LINE_BUFFER) is its only error
+            // that is not the file's I/O.
+            if e.to_string().contains("allocation limit") {
+                long_lines.push(shown);
+            } else {
+                unreadable.push(shown);
+            }
             continue;
         }
         // A binary file (a NUL byte anywhere it was read) gives no matches, also none
@@ -156,16 +167,32 @@ fn search(
             if unreadable.len() > shown.len() { ", …" } else { "" }
         ));
     }
+    if !long_lines.is_empty() {
+        let shown: Vec<&str> = long_lines.iter().take(10).map(String::as_str).collect();
+        text.push_str(&format!(
+            "\n{} file{} not searched past a line over 16 MiB: {}{}",
+            long_lines.len(),
+            if long_lines.len() == 1 { "" } else { "s" },
+            shown.join(", "),
+            if long_lines.len() > shown.len() { ", …" } else { "" }
+        ));
+    }
     Ok(CommandResult {
         text,
-        data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files, "unreadable": unreadable }).into(),
+        data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files, "unreadable": unreadable, "longLines": long_lines })
+            .into(),
     })
 }
 
-/// Whether `f` holds a NUL byte anywhere (read again from its start).
+/// The most a search holds of one file at a time: a line longer than this (16 MiB) ends
+/// that file's search, which the answer names. Without it a 300 MB line took 600 MB.
+const MAX_LINE_BUFFER: usize = 16 << 20;
+
+/// Whether the rest of `f`, from where the search stopped reading it, holds a NUL byte.
+/// What the searcher read was checked as it was read (`BinaryDetection::quit` looks at
+/// every byte it reads, before any line of it reaches the sink), so it is not read again.
 fn holds_nul(mut f: &std::fs::File) -> std::io::Result<bool> {
-    use std::io::{Read, Seek};
-    f.seek(std::io::SeekFrom::Start(0))?;
+    use std::io::Read;
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         match f.read(&mut chunk) {
