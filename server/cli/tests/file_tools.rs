@@ -556,6 +556,7 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     assert!(out.text.contains("1 file not searched past a line over 16 MiB: src/long.txt"), "{}", out.text);
     assert_eq!(out.data["longLines"], json!(["src/long.txt"]), "{}", out.data);
     assert!(out.text.contains("src/latin1.txt:1: zebra one"), "{}", out.text);
+    assert!(!out.text.contains("src/long.txt:1"), "a file not read to its end lists nothing: {}", out.text);
     std::fs::remove_file(repo.path.join("src/long.txt")).unwrap();
     // PROTOCOL.md §3: -32602 is input that does not match the offered schema (which says
     // what the bounds are), 1006 input that matches it but cannot be used (a bad glob, as a
