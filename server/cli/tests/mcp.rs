@@ -709,6 +709,37 @@ fn messages_before_initialize_do_not_end_the_session() {
     assert_eq!(code, 0, "{stderr}");
 }
 
+/// A connection started by a stateless request (the 2026-07-28 protocol: each request
+/// carries its version and capabilities in `_meta`) takes no `initialize` afterwards: it is
+/// refused, saying why, and stateless requests go on working. Before, the SDK answered the
+/// `initialize` with success and stayed stateless, so the client's next ordinary request
+/// failed for missing metadata.
+#[test]
+fn a_stateless_session_refuses_a_later_initialize() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("src/a.rs", "fn needle() {}\n");
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "stateless-test", "version": "1" }
+    });
+    let r = m.request("tools/list", json!({ "_meta": meta }));
+    assert!(r["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{r}");
+    let r = m.request(
+        "initialize",
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } }),
+    );
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("started with stateless requests"), "{r}");
+    let r = m.request("tools/call", json!({ "name": "grep", "arguments": { "pattern": "needle" }, "_meta": meta }));
+    assert!(r.get("error").is_none(), "{r}");
+    assert!(text(&r["result"]).contains("src/a.rs:1"), "{r}");
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+}
+
 /// Every tool is on the one page of `tools/list`: the server gives no cursor, so any
 /// cursor is an invalid one (the MCP spec: -32602).
 #[test]

@@ -118,6 +118,10 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
 struct BeforeInitialize<T> {
     inner: T,
     started: bool,
+    /// The session was started by a stateless request: a later `initialize` is refused
+    /// (the SDK would answer it with success and stay stateless, so the client's next
+    /// ordinary request failed for missing metadata).
+    stateless: bool,
     unanswered: Arc<Unanswered>,
     /// When the input ended: the wait for the last answers is counted from then, however
     /// often the SDK starts a new `receive`.
@@ -126,7 +130,7 @@ struct BeforeInitialize<T> {
 
 impl<T> BeforeInitialize<T> {
     fn new(inner: T) -> Self {
-        BeforeInitialize { inner, started: false, unanswered: Arc::default(), ended_at: None }
+        BeforeInitialize { inner, started: false, stateless: false, unanswered: Arc::default(), ended_at: None }
     }
 }
 
@@ -234,6 +238,20 @@ impl<T: rmcp::transport::Transport<RoleServer>> BeforeInitialize<T> {
         loop {
             let message = self.inner.receive().await?;
             if self.started {
+                if self.stateless {
+                    if let JsonRpcMessage::Request(r) = &message {
+                        if matches!(r.request, ClientRequest::InitializeRequest(_))
+                            || matches!(&r.request, ClientRequest::CustomRequest(c) if c.method == "initialize")
+                        {
+                            let error = ErrorData::invalid_request(
+                                "forge-lsp mcp: this connection started with stateless requests (each carries its protocol version and capabilities in _meta), so it takes no initialize; go on sending stateless requests, or start a new forge-lsp mcp for a handshake session",
+                                None,
+                            );
+                            let _ = self.inner.send(ServerJsonRpcMessage::error(error, Some(r.id.clone()))).await;
+                            continue;
+                        }
+                    }
+                }
                 return Some(message);
             }
             match &message {
@@ -280,6 +298,7 @@ impl<T: rmcp::transport::Transport<RoleServer>> BeforeInitialize<T> {
                                 .is_some_and(|v| rmcp::model::ProtocolVersion::KNOWN_VERSIONS.contains(&v))
                             && meta.missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28).is_empty();
                         self.started = stateless;
+                        self.stateless = stateless;
                         return Some(message);
                     }
                 },
