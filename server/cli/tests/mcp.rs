@@ -313,6 +313,14 @@ fn outside_a_repository_it_refuses_unless_given_a_project() {
     assert_eq!(code, 2, "{stderr}");
     assert_contains(&stderr, "not inside a git repository");
     assert_contains(&stderr, "--project");
+    // `--project` naming a directory outside git: the message says what --project needs,
+    // rather than telling the caller to use --project.
+    let (_keep2, other) = plain_dir();
+    let m = Mcp::start(&sb, &plain, &["--project", other.to_str().expect("utf-8 path")], &[]);
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 2, "{stderr}");
+    assert_contains(&stderr, "--project must name a directory inside a git repository with a commit");
+    assert!(!stderr.contains("name one with --project"), "{stderr}");
 
     let repo = GitRepo::new();
     let mut m = Mcp::start(&sb, &plain, &["--project", repo.path.to_str().expect("utf-8 path")], &[]);

@@ -126,8 +126,13 @@ impl Route {
             let refused = forge_core::project::refused_repository(&detected.root)
                 .map(|why| format!(" (git refuses the repository here: {why})"))
                 .unwrap_or_default();
+            let remedy = if args.project.is_some() {
+                "--project must name a directory inside a git repository with a commit (run `git init` and commit there first)"
+            } else {
+                "run it from your project, or name one with --project DIR"
+            };
             return Err(ToolError::invalid_params(format!(
-                "{} is not inside a git repository with a commit{refused}, so there is no project {purpose}; run it from your project, or name one with --project DIR",
+                "{} is not inside a git repository with a commit{refused}, so there is no project {purpose}; {remedy}",
                 detected.root.display(),
             )));
         }
