@@ -175,6 +175,43 @@ fn document_symbols_folding_ranges_and_code_lenses_of_a_plan() {
     }
 }
 
+/// The structure of a large plan is computed off the connection's task: a
+/// `$/cancelRequest` sent while documentSymbol computes is read, so the request is answered
+/// -32800, and a request behind it is answered. Before, the computation held the
+/// connection's one task: the cancel was read only after the symbols had gone out in full.
+#[test]
+fn a_large_plans_symbols_and_folding_can_be_cancelled() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let mut plan = String::from("## Objective\nmany sections\n\nLoop Name: big\n\n");
+    for i in 0..40_000 {
+        plan.push_str(&format!("<!-- forge-section -->\n## Phase {i}: part {i}\nbody {i}\n\n"));
+    }
+    c.tool_ok("plan-write", json!({ "content": plan }));
+    let uri = session_plan_uri(&c.session_id());
+    // The computation takes seconds here (4 s for the symbols in a debug build); the
+    // cancels come once it has surely started, so that it is the computation that must
+    // let them through.
+    let symbols = c.send_request("textDocument/documentSymbol", doc(&uri));
+    let folding = c.send_request("textDocument/foldingRange", doc(&uri));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    c.notify("$/cancelRequest", json!({ "id": symbols }));
+    c.notify("$/cancelRequest", json!({ "id": folding }));
+    let tools = c.send_request("workspace/executeCommand", json!({ "command": "forge.tools", "arguments": [{}] }));
+    let r = c.wait_response(symbols, std::time::Duration::from_secs(120));
+    let shown = r.to_string().chars().take(200).collect::<String>();
+    assert_eq!(r["error"]["code"], json!(-32800), "documentSymbol was not cancelled: {shown}");
+    let r = c.wait_response(folding, std::time::Duration::from_secs(120));
+    assert!(
+        r.get("result").is_some() || r["error"]["code"] == json!(-32800),
+        "{}",
+        r.to_string().chars().take(200).collect::<String>()
+    );
+    let r = c.wait_response(tools, std::time::Duration::from_secs(120));
+    assert!(r.get("result").is_some(), "{r}");
+}
+
 #[test]
 fn document_features_use_utf8_columns_when_negotiated() {
     let sb = Sandbox::new();

@@ -14,6 +14,6 @@ pub async fn document_symbol(
     let Some((_, text)) = super::plan_text(conn, &params.text_document.uri.0).await else {
         return Ok(None);
     };
-    let symbols = plan_features::symbols(&text, conn.caps.encoding);
-    Ok(Some(typed(serde_json::Value::Array(symbols))?))
+    let encoding = conn.caps.encoding;
+    super::off_task(move || typed(serde_json::Value::Array(plan_features::symbols(&text, encoding))).map(Some)).await?
 }
