@@ -539,6 +539,24 @@ fn exit_without_shutdown_is_exit_code_1() {
     assert_eq!(status.code(), Some(1));
 }
 
+/// `exit` sent as a request (with an id) is answered -32600 and the server goes on; the
+/// `exit` notification after `shutdown` then ends it with code 0. Before, the framework
+/// exited (code 1) without answering the id.
+#[test]
+fn exit_sent_as_a_request_is_refused_and_answered() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let e = c.request_err("exit", Value::Null);
+    assert_eq!(e.code, -32600, "{e}");
+    assert!(e.message.contains("`exit` is a notification"), "{e}");
+    assert!(c.is_alive(), "the server exited");
+    c.tool_ok("review-read", json!({}));
+    let (status, _) = c.shutdown_exit().expect("the server exits");
+    assert_eq!(status.code(), Some(0));
+}
+
 /// Whether the server's standard input is in non-blocking mode (`/proc/<pid>/fdinfo/0`).
 fn stdin_nonblocking(c: &Client) -> bool {
     let pid = c.pid().expect("server process");

@@ -122,6 +122,12 @@ fn an_absurd_content_length_is_answered_and_the_connection_closed() {
     let e = c.wait_orphan_response(mark, Duration::from_secs(10)).expect("an answer");
     assert_eq!(e["error"]["code"], json!(-32600), "{e}");
     assert_contains(e["error"]["message"].as_str().unwrap_or(""), "99999999999999");
+    // It says what happens: the body is not skipped, the connection closes.
+    assert_contains(
+        e["error"]["message"].as_str().unwrap_or(""),
+        "too long to skip (over 1 GiB); the connection is closed",
+    );
+    assert!(!e["error"]["message"].as_str().unwrap_or("").contains("is skipped"), "{e}");
     let status = c.wait_exit(REQUEST_TIMEOUT).expect("the stdio server ends with its connection");
     // A connection that ends without `shutdown`: exit code 1 (LSP), not a crash.
     assert_eq!(status.code(), Some(1));

@@ -483,7 +483,18 @@ async fn read_client<R, S, K>(
                     }
                 }
                 Event::TooLarge { length } => {
-                    let (code, message) = Event::TooLarge { length }.error().unwrap_or_default();
+                    let (code, mut message) = Event::TooLarge { length }.error().unwrap_or_default();
+                    if length > MAX_SKIP {
+                        // Not skipped: say what happens instead.
+                        let size = if length == u64::MAX {
+                            "message length".to_string()
+                        } else {
+                            format!("message of {length} bytes")
+                        };
+                        message = format!(
+                            "Invalid Request: {size} exceeds the limit of {MAX_MESSAGE} bytes (64 MiB) and is too long to skip (over 1 GiB); the connection is closed"
+                        );
+                    }
                     if !out.send(error_frame(Value::Null, code, &message)).await {
                         break 'read;
                     }
@@ -523,6 +534,21 @@ async fn read_client<R, S, K>(
                             continue;
                         }
                     };
+                    // `exit` is a notification. Sent as a request (with an id) the framework
+                    // exited without answering it; the client waited for a reply that never
+                    // came. It is refused here, and the server goes on.
+                    if req.method() == "exit" && req.id().is_some_and(|id| *id != Id::Null) {
+                        let id = req.id().cloned().unwrap_or(Id::Null);
+                        let refusal = Error {
+                            code: tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest,
+                            message: "`exit` is a notification: send it without an id; the server did not exit".into(),
+                            data: None,
+                        };
+                        if tasks.send(Box::pin(async move { Some(Out::Direct(id, Err(refusal))) })).await.is_err() {
+                            break 'read;
+                        }
+                        continue;
+                    }
                     let exit = req.method() == "exit";
                     let after_shutdown = shut_down;
                     // `exit` after `shutdown`: reading ends here, and the connection ends once
