@@ -27,6 +27,60 @@ pub fn split_lines(s: &str) -> Vec<&str> {
     out
 }
 
+/// The byte offset in `text` of the LSP position (`line`, `character`), the character
+/// counted in `enc`'s code units. Lines end at `\n`, `\r\n` or `\r`, as LSP counts them. A
+/// character past its line's end is the line's end (LSP: it "defaults back to the line
+/// length"), a line past the last is the end of the text, and a position inside a
+/// character (between the two halves of a UTF-16 surrogate pair) is that character's start.
+pub fn offset_at(text: &str, line: u32, character: u32, enc: crate::diagnostics::PositionEncoding) -> usize {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for _ in 0..line {
+        match memchr::memchr2(b'\n', b'\r', &bytes[start..]) {
+            Some(i) => {
+                let at = start + i;
+                start = if bytes[at] == b'\r' && bytes.get(at + 1) == Some(&b'\n') { at + 2 } else { at + 1 };
+            }
+            None => return text.len(),
+        }
+    }
+    let end = memchr::memchr2(b'\n', b'\r', &bytes[start..]).map_or(text.len(), |i| start + i);
+    let mut units = 0u32;
+    for (i, ch) in text[start..end].char_indices() {
+        if units >= character {
+            return start + i;
+        }
+        let n = match enc {
+            crate::diagnostics::PositionEncoding::Utf8 => ch.len_utf8(),
+            crate::diagnostics::PositionEncoding::Utf16 => ch.len_utf16(),
+        } as u32;
+        if units + n > character {
+            return start + i;
+        }
+        units += n;
+    }
+    end
+}
+
+/// `text` with the part from `from` to `to` (LSP positions, see [`offset_at`]) replaced
+/// by `new`: one ranged change of `textDocument/didChange`. A range whose end comes
+/// before its start replaces nothing at its start.
+pub fn replace_range(
+    text: &str,
+    from: (u32, u32),
+    to: (u32, u32),
+    new: &str,
+    enc: crate::diagnostics::PositionEncoding,
+) -> String {
+    let a = offset_at(text, from.0, from.1, enc);
+    let b = offset_at(text, to.0, to.1, enc).max(a);
+    let mut out = String::with_capacity(text.len() - (b - a) + new.len());
+    out.push_str(&text[..a]);
+    out.push_str(new);
+    out.push_str(&text[b..]);
+    out
+}
+
 /// Longest part of a caller's input [`echo`] shows.
 const ECHO_MAX: usize = 200;
 
@@ -161,6 +215,33 @@ pub(crate) fn test_rng() -> impl FnMut(usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ranged_changes_count_positions_in_the_negotiated_units() {
+        use crate::diagnostics::PositionEncoding::{Utf16, Utf8};
+        // (text, from, to, new, encoding, result)
+        type Row<'a> = (&'a str, (u32, u32), (u32, u32), &'a str, crate::diagnostics::PositionEncoding, &'a str);
+        let table: &[Row] = &[
+            ("ab\ncd", (1, 1), (1, 1), "X", Utf16, "ab\ncXd"),
+            ("ab\r\ncd", (1, 0), (1, 2), "", Utf16, "ab\r\n"),
+            ("ab\rcd", (1, 0), (1, 1), "Z", Utf16, "ab\rZd"),
+            // A character past the line's end is the line's end; a line past the last the text's end.
+            ("ab\ncd", (0, 99), (0, 99), "!", Utf16, "ab!\ncd"),
+            ("ab\ncd", (9, 0), (9, 0), "\nef", Utf16, "ab\ncd\nef"),
+            // Across lines.
+            ("one\ntwo\nthree", (0, 1), (2, 2), "-", Utf16, "o-ree"),
+            // 😀 is two UTF-16 units and four bytes; é one unit, two bytes.
+            ("é😀x", (0, 3), (0, 4), "y", Utf16, "é😀y"),
+            ("é😀x", (0, 6), (0, 7), "y", Utf8, "é😀y"),
+            // Inside the surrogate pair: the character's start.
+            ("😀x", (0, 1), (0, 1), "|", Utf16, "|😀x"),
+            // End before start: an insertion at the start.
+            ("abc", (0, 2), (0, 1), "-", Utf16, "ab-c"),
+        ];
+        for (text, from, to, new, enc, want) in table {
+            assert_eq!(replace_range(text, *from, *to, new, *enc), *want, "{text:?} {from:?}-{to:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

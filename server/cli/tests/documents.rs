@@ -388,6 +388,31 @@ fn open_buffers_drive_symbols_and_diagnostics() {
     let diags = c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.len() == 4).expect("warnings of the buffer");
     assert!(diags.iter().all(|d| d["severity"] == json!(2) && d["source"] == json!("forge")), "{diags:?}");
 
+    // A change with a range (the server asks for full sync; some clients send ranges
+    // anyway) is applied as an edit, in order, not taken for the whole text: the first
+    // replaces "Scratch" on line 0, the second inserts a line at the end; positions are
+    // UTF-16 units (the title's "é" is one).
+    c.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": uri, "version": 3 },
+            "contentChanges": [
+                { "range": { "start": { "line": 0, "character": 2 }, "end": { "line": 0, "character": 9 } }, "text": "Café" },
+                { "range": { "start": { "line": 2, "character": 11 }, "end": { "line": 2, "character": 11 } }, "text": "\n## Après" },
+                { "range": { "start": { "line": 0, "character": 6 }, "end": { "line": 0, "character": 6 } }, "text": "!" }
+            ]
+        }),
+    );
+    let symbols = c.request_ok("textDocument/documentSymbol", doc(&uri));
+    // The buffer is now "# Café!\n\nnothing yet\n## Après": the preamble's title line is 7
+    // units long, its body ends at line 2, and the new heading is line 3.
+    let range = |s: &Value, k: &str| (s[k]["end"]["line"].clone(), s[k]["end"]["character"].clone());
+    let names = symbol_names(&symbols);
+    assert_eq!(names, ["Preamble", "Après"], "{symbols}");
+    assert_eq!(range(&symbols[0], "selectionRange"), (json!(0), json!(7)), "{symbols}");
+    assert_eq!(range(&symbols[0], "range"), (json!(2), json!(11)), "{symbols}");
+    assert_eq!(range(&symbols[1], "range"), (json!(3), json!(8)), "{symbols}");
+
     // A stale version is ignored.
     c.did_change(&uri, &GOOD_PLAN.replace("Phase 1: token storage", "Phase 1: STALE"), 1);
     let names = symbol_names(&c.request_ok("textDocument/documentSymbol", doc(&uri)));

@@ -1,8 +1,11 @@
-//! `textDocument/didChange` (full sync). The buffer is replaced synchronously, before
-//! any await, and a change whose version is not newer than the buffer's is ignored, so
-//! concurrent handler scheduling cannot apply changes out of order.
+//! `textDocument/didChange`. The server asks for full sync, but a change event with a
+//! `range` is applied as the edit it is (in order, positions in the negotiated encoding),
+//! not taken for the whole text: a client that sends ranges anyway must not have its
+//! buffer replaced by a fragment. The buffer is changed synchronously, before any await,
+//! and a change whose version is not newer than the buffer's is ignored, so concurrent
+//! handler scheduling cannot apply changes out of order.
 
-use tower_lsp_server::gen_lsp_types::DidChangeTextDocumentParams;
+use tower_lsp_server::gen_lsp_types::{DidChangeTextDocumentParams, TextDocumentContentChangeEvent as Change};
 
 use crate::server::Backend;
 
@@ -10,21 +13,31 @@ pub fn did_change(backend: &Backend, params: DidChangeTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
     let uri = crate::uri::canonical(params.text_document.text_document_identifier.uri.0);
     let version = params.text_document.version;
-    let Some(text) = params.content_changes.into_iter().last().map(|c| {
-        serde_json::to_value(&c)
-            .ok()
-            .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_string))
-            .unwrap_or_default()
-    }) else {
+    if params.content_changes.is_empty() {
         return;
-    };
+    }
+    let encoding = conn.caps.encoding;
     let applied = {
         let mut docs = conn.docs.lock().expect("docs");
         match docs.get_mut(&uri) {
             Some(d) if d.version >= version => false,
             Some(d) => {
                 d.version = version;
-                d.text = text;
+                for change in params.content_changes {
+                    d.text = match change {
+                        Change::TextDocumentContentChangeWholeDocument(w) => w.text,
+                        Change::TextDocumentContentChangePartial(p) => {
+                            let (a, b) = (p.range.start, p.range.end);
+                            forge_domain::text::replace_range(
+                                &d.text,
+                                (a.line, a.character),
+                                (b.line, b.character),
+                                &p.text,
+                                encoding,
+                            )
+                        }
+                    };
+                }
                 true
             }
             None => false,
