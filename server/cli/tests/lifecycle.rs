@@ -153,6 +153,17 @@ fn initialization_option_data_dir_wins() {
     d.init(&Init::new(&repo.path));
     d.tool_ok("plan-write", json!({ "content": "# Default data dir" }));
     assert!(sb.data_home.join("forge-lsp/forge.db").exists(), "XDG_DATA_HOME default");
+
+    // A relative dataDir is the workspace folder's, not the server's working directory's;
+    // without a folder it is refused, naming the option.
+    let mut e = sb.stdio();
+    e.init(&Init::new(&repo.path).data_dir(std::path::Path::new("rel-data")));
+    e.tool_ok("plan-write", json!({ "content": "# Relative" }));
+    assert!(repo.path.join("rel-data/forge.db").exists(), "a relative dataDir is taken from the folder");
+    let f = sb.stdio();
+    let err = f.initialize(&Init::rootless().data_dir(std::path::Path::new("rel-data"))).expect_err("refused");
+    assert_eq!(err.code, -32602, "{err}");
+    assert!(err.message.contains("initializationOptions.forge.dataDir \"rel-data\" is a relative path"), "{err}");
 }
 
 #[test]

@@ -57,24 +57,25 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
             "set FORGE_SESSION_ID and FORGE_SESSION_TOKEN, as the loop's agent environment does",
         ));
     }
-    if confined {
-        let dd = project::data_dir(options.data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
-        if backend.hub.open_workspace(&dd).is_none() {
-            return Err(refuse_confined(&format!("no loop of this server keeps its data in {}", dd.display())));
-        }
-    }
     // No folder named (rootUri null, LSP's "no folder is open"): the server's working
     // directory stands in for reading and tools, but nothing is written into it
     // (`materialize` below): an editor started from the home directory must not get
     // `~/.forge/view/`.
     let named = workspace_folder(&p);
+    let init_data_dir = init_data_dir(options.data_dir.as_deref(), named.as_deref()).map_err(|e| rpc_error(&e))?;
+    if confined {
+        let dd = project::data_dir(init_data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
+        if backend.hub.open_workspace(&dd).is_none() {
+            return Err(refuse_confined(&format!("no loop of this server keeps its data in {}", dd.display())));
+        }
+    }
     let no_folder = named.is_none();
     let folder = named.unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
     // Detection reads git (a history walk when its cache is cold): never on a runtime thread.
     let project = tokio::task::spawn_blocking(move || Project::detect(&folder))
         .await
         .map_err(|e| rpc_error(&ToolError::internal(format!("project detection failed: {e}"))))?;
-    let data_dir = project::data_dir(options.data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
+    let data_dir = project::data_dir(init_data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
     let ws = backend.hub.workspace(&data_dir).map_err(|e| rpc_error(&ToolError::precondition(e.to_string())))?;
 
     let loader =
@@ -250,4 +251,36 @@ fn workspace_folder(p: &Value) -> Option<PathBuf> {
         .or_else(|| p.get("rootUri").and_then(Value::as_str))?;
     let path = uri.strip_prefix("file://")?;
     Some(PathBuf::from(crate::uri::percent_decode(path)))
+}
+
+/// `initializationOptions.forge.dataDir` as a path that does not depend on the directory the
+/// editor started the server from: `~` and `~/…` are the home directory, and a relative
+/// path is taken from the workspace folder the client named (an editor setting such as
+/// `.forge-data` means the project's). A relative path without a folder is refused.
+fn init_data_dir(
+    given: Option<&str>,
+    folder: Option<&std::path::Path>,
+) -> std::result::Result<Option<String>, ToolError> {
+    let Some(d) = given.filter(|d| !d.trim().is_empty()) else { return Ok(None) };
+    let path = std::path::Path::new(d);
+    let resolved = if path.is_absolute() {
+        return Ok(Some(d.to_string()));
+    } else if d == "~" {
+        project::home_dir()
+    } else if let Some(rest) = d.strip_prefix("~/") {
+        project::home_dir().join(rest)
+    } else if let Some(folder) = folder {
+        folder.join(path)
+    } else {
+        return Err(ToolError::invalid_params(format!(
+            "initializationOptions.forge.dataDir {} is a relative path and no workspace folder was named to take it from; give an absolute path",
+            forge_domain::text::echo(d)
+        )));
+    };
+    resolved.into_os_string().into_string().map(Some).map_err(|p| {
+        ToolError::invalid_params(format!(
+            "initializationOptions.forge.dataDir: the workspace folder's path {} is not UTF-8; give dataDir as an absolute path",
+            std::path::Path::new(&p).display()
+        ))
+    })
 }
