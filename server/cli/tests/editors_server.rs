@@ -133,6 +133,37 @@ fn a_client_that_supports_it_gets_code_lens_refreshes_when_plans_change() {
         .unwrap_or_else(|| panic!("no workspace/codeLens/refresh: {:?}", c.server_requests()));
 }
 
+/// A client that never answers our refreshes is sent no more after 8 in a row went
+/// unanswered: the framework keeps each unanswered request for the life of the connection,
+/// so every refresh was a small leak. One that answers keeps getting them.
+#[test]
+fn a_client_that_never_answers_refreshes_stops_getting_them() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let count = |c: &Client| c.server_requests().iter().filter(|r| r.method() == "workspace/codeLens/refresh").count();
+    let mut silent = sb.stdio();
+    silent.ignore("workspace/codeLens/refresh");
+    silent.init(&Init::new(&repo.path).code_lens_refresh(true));
+    // Refreshes are coalesced: write until 8 have gone out.
+    for i in 0..200 {
+        if count(&silent) >= 8 {
+            break;
+        }
+        silent.tool_ok("plan-write", json!({ "content": format!("# Plan {i}\n") }));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    // Each waits 5 s for its answer.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let asked = count(&silent);
+    assert!(asked >= 8, "{asked} refreshes");
+    for i in 0..20 {
+        silent.tool_ok("plan-write", json!({ "content": format!("# More {i}\n") }));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(count(&silent), asked, "refreshes went on after {asked} unanswered ones");
+}
+
 #[test]
 fn a_loop_that_cannot_start_is_never_announced_as_running() {
     let sb = Sandbox::new();

@@ -22,6 +22,50 @@ use forge_tools::ToolEnv;
 /// Timeout for requests we send to the client.
 pub const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Requests to the client that went unanswered in a row. The framework keeps a request's
+/// entry until the client's response comes, also after we stopped waiting for it, so a
+/// client that never answers made each refresh or progress creation a small leak for the
+/// life of the connection. After [`MAX_UNANSWERED`] in a row the connection is sent no more
+/// of them (logged once); an answer, an error included, starts the count again.
+#[derive(Debug, Default)]
+pub struct Silence(std::sync::atomic::AtomicU32);
+
+/// Client requests that may go unanswered in a row before the connection gets no more.
+pub const MAX_UNANSWERED: u32 = 8;
+
+impl Silence {
+    /// Whether the client has stopped being asked.
+    pub fn muted(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) >= MAX_UNANSWERED
+    }
+
+    /// Waits at most [`CLIENT_REQUEST_TIMEOUT`] for the client's answer to `request`;
+    /// `None` when it did not come in time or the client is no longer asked.
+    pub async fn ask<T>(
+        &self,
+        request: impl std::future::Future<Output = tower_lsp_server::jsonrpc::Result<T>>,
+    ) -> Option<tower_lsp_server::jsonrpc::Result<T>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.muted() {
+            return None;
+        }
+        match tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, request).await {
+            Ok(answer) => {
+                self.0.store(0, Relaxed);
+                Some(answer)
+            }
+            Err(_) => {
+                if self.0.fetch_add(1, Relaxed) + 1 == MAX_UNANSWERED {
+                    tracing::warn!(
+                        "the client left {MAX_UNANSWERED} requests in a row unanswered; it is sent no more refreshes or progress"
+                    );
+                }
+                None
+            }
+        }
+    }
+}
+
 /// What the client declared it supports.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientCaps {
@@ -83,6 +127,8 @@ pub struct Conn {
     pub index_counts: Mutex<crate::state::IndexCounts>,
     /// URIs waiting for a coalesced refresh.
     refresh_pending: Arc<Mutex<HashSet<String>>>,
+    /// Our requests the client left unanswered in a row.
+    pub silence: Arc<Silence>,
     /// `initializationOptions.forge.config`, kept so later settings merge over it.
     pub init_config: Mutex<Option<serde_json::Value>>,
     /// Dropped with the connection: its tasks (change-feed subscription) watch it.
@@ -117,6 +163,7 @@ impl Conn {
             config_shown: Mutex::new(HashSet::new()),
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
+            silence: Arc::default(),
             warned: Mutex::new(HashMap::new()),
             published_empty: Mutex::new(HashSet::new()),
             warnings_turn: tokio::sync::Mutex::new(()),
@@ -284,17 +331,14 @@ impl Conn {
         }
         let client = self.client.clone();
         let pending = self.refresh_pending.clone();
+        let silence = self.silence.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
             let uris: Vec<String> = std::mem::take(&mut *pending.lock().expect("refresh")).into_iter().collect();
             for uri in uris {
-                let client = client.clone();
+                let (client, silence) = (client.clone(), silence.clone());
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(
-                        CLIENT_REQUEST_TIMEOUT,
-                        client.text_document_content_refresh(Uri::from(uri)),
-                    )
-                    .await;
+                    silence.ask(client.text_document_content_refresh(Uri::from(uri))).await;
                 });
             }
         });
@@ -306,9 +350,9 @@ impl Conn {
         if !self.caps.code_lens_refresh {
             return;
         }
-        let client = self.client.clone();
+        let (client, silence) = (self.client.clone(), self.silence.clone());
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, client.code_lens_refresh()).await;
+            silence.ask(client.code_lens_refresh()).await;
         });
     }
 

@@ -9,7 +9,7 @@ use serde_json::json;
 use tower_lsp_server::gen_lsp_types::{MessageType, ProgressParams, ProgressToken, WorkDoneProgressCreateParams};
 use tower_lsp_server::gen_lsp_types::{ProgressNotification, WorkDoneProgressCreateRequest};
 
-use crate::conn::{Conn, CLIENT_REQUEST_TIMEOUT};
+use crate::conn::Conn;
 use crate::ext::LoopStatus;
 use forge_store::loops;
 
@@ -119,7 +119,7 @@ async fn progress(conn: &Conn, s: &LoopStatusParams, completed: usize) {
                     token: ProgressToken::String(token.clone()),
                 });
                 // Never block the announcement queue on the client: time out.
-                if matches!(tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, create).await, Ok(Ok(()))) {
+                if matches!(conn.silence.ask(create).await, Some(Ok(()))) {
                     send_progress(
                         conn,
                         &token,

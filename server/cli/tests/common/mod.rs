@@ -421,6 +421,8 @@ type Writer = Arc<Mutex<Box<dyn Write + Send>>>;
 
 /// The key of a responder value that is an error reply ([`Client::refuse`]).
 const ERROR_REPLY: &str = "$error";
+/// A responder marker: server requests of the method are never answered.
+const NO_REPLY: &str = "__forge_test_no_reply";
 
 /// Builds `initialize` params.
 #[derive(Debug, Clone, Default)]
@@ -656,6 +658,11 @@ impl Client {
     /// The result this client returns for server requests of `method` (default `null`).
     pub fn respond_to(&self, method: &str, result: Value) {
         self.responders.lock().expect("responders").insert(method.to_string(), result);
+    }
+
+    /// This client never answers server requests of `method` (a client that ignores them).
+    pub fn ignore(&self, method: &str) {
+        self.respond_to(method, json!({ NO_REPLY: true }));
     }
 
     /// This client answers server requests of `method` with a JSON-RPC error.
@@ -1114,15 +1121,17 @@ fn reader_loop(
             (Some(method), Some(id)) => {
                 // A request from the server: answer first (the server may be waiting), then record.
                 let result = responders.lock().expect("responders").get(&method).cloned().unwrap_or(Value::Null);
-                let reply = match result.get(ERROR_REPLY) {
-                    Some(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
-                    None => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-                }
-                .to_string();
-                let frame = format!("Content-Length: {}\r\n\r\n{}", reply.len(), reply);
-                if let Ok(mut w) = writer.lock() {
-                    let _ = w.write_all(frame.as_bytes());
-                    let _ = w.flush();
+                if result.get(NO_REPLY).is_none() {
+                    let reply = match result.get(ERROR_REPLY) {
+                        Some(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
+                        None => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+                    }
+                    .to_string();
+                    let frame = format!("Content-Length: {}\r\n\r\n{}", reply.len(), reply);
+                    if let Ok(mut w) = writer.lock() {
+                        let _ = w.write_all(frame.as_bytes());
+                        let _ = w.flush();
+                    }
                 }
                 shared.state.lock().expect("state").server_requests.push(rec);
             }
