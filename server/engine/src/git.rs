@@ -446,7 +446,8 @@ pub fn checkpoint(worktree: &Path, message: &str) -> Result<Option<String>, GitE
 ///
 /// Left where it is, with a warning: a HEAD behind or beside the branch (an older commit
 /// checked out: committing its files on the branch would revert the loop's work), a
-/// rebase or merge in progress, a branch that is gone.
+/// rebase or merge in progress, a branch that is gone. A detached HEAD left that way whose
+/// commit the branch does not hold is kept by a branch `<branch>-detached-<short id>`.
 pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Result<Option<String>, GitError> {
     let repo = open_worktree(worktree)?;
     if let Some(b) = branch {
@@ -476,6 +477,10 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
         None => index.is_empty(),
     };
     if unchanged {
+        // The agent's own commits on a detached HEAD off the branch still need keeping.
+        if let Some(b) = branch {
+            keep_detached(&repo, worktree, b);
+        }
         return Ok(None);
     }
     let tree = repo.find_tree(tree_id).ctx("read the staged tree", worktree)?;
@@ -484,7 +489,39 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
     let message = if trimmed.trim().is_empty() { "checkpoint\n".to_string() } else { format!("{trimmed}\n") };
     let parents = parent.iter().collect::<Vec<_>>();
     let id = repo.commit(Some("HEAD"), &sig, &sig, &message, &tree, &parents).ctx("commit the checkpoint", worktree)?;
+    if let Some(b) = branch {
+        keep_detached(&repo, worktree, b);
+    }
     Ok(Some(id.to_string()))
+}
+
+/// A detached HEAD left off the loop's branch (behind or beside it, see [`checkpoint_on`])
+/// whose commit the branch does not hold: a branch `<branch>-detached-<short id>` is made
+/// at it, so the checkpoint (and what the agent committed there) is not lost with the
+/// worktree. An existing branch of that name is left alone.
+fn keep_detached(repo: &Repository, worktree: &Path, branch: &str) {
+    if !repo.head_detached().unwrap_or(false) {
+        return;
+    }
+    let Some(head) = repo.head().ok().and_then(|h| h.peel_to_commit().ok()).map(|c| c.id()) else { return };
+    let tip = repo.find_reference(&format!("refs/heads/{branch}")).ok().and_then(|r| r.peel_to_commit().ok());
+    if let Some(tip) = tip.map(|c| c.id()) {
+        if tip == head || repo.graph_descendant_of(tip, head).unwrap_or(false) {
+            return;
+        }
+    }
+    let short = &head.to_string()[..7];
+    let name = format!("{branch}-detached-{short}");
+    match repo.find_commit(head).and_then(|c| repo.branch(&name, &c, false)) {
+        Ok(_) => tracing::warn!(
+            "the worktree {}'s detached HEAD {short} is not on the loop's branch {branch}; it is kept as branch {name}",
+            worktree.display()
+        ),
+        Err(e) => tracing::warn!(
+            "the worktree {}'s detached HEAD {short} could not be kept as {name}: {e}",
+            worktree.display()
+        ),
+    }
 }
 
 /// Puts the worktree's HEAD back on `refs/heads/<branch>` when that is safe (see
@@ -1290,8 +1327,26 @@ mod tests {
         write(&wt.dir.join("work.txt"), "section 1\n");
         let s1 = checkpoint_on(&wt.dir, Some("forge/x"), "section 1: work").unwrap().expect("a commit");
         git(&wt.dir, &["checkout", "-q", "--detach", "HEAD~1"]);
-        checkpoint_on(&wt.dir, Some("forge/x"), "loop: x cancelled").unwrap();
+        assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing new").unwrap(), None);
+        assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-detached-*"]), "", "HEAD is on the branch's history");
+        write(&wt.dir.join("other.txt"), "made on the old commit\n");
+        let kept = checkpoint_on(&wt.dir, Some("forge/x"), "loop: x cancelled").unwrap().expect("a commit");
         assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), s1, "the branch was rewound");
+        // The detached checkpoint is kept by a branch of its own, not left dangling.
+        let keeper = format!("forge/x-detached-{}", &kept[..7]);
+        assert_eq!(git(&wt.dir, &["rev-parse", &keeper]), kept);
+        // A detached HEAD on a commit the branch has: nothing to keep.
+        git(&wt.dir, &["checkout", "-q", "--detach", "forge/x"]);
+        assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing").unwrap(), None);
+        assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-detached-*"]).lines().count(), 1);
+        // The agent's own commit beside the branch, with nothing left to checkpoint: kept.
+        git(&wt.dir, &["checkout", "-q", "--detach", "HEAD~1"]);
+        write(&wt.dir.join("beside.txt"), "beside\n");
+        git(&wt.dir, &["add", "beside.txt"]);
+        git(&wt.dir, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "agent beside"]);
+        let own = git(&wt.dir, &["rev-parse", "HEAD"]);
+        assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing to add").unwrap(), None);
+        assert_eq!(git(&wt.dir, &["rev-parse", &format!("forge/x-detached-{}", &own[..7])]), own);
     }
 
     #[test]
