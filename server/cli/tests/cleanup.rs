@@ -203,6 +203,19 @@ fn a_running_loop_is_refused_unless_forced() {
         assert!(out.stdout.is_empty(), "{}", out.stdout);
     }
     assert_eq!(snapshot(&sb, &repo), before, "a refused cleanup changes nothing");
+    // The name spelled as a path is not a loop name: before, `./gamma` removed the running
+    // loop's worktree, and `/` or `""` listed nonsense targets.
+    for name in ["./gamma", "gamma/.", "gamma/../gamma", "/", "", ".", ".."] {
+        for dry in [true, false] {
+            let args: Vec<&str> = if dry { vec!["loop", name, "--dry-run"] } else { vec!["loop", name] };
+            let out = cleanup(&sb, &repo.path, &args);
+            assert_eq!(out.code, 1, "{name:?}: {out:?}");
+            assert!(out.stderr.contains("is not a loop name"), "{name:?}: {}", out.stderr);
+            assert!(out.stdout.is_empty(), "{name:?}: {}", out.stdout);
+        }
+    }
+    assert!(wt.exists());
+    assert_eq!(snapshot(&sb, &repo), before, "a refused cleanup changes nothing");
 
     let dry = cleanup(&sb, &repo.path, &["loop", "gamma", "--force", "--dry-run"]);
     let listed = lines_with(ok(&dry), "would remove: ");

@@ -325,6 +325,15 @@ fn cleanup_loop(
     dry_run: bool,
     force: bool,
 ) -> Result<(), Failure> {
+    // A loop name is one path component, as loop-status lists it. A path (`./demo`,
+    // `demo/.`, `/`, `..`) named the running loop's worktree under another spelling, or a
+    // directory that is no loop's, and got past the running-loop check.
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(failed(format!(
+            "{} is not a loop name: give the name as loop-status lists it (one word like `add-oauth`, not a path)",
+            forge_domain::text::echo(name)
+        )));
+    }
     let (project, given_repo) = match given {
         Some((id, repo)) => (Some(id), repo),
         None => (None, None),
@@ -518,11 +527,19 @@ fn plan_loop(
             // a loop row (of another project) still names is not a left-over.
             plan.repo = cwd_repo;
             let dir = data_dir.join("worktrees").join(name);
-            let owned: bool = conn.query_row(
+            let named: bool = conn.query_row(
                 "SELECT EXISTS (SELECT 1 FROM loops WHERE worktree_dir = ?1 OR loop_name = ?2)",
                 params![dir.display().to_string(), name],
                 |r| r.get(0),
             )?;
+            // The same directory under another spelling (a data directory given through a
+            // link, or relative) is the row's too.
+            let owned = named || {
+                let real = std::fs::canonicalize(&dir).ok();
+                let mut st = conn.prepare("SELECT worktree_dir FROM loops")?;
+                let dirs = st.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+                real.is_some_and(|real| dirs.iter().any(|d| std::fs::canonicalize(d).is_ok_and(|d| d == real)))
+            };
             ((!owned).then_some(dir), Some(git::branch_for(name)), None)
         }
     };
