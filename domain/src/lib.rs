@@ -17,6 +17,7 @@ pub mod loop_permissions;
 pub mod loop_status;
 pub mod naming;
 pub mod patch;
+pub mod path;
 pub mod permissions;
 pub mod plan;
 pub mod prompts;

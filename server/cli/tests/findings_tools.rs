@@ -167,6 +167,41 @@ fn section_scoping_in_a_running_sectioned_loop() {
     assert_eq!(lines_of(&c.tool_ok("review-read", json!({ "allSections": true })).data), [10, 12, 14]);
 }
 
+/// One file has one spelling: `./a.txt`, `a.txt/`, `src/../a.txt` and the file's absolute
+/// path in the project are all `a.txt`, for writes (a second one is a duplicate), reads and
+/// deletes. Before, each was a finding of its own, published twice on one line, and one
+/// written as `./a.txt` over LSP could not be deleted from the shell (which said `a.txt`).
+#[test]
+fn a_finding_file_has_one_spelling() {
+    let (sb, repo) = setup();
+    let c = connect(&sb, Init::new(&repo.path));
+    let out =
+        c.tool_ok("review-write", json!({ "file": "./src/a.rs", "line": 3, "severity": "bug", "description": "d" }));
+    assert_eq!(out.data["finding"]["file"], json!("src/a.rs"), "{}", out.data);
+    let abs = repo.path.join("src/a.rs").display().to_string();
+    for spelling in ["src/a.rs", "src/a.rs/", "src/../src/a.rs", abs.as_str()] {
+        let e = c.tool_err(
+            "review-write",
+            json!({ "file": spelling, "line": 3, "severity": "bug", "description": "again" }),
+        );
+        assert_error(&e, 1003, "conflict");
+    }
+    let read = c.tool_ok("review-read", json!({ "file": abs }));
+    assert_eq!(listed(&read.data), [("src/a.rs".to_string(), 3, None)]);
+    // The shell names it from a subdirectory.
+    std::fs::create_dir_all(repo.path.join("src")).unwrap();
+    let out = sb.call("review-read").input(json!({ "file": "a.rs" })).cwd(&repo.path.join("src")).run();
+    assert!(out.stdout.contains("src/a.rs:3"), "{out:?}");
+    c.tool_ok("review-delete", json!({ "file": "./src//a.rs", "line": 3 }));
+    assert_eq!(listed(&c.tool_ok("review-read", json!({})).data), []);
+    // A path outside the project keeps its spelling (normalised).
+    let out = c.tool_ok(
+        "review-write",
+        json!({ "file": "/elsewhere/./b.rs", "line": 1, "severity": "warning", "description": "d" }),
+    );
+    assert_eq!(out.data["finding"]["file"], json!("/elsewhere/b.rs"));
+}
+
 #[test]
 fn review_delete_outside_a_loop_removes_every_section_at_that_line() {
     let (sb, repo) = setup();

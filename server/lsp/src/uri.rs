@@ -20,20 +20,9 @@ pub fn forge_document(root: &Path, uri: &str) -> Option<ForgeUri> {
     ForgeUri::parse(&format!("forge://{}", rel.display()))
 }
 
-/// Lexical normalisation (`.` and `..`), without touching the file system.
-pub fn normalize(p: &Path) -> std::path::PathBuf {
-    let mut out = std::path::PathBuf::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
+/// Lexical normalisation (`.` and `..`), without touching the file system: the domain's
+/// one (`forge_domain::path::lexical`), for the absolute paths this crate normalises.
+pub use forge_domain::path::lexical as normalize;
 
 /// `file://` URI of an absolute path: every byte but ASCII letters, digits and `-._~/`
 /// percent-encoded, in uppercase hex. The one spelling the server uses for files.

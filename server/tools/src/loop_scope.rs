@@ -96,3 +96,18 @@ pub fn others_settled(ctx: &ToolCtx, row: &LoopRow, tool: &str) -> Result<(), To
         busy.join(", ")
     )))
 }
+
+/// The key `file` is stored and looked up by for review findings
+/// (`forge_domain::path::finding_file`): one spelling per file. The roots an absolute path
+/// is made relative to: the project's work tree and, for a loop session, its worktree,
+/// each as given and as the file system resolves it.
+pub fn finding_file(ctx: &ToolCtx, file: &str) -> Result<String, ToolError> {
+    let mut roots = vec![ctx.env.project.findings_root().to_path_buf()];
+    if let Some(row) = caller_loop(ctx)? {
+        roots.push(std::path::PathBuf::from(row.worktree_dir));
+    }
+    let resolved: Vec<std::path::PathBuf> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
+    roots.extend(resolved);
+    let roots: Vec<&std::path::Path> = roots.iter().map(std::path::PathBuf::as_path).collect();
+    Ok(forge_domain::path::finding_file(file, &roots))
+}

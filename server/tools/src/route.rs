@@ -228,7 +228,7 @@ impl Route {
         if crate::find(name.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(name)).is_some()
             && self.plugin(name).is_none()
         {
-            relative_file_from(&mut input, &self.here, &self.root);
+            relative_file_from(&mut input, &self.here, &self.root)?;
         }
         if let Some(sock) = &self.socket {
             self.say(format!("through the server at FORGE_LSP_SOCKET={}", sock.display()));
@@ -524,46 +524,40 @@ fn init_timeout() -> std::time::Duration {
 ///
 /// `..` is resolved by name (as the caller's shell would for a path it was given): a file
 /// that leaves the project that way is named absolute too, never as `../x`.
-fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) {
-    let Some(file) = input.get("file").and_then(Value::as_str) else { return };
+fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) -> Result<(), ToolError> {
+    let Some(file) = input.get("file").and_then(Value::as_str) else { return Ok(()) };
     if file.is_empty() || Path::new(file).is_absolute() {
-        return;
+        return Ok(());
     }
-    let Ok(sub) = cwd.strip_prefix(root) else {
-        // Outside the project: make it absolute, so it names the file the caller meant.
-        input["file"] = Value::String(lexical(&cwd.join(file)).display().to_string());
-        return;
-    };
-    let joined = lexical(&sub.join(file));
-    let rewritten = if joined.starts_with("..") { lexical(&root.join(&joined)) } else { joined };
-    // The project root itself (`..` from a folder just below it) is `.`, as when the
-    // caller names it from the root; left as it was, `..` would name the root's parent.
-    let rewritten = if rewritten.as_os_str().is_empty() { PathBuf::from(".") } else { rewritten };
-    if rewritten.as_os_str() != file {
-        input["file"] = Value::String(rewritten.display().to_string());
-    }
-}
-
-/// `path` with `.` dropped and each `..` taking back the name before it (a leading `..` of
-/// a relative path stays).
-fn lexical(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => match out.components().next_back() {
-                Some(Component::Normal(_)) => {
-                    out.pop();
-                }
-                // `/..` is `/`.
-                Some(Component::RootDir) => {}
-                _ => out.push(".."),
-            },
-            other => out.push(other.as_os_str()),
+    let rewritten = match cwd.strip_prefix(root) {
+        // Outside the project: made absolute, so it names the file the caller meant.
+        Err(_) => forge_domain::path::lexical(&cwd.join(file)),
+        Ok(sub) => {
+            let joined = forge_domain::path::lexical(&sub.join(file));
+            let rewritten =
+                if joined.starts_with("..") { forge_domain::path::lexical(&root.join(&joined)) } else { joined };
+            // The project root itself (`..` from a folder just below it) is `.`, as when the
+            // caller names it from the root; left as it was, `..` would name the root's parent.
+            if rewritten.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                rewritten
+            }
         }
+    };
+    // A lossy spelling would name another file (two directories whose names differ only
+    // in bytes that are not UTF-8 would share one).
+    let Some(rewritten) = rewritten.to_str() else {
+        return Err(ToolError::invalid_params(format!(
+            "invalid argument `file`: {} named from the working directory {} is a path that is not UTF-8; findings name files by UTF-8 paths, so give one from a directory whose path is UTF-8",
+            forge_domain::text::echo(file),
+            cwd.display()
+        )));
+    };
+    if rewritten != file {
+        input["file"] = Value::String(rewritten.to_string());
     }
-    out
+    Ok(())
 }
 
 /// Whether nothing can ever answer on `sock` again: the socket file is gone, or nobody
@@ -630,8 +624,13 @@ mod tests {
         ];
         for (cwd, given, sent) in cases {
             let mut input = json!({ "file": given });
-            relative_file_from(&mut input, Path::new(cwd), root);
+            relative_file_from(&mut input, Path::new(cwd), root).unwrap();
             assert_eq!(input["file"], json!(sent), "{cwd} {given}");
         }
+        // A working directory whose name is not UTF-8: refused, never made lossy.
+        use std::os::unix::ffi::OsStrExt;
+        let odd = Path::new(std::ffi::OsStr::from_bytes(b"/p/sub\xfe"));
+        let e = relative_file_from(&mut json!({ "file": "a.txt" }), odd, root).unwrap_err();
+        assert!(e.message.contains("not UTF-8"), "{e:?}");
     }
 }

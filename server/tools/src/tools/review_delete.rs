@@ -49,7 +49,13 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let filter = delete_filter(in_scope, input.cross_section.unwrap_or(false), input.section_index.as_ref())
         .map_err(ToolError::invalid)?;
     let bucket = scope.as_ref().map(|s| s.loop_name.clone()).unwrap_or_default();
-    let gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &input.file, input.line, &filter, ctx.now).db()?;
+    // The stored spelling (review-write's key); a finding stored before keys were
+    // normalised is found by the spelling given.
+    let key = loop_scope::finding_file(ctx, &input.file)?;
+    let mut gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &key, input.line, &filter, ctx.now).db()?;
+    if gone.is_empty() && key != input.file {
+        gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &input.file, input.line, &filter, ctx.now).db()?;
+    }
     if gone.is_empty() {
         return Err(ToolError::not_found(review::deleted_message(&input.file, input.line, 0)));
     }

@@ -35,6 +35,20 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     }
     let scope = caller.as_ref().map(loop_scope::scope);
     let plan = read_plan(scope.as_ref(), explicit, input.cross_section.unwrap_or(false), input.all_sections.unwrap_or(false));
+    // The stored spelling of `file` (review-write's key); a finding stored before keys
+    // were normalised is found by the spelling given.
+    let key = input.file.as_deref().map(|f| loop_scope::finding_file(ctx, f)).transpose()?;
+    let file = match (&key, input.file.as_deref()) {
+        (Some(k), Some(given)) if k != given => {
+            let any = findings::query_page(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, Some(k), 1, None).db()?;
+            if any.0.is_empty() {
+                Some(given)
+            } else {
+                Some(k.as_str())
+            }
+        }
+        (k, _) => k.as_deref(),
+    };
     // Pages newest first (bounded memory and reply); each page is shown sorted.
     let (mut rows, next) = match input.pattern.as_deref() {
         None => findings::query_page(
@@ -42,13 +56,13 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             ctx.project_id(),
             &plan.loop_bucket,
             &plan.section,
-            input.file.as_deref(),
+            file,
             limit,
             before,
         )
         .db()?,
         Some(_) => {
-            let all = findings::query(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, input.file.as_deref()).db()?;
+            let all = findings::query(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, file).db()?;
             let mut hits = review::filter_pattern(all, input.pattern.as_deref()).map_err(ToolError::invalid)?;
             hits.retain(|f| before.is_none_or(|b| f.id < b));
             hits.sort_by_key(|f| std::cmp::Reverse(f.id));

@@ -22,6 +22,8 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     review::validate_write(&input.file, input.line, &input.description, input.scenario.as_deref())
         .map_err(ToolError::invalid_params)?;
     let row = loop_scope::caller_loop(ctx)?;
+    // One spelling per file (`./a.txt`, `a.txt/`, the absolute path in the project: `a.txt`).
+    let file = loop_scope::finding_file(ctx, &input.file)?;
     let scope = row.as_ref().map(loop_scope::scope);
     let section = write_section(scope.as_ref(), input.cross_section.unwrap_or(false), input.section_index.as_ref())
         .map_err(ToolError::invalid)?;
@@ -29,7 +31,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let scenario = normalize_scenario(input.scenario.as_deref());
     let new = NewFinding {
         bucket: &bucket,
-        file: &input.file,
+        file: &file,
         line: input.line,
         section,
         severity: input.severity,
@@ -37,7 +39,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         scenario: scenario.as_deref(),
     };
     match findings::insert(ctx.db, ctx.project_id(), &new, ctx.now).db()? {
-        None => Err(ToolError::conflict(review::duplicate_message(&input.file, input.line))),
+        None => Err(ToolError::conflict(review::duplicate_message(&file, input.line))),
         Some(f) => ok(stored_message(&f.file, f.line, f.severity, f.section_index), json!({ "finding": f })),
     }
 }
