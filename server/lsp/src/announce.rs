@@ -277,9 +277,17 @@ pub fn plan_warnings_after_read(conn: &Arc<Conn>, uri: String, stored: &document
 
 /// Publishes the warnings of `text` (digest `digest`; `None`: no plan) on `uri`
 /// ([`Conn::publish_warnings`]: not if a newer text was asked for meanwhile).
+/// The parse runs on a blocking thread, in the connection's one turn for work over a whole
+/// plan (`requests::off_task`): on the runtime's threads, a large plan's warnings computed
+/// on every keystroke took them from every other connection.
 async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>, digest: u64) {
     let diags: Vec<Value> = match text {
-        Some(t) => plan_features::warning_diagnostics(t, conn.caps.encoding),
+        Some(t) => {
+            let (t, encoding) = (t.to_string(), conn.caps.encoding);
+            crate::requests::off_task(conn, move || Ok(plan_features::warning_diagnostics(&t, encoding)))
+                .await
+                .unwrap_or_default()
+        }
         None => vec![],
     };
     conn.publish_warnings(uri, digest, &diags).await;

@@ -129,6 +129,8 @@ pub struct Conn {
     refresh_pending: Arc<Mutex<HashSet<String>>>,
     /// Our requests the client left unanswered in a row.
     pub silence: Arc<Silence>,
+    /// One computation over a whole plan at a time (`requests::off_task`).
+    pub plan_work: Arc<tokio::sync::Semaphore>,
     /// `initializationOptions.forge.config`, kept so later settings merge over it.
     pub init_config: Mutex<Option<serde_json::Value>>,
     /// Dropped with the connection: its tasks (change-feed subscription) watch it.
@@ -164,6 +166,7 @@ impl Conn {
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
             silence: Arc::default(),
+            plan_work: Arc::new(tokio::sync::Semaphore::new(1)),
             warned: Mutex::new(HashMap::new()),
             published_empty: Mutex::new(HashSet::new()),
             warnings_turn: tokio::sync::Mutex::new(()),

@@ -52,7 +52,7 @@ pub async fn code_lens(backend: &Backend, params: CodeLensParams) -> Result<Opti
                 .ok()
                 .and_then(|r| r.ok())
                 .unwrap_or_default();
-            super::off_task(move || plan_features::section_lenses(&text, &statuses, total))
+            super::off_task(conn, move || Ok(plan_features::section_lenses(&text, &statuses, total)))
                 .await?
                 .into_iter()
                 .map(|(line, title)| {

@@ -12,5 +12,5 @@ pub async fn folding_range(backend: &Backend, params: FoldingRangeParams) -> Res
     let Some((_, text)) = super::plan_text(conn, &params.text_document.uri.0).await else {
         return Ok(None);
     };
-    super::off_task(move || typed(serde_json::Value::Array(plan_features::folding(&text))).map(Some)).await?
+    super::off_task(conn, move || typed(serde_json::Value::Array(plan_features::folding(&text))).map(Some)).await
 }

@@ -13,17 +13,29 @@ use forge_protocol::uri::ForgeUri;
 use crate::conn::Conn;
 
 /// Runs `f` (the work over a whole plan: symbols, folding ranges, lenses) on a blocking
-/// thread. On the connection's task it held up every other request of the connection, and
-/// the reading of `$/cancelRequest`, for as long as it took (seconds for 60,000 headings).
-/// A cancelled request is answered at once; the work it started finishes unobserved.
+/// thread, one at a time per connection. On the connection's task it held up every other
+/// request of the connection, and the reading of `$/cancelRequest`, for as long as it took
+/// (seconds for 60,000 headings). A request cancelled while it waits for its turn is
+/// answered at once and computes nothing; one cancelled while it computes is answered at
+/// once and its work finishes unobserved, still holding the turn, so an editor that asks
+/// and cancels on every keystroke never has more than one running per connection.
 pub async fn off_task<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
+    conn: &Conn,
+    f: impl FnOnce() -> tower_lsp_server::jsonrpc::Result<T> + Send + 'static,
 ) -> tower_lsp_server::jsonrpc::Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
+    let fail = |why: String| {
         let mut err = tower_lsp_server::jsonrpc::Error::internal_error();
-        err.message = format!("the plan's structure could not be computed: {e}").into();
+        err.message = format!("the plan's structure could not be computed: {why}").into();
         err
+    };
+    let turn = conn.plan_work.clone().acquire_owned().await.map_err(|e| fail(e.to_string()))?;
+    tokio::task::spawn_blocking(move || {
+        let out = f();
+        drop(turn);
+        out
     })
+    .await
+    .map_err(|e| fail(e.to_string()))?
 }
 
 /// The text of a plan document: the open buffer, else the stored plan.
