@@ -797,6 +797,8 @@ fn auditor_handoff(facts: &LoopFacts, blocking_findings: u32, has_summary: bool,
     if facts.is_sectioned() && !facts.is_last_section() {
         let next = facts.section_index.map(|i| i.saturating_add(1));
         let t = counted(go(facts, K::AdvanceSection, EVENT, clean_cause, Phase::Coding));
+        // A finished section is progress: the next starts with no failed turns.
+        let t = Transition { failed_turns_after: FailedTurns::default(), ..t };
         return next_iteration(facts, Transition { section_after: next, ..t });
     }
 
@@ -1306,7 +1308,8 @@ mod tests {
         let table = [
             (&f, Event::CoderHandoff, FailedTurns { coding: 0, auditing: 2 }),
             (&a, audit(1, true), FailedTurns { coding: 2, auditing: 0 }),
-            (&a, audit(0, true), FailedTurns { coding: 2, auditing: 0 }),
+            // A clean section audit advances to the next section: both streaks end.
+            (&a, audit(0, true), FailedTurns::default()),
             // A summary-missing nudge is not a finished audit.
             (&a, audit(0, false), two),
             // A failed prompt send charges the budget, not a streak.

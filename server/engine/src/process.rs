@@ -353,7 +353,14 @@ mod tests {
         child.wait().unwrap();
         assert!(!may_be_owner(pid, now + 60_000), "a reaped process is gone");
         let stat = "12 (a) b) c) S 1 12 12 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 0 0";
-        assert!(started_ms(stat).is_some(), "field 22 is read after the last parenthesis");
+        let btime: i64 = std::fs::read_to_string("/proc/stat")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
+            .unwrap();
+        // SAFETY: as in started_ms.
+        let hz: i64 = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        assert_eq!(started_ms(stat), Some(btime * 1000 + 500 * 1000 / hz), "field 22 is read after the last parenthesis");
     }
 
     #[test]
