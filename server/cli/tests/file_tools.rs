@@ -535,6 +535,16 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     std::fs::write(repo.path.join("src/early.bin"), binary).unwrap();
     let out = c.tool_ok("grep", json!({ "pattern": "zebra", "path": "src/early.bin", "limit": 1 }));
     assert_eq!(out.data["matches"], json!([]), "{}", out.text);
+    // A UTF-16 file (with its byte order mark) is text, also when the limit stops its
+    // search early: its raw bytes are full of NULs.
+    let mut utf16 = vec![0xFF, 0xFE];
+    for line in std::iter::repeat_n("zebra sixteen\n", 20_000) {
+        utf16.extend(line.encode_utf16().flat_map(u16::to_le_bytes));
+    }
+    std::fs::write(repo.path.join("src/wide.txt"), utf16).unwrap();
+    let out = c.tool_ok("grep", json!({ "pattern": "zebra", "path": "src/wide.txt", "limit": 2 }));
+    assert_eq!(out.data["matches"].as_array().map(Vec::len), Some(2), "{}", out.text);
+    std::fs::remove_file(repo.path.join("src/wide.txt")).unwrap();
     // The NUL byte in what the search had already read when it stopped (not read again),
     // and in the first line of the next buffer.
     for (name, at) in [("near.bin", 10usize), ("edge.bin", 64 * 1024 - 20), ("next.bin", 64 * 1024 + 20)] {

@@ -250,6 +250,9 @@ fn files_over_one_mebibyte_are_reported_not_parsed() {
         c.tool_ok("ast-grep-search", json!({ "pattern": "console.log($A)", "lang": "javascript", "path": "dist" }));
     assert_eq!(out.data["total"], 1, "{}", out.text);
     assert!(out.text.contains("dist/small.js:1: console.log(2)"), "{}", out.text);
+    // The bundle is not counted as searched.
+    assert_eq!(out.data["filesSearched"], 1, "{}", out.data);
+    assert!(out.text.contains("1 match in 1 javascript file searched"), "{}", out.text);
     assert!(
         out.text.contains("not searched: dist/bundle.js (1120000 bytes, over the limit of 1048576: the structural tools parse files of up to 1 MiB)"),
         "{}",

@@ -17,6 +17,8 @@ enum Ty {
     Bool,
     Str,
     UInt,
+    /// An integer of at least 1 (`webfetch.maxBytes`: 0 bytes is no fetch at all).
+    PositiveInt,
     Percent,
     StrList,
     /// `loop.permissions.deny`: a list of strings or `{ permission, pattern }` objects.
@@ -36,6 +38,7 @@ impl Ty {
             Ty::Bool => "a boolean",
             Ty::Str => "a string",
             Ty::UInt => "a non-negative integer",
+            Ty::PositiveInt => "an integer of at least 1",
             Ty::Percent => "an integer from 0 to 100",
             Ty::StrList => "a list of strings",
             Ty::DenyList => "a list of strings or { permission, pattern } tables",
@@ -51,6 +54,7 @@ impl Ty {
             Ty::Bool => v.is_boolean(),
             Ty::Str => v.is_string(),
             Ty::UInt => v.as_u64().is_some(),
+            Ty::PositiveInt => v.as_u64().is_some_and(|n| n >= 1),
             Ty::Percent => v.as_u64().is_some_and(|n| n <= 100),
             Ty::StrList => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
             Ty::DenyList => v.as_array().is_some_and(|a| {
@@ -103,7 +107,7 @@ const KEYS: &[(&str, Ty)] = &[
     ("documents.maxPlanBytes", Ty::UInt),
     ("diagnostics.mirrorLoopFindings", Ty::Bool),
     ("webfetch.allowCrossOriginRedirects", Ty::Bool),
-    ("webfetch.maxBytes", Ty::UInt),
+    ("webfetch.maxBytes", Ty::PositiveInt),
     ("plugins.trustProjectTools", Ty::Bool),
     ("plugins.trustedProjects", Ty::StrList),
     ("plugins.timeoutMs", Ty::UInt),
@@ -676,6 +680,10 @@ mod tests {
                 && e.0.contains("non-negative integer"),
             "{e}"
         );
+        // 0 bytes would be no fetch at all (it read 1 byte).
+        let e = l.add_value(&json!({"webfetch": {"maxBytes": 0}}), "u").unwrap_err();
+        assert!(e.0.contains("`webfetch.maxBytes`") && e.0.contains("an integer of at least 1"), "{e}");
+        l.add_value(&json!({"webfetch": {"maxBytes": 1}}), "u").unwrap();
     }
 
     /// A table of options given as null is not set (no warning); as anything else but a

@@ -360,7 +360,11 @@ mod tests {
             .unwrap();
         // SAFETY: as in started_ms.
         let hz: i64 = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        assert_eq!(started_ms(stat), Some(btime * 1000 + 500 * 1000 / hz), "field 22 is read after the last parenthesis");
+        assert_eq!(
+            started_ms(stat),
+            Some(btime * 1000 + 500 * 1000 / hz),
+            "field 22 is read after the last parenthesis"
+        );
     }
 
     #[test]

@@ -262,7 +262,8 @@ pub fn read_utf8_within(root: &Path, p: &Path, max: u64) -> Result<String, Strin
     let mut bytes = Vec::new();
     file.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
     if bytes.len() as u64 > max {
-        return Err(too_big(bytes.len() as u64));
+        // It grew while it was read: its size is not known.
+        return Err(format!("more than {max} bytes, over the limit of {max}"));
     }
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }

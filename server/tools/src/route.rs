@@ -126,7 +126,9 @@ impl Route {
             let refused = forge_core::project::refused_repository(&detected.root)
                 .map(|why| format!(" (git refuses the repository here: {why})"))
                 .unwrap_or_default();
-            let remedy = if args.project.is_some() {
+            let remedy = if !refused.is_empty() {
+                "fix what git reports, or name another project with --project DIR"
+            } else if args.project.is_some() {
                 "--project must name a directory inside a git repository with a commit (run `git init` and commit there first)"
             } else {
                 "run it from your project, or name one with --project DIR"

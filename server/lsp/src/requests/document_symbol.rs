@@ -15,5 +15,6 @@ pub async fn document_symbol(
         return Ok(None);
     };
     let encoding = conn.caps.encoding;
-    super::off_task(conn, move || typed(serde_json::Value::Array(plan_features::symbols(&text, encoding))).map(Some)).await
+    super::off_task(conn, move || typed(serde_json::Value::Array(plan_features::symbols(&text, encoding))).map(Some))
+        .await
 }

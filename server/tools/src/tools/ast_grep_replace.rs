@@ -95,9 +95,13 @@ fn replace(
     let truncated = total > MAX_SHOWN;
     let files_json: Vec<_> = edits.iter().map(|e| json!({ "path": e.shown, "changes": e.count })).collect();
     if edits.is_empty() {
-        let mut text = format!("No matches found in {} {} file(s); nothing to change.", files.len(), structural::lang_name(lang));
+        let mut text = format!(
+            "No matches found in {} {} file(s); nothing to change.",
+            files.len() - skipped.len(),
+            structural::lang_name(lang)
+        );
         if !skipped.is_empty() {
-            text.push_str(&format!("\nnot searched: {}", skipped.join(", ")));
+            text.push_str(&format!("\n{}", structural::not_searched(&skipped)));
         }
         return Ok(CommandResult {
             text,
@@ -109,7 +113,7 @@ fn replace(
         body.push_str(&format!("\n… (the first {MAX_SHOWN} of {total} changes shown)"));
     }
     if !skipped.is_empty() {
-        body.push_str(&format!("\n\nnot searched: {}", skipped.join(", ")));
+        body.push_str(&format!("\n\n{}", structural::not_searched(&skipped)));
     }
     if dry {
         let text = format!(

@@ -60,20 +60,21 @@ fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pat
             }
         }
     }
+    let searched = files.len() - skipped.len();
     let mut text = if lines.is_empty() { "No matches found.".to_string() } else { lines.join("\n") };
     text.push_str(&format!(
         "\n\n{total} match{} in {} {} file{} searched{}",
         if total == 1 { "" } else { "es" },
-        files.len(),
+        searched,
         structural::lang_name(lang),
-        if files.len() == 1 { "" } else { "s" },
+        if searched == 1 { "" } else { "s" },
         if total > lines.len() { format!(" (the first {} listed; narrow the search)", lines.len()) } else { String::new() }
     ));
     if !skipped.is_empty() {
-        text.push_str(&format!("\nnot searched: {}", skipped.join(", ")));
+        text.push_str(&format!("\n{}", structural::not_searched(&skipped)));
     }
     Ok(CommandResult {
         text,
-        data: json!({ "matches": hits, "total": total, "filesSearched": files.len(), "truncated": total > lines.len(), "skipped": skipped }).into(),
+        data: json!({ "matches": hits, "total": total, "filesSearched": searched, "truncated": total > lines.len(), "skipped": skipped }).into(),
     })
 }

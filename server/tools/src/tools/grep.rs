@@ -191,8 +191,16 @@ const MAX_LINE_BUFFER: usize = 16 << 20;
 /// Whether the rest of `f`, from where the search stopped reading it, holds a NUL byte.
 /// What the searcher read was checked as it was read (`BinaryDetection::quit` looks at
 /// every byte it reads, before any line of it reaches the sink), so it is not read again.
+///
+/// A file that starts with a UTF-16 byte order mark is text the searcher transcodes (its
+/// raw bytes are full of NULs): never binary.
 fn holds_nul(mut f: &std::fs::File) -> std::io::Result<bool> {
     use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let mut bom = [0u8; 2];
+    if f.read_at(&mut bom, 0)? == 2 && matches!(bom, [0xFF, 0xFE] | [0xFE, 0xFF]) {
+        return Ok(false);
+    }
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         match f.read(&mut chunk) {
