@@ -412,6 +412,17 @@ fn open_buffers_drive_symbols_and_diagnostics() {
     assert_eq!(range(&symbols[0], "selectionRange"), (json!(0), json!(7)), "{symbols}");
     assert_eq!(range(&symbols[0], "range"), (json!(2), json!(11)), "{symbols}");
     assert_eq!(range(&symbols[1], "range"), (json!(3), json!(8)), "{symbols}");
+    // A range the types cannot read (a negative line) is dropped, not taken for the whole
+    // text (the change type is an untagged union: it read as a whole-text change).
+    c.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": uri, "version": 4 },
+            "contentChanges": [{ "range": { "start": { "line": -1, "character": 0 }, "end": { "line": 0, "character": 0 } }, "text": "X" }]
+        }),
+    );
+    let again = c.request_ok("textDocument/documentSymbol", doc(&uri));
+    assert_eq!(again, symbols, "a malformed change replaced the buffer");
 
     // A stale version is ignored.
     c.did_change(&uri, &GOOD_PLAN.replace("Phase 1: token storage", "Phase 1: STALE"), 1);

@@ -419,6 +419,26 @@ fn cancelled_key(req: &Request) -> Option<String> {
     (id.is_string() || id.is_i64()).then(|| id.to_string())
 }
 
+/// Why a `textDocument/didChange`'s changes cannot be applied as sent: a change with a
+/// `range` (or `rangeLength`) that is not an LSP range (a negative number, a missing
+/// field). `None` when every change is a valid ranged change or a whole text.
+fn bad_change_range(params: Option<&Value>) -> Option<String> {
+    let changes = params?.get("contentChanges")?.as_array()?;
+    changes.iter().enumerate().find_map(|(i, c)| {
+        if let Some(range) = c.get("range") {
+            if let Err(e) = serde_json::from_value::<tower_lsp_server::gen_lsp_types::Range>(range.clone()) {
+                return Some(format!("change {i}'s range is not an LSP range ({e})"));
+            }
+        }
+        match c.get("rangeLength") {
+            Some(n) if !n.is_null() && n.as_u64().is_none_or(|n| n > u64::from(u32::MAX)) => {
+                Some(format!("change {i}'s rangeLength is not an unsigned integer"))
+            }
+            _ => None,
+        }
+    })
+}
+
 /// A `shutdown` request as the framework may be given it: without params when they are
 /// empty (`{}`, `[]`), or, when they are anything else, its refusal (-32602) to send
 /// instead. Any other message is given back as it is.
@@ -525,6 +545,15 @@ async fn read_client<R, S, K>(
                     // here, and the server is not shut down. The framework refused them
                     // (-32602) after it had already shut down, so a client told that its
                     // `shutdown` failed could neither send another one nor exit with code 0.
+                    // A ranged change whose range the types cannot read would reach the
+                    // handler as a whole-text change (the change type is an untagged
+                    // union): its fragment would become the buffer. Dropped instead.
+                    if req.id().is_none() && req.method() == "textDocument/didChange" {
+                        if let Some(why) = bad_change_range(req.params()) {
+                            tracing::warn!("dropped a textDocument/didChange: {why}");
+                            continue;
+                        }
+                    }
                     let req = match shutdown_params(req) {
                         Ok(req) => req,
                         Err(refusal) => {
@@ -806,6 +835,25 @@ mod tests {
             Incoming::Message(_) => "msg:".into(),
             Incoming::Reply(f) => format!("reply:{}", String::from_utf8_lossy(&f)),
             Incoming::Skip => "skip".into(),
+        }
+    }
+
+    #[test]
+    fn a_change_with_an_unreadable_range_is_told_apart() {
+        let range = |l: Value| json!({ "start": { "line": l, "character": 0 }, "end": { "line": 0, "character": 0 } });
+        // (contentChanges, bad?)
+        let table = [
+            (json!([{ "text": "all" }]), false),
+            (json!([{ "range": range(json!(1)), "text": "x" }]), false),
+            (json!([{ "range": range(json!(1)), "rangeLength": 3, "text": "x" }]), false),
+            (json!([{ "range": range(json!(-1)), "text": "x" }]), true),
+            (json!([{ "text": "all" }, { "range": range(json!("one")), "text": "x" }]), true),
+            (json!([{ "range": { "start": { "line": 0 } }, "text": "x" }]), true),
+            (json!([{ "range": range(json!(1)), "rangeLength": -2, "text": "x" }]), true),
+        ];
+        for (changes, bad) in table {
+            let params = json!({ "textDocument": { "uri": "forge://x", "version": 2 }, "contentChanges": changes });
+            assert_eq!(bad_change_range(Some(&params)).is_some(), bad, "{changes}");
         }
     }
 

@@ -1,9 +1,10 @@
 //! `textDocument/didChange`. The server asks for full sync, but a change event with a
 //! `range` is applied as the edit it is (in order, positions in the negotiated encoding),
 //! not taken for the whole text: a client that sends ranges anyway must not have its
-//! buffer replaced by a fragment. The buffer is changed synchronously, before any await,
-//! and a change whose version is not newer than the buffer's is ignored, so concurrent
-//! handler scheduling cannot apply changes out of order.
+//! buffer replaced by a fragment (a range the types cannot read is dropped before this,
+//! in the transport). The buffer is changed synchronously, before any await, in the order
+//! the notifications were read (the transport first-polls handlers in arrival order), and a
+//! change whose version is not newer than the buffer's is ignored.
 
 use tower_lsp_server::gen_lsp_types::{DidChangeTextDocumentParams, TextDocumentContentChangeEvent as Change};
 
