@@ -720,6 +720,13 @@ fn a_data_directory_that_is_not_utf8_is_never_misnamed() {
     assert!(!lossy.exists(), "a second data directory was made");
     let out = sb.call("review-read").data_dir(&odd).input(json!({})).cwd(&repo.path).run();
     assert!(out.stdout.contains("kept"), "{out:?}");
+    // --verbose says why, once, and names no server it then passes over.
+    let out = sb.call("review-read").arg("--verbose").data_dir(&odd).input(json!({})).cwd(&repo.path).run();
+    assert!(out.stderr.contains("in-process (the data directory") && out.stderr.contains("is not UTF-8"), "{out:?}");
+    assert!(!out.stderr.contains("through the running server"), "{out:?}");
+    // A tool that needs a server says why it cannot have one.
+    let out = sb.call("task-status").data_dir(&odd).input(json!({})).cwd(&repo.path).run();
+    assert!(out.stderr.contains("is not UTF-8, so no server can be named it"), "{out:?}");
 }
 
 /// A registered server that is alive but does not answer (stopped with SIGSTOP: its

@@ -245,7 +245,15 @@ impl Route {
         let mut conn = store::open_connection(&db_path).map_err(|e| ToolError::precondition(e.to_string()))?;
         keep_wal_files(&conn);
         let mut passed_over = false;
-        for sock in running_servers(&conn, &project.id) {
+        // A data directory or project root whose name is not UTF-8 cannot be named to a
+        // server exactly (a lossy name would be another directory): no server is asked,
+        // and the route says so once, rather than naming servers it then passes over.
+        let unnameable = [(&self.data_dir, "data directory"), (&self.root, "project root")]
+            .into_iter()
+            .find(|(p, _)| p.to_str().is_none())
+            .map(|(p, what)| format!("the {what} {} is not UTF-8, so no server can be named it", p.display()));
+        let servers = if unnameable.is_some() { vec![] } else { running_servers(&conn, &project.id) };
+        for sock in servers {
             self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
             match self.via_server(&sock, name, input.clone(), cancel) {
                 Ok(r) => {
@@ -279,13 +287,21 @@ impl Route {
             if let Some(entry) = crate::find(name.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(name)) {
                 (entry.validate)(input)?;
             }
+            if let Some(why) = &unnameable {
+                return Err(ToolError::precondition(format!(
+                    "forge.{name} needs a running forge-lsp server (it controls loops), and {why}; use a data directory and a checkout whose paths are UTF-8"
+                )));
+            }
             return Err(ToolError::precondition(format!(
                 "forge.{} needs a running forge-lsp server (it controls loops) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
                 name,
                 self.data_dir.display()
             )));
         }
-        self.say(format!("in-process (no running server of this project in {})", db_path.display()));
+        match &unnameable {
+            Some(why) => self.say(format!("in-process ({why})")),
+            None => self.say(format!("in-process (no running server of this project in {})", db_path.display())),
+        }
         let loader = Loader::standard(&project.root, None).map_err(|e| ToolError::invalid(e.0))?;
         let config = loader.build();
         // The same warnings a server gives (`configWarnings`): the loader's, then the
