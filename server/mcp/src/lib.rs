@@ -115,6 +115,10 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
 /// (`printf … | forge-lsp mcp | …`). The SDK gives what is still running or being written
 /// at the end of the input 5 s and then drops it, which cut a reply in the middle of its
 /// line for a client that read slowly.
+/// The method an `initialize` on a stateless session is handed to the handler as, to be
+/// refused there (a name no client sends: the reply carries only the request's id).
+const STATELESS_INITIALIZE: &str = "forge-lsp/initialize-on-a-stateless-session";
+
 struct BeforeInitialize<T> {
     inner: T,
     started: bool,
@@ -122,6 +126,9 @@ struct BeforeInitialize<T> {
     /// (the SDK would answer it with success and stay stateless, so the client's next
     /// ordinary request failed for missing metadata).
     stateless: bool,
+    /// The `_meta` of the request that started a stateless session: the refused
+    /// `initialize` is handed on with it, or the SDK would refuse it for missing metadata.
+    session_meta: Option<rmcp::model::RequestMetaObject>,
     unanswered: Arc<Unanswered>,
     /// When the input ended: the wait for the last answers is counted from then, however
     /// often the SDK starts a new `receive`.
@@ -130,7 +137,14 @@ struct BeforeInitialize<T> {
 
 impl<T> BeforeInitialize<T> {
     fn new(inner: T) -> Self {
-        BeforeInitialize { inner, started: false, stateless: false, unanswered: Arc::default(), ended_at: None }
+        BeforeInitialize {
+            inner,
+            started: false,
+            stateless: false,
+            session_meta: None,
+            unanswered: Arc::default(),
+            ended_at: None,
+        }
     }
 }
 
@@ -238,17 +252,20 @@ impl<T: rmcp::transport::Transport<RoleServer>> BeforeInitialize<T> {
         loop {
             let message = self.inner.receive().await?;
             if self.started {
+                // An `initialize` on a session a stateless request started: handed on as a
+                // request the handler refuses, saying why (`STATELESS_INITIALIZE`). It is
+                // not answered here: the SDK's service loop may drop this `receive` at any
+                // await once a session runs, and an answer sent from here was lost so.
                 if self.stateless {
                     if let JsonRpcMessage::Request(r) = &message {
                         if matches!(r.request, ClientRequest::InitializeRequest(_))
                             || matches!(&r.request, ClientRequest::CustomRequest(c) if c.method == "initialize")
                         {
-                            let error = ErrorData::invalid_request(
-                                "forge-lsp mcp: this connection started with stateless requests (each carries its protocol version and capabilities in _meta), so it takes no initialize; go on sending stateless requests, or start a new forge-lsp mcp for a handshake session",
-                                None,
-                            );
-                            let _ = self.inner.send(ServerJsonRpcMessage::error(error, Some(r.id.clone()))).await;
-                            continue;
+                            use rmcp::model::GetMeta;
+                            let mut custom = rmcp::model::CustomRequest::new(STATELESS_INITIALIZE, None);
+                            *custom.get_meta_mut() = self.session_meta.clone().unwrap_or_default();
+                            let refused = ClientRequest::CustomRequest(custom);
+                            return Some(rmcp::model::ClientJsonRpcMessage::request(refused, r.id.clone()));
                         }
                     }
                 }
@@ -299,6 +316,9 @@ impl<T: rmcp::transport::Transport<RoleServer>> BeforeInitialize<T> {
                             && meta.missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28).is_empty();
                         self.started = stateless;
                         self.stateless = stateless;
+                        if stateless {
+                            self.session_meta = Some(meta.clone());
+                        }
                         return Some(message);
                     }
                 },
@@ -608,6 +628,12 @@ impl ServerHandler for ForgeMcp {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
+        if request.method == STATELESS_INITIALIZE {
+            return Err(ErrorData::invalid_request(
+                "forge-lsp mcp: this connection started with stateless requests (each carries its protocol version and capabilities in _meta), so it takes no initialize; go on sending stateless requests, or start a new forge-lsp mcp for a handshake session",
+                None,
+            ));
+        }
         Err(malformed_request(&request.method, request.params.as_ref()))
     }
 }
