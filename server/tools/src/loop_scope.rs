@@ -102,6 +102,10 @@ pub fn others_settled(ctx: &ToolCtx, row: &LoopRow, tool: &str) -> Result<(), To
 /// is made relative to: the project's work tree and, for a loop session, its worktree,
 /// each as given and as the file system resolves it.
 pub fn finding_file(ctx: &ToolCtx, file: &str) -> Result<String, ToolError> {
+    // A relative path needs no root (and the common case costs no file-system call).
+    if !std::path::Path::new(file).is_absolute() {
+        return Ok(forge_domain::path::finding_file(file, &[]));
+    }
     let mut roots = vec![ctx.env.project.findings_root().to_path_buf()];
     if let Some(row) = caller_loop(ctx)? {
         roots.push(std::path::PathBuf::from(row.worktree_dir));
