@@ -425,7 +425,8 @@ fn cancelled_key(req: &Request) -> Option<String> {
 fn bad_change_range(params: Option<&Value>) -> Option<String> {
     let changes = params?.get("contentChanges")?.as_array()?;
     changes.iter().enumerate().find_map(|(i, c)| {
-        if let Some(range) = c.get("range") {
+        // `"range": null` is no range: a whole-text change, as the framework reads it.
+        if let Some(range) = c.get("range").filter(|r| !r.is_null()) {
             if let Err(e) = serde_json::from_value::<tower_lsp_server::gen_lsp_types::Range>(range.clone()) {
                 return Some(format!("change {i}'s range is not an LSP range ({e})"));
             }
@@ -844,6 +845,7 @@ mod tests {
         // (contentChanges, bad?)
         let table = [
             (json!([{ "text": "all" }]), false),
+            (json!([{ "range": null, "rangeLength": null, "text": "all" }]), false),
             (json!([{ "range": range(json!(1)), "text": "x" }]), false),
             (json!([{ "range": range(json!(1)), "rangeLength": 3, "text": "x" }]), false),
             (json!([{ "range": range(json!(-1)), "text": "x" }]), true),

@@ -101,6 +101,10 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
     Ok(route)
 }
 
+/// The method an `initialize` on a stateless session is handed to the handler as, to be
+/// refused there (a name no client sends: the reply carries only the request's id).
+const STATELESS_INITIALIZE: &str = "forge-lsp/initialize-on-a-stateless-session";
+
 /// The wire until the client's `initialize`: the SDK's handshake ends the connection on a
 /// notification or a response that comes before it, and answers an `initialize` whose
 /// params it cannot parse as if it were another request, with a message about request
@@ -115,10 +119,9 @@ fn prepare(args: &McpArgs) -> Result<Route, ToolError> {
 /// (`printf … | forge-lsp mcp | …`). The SDK gives what is still running or being written
 /// at the end of the input 5 s and then drops it, which cut a reply in the middle of its
 /// line for a client that read slowly.
-/// The method an `initialize` on a stateless session is handed to the handler as, to be
-/// refused there (a name no client sends: the reply carries only the request's id).
-const STATELESS_INITIALIZE: &str = "forge-lsp/initialize-on-a-stateless-session";
-
+///
+/// After the session started it never writes: the SDK's loop may drop a `receive` at any
+/// await, and what it was writing with it.
 struct BeforeInitialize<T> {
     inner: T,
     started: bool,
