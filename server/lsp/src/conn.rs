@@ -22,47 +22,41 @@ use forge_tools::ToolEnv;
 /// Timeout for requests we send to the client.
 pub const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Requests to the client that went unanswered in a row. The framework keeps a request's
-/// entry until the client's response comes, also after we stopped waiting for it, so a
-/// client that never answers made each refresh or progress creation a small leak for the
-/// life of the connection. After [`MAX_UNANSWERED`] in a row the connection is sent no more
-/// of them (logged once); an answer, an error included, starts the count again.
+/// Our requests to the client still waiting for its answer. The framework keeps a
+/// request's entry until the answer comes, so each one a client never answers stayed for
+/// the life of the connection. While [`MAX_UNANSWERED`] are waiting, the connection is sent
+/// no more (refreshes, progress creations); every answer that comes, late ones and errors
+/// included, makes room again. A caller waits at most [`CLIENT_REQUEST_TIMEOUT`] for an
+/// answer, but the request itself is kept waiting for it in the background.
 #[derive(Debug, Default)]
-pub struct Silence(std::sync::atomic::AtomicU32);
+pub struct Silence(Arc<std::sync::atomic::AtomicU32>);
 
-/// Client requests that may go unanswered in a row before the connection gets no more.
+/// Requests to a client that may wait for its answer at once.
 pub const MAX_UNANSWERED: u32 = 8;
 
 impl Silence {
-    /// Whether the client has stopped being asked.
-    pub fn muted(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed) >= MAX_UNANSWERED
-    }
-
-    /// Waits at most [`CLIENT_REQUEST_TIMEOUT`] for the client's answer to `request`;
-    /// `None` when it did not come in time or the client is no longer asked.
-    pub async fn ask<T>(
-        &self,
-        request: impl std::future::Future<Output = tower_lsp_server::jsonrpc::Result<T>>,
-    ) -> Option<tower_lsp_server::jsonrpc::Result<T>> {
-        use std::sync::atomic::Ordering::Relaxed;
-        if self.muted() {
+    /// Sends the request `make` builds, unless [`MAX_UNANSWERED`] are waiting already; the
+    /// answer if it comes within [`CLIENT_REQUEST_TIMEOUT`], else `None`.
+    pub async fn ask<T, F, Fut>(&self, make: F) -> Option<tower_lsp_server::jsonrpc::Result<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = tower_lsp_server::jsonrpc::Result<T>> + Send,
+    {
+        use std::sync::atomic::Ordering::SeqCst;
+        let waiting = self.0.clone();
+        let admitted = waiting.fetch_update(SeqCst, SeqCst, |n| (n < MAX_UNANSWERED).then_some(n + 1)).is_ok();
+        if !admitted {
+            tracing::debug!("{MAX_UNANSWERED} requests to the client wait for its answer: this one is not sent");
             return None;
         }
-        match tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, request).await {
-            Ok(answer) => {
-                self.0.store(0, Relaxed);
-                Some(answer)
-            }
-            Err(_) => {
-                if self.0.fetch_add(1, Relaxed) + 1 == MAX_UNANSWERED {
-                    tracing::warn!(
-                        "the client left {MAX_UNANSWERED} requests in a row unanswered; it is sent no more refreshes or progress"
-                    );
-                }
-                None
-            }
-        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let answer = make().await;
+            waiting.fetch_sub(1, SeqCst);
+            let _ = tx.send(answer);
+        });
+        tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, rx).await.ok().and_then(Result::ok)
     }
 }
 
@@ -341,7 +335,9 @@ impl Conn {
             for uri in uris {
                 let (client, silence) = (client.clone(), silence.clone());
                 tokio::spawn(async move {
-                    silence.ask(client.text_document_content_refresh(Uri::from(uri))).await;
+                    silence
+                        .ask(move || async move { client.text_document_content_refresh(Uri::from(uri)).await })
+                        .await;
                 });
             }
         });
@@ -355,7 +351,7 @@ impl Conn {
         }
         let (client, silence) = (self.client.clone(), self.silence.clone());
         tokio::spawn(async move {
-            silence.ask(client.code_lens_refresh()).await;
+            silence.ask(move || async move { client.code_lens_refresh().await }).await;
         });
     }
 

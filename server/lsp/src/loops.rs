@@ -115,9 +115,8 @@ async fn progress(conn: &Conn, s: &LoopStatusParams, completed: usize) {
                 let token = format!("forge-loop-{}-{}", s.loop_name, s.started_at);
                 conn.progress.lock().expect("progress").tokens.insert(s.loop_name.clone(), token.clone());
                 let client = conn.client.clone();
-                let create = client.send_request::<WorkDoneProgressCreateRequest>(WorkDoneProgressCreateParams {
-                    token: ProgressToken::String(token.clone()),
-                });
+                let params = WorkDoneProgressCreateParams { token: ProgressToken::String(token.clone()) };
+                let create = move || async move { client.send_request::<WorkDoneProgressCreateRequest>(params).await };
                 // Never block the announcement queue on the client: time out.
                 if matches!(conn.silence.ask(create).await, Some(Ok(()))) {
                     send_progress(
