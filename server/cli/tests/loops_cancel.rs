@@ -282,6 +282,30 @@ fn a_cancelled_turn_takes_what_left_its_group_with_it() {
     }
 }
 
+/// A `forge.shell` command of a turn that is cancelled dies with the turn: it is its own
+/// process group and no child of the agent, so before it ran on (to its 10-minute limit)
+/// and wrote into the worktree of the loop restarted after. (Without the sandbox, so that
+/// the command's pid is this test's to see.)
+#[test]
+fn a_cancelled_turn_takes_its_shell_command_with_it() {
+    let config = format!(
+        "[agent]\ncommand = [{:?}, \"{{session}}\"]\n\n[sandbox]\nenabled = false\n",
+        agent_script().display().to_string()
+    );
+    let t = LoopTest::launch(&config, "orphan", &[("FORGE_TEST_ORPHAN_SHELL", "1")]);
+    let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    let sh = wait_for(Duration::from_secs(30), || t.state_file("shell.pid").filter(|s| !s.trim().is_empty()))
+        .unwrap_or_else(|| panic!("no shell.pid; the call said: {:?}{}", t.state_file("shell.out"), t.report()));
+    let sh: u32 = sh.trim().parse().expect("shell pid");
+    t.wait_state_file("coder.pid");
+    assert!(pid_alive(sh));
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    assert!(
+        wait_for(Duration::from_secs(10), || (!pid_alive(sh)).then_some(())).is_some(),
+        "the cancelled turn's shell command {sh} still runs"
+    );
+}
+
 /// A loop whose server was killed outright (SIGKILL) while its coder's first turn runs, and
 /// whose coder had started `sleep 600` in the background. Returns the test, the loop, and
 /// the pid of that sleep.

@@ -746,6 +746,14 @@ pub async fn shell(
         c.args(&argv[1..]).current_dir(&dir);
         c
     };
+    let mut cmd = cmd;
+    // Run for a turn of the caller's session: the command carries that turn's mark, so
+    // stopping the turn (cancel, restart, the stall watchdog) kills it too. It is a process
+    // group of its own, no child of the agent: before, it outlived the cancel and wrote into
+    // the restarted loop's worktree.
+    if let Some(turn) = crate::host::running_turn(&env.caller.session_id) {
+        cmd.env(crate::host::TURN_ENV, turn);
+    }
     let captured = run_captured(cmd, Duration::from_millis(timeout_ms))
         .await
         .map_err(|e| ToolError::internal(format!("shell failed: cannot run the command: {e}")))?;
