@@ -284,9 +284,16 @@ async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>, digest
     let diags: Vec<Value> = match text {
         Some(t) => {
             let (t, encoding) = (t.to_string(), conn.caps.encoding);
-            crate::requests::off_task(conn, move || Ok(plan_features::warning_diagnostics(&t, encoding)))
+            // Typing in a large plan asks on every keystroke: only the text still wanted
+            // when its turn comes is parsed.
+            let wanted = || conn.warnings_wanted(uri, digest);
+            match crate::requests::off_task_when(conn, wanted, move || Ok(plan_features::warning_diagnostics(&t, encoding)))
                 .await
-                .unwrap_or_default()
+            {
+                Ok(Some(diags)) => diags,
+                // Outdated, or the parse failed: nothing is published for this text.
+                _ => return,
+            }
         }
         None => vec![],
     };

@@ -238,6 +238,16 @@ impl Conn {
         }
     }
 
+    /// Whether the warnings of the text with digest `text` are still the ones to publish on
+    /// `uri`: it is the text last asked for (and the open buffer's, when one is open).
+    pub fn warnings_wanted(&self, uri: &str, text: u64) -> bool {
+        let asked = self.warned.lock().ok().and_then(|w| w.get(uri).copied());
+        match self.open_text(uri) {
+            Some(open) => asked.is_some() && digest(&open) == text,
+            None => asked == Some(text),
+        }
+    }
+
     /// Publishes `diags`, the plan warnings of the text of `uri` whose digest is `text`,
     /// unless
     /// - `text` is no longer the document's text: the open buffer's, when the client has
@@ -252,12 +262,7 @@ impl Conn {
     ///   that a text change makes wrong.
     pub async fn publish_warnings<T: serde::Serialize>(&self, uri: &str, text: u64, diags: &[T]) {
         let _turn = self.warnings_turn.lock().await;
-        let asked = self.warned.lock().ok().and_then(|w| w.get(uri).copied());
-        let current = match self.open_text(uri) {
-            Some(open) => asked.is_some() && digest(&open) == text,
-            None => asked == Some(text),
-        };
-        if !current {
+        if !self.warnings_wanted(uri, text) {
             return;
         }
         let again = match self.published_empty.lock() {

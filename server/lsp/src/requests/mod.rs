@@ -23,12 +23,26 @@ pub async fn off_task<T: Send + 'static>(
     conn: &Conn,
     f: impl FnOnce() -> tower_lsp_server::jsonrpc::Result<T> + Send + 'static,
 ) -> tower_lsp_server::jsonrpc::Result<T> {
+    off_task_when(conn, || true, f).await?.ok_or_else(tower_lsp_server::jsonrpc::Error::request_cancelled)
+}
+
+/// [`off_task`] for work that may be outdated by the time its turn comes (a plan's
+/// warnings, asked for on every keystroke): `wanted` is asked once the turn is this
+/// work's, and when it says no, nothing is computed (`None`).
+pub async fn off_task_when<T: Send + 'static>(
+    conn: &Conn,
+    wanted: impl FnOnce() -> bool,
+    f: impl FnOnce() -> tower_lsp_server::jsonrpc::Result<T> + Send + 'static,
+) -> tower_lsp_server::jsonrpc::Result<Option<T>> {
     let fail = |why: String| {
         let mut err = tower_lsp_server::jsonrpc::Error::internal_error();
         err.message = format!("the plan's structure could not be computed: {why}").into();
         err
     };
     let turn = conn.plan_work.clone().acquire_owned().await.map_err(|e| fail(e.to_string()))?;
+    if !wanted() {
+        return Ok(None);
+    }
     tokio::task::spawn_blocking(move || {
         let out = f();
         drop(turn);
@@ -36,6 +50,7 @@ pub async fn off_task<T: Send + 'static>(
     })
     .await
     .map_err(|e| fail(e.to_string()))?
+    .map(Some)
 }
 
 /// The text of a plan document: the open buffer, else the stored plan.
