@@ -24,18 +24,33 @@ pub fn lexical(path: &Path) -> PathBuf {
 }
 
 /// The key a review finding's `file` is stored and looked up by, so that one file has one
-/// spelling for every client: `.` and `..` resolved by name, a trailing `/` dropped, and an
-/// absolute path inside one of `roots` (the project's work tree, the caller's loop
-/// worktree; each as given and as the file system resolves it) made relative to it. Any
-/// other path is kept (normalised). A path that normalises to nothing is kept as given.
-pub fn finding_file(file: &str, roots: &[&Path]) -> String {
-    let p = lexical(Path::new(file));
+/// spelling for every client: `.` and `..` resolved by name, a trailing `/` dropped, and a
+/// path inside one of `roots` (the project's work tree, the loop's worktree; each as given
+/// and as the file system resolves it) made relative to the most specific root that holds
+/// it. A relative path is taken from `base` (the root relative paths name) when it starts
+/// with `..`, so `../p/a.rs` from `/x/p` is `a.rs`, as the shell's `/x/p/a.rs` is. Any other
+/// path is kept (normalised); one that normalises to nothing is kept as given.
+pub fn finding_file(file: &str, base: Option<&Path>, roots: &[&Path]) -> String {
+    let mut p = lexical(Path::new(file));
+    if p.starts_with("..") {
+        if let Some(base) = base {
+            p = lexical(&base.join(&p));
+        }
+    }
     if p.is_absolute() {
-        for root in roots {
-            if let Ok(rel) = p.strip_prefix(lexical(root)) {
-                if !rel.as_os_str().is_empty() {
-                    return rel.to_string_lossy().into_owned();
-                }
+        let best = roots
+            .iter()
+            .map(|r| lexical(r))
+            .filter_map(|r| {
+                p.strip_prefix(&r)
+                    .ok()
+                    .filter(|rel| !rel.as_os_str().is_empty())
+                    .map(|rel| (r.components().count(), rel.to_path_buf()))
+            })
+            .max_by_key(|(depth, _)| *depth);
+        if let Some((_, rel)) = best {
+            if let Some(s) = rel.to_str() {
+                return s.to_string();
             }
         }
     }
@@ -64,14 +79,22 @@ mod tests {
             // Outside every root: kept, normalised.
             ("/elsewhere/b.txt", "/elsewhere/b.txt"),
             ("/pp/b.txt", "/pp/b.txt"),
+            // Without a base, a leading `..` stays.
             ("../up.txt", "../up.txt"),
             // The root itself stays absolute (no empty key); `.` stays `.`.
             ("/p", "/p"),
             (".", "."),
         ];
         for (file, key) in table {
-            assert_eq!(finding_file(file, &roots), key, "{file}");
+            assert_eq!(finding_file(file, None, &roots), key, "{file}");
         }
+        // `..` from the base that relative paths name, as the shell would give it.
+        assert_eq!(finding_file("../p/a.rs", Some(Path::new("/p")), &roots), "a.rs");
+        assert_eq!(finding_file("../q/b.rs", Some(Path::new("/p")), &roots), "/q/b.rs");
+        // The most specific root: a loop worktree inside the project (a data directory in it).
+        let nested = [Path::new("/p"), Path::new("/p/.data/worktrees/w")];
+        assert_eq!(finding_file("/p/.data/worktrees/w/src/a.rs", None, &nested), "src/a.rs");
+        assert_eq!(finding_file("/p/src/a.rs", None, &nested), "src/a.rs");
     }
 
     #[test]

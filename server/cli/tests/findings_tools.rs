@@ -179,7 +179,9 @@ fn a_finding_file_has_one_spelling() {
         c.tool_ok("review-write", json!({ "file": "./src/a.rs", "line": 3, "severity": "bug", "description": "d" }));
     assert_eq!(out.data["finding"]["file"], json!("src/a.rs"), "{}", out.data);
     let abs = repo.path.join("src/a.rs").display().to_string();
-    for spelling in ["src/a.rs", "src/a.rs/", "src/../src/a.rs", abs.as_str()] {
+    // Out of the root and back in by `..`: the same file.
+    let around = format!("../{}/src/a.rs", repo.path.file_name().unwrap().to_str().unwrap());
+    for spelling in ["src/a.rs", "src/a.rs/", "src/../src/a.rs", abs.as_str(), around.as_str()] {
         let e = c.tool_err(
             "review-write",
             json!({ "file": spelling, "line": 3, "severity": "bug", "description": "again" }),
@@ -310,21 +312,23 @@ fn bad_review_input_is_rejected_and_the_server_stays_up() {
     let read = c.tool_ok("review-read", json!({ "file": "big.rs" }));
     assert_eq!(read.data["findings"][0]["description"].as_str(), Some(big.as_str()));
 
-    // Paths outside the project are stored verbatim; the server never reads them, so their
-    // diagnostics have the range 0..0 even though the files exist and have content.
+    // Paths outside the project are stored as absolute paths (a `..` out of the root is
+    // resolved from the root, as the shell's call names it); the server never reads them,
+    // so their diagnostics have the range 0..0 even though the files exist and have content.
     let outside = tempfile::tempdir().expect("tempdir");
     let secret = outside.path().canonicalize().expect("canonical").join("secret.rs");
     std::fs::write(&secret, "let secret = \"outside the project\";\n").expect("write");
     let secret_file = secret.display().to_string();
     let passwd = "../../etc/passwd";
     let mark = c.mark();
-    for file in [passwd, secret_file.as_str()] {
+    let passwd_stored = lexical(&repo.path.join(passwd)).display().to_string();
+    for (file, stored) in [(passwd, passwd_stored.as_str()), (secret_file.as_str(), secret_file.as_str())] {
         let out =
             c.tool_ok("review-write", json!({ "file": file, "line": 1, "severity": "bug", "description": "outside" }));
-        assert_eq!(out.data["finding"]["file"], json!(file));
+        assert_eq!(out.data["finding"]["file"], json!(stored));
     }
     let read = c.tool_ok("review-read", json!({ "file": passwd }));
-    assert_eq!(read.data["findings"][0]["file"], json!(passwd));
+    assert_eq!(read.data["findings"][0]["file"], json!(passwd_stored));
     let passwd_uri = file_uri(&lexical(&repo.path.join(passwd)));
     let secret_uri = file_uri(&secret);
     for uri in [&passwd_uri, &secret_uri] {
@@ -363,7 +367,8 @@ fn bad_review_input_is_rejected_and_the_server_stays_up() {
     assert!(e.message.starts_with("Finding already exists at big.rs:1."), "{e}");
     let e = c.tool_err("review-write", json!({ "file": passwd, "line": 1, "severity": "bug", "description": "dup" }));
     assert_error(&e, 1003, "conflict");
-    assert!(e.message.starts_with("Finding already exists at ../../etc/passwd:1."), "{e}");
+    // The message names the file as it is stored.
+    assert!(e.message.starts_with(&format!("Finding already exists at {passwd_stored}:1.")), "{e}");
 
     // Still serving.
     write_bug(&c, "after.rs", 1);

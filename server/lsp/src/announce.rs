@@ -287,8 +287,10 @@ async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>, digest
             // Typing in a large plan asks on every keystroke: only the text still wanted
             // when its turn comes is parsed.
             let wanted = || conn.warnings_wanted(uri, digest);
-            match crate::requests::off_task_when(conn, wanted, move || Ok(plan_features::warning_diagnostics(&t, encoding)))
-                .await
+            match crate::requests::off_task_when(conn, wanted, move || {
+                Ok(plan_features::warning_diagnostics(&t, encoding))
+            })
+            .await
             {
                 Ok(Some(diags)) => diags,
                 // Outdated, or the parse failed: nothing is published for this text.

@@ -98,20 +98,27 @@ pub fn others_settled(ctx: &ToolCtx, row: &LoopRow, tool: &str) -> Result<(), To
 }
 
 /// The key `file` is stored and looked up by for review findings
-/// (`forge_domain::path::finding_file`): one spelling per file. The roots an absolute path
-/// is made relative to: the project's work tree and, for a loop session, its worktree,
-/// each as given and as the file system resolves it.
-pub fn finding_file(ctx: &ToolCtx, file: &str) -> Result<String, ToolError> {
-    // A relative path needs no root (and the common case costs no file-system call).
-    if !std::path::Path::new(file).is_absolute() {
-        return Ok(forge_domain::path::finding_file(file, &[]));
+/// (`forge_domain::path::finding_file`): one spelling per file. `row` is the loop whose
+/// findings are meant (the caller's, or the one a user names): its worktree is a root an
+/// absolute path is made relative to, beside the project's work tree (each as given and as
+/// the file system resolves it), and the base of a relative path for the loop's session.
+pub fn finding_file(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<String, ToolError> {
+    use std::path::{Path, PathBuf};
+    // The common case: a relative path that stays inside its root needs no file-system call.
+    let path = Path::new(file);
+    if !path.is_absolute() && !forge_domain::path::lexical(path).starts_with("..") {
+        return Ok(forge_domain::path::finding_file(file, None, &[]));
     }
-    let mut roots = vec![ctx.env.project.findings_root().to_path_buf()];
-    if let Some(row) = caller_loop(ctx)? {
-        roots.push(std::path::PathBuf::from(row.worktree_dir));
-    }
-    let resolved: Vec<std::path::PathBuf> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
+    let project = ctx.env.project.findings_root().to_path_buf();
+    let worktree = row.map(|r| PathBuf::from(&r.worktree_dir));
+    // Relative paths name the caller's root: its loop's worktree for a loop session.
+    let base = match (&worktree, ctx.caller().binding.is_some()) {
+        (Some(w), true) => w.clone(),
+        _ => project.clone(),
+    };
+    let mut roots: Vec<PathBuf> = std::iter::once(project).chain(worktree).collect();
+    let resolved: Vec<PathBuf> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
     roots.extend(resolved);
-    let roots: Vec<&std::path::Path> = roots.iter().map(std::path::PathBuf::as_path).collect();
-    Ok(forge_domain::path::finding_file(file, &roots))
+    let roots: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+    Ok(forge_domain::path::finding_file(file, Some(&base), &roots))
 }

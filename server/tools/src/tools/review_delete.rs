@@ -49,12 +49,16 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let filter = delete_filter(in_scope, input.cross_section.unwrap_or(false), input.section_index.as_ref())
         .map_err(ToolError::invalid)?;
     let bucket = scope.as_ref().map(|s| s.loop_name.clone()).unwrap_or_default();
-    // The stored spelling (review-write's key); a finding stored before keys were
-    // normalised is found by the spelling given.
-    let key = loop_scope::finding_file(ctx, &input.file)?;
-    let mut gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &key, input.line, &filter, ctx.now).db()?;
-    if gone.is_empty() && key != input.file {
+    // The stored spelling (review-write's key). A finding stored before keys were
+    // normalised keeps the spelling it was written with: the spelling given is tried first
+    // (what a "Delete finding" on such a finding's diagnostic names), then the key.
+    let key = loop_scope::finding_file(ctx, &input.file, row.as_ref())?;
+    let mut gone = vec![];
+    if key != input.file {
         gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &input.file, input.line, &filter, ctx.now).db()?;
+    }
+    if gone.is_empty() {
+        gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &key, input.line, &filter, ctx.now).db()?;
     }
     if gone.is_empty() {
         return Err(ToolError::not_found(review::deleted_message(&input.file, input.line, 0)));

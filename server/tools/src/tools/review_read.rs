@@ -37,7 +37,13 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let plan = read_plan(scope.as_ref(), explicit, input.cross_section.unwrap_or(false), input.all_sections.unwrap_or(false));
     // The stored spelling of `file` (review-write's key); a finding stored before keys
     // were normalised is found by the spelling given.
-    let key = input.file.as_deref().map(|f| loop_scope::finding_file(ctx, f)).transpose()?;
+    // The loop whose findings are read: its worktree is a root of the key.
+    let named = match explicit {
+        Some(name) => loops::get(ctx.db, ctx.project_id(), name).db()?,
+        None => None,
+    };
+    let keyed_by = named.as_ref().or(caller.as_ref());
+    let key = input.file.as_deref().map(|f| loop_scope::finding_file(ctx, f, keyed_by)).transpose()?;
     let file = match (&key, input.file.as_deref()) {
         (Some(k), Some(given)) if k != given => {
             let any = findings::query_page(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, Some(k), 1, None).db()?;

@@ -23,7 +23,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         .map_err(ToolError::invalid_params)?;
     let row = loop_scope::caller_loop(ctx)?;
     // One spelling per file (`./a.txt`, `a.txt/`, the absolute path in the project: `a.txt`).
-    let file = loop_scope::finding_file(ctx, &input.file)?;
+    let file = loop_scope::finding_file(ctx, &input.file, row.as_ref())?;
     let scope = row.as_ref().map(loop_scope::scope);
     let section = write_section(scope.as_ref(), input.cross_section.unwrap_or(false), input.section_index.as_ref())
         .map_err(ToolError::invalid)?;
