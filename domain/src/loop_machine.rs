@@ -802,12 +802,13 @@ fn auditor_handoff(facts: &LoopFacts, blocking_findings: u32, has_summary: bool,
         return next_iteration(facts, Transition { section_after: next, ..t });
     }
 
-    // No section left open: the loop's work is done.
-    if facts.post_action_configured {
+    // No section left open: the loop's work is done (and no failed turn counts any more).
+    let done = if facts.post_action_configured {
         counted(go(facts, K::Phase, EVENT, clean_cause, Phase::PostAction))
     } else {
         counted(terminate(facts, TerminationReason::Completed, clean_cause))
-    }
+    };
+    Transition { failed_turns_after: FailedTurns::default(), ..done }
 }
 
 /// Whether a stopped (or running) loop may be restarted. `Err` carries a sentence the
@@ -1310,6 +1311,8 @@ mod tests {
             (&a, audit(1, true), FailedTurns { coding: 2, auditing: 0 }),
             // A clean section audit advances to the next section: both streaks end.
             (&a, audit(0, true), FailedTurns::default()),
+            // The last section's clean audit: the loop's work is done.
+            (&LoopFacts { section_index: Some(2), ..a.clone() }, audit(0, true), FailedTurns::default()),
             // A summary-missing nudge is not a finished audit.
             (&a, audit(0, false), two),
             // A failed prompt send charges the budget, not a streak.

@@ -496,31 +496,67 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
 }
 
 /// A detached HEAD left off the loop's branch (behind or beside it, see [`checkpoint_on`])
-/// whose commit the branch does not hold: a branch `<branch>-detached-<short id>` is made
-/// at it, so the checkpoint (and what the agent committed there) is not lost with the
-/// worktree. An existing branch of that name is left alone.
+/// whose commit the branch does not hold is kept by a branch, so the checkpoint (and what
+/// the agent committed there) is not lost with the worktree: `<branch>-detached`, moved
+/// along while HEAD only moves on from it (each checkpoint on a detached HEAD is the child
+/// of the one before), and `<branch>-detached-<short id>` for a HEAD elsewhere, which would
+/// leave the first one's commits behind. The last part of the name is cut to fit a file
+/// name.
 fn keep_detached(repo: &Repository, worktree: &Path, branch: &str) {
     if !repo.head_detached().unwrap_or(false) {
         return;
     }
-    let Some(head) = repo.head().ok().and_then(|h| h.peel_to_commit().ok()).map(|c| c.id()) else { return };
-    let tip = repo.find_reference(&format!("refs/heads/{branch}")).ok().and_then(|r| r.peel_to_commit().ok());
-    if let Some(tip) = tip.map(|c| c.id()) {
-        if tip == head || repo.graph_descendant_of(tip, head).unwrap_or(false) {
+    let Some(head) = repo.head().ok().and_then(|h| h.peel_to_commit().ok()) else { return };
+    let id = head.id();
+    let held = |name: &str| {
+        repo.find_reference(&format!("refs/heads/{name}")).ok().and_then(|r| r.peel_to_commit().ok()).map(|c| c.id())
+    };
+    if let Some(tip) = held(branch) {
+        if tip == id || repo.graph_descendant_of(tip, id).unwrap_or(false) {
             return;
         }
     }
-    let short = &head.to_string()[..7];
-    let name = format!("{branch}-detached-{short}");
-    match repo.find_commit(head).and_then(|c| repo.branch(&name, &c, false)) {
+    let keeper = fitted(branch, "-detached");
+    let name = match held(&keeper) {
+        Some(k) if k == id || repo.graph_descendant_of(k, id).unwrap_or(false) => return,
+        Some(k) if repo.graph_descendant_of(id, k).unwrap_or(false) => {
+            if let Err(e) = repo.branch(&keeper, &head, true) {
+                tracing::warn!(
+                    "the worktree {}'s detached HEAD could not be kept as {keeper}: {e}",
+                    worktree.display()
+                );
+            }
+            return;
+        }
+        Some(_) => fitted(branch, &format!("-detached-{}", &id.to_string()[..7])),
+        None => keeper,
+    };
+    if held(&name).is_some_and(|k| k == id) {
+        return;
+    }
+    match repo.branch(&name, &head, false) {
         Ok(_) => tracing::warn!(
-            "the worktree {}'s detached HEAD {short} is not on the loop's branch {branch}; it is kept as branch {name}",
-            worktree.display()
+            "the worktree {}'s detached HEAD {} is not on the loop's branch {branch}; it is kept as branch {name}",
+            worktree.display(),
+            &id.to_string()[..7]
         ),
-        Err(e) => tracing::warn!(
-            "the worktree {}'s detached HEAD {short} could not be kept as {name}: {e}",
-            worktree.display()
-        ),
+        Err(e) => {
+            tracing::warn!("the worktree {}'s detached HEAD could not be kept as {name}: {e}", worktree.display())
+        }
+    }
+}
+
+/// `branch` with `suffix` appended to its last part, that part cut (on a character
+/// boundary) so that it stays within [`MAX_BRANCH_PART`] bytes.
+fn fitted(branch: &str, suffix: &str) -> String {
+    let (dir, last) = match branch.rsplit_once('/') {
+        Some((d, l)) => (Some(d), l),
+        None => (None, branch),
+    };
+    let last = forge_domain::text::prefix(last, MAX_BRANCH_PART.saturating_sub(suffix.len()));
+    match dir {
+        Some(d) => format!("{d}/{last}{suffix}"),
+        None => format!("{last}{suffix}"),
     }
 }
 
@@ -1333,13 +1369,16 @@ mod tests {
         let kept = checkpoint_on(&wt.dir, Some("forge/x"), "loop: x cancelled").unwrap().expect("a commit");
         assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), s1, "the branch was rewound");
         // The detached checkpoint is kept by a branch of its own, not left dangling.
-        let keeper = format!("forge/x-detached-{}", &kept[..7]);
-        assert_eq!(git(&wt.dir, &["rev-parse", &keeper]), kept);
+        assert_eq!(git(&wt.dir, &["rev-parse", "forge/x-detached"]), kept);
+        // A further checkpoint on the same detached line moves that branch along.
+        write(&wt.dir.join("other.txt"), "more\n");
+        let later = checkpoint_on(&wt.dir, Some("forge/x"), "section 2: more").unwrap().expect("a commit");
+        assert_eq!(git(&wt.dir, &["rev-parse", "forge/x-detached"]), later);
         // A detached HEAD on a commit the branch has: nothing to keep.
         git(&wt.dir, &["checkout", "-q", "--detach", "forge/x"]);
         assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing").unwrap(), None);
-        assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-detached-*"]).lines().count(), 1);
-        // The agent's own commit beside the branch, with nothing left to checkpoint: kept.
+        // The agent's own commit elsewhere, with nothing left to checkpoint: kept by a second
+        // branch, the first one's commits kept too.
         git(&wt.dir, &["checkout", "-q", "--detach", "HEAD~1"]);
         write(&wt.dir.join("beside.txt"), "beside\n");
         git(&wt.dir, &["add", "beside.txt"]);
@@ -1347,6 +1386,14 @@ mod tests {
         let own = git(&wt.dir, &["rev-parse", "HEAD"]);
         assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing to add").unwrap(), None);
         assert_eq!(git(&wt.dir, &["rev-parse", &format!("forge/x-detached-{}", &own[..7])]), own);
+        assert_eq!(git(&wt.dir, &["rev-parse", "forge/x-detached"]), later);
+        // Again at the same place: no new branch, no error.
+        assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing").unwrap(), None);
+        assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-detached*"]).lines().count(), 2);
+        // A name whose last part is as long as a loop branch's may be: the keeper fits.
+        let long = format!("z/{}", "c".repeat(MAX_BRANCH_PART));
+        assert_eq!(fitted(&long, "-detached").rsplit('/').next().unwrap().len(), MAX_BRANCH_PART);
+        assert!(fitted(&long, "-detached").ends_with("c-detached"));
     }
 
     #[test]
