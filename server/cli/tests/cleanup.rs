@@ -216,6 +216,21 @@ fn a_running_loop_is_refused_unless_forced() {
     }
     assert!(wt.exists());
     assert_eq!(snapshot(&sb, &repo), before, "a refused cleanup changes nothing");
+    // A name with no row whose forge/ branch is the running loop's (a caller may choose
+    // `forge/alias` as a loop's branch): the branch is kept.
+    sb.db()
+        .conn
+        .execute("UPDATE loops SET worktree_branch = 'forge/alias' WHERE loop_name = 'gamma'", [])
+        .expect("alias");
+    repo.git(&["branch", "forge/alias"]);
+    let out = cleanup(&sb, &repo.path, &["loop", "alias"]);
+    assert!(!out.stdout.contains("removed: branch"), "{out:?}");
+    assert!(branch_exists(&repo, "forge/alias"), "{out:?}");
+    sb.db()
+        .conn
+        .execute("UPDATE loops SET worktree_branch = 'forge/gamma' WHERE loop_name = 'gamma'", [])
+        .expect("back");
+    repo.git(&["branch", "-D", "forge/alias"]);
 
     let dry = cleanup(&sb, &repo.path, &["loop", "gamma", "--force", "--dry-run"]);
     let listed = lines_with(ok(&dry), "would remove: ");

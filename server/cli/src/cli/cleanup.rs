@@ -576,7 +576,21 @@ fn plan_loop(
             }
         }
     }
+    // A branch another loop works on (a caller may choose `forge/<something>` as a loop's
+    // branch) is that loop's, whatever this name says.
+    let other_owner: Option<(String, String)> = match (&row, &branch) {
+        (None, Some(b)) => conn
+            .query_row("SELECT loop_name, status FROM loops WHERE worktree_branch = ?1 LIMIT 1", params![b], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?,
+        _ => None,
+    };
     match branch {
+        Some(b) if other_owner.is_some() => {
+            let (owner, status) = other_owner.unwrap_or_default();
+            plan.notes.push(format!("kept: branch {b} (the branch of loop {owner}, status {status})"));
+        }
         Some(b) if !b.starts_with("forge/") => plan.notes.push(format!(
             "kept: branch {b} (chosen by the caller, not a forge/ branch; delete it yourself with `git branch -D {b}` \
              if it is no longer needed)"
