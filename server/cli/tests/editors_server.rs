@@ -133,7 +133,7 @@ fn a_client_that_supports_it_gets_code_lens_refreshes_when_plans_change() {
         .unwrap_or_else(|| panic!("no workspace/codeLens/refresh: {:?}", c.server_requests()));
 }
 
-/// A client that never answers our refreshes is sent no more while 8 wait for its answer:
+/// A client that never answers our refreshes is sent no more while 8 are overdue:
 /// the framework keeps each unanswered request for the life of the connection, so every
 /// refresh was a small leak. A client that answers keeps getting them, past 8.
 #[test]
@@ -154,14 +154,16 @@ fn a_client_that_never_answers_refreshes_stops_getting_them() {
         silent.tool_ok("plan-write", json!({ "content": format!("# Plan {i}\n") }));
         std::thread::sleep(std::time::Duration::from_millis(30));
     }
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(count(&silent), 8, "refreshes");
+    // Each waits 5 s for its answer, then is overdue.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let asked = count(&silent);
+    assert!(asked >= 8, "{asked} refreshes");
     for i in 0..20 {
         silent.tool_ok("plan-write", json!({ "content": format!("# More {i}\n") }));
         std::thread::sleep(std::time::Duration::from_millis(30));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(count(&silent), 8, "refreshes went on while 8 waited for an answer");
+    assert_eq!(count(&silent), asked, "refreshes went on while {asked} were overdue");
     // The other client of the project answered each one, and got every refresh.
     assert!(count(&answering) > 8, "{} refreshes to the answering client", count(&answering));
 }

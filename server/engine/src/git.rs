@@ -447,7 +447,7 @@ pub fn checkpoint(worktree: &Path, message: &str) -> Result<Option<String>, GitE
 /// Left where it is, with a warning: a HEAD behind or beside the branch (an older commit
 /// checked out: committing its files on the branch would revert the loop's work), a
 /// rebase or merge in progress, a branch that is gone. A detached HEAD left that way whose
-/// commit the branch does not hold is kept by a branch `<branch>-detached-<short id>`.
+/// commit the branch does not hold is kept by a ref ([`kept_ref`]).
 pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Result<Option<String>, GitError> {
     let repo = open_worktree(worktree)?;
     if let Some(b) = branch {
@@ -496,68 +496,38 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
 }
 
 /// A detached HEAD left off the loop's branch (behind or beside it, see [`checkpoint_on`])
-/// whose commit the branch does not hold is kept by a branch, so the checkpoint (and what
-/// the agent committed there) is not lost with the worktree: `<branch>-detached`, moved
-/// along while HEAD only moves on from it (each checkpoint on a detached HEAD is the child
-/// of the one before), and `<branch>-detached-<short id>` for a HEAD elsewhere, which would
-/// leave the first one's commits behind. The last part of the name is cut to fit a file
-/// name.
+/// whose commit the branch does not hold is kept by a ref of forge-lsp's own,
+/// `refs/forge-kept/<branch>/<short id>`, so the checkpoint (and what the agent committed
+/// there) is not lost with the worktree. Not a branch: a name like `<branch>-detached`
+/// could be another loop's or the user's branch, and moving it would pull it from under
+/// its worktree. One ref per kept commit; an existing one is left as it is.
 fn keep_detached(repo: &Repository, worktree: &Path, branch: &str) {
     if !repo.head_detached().unwrap_or(false) {
         return;
     }
-    let Some(head) = repo.head().ok().and_then(|h| h.peel_to_commit().ok()) else { return };
-    let id = head.id();
-    let held = |name: &str| {
-        repo.find_reference(&format!("refs/heads/{name}")).ok().and_then(|r| r.peel_to_commit().ok()).map(|c| c.id())
-    };
-    if let Some(tip) = held(branch) {
+    let Some(id) = repo.head().ok().and_then(|h| h.peel_to_commit().ok()).map(|c| c.id()) else { return };
+    let tip = repo.find_reference(&format!("refs/heads/{branch}")).ok().and_then(|r| r.peel_to_commit().ok());
+    if let Some(tip) = tip.map(|c| c.id()) {
         if tip == id || repo.graph_descendant_of(tip, id).unwrap_or(false) {
             return;
         }
     }
-    let keeper = fitted(branch, "-detached");
-    let name = match held(&keeper) {
-        Some(k) if k == id || repo.graph_descendant_of(k, id).unwrap_or(false) => return,
-        Some(k) if repo.graph_descendant_of(id, k).unwrap_or(false) => {
-            if let Err(e) = repo.branch(&keeper, &head, true) {
-                tracing::warn!(
-                    "the worktree {}'s detached HEAD could not be kept as {keeper}: {e}",
-                    worktree.display()
-                );
-            }
-            return;
-        }
-        Some(_) => fitted(branch, &format!("-detached-{}", &id.to_string()[..7])),
-        None => keeper,
-    };
-    if held(&name).is_some_and(|k| k == id) {
+    let name = kept_ref(branch, id);
+    if repo.find_reference(&name).is_ok() {
         return;
     }
-    match repo.branch(&name, &head, false) {
+    match repo.reference(&name, id, false, "forge-lsp: keep a detached checkpoint") {
         Ok(_) => tracing::warn!(
-            "the worktree {}'s detached HEAD {} is not on the loop's branch {branch}; it is kept as branch {name}",
-            worktree.display(),
-            &id.to_string()[..7]
+            "the worktree {}'s detached HEAD is not on the loop's branch {branch}; it is kept as {name} (`git log {name}`)",
+            worktree.display()
         ),
-        Err(e) => {
-            tracing::warn!("the worktree {}'s detached HEAD could not be kept as {name}: {e}", worktree.display())
-        }
+        Err(e) => tracing::warn!("the worktree {}'s detached HEAD could not be kept as {name}: {e}", worktree.display()),
     }
 }
 
-/// `branch` with `suffix` appended to its last part, that part cut (on a character
-/// boundary) so that it stays within [`MAX_BRANCH_PART`] bytes.
-fn fitted(branch: &str, suffix: &str) -> String {
-    let (dir, last) = match branch.rsplit_once('/') {
-        Some((d, l)) => (Some(d), l),
-        None => (None, branch),
-    };
-    let last = forge_domain::text::prefix(last, MAX_BRANCH_PART.saturating_sub(suffix.len()));
-    match dir {
-        Some(d) => format!("{d}/{last}{suffix}"),
-        None => format!("{last}{suffix}"),
-    }
+/// The ref that keeps the detached commit `id` of a loop on `branch`.
+pub fn kept_ref(branch: &str, id: git2::Oid) -> String {
+    format!("refs/forge-kept/{branch}/{}", &id.to_string()[..12])
 }
 
 /// Puts the worktree's HEAD back on `refs/heads/<branch>` when that is safe (see
@@ -1364,36 +1334,32 @@ mod tests {
         let s1 = checkpoint_on(&wt.dir, Some("forge/x"), "section 1: work").unwrap().expect("a commit");
         git(&wt.dir, &["checkout", "-q", "--detach", "HEAD~1"]);
         assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing new").unwrap(), None);
-        assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-detached-*"]), "", "HEAD is on the branch's history");
+        assert_eq!(git(&wt.dir, &["for-each-ref", "refs/forge-kept/"]), "", "HEAD is on the branch's history");
         write(&wt.dir.join("other.txt"), "made on the old commit\n");
         let kept = checkpoint_on(&wt.dir, Some("forge/x"), "loop: x cancelled").unwrap().expect("a commit");
         assert_eq!(git(&wt.dir, &["rev-parse", "forge/x"]), s1, "the branch was rewound");
-        // The detached checkpoint is kept by a branch of its own, not left dangling.
-        assert_eq!(git(&wt.dir, &["rev-parse", "forge/x-detached"]), kept);
-        // A further checkpoint on the same detached line moves that branch along.
+        // The detached checkpoint is kept by a ref of its own, not left dangling.
+        let kept_id = git2::Oid::from_str(&kept).unwrap();
+        assert_eq!(git(&wt.dir, &["rev-parse", &kept_ref("forge/x", kept_id)]), kept);
+        // A further checkpoint on the same detached line: kept too.
         write(&wt.dir.join("other.txt"), "more\n");
         let later = checkpoint_on(&wt.dir, Some("forge/x"), "section 2: more").unwrap().expect("a commit");
-        assert_eq!(git(&wt.dir, &["rev-parse", "forge/x-detached"]), later);
+        assert_eq!(git(&wt.dir, &["rev-parse", &kept_ref("forge/x", git2::Oid::from_str(&later).unwrap())]), later);
         // A detached HEAD on a commit the branch has: nothing to keep.
         git(&wt.dir, &["checkout", "-q", "--detach", "forge/x"]);
         assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing").unwrap(), None);
-        // The agent's own commit elsewhere, with nothing left to checkpoint: kept by a second
-        // branch, the first one's commits kept too.
+        // The agent's own commit elsewhere, with nothing left to checkpoint: kept.
         git(&wt.dir, &["checkout", "-q", "--detach", "HEAD~1"]);
         write(&wt.dir.join("beside.txt"), "beside\n");
         git(&wt.dir, &["add", "beside.txt"]);
         git(&wt.dir, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "agent beside"]);
         let own = git(&wt.dir, &["rev-parse", "HEAD"]);
         assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing to add").unwrap(), None);
-        assert_eq!(git(&wt.dir, &["rev-parse", &format!("forge/x-detached-{}", &own[..7])]), own);
-        assert_eq!(git(&wt.dir, &["rev-parse", "forge/x-detached"]), later);
-        // Again at the same place: no new branch, no error.
-        assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "nothing").unwrap(), None);
-        assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-detached*"]).lines().count(), 2);
-        // A name whose last part is as long as a loop branch's may be: the keeper fits.
-        let long = format!("z/{}", "c".repeat(MAX_BRANCH_PART));
-        assert_eq!(fitted(&long, "-detached").rsplit('/').next().unwrap().len(), MAX_BRANCH_PART);
-        assert!(fitted(&long, "-detached").ends_with("c-detached"));
+        assert_eq!(checkpoint_on(&wt.dir, Some("forge/x"), "again").unwrap(), None);
+        assert_eq!(git(&wt.dir, &["rev-parse", &kept_ref("forge/x", git2::Oid::from_str(&own).unwrap())]), own);
+        // Three commits kept; no branch was made or moved.
+        assert_eq!(git(&wt.dir, &["for-each-ref", "--format=%(refname)", "refs/forge-kept/"]).lines().count(), 3);
+        assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-*"]), "");
     }
 
     #[test]

@@ -34,19 +34,7 @@ use forge_store::loop_db;
 
 pub use crate::turn::{self_bin, tail_chars, usage_file, Activity, TurnOutcome, TurnRequest};
 
-/// The variable that marks every process of one agent turn (a new id per turn).
-pub const TURN_ENV: &str = "FORGE_TURN_ID";
-
-/// The mark of each session's running turn, in this process: what the server runs for the
-/// turn itself (a `forge.shell` command, which is its own process group and no child of
-/// the agent) carries it too, so that stopping the turn kills it as well.
-static RUNNING: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, String>>> =
-    std::sync::LazyLock::new(Default::default);
-
-/// The `FORGE_TURN_ID` of `session`'s turn running in this process, if one runs.
-pub fn running_turn(session: &str) -> Option<String> {
-    RUNNING.lock().unwrap_or_else(|p| p.into_inner()).get(session).cloned()
-}
+pub use crate::process::TURN_ENV;
 
 /// A running turn; dropping it does not stop the process, `abort` does.
 #[derive(Debug, Clone)]
@@ -324,7 +312,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         Err(e) => return fail(format!("cannot start the agent command {:?}: {e}", argv[0])),
     };
     let pid = child.id();
-    RUNNING.lock().unwrap_or_else(|p| p.into_inner()).insert(session.clone(), turn_id.clone());
+    crate::process::RUNNING_TURNS.lock().unwrap_or_else(|p| p.into_inner()).insert(session.clone(), turn_id.clone());
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -381,7 +369,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         // serving other loops and the user by now.
         // The turn is over: what the server runs for the session from now on is not its.
         {
-            let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+            let mut running = crate::process::RUNNING_TURNS.lock().unwrap_or_else(|p| p.into_inner());
             if running.get(&session) == Some(&turn_id) {
                 running.remove(&session);
             }

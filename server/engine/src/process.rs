@@ -277,6 +277,20 @@ fn group_members(pgid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The variable that marks every process of one agent turn (a new id per turn).
+pub const TURN_ENV: &str = "FORGE_TURN_ID";
+
+/// The mark of each session's running turn, in this process: what the server runs for the
+/// turn itself (a `forge.shell` command, which is its own process group and no child of
+/// the agent) carries it too, so that stopping the turn kills it as well.
+pub(crate) static RUNNING_TURNS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The `FORGE_TURN_ID` of `session`'s turn running in this process, if one runs.
+pub fn running_turn(session: &str) -> Option<String> {
+    RUNNING_TURNS.lock().unwrap_or_else(|p| p.into_inner()).get(session).cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -751,8 +751,8 @@ pub async fn shell(
     // stopping the turn (cancel, restart, the stall watchdog) kills it too. It is a process
     // group of its own, no child of the agent: before, it outlived the cancel and wrote into
     // the restarted loop's worktree.
-    if let Some(turn) = crate::host::running_turn(&env.caller.session_id) {
-        cmd.env(crate::host::TURN_ENV, turn);
+    if let Some(turn) = crate::process::running_turn(&env.caller.session_id) {
+        cmd.env(crate::process::TURN_ENV, turn);
     }
     let captured = run_captured(cmd, Duration::from_millis(timeout_ms))
         .await

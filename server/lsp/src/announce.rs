@@ -293,8 +293,14 @@ async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>, digest
             .await
             {
                 Ok(Some(diags)) => diags,
-                // Outdated, or the parse failed: nothing is published for this text.
-                _ => return,
+                // Outdated: a newer text's warnings come.
+                Ok(None) => return,
+                // The parse failed: no warnings rather than the last text's, left standing
+                // (this text counts as published).
+                Err(e) => {
+                    tracing::warn!("the warnings of {uri} could not be computed: {}", e.message);
+                    vec![]
+                }
             }
         }
         None => vec![],

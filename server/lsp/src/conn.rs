@@ -22,39 +22,66 @@ use forge_tools::ToolEnv;
 /// Timeout for requests we send to the client.
 pub const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Our requests to the client still waiting for its answer. The framework keeps a
-/// request's entry until the answer comes, so each one a client never answers stayed for
-/// the life of the connection. While [`MAX_UNANSWERED`] are waiting, the connection is sent
-/// no more (refreshes, progress creations); every answer that comes, late ones and errors
-/// included, makes room again. A caller waits at most [`CLIENT_REQUEST_TIMEOUT`] for an
-/// answer, but the request itself is kept waiting for it in the background.
+/// Our requests to the client whose answer is overdue. The framework keeps a request's
+/// entry until the answer comes, so each one a client never answers stayed for the life of
+/// the connection. A caller waits at most [`CLIENT_REQUEST_TIMEOUT`] for an answer; the
+/// request is then kept waiting for it in the background (until the connection closes), and
+/// counts as overdue. While [`MAX_UNANSWERED`] are overdue, the connection is sent no more
+/// requests (refreshes, progress creations); every late answer, an error included, makes
+/// room again. Requests in flight that are not overdue are not limited: a burst of
+/// refreshes (one per document of a loop) goes out whole.
 #[derive(Debug, Default)]
 pub struct Silence(Arc<std::sync::atomic::AtomicU32>);
 
-/// Requests to a client that may wait for its answer at once.
+/// Overdue requests to a client before it is sent no more.
 pub const MAX_UNANSWERED: u32 = 8;
 
 impl Silence {
-    /// Sends the request `make` builds, unless [`MAX_UNANSWERED`] are waiting already; the
-    /// answer if it comes within [`CLIENT_REQUEST_TIMEOUT`], else `None`.
-    pub async fn ask<T, F, Fut>(&self, make: F) -> Option<tower_lsp_server::jsonrpc::Result<T>>
+    /// Sends the request `make` builds, unless [`MAX_UNANSWERED`] are overdue; the answer if
+    /// it comes within [`CLIENT_REQUEST_TIMEOUT`], else `None`. `closed` is the connection's
+    /// watch ([`Conn::alive`]): a request still waiting when it closes is given up.
+    pub async fn ask<T, F, Fut>(
+        &self,
+        closed: tokio::sync::watch::Receiver<()>,
+        make: F,
+    ) -> Option<tower_lsp_server::jsonrpc::Result<T>>
     where
         T: Send + 'static,
         F: FnOnce() -> Fut + Send + 'static,
         Fut: std::future::Future<Output = tower_lsp_server::jsonrpc::Result<T>> + Send,
     {
         use std::sync::atomic::Ordering::SeqCst;
-        let waiting = self.0.clone();
-        let admitted = waiting.fetch_update(SeqCst, SeqCst, |n| (n < MAX_UNANSWERED).then_some(n + 1)).is_ok();
-        if !admitted {
-            tracing::debug!("{MAX_UNANSWERED} requests to the client wait for its answer: this one is not sent");
+        if self.0.load(SeqCst) >= MAX_UNANSWERED {
+            tracing::debug!("{MAX_UNANSWERED} requests to the client are overdue: this one is not sent");
             return None;
         }
+        let overdue = self.0.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            let answer = make().await;
-            waiting.fetch_sub(1, SeqCst);
-            let _ = tx.send(answer);
+            let mut closed = closed;
+            let request = make();
+            tokio::pin!(request);
+            let deadline = tokio::time::sleep(CLIENT_REQUEST_TIMEOUT);
+            tokio::pin!(deadline);
+            let mut late = false;
+            let answer = loop {
+                tokio::select! {
+                    a = &mut request => break Some(a),
+                    _ = &mut deadline, if !late => {
+                        late = true;
+                        if overdue.fetch_add(1, SeqCst) + 1 == MAX_UNANSWERED {
+                            tracing::warn!("{MAX_UNANSWERED} requests to the client are overdue; it is sent no more until it answers");
+                        }
+                    }
+                    gone = closed.changed() => if gone.is_err() { break None },
+                }
+            };
+            if late {
+                overdue.fetch_sub(1, SeqCst);
+            }
+            if let Some(a) = answer {
+                let _ = tx.send(a);
+            }
         });
         tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, rx).await.ok().and_then(Result::ok)
     }
@@ -333,15 +360,15 @@ impl Conn {
         }
         let client = self.client.clone();
         let pending = self.refresh_pending.clone();
-        let silence = self.silence.clone();
+        let (silence, alive) = (self.silence.clone(), self.alive());
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
             let uris: Vec<String> = std::mem::take(&mut *pending.lock().expect("refresh")).into_iter().collect();
             for uri in uris {
-                let (client, silence) = (client.clone(), silence.clone());
+                let (client, silence, alive) = (client.clone(), silence.clone(), alive.clone());
                 tokio::spawn(async move {
                     silence
-                        .ask(move || async move { client.text_document_content_refresh(Uri::from(uri)).await })
+                        .ask(alive, move || async move { client.text_document_content_refresh(Uri::from(uri)).await })
                         .await;
                 });
             }
@@ -354,9 +381,9 @@ impl Conn {
         if !self.caps.code_lens_refresh {
             return;
         }
-        let (client, silence) = (self.client.clone(), self.silence.clone());
+        let (client, silence, alive) = (self.client.clone(), self.silence.clone(), self.alive());
         tokio::spawn(async move {
-            silence.ask(move || async move { client.code_lens_refresh().await }).await;
+            silence.ask(alive, move || async move { client.code_lens_refresh().await }).await;
         });
     }
 

@@ -118,7 +118,7 @@ async fn progress(conn: &Conn, s: &LoopStatusParams, completed: usize) {
                 let params = WorkDoneProgressCreateParams { token: ProgressToken::String(token.clone()) };
                 let create = move || async move { client.send_request::<WorkDoneProgressCreateRequest>(params).await };
                 // Never block the announcement queue on the client: time out.
-                if matches!(conn.silence.ask(create).await, Some(Ok(()))) {
+                if matches!(conn.silence.ask(conn.alive(), create).await, Some(Ok(()))) {
                     send_progress(
                         conn,
                         &token,

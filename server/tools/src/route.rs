@@ -579,8 +579,7 @@ fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) -> Result<(), 
 }
 
 /// Whether nothing can ever answer on `sock` again: the socket file is gone, or nobody
-/// listens on it (ECONNREFUSED). A slow or busy server is not dead.
-/// Whether nothing listens on `sock`: it is gone or refuses connections. Asked without
+/// listens on it (ECONNREFUSED). A slow or busy server is not dead. Asked without
 /// waiting (a non-blocking connect): a live server whose backlog is full (stopped, wedged)
 /// would block a plain connect; it counts as alive.
 pub(crate) fn socket_is_dead(sock: &Path) -> bool {

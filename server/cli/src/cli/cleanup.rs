@@ -580,9 +580,11 @@ fn plan_loop(
     // branch) is that loop's, whatever this name says.
     let other_owner: Option<(String, String)> = match (&row, &branch) {
         (None, Some(b)) => conn
-            .query_row("SELECT loop_name, status FROM loops WHERE worktree_branch = ?1 LIMIT 1", params![b], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT loop_name, status FROM loops WHERE project_id = ?1 AND worktree_branch = ?2 LIMIT 1",
+                params![project_id, b],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()?,
         _ => None,
     };
