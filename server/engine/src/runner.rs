@@ -2060,15 +2060,10 @@ async fn owner_serves(engine: &Arc<Engine>, pid: i64) -> bool {
     let sockets = engine.store.call(move |c| forge_store::servers::sockets_of_pid(c, pid)).await;
     // Unreadable: counted as serving (the worktree is kept, never removed under an agent).
     let Ok(sockets) = sockets else { return true };
-    for s in sockets {
-        // A stuck owner (a full backlog) must not hold the cancel: a second at most.
-        let answer = tokio::time::timeout(Duration::from_secs(1), tokio::net::UnixStream::connect(&s)).await;
-        match answer {
-            Ok(Ok(_)) | Err(_) => return true,
-            Ok(Err(_)) => {}
-        }
-    }
-    false
+    // Asked without waiting: a stuck owner (a full backlog) counts as serving at once, and
+    // only a socket that is gone or refuses connections counts as dead (the one test
+    // loop-status and `forge-lsp call` use too).
+    sockets.iter().any(|s| !forge_core::paths::socket_is_dead(std::path::Path::new(s)))
 }
 
 /// Removes a loop's worktree and its sandbox shims; a failure is logged (the loop's state

@@ -273,7 +273,7 @@ impl Route {
                     // died without unregistering (SIGKILL, crash): its row is forgotten.
                     self.say(format!("{} does not answer", sock.display()));
                     passed_over = true;
-                    if socket_is_dead(&sock) {
+                    if forge_core::paths::socket_is_dead(&sock) {
                         if let Ok(1..) = store::servers::forget_socket(&conn, &sock.display().to_string()) {
                             self.say(format!("forgot the registration of the dead server at {}", sock.display()));
                         }
@@ -576,41 +576,6 @@ fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) -> Result<(), 
         input["file"] = Value::String(rewritten.to_string());
     }
     Ok(())
-}
-
-/// Whether nothing can ever answer on `sock` again: the socket file is gone, or nobody
-/// listens on it (ECONNREFUSED). A slow or busy server is not dead. Asked without
-/// waiting (a non-blocking connect): a live server whose backlog is full (stopped, wedged)
-/// would block a plain connect; it counts as alive.
-pub(crate) fn socket_is_dead(sock: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = sock.as_os_str().as_bytes();
-    // SAFETY: a zeroed sockaddr_un is valid; the path is copied within its bounds.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        // Not a socket address at all: nothing to tell by connecting (as a plain connect,
-        // which fails with another error, it is not called dead).
-        return false;
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: plain socket calls on a descriptor this function owns and closes.
-    unsafe {
-        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return false;
-        }
-        let r = libc::connect(
-            fd,
-            &addr as *const _ as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
-        );
-        let err = if r == 0 { 0 } else { *libc::__errno_location() };
-        libc::close(fd);
-        matches!(err, libc::ENOENT | libc::ECONNREFUSED)
-    }
 }
 
 /// Sockets of the project's running servers, newest first, then of servers for any project

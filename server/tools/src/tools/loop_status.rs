@@ -85,7 +85,7 @@ fn server_gone(ctx: &ToolCtx, l: &LoopRow) -> Result<Option<i64>, ToolError> {
         return Ok(None);
     }
     let sockets = forge_store::servers::sockets_of_pid(ctx.db, pid).db()?;
-    let answers = sockets.iter().any(|s| !crate::route::socket_is_dead(std::path::Path::new(s)));
+    let answers = sockets.iter().any(|s| !forge_core::paths::socket_is_dead(std::path::Path::new(s)));
     Ok((!answers).then_some(pid))
 }
 
