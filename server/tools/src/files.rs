@@ -238,6 +238,14 @@ pub fn real_rel(root: &Path, p: &Path) -> Result<PathBuf, String> {
         .map_err(|_| format!("{} leads out of the root {} through a symlink", p.display(), root.display()))
 }
 
+/// The first ten of `names` (paths a file tool's answer names), comma separated, with
+/// `, …` when there are more: one reply must not list ten thousand unreadable files.
+pub fn some_of(names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(10).map(String::as_str).collect();
+    let more = if names.len() > shown.len() { ", …" } else { "" };
+    format!("{}{more}", shown.join(", "))
+}
+
 /// A file's text, or why it cannot be read as UTF-8.
 ///
 /// Its links (a link inside the root named as the path included) are resolved once and

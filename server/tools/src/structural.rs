@@ -103,13 +103,9 @@ pub fn source(root: &Path, path: &Path) -> Result<String, String> {
     })
 }
 
-/// The `not searched: …` line of the structural tools: at most 10 files named, then how
-/// many more.
+/// The `not searched: …` line of the structural tools (at most ten files named).
 pub fn not_searched(skipped: &[String]) -> String {
-    let shown: Vec<&str> = skipped.iter().take(10).map(String::as_str).collect();
-    let more = skipped.len() - shown.len();
-    let more = if more > 0 { format!(", and {more} more") } else { String::new() };
-    format!("not searched: {}{more}", shown.join(", "))
+    format!("not searched: {}", crate::files::some_of(skipped))
 }
 
 /// A match: its 1-based line, its byte range and text.

@@ -157,25 +157,11 @@ fn search(
         if files == 1 { "" } else { "s" },
         if truncated { format!(" (stopped at the limit of {limit}; narrow the search or raise limit)") } else { String::new() }
     ));
-    if !unreadable.is_empty() {
-        let shown: Vec<&str> = unreadable.iter().take(10).map(String::as_str).collect();
-        text.push_str(&format!(
-            "\n{} file{} could not be read: {}{}",
-            unreadable.len(),
-            if unreadable.len() == 1 { "" } else { "s" },
-            shown.join(", "),
-            if unreadable.len() > shown.len() { ", …" } else { "" }
-        ));
-    }
-    if !long_lines.is_empty() {
-        let shown: Vec<&str> = long_lines.iter().take(10).map(String::as_str).collect();
-        text.push_str(&format!(
-            "\n{} file{} not searched past a line over 16 MiB: {}{}",
-            long_lines.len(),
-            if long_lines.len() == 1 { "" } else { "s" },
-            shown.join(", "),
-            if long_lines.len() > shown.len() { ", …" } else { "" }
-        ));
+    for (names, what) in [(&unreadable, "could not be read"), (&long_lines, "not searched past a line over 16 MiB")] {
+        if !names.is_empty() {
+            let n = names.len();
+            text.push_str(&format!("\n{n} file{} {what}: {}", if n == 1 { "" } else { "s" }, crate::files::some_of(names)));
+        }
     }
     Ok(CommandResult {
         text,
