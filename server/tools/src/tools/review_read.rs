@@ -25,8 +25,13 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         return read_attempts(&input, explicit, caller.as_ref(), ctx);
     }
     let (limit, before) = review::findings_page(input.limit, input.before_id).map_err(ToolError::invalid_params)?;
+    // The loop a user names (read once: its worktree is also a root of the file key).
+    let named = match explicit {
+        Some(name) => loops::get(ctx.db, ctx.project_id(), name).db()?,
+        None => None,
+    };
     if let Some(name) = explicit {
-        if loops::get(ctx.db, ctx.project_id(), name).db()?.is_none() {
+        if named.is_none() {
             let any = findings::query(ctx.db, ctx.project_id(), name, &SectionFilter::All, None).db()?;
             if any.is_empty() {
                 return Err(ToolError::not_found(format!("No loop found for loop \"{name}\".")));
@@ -35,14 +40,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     }
     let scope = caller.as_ref().map(loop_scope::scope);
     let plan = read_plan(scope.as_ref(), explicit, input.cross_section.unwrap_or(false), input.all_sections.unwrap_or(false));
-    // The stored spelling of `file` (review-write's key); a finding stored before keys
-    // were normalised is found by the spelling given.
-    // The loop whose findings are read: its worktree is a root of the key.
-    let named = match explicit {
-        Some(name) => loops::get(ctx.db, ctx.project_id(), name).db()?,
-        None => None,
-    };
-    let keyed_by = named.as_ref().or(caller.as_ref());
+    // The stored spelling of `file` (review-write's key), with the worktree of the loop
+    // whose findings are read (none for a named loop whose row is gone); a finding stored
+    // before keys were normalised is found by the spelling given.
+    let keyed_by = if explicit.is_some() { named.as_ref() } else { caller.as_ref() };
     let key = input.file.as_deref().map(|f| loop_scope::finding_file(ctx, f, keyed_by)).transpose()?;
     let file = match (&key, input.file.as_deref()) {
         (Some(k), Some(given)) if k != given => {
