@@ -196,6 +196,15 @@ fn a_finding_file_has_one_spelling() {
     assert!(out.stdout.contains("src/a.rs:3"), "{out:?}");
     c.tool_ok("review-delete", json!({ "file": "./src//a.rs", "line": 3 }));
     assert_eq!(listed(&c.tool_ok("review-read", json!({})).data), []);
+    // A finding stored before keys were normalised keeps its spelling: a delete that names
+    // it (as its diagnostic's quick fix does) removes that one, not the keyed one beside it.
+    c.tool_ok("review-write", json!({ "file": "src/a.rs", "line": 4, "severity": "bug", "description": "keyed" }));
+    insert_finding(&sb.db(), &repo.root_commit, "", "./src/a.rs", 4, None, "bug", "old spelling");
+    c.tool_ok("review-delete", json!({ "file": "./src/a.rs", "line": 4 }));
+    let left = c.tool_ok("review-read", json!({})).data;
+    assert_eq!(left["findings"].as_array().map(Vec::len), Some(1), "{left}");
+    assert_eq!(left["findings"][0]["description"], json!("keyed"), "{left}");
+    c.tool_ok("review-delete", json!({ "file": "src/a.rs", "line": 4 }));
     // A path outside the project keeps its spelling (normalised).
     let out = c.tool_ok(
         "review-write",
