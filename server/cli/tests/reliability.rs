@@ -301,6 +301,57 @@ fn without_xdg_runtime_dir_the_socket_directory_is_private_and_unpredictable() {
     assert!(!dirs[0].exists(), "the private directory is removed on exit");
 }
 
+/// A socket directory left by a server that was killed (SIGKILL runs no cleanup) is
+/// removed by the next server that starts, once its socket is old and no one listens on
+/// it; a live server's, a young one and a directory holding more are left.
+#[test]
+fn a_killed_servers_socket_directory_is_swept_by_the_next_server() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let tmp = sb.mkdir("tmp");
+    let listing = || -> Vec<PathBuf> { std::fs::read_dir(&tmp).expect("tmp").flatten().map(|e| e.path()).collect() };
+    let start = || {
+        let mut c = sb.stdio_with(|cmd| {
+            cmd.arg("--data-dir").arg(&sb.data_dir).env_remove("XDG_RUNTIME_DIR").env("TMPDIR", &tmp);
+        });
+        c.init(&Init::new(&repo.path));
+        c
+    };
+    // Starts a server and SIGKILLs it (the client's drop): its directory and socket stay.
+    let killed = || -> PathBuf {
+        let before = listing();
+        let c = start();
+        let dir = listing().into_iter().find(|d| !before.contains(d)).expect("a new socket directory");
+        drop(c);
+        assert!(dir.join("forge.sock").exists(), "SIGKILL leaves the socket");
+        dir
+    };
+    // Made old (the sweep leaves sockets younger than a minute: a starting server's).
+    let age = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("path");
+        let t = libc::timespec { tv_sec: 1_000_000_000, tv_nsec: 0 };
+        // SAFETY: a valid NUL-terminated path and two timespecs.
+        let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+        assert_eq!(r, 0, "utimensat {}", p.display());
+    };
+    let left = killed();
+    age(&left.join("forge.sock"));
+    let crowded = killed();
+    age(&crowded.join("forge.sock"));
+    std::fs::write(crowded.join("keep"), "x").expect("write");
+    let young = killed();
+
+    let mut c = start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while left.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!left.exists(), "the old dead socket's directory is removed");
+    assert!(crowded.join("keep").exists() && young.join("forge.sock").exists());
+    assert_eq!(listing().len(), 3, "the crowded, the young and the live server's: {:?}", listing());
+    c.shutdown_exit();
+}
+
 // --- 4. file modes --------------------------------------------------------------------------------
 
 #[test]

@@ -427,6 +427,17 @@ impl AcceptPause {
 /// socket directory that is not ours is refused: the server keeps serving its clients,
 /// logs why, and loops (which need the socket) refuse to start.
 pub fn start_private_socket(hub: Arc<Hub>) {
+    // Servers killed without cleanup left their socket directories; sweep them once per
+    // server, on a thread of its own (housekeeping, never on the start-up path).
+    let _ = std::thread::Builder::new().name("forge-sweep-sockets".into()).spawn(|| {
+        let n = forge_core::paths::sweep_stale_socket_dirs();
+        if n > 0 {
+            tracing::info!(
+                "removed {n} socket director{} left by servers that were killed",
+                if n == 1 { "y" } else { "ies" }
+            );
+        }
+    });
     let path = match forge_core::paths::private_socket_path() {
         Ok(p) => p,
         Err(e) => {
