@@ -238,6 +238,17 @@ fn a_caller_chosen_branch_replaces_forge_name_and_survives_a_restart() {
     let e = t.client.tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "main" }));
     assert_eq!(e.code, 1003, "{e}");
     assert_contains(&e.message, "branch `main` already exists");
+    // A branch git cannot keep beside an existing one (before: git's raw error, 1004).
+    for (branch, beside) in [("main/x", "main"), ("feature", "feature/old")] {
+        t.repo.git(&["branch", "-f", "feature/old"]);
+        let e =
+            t.client.tool_err("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": branch }));
+        assert_eq!(e.code, 1003, "{branch}: {e}");
+        assert_contains(
+            &e.message,
+            &format!("branch `{branch}` cannot be created beside the existing branch `{beside}`"),
+        );
+    }
     let e = t.client.tool_err(
         "execute-plan",
         json!({ "title": "Two halves", "plan": TWO_SECTIONS, "branch": "x/y", "mode": "new-session" }),
@@ -429,4 +440,53 @@ fn a_busy_subagent_blocks_the_handoff_and_defers_the_turn_end() {
             "terminate completed auditing->- it=1 status=completed reason=completed",
         ],
     );
+}
+
+/// The loop's name is free of every clash, not only of loops and exact branches: a
+/// branch under `forge/<name>/…` and a directory left in the worktrees directory each
+/// move the name on; a branch named `forge`, which clashes with every loop branch, is
+/// refused with its name (before: git's raw error, 1004).
+#[test]
+fn a_loop_name_clashing_with_a_branch_path_or_a_left_directory_moves_on() {
+    let t = LoopTest::start("block", "");
+    // `forge` can only exist while no forge/ branch does.
+    t.repo.git(&["branch", "forge"]);
+    let e = t.client.tool_err("execute-plan", json!({ "title": "Other", "plan": TWO_SECTIONS }));
+    assert_eq!(e.code, 1003, "{e}");
+    assert_contains(&e.message, "the branch `forge` keeps loops' branches (forge/<name>) from being created");
+    assert_eq!(t.count("SELECT count(*) FROM loops WHERE ?1 = ?1", ""), 0, "the refusal creates nothing");
+    t.repo.git(&["branch", "-D", "forge"]);
+
+    t.repo.git(&["branch", "forge/two-halves/old"]);
+    std::fs::create_dir_all(t.sb.data_dir.join("worktrees").join("two-halves-1").join("left")).expect("mkdir");
+    let name = t.execute("Two halves", TWO_SECTIONS);
+    assert_eq!(name, "two-halves-2");
+    assert!(t.has_branch("forge/two-halves-2"));
+    assert!(t.sb.data_dir.join("worktrees").join("two-halves-1").join("left").exists(), "the left directory is kept");
+    t.signal("release");
+    t.wait_end(&name);
+}
+
+/// Two servers on one data directory starting loops of the same name at once: the one
+/// that chose the name first but creates its worktree second finds the name taken and
+/// chooses again (before: git's raw "branch exists" as 1004). Made deterministic by
+/// holding the first server between choosing the name and creating the worktree.
+#[test]
+fn a_loop_name_taken_by_another_server_meanwhile_is_chosen_again() {
+    let t = LoopTest::start("block", "");
+    let other = t.other_server("block", &[]);
+    t.hold("start.named");
+    let first = t.client.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
+    );
+    t.wait_held("start.named");
+    let won = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+    assert_eq!(won.data["loopName"], json!("two-halves"));
+    t.unhold("start.named");
+    let out = t.client.wait_response(first, std::time::Duration::from_secs(60));
+    assert_eq!(out["result"]["data"]["loopName"], json!("two-halves-1"), "{out}");
+    assert!(t.has_branch("forge/two-halves") && t.has_branch("forge/two-halves-1"));
+    t.signal("release");
+    t.wait_end("two-halves-1");
 }

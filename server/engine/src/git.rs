@@ -359,6 +359,34 @@ pub fn delete_branch(repo_dir: &Path, branch: &str) -> Result<(), GitError> {
     delete_created_branch(repo_dir, branch)
 }
 
+/// The repository's local branch names (one listing, for [`branch_clash`]).
+pub fn local_branches(repo_dir: &Path) -> Result<Vec<String>, GitError> {
+    let repo = discover(repo_dir)?;
+    let repo_path = repo_display_path(&repo);
+    let mut names = Vec::new();
+    for b in repo.branches(Some(BranchType::Local)).ctx("list the branches", &repo_path)? {
+        let (b, _) = b.ctx("list the branches", &repo_path)?;
+        if let Ok(Some(name)) = b.name() {
+            names.push(name.to_string());
+        }
+    }
+    Ok(names)
+}
+
+/// The existing branch that keeps `branch` from being created, if any: the same name, or
+/// one that is a `/`-separated prefix of it or has it as one (git keeps `main` as a file
+/// where `main/x` needs a directory, so the two cannot both exist).
+pub fn branch_clash<'a>(existing: &'a [String], branch: &str) -> Option<&'a str> {
+    let under = |outer: &str, inner: &str| {
+        inner.len() > outer.len() && inner.starts_with(outer) && inner.as_bytes()[outer.len()] == b'/'
+    };
+    existing
+        .iter()
+        .find(|e| e.as_str() == branch)
+        .or_else(|| existing.iter().find(|e| under(e, branch) || under(branch, e)))
+        .map(String::as_str)
+}
+
 /// Whether `name` is a valid short branch name (as `git check-ref-format --branch`).
 pub fn is_valid_branch_name(name: &str) -> bool {
     valid_branch_name(name)
@@ -1225,6 +1253,28 @@ mod tests {
         assert!(!fs::metadata(&wt.dir).unwrap().permissions().readonly());
         fs::write(wt.dir.join("new.txt"), "x").unwrap();
         fs::write(wt.dir.join("a.txt"), "changed").unwrap();
+    }
+
+    #[test]
+    fn branch_clash_finds_the_same_name_and_path_prefixes_only() {
+        let existing: Vec<String> =
+            ["main", "feature/a", "forge/x", "mainline"].iter().map(|s| s.to_string()).collect();
+        let table: &[(&str, Option<&str>)] = &[
+            ("main", Some("main")),
+            ("main/x", Some("main")),
+            ("feature", Some("feature/a")),
+            ("feature/a", Some("feature/a")),
+            ("feature/a/b", Some("feature/a")),
+            ("feature/b", None),
+            ("forge/x-1", None),
+            ("forge", Some("forge/x")),
+            ("mai", None),
+            ("mainline/2", Some("mainline")),
+            ("other", None),
+        ];
+        for (new, clash) in table {
+            assert_eq!(branch_clash(&existing, new), *clash, "{new}");
+        }
     }
 
     #[test]

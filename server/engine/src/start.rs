@@ -69,45 +69,80 @@ pub async fn start_loop(
     let requested = slugify(loop_name.as_deref().filter(|s| !s.trim().is_empty()).unwrap_or(&title));
     let requested = if requested.trim_matches('-').is_empty() { "loop".to_string() } else { requested };
 
-    // Name: unique among the project's loops and live forge/ branches.
-    let (p, r2) = (project.clone(), repo.clone());
-    let taken: Vec<String> = engine
-        .store
-        .call(move |c| loops::list(c, &p).map(|v| v.into_iter().map(|l| l.loop_name).collect()))
-        .await
-        .map_err(internal)?;
-    let name = uniquify(&requested, |n| {
-        taken.iter().any(|t| t == n) || git::branch_exists(&r2, &git::branch_for(n)).unwrap_or(true)
-    });
-    // A caller-chosen branch replaces forge/<name> (the name is still reserved against
-    // forge/<name> above); it must be a new, valid branch name.
-    let branch = match caller_branch {
-        Some(b) => {
-            if let Some(why) = git::branch_name_problem(&b) {
-                return Err(ToolError::invalid(format!("Failed to start loop: {why}")));
-            }
-            let (r, b2) = (repo.clone(), b.clone());
-            let exists = tokio::task::spawn_blocking(move || git::branch_exists(&r, &b2))
-                .await
-                .map_err(internal)?
-                .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
-            if exists {
-                return Err(ToolError::conflict(format!(
-                    "Failed to start loop: branch `{b}` already exists; pass a new branch name (the loop creates it from HEAD) or omit branch to use forge/<name>"
-                )));
-            }
-            b
+    // Name, branch and worktree. The name is unique among the project's loops, the
+    // branches (`forge/<name>` must not clash with one, `main/x` beside `main` included)
+    // and the worktree directories. Another server may take the same name between the
+    // check and the worktree's creation (a branch or directory that exists by then): the
+    // name is then chosen again, a few times, before giving up.
+    if let Some(b) = &caller_branch {
+        if let Some(why) = git::branch_name_problem(b) {
+            return Err(ToolError::invalid(format!("Failed to start loop: {why}")));
         }
-        None => git::branch_for(&name),
+    }
+    const ATTEMPTS: usize = 3;
+    let mut attempt = 0;
+    let (name, branch, wt) = loop {
+        attempt += 1;
+        let (p, r2) = (project.clone(), repo.clone());
+        let taken: Vec<String> = engine
+            .store
+            .call(move |c| loops::list(c, &p).map(|v| v.into_iter().map(|l| l.loop_name).collect()))
+            .await
+            .map_err(internal)?;
+        let branches = tokio::task::spawn_blocking(move || git::local_branches(&r2))
+            .await
+            .map_err(internal)?
+            .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
+        let worktrees = engine.data_dir.join("worktrees");
+        if caller_branch.is_none() && branches.iter().any(|b| b == "forge") {
+            // Every `forge/<name>` would clash with it (and no suffix would help).
+            return Err(ToolError::conflict(
+                "Failed to start loop: the branch `forge` keeps loops' branches (forge/<name>) from being created; rename it, or pass branch to choose the loop's branch",
+            ));
+        }
+        let name = uniquify(&requested, |n| {
+            taken.iter().any(|t| t == n)
+                || git::branch_clash(&branches, &git::branch_for(n)).is_some()
+                || std::fs::symlink_metadata(worktrees.join(n)).is_ok()
+        });
+        // A caller-chosen branch replaces forge/<name> (the name is still reserved against
+        // forge/<name> above); it must be a new branch that clashes with none.
+        let branch = match &caller_branch {
+            Some(b) => {
+                match git::branch_clash(&branches, b) {
+                    Some(c) if c == b => {
+                        return Err(ToolError::conflict(format!(
+                            "Failed to start loop: branch `{b}` already exists; pass a new branch name (the loop creates it from HEAD) or omit branch to use forge/<name>"
+                        )))
+                    }
+                    Some(c) => {
+                        return Err(ToolError::conflict(format!(
+                            "Failed to start loop: branch `{b}` cannot be created beside the existing branch `{c}` (git keeps one of them as a file where the other needs a directory); pass another branch name or omit branch to use forge/<name>"
+                        )))
+                    }
+                    None => {}
+                }
+                b.clone()
+            }
+            None => git::branch_for(&name),
+        };
+        let dir = worktrees.join(&name);
+        crate::pause::at("start.named").await;
+        let (r3, d3, b3) = (repo.clone(), dir.clone(), branch.clone());
+        let created =
+            tokio::task::spawn_blocking(move || git::create_worktree(&r3, &d3, &b3)).await.map_err(internal)?;
+        match created {
+            Ok(wt) => break (name, branch, wt),
+            // Taken since the check, by another server's loop start.
+            Err(git::GitError::BranchExists { .. } | git::GitError::DirNotEmpty { .. }) if attempt < ATTEMPTS => {
+                continue
+            }
+            Err(e @ git::GitError::BranchExists { .. }) => {
+                return Err(ToolError::conflict(format!("Failed to start loop: {e}")));
+            }
+            Err(e) => return Err(ToolError::precondition(format!("Failed to start loop: {e}"))),
+        }
     };
-    let dir = engine.data_dir.join("worktrees").join(&name);
-
-    // 1. Worktree.
-    let (r3, d3, b3) = (repo.clone(), dir.clone(), branch.clone());
-    let wt = tokio::task::spawn_blocking(move || git::create_worktree(&r3, &d3, &b3))
-        .await
-        .map_err(internal)?
-        .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
     // Sandbox shims (engine/sandbox.rs).
     if let Some(b) = &bwrap {
         let sb = Sandbox {
