@@ -44,6 +44,12 @@ if [ -n "${FORGE_TEST_RUNTIME_SOCKET:-}" ]; then
   { [ -S "$FORGE_TEST_RUNTIME_SOCKET" ] && echo host-sees || echo host-misses
     "$SHELL" -c '[ -S "$FORGE_TEST_RUNTIME_SOCKET" ] && echo sandbox-sees || echo sandbox-misses'; } > "$d/runtime.txt" 2>&1
 fi
+# The server's socket directory is read-only inside: a sandboxed process cannot move the
+# socket away and listen on its path (it would receive other sessions' tokens), nor put
+# anything beside it.
+"$SHELL" -c 'dir=$(dirname "$FORGE_LSP_SOCKET")
+  if mv "$FORGE_LSP_SOCKET" "$dir/moved" 2>/dev/null; then echo moved; mv "$dir/moved" "$FORGE_LSP_SOCKET"; else echo kept; fi
+  if touch "$dir/planted" 2>/dev/null; then echo planted; else echo refused; fi' > "$d/socketdir.txt" 2>&1
 # A plugin tool from files (box__Probe, when the test installed it) runs in the sandbox too.
 forge-lsp call box__Probe '{}' > "$d/plugin.out" 2> "$d/plugin.err"
 echo $? > "$d/plugin.code"

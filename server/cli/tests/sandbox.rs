@@ -278,6 +278,9 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     // The user's runtime directory is hidden inside (its private socket still works: the
     // calls above went through it).
     assert_eq!(read(&d, "runtime.txt").lines().collect::<Vec<_>>(), ["host-sees", "sandbox-misses"]);
+    // The socket's directory is read-only inside (before: read-write, so a sandboxed
+    // process could move the socket and listen on its path in the server's place).
+    assert_eq!(read(&d, "socketdir.txt").lines().collect::<Vec<_>>(), ["kept", "refused"]);
 
     // Not for sessions outside a loop.
     let e = f.client.tool_err("shell", json!({ "command": "pwd" }));

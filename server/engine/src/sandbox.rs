@@ -4,8 +4,10 @@
 //! - What a sandboxed command sees: the whole file system read-only (`--ro-bind / /`), a
 //!   fresh `/dev` and `/proc`, a private `/tmp` (`TMPDIR=/tmp`), the loop's worktree
 //!   read-write at its identical host path, the server's private socket directory
-//!   read-write (so `forge-lsp call` works inside; a per-process directory that holds only
-//!   the socket, `forge_core::paths`, never a `--listen` socket's directory), and `<worktree>/.forge` read-only (the
+//!   read-only (so `forge-lsp call` works inside, a socket on a read-only mount can still be
+//!   connected to, and nothing inside can move the socket and listen on its path in its
+//!   place; a per-process directory that holds only the socket, `forge_core::paths`, never
+//!   a `--listen` socket's directory), and `<worktree>/.forge` read-only (the
 //!   shims below run on the host, so a sandboxed command must not be able to rewrite them).
 //!   Every namespace is unshared (`--unshare-all`): no network unless the loop was started
 //!   with `sandbox.network = true` (`--share-net`); loopback inside is a fresh namespace.
@@ -72,8 +74,13 @@ const HOW_TO_FIX: &str = "Install bubblewrap (apt-get install bubblewrap, or you
 pub struct Sandbox {
     pub worktree: PathBuf,
     pub network: bool,
-    /// Extra read-write directories: the server's private socket directory, so
-    /// `forge-lsp call` works inside.
+    /// The server's private socket directory, bound read-only so `forge-lsp call` works
+    /// inside (connecting to a socket needs no write access to its mount) while nothing
+    /// inside can rename, replace or remove the socket: a sandboxed process that listened
+    /// on its path would receive other sessions' tokens.
+    pub socket_dir: Option<PathBuf>,
+    /// Extra read-write directories (an agent CLI run whole in the sandbox: its own
+    /// state directories).
     pub binds: Vec<PathBuf>,
     /// Extra read-only paths: the agent program when it is a file outside the visible
     /// tree (a script under `/tmp`, which the private `/tmp` would hide), a plugin tool's
@@ -201,10 +208,10 @@ pub async fn require(enabled: bool, mode: &str, what: &str) -> Result<Option<Pat
     }
 }
 
-/// The extra read-write directories of a loop's sandbox: the private socket's directory,
+/// The directory of a loop's sandbox bound read-only for the server's private socket,
 /// which holds nothing but that socket (`forge_core::paths::private_socket_path`).
-pub fn loop_binds(socket: Option<&Path>) -> Vec<PathBuf> {
-    socket.and_then(|s| s.parent().map(Path::to_path_buf)).into_iter().collect()
+pub fn socket_dir(socket: Option<&Path>) -> Option<PathBuf> {
+    socket.and_then(|s| s.parent().map(Path::to_path_buf))
 }
 
 /// Directories a sandbox sees as empty tmpfs: `/run/user` and the server's own
@@ -312,7 +319,13 @@ fn sh_quote(s: &OsStr) -> Vec<u8> {
 impl Sandbox {
     /// The sandbox of a loop worktree, with the server's socket directory bound.
     pub fn for_loop(worktree: &Path, network: bool, socket: Option<&Path>) -> Sandbox {
-        Sandbox { worktree: worktree.to_path_buf(), network, binds: loop_binds(socket), ro_binds: vec![] }
+        Sandbox {
+            worktree: worktree.to_path_buf(),
+            network,
+            socket_dir: socket_dir(socket),
+            binds: vec![],
+            ro_binds: vec![],
+        }
     }
 
     /// With the loop's shims ([`shim_dir`]) visible, read-only, inside: a shell started
@@ -344,6 +357,9 @@ impl Sandbox {
         }
         // After the tmpfs (so directories under /tmp reappear), before the worktree (so a
         // bind that contains the worktree does not hide its binds).
+        if let Some(d) = &self.socket_dir {
+            push(&["--ro-bind-try".as_ref(), d.as_os_str(), d.as_os_str()]);
+        }
         for b in &self.binds {
             push(&["--bind-try".as_ref(), b.as_os_str(), b.as_os_str()]);
         }
@@ -769,7 +785,7 @@ mod tests {
     }
 
     fn sandbox(dir: &Path) -> Sandbox {
-        Sandbox { worktree: dir.to_path_buf(), network: false, binds: vec![], ro_binds: vec![] }
+        Sandbox { worktree: dir.to_path_buf(), network: false, socket_dir: None, binds: vec![], ro_binds: vec![] }
     }
 
     #[test]

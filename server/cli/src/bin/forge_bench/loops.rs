@@ -421,12 +421,13 @@ pub fn scenario_sandbox(bin: &Path, quick: bool, r: &mut Report) {
     let scratch = w.target.root.parent().expect("scratch dir").to_path_buf();
 
     // The same command line `Sandbox::command` builds for a loop: its worktree, and the
-    // server's private socket directory bound read-write.
+    // server's private socket directory bound read-only.
     let wt = scratch.join("worktree");
     std::fs::create_dir_all(&wt).expect("worktree dir");
     let socket_dir = w.target.xdg_runtime.join("forge-lsp");
     std::fs::create_dir_all(&socket_dir).expect("socket dir");
-    let sandbox = Sandbox { worktree: wt.clone(), network: false, binds: vec![socket_dir], ro_binds: vec![] };
+    let sandbox =
+        Sandbox { worktree: wt.clone(), network: false, socket_dir: Some(socket_dir), binds: vec![], ro_binds: vec![] };
     let cmd = sandbox.command(&bwrap, &["true".to_string()], &wt);
     let (b_prog, b_args) = (
         cmd.as_std().get_program().to_os_string(),
