@@ -125,7 +125,7 @@ pub fn stored_message(file: &str, line: i64, severity: Severity, section: Option
 pub fn duplicate_message(file: &str, line: i64) -> String {
     format!(
         "Finding already exists at {file}:{line}. Findings are write-once: \
-         only the auditor can remove it, with review-delete."
+         to replace it, delete it with review-delete (auditors and the user may) and write again."
     )
 }
 

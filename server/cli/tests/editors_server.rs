@@ -342,6 +342,8 @@ fn saving_over_a_read_only_view_restores_it_and_keeps_the_text() {
         .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
         .collect();
     assert_eq!(kept, vec!["my notes\n".to_string()], "the user's text is kept");
+    let dir_mode = std::fs::metadata(root.join(".forge/rejected")).expect("rejected dir").permissions().mode() & 0o777;
+    assert_eq!(dir_mode, 0o700, "the kept texts' directory is private");
 }
 
 #[test]

@@ -603,6 +603,10 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     let e = c.tool_err("grep", json!({ "pattern": format!("({}", "a".repeat(1_000_000)) }));
     assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.len() < 3_000, "{} bytes", e.message.len());
+    // The error shows the caller's pattern, not the search's wrapping of it (`(?:(`).
+    let e = c.tool_err("grep", json!({ "pattern": "a)" }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("unopened group") && !e.message.contains("(?:"), "{e}");
     let e = c.tool_err("ast-grep-search", json!({ "pattern": "let a = 1; let b = 2;", "lang": "rust" }));
     assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("Multiple AST nodes"), "{e}");

@@ -480,7 +480,9 @@ fn assert_loop_shut_down(sb: &Sandbox, name: &str) {
 
 #[test]
 fn sigterm_and_sigint_shut_a_listen_server_down_cleanly() {
-    for sig in [libc::SIGTERM, libc::SIGINT] {
+    // SIGHUP too: a terminal closed under `forge-lsp serve --listen … &` (before, it killed
+    // the server without cleanup: the listen socket stayed and the loop was not ended).
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         let sb = Sandbox::new();
         let repo = loop_project();
         let sock = sb.root.join("listen/forge.sock");
@@ -514,6 +516,28 @@ fn sigterm_shuts_a_stdio_server_down_cleanly() {
     assert_eq!(status.code(), Some(0));
     assert!(!private.exists(), "the private socket is removed");
     assert_loop_shut_down(&sb, &name);
+}
+
+/// A server started with SIGHUP ignored (`nohup`) keeps serving when it gets one.
+#[test]
+fn a_server_started_under_nohup_outlives_a_hangup() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio_with(|cmd| {
+        // SAFETY: signal() is async-signal-safe; it only changes the child's disposition.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    });
+    c.init(&Init::new(&repo.path));
+    signal(c.pid().expect("pid"), libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(c.is_alive(), "SIGHUP ignored at start is still ignored");
+    c.tool_ok("review-read", json!({}));
+    c.shutdown_exit();
 }
 
 // --- 5. serve --listen and the loop sandbox ----------------------------------------------------------

@@ -45,10 +45,11 @@ fn write_for_another_client(writer: &Client, reader: &Client, label: &str) {
 fn serve_listen_unix_shares_one_state_between_connections() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let sock = sb.root.join("sockdir/forge.sock");
+    let sock = sb.root.join("sockdir/sub/forge.sock");
     let server = sb.listen_unix(&sock);
     assert_eq!(mode(&sock), 0o600, "socket file mode");
     assert_eq!(mode(sock.parent().unwrap()), 0o700, "socket directory mode");
+    assert_eq!(mode(&sb.root.join("sockdir")), 0o700, "every directory made for it is private");
     // Bound in a staging directory and renamed into place: nothing else is left beside it.
     let beside: Vec<_> = std::fs::read_dir(sock.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(beside, [std::ffi::OsString::from("forge.sock")]);

@@ -371,6 +371,23 @@ pub fn commit_all(staged: Vec<Staged>) -> Result<(), (usize, io::Error)> {
     Ok(())
 }
 
+/// Makes the directory `base/rel` with mode 0700 (the umask may only take bits away)
+/// unless it exists, creating missing parents as [`open_dir`] does and never following a
+/// link below `base`. An existing directory keeps its mode.
+pub fn make_private_dir(base: &Path, rel: &Path) -> io::Result<()> {
+    let (parent, name) = split_file(rel)?;
+    let dir = open_dir(base, parent, true)?;
+    let c = cstr(name)?;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// Writes `base/rel` atomically (a fresh temporary file renamed over it) with `mode`,
 /// creating missing directories and never following a link below `base`. A link at the
 /// file's own name is replaced, not written through.

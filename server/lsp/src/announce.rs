@@ -504,7 +504,8 @@ pub async fn adopt_view_edit(conn: &Conn, doc: &ForgeUri, path: &std::path::Path
         .await;
 }
 
-/// Keeps a rejected edit under `<project>/.forge/rejected/` (mode 0600); returns where.
+/// Keeps a rejected edit under `<project>/.forge/rejected/` (directory 0700, file 0600);
+/// returns where.
 async fn keep_rejected(conn: &Conn, doc: &ForgeUri, text: &str) -> String {
     let root = conn.env().project.root.clone();
     let rel = std::path::PathBuf::from(".forge/rejected").join(format!(
@@ -513,8 +514,12 @@ async fn keep_rejected(conn: &Conn, doc: &ForgeUri, text: &str) -> String {
         doc.view_path().replace('/', "_")
     ));
     let (r2, rel2, body) = (root.clone(), rel.clone(), text.to_string());
-    match tokio::task::spawn_blocking(move || forge_core::beneath::write_file(&r2, &rel2, body.as_bytes(), 0o600)).await
-    {
+    let keep = move || {
+        // The directory is private too: the file names say which documents were edited.
+        forge_core::beneath::make_private_dir(&r2, std::path::Path::new(".forge/rejected"))?;
+        forge_core::beneath::write_file(&r2, &rel2, body.as_bytes(), 0o600)
+    };
+    match tokio::task::spawn_blocking(keep).await {
         Ok(Ok(())) => root.join(rel).display().to_string(),
         Ok(Err(e)) => format!("no file (keeping it failed: {e}); it is still in your editor's buffer"),
         Err(e) => format!("no file (keeping it failed: {e}); it is still in your editor's buffer"),

@@ -43,7 +43,7 @@ fn peer_of(s: &tokio::net::UnixStream) -> Peer {
     Peer::of_socket(s.as_fd())
 }
 
-/// Serves stdin/stdout until `exit`, end of input, SIGTERM or SIGINT. Returns whether the
+/// Serves stdin/stdout until `exit`, end of input, SIGTERM, SIGINT or SIGHUP. Returns whether the
 /// server stopped cleanly: the client sent `shutdown` first, or a signal asked it to stop.
 /// (LSP: "exit" without a prior "shutdown" ends the process with exit code 1.)
 pub async fn stdio(hub: Arc<Hub>) -> bool {
@@ -96,16 +96,37 @@ fn stdio_pipes() -> Option<(tokio::net::unix::pipe::Receiver, Option<tokio::net:
     Some((input, pipe::Sender::from_owned_fd(output).ok()))
 }
 
-/// Waits for SIGTERM or SIGINT; returns its name.
+/// Waits for SIGTERM, SIGINT or SIGHUP (a closed terminal: `forge-lsp serve --listen … &`);
+/// returns its name. SIGHUP is left alone when this process was started with it ignored
+/// (`nohup`): whoever started it asked it to outlive the terminal.
 pub async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::warn!("cannot install the SIGTERM/SIGINT handlers; signals end the process without cleanup");
         return std::future::pending().await;
     };
+    let mut hup = if hangup_ignored() { None } else { signal(SignalKind::hangup()).ok() };
+    let hangup = async {
+        match &mut hup {
+            Some(h) => {
+                h.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
     tokio::select! {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
+        _ = hangup => "SIGHUP",
+    }
+}
+
+/// Whether SIGHUP is ignored in this process (`nohup`, or a parent that ignored it).
+fn hangup_ignored() -> bool {
+    // SAFETY: reads the current disposition only (no new action is installed).
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 
@@ -177,7 +198,8 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
-            std::fs::create_dir_all(dir)?;
+            // Every directory made for it is private, not only the last.
+            forge_core::paths::create_private_dirs(dir)?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         }
     }

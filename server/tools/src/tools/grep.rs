@@ -46,7 +46,13 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             .case_insensitive(!input.case_sensitive.unwrap_or(true))
             .build(&input.pattern)
             .map_err(|e| {
-                let (p, e) = (forge_domain::text::echo(&input.pattern), forge_domain::text::cut_error(e));
+                // The builder reports the pattern as it wrapped it (`(?:(` for `(`); the
+                // same syntax parsed alone names the caller's own pattern and column.
+                let e = match regex::Regex::new(&input.pattern) {
+                    Err(own) => forge_domain::text::cut_error(own),
+                    Ok(_) => forge_domain::text::cut_error(e),
+                };
+                let p = forge_domain::text::echo(&input.pattern);
                 ToolError::invalid(format!("grep failed: invalid regex {p}: {e}"))
             })?;
         let include = match input.include.as_deref().filter(|g| !g.is_empty()) {
