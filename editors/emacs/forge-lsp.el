@@ -532,8 +532,13 @@ a `user-error' carrying the server's message."
     (setq forge-lsp--last-server server)
     (if (and (not (forge-lsp--virtual-p server)) (file-exists-p view))
         (find-file view)
-      ;; Fetch first so that an unknown URI is an error, not an empty buffer.
-      (forge-lsp--fetch server uri t)
+      ;; Fetch first so that an unknown URI is an error, not an empty buffer; a session
+      ;; plan not written yet opens empty (saving it stores it).
+      (condition-case err
+          (forge-lsp--fetch server uri t)
+        (file-missing
+         (unless (forge-lsp--session-plan-p uri)
+           (signal (car err) (cdr err)))))
       (unless (forge-lsp--virtual-p server)
         (message "forge: %s has no copy under .forge/view/ yet; showing it from the server (no live refresh: M-x revert-buffer)" uri))
       (let ((forge-lsp--opening-server server))
@@ -1083,13 +1088,33 @@ Emacs passes directory names here without their last slash."
          (last (car (last (split-string (substring n (length "forge://")) "/" t)))))
     (or (string-suffix-p "/" n) (null last) (not (string-match-p "\\." last)))))
 
+(defun forge-lsp--session-plan-p (name)
+  "Non-nil when NAME is a session plan's URI (the one kind of document that can be saved)."
+  (and (stringp name)
+       (string-match-p "\\`forge://plan/session/[^/]+\\.md\\'" (forge-lsp--normalize name))))
+
+(defvar-local forge-lsp--open-error nil
+  "Why the last visit of this `forge://' buffer's document failed (an error object).")
+
+(defvar-local forge-lsp--new-plan nil
+  "Non-nil in the buffer of a session plan that is not stored yet: it opens writable.")
+(put 'forge-lsp--new-plan 'permanent-local t)
+
 (defun forge-lsp--insert-file-contents (filename &optional visit beg end replace)
   (let* ((uri (forge-lsp--normalize filename))
          (server (forge-lsp--document-server))
-         (text (if (not (forge-lsp--document-p uri))
-                   (signal 'file-missing (list "Opening Forge document" "Not a Forge document" uri))
-                 (if server (forge-lsp--fetch server uri (and replace (not visit)))
-                   (signal 'file-error (list "forge-lsp is not running (open a file of the project and run M-x forge-lsp-ensure)" uri)))))
+         (text (condition-case err
+                   (if (not (forge-lsp--document-p uri))
+                       (signal 'file-missing (list "Opening Forge document" "Not a Forge document" uri))
+                     (if server (forge-lsp--fetch server uri (and replace (not visit)))
+                       (signal 'file-error (list "forge-lsp is not running (open a file of the project and run M-x forge-lsp-ensure)" uri))))
+                 (error
+                  ;; As for any file: a visit that fails still visits the name (Emacs reads
+                  ;; `buffer-file-name' next); `forge-lsp--not-found' decides what is shown.
+                  (when visit
+                    (setq buffer-file-name uri)
+                    (setq forge-lsp--open-error err))
+                  (signal (car err) (cdr err)))))
          (text (if (or beg end) (substring text (or beg 0) (min (length text) (or end (length text)))) text)))
     (let ((inhibit-read-only t))
       (if replace
@@ -1101,6 +1126,27 @@ Emacs passes directory names here without their last slash."
       (when server (setq forge-lsp--buffer-server server))
       (set-buffer-modified-p nil))
     (list uri (length text))))
+
+(defun forge-lsp--not-found ()
+  "For `find-file-not-found-functions': a `forge://' name the server cannot serve.
+A session plan not written yet opens as an empty, writable buffer that saving stores
+\(`forge.plan-write'); for anything else the buffer goes and the server's reason is the
+error (an unknown URI, no server)."
+  ;; Emacs also signals here after a document was read: a visit whose modification time
+  ;; is unknown counts as of a missing file. Only a failed read has `forge-lsp--open-error'.
+  (when (and (forge-lsp--forge-name-p buffer-file-name) forge-lsp--open-error)
+    (let ((err forge-lsp--open-error))
+      (if (and (forge-lsp--session-plan-p buffer-file-name) (eq (car err) 'file-missing)
+               (forge-lsp--document-server))
+          (progn
+            (setq forge-lsp--new-plan t)
+            (message "forge: no plan stored for this session yet: write it here, C-x C-s stores it")
+            t)
+        (set-buffer-modified-p nil)
+        (kill-buffer (current-buffer))
+        (signal (car err) (cdr err))))))
+
+(add-hook 'find-file-not-found-functions #'forge-lsp--not-found)
 
 (defun forge-lsp--write-region (start end filename &optional append visit &rest _)
   (let* ((uri (forge-lsp--normalize filename))
@@ -1267,7 +1313,7 @@ Emacs passes directory names here without their last slash."
       (setq forge-lsp--buffer-server server)
       (when server
         (setq default-directory (file-name-as-directory (project-root (eglot--project server)))))
-      (setq buffer-read-only t)
+      (setq buffer-read-only (not forge-lsp--new-plan))
       (setq-local backup-inhibited t)
       (setq-local create-lockfiles nil)
       (auto-save-mode -1)

@@ -254,6 +254,44 @@ only when BODY returns (fail . DETAIL)."
       (file-missing (if (get-file-buffer uri) (ft-fail "a buffer was left") t))
       (error (ft-fail "unexpected error %S" err)))))
 
+;; Before: `find-file' of such a name failed with "Wrong type argument: arrayp, nil" and
+;; left an empty buffer (the visit never set `buffer-file-name').
+(ft-check "find-file of a forge:// name the server cannot serve: the server's reason, no buffer"
+  (let ((uri "forge://loop/no-such-loop/status.md"))
+    (condition-case err
+        (with-current-buffer ft-main-buffer
+          (find-file uri)
+          (ft-fail "opened %s" uri))
+      (file-error
+       (let ((msg (error-message-string err)))
+         (cond ((get-file-buffer uri) (ft-fail "a buffer visits %s" uri))
+               ((get-buffer "status.md") (ft-fail "a buffer status.md was left"))
+               ((not (string-match-p "no-such-loop" msg)) (ft-fail "message %S" msg))
+               (t t))))
+      (error (ft-fail "unexpected error %S" err)))))
+
+;; Before: there was no way to write the first session plan from Emacs (opening it was an
+;; error, and only saving an existing plan's buffer stored one).
+(ft-check "forge-lsp-open-plan with empty input: no plan yet opens empty and writable, saving stores it"
+  (let* ((id (forge-lsp-session-id ft-server))
+         (uri (format "forge://plan/session/%s.md" id)))
+    (with-current-buffer ft-main-buffer (forge-lsp-open-plan ""))
+    (let ((buf (get-file-buffer uri)))
+      (prog1
+          (if (not buf) (ft-fail "no buffer visits %s" uri)
+            (with-current-buffer buf
+              (cond (buffer-read-only (ft-fail "the new plan's buffer is read-only"))
+                    ((> (buffer-size) 0) (ft-fail "not empty: %S" (buffer-string)))
+                    (t
+                     (insert "# First plan\n\nWritten in Emacs.\n")
+                     (cl-letf (((symbol-function 'yes-or-no-p) (lambda (&rest _) (error "asked yes-or-no-p")))
+                               ((symbol-function 'y-or-n-p) (lambda (&rest _) (error "asked y-or-n-p"))))
+                       (save-buffer))
+                     (let ((r (ft-shell "call" "plan-read" (format "{\"session_id\":\"%s\"}" id))))
+                       (or (and (not (buffer-modified-p)) (string-match-p "Written in Emacs\\." (cdr r)))
+                           (ft-fail "modified %s, stored plan %S" (buffer-modified-p) (cdr r))))))))
+        (when (buffer-live-p buf) (kill-buffer buf))))))
+
 ;;;; 4. A loop
 
 (defvar ft-loop "emacs-loop")
