@@ -3,6 +3,17 @@
 
 use std::path::{Component, Path, PathBuf};
 
+/// Whether `rel` (relative to a project's or worktree's root, `/`-separated components)
+/// is forge-lsp's own project configuration: `.forge/config.toml` or anything under
+/// `.forge/tools/`. The server trusts such files when they are not committed, so the file
+/// tools never write them: a model that could would choose the program the next loop runs,
+/// turn its sandbox off or add a tool of its own.
+pub fn is_forge_config(rel: &Path) -> bool {
+    let mut parts = rel.components().filter(|c| !matches!(c, std::path::Component::CurDir));
+    matches!(parts.next(), Some(std::path::Component::Normal(d)) if d == ".forge")
+        && matches!(parts.next(), Some(std::path::Component::Normal(n)) if n == "config.toml" || n == "tools")
+}
+
 /// `path` with `.` dropped and each `..` taking back the name before it. A leading `..` of
 /// a relative path stays; `/..` is `/`. A trailing `/` is dropped.
 pub fn lexical(path: &Path) -> PathBuf {
@@ -63,6 +74,25 @@ pub fn finding_file(file: &str, base: Option<&Path>, roots: &[&Path]) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forge_config_is_the_config_file_and_the_tools_folder_at_the_root() {
+        for (rel, is) in [
+            (".forge/config.toml", true),
+            ("./.forge/config.toml", true),
+            (".forge/tools/x.toml", true),
+            (".forge/tools", true),
+            (".forge/tools/a/run.py", true),
+            (".forge/view/index.md", false),
+            (".forge/usage/x", false),
+            ("sub/.forge/config.toml", false),
+            (".forge", false),
+            ("forge/config.toml", false),
+            (".forge/config.toml.bak", false),
+        ] {
+            assert_eq!(is_forge_config(Path::new(rel)), is, "{rel}");
+        }
+    }
 
     #[test]
     fn one_file_has_one_key() {

@@ -36,7 +36,7 @@ pub use apply::{apply_hunks, Applied, HunkNote};
 pub use error::PatchError;
 pub use matching::{fold, MatchLevel};
 pub use parse::{parse_patch, Hunk, HunkLine, MoveTo, Patch, PatchOp};
-pub use path::normalize_path;
+pub use path::{normalize_path, FORGE_CONFIG_REFUSAL};
 pub use plan::{plan_patch, FileChange, MatchNote, PatchPlan, Unreadable};
 
 /// [`parse_patch`] then [`plan_patch`].

@@ -6,6 +6,9 @@
 //! given and the path lies inside it; it is then made relative. The result uses `/`.
 //! Symbolic links are the caller's business: this is string work only.
 
+/// Why the file tools refuse `.forge/config.toml` and `.forge/tools/`.
+pub const FORGE_CONFIG_REFUSAL: &str = "is forge-lsp's project configuration (.forge/config.toml or .forge/tools/), which the file tools do not change: the server trusts it when it is not committed; edit it yourself";
+
 /// The root-relative, normalised form of `raw`, or why it is refused.
 pub fn normalize_path(raw: &str, root: Option<&str>) -> Result<String, String> {
     let raw = raw.trim();
@@ -41,6 +44,11 @@ pub fn normalize_path(raw: &str, root: Option<&str>) -> Result<String, String> {
     // a patch that wrote there could make git run a program of its choosing.
     if relative.split('/').any(|part| part == ".git") {
         return Err("is inside a git directory (.git), which apply-patch does not change".to_string());
+    }
+    // The server trusts its uncommitted project configuration: a patch must not choose the
+    // program the next loop runs or add a tool.
+    if crate::path::is_forge_config(std::path::Path::new(&relative)) {
+        return Err(FORGE_CONFIG_REFUSAL.to_string());
     }
     Ok(relative)
 }

@@ -539,6 +539,16 @@ fn paths_are_confined_to_the_root() {
         ("git by an absolute path", "/work/p/.git/config", Some("/work/p"), Err("inside a git directory")),
         ("a name that only starts so", ".github/workflows/ci.yml", None, Ok(".github/workflows/ci.yml")),
         ("a name that only ends so", "x.git/a", None, Ok("x.git/a")),
+        ("forge's project configuration", ".forge/config.toml", None, Err("forge-lsp's project configuration")),
+        ("a project tool", "./.forge/tools/run.toml", None, Err("forge-lsp's project configuration")),
+        (
+            "a project tool by an absolute path",
+            "/work/p/.forge/tools/x.py",
+            Some("/work/p"),
+            Err("forge-lsp's project configuration"),
+        ),
+        ("a view copy", ".forge/view/index.md", None, Ok(".forge/view/index.md")),
+        ("a nested project's configuration", "sub/.forge/config.toml", None, Ok("sub/.forge/config.toml")),
     ];
     for (case, raw, root, expected) in cases {
         match (normalize_path(raw, *root), expected) {

@@ -302,6 +302,42 @@ fn apply_patch_never_writes_in_a_git_directory_nor_adds_a_directory() {
     assert_eq!(read(&repo, ".github/workflows/ci.yml"), "on: push\n");
 }
 
+/// forge-lsp's own project configuration (`.forge/config.toml`, `.forge/tools/`) is trusted
+/// when it is not committed, so the file tools never write it (the probe planted an
+/// `agent.command` and `sandbox.enabled = false` with apply-patch): however the path is
+/// spelled, through a link too. Other files under `.forge/` are not configuration.
+#[test]
+fn the_file_tools_never_write_forge_lsps_project_configuration() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    std::fs::create_dir_all(repo.path.join(".forge/tools")).unwrap();
+    std::fs::write(repo.path.join(".forge/tools/probe.js"), "console.log(1);\n").unwrap();
+    std::os::unix::fs::symlink(".forge", repo.path.join("cfg")).unwrap();
+    let c = client(&sb, &repo);
+    for body in [
+        "*** Add File: .forge/config.toml\n+[agent]\n+command = [\"sh\"]\n",
+        "*** Add File: src/../.forge/config.toml\n+x\n",
+        "*** Add File: .forge/tools/evil.toml\n+x\n",
+        "*** Add File: cfg/config.toml\n+x\n",
+        "*** Delete File: .forge/tools/probe.js\n",
+    ] {
+        let e = c.tool_err("apply-patch", patch(body));
+        assert_eq!(e.code, -32602, "{body}: {e}");
+        assert!(e.message.contains("forge-lsp's project configuration"), "{body}: {e}");
+    }
+    assert!(!repo.path.join(".forge/config.toml").exists());
+    assert!(!repo.path.join(".forge/tools/evil.toml").exists());
+    // A tool's script named directly is not rewritten either.
+    let e = c.tool_err(
+        "ast-grep-replace",
+        json!({ "pattern": "console.log($A)", "rewrite": "evil($A)", "lang": "javascript", "path": ".forge/tools/probe.js", "dryRun": false }),
+    );
+    assert!(e.message.contains("forge-lsp's project configuration"), "{e}");
+    assert_eq!(read(&repo, ".forge/tools/probe.js"), "console.log(1);\n");
+    // Not configuration: a file beside it.
+    c.tool_ok("apply-patch", patch("*** Add File: .forge/notes.md\n+mine\n"));
+}
+
 /// An editor that opens a bare repository (no work tree) gets a project rooted in git's
 /// own directory: the file tools refuse to work there, and write nothing.
 #[test]

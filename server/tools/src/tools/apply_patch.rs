@@ -176,6 +176,14 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
                 forge_domain::text::echo(raw)
             )));
         }
+        // forge-lsp's project configuration reached through a link (`cfg` -> `.forge`).
+        if forge_domain::path::is_forge_config(&file) {
+            return Err(ToolError::invalid_params(format!(
+                "apply-patch failed: path {} {}",
+                forge_domain::text::echo(raw),
+                forge_domain::patch::FORGE_CONFIG_REFUSAL
+            )));
+        }
         // The repository's own git directory under another name (`--separate-git-dir`).
         if crate::files::in_git_dir_of(root, &file, &hidden) {
             return Err(ToolError::invalid_params(format!(

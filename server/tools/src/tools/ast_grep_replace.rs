@@ -164,6 +164,9 @@ fn stage(stager: &mut beneath::Stager, root: &Path, e: &FileEdit) -> Result<Stag
     // Checked relative to the root without following a link (as the stager writes): a
     // directory swapped for a link since the read is refused, never looked through.
     let under = resolved_rel(root, &e.path)?;
+    if forge_domain::path::is_forge_config(&under) {
+        return Err(format!("{} {}", e.shown, forge_domain::patch::FORGE_CONFIG_REFUSAL));
+    }
     let (Some(dir), Some(name)) = (under.parent(), under.file_name()) else {
         return Err(format!("{} names no file", e.shown));
     };
