@@ -24,7 +24,8 @@
 #     alwaysbug every audit writes a bug finding and hands off dirty
 #     adjust    the first audit appends a section with plan-adjust, then hands off clean
 #     identity  the coder saves its credentials, tries loop-complete, waits for `coder-go`;
-#               the auditor tries loop-handoff as the previous coder session and a call with
+#               the auditor tries loop-handoff and forge.shell (stale-shell) as the previous
+#               coder session, whose turn has ended, and a call with
 #               a forged token, waits for `auditor-go`, then hands off clean
 #     double    the coder calls loop-handoff twice in one turn (first, then second summary)
 #     abortaudit the first audit records a clean handoff, then is killed by a signal (SIGKILL)
@@ -269,6 +270,7 @@ case "$FORGE_ROLE:$scenario" in
   auditor:identity)
     read -r cid ctok < "$state/coder.cred"
     run stale-handoff env FORGE_SESSION_ID="$cid" FORGE_SESSION_TOKEN="$ctok" forge-lsp call loop-handoff '{}' --json
+    run stale-shell env FORGE_SESSION_ID="$cid" FORGE_SESSION_TOKEN="$ctok" forge-lsp call shell '{"command":"touch stale-shell-ran"}' --json
     run forged env FORGE_SESSION_TOKEN=garbage forge-lsp call loop-status '{}' --json
     await auditor-go
     audit_clean

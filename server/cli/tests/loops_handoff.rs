@@ -75,6 +75,15 @@ fn only_the_current_session_with_its_token_may_hand_off() {
     );
     assert_contains(&stale, "\"code\":1001");
     assert_eq!(t.state_file("stale-handoff.out").unwrap(), "");
+    // forge.shell as that session, whose turn has ended: nothing runs (before, the command
+    // ran, unmarked, with no turn to end it).
+    assert_eq!(t.state_file("stale-shell.code").unwrap().trim(), "1");
+    assert_contains(
+        &t.state_file("stale-shell.err").unwrap(),
+        &format!("no turn of session {cid} is running in this server"),
+    );
+    let wt = t.loop_row(&name)["worktreeDir"].as_str().expect("worktreeDir").to_string();
+    assert!(!std::path::Path::new(&wt).join("stale-shell-ran").exists(), "the stale session's command ran");
     // A forged token: error 1001 at initialize, naming the auditor's session.
     assert_eq!(t.state_file("forged.code").unwrap().trim(), "1");
     let forged_err = t.state_file("forged.err").unwrap();

@@ -559,6 +559,8 @@ pub struct Captured {
     pub stdout_bytes: usize,
     pub stderr_bytes: usize,
     pub timed_out: bool,
+    /// Killed because what it ran for ended ([`run_captured_while`]: a turn stopped).
+    pub stopped: bool,
 }
 
 impl Captured {
@@ -629,7 +631,22 @@ impl Drop for GroupGuard {
 /// at [`OUTPUT_CAP`]); on `timeout` the whole group is killed and `timed_out` set. Processes
 /// the command left running in its group are killed once it exited and they still hold its
 /// output open.
-pub async fn run_captured(mut cmd: tokio::process::Command, timeout: Duration) -> io::Result<Captured> {
+pub async fn run_captured(cmd: tokio::process::Command, timeout: Duration) -> io::Result<Captured> {
+    run_captured_while(cmd, timeout, None).await
+}
+
+/// How often [`run_captured_while`] asks whether its command is still wanted.
+const STILL_WANTED_EVERY: Duration = Duration::from_millis(100);
+
+/// [`run_captured`], and the command's group is killed as soon as `wanted` (asked every
+/// [`STILL_WANTED_EVERY`]) says no: `forge.shell` runs for a turn, and a turn stopped
+/// meanwhile (cancel, restart, the stall watchdog) takes its command along, whenever
+/// either started.
+pub async fn run_captured_while(
+    mut cmd: tokio::process::Command,
+    timeout: Duration,
+    wanted: Option<Box<dyn Fn() -> bool + Send + Sync>>,
+) -> io::Result<Captured> {
     use std::os::unix::process::ExitStatusExt;
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
     // Nobody enforces the time limit once this server is gone.
@@ -639,11 +656,28 @@ pub async fn run_captured(mut cmd: tokio::process::Command, timeout: Duration) -
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut out = tokio::spawn(read_capped(child.stdout.take(), stop_rx.clone()));
     let mut err = tokio::spawn(read_capped(child.stderr.take(), stop_rx));
-    let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(s) => (s?, false),
-        Err(_) => {
+    let unwanted = async {
+        match &wanted {
+            Some(w) => loop {
+                if !w() {
+                    break;
+                }
+                tokio::time::sleep(STILL_WANTED_EVERY).await;
+            },
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let (status, timed_out, stopped) = tokio::select! {
+        s = tokio::time::timeout(timeout, child.wait()) => match s {
+            Ok(s) => (s?, false, false),
+            Err(_) => {
+                guard.kill();
+                (child.wait().await?, true, false)
+            }
+        },
+        _ = unwanted => {
             guard.kill();
-            (child.wait().await?, true)
+            (child.wait().await?, false, true)
         }
     };
     // The command exited; background processes of its group may still hold the pipes.
@@ -677,6 +711,7 @@ pub async fn run_captured(mut cmd: tokio::process::Command, timeout: Duration) -
         stdout_bytes: ob,
         stderr_bytes: eb,
         timed_out,
+        stopped,
     })
 }
 
@@ -685,6 +720,8 @@ pub fn shell_result(c: &Captured, timeout_ms: u64, sandboxed: bool) -> CommandRe
     let mut text = String::new();
     if c.timed_out {
         text.push_str(&format!("Timed out after {timeout_ms} ms: the command's process group was killed.\n"));
+    } else if c.stopped {
+        text.push_str("Stopped: the turn it ran for ended (cancel, restart or the stall watchdog); the command's process group was killed.\n");
     } else if let Some(code) = c.exit_code {
         text.push_str(&format!("Exit code: {code}\n"));
     } else {
@@ -717,6 +754,7 @@ pub fn shell_result(c: &Captured, timeout_ms: u64, sandboxed: bool) -> CommandRe
             "stdoutTruncated": c.stdout_truncated(),
             "stderrTruncated": c.stderr_truncated(),
             "timedOut": c.timed_out,
+            "stopped": c.stopped,
         })
         .into(),
     }
@@ -787,10 +825,18 @@ pub async fn shell(
     // stopping the turn (cancel, restart, the stall watchdog) kills it too. It is a process
     // group of its own, no child of the agent: before, it outlived the cancel and wrote into
     // the restarted loop's worktree.
-    if let Some(turn) = crate::process::running_turn(&env.caller.session_id) {
-        cmd.env(crate::process::TURN_ENV, turn);
-    }
-    let captured = run_captured(cmd, Duration::from_millis(timeout_ms))
+    // A call that arrives after the turn ended (or from a session whose turn runs in no
+    // server's hands here) runs nothing; one whose turn ends while it runs is killed then,
+    // even if it started after the stopped turn's last look for its processes.
+    let session = env.caller.session_id.clone();
+    let Some(turn) = crate::process::running_turn(&session) else {
+        return Err(ToolError::precondition(format!(
+            "shell failed: no turn of session {session} is running in this server (it ended, or was cancelled or restarted); forge.shell runs commands for a running turn only"
+        )));
+    };
+    cmd.env(crate::process::TURN_ENV, &turn);
+    let wanted = move || crate::process::running_turn(&session).as_deref() == Some(turn.as_str());
+    let captured = run_captured_while(cmd, Duration::from_millis(timeout_ms), Some(Box::new(wanted)))
         .await
         .map_err(|e| ToolError::internal(format!("shell failed: cannot run the command: {e}")))?;
     Ok(shell_result(&captured, timeout_ms, sandboxed))
@@ -893,6 +939,29 @@ mod tests {
         let c = run_in(&s, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '").await;
         assert_eq!(c.stdout.trim(), "lo", "{c:?}");
         drop(listener);
+    }
+
+    /// A command run for something that ends meanwhile (a turn) is killed then, and says so.
+    #[tokio::test]
+    async fn a_command_no_longer_wanted_is_killed() {
+        let wanted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let w = wanted.clone();
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", "echo started; exec sleep 30"]);
+        let started = std::time::Instant::now();
+        let run = tokio::spawn(run_captured_while(
+            cmd,
+            Duration::from_secs(60),
+            Some(Box::new(move || w.load(std::sync::atomic::Ordering::SeqCst))),
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        wanted.store(false, std::sync::atomic::Ordering::SeqCst);
+        let c = run.await.unwrap().unwrap();
+        assert!(c.stopped && !c.timed_out, "{c:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(c.stdout, "started\n");
+        let r = shell_result(&c, 60_000, false);
+        assert!(r.text.starts_with("Stopped: the turn it ran for ended"), "{}", r.text);
     }
 
     #[tokio::test]
