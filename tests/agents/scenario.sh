@@ -71,6 +71,15 @@ echo "$turn $FORGE_ROLE $FORGE_SESSION_ID $$" >> "$state/turns"
 printf '%s' "$prompt" > "$state/prompt-$turn"
 
 printf '%s\n' "$*" > "$state/args-$turn"
+# With $state/watch.pid (a test writes another agent's pid there), every turn first notes in
+# watch.log whether that process still ran when it started ("<session> alive|dead"; a zombie
+# is dead).
+if [ -e "$state/watch.pid" ]; then
+  w=$(cat "$state/watch.pid")
+  st=$(awk '{print $3}' "/proc/$w/stat" 2>/dev/null || true)
+  if [ -n "$st" ] && [ "$st" != Z ]; then echo "$FORGE_SESSION_ID alive" >> "$state/watch.log"
+  else echo "$FORGE_SESSION_ID dead" >> "$state/watch.log"; fi
+fi
 if [ -n "${FORGE_TEST_FAIL_MODEL:-}" ]; then
   for a in "$@"; do
     [ "$a" = "$FORGE_TEST_FAIL_MODEL" ] && { echo "model error: $a is not available" >&2; exit 1; }

@@ -173,6 +173,8 @@ fn a_force_restart_from_another_process_takes_the_loop_over() {
     let t = LoopTest::start("block", "");
     let name = t.execute("Two halves", TWO_SECTIONS);
     let pid: u32 = t.wait_state_file("auditor.pid").trim().parse().expect("auditor pid");
+    // Each later turn notes whether this auditor still ran when it started.
+    std::fs::write(t.state.join("watch.pid"), pid.to_string()).expect("watch.pid");
     let other = t.other_server("block", &[]);
     // A loop whose server is alive shows its sessions' state in the other server.
     let status = other.tool_ok("loop-status", json!({ "name": name })).text;
@@ -190,6 +192,11 @@ fn a_force_restart_from_another_process_takes_the_loop_over() {
     let briefs = t.briefs(&name);
     assert!(!briefs.iter().any(|b| b.contains("shutdown") || b.contains("cancelled")), "{briefs:?}");
     assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
+    // The restart's first agent started only once the first process's agent was gone
+    // (before, it could start up to ~30 ms before the old one was killed).
+    let watch = t.state_file("watch.log").unwrap_or_default();
+    assert!(watch.contains(&format!("{session} dead")), "{watch}");
+    assert!(!watch.contains("alive"), "{watch}");
 }
 
 /// A force restart through another process while this process's runner is in the middle of

@@ -2053,6 +2053,36 @@ pub(crate) async fn end_orphaned_turns(engine: &Arc<Engine>, project: &str, loop
     }
 }
 
+/// Waits until the loop's recorded turns have ended: a restart of a loop another live
+/// server runs writes the row, and that server then stops its agent's turn when it sees the
+/// change (`loop_sessions.agent_process` is forgotten once the agent is dead). The restart's
+/// own first agent starts only after that, so two agents never work in the worktree at
+/// once. A server that has not stopped its turn within `bound` (stuck, or gone meanwhile)
+/// has it ended here ([`end_orphaned_turns`]).
+pub(crate) async fn await_turns_ended(engine: &Arc<Engine>, project: &str, loop_name: &str, bound: Duration) {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let (p, n) = (project.to_string(), loop_name.to_string());
+        match engine.store.call(move |c| db::agent_processes(c, &p, &n)).await {
+            Ok(r) if r.is_empty() => return,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(loop_name, "cannot read the loop's recorded agent processes: {e}");
+                return;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                loop_name,
+                "the server that ran the loop did not stop its agent within {bound:?} of the restart; ending it here"
+            );
+            end_orphaned_turns(engine, project, loop_name).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Whether the server process `pid` still serves: one of its registered private sockets
 /// (`servers` table) accepts a connection. A process id alone could have been reused; a
 /// socket that answers belongs to the live server that registered it.

@@ -499,7 +499,8 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
     // No runner of this process runs the loop now (one that did was stopped, its turn
     // killed). When no live server ran it, what the turn of a server that died left running
     // is ended before a new agent starts.
-    if !stopped_runner && !runner::owned_elsewhere(engine, &project, name).await {
+    let elsewhere = !stopped_runner && runner::owned_elsewhere(engine, &project, name).await;
+    if !stopped_runner && !elsewhere {
         runner::end_orphaned_turns(engine, &project, name).await;
     }
     if !dir.exists() {
@@ -562,6 +563,11 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         .map_err(internal)?;
     drop(locked);
     engine.store.wrote.wake();
+    if elsewhere {
+        // The other server stops its agent when it sees the row just written; the new
+        // agent starts after that.
+        runner::await_turns_ended(engine, &project, name, std::time::Duration::from_secs(10)).await;
+    }
     if plan.finish_instead {
         return Err(ToolError::conflict(format!(
             "Loop \"{name}\" stopped in post-action, which is no longer configured: it was marked completed; nothing to restart."
