@@ -336,6 +336,31 @@ fn the_file_tools_never_write_forge_lsps_project_configuration() {
     assert_eq!(read(&repo, ".forge/tools/probe.js"), "console.log(1);\n");
     // Not configuration: a file beside it.
     c.tool_ok("apply-patch", patch("*** Add File: .forge/notes.md\n+mine\n"));
+    // A rewrite over the whole tree leaves the tool's script out and names it; the rest is
+    // rewritten (before: the whole rewrite failed on it).
+    repo.write("src/app.js", "console.log(2);\n");
+    let out = c.tool_ok(
+        "ast-grep-replace",
+        json!({ "pattern": "console.log($A)", "rewrite": "logger.info($A)", "lang": "javascript", "dryRun": false }),
+    );
+    assert!(out.text.contains("forge-lsp's project configuration, not rewritten"), "{}", out.text);
+    assert_eq!(read(&repo, "src/app.js"), "logger.info(2);\n");
+    assert_eq!(read(&repo, ".forge/tools/probe.js"), "console.log(1);\n");
+
+    // The editor opened a folder inside the repository: the server reads `sub/.forge/`
+    // then, and the file tools (rooted at the repository) never write it either; nor a
+    // `.forge` that is a link to another folder (the review found both).
+    std::fs::create_dir_all(repo.path.join("sub")).unwrap();
+    std::fs::create_dir_all(repo.path.join("sub/conf")).unwrap();
+    let mut inner = sb.stdio();
+    inner.init(&Init::new(&repo.path.join("sub")));
+    let e = inner.tool_err("apply-patch", patch("*** Add File: sub/.forge/config.toml\n+x\n"));
+    assert!(e.message.contains("forge-lsp's project configuration"), "{e}");
+    std::os::unix::fs::symlink("conf", repo.path.join("sub/.forge")).unwrap();
+    let e = inner.tool_err("apply-patch", patch("*** Add File: sub/conf/config.toml\n+x\n"));
+    assert!(e.message.contains("forge-lsp's project configuration"), "{e}");
+    assert!(!repo.path.join("sub/conf/config.toml").exists());
+    inner.tool_ok("apply-patch", patch("*** Add File: sub/conf/other.toml\n+x\n"));
 }
 
 /// An editor that opens a bare repository (no work tree) gets a project rooted in git's

@@ -281,6 +281,34 @@ pub fn read_utf8_within(root: &Path, p: &Path, max: u64) -> Result<String, Strin
 /// through `forge_core::beneath` walks, which refuses any link on the way. A link inside
 /// the root to a directory inside it is followed here, once, after [`within`] checked it;
 /// a link at the file's own name is kept (a write replaces it). An error names the path
+/// The places forge-lsp reads its trusted project configuration from, resolved:
+/// `.forge/config.toml` and `.forge/tools/` of the tool root, of the project (the folder the
+/// editor opened, which may lie inside the repository) and of the plugin tools' project
+/// (`plugins::project_dir`). The file tools never write there ([`is_forge_config_place`]):
+/// the server trusts such files when they are not committed.
+pub fn forge_config_places(ctx: &ToolCtx, root: &Path) -> Vec<PathBuf> {
+    let bases = [root.to_path_buf(), ctx.env.project.root.clone(), crate::plugins::project_dir(ctx.env)];
+    let mut out = vec![];
+    for base in bases {
+        let base = base.canonicalize().unwrap_or(base);
+        // `.forge` itself may be a link (to `conf/`): what it leads to is the place.
+        let dir = base.join(".forge");
+        let dir = dir.canonicalize().unwrap_or(dir);
+        for p in [dir.join("config.toml"), dir.join("tools")] {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `target` (absolute, its directories' links resolved) is one of
+/// [`forge_config_places`] or lies under one.
+pub fn is_forge_config_place(places: &[PathBuf], target: &Path) -> bool {
+    places.iter().any(|p| target == p || target.starts_with(p))
+}
+
 /// when its directories lead out of the root.
 pub fn resolved_rel(root: &Path, path: &Path) -> Result<PathBuf, String> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {

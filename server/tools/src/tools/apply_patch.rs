@@ -32,14 +32,15 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let root = caller_root(ctx)?;
     // Parsed once, now: a malformed patch fails before anything else happens.
     let patch = parse_patch(&input.patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
-    ctx.after = Some(Box::new(move || apply(&root, &patch)));
+    let places = crate::files::forge_config_places(ctx, &root);
+    ctx.after = Some(Box::new(move || apply(&root, &patch, &places)));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
-fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
+fn apply(root: &Path, patch: &Patch, config_places: &[PathBuf]) -> Result<CommandResult, ToolError> {
     let fail = |m: String| ToolError::invalid(format!("apply-patch failed: {m}"));
     let root_text = root.to_string_lossy().into_owned();
-    check_paths(root, &root_text, patch)?;
+    check_paths(root, &root_text, patch, config_places)?;
     let plan = plan_patch(patch, Some(&root_text), |rel| {
         // The last component unfollowed: a link is found as a link (and may be deleted);
         // anything else at the name is checked as `within` checks it.
@@ -143,7 +144,7 @@ fn apply(root: &Path, patch: &Patch) -> Result<CommandResult, ToolError> {
 /// Every path of the patch inside the root, before anything is read or written: a path
 /// that leaves the root (`..`, an absolute path elsewhere, a symlinked directory) is an
 /// invalid parameter (-32602) naming it, as for the other file tools.
-fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolError> {
+fn check_paths(root: &Path, root_text: &str, patch: &Patch, config_places: &[PathBuf]) -> Result<(), ToolError> {
     use forge_domain::patch::{normalize_path, PatchOp};
     // (path, whether its last component is left unfollowed: a deleted path may be a link
     // to anywhere, which is removed, not followed).
@@ -176,8 +177,10 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch) -> Result<(), ToolEr
                 forge_domain::text::echo(raw)
             )));
         }
-        // forge-lsp's project configuration reached through a link (`cfg` -> `.forge`).
-        if forge_domain::path::is_forge_config(&file) {
+        // forge-lsp's project configuration: of the tool root, of the folder the editor
+        // opened inside the repository, reached through a link (`cfg` -> `.forge`, or a
+        // `.forge` that is a link).
+        if forge_domain::path::is_forge_config(&file) || crate::files::is_forge_config_place(config_places, &root.join(&file)) {
             return Err(ToolError::invalid_params(format!(
                 "apply-patch failed: path {} {}",
                 forge_domain::text::echo(raw),

@@ -41,7 +41,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     crate::files::outside_git(&root, &start, input.path.as_deref())?;
     let dry = input.dry_run.unwrap_or(true);
     let rewrite = input.rewrite;
-    ctx.after = Some(Box::new(move || replace(&root, &start, lang, exts, &pat, &rewrite, dry)));
+    let places = crate::files::forge_config_places(ctx, &root);
+    ctx.after = Some(Box::new(move || {
+        replace(Scope { root: &root, start: &start, config_places: &places }, lang, exts, &pat, &rewrite, dry)
+    }));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
@@ -52,15 +55,22 @@ struct FileEdit {
     count: usize,
 }
 
+/// Where a rewrite looks: its root, where its walk starts, and the places it never writes.
+struct Scope<'a> {
+    root: &'a Path,
+    start: &'a Path,
+    config_places: &'a [PathBuf],
+}
+
 fn replace(
-    root: &Path,
-    start: &Path,
+    scope: Scope<'_>,
     lang: SupportLang,
     exts: &[&str],
     pat: &Pattern,
     rewrite: &str,
     dry: bool,
 ) -> Result<CommandResult, ToolError> {
+    let Scope { root, start, config_places } = scope;
     let files = structural::files(root, start, exts);
     let mut edits: Vec<FileEdit> = vec![];
     let mut preview: Vec<String> = vec![];
@@ -68,6 +78,12 @@ fn replace(
     let mut skipped = vec![];
     for path in &files {
         let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
+        // forge-lsp's project configuration (a project tool's script) is never rewritten:
+        // left out of a walk and named, refused when named directly (`stage`).
+        if start != path.as_path() && is_config(root, path, config_places) {
+            skipped.push(format!("{shown} (forge-lsp's project configuration, not rewritten)"));
+            continue;
+        }
         let src = match structural::source(root, path) {
             Ok(s) => s,
             Err(e) => {
@@ -127,7 +143,7 @@ fn replace(
             data: json!({ "dryRun": true, "applied": false, "files": files_json, "total": total, "skipped": skipped }).into(),
         });
     }
-    write_all(root, &edits)?;
+    write_all(root, &edits, config_places)?;
     let text = format!(
         "[APPLIED] {total} change{} written to {} file{}.\n\n{body}",
         if total == 1 { "" } else { "s" },
@@ -141,11 +157,23 @@ fn replace(
 }
 
 /// Writes every edit or none: stage all, then rename all.
-fn write_all(root: &Path, edits: &[FileEdit]) -> Result<(), ToolError> {
+/// Whether `path` (under `root`) is forge-lsp's project configuration, by name or by place.
+fn is_config(root: &Path, path: &Path, config_places: &[PathBuf]) -> bool {
+    match resolved_rel(root, path) {
+        Ok(under) => {
+            forge_domain::path::is_forge_config(&under)
+                || crate::files::is_forge_config_place(config_places, &root.join(&under))
+        }
+        Err(_) => false,
+    }
+}
+
+fn write_all(root: &Path, edits: &[FileEdit], config_places: &[PathBuf]) -> Result<(), ToolError> {
     let fail = |m: String| ToolError::invalid(format!("ast-grep-replace failed, nothing was written: {m}"));
     // Dropping what was staged removes its temporaries.
     let mut stager = beneath::Stager::new(root);
-    let staged = edits.iter().map(|e| stage(&mut stager, root, e)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
+    let staged =
+        edits.iter().map(|e| stage(&mut stager, root, e, config_places)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
     beneath::commit_all(staged).map_err(|(i, err)| {
         let done: Vec<String> = edits[..i].iter().map(|e| e.shown.clone()).collect();
         ToolError::invalid(format!(
@@ -158,13 +186,13 @@ fn write_all(root: &Path, edits: &[FileEdit]) -> Result<(), ToolError> {
 
 /// The new content staged beside the target (same mode) through `forge_core::beneath`,
 /// after checking the target can be written.
-fn stage(stager: &mut beneath::Stager, root: &Path, e: &FileEdit) -> Result<Staged, String> {
+fn stage(stager: &mut beneath::Stager, root: &Path, e: &FileEdit, config_places: &[PathBuf]) -> Result<Staged, String> {
     // A link named as `path` is searched through, but the write would replace the link
     // with a file (as apply-patch, refused: edit the file it points to).
     // Checked relative to the root without following a link (as the stager writes): a
     // directory swapped for a link since the read is refused, never looked through.
     let under = resolved_rel(root, &e.path)?;
-    if forge_domain::path::is_forge_config(&under) {
+    if forge_domain::path::is_forge_config(&under) || crate::files::is_forge_config_place(config_places, &root.join(&under)) {
         return Err(format!("{} {}", e.shown, forge_domain::patch::FORGE_CONFIG_REFUSAL));
     }
     let (Some(dir), Some(name)) = (under.parent(), under.file_name()) else {
