@@ -240,7 +240,13 @@ pub fn create_worktree(repo_dir: &Path, dir: &Path, branch: &str) -> Result<Work
     ensure_forge_excluded(&repo)?;
     prune_stale_worktrees(&repo);
 
-    let created = repo.branch(branch, &head_commit, false).ctx(&format!("create branch `{branch}`"), &repo_path);
+    let created = match repo.branch(branch, &head_commit, false) {
+        // Created by another process since the check above (a loop start racing this one).
+        Err(e) if e.code() == ErrorCode::Exists => {
+            Err(GitError::BranchExists { branch: branch.to_string(), repo: repo_path.clone() })
+        }
+        r => r.ctx(&format!("create branch `{branch}`"), &repo_path),
+    };
     let reference = match created {
         Ok(b) => b.into_reference(),
         Err(e) => {
@@ -978,12 +984,19 @@ fn add_worktree(
     match repo.worktree(&name, dir, Some(&opts)) {
         Ok(_) => Ok(()),
         Err(e) => {
-            // libgit2 leaves a partial registration and directory behind on failure.
-            if fs::symlink_metadata(dir).is_ok() {
+            // libgit2 leaves a partial registration and directory behind on failure. But a
+            // directory or registration that already existed (`Exists`: another process
+            // made it since the checks, a loop start racing this one) is that process's,
+            // and is left alone; the caller may choose another name.
+            let taken = e.code() == ErrorCode::Exists;
+            if !taken && fs::symlink_metadata(dir).is_ok() {
                 let _ = remove_dir_forcefully(dir);
             }
-            if gitdir.exists() {
+            if gitdir.exists() && registration_is_ours(&gitdir, dir) {
                 let _ = fs::remove_dir_all(&gitdir);
+            }
+            if taken {
+                return Err(GitError::DirNotEmpty { dir: dir.to_path_buf() });
             }
             if e.message().contains("already checked out") {
                 let at =
@@ -992,6 +1005,16 @@ fn add_worktree(
             }
             Err(e).ctx(&format!("add a worktree at {} for branch `{branch}`", dir.display()), repo_path)
         }
+    }
+}
+
+/// Whether the worktree registration `gitdir` (`.git/worktrees/<name>`) is the one a failed
+/// add for `dir` made: its `gitdir` file names `<dir>/.git`, or it has none yet (libgit2
+/// makes the directory first and writes the file after the work directory).
+fn registration_is_ours(gitdir: &Path, dir: &Path) -> bool {
+    match fs::read_to_string(gitdir.join("gitdir")) {
+        Ok(t) => Path::new(t.trim()) == dir.join(".git"),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
     }
 }
 
@@ -1253,6 +1276,20 @@ mod tests {
         assert!(!fs::metadata(&wt.dir).unwrap().permissions().readonly());
         fs::write(wt.dir.join("new.txt"), "x").unwrap();
         fs::write(wt.dir.join("a.txt"), "changed").unwrap();
+    }
+
+    /// A failed worktree add removes a registration only when it is its own: one whose
+    /// `gitdir` file names its directory, or one not written yet; another process's stays.
+    #[test]
+    fn only_a_failed_adds_own_registration_is_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let (reg, dir) = (d.path().join("reg"), d.path().join("wt"));
+        fs::create_dir(&reg).unwrap();
+        assert!(registration_is_ours(&reg, &dir), "not written yet");
+        fs::write(reg.join("gitdir"), format!("{}\n", dir.join(".git").display())).unwrap();
+        assert!(registration_is_ours(&reg, &dir));
+        fs::write(reg.join("gitdir"), format!("{}\n", d.path().join("other/.git").display())).unwrap();
+        assert!(!registration_is_ours(&reg, &dir), "another process's");
     }
 
     #[test]

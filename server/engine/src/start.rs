@@ -128,16 +128,20 @@ pub async fn start_loop(
         };
         let dir = worktrees.join(&name);
         crate::pause::at("start.named").await;
+        // Servers on this data directory that chose the same name create its worktree one
+        // after the other (the second then finds the directory taken and chooses again).
+        let named_lock = engine.loop_lock(&project, &name, crate::loop_lock::WAIT).await.ok();
         let (r3, d3, b3) = (repo.clone(), dir.clone(), branch.clone());
         let created =
             tokio::task::spawn_blocking(move || git::create_worktree(&r3, &d3, &b3)).await.map_err(internal)?;
+        drop(named_lock);
         match created {
             Ok(wt) => break (name, branch, wt),
             // Taken since the check, by another server's loop start.
             Err(git::GitError::BranchExists { .. } | git::GitError::DirNotEmpty { .. }) if attempt < ATTEMPTS => {
                 continue
             }
-            Err(e @ git::GitError::BranchExists { .. }) => {
+            Err(e @ (git::GitError::BranchExists { .. } | git::GitError::DirNotEmpty { .. })) => {
                 return Err(ToolError::conflict(format!("Failed to start loop: {e}")));
             }
             Err(e) => return Err(ToolError::precondition(format!("Failed to start loop: {e}"))),
