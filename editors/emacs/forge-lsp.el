@@ -1129,7 +1129,7 @@ Emacs passes directory names here without their last slash."
 
 (defun forge-lsp--not-found ()
   "For `find-file-not-found-functions': a `forge://' name the server cannot serve.
-A session plan not written yet opens as an empty, writable buffer that saving stores
+This connection's session plan, not written yet, opens as an empty, writable buffer that saving stores
 \(`forge.plan-write'); for anything else the buffer goes and the server's reason is the
 error (an unknown URI, no server)."
   ;; Emacs also signals here after a document was read: a visit whose modification time
@@ -1137,7 +1137,11 @@ error (an unknown URI, no server)."
   (when (and (forge-lsp--forge-name-p buffer-file-name) forge-lsp--open-error)
     (let ((err forge-lsp--open-error))
       (if (and (forge-lsp--session-plan-p buffer-file-name) (eq (car err) 'file-missing)
-               (forge-lsp--document-server))
+               (forge-lsp--document-server)
+               ;; This connection's own plan: a mistyped id is an error, not a new plan.
+               (equal (forge-lsp--normalize buffer-file-name)
+                      (format "forge://plan/session/%s.md"
+                              (forge-lsp-session-id (forge-lsp--document-server)))))
           (progn
             (setq forge-lsp--new-plan t)
             (message "forge: no plan stored for this session yet: write it here, C-x C-s stores it")
@@ -1160,6 +1164,8 @@ error (an unknown URI, no server)."
            (result (forge-lsp-command "plan-write" (list :content content :session_id session) server)))
       (when (or (eq visit t) (stringp visit))
         (set-buffer-modified-p nil))
+      ;; Stored now: like any stored plan, it opens read-only the next time.
+      (setq forge-lsp--new-plan nil)
       (message "forge: %s" (car (split-string (or (plist-get result :text) "") "\n")))
       nil)))
 

@@ -288,8 +288,15 @@ only when BODY returns (fail . DETAIL)."
                                ((symbol-function 'y-or-n-p) (lambda (&rest _) (error "asked y-or-n-p"))))
                        (save-buffer))
                      (let ((r (ft-shell "call" "plan-read" (format "{\"session_id\":\"%s\"}" id))))
-                       (or (and (not (buffer-modified-p)) (string-match-p "Written in Emacs\\." (cdr r)))
-                           (ft-fail "modified %s, stored plan %S" (buffer-modified-p) (cdr r))))))))
+                       (cond ((not (and (not (buffer-modified-p)) (string-match-p "Written in Emacs\\." (cdr r))))
+                              (ft-fail "modified %s, stored plan %S" (buffer-modified-p) (cdr r)))
+                             (forge-lsp--new-plan (ft-fail "still marked as a new plan after the save"))
+                             ;; Another session's plan that does not exist is an error.
+                             ((let ((other "forge://plan/session/ses_NOSUCHSESSION.md"))
+                                (condition-case nil (progn (find-file other) t)
+                                  (file-error (get-file-buffer other))))
+                              (ft-fail "a mistyped session's plan opened"))
+                             (t t)))))))
         (when (buffer-live-p buf) (kill-buffer buf))))))
 
 ;;;; 4. A loop

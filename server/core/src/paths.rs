@@ -144,33 +144,21 @@ pub fn remove_private_socket(sock: &Path) {
 pub const STALE_SOCKET_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Removes the socket directories that servers killed without cleanup (SIGKILL, the OOM
-/// killer, a crash) left behind: `<temp>/forge-lsp-XXXXXX/` and, with
-/// `XDG_RUNTIME_DIR`, `$XDG_RUNTIME_DIR/forge-lsp/<pid>/` of a pid no process has. Only
-/// a private directory of ours ([`check_private_dir`]) that holds nothing but our socket
-/// file, older than [`STALE_SOCKET_AGE`], on which no one listens, is removed; anything
-/// else is left as it is. Returns how many were removed. Cheap (one directory listing
-/// each), but run off the start-up path: it is housekeeping.
+/// killer, a crash) left behind in the temporary directory, `<temp>/forge-lsp-XXXXXX/`.
+/// Only a private directory of ours ([`check_private_dir`]) that holds nothing but our
+/// socket file, older than [`STALE_SOCKET_AGE`], on which no one listens, is removed;
+/// anything else is left as it is. Returns how many were removed. Cheap (one directory
+/// listing), but run off the start-up path: it is housekeeping.
+///
+/// `$XDG_RUNTIME_DIR/forge-lsp/<pid>/` is not swept: a new server with a reused pid takes
+/// its directory over (and removes the stale socket itself), so a sweep could remove that
+/// server's fresh socket between its last check and the removal; such directories are
+/// bounded by the pids in use and go with the runtime directory at logout.
 pub fn sweep_stale_socket_dirs() -> usize {
-    let now = std::time::SystemTime::now();
-    let mut removed = sweep_socket_dirs_in(&std::env::temp_dir(), SocketLayout::Temp, now);
-    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_absolute()) {
-        let base = PathBuf::from(runtime).join("forge-lsp");
-        if check_private_dir(&base).is_ok() {
-            removed += sweep_socket_dirs_in(&base, SocketLayout::Pid, now);
-        }
-    }
-    removed
+    sweep_socket_dirs_in(&std::env::temp_dir(), std::time::SystemTime::now())
 }
 
-/// Where [`sweep_socket_dirs_in`] looks: the temporary directory's `forge-lsp-XXXXXX`
-/// entries, or the runtime directory's `<pid>` entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SocketLayout {
-    Temp,
-    Pid,
-}
-
-fn sweep_socket_dirs_in(base: &Path, layout: SocketLayout, now: std::time::SystemTime) -> usize {
+fn sweep_socket_dirs_in(base: &Path, now: std::time::SystemTime) -> usize {
     let Ok(entries) = std::fs::read_dir(base) else {
         return 0;
     };
@@ -178,48 +166,22 @@ fn sweep_socket_dirs_in(base: &Path, layout: SocketLayout, now: std::time::Syste
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        match layout {
-            SocketLayout::Temp => {
-                let ours = name.len() == "forge-lsp-".len() + 6
-                    && name.starts_with("forge-lsp-")
-                    && name["forge-lsp-".len()..].bytes().all(|b| b.is_ascii_alphanumeric());
-                if !ours {
-                    continue;
-                }
-            }
-            SocketLayout::Pid => match name.parse::<i32>() {
-                // A process with that pid may be the server (or one that reuses the
-                // directory right now); either way it is not ours to clean.
-                Ok(pid) if pid > 0 && name == pid.to_string() => {
-                    if process_exists(pid) {
-                        continue;
-                    }
-                }
-                _ => continue,
-            },
+        let ours = name.len() == "forge-lsp-".len() + 6
+            && name.starts_with("forge-lsp-")
+            && name["forge-lsp-".len()..].bytes().all(|b| b.is_ascii_alphanumeric());
+        if !ours {
+            continue;
         }
         let dir = entry.path();
         if check_private_dir(&dir).is_err() || !holds_only_a_dead_socket(&dir, now) {
             continue;
         }
         let sock = dir.join(SOCKET_NAME);
-        // Checked again right before the removal: a server reusing a pid directory
-        // binds a fresh socket, which is young.
-        if !is_old_socket(&sock, now) {
-            continue;
-        }
         if std::fs::remove_file(&sock).is_ok() && std::fs::remove_dir(&dir).is_ok() {
             removed += 1;
         }
     }
     removed
-}
-
-/// Whether `pid` names a process (ours or another user's).
-fn process_exists(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists and may be signalled.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// `dir` holds exactly one entry, our old socket, and no one listens on it.
@@ -311,7 +273,7 @@ mod tests {
 
     /// What a sweep of left socket directories removes and what it leaves, case by case:
     /// only a private directory of ours holding nothing but an old socket no one listens
-    /// on (and, by pid, only of a pid no process has).
+    /// on.
     #[test]
     fn a_sweep_removes_only_old_dead_socket_directories() {
         use std::os::unix::net::UnixListener;
@@ -350,33 +312,15 @@ mod tests {
         std::os::unix::fs::symlink(&target, b.join("forge-lsp-linkAA")).unwrap();
 
         // Young: nothing is removed yet.
-        assert_eq!(sweep_socket_dirs_in(b, SocketLayout::Temp, std::time::SystemTime::now()), 0);
+        assert_eq!(sweep_socket_dirs_in(b, std::time::SystemTime::now()), 0);
         assert!(gone.exists());
         // Old.
-        assert_eq!(sweep_socket_dirs_in(b, SocketLayout::Temp, later), 1);
+        assert_eq!(sweep_socket_dirs_in(b, later), 1);
         assert!(!gone.exists(), "an old dead socket's directory is removed");
         for kept in [&live, &extra, &shared, &empty, &file, &odd_name] {
             assert!(kept.exists(), "{} is kept", kept.display());
         }
         assert!(live.join(SOCKET_NAME).exists() && extra.join("notes").exists());
         assert!(target.join(SOCKET_NAME).exists(), "a link is not followed");
-
-        // By pid: a pid some process has (this one) is kept, a pid none has is removed,
-        // a name that is not a pid as written ("0123") is left.
-        let runtime = tempfile::tempdir().unwrap();
-        let r = runtime.path();
-        let by_pid = |name: &str| {
-            let d = r.join(name);
-            std::fs::create_dir(&d).unwrap();
-            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
-            dead(&d);
-            d
-        };
-        let mine = by_pid(&std::process::id().to_string());
-        let nobody = by_pid("2147483646");
-        let padded = by_pid("0123");
-        assert_eq!(sweep_socket_dirs_in(r, SocketLayout::Pid, later), 1);
-        assert!(mine.exists() && padded.exists());
-        assert!(!nobody.exists());
     }
 }

@@ -46,9 +46,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             .case_insensitive(!input.case_sensitive.unwrap_or(true))
             .build(&input.pattern)
             .map_err(|e| {
-                // The builder reports the pattern as it wrapped it (`(?:(` for `(`); the
-                // same syntax parsed alone names the caller's own pattern and column.
-                let e = match regex::Regex::new(&input.pattern) {
+                // The builder reports the pattern as it wrapped it (`(?:(` for `(`); a
+                // syntax error found by parsing the caller's pattern alone names it and its
+                // column. Anything else (a size limit) is the builder's own error.
+                let e = match regex_syntax::ast::parse::Parser::new().parse(&input.pattern) {
                     Err(own) => forge_domain::text::cut_error(own),
                     Ok(_) => forge_domain::text::cut_error(e),
                 };
