@@ -313,6 +313,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     };
     let pid = child.id();
     crate::process::RUNNING_TURNS.lock().unwrap_or_else(|p| p.into_inner()).insert(session.clone(), turn_id.clone());
+    crate::process::ENDED_TURNS.lock().unwrap_or_else(|p| p.into_inner()).remove(&session);
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -372,6 +373,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             let mut running = crate::process::RUNNING_TURNS.lock().unwrap_or_else(|p| p.into_inner());
             if running.get(&session) == Some(&turn_id) {
                 running.remove(&session);
+                crate::process::ENDED_TURNS.lock().unwrap_or_else(|p| p.into_inner()).insert(session.clone());
             }
         }
         if aborted2.load(std::sync::atomic::Ordering::SeqCst) {

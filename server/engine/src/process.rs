@@ -291,6 +291,18 @@ pub fn running_turn(session: &str) -> Option<String> {
     RUNNING_TURNS.lock().unwrap_or_else(|p| p.into_inner()).get(session).cloned()
 }
 
+/// Sessions whose last turn in this process has ended (and none of theirs runs now): a
+/// tool call in their name comes from a turn that is over (credentials kept by another
+/// process, a call sent after the end). A session this process never ran a turn of is
+/// not in it.
+pub(crate) static ENDED_TURNS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Whether `session` had a turn in this process that ended, with none running now.
+pub fn turn_ended_here(session: &str) -> bool {
+    ENDED_TURNS.lock().unwrap_or_else(|p| p.into_inner()).contains(session)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

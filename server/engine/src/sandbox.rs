@@ -828,15 +828,22 @@ pub async fn shell(
     // A call that arrives after the turn ended (or from a session whose turn runs in no
     // server's hands here) runs nothing; one whose turn ends while it runs is killed then,
     // even if it started after the stopped turn's last look for its processes.
+    // A session this server never ran a turn of (a client connected as the loop session
+    // itself) runs its command unmarked, as before.
     let session = env.caller.session_id.clone();
-    let Some(turn) = crate::process::running_turn(&session) else {
-        return Err(ToolError::precondition(format!(
-            "shell failed: no turn of session {session} is running in this server (it ended, or was cancelled or restarted); forge.shell runs commands for a running turn only"
-        )));
+    let wanted: Option<Box<dyn Fn() -> bool + Send + Sync>> = match crate::process::running_turn(&session) {
+        Some(turn) => {
+            cmd.env(crate::process::TURN_ENV, &turn);
+            Some(Box::new(move || crate::process::running_turn(&session).as_deref() == Some(turn.as_str())))
+        }
+        None if crate::process::turn_ended_here(&session) => {
+            return Err(ToolError::precondition(format!(
+                "shell failed: no turn of session {session} is running in this server (it ended, or was cancelled or restarted); forge.shell runs commands for a running turn only"
+            )));
+        }
+        None => None,
     };
-    cmd.env(crate::process::TURN_ENV, &turn);
-    let wanted = move || crate::process::running_turn(&session).as_deref() == Some(turn.as_str());
-    let captured = run_captured_while(cmd, Duration::from_millis(timeout_ms), Some(Box::new(wanted)))
+    let captured = run_captured_while(cmd, Duration::from_millis(timeout_ms), wanted)
         .await
         .map_err(|e| ToolError::internal(format!("shell failed: cannot run the command: {e}")))?;
     Ok(shell_result(&captured, timeout_ms, sandboxed))
