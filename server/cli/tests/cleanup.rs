@@ -549,6 +549,34 @@ fn cleanup_loop_removes_the_attempt_snapshot_refs() {
     assert_eq!(refs.trim(), "refs/forge/alphabet/attempts/plan-1", "only alpha's refs are gone");
 }
 
+/// The `.forge/view/` copies of a loop's sections go with the loop (and with sections it
+/// no longer has): before, `cleanup loop` left every `section/<k>.md` behind while the
+/// status, history and plan copies went.
+#[test]
+fn cleanup_loop_removes_the_copies_of_its_sections() {
+    use std::os::unix::fs::PermissionsExt;
+    let (sb, repo) = setup();
+    add_loop(&sb, &repo, "views", "cancelled", "forge/views");
+    let mut v = sb.stdio_with(|c| {
+        c.arg("--data-dir").arg(&sb.data_dir);
+    });
+    v.init(&Init::new(&repo.path).text_document_content(false));
+    // Copies as a connection writes them (read-only): the loop's one section, and one of a
+    // section the loop no longer has (a plan-adjust removed it).
+    let dir = repo.path.canonicalize().unwrap().join(".forge/view/loop/views");
+    std::fs::create_dir_all(dir.join("section")).unwrap();
+    for (f, text) in [("section/0.md", "# Section 1/1: Phase 1\n"), ("section/3.md", "# Section 4/4: gone\n")] {
+        std::fs::write(dir.join(f), text).unwrap();
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    ok(&cleanup(&sb, &repo.path, &["loop", "views"]));
+    let gone =
+        wait_for(WAIT, || (!dir.join("section/0.md").exists() && !dir.join("section/3.md").exists()).then_some(()));
+    assert!(gone.is_some(), "left: {:?}", walk_names(&dir));
+    assert!(!repo.path.join(".forge/rejected").exists(), "nothing was taken for a user's edit");
+    v.shutdown_exit();
+}
+
 /// `cleanup loop` holds the loop's lock from its decision to its last removal, as restarts
 /// and cancels do: while another process holds it (here the test, standing in for a
 /// restart in progress), the cleanup waits and removes nothing; when the holder has made
@@ -609,4 +637,18 @@ fn cleanup_project_takes_a_directory_or_an_id() {
     let missing = cleanup(&sb, &sb.root, &["plans", "--project", "/no/such/dir", "--dry-run"]);
     assert_eq!(missing.code, 1, "{missing:?}");
     assert!(missing.stderr.contains("no such directory"), "{}", missing.stderr);
+}
+
+fn walk_names(d: &Path) -> Vec<String> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            let p = e.path();
+            out.push(p.display().to_string());
+            if p.is_dir() {
+                out.extend(walk_names(&p));
+            }
+        }
+    }
+    out
 }

@@ -346,6 +346,78 @@ fn saving_over_a_read_only_view_restores_it_and_keeps_the_text() {
     assert_eq!(dir_mode, 0o700, "the kept texts' directory is private");
 }
 
+/// A save of a session plan's copy is applied and said once: another connection of the
+/// same server, which shares the copies, does not take the saved text for a new edit when
+/// it rewrites the copy first (before: it said "not applied" about the applied save and
+/// kept a spurious copy under `.forge/rejected/`); neither does the saving connection
+/// when the file on disk differs from the text sent (a byte order mark).
+#[test]
+fn a_saved_copy_is_applied_once_for_every_connection_of_the_server() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("listen/forge.sock");
+    let server = sb.listen_unix(&sock);
+    let mut a = server.connect();
+    a.init(&Init::new(&repo.path).text_document_content(false));
+    let mut b = server.connect();
+    b.init(&Init::new(&repo.path).text_document_content(false));
+    let root = repo.path.canonicalize().unwrap();
+    for (round, bom) in [(1, false), (2, true)] {
+        a.tool_ok("plan-write", json!({ "content": format!("# Plan A\n\n## Objective\nfirst {round}\n") }));
+        let copy = root.join(format!(".forge/view/plan/session/{}.md", a.session_id()));
+        wait_file(&copy, |t| t.contains(&format!("first {round}")));
+        // Let both connections settle on the copy.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let saved = format!("# Plan A\n\n## Objective\nsecond {round}\n");
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let on_disk = if bom { format!("\u{feff}{saved}") } else { saved.clone() };
+        std::fs::write(&copy, &on_disk).unwrap();
+        a.notify("textDocument/didSave", json!({ "textDocument": { "uri": file_uri(&copy) }, "text": saved }));
+        a.wait_notification(WAIT, |r| {
+            r.method() == "window/showMessage"
+                && r.params()["message"].as_str().is_some_and(|m| m.contains("was saved as the plan"))
+        })
+        .unwrap_or_else(|| panic!("round {round}: the saver is told: {:?}", shown_messages(&a)));
+        wait_file(&copy, |t| t.contains(&format!("second {round}")) && !t.starts_with('\u{feff}'));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        for (who, c) in [("a", &a), ("b", &b)] {
+            let wrong: Vec<String> = shown_messages(c).into_iter().filter(|m| m.contains("not applied")).collect();
+            assert!(wrong.is_empty(), "round {round}: connection {who} was told {wrong:?}");
+        }
+        assert!(!root.join(".forge/rejected").exists(), "round {round}: nothing was rejected");
+    }
+}
+
+/// A copy changed on disk into bytes that are not UTF-8 (saved in another encoding) is the
+/// user's too: kept under `.forge/rejected/` with a warning before it is rewritten (before,
+/// it was taken for no copy and overwritten silently; a probe found it).
+#[test]
+fn a_copy_changed_into_other_bytes_than_utf8_is_kept_when_rewritten() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = view_client(&sb, &repo);
+    c.tool_ok("plan-write", json!({ "content": "# Plan v1" }));
+    let root = repo.path.canonicalize().unwrap();
+    let copy = root.join(format!(".forge/view/plan/session/{}.md", c.session_id()));
+    wait_file(&copy, |t| t.contains("v1"));
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&copy, b"# Plan caf\xe9\n").unwrap();
+    c.tool_ok("plan-write", json!({ "content": "# Plan v2" }));
+    wait_file(&copy, |t| t.contains("v2"));
+    c.wait_notification(WAIT, |r| {
+        r.method() == "window/showMessage"
+            && r.params()["message"].as_str().is_some_and(|m| m.contains("is not UTF-8 text"))
+    })
+    .unwrap_or_else(|| panic!("the user is told: {:?}", shown_messages(&c)));
+    let kept: Vec<Vec<u8>> = std::fs::read_dir(root.join(".forge/rejected"))
+        .expect("rejected dir")
+        .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .collect();
+    assert_eq!(kept, vec![b"# Plan caf\xe9\n".to_vec()], "the user's bytes are kept as they were");
+}
+
 #[test]
 fn log_lines_of_a_connection_carry_its_id() {
     let sb = Sandbox::new();

@@ -329,6 +329,26 @@ pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
         ForgeUri::LoopPlan(name.to_string()).to_uri(),
     ];
     v.extend((0..total.max(0)).map(|i| ForgeUri::LoopSection(name.to_string(), i as u32).to_uri()));
+    // Copies of sections the loop no longer has (a plan-adjust removed them, the loop was
+    // cleaned up): their documents are gone, so materializing them removes the copies
+    // (before, they stayed and showed a stale "pending" section).
+    let dir = conn.view_path(&ForgeUri::LoopSection(name.to_string(), 0));
+    if let Some(dir) = dir.parent().map(std::path::Path::to_path_buf) {
+        let listed = tokio::task::spawn_blocking(move || {
+            std::fs::read_dir(&dir)
+                .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().map(str::to_string)).collect::<Vec<_>>())
+                .unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default();
+        let mut gone: Vec<u32> = listed
+            .iter()
+            .filter_map(|f| f.strip_suffix(".md")?.parse::<u32>().ok())
+            .filter(|k| i64::from(*k) >= total.max(0))
+            .collect();
+        gone.sort_unstable();
+        v.extend(gone.into_iter().map(|k| ForgeUri::LoopSection(name.to_string(), k).to_uri()));
+    }
     v
 }
 
@@ -350,6 +370,44 @@ pub fn materialize_index_soon(conn: &Arc<Conn>) {
     });
 }
 
+/// User edits of copies already handled by a save (`didSave`: adopted as a plan or kept
+/// under `.forge/rejected/`), by copy path: the digests of the saved text and of what was
+/// on disk then. Shared by the connections of this process, which share the copies: the
+/// saving connection rewrites the copy after the save, and another connection that
+/// materializes first must not take the saved text for a new edit (before, it said "not
+/// applied" about a save that was applied, and kept a spurious copy of it).
+static HANDLED_EDITS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Vec<u64>>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// How many handled edits are remembered per copy.
+const HANDLED_PER_COPY: usize = 8;
+
+fn bytes_digest(b: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
+/// Records that the texts `seen` of the copy at `path` were handled by a save.
+pub fn note_handled_edit(path: &std::path::Path, seen: &[&[u8]]) {
+    let mut m = HANDLED_EDITS.lock().unwrap_or_else(|p| p.into_inner());
+    let v = m.entry(path.to_path_buf()).or_default();
+    for b in seen {
+        let d = bytes_digest(b);
+        if !v.contains(&d) {
+            v.push(d);
+        }
+    }
+    let over = v.len().saturating_sub(HANDLED_PER_COPY);
+    v.drain(..over);
+}
+
+fn was_handled(path: &std::path::Path, on_disk: &[u8]) -> bool {
+    let m = HANDLED_EDITS.lock().unwrap_or_else(|p| p.into_inner());
+    m.get(path).is_some_and(|v| v.contains(&bytes_digest(on_disk)))
+}
+
 /// Writes (or removes) the read-only copy of a virtual document. A `.forge`, `.forge/view`
 /// or deeper component that is a symbolic link (a repository can commit one) is never
 /// followed: the write is refused, logged, and the user told once per connection.
@@ -363,7 +421,26 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     let mut text = documents::render_view(conn, &parsed).await.ok();
     // A copy the user changed on disk is never overwritten silently (PROTOCOL.md 10.2). A
     // copy that already shows the current text was written by another connection.
-    if let Some((on_disk, read_only)) = read_view(&path).await {
+    let mut on_disk_copy = read_view(&path).await;
+    if let Some((Err(bytes), _)) = &on_disk_copy {
+        // Not UTF-8 text (saved in another encoding): it cannot be compared or adopted, and
+        // it is the user's. Its bytes are kept, they are told, and the copy is rewritten
+        // (before, it was taken for no copy and overwritten silently).
+        let kept = keep_rejected(conn, &parsed, bytes).await;
+        conn.client
+            .show_message(
+                tower_lsp_server::gen_lsp_types::MessageType::Warning,
+                format!(
+                    "forge-lsp: {} was changed on disk and is not UTF-8 text, so it could not be applied; it was rewritten from the stored document. Your bytes are in {kept}.",
+                    path.display()
+                ),
+            )
+            .await;
+        on_disk_copy = None;
+    }
+    // A copy that still holds a save already handled is simply rewritten.
+    let on_disk_copy = on_disk_copy.filter(|(t, _)| !matches!(t, Ok(t) if was_handled(&path, t.as_bytes())));
+    if let Some((Ok(on_disk), read_only)) = on_disk_copy {
         let recorded = conn.view_digest(&path);
         // Unchanged and still as written (read-only): nothing to do; copies are rewritten
         // only when their text changes.
@@ -446,9 +523,9 @@ fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>
     }
 }
 
-/// The text of a copy on disk and whether it is still read-only, if it is a regular file
-/// (never through a link).
-async fn read_view(path: &std::path::Path) -> Option<(String, bool)> {
+/// The text of a copy on disk (its bytes when they are not UTF-8) and whether it is still
+/// read-only, if it is a regular file (never through a link).
+async fn read_view(path: &std::path::Path) -> Option<(Result<String, Vec<u8>>, bool)> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let meta = std::fs::symlink_metadata(&path).ok()?;
@@ -456,7 +533,8 @@ async fn read_view(path: &std::path::Path) -> Option<(String, bool)> {
             return None;
         }
         let read_only = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o222 == 0;
-        std::fs::read_to_string(&path).ok().map(|t| (t, read_only))
+        let bytes = std::fs::read(&path).ok()?;
+        Some((String::from_utf8(bytes).map_err(|e| e.into_bytes()), read_only))
     })
     .await
     .ok()
@@ -506,18 +584,18 @@ pub async fn adopt_view_edit(conn: &Conn, doc: &ForgeUri, path: &std::path::Path
 
 /// Keeps a rejected edit under `<project>/.forge/rejected/` (directory 0700, file 0600);
 /// returns where.
-async fn keep_rejected(conn: &Conn, doc: &ForgeUri, text: &str) -> String {
+async fn keep_rejected(conn: &Conn, doc: &ForgeUri, text: &(impl AsRef<[u8]> + ?Sized)) -> String {
     let root = conn.env().project.root.clone();
     let rel = std::path::PathBuf::from(".forge/rejected").join(format!(
         "{}-{}",
         forge_core::now_ms(),
         doc.view_path().replace('/', "_")
     ));
-    let (r2, rel2, body) = (root.clone(), rel.clone(), text.to_string());
+    let (r2, rel2, body) = (root.clone(), rel.clone(), text.as_ref().to_vec());
     let keep = move || {
         // The directory is private too: the file names say which documents were edited.
         forge_core::beneath::make_private_dir(&r2, std::path::Path::new(".forge/rejected"))?;
-        forge_core::beneath::write_file(&r2, &rel2, body.as_bytes(), 0o600)
+        forge_core::beneath::write_file(&r2, &rel2, &body, 0o600)
     };
     match tokio::task::spawn_blocking(keep).await {
         Ok(Ok(())) => root.join(rel).display().to_string(),

@@ -15,13 +15,18 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
     }
     let Some(doc) = conn.document(&uri) else { return };
     let path = conn.view_path(&doc);
+    let disk = std::fs::read(&path).ok();
     let text = match params.text {
         Some(t) => Some(t),
-        None => std::fs::read_to_string(&path).ok(),
+        None => disk.clone().and_then(|b| String::from_utf8(b).ok()),
     };
     let current = crate::documents::render(conn, &doc, forge_core::Links::View).await.ok();
     if let Some(text) = text {
         if current.as_deref() != Some(text.as_str()) && conn.claim_view_edit(&path, &text, false) {
+            // Handled here: what the editor sent and what it wrote (which may differ, a byte
+            // order mark) are not a new edit for the next rewrite of the copy.
+            let seen: Vec<&[u8]> = std::iter::once(text.as_bytes()).chain(disk.as_deref()).collect();
+            crate::announce::note_handled_edit(&path, &seen);
             crate::announce::adopt_view_edit(conn, &doc, &path, text, true).await;
         }
     }
