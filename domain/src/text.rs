@@ -126,6 +126,31 @@ pub const LINE_BREAKS: [char; 5] = ['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'
 /// `\r`, U+0085, U+2028, U+2029) is shown as `\n` (so it cannot end a list item). An `_`
 /// between two letters or digits is left as it is (it cannot emphasize: `snake_case` stays
 /// readable in the source). For names and first lines the server puts into the documents
+/// `dest` as a Markdown link destination: as it is when it has nothing a destination cannot
+/// hold bare, else in angle brackets (CommonMark: a bracketed destination may hold spaces
+/// and parentheses), with `<`, `>` and `\` escaped. For the copies' absolute paths in the
+/// generated documents: a project under `my proj/` gave `(…/my proj/…)`, which is no link.
+pub fn md_link_destination(dest: &str) -> std::borrow::Cow<'_, str> {
+    let bare = !dest.is_empty() && !dest.chars().any(|c| c.is_whitespace() || c.is_control() || "()<>\\".contains(c));
+    if bare {
+        return std::borrow::Cow::Borrowed(dest);
+    }
+    let mut out = String::with_capacity(dest.len() + 2);
+    out.push('<');
+    for c in dest.chars() {
+        match c {
+            '<' | '>' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out.push('>');
+    std::borrow::Cow::Owned(out)
+}
+
 /// it generates, which editors mostly show as source.
 pub fn md_inline(s: &str) -> String {
     let chars: Vec<char> = s.chars().collect();
@@ -215,6 +240,20 @@ pub(crate) fn test_rng() -> impl FnMut(usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_link_destination_is_bracketed_only_when_it_must_be() {
+        for (dest, want) in [
+            ("/p/.forge/view/index.md", "/p/.forge/view/index.md"),
+            ("forge://loop/x/status.md", "forge://loop/x/status.md"),
+            ("/tmp/my proj/.forge/view/a.md", "</tmp/my proj/.forge/view/a.md>"),
+            ("/tmp/a(1)/b.md", "</tmp/a(1)/b.md>"),
+            ("/tmp/a<b>\\c.md", "</tmp/a\\<b\\>\\\\c.md>"),
+            ("", "<>"),
+        ] {
+            assert_eq!(md_link_destination(dest), want, "{dest}");
+        }
+    }
+
     #[test]
     fn ranged_changes_count_positions_in_the_negotiated_units() {
         use crate::diagnostics::PositionEncoding::{Utf16, Utf8};

@@ -79,7 +79,9 @@ fn render_shared(
     links: Links,
     uri: &ForgeUri,
 ) -> Result<Rendered, ToolError> {
-    let link = |u: &ForgeUri| forge_core::caller::link(u, root, links);
+    // Every use is a Markdown link's destination.
+    let link =
+        |u: &ForgeUri| forge_domain::text::md_link_destination(&forge_core::caller::link(u, root, links)).into_owned();
     let text = match uri {
         ForgeUri::SessionPlan(id) => {
             let plan = plans::session_shared(db, project, id).db()?;
@@ -136,7 +138,9 @@ pub async fn render_view(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolErro
         .read(move |db| {
             let counts = crate::findings_index::update(db, &project, work)?;
             let block = crate::findings_index::render_counts(&counts, &base);
-            let link = |u: &ForgeUri| forge_core::caller::link(u, &root, Links::View);
+            let link = |u: &ForgeUri| {
+                forge_domain::text::md_link_destination(&forge_core::caller::link(u, &root, Links::View)).into_owned()
+            };
             Ok::<_, ToolError>((render_index(db, &project, &base, &link, Some(block))?, counts))
         })
         .await
