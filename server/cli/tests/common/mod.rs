@@ -136,6 +136,15 @@ impl Sandbox {
             .env("FORGE_LOG", "warn")
             .env("RUST_BACKTRACE", "1")
             .current_dir(&self.root);
+        // As from a terminal, whoever runs the tests: a run under `nohup` (CI's) would give
+        // every server SIGHUP ignored, which a server keeps (`serve::shutdown_signal`).
+        // SAFETY: signal() is async-signal-safe and only changes the child's disposition.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         c
     }
 
