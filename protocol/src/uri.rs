@@ -72,7 +72,9 @@ impl ForgeUri {
             }
             ["loop", name, "section", file] => {
                 let idx = file.strip_suffix(".md")?;
-                if idx.is_empty() || !idx.bytes().all(|b| b.is_ascii_digit()) {
+                // One spelling per section: `01.md` is not `1.md`.
+                if idx.is_empty() || !idx.bytes().all(|b| b.is_ascii_digit()) || (idx.len() > 1 && idx.starts_with('0'))
+                {
                     return None;
                 }
                 let name = decode(name)?;
@@ -145,6 +147,8 @@ mod tests {
             "forge://plan/session/.md",
             "forge://plan/session/x.txt",
             "forge://loop/a/section/x.md",
+            "forge://loop/a/section/01.md",
+            "forge://loop/a/section/00.md",
             "file:///x.md",
             "forge://plan/session/%ZZ.md",
         ] {

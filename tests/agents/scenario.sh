@@ -40,8 +40,9 @@
 #     subagent  the coder waits for `coder-go`, tries loop-handoff (saved as first-handoff),
 #               waits for `coder-go2`, hands off, then waits for `coder-go3` before it ends
 #     adjustbad the first coder tries plan-adjust; the first audit waits for `adjust-go`, tries
-#               plan-adjust with a completed pending section, over 24 sections and a blank
-#               rationale (adjust-completed/-over/-blank), then waits for `adjust-end`
+#               plan-adjust with a completed pending section, over 24 sections, a blank
+#               rationale and a two-line title (adjust-completed/-over/-blank/-title), then
+#               waits for `adjust-end`
 # A session without a role (execute-plan mode new-session) saves its environment as
 # newsession.env, tries plan-write and plan-read (newsession-write, newsession-read) and exits.
 #     holdafter the first coder turn hands off, then waits for `coder-release` before it ends
@@ -271,6 +272,7 @@ case "$FORGE_ROLE:$scenario" in
         secs=$(printf '{"title":"S","content":"C"},%.0s' $(seq 24))
         run adjust-over forge-lsp call plan-adjust "{\"sections\":[${secs%,}],\"rationale\":\"too many\"}"
         run adjust-blank forge-lsp call plan-adjust '{"currentSection":{"title":"T","content":"C"},"rationale":"  "}'
+        run adjust-title forge-lsp call plan-adjust '{"currentSection":{"title":"Line1\nLine2","content":"C"},"rationale":"r"}'
         await adjust-end
       fi
     fi

@@ -315,6 +315,22 @@ fn an_empty_list_of_warnings_is_not_sent_twice() {
     c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).expect("sent again after a close");
 }
 
+/// Closing a plan buffer that held unsaved text clears its warnings (they were of that
+/// text; before, they stayed, and VS Code keeps a closed document's diagnostics).
+#[test]
+fn closing_a_plan_buffer_clears_its_warnings() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Init::new(&repo.path));
+    let uri = session_plan_uri(&c.session_id());
+    c.tool_ok("plan-write", json!({ "content": GOOD_PLAN }));
+    c.did_open(&uri, "# Quick idea\n\nJust do it.", 1);
+    c.wait_diagnostics_since(Mark::default(), &uri, WAIT, |d| d.len() == 4).expect("the open buffer's warnings");
+    let mark = c.mark();
+    c.did_close(&uri);
+    c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.is_empty()).expect("cleared on close");
+}
+
 /// A burst of edits to an open plan: whatever order the checks finish in, the warnings the
 /// client is left with are the last text's (an older text's are never sent after a newer's).
 #[test]

@@ -57,7 +57,7 @@ fn plan_adjust_rejections_over_the_real_binary() {
     db.execute("UPDATE section_plans SET status = 'completed' WHERE loop_name = ?1 AND section_index = 1", [&name])
         .unwrap();
     t.signal("adjust-go");
-    t.wait_state_file("adjust-blank.code");
+    t.wait_state_file("adjust-title.code");
     db.execute("UPDATE section_plans SET status = 'pending' WHERE loop_name = ?1 AND section_index = 1", [&name])
         .unwrap();
     t.signal("adjust-end");
@@ -73,6 +73,8 @@ fn plan_adjust_rejections_over_the_real_binary() {
     refused("adjust-completed", "section 1 is not pending (status=completed)");
     refused("adjust-over", "resulting total sections (25) would exceed cap 24");
     refused("adjust-blank", "rationale must not be empty");
+    // A title is the section's heading: one line (before, a newline split the heading).
+    refused("adjust-title", "currentSection.title must be one line");
     assert_eq!(t.count("SELECT count(*) FROM plan_amendments WHERE loop_name = ?1", &name), 0);
     assert_eq!(t.loop_row(&name)["totalSections"], json!(2));
 

@@ -1,4 +1,4 @@
-//! `textDocument/didClose`: forget the buffer.
+//! `textDocument/didClose`: forget the buffer (and clear a plan's warnings).
 
 use tower_lsp_server::gen_lsp_types::DidCloseTextDocumentParams;
 
@@ -10,7 +10,17 @@ pub fn did_close(backend: &Backend, params: DidCloseTextDocumentParams) {
     if let Ok(mut docs) = conn.docs.lock() {
         docs.remove(&uri);
     }
-    // A client drops a closed document's diagnostics: its plan warnings are published
-    // again when it is reopened.
+    // Its plan warnings were of the buffer, which is gone (and may have held text never
+    // saved): they are cleared, since not every client drops a closed document's
+    // diagnostics (VS Code keeps them), and published again when it is reopened.
     conn.forget_warned(&uri);
+    if conn.document(&uri).is_some_and(|d| d.is_plan()) {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            // Reopened meanwhile: its new warnings are the ones to show.
+            if conn.open_text(&uri).is_none() {
+                conn.publish::<serde_json::Value>(&uri, &[]).await;
+            }
+        });
+    }
 }

@@ -62,6 +62,9 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         if cs.title.trim().is_empty() || cs.content.trim().is_empty() {
             return Err(ToolError::invalid("currentSection needs a non-empty title and content"));
         }
+        if let Some(why) = title_problem(&cs.title) {
+            return Err(ToolError::invalid(format!("currentSection.title {why}")));
+        }
     }
     let mut total = row.total_sections.max(0) as usize;
     if let Some(list) = &input.sections {
@@ -74,6 +77,9 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         }
         if let Some(i) = list.iter().position(|s| s.title.trim().is_empty() || s.content.trim().is_empty()) {
             return Err(ToolError::invalid(format!("sections[{i}] needs a non-empty title and content")));
+        }
+        if let Some((i, why)) = list.iter().enumerate().find_map(|(i, s)| Some((i, title_problem(&s.title)?))) {
+            return Err(ToolError::invalid(format!("sections[{i}].title {why}")));
         }
         total = new_total;
     }
@@ -107,4 +113,18 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     forge_store::status::touch(ctx.db, &p, &n, ctx.now).db()?;
     let data = json!({ "ok": true, "total_sections": total });
     ok(data.to_string(), data)
+}
+
+/// The longest section title plan-adjust takes, in characters (a title is a heading line).
+const MAX_TITLE_CHARS: usize = 200;
+
+/// Why `title` cannot be a section's title: it is the heading of the section's document,
+/// its status line and its lens, so it is one line of at most [`MAX_TITLE_CHARS`].
+fn title_problem(title: &str) -> Option<String> {
+    let t = title.trim();
+    if t.contains(['\n', '\r']) {
+        return Some("must be one line (it is the section's heading)".to_string());
+    }
+    let n = t.chars().count();
+    (n > MAX_TITLE_CHARS).then(|| format!("has {n} characters; at most {MAX_TITLE_CHARS} (it is the section's heading)"))
 }
