@@ -373,7 +373,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             let mut running = crate::process::RUNNING_TURNS.lock().unwrap_or_else(|p| p.into_inner());
             if running.get(&session) == Some(&turn_id) {
                 running.remove(&session);
-                crate::process::ENDED_TURNS.lock().unwrap_or_else(|p| p.into_inner()).insert(session.clone());
+                crate::process::note_turn_ended(&session);
             }
         }
         if aborted2.load(std::sync::atomic::Ordering::SeqCst) {

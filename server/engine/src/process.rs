@@ -298,6 +298,19 @@ pub fn running_turn(session: &str) -> Option<String> {
 pub(crate) static ENDED_TURNS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
     std::sync::LazyLock::new(Default::default);
 
+/// How many sessions [`ENDED_TURNS`] keeps; past that it starts over (a call of a session
+/// forgotten so runs unmarked, as a session this process never ran a turn of).
+const MAX_ENDED_TURNS: usize = 4096;
+
+/// Records that `session`'s turn in this process ended.
+pub(crate) fn note_turn_ended(session: &str) {
+    let mut ended = ENDED_TURNS.lock().unwrap_or_else(|p| p.into_inner());
+    if ended.len() >= MAX_ENDED_TURNS {
+        ended.clear();
+    }
+    ended.insert(session.to_string());
+}
+
 /// Whether `session` had a turn in this process that ended, with none running now.
 pub fn turn_ended_here(session: &str) -> bool {
     ENDED_TURNS.lock().unwrap_or_else(|p| p.into_inner()).contains(session)
