@@ -3,15 +3,17 @@
 
 use std::path::{Component, Path, PathBuf};
 
-/// Whether `rel` (relative to a project's or worktree's root, `/`-separated components)
-/// is forge-lsp's own project configuration: `.forge/config.toml` or anything under
-/// `.forge/tools/`. The server trusts such files when they are not committed, so the file
-/// tools never write them: a model that could would choose the program the next loop runs,
-/// turn its sandbox off or add a tool of its own.
+/// Whether `rel` (relative to a root) is forge-lsp's own project configuration, at any
+/// depth: `.forge/config.toml` or anything under `.forge/tools/` of any folder (an editor
+/// opened on that folder reads them). The server trusts such files when they are not
+/// committed, so the file tools never write them: a model that could would choose the
+/// program the next loop runs, turn its sandbox off or add a tool of its own.
 pub fn is_forge_config(rel: &Path) -> bool {
-    let mut parts = rel.components().filter(|c| !matches!(c, std::path::Component::CurDir));
-    matches!(parts.next(), Some(std::path::Component::Normal(d)) if d == ".forge")
-        && matches!(parts.next(), Some(std::path::Component::Normal(n)) if n == "config.toml" || n == "tools")
+    let parts: Vec<_> = rel.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
+    parts.windows(2).any(|w| {
+        matches!(w[0], std::path::Component::Normal(d) if d == ".forge")
+            && matches!(w[1], std::path::Component::Normal(n) if n == "config.toml" || n == "tools")
+    })
 }
 
 /// `path` with `.` dropped and each `..` taking back the name before it. A leading `..` of
@@ -85,7 +87,8 @@ mod tests {
             (".forge/tools/a/run.py", true),
             (".forge/view/index.md", false),
             (".forge/usage/x", false),
-            ("sub/.forge/config.toml", false),
+            ("sub/.forge/config.toml", true),
+            ("a/b/.forge/tools/x", true),
             (".forge", false),
             ("forge/config.toml", false),
             (".forge/config.toml.bak", false),

@@ -120,12 +120,6 @@ pub fn cut_error(e: impl std::fmt::Display) -> String {
 /// too; `\r\n` is one break of two).
 pub const LINE_BREAKS: [char; 5] = ['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'];
 
-/// `s` as literal markdown text inside a line (never at its start): each character that
-/// could start markup there is backslash-escaped (so a stored name such as
-/// `x](http://e/)` is not a link, and `<b>` not HTML), and each line break (`\r\n`, `\n`,
-/// `\r`, U+0085, U+2028, U+2029) is shown as `\n` (so it cannot end a list item). An `_`
-/// between two letters or digits is left as it is (it cannot emphasize: `snake_case` stays
-/// readable in the source). For names and first lines the server puts into the documents
 /// `dest` as a Markdown link destination: as it is when it has nothing a destination cannot
 /// hold bare, else in angle brackets (CommonMark: a bracketed destination may hold spaces
 /// and parentheses), with `<`, `>` and `\` escaped. For the copies' absolute paths in the
@@ -151,6 +145,12 @@ pub fn md_link_destination(dest: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `s` as literal markdown text inside a line (never at its start): each character that
+/// could start markup there is backslash-escaped (so a stored name such as
+/// `x](http://e/)` is not a link, and `<b>` not HTML), and each line break (`\r\n`, `\n`,
+/// `\r`, U+0085, U+2028, U+2029) is shown as `\n` (so it cannot end a list item). An `_`
+/// between two letters or digits is left as it is (it cannot emphasize: `snake_case` stays
+/// readable in the source). For names and first lines the server puts into the documents
 /// it generates, which editors mostly show as source.
 pub fn md_inline(s: &str) -> String {
     let chars: Vec<char> = s.chars().collect();

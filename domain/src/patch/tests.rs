@@ -548,7 +548,7 @@ fn paths_are_confined_to_the_root() {
             Err("forge-lsp's project configuration"),
         ),
         ("a view copy", ".forge/view/index.md", None, Ok(".forge/view/index.md")),
-        ("a nested project's configuration", "sub/.forge/config.toml", None, Ok("sub/.forge/config.toml")),
+        ("a nested folder's configuration", "sub/.forge/config.toml", None, Err("forge-lsp's project configuration")),
     ];
     for (case, raw, root, expected) in cases {
         match (normalize_path(raw, *root), expected) {

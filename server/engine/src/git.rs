@@ -992,7 +992,9 @@ fn add_worktree(
             if !taken && fs::symlink_metadata(dir).is_ok() {
                 let _ = remove_dir_forcefully(dir);
             }
-            if gitdir.exists() && registration_is_ours(&gitdir, dir) {
+            // After `Exists`, a registration not written yet may be the other process's,
+            // half made: only one that names this directory is removed.
+            if gitdir.exists() && registration_is_ours(&gitdir, dir, !taken) {
                 let _ = fs::remove_dir_all(&gitdir);
             }
             if taken {
@@ -1009,12 +1011,23 @@ fn add_worktree(
 }
 
 /// Whether the worktree registration `gitdir` (`.git/worktrees/<name>`) is the one a failed
-/// add for `dir` made: its `gitdir` file names `<dir>/.git`, or it has none yet (libgit2
-/// makes the directory first and writes the file after the work directory).
-fn registration_is_ours(gitdir: &Path, dir: &Path) -> bool {
+/// add for `dir` made: its `gitdir` file names `<dir>/.git` (compared resolved: libgit2
+/// writes the real path), or, when `unwritten_is_ours`, it has no such file yet (libgit2
+/// makes the directory first and writes the file last).
+fn registration_is_ours(gitdir: &Path, dir: &Path, unwritten_is_ours: bool) -> bool {
     match fs::read_to_string(gitdir.join("gitdir")) {
-        Ok(t) => Path::new(t.trim()) == dir.join(".git"),
-        Err(e) => e.kind() == io::ErrorKind::NotFound,
+        Ok(t) => {
+            let named = Path::new(t.trim());
+            let ours = dir.join(".git");
+            let resolved = |p: &Path| {
+                p.parent()
+                    .and_then(|d| d.canonicalize().ok())
+                    .map(|d| d.join(".git"))
+                    .unwrap_or_else(|| p.to_path_buf())
+            };
+            named == ours || resolved(named) == resolved(&ours)
+        }
+        Err(e) => unwritten_is_ours && e.kind() == io::ErrorKind::NotFound,
     }
 }
 
@@ -1285,11 +1298,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let (reg, dir) = (d.path().join("reg"), d.path().join("wt"));
         fs::create_dir(&reg).unwrap();
-        assert!(registration_is_ours(&reg, &dir), "not written yet");
+        assert!(registration_is_ours(&reg, &dir, true), "not written yet, after a failure of ours");
+        assert!(!registration_is_ours(&reg, &dir, false), "not written yet, after `Exists`: maybe another's");
         fs::write(reg.join("gitdir"), format!("{}\n", dir.join(".git").display())).unwrap();
-        assert!(registration_is_ours(&reg, &dir));
+        assert!(registration_is_ours(&reg, &dir, false));
         fs::write(reg.join("gitdir"), format!("{}\n", d.path().join("other/.git").display())).unwrap();
-        assert!(!registration_is_ours(&reg, &dir), "another process's");
+        assert!(!registration_is_ours(&reg, &dir, true), "another process's");
+        // Named through a link to the same directory.
+        fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::symlink(&dir, d.path().join("alias")).unwrap();
+        fs::write(reg.join("gitdir"), format!("{}\n", dir.canonicalize().unwrap().join(".git").display())).unwrap();
+        assert!(registration_is_ours(&reg, &d.path().join("alias"), false));
     }
 
     #[test]

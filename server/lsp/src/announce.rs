@@ -311,18 +311,25 @@ async fn publish_warnings_for(conn: &Conn, uri: &str, text: Option<&str>, digest
 /// The documents of a loop: status, each section, its plan.
 pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
     let (p, n) = (conn.project_id(), name.to_string());
-    let total: i64 = conn
+    let read: Result<Option<i64>, _> = conn
         .ws
         .store
         .call(move |c| {
+            use rusqlite::OptionalExtension;
             c.query_row(
                 "SELECT total_sections FROM loops WHERE project_id = ?1 AND loop_name = ?2",
                 rusqlite::params![p, n],
                 |r| r.get(0),
             )
+            .optional()
         })
-        .await
-        .unwrap_or(0);
+        .await;
+    // A loop whose row is gone has no sections; one whose row cannot be read keeps its
+    // section copies (they are not known to be stale).
+    let (total, known) = match read {
+        Ok(t) => (t.unwrap_or(0), true),
+        Err(_) => (0, false),
+    };
     let mut v = vec![
         ForgeUri::LoopStatus(name.to_string()).to_uri(),
         ForgeUri::LoopHistory(name.to_string()).to_uri(),
@@ -333,7 +340,7 @@ pub async fn loop_document_uris(conn: &Conn, name: &str) -> Vec<String> {
     // cleaned up): their documents are gone, so materializing them removes the copies
     // (before, they stayed and showed a stale "pending" section).
     let dir = conn.view_path(&ForgeUri::LoopSection(name.to_string(), 0));
-    if let Some(dir) = dir.parent().map(std::path::Path::to_path_buf) {
+    if let Some(dir) = dir.parent().map(std::path::Path::to_path_buf).filter(|_| known) {
         let listed = tokio::task::spawn_blocking(move || {
             std::fs::read_dir(&dir)
                 .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().map(str::to_string)).collect::<Vec<_>>())

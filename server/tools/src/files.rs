@@ -276,15 +276,11 @@ pub fn read_utf8_within(root: &Path, p: &Path, max: u64) -> Result<String, Strin
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
-/// `path` (a path inside the canonical `root`, as [`within`] returns it) relative to the
-/// root, with the links of its directories resolved: what a write relative to the root
-/// through `forge_core::beneath` walks, which refuses any link on the way. A link inside
-/// the root to a directory inside it is followed here, once, after [`within`] checked it;
-/// a link at the file's own name is kept (a write replaces it). An error names the path
 /// The places forge-lsp reads its trusted project configuration from, resolved:
 /// `.forge/config.toml` and `.forge/tools/` of the tool root, of the project (the folder the
 /// editor opened, which may lie inside the repository) and of the plugin tools' project
-/// (`plugins::project_dir`). The file tools never write there ([`is_forge_config_place`]):
+/// (`plugins::project_dir`), and where the links in them lead. (Any `.forge/config.toml`
+/// or `.forge/tools/` by name is refused too: `forge_domain::path::is_forge_config`.) The file tools never write there ([`is_forge_config_place`]):
 /// the server trusts such files when they are not committed.
 pub fn forge_config_places(ctx: &ToolCtx, root: &Path) -> Vec<PathBuf> {
     let bases = [root.to_path_buf(), ctx.env.project.root.clone(), crate::plugins::project_dir(ctx.env)];
@@ -294,9 +290,36 @@ pub fn forge_config_places(ctx: &ToolCtx, root: &Path) -> Vec<PathBuf> {
         // `.forge` itself may be a link (to `conf/`): what it leads to is the place.
         let dir = base.join(".forge");
         let dir = dir.canonicalize().unwrap_or(dir);
-        for p in [dir.join("config.toml"), dir.join("tools")] {
+        let mut places = vec![dir.join("config.toml"), dir.join("tools")];
+        // A link in there (the configuration file, the tools folder, a tool's script)
+        // leads to a file the server reads as configuration too.
+        places.extend(links_within(&dir.join("config.toml"), 0));
+        places.extend(links_within(&dir.join("tools"), 0));
+        for p in places {
             if !out.contains(&p) {
                 out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Where the links at or under `p` lead (resolved), a few folders deep: what the plugin
+/// loader, which follows links, reads through them.
+fn links_within(p: &Path, depth: usize) -> Vec<PathBuf> {
+    const DEPTH: usize = 3;
+    const MAX_ENTRIES: usize = 256;
+    let mut out = vec![];
+    let Ok(meta) = std::fs::symlink_metadata(p) else { return out };
+    if meta.file_type().is_symlink() {
+        if let Ok(real) = p.canonicalize() {
+            out.push(real);
+        }
+    }
+    if depth < DEPTH && p.is_dir() {
+        if let Ok(entries) = std::fs::read_dir(p) {
+            for e in entries.flatten().take(MAX_ENTRIES) {
+                out.extend(links_within(&e.path(), depth + 1));
             }
         }
     }
@@ -309,6 +332,11 @@ pub fn is_forge_config_place(places: &[PathBuf], target: &Path) -> bool {
     places.iter().any(|p| target == p || target.starts_with(p))
 }
 
+/// `path` (a path inside the canonical `root`, as [`within`] returns it) relative to the
+/// root, with the links of its directories resolved: what a write relative to the root
+/// through `forge_core::beneath` walks, which refuses any link on the way. A link inside
+/// the root to a directory inside it is followed here, once, after [`within`] checked it;
+/// a link at the file's own name is kept (a write replaces it). An error names the path
 /// when its directories lead out of the root.
 pub fn resolved_rel(root: &Path, path: &Path) -> Result<PathBuf, String> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
