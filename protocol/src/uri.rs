@@ -51,6 +51,23 @@ fn encode(s: &str) -> String {
     out
 }
 
+/// The longest session id taken, as its document's file name (`<encoded id>.md`, the name
+/// of its `.forge/view/` copy): a file name has at most 255 bytes.
+pub const MAX_SESSION_FILE_NAME: usize = 255;
+
+/// Why `id` cannot be a session id, or `None`: its plan's copy under `.forge/view/` is named
+/// by it, percent-encoded, and a longer name could never be written (every connection that
+/// uses the copies was told "File name too long").
+pub fn session_id_problem(id: &str) -> Option<String> {
+    let name = encode(id).len() + ".md".len();
+    (name > MAX_SESSION_FILE_NAME).then(|| {
+        format!(
+            "is {} bytes, {name} as a file name; session ids name files (`<id>.md`), which may have at most {MAX_SESSION_FILE_NAME} bytes",
+            id.len()
+        )
+    })
+}
+
 impl ForgeUri {
     /// Parses a `forge://...` URI; `None` when it names no known document.
     pub fn parse(uri: &str) -> Option<Self> {
@@ -138,6 +155,15 @@ mod tests {
         ] {
             assert_eq!(ForgeUri::parse(&u.to_uri()), Some(u));
         }
+    }
+
+    #[test]
+    fn a_session_id_must_fit_a_file_name() {
+        assert_eq!(session_id_problem("ses_01JD0000000000000000000000"), None);
+        assert_eq!(session_id_problem(&"a".repeat(252)), None);
+        assert!(session_id_problem(&"a".repeat(253)).is_some());
+        // Percent-encoded: 90 spaces are 270 bytes of name.
+        assert!(session_id_problem(&" ".repeat(90)).unwrap().contains("273 as a file name"));
     }
 
     #[test]

@@ -680,3 +680,18 @@ fn another_process_writing_the_plan_is_seen_by_the_next_read() {
     assert!(out.stdout.contains("Third words."), "{out:?}");
     assert!(c.tool_ok("plan-read", json!({})).text.contains("Third words."));
 }
+
+/// A session id names its plan's `.forge/view/` copy (`<id>.md`): one too long for a file
+/// name is refused where it comes in, with why (before, it was taken, and every connection
+/// that uses the copies was told "File name too long" about a copy never written).
+#[test]
+fn a_session_id_too_long_for_a_file_name_is_refused() {
+    let (sb, repo, c) = setup();
+    let long = "s".repeat(300);
+    let e = c.tool_err("plan-write", json!({ "content": "# P", "session_id": long }));
+    assert_eq!(e.code, -32602, "{e}");
+    assert!(e.message.contains("session ids name files"), "{e}");
+    let mut other = sb.stdio();
+    let e = other.initialize(&Init::new(&repo.path).session(&long)).expect_err("refused");
+    assert!(e.message.contains("session ids name files"), "{e}");
+}

@@ -25,6 +25,9 @@ pub fn resolve(
     let Some(session) = session.map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(Caller { agent, session_id: forge_core::fresh_session(), binding: None });
     };
+    if let Some(why) = forge_protocol::uri::session_id_problem(session) {
+        return Err(ToolError::invalid_params(format!("the session id {why}")));
+    }
     let Some(row) = loops::session(db, session).db()? else {
         return Ok(Caller { agent, session_id: session.to_string(), binding: None });
     };

@@ -23,6 +23,10 @@ pub fn target_session(ctx: &ToolCtx, tool: &str, explicit: Option<&str>) -> Resu
             Err(ToolError::invalid_params("invalid argument `session_id`: must not be empty"))
         }
         Some(s) if s == ctx.caller().session_id => Ok(s.to_string()),
+        Some(s) if forge_protocol::uri::session_id_problem(s).is_some() => Err(ToolError::invalid_params(format!(
+            "invalid argument `session_id`: it {}",
+            forge_protocol::uri::session_id_problem(s).unwrap_or_default()
+        ))),
         Some(s) => {
             if ctx.caller().agent != "user" {
                 return Err(ToolError::denied(format!(
