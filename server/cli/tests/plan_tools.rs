@@ -691,7 +691,7 @@ fn a_session_id_too_long_for_a_file_name_is_refused() {
     let e = c.tool_err("plan-write", json!({ "content": "# P", "session_id": long }));
     assert_eq!(e.code, -32602, "{e}");
     assert!(e.message.contains("session ids name files"), "{e}");
-    let mut other = sb.stdio();
+    let other = sb.stdio();
     let e = other.initialize(&Init::new(&repo.path).session(&long)).expect_err("refused");
     assert!(e.message.contains("session ids name files"), "{e}");
 }
