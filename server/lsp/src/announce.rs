@@ -429,7 +429,12 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     // A copy the user changed on disk is never overwritten silently (PROTOCOL.md 10.2). A
     // copy that already shows the current text was written by another connection.
     let mut on_disk_copy = read_view(&path).await;
+    if matches!(&on_disk_copy, Some((Err(bytes), _)) if was_handled(&path, bytes)) {
+        // Kept already (by another connection of this server): only rewritten.
+        on_disk_copy = None;
+    }
     if let Some((Err(bytes), _)) = &on_disk_copy {
+        note_handled_edit(&path, &[bytes.as_slice()]);
         // Not UTF-8 text (saved in another encoding): it cannot be compared or adopted, and
         // it is the user's. Its bytes are kept, they are told, and the copy is rewritten
         // (before, it was taken for no copy and overwritten silently).
