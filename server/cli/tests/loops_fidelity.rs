@@ -455,6 +455,13 @@ fn a_loop_name_clashing_with_a_branch_path_or_a_left_directory_moves_on() {
     assert_eq!(e.code, 1003, "{e}");
     assert_contains(&e.message, "the branch `forge` keeps loops' branches (forge/<name>) from being created");
     assert_eq!(t.count("SELECT count(*) FROM loops WHERE ?1 = ?1", ""), 0, "the refusal creates nothing");
+    // With a branch of the caller's the loop starts (before, the name search spun forever:
+    // every `forge/<name>` clashed with `forge`).
+    let out =
+        t.client.tool_ok("execute-plan", json!({ "title": "Other", "plan": TWO_SECTIONS, "branch": "work/other" }));
+    let other = out.data["loopName"].as_str().expect("loopName").to_string();
+    assert_eq!(other, "other");
+    t.client.tool_ok("loop-cancel", json!({ "name": other }));
     t.repo.git(&["branch", "-D", "forge"]);
 
     t.repo.git(&["branch", "forge/two-halves/old"]);

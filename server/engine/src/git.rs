@@ -977,6 +977,40 @@ fn add_worktree(
     reference: &git2::Reference<'_>,
     branch: &str,
 ) -> Result<(), GitError> {
+    // libgit2 may say a branch nobody has checked out "is already checked out" while other
+    // worktrees of the repository are being removed (loops of other servers ending): when
+    // no worktree has it, the add is tried again a few times before that is reported.
+    let mut tries = 0;
+    loop {
+        match add_worktree_once(repo, repo_path, dir, reference, branch) {
+            Err(GitError::BranchCheckedOut { at, .. }) if at.as_os_str().is_empty() && tries < 4 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(25 << tries));
+            }
+            Err(GitError::BranchCheckedOut { branch, at }) if at.as_os_str().is_empty() => {
+                return Err(GitError::Git {
+                    action: format!(
+                        "add a worktree at {} for branch `{branch}` (git said it is checked out elsewhere, but no worktree has it; retry)",
+                        dir.display()
+                    ),
+                    path: repo_path.to_path_buf(),
+                    source: git2::Error::from_str("reference is already checked out"),
+                })
+            }
+            r => return r,
+        }
+    }
+}
+
+/// One try of [`add_worktree`]. A `BranchCheckedOut` whose `at` is empty: git said so, but
+/// no worktree has the branch.
+fn add_worktree_once(
+    repo: &Repository,
+    repo_path: &Path,
+    dir: &Path,
+    reference: &git2::Reference<'_>,
+    branch: &str,
+) -> Result<(), GitError> {
     let name = unique_worktree_name(repo, dir)?;
     let gitdir = worktree_gitdir(repo, &name);
     let mut opts = WorktreeAddOptions::new();
@@ -1001,8 +1035,7 @@ fn add_worktree(
                 return Err(GitError::DirNotEmpty { dir: dir.to_path_buf() });
             }
             if e.message().contains("already checked out") {
-                let at =
-                    checked_out_at(repo, &format!("refs/heads/{branch}")).unwrap_or_else(|| repo_path.to_path_buf());
+                let at = checked_out_at(repo, &format!("refs/heads/{branch}")).unwrap_or_default();
                 return Err(GitError::BranchCheckedOut { branch: branch.to_string(), at });
             }
             Err(e).ctx(&format!("add a worktree at {} for branch `{branch}`", dir.display()), repo_path)

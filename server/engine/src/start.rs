@@ -100,9 +100,12 @@ pub async fn start_loop(
                 "Failed to start loop: the branch `forge` keeps loops' branches (forge/<name>) from being created; rename it, or pass branch to choose the loop's branch",
             ));
         }
+        // The name is reserved against `forge/<name>` and the branches under it; a branch
+        // `forge` itself (possible only with a caller `branch`, refused above otherwise)
+        // would clash with every name, and no suffix could move past it.
         let name = uniquify(&requested, |n| {
             taken.iter().any(|t| t == n)
-                || git::branch_clash(&branches, &git::branch_for(n)).is_some()
+                || git::branch_clash(&branches, &git::branch_for(n)).is_some_and(|c| c != "forge")
                 || std::fs::symlink_metadata(worktrees.join(n)).is_ok()
         });
         // A caller-chosen branch replaces forge/<name> (the name is still reserved against
