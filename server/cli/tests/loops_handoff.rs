@@ -35,6 +35,16 @@ fn only_the_current_session_with_its_token_may_hand_off() {
     assert_eq!(e.code, 1001, "{e}");
     assert_contains(&e.message, cid);
     assert!(!e.message.contains(ctok));
+    // The same session through another server on the data directory: forge.shell runs only
+    // in the server that runs the loop (before, the other server ran it for no turn of its
+    // own; a probe found it).
+    let other = t.other_server("identity", &[]);
+    let other_socket = other.private_socket().expect("the other server's private socket");
+    let mut elsewhere = Client::connect_unix(&other_socket).expect("connect to the other server");
+    elsewhere.init(&Init::new(&t.repo.path).session(cid).token(ctok));
+    let e = elsewhere.tool_err("shell", json!({ "command": "touch elsewhere-ran" }));
+    assert_eq!(e.code, 1004, "{e}");
+    assert_contains(&e.message, "is run by another forge-lsp server");
     t.signal("coder-go");
 
     // In auditing, the held coder connection is no longer the loop's current session.
@@ -84,6 +94,7 @@ fn only_the_current_session_with_its_token_may_hand_off() {
     );
     let wt = t.loop_row(&name)["worktreeDir"].as_str().expect("worktreeDir").to_string();
     assert!(!std::path::Path::new(&wt).join("stale-shell-ran").exists(), "the stale session's command ran");
+    assert!(!std::path::Path::new(&wt).join("elsewhere-ran").exists(), "the other server ran the command");
     // A forged token: error 1001 at initialize, naming the auditor's session.
     assert_eq!(t.state_file("forged.code").unwrap().trim(), "1");
     let forged_err = t.state_file("forged.err").unwrap();

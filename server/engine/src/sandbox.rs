@@ -776,17 +776,32 @@ pub async fn shell(
         .call(move |c| {
             use rusqlite::OptionalExtension;
             c.query_row(
-                "SELECT worktree_dir, sandbox, sandbox_network FROM loops WHERE project_id = ?1 AND loop_name = ?2",
+                "SELECT worktree_dir, sandbox, sandbox_network, owner_pid FROM loops WHERE project_id = ?1 AND loop_name = ?2",
                 rusqlite::params![p, n],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? != 0, r.get::<_, i64>(2)? != 0)),
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)? != 0,
+                        r.get::<_, i64>(2)? != 0,
+                        r.get::<_, Option<i64>>(3)?,
+                    ))
+                },
             )
             .optional()
         })
         .await
         .map_err(|e| ToolError::internal(format!("shell failed: database error: {e}")))?;
-    let Some((wt, sandboxed, network)) = row else {
+    let Some((wt, sandboxed, network, owner)) = row else {
         return Err(ToolError::not_found(format!("No loop found for loop \"{loop_name}\".")));
     };
+    // Commands run in the server that runs the loop's turns, which kills them with their
+    // turn: another server on the same data directory would run them for no turn of its
+    // own (a probe ran one there with an ended session's credentials).
+    if let Some(pid) = owner.filter(|&pid| pid != i64::from(std::process::id())) {
+        return Err(ToolError::precondition(format!(
+            "shell failed: loop \"{loop_name}\" is run by another forge-lsp server (pid {pid}); forge.shell runs in the server that runs the loop (its agents' FORGE_LSP_SOCKET)"
+        )));
+    }
     let wt = PathBuf::from(wt);
     let dir = if cwd.is_empty() { wt.clone() } else { wt.join(cwd) };
     // Symlinks must not lead out of the worktree either.
