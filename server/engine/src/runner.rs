@@ -2061,11 +2061,20 @@ pub(crate) async fn end_orphaned_turns(engine: &Arc<Engine>, project: &str, loop
 /// has it ended here ([`end_orphaned_turns`]).
 pub(crate) async fn await_turns_ended(engine: &Arc<Engine>, project: &str, loop_name: &str, bound: Duration) {
     let deadline = tokio::time::Instant::now() + bound;
+    // The other server records its agent just after starting it, and that write may have
+    // waited for the restart's own: no record is believed until it is seen twice, 150 ms
+    // apart (this narrows that window; it does not close it).
+    let mut empty_since: Option<tokio::time::Instant> = None;
     loop {
         let (p, n) = (project.to_string(), loop_name.to_string());
         match engine.store.call(move |c| db::agent_processes(c, &p, &n)).await {
-            Ok(r) if r.is_empty() => return,
-            Ok(_) => {}
+            Ok(r) if r.is_empty() => {
+                let since = *empty_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= SETTLE {
+                    return;
+                }
+            }
+            Ok(_) => empty_since = None,
             Err(e) => {
                 tracing::warn!(loop_name, "cannot read the loop's recorded agent processes: {e}");
                 return;
@@ -2082,6 +2091,9 @@ pub(crate) async fn await_turns_ended(engine: &Arc<Engine>, project: &str, loop_
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// How long [`await_turns_ended`] must see no recorded turn before it believes it.
+const SETTLE: Duration = Duration::from_millis(150);
 
 /// Whether the server process `pid` still serves: one of its registered private sockets
 /// (`servers` table) accepts a connection. A process id alone could have been reused; a
