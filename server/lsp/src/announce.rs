@@ -389,19 +389,12 @@ static HANDLED_EDITS: std::sync::LazyLock<std::sync::Mutex<std::collections::Has
 /// How many handled edits are remembered per copy.
 const HANDLED_PER_COPY: usize = 8;
 
-fn bytes_digest(b: &[u8]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    b.hash(&mut h);
-    h.finish()
-}
-
 /// Records that the texts `seen` of the copy at `path` were handled by a save.
 pub fn note_handled_edit(path: &std::path::Path, seen: &[&[u8]]) {
     let mut m = HANDLED_EDITS.lock().unwrap_or_else(|p| p.into_inner());
     let v = m.entry(path.to_path_buf()).or_default();
     for b in seen {
-        let d = bytes_digest(b);
+        let d = crate::conn::digest_bytes(b);
         if !v.contains(&d) {
             v.push(d);
         }
@@ -412,7 +405,7 @@ pub fn note_handled_edit(path: &std::path::Path, seen: &[&[u8]]) {
 
 fn was_handled(path: &std::path::Path, on_disk: &[u8]) -> bool {
     let m = HANDLED_EDITS.lock().unwrap_or_else(|p| p.into_inner());
-    m.get(path).is_some_and(|v| v.contains(&bytes_digest(on_disk)))
+    m.get(path).is_some_and(|v| v.contains(&crate::conn::digest_bytes(on_disk)))
 }
 
 /// Writes (or removes) the read-only copy of a virtual document. A `.forge`, `.forge/view`
@@ -438,16 +431,15 @@ pub async fn materialize(conn: &Conn, uri: &str) {
         // Not UTF-8 text (saved in another encoding): it cannot be compared or adopted, and
         // it is the user's. Its bytes are kept, they are told, and the copy is rewritten
         // (before, it was taken for no copy and overwritten silently).
-        let kept = keep_rejected(conn, &parsed, bytes).await;
-        conn.client
-            .show_message(
-                tower_lsp_server::gen_lsp_types::MessageType::Warning,
-                format!(
-                    "forge-lsp: {} was changed on disk and is not UTF-8 text, so it could not be applied; it was rewritten from the stored document. Your bytes are in {kept}.",
-                    path.display()
-                ),
-            )
-            .await;
+        keep_and_tell(
+            conn,
+            &parsed,
+            &path,
+            bytes,
+            "was changed on disk and is not UTF-8 text, so it could not be applied",
+            "bytes are",
+        )
+        .await;
         on_disk_copy = None;
     }
     // A copy that still holds a save already handled is simply rewritten.
@@ -477,16 +469,8 @@ pub async fn materialize(conn: &Conn, uri: &str) {
             // changed it. It is rewritten from the stored document; their text is kept, and
             // they are told.
             conn.claim_view_edit(&path, &on_disk, false);
-            let kept = keep_rejected(conn, &parsed, &on_disk).await;
-            conn.client
-                .show_message(
-                    tower_lsp_server::gen_lsp_types::MessageType::Warning,
-                    format!(
-                        "forge-lsp: {} was changed on disk without being saved through an editor connected to forge-lsp; it was rewritten from the stored document. Your text is in {kept}.",
-                        path.display()
-                    ),
-                )
-                .await;
+            let why = "was changed on disk without being saved through an editor connected to forge-lsp";
+            keep_and_tell(conn, &parsed, &path, &on_disk, why, "text is").await;
         }
     }
     let root = conn.env().project.root.clone();
@@ -516,6 +500,29 @@ pub async fn materialize(conn: &Conn, uri: &str) {
             )
             .await;
     }
+}
+
+/// Keeps the user's content of the copy at `path` under `.forge/rejected/` and tells them
+/// why (`why`, after the path) and where their content is (`what`: "text is", "bytes are"), before the copy
+/// is rewritten from the stored document.
+async fn keep_and_tell(
+    conn: &Conn,
+    doc: &ForgeUri,
+    path: &std::path::Path,
+    content: &(impl AsRef<[u8]> + ?Sized),
+    why: &str,
+    what: &str,
+) {
+    let kept = keep_rejected(conn, doc, content).await;
+    conn.client
+        .show_message(
+            tower_lsp_server::gen_lsp_types::MessageType::Warning,
+            format!(
+                "forge-lsp: {} {why}; it was rewritten from the stored document. Your {what} in {kept}.",
+                path.display()
+            ),
+        )
+        .await;
 }
 
 /// Writes a read-only view file (mode 0444), replacing any previous one; `None` removes

@@ -406,3 +406,9 @@ pub fn digest(text: &str) -> u64 {
     use std::hash::BuildHasher;
     foldhash::quality::FixedState::with_seed(0).hash_one(text)
 }
+
+/// [`digest`] of bytes that may not be text (a copy saved in another encoding).
+pub fn digest_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(0).hash_one(bytes)
+}
