@@ -280,7 +280,7 @@ pub fn read_utf8_within(root: &Path, p: &Path, max: u64) -> Result<String, Strin
 /// `.forge/config.toml` and `.forge/tools/` of the tool root, of the project (the folder the
 /// editor opened, which may lie inside the repository) and of the plugin tools' project
 /// (`plugins::project_dir`), and where the links in them lead. (Any `.forge/config.toml`
-/// or `.forge/tools/` by name is refused too: `forge_domain::path::is_forge_config`.) The file tools never write there ([`is_forge_config_place`]):
+/// or `.forge/tools/` by name is refused too: `forge_domain::path::is_forge_config`.) The file tools never write there ([`writes_forge_config`]):
 /// the server trusts such files when they are not committed.
 pub fn forge_config_places(ctx: &ToolCtx, root: &Path) -> Vec<PathBuf> {
     let bases = [root.to_path_buf(), ctx.env.project.root.clone(), crate::plugins::project_dir(ctx.env)];
@@ -326,10 +326,13 @@ fn links_within(p: &Path, depth: usize) -> Vec<PathBuf> {
     out
 }
 
-/// Whether `target` (absolute, its directories' links resolved) is one of
-/// [`forge_config_places`] or lies under one.
-pub fn is_forge_config_place(places: &[PathBuf], target: &Path) -> bool {
-    places.iter().any(|p| target == p || target.starts_with(p))
+/// Whether a write of `rel` (relative to the canonical `root`, its directories' links
+/// resolved: [`resolved_rel`]) would change forge-lsp's project configuration: by name
+/// (`forge_domain::path::is_forge_config`) or by place (one of [`forge_config_places`] or
+/// under one).
+pub fn writes_forge_config(places: &[PathBuf], root: &Path, rel: &Path) -> bool {
+    let target = root.join(rel);
+    forge_domain::path::is_forge_config(rel) || places.iter().any(|p| target == *p || target.starts_with(p))
 }
 
 /// `path` (a path inside the canonical `root`, as [`within`] returns it) relative to the

@@ -180,7 +180,7 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch, config_places: &[Pat
         // forge-lsp's project configuration: of the tool root, of the folder the editor
         // opened inside the repository, reached through a link (`cfg` -> `.forge`, or a
         // `.forge` that is a link).
-        if forge_domain::path::is_forge_config(&file) || crate::files::is_forge_config_place(config_places, &root.join(&file)) {
+        if crate::files::writes_forge_config(config_places, root, &file) {
             return Err(ToolError::invalid_params(format!(
                 "apply-patch failed: path {} {}",
                 forge_domain::text::echo(raw),

@@ -156,18 +156,12 @@ fn replace(
     })
 }
 
-/// Writes every edit or none: stage all, then rename all.
 /// Whether `path` (under `root`) is forge-lsp's project configuration, by name or by place.
 fn is_config(root: &Path, path: &Path, config_places: &[PathBuf]) -> bool {
-    match resolved_rel(root, path) {
-        Ok(under) => {
-            forge_domain::path::is_forge_config(&under)
-                || crate::files::is_forge_config_place(config_places, &root.join(&under))
-        }
-        Err(_) => false,
-    }
+    resolved_rel(root, path).is_ok_and(|under| crate::files::writes_forge_config(config_places, root, &under))
 }
 
+/// Writes every edit or none: stage all, then rename all.
 fn write_all(root: &Path, edits: &[FileEdit], config_places: &[PathBuf]) -> Result<(), ToolError> {
     let fail = |m: String| ToolError::invalid(format!("ast-grep-replace failed, nothing was written: {m}"));
     // Dropping what was staged removes its temporaries.
@@ -192,7 +186,7 @@ fn stage(stager: &mut beneath::Stager, root: &Path, e: &FileEdit, config_places:
     // Checked relative to the root without following a link (as the stager writes): a
     // directory swapped for a link since the read is refused, never looked through.
     let under = resolved_rel(root, &e.path)?;
-    if forge_domain::path::is_forge_config(&under) || crate::files::is_forge_config_place(config_places, &root.join(&under)) {
+    if crate::files::writes_forge_config(config_places, root, &under) {
         return Err(format!("{} {}", e.shown, forge_domain::patch::FORGE_CONFIG_REFUSAL));
     }
     let (Some(dir), Some(name)) = (under.parent(), under.file_name()) else {
