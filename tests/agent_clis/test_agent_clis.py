@@ -129,9 +129,13 @@ def test_two_section_loop(cli, tmp_path):
 
     # The coder's shell ran in the loop's sandbox, in the worktree; a write outside failed.
     seen = "".join(q["latest_input"] for q in main if q["conversation"] == "coder-1")
-    assert re.search(r"pwd=\S+/worktrees/e2e sandbox=1", seen), seen[-1500:]
+    assert re.search(r"pwd=\S+/worktrees/e2e sandbox=1 dotenv=no", seen), seen[-1500:]
     assert "outside-refused" in seen and not res["outside_written"], seen[-1500:]
     assert res["sandbox"], "bubblewrap cannot start a sandbox here"
+
+    # The repository's own agent configuration (hooks, MCP servers, plugins) ran nothing on
+    # the host: the project is not trusted.
+    assert res["planted"] == [], res["planted"]
 
     # The resumed sessions continued the CLI's own session (their history came along).
     assert len(res["cli_sessions"]) == 4, res["cli_sessions"]

@@ -103,6 +103,7 @@ const KEYS: &[(&str, Ty)] = &[
     ("agent.command", Ty::Argv),
     ("agent.compactCommand", Ty::Argv),
     ("agent.preset", Ty::Preset),
+    ("agent.trustProjectConfig", Ty::Bool),
     ("documents.materialize", Ty::BoolOrAuto),
     ("documents.maxPlanBytes", Ty::UInt),
     ("diagnostics.mirrorLoopFindings", Ty::Bool),
@@ -116,8 +117,12 @@ const KEYS: &[(&str, Ty)] = &[
 /// Keys a repository's own configuration file may not set (a repository cannot trust itself).
 /// Also the keys that widen what a tool may do beyond the defaults the user accepted
 /// (`webfetch.allowCrossOriginRedirects`): a cloned repository must not switch them on.
-const TRUST_KEYS: &[&str] =
-    &["plugins.trustProjectTools", "plugins.trustedProjects", "webfetch.allowCrossOriginRedirects"];
+const TRUST_KEYS: &[&str] = &[
+    "plugins.trustProjectTools",
+    "plugins.trustedProjects",
+    "webfetch.allowCrossOriginRedirects",
+    "agent.trustProjectConfig",
+];
 
 /// Keys a `.forge/config.toml` committed to the repository may not set: they choose the
 /// program `forge-lsp` runs for a loop's turns or loosen its sandbox, which a cloned
@@ -244,6 +249,11 @@ pub struct Config {
     pub agent_compact_command: Option<Vec<String>>,
     /// `agent.preset`: `opencode`, `claude`, `codex` or `gemini` (validated).
     pub agent_preset: Option<String>,
+    /// `agent.trustProjectConfig` (user file or initialization options only): a preset's
+    /// agent CLI also loads the repository's own configuration for it (`.claude/settings.json`,
+    /// `opencode.json`, `.opencode/`, `.gemini/settings.json`: hooks, MCP servers, plugins),
+    /// which runs on the host. Off: the CLI is started so that it does not (docs/agents.md).
+    pub agent_trust_project_config: bool,
     /// None = auto.
     pub materialize: Option<bool>,
     /// `documents.maxPlanBytes`: the largest plan stored (plan-write, plan-edit's result,
@@ -292,6 +302,7 @@ impl Default for Config {
             agent_command: None,
             agent_compact_command: None,
             agent_preset: None,
+            agent_trust_project_config: false,
             materialize: None,
             max_plan_bytes: 16 * 1024 * 1024,
             mirror_loop_findings: true,
@@ -584,6 +595,7 @@ impl Loader {
             agent_command: argv("agent.command"),
             agent_compact_command: argv("agent.compactCommand"),
             agent_preset: s("agent.preset"),
+            agent_trust_project_config: b("agent.trustProjectConfig", false),
             materialize: m.get("documents.materialize").and_then(Value::as_bool),
             max_plan_bytes: u("documents.maxPlanBytes", d.max_plan_bytes),
             mirror_loop_findings: b("diagnostics.mirrorLoopFindings", d.mirror_loop_findings),
@@ -772,6 +784,29 @@ mod tests {
         let c = Loader::standard(committed.path(), Some(&init)).unwrap().build();
         assert_eq!(c.agent_command.as_deref(), Some(&["my-agent".to_string()][..]));
         assert!(!c.sandbox_enabled);
+    }
+
+    /// The repository's agent configuration is trusted by the user, never by the
+    /// repository's own file, committed or not (as `plugins.trustProjectTools`).
+    #[test]
+    fn a_project_file_cannot_trust_its_own_agent_configuration() {
+        for commit in [true, false] {
+            let p = project_with_config("[agent]\ntrustProjectConfig = true\n", commit);
+            let l = load_project(p.path());
+            assert!(!l.build().agent_trust_project_config, "committed: {commit}");
+            assert!(
+                l.warnings
+                    .iter()
+                    .any(|w| w.contains("`agent.trustProjectConfig`") && w.contains("cannot grant itself")),
+                "{:?}",
+                l.warnings
+            );
+            let init = json!({ "agent": { "trustProjectConfig": true } });
+            assert!(Loader::standard(p.path(), Some(&init)).unwrap().build().agent_trust_project_config);
+        }
+        let mut l = Loader::default();
+        l.add_value(&json!({ "agent": { "trustProjectConfig": "yes" } }), "user").unwrap_err();
+        assert!(!Loader::default().build().agent_trust_project_config);
     }
 
     /// A project's file adds deny rules to the user's, never removes them (committed or

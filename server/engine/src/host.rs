@@ -519,6 +519,7 @@ mod expand_tests {
             shim_dir: None,
             activity: Arc::default(),
             preset: None,
+            project_config: false,
             record: None,
         };
         let uuid = forge_domain::agent_cli::session_uuid("ses_T1");

@@ -342,6 +342,15 @@ fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
         (Some(p), true) => format!("agent.preset = {p:?}: the {p} CLI"),
         _ => "agent.command".to_string(),
     };
+    // The Gemini preset does not start in a worktree with Gemini configuration the user
+    // has not trusted (`agents::gemini`): said before the loop exists, not at its first turn.
+    if crate::agents::preset(&env.config) == Some(forge_domain::agent_output::Cli::Gemini)
+        && !env.config.agent_trust_project_config
+    {
+        if let Some(why) = crate::agents::gemini::workspace_config_refusal(cwd) {
+            return Err(why);
+        }
+    }
     match found {
         Some((_, true)) => Ok(()),
         Some((file, false)) => Err(format!(
@@ -425,6 +434,7 @@ pub async fn new_session(
             shim_dir: None,
             activity: engine.activity.clone(),
             preset: crate::agents::preset(&env.config),
+            project_config: env.config.agent_trust_project_config,
             record: None,
         },
         tx,

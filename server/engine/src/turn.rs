@@ -50,6 +50,10 @@ pub struct TurnRequest {
     pub activity: Arc<Activity>,
     /// `agent.preset`: the agent CLI whose preset runs the turn (else `agent.command`).
     pub preset: Option<forge_domain::agent_output::Cli>,
+    /// `agent.trustProjectConfig`: the preset's CLI may load the repository's own
+    /// configuration for it (hooks, MCP servers, plugins, which run on the host). False:
+    /// it is started so that it does not (`agents/*.rs`, docs/agents.md).
+    pub project_config: bool,
     /// Where the turn's leading process is recorded while it runs (a loop session's
     /// `agent_process`): the store of a loop's turn, `None` for an untracked session.
     pub record: Option<forge_store::Store>,

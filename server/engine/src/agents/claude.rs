@@ -10,6 +10,9 @@
 //!   (else MCP tools are deferred behind a search tool); tools are `mcp__forge__<tool>`.
 //!   Permissions: `--allowedTools` for the file tools, Bash and `mcp__forge` (headless, and
 //!   allowed as root, unlike `--dangerously-skip-permissions`).
+//! - The repository's settings: `--setting-sources user` (the worktree's
+//!   `.claude/settings.json` and `.claude/settings.local.json` are not loaded: their hooks
+//!   would run on the host) unless `agent.trustProjectConfig`.
 //! - Sandbox: `CLAUDE_CODE_SHELL_PREFIX=<shims>/prefix` (`sandbox::shim_dir`): every Bash command
 //!   line is handed to that shim (one argument), which runs it with `/bin/bash -c` in the
 //!   loop's sandbox. Claude itself (its file tools) runs on the host, in the worktree, with
@@ -47,6 +50,12 @@ impl AgentHost for Claude {
             args.extend(["--model".into(), m.to_string()]);
         }
         args.extend(["--mcp-config".into(), mcp_config(&super::mcp_command()), "--strict-mcp-config".into()]);
+        if !req.project_config {
+            // The user's settings only: the worktree's `.claude/settings.json` and
+            // `settings.local.json` come with the repository, and their hooks, `env` and
+            // helpers would run on the host.
+            args.extend(["--setting-sources".into(), "user".into()]);
+        }
         args.push("--allowedTools".into());
         args.extend(ALLOWED_TOOLS.map(String::from));
         match super::cli_session(req).filter(|_| req.resume) {
@@ -101,6 +110,12 @@ mod tests {
         let prefix = l.env.iter().find(|(k, _)| k == "CLAUDE_CODE_SHELL_PREFIX").unwrap();
         assert_eq!(Path::new(&prefix.1), d.path().join("wt/.forge/bin/prefix"));
         assert!(l.env.iter().any(|(k, v)| k == "ENABLE_TOOL_SEARCH" && v == "false"));
+        // The repository's own settings are not loaded, unless the user trusts them.
+        let sources = |l: &Launch| l.argv.windows(2).any(|w| w == ["--setting-sources", "user"]);
+        assert!(sources(&l), "{:?}", l.argv);
+        r.project_config = true;
+        assert!(!sources(&Claude.prepare(&r, Path::new("/p")).unwrap()));
+        r.project_config = false;
         // resumed: the id Claude reported
         r.resume = true;
         super::super::save_cli_session(&r, &uuid);

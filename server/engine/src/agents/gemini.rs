@@ -16,6 +16,12 @@
 //!   `GEMINI_CLI_SYSTEM_SETTINGS_PATH` at it (and `GEMINI_CLI_SYSTEM_DEFAULTS_PATH` at the
 //!   `system-defaults.json` beside the original, unless set). Gemini ignores a settings file below a group-
 //!   or world-writable directory: keep the data directory out of `/tmp`.
+//! - The repository's configuration: `--skip-trust` makes Gemini load the worktree's
+//!   `.gemini/` (settings with MCP servers and hooks, `.env`, extensions, agents), and an
+//!   untrusted folder is a fatal error in headless mode. So unless
+//!   `agent.trustProjectConfig`, a turn in a worktree that has any of
+//!   [`WORKSPACE_CONFIG`] is refused (naming them), and the loop's settings set
+//!   `advanced.ignoreLocalEnv` (a committed `.env` is not read).
 //! - Sandbox: Gemini runs `bash -c …` with `bash` found on `PATH`: the loop's sandbox shim;
 //!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: its commands write their background
 //!   pids there).
@@ -52,6 +58,16 @@ pub fn settings(base: Option<&str>, mcp_bin: &str) -> Result<Value, String> {
         "env": {"FORGE_SESSION_TOKEN": "$FORGE_SESSION_TOKEN"}
     });
     Ok(v)
+}
+
+/// `advanced.ignoreLocalEnv = true` in the (system) settings `v`.
+fn ignore_local_env(v: &mut Value) {
+    let Some(o) = v.as_object_mut() else { return };
+    let advanced = o.entry("advanced").or_insert_with(|| json!({}));
+    if !advanced.is_object() {
+        *advanced = json!({});
+    }
+    advanced["ignoreLocalEnv"] = json!(true);
 }
 
 /// Gemini CLI's system settings file on Linux when `GEMINI_CLI_SYSTEM_SETTINGS_PATH` is not
@@ -109,12 +125,40 @@ fn strip_json_comments(text: &str) -> String {
     out
 }
 
+/// What Gemini CLI loads from a workspace it trusts (and `--skip-trust`, which a headless
+/// run needs, trusts the worktree) that can run a program on the host: its settings (MCP
+/// servers, hooks, a tool discovery command), the environment file it reads into its own
+/// process, extensions, and subagent definitions (which may declare MCP servers).
+pub const WORKSPACE_CONFIG: [&str; 4] =
+    [".gemini/settings.json", ".gemini/.env", ".gemini/extensions", ".gemini/agents"];
+
+/// The refusal of a turn in a worktree that holds any of [`WORKSPACE_CONFIG`] while the
+/// user has not trusted the repository's agent configuration (`agent.trustProjectConfig`).
+/// Gemini CLI has no headless mode that runs in a workspace and leaves its settings out
+/// (an untrusted folder is a fatal error there), so the turn is not started at all.
+pub fn workspace_config_refusal(worktree: &Path) -> Option<String> {
+    let found: Vec<&str> =
+        WORKSPACE_CONFIG.iter().copied().filter(|rel| std::fs::symlink_metadata(worktree.join(rel)).is_ok()).collect();
+    (!found.is_empty()).then(|| {
+        format!(
+            "the repository has Gemini CLI configuration ({}), which Gemini CLI would load on the host (its MCP servers, hooks and commands run outside the loop's sandbox); \
+             the Gemini preset does not start in such a worktree unless you trust the repository's agent configuration: set `agent.trustProjectConfig = true` in your user configuration file or the initialization options (docs/agents.md), or remove those files from the branch",
+            found.join(", ")
+        )
+    })
+}
+
 fn settings_file(req: &TurnRequest) -> PathBuf {
     req.data_dir.join("agent-sessions").join(format!("{}.gemini.json", req.session_id))
 }
 
 impl AgentHost for Gemini {
     fn prepare(&self, req: &TurnRequest, _prompt_file: &Path) -> Result<Launch, String> {
+        if !req.project_config {
+            if let Some(why) = workspace_config_refusal(&req.cwd) {
+                return Err(why);
+            }
+        }
         let mut args: Vec<String> =
             ["-p", "", "--output-format", "json", "--approval-mode", "yolo", "--skip-trust"].map(String::from).to_vec();
         if let Some(m) = req.model.as_deref().filter(|m| !m.is_empty()) {
@@ -147,10 +191,16 @@ impl AgentHost for Gemini {
             },
             None => None,
         };
-        let merged = settings(base.as_deref(), &super::mcp_command()).map_err(|why| {
+        let mut merged = settings(base.as_deref(), &super::mcp_command()).map_err(|why| {
             let p = base_path.as_deref().unwrap_or(Path::new("?"));
             format!("Gemini CLI's system settings {} {why}; the loop's turns need them (fix the file)", p.display())
         })?;
+        if !req.project_config {
+            // Not a `.env` of the repository either (Gemini reads the first one up from the
+            // working directory into its own environment: an endpoint, a proxy for the
+            // API key); the one in the home directory still applies.
+            ignore_local_env(&mut merged);
+        }
         let file = settings_file(req);
         if let Some(d) = file.parent() {
             forge_core::paths::create_private_dirs(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
@@ -228,6 +278,46 @@ mod tests {
         super::super::save_cli_session(&r, &uuid);
         let l = Gemini.prepare(&r, Path::new("/p")).unwrap();
         assert_eq!(l.argv[l.argv.len() - 2..], ["--resume".to_string(), uuid]);
+    }
+
+    #[test]
+    fn the_repository_configuration_is_refused_unless_trusted() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = req(d.path(), Some(Cli::Gemini));
+        std::fs::create_dir_all(r.cwd.join(".gemini")).unwrap();
+        // A context file or custom commands only: text for the model, not refused; a
+        // committed `.env` is not read (ignoreLocalEnv) unless trusted.
+        std::fs::write(r.cwd.join(".gemini/GEMINI.md"), "be brief").unwrap();
+        let local_env = |l: &Launch| -> Value {
+            let (_, path) = l.env.iter().find(|(k, _)| k == "GEMINI_CLI_SYSTEM_SETTINGS_PATH").unwrap();
+            let s: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            s["advanced"]["ignoreLocalEnv"].clone()
+        };
+        assert_eq!(local_env(&Gemini.prepare(&r, Path::new("/p")).unwrap()), json!(true));
+        // Each of the files Gemini would run something from: refused, naming it.
+        for rel in WORKSPACE_CONFIG {
+            let p = r.cwd.join(rel);
+            if rel.ends_with(".json") || rel.ends_with(".env") {
+                std::fs::write(&p, "{}").unwrap();
+            } else {
+                std::fs::create_dir_all(&p).unwrap();
+            }
+            let e = Gemini.prepare(&r, Path::new("/p")).expect_err(rel);
+            assert!(e.contains(rel) && e.contains("agent.trustProjectConfig"), "{e}");
+            // Trusted: Gemini starts and loads them, as outside a loop.
+            r.project_config = true;
+            let l = Gemini.prepare(&r, Path::new("/p")).expect(rel);
+            assert_eq!(local_env(&l), Value::Null, "{rel}");
+            r.project_config = false;
+            if p.is_dir() {
+                std::fs::remove_dir(&p).unwrap();
+            } else {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+        // A link in its place counts too (Gemini follows it).
+        std::os::unix::fs::symlink("/nowhere", r.cwd.join(".gemini/settings.json")).unwrap();
+        assert!(Gemini.prepare(&r, Path::new("/p")).is_err());
     }
 
     #[test]

@@ -261,6 +261,7 @@ pub(crate) mod test_support {
             shim_dir: Some(dir.join("wt/.forge/bin")),
             activity: Arc::default(),
             preset,
+            project_config: false,
             record: None,
         }
     }

@@ -8,6 +8,11 @@
 //! - MCP: `OPENCODE_CONFIG_CONTENT` (merged into the server's own value of that variable,
 //!   if any) adds the local server `forge` = `<this forge-lsp> mcp` and allows edits and
 //!   bash without asking; nothing is written to disk. Tools appear as `forge_<tool>`.
+//! - The repository's configuration: `OPENCODE_DISABLE_PROJECT_CONFIG=1` (the worktree's
+//!   `opencode.json` and `.opencode/` are not loaded: their plugins run in OpenCode's
+//!   process, on the host) unless `agent.trustProjectConfig`; the worktree's `AGENTS.md`
+//!   (else `CLAUDE.md`, `CONTEXT.md`), which OpenCode then no longer reads, is named in
+//!   `instructions`.
 //! - Sandbox: OpenCode runs its `bash` tool as `$SHELL -c …`; the host's `SHELL` is the
 //!   loop's sandbox shim, so every command runs in the sandbox. OpenCode itself (its file
 //!   edits) runs on the host, in the worktree (`PWD` is the worktree: OpenCode takes its
@@ -25,9 +30,15 @@ use crate::turn::{TurnOutcome, TurnRequest};
 #[derive(Debug, Clone, Copy)]
 pub struct OpenCode;
 
+/// The instruction files OpenCode reads from a project (the first of them found), which
+/// it no longer looks for with `OPENCODE_DISABLE_PROJECT_CONFIG`: plain text for the model,
+/// so the preset names the worktree's one itself.
+const INSTRUCTION_FILES: [&str; 3] = ["AGENTS.md", "CLAUDE.md", "CONTEXT.md"];
+
 /// `OPENCODE_CONFIG_CONTENT`: `base` (the server's value, if a JSON object) plus the
-/// Forge MCP server and the permissions a headless run needs.
-pub fn config_content(base: Option<&str>, mcp_bin: &str) -> String {
+/// Forge MCP server and the permissions a headless run needs, and `instructions` (absolute
+/// paths, added to those of `base`).
+pub fn config_content(base: Option<&str>, mcp_bin: &str, instructions: &[String]) -> String {
     let mut v: Value = base.and_then(|b| serde_json::from_str(b).ok()).filter(Value::is_object).unwrap_or(json!({}));
     let o = v.as_object_mut().expect("an object");
     let mcp = o.entry("mcp").or_insert_with(|| json!({}));
@@ -41,6 +52,18 @@ pub fn config_content(base: Option<&str>, mcp_bin: &str) -> String {
     }
     perm["edit"] = json!("allow");
     perm["bash"] = json!("allow");
+    if !instructions.is_empty() {
+        let list = o.entry("instructions").or_insert_with(|| json!([]));
+        if !list.is_array() {
+            *list = json!([]);
+        }
+        let list = list.as_array_mut().expect("an array");
+        for i in instructions {
+            if !list.iter().any(|v| v.as_str() == Some(i)) {
+                list.push(json!(i));
+            }
+        }
+    }
     o.entry("autoupdate").or_insert(json!(false));
     o.entry("share").or_insert(json!("disabled"));
     v.to_string()
@@ -60,13 +83,28 @@ impl AgentHost for OpenCode {
             args.extend(["--session".into(), id]);
         }
         let base = std::env::var("OPENCODE_CONFIG_CONTENT").ok();
+        let mut vars = vec![env("OPENCODE_DISABLE_AUTOUPDATE", "1"), env("OPENCODE_DISABLE_SHARE", "1")];
+        let mut instructions = vec![];
+        if !req.project_config {
+            // Not the worktree's `opencode.json` nor its `.opencode/` (plugins, which OpenCode
+            // runs in its own process on the host, MCP servers, commands): they come with
+            // the repository. Its instructions file is text for the model, named instead.
+            vars.push(env("OPENCODE_DISABLE_PROJECT_CONFIG", "1"));
+            instructions.extend(
+                INSTRUCTION_FILES
+                    .iter()
+                    .map(|f| req.cwd.join(f))
+                    .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+                    .and_then(|p| p.to_str().map(str::to_string)),
+            );
+        }
+        vars.insert(
+            0,
+            env("OPENCODE_CONFIG_CONTENT", config_content(base.as_deref(), &super::mcp_command(), &instructions)),
+        );
         Ok(Launch {
             argv: super::with_program(req, "opencode", args),
-            env: vec![
-                env("OPENCODE_CONFIG_CONTENT", config_content(base.as_deref(), &super::mcp_command())),
-                env("OPENCODE_DISABLE_AUTOUPDATE", "1"),
-                env("OPENCODE_DISABLE_SHARE", "1"),
-            ],
+            env: vars,
             whole_in_sandbox: None,
             template: false,
         })
@@ -139,8 +177,42 @@ mod tests {
             ),
         ];
         for (base, want) in table {
-            let got: Value = serde_json::from_str(&config_content(*base, "/b/forge-lsp")).unwrap();
+            let got: Value = serde_json::from_str(&config_content(*base, "/b/forge-lsp", &[])).unwrap();
             assert_eq!(&got, want, "{base:?}");
         }
+        // Instructions are added to the user's, once.
+        let got: Value = serde_json::from_str(&config_content(
+            Some(r#"{"instructions":["/u/rules.md","/w/AGENTS.md"]}"#),
+            "/b/forge-lsp",
+            &["/w/AGENTS.md".to_string(), "/w/x.md".to_string()],
+        ))
+        .unwrap();
+        assert_eq!(got["instructions"], json!(["/u/rules.md", "/w/AGENTS.md", "/w/x.md"]));
+    }
+
+    #[test]
+    fn the_repository_configuration_is_not_loaded_unless_trusted() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = req(d.path(), Some(Cli::OpenCode));
+        std::fs::create_dir_all(&r.cwd).unwrap();
+        let var = |l: &Launch, k: &str| {
+            l.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_str().expect("UTF-8").to_string())
+        };
+        let content =
+            |l: &Launch| -> Value { serde_json::from_str(&var(l, "OPENCODE_CONFIG_CONTENT").unwrap()).unwrap() };
+        // No instructions file in the worktree: none named.
+        let l = OpenCode.prepare(&r, Path::new("/p")).unwrap();
+        assert_eq!(var(&l, "OPENCODE_DISABLE_PROJECT_CONFIG").as_deref(), Some("1"));
+        assert_eq!(content(&l).get("instructions"), None);
+        // The first of AGENTS.md, CLAUDE.md, CONTEXT.md that is a file.
+        std::fs::write(r.cwd.join("CLAUDE.md"), "c").unwrap();
+        std::fs::write(r.cwd.join("CONTEXT.md"), "x").unwrap();
+        let l = OpenCode.prepare(&r, Path::new("/p")).unwrap();
+        assert_eq!(content(&l)["instructions"], json!([r.cwd.join("CLAUDE.md").to_str().unwrap()]));
+        // Trusted: OpenCode reads the project itself, as it would outside a loop.
+        r.project_config = true;
+        let l = OpenCode.prepare(&r, Path::new("/p")).unwrap();
+        assert_eq!(var(&l, "OPENCODE_DISABLE_PROJECT_CONFIG"), None);
+        assert_eq!(content(&l).get("instructions"), None);
     }
 }
