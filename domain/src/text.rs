@@ -145,6 +145,23 @@ pub fn md_link_destination(dest: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A file path as a Markdown link destination: `%`, `#` and `?` percent-encoded first (a
+/// reader takes the destination as a URL, where `%41` is `A`, `#` starts a fragment and `?`
+/// a query, so a project under `100%/` or `C#/` linked to another file), then
+/// [`md_link_destination`]. Not for URIs, which are encoded already.
+pub fn md_path_destination(path: &str) -> String {
+    let mut encoded = String::with_capacity(path.len());
+    for c in path.chars() {
+        match c {
+            '%' => encoded.push_str("%25"),
+            '#' => encoded.push_str("%23"),
+            '?' => encoded.push_str("%3F"),
+            c => encoded.push(c),
+        }
+    }
+    md_link_destination(&encoded).into_owned()
+}
+
 /// `s` as literal markdown text inside a line (never at its start): each character that
 /// could start markup there is backslash-escaped (so a stored name such as
 /// `x](http://e/)` is not a link, and `<b>` not HTML), and each line break (`\r\n`, `\n`,
@@ -240,6 +257,8 @@ pub(crate) fn test_rng() -> impl FnMut(usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_link_destination_is_bracketed_only_when_it_must_be() {
         for (dest, want) in [
@@ -251,6 +270,18 @@ mod tests {
             ("", "<>"),
         ] {
             assert_eq!(md_link_destination(dest), want, "{dest}");
+        }
+    }
+
+    #[test]
+    fn a_path_destination_encodes_what_a_url_reads_otherwise() {
+        for (path, want) in [
+            ("/p/.forge/view/index.md", "/p/.forge/view/index.md"),
+            ("/p/100%/.forge/view/a.md", "/p/100%25/.forge/view/a.md"),
+            ("/p/C#/x?.md", "/p/C%23/x%3F.md"),
+            ("/tmp/my 50%/a.md", "</tmp/my 50%25/a.md>"),
+        ] {
+            assert_eq!(md_path_destination(path), want, "{path}");
         }
     }
 
@@ -280,8 +311,6 @@ mod tests {
             assert_eq!(replace_range(text, *from, *to, new, *enc), *want, "{text:?} {from:?}-{to:?}");
         }
     }
-
-    use super::*;
 
     #[test]
     fn echo_quotes_short_input_whole_and_long_input_by_its_start() {

@@ -677,6 +677,10 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     let e = c.tool_err("grep", json!({ "pattern": "a)" }));
     assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("unopened group") && !e.message.contains("(?:"), "{e}");
+    // So does an error found when the pattern is translated (an unknown Unicode class).
+    let e = c.tool_err("grep", json!({ "pattern": r"x\p{Nope}" }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("Unicode property not found") && !e.message.contains("(?:"), "{e}");
     let e = c.tool_err("ast-grep-search", json!({ "pattern": "let a = 1; let b = 2;", "lang": "rust" }));
     assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("Multiple AST nodes"), "{e}");

@@ -72,6 +72,16 @@ pub fn render_sync(
 }
 
 /// [`render_sync`], a plan shared with the store's plan cache instead of copied.
+/// The link to `uri` as a Markdown destination for a caller that follows `links`: a
+/// `forge://` URI as it is (already encoded), a view copy's path encoded as a path.
+fn md_link(uri: &ForgeUri, root: &Path, links: Links) -> String {
+    let target = forge_core::caller::link(uri, root, links);
+    match links {
+        Links::Forge => forge_domain::text::md_link_destination(&target).into_owned(),
+        Links::View => forge_domain::text::md_path_destination(&target),
+    }
+}
+
 fn render_shared(
     db: &Connection,
     project: &str,
@@ -80,8 +90,7 @@ fn render_shared(
     uri: &ForgeUri,
 ) -> Result<Rendered, ToolError> {
     // Every use is a Markdown link's destination.
-    let link =
-        |u: &ForgeUri| forge_domain::text::md_link_destination(&forge_core::caller::link(u, root, links)).into_owned();
+    let link = |u: &ForgeUri| md_link(u, root, links);
     let text = match uri {
         ForgeUri::SessionPlan(id) => {
             let plan = plans::session_shared(db, project, id).db()?;
@@ -138,9 +147,7 @@ pub async fn render_view(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolErro
         .read(move |db| {
             let counts = crate::findings_index::update(db, &project, work)?;
             let block = crate::findings_index::render_counts(&counts, &base);
-            let link = |u: &ForgeUri| {
-                forge_domain::text::md_link_destination(&forge_core::caller::link(u, &root, Links::View)).into_owned()
-            };
+            let link = |u: &ForgeUri| md_link(u, &root, Links::View);
             Ok::<_, ToolError>((render_index(db, &project, &base, &link, Some(block))?, counts))
         })
         .await

@@ -46,10 +46,15 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             .case_insensitive(!input.case_sensitive.unwrap_or(true))
             .build(&input.pattern)
             .map_err(|e| {
-                // The builder reports the pattern as it wrapped it (`(?:(` for `(`); a
-                // syntax error found by parsing the caller's pattern alone names it and its
+                // The builder reports the pattern as it wrapped it (`(?:(` for `(`); an
+                // error found by parsing and translating the caller's pattern alone (a
+                // syntax error, an unknown class such as `\p{Nope}`) names it and its
                 // column. Anything else (a size limit) is the builder's own error.
-                let e = match regex_syntax::ast::parse::Parser::new().parse(&input.pattern) {
+                let own = regex_syntax::ParserBuilder::new()
+                    .case_insensitive(!input.case_sensitive.unwrap_or(true))
+                    .build()
+                    .parse(&input.pattern);
+                let e = match own {
                     Err(own) => forge_domain::text::cut_error(own),
                     Ok(_) => forge_domain::text::cut_error(e),
                 };
