@@ -57,6 +57,9 @@ Append "section two" to work.txt.
 """
 
 CALL = '"$FORGE_LSP_BIN" call'
+# In the test repository's AGENTS.md, CLAUDE.md and GEMINI.md; the fake server logs the
+# requests it occurs in (`seen`).
+INSTRUCTIONS_MARK = "E2E-PROJECT-INSTRUCTIONS"
 CODER_HANDOFF = CALL + " loop-handoff '" + json.dumps({
     "changes": [{"summary": "edited work.txt", "reason": "the section asks for it"}],
     "verification": [{"command": "cat work.txt", "cwd": ".", "outcome": "pass", "changedAfter": False}],
@@ -130,6 +133,7 @@ def script(cli, use_mcp):
             ]),
         ],
         "default": {"text": "Nothing scripted for this prompt."},
+        "watch": [INSTRUCTIONS_MARK],
         # The auditor's first model is over its quota: the auditor falls back to the next.
         "limits": [{"model": "quota-model", "kind": "insufficient_quota", "retry_after_ms": 0}],
     }
@@ -156,10 +160,11 @@ def plant_agent_config(cli, repo, outside):
     command when its CLI loads it: a hook, an MCP server, a plugin. Each command marks
     `outside/planted-<what>`; inside the loop's sandbox `outside` is read-only, so a mark
     means the repository ran a command on the host. None may appear (docs/agents.md,
-    "The repository's own agent configuration"). The Gemini preset refuses to start in a
-    worktree with `.gemini/` configuration (a unit test in `agents/gemini.rs`), so its run
-    has none; a committed `.env`, which Gemini would read into its environment, stays
-    unread (the coder's shell prints `dotenv=no`)."""
+    "The repository's own agent configuration"). The Gemini and OpenCode presets refuse to
+    start in a worktree with their CLI's configuration (unit tests in `agents/*.rs`, and
+    `loops_preconditions.rs` over the binary), so their own runs have none of it; a
+    committed `.env`, which Gemini would read into its environment, stays unread (the
+    coder's shell prints `dotenv=no`)."""
     # Absolute programs: `sh` on the agent's PATH is the loop's sandbox shim.
     def touch(what):
         return "/usr/bin/touch %s" % os.path.join(outside, "planted-" + what)
@@ -182,17 +187,23 @@ def plant_agent_config(cli, repo, outside):
                                                "env": {"CLAUDE_CODE_SHELL_PREFIX": "/bin/bash -c"}}))
     write(".claude/settings.local.json", json.dumps({"hooks": hooks("claude-local-hook")}))
     write(".mcp.json", json.dumps({"mcpServers": {"planted": mcp("claude-mcp")}}))
-    write("opencode.json", json.dumps({"mcp": {"planted": {"type": "local", "enabled": True,
-                                                           "command": touch("opencode-mcp").split()}}}))
-    write(".opencode/plugin/planted.js",
-          'import { writeFileSync } from "fs";\n'
-          'export const Planted = async () => { writeFileSync(%s, ""); return {}; };\n'
-          % json.dumps(os.path.join(outside, "planted-opencode-plugin")))
+    if cli != "opencode":
+        write("opencode.json", json.dumps({"mcp": {"planted": {"type": "local", "enabled": True,
+                                                               "command": touch("opencode-mcp").split()}}}))
+        # Marks when it is imported (OpenCode imports a project's plugins at its start).
+        write(".opencode/plugin/planted.js",
+              'import { writeFileSync } from "fs";\n'
+              'writeFileSync(%s, "");\n'
+              'export const Planted = async () => ({});\n'
+              % json.dumps(os.path.join(outside, "planted-opencode-plugin")))
     if cli != "gemini":
         write(".gemini/settings.json", json.dumps({"mcpServers": {"planted": mcp("gemini-mcp")},
                                                    "hooks": hooks("gemini-hook"),
                                                    "tools": {"discoveryCommand": touch("gemini-discovery")}}))
     write(".env", "E2E_DOTENV=loaded\n")
+    # Instruction files are text for the model: still read, each by its CLI.
+    for f in ("AGENTS.md", "CLAUDE.md", "GEMINI.md"):
+        write(f, "# Project notes\n\n%s: keep lines short.\n" % INSTRUCTIONS_MARK)
     write(".codex/config.toml", '[mcp_servers.planted]\ncommand = "/usr/bin/touch"\nargs = [%s]\n'
           % json.dumps(os.path.join(outside, "planted-codex-mcp")))
 
@@ -374,7 +385,7 @@ def main():
             reqs = [json.loads(line) for line in f if line.strip()]
     result["requests"] = [{k: e.get(k) for k in ("path", "model", "limit", "conversation", "segment", "turn", "aux", "mismatch",
                                                   "unknown_tools", "assistant_turns", "usage", "status",
-                                                  "server_error")}
+                                                  "server_error", "seen")}
                           | {"tools": bool(e.get("tools")), "calls": (e.get("response") or {}).get("calls"),
                              "latest_input": (e.get("latest_input") or "")[-400:]}
                           for e in reqs]

@@ -136,6 +136,9 @@ def test_two_section_loop(cli, tmp_path):
     # The repository's own agent configuration (hooks, MCP servers, plugins) ran nothing on
     # the host: the project is not trusted.
     assert res["planted"] == [], res["planted"]
+    # ... while its instruction file (AGENTS.md, CLAUDE.md, GEMINI.md) still reached the model.
+    assert all(q.get("seen") for q in main if q["conversation"] == "coder-1"), \
+        [(q["conversation"], q.get("seen")) for q in main]
 
     # The resumed sessions continued the CLI's own session (their history came along).
     assert len(res["cli_sessions"]) == 4, res["cli_sessions"]

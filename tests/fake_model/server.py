@@ -724,6 +724,12 @@ class Handler(BaseHTTPRequestHandler):
                  "stream": conv.stream, "assistant_turns": conv.assistant_turns(),
                  "latest_input": conv.latest_input()[-2000:], "tools": conv.tool_names(),
                  "user_agent": self.headers.get("User-Agent")}
+        # `watch`: strings looked for anywhere in the request (system text and messages),
+        # e.g. a project instructions file's marker; the ones found are logged as `seen`.
+        watch = (script.data or {}).get("watch") or []
+        if watch:
+            everything = conv.system + "\n" + "\n".join(m["text"] for m in conv.messages)
+            entry["seen"] = [w for w in watch if w in everything]
         if self.server.log_bodies:
             entry["body"] = body
         limit = script.limit_for(conv.model, api)

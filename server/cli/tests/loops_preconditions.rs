@@ -91,38 +91,47 @@ fn an_agent_command_that_may_not_be_executed_is_refused_at_the_start() {
     no_loop_was_created(&sb, &repo.path);
 }
 
-/// A repository that commits Gemini CLI configuration (MCP servers, hooks: programs Gemini
-/// would start on the host) is refused by the Gemini preset at the start, naming the file
-/// and the setting that allows it; the user's trust (never the repository's own file)
-/// lets the loop start.
+/// A repository that commits configuration of the preset's CLI that the CLI would load and
+/// that starts programs on the host (Gemini CLI's MCP servers; OpenCode's plugins, which it
+/// imports whatever `OPENCODE_DISABLE_PROJECT_CONFIG` says) is refused at the start, naming
+/// the file and the setting that allows it; the user's trust (never the repository's own
+/// file) lets the loop start.
 #[test]
-fn the_gemini_preset_refuses_a_repository_with_gemini_configuration_unless_trusted() {
-    let sb = Sandbox::new();
-    let repo = GitRepo::new();
-    repo.write(".gemini/settings.json", r#"{"mcpServers":{"x":{"command":"/usr/bin/touch","args":["/tmp/x"]}}}"#);
-    repo.commit_all("gemini settings");
-    let agent = sb.root.join("gemini");
-    std::fs::write(&agent, "#!/bin/sh\nexit 0\n").unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    repo.write_project_config(&format!(
-        "[sandbox]\nenabled = false\n\n[agent]\npreset = \"gemini\"\ncommand = [{:?}]\ntrustProjectConfig = true\n",
-        agent.display().to_string()
-    ));
-    let mut c = sb.stdio();
-    c.init(&Init::new(&repo.path));
-    let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
-    assert_eq!(e.code, 1004, "{e}");
-    assert!(
-        e.message.contains(".gemini/settings.json") && e.message.contains("agent.trustProjectConfig = true"),
-        "{e}"
-    );
-    no_loop_was_created(&sb, &repo.path);
-    drop(c);
-    // Trusted by the user (initialization options): the loop starts.
-    let mut c = sb.stdio();
-    c.init(&Init::new(&repo.path).config(json!({ "agent": { "trustProjectConfig": true } })));
-    let r = c.tool_ok("execute-plan", json!({ "title": "x", "plan": PLAN }));
-    assert!(r.data["loopName"].is_string(), "{}", r.text);
+fn a_preset_refuses_a_repository_with_its_clis_configuration_unless_trusted() {
+    for (preset, rel, text) in [
+        ("gemini", ".gemini/settings.json", r#"{"mcpServers":{"x":{"command":"/usr/bin/touch","args":["/tmp/x"]}}}"#),
+        ("opencode", ".opencode/plugins/x.js", "require('fs').writeFileSync('/tmp/x', '')\n"),
+    ] {
+        let sb = Sandbox::new();
+        let repo = GitRepo::new();
+        repo.write(rel, text);
+        repo.commit_all("agent configuration");
+        let agent = sb.root.join(preset);
+        std::fs::write(&agent, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        repo.write_project_config(&format!(
+            "[sandbox]\nenabled = false\n\n[agent]\npreset = {preset:?}\ncommand = [{:?}]\ntrustProjectConfig = true\n",
+            agent.display().to_string()
+        ));
+        let mut c = sb.stdio();
+        c.init(&Init::new(&repo.path));
+        let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
+        assert_eq!(e.code, 1004, "{preset}: {e}");
+        let named = rel.split('/').next().unwrap();
+        assert!(
+            e.message.contains(named)
+                && e.message.contains(&format!("the {preset} preset"))
+                && e.message.contains("agent.trustProjectConfig = true"),
+            "{e}"
+        );
+        no_loop_was_created(&sb, &repo.path);
+        drop(c);
+        // Trusted by the user (initialization options): the loop starts.
+        let mut c = sb.stdio();
+        c.init(&Init::new(&repo.path).config(json!({ "agent": { "trustProjectConfig": true } })));
+        let r = c.tool_ok("execute-plan", json!({ "title": "x", "plan": PLAN }));
+        assert!(r.data["loopName"].is_string(), "{preset}: {}", r.text);
+    }
 }
 
 const S: &str = "ses_01JSECTIONREADCODER00000";

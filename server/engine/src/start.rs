@@ -342,12 +342,11 @@ fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
         (Some(p), true) => format!("agent.preset = {p:?}: the {p} CLI"),
         _ => "agent.command".to_string(),
     };
-    // The Gemini preset does not start in a worktree with Gemini configuration the user
-    // has not trusted (`agents::gemini`): said before the loop exists, not at its first turn.
-    if crate::agents::preset(&env.config) == Some(forge_domain::agent_output::Cli::Gemini)
-        && !env.config.agent_trust_project_config
-    {
-        if let Some(why) = crate::agents::gemini::workspace_config_refusal(cwd) {
+    // A preset does not start in a worktree with its CLI's configuration the user has not
+    // trusted, where the CLI cannot be told to leave it out (`agents::repository_config_refusal`):
+    // said before the loop exists, not at its first turn.
+    if let Some(preset) = crate::agents::preset(&env.config).filter(|_| !env.config.agent_trust_project_config) {
+        if let Some(why) = crate::agents::repository_config_refusal(preset, cwd) {
             return Err(why);
         }
     }

@@ -12,7 +12,9 @@
 //!   allowed as root, unlike `--dangerously-skip-permissions`).
 //! - The repository's settings: `--setting-sources user` (the worktree's
 //!   `.claude/settings.json` and `.claude/settings.local.json` are not loaded: their hooks
-//!   would run on the host) unless `agent.trustProjectConfig`.
+//!   and `env` would run on the host) unless `agent.trustProjectConfig`. Claude then skips
+//!   the project's `CLAUDE.md` too (and its agents, skills and commands), so the first of
+//!   `CLAUDE.md`, `.claude/CLAUDE.md` is given with `--append-system-prompt-file`.
 //! - Sandbox: `CLAUDE_CODE_SHELL_PREFIX=<shims>/prefix` (`sandbox::shim_dir`): every Bash command
 //!   line is handed to that shim (one argument), which runs it with `/bin/bash -c` in the
 //!   loop's sandbox. Claude itself (its file tools) runs on the host, in the worktree, with
@@ -33,6 +35,10 @@ pub struct Claude;
 
 /// The tools a headless Claude turn may use without asking.
 pub const ALLOWED_TOOLS: [&str; 9] = ["Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "mcp__forge"];
+
+/// The project instruction files Claude reads from its working directory, which
+/// `--setting-sources user` leaves out with the rest of the project's configuration.
+const MEMORY_FILES: [&str; 2] = ["CLAUDE.md", ".claude/CLAUDE.md"];
 
 /// The shim `CLAUDE_CODE_SHELL_PREFIX` names (written with the other shims).
 pub const PREFIX_SHIM: &str = "prefix";
@@ -55,6 +61,15 @@ impl AgentHost for Claude {
             // `settings.local.json` come with the repository, and their hooks, `env` and
             // helpers would run on the host.
             args.extend(["--setting-sources".into(), "user".into()]);
+            // Claude then no longer reads the project's CLAUDE.md either: text for the
+            // model, given as such (a file, not a link: a link could name any file).
+            if let Some(md) = MEMORY_FILES
+                .iter()
+                .map(|f| req.cwd.join(f))
+                .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+            {
+                args.extend(["--append-system-prompt-file".into(), md.display().to_string()]);
+            }
         }
         args.push("--allowedTools".into());
         args.extend(ALLOWED_TOOLS.map(String::from));
@@ -115,6 +130,18 @@ mod tests {
         assert!(sources(&l), "{:?}", l.argv);
         r.project_config = true;
         assert!(!sources(&Claude.prepare(&r, Path::new("/p")).unwrap()));
+        r.project_config = false;
+        // The project's CLAUDE.md, which Claude then skips, is given as text (a file only).
+        let memory =
+            |l: &Launch| l.argv.iter().position(|a| a == "--append-system-prompt-file").map(|i| l.argv[i + 1].clone());
+        assert_eq!(memory(&l), None);
+        std::fs::create_dir_all(r.cwd.join(".claude")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", r.cwd.join("CLAUDE.md")).unwrap();
+        std::fs::write(r.cwd.join(".claude/CLAUDE.md"), "notes").unwrap();
+        let l = Claude.prepare(&r, Path::new("/p")).unwrap();
+        assert_eq!(memory(&l).as_deref(), r.cwd.join(".claude/CLAUDE.md").to_str());
+        r.project_config = true;
+        assert_eq!(memory(&Claude.prepare(&r, Path::new("/p")).unwrap()), None);
         r.project_config = false;
         // resumed: the id Claude reported
         r.resume = true;

@@ -20,7 +20,7 @@
 //!   `.gemini/` (settings with MCP servers and hooks, `.env`, extensions, agents), and an
 //!   untrusted folder is a fatal error in headless mode. So unless
 //!   `agent.trustProjectConfig`, a turn in a worktree that has any of
-//!   [`WORKSPACE_CONFIG`] is refused (naming them), and the loop's settings set
+//!   [`WORKSPACE_CONFIG`] is refused ([`super::repository_config_refusal`]), and the loop's settings set
 //!   `advanced.ignoreLocalEnv` (a committed `.env` is not read).
 //! - Sandbox: Gemini runs `bash -c …` with `bash` found on `PATH`: the loop's sandbox shim;
 //!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: its commands write their background
@@ -132,22 +132,6 @@ fn strip_json_comments(text: &str) -> String {
 pub const WORKSPACE_CONFIG: [&str; 4] =
     [".gemini/settings.json", ".gemini/.env", ".gemini/extensions", ".gemini/agents"];
 
-/// The refusal of a turn in a worktree that holds any of [`WORKSPACE_CONFIG`] while the
-/// user has not trusted the repository's agent configuration (`agent.trustProjectConfig`).
-/// Gemini CLI has no headless mode that runs in a workspace and leaves its settings out
-/// (an untrusted folder is a fatal error there), so the turn is not started at all.
-pub fn workspace_config_refusal(worktree: &Path) -> Option<String> {
-    let found: Vec<&str> =
-        WORKSPACE_CONFIG.iter().copied().filter(|rel| std::fs::symlink_metadata(worktree.join(rel)).is_ok()).collect();
-    (!found.is_empty()).then(|| {
-        format!(
-            "the repository has Gemini CLI configuration ({}), which Gemini CLI would load on the host (its MCP servers, hooks and commands run outside the loop's sandbox); \
-             the Gemini preset does not start in such a worktree unless you trust the repository's agent configuration: set `agent.trustProjectConfig = true` in your user configuration file or the initialization options (docs/agents.md), or remove those files from the branch",
-            found.join(", ")
-        )
-    })
-}
-
 fn settings_file(req: &TurnRequest) -> PathBuf {
     req.data_dir.join("agent-sessions").join(format!("{}.gemini.json", req.session_id))
 }
@@ -155,7 +139,7 @@ fn settings_file(req: &TurnRequest) -> PathBuf {
 impl AgentHost for Gemini {
     fn prepare(&self, req: &TurnRequest, _prompt_file: &Path) -> Result<Launch, String> {
         if !req.project_config {
-            if let Some(why) = workspace_config_refusal(&req.cwd) {
+            if let Some(why) = super::repository_config_refusal(Cli::Gemini, &req.cwd) {
                 return Err(why);
             }
         }

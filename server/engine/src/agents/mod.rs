@@ -72,6 +72,33 @@ pub fn host_for(req: &TurnRequest) -> Box<dyn AgentHost> {
     }
 }
 
+/// The refusal of a turn of `preset` in `worktree` when it holds configuration of that
+/// CLI that the CLI would load and that runs programs on the host, and that no flag of the
+/// CLI leaves out: Gemini CLI's trusted workspace ([`gemini::WORKSPACE_CONFIG`]), and
+/// OpenCode, which imports a project's plugins (`.opencode/`, the `plugin` list of
+/// `opencode.json`) even with `OPENCODE_DISABLE_PROJECT_CONFIG` ([`opencode::PROJECT_CONFIG`]).
+/// Asked only when the user has not trusted the repository's agent configuration
+/// (`agent.trustProjectConfig`): at the loop's start and before every turn (a turn may have
+/// written such a file into the worktree for the next one). Files are looked for without
+/// following links; a link counts as the file.
+pub fn repository_config_refusal(preset: Cli, worktree: &Path) -> Option<String> {
+    let (cli, files, runs): (&str, &[&str], &str) = match preset {
+        Cli::Gemini => ("Gemini CLI", &gemini::WORKSPACE_CONFIG, "its MCP servers, hooks and commands"),
+        Cli::OpenCode => ("OpenCode", &opencode::PROJECT_CONFIG, "its plugins, imported into OpenCode's own process"),
+        Cli::Claude | Cli::Codex => return None,
+    };
+    let found: Vec<&str> =
+        files.iter().copied().filter(|rel| std::fs::symlink_metadata(worktree.join(rel)).is_ok()).collect();
+    (!found.is_empty()).then(|| {
+        format!(
+            "the repository has {cli} configuration ({}), which {cli} would load on the host ({runs} run outside the loop's sandbox); \
+             the {} preset does not start in such a worktree unless you trust the repository's agent configuration: set `agent.trustProjectConfig = true` in your user configuration file or the initialization options (docs/agents.md), or remove those files from the branch",
+            found.join(", "),
+            preset.name()
+        )
+    })
+}
+
 /// The configured preset, if any.
 pub fn preset(config: &Config) -> Option<Cli> {
     config.agent_preset.as_deref().and_then(Cli::parse)

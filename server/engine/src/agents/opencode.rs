@@ -8,9 +8,10 @@
 //! - MCP: `OPENCODE_CONFIG_CONTENT` (merged into the server's own value of that variable,
 //!   if any) adds the local server `forge` = `<this forge-lsp> mcp` and allows edits and
 //!   bash without asking; nothing is written to disk. Tools appear as `forge_<tool>`.
-//! - The repository's configuration: `OPENCODE_DISABLE_PROJECT_CONFIG=1` (the worktree's
-//!   `opencode.json` and `.opencode/` are not loaded: their plugins run in OpenCode's
-//!   process, on the host) unless `agent.trustProjectConfig`; the worktree's `AGENTS.md`
+//! - The repository's configuration: unless `agent.trustProjectConfig`, a turn in a
+//!   worktree with `opencode.json`, `opencode.jsonc` or `.opencode/` is refused (OpenCode
+//!   imports their plugins into its own process, on the host, even with the variable
+//!   below), and `OPENCODE_DISABLE_PROJECT_CONFIG=1` is set; the worktree's `AGENTS.md`
 //!   (else `CLAUDE.md`, `CONTEXT.md`), which OpenCode then no longer reads, is named in
 //!   `instructions`.
 //! - Sandbox: OpenCode runs its `bash` tool as `$SHELL -c …`; the host's `SHELL` is the
@@ -29,6 +30,12 @@ use crate::turn::{TurnOutcome, TurnRequest};
 
 #[derive(Debug, Clone, Copy)]
 pub struct OpenCode;
+
+/// A project's OpenCode configuration: OpenCode imports the plugins it names or holds
+/// (`.opencode/plugin(s)/*.js`, the `plugin` list of `opencode.json`) at its start, in its
+/// own process, whatever `OPENCODE_DISABLE_PROJECT_CONFIG` says (its second configuration
+/// service does not ask; found by a review of the first version of this preset rule).
+pub const PROJECT_CONFIG: [&str; 3] = ["opencode.json", "opencode.jsonc", ".opencode"];
 
 /// The instruction files OpenCode reads from a project (the first of them found), which
 /// it no longer looks for with `OPENCODE_DISABLE_PROJECT_CONFIG`: plain text for the model,
@@ -88,7 +95,12 @@ impl AgentHost for OpenCode {
         if !req.project_config {
             // Not the worktree's `opencode.json` nor its `.opencode/` (plugins, which OpenCode
             // runs in its own process on the host, MCP servers, commands): they come with
-            // the repository. Its instructions file is text for the model, named instead.
+            // the repository. OpenCode imports plugins even with the variable below, so a
+            // worktree that has them is refused; the variable stays for what else it reads.
+            // Its instructions file is text for the model, named instead.
+            if let Some(why) = super::repository_config_refusal(Cli::OpenCode, &req.cwd) {
+                return Err(why);
+            }
             vars.push(env("OPENCODE_DISABLE_PROJECT_CONFIG", "1"));
             instructions.extend(
                 INSTRUCTION_FILES
@@ -214,5 +226,25 @@ mod tests {
         let l = OpenCode.prepare(&r, Path::new("/p")).unwrap();
         assert_eq!(var(&l, "OPENCODE_DISABLE_PROJECT_CONFIG"), None);
         assert_eq!(content(&l).get("instructions"), None);
+        // Untrusted, a worktree with OpenCode configuration is refused, naming it (OpenCode
+        // imports its plugins whatever the variable says); trusted, it starts.
+        for rel in PROJECT_CONFIG {
+            let p = r.cwd.join(rel);
+            if rel.starts_with('.') {
+                std::fs::create_dir_all(p.join("plugins")).unwrap();
+            } else {
+                std::fs::write(&p, "{}").unwrap();
+            }
+            r.project_config = false;
+            let e = OpenCode.prepare(&r, Path::new("/p")).expect_err(rel);
+            assert!(e.contains(rel) && e.contains("agent.trustProjectConfig") && e.contains("opencode preset"), "{e}");
+            r.project_config = true;
+            OpenCode.prepare(&r, Path::new("/p")).expect(rel);
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).unwrap();
+            } else {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
     }
 }
