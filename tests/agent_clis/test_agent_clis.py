@@ -136,6 +136,10 @@ def test_two_section_loop(cli, tmp_path):
     # The repository's own agent configuration (hooks, MCP servers, plugins) ran nothing on
     # the host: the project is not trusted.
     assert res["planted"] == [], res["planted"]
+    # Nor did it send a file from outside the worktree to the model (Codex's project
+    # `model_instructions_file`, for a project the user trusted in Codex).
+    assert not [q for q in reqs if "E2E-OUTSIDE-SECRET" in (q.get("seen") or [])], \
+        [(q["conversation"], q.get("seen")) for q in reqs]
     # ... while its instruction file (AGENTS.md, CLAUDE.md, GEMINI.md) still reached the model.
     assert all(q.get("seen") for q in main if q["conversation"] == "coder-1"), \
         [(q["conversation"], q.get("seen")) for q in main]

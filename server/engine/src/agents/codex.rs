@@ -7,6 +7,11 @@
 //! - MCP: `-c mcp_servers.forge={command = "<this forge-lsp>", args = ["mcp"], env_vars =
 //!   [<the identity variables, `super::IDENTITY_VARS`>]}` (Codex gives MCP servers only a
 //!   few variables unless listed). Nothing is written to `CODEX_HOME` by Forge.
+//! - The repository's configuration: unless `agent.trustProjectConfig`, the worktree is an
+//!   untrusted project (`-c projects={"<worktree>"={trust_level="untrusted"}}`,
+//!   [`untrusted_project`]), so its `.codex/config.toml` is not read even when the user
+//!   trusted the repository in Codex (a linked worktree inherits its main checkout's
+//!   trust); its `AGENTS.md`, which Codex then skips, is given as `developer_instructions`.
 //! - Commands keep `FORGE_*`: `shell_environment_policy.inherit = "all"` with
 //!   `ignore_default_excludes = true` (the default filter drops `*TOKEN*` names), and
 //!   `allow_login_shell = false`.
@@ -108,6 +113,49 @@ pub fn overrides(mcp_bin: &str) -> Vec<String> {
     out
 }
 
+/// The `-c` overrides that keep Codex from reading the worktree's `.codex/config.toml`:
+/// the worktree (by its path and its resolved path) is an untrusted project. Codex reads
+/// that file for a trusted project, and a linked worktree inherits the trust of its main
+/// checkout, which the user's `config.toml` (copied into the loop's home) records once they
+/// answered Codex's "trust this folder?". The file may start MCP servers and name any file
+/// as the model's instructions (`model_instructions_file`: a key or a token sent to the
+/// model endpoint), and Codex's commands have the network. (`-c projects={}` does not undo
+/// the user's entry: overrides merge into tables.) An untrusted project's `AGENTS.md` is
+/// not read either, so the worktree's one is given as `developer_instructions` (text for
+/// the model), cut at Codex's own limit for project docs.
+pub fn untrusted_project(worktree: &Path) -> Vec<String> {
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+    let mut paths = vec![worktree.to_path_buf()];
+    if let Ok(real) = std::fs::canonicalize(worktree) {
+        if real != worktree {
+            paths.push(real);
+        }
+    }
+    let entries: Vec<String> =
+        paths.iter().filter_map(|p| p.to_str()).map(|p| format!("{}={{trust_level=\"untrusted\"}}", q(p))).collect();
+    let mut out = vec!["-c".to_string(), format!("projects={{{}}}", entries.join(", "))];
+    if let Some((name, text)) = project_doc(worktree) {
+        out.push("-c".into());
+        out.push(format!("developer_instructions={}", q(&format!("Project instructions ({name}):\n\n{text}"))));
+    }
+    out
+}
+
+/// Codex's default `project_doc_max_bytes`: the most of a project's `AGENTS.md` it reads.
+const PROJECT_DOC_MAX: usize = 32 * 1024;
+
+/// The worktree's `AGENTS.override.md`, else `AGENTS.md` (a file, not a link: a link could
+/// name any file), cut at [`PROJECT_DOC_MAX`] bytes on a character boundary.
+fn project_doc(worktree: &Path) -> Option<(&'static str, String)> {
+    ["AGENTS.override.md", "AGENTS.md"].into_iter().find_map(|name| {
+        let p = worktree.join(name);
+        std::fs::symlink_metadata(&p).ok().filter(|m| m.is_file())?;
+        let bytes = std::fs::read(&p).ok()?;
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(PROJECT_DOC_MAX)]).into_owned();
+        Some((name, text.trim_end_matches('\u{fffd}').to_string())).filter(|(_, t)| !t.trim().is_empty())
+    })
+}
+
 impl AgentHost for Codex {
     fn prepare(&self, req: &TurnRequest, _prompt_file: &Path) -> Result<Launch, String> {
         let mut args: Vec<String> =
@@ -115,6 +163,9 @@ impl AgentHost for Codex {
                 .map(String::from)
                 .to_vec();
         args.extend(overrides(&super::mcp_command()));
+        if !req.project_config {
+            args.extend(untrusted_project(&req.cwd));
+        }
         if let Some(m) = req.model.as_deref().filter(|m| !m.is_empty()) {
             args.extend(["-m".into(), m.to_string()]);
             // The model's variant is Codex's reasoning effort (`low`, `medium`, `high`, ...).
@@ -162,13 +213,49 @@ mod tests {
                 .map(String::from)
                 .to_vec();
         want.extend(overrides(&super::super::mcp_command()));
+        want.extend(untrusted_project(&r.cwd));
         want.extend(["-m", "m1", "-"].map(String::from));
         assert_eq!(l.argv, want);
         assert_eq!(l.whole_in_sandbox, None);
+        // Trusted by the user: Codex decides about the project as it would outside a loop.
+        r.project_config = true;
+        let l = Codex.prepare(&r, Path::new("/p")).unwrap();
+        assert!(!l.argv.iter().any(|a| a.starts_with("projects=")), "{:?}", l.argv);
+        r.project_config = false;
         r.resume = true;
         super::super::save_cli_session(&r, "0199-th");
         let l = Codex.prepare(&r, Path::new("/p")).unwrap();
         assert_eq!(l.argv[l.argv.len() - 3..], ["resume", "0199-th", "-"]);
+    }
+
+    #[test]
+    fn the_worktree_is_an_untrusted_project_and_its_agents_md_is_given_as_text() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real \"wt\"");
+        std::fs::create_dir_all(&real).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let table = |args: &[String]| -> toml::Table {
+            assert_eq!(args[0], "-c");
+            toml::from_str(&args[1]).unwrap()
+        };
+        // Both paths, one TOML table Codex reads back; no AGENTS.md, no instructions.
+        let args = untrusted_project(&link);
+        assert_eq!(args.len(), 2, "{args:?}");
+        let projects = table(&args)["projects"].as_table().unwrap().clone();
+        let real_path = std::fs::canonicalize(&real).unwrap();
+        assert_eq!(projects.len(), 2);
+        for p in [link.to_str().unwrap(), real_path.to_str().unwrap()] {
+            assert_eq!(projects[p]["trust_level"].as_str(), Some("untrusted"), "{p}");
+        }
+        assert_eq!(table(&untrusted_project(&real_path))["projects"].as_table().unwrap().len(), 1);
+        // AGENTS.md (a file, not a link; the override first), cut at Codex's limit.
+        std::os::unix::fs::symlink("/etc/hostname", real.join("AGENTS.override.md")).unwrap();
+        std::fs::write(real.join("AGENTS.md"), format!("Keep it short.\n{}", "é".repeat(PROJECT_DOC_MAX))).unwrap();
+        let args = untrusted_project(&real_path);
+        let doc = table(&args[2..])["developer_instructions"].as_str().unwrap().to_string();
+        assert!(doc.starts_with("Project instructions (AGENTS.md):\n\nKeep it short.\n"), "{}", &doc[..60]);
+        assert!(doc.len() <= PROJECT_DOC_MAX + 40 && !doc.contains('\u{fffd}'), "{}", doc.len());
     }
 
     /// Sandboxed, Codex gets a home of the loop's own in the data directory, seeded with
