@@ -107,7 +107,8 @@ fn a_preset_refuses_a_repository_with_its_clis_configuration_unless_trusted() {
         repo.write(rel, text);
         repo.commit_all("agent configuration");
         let agent = sb.root.join(preset);
-        std::fs::write(&agent, "#!/bin/sh\nexit 0\n").unwrap();
+        let ran = sb.root.join(format!("{preset}.ran"));
+        std::fs::write(&agent, format!("#!/bin/sh\ntouch {:?}\nexit 0\n", ran.display().to_string())).unwrap();
         std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         repo.write_project_config(&format!(
             "[sandbox]\nenabled = false\n\n[agent]\npreset = {preset:?}\ncommand = [{:?}]\ntrustProjectConfig = true\n",
@@ -130,7 +131,22 @@ fn a_preset_refuses_a_repository_with_its_clis_configuration_unless_trusted() {
         let mut c = sb.stdio();
         c.init(&Init::new(&repo.path).config(json!({ "agent": { "trustProjectConfig": true } })));
         let r = c.tool_ok("execute-plan", json!({ "title": "x", "plan": PLAN }));
-        assert!(r.data["loopName"].is_string(), "{preset}: {}", r.text);
+        let name = r.data["loopName"].as_str().unwrap_or_else(|| panic!("{preset}: {}", r.text)).to_string();
+        // ... and its first turn ran the agent (not refused after the reply).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !ran.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(ran.exists(), "{preset}: the trusted loop's agent never ran");
+        drop(c);
+        // A restart by a user who does not trust it is refused, before the loop is touched.
+        let c = {
+            let mut c = sb.stdio();
+            c.init(&Init::new(&repo.path));
+            c
+        };
+        let e = c.tool_err("loop-status", json!({ "name": name, "restart": true, "force": true }));
+        assert!(e.message.contains("Cannot restart") && e.message.contains("agent.trustProjectConfig"), "{e}");
     }
 }
 

@@ -252,8 +252,9 @@ pub struct Config {
     /// `agent.trustProjectConfig` (user file or initialization options only): a preset's
     /// agent CLI also loads the repository's own configuration for it (`.claude/settings.json`,
     /// `opencode.json`, `.opencode/`, `.gemini/settings.json`: hooks, MCP servers, plugins),
-    /// which runs on the host. Off: Claude Code is started so that it does not, and OpenCode
-    /// and Gemini CLI are not started in a worktree that has it (docs/agents.md).
+    /// which runs on the host. Off: Claude Code is started so that it does not, Codex is told
+    /// the worktree is an untrusted project, and OpenCode and Gemini CLI are not started in a
+    /// worktree that has it (docs/agents.md).
     pub agent_trust_project_config: bool,
     /// None = auto.
     pub materialize: Option<bool>,

@@ -318,6 +318,15 @@ async fn resolve_models(
 
 /// Checks that the agent command can be started at all: its program exists and may be
 /// executed (a file without an execute bit would fail every turn, "Permission denied").
+/// A preset does not start in a folder with its CLI's configuration the user has not
+/// trusted, where the CLI cannot be told to leave it out (`agents::repository_config_refusal`).
+fn config_refusal(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
+    match crate::agents::preset(&env.config).filter(|_| !env.config.agent_trust_project_config) {
+        Some(preset) => crate::agents::repository_config_refusal(preset, cwd).map_or(Ok(()), Err),
+        None => Ok(()),
+    }
+}
+
 fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
     use crate::sandbox::is_executable as executable;
     let argv = crate::agents::program(&env.config).unwrap_or_default();
@@ -342,14 +351,8 @@ fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
         (Some(p), true) => format!("agent.preset = {p:?}: the {p} CLI"),
         _ => "agent.command".to_string(),
     };
-    // A preset does not start in a worktree with its CLI's configuration the user has not
-    // trusted, where the CLI cannot be told to leave it out (`agents::repository_config_refusal`):
-    // said before the loop exists, not at its first turn.
-    if let Some(preset) = crate::agents::preset(&env.config).filter(|_| !env.config.agent_trust_project_config) {
-        if let Some(why) = crate::agents::repository_config_refusal(preset, cwd) {
-            return Err(why);
-        }
-    }
+    // Said before the loop exists, not at its first turn.
+    config_refusal(env, cwd)?;
     match found {
         Some((_, true)) => Ok(()),
         Some((file, false)) => Err(format!(
@@ -487,6 +490,12 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         let (dir_ok, branch_ok) = crate::runner::work_left(&repo, &row);
         loop_machine::restartable(status, dir_ok, branch_ok)
             .map_err(|m| ToolError::precondition(format!("Cannot restart \"{name}\": {m}")))?;
+        // A worktree with configuration of the preset's CLI the user has not trusted (a
+        // turn may have written it): refused before the runner is stopped.
+        if dir.exists() {
+            config_refusal(env, &dir)
+                .map_err(|e| ToolError::precondition(format!("Cannot restart \"{name}\": {e}")))?;
+        }
         // Sandbox (engine/sandbox.rs): the loop's own saved settings, probed before the runner stops.
         let (sbx, sbx_network) = sandbox::saved(engine, &project, name).await?;
         let bwrap = sandbox::require(sbx, "bwrap", &format!("Cannot restart \"{name}\"")).await?;
@@ -525,6 +534,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             .await
             .map_err(internal)?
             .map_err(|e| ToolError::precondition(format!("Cannot restart \"{name}\": {e}")))?;
+        config_refusal(env, &dir).map_err(|e| ToolError::precondition(format!("Cannot restart \"{name}\": {e}")))?;
     }
     if let Some(b) = &bwrap {
         Sandbox {

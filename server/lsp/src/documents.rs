@@ -71,7 +71,6 @@ pub fn render_sync(
     })
 }
 
-/// [`render_sync`], a plan shared with the store's plan cache instead of copied.
 /// The link to `uri` as a Markdown destination for a caller that follows `links`: a
 /// `forge://` URI as it is (already encoded), a view copy's path encoded as a path.
 fn md_link(uri: &ForgeUri, root: &Path, links: Links) -> String {
@@ -82,6 +81,7 @@ fn md_link(uri: &ForgeUri, root: &Path, links: Links) -> String {
     }
 }
 
+/// [`render_sync`], a plan shared with the store's plan cache instead of copied.
 fn render_shared(
     db: &Connection,
     project: &str,
@@ -328,4 +328,22 @@ fn render_status(
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view copy's link is a path, percent-encoded where a URL reader would take it
+    /// otherwise; a `forge://` link is a URI, encoded already, and left as it is.
+    #[test]
+    fn links_are_encoded_as_paths_or_left_as_uris() {
+        let root = Path::new("/p/100% C#");
+        let uri = ForgeUri::LoopStatus("a b".into());
+        let view = md_link(&uri, root, Links::View);
+        assert!(view.starts_with("</p/100%25 C%23/.forge/view/") && view.ends_with('>'), "{view}");
+        let forge = md_link(&uri, root, Links::Forge);
+        assert_eq!(forge, forge_domain::text::md_link_destination(&uri.to_uri()));
+        assert!(!forge.contains("%25"), "{forge}");
+    }
 }

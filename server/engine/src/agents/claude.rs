@@ -63,11 +63,7 @@ impl AgentHost for Claude {
             args.extend(["--setting-sources".into(), "user".into()]);
             // Claude then no longer reads the project's CLAUDE.md either: text for the
             // model, given as such (a file, not a link: a link could name any file).
-            if let Some(md) = MEMORY_FILES
-                .iter()
-                .map(|f| req.cwd.join(f))
-                .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
-            {
+            if let Some(md) = MEMORY_FILES.iter().find_map(|f| super::regular_file(&req.cwd, f)) {
                 args.extend(["--append-system-prompt-file".into(), md.display().to_string()]);
             }
         }

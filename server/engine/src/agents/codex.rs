@@ -123,35 +123,74 @@ pub fn overrides(mcp_bin: &str) -> Vec<String> {
 /// the user's entry: overrides merge into tables.) An untrusted project's `AGENTS.md` is
 /// not read either, so the worktree's one is given as `developer_instructions` (text for
 /// the model), cut at Codex's own limit for project docs.
-pub fn untrusted_project(worktree: &Path) -> Vec<String> {
-    let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+pub fn untrusted_project(worktree: &Path) -> Result<Vec<String>, String> {
     let mut paths = vec![worktree.to_path_buf()];
     if let Ok(real) = std::fs::canonicalize(worktree) {
         if real != worktree {
             paths.push(real);
         }
     }
-    let entries: Vec<String> =
-        paths.iter().filter_map(|p| p.to_str()).map(|p| format!("{}={{trust_level=\"untrusted\"}}", q(p))).collect();
+    let mut entries = vec![];
+    for p in &paths {
+        // A path Codex would see another way (lossy) cannot be named exactly: no turn
+        // rather than one where the repository's configuration may apply.
+        let Some(p) = p.to_str() else {
+            return Err(format!(
+                "the worktree's path {} is not UTF-8, so it cannot be named to Codex as an untrusted project (its .codex/config.toml would apply); use a data directory whose path is UTF-8, or set agent.trustProjectConfig",
+                p.display()
+            ));
+        };
+        entries.push(format!("{}={{trust_level=\"untrusted\"}}", toml_string(p, usize::MAX)));
+    }
     let mut out = vec!["-c".to_string(), format!("projects={{{}}}", entries.join(", "))];
     if let Some((name, text)) = project_doc(worktree) {
+        let text = format!("Project instructions ({name}):\n\n{text}");
         out.push("-c".into());
-        out.push(format!("developer_instructions={}", q(&format!("Project instructions ({name}):\n\n{text}"))));
+        out.push(format!("developer_instructions={}", toml_string(&text, MAX_ARG)));
     }
-    out
+    Ok(out)
 }
 
 /// Codex's default `project_doc_max_bytes`: the most of a project's `AGENTS.md` it reads.
 const PROJECT_DOC_MAX: usize = 32 * 1024;
 
+/// The most bytes a `-c` value of ours may take: Linux refuses one argument over 128 KiB
+/// (`MAX_ARG_STRLEN`), and escaping can grow a text six times.
+const MAX_ARG: usize = 100 * 1024;
+
+/// `s` as a TOML basic string (usable as a quoted key too), at most `max` bytes with its
+/// quotes: `"` and `\` escaped, and the control characters TOML does not allow bare
+/// (U+0000 to U+001F and DEL, which JSON leaves bare) as `\uXXXX`. A longer text is cut.
+fn toml_string(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max) + 2);
+    out.push('"');
+    for c in s.chars() {
+        let piece = match c {
+            '"' => "\\\"".to_string(),
+            '\\' => "\\\\".to_string(),
+            '\n' => "\\n".to_string(),
+            '\t' => "\\t".to_string(),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => format!("\\u{:04X}", c as u32),
+            c => c.to_string(),
+        };
+        if out.len() + piece.len() + 1 > max {
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out.push('"');
+    out
+}
+
 /// The worktree's `AGENTS.override.md`, else `AGENTS.md` (a file, not a link: a link could
-/// name any file), cut at [`PROJECT_DOC_MAX`] bytes on a character boundary.
+/// name any file), its first [`PROJECT_DOC_MAX`] bytes, cut on a character boundary.
 fn project_doc(worktree: &Path) -> Option<(&'static str, String)> {
+    use std::io::Read;
     ["AGENTS.override.md", "AGENTS.md"].into_iter().find_map(|name| {
-        let p = worktree.join(name);
-        std::fs::symlink_metadata(&p).ok().filter(|m| m.is_file())?;
-        let bytes = std::fs::read(&p).ok()?;
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(PROJECT_DOC_MAX)]).into_owned();
+        let p = super::regular_file(worktree, name)?;
+        let mut bytes = vec![];
+        std::fs::File::open(&p).ok()?.take(PROJECT_DOC_MAX as u64).read_to_end(&mut bytes).ok()?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         Some((name, text.trim_end_matches('\u{fffd}').to_string())).filter(|(_, t)| !t.trim().is_empty())
     })
 }
@@ -164,7 +203,7 @@ impl AgentHost for Codex {
                 .to_vec();
         args.extend(overrides(&super::mcp_command()));
         if !req.project_config {
-            args.extend(untrusted_project(&req.cwd));
+            args.extend(untrusted_project(&req.cwd)?);
         }
         if let Some(m) = req.model.as_deref().filter(|m| !m.is_empty()) {
             args.extend(["-m".into(), m.to_string()]);
@@ -213,7 +252,7 @@ mod tests {
                 .map(String::from)
                 .to_vec();
         want.extend(overrides(&super::super::mcp_command()));
-        want.extend(untrusted_project(&r.cwd));
+        want.extend(untrusted_project(&r.cwd).unwrap());
         want.extend(["-m", "m1", "-"].map(String::from));
         assert_eq!(l.argv, want);
         assert_eq!(l.whole_in_sandbox, None);
@@ -240,7 +279,7 @@ mod tests {
             toml::from_str(&args[1]).unwrap()
         };
         // Both paths, one TOML table Codex reads back; no AGENTS.md, no instructions.
-        let args = untrusted_project(&link);
+        let args = untrusted_project(&link).unwrap();
         assert_eq!(args.len(), 2, "{args:?}");
         let projects = table(&args)["projects"].as_table().unwrap().clone();
         let real_path = std::fs::canonicalize(&real).unwrap();
@@ -248,14 +287,34 @@ mod tests {
         for p in [link.to_str().unwrap(), real_path.to_str().unwrap()] {
             assert_eq!(projects[p]["trust_level"].as_str(), Some("untrusted"), "{p}");
         }
-        assert_eq!(table(&untrusted_project(&real_path))["projects"].as_table().unwrap().len(), 1);
+        assert_eq!(table(&untrusted_project(&real_path).unwrap())["projects"].as_table().unwrap().len(), 1);
         // AGENTS.md (a file, not a link; the override first), cut at Codex's limit.
         std::os::unix::fs::symlink("/etc/hostname", real.join("AGENTS.override.md")).unwrap();
         std::fs::write(real.join("AGENTS.md"), format!("Keep it short.\n{}", "é".repeat(PROJECT_DOC_MAX))).unwrap();
-        let args = untrusted_project(&real_path);
+        let args = untrusted_project(&real_path).unwrap();
         let doc = table(&args[2..])["developer_instructions"].as_str().unwrap().to_string();
         assert!(doc.starts_with("Project instructions (AGENTS.md):\n\nKeep it short.\n"), "{}", &doc[..60]);
         assert!(doc.len() <= PROJECT_DOC_MAX + 40 && !doc.contains('\u{fffd}'), "{}", doc.len());
+        // Control characters (DEL too, which TOML forbids bare) are escaped, and a text that
+        // escaping would grow past one argument's limit is cut to it.
+        std::fs::write(real.join("AGENTS.md"), "a\u{7f}b\u{1}\"\\").unwrap();
+        let args = untrusted_project(&real_path).unwrap();
+        let doc = table(&args[2..])["developer_instructions"].as_str().unwrap().to_string();
+        assert!(doc.ends_with("a\u{7f}b\u{1}\"\\"), "{doc:?}");
+        std::fs::write(real.join("AGENTS.md"), "\u{1}".repeat(PROJECT_DOC_MAX)).unwrap();
+        let args = untrusted_project(&real_path).unwrap();
+        assert!(args[3].len() <= MAX_ARG + "developer_instructions=".len(), "{}", args[3].len());
+        assert!(table(&args[2..])["developer_instructions"].as_str().unwrap().len() > 10_000);
+    }
+
+    #[test]
+    fn a_worktree_path_that_is_not_utf8_is_refused_not_left_trusted() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        let wt = d.path().join(std::ffi::OsStr::from_bytes(b"wt-\xff"));
+        std::fs::create_dir_all(&wt).unwrap();
+        let e = untrusted_project(&wt).unwrap_err();
+        assert!(e.contains("not UTF-8") && e.contains("agent.trustProjectConfig"), "{e}");
     }
 
     /// Sandboxed, Codex gets a home of the loop's own in the data directory, seeded with

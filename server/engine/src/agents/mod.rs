@@ -80,15 +80,31 @@ pub fn host_for(req: &TurnRequest) -> Box<dyn AgentHost> {
 /// Asked only when the user has not trusted the repository's agent configuration
 /// (`agent.trustProjectConfig`): at the loop's start and before every turn (a turn may have
 /// written such a file into the worktree for the next one). Files are looked for without
-/// following links; a link counts as the file.
-pub fn repository_config_refusal(preset: Cli, worktree: &Path) -> Option<String> {
+/// following links (a link counts as the file), in `cwd` and each folder above it up to
+/// the repository's root.
+pub fn repository_config_refusal(preset: Cli, cwd: &Path) -> Option<String> {
     let (cli, files, runs): (&str, &[&str], &str) = match preset {
         Cli::Gemini => ("Gemini CLI", &gemini::WORKSPACE_CONFIG, "its MCP servers, hooks and commands"),
         Cli::OpenCode => ("OpenCode", &opencode::PROJECT_CONFIG, "its plugins, imported into OpenCode's own process"),
         Cli::Claude | Cli::Codex => return None,
     };
-    let found: Vec<&str> =
-        files.iter().copied().filter(|rel| std::fs::symlink_metadata(worktree.join(rel)).is_ok()).collect();
+    // The working directory and each folder above it up to the repository's root (the
+    // first holding `.git`): OpenCode looks for its configuration that far up, and a
+    // session outside a loop may start in a folder below the root.
+    let mut found: Vec<String> = vec![];
+    for dir in cwd.ancestors() {
+        for rel in files {
+            if std::fs::symlink_metadata(dir.join(rel)).is_ok() {
+                found.push(match dir.strip_prefix(cwd) {
+                    Ok(p) if p.as_os_str().is_empty() => rel.to_string(),
+                    _ => dir.join(rel).display().to_string(),
+                });
+            }
+        }
+        if std::fs::symlink_metadata(dir.join(".git")).is_ok() {
+            break;
+        }
+    }
     (!found.is_empty()).then(|| {
         format!(
             "the repository has {cli} configuration ({}), which {cli} would load on the host ({runs} run outside the loop's sandbox); \
@@ -97,6 +113,23 @@ pub fn repository_config_refusal(preset: Cli, worktree: &Path) -> Option<String>
             preset.name()
         )
     })
+}
+
+/// `dir/rel` when it is a regular file reached without a link (neither the file nor a
+/// folder on the way from `dir` is one): for the instruction files a preset gives the
+/// model as text, which a link could point at any file (a key, a token).
+pub(crate) fn regular_file(dir: &Path, rel: &str) -> Option<PathBuf> {
+    let parts: Vec<_> = Path::new(rel).components().collect();
+    let mut path = dir.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        path.push(part);
+        let m = std::fs::symlink_metadata(&path).ok()?;
+        let last = i + 1 == parts.len();
+        if (last && !m.is_file()) || (!last && !m.is_dir()) {
+            return None;
+        }
+    }
+    Some(path)
 }
 
 /// The configured preset, if any.
@@ -298,6 +331,50 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::req;
     use super::*;
+
+    #[test]
+    fn an_instruction_file_is_a_regular_file_reached_without_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let (wt, elsewhere) = (d.path().join("wt"), d.path().join("elsewhere"));
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("CLAUDE.md"), "secret").unwrap();
+        assert_eq!(regular_file(&wt, "AGENTS.md"), None);
+        std::fs::write(wt.join("AGENTS.md"), "notes").unwrap();
+        assert_eq!(regular_file(&wt, "AGENTS.md"), Some(wt.join("AGENTS.md")));
+        // A link as the file, or as a folder on the way: not followed.
+        std::os::unix::fs::symlink(elsewhere.join("CLAUDE.md"), wt.join("CLAUDE.md")).unwrap();
+        assert_eq!(regular_file(&wt, "CLAUDE.md"), None);
+        std::os::unix::fs::symlink(&elsewhere, wt.join(".claude")).unwrap();
+        assert_eq!(regular_file(&wt, ".claude/CLAUDE.md"), None);
+        // A folder named like the file: not a file.
+        std::fs::create_dir_all(wt.join("GEMINI.md")).unwrap();
+        assert_eq!(regular_file(&wt, "GEMINI.md"), None);
+    }
+
+    /// A refusal looks in the working directory and up to the repository's root, no further.
+    #[test]
+    fn configuration_is_looked_for_up_to_the_repository_root() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        let sub = repo.join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        // Above the repository: not the repository's.
+        std::fs::write(d.path().join("opencode.json"), "{}").unwrap();
+        assert_eq!(repository_config_refusal(Cli::OpenCode, &sub), None);
+        // At its root, seen from a folder below: named by its path.
+        std::fs::create_dir_all(repo.join(".opencode/plugins")).unwrap();
+        let e = repository_config_refusal(Cli::OpenCode, &sub).expect("refused");
+        assert!(e.contains(&repo.join(".opencode").display().to_string()), "{e}");
+        // In the working directory itself: named relative.
+        std::fs::write(sub.join("opencode.json"), "{}").unwrap();
+        let e = repository_config_refusal(Cli::OpenCode, &sub).expect("refused");
+        assert!(e.contains("(opencode.json, "), "{e}");
+        // Claude and Codex are started so that they leave it out: never refused.
+        assert_eq!(repository_config_refusal(Cli::Claude, &sub), None);
+        assert_eq!(repository_config_refusal(Cli::Codex, &sub), None);
+    }
 
     #[test]
     fn usage_and_session_ids_are_recorded_per_forge_session() {

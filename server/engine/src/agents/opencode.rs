@@ -105,8 +105,7 @@ impl AgentHost for OpenCode {
             instructions.extend(
                 INSTRUCTION_FILES
                     .iter()
-                    .map(|f| req.cwd.join(f))
-                    .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+                    .find_map(|f| super::regular_file(&req.cwd, f))
                     .and_then(|p| p.to_str().map(str::to_string)),
             );
         }

@@ -51,6 +51,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 // syntax error, an unknown class such as `\p{Nope}`) names it and its
                 // column. Anything else (a size limit) is the builder's own error.
                 let own = regex_syntax::ParserBuilder::new()
+                    .utf8(false) // as grep-regex translates (a `(?-u:\xFF)` is a pattern)
                     .case_insensitive(!input.case_sensitive.unwrap_or(true))
                     .build()
                     .parse(&input.pattern);
