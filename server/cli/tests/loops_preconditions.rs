@@ -150,6 +150,46 @@ fn a_preset_refuses_a_repository_with_its_clis_configuration_unless_trusted() {
     }
 }
 
+/// A turn that writes the preset's CLI configuration into the worktree (here a plugin,
+/// which OpenCode would import on the host at its next start) ends the loop at the next
+/// turn, naming it (`worktree_failed`), instead of failing turn after turn.
+#[test]
+fn a_turn_that_plants_the_clis_configuration_ends_the_loop_at_the_next_turn() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let runs = sb.root.join("runs");
+    let agent = sb.root.join("opencode");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\necho run >> {:?}\nmkdir -p .opencode/plugins\necho 'x' > .opencode/plugins/x.js\nexit 0\n",
+            runs.display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    repo.write_project_config(&format!(
+        "[sandbox]\nenabled = false\n\n[agent]\npreset = \"opencode\"\ncommand = [{:?}]\n",
+        agent.display().to_string()
+    ));
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let r = c.tool_ok("execute-plan", json!({ "title": "x", "plan": PLAN }));
+    let name = r.data["loopName"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        let s = c.tool_ok("loop-status", json!({ "name": name }));
+        if s.data["status"] != json!("running") || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let reason = status.data["terminationReason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.starts_with("worktree_failed") && reason.contains(".opencode"), "{}", status.text);
+    // The agent ran once: the next turn was never started.
+    assert_eq!(std::fs::read_to_string(&runs).unwrap_or_default().lines().count(), 1, "{}", status.text);
+}
+
 const S: &str = "ses_01JSECTIONREADCODER00000";
 const LOOP: &str = "sections";
 

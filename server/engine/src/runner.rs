@@ -900,6 +900,9 @@ impl Runner {
                 tracing::warn!(loop_name = %self.loop_name, "the phase session was aborted: {msg}");
                 Event::SessionAborted
             }
+            // A turn that could not start on the worktree's content: the loop ends, naming
+            // it (a retry would be refused the same way).
+            TurnOutcome::Refused(msg) => Event::WorktreeFailed { message: msg.clone() },
             TurnOutcome::Error(msg) => {
                 if facts.phase == Phase::PostAction && pending.is_some() {
                     Event::PostActionComplete
