@@ -241,12 +241,10 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         return fail(format!("cannot write the prompt file {}: {e}", prompt_file.display()));
     }
     // Configuration of the preset's CLI in the worktree that the user has not trusted: no
-    // turn (the presets' own `prepare` refuses it too; this says so as its own outcome).
-    if let (Some(preset), false) = (req.preset, req.project_config) {
-        if let Some(why) = crate::agents::repository_config_refusal(preset, &req.cwd) {
-            let _ = done.send((session.clone(), turn, TurnOutcome::Refused(why)));
-            return TurnHandle { pid: None, ended: ended.clone(), aborted: aborted.clone() };
-        }
+    // turn, and an outcome of its own (the loop ends instead of retrying).
+    if let Some(why) = crate::agents::config_refusal(req.preset, req.project_config, &req.cwd) {
+        let _ = done.send((session.clone(), turn, TurnOutcome::Refused(why)));
+        return TurnHandle { pid: None, ended: ended.clone(), aborted: aborted.clone() };
     }
     let launch = match host.prepare(&req, &prompt_file) {
         Ok(l) if !l.argv.is_empty() => l,

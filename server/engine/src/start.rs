@@ -319,12 +319,10 @@ async fn resolve_models(
 /// Checks that the agent command can be started at all: its program exists and may be
 /// executed (a file without an execute bit would fail every turn, "Permission denied").
 /// A preset does not start in a folder with its CLI's configuration the user has not
-/// trusted, where the CLI cannot be told to leave it out (`agents::repository_config_refusal`).
+/// trusted, where the CLI cannot be told to leave it out (`agents::config_refusal`).
 fn config_refusal(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
-    match crate::agents::preset(&env.config).filter(|_| !env.config.agent_trust_project_config) {
-        Some(preset) => crate::agents::repository_config_refusal(preset, cwd).map_or(Ok(()), Err),
-        None => Ok(()),
-    }
+    let preset = crate::agents::preset(&env.config);
+    crate::agents::config_refusal(preset, env.config.agent_trust_project_config, cwd).map_or(Ok(()), Err)
 }
 
 fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {

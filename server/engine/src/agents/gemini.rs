@@ -20,8 +20,8 @@
 //!   `.gemini/` (settings with MCP servers and hooks, `.env`, extensions, agents), and an
 //!   untrusted folder is a fatal error in headless mode. So unless
 //!   `agent.trustProjectConfig`, a turn in a worktree that has any of
-//!   [`WORKSPACE_CONFIG`] is refused ([`super::repository_config_refusal`]), and the loop's settings set
-//!   `advanced.ignoreLocalEnv` (a committed `.env` is not read).
+//!   [`WORKSPACE_CONFIG`] is not started (the host asks [`super::config_refusal`]), and
+//!   the loop's settings set `advanced.ignoreLocalEnv` (a committed `.env` is not read).
 //! - Sandbox: Gemini runs `bash -c …` with `bash` found on `PATH`: the loop's sandbox shim;
 //!   `TMPDIR=<worktree>/.forge/tmp` (writable inside: its commands write their background
 //!   pids there).
@@ -138,11 +138,6 @@ fn settings_file(req: &TurnRequest) -> PathBuf {
 
 impl AgentHost for Gemini {
     fn prepare(&self, req: &TurnRequest, _prompt_file: &Path) -> Result<Launch, String> {
-        if !req.project_config {
-            if let Some(why) = super::repository_config_refusal(Cli::Gemini, &req.cwd) {
-                return Err(why);
-            }
-        }
         let mut args: Vec<String> =
             ["-p", "", "--output-format", "json", "--approval-mode", "yolo", "--skip-trust"].map(String::from).to_vec();
         if let Some(m) = req.model.as_deref().filter(|m| !m.is_empty()) {
@@ -286,9 +281,10 @@ mod tests {
             } else {
                 std::fs::create_dir_all(&p).unwrap();
             }
-            let e = Gemini.prepare(&r, Path::new("/p")).expect_err(rel);
+            let e = super::super::config_refusal(Some(Cli::Gemini), false, &r.cwd).expect(rel);
             assert!(e.contains(rel) && e.contains("agent.trustProjectConfig"), "{e}");
             // Trusted: Gemini starts and loads them, as outside a loop.
+            assert_eq!(super::super::config_refusal(Some(Cli::Gemini), true, &r.cwd), None, "{rel}");
             r.project_config = true;
             let l = Gemini.prepare(&r, Path::new("/p")).expect(rel);
             assert_eq!(local_env(&l), Value::Null, "{rel}");
@@ -301,7 +297,7 @@ mod tests {
         }
         // A link in its place counts too (Gemini follows it).
         std::os::unix::fs::symlink("/nowhere", r.cwd.join(".gemini/settings.json")).unwrap();
-        assert!(Gemini.prepare(&r, Path::new("/p")).is_err());
+        assert!(super::super::config_refusal(Some(Cli::Gemini), false, &r.cwd).is_some());
     }
 
     #[test]

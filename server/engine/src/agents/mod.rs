@@ -115,6 +115,14 @@ pub fn repository_config_refusal(preset: Cli, cwd: &Path) -> Option<String> {
     })
 }
 
+/// [`repository_config_refusal`] for a turn or a start with `preset` (none: the
+/// `command` host, which is the user's own program), unless the user trusts the
+/// repository's agent configuration (`agent.trustProjectConfig`). The one place the
+/// engine asks: the loop's start and restart (`start.rs`) and every turn (`host.rs`).
+pub fn config_refusal(preset: Option<Cli>, trusted: bool, cwd: &Path) -> Option<String> {
+    preset.filter(|_| !trusted).and_then(|p| repository_config_refusal(p, cwd))
+}
+
 /// `dir/rel` when it is a regular file reached without a link (neither the file nor a
 /// folder on the way from `dir` is one): for the instruction files a preset gives the
 /// model as text, which a link could point at any file (a key, a token).

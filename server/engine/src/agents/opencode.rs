@@ -9,9 +9,10 @@
 //!   if any) adds the local server `forge` = `<this forge-lsp> mcp` and allows edits and
 //!   bash without asking; nothing is written to disk. Tools appear as `forge_<tool>`.
 //! - The repository's configuration: unless `agent.trustProjectConfig`, a turn in a
-//!   worktree with `opencode.json`, `opencode.jsonc` or `.opencode/` is refused (OpenCode
-//!   imports their plugins into its own process, on the host, even with the variable
-//!   below), and `OPENCODE_DISABLE_PROJECT_CONFIG=1` is set; the worktree's `AGENTS.md`
+//!   worktree with `opencode.json`, `opencode.jsonc` or `.opencode/` is not started (the
+//!   host asks [`super::config_refusal`]: OpenCode imports their plugins into its own
+//!   process, on the host, even with the variable below), and
+//!   `OPENCODE_DISABLE_PROJECT_CONFIG=1` is set; the worktree's `AGENTS.md`
 //!   (else `CLAUDE.md`, `CONTEXT.md`), which OpenCode then no longer reads, is named in
 //!   `instructions`.
 //! - Sandbox: OpenCode runs its `bash` tool as `$SHELL -c …`; the host's `SHELL` is the
@@ -95,12 +96,10 @@ impl AgentHost for OpenCode {
         if !req.project_config {
             // Not the worktree's `opencode.json` nor its `.opencode/` (plugins, which OpenCode
             // runs in its own process on the host, MCP servers, commands): they come with
-            // the repository. OpenCode imports plugins even with the variable below, so a
-            // worktree that has them is refused; the variable stays for what else it reads.
-            // Its instructions file is text for the model, named instead.
-            if let Some(why) = super::repository_config_refusal(Cli::OpenCode, &req.cwd) {
-                return Err(why);
-            }
+            // the repository. OpenCode imports plugins even with the variable below, so the
+            // host does not start a turn in a worktree that has them
+            // (`agents::config_refusal`); the variable stays for what else it reads. Its
+            // instructions file is text for the model, named instead.
             vars.push(env("OPENCODE_DISABLE_PROJECT_CONFIG", "1"));
             instructions.extend(
                 INSTRUCTION_FILES
@@ -234,9 +233,9 @@ mod tests {
             } else {
                 std::fs::write(&p, "{}").unwrap();
             }
-            r.project_config = false;
-            let e = OpenCode.prepare(&r, Path::new("/p")).expect_err(rel);
+            let e = super::super::config_refusal(Some(Cli::OpenCode), false, &r.cwd).expect(rel);
             assert!(e.contains(rel) && e.contains("agent.trustProjectConfig") && e.contains("opencode preset"), "{e}");
+            assert_eq!(super::super::config_refusal(Some(Cli::OpenCode), true, &r.cwd), None, "{rel}");
             r.project_config = true;
             OpenCode.prepare(&r, Path::new("/p")).expect(rel);
             if p.is_dir() {
