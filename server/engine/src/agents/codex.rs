@@ -130,7 +130,7 @@ pub fn untrusted_project(worktree: &Path) -> Result<Vec<String>, String> {
             paths.push(real);
         }
     }
-    let mut entries = vec![];
+    let mut projects = toml::Table::new();
     for p in &paths {
         // A path Codex would see another way (lossy) cannot be named exactly: no turn
         // rather than one where the repository's configuration may apply.
@@ -140,13 +140,16 @@ pub fn untrusted_project(worktree: &Path) -> Result<Vec<String>, String> {
                 p.display()
             ));
         };
-        entries.push(format!("{}={{trust_level=\"untrusted\"}}", toml_string(p, usize::MAX)));
+        let entry = toml::Table::from_iter([("trust_level".to_string(), toml::Value::from("untrusted"))]);
+        projects.insert(p.to_string(), toml::Value::Table(entry));
     }
-    let mut out = vec!["-c".to_string(), format!("projects={{{}}}", entries.join(", "))];
+    // TOML written by the `toml` crate: an inline table with quoted keys, strings with
+    // every character TOML forbids bare escaped.
+    let mut out = vec!["-c".to_string(), format!("projects={}", toml::Value::Table(projects))];
     if let Some((name, text)) = project_doc(worktree) {
         let text = format!("Project instructions ({name}):\n\n{text}");
         out.push("-c".into());
-        out.push(format!("developer_instructions={}", toml_string(&text, MAX_ARG)));
+        out.push(format!("developer_instructions={}", toml_string_within(&text, MAX_ARG)));
     }
     Ok(out)
 }
@@ -158,28 +161,22 @@ const PROJECT_DOC_MAX: usize = 32 * 1024;
 /// (`MAX_ARG_STRLEN`), and escaping can grow a text six times.
 const MAX_ARG: usize = 100 * 1024;
 
-/// `s` as a TOML basic string (usable as a quoted key too), at most `max` bytes with its
-/// quotes: `"` and `\` escaped, and the control characters TOML does not allow bare
-/// (U+0000 to U+001F and DEL, which JSON leaves bare) as `\uXXXX`. A longer text is cut.
-fn toml_string(s: &str, max: usize) -> String {
-    let mut out = String::with_capacity(s.len().min(max) + 2);
-    out.push('"');
-    for c in s.chars() {
-        let piece = match c {
-            '"' => "\\\"".to_string(),
-            '\\' => "\\\\".to_string(),
-            '\n' => "\\n".to_string(),
-            '\t' => "\\t".to_string(),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => format!("\\u{:04X}", c as u32),
-            c => c.to_string(),
-        };
-        if out.len() + piece.len() + 1 > max {
-            break;
+/// `text` as a TOML string of at most `max` bytes: cut shorter (on a character boundary)
+/// until its escaped form fits.
+fn toml_string_within(text: &str, max: usize) -> String {
+    let mut text = text;
+    loop {
+        let quoted = toml::Value::from(text).to_string();
+        if quoted.len() <= max || text.is_empty() {
+            return quoted;
         }
-        out.push_str(&piece);
+        // Shorter in proportion to what escaping added (strictly shorter: quoted > max).
+        let mut cut = text.len() * max / quoted.len();
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text = &text[..cut];
     }
-    out.push('"');
-    out
 }
 
 /// The worktree's `AGENTS.override.md`, else `AGENTS.md` (a file, not a link: a link could
