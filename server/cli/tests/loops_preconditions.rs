@@ -106,14 +106,15 @@ fn a_preset_refuses_a_repository_with_its_clis_configuration_unless_trusted() {
         let repo = GitRepo::new();
         repo.write(rel, text);
         repo.commit_all("agent configuration");
-        let agent = sb.root.join(preset);
         let ran = sb.root.join(format!("{preset}.ran"));
-        std::fs::write(&agent, format!("#!/bin/sh\ntouch {:?}\nexit 0\n", ran.display().to_string())).unwrap();
-        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        repo.write_project_config(&format!(
-            "[sandbox]\nenabled = false\n\n[agent]\npreset = {preset:?}\ncommand = [{:?}]\ntrustProjectConfig = true\n",
-            agent.display().to_string()
-        ));
+        // The repository's own file cannot trust it (ignored with a warning).
+        preset_agent(
+            &sb,
+            &repo,
+            preset,
+            &format!("touch {:?}", ran.display().to_string()),
+            "trustProjectConfig = true\n",
+        );
         let mut c = sb.stdio();
         c.init(&Init::new(&repo.path));
         let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
@@ -126,6 +127,11 @@ fn a_preset_refuses_a_repository_with_its_clis_configuration_unless_trusted() {
             "{e}"
         );
         no_loop_was_created(&sb, &repo.path);
+        // A session outside a loop (in the project root, on the host) too.
+        let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN, "mode": "new-session" }));
+        assert_eq!(e.code, 1004, "{preset}: {e}");
+        assert!(e.message.contains("Failed to start new session") && e.message.contains(named), "{e}");
+        assert!(!ran.exists(), "{preset}: the agent ran for a refused session");
         drop(c);
         // Trusted by the user (initialization options): the loop starts.
         let mut c = sb.stdio();
@@ -150,6 +156,17 @@ fn a_preset_refuses_a_repository_with_its_clis_configuration_unless_trusted() {
     }
 }
 
+/// A fake CLI for `preset` (a script that runs `body`, then exits 0 without output) and the
+/// project's (uncommitted) configuration that names it, without the sandbox, plus `extra`
+/// lines of the `[agent]` table.
+fn preset_agent(sb: &Sandbox, repo: &GitRepo, preset: &str, body: &str, extra: &str) {
+    let agent = sb.executable(preset, &format!("#!/bin/sh\n{body}\nexit 0\n"));
+    repo.write_project_config(&format!(
+        "[sandbox]\nenabled = false\n\n[agent]\npreset = {preset:?}\ncommand = [{:?}]\n{extra}",
+        agent.display().to_string()
+    ));
+}
+
 /// A turn that writes the preset's CLI configuration into the worktree (here a plugin,
 /// which OpenCode would import on the host at its next start) ends the loop at the next
 /// turn, naming it (`worktree_failed`), instead of failing turn after turn.
@@ -158,20 +175,8 @@ fn a_turn_that_plants_the_clis_configuration_ends_the_loop_at_the_next_turn() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let runs = sb.root.join("runs");
-    let agent = sb.root.join("opencode");
-    std::fs::write(
-        &agent,
-        format!(
-            "#!/bin/sh\necho run >> {:?}\nmkdir -p .opencode/plugins\necho 'x' > .opencode/plugins/x.js\nexit 0\n",
-            runs.display().to_string()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    repo.write_project_config(&format!(
-        "[sandbox]\nenabled = false\n\n[agent]\npreset = \"opencode\"\ncommand = [{:?}]\n",
-        agent.display().to_string()
-    ));
+    let plant = "mkdir -p .opencode/plugins\necho 'x' > .opencode/plugins/x.js";
+    preset_agent(&sb, &repo, "opencode", &format!("echo run >> {:?}\n{plant}", runs.display().to_string()), "");
     let mut c = sb.stdio();
     c.init(&Init::new(&repo.path));
     let r = c.tool_ok("execute-plan", json!({ "title": "x", "plan": PLAN }));

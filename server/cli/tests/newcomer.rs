@@ -333,19 +333,13 @@ fn agents_without_forge_lsp_on_path_still_call_it() {
     let scenario = scenario.canonicalize().expect("tests/agents/scenario.sh");
     // The agent records what it was given, then plays the clean scenario, which calls bare
     // `forge-lsp call ...`.
-    let agent = sb.root.join("agent.sh");
-    std::fs::write(
-        &agent,
-        format!(
+    let agent = sb.executable(
+        "agent.sh",
+        &format!(
             "#!/bin/sh\necho \"$FORGE_LSP_BIN\" > \"$FORGE_TEST_STATE/bin\"\ncommand -v forge-lsp > \"$FORGE_TEST_STATE/which\"\nexec {:?} \"$@\"\n",
             scenario.display().to_string()
         ),
-    )
-    .expect("write agent");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).expect("chmod agent");
-    }
+    );
     repo.write_project_config(&format!(
         "[agent]\ncommand = [{:?}, \"{{session}}\"]\n\n[sandbox]\nenabled = false\n",
         agent.display().to_string()

@@ -113,6 +113,16 @@ impl Sandbox {
     }
 
     /// A fresh directory inside the sandbox.
+    /// An executable file `name` in the sandbox's root holding `text` (a script with its
+    /// `#!` line: a fake agent or tool).
+    pub fn executable(&self, name: &str, text: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.root.join(name);
+        std::fs::write(&p, text).expect("write executable");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod executable");
+        p
+    }
+
     pub fn mkdir(&self, name: &str) -> PathBuf {
         let p = self.root.join(name);
         std::fs::create_dir_all(&p).expect("mkdir");
