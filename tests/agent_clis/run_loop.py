@@ -63,6 +63,10 @@ INSTRUCTIONS_MARK = "E2E-PROJECT-INSTRUCTIONS"
 # In a file outside the worktree that the repository's `.codex/config.toml` names as the
 # model's instructions: it must never reach the model.
 SECRET_MARK = "E2E-OUTSIDE-SECRET"
+# The user's secrets: a key file under ~/.ssh and a secret-named variable in the server's
+# environment. The coder's shell must see neither (docs/sandbox.md, "Secrets").
+SSH_KEY_MARK = "E2E-SSH-KEY"
+ENV_KEY_MARK = "sk-e2e-env-key"
 CODER_HANDOFF = CALL + " loop-handoff '" + json.dumps({
     "changes": [{"summary": "edited work.txt", "reason": "the section asks for it"}],
     "verification": [{"command": "cat work.txt", "cwd": ".", "outcome": "pass", "changedAfter": False}],
@@ -118,7 +122,9 @@ def script(cli, use_mcp):
             conv("coder-1", header("section", 1, 1), [
                 (header("section", 1, 1), [
                     sh("echo 'section one' >> work.txt && echo \"pwd=$PWD sandbox=${FORGE_SANDBOX:-no}"
-                       " dotenv=${E2E_DOTENV:-no}\"; "
+                       " dotenv=${E2E_DOTENV:-no} apikey=${E2E_API_KEY:-unset}\"; "
+                       # No `$(...)`: Gemini CLI refuses a command with a substitution.
+                       "cat \"$HOME/.ssh/id_e2e\" 2>/dev/null || echo sshkey=hidden; "
                               "if touch \"$OUTSIDE/escaped\" 2>/dev/null; then echo OUTSIDE-WRITTEN; "
                               "else echo outside-refused; fi"),
                     sh(CODER_HANDOFF),
@@ -136,7 +142,7 @@ def script(cli, use_mcp):
             ]),
         ],
         "default": {"text": "Nothing scripted for this prompt."},
-        "watch": [INSTRUCTIONS_MARK, SECRET_MARK],
+        "watch": [INSTRUCTIONS_MARK, SECRET_MARK, SSH_KEY_MARK, ENV_KEY_MARK],
         # The auditor's first model is over its quota: the auditor falls back to the next.
         "limits": [{"model": "quota-model", "kind": "insufficient_quota", "retry_after_ms": 0}],
     }
@@ -264,9 +270,12 @@ def main():
     home = os.path.join(T, "home")
     env.update(HOME=home, XDG_CONFIG_HOME=home + "/.config", XDG_DATA_HOME=home + "/.local/share",
                XDG_CACHE_HOME=home + "/.cache", XDG_STATE_HOME=home + "/.local/state", TMPDIR=T + "/tmp",
-               OUTSIDE=T + "/outside")
+               OUTSIDE=T + "/outside", E2E_API_KEY=ENV_KEY_MARK)
     for k in ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR", "OUTSIDE"):
         os.makedirs(env[k], exist_ok=True)
+    os.makedirs(os.path.join(home, ".ssh"), mode=0o700)
+    with open(os.path.join(home, ".ssh", "id_e2e"), "w") as f:
+        f.write(SSH_KEY_MARK + "\n")
     repo, data = os.path.join(T, "project"), os.path.join(T, "data")
     os.makedirs(repo)
     git(repo, "init", "-q")

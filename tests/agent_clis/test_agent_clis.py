@@ -129,7 +129,8 @@ def test_two_section_loop(cli, tmp_path):
 
     # The coder's shell ran in the loop's sandbox, in the worktree; a write outside failed.
     seen = "".join(q["latest_input"] for q in main if q["conversation"] == "coder-1")
-    assert re.search(r"pwd=\S+/worktrees/e2e sandbox=1 dotenv=no", seen), seen[-1500:]
+    assert re.search(r"pwd=\S+/worktrees/e2e sandbox=1 dotenv=no apikey=unset", seen), seen[-1500:]
+    assert "sshkey=hidden" in seen, seen[-1500:]
     assert "outside-refused" in seen and not res["outside_written"], seen[-1500:]
     assert res["sandbox"], "bubblewrap cannot start a sandbox here"
 
@@ -139,6 +140,10 @@ def test_two_section_loop(cli, tmp_path):
     # Nor did it send a file from outside the worktree to the model (Codex's project
     # `model_instructions_file`, for a project the user trusted in Codex).
     assert not [q for q in reqs if "E2E-OUTSIDE-SECRET" in (q.get("seen") or [])], \
+        [(q["conversation"], q.get("seen")) for q in reqs]
+    # The user's secrets (a key under ~/.ssh, a secret-named variable) reached no request:
+    # the coder's shell saw neither (the agent CLI itself runs on the host, or has its own).
+    assert not [q for q in reqs if {"E2E-SSH-KEY", "sk-e2e-env-key"} & set(q.get("seen") or [])], \
         [(q["conversation"], q.get("seen")) for q in reqs]
     # ... while its instruction file (AGENTS.md, CLAUDE.md, GEMINI.md) still reached the model.
     assert all("E2E-PROJECT-INSTRUCTIONS" in (q.get("seen") or []) for q in main if q["conversation"] == "coder-1"), \

@@ -53,5 +53,14 @@ fi
 # A plugin tool from files (box__Probe, when the test installed it) runs in the sandbox too.
 forge-lsp call box__Probe '{}' > "$d/plugin.out" 2> "$d/plugin.err"
 echo $? > "$d/plugin.code"
+# The user's secrets (sandbox.rs, secrets_stay_outside_the_loop_sandbox): the repository's
+# probe.sh prints what it can see, run on the host (the control), through the shim, by
+# forge.shell and by a plugin tool.
+if [ -n "${FORGE_TEST_SECRETS:-}" ]; then
+  /bin/sh probe.sh > "$d/secrets-host.txt" 2>&1
+  "$SHELL" -c 'sh probe.sh' > "$d/secrets-shim.txt" 2>&1
+  forge-lsp call shell '{"command":"sh probe.sh"}' --json > "$d/secrets-shell.json" 2> "$d/secrets-shell.err"
+  forge-lsp call box__Secrets '{}' > "$d/secrets-plugin.txt" 2> "$d/secrets-plugin.err"
+fi
 touch "$d/done"
 echo "done"

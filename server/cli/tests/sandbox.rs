@@ -60,11 +60,25 @@ struct Fixture {
 
 impl Fixture {
     fn start(sandbox: bool, configure: impl FnOnce(&mut std::process::Command)) -> Fixture {
+        Fixture::start_with(sandbox, "", "", configure)
+    }
+
+    /// [`Fixture::start`] with a user configuration file and more of the project's
+    /// `[sandbox]` table, both written before the server starts.
+    fn start_with(
+        sandbox: bool,
+        user_config: &str,
+        project_sandbox: &str,
+        configure: impl FnOnce(&mut std::process::Command),
+    ) -> Fixture {
         let sb = Sandbox::new();
         let repo = GitRepo::new();
         let state = sb.mkdir("agent-state");
+        if !user_config.is_empty() {
+            sb.write_user_config(user_config);
+        }
         repo.write_project_config(&format!(
-            "[agent]\ncommand = [{:?}]\n\n[sandbox]\nenabled = {sandbox}\n",
+            "[agent]\ncommand = [{:?}]\n\n[sandbox]\nenabled = {sandbox}\n{project_sandbox}",
             agent_script().display().to_string()
         ));
         let mut client = sb.stdio_with(|c| {
@@ -309,6 +323,98 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     assert_eq!(result(&d2, "pwd")["data"]["stdout"].as_str().unwrap().trim(), wt.to_str().unwrap());
     f.client.tool_ok("loop-cancel", json!({ "name": name }));
     assert!(!f.state.join("hijacked").exists(), "the repository's .forge/bin/forge-lsp ran");
+}
+
+/// The user's credential files and secret-named variables stay outside the sandbox
+/// (docs/sandbox.md, "Secrets"), whichever way a command gets in: a shell of the agent
+/// through the shims, `forge.shell`, a plugin tool. What the user exposes stays visible; a
+/// repository may hide more but not expose anything.
+#[test]
+fn secrets_stay_outside_the_loop_sandbox() {
+    require_bwrap();
+    // A home outside /tmp (the sandbox's /tmp is private: a home there would hide all).
+    let home = tempfile::Builder::new().prefix("home-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let h = home.path();
+    for (file, text) in [
+        (".ssh/id_test", "SSH-KEY"),
+        (".aws/credentials", "AWS-KEY"),
+        (".npmrc", "NPM-RC"),
+        (".netrc", "NETRC"),
+        ("private/p.txt", "PRIVATE"),
+        ("notes.txt", "NOTES"),
+    ] {
+        std::fs::create_dir_all(h.join(file).parent().unwrap()).unwrap();
+        std::fs::write(h.join(file), text).unwrap();
+    }
+    // The user exposes one file and one variable; the repository's file hides one more
+    // folder and tries to expose two defaults and a variable.
+    let f = Fixture::start_with(
+        true,
+        "[sandbox]\nexposePaths = [\"~/.npmrc\"]\nexposeEnv = [\"NPM_TOKEN\"]\n",
+        "hidePaths = [\"~/private\"]\nexposePaths = [\"~/.ssh\", \"~/.netrc\"]\nexposeEnv = [\"GITHUB_TOKEN\"]\n",
+        |c| {
+            c.env("HOME", h)
+                .env("FORGE_TEST_SECRETS", "1")
+                .env("OPENAI_API_KEY", "sk-e2e")
+                .env("GITHUB_TOKEN", "gh-e2e")
+                .env("NPM_TOKEN", "npm-e2e");
+        },
+    );
+    f.repo.write(
+        "probe.sh",
+        "for f in .ssh/id_test .aws/credentials .netrc .npmrc private/p.txt notes.txt; do\n  if [ -s \"$HOME/$f\" ]; then echo \"$f=$(cat \"$HOME/$f\")\"; else echo \"$f=hidden\"; fi\ndone\necho \"OPENAI_API_KEY=${OPENAI_API_KEY:-unset} GITHUB_TOKEN=${GITHUB_TOKEN:-unset} NPM_TOKEN=${NPM_TOKEN:-unset}\"\necho \"FORGE_SESSION_TOKEN=${FORGE_SESSION_TOKEN:+set}\"\n",
+    );
+    f.repo.git(&["add", "probe.sh"]);
+    f.repo.git(&["commit", "-q", "-m", "probe"]);
+    let tools = f.sb.config_home.join("forge-lsp/plugins/box/tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::write(tools.join("Secrets"), "#!/bin/sh\ncat > /dev/null\nsh probe.sh\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tools.join("Secrets"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(tools.join("Secrets.json"), r#"{"description":"What can I see?","inputSchema":{"type":"object"}}"#)
+        .unwrap();
+    let out = f.client.tool_ok("execute-plan", json!({ "title": "Secrets", "plan": PLAN }));
+    let name = out.data["loopName"].as_str().expect("loopName").to_string();
+    let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
+    let d = f.wait_turn(&session);
+    let lines = |text: &str| text.lines().map(str::to_string).collect::<Vec<_>>();
+    // The control: on the host the agent sees everything.
+    assert_eq!(
+        lines(&read(&d, "secrets-host.txt")),
+        [
+            ".ssh/id_test=SSH-KEY",
+            ".aws/credentials=AWS-KEY",
+            ".netrc=NETRC",
+            ".npmrc=NPM-RC",
+            "private/p.txt=PRIVATE",
+            "notes.txt=NOTES",
+            "OPENAI_API_KEY=sk-e2e GITHUB_TOKEN=gh-e2e NPM_TOKEN=npm-e2e",
+            "FORGE_SESSION_TOKEN=set",
+        ]
+    );
+    let inside = [
+        ".ssh/id_test=hidden",
+        ".aws/credentials=hidden",
+        ".netrc=hidden",
+        ".npmrc=NPM-RC",
+        "private/p.txt=hidden",
+        "notes.txt=NOTES",
+        "OPENAI_API_KEY=unset GITHUB_TOKEN=unset NPM_TOKEN=npm-e2e",
+    ];
+    // The agent's shells keep its loop identity (`FORGE_*`), which `forge-lsp call` needs.
+    let shim = lines(&read(&d, "secrets-shim.txt"));
+    assert_eq!(shim[..7], inside, "the agent's shell");
+    assert_eq!(shim[7..], ["FORGE_SESSION_TOKEN=set"], "the agent's shell");
+    let shell: Value = serde_json::from_str(&read(&d, "secrets-shell.json"))
+        .unwrap_or_else(|e| panic!("forge.shell: {e}: {}", read(&d, "secrets-shell.err")));
+    assert_eq!(lines(shell["data"]["stdout"].as_str().unwrap())[..7], inside, "forge.shell: {shell}");
+    let plugin = read(&d, "secrets-plugin.txt");
+    for line in inside {
+        assert_contains(&plugin, line);
+    }
+    f.client.tool_ok("loop-cancel", json!({ "name": name }));
 }
 
 #[test]

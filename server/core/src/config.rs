@@ -100,6 +100,9 @@ const KEYS: &[(&str, Ty)] = &[
     ("sandbox.enabled", Ty::Bool),
     ("sandbox.mode", Ty::Str),
     ("sandbox.network", Ty::Bool),
+    ("sandbox.hidePaths", Ty::StrList),
+    ("sandbox.exposePaths", Ty::StrList),
+    ("sandbox.exposeEnv", Ty::StrList),
     ("agent.command", Ty::Argv),
     ("agent.compactCommand", Ty::Argv),
     ("agent.preset", Ty::Preset),
@@ -122,6 +125,8 @@ const TRUST_KEYS: &[&str] = &[
     "plugins.trustedProjects",
     "webfetch.allowCrossOriginRedirects",
     "agent.trustProjectConfig",
+    "sandbox.exposePaths",
+    "sandbox.exposeEnv",
 ];
 
 /// Keys a `.forge/config.toml` committed to the repository may not set: they choose the
@@ -137,7 +142,7 @@ const LOCAL_KEYS: &[&str] =
 /// Lists a project's `.forge/config.toml` may add to but never shorten: its entries are
 /// added to what the sources before it set (a cloned repository must not drop the user's
 /// deny rules with `deny = []`).
-const ADD_ONLY_KEYS: &[&str] = &["loop.permissions.deny"];
+const ADD_ONLY_KEYS: &[&str] = &["loop.permissions.deny", "sandbox.hidePaths"];
 
 /// Whether the project's `.forge/config.toml` may have come with the repository: the file,
 /// or a `.forge` that is a symbolic link or a submodule, is in the index or in `HEAD` of
@@ -245,6 +250,15 @@ pub struct Config {
     pub sandbox_enabled: bool,
     pub sandbox_mode: String,
     pub sandbox_network: bool,
+    /// `sandbox.hidePaths`: more files and folders a sandboxed command does not see, each
+    /// absolute or `~/…` (a repository's file may add to the list, never shorten it).
+    pub sandbox_hide_paths: Vec<String>,
+    /// `sandbox.exposePaths` (user file or initialization options only): paths of the
+    /// default secret list (or folders holding them) a sandboxed command still sees.
+    pub sandbox_expose_paths: Vec<String>,
+    /// `sandbox.exposeEnv` (user file or initialization options only): environment
+    /// variables with a secret-like name a sandboxed command still gets.
+    pub sandbox_expose_env: Vec<String>,
     pub agent_command: Option<Vec<String>>,
     pub agent_compact_command: Option<Vec<String>>,
     /// `agent.preset`: `opencode`, `claude`, `codex` or `gemini` (validated).
@@ -301,6 +315,9 @@ impl Default for Config {
             sandbox_enabled: true,
             sandbox_mode: "bwrap".into(),
             sandbox_network: false,
+            sandbox_hide_paths: vec![],
+            sandbox_expose_paths: vec![],
+            sandbox_expose_env: vec![],
             agent_command: None,
             agent_compact_command: None,
             agent_preset: None,
@@ -501,6 +518,15 @@ impl Loader {
                 ));
                 continue;
             }
+            if key == "sandbox.hidePaths" || key == "sandbox.exposePaths" {
+                for entry in val.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    if !(Path::new(entry).is_absolute() || entry.starts_with("~/")) {
+                        return Err(ConfigError(format!(
+                            "configuration key `{key}` in {source}: entry {entry:?} must be an absolute path or start with ~/"
+                        )));
+                    }
+                }
+            }
             if key == "plugins.trustedProjects" {
                 // A project is trusted where it is, not by its id: the id (the root commit)
                 // is shared by every clone and fork of the history.
@@ -566,6 +592,12 @@ impl Loader {
                 _ => vec![],
             })
         };
+        let list = |k: &str| -> Vec<String> {
+            m.get(k)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+                .unwrap_or_default()
+        };
         let d = Config::default();
         Config {
             execution_model: s("executionModel"),
@@ -594,6 +626,9 @@ impl Loader {
             sandbox_enabled: b("sandbox.enabled", d.sandbox_enabled),
             sandbox_mode: s("sandbox.mode").unwrap_or(d.sandbox_mode),
             sandbox_network: b("sandbox.network", d.sandbox_network),
+            sandbox_hide_paths: list("sandbox.hidePaths"),
+            sandbox_expose_paths: list("sandbox.exposePaths"),
+            sandbox_expose_env: list("sandbox.exposeEnv"),
             agent_command: argv("agent.command"),
             agent_compact_command: argv("agent.compactCommand"),
             agent_preset: s("agent.preset"),
@@ -809,6 +844,48 @@ mod tests {
         let mut l = Loader::default();
         l.add_value(&json!({ "agent": { "trustProjectConfig": "yes" } }), "user").unwrap_err();
         assert!(!Loader::default().build().agent_trust_project_config);
+    }
+
+    /// What a sandbox hides: a repository's file may add to `sandbox.hidePaths` but not
+    /// expose anything (`exposePaths`, `exposeEnv` are the user's); entries are checked.
+    #[test]
+    fn a_project_file_may_hide_more_but_not_expose_secrets() {
+        let text =
+            "[sandbox]\nhidePaths = [\"~/work-keys\"]\nexposePaths = [\"~/.ssh\"]\nexposeEnv = [\"GITHUB_TOKEN\"]\n";
+        for commit in [true, false] {
+            let p = project_with_config(text, commit);
+            let mut l = Loader::default();
+            l.add_value(&json!({ "sandbox": { "hidePaths": ["/srv/keys"], "exposePaths": ["~/.npmrc"] } }), "user")
+                .unwrap();
+            l.repository_file_of = Some(p.path().to_path_buf());
+            l.add_file(&Loader::project_file(p.path())).unwrap();
+            let c = l.build();
+            assert_eq!(c.sandbox_hide_paths, ["/srv/keys", "~/work-keys"], "committed: {commit}");
+            assert_eq!(c.sandbox_expose_paths, ["~/.npmrc"], "committed: {commit}");
+            assert!(c.sandbox_expose_env.is_empty(), "committed: {commit}");
+            for key in ["sandbox.exposePaths", "sandbox.exposeEnv"] {
+                assert!(
+                    l.warnings.iter().any(|w| w.contains(&format!("`{key}`")) && w.contains("cannot grant itself")),
+                    "{key}: {:?}",
+                    l.warnings
+                );
+            }
+        }
+        let init = json!({ "sandbox": { "exposePaths": ["~/.npmrc"], "exposeEnv": ["NPM_TOKEN"] } });
+        let p = project_with_config("", false);
+        let c = Loader::standard(p.path(), Some(&init)).unwrap().build();
+        assert_eq!(
+            (c.sandbox_expose_paths, c.sandbox_expose_env),
+            (vec!["~/.npmrc".to_string()], vec!["NPM_TOKEN".to_string()])
+        );
+        for bad in
+            [json!({ "sandbox": { "hidePaths": ["keys"] } }), json!({ "sandbox": { "exposePaths": ["~user/x"] } })]
+        {
+            let e = Loader::default().add_value(&bad, "user").unwrap_err();
+            assert!(e.0.contains("must be an absolute path or start with ~/"), "{e}");
+        }
+        let e = Loader::default().add_value(&json!({ "sandbox": { "hidePaths": "~/.keys" } }), "user").unwrap_err();
+        assert!(e.0.contains("`sandbox.hidePaths`") && e.0.contains("a list of strings"), "{e}");
     }
 
     /// A project's file adds deny rules to the user's, never removes them (committed or

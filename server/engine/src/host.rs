@@ -260,7 +260,10 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
                 Ok(b) => b,
                 Err(e) => return fail(e),
             };
-            let mut sb = crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref());
+            let mut sb = crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref())
+                .with_secrets(req.secrets.clone());
+            // The agent CLI needs its own key; its commands go without (`agents/codex.rs`).
+            sb.scrub_env = false;
             sb.binds.extend(extra.iter().cloned());
             sb.ro_binds = crate::sandbox::program_binds(Some(&argv), &req.cwd);
             let sb = sb.with_shims(&req.data_dir);
@@ -526,6 +529,7 @@ mod expand_tests {
             activity: Arc::default(),
             preset: None,
             project_config: false,
+            secrets: Default::default(),
             record: None,
         };
         let uuid = forge_domain::agent_cli::session_uuid("ses_T1");

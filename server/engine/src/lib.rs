@@ -1,4 +1,4 @@
-//! The loop engine: git worktrees ([`git`]), the sandbox ([`sandbox`]), agent hosts
+//! The loop engine: git worktrees ([`git`]), the sandbox ([`sandbox`], [`secrets`]), agent hosts
 //! ([`host`]), loop start and restart ([`start`]) and the loop runner ([`runner`]), one
 //! serialized task per running loop; plus the [`hub`] of a process's data directories.
 //!
@@ -23,6 +23,7 @@ pub mod process;
 pub mod prompt_context;
 pub mod runner;
 pub mod sandbox;
+pub mod secrets;
 pub mod start;
 pub mod turn;
 

@@ -690,6 +690,7 @@ impl Runner {
                 .then(|| super::sandbox::shim_dir(&self.engine.data_dir, Path::new(&row.worktree_dir))),
             preset: crate::agents::preset(&self.config),
             project_config: self.config.agent_trust_project_config,
+            secrets: crate::secrets::Secrets::from_config(&self.config),
             record: Some(self.engine.store.clone()),
         };
         let sid = self.live.id.clone();
@@ -1498,6 +1499,7 @@ impl Runner {
                 .then(|| super::sandbox::shim_dir(&self.engine.data_dir, Path::new(&row.worktree_dir))),
             preset: None,
             project_config: self.config.agent_trust_project_config,
+            secrets: crate::secrets::Secrets::from_config(&self.config),
             record: Some(self.engine.store.clone()),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();

@@ -58,6 +58,8 @@ use tokio::io::AsyncReadExt;
 use super::Engine;
 use forge_core::ToolEnv;
 
+pub use crate::secrets::Secrets;
+
 /// Overrides the `bwrap` binary (server environment).
 pub const BWRAP_ENV: &str = "FORGE_BWRAP";
 /// Set to `1` inside a sandbox; a shim started inside runs the real shell directly.
@@ -86,6 +88,17 @@ pub struct Sandbox {
     /// tree (a script under `/tmp`, which the private `/tmp` would hide), a plugin tool's
     /// folder (which may be under `/tmp` too).
     pub ro_binds: Vec<PathBuf>,
+    /// The user's secrets the sandbox hides ([`Secrets`]): the defaults unless the
+    /// configuration says otherwise ([`Sandbox::with_secrets`]).
+    pub secrets: Secrets,
+    /// The server's data directory, when known ([`Sandbox::with_shims`]): its
+    /// `agent-homes` (other loops' copies of the agent CLIs' logins) is hidden too.
+    pub data_dir: Option<PathBuf>,
+    /// Whether a command started with [`Sandbox::command`] loses the secret-named variables
+    /// of the server's environment ([`crate::secrets::is_secret_env`]). Off only for an agent CLI run whole
+    /// in the sandbox, which needs its own key (the Codex preset keeps such variables from
+    /// its commands itself).
+    pub scrub_env: bool,
 }
 
 /// The usage directory, relative to the worktree: writable inside the sandbox, so an agent
@@ -344,7 +357,16 @@ impl Sandbox {
             socket_dir: socket_dir(socket),
             binds: vec![],
             ro_binds: vec![],
+            secrets: Secrets::default(),
+            data_dir: None,
+            scrub_env: true,
         }
+    }
+
+    /// With the configuration's secret rules ([`Secrets::from_config`]).
+    pub fn with_secrets(mut self, secrets: Secrets) -> Sandbox {
+        self.secrets = secrets;
+        self
     }
 
     /// With the loop's shims ([`shim_dir`]) visible, read-only, inside: a shell started
@@ -353,6 +375,7 @@ impl Sandbox {
     /// directory).
     pub fn with_shims(mut self, data_dir: &Path) -> Sandbox {
         self.ro_binds.push(shim_dir(data_dir, &self.worktree));
+        self.data_dir = Some(data_dir.to_path_buf());
         self
     }
 
@@ -373,6 +396,15 @@ impl Sandbox {
         }
         for sock in hidden_sockets() {
             push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), sock.as_os_str()]);
+        }
+        // The user's secrets, before the binds below (which reappear even inside one).
+        let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+        for (p, dir) in crate::secrets::secret_mounts(home.as_deref(), &self.secrets, self.data_dir.as_deref()) {
+            if dir {
+                push(&["--tmpfs".as_ref(), p.as_os_str()]);
+            } else {
+                push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), p.as_os_str()]);
+            }
         }
         // After the tmpfs (so directories under /tmp reappear), before the worktree (so a
         // bind that contains the worktree does not hide its binds).
@@ -405,9 +437,15 @@ impl Sandbox {
     }
 
     /// `argv` inside the sandbox, in `cwd` (a path inside the worktree).
+    /// Unless [`Sandbox::scrub_env`] is off, the command does not inherit the server's
+    /// secret-named variables ([`crate::secrets::is_secret_env`]); what the caller sets on it afterwards
+    /// (a plugin's configured variables) it gets.
     pub fn command(&self, bwrap: &Path, argv: &[String], cwd: &Path) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(bwrap);
         c.args(self.args(Some(cwd))).arg("--").args(argv);
+        for name in self.scrubbed_env() {
+            c.env_remove(name);
+        }
         c
     }
 
@@ -415,7 +453,21 @@ impl Sandbox {
     pub fn std_command(&self, bwrap: &Path, argv: &[String], cwd: &Path) -> std::process::Command {
         let mut c = std::process::Command::new(bwrap);
         c.args(self.args(Some(cwd))).arg("--").args(argv);
+        for name in self.scrubbed_env() {
+            c.env_remove(name);
+        }
         c
+    }
+
+    /// The variables of this process's environment a command in the sandbox does not get.
+    fn scrubbed_env(&self) -> Vec<OsString> {
+        if !self.scrub_env {
+            return vec![];
+        }
+        std::env::vars_os()
+            .map(|(k, _)| k)
+            .filter(|k| crate::secrets::is_secret_env(&k.to_string_lossy(), &self.secrets.expose_env))
+            .collect()
     }
 
     /// Writes the executable shims `<shim_dir>/{sh,bash}`: each execs the real
@@ -438,6 +490,7 @@ impl Sandbox {
             opts.push(b' ');
         }
         let inside = inside_test();
+        let scrub = crate::secrets::env_scrub_sh(&self.secrets.expose_env);
         for name in ["sh", "bash"] {
             let Some(real) = real_shell(name) else {
                 if name == "sh" {
@@ -457,7 +510,9 @@ impl Sandbox {
             );
             s.extend_from_slice(inside.as_bytes());
             s.extend_from_slice(&real_q);
-            s.extend_from_slice(b" \"$@\"; fi\nexec ");
+            s.extend_from_slice(b" \"$@\"; fi\n");
+            s.extend_from_slice(scrub.as_bytes());
+            s.extend_from_slice(b"exec ");
             s.extend_from_slice(&sh_quote(bwrap.as_os_str()));
             s.push(b' ');
             s.extend_from_slice(&opts);
@@ -481,7 +536,9 @@ impl Sandbox {
             s.extend_from_slice(b"#!/bin/sh\n# Generated by forge-lsp: runs its argument, a command line, inside this loop's sandbox.\n# Rewritten at every loop start and restart; do not edit.\n");
             s.extend_from_slice(inside.as_bytes());
             s.extend_from_slice(&real_q);
-            s.extend_from_slice(b" -c \"$1\"; fi\nexec ");
+            s.extend_from_slice(b" -c \"$1\"; fi\n");
+            s.extend_from_slice(scrub.as_bytes());
+            s.extend_from_slice(b"exec ");
             s.extend_from_slice(&sh_quote(bwrap.as_os_str()));
             s.push(b' ');
             s.extend_from_slice(&opts);
@@ -828,6 +885,7 @@ pub async fn shell(
     let cmd = if sandboxed {
         let bwrap = find_bwrap().map_err(|e| ToolError::precondition(format!("shell failed: {e}")))?;
         Sandbox::for_loop(&wt, network, engine.private_socket().as_deref())
+            .with_secrets(Secrets::from_config(&env.config))
             .with_shims(&engine.data_dir)
             .command(&bwrap, &argv, &dir)
     } else {
@@ -873,7 +931,7 @@ mod tests {
     }
 
     fn sandbox(dir: &Path) -> Sandbox {
-        Sandbox { worktree: dir.to_path_buf(), network: false, socket_dir: None, binds: vec![], ro_binds: vec![] }
+        Sandbox::for_loop(dir, false, None)
     }
 
     #[test]
@@ -1025,6 +1083,27 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(c.stdout.trim(), "n a m e|it's||1", "{c:?}");
+        // The agent's secret-named variables stay outside; Forge's own go in.
+        for shim in ["sh", "bash", "prefix"] {
+            let c = run_captured(
+                {
+                    let mut b = tokio::process::Command::new(dir.join(shim));
+                    if shim != "prefix" {
+                        b.arg("-c");
+                    }
+                    b.arg("echo ${OPENAI_API_KEY:-unset} ${FORGE_SESSION_TOKEN:-unset} ${FORGE_SANDBOX:-host}")
+                        .env("OPENAI_API_KEY", "sk-secret")
+                        .env("FORGE_SESSION_TOKEN", "tok")
+                        .env_remove(INSIDE_ENV)
+                        .current_dir(wt.path());
+                    b
+                },
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+            assert_eq!(c.stdout.trim(), "unset tok 1", "{shim}: {c:?}");
+        }
         // prefix: one argument, a whole command line (Claude Code's shell prefix).
         let c = run_captured(
             {
@@ -1063,6 +1142,48 @@ mod tests {
         assert!(!Path::new("/forge-shim-env-outside").exists());
         // Rewriting replaces the files (restart).
         s.write_shim(&bwrap(), data.path()).expect("rewrite");
+    }
+
+    /// A folder for test files outside `/tmp` (which is private inside a sandbox): the
+    /// target directory the test binary runs from.
+    fn outside_tmp() -> PathBuf {
+        let exe = std::env::current_exe().unwrap();
+        exe.parent().and_then(Path::parent).expect("target directory").to_path_buf()
+    }
+
+    #[tokio::test]
+    async fn hidden_secrets_are_empty_inside_and_binds_still_show_through() {
+        let wt = worktree();
+        let outside = tempfile::Builder::new().prefix("fl-secret").tempdir_in(outside_tmp()).unwrap();
+        let o = outside.path().canonicalize().unwrap();
+        std::fs::create_dir_all(o.join("keys")).unwrap();
+        std::fs::write(o.join("keys/id"), "SECRET-KEY").unwrap();
+        std::fs::write(o.join("token"), "SECRET-TOKEN").unwrap();
+        std::fs::write(o.join("plain"), "visible").unwrap();
+        let s = Sandbox {
+            secrets: Secrets {
+                hide: vec![o.join("keys").display().to_string(), o.join("token").display().to_string()],
+                ..Secrets::default()
+            },
+            // A bind under a hidden folder shows through (a worktree or a socket there).
+            ro_binds: vec![o.join("keys/id")],
+            ..sandbox(wt.path())
+        };
+        let c = run_in(
+            &s,
+            &format!(
+                "cat {o}/token; echo \"[$(cat {o}/token)]\"; ls -A {o}/keys; cat {o}/keys/id; echo; cat {o}/plain",
+                o = o.display()
+            ),
+        )
+        .await;
+        assert_eq!(c.stdout, "[]\nid\nSECRET-KEY\nvisible", "{c:?}");
+        let s = Sandbox {
+            secrets: Secrets { hide: vec![o.join("keys").display().to_string()], ..Secrets::default() },
+            ..sandbox(wt.path())
+        };
+        let c = run_in(&s, &format!("ls -A {o}/keys | wc -l; cat {o}/token", o = o.display())).await;
+        assert_eq!(c.stdout, "0\nSECRET-TOKEN", "{c:?}");
     }
 
     #[tokio::test]

@@ -156,6 +156,7 @@ pub async fn start_loop(
             ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &wt.dir),
             ..Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref())
         }
+        .with_secrets(sandbox::Secrets::from_config(&env.config))
         .with_shims(&engine.data_dir);
         if let Err(e) = sb.write_shim(b, &engine.data_dir) {
             let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
@@ -435,6 +436,7 @@ pub async fn new_session(
             activity: engine.activity.clone(),
             preset: crate::agents::preset(&env.config),
             project_config: env.config.agent_trust_project_config,
+            secrets: crate::secrets::Secrets::from_config(&env.config),
             record: None,
         },
         tx,
@@ -539,6 +541,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &dir),
             ..Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref())
         }
+        .with_secrets(sandbox::Secrets::from_config(&env.config))
         .with_shims(&engine.data_dir)
         .write_shim(b, &engine.data_dir)
         .map_err(|e| ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}")))?;

@@ -60,6 +60,9 @@ pub struct TurnRequest {
     /// configuration for it (hooks, MCP servers, plugins, which run on the host). False:
     /// it is started so that it does not (`agents/*.rs`, docs/agents.md).
     pub project_config: bool,
+    /// `sandbox.hidePaths`, `sandbox.exposePaths`, `sandbox.exposeEnv`: an agent CLI run
+    /// whole in the loop's sandbox (Codex) hides the user's secrets by them.
+    pub secrets: crate::secrets::Secrets,
     /// Where the turn's leading process is recorded while it runs (a loop session's
     /// `agent_process`): the store of a loop's turn, `None` for an untracked session.
     pub record: Option<forge_store::Store>,

@@ -758,7 +758,8 @@ pub fn run(
             let bwrap = forge_engine::sandbox::find_bwrap()
                 .map_err(|e| ToolError::precondition(format!("{label} cannot run in the loop sandbox: {e}")))?;
             let argv = [tool.exe.display().to_string()];
-            let mut sb = forge_engine::sandbox::Sandbox::for_loop(&p.worktree, p.network, None);
+            let mut sb = forge_engine::sandbox::Sandbox::for_loop(&p.worktree, p.network, None)
+                .with_secrets(forge_engine::sandbox::Secrets::from_config(&env.config));
             // The plugin's folder, read-only (visible even when it is under /tmp).
             sb.ro_binds.push(tool.plugin_dir.clone());
             sb.std_command(&bwrap, &argv, &p.worktree)

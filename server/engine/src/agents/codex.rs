@@ -14,7 +14,8 @@
 //!   trust); its `AGENTS.md`, which Codex then skips, is given as `developer_instructions`.
 //! - Commands keep `FORGE_*`: `shell_environment_policy.inherit = "all"` with
 //!   `ignore_default_excludes = true` (the default filter drops `*TOKEN*` names), and
-//!   `allow_login_shell = false`.
+//!   `allow_login_shell = false`. In a sandboxed loop the server's secret-named variables
+//!   are excluded by name instead ([`secret_env_excluded`]).
 //! - Sandbox: Codex starts `/bin/bash` itself (no `PATH`/`SHELL` shim reaches it), so with
 //!   the loop's sandbox on the whole `codex` process runs inside it (bubblewrap, the
 //!   worktree writable, the rest read-only, a private `/tmp`), with the network shared (its
@@ -113,6 +114,26 @@ pub fn overrides(mcp_bin: &str) -> Vec<String> {
     out
 }
 
+/// The `-c` override that keeps the secret-named variables of the server's environment
+/// (`sandbox::is_secret_env`: `OPENAI_API_KEY`, `GITHUB_TOKEN`, ...) from Codex's
+/// commands in a sandboxed loop. The sandbox drops them from every other command; Codex
+/// runs whole in it and needs its own key, so it gets them and its
+/// `shell_environment_policy.exclude` (exact names) keeps them from what it runs.
+pub fn secret_env_excluded(expose: &[String]) -> Vec<String> {
+    exclude_override(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()), expose)
+}
+
+/// [`secret_env_excluded`] for the variable names `names`.
+fn exclude_override(names: impl Iterator<Item = String>, expose: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = names.filter(|k| crate::secrets::is_secret_env(k, expose)).collect();
+    if names.is_empty() {
+        return vec![];
+    }
+    names.sort();
+    let list = toml::Value::Array(names.into_iter().map(toml::Value::from).collect());
+    vec!["-c".to_string(), format!("shell_environment_policy.exclude={list}")]
+}
+
 /// The `-c` overrides that keep Codex from reading the worktree's `.codex/config.toml`:
 /// the worktree (by its path and its resolved path) is an untrusted project. Codex reads
 /// that file for a trusted project, and a linked worktree inherits the trust of its main
@@ -199,6 +220,9 @@ impl AgentHost for Codex {
                 .map(String::from)
                 .to_vec();
         args.extend(overrides(&super::mcp_command()));
+        if req.shim_dir.is_some() {
+            args.extend(secret_env_excluded(&req.secrets.expose_env));
+        }
         if !req.project_config {
             args.extend(untrusted_project(&req.cwd)?);
         }
@@ -237,6 +261,20 @@ impl AgentHost for Codex {
 mod tests {
     use super::super::test_support::req;
     use super::*;
+
+    #[test]
+    fn a_sandboxed_codex_keeps_secret_variables_from_its_commands_by_name() {
+        let names = ["PATH", "OPENAI_API_KEY", "FORGE_SESSION_TOKEN", "GH_TOKEN", "NPM_TOKEN", "HOME"];
+        let o = exclude_override(names.iter().map(|s| s.to_string()), &["NPM_TOKEN".to_string()]);
+        assert_eq!(o, ["-c", "shell_environment_policy.exclude=[\"GH_TOKEN\", \"OPENAI_API_KEY\"]"]);
+        assert!(exclude_override(["PATH".to_string()].into_iter(), &[]).is_empty());
+        // Every turn of a sandboxed loop carries it when the server has such a variable.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("wt")).unwrap();
+        let args = Codex.prepare(&crate::agents::test_support::req(d.path(), None), Path::new("p")).unwrap().argv;
+        let has = args.iter().any(|a| a.starts_with("shell_environment_policy.exclude"));
+        assert_eq!(has, !secret_env_excluded(&[]).is_empty(), "{args:?}");
+    }
 
     #[test]
     fn argv_for_first_and_resumed_turns() {

@@ -328,6 +328,7 @@ pub(crate) mod test_support {
             turn: 1,
             shim_dir: Some(dir.join("wt/.forge/bin")),
             activity: Arc::default(),
+            secrets: Default::default(),
             preset,
             project_config: false,
             record: None,

@@ -426,8 +426,7 @@ pub fn scenario_sandbox(bin: &Path, quick: bool, r: &mut Report) {
     std::fs::create_dir_all(&wt).expect("worktree dir");
     let socket_dir = w.target.xdg_runtime.join("forge-lsp");
     std::fs::create_dir_all(&socket_dir).expect("socket dir");
-    let sandbox =
-        Sandbox { worktree: wt.clone(), network: false, socket_dir: Some(socket_dir), binds: vec![], ro_binds: vec![] };
+    let sandbox = Sandbox { socket_dir: Some(socket_dir), ..Sandbox::for_loop(&wt, false, None) };
     let cmd = sandbox.command(&bwrap, &["true".to_string()], &wt);
     let (b_prog, b_args) = (
         cmd.as_std().get_program().to_os_string(),

@@ -1,0 +1,271 @@
+//! What of the user's secrets a loop's sandbox hides (docs/sandbox.md, "Secrets"): the
+//! credential files and folders under the home directory ([`SECRET_PATHS`]) and
+//! secret-named environment variables ([`is_secret_env`]), adjusted by `sandbox.hidePaths`,
+//! `sandbox.exposePaths` and `sandbox.exposeEnv` ([`Secrets`]). Pure apart from resolving
+//! paths; `sandbox.rs` turns them into bubblewrap mounts and the shims' environment scrub.
+
+use std::path::{Path, PathBuf};
+
+/// Files and folders under the home directory that hold credentials. A sandboxed command
+/// does not see them: a folder is an empty tmpfs inside, a file reads as empty. Only what
+/// exists when the sandbox's arguments are made is covered (a loop's shims: at its start and
+/// restart). `sandbox.exposePaths` keeps an entry (or every entry under a folder) visible;
+/// `sandbox.hidePaths` adds to the list.
+pub const SECRET_PATHS: &[&str] = &[
+    // Keys, agents' keyrings, password stores.
+    ".ssh",
+    ".gnupg",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/op",
+    // Cloud, cluster and infrastructure credentials.
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".oci",
+    ".config/doctl",
+    ".docker/config.json",
+    ".s3cfg",
+    ".boto",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".databrickscfg",
+    // Git hosts and package registries.
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".config/glab-cli",
+    ".config/github-copilot",
+    ".npmrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    // Databases.
+    ".pgpass",
+    ".my.cnf",
+    // The agent CLIs' logins (the CLIs run on the host or have a copy of their own).
+    ".codex/auth.json",
+    ".claude/.credentials.json",
+    ".claude.json",
+    ".gemini/oauth_creds.json",
+    ".gemini/google_accounts.json",
+    ".gemini/.env",
+    ".local/share/opencode/auth.json",
+];
+
+/// Words that make an environment variable's name secret-like, compared without case
+/// (`OPENAI_API_KEY`, `GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `PGPASSWORD`); a name that
+/// ends in `_AUTH` counts too (`NPM_CONFIG__AUTH`).
+pub const SECRET_ENV_WORDS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"];
+
+/// Whether a sandboxed command loses the variable `name`: a secret-like name
+/// ([`SECRET_ENV_WORDS`]) that is neither Forge's own (`FORGE_*`: a loop session's
+/// identity, which `forge-lsp call` inside needs) nor one of `expose` (`sandbox.exposeEnv`).
+pub fn is_secret_env(name: &str, expose: &[String]) -> bool {
+    if name.starts_with("FORGE_") || expose.iter().any(|e| e == name) {
+        return false;
+    }
+    let upper = name.to_ascii_uppercase();
+    upper.ends_with("_AUTH") || SECRET_ENV_WORDS.iter().any(|w| upper.contains(w))
+}
+
+/// What of the user's secrets a sandbox hides (docs/sandbox.md, "Secrets"): the files and
+/// folders of [`SECRET_PATHS`] and `hide`, less those under `expose`; and secret-named
+/// environment variables ([`is_secret_env`]) less `expose_env`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Secrets {
+    /// `sandbox.hidePaths`: absolute or `~/…`.
+    pub hide: Vec<String>,
+    /// `sandbox.exposePaths`: absolute or `~/…`.
+    pub expose: Vec<String>,
+    /// `sandbox.exposeEnv`: variable names.
+    pub expose_env: Vec<String>,
+}
+
+impl Secrets {
+    /// The configuration's `sandbox.hidePaths`, `sandbox.exposePaths`, `sandbox.exposeEnv`.
+    pub fn from_config(c: &forge_core::config::Config) -> Secrets {
+        Secrets {
+            hide: c.sandbox_hide_paths.clone(),
+            expose: c.sandbox_expose_paths.clone(),
+            expose_env: c.sandbox_expose_env.clone(),
+        }
+    }
+}
+
+/// `~/x` against `home`, an absolute path as it is; anything else (or `~/` without a home)
+/// is `None`.
+fn expand(entry: &str, home: Option<&Path>) -> Option<PathBuf> {
+    match entry.strip_prefix("~/") {
+        Some(rest) => home.map(|h| h.join(rest)),
+        None => Path::new(entry).is_absolute().then(|| PathBuf::from(entry)),
+    }
+}
+
+/// What a sandbox mounts over to hide the user's secrets, for the home directory `home`:
+/// each existing path of [`SECRET_PATHS`] (not under an `expose` entry), of `hide`, and
+/// `<data_dir>/agent-homes`, resolved (a link's target is what is hidden), with whether it
+/// is a folder. Left out: what resolves under `/tmp` (private inside anyway) and `/`.
+pub fn secret_mounts(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&Path>) -> Vec<(PathBuf, bool)> {
+    let exposed: Vec<PathBuf> = secrets.expose.iter().filter_map(|e| expand(e, home)).collect();
+    let defaults = home
+        .into_iter()
+        .flat_map(|h| SECRET_PATHS.iter().map(move |rel| h.join(rel)))
+        .filter(|p| !exposed.iter().any(|e| p.starts_with(e)));
+    let added = secrets.hide.iter().filter_map(|e| expand(e, home));
+    let homes = data_dir.map(|d| d.join("agent-homes"));
+    let mut out: Vec<(PathBuf, bool)> = vec![];
+    for p in defaults.chain(added).chain(homes) {
+        let Ok(real) = p.canonicalize() else { continue };
+        if real == Path::new("/") || real.starts_with("/tmp") || out.iter().any(|(o, _)| *o == real) {
+            continue;
+        }
+        let dir = real.is_dir();
+        out.push((real, dir));
+    }
+    out
+}
+
+/// The part of a shim that drops the secret-named variables ([`is_secret_env`]) from its
+/// environment before it starts the sandbox: the shim runs in the agent's environment,
+/// known only then. Builtins only (nothing found through `PATH`): each line of `export -p`
+/// that starts a variable (`export NAME=…`, bash's `declare -x NAME=…`) names one. A line
+/// of a value that looks like one can only make it unset a variable that may not exist.
+pub(crate) fn env_scrub_sh(expose: &[String]) -> String {
+    let valid = |n: &&String| {
+        let mut c = n.chars();
+        c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+            && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+    };
+    let kept: String = expose.iter().filter(valid).map(|n| format!("|{n}")).collect();
+    let nocase = |w: &str| -> String {
+        w.chars().map(|ch| format!("[{}{}]", ch.to_ascii_uppercase(), ch.to_ascii_lowercase())).collect()
+    };
+    let mut secret: Vec<String> = SECRET_ENV_WORDS.iter().map(|w| format!("*{}*", nocase(w))).collect();
+    secret.push(format!("*_{}", nocase("AUTH")));
+    format!(
+        "set -f\nforge_ifs=$IFS\nIFS='\n'\nfor forge_line in $(export -p); do\n  case $forge_line in\n    'export '*) forge_name=${{forge_line#export }} ;;\n    'declare -x '*) forge_name=${{forge_line#declare -x }} ;;\n    *) continue ;;\n  esac\n  forge_name=${{forge_name%%=*}}\n  case $forge_name in\n    ''|*[!A-Za-z0-9_]*|[0-9]*|FORGE_*{kept}) ;;\n    {}) unset \"$forge_name\" ;;\n  esac\ndone\nIFS=$forge_ifs\nset +f\nunset forge_ifs forge_line forge_name\n",
+        secret.join("|")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder for test files outside `/tmp` (which [`secret_mounts`] leaves out: it is
+    /// private inside a sandbox): the target directory the test binary runs from.
+    fn outside_tmp() -> PathBuf {
+        let exe = std::env::current_exe().unwrap();
+        exe.parent().and_then(Path::parent).expect("target directory").to_path_buf()
+    }
+
+    #[test]
+    fn secret_like_variable_names() {
+        let expose = vec!["NPM_TOKEN".to_string()];
+        for (name, secret) in [
+            ("OPENAI_API_KEY", true),
+            ("ANTHROPIC_API_KEY", true),
+            ("GITHUB_TOKEN", true),
+            ("gh_token", true),
+            ("AWS_SECRET_ACCESS_KEY", true),
+            ("AWS_ACCESS_KEY_ID", true),
+            ("PGPASSWORD", true),
+            ("MYSQL_PWD_PASSWD", true),
+            ("GOOGLE_APPLICATION_CREDENTIALS", true),
+            ("NPM_CONFIG__AUTH", true),
+            ("NPM_TOKEN", false),
+            ("FORGE_SESSION_TOKEN", false),
+            ("FORGE_LSP_SOCKET", false),
+            ("PATH", false),
+            ("HOME", false),
+            ("GIT_AUTHOR_NAME", false),
+            ("SSH_AUTH_SOCK", false),
+        ] {
+            assert_eq!(is_secret_env(name, &expose), secret, "{name}");
+        }
+    }
+
+    #[test]
+    fn secret_mounts_hide_the_defaults_that_exist_less_the_exposed_plus_the_added() {
+        let home = tempfile::Builder::new().prefix("fl-home").tempdir_in(outside_tmp()).unwrap();
+        let h = home.path().canonicalize().unwrap();
+        let elsewhere = tempfile::Builder::new().prefix("fl-aws").tempdir_in(outside_tmp()).unwrap();
+        let aws = elsewhere.path().canonicalize().unwrap();
+        std::fs::create_dir_all(h.join(".ssh")).unwrap();
+        std::fs::write(h.join(".npmrc"), "//registry/:_authToken=x").unwrap();
+        std::fs::write(h.join(".netrc"), "machine x password y").unwrap();
+        std::fs::create_dir_all(h.join(".docker")).unwrap();
+        std::fs::write(h.join(".docker/config.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(&aws, h.join(".aws")).unwrap();
+        std::fs::create_dir_all(h.join("private")).unwrap();
+        std::fs::write(h.join("notes.txt"), "not a secret").unwrap();
+        let data = h.join("data");
+        std::fs::create_dir_all(data.join("agent-homes")).unwrap();
+        let secrets = Secrets {
+            hide: vec!["~/private".into(), "~/missing".into(), "/tmp".into()],
+            expose: vec!["~/.npmrc".into(), "~/.docker".into()],
+            expose_env: vec![],
+        };
+        let got = secret_mounts(Some(&h), &secrets, Some(&data));
+        assert_eq!(
+            got,
+            vec![
+                (h.join(".ssh"), true),
+                (aws, true),
+                (h.join(".netrc"), false),
+                (h.join("private"), true),
+                (data.join("agent-homes"), true),
+            ],
+            "defaults that exist (a link's target), not .npmrc nor what is under .docker, the added folder, the agents' homes; nothing missing, nothing under /tmp"
+        );
+        // No home: only absolute entries and the data directory.
+        let abs = Secrets { hide: vec![h.join("notes.txt").display().to_string(), "~/x".into()], ..Secrets::default() };
+        assert_eq!(secret_mounts(None, &abs, None), vec![(h.join("notes.txt"), false)]);
+    }
+
+    #[test]
+    fn the_env_scrub_keeps_forge_and_exposed_names_and_survives_odd_values() {
+        let script = format!("{}env", env_scrub_sh(&["NPM_TOKEN".to_string(), "bad name".to_string()]));
+        for shell in ["/bin/sh", "/bin/bash"].into_iter().filter(|s| Path::new(s).exists()) {
+            let out = std::process::Command::new(shell)
+                .args(["-c", &script])
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env("OPENAI_API_KEY", "s1")
+                .env("github_token", "s2")
+                .env("NPM_CONFIG__AUTH", "s3")
+                .env("NPM_TOKEN", "kept")
+                .env("FORGE_SESSION_TOKEN", "kept")
+                .env("LIST", "a*b ?")
+                .env("MULTI", "line\nexport FAKE_SECRET=1\ndeclare -x PATH=x\n")
+                .env("SPACED", "  two  spaces ")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{shell}: {out:?}");
+            let env = String::from_utf8_lossy(&out.stdout);
+            let names: Vec<&str> = env.lines().filter_map(|l| l.split_once('=').map(|(n, _)| n)).collect();
+            for gone in ["OPENAI_API_KEY", "github_token", "NPM_CONFIG__AUTH"] {
+                assert!(!names.contains(&gone), "{shell}: {gone} in {env}");
+            }
+            for kept in [
+                "NPM_TOKEN=kept",
+                "FORGE_SESSION_TOKEN=kept",
+                "LIST=a*b ?",
+                "SPACED=  two  spaces ",
+                "PATH=/usr/bin:/bin",
+            ] {
+                assert!(env.lines().any(|l| l == kept), "{shell}: {kept} not in {env}");
+            }
+            assert!(env.contains("MULTI=line\nexport FAKE_SECRET=1\n"), "{shell}: {env}");
+            for var in ["forge_ifs", "forge_line", "forge_name"] {
+                assert!(!names.contains(&var), "{shell}: {var} left set");
+            }
+        }
+    }
+}
