@@ -125,6 +125,11 @@ def script(cli, use_mcp):
                        " dotenv=${E2E_DOTENV:-no} apikey=${E2E_API_KEY:-unset}\"; "
                        # No `$(...)`: Gemini CLI refuses a command with a substitution.
                        "cat \"$HOME/.ssh/id_e2e\" 2>/dev/null || echo sshkey=hidden; "
+                       # Nor from another process of the sandbox (Codex's own, bwrap's). The
+                       # path through a variable: OpenCode refuses a literal one outside the
+                       # project (its external_directory permission).
+                       "P=/proc; cat \"$P\"/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a E2E_API_KEY"
+                       " || echo environ-clean; "
                               "if touch \"$OUTSIDE/escaped\" 2>/dev/null; then echo OUTSIDE-WRITTEN; "
                               "else echo outside-refused; fi"),
                     sh(CODER_HANDOFF),

@@ -130,7 +130,7 @@ def test_two_section_loop(cli, tmp_path):
     # The coder's shell ran in the loop's sandbox, in the worktree; a write outside failed.
     seen = "".join(q["latest_input"] for q in main if q["conversation"] == "coder-1")
     assert re.search(r"pwd=\S+/worktrees/e2e sandbox=1 dotenv=no apikey=unset", seen), seen[-1500:]
-    assert "sshkey=hidden" in seen, seen[-1500:]
+    assert "sshkey=hidden" in seen and "environ-clean" in seen, seen[-1500:]
     assert "outside-refused" in seen and not res["outside_written"], seen[-1500:]
     assert res["sandbox"], "bubblewrap cannot start a sandbox here"
 

@@ -357,12 +357,13 @@ fn secrets_stay_outside_the_loop_sandbox() {
                 .env("FORGE_TEST_SECRETS", "1")
                 .env("OPENAI_API_KEY", "sk-e2e")
                 .env("GITHUB_TOKEN", "gh-e2e")
-                .env("NPM_TOKEN", "npm-e2e");
+                .env("NPM_TOKEN", "npm-e2e")
+                .env("FORGE_API_TOKEN", "forge-e2e");
         },
     );
     f.repo.write(
         "probe.sh",
-        "for f in .ssh/id_test .aws/credentials .netrc .npmrc private/p.txt notes.txt; do\n  if [ -s \"$HOME/$f\" ]; then echo \"$f=$(cat \"$HOME/$f\")\"; else echo \"$f=hidden\"; fi\ndone\necho \"OPENAI_API_KEY=${OPENAI_API_KEY:-unset} GITHUB_TOKEN=${GITHUB_TOKEN:-unset} NPM_TOKEN=${NPM_TOKEN:-unset}\"\necho \"FORGE_SESSION_TOKEN=${FORGE_SESSION_TOKEN:+set}\"\n",
+        "for f in .ssh/id_test .aws/credentials .netrc .npmrc private/p.txt notes.txt; do\n  if [ -s \"$HOME/$f\" ]; then echo \"$f=$(cat \"$HOME/$f\")\"; else echo \"$f=hidden\"; fi\ndone\necho \"OPENAI_API_KEY=${OPENAI_API_KEY:-unset} GITHUB_TOKEN=${GITHUB_TOKEN:-unset} NPM_TOKEN=${NPM_TOKEN:-unset} FORGE_API_TOKEN=${FORGE_API_TOKEN:-unset}\"\necho \"FORGE_SESSION_TOKEN=${FORGE_SESSION_TOKEN:+set}\"\n",
     );
     f.repo.git(&["add", "probe.sh"]);
     f.repo.git(&["commit", "-q", "-m", "probe"]);
@@ -390,7 +391,7 @@ fn secrets_stay_outside_the_loop_sandbox() {
             ".npmrc=NPM-RC",
             "private/p.txt=PRIVATE",
             "notes.txt=NOTES",
-            "OPENAI_API_KEY=sk-e2e GITHUB_TOKEN=gh-e2e NPM_TOKEN=npm-e2e",
+            "OPENAI_API_KEY=sk-e2e GITHUB_TOKEN=gh-e2e NPM_TOKEN=npm-e2e FORGE_API_TOKEN=forge-e2e",
             "FORGE_SESSION_TOKEN=set",
         ]
     );
@@ -401,7 +402,7 @@ fn secrets_stay_outside_the_loop_sandbox() {
         ".npmrc=NPM-RC",
         "private/p.txt=hidden",
         "notes.txt=NOTES",
-        "OPENAI_API_KEY=unset GITHUB_TOKEN=unset NPM_TOKEN=npm-e2e",
+        "OPENAI_API_KEY=unset GITHUB_TOKEN=unset NPM_TOKEN=npm-e2e FORGE_API_TOKEN=unset",
     ];
     // The agent's shells keep its loop identity (`FORGE_*`), which `forge-lsp call` needs.
     let shim = lines(&read(&d, "secrets-shim.txt"));

@@ -262,8 +262,8 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             };
             let mut sb = crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref())
                 .with_secrets(req.secrets.clone());
-            // The agent CLI needs its own key; its commands go without (`agents/codex.rs`).
-            sb.scrub_env = false;
+            // The agent CLI keeps its own key (`agents/codex.rs`), and only that.
+            sb.keep_env = launch.keep_env.clone();
             sb.binds.extend(extra.iter().cloned());
             sb.ro_binds = crate::sandbox::program_binds(Some(&argv), &req.cwd);
             let sb = sb.with_shims(&req.data_dir);
@@ -272,6 +272,19 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         _ => {
             let mut c = Command::new(&argv[0]);
             c.args(&argv[1..]);
+            // A secret-named variable whose name is no shell name (`MY-API-KEY`) would pass
+            // the shims where `/bin/sh` is bash (it lists only shell names but passes all):
+            // a sandboxed loop's agent does not get one.
+            if req.shim_dir.is_some() {
+                for (k, _) in std::env::vars_os() {
+                    let name = k.to_string_lossy();
+                    if !crate::secrets::is_shell_name(&name)
+                        && crate::secrets::is_secret_env(&name, &req.secrets.expose_env)
+                    {
+                        c.env_remove(&k);
+                    }
+                }
+            }
             c
         }
     };

@@ -94,11 +94,11 @@ pub struct Sandbox {
     /// The server's data directory, when known ([`Sandbox::with_shims`]): its
     /// `agent-homes` (other loops' copies of the agent CLIs' logins) is hidden too.
     pub data_dir: Option<PathBuf>,
-    /// Whether a command started with [`Sandbox::command`] loses the secret-named variables
-    /// of the server's environment ([`crate::secrets::is_secret_env`]). Off only for an agent CLI run whole
-    /// in the sandbox, which needs its own key (the Codex preset keeps such variables from
-    /// its commands itself).
-    pub scrub_env: bool,
+    /// Secret-named variables a command started with [`Sandbox::command`] keeps although
+    /// the server's others are dropped ([`crate::secrets::is_secret_env`]): the key of an
+    /// agent CLI run whole in the sandbox (Codex's), which its commands can then read too
+    /// (through `/proc`; docs/sandbox.md, "Secrets").
+    pub keep_env: Vec<String>,
 }
 
 /// The usage directory, relative to the worktree: writable inside the sandbox, so an agent
@@ -348,6 +348,48 @@ fn inside_test() -> String {
     }
 }
 
+/// The home directory (`$HOME` when absolute): where the default secret paths are.
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute())
+}
+
+/// Single-quoted words, each followed by a space.
+fn quoted(words: &[OsString]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for w in words {
+        out.extend(sh_quote(w));
+        out.push(b' ');
+    }
+    out
+}
+
+/// The part of a shim that adds the secrets' mounts to its arguments as the shell runs
+/// (`set --`): a path present then is hidden (a folder by a tmpfs, anything else by
+/// `/dev/null`), one missing or turned into a link is left out (bubblewrap fails on a
+/// mount point it would have to create in the read-only tree, or a link). So a credential
+/// file removed during a loop does not break its shells, and one that appears is hidden.
+/// Then the options after them (`tail`), `--`, the real shell, and the shim's own arguments
+/// (the first `$#` words, moved to the end).
+fn mounts_sh(candidates: &[PathBuf], tail: &[u8], real_q: &[u8]) -> Vec<u8> {
+    let mut s: Vec<u8> = b"forge_n=$#\n".to_vec();
+    if !candidates.is_empty() {
+        s.extend_from_slice(b"for forge_p in");
+        for c in candidates {
+            s.push(b' ');
+            s.extend(sh_quote(c.as_os_str()));
+        }
+        s.extend_from_slice(
+            b"; do\n  if [ -L \"$forge_p\" ]; then :\n  elif [ -d \"$forge_p\" ]; then set -- \"$@\" --tmpfs \"$forge_p\"\n  elif [ -e \"$forge_p\" ]; then set -- \"$@\" --ro-bind /dev/null \"$forge_p\"\n  fi\ndone\n",
+        );
+    }
+    s.extend_from_slice(b"set -- \"$@\" ");
+    s.extend_from_slice(tail);
+    s.extend_from_slice(b"-- ");
+    s.extend_from_slice(real_q);
+    s.extend_from_slice(b"\nwhile [ \"$forge_n\" -gt 0 ]; do set -- \"$@\" \"$1\"; shift; forge_n=$((forge_n - 1)); done\nunset forge_n forge_p\n");
+    s
+}
+
 impl Sandbox {
     /// The sandbox of a loop worktree, with the server's socket directory bound.
     pub fn for_loop(worktree: &Path, network: bool, socket: Option<&Path>) -> Sandbox {
@@ -359,7 +401,7 @@ impl Sandbox {
             ro_binds: vec![],
             secrets: Secrets::default(),
             data_dir: None,
-            scrub_env: true,
+            keep_env: vec![],
         }
     }
 
@@ -381,9 +423,24 @@ impl Sandbox {
 
     /// The `bwrap` options (without the command).
     fn args(&self, cwd: Option<&Path>) -> Vec<OsString> {
+        let mut a = self.head_args();
+        // The user's secrets, before the binds below (which reappear even inside one).
+        for (p, dir) in crate::secrets::secret_mounts(home().as_deref(), &self.secrets, self.data_dir.as_deref()) {
+            if dir {
+                a.extend(["--tmpfs".into(), p.into_os_string()]);
+            } else {
+                a.extend(["--ro-bind".into(), "/dev/null".into(), p.into_os_string()]);
+            }
+        }
+        a.extend(self.tail_args(cwd));
+        a
+    }
+
+    /// The options before the secrets' mounts: the file system, `/tmp`, the hidden runtime
+    /// folders and sockets.
+    fn head_args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
         let mut push = |xs: &[&OsStr]| a.extend(xs.iter().map(|x| x.to_os_string()));
-        let (wt, forge) = (self.worktree.as_os_str(), self.worktree.join(".forge"));
         push(&["--ro-bind".as_ref(), "/".as_ref(), "/".as_ref()]);
         push(&["--dev".as_ref(), "/dev".as_ref(), "--proc".as_ref(), "/proc".as_ref()]);
         push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
@@ -397,15 +454,14 @@ impl Sandbox {
         for sock in hidden_sockets() {
             push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), sock.as_os_str()]);
         }
-        // The user's secrets, before the binds below (which reappear even inside one).
-        let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
-        for (p, dir) in crate::secrets::secret_mounts(home.as_deref(), &self.secrets, self.data_dir.as_deref()) {
-            if dir {
-                push(&["--tmpfs".as_ref(), p.as_os_str()]);
-            } else {
-                push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), p.as_os_str()]);
-            }
-        }
+        a
+    }
+
+    /// The options after the secrets' mounts: the binds, the namespaces, the variables.
+    fn tail_args(&self, cwd: Option<&Path>) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        let mut push = |xs: &[&OsStr]| a.extend(xs.iter().map(|x| x.to_os_string()));
+        let (wt, forge) = (self.worktree.as_os_str(), self.worktree.join(".forge"));
         // After the tmpfs (so directories under /tmp reappear), before the worktree (so a
         // bind that contains the worktree does not hide its binds).
         if let Some(d) = &self.socket_dir {
@@ -437,9 +493,9 @@ impl Sandbox {
     }
 
     /// `argv` inside the sandbox, in `cwd` (a path inside the worktree).
-    /// Unless [`Sandbox::scrub_env`] is off, the command does not inherit the server's
-    /// secret-named variables ([`crate::secrets::is_secret_env`]); what the caller sets on it afterwards
-    /// (a plugin's configured variables) it gets.
+    /// The command does not inherit the server's secret-named variables
+    /// ([`crate::secrets::is_secret_env`]) but those of [`Sandbox::keep_env`]; what the
+    /// caller sets on it afterwards (a plugin's configured variables) it gets.
     pub fn command(&self, bwrap: &Path, argv: &[String], cwd: &Path) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(bwrap);
         c.args(self.args(Some(cwd))).arg("--").args(argv);
@@ -461,12 +517,12 @@ impl Sandbox {
 
     /// The variables of this process's environment a command in the sandbox does not get.
     fn scrubbed_env(&self) -> Vec<OsString> {
-        if !self.scrub_env {
-            return vec![];
-        }
         std::env::vars_os()
             .map(|(k, _)| k)
-            .filter(|k| crate::secrets::is_secret_env(&k.to_string_lossy(), &self.secrets.expose_env))
+            .filter(|k| {
+                let k = k.to_string_lossy();
+                crate::secrets::is_secret_env(&k, &self.secrets.expose_env) && !self.keep_env.iter().any(|e| *e == k)
+            })
             .collect()
     }
 
@@ -484,13 +540,33 @@ impl Sandbox {
         // followed.
         drop(forge_core::beneath::open_dir(&self.worktree, Path::new(USAGE_DIR), true)?);
         drop(forge_core::beneath::open_dir(&self.worktree, Path::new(TMP_DIR), true)?);
-        let mut opts = Vec::new();
-        for a in self.args(None) {
-            opts.extend(sh_quote(&a));
-            opts.push(b' ');
-        }
+        let head = quoted(&self.head_args());
+        let tail = quoted(&self.tail_args(None));
+        let candidates = crate::secrets::secret_candidates(home().as_deref(), &self.secrets, self.data_dir.as_deref());
         let inside = inside_test();
         let scrub = crate::secrets::env_scrub_sh(&self.secrets.expose_env);
+        // The end of every shim: the secrets' mounts, the options after them, the real
+        // shell and the arguments (`mounts_sh`), then bubblewrap with the options before.
+        let start = |real_q: &[u8]| -> Vec<u8> {
+            let mut s = scrub.as_bytes().to_vec();
+            s.extend(mounts_sh(&candidates, &tail, real_q));
+            s.extend_from_slice(b"exec ");
+            s.extend(sh_quote(bwrap.as_os_str()));
+            s.push(b' ');
+            s.extend_from_slice(&head);
+            s.extend_from_slice(b"\"$@\"\n");
+            s
+        };
+        let write = |name: &str, s: &[u8]| -> io::Result<()> {
+            // A fresh file renamed over the old one: never writes through a planted symlink.
+            let tmp = dir.join(format!(".{name}.tmp"));
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o755).open(&tmp)?;
+            f.write_all(s)?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(&tmp, dir.join(name))
+        };
         for name in ["sh", "bash"] {
             let Some(real) = real_shell(name) else {
                 if name == "sh" {
@@ -511,22 +587,8 @@ impl Sandbox {
             s.extend_from_slice(inside.as_bytes());
             s.extend_from_slice(&real_q);
             s.extend_from_slice(b" \"$@\"; fi\n");
-            s.extend_from_slice(scrub.as_bytes());
-            s.extend_from_slice(b"exec ");
-            s.extend_from_slice(&sh_quote(bwrap.as_os_str()));
-            s.push(b' ');
-            s.extend_from_slice(&opts);
-            s.extend_from_slice(b"-- ");
-            s.extend_from_slice(&real_q);
-            s.extend_from_slice(b" \"$@\"\n");
-            // A fresh file renamed over the old one: never writes through a planted symlink.
-            let tmp = dir.join(format!(".{name}.tmp"));
-            let _ = std::fs::remove_file(&tmp);
-            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o755).open(&tmp)?;
-            f.write_all(&s)?;
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(&tmp, dir.join(name))?;
+            s.extend(start(&real_q));
+            write(name, &s)?;
         }
         // `prefix`: runs its one argument, a whole command line, with bash (else sh) in
         // the sandbox (Claude Code's `CLAUDE_CODE_SHELL_PREFIX` hands each command over so).
@@ -536,22 +598,9 @@ impl Sandbox {
             s.extend_from_slice(b"#!/bin/sh\n# Generated by forge-lsp: runs its argument, a command line, inside this loop's sandbox.\n# Rewritten at every loop start and restart; do not edit.\n");
             s.extend_from_slice(inside.as_bytes());
             s.extend_from_slice(&real_q);
-            s.extend_from_slice(b" -c \"$1\"; fi\n");
-            s.extend_from_slice(scrub.as_bytes());
-            s.extend_from_slice(b"exec ");
-            s.extend_from_slice(&sh_quote(bwrap.as_os_str()));
-            s.push(b' ');
-            s.extend_from_slice(&opts);
-            s.extend_from_slice(b"-- ");
-            s.extend_from_slice(&real_q);
-            s.extend_from_slice(b" -c \"$1\"\n");
-            let tmp = dir.join(".prefix.tmp");
-            let _ = std::fs::remove_file(&tmp);
-            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o755).open(&tmp)?;
-            f.write_all(&s)?;
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(&tmp, dir.join("prefix"))?;
+            s.extend_from_slice(b" -c \"$1\"; fi\nset -- -c \"$1\"\n");
+            s.extend(start(&real_q));
+            write("prefix", &s)?;
         }
         Ok(dir)
     }
@@ -1184,6 +1233,66 @@ mod tests {
         };
         let c = run_in(&s, &format!("ls -A {o}/keys | wc -l; cat {o}/token", o = o.display())).await;
         assert_eq!(c.stdout, "0\nSECRET-TOKEN", "{c:?}");
+    }
+
+    /// A shim looks at the secrets as each shell starts: one removed after the loop started
+    /// does not break its shells (bubblewrap would fail to mount over it), and one that
+    /// appeared since is hidden, the data directory's `agent-homes` included.
+    #[tokio::test]
+    async fn the_shims_hide_the_secrets_there_are_when_a_shell_starts() {
+        let wt = worktree();
+        let outside = tempfile::Builder::new().prefix("fl-sec").tempdir_in(outside_tmp()).unwrap();
+        let o = outside.path().canonicalize().unwrap();
+        let data = o.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(o.join("gone"), "GONE").unwrap();
+        std::fs::create_dir_all(o.join("gonedir")).unwrap();
+        let hide = ["gone", "gonedir", "later", "laterdir"].map(|n| o.join(n).display().to_string()).to_vec();
+        let s = Sandbox { secrets: Secrets { hide, ..Secrets::default() }, ..sandbox(wt.path()) }.with_shims(&data);
+        let dir = s.write_shim(&bwrap(), &data).expect("shim");
+        std::fs::remove_file(o.join("gone")).unwrap();
+        std::fs::remove_dir(o.join("gonedir")).unwrap();
+        std::fs::write(o.join("later"), "LATER").unwrap();
+        std::fs::create_dir_all(o.join("laterdir")).unwrap();
+        std::fs::write(o.join("laterdir/k"), "K").unwrap();
+        std::fs::create_dir_all(data.join("agent-homes/x/codex")).unwrap();
+        std::fs::write(data.join("agent-homes/x/codex/auth.json"), "AUTH").unwrap();
+        let probe = format!(
+            "echo ${{FORGE_SANDBOX:-host}} [$(cat {o}/later)] [$(ls -A {o}/laterdir)] [$(cat {d}/agent-homes/x/codex/auth.json 2>/dev/null)]",
+            o = o.display(),
+            d = data.display()
+        );
+        for shim in ["sh", "bash", "prefix"] {
+            let c = run_captured(
+                {
+                    let mut b = tokio::process::Command::new(dir.join(shim));
+                    if shim != "prefix" {
+                        b.arg("-c");
+                    }
+                    b.arg(&probe).env_remove(INSIDE_ENV).current_dir(wt.path());
+                    b
+                },
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+            assert_eq!(c.stdout.trim(), "1 [] [] []", "{shim}: {c:?}");
+        }
+        // A command started per call (forge.shell) looks at them then too.
+        let c = run_in(&s, &probe).await;
+        assert_eq!(c.stdout.trim(), "1 [] [] []", "{c:?}");
+        // On the host all of it is there (the control).
+        let c = run_captured(
+            {
+                let mut b = tokio::process::Command::new("/bin/sh");
+                b.args(["-c", &probe]);
+                b
+            },
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        assert_eq!(c.stdout.trim(), "host [LATER] [k] [AUTH]", "{c:?}");
     }
 
     #[tokio::test]

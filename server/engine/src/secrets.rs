@@ -59,19 +59,37 @@ pub const SECRET_PATHS: &[&str] = &[
 ];
 
 /// Words that make an environment variable's name secret-like, compared without case
-/// (`OPENAI_API_KEY`, `GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `PGPASSWORD`); a name that
-/// ends in `_AUTH` counts too (`NPM_CONFIG__AUTH`).
-pub const SECRET_ENV_WORDS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"];
+/// (`OPENAI_API_KEY`, `GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `PGPASSWORD`).
+pub const SECRET_ENV_WORDS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL"];
+
+/// Endings that make a name secret-like (`NPM_CONFIG__AUTH`, `GH_PAT`), without case.
+pub const SECRET_ENV_SUFFIXES: &[&str] = &["_AUTH", "_PAT"];
+
+/// Whole names that are secrets without one of the words (`MYSQL_PWD`, `SSHPASS`).
+pub const SECRET_ENV_NAMES: &[&str] = &["MYSQL_PWD", "SSHPASS"];
+
+/// Forge's own secret-named variable: a loop session's token, which `forge-lsp call` inside
+/// the sandbox needs (the server knows only its hash, and it works for that session alone).
+pub const FORGE_TOKEN_VAR: &str = "FORGE_SESSION_TOKEN";
 
 /// Whether a sandboxed command loses the variable `name`: a secret-like name
-/// ([`SECRET_ENV_WORDS`]) that is neither Forge's own (`FORGE_*`: a loop session's
-/// identity, which `forge-lsp call` inside needs) nor one of `expose` (`sandbox.exposeEnv`).
+/// ([`SECRET_ENV_WORDS`], [`SECRET_ENV_SUFFIXES`], [`SECRET_ENV_NAMES`]) that is neither
+/// [`FORGE_TOKEN_VAR`] nor one of `expose` (`sandbox.exposeEnv`).
 pub fn is_secret_env(name: &str, expose: &[String]) -> bool {
-    if name.starts_with("FORGE_") || expose.iter().any(|e| e == name) {
+    if name == FORGE_TOKEN_VAR || expose.iter().any(|e| e == name) {
         return false;
     }
     let upper = name.to_ascii_uppercase();
-    upper.ends_with("_AUTH") || SECRET_ENV_WORDS.iter().any(|w| upper.contains(w))
+    SECRET_ENV_NAMES.contains(&upper.as_str())
+        || SECRET_ENV_SUFFIXES.iter().any(|s| upper.ends_with(s))
+        || SECRET_ENV_WORDS.iter().any(|w| upper.contains(w))
+}
+
+/// Whether `name` is a shell variable name (`[A-Za-z_][A-Za-z0-9_]*`): the only names a
+/// shell lists, and so the only ones a shim can drop.
+pub fn is_shell_name(name: &str) -> bool {
+    let mut c = name.chars();
+    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_') && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }
 
 /// What of the user's secrets a sandbox hides (docs/sandbox.md, "Secrets"): the files and
@@ -107,11 +125,46 @@ fn expand(entry: &str, home: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
-/// What a sandbox mounts over to hide the user's secrets, for the home directory `home`:
-/// each existing path of [`SECRET_PATHS`] (not under an `expose` entry), of `hide`, and
-/// `<data_dir>/agent-homes`, resolved (a link's target is what is hidden), with whether it
-/// is a folder. Left out: what resolves under `/tmp` (private inside anyway) and `/`.
-pub fn secret_mounts(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&Path>) -> Vec<(PathBuf, bool)> {
+/// Folders that stay visible whatever `sandbox.hidePaths` says: hiding one of them, or a
+/// folder holding one, would leave the sandbox without a shell or a `/dev`.
+const SYSTEM_DIRS: &[&str] =
+    &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"];
+
+/// Whether hiding `p` (resolved) would break every sandbox: `/`, a [`SYSTEM_DIRS`] folder
+/// or one holding it, or anything under one of them but `/etc` (a single file there may be
+/// a secret).
+fn is_system_path(p: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|d| {
+        let d = Path::new(d);
+        d.starts_with(p) || (p.starts_with(d) && d != Path::new("/etc"))
+    })
+}
+
+/// `p` resolved: its real path when it exists, else the real path of its nearest existing
+/// folder with the rest appended (a credential folder that appears later is found where it
+/// will be). `None` when the rest steps up (`..`).
+fn resolve(p: &Path) -> Option<PathBuf> {
+    if let Ok(real) = p.canonicalize() {
+        return Some(real);
+    }
+    let mut rest = vec![];
+    let mut cur = p;
+    loop {
+        rest.push(cur.file_name()?);
+        cur = cur.parent()?;
+        if let Ok(real) = cur.canonicalize() {
+            let mut out = real;
+            out.extend(rest.iter().rev());
+            return Some(out);
+        }
+    }
+}
+
+/// The paths a sandbox hides for the home directory `home`, resolved ([`resolve`]), once
+/// each, existing or not: [`SECRET_PATHS`] (not under an `expose` entry), `hide`, and
+/// `<data_dir>/agent-homes`. Left out: what resolves under `/tmp` (private inside anyway),
+/// and system folders ([`is_system_path`], with a warning).
+pub fn secret_candidates(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&Path>) -> Vec<PathBuf> {
     let exposed: Vec<PathBuf> = secrets.expose.iter().filter_map(|e| expand(e, home)).collect();
     let defaults = home
         .into_iter()
@@ -119,16 +172,32 @@ pub fn secret_mounts(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&P
         .filter(|p| !exposed.iter().any(|e| p.starts_with(e)));
     let added = secrets.hide.iter().filter_map(|e| expand(e, home));
     let homes = data_dir.map(|d| d.join("agent-homes"));
-    let mut out: Vec<(PathBuf, bool)> = vec![];
+    let mut out: Vec<PathBuf> = vec![];
     for p in defaults.chain(added).chain(homes) {
-        let Ok(real) = p.canonicalize() else { continue };
-        if real == Path::new("/") || real.starts_with("/tmp") || out.iter().any(|(o, _)| *o == real) {
+        let Some(real) = resolve(&p) else { continue };
+        if real.starts_with("/tmp") || out.contains(&real) {
             continue;
         }
-        let dir = real.is_dir();
-        out.push((real, dir));
+        if is_system_path(&real) {
+            tracing::warn!("sandbox.hidePaths: {} is not hidden: the sandbox needs it", p.display());
+            continue;
+        }
+        out.push(real);
     }
     out
+}
+
+/// What a sandbox mounts over now: each [`secret_candidates`] path that exists and is not
+/// a link (bubblewrap cannot mount over one), with whether it is a folder (an empty tmpfs
+/// inside) or not (`/dev/null` bound over it).
+pub fn secret_mounts(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&Path>) -> Vec<(PathBuf, bool)> {
+    secret_candidates(home, secrets, data_dir)
+        .into_iter()
+        .filter_map(|p| {
+            let m = std::fs::symlink_metadata(&p).ok().filter(|m| !m.file_type().is_symlink())?;
+            Some((p, m.is_dir()))
+        })
+        .collect()
 }
 
 /// The part of a shim that drops the secret-named variables ([`is_secret_env`]) from its
@@ -137,19 +206,20 @@ pub fn secret_mounts(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&P
 /// that starts a variable (`export NAME=…`, bash's `declare -x NAME=…`) names one. A line
 /// of a value that looks like one can only make it unset a variable that may not exist.
 pub(crate) fn env_scrub_sh(expose: &[String]) -> String {
-    let valid = |n: &&String| {
-        let mut c = n.chars();
-        c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
-            && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
-    };
-    let kept: String = expose.iter().filter(valid).map(|n| format!("|{n}")).collect();
+    let kept: String = expose.iter().filter(|n| is_shell_name(n)).map(|n| format!("|{n}")).collect();
     let nocase = |w: &str| -> String {
-        w.chars().map(|ch| format!("[{}{}]", ch.to_ascii_uppercase(), ch.to_ascii_lowercase())).collect()
+        w.chars()
+            .map(|ch| match ch {
+                'A'..='Z' | 'a'..='z' => format!("[{}{}]", ch.to_ascii_uppercase(), ch.to_ascii_lowercase()),
+                _ => ch.to_string(),
+            })
+            .collect()
     };
     let mut secret: Vec<String> = SECRET_ENV_WORDS.iter().map(|w| format!("*{}*", nocase(w))).collect();
-    secret.push(format!("*_{}", nocase("AUTH")));
+    secret.extend(SECRET_ENV_SUFFIXES.iter().map(|w| format!("*{}", nocase(w))));
+    secret.extend(SECRET_ENV_NAMES.iter().map(|w| nocase(w)));
     format!(
-        "set -f\nforge_ifs=$IFS\nIFS='\n'\nfor forge_line in $(export -p); do\n  case $forge_line in\n    'export '*) forge_name=${{forge_line#export }} ;;\n    'declare -x '*) forge_name=${{forge_line#declare -x }} ;;\n    *) continue ;;\n  esac\n  forge_name=${{forge_name%%=*}}\n  case $forge_name in\n    ''|*[!A-Za-z0-9_]*|[0-9]*|FORGE_*{kept}) ;;\n    {}) unset \"$forge_name\" ;;\n  esac\ndone\nIFS=$forge_ifs\nset +f\nunset forge_ifs forge_line forge_name\n",
+        "set -f\nforge_ifs=$IFS\nIFS='\n'\nfor forge_line in $(export -p); do\n  case $forge_line in\n    'export '*) forge_name=${{forge_line#export }} ;;\n    'declare -x '*) forge_name=${{forge_line#declare -x }} ;;\n    *) continue ;;\n  esac\n  forge_name=${{forge_name%%=*}}\n  case $forge_name in\n    ''|*[!A-Za-z0-9_]*|[0-9]*|{FORGE_TOKEN_VAR}{kept}) ;;\n    {}) unset \"$forge_name\" ;;\n  esac\ndone\nIFS=$forge_ifs\nset +f\nunset forge_ifs forge_line forge_name\n",
         secret.join("|")
     )
 }
@@ -176,12 +246,18 @@ mod tests {
             ("AWS_SECRET_ACCESS_KEY", true),
             ("AWS_ACCESS_KEY_ID", true),
             ("PGPASSWORD", true),
-            ("MYSQL_PWD_PASSWD", true),
+            ("MYSQL_PWD", true),
+            ("SSHPASS", true),
+            ("GH_PAT", true),
+            ("GPG_PASSPHRASE", true),
+            ("FORGE_API_TOKEN", true),
+            ("LD_LIBRARY_PATH", false),
             ("GOOGLE_APPLICATION_CREDENTIALS", true),
             ("NPM_CONFIG__AUTH", true),
             ("NPM_TOKEN", false),
             ("FORGE_SESSION_TOKEN", false),
             ("FORGE_LSP_SOCKET", false),
+            ("FORGE_SESSION_ID", false),
             ("PATH", false),
             ("HOME", false),
             ("GIT_AUTHOR_NAME", false),
@@ -208,7 +284,16 @@ mod tests {
         let data = h.join("data");
         std::fs::create_dir_all(data.join("agent-homes")).unwrap();
         let secrets = Secrets {
-            hide: vec!["~/private".into(), "~/missing".into(), "/tmp".into()],
+            hide: vec![
+                "~/private".into(),
+                "~/missing".into(),
+                "/tmp".into(),
+                "/usr".into(),
+                "/usr/lib".into(),
+                "/".into(),
+                "/etc".into(),
+                format!("~/{}usr", "../".repeat(h.components().count())),
+            ],
             expose: vec!["~/.npmrc".into(), "~/.docker".into()],
             expose_env: vec![],
         };
@@ -217,7 +302,7 @@ mod tests {
             got,
             vec![
                 (h.join(".ssh"), true),
-                (aws, true),
+                (aws.clone(), true),
                 (h.join(".netrc"), false),
                 (h.join("private"), true),
                 (data.join("agent-homes"), true),
@@ -227,6 +312,17 @@ mod tests {
         // No home: only absolute entries and the data directory.
         let abs = Secrets { hide: vec![h.join("notes.txt").display().to_string(), "~/x".into()], ..Secrets::default() };
         assert_eq!(secret_mounts(None, &abs, None), vec![(h.join("notes.txt"), false)]);
+        // The candidates (what a shim looks for as it runs) hold the missing ones too,
+        // resolved where they would be, and the same system folders are left out.
+        let c = secret_candidates(Some(&h), &secrets, Some(&data));
+        for p in [h.join(".gnupg"), h.join("missing"), h.join(".ssh"), data.join("agent-homes")] {
+            assert!(c.contains(&p), "{} in {c:?}", p.display());
+        }
+        assert!(!c.contains(&h.join(".npmrc")) && !c.iter().any(|p| p.starts_with("/usr") || p == Path::new("/")));
+        assert!(!c.iter().any(|p| p == Path::new("/etc") || p.starts_with("/tmp")), "{c:?}");
+        // A link in the way resolves: a folder that does not exist yet under the linked one.
+        let linked = Secrets { hide: vec!["~/.aws/sub/key".into()], ..Secrets::default() };
+        assert!(secret_candidates(Some(&h), &linked, None).contains(&aws.join("sub/key")));
     }
 
     #[test]
@@ -241,6 +337,9 @@ mod tests {
                 .env("github_token", "s2")
                 .env("NPM_CONFIG__AUTH", "s3")
                 .env("NPM_TOKEN", "kept")
+                .env("FORGE_API_TOKEN", "s4")
+                .env("MYSQL_PWD", "s5")
+                .env("GH_PAT", "s6")
                 .env("FORGE_SESSION_TOKEN", "kept")
                 .env("LIST", "a*b ?")
                 .env("MULTI", "line\nexport FAKE_SECRET=1\ndeclare -x PATH=x\n")
@@ -250,7 +349,8 @@ mod tests {
             assert!(out.status.success(), "{shell}: {out:?}");
             let env = String::from_utf8_lossy(&out.stdout);
             let names: Vec<&str> = env.lines().filter_map(|l| l.split_once('=').map(|(n, _)| n)).collect();
-            for gone in ["OPENAI_API_KEY", "github_token", "NPM_CONFIG__AUTH"] {
+            for gone in ["OPENAI_API_KEY", "github_token", "NPM_CONFIG__AUTH", "FORGE_API_TOKEN", "MYSQL_PWD", "GH_PAT"]
+            {
                 assert!(!names.contains(&gone), "{shell}: {gone} in {env}");
             }
             for kept in [

@@ -359,7 +359,14 @@ fn plugin_call(conn: &Connection, env: &ToolEnv, p: plugins::PluginTool, input: 
                     |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? != 0, r.get::<_, i64>(2)? != 0)),
                 )
                 .db()?;
-            Some(plugins::LoopPlace { worktree: std::path::PathBuf::from(row.0), sandbox: row.1, network: row.2 })
+            // The data directory is the database's folder.
+            let data_dir = conn.path().and_then(|p| std::path::Path::new(p).parent()).map(std::path::Path::to_path_buf);
+            Some(plugins::LoopPlace {
+                worktree: std::path::PathBuf::from(row.0),
+                sandbox: row.1,
+                network: row.2,
+                data_dir,
+            })
         }
         None => None,
     };

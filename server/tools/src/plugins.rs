@@ -708,6 +708,8 @@ pub struct LoopPlace {
     pub worktree: PathBuf,
     pub sandbox: bool,
     pub network: bool,
+    /// The data directory (its `agent-homes` is hidden in the sandbox).
+    pub data_dir: Option<PathBuf>,
 }
 
 /// The process group of the plugin tool this process runs, 0 when none: a `forge-lsp call`
@@ -760,6 +762,7 @@ pub fn run(
             let argv = [tool.exe.display().to_string()];
             let mut sb = forge_engine::sandbox::Sandbox::for_loop(&p.worktree, p.network, None)
                 .with_secrets(forge_engine::sandbox::Secrets::from_config(&env.config));
+            sb.data_dir = p.data_dir.clone();
             // The plugin's folder, read-only (visible even when it is under /tmp).
             sb.ro_binds.push(tool.plugin_dir.clone());
             sb.std_command(&bwrap, &argv, &p.worktree)

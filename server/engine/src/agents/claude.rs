@@ -89,6 +89,7 @@ impl AgentHost for Claude {
             env: vars,
             whole_in_sandbox: None,
             template: false,
+            keep_env: vec![],
         })
     }
 

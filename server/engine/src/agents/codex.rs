@@ -114,11 +114,34 @@ pub fn overrides(mcp_bin: &str) -> Vec<String> {
     out
 }
 
+/// The variables Codex may take its key from, which a sandboxed loop's Codex keeps (the
+/// sandbox drops every other secret-named variable of the server's environment, so that no
+/// command reads them from `/proc/<pid>/environ` of Codex or the sandbox's init):
+/// `OPENAI_API_KEY`, `CODEX_API_KEY`, and each `env_key` and `env_http_headers` variable of
+/// the model providers in the loop's `config.toml` (the user's copy, under `home`).
+pub fn key_variables(home: &Path) -> Vec<String> {
+    let mut out: Vec<String> = vec!["OPENAI_API_KEY".into(), "CODEX_API_KEY".into()];
+    let config = std::fs::read_to_string(home.join("config.toml")).ok().and_then(|t| t.parse::<toml::Table>().ok());
+    let providers = config.as_ref().and_then(|c| c.get("model_providers")).and_then(toml::Value::as_table);
+    for p in providers.into_iter().flat_map(|t| t.values()).filter_map(toml::Value::as_table) {
+        let key = p.get("env_key").and_then(toml::Value::as_str).map(str::to_string);
+        let headers = p.get("env_http_headers").and_then(toml::Value::as_table);
+        let header_vars = headers.into_iter().flat_map(|h| h.values()).filter_map(|v| v.as_str().map(str::to_string));
+        for name in key.into_iter().chain(header_vars) {
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
 /// The `-c` override that keeps the secret-named variables of the server's environment
-/// (`sandbox::is_secret_env`: `OPENAI_API_KEY`, `GITHUB_TOKEN`, ...) from Codex's
-/// commands in a sandboxed loop. The sandbox drops them from every other command; Codex
-/// runs whole in it and needs its own key, so it gets them and its
-/// `shell_environment_policy.exclude` (exact names) keeps them from what it runs.
+/// (`secrets::is_secret_env`) out of the environment of Codex's commands in a sandboxed
+/// loop, by name. The sandbox already drops all of them but Codex's own key variables
+/// ([`key_variables`]); this keeps those from its commands' environment too (a command
+/// can still read them from Codex's `/proc/<pid>/environ`, as it can read the loop's copy
+/// of `auth.json`: Codex and its commands share the sandbox).
 pub fn secret_env_excluded(expose: &[String]) -> Vec<String> {
     exclude_override(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()), expose)
 }
@@ -238,14 +261,15 @@ impl AgentHost for Codex {
             args.extend(["resume".into(), id]);
         }
         args.push("-".into());
-        let (whole_in_sandbox, env) = match req.shim_dir {
+        let (whole_in_sandbox, env, keep_env) = match req.shim_dir {
             Some(_) => {
                 let home = loop_home(req)?;
-                (Some(vec![home.clone()]), vec![("CODEX_HOME".to_string(), home.into_os_string())])
+                let keep = key_variables(&home);
+                (Some(vec![home.clone()]), vec![("CODEX_HOME".to_string(), home.into_os_string())], keep)
             }
-            None => (None, vec![]),
+            None => (None, vec![], vec![]),
         };
-        Ok(Launch { argv: super::with_program(req, "codex", args), env, whole_in_sandbox, template: false })
+        Ok(Launch { argv: super::with_program(req, "codex", args), env, whole_in_sandbox, template: false, keep_env })
     }
 
     fn finish(&self, req: &TurnRequest, run: &Run) -> TurnOutcome {
@@ -261,6 +285,30 @@ impl AgentHost for Codex {
 mod tests {
     use super::super::test_support::req;
     use super::*;
+
+    #[test]
+    fn a_sandboxed_codex_keeps_only_its_key_variables() {
+        let home = tempfile::tempdir().unwrap();
+        assert_eq!(key_variables(home.path()), ["OPENAI_API_KEY", "CODEX_API_KEY"], "no config.toml");
+        std::fs::write(
+            home.path().join("config.toml"),
+            "model_provider = \"az\"\n[model_providers.az]\nenv_key = \"AZURE_OPENAI_API_KEY\"\nenv_http_headers = { \"X-Org\" = \"MY_ORG_TOKEN\" }\n[model_providers.local]\nenv_key = \"OPENAI_API_KEY\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            key_variables(home.path()),
+            ["OPENAI_API_KEY", "CODEX_API_KEY", "AZURE_OPENAI_API_KEY", "MY_ORG_TOKEN"]
+        );
+        std::fs::write(home.path().join("config.toml"), "not = [toml").unwrap();
+        assert_eq!(key_variables(home.path()).len(), 2, "an unreadable config.toml names no more");
+        // A sandboxed turn's launch carries them (the sandbox keeps them, drops the rest).
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("wt")).unwrap();
+        let l = Codex.prepare(&crate::agents::test_support::req(d.path(), None), Path::new("p")).unwrap();
+        assert!(l.whole_in_sandbox.is_some());
+        // (More when this machine's own Codex configuration names other key variables.)
+        assert_eq!(l.keep_env[..2], ["OPENAI_API_KEY", "CODEX_API_KEY"]);
+    }
 
     #[test]
     fn a_sandboxed_codex_keeps_secret_variables_from_its_commands_by_name() {

@@ -202,6 +202,7 @@ impl AgentHost for Gemini {
                 .collect(),
             whole_in_sandbox: None,
             template: false,
+            keep_env: vec![],
         })
     }
 

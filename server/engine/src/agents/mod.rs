@@ -36,6 +36,9 @@ pub struct Launch {
     /// be sandboxed from outside), with the network shared (its model endpoint must stay
     /// reachable) and these extra directories writable.
     pub whole_in_sandbox: Option<Vec<PathBuf>>,
+    /// With `whole_in_sandbox`: the secret-named variables of the server's environment the
+    /// CLI needs (its key); the sandbox drops the others (`secrets::is_secret_env`).
+    pub keep_env: Vec<String>,
     /// `argv` is an `agent.command` template: the host expands its placeholders.
     pub template: bool,
 }

@@ -117,6 +117,7 @@ impl AgentHost for OpenCode {
             env: vars,
             whole_in_sandbox: None,
             template: false,
+            keep_env: vec![],
         })
     }
 
