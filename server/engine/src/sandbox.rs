@@ -363,30 +363,54 @@ fn quoted(words: &[OsString]) -> Vec<u8> {
     out
 }
 
-/// The part of a shim that adds the secrets' mounts to its arguments as the shell runs
-/// (`set --`): a path present then is hidden (a folder by a tmpfs, anything else by
-/// `/dev/null`), one missing or turned into a link is left out (bubblewrap fails on a
-/// mount point it would have to create in the read-only tree, or a link). So a credential
-/// file removed during a loop does not break its shells, and one that appears is hidden.
-/// Then the options after them (`tail`), `--`, the real shell, and the shim's own arguments
-/// (the first `$#` words, moved to the end).
-fn mounts_sh(candidates: &[PathBuf], tail: &[u8], real_q: &[u8]) -> Vec<u8> {
-    let mut s: Vec<u8> = b"forge_n=$#\n".to_vec();
+/// The end of a shim: it hides the secrets there are as the shell starts, then runs
+/// bubblewrap. For each candidate path (`forge_p<i>`), present then and with no link on
+/// its way, a mount is added to `forge_m` (a folder: a tmpfs; anything else: `/dev/null`
+/// bound over it). One missing or reached through a link is left out: bubblewrap fails on a
+/// mount point it would have to create in the read-only tree, and follows links (a link
+/// made in the worktree could send the mount onto `/usr`). So a credential file removed
+/// during a loop does not break its shells, and one that appears is hidden. `forge_m` holds
+/// only the shim's own text (`"$forge_p<i>"` references), so the `eval` that runs
+/// `<bwrap> <head> <mounts> <tail> -- <real shell> "$@"` passes the shim's arguments on
+/// exactly as they came, in time linear in their number.
+fn launch_sh(candidates: &[PathBuf], bwrap: &Path, head: &[u8], tail: &[u8], real_q: &[u8]) -> Vec<u8> {
+    let mut s: Vec<u8> = b"forge_m=\n".to_vec();
     if !candidates.is_empty() {
-        s.extend_from_slice(b"for forge_p in");
-        for c in candidates {
+        s.extend_from_slice(b"forge_ok() { for forge_a; do [ -L \"$forge_a\" ] && return 1; done; return 0; }\n");
+    }
+    for (i, c) in candidates.iter().enumerate() {
+        let var = format!("forge_p{i}");
+        s.extend_from_slice(format!("{var}=").as_bytes());
+        s.extend(sh_quote(c.as_os_str()));
+        s.extend_from_slice(b"\nif forge_ok");
+        // Every folder on the way (not `/`), then the path itself.
+        let mut ancestors: Vec<&Path> = c.ancestors().filter(|a| a.parent().is_some()).collect();
+        ancestors.reverse();
+        for a in ancestors {
             s.push(b' ');
-            s.extend(sh_quote(c.as_os_str()));
+            s.extend(sh_quote(a.as_os_str()));
         }
         s.extend_from_slice(
-            b"; do\n  if [ -L \"$forge_p\" ]; then :\n  elif [ -d \"$forge_p\" ]; then set -- \"$@\" --tmpfs \"$forge_p\"\n  elif [ -e \"$forge_p\" ]; then set -- \"$@\" --ro-bind /dev/null \"$forge_p\"\n  fi\ndone\n",
+            format!(
+                "; then\n  if [ -d \"${var}\" ]; then forge_m=\"$forge_m --tmpfs \\\"\\${var}\\\"\"\n  elif [ -e \"${var}\" ]; then forge_m=\"$forge_m --ro-bind /dev/null \\\"\\${var}\\\"\"\n  fi\nfi\n"
+            )
+            .as_bytes(),
         );
     }
-    s.extend_from_slice(b"set -- \"$@\" ");
-    s.extend_from_slice(tail);
-    s.extend_from_slice(b"-- ");
-    s.extend_from_slice(real_q);
-    s.extend_from_slice(b"\nwhile [ \"$forge_n\" -gt 0 ]; do set -- \"$@\" \"$1\"; shift; forge_n=$((forge_n - 1)); done\nunset forge_n forge_p\n");
+    let mut head_text = b"exec ".to_vec();
+    head_text.extend(sh_quote(bwrap.as_os_str()));
+    head_text.push(b' ');
+    head_text.extend_from_slice(head);
+    let mut tail_text = b" ".to_vec();
+    tail_text.extend_from_slice(tail);
+    tail_text.extend_from_slice(b"-- ");
+    tail_text.extend_from_slice(real_q);
+    tail_text.extend_from_slice(b" \"$@\"");
+    s.extend_from_slice(b"forge_head=");
+    s.extend(sh_quote(std::ffi::OsStr::from_bytes(&head_text)));
+    s.extend_from_slice(b"\nforge_tail=");
+    s.extend(sh_quote(std::ffi::OsStr::from_bytes(&tail_text)));
+    s.extend_from_slice(b"\neval \"$forge_head$forge_m$forge_tail\"\n");
     s
 }
 
@@ -545,16 +569,11 @@ impl Sandbox {
         let candidates = crate::secrets::secret_candidates(home().as_deref(), &self.secrets, self.data_dir.as_deref());
         let inside = inside_test();
         let scrub = crate::secrets::env_scrub_sh(&self.secrets.expose_env);
-        // The end of every shim: the secrets' mounts, the options after them, the real
-        // shell and the arguments (`mounts_sh`), then bubblewrap with the options before.
+        // The end of every shim: the variables dropped, then bubblewrap with the secrets'
+        // mounts there are as the shell starts (`launch_sh`).
         let start = |real_q: &[u8]| -> Vec<u8> {
             let mut s = scrub.as_bytes().to_vec();
-            s.extend(mounts_sh(&candidates, &tail, real_q));
-            s.extend_from_slice(b"exec ");
-            s.extend(sh_quote(bwrap.as_os_str()));
-            s.push(b' ');
-            s.extend_from_slice(&head);
-            s.extend_from_slice(b"\"$@\"\n");
+            s.extend(launch_sh(&candidates, bwrap, &head, &tail, real_q));
             s
         };
         let write = |name: &str, s: &[u8]| -> io::Result<()> {
@@ -1132,6 +1151,21 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(c.stdout.trim(), "n a m e|it's||1", "{c:?}");
+        // Many arguments, and ones that look like the shim's own variables or commands,
+        // come through exactly.
+        let mut many: Vec<String> = (1..=3000).map(|i| i.to_string()).collect();
+        many.extend(["$forge_m".to_string(), "$(echo pwned)".into(), "\"$@\"".into(), "--bind / /".into()]);
+        let c = run_captured(
+            {
+                let mut b = tokio::process::Command::new(dir.join("sh"));
+                b.args(["-c", "echo $#; shift 3000; printf '%s|' \"$@\"", "zero"]).args(&many).current_dir(wt.path());
+                b
+            },
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+        assert_eq!(c.stdout, "3004\n$forge_m|$(echo pwned)|\"$@\"|--bind / /|", "{}", c.stderr);
         // The agent's secret-named variables stay outside; Forge's own go in.
         for shim in ["sh", "bash", "prefix"] {
             let c = run_captured(
@@ -1247,7 +1281,9 @@ mod tests {
         std::fs::create_dir_all(&data).unwrap();
         std::fs::write(o.join("gone"), "GONE").unwrap();
         std::fs::create_dir_all(o.join("gonedir")).unwrap();
-        let hide = ["gone", "gonedir", "later", "laterdir"].map(|n| o.join(n).display().to_string()).to_vec();
+        let hide = ["gone", "gonedir", "later", "laterdir", "evil/x86_64-linux-gnu", "abs/x86_64-linux-gnu"]
+            .map(|n| o.join(n).display().to_string())
+            .to_vec();
         let s = Sandbox { secrets: Secrets { hide, ..Secrets::default() }, ..sandbox(wt.path()) }.with_shims(&data);
         let dir = s.write_shim(&bwrap(), &data).expect("shim");
         std::fs::remove_file(o.join("gone")).unwrap();
@@ -1257,6 +1293,11 @@ mod tests {
         std::fs::write(o.join("laterdir/k"), "K").unwrap();
         std::fs::create_dir_all(data.join("agent-homes/x/codex")).unwrap();
         std::fs::write(data.join("agent-homes/x/codex/auth.json"), "AUTH").unwrap();
+        // A link made on the way of a hidden path since (a build in the worktree could make
+        // one): the mount would follow it onto /usr/lib and break every shell. Left out.
+        let up = "../".repeat(o.components().count() - 1);
+        std::os::unix::fs::symlink(format!("{up}usr/lib"), o.join("evil")).unwrap();
+        std::os::unix::fs::symlink("/usr/lib", o.join("abs")).unwrap();
         let probe = format!(
             "echo ${{FORGE_SANDBOX:-host}} [$(cat {o}/later)] [$(ls -A {o}/laterdir)] [$(cat {d}/agent-homes/x/codex/auth.json 2>/dev/null)]",
             o = o.display(),

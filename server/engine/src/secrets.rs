@@ -7,9 +7,10 @@
 use std::path::{Path, PathBuf};
 
 /// Files and folders under the home directory that hold credentials. A sandboxed command
-/// does not see them: a folder is an empty tmpfs inside, a file reads as empty. Only what
-/// exists when the sandbox's arguments are made is covered (a loop's shims: at its start and
-/// restart). `sandbox.exposePaths` keeps an entry (or every entry under a folder) visible;
+/// does not see them: a folder is an empty tmpfs inside, a file cannot be opened
+/// (`/dev/null` bound over it, on a mount without devices: permission denied). What exists
+/// when a command starts is covered (a loop's shims look as each shell starts).
+/// `sandbox.exposePaths` keeps an entry (or every entry under a folder) visible;
 /// `sandbox.hidePaths` adds to the list.
 pub const SECRET_PATHS: &[&str] = &[
     // Keys, agents' keyrings, password stores.
@@ -125,27 +126,34 @@ fn expand(entry: &str, home: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
-/// Folders that stay visible whatever `sandbox.hidePaths` says: hiding one of them, or a
-/// folder holding one, would leave the sandbox without a shell or a `/dev`.
+/// Folders that stay visible, with all they hold, whatever `sandbox.hidePaths` says:
+/// hiding one of them (or a folder holding one) could leave the sandbox without a shell,
+/// its programs' alternatives or a `/dev`.
 const SYSTEM_DIRS: &[&str] =
-    &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"];
+    &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys", "/nix", "/gnu"];
 
-/// Whether hiding `p` (resolved) would break every sandbox: `/`, a [`SYSTEM_DIRS`] folder
-/// or one holding it, or anything under one of them but `/etc` (a single file there may be
-/// a secret).
+/// Whether hiding `p` (resolved) could break every sandbox: `/`, a [`SYSTEM_DIRS`] folder,
+/// anything under one, or a folder holding one.
 fn is_system_path(p: &Path) -> bool {
-    SYSTEM_DIRS.iter().any(|d| {
-        let d = Path::new(d);
-        d.starts_with(p) || (p.starts_with(d) && d != Path::new("/etc"))
-    })
+    SYSTEM_DIRS.iter().any(|d| Path::new(d).starts_with(p) || p.starts_with(d))
 }
 
 /// `p` resolved: its real path when it exists, else the real path of its nearest existing
 /// folder with the rest appended (a credential folder that appears later is found where it
 /// will be). `None` when the rest steps up (`..`).
 fn resolve(p: &Path) -> Option<PathBuf> {
+    resolve_within(p, 0)
+}
+
+/// [`resolve`], following at most 8 links whose target is missing.
+fn resolve_within(p: &Path, links: u32) -> Option<PathBuf> {
     if let Ok(real) = p.canonicalize() {
         return Some(real);
+    }
+    // A link whose target does not exist yet: the secret will be at its target.
+    if let Ok(target) = std::fs::read_link(p) {
+        let target = if target.is_absolute() { target } else { p.parent()?.join(target) };
+        return (links < 8).then(|| resolve_within(&target, links + 1)).flatten();
     }
     let mut rest = vec![];
     let mut cur = p;
@@ -292,6 +300,8 @@ mod tests {
                 "/usr/lib".into(),
                 "/".into(),
                 "/etc".into(),
+                "/etc/alternatives".into(),
+                "/nix".into(),
                 format!("~/{}usr", "../".repeat(h.components().count())),
             ],
             expose: vec!["~/.npmrc".into(), "~/.docker".into()],
@@ -320,6 +330,10 @@ mod tests {
         }
         assert!(!c.contains(&h.join(".npmrc")) && !c.iter().any(|p| p.starts_with("/usr") || p == Path::new("/")));
         assert!(!c.iter().any(|p| p == Path::new("/etc") || p.starts_with("/tmp")), "{c:?}");
+        // A link whose target does not exist yet is looked at as its target.
+        std::os::unix::fs::symlink(h.join("dotfiles/gh"), h.join(".config-gh-link")).unwrap();
+        let dangling = Secrets { hide: vec!["~/.config-gh-link".into()], ..Secrets::default() };
+        assert_eq!(secret_candidates(Some(&h), &dangling, None).last(), Some(&h.join("dotfiles/gh")));
         // A link in the way resolves: a folder that does not exist yet under the linked one.
         let linked = Secrets { hide: vec!["~/.aws/sub/key".into()], ..Secrets::default() };
         assert!(secret_candidates(Some(&h), &linked, None).contains(&aws.join("sub/key")));

@@ -114,23 +114,56 @@ pub fn overrides(mcp_bin: &str) -> Vec<String> {
     out
 }
 
-/// The variables Codex may take its key from, which a sandboxed loop's Codex keeps (the
-/// sandbox drops every other secret-named variable of the server's environment, so that no
-/// command reads them from `/proc/<pid>/environ` of Codex or the sandbox's init):
-/// `OPENAI_API_KEY`, `CODEX_API_KEY`, and each `env_key` and `env_http_headers` variable of
-/// the model providers in the loop's `config.toml` (the user's copy, under `home`).
+/// The string `key` of the table `t`.
+fn str_at<'a>(t: Option<&'a toml::Value>, key: &str) -> Option<&'a str> {
+    t.and_then(|t| t.get(key)).and_then(toml::Value::as_str)
+}
+
+/// The secret-named variables a sandboxed loop's Codex keeps (the sandbox drops every
+/// other one of the server's environment, so that no command reads them from
+/// `/proc/<pid>/environ` of Codex or the sandbox's init), from the loop's `config.toml`
+/// (the user's copy, under `home`):
+/// - the model provider in use (the `profile`'s `model_provider`, else `model_provider`,
+///   else `openai`): its `env_key` and `env_http_headers` variables, and `OPENAI_API_KEY`
+///   and `CODEX_API_KEY` when it is `openai` or `requires_openai_auth`;
+/// - the variables the user's MCP servers are given (`mcp_servers.<name>.env_vars`).
 pub fn key_variables(home: &Path) -> Vec<String> {
-    let mut out: Vec<String> = vec!["OPENAI_API_KEY".into(), "CODEX_API_KEY".into()];
-    let config = std::fs::read_to_string(home.join("config.toml")).ok().and_then(|t| t.parse::<toml::Table>().ok());
-    let providers = config.as_ref().and_then(|c| c.get("model_providers")).and_then(toml::Value::as_table);
-    for p in providers.into_iter().flat_map(|t| t.values()).filter_map(toml::Value::as_table) {
-        let key = p.get("env_key").and_then(toml::Value::as_str).map(str::to_string);
-        let headers = p.get("env_http_headers").and_then(toml::Value::as_table);
-        let header_vars = headers.into_iter().flat_map(|h| h.values()).filter_map(|v| v.as_str().map(str::to_string));
-        for name in key.into_iter().chain(header_vars) {
-            if !out.contains(&name) {
-                out.push(name);
-            }
+    let config = std::fs::read_to_string(home.join("config.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .unwrap_or_default();
+    let root = Some(toml::Value::Table(config.clone()));
+    let profile =
+        str_at(root.as_ref(), "profile").and_then(|p| config.get("profiles").and_then(|ps| ps.get(p)).cloned());
+    let provider = str_at(profile.as_ref(), "model_provider")
+        .or_else(|| str_at(root.as_ref(), "model_provider"))
+        .unwrap_or("openai")
+        .to_string();
+    let def = config.get("model_providers").and_then(|ps| ps.get(&provider));
+    let openai_auth = provider == "openai"
+        || def.and_then(|d| d.get("requires_openai_auth")).and_then(toml::Value::as_bool) == Some(true);
+    let mut out: Vec<String> = vec![];
+    let mut add = |name: &str| {
+        if !out.iter().any(|o| o == name) {
+            out.push(name.to_string());
+        }
+    };
+    if openai_auth {
+        add("OPENAI_API_KEY");
+        add("CODEX_API_KEY");
+    }
+    if let Some(k) = str_at(def, "env_key") {
+        add(k);
+    }
+    let headers = def.and_then(|d| d.get("env_http_headers")).and_then(toml::Value::as_table);
+    for v in headers.into_iter().flat_map(|h| h.values()).filter_map(toml::Value::as_str) {
+        add(v);
+    }
+    let servers = config.get("mcp_servers").and_then(toml::Value::as_table);
+    for server in servers.into_iter().flat_map(|t| t.values()) {
+        let vars = server.get("env_vars").and_then(toml::Value::as_array);
+        for v in vars.into_iter().flatten().filter_map(toml::Value::as_str) {
+            add(v);
         }
     }
     out
@@ -289,25 +322,36 @@ mod tests {
     #[test]
     fn a_sandboxed_codex_keeps_only_its_key_variables() {
         let home = tempfile::tempdir().unwrap();
-        assert_eq!(key_variables(home.path()), ["OPENAI_API_KEY", "CODEX_API_KEY"], "no config.toml");
-        std::fs::write(
-            home.path().join("config.toml"),
-            "model_provider = \"az\"\n[model_providers.az]\nenv_key = \"AZURE_OPENAI_API_KEY\"\nenv_http_headers = { \"X-Org\" = \"MY_ORG_TOKEN\" }\n[model_providers.local]\nenv_key = \"OPENAI_API_KEY\"\n",
-        )
-        .unwrap();
+        let with = |toml: &str| {
+            std::fs::write(home.path().join("config.toml"), toml).unwrap();
+            key_variables(home.path())
+        };
+        assert_eq!(key_variables(home.path()), ["OPENAI_API_KEY", "CODEX_API_KEY"], "no config.toml: openai");
+        let providers = "[model_providers.az]\nenv_key = \"AZURE_OPENAI_API_KEY\"\nenv_http_headers = { \"X-Org\" = \"MY_ORG_TOKEN\" }\n[model_providers.proxy]\nenv_key = \"PROXY_KEY\"\nrequires_openai_auth = true\n[mcp_servers.gh]\ncommand = \"gh-mcp\"\nenv_vars = [\"GITHUB_PERSONAL_ACCESS_TOKEN\"]\n";
+        // The provider in use only: not the other providers' keys.
         assert_eq!(
-            key_variables(home.path()),
-            ["OPENAI_API_KEY", "CODEX_API_KEY", "AZURE_OPENAI_API_KEY", "MY_ORG_TOKEN"]
+            with(&format!("model_provider = \"az\"\n{providers}")),
+            ["AZURE_OPENAI_API_KEY", "MY_ORG_TOKEN", "GITHUB_PERSONAL_ACCESS_TOKEN"]
         );
-        std::fs::write(home.path().join("config.toml"), "not = [toml").unwrap();
-        assert_eq!(key_variables(home.path()).len(), 2, "an unreadable config.toml names no more");
-        // A sandboxed turn's launch carries them (the sandbox keeps them, drops the rest).
+        assert_eq!(
+            with(&format!("model_provider = \"proxy\"\n{providers}")),
+            ["OPENAI_API_KEY", "CODEX_API_KEY", "PROXY_KEY", "GITHUB_PERSONAL_ACCESS_TOKEN"]
+        );
+        // A profile's provider wins.
+        assert_eq!(
+            with(&format!(
+                "model_provider = \"proxy\"\nprofile = \"work\"\n[profiles.work]\nmodel_provider = \"az\"\n{providers}"
+            ))[..2],
+            ["AZURE_OPENAI_API_KEY", "MY_ORG_TOKEN"]
+        );
+        assert_eq!(with("not = [toml"), ["OPENAI_API_KEY", "CODEX_API_KEY"], "an unreadable config.toml: openai");
+        // A sandboxed turn's launch carries those of the loop's copy of config.toml.
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("wt")).unwrap();
-        let l = Codex.prepare(&crate::agents::test_support::req(d.path(), None), Path::new("p")).unwrap();
+        let r = crate::agents::test_support::req(d.path(), None);
+        let l = Codex.prepare(&r, Path::new("p")).unwrap();
         assert!(l.whole_in_sandbox.is_some());
-        // (More when this machine's own Codex configuration names other key variables.)
-        assert_eq!(l.keep_env[..2], ["OPENAI_API_KEY", "CODEX_API_KEY"]);
+        assert_eq!(l.keep_env, key_variables(&crate::sandbox::agent_home(&r.data_dir, &r.cwd, "codex")));
     }
 
     #[test]
