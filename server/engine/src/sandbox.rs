@@ -333,17 +333,25 @@ fn sh_quote(s: &OsStr) -> Vec<u8> {
 /// real shell directly): `FORGE_SANDBOX` is set **and** the shell's pid namespace is not
 /// the server's. The variable alone is not enough: the agent process runs on the host, and
 /// an agent CLI that takes environment variables from the repository's settings could set
-/// it for its shells and so run them unsandboxed. Where the namespace cannot be read, a
-/// shell counts as outside (it is sandboxed, perhaps once more), never the other way.
+/// it for its shells and so run them unsandboxed. `readlink` is named by its absolute path:
+/// found through `PATH` (or as a function bash imports from the environment) it could be
+/// the agent's own and answer with another namespace. Where the namespace cannot be read
+/// (or there is no `readlink` at a fixed path), a shell counts as outside (it is sandboxed,
+/// perhaps once more), never the other way.
 fn inside_test() -> String {
     let test = format!("if [ -n \"${{{INSIDE_ENV}:-}}\" ]");
-    match std::fs::read_link("/proc/self/ns/pid").ok().and_then(|l| l.to_str().map(str::to_string)) {
-        Some(host) if !host.contains('\'') => format!(
-            "{test} && ns=$(readlink /proc/self/ns/pid 2>/dev/null) && [ -n \"$ns\" ] && [ \"$ns\" != '{host}' ]; then exec "
+    let host = std::fs::read_link("/proc/self/ns/pid").ok().and_then(|l| l.to_str().map(str::to_string));
+    let readlink = ["/usr/bin/readlink", "/bin/readlink"].into_iter().map(Path::new).find(|p| is_executable(p));
+    match (host, readlink) {
+        (Some(host), Some(readlink)) if !host.contains('\'') => format!(
+            "{test} && ns=$({} /proc/self/ns/pid 2>/dev/null) && [ -n \"$ns\" ] && [ \"$ns\" != '{host}' ]; then exec ",
+            String::from_utf8_lossy(&sh_quote(readlink.as_os_str()))
         ),
         _ => {
-            tracing::warn!("cannot read this process's pid namespace; the sandbox shims trust {INSIDE_ENV} alone");
-            format!("{test}; then exec ")
+            tracing::warn!(
+                "cannot read this process's pid namespace or find readlink; a sandbox shim always starts a sandbox"
+            );
+            "if false; then exec ".to_string()
         }
     }
 }
@@ -374,7 +382,12 @@ fn quoted(words: &[OsString]) -> Vec<u8> {
 /// `<bwrap> <head> <mounts> <tail> -- <real shell> "$@"` passes the shim's arguments on
 /// exactly as they came, in time linear in their number.
 fn launch_sh(candidates: &[PathBuf], bwrap: &Path, head: &[u8], tail: &[u8], real_q: &[u8]) -> Vec<u8> {
-    let mut s: Vec<u8> = b"forge_m=\n".to_vec();
+    // The shim's own names, unset first: one the agent exported would stay exported.
+    let mut s: Vec<u8> = b"unset forge_m forge_head forge_tail forge_a ns".to_vec();
+    for i in 0..candidates.len() {
+        s.extend_from_slice(format!(" forge_p{i}").as_bytes());
+    }
+    s.extend_from_slice(b"\nunset -f forge_ok 2>/dev/null\nforge_m=\n");
     if !candidates.is_empty() {
         s.extend_from_slice(b"forge_ok() { for forge_a; do [ -L \"$forge_a\" ] && return 1; done; return 0; }\n");
     }
@@ -1203,7 +1216,15 @@ mod tests {
         assert_eq!(c.stdout.trim(), "1 a  b\nro", "{c:?}");
         assert!(wt.path().join("y").exists() && !Path::new("/forge-prefix-outside").exists());
         // FORGE_SANDBOX set on the host (an agent CLI's settings could set it for its
-        // shells) does not make a shim skip the sandbox: the pid namespace is the host's.
+        // shells) does not make a shim skip the sandbox: the pid namespace is the host's,
+        // even with a `readlink` of the agent's first on PATH that names another one.
+        let fake = tempfile::tempdir().unwrap();
+        std::fs::write(fake.path().join("readlink"), "#!/bin/sh\necho 'pid:[1]'\n").unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(fake.path().join("readlink"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let fake_path = format!("{}:{}", fake.path().display(), std::env::var("PATH").unwrap_or_default());
         for shim in ["sh", "bash", "prefix"] {
             let c = run_captured(
                 {
@@ -1213,6 +1234,7 @@ mod tests {
                     }
                     b.arg("echo $$; touch /forge-shim-env-outside 2>/dev/null || echo ro")
                         .env(INSIDE_ENV, "1")
+                        .env("PATH", &fake_path)
                         .current_dir(wt.path());
                     b
                 },

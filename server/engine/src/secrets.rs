@@ -160,8 +160,15 @@ fn resolve_within(p: &Path, links: u32) -> Option<PathBuf> {
     loop {
         rest.push(cur.file_name()?);
         cur = cur.parent()?;
-        if let Ok(real) = cur.canonicalize() {
-            let mut out = real;
+        // The nearest folder that exists, or a link on the way whose target does not yet.
+        let base = match cur.canonicalize() {
+            Ok(real) => Some(real),
+            Err(_) if links < 8 && std::fs::symlink_metadata(cur).is_ok_and(|m| m.file_type().is_symlink()) => {
+                Some(resolve_within(cur, links + 1)?)
+            }
+            Err(_) => None,
+        };
+        if let Some(mut out) = base {
             out.extend(rest.iter().rev());
             return Some(out);
         }
@@ -171,23 +178,31 @@ fn resolve_within(p: &Path, links: u32) -> Option<PathBuf> {
 /// The paths a sandbox hides for the home directory `home`, resolved ([`resolve`]), once
 /// each, existing or not: [`SECRET_PATHS`] (not under an `expose` entry), `hide`, and
 /// `<data_dir>/agent-homes`. Left out: what resolves under `/tmp` (private inside anyway),
-/// and system folders ([`is_system_path`], with a warning).
+/// and system folders ([`is_system_path`], with a warning), but a default entry that
+/// resolves to a file there.
 pub fn secret_candidates(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&Path>) -> Vec<PathBuf> {
     let exposed: Vec<PathBuf> = secrets.expose.iter().filter_map(|e| expand(e, home)).collect();
     let defaults = home
         .into_iter()
         .flat_map(|h| SECRET_PATHS.iter().map(move |rel| h.join(rel)))
         .filter(|p| !exposed.iter().any(|e| p.starts_with(e)));
-    let added = secrets.hide.iter().filter_map(|e| expand(e, home));
-    let homes = data_dir.map(|d| d.join("agent-homes"));
+    let added = secrets.hide.iter().filter_map(|e| expand(e, home)).map(|p| (p, false));
+    let homes = data_dir.map(|d| (d.join("agent-homes"), true));
     let mut out: Vec<PathBuf> = vec![];
-    for p in defaults.chain(added).chain(homes) {
+    for (p, ours) in defaults.map(|p| (p, true)).chain(added).chain(homes) {
         let Some(real) = resolve(&p) else { continue };
         if real.starts_with("/tmp") || out.contains(&real) {
             continue;
         }
-        if is_system_path(&real) {
-            tracing::warn!("sandbox.hidePaths: {} is not hidden: the sandbox needs it", p.display());
+        // A default entry that is the user's own link to a file in a system folder (a
+        // home-manager `~/.npmrc` in `/nix/store`) is hidden: one file, named by us.
+        let own_file = ours && real.is_file();
+        if is_system_path(&real) && !own_file {
+            tracing::warn!(
+                "{} is not hidden in the sandbox: it is or resolves into {}, which the sandbox needs",
+                p.display(),
+                real.display()
+            );
             continue;
         }
         out.push(real);
@@ -334,6 +349,22 @@ mod tests {
         std::os::unix::fs::symlink(h.join("dotfiles/gh"), h.join(".config-gh-link")).unwrap();
         let dangling = Secrets { hide: vec!["~/.config-gh-link".into()], ..Secrets::default() };
         assert_eq!(secret_candidates(Some(&h), &dangling, None).last(), Some(&h.join("dotfiles/gh")));
+        // ... and a link above a path, whose target does not exist yet either.
+        std::os::unix::fs::symlink(h.join("dotfiles/codex"), h.join(".codex")).unwrap();
+        let above = secret_candidates(Some(&h), &Secrets::default(), None);
+        assert!(above.contains(&h.join("dotfiles/codex/auth.json")), "{above:?}");
+        // A default entry that is a link to a file in a system folder is hidden (one file);
+        // a folder there, or an entry of hidePaths there, is not.
+        std::os::unix::fs::symlink("/etc/hostname", h.join(".pgpass")).unwrap();
+        std::os::unix::fs::symlink("/etc/ssh", h.join(".azure")).unwrap();
+        let sys = Secrets { hide: vec!["/etc/hostname".into()], ..Secrets::default() };
+        let c = secret_candidates(Some(&h), &sys, None);
+        if Path::new("/etc/hostname").is_file() {
+            assert_eq!(c.iter().filter(|p| *p == Path::new("/etc/hostname")).count(), 1, "{c:?}");
+        }
+        assert!(!c.iter().any(|p| p.starts_with("/etc/ssh")), "{c:?}");
+        let only_added = secret_candidates(None, &sys, None);
+        assert!(only_added.is_empty(), "{only_added:?}");
         // A link in the way resolves: a folder that does not exist yet under the linked one.
         let linked = Secrets { hide: vec!["~/.aws/sub/key".into()], ..Secrets::default() };
         assert!(secret_candidates(Some(&h), &linked, None).contains(&aws.join("sub/key")));

@@ -126,7 +126,11 @@ fn str_at<'a>(t: Option<&'a toml::Value>, key: &str) -> Option<&'a str> {
 /// - the model provider in use (the `profile`'s `model_provider`, else `model_provider`,
 ///   else `openai`): its `env_key` and `env_http_headers` variables, and `OPENAI_API_KEY`
 ///   and `CODEX_API_KEY` when it is `openai` or `requires_openai_auth`;
-/// - the variables the user's MCP servers are given (`mcp_servers.<name>.env_vars`).
+/// - the variables the user's enabled MCP servers are given (`mcp_servers.<name>.env_vars`,
+///   `bearer_token_env_var`, `env_http_headers`).
+///
+/// A provider chosen on the command line instead (an `agent.command` with `--profile`) is
+/// not seen: its variable needs `sandbox.exposeEnv`.
 pub fn key_variables(home: &Path) -> Vec<String> {
     let config = std::fs::read_to_string(home.join("config.toml"))
         .ok()
@@ -160,9 +164,17 @@ pub fn key_variables(home: &Path) -> Vec<String> {
         add(v);
     }
     let servers = config.get("mcp_servers").and_then(toml::Value::as_table);
-    for server in servers.into_iter().flat_map(|t| t.values()) {
+    let enabled = |s: &&toml::Value| s.get("enabled").and_then(toml::Value::as_bool) != Some(false);
+    for server in servers.into_iter().flat_map(|t| t.values()).filter(enabled) {
         let vars = server.get("env_vars").and_then(toml::Value::as_array);
         for v in vars.into_iter().flatten().filter_map(toml::Value::as_str) {
+            add(v);
+        }
+        if let Some(v) = str_at(Some(server), "bearer_token_env_var") {
+            add(v);
+        }
+        let headers = server.get("env_http_headers").and_then(toml::Value::as_table);
+        for v in headers.into_iter().flat_map(|h| h.values()).filter_map(toml::Value::as_str) {
             add(v);
         }
     }
@@ -327,15 +339,15 @@ mod tests {
             key_variables(home.path())
         };
         assert_eq!(key_variables(home.path()), ["OPENAI_API_KEY", "CODEX_API_KEY"], "no config.toml: openai");
-        let providers = "[model_providers.az]\nenv_key = \"AZURE_OPENAI_API_KEY\"\nenv_http_headers = { \"X-Org\" = \"MY_ORG_TOKEN\" }\n[model_providers.proxy]\nenv_key = \"PROXY_KEY\"\nrequires_openai_auth = true\n[mcp_servers.gh]\ncommand = \"gh-mcp\"\nenv_vars = [\"GITHUB_PERSONAL_ACCESS_TOKEN\"]\n";
+        let providers = "[model_providers.az]\nenv_key = \"AZURE_OPENAI_API_KEY\"\nenv_http_headers = { \"X-Org\" = \"MY_ORG_TOKEN\" }\n[model_providers.proxy]\nenv_key = \"PROXY_KEY\"\nrequires_openai_auth = true\n[mcp_servers.gh]\ncommand = \"gh-mcp\"\nenv_vars = [\"GITHUB_PERSONAL_ACCESS_TOKEN\"]\n[mcp_servers.web]\nurl = \"https://x\"\nbearer_token_env_var = \"WEB_MCP_TOKEN\"\n[mcp_servers.off]\nenabled = false\nenv_vars = [\"OFF_TOKEN\"]\n";
         // The provider in use only: not the other providers' keys.
         assert_eq!(
             with(&format!("model_provider = \"az\"\n{providers}")),
-            ["AZURE_OPENAI_API_KEY", "MY_ORG_TOKEN", "GITHUB_PERSONAL_ACCESS_TOKEN"]
+            ["AZURE_OPENAI_API_KEY", "MY_ORG_TOKEN", "GITHUB_PERSONAL_ACCESS_TOKEN", "WEB_MCP_TOKEN"]
         );
         assert_eq!(
             with(&format!("model_provider = \"proxy\"\n{providers}")),
-            ["OPENAI_API_KEY", "CODEX_API_KEY", "PROXY_KEY", "GITHUB_PERSONAL_ACCESS_TOKEN"]
+            ["OPENAI_API_KEY", "CODEX_API_KEY", "PROXY_KEY", "GITHUB_PERSONAL_ACCESS_TOKEN", "WEB_MCP_TOKEN"]
         );
         // A profile's provider wins.
         assert_eq!(
