@@ -433,22 +433,50 @@ pub fn scenario_sandbox(bin: &Path, quick: bool, r: &mut Report) {
         cmd.as_std().get_args().map(|a| a.to_os_string()).collect::<Vec<_>>(),
     );
     let (t_prog, t_args) = (OsString::from("true"), vec![]);
-    // Interleaved, so drifting machine load hits both alike.
-    let (mut direct, mut boxed) = (vec![], vec![]);
+    // A loop's shim (what an agent's shell goes through): the variable scrub and the
+    // secrets' checks in sh, then the same bwrap start. `sh -c true` through it, against
+    // `sh -c true` through the Sandbox::command line.
+    let data = scratch.join("data");
+    let shims = sandbox.clone().with_shims(&data).write_shim(&bwrap, &data).expect("write the shims");
+    let (s_prog, s_args) = (shims.join("sh").into_os_string(), vec![OsString::from("-c"), OsString::from("true")]);
+    let sh_cmd = sandbox.command(&bwrap, &["/bin/sh".to_string(), "-c".to_string(), "true".to_string()], &wt);
+    let (bs_prog, bs_args) = (
+        sh_cmd.as_std().get_program().to_os_string(),
+        sh_cmd.as_std().get_args().map(|a| a.to_os_string()).collect::<Vec<_>>(),
+    );
+    // Interleaved, so drifting machine load hits all alike.
+    let (mut direct, mut boxed, mut boxed_sh, mut shimmed) = (vec![], vec![], vec![], vec![]);
     for i in 0..warm + n {
         let d = run_once(&t_prog, &t_args);
         let b = run_once(&b_prog, &b_args);
+        let bs = run_once(&bs_prog, &bs_args);
+        let sh = run_once(&s_prog, &s_args);
         if i >= warm {
             direct.push(d);
             boxed.push(b);
+            boxed_sh.push(bs);
+            shimmed.push(sh);
         }
     }
     let direct = Latency::new(format!("`true` run directly, spawn → exit ({n})"), direct);
     let boxed = Latency::new(format!("`true` through bwrap (Sandbox::command line), spawn → exit ({n})"), boxed);
+    let boxed_sh =
+        Latency::new(format!("`sh -c true` through bwrap (Sandbox::command line), spawn → exit ({n})"), boxed_sh);
+    let shimmed = Latency::new(
+        format!("`sh -c true` through a loop's shim (scrub, secrets' checks, bwrap), spawn → exit ({n})"),
+        shimmed,
+    );
     let cost = boxed.p50().saturating_sub(direct.p50());
+    let shim_cost = shimmed.p50().saturating_sub(boxed_sh.p50());
     r.latency(direct);
     r.latency(boxed);
+    r.latency(boxed_sh);
+    r.latency(shimmed);
     r.figure("bubblewrap start-up cost (p50 sandboxed − p50 direct)", format!("{} ms", ms(cost)));
+    r.figure(
+        "shim cost before bwrap (p50 shim − p50 Sandbox::command line, both `sh -c true`)",
+        format!("{} ms", ms(shim_cost)),
+    );
 
     // forge.shell over the LSP connection of a loop session.
     let (mut s, _) = Server::connect(&w.target);
