@@ -92,7 +92,8 @@ fn loop_home_from(req: &TurnRequest, user: Option<&Path>) -> Result<PathBuf, Str
 
 /// The `-c` overrides every Codex turn gets.
 pub fn overrides(mcp_bin: &str) -> Vec<String> {
-    let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+    // TOML strings (a JSON string is not always one: a raw DEL is valid JSON, not TOML).
+    let q = |s: &str| toml::Value::from(s).to_string();
     let vars: Vec<String> = super::IDENTITY_VARS.iter().map(|v| q(v)).collect();
     let mut out = vec![];
     for kv in [
@@ -298,7 +299,7 @@ impl AgentHost for Codex {
             args.extend(["-m".into(), m.to_string()]);
             // The model's variant is Codex's reasoning effort (`low`, `medium`, `high`, ...).
             if let Some(v) = req.variant.as_deref().filter(|v| !v.is_empty()) {
-                let q = serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into());
+                let q = toml::Value::from(v).to_string();
                 args.extend(["-c".into(), format!("model_reasoning_effort={q}")]);
             }
         }
@@ -505,7 +506,8 @@ mod tests {
 
     #[test]
     fn overrides_keep_forge_variables_and_wire_mcp() {
-        let o = overrides("/opt/my forge/forge-lsp");
+        // A path with a quote, a backslash and a DEL (raw DEL is valid JSON but not TOML).
+        let o = overrides("/opt/my \"forge\"\\x\u{7f}/forge-lsp");
         assert!(o.chunks(2).all(|c| c[0] == "-c"));
         let kv: Vec<&str> = o.chunks(2).map(|c| c[1].as_str()).collect();
         assert!(kv.contains(&"allow_login_shell=false"));
@@ -514,7 +516,7 @@ mod tests {
         let mcp = kv.iter().find(|s| s.starts_with("mcp_servers.forge=")).unwrap();
         // the value parses as a TOML inline table
         let t: toml::Table = toml::from_str(&format!("x = {}", &mcp["mcp_servers.forge=".len()..])).unwrap();
-        assert_eq!(t["x"]["command"].as_str(), Some("/opt/my forge/forge-lsp"));
+        assert_eq!(t["x"]["command"].as_str(), Some("/opt/my \"forge\"\\x\u{7f}/forge-lsp"));
         assert_eq!(t["x"]["args"].as_array().unwrap()[0].as_str(), Some("mcp"));
         let vars: Vec<&str> = t["x"]["env_vars"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
         assert_eq!(vars, super::super::IDENTITY_VARS);
