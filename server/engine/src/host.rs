@@ -276,11 +276,8 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
             // the shims where `/bin/sh` is bash (it lists only shell names but passes all):
             // a sandboxed loop's agent does not get one.
             if req.shim_dir.is_some() {
-                for (k, _) in std::env::vars_os() {
-                    let name = k.to_string_lossy();
-                    if !crate::secrets::is_shell_name(&name)
-                        && crate::secrets::is_secret_env(&name, &req.secrets.expose_env)
-                    {
+                for k in crate::secrets::secret_vars_here(&req.secrets.expose_env) {
+                    if !crate::secrets::is_shell_name(&k.to_string_lossy()) {
                         c.env_remove(&k);
                     }
                 }

@@ -254,7 +254,7 @@ pub fn hidden_dirs() -> Vec<PathBuf> {
 /// The home directory, when a hidden directory contains it: bound back read-only right
 /// after the tmpfs (the agents' own configuration lives there).
 pub fn home_to_restore(hidden: &[PathBuf]) -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute())?;
+    let home = home()?;
     hidden.iter().any(|d| home.starts_with(d)).then_some(home)
 }
 
@@ -554,13 +554,9 @@ impl Sandbox {
 
     /// The variables of this process's environment a command in the sandbox does not get.
     fn scrubbed_env(&self) -> Vec<OsString> {
-        std::env::vars_os()
-            .map(|(k, _)| k)
-            .filter(|k| {
-                let k = k.to_string_lossy();
-                crate::secrets::is_secret_env(&k, &self.secrets.expose_env) && !self.keep_env.iter().any(|e| *e == k)
-            })
-            .collect()
+        let mut names = crate::secrets::secret_vars_here(&self.secrets.expose_env);
+        names.retain(|k| !self.keep_env.iter().any(|e| *e == k.to_string_lossy()));
+        names
     }
 
     /// Writes the executable shims `<shim_dir>/{sh,bash}`: each execs the real
@@ -1006,6 +1002,18 @@ pub async fn shell(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secrets::outside_tmp;
+
+    /// `script` run through the shim `name` of `dir` (`prefix` takes it as its one
+    /// argument, the others after `-c`), in `cwd`, without `FORGE_SANDBOX`.
+    fn through_shim(dir: &Path, name: &str, script: &str, cwd: &Path) -> tokio::process::Command {
+        let mut b = tokio::process::Command::new(dir.join(name));
+        if name != "prefix" {
+            b.arg("-c");
+        }
+        b.arg(script).env_remove(INSIDE_ENV).current_dir(cwd);
+        b
+    }
 
     fn bwrap() -> PathBuf {
         probe().unwrap_or_else(|e| panic!("these tests need a working bubblewrap: {e}"))
@@ -1181,38 +1189,15 @@ mod tests {
         assert_eq!(c.stdout, "3004\n$forge_m|$(echo pwned)|\"$@\"|--bind / /|", "{}", c.stderr);
         // The agent's secret-named variables stay outside; Forge's own go in.
         for shim in ["sh", "bash", "prefix"] {
-            let c = run_captured(
-                {
-                    let mut b = tokio::process::Command::new(dir.join(shim));
-                    if shim != "prefix" {
-                        b.arg("-c");
-                    }
-                    b.arg("echo ${OPENAI_API_KEY:-unset} ${FORGE_SESSION_TOKEN:-unset} ${FORGE_SANDBOX:-host}")
-                        .env("OPENAI_API_KEY", "sk-secret")
-                        .env("FORGE_SESSION_TOKEN", "tok")
-                        .env_remove(INSIDE_ENV)
-                        .current_dir(wt.path());
-                    b
-                },
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap();
+            let script = "echo ${OPENAI_API_KEY:-unset} ${FORGE_SESSION_TOKEN:-unset} ${FORGE_SANDBOX:-host}";
+            let mut b = through_shim(&dir, shim, script, wt.path());
+            b.env("OPENAI_API_KEY", "sk-secret").env("FORGE_SESSION_TOKEN", "tok");
+            let c = run_captured(b, Duration::from_secs(30)).await.unwrap();
             assert_eq!(c.stdout.trim(), "unset tok 1", "{shim}: {c:?}");
         }
         // prefix: one argument, a whole command line (Claude Code's shell prefix).
-        let c = run_captured(
-            {
-                let mut b = tokio::process::Command::new(dir.join("prefix"));
-                b.arg("echo \"$FORGE_SANDBOX\" 'a  b'; touch y && touch /forge-prefix-outside 2>/dev/null || echo ro")
-                    .env_remove(INSIDE_ENV)
-                    .current_dir(wt.path());
-                b
-            },
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap();
+        let line = "echo \"$FORGE_SANDBOX\" 'a  b'; touch y && touch /forge-prefix-outside 2>/dev/null || echo ro";
+        let c = run_captured(through_shim(&dir, "prefix", line, wt.path()), Duration::from_secs(30)).await.unwrap();
         assert_eq!(c.stdout.trim(), "1 a  b\nro", "{c:?}");
         assert!(wt.path().join("y").exists() && !Path::new("/forge-prefix-outside").exists());
         // FORGE_SANDBOX set on the host (an agent CLI's settings could set it for its
@@ -1226,34 +1211,15 @@ mod tests {
         }
         let fake_path = format!("{}:{}", fake.path().display(), std::env::var("PATH").unwrap_or_default());
         for shim in ["sh", "bash", "prefix"] {
-            let c = run_captured(
-                {
-                    let mut b = tokio::process::Command::new(dir.join(shim));
-                    if shim != "prefix" {
-                        b.arg("-c");
-                    }
-                    b.arg("echo $$; touch /forge-shim-env-outside 2>/dev/null || echo ro")
-                        .env(INSIDE_ENV, "1")
-                        .env("PATH", &fake_path)
-                        .current_dir(wt.path());
-                    b
-                },
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap();
+            let mut b =
+                through_shim(&dir, shim, "echo $$; touch /forge-shim-env-outside 2>/dev/null || echo ro", wt.path());
+            b.env(INSIDE_ENV, "1").env("PATH", &fake_path);
+            let c = run_captured(b, Duration::from_secs(30)).await.unwrap();
             assert_eq!(c.stdout.trim(), "2\nro", "{shim}: {c:?}");
         }
         assert!(!Path::new("/forge-shim-env-outside").exists());
         // Rewriting replaces the files (restart).
         s.write_shim(&bwrap(), data.path()).expect("rewrite");
-    }
-
-    /// A folder for test files outside `/tmp` (which is private inside a sandbox): the
-    /// target directory the test binary runs from.
-    fn outside_tmp() -> PathBuf {
-        let exe = std::env::current_exe().unwrap();
-        exe.parent().and_then(Path::parent).expect("target directory").to_path_buf()
     }
 
     #[tokio::test]
@@ -1326,19 +1292,7 @@ mod tests {
             d = data.display()
         );
         for shim in ["sh", "bash", "prefix"] {
-            let c = run_captured(
-                {
-                    let mut b = tokio::process::Command::new(dir.join(shim));
-                    if shim != "prefix" {
-                        b.arg("-c");
-                    }
-                    b.arg(&probe).env_remove(INSIDE_ENV).current_dir(wt.path());
-                    b
-                },
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap();
+            let c = run_captured(through_shim(&dir, shim, &probe, wt.path()), Duration::from_secs(30)).await.unwrap();
             assert_eq!(c.stdout.trim(), "1 [] [] []", "{shim}: {c:?}");
         }
         // A command started per call (forge.shell) looks at them then too.

@@ -140,39 +140,36 @@ fn is_system_path(p: &Path) -> bool {
 
 /// `p` resolved: its real path when it exists, else the real path of its nearest existing
 /// folder with the rest appended (a credential folder that appears later is found where it
-/// will be). `None` when the rest steps up (`..`).
-fn resolve(p: &Path) -> Option<PathBuf> {
-    resolve_within(p, 0)
-}
-
-/// [`resolve`], following at most 8 links whose target is missing.
-fn resolve_within(p: &Path, links: u32) -> Option<PathBuf> {
-    if let Ok(real) = p.canonicalize() {
-        return Some(real);
-    }
-    // A link whose target does not exist yet: the secret will be at its target.
-    if let Ok(target) = std::fs::read_link(p) {
-        let target = if target.is_absolute() { target } else { p.parent()?.join(target) };
-        return (links < 8).then(|| resolve_within(&target, links + 1)).flatten();
-    }
+/// will be). A link on the way whose target does not exist yet counts as its target (at
+/// most 8 such links). `None` when the rest steps up (`..`) or there are more links.
+fn resolve(p: &Path, links: u32) -> Option<PathBuf> {
     let mut rest = vec![];
     let mut cur = p;
     loop {
-        rest.push(cur.file_name()?);
-        cur = cur.parent()?;
-        // The nearest folder that exists, or a link on the way whose target does not yet.
         let base = match cur.canonicalize() {
             Ok(real) => Some(real),
-            Err(_) if links < 8 && std::fs::symlink_metadata(cur).is_ok_and(|m| m.file_type().is_symlink()) => {
-                Some(resolve_within(cur, links + 1)?)
-            }
-            Err(_) => None,
+            Err(_) => match std::fs::read_link(cur) {
+                Ok(target) if links < 8 => {
+                    let target = if target.is_absolute() { target } else { cur.parent()?.join(target) };
+                    Some(resolve(&target, links + 1)?)
+                }
+                Ok(_) => return None,
+                Err(_) => None,
+            },
         };
         if let Some(mut out) = base {
             out.extend(rest.iter().rev());
             return Some(out);
         }
+        rest.push(cur.file_name()?);
+        cur = cur.parent()?;
     }
+}
+
+/// The names of this process's environment variables that a sandboxed command does not
+/// get ([`is_secret_env`]).
+pub fn secret_vars_here(expose: &[String]) -> Vec<std::ffi::OsString> {
+    std::env::vars_os().map(|(k, _)| k).filter(|k| is_secret_env(&k.to_string_lossy(), expose)).collect()
 }
 
 /// The paths a sandbox hides for the home directory `home`, resolved ([`resolve`]), once
@@ -190,7 +187,7 @@ pub fn secret_candidates(home: Option<&Path>, secrets: &Secrets, data_dir: Optio
     let homes = data_dir.map(|d| (d.join("agent-homes"), true));
     let mut out: Vec<PathBuf> = vec![];
     for (p, ours) in defaults.map(|p| (p, true)).chain(added).chain(homes) {
-        let Some(real) = resolve(&p) else { continue };
+        let Some(real) = resolve(&p, 0) else { continue };
         if real.starts_with("/tmp") || out.contains(&real) {
             continue;
         }
@@ -247,16 +244,17 @@ pub(crate) fn env_scrub_sh(expose: &[String]) -> String {
     )
 }
 
+/// A folder for test files outside `/tmp` (which [`secret_mounts`] leaves out and a
+/// sandbox makes private): the target directory the test binary runs from.
+#[cfg(test)]
+pub(crate) fn outside_tmp() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).expect("target directory").to_path_buf()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A folder for test files outside `/tmp` (which [`secret_mounts`] leaves out: it is
-    /// private inside a sandbox): the target directory the test binary runs from.
-    fn outside_tmp() -> PathBuf {
-        let exe = std::env::current_exe().unwrap();
-        exe.parent().and_then(Path::parent).expect("target directory").to_path_buf()
-    }
 
     #[test]
     fn secret_like_variable_names() {

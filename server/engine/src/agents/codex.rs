@@ -115,11 +115,6 @@ pub fn overrides(mcp_bin: &str) -> Vec<String> {
     out
 }
 
-/// The string `key` of the table `t`.
-fn str_at<'a>(t: Option<&'a toml::Value>, key: &str) -> Option<&'a str> {
-    t.and_then(|t| t.get(key)).and_then(toml::Value::as_str)
-}
-
 /// The secret-named variables a sandboxed loop's Codex keeps (the sandbox drops every
 /// other one of the server's environment, so that no command reads them from
 /// `/proc/<pid>/environ` of Codex or the sandbox's init), from the loop's `config.toml`
@@ -133,52 +128,40 @@ fn str_at<'a>(t: Option<&'a toml::Value>, key: &str) -> Option<&'a str> {
 /// A provider chosen on the command line instead (an `agent.command` with `--profile`) is
 /// not seen: its variable needs `sandbox.exposeEnv`.
 pub fn key_variables(home: &Path) -> Vec<String> {
+    use toml::Value;
+    fn text(v: Option<&Value>) -> Option<&str> {
+        v.and_then(Value::as_str)
+    }
     let config = std::fs::read_to_string(home.join("config.toml"))
         .ok()
         .and_then(|t| t.parse::<toml::Table>().ok())
         .unwrap_or_default();
-    let root = Some(toml::Value::Table(config.clone()));
-    let profile =
-        str_at(root.as_ref(), "profile").and_then(|p| config.get("profiles").and_then(|ps| ps.get(p)).cloned());
-    let provider = str_at(profile.as_ref(), "model_provider")
-        .or_else(|| str_at(root.as_ref(), "model_provider"))
-        .unwrap_or("openai")
-        .to_string();
-    let def = config.get("model_providers").and_then(|ps| ps.get(&provider));
-    let openai_auth = provider == "openai"
-        || def.and_then(|d| d.get("requires_openai_auth")).and_then(toml::Value::as_bool) == Some(true);
-    let mut out: Vec<String> = vec![];
-    let mut add = |name: &str| {
-        if !out.iter().any(|o| o == name) {
-            out.push(name.to_string());
-        }
+    // A table's variable: `key`'s, then its `env_http_headers` values.
+    let vars_of = |t: &Value, key: &str| -> Vec<String> {
+        let headers = t.get("env_http_headers").and_then(Value::as_table);
+        let header_vars = headers.into_iter().flat_map(|h| h.values()).filter_map(Value::as_str);
+        text(t.get(key)).into_iter().chain(header_vars).map(str::to_string).collect()
     };
-    if openai_auth {
-        add("OPENAI_API_KEY");
-        add("CODEX_API_KEY");
+    let profile = text(config.get("profile")).and_then(|p| config.get("profiles")?.get(p));
+    let provider =
+        text(profile.and_then(|p| p.get("model_provider"))).or(text(config.get("model_provider"))).unwrap_or("openai");
+    let def = config.get("model_providers").and_then(|ps| ps.get(provider));
+    let mut out: Vec<String> = vec![];
+    if provider == "openai" || def.and_then(|d| d.get("requires_openai_auth")).and_then(Value::as_bool) == Some(true) {
+        out.extend(["OPENAI_API_KEY".to_string(), "CODEX_API_KEY".to_string()]);
     }
-    if let Some(k) = str_at(def, "env_key") {
-        add(k);
-    }
-    let headers = def.and_then(|d| d.get("env_http_headers")).and_then(toml::Value::as_table);
-    for v in headers.into_iter().flat_map(|h| h.values()).filter_map(toml::Value::as_str) {
-        add(v);
-    }
-    let servers = config.get("mcp_servers").and_then(toml::Value::as_table);
-    let enabled = |s: &&toml::Value| s.get("enabled").and_then(toml::Value::as_bool) != Some(false);
-    for server in servers.into_iter().flat_map(|t| t.values()).filter(enabled) {
-        let vars = server.get("env_vars").and_then(toml::Value::as_array);
-        for v in vars.into_iter().flatten().filter_map(toml::Value::as_str) {
-            add(v);
+    out.extend(def.map(|d| vars_of(d, "env_key")).unwrap_or_default());
+    let servers = config.get("mcp_servers").and_then(Value::as_table);
+    for server in servers.into_iter().flat_map(|t| t.values()) {
+        if server.get("enabled").and_then(Value::as_bool) == Some(false) {
+            continue;
         }
-        if let Some(v) = str_at(Some(server), "bearer_token_env_var") {
-            add(v);
-        }
-        let headers = server.get("env_http_headers").and_then(toml::Value::as_table);
-        for v in headers.into_iter().flat_map(|h| h.values()).filter_map(toml::Value::as_str) {
-            add(v);
-        }
+        let env_vars = server.get("env_vars").and_then(Value::as_array);
+        out.extend(env_vars.into_iter().flatten().filter_map(Value::as_str).map(str::to_string));
+        out.extend(vars_of(server, "bearer_token_env_var"));
     }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|v| seen.insert(v.clone()));
     out
 }
 
@@ -189,7 +172,7 @@ pub fn key_variables(home: &Path) -> Vec<String> {
 /// can still read them from Codex's `/proc/<pid>/environ`, as it can read the loop's copy
 /// of `auth.json`: Codex and its commands share the sandbox).
 pub fn secret_env_excluded(expose: &[String]) -> Vec<String> {
-    exclude_override(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()), expose)
+    exclude_override(crate::secrets::secret_vars_here(expose).into_iter().filter_map(|k| k.into_string().ok()), expose)
 }
 
 /// [`secret_env_excluded`] for the variable names `names`.
