@@ -152,12 +152,7 @@ pub async fn start_loop(
     };
     // Sandbox shims (engine/sandbox.rs).
     if let Some(b) = &bwrap {
-        let sb = Sandbox {
-            ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &wt.dir),
-            ..Sandbox::for_loop(&wt.dir, env.config.sandbox_network, engine.private_socket().as_deref())
-        }
-        .with_secrets(sandbox::Secrets::from_config(&env.config))
-        .with_shims(&engine.data_dir);
+        let sb = shim_sandbox(engine, env, &wt.dir, env.config.sandbox_network);
         if let Err(e) = sb.write_shim(b, &engine.data_dir) {
             let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
             rollback_git(&repo, &wt.dir, &branch).await;
@@ -317,8 +312,6 @@ async fn resolve_models(
         .await
 }
 
-/// Checks that the agent command can be started at all: its program exists and may be
-/// executed (a file without an execute bit would fail every turn, "Permission denied").
 /// A preset does not start in a folder with its CLI's configuration the user has not
 /// trusted, where the CLI cannot be told to leave it out (`agents::config_refusal`).
 fn config_refusal(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
@@ -326,6 +319,20 @@ fn config_refusal(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
     crate::agents::config_refusal(preset, env.config.agent_trust_project_config, cwd).map_or(Ok(()), Err)
 }
 
+/// The sandbox whose shims a loop's agent goes through (written at its start and restart):
+/// the agent program bound when it is a file outside the worktree, the configuration's
+/// secret rules, the shims' folder.
+fn shim_sandbox(engine: &Engine, env: &ToolEnv, worktree: &Path, network: bool) -> Sandbox {
+    Sandbox {
+        ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), worktree),
+        ..Sandbox::for_loop(worktree, network, engine.private_socket().as_deref())
+    }
+    .with_secrets(sandbox::Secrets::from_config(&env.config))
+    .with_shims(&engine.data_dir)
+}
+
+/// Checks that the agent command can be started at all: its program exists and may be
+/// executed (a file without an execute bit would fail every turn, "Permission denied").
 fn probe_agent(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
     use crate::sandbox::is_executable as executable;
     let argv = crate::agents::program(&env.config).unwrap_or_default();
@@ -537,14 +544,9 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         config_refusal(env, &dir).map_err(|e| ToolError::precondition(format!("Cannot restart \"{name}\": {e}")))?;
     }
     if let Some(b) = &bwrap {
-        Sandbox {
-            ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), &dir),
-            ..Sandbox::for_loop(&dir, sbx_network, engine.private_socket().as_deref())
-        }
-        .with_secrets(sandbox::Secrets::from_config(&env.config))
-        .with_shims(&engine.data_dir)
-        .write_shim(b, &engine.data_dir)
-        .map_err(|e| ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}")))?;
+        shim_sandbox(engine, env, &dir, sbx_network).write_shim(b, &engine.data_dir).map_err(|e| {
+            ToolError::internal(format!("Cannot restart \"{name}\": cannot write the sandbox shims: {e}"))
+        })?;
     }
     let facts = row.facts(runner::post_action_configured(&env.config));
     let plan = loop_machine::restart(&facts);

@@ -20,7 +20,7 @@ pub enum TurnOutcome {
     Aborted(String),
     /// Not started: the worktree holds configuration of the preset's CLI that the user has
     /// not trusted and the CLI cannot be told to leave out
-    /// (`agents::repository_config_refusal`; a turn may have written it for the next one).
+    /// (`agents::config_refusal`; a turn may have written it for the next one).
     /// The loop ends (`worktree_failed`, with the message) instead of retrying a turn that
     /// cannot start.
     Refused(String),
