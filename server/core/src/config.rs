@@ -604,11 +604,7 @@ impl Loader {
             auditor_model: s("auditorModel"),
             execution_variant: s("executionVariant"),
             auditor_variant: s("auditorVariant"),
-            auditor_fallback_models: m
-                .get("auditorFallbackModels")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
-                .unwrap_or_default(),
+            auditor_fallback_models: list("auditorFallbackModels"),
             loop_enabled: b("loop.enabled", d.loop_enabled),
             default_max_iterations: u("loop.defaultMaxIterations", d.default_max_iterations),
             cleanup_worktree: b("loop.cleanupWorktree", d.cleanup_worktree),
@@ -643,11 +639,7 @@ impl Loader {
             webfetch_max_bytes: u("webfetch.maxBytes", d.webfetch_max_bytes),
             trust_project_tools: b("plugins.trustProjectTools", false),
             plugin_timeout_ms: u("plugins.timeoutMs", d.plugin_timeout_ms).max(1),
-            trusted_projects: m
-                .get("plugins.trustedProjects")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
-                .unwrap_or_default(),
+            trusted_projects: list("plugins.trustedProjects"),
             plugin_variables: {
                 let mut out: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
                     Default::default();
