@@ -108,6 +108,18 @@ impl Fixture {
     }
 }
 
+/// A user plugin tool `box__<name>` (`$XDG_CONFIG_HOME/forge-lsp/plugins/box/tools`): its
+/// program `script` and its description.
+fn user_tool(sb: &Sandbox, name: &str, script: &str, description: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let tools = sb.config_home.join("forge-lsp/plugins/box/tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::write(tools.join(name), script).unwrap();
+    std::fs::set_permissions(tools.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let meta = json!({ "description": description, "inputSchema": { "type": "object" } });
+    std::fs::write(tools.join(format!("{name}.json")), meta.to_string()).unwrap();
+}
+
 fn read(d: &Path, file: &str) -> String {
     std::fs::read_to_string(d.join(file)).unwrap_or_else(|e| panic!("{}: {e}", d.join(file).display()))
 }
@@ -201,19 +213,12 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
         c.env("XDG_RUNTIME_DIR", runtime.path()).env("FORGE_TEST_RUNTIME_SOCKET", &bus);
     });
     // A user plugin tool the agent calls: it reports where it ran and tries to write outside.
-    let tools = f.sb.config_home.join("forge-lsp/plugins/box/tools");
-    std::fs::create_dir_all(&tools).unwrap();
-    std::fs::write(
-        tools.join("Probe"),
+    user_tool(
+        &f.sb,
+        "Probe",
         "#!/bin/sh\ncat > /dev/null\npwd\necho ${FORGE_SANDBOX:-host}\n(touch \"$FORGE_TEST_STATE/plugin-escaped\") 2>/dev/null && echo escaped || echo blocked\ntouch plugin-made && echo inside\n",
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(tools.join("Probe"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    std::fs::write(tools.join("Probe.json"), r#"{"description":"Where am I?","inputSchema":{"type":"object"}}"#)
-        .unwrap();
+        "Where am I?",
+    );
     // The repository commits a `forge-lsp` under `.forge/bin` (where the shims used to be,
     // first on the agent's PATH): it must never run, on the host or anywhere.
     f.repo.write(".forge/bin/forge-lsp", "#!/bin/sh\ntouch \"$FORGE_TEST_STATE/hijacked\"\nexit 1\n");
@@ -367,15 +372,7 @@ fn secrets_stay_outside_the_loop_sandbox() {
     );
     f.repo.git(&["add", "probe.sh"]);
     f.repo.git(&["commit", "-q", "-m", "probe"]);
-    let tools = f.sb.config_home.join("forge-lsp/plugins/box/tools");
-    std::fs::create_dir_all(&tools).unwrap();
-    std::fs::write(tools.join("Secrets"), "#!/bin/sh\ncat > /dev/null\nsh probe.sh\n").unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(tools.join("Secrets"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    std::fs::write(tools.join("Secrets.json"), r#"{"description":"What can I see?","inputSchema":{"type":"object"}}"#)
-        .unwrap();
+    user_tool(&f.sb, "Secrets", "#!/bin/sh\ncat > /dev/null\nsh probe.sh\n", "What can I see?");
     let out = f.client.tool_ok("execute-plan", json!({ "title": "Secrets", "plan": PLAN }));
     let name = out.data["loopName"].as_str().expect("loopName").to_string();
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();

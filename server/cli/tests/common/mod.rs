@@ -112,7 +112,6 @@ impl Sandbox {
         self.data_dir.join("forge.db")
     }
 
-    /// A fresh directory inside the sandbox.
     /// An executable file `name` in the sandbox's root holding `text` (a script with its
     /// `#!` line: a fake agent or tool).
     pub fn executable(&self, name: &str, text: &str) -> PathBuf {
@@ -123,6 +122,7 @@ impl Sandbox {
         p
     }
 
+    /// A fresh directory inside the sandbox.
     pub fn mkdir(&self, name: &str) -> PathBuf {
         let p = self.root.join(name);
         std::fs::create_dir_all(&p).expect("mkdir");
