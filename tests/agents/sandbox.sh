@@ -58,6 +58,9 @@ echo $? > "$d/plugin.code"
 # forge.shell and by a plugin tool.
 if [ -n "${FORGE_TEST_SECRETS:-}" ]; then
   /bin/sh probe.sh > "$d/secrets-host.txt" 2>&1
+  # A secret-named variable whose name is no shell name: a shim could not drop it, so the
+  # agent itself does not get it.
+  if env | grep -q '^MY-API-KEY='; then echo present; else echo absent; fi > "$d/secrets-odd-name.txt"
   "$SHELL" -c 'sh probe.sh' > "$d/secrets-shim.txt" 2>&1
   forge-lsp call shell '{"command":"sh probe.sh"}' --json > "$d/secrets-shell.json" 2> "$d/secrets-shell.err"
   forge-lsp call box__Secrets '{}' > "$d/secrets-plugin.txt" 2> "$d/secrets-plugin.err"

@@ -363,7 +363,8 @@ fn secrets_stay_outside_the_loop_sandbox() {
                 .env("OPENAI_API_KEY", "sk-e2e")
                 .env("GITHUB_TOKEN", "gh-e2e")
                 .env("NPM_TOKEN", "npm-e2e")
-                .env("FORGE_API_TOKEN", "forge-e2e");
+                .env("FORGE_API_TOKEN", "forge-e2e")
+                .env("MY-API-KEY", "odd-e2e");
         },
     );
     f.repo.write(
@@ -401,6 +402,9 @@ fn secrets_stay_outside_the_loop_sandbox() {
         "notes.txt=NOTES",
         "OPENAI_API_KEY=unset GITHUB_TOKEN=unset NPM_TOKEN=npm-e2e FORGE_API_TOKEN=unset",
     ];
+    // The agent on the host does not get a secret-named variable whose name is no shell
+    // name (where /bin/sh is bash, the shims would pass it on unseen).
+    assert_eq!(read(&d, "secrets-odd-name.txt").trim(), "absent");
     // The agent's shells keep its loop identity (`FORGE_*`), which `forge-lsp call` needs.
     let shim = lines(&read(&d, "secrets-shim.txt"));
     assert_eq!(shim[..7], inside, "the agent's shell");
