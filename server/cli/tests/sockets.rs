@@ -810,6 +810,8 @@ fn after_passing_over_a_stopped_server_calls_go_to_the_one_that_answered() {
     assert!(passed.stderr.contains("does not answer"), "{passed:?}");
     assert_eq!(next.code, 0, "{next:?}");
     assert!(first_try(&next).contains(&private(b.pid())), "the next call tried A again: {next:?}");
+    // ... found by the project's socket file, which the passing call rewrote.
+    assert!(first_try(&next).contains("(named in "), "{next:?}");
     assert!(!next.stderr.contains("does not answer"), "{next:?}");
 }
 
@@ -838,6 +840,64 @@ fn a_forgotten_registration_comes_back_with_the_next_call() {
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("through the running server"), "{out:?}");
     assert_eq!(rows(), 1, "the registration did not come back");
+}
+
+/// A call finds the project's most recently seen server by the socket file the server
+/// wrote, `<data dir>/servers/<project>`, without opening the database. A file that names
+/// a server killed without shutting down sends the call to the table, which forgets that
+/// server and reaches the other; the file then names the one that answered.
+#[test]
+fn a_call_finds_the_projects_server_by_its_socket_file() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let (sock_b, sock_a) = (sb.root.join("b/forge.sock"), sb.root.join("a/forge.sock"));
+    // B serves the project first, then A: A is the most recently seen.
+    let mut b = sb.listen_unix(&sock_b);
+    let mut cb = b.connect();
+    cb.init(&Init::new(&repo.path));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut a = sb.listen_unix(&sock_a);
+    let mut ca = a.connect();
+    ca.init(&Init::new(&repo.path));
+    let files: Vec<_> = std::fs::read_dir(sb.data_dir.join("servers")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let file = &files[0];
+    assert_eq!(mode(file), 0o600);
+    let private = |pid: u32| format!("/{pid}/forge.sock");
+    assert!(std::fs::read_to_string(file).unwrap().ends_with(&format!("{}\n", private(a.pid()))));
+    let call = || sb.call("review-read").arg("--verbose").input(json!({})).cwd(&repo.path).run();
+    let first_try = |out: &CallOutput| {
+        out.stderr.lines().find(|l| l.contains("through the running server at")).unwrap_or_default().to_string()
+    };
+    let out = call();
+    assert_eq!(out.code, 0, "{out:?}");
+    let line = first_try(&out);
+    assert!(line.contains(&private(a.pid())) && line.ends_with(&format!("(named in {})", file.display())), "{out:?}");
+    assert!(!out.stderr.contains("found in"), "the table was read too: {out:?}");
+
+    a.kill_hard();
+    let out = call();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(first_try(&out).contains(&private(a.pid())), "{out:?}");
+    assert!(out.stderr.contains("does not answer"), "{out:?}");
+    assert!(out.stderr.contains("forgot the registration of the dead server at"), "{out:?}");
+    let reached = out.stderr.lines().find(|l| l.contains(&private(b.pid()))).unwrap_or_default();
+    assert!(reached.contains("(found in"), "{out:?}");
+    // The dead server was asked once, not again from the table.
+    assert_eq!(out.stderr.matches(&format!("{} does not answer", private(a.pid()))).count(), 1, "{out:?}");
+    assert!(std::fs::read_to_string(file).unwrap().ends_with(&format!("{}\n", private(b.pid()))));
+    let out = call();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(first_try(&out).contains(&private(b.pid())) && first_try(&out).contains("(named in"), "{out:?}");
+    assert!(!out.stderr.contains("does not answer"), "{out:?}");
+    // B shutting down removes the file that names it; the next call runs in-process.
+    drop(cb);
+    b.terminate();
+    assert!(!file.exists(), "the file still names the server that shut down");
+    let out = call();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("in-process"), "{out:?}");
+    assert!(!out.stderr.contains("does not answer"), "{out:?}");
 }
 
 /// The next LSP message on `s`, framed by the protocol crate's decoder (`None` at the end

@@ -165,7 +165,7 @@ pub const SHARED_DATA_DIR_ENV: &str = "FORGE_SHARED_DATA_DIR";
 /// links; where the file system ignores modes that changes nothing and is not an error.
 /// [`SHARED_DATA_DIR_ENV`] skips all of it (a directory shared on purpose, a container's
 /// mounted directory, a mount whose owners and modes mean nothing).
-fn check_owned(path: &Path, dir: bool) -> Result<(), OpenError> {
+pub(crate) fn check_owned(path: &Path, dir: bool) -> Result<(), OpenError> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     if std::env::var(SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1") {
         return Ok(());

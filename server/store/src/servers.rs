@@ -1,15 +1,38 @@
 //! The `servers` table: which processes serve a project, and on which private socket, so
 //! `forge-lsp call` outside a loop can find one.
+//!
+//! Beside it, one file per project, `<data dir>/servers/<project id>`, names the socket of
+//! the project's most recently seen server: the table's first row for the project. A call
+//! reads it without opening the database (whose schema alone costs a new connection about
+//! 0.2 ms to parse); when it is missing, does not hold up, or names a server that does not
+//! answer, the call goes by the table, which stays the record. Invariants:
+//! - every write that makes a project's server the most recently seen (its registration,
+//!   and a call's mark after passing over another, [`mark_seen`]) writes the file too, after
+//!   the row, by an atomic rename;
+//! - forgetting a server's rows ([`unregister`], [`forget_socket`]) removes the files that
+//!   name its socket;
+//! - the file is only a shortcut: each write is best effort, and a reader trusts it no
+//!   more than the database (the data directory, the folder and the file must be this
+//!   user's and not writable by others, unless the data directory is shared on purpose).
+
+use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-/// Records (or refreshes) a running server of `project`.
+/// The folder of the data directory that holds the per-project socket files.
+pub const HINTS_DIR: &str = "servers";
+
+/// Records (or refreshes) a running server of `project`; it is now the project's most
+/// recently seen server, and its socket file says so.
 pub fn register(db: &Connection, pid: u32, project: &str, socket: &str, now: i64) -> rusqlite::Result<()> {
     db.execute(
         "INSERT INTO servers (pid, project_id, socket_path, started_at, heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?4)
          ON CONFLICT (pid, project_id) DO UPDATE SET socket_path = excluded.socket_path, heartbeat_at = excluded.heartbeat_at",
         rusqlite::params![pid, project, socket, now],
     )?;
+    if project != ANY_PROJECT {
+        write_hint(db, project, socket);
+    }
     Ok(())
 }
 
@@ -26,16 +49,49 @@ pub fn touch(db: &Connection, socket: &str, now: i64) -> rusqlite::Result<usize>
     db.execute("UPDATE servers SET heartbeat_at = ?2 WHERE socket_path = ?1", rusqlite::params![socket, now])
 }
 
-/// Forgets every registration of process `pid` (its shutdown).
+/// Marks `socket` as the most recently seen server of `project` ([`touch`]), socket file
+/// included: what a call does after it passed over another server to reach this one, or
+/// found no socket file to read.
+pub fn mark_seen(db: &Connection, project: &str, socket: &str, now: i64) -> rusqlite::Result<usize> {
+    let n = touch(db, socket, now)?;
+    if n > 0 && project != ANY_PROJECT {
+        write_hint(db, project, socket);
+    }
+    Ok(n)
+}
+
+/// Writes `project`'s socket file naming `socket`, which the table already has as the
+/// project's most recently seen server: what a call does that found no socket file (or
+/// one that did not hold) and reached the table's first server.
+pub fn name_in_hint(db: &Connection, project: &str, socket: &str) {
+    if project != ANY_PROJECT {
+        write_hint(db, project, socket);
+    }
+}
+
+/// Forgets every registration of process `pid` (its shutdown), and the socket files that
+/// name its sockets.
 pub fn unregister(db: &Connection, pid: u32) -> rusqlite::Result<()> {
+    let rows = rows_where(db, "pid = ?1", &pid)?;
     db.execute("DELETE FROM servers WHERE pid = ?1", [pid])?;
+    remove_hints(db, &rows);
     Ok(())
 }
 
 /// Forgets every registration on `socket`: a server that died without unregistering
 /// (killed with SIGKILL, a crash), found when its socket is gone or refuses connections.
 pub fn forget_socket(db: &Connection, socket: &str) -> rusqlite::Result<usize> {
-    db.execute("DELETE FROM servers WHERE socket_path = ?1", [socket])
+    let rows = rows_where(db, "socket_path = ?1", &socket)?;
+    let n = db.execute("DELETE FROM servers WHERE socket_path = ?1", [socket])?;
+    remove_hints(db, &rows);
+    Ok(n)
+}
+
+/// `(project, socket)` of the rows matching `filter` (one `?1` parameter).
+fn rows_where(db: &Connection, filter: &str, value: &dyn rusqlite::ToSql) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut st = db.prepare(&format!("SELECT project_id, socket_path FROM servers WHERE {filter}"))?;
+    let rows = st.query_map([value], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    rows.collect()
 }
 
 /// The sockets process `pid` registered (one per project it serves).
@@ -51,12 +107,237 @@ pub fn sockets_of_pid(db: &Connection, pid: i64) -> rusqlite::Result<Vec<String>
 pub const ANY_PROJECT: &str = "*";
 
 /// Sockets of the project's registered servers, most recently seen first, then those of
-/// servers registered for any project ([`ANY_PROJECT`]), most recent first.
-pub fn sockets(db: &Connection, project: &str) -> rusqlite::Result<Vec<String>> {
+/// servers registered for any project ([`ANY_PROJECT`]), most recent first; each with
+/// whether it is the project's own registration (`true`) or one for any project.
+pub fn sockets(db: &Connection, project: &str) -> rusqlite::Result<Vec<(String, bool)>> {
     let mut st = db.prepare(
-        "SELECT socket_path FROM servers WHERE project_id = ?1 OR project_id = '*'
+        "SELECT socket_path, project_id != '*' FROM servers WHERE project_id = ?1 OR project_id = '*'
          ORDER BY project_id = '*', heartbeat_at DESC",
     )?;
-    let rows = st.query_map([project], |r| r.get::<_, String>(0))?;
+    let rows = st.query_map([project], |r| Ok((r.get::<_, String>(0)?, r.get::<_, bool>(1)?)))?;
     rows.collect()
+}
+
+/// The socket file of `project` in `data_dir`; none for a project id that is not a plain
+/// name (ids are commit hashes; [`ANY_PROJECT`] has no file).
+fn hint_path(data_dir: &Path, project: &str) -> Option<PathBuf> {
+    let plain = !project.is_empty()
+        && project.len() <= 128
+        && !project.starts_with('.')
+        && project.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    plain.then(|| data_dir.join(HINTS_DIR).join(project))
+}
+
+/// The data directory of an open database (none in memory).
+fn data_dir_of(db: &Connection) -> Option<PathBuf> {
+    let path = Path::new(db.path().filter(|p| !p.is_empty())?);
+    Some(path.parent()?.to_path_buf())
+}
+
+/// Whether `m` (of a file or folder in the data directory) is this user's and nobody
+/// else's to write; always when the data directory is shared on purpose.
+fn private(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    std::env::var(crate::SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1")
+        || (m.uid() == forge_core::paths::euid() && m.permissions().mode() & 0o022 == 0)
+}
+
+/// Writes `project`'s socket file naming `socket`: a new file renamed over the old, so a
+/// reader sees one or the other whole. Best effort: a failure only costs the next call
+/// its shortcut.
+fn write_hint(db: &Connection, project: &str, socket: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let Some(path) = data_dir_of(db).and_then(|d| hint_path(&d, project)) else { return };
+    let Some(dir) = path.parent() else { return };
+    let made = match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => {
+            tracing::debug!("cannot make {}: {e}", dir.display());
+            return;
+        }
+    };
+    // A folder that is a link, or not private, is not written through.
+    if !made && !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m)) {
+        tracing::debug!("{} is not a private folder: no socket file written", dir.display());
+        return;
+    }
+    let tmp = dir.join(format!(".{project}.{}.{}", std::process::id(), forge_core::now_ms()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(format!("{socket}\n").as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::debug!("cannot write {}: {e}", path.display());
+    }
+}
+
+/// Removes the socket files that name one of `rows`' sockets for its project (a file that
+/// a newer server rewrote since is left alone; a removal racing such a rewrite only costs
+/// the next call its shortcut).
+fn remove_hints(db: &Connection, rows: &[(String, String)]) {
+    let Some(data_dir) = data_dir_of(db) else { return };
+    for (project, socket) in rows {
+        let Some(path) = hint_path(&data_dir, project) else { continue };
+        if read_hint(&path).is_some_and(|s| s.as_os_str() == socket.as_str()) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The socket `<data dir>/servers/<project>` names, if the file holds up: the data
+/// directory, the folder and the file are this user's and nobody else's to write (as the
+/// database's checks ask), the file is no link, and it names one absolute path. `None`
+/// sends the caller to the table.
+pub fn hinted_socket(data_dir: &Path, project: &str) -> Option<PathBuf> {
+    let path = hint_path(data_dir, project)?;
+    // The data directory may be a link to one of ours (as for the database); the folder
+    // and the file may not.
+    let ok = |m: std::io::Result<std::fs::Metadata>, dir: bool| m.is_ok_and(|m| m.is_dir() == dir && private(&m));
+    if crate::check_owned(data_dir, true).is_err() {
+        return None;
+    }
+    if !ok(std::fs::symlink_metadata(path.parent()?), true) {
+        return None;
+    }
+    read_hint(&path)
+}
+
+/// A socket file's one absolute path, read without following a link; `None` for a file
+/// that is not this user's and private to write, too long, or not one absolute path.
+fn read_hint(path: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStringExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file() || !private(&m) || m.len() > 4096 {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.take(4097).read_to_end(&mut bytes).ok()?;
+    let line = bytes.strip_suffix(b"\n")?;
+    if line.is_empty() || line.contains(&b'\n') || line.contains(&0) || line[0] != b'/' {
+        return None;
+    }
+    Some(PathBuf::from(std::ffi::OsString::from_vec(line.to_vec())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const P: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn store() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::open_connection(&dir.path().join("forge.db")).unwrap();
+        (dir, conn)
+    }
+
+    fn hint(dir: &Path) -> PathBuf {
+        dir.join(HINTS_DIR).join(P)
+    }
+
+    #[test]
+    fn the_socket_file_follows_the_projects_most_recently_seen_server() {
+        let (dir, db) = store();
+        let d = dir.path();
+        assert_eq!(hinted_socket(d, P), None, "no server yet");
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&d.join(HINTS_DIR)), mode(&hint(d))), (0o700, 0o600));
+        register(&db, 2, P, "/run/b.sock", 20).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/b.sock")));
+        // The table agrees: its first row is the file's server.
+        assert_eq!(sockets(&db, P).unwrap()[0], ("/run/b.sock".to_string(), true));
+        // A call that passed over b and reached a marks a; a serve --listen server's
+        // registration for any project names no file.
+        mark_seen(&db, P, "/run/a.sock", 30).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(sockets(&db, P).unwrap()[0].0, "/run/a.sock");
+        register(&db, 3, ANY_PROJECT, "/run/any.sock", 40).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(std::fs::read_dir(d.join(HINTS_DIR)).unwrap().count(), 1, "no other file, no leftover");
+        // b leaving does not remove a's file; a leaving does.
+        unregister(&db, 2).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        unregister(&db, 1).unwrap();
+        assert_eq!(hinted_socket(d, P), None);
+        assert!(!hint(d).exists());
+        // A dead server's socket forgotten by a caller takes its file with it.
+        register(&db, 4, P, "/run/d.sock", 50).unwrap();
+        assert_eq!(forget_socket(&db, "/run/d.sock").unwrap(), 1);
+        assert!(!hint(d).exists());
+        // A call that found no file names the table's first server.
+        register(&db, 5, P, "/run/e.sock", 60).unwrap();
+        std::fs::remove_file(hint(d)).unwrap();
+        name_in_hint(&db, P, "/run/e.sock");
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/e.sock")));
+    }
+
+    #[test]
+    fn a_socket_file_that_does_not_hold_up_is_not_read() {
+        let (dir, db) = store();
+        let d = dir.path();
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
+        let f = hint(d);
+        let set_mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        // Others may write the file, or the folder: a planted socket could take the caller's
+        // identity (its session token).
+        set_mode(&f, 0o620);
+        assert_eq!(hinted_socket(d, P), None);
+        set_mode(&f, 0o600);
+        set_mode(&d.join(HINTS_DIR), 0o777);
+        assert_eq!(hinted_socket(d, P), None);
+        set_mode(&d.join(HINTS_DIR), 0o700);
+        assert!(hinted_socket(d, P).is_some());
+        // A link, as the file or as the folder, is not followed.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("x"), "/run/evil.sock\n").unwrap();
+        std::fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join("x"), &f).unwrap();
+        assert_eq!(hinted_socket(d, P), None);
+        std::fs::remove_file(&f).unwrap();
+        std::fs::rename(d.join(HINTS_DIR), d.join("moved")).unwrap();
+        std::fs::write(elsewhere.path().join(P), "/run/evil.sock\n").unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), d.join(HINTS_DIR)).unwrap();
+        assert_eq!(hinted_socket(d, P), None);
+        // ... nor written through: a registration leaves the linked folder alone.
+        register(&db, 2, P, "/run/b.sock", 20).unwrap();
+        assert_eq!(std::fs::read_to_string(elsewhere.path().join(P)).unwrap(), "/run/evil.sock\n");
+        std::fs::remove_file(d.join(HINTS_DIR)).unwrap();
+        std::fs::rename(d.join("moved"), d.join(HINTS_DIR)).unwrap();
+        // Contents that are not one absolute path.
+        for bad in ["", "\n", "run/a.sock\n", "/run/a.sock", "/run/a.sock\n/run/b.sock\n", "/run/a\0.sock\n"] {
+            std::fs::write(&f, bad).unwrap();
+            set_mode(&f, 0o600);
+            assert_eq!(hinted_socket(d, P), None, "{bad:?}");
+        }
+        std::fs::write(&f, format!("/{}\n", "x".repeat(5000))).unwrap();
+        assert_eq!(hinted_socket(d, P), None, "too long");
+        // A project id that is not a plain name has no file (and names no other path).
+        for odd in ["", "../forge.db", ".hidden", "a/b", ANY_PROJECT] {
+            assert_eq!(hint_path(d, odd), None, "{odd:?}");
+            register(&db, 3, odd, "/run/c.sock", 30).unwrap();
+        }
+        assert!(!d.join("forge.db").is_dir() && !d.join(".hidden").exists());
+    }
+
+    #[test]
+    fn a_store_without_a_file_writes_no_socket_file() {
+        let db = Connection::open_in_memory().unwrap();
+        crate::configure(&db).unwrap();
+        crate::migrate(&db).unwrap();
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
+        unregister(&db, 1).unwrap();
+    }
 }

@@ -5,8 +5,9 @@
 //! else `--agent` and `--session`), the project (`--project DIR`; for a loop session with
 //! `FORGE_LSP_SOCKET`, its worktree `FORGE_WORKTREE`; else the working directory's
 //! repository, and outside a repository it refuses) and the data directory. [`Route::call`] then runs one tool: with `FORGE_LSP_SOCKET` (set for
-//! agents in a loop) through that server; otherwise through a running server of the project
-//! found in the database's `servers` table; with none, in-process on the database when the
+//! agents in a loop) through that server; otherwise through a running server of the project,
+//! the one its socket file names (`<data dir>/servers/<project>`, read without opening the
+//! database), else those found in the database's `servers` table; with none, in-process on the database when the
 //! tool only touches it ([`run_on`](crate::run_on), the same dispatcher a server runs), and
 //! loop control is refused. The front ends only parse their own wire and print.
 
@@ -241,10 +242,6 @@ impl Route {
 
         let first = self.detected.lock().unwrap_or_else(|e| e.into_inner()).take();
         let project = first.unwrap_or_else(|| Project::detect(&self.root));
-        let db_path = self.data_dir.join("forge.db");
-        let mut conn = store::open_connection(&db_path).map_err(|e| ToolError::precondition(e.to_string()))?;
-        keep_wal_files(&conn);
-        let mut passed_over = false;
         // A data directory or project root whose name is not UTF-8 cannot be named to a
         // server exactly (a lossy name would be another directory): no server is asked,
         // and the route says so once, rather than naming servers it then passes over.
@@ -252,32 +249,61 @@ impl Route {
             .into_iter()
             .find(|(p, _)| p.to_str().is_none())
             .map(|(p, what)| format!("the {what} {} is not UTF-8, so no server can be named it", p.display()));
+        // The project's most recently seen server, named by its socket file: tried before
+        // the database is opened at all (`store::servers`, the module doc).
+        let mut hinted = None;
+        if unnameable.is_none() {
+            if let Some(sock) = store::servers::hinted_socket(&self.data_dir, &project.id) {
+                let file = self.data_dir.join(store::servers::HINTS_DIR).join(&project.id);
+                self.say(format!("through the running server at {} (named in {})", sock.display(), file.display()));
+                match self.via_server(&sock, name, input.clone(), cancel) {
+                    Ok(r) => return Ok(r),
+                    Err(Some(e)) => return Err(e),
+                    Err(None) => {
+                        self.say(format!("{} does not answer", sock.display()));
+                        hinted = Some(sock);
+                    }
+                }
+            }
+        }
+        let db_path = self.data_dir.join("forge.db");
+        let mut conn = store::open_connection(&db_path).map_err(|e| ToolError::precondition(e.to_string()))?;
+        keep_wal_files(&conn);
         let servers = if unnameable.is_some() { vec![] } else { running_servers(&conn, &project.id) };
-        for sock in servers {
+        // The server the socket file named was asked already: passed over, not again (a
+        // wedged one would cost its initialize timeout twice).
+        let mut passed_over = hinted.is_some();
+        if let Some(sock) = &hinted {
+            self.forget_if_dead(&conn, sock);
+        }
+        for (sock, own) in servers.into_iter().filter(|(s, _)| Some(s) != hinted.as_ref()) {
             self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
             match self.via_server(&sock, name, input.clone(), cancel) {
                 Ok(r) => {
                     // The next call tries this server first, not the one that did not
-                    // answer (servers do not register again for every call). A write only
-                    // on this rare path, best effort: it waits little for a lock (the
-                    // stopped server may hold one) once the call has succeeded.
-                    if passed_over && conn.busy_timeout(std::time::Duration::from_millis(100)).is_ok() {
-                        let _ = store::servers::touch(&conn, &sock.display().to_string(), forge_core::now_ms());
+                    // answer (servers do not register again for every call), and finds it
+                    // by the socket file without opening the database. A write only on
+                    // this path (no socket file, or one that did not hold), best effort:
+                    // it waits little for a lock (a stopped server may hold one) once the
+                    // call has succeeded. A socket file alone is no commit.
+                    if conn.busy_timeout(std::time::Duration::from_millis(100)).is_ok() {
+                        let (s, now) = (sock.display().to_string(), forge_core::now_ms());
+                        match (passed_over, own) {
+                            (true, true) => drop(store::servers::mark_seen(&conn, &project.id, &s, now)),
+                            (true, false) => drop(store::servers::touch(&conn, &s, now)),
+                            // The first of the table's rows: already the most recent.
+                            (false, true) => store::servers::name_in_hint(&conn, &project.id, &s),
+                            (false, false) => {}
+                        }
                     }
                     return Ok(r);
                 }
                 Err(Some(e)) => return Err(e),
                 Err(None) => {
-                    // Not reachable (a server that died): try the next, then in-process. A
-                    // socket that is gone or refuses connections belongs to a server that
-                    // died without unregistering (SIGKILL, crash): its row is forgotten.
+                    // Not reachable (a server that died): try the next, then in-process.
                     self.say(format!("{} does not answer", sock.display()));
                     passed_over = true;
-                    if forge_core::paths::socket_is_dead(&sock) {
-                        if let Ok(1..) = store::servers::forget_socket(&conn, &sock.display().to_string()) {
-                            self.say(format!("forgot the registration of the dead server at {}", sock.display()));
-                        }
-                    }
+                    self.forget_if_dead(&conn, &sock);
                     continue;
                 }
             }
@@ -320,6 +346,16 @@ impl Route {
         let env =
             ToolEnv { project, caller, config, home: std::env::var("HOME").ok(), links: forge_core::Links::Forge };
         crate::run_on(&mut conn, &env, name, input, cancel)
+    }
+
+    /// Forgets the registration of a server that did not answer when its socket is gone or
+    /// refuses connections: it died without unregistering (SIGKILL, a crash).
+    fn forget_if_dead(&self, conn: &rusqlite::Connection, sock: &Path) {
+        if forge_core::paths::socket_is_dead(sock) {
+            if let Ok(1..) = store::servers::forget_socket(conn, &sock.display().to_string()) {
+                self.say(format!("forgot the registration of the dead server at {}", sock.display()));
+            }
+        }
     }
 
     fn say(&self, route: String) {
@@ -579,13 +615,13 @@ fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) -> Result<(), 
 }
 
 /// Sockets of the project's running servers, newest first, then of servers for any project
-/// (`serve --listen`), each once.
-fn running_servers(conn: &rusqlite::Connection, project: &str) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for s in store::servers::sockets(conn, project).unwrap_or_default() {
+/// (`serve --listen`), each once; with whether it is registered for this project.
+fn running_servers(conn: &rusqlite::Connection, project: &str) -> Vec<(PathBuf, bool)> {
+    let mut out: Vec<(PathBuf, bool)> = Vec::new();
+    for (s, own) in store::servers::sockets(conn, project).unwrap_or_default() {
         let p = PathBuf::from(s);
-        if !out.contains(&p) {
-            out.push(p);
+        if !out.iter().any(|(q, _)| *q == p) {
+            out.push((p, own));
         }
     }
     out

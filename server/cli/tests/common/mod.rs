@@ -1283,6 +1283,13 @@ impl ListenServer {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// SIGTERM, and waits for the exit: the server shuts down (unregisters).
+    pub fn terminate(&mut self) {
+        // SAFETY: a signal to the child this handle started and has not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+
     /// SIGKILL: the server dies without shutting down (its registration and socket file stay).
     pub fn kill_hard(&mut self) {
         let _ = self.child.kill();
