@@ -900,6 +900,139 @@ fn a_call_finds_the_projects_server_by_its_socket_file() {
     assert!(!out.stderr.contains("does not answer"), "{out:?}");
 }
 
+/// A server passed over by one project's call, and the server reached instead, serve two
+/// projects: the other project's next call does not wait for the server passed over (the
+/// mark moved every project's socket file, as it moved every row).
+#[test]
+fn a_server_passed_over_costs_each_project_of_it_once() {
+    let sb = Sandbox::new();
+    let (p, q) = (GitRepo::new(), GitRepo::new());
+    let (sock_b, sock_a) = (sb.root.join("b/forge.sock"), sb.root.join("a/forge.sock"));
+    let b = sb.listen_unix(&sock_b);
+    let mut cb: Vec<_> = [&p, &q]
+        .iter()
+        .map(|r| {
+            let mut c = b.connect();
+            c.init(&Init::new(&r.path));
+            c
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let a = sb.listen_unix(&sock_a);
+    let ca: Vec<_> = [&p, &q]
+        .iter()
+        .map(|r| {
+            let mut c = a.connect();
+            c.init(&Init::new(&r.path));
+            c
+        })
+        .collect();
+    let call = |repo: &GitRepo| {
+        sb.call("review-read")
+            .arg("--verbose")
+            .input(json!({}))
+            .env("FORGE_TEST_INIT_TIMEOUT_MS", "2000")
+            .cwd(&repo.path)
+            .run()
+    };
+    // SAFETY: signals to the server process this test started.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
+    let first = call(&p);
+    let second = call(&q);
+    unsafe { libc::kill(a.pid() as i32, libc::SIGCONT) };
+    assert_eq!(first.code, 0, "{first:?}");
+    assert!(first.stderr.contains("does not answer"), "{first:?}");
+    assert_eq!(second.code, 0, "{second:?}");
+    assert!(!second.stderr.contains("does not answer"), "the other project waited again: {second:?}");
+    assert!(second.stderr.contains(&format!("/{}/forge.sock (named in", b.pid())), "{second:?}");
+    drop((ca, cb.pop()));
+}
+
+/// A socket file that names a dead server no row backs (the table was emptied, as when
+/// the database is replaced) is removed by the first call that finds the socket dead.
+#[test]
+fn a_socket_file_naming_a_dead_server_without_a_row_is_removed() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut server = sb.listen_unix(&sb.root.join("s/forge.sock"));
+    let mut c = server.connect();
+    c.init(&Init::new(&repo.path));
+    sb.db().conn.execute("DELETE FROM servers", []).unwrap();
+    drop(c);
+    server.kill_hard();
+    let call = || sb.call("review-read").arg("--verbose").input(json!({})).cwd(&repo.path).run();
+    let out = call();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("does not answer"), "{out:?}");
+    assert!(out.stderr.contains("removed the socket file that named the dead server"), "{out:?}");
+    let out = call();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(!out.stderr.contains("does not answer"), "{out:?}");
+    assert!(out.stderr.contains("in-process"), "{out:?}");
+}
+
+/// A socket found by the project's socket file (or the table) whose listener is another
+/// user is passed over before anything is sent: it would be told the caller's identity
+/// (a private folder under /tmp, taken over by another user after its server left).
+/// Needs root to listen as another user.
+#[test]
+fn a_socket_another_user_listens_on_is_told_nothing() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: listening as another user needs root");
+        return;
+    }
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("other.sock");
+    // Bound as root, listening as uid 65534: the kernel records the listener's user then.
+    let script = r#"
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+os.setegid(65534); os.seteuid(65534)
+s.listen(4)
+print("ready", flush=True)
+c, _ = s.accept()
+c.settimeout(5)
+data = b""
+try:
+    while True:
+        chunk = c.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+except Exception:
+    pass
+print("got", len(data), flush=True)
+"#;
+    let mut listener = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&sock)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut out = std::io::BufReader::new(listener.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // The project's socket file names it (as a file left by a server that used that path).
+    let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]);
+    let dir = sb.data_dir.join("servers");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(dir.join(project.trim()), format!("{}\n", sock.display())).unwrap();
+    std::fs::set_permissions(dir.join(project.trim()), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let call = sb.call("review-read").arg("--verbose").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(call.code, 0, "{call:?}");
+    assert!(call.stderr.contains("is served by uid 65534, not this user"), "{call:?}");
+    assert!(call.stderr.contains("in-process"), "{call:?}");
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "got 0", "the other user's socket was sent something");
+    let _ = listener.wait();
+}
+
 /// The next LSP message on `s`, framed by the protocol crate's decoder (`None` at the end
 /// of input).
 fn read_frame(s: &mut std::os::unix::net::UnixStream, dec: &mut forge_protocol::framing::Decoder) -> Option<Value> {

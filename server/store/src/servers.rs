@@ -6,11 +6,14 @@
 //! reads it without opening the database (whose schema alone costs a new connection about
 //! 0.2 ms to parse); when it is missing, does not hold up, or names a server that does not
 //! answer, the call goes by the table, which stays the record. Invariants:
-//! - every write that makes a project's server the most recently seen (its registration,
-//!   and a call's mark after passing over another, [`mark_seen`]) writes the file too, after
-//!   the row, by an atomic rename;
+//! - every write that makes a server the most recently seen of a project (its registration;
+//!   a call's mark after passing over another, [`touch`], which moves all the socket's rows
+//!   first) writes that project's file too, after the row, by an atomic rename;
 //! - forgetting a server's rows ([`unregister`], [`forget_socket`]) removes the files that
-//!   name its socket;
+//!   name its socket, and a caller that finds a socket dead removes the project's file that
+//!   names it even when no row does ([`forget_hint`]);
+//! - a caller that went by the table writes the file only for a socket that is still the
+//!   project's first row ([`name_in_hint`]);
 //! - the file is only a shortcut: each write is best effort, and a reader trusts it no
 //!   more than the database (the data directory, the folder and the file must be this
 //!   user's and not writable by others, unless the data directory is shared on purpose).
@@ -42,31 +45,44 @@ pub fn is_registered(db: &Connection, pid: u32, project: &str, socket: &str) -> 
         .exists(rusqlite::params![pid, project, socket])
 }
 
-/// Marks the server on `socket` as the most recently seen (`heartbeat_at = now`), so the
-/// next call tries it first: what a call does after it passed over a server that did not
-/// answer and reached this one.
+/// Marks the server on `socket` as the most recently seen (`heartbeat_at = now`) of every
+/// project it is registered for, socket files included, so the next call tries it first:
+/// what a call does after it passed over a server that did not answer and reached this one.
 pub fn touch(db: &Connection, socket: &str, now: i64) -> rusqlite::Result<usize> {
-    db.execute("UPDATE servers SET heartbeat_at = ?2 WHERE socket_path = ?1", rusqlite::params![socket, now])
-}
-
-/// Marks `socket` as the most recently seen server of `project` ([`touch`]), socket file
-/// included: what a call does after it passed over another server to reach this one, or
-/// found no socket file to read.
-pub fn mark_seen(db: &Connection, project: &str, socket: &str, now: i64) -> rusqlite::Result<usize> {
-    let n = touch(db, socket, now)?;
-    if n > 0 && project != ANY_PROJECT {
-        write_hint(db, project, socket);
+    let n =
+        db.execute("UPDATE servers SET heartbeat_at = ?2 WHERE socket_path = ?1", rusqlite::params![socket, now])?;
+    for (project, _) in rows_where(db, "socket_path = ?1", &socket)? {
+        if project != ANY_PROJECT {
+            write_hint(db, &project, socket);
+        }
     }
     Ok(n)
 }
 
-/// Writes `project`'s socket file naming `socket`, which the table already has as the
-/// project's most recently seen server: what a call does that found no socket file (or
-/// one that did not hold) and reached the table's first server.
+/// Writes `project`'s socket file naming `socket` if the table still has it as the
+/// project's most recently seen server (a read, no commit): what a call does that found no
+/// socket file (or one that did not hold) and reached the table's first server.
 pub fn name_in_hint(db: &Connection, project: &str, socket: &str) {
-    if project != ANY_PROJECT {
+    let first = db
+        .query_row(
+            "SELECT socket_path FROM servers WHERE project_id = ?1 ORDER BY heartbeat_at DESC LIMIT 1",
+            [project],
+            |r| r.get::<_, String>(0),
+        )
+        .ok();
+    if project != ANY_PROJECT && first.as_deref() == Some(socket) {
         write_hint(db, project, socket);
     }
+}
+
+/// Removes `project`'s socket file in `data_dir` if it names `socket`: a caller found that
+/// socket dead. Needed apart from [`forget_socket`] for a file no row backs (written by a
+/// call as its server shut down, or left when the database was replaced).
+/// Whether a file was removed.
+pub fn forget_hint(data_dir: &Path, project: &str, socket: &Path) -> bool {
+    hint_path(data_dir, project)
+        .filter(|path| read_hint(path).is_some_and(|s| s == socket))
+        .is_some_and(|path| std::fs::remove_file(path).is_ok())
 }
 
 /// Forgets every registration of process `pid` (its shutdown), and the socket files that
@@ -163,7 +179,10 @@ fn write_hint(db: &Connection, project: &str, socket: &str) {
         tracing::debug!("{} is not a private folder: no socket file written", dir.display());
         return;
     }
-    let tmp = dir.join(format!(".{project}.{}.{}", std::process::id(), forge_core::now_ms()));
+    // Unique per process and write (`forge-lsp mcp` writes from several threads).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{project}.{}.{n}", std::process::id()));
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -261,7 +280,7 @@ mod tests {
         assert_eq!(sockets(&db, P).unwrap()[0], ("/run/b.sock".to_string(), true));
         // A call that passed over b and reached a marks a; a serve --listen server's
         // registration for any project names no file.
-        mark_seen(&db, P, "/run/a.sock", 30).unwrap();
+        touch(&db, "/run/a.sock", 30).unwrap();
         assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
         assert_eq!(sockets(&db, P).unwrap()[0].0, "/run/a.sock");
         register(&db, 3, ANY_PROJECT, "/run/any.sock", 40).unwrap();
@@ -282,6 +301,51 @@ mod tests {
         std::fs::remove_file(hint(d)).unwrap();
         name_in_hint(&db, P, "/run/e.sock");
         assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/e.sock")));
+    }
+
+    /// A server that serves two projects and is marked after a call passed over another
+    /// is the first of both in the table, and both files name it: otherwise the other
+    /// project's calls would wait for the server passed over again.
+    #[test]
+    fn a_mark_moves_every_project_of_the_socket() {
+        let (dir, db) = store();
+        let d = dir.path();
+        const Q: &str = "fedcba9876543210fedcba9876543210fedcba98";
+        for (pid, sock, at) in [(1, "/run/b.sock", 10), (2, "/run/a.sock", 20)] {
+            for project in [P, Q, ANY_PROJECT] {
+                register(&db, pid, project, sock, at).unwrap();
+            }
+        }
+        assert_eq!(hinted_socket(d, Q), Some(PathBuf::from("/run/a.sock")));
+        touch(&db, "/run/b.sock", 30).unwrap();
+        for project in [P, Q] {
+            assert_eq!(sockets(&db, project).unwrap()[0].0, "/run/b.sock", "{project}");
+            assert_eq!(hinted_socket(d, project), Some(PathBuf::from("/run/b.sock")), "{project}");
+        }
+    }
+
+    /// A file no row backs (written as its server shut down, or left when the database
+    /// was replaced) is removed by a caller that finds its socket dead; a caller that went
+    /// by the table names only the table's first server.
+    #[test]
+    fn a_socket_file_without_a_row_is_forgotten_and_not_written() {
+        let (dir, db) = store();
+        let d = dir.path();
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
+        db.execute("DELETE FROM servers", []).unwrap();
+        assert!(!forget_hint(d, P, Path::new("/run/other.sock")), "names another socket");
+        assert!(hint(d).exists());
+        assert!(forget_hint(d, P, Path::new("/run/a.sock")));
+        assert!(!hint(d).exists());
+        name_in_hint(&db, P, "/run/a.sock");
+        assert!(!hint(d).exists(), "written for a server with no row");
+        register(&db, 2, P, "/run/b.sock", 20).unwrap();
+        register(&db, 3, P, "/run/c.sock", 30).unwrap();
+        std::fs::remove_file(hint(d)).unwrap();
+        name_in_hint(&db, P, "/run/b.sock");
+        assert!(!hint(d).exists(), "written for a server that is not the first");
+        name_in_hint(&db, P, "/run/c.sock");
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/c.sock")));
     }
 
     #[test]

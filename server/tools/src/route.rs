@@ -274,7 +274,7 @@ impl Route {
         // wedged one would cost its initialize timeout twice).
         let mut passed_over = hinted.is_some();
         if let Some(sock) = &hinted {
-            self.forget_if_dead(&conn, sock);
+            self.forget_if_dead(&conn, &project.id, sock);
         }
         for (sock, own) in servers.into_iter().filter(|(s, _)| Some(s) != hinted.as_ref()) {
             self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
@@ -289,8 +289,9 @@ impl Route {
                     if conn.busy_timeout(std::time::Duration::from_millis(100)).is_ok() {
                         let (s, now) = (sock.display().to_string(), forge_core::now_ms());
                         match (passed_over, own) {
-                            (true, true) => drop(store::servers::mark_seen(&conn, &project.id, &s, now)),
-                            (true, false) => drop(store::servers::touch(&conn, &s, now)),
+                            (true, _) => {
+                                let _ = store::servers::touch(&conn, &s, now);
+                            }
                             // The first of the table's rows: already the most recent.
                             (false, true) => store::servers::name_in_hint(&conn, &project.id, &s),
                             (false, false) => {}
@@ -303,7 +304,7 @@ impl Route {
                     // Not reachable (a server that died): try the next, then in-process.
                     self.say(format!("{} does not answer", sock.display()));
                     passed_over = true;
-                    self.forget_if_dead(&conn, &sock);
+                    self.forget_if_dead(&conn, &project.id, &sock);
                     continue;
                 }
             }
@@ -349,9 +350,13 @@ impl Route {
     }
 
     /// Forgets the registration of a server that did not answer when its socket is gone or
-    /// refuses connections: it died without unregistering (SIGKILL, a crash).
-    fn forget_if_dead(&self, conn: &rusqlite::Connection, sock: &Path) {
+    /// refuses connections: it died without unregistering (SIGKILL, a crash). The project's
+    /// socket file goes too when it names that socket, with or without a row.
+    fn forget_if_dead(&self, conn: &rusqlite::Connection, project: &str, sock: &Path) {
         if forge_core::paths::socket_is_dead(sock) {
+            if store::servers::forget_hint(&self.data_dir, project, sock) {
+                self.say(format!("removed the socket file that named the dead server at {}", sock.display()));
+            }
             if let Ok(1..) = store::servers::forget_socket(conn, &sock.display().to_string()) {
                 self.say(format!("forgot the registration of the dead server at {}", sock.display()));
             }
@@ -383,6 +388,28 @@ impl Route {
             return Err(None);
         }
         let mut c = LspClient::connect(sock).map_err(|_| None)?;
+        // A server found by its socket file or the `servers` table is this user's: a socket
+        // in a folder another user could take over after the server left (a private
+        // folder under /tmp, without XDG_RUNTIME_DIR) must not be told the caller's
+        // identity. Not asked of the loop's own server (FORGE_LSP_SOCKET), whose user a
+        // sandbox's user namespace may show differently.
+        if self.socket.is_none() {
+            let me = forge_core::paths::euid();
+            match c.peer_uid() {
+                Some(uid) if uid == me => {}
+                Some(uid) => {
+                    self.say(format!(
+                        "{} is served by uid {uid}, not this user (uid {me}): passed over",
+                        sock.display()
+                    ));
+                    return Err(None);
+                }
+                None => {
+                    self.say(format!("the user serving {} cannot be read: passed over", sock.display()));
+                    return Err(None);
+                }
+            }
+        }
         // A process outside the server is not an editor: it never reads materialized views,
         // and writing them into its working directory (an agent's loop worktree) could
         // recreate that worktree after the loop removed it.
