@@ -971,10 +971,11 @@ fn a_socket_file_naming_a_dead_server_without_a_row_is_removed() {
     assert!(out.stderr.contains("in-process"), "{out:?}");
 }
 
-/// A socket found by the project's socket file (or the table) whose listener is another
-/// user is passed over before anything is sent: it would be told the caller's identity
-/// (a private folder under /tmp, taken over by another user after its server left).
-/// Needs root to listen as another user.
+/// A socket found by the project's socket file or the table whose listener is another
+/// user is passed over before anything is sent: it would be told the caller's identity (a
+/// private folder under /tmp, taken over by another user after its server left). The
+/// registration is forgotten, and a call that needs a server says why it has none. Needs
+/// root to listen as another user.
 #[test]
 fn a_socket_another_user_listens_on_is_told_nothing() {
     // SAFETY: geteuid has no preconditions.
@@ -986,6 +987,7 @@ fn a_socket_another_user_listens_on_is_told_nothing() {
     let repo = GitRepo::new();
     let sock = sb.root.join("other.sock");
     // Bound as root, listening as uid 65534: the kernel records the listener's user then.
+    // Each connection's bytes are counted until the caller closes it.
     let script = r#"
 import os, socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -993,18 +995,19 @@ s.bind(sys.argv[1])
 os.setegid(65534); os.seteuid(65534)
 s.listen(4)
 print("ready", flush=True)
-c, _ = s.accept()
-c.settimeout(5)
-data = b""
-try:
-    while True:
-        chunk = c.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-except Exception:
-    pass
-print("got", len(data), flush=True)
+for _ in range(2):
+    c, _ = s.accept()
+    c.settimeout(5)
+    data = b""
+    try:
+        while True:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except Exception:
+        pass
+    print("got", len(data), flush=True)
 "#;
     let mut listener = std::process::Command::new("python3")
         .args(["-c", script])
@@ -1013,23 +1016,42 @@ print("got", len(data), flush=True)
         .spawn()
         .expect("python3 runs");
     let mut out = std::io::BufReader::new(listener.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let mut next_line = || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        line.trim().to_string()
+    };
+    assert_eq!(next_line(), "ready");
     // The project's socket file names it (as a file left by a server that used that path).
-    let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]);
+    let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]).trim().to_string();
     let dir = sb.data_dir.join("servers");
+    let file = dir.join(&project);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    std::fs::write(dir.join(project.trim()), format!("{}\n", sock.display())).unwrap();
-    std::fs::set_permissions(dir.join(project.trim()), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::write(&file, format!("{}\n", sock.display())).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let call = sb.call("review-read").arg("--verbose").input(json!({})).cwd(&repo.path).run();
     assert_eq!(call.code, 0, "{call:?}");
     assert!(call.stderr.contains("is served by uid 65534, not this user"), "{call:?}");
-    assert!(call.stderr.contains("in-process"), "{call:?}");
-    line.clear();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line.trim(), "got 0", "the other user's socket was sent something");
+    assert!(!call.stderr.contains("does not answer"), "{call:?}");
+    assert!(call.stderr.contains("in-process (the servers of this project found in"), "{call:?}");
+    assert!(call.stderr.contains("run as another user"), "{call:?}");
+    assert_eq!(next_line(), "got 0", "the other user's socket was sent something");
+    assert!(!file.exists(), "the socket file naming it stays");
+    // The same socket registered in the table: a call that needs a server says why it has
+    // none, and the row is forgotten.
+    sb.db()
+        .conn
+        .execute(
+            "INSERT INTO servers (pid, project_id, socket_path, started_at, heartbeat_at) VALUES (99999, ?1, ?2, 1, 1)",
+            rusqlite::params![project, sock.display().to_string()],
+        )
+        .unwrap();
+    let call = sb.call("task-status").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(call.code, 1, "{call:?}");
+    assert!(call.stderr.contains("run as another user") && call.stderr.contains("(uid 65534)"), "{call:?}");
+    assert_eq!(next_line(), "got 0", "the other user's socket was sent something");
+    assert_eq!(sb.db().count("SELECT COUNT(*) FROM servers"), 0);
     let _ = listener.wait();
 }
 

@@ -16,7 +16,11 @@
 //!   project's first row ([`name_in_hint`]);
 //! - the file is only a shortcut: each write is best effort, and a reader trusts it no
 //!   more than the database (the data directory, the folder and the file must be this
-//!   user's and not writable by others, unless the data directory is shared on purpose).
+//!   user's and not writable by others, unless the data directory is shared on purpose);
+//! - the functions that write rows here run in autocommit (the store thread's plain
+//!   calls, a caller's own connection): a file is written only after its row committed.
+//!   Inside a larger transaction that rolls back, a file could name a row that never was
+//!   (harmless: a live server, or a dead one the next caller forgets).
 
 use std::path::{Path, PathBuf};
 

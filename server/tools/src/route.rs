@@ -7,7 +7,9 @@
 //! repository, and outside a repository it refuses) and the data directory. [`Route::call`] then runs one tool: with `FORGE_LSP_SOCKET` (set for
 //! agents in a loop) through that server; otherwise through a running server of the project,
 //! the one its socket file names (`<data dir>/servers/<project>`, read without opening the
-//! database), else those found in the database's `servers` table; with none, in-process on the database when the
+//! database), else those found in the database's `servers` table, each only when its
+//! listener is this user (`SO_PEERCRED`: another user's socket is told nothing, not even
+//! the caller's identity); with none, in-process on the database when the
 //! tool only touches it ([`run_on`](crate::run_on), the same dispatcher a server runs), and
 //! loop control is refused. The front ends only parse their own wire and print.
 
@@ -184,7 +186,7 @@ impl Route {
     /// session when it is wrong or missing); an unknown agent is an `InvalidParams` error.
     pub fn check_identity(&self) -> Result<(), ToolError> {
         if let Some(sock) = &self.socket {
-            let c = self.connect(sock).map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)))?;
+            let c = self.connect(sock).map_err(|e| e.into_error(sock))?;
             let _ = c.finish();
             return Ok(());
         }
@@ -235,9 +237,7 @@ impl Route {
         }
         if let Some(sock) = &self.socket {
             self.say(format!("through the server at FORGE_LSP_SOCKET={}", sock.display()));
-            return self
-                .via_server(sock, name, input, cancel)
-                .map_err(|e| e.unwrap_or_else(|| unreachable_socket(sock)));
+            return self.via_server(sock, name, input, cancel).map_err(|e| e.into_error(sock));
         }
 
         let first = self.detected.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -258,11 +258,12 @@ impl Route {
                 self.say(format!("through the running server at {} (named in {})", sock.display(), file.display()));
                 match self.via_server(&sock, name, input.clone(), cancel) {
                     Ok(r) => return Ok(r),
-                    Err(Some(e)) => return Err(e),
-                    Err(None) => {
+                    Err(NotThrough::Failed(e)) => return Err(e),
+                    Err(NotThrough::Unreachable) => {
                         self.say(format!("{} does not answer", sock.display()));
-                        hinted = Some(sock);
+                        hinted = Some((sock, None));
                     }
+                    Err(NotThrough::Foreign(uid)) => hinted = Some((sock, Some(uid))),
                 }
             }
         }
@@ -273,10 +274,20 @@ impl Route {
         // The server the socket file named was asked already: passed over, not again (a
         // wedged one would cost its initialize timeout twice).
         let mut passed_over = hinted.is_some();
-        if let Some(sock) = &hinted {
-            self.forget_if_dead(&conn, &project.id, sock);
+        // Servers passed over because another user listens on their socket: named in the
+        // message of a call that then has no server.
+        let mut foreign: Vec<(PathBuf, u32)> = Vec::new();
+        if let Some((sock, uid)) = &hinted {
+            match uid {
+                None => self.forget_if_dead(&conn, &project.id, sock),
+                Some(uid) => {
+                    self.forget_foreign(&conn, &project.id, sock);
+                    foreign.push((sock.clone(), *uid));
+                }
+            }
         }
-        for (sock, own) in servers.into_iter().filter(|(s, _)| Some(s) != hinted.as_ref()) {
+        let asked = hinted.map(|(s, _)| s);
+        for (sock, own) in servers.into_iter().filter(|(s, _)| Some(s) != asked.as_ref()) {
             self.say(format!("through the running server at {} (found in {})", sock.display(), db_path.display()));
             match self.via_server(&sock, name, input.clone(), cancel) {
                 Ok(r) => {
@@ -299,12 +310,18 @@ impl Route {
                     }
                     return Ok(r);
                 }
-                Err(Some(e)) => return Err(e),
-                Err(None) => {
+                Err(NotThrough::Failed(e)) => return Err(e),
+                Err(NotThrough::Unreachable) => {
                     // Not reachable (a server that died): try the next, then in-process.
                     self.say(format!("{} does not answer", sock.display()));
                     passed_over = true;
                     self.forget_if_dead(&conn, &project.id, &sock);
+                    continue;
+                }
+                Err(NotThrough::Foreign(uid)) => {
+                    passed_over = true;
+                    self.forget_foreign(&conn, &project.id, &sock);
+                    foreign.push((sock, uid));
                     continue;
                 }
             }
@@ -319,6 +336,13 @@ impl Route {
                     "forge.{name} needs a running forge-lsp server (it controls loops), and {why}; use a data directory and a checkout whose paths are UTF-8"
                 )));
             }
+            if !foreign.is_empty() {
+                return Err(ToolError::precondition(format!(
+                    "forge.{name} needs a running forge-lsp server (it controls loops), and the only ones found for this project in the data directory {} run as another user: {}; start your own forge-lsp (your editor's, or `forge-lsp serve --listen unix:PATH` with the same data directory), then retry",
+                    self.data_dir.display(),
+                    foreign_list(&foreign)
+                )));
+            }
             return Err(ToolError::precondition(format!(
                 "forge.{} needs a running forge-lsp server (it controls loops) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
                 name,
@@ -327,6 +351,11 @@ impl Route {
         }
         match &unnameable {
             Some(why) => self.say(format!("in-process ({why})")),
+            None if !foreign.is_empty() => self.say(format!(
+                "in-process (the servers of this project found in {} run as another user: {})",
+                db_path.display(),
+                foreign_list(&foreign)
+            )),
             None => self.say(format!("in-process (no running server of this project in {})", db_path.display())),
         }
         let loader = Loader::standard(&project.root, None).map_err(|e| ToolError::invalid(e.0))?;
@@ -363,6 +392,21 @@ impl Route {
         }
     }
 
+    /// Forgets the registration of a server whose socket another user listens on, unless
+    /// the data directory is shared on purpose (where another user's server may be
+    /// registered): a server of this user's listens as this user, so the row is stale
+    /// (its socket's folder was taken over after the server left).
+    fn forget_foreign(&self, conn: &rusqlite::Connection, project: &str, sock: &Path) {
+        if std::env::var(store::SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1") {
+            return;
+        }
+        let file = store::servers::forget_hint(&self.data_dir, project, sock);
+        let rows = store::servers::forget_socket(conn, &sock.display().to_string()).unwrap_or(0);
+        if file || rows > 0 {
+            self.say(format!("forgot the registration of {}: another user listens there", sock.display()));
+        }
+    }
+
     fn say(&self, route: String) {
         if self.verbose {
             use std::io::Write;
@@ -370,9 +414,8 @@ impl Route {
         }
     }
 
-    /// Connects to a server and initializes as the caller. `Err(None)` when the server
-    /// cannot be reached.
-    fn connect(&self, sock: &Path) -> Result<LspClient, Option<ToolError>> {
+    /// Connects to a server and initializes as the caller.
+    fn connect(&self, sock: &Path) -> Result<LspClient, NotThrough> {
         // A data directory whose name is not UTF-8 cannot be named to a server exactly (a
         // lossy name would be another directory): such a caller is not served by one.
         let Some(data_dir) = self.data_dir.to_str() else {
@@ -380,14 +423,14 @@ impl Route {
                 "the data directory {} is not UTF-8: not going through a server",
                 self.data_dir.display()
             ));
-            return Err(None);
+            return Err(NotThrough::Unreachable);
         };
         // The same for the project's root (the server reads a URI's path as UTF-8).
         if self.root.to_str().is_none() {
             self.say(format!("the project root {} is not UTF-8: not going through a server", self.root.display()));
-            return Err(None);
+            return Err(NotThrough::Unreachable);
         }
-        let mut c = LspClient::connect(sock).map_err(|_| None)?;
+        let mut c = LspClient::connect(sock).map_err(|_| NotThrough::Unreachable)?;
         // A server found by its socket file or the `servers` table is this user's: a socket
         // in a folder another user could take over after the server left (a private
         // folder under /tmp, without XDG_RUNTIME_DIR) must not be told the caller's
@@ -402,11 +445,11 @@ impl Route {
                         "{} is served by uid {uid}, not this user (uid {me}): passed over",
                         sock.display()
                     ));
-                    return Err(None);
+                    return Err(NotThrough::Foreign(uid));
                 }
                 None => {
                     self.say(format!("the user serving {} cannot be read: passed over", sock.display()));
-                    return Err(None);
+                    return Err(NotThrough::Unreachable);
                 }
             }
         }
@@ -430,14 +473,14 @@ impl Route {
         // A server that accepts connections but does not answer (stopped, wedged) is passed
         // over after INIT_TIMEOUT instead of holding the call for the reply timeout: nothing
         // was asked of it yet.
-        c.set_timeout(init_timeout()).map_err(|_| None)?;
+        c.set_timeout(init_timeout()).map_err(|_| NotThrough::Unreachable)?;
         let init = c.request("initialize", initialize_params(&root, forge)).map_err(|e| {
             self.say(format!("the server at {} did not answer initialize ({e}): passed over", sock.display()));
-            None
+            NotThrough::Unreachable
         })?;
         let init = match init {
             Ok(r) => r,
-            Err(e) => return Err(Some(rpc_to_tool_error(&e))),
+            Err(e) => return Err(NotThrough::Failed(rpc_to_tool_error(&e))),
         };
         // The configuration's warnings, as the server read it for this caller: told on
         // standard error, as an in-process call tells the loader's. Not to a loop's agent,
@@ -449,12 +492,12 @@ impl Route {
                 let _ = writeln!(std::io::stderr(), "warning: {w}");
             }
         }
-        c.set_timeout(lsp_client::REPLY_TIMEOUT).map_err(|_| None)?;
+        c.set_timeout(lsp_client::REPLY_TIMEOUT).map_err(|_| NotThrough::Unreachable)?;
         c.notify_with_next("initialized", json!({}));
         Ok(c)
     }
 
-    /// Runs the call through a server. `Err(None)` when the server cannot be reached.
+    /// Runs the call through a server.
     /// Setting `cancel` while the call runs closes the connection (the server then stops a
     /// plugin tool) and ends the call with an error saying so.
     fn via_server(
@@ -463,10 +506,10 @@ impl Route {
         tool: &str,
         input: Value,
         cancel: Option<&std::sync::atomic::AtomicBool>,
-    ) -> Result<CommandResult, Option<ToolError>> {
+    ) -> Result<CommandResult, NotThrough> {
         use std::sync::atomic::{AtomicBool, Ordering};
         let cancelled = || {
-            Some(ToolError::internal(format!(
+            NotThrough::Failed(ToolError::internal(format!(
                 "forge.{tool} was cancelled: the connection to the server was closed, which stops a plugin tool there"
             )))
         };
@@ -483,7 +526,9 @@ impl Route {
             None => c.request("workspace/executeCommand", params),
             Some(cancel) => {
                 let closer = c.closer().map_err(|e| {
-                    Some(ToolError::internal(format!("cannot watch the server connection for a cancel: {e}")))
+                    NotThrough::Failed(ToolError::internal(format!(
+                        "cannot watch the server connection for a cancel: {e}"
+                    )))
                 })?;
                 let done = AtomicBool::new(false);
                 std::thread::scope(|s| {
@@ -510,16 +555,45 @@ impl Route {
             Ok(r) => r,
             Err(_) if asked() => return Err(cancelled()),
             Err(e) => {
-                return Err(Some(ToolError::internal(format!("the server connection failed during the call: {e}"))))
+                return Err(NotThrough::Failed(ToolError::internal(format!(
+                    "the server connection failed during the call: {e}"
+                ))))
             }
         };
         let _ = c.finish();
         match r {
-            Ok(v) => serde_json::from_value(v)
-                .map_err(|e| Some(ToolError::internal(format!("unexpected result from the server: {e}")))),
-            Err(e) => Err(Some(rpc_to_tool_error(&e))),
+            Ok(v) => serde_json::from_value(v).map_err(|e| {
+                NotThrough::Failed(ToolError::internal(format!("unexpected result from the server: {e}")))
+            }),
+            Err(e) => Err(NotThrough::Failed(rpc_to_tool_error(&e))),
         }
     }
+}
+
+/// Why a call did not get through a server.
+enum NotThrough {
+    /// Not reachable (gone, refusing, not answering `initialize`): the next is tried.
+    Unreachable,
+    /// Another user listens on the socket: told nothing, the next is tried.
+    Foreign(u32),
+    /// The server answered with an error, or the connection failed during the call: the
+    /// call's outcome.
+    Failed(ToolError),
+}
+
+impl NotThrough {
+    /// The error of a call that had only this server (`FORGE_LSP_SOCKET`).
+    fn into_error(self, sock: &Path) -> ToolError {
+        match self {
+            NotThrough::Failed(e) => e,
+            NotThrough::Unreachable | NotThrough::Foreign(_) => unreachable_socket(sock),
+        }
+    }
+}
+
+/// `<socket> (uid N)`, comma-separated.
+fn foreign_list(foreign: &[(PathBuf, u32)]) -> String {
+    foreign.iter().map(|(s, uid)| format!("{} (uid {uid})", s.display())).collect::<Vec<_>>().join(", ")
 }
 
 /// The `initialize` of a call through a server. The client declares itself tools-only

@@ -1,9 +1,10 @@
 //! `forge-lsp call <tool> [JSON|-]` (docs/protocol.md, "forge-lsp call").
 //!
 //! With `FORGE_LSP_SOCKET` (set for agents in a loop) the call goes through that server.
-//! Otherwise it looks for a running server of the project in the database's `servers`
-//! table (an editor's server registers for its project; a `serve --listen` server for any
-//! project); with none it runs tools that only touch the database in-process, and refuses
+//! Otherwise it goes to the project's running server named by its socket file
+//! (`<data dir>/servers/<project id>`, read without opening the database), else to one in the
+//! database's `servers` table (an editor's server registers for its project; a `serve
+//! --listen` server for any project, and for each project a call names to it); with none it runs tools that only touch the database in-process, and refuses
 //! loop control. `--verbose` says on standard error which route it took. The route and the
 //! dispatch are `forge_tools::route`, shared with `forge-lsp mcp`; this file parses the
 //! command line and prints.
