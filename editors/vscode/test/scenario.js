@@ -187,10 +187,24 @@ async function setServerPath(value) {
   await page.keyboard.press('Control+w');
 }
 
-/** Chooses `action` in the open context menu. */
+/**
+ * Chooses `action` in the open context menu, once the menu has finished appearing (as a
+ * person sees it before clicking): a click during its fade-in was lost in about one run in
+ * two on this machine's Chromium (the menu closed and the command never ran), and never
+ * once the menu had settled.
+ */
 async function menuItem(action) {
   const item = page.locator('.monaco-menu .action-item', { hasText: action }).first();
   await item.waitFor({ state: 'visible', timeout: 5000 });
+  await page.waitForFunction(() => {
+    const view = document.querySelector('.context-view');
+    return (
+      view &&
+      getComputedStyle(view).opacity === '1' &&
+      view.getAnimations({ subtree: true }).every((a) => a.playState === 'finished')
+    );
+  }, null, { timeout: 5000 });
+  await sleep(150);
   await screenshot(`menu-${action.toLowerCase().replace(/ /g, '-')}`);
   await item.click();
 }

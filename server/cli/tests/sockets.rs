@@ -1055,6 +1055,63 @@ for _ in range(2):
     let _ = listener.wait();
 }
 
+/// A server that stopped accepting connections with its backlog full (stopped after many
+/// calls queued up, or a socket taken over by a listener that never accepts) is passed
+/// over after the initialize timeout. Before, `connect` itself waited for ever.
+#[test]
+fn a_socket_whose_backlog_is_full_is_passed_over() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("full.sock");
+    let script = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(0)
+held = []
+while True:
+    c = socket.socket(socket.AF_UNIX)
+    c.setblocking(False)
+    try:
+        c.connect(sys.argv[1])
+    except BlockingIOError:
+        break
+    held.append(c)
+print("full", len(held), flush=True)
+time.sleep(60)
+"#;
+    let mut listener = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&sock)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(listener.stdout.take().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("full "), "{line}");
+    let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]).trim().to_string();
+    let dir = sb.data_dir.join("servers");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(dir.join(&project), format!("{}\n", sock.display())).unwrap();
+    std::fs::set_permissions(dir.join(&project), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let started = std::time::Instant::now();
+    let out = sb
+        .call("review-read")
+        .arg("--verbose")
+        .input(json!({}))
+        .env("FORGE_TEST_INIT_TIMEOUT_MS", "500")
+        .cwd(&repo.path)
+        .run();
+    let took = started.elapsed();
+    let _ = listener.kill();
+    let _ = listener.wait();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    assert!(out.stderr.contains("did not take the connection"), "{out:?}");
+    assert!(out.stderr.contains("in-process"), "{out:?}");
+}
+
 /// The next LSP message on `s`, framed by the protocol crate's decoder (`None` at the end
 /// of input).
 fn read_frame(s: &mut std::os::unix::net::UnixStream, dec: &mut forge_protocol::framing::Decoder) -> Option<Value> {

@@ -430,7 +430,12 @@ impl Route {
             self.say(format!("the project root {} is not UTF-8: not going through a server", self.root.display()));
             return Err(NotThrough::Unreachable);
         }
-        let mut c = LspClient::connect(sock).map_err(|_| NotThrough::Unreachable)?;
+        // A server that stopped accepting with its backlog full is passed over as one that
+        // does not answer `initialize`.
+        let mut c = LspClient::connect_within(sock, init_timeout()).map_err(|e| {
+            self.say(format!("cannot connect to {}: {e}", sock.display()));
+            NotThrough::Unreachable
+        })?;
         // A server found by its socket file or the `servers` table is this user's: a socket
         // in a folder another user could take over after the server left (a private
         // folder under /tmp, without XDG_RUNTIME_DIR) must not be told the caller's

@@ -23,9 +23,92 @@ pub struct LspClient {
 /// How long a reply may take: longer than any tool's own limit (a shell command's 600 s).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(660);
 
+/// Connects a Unix stream socket to `path`, waiting at most `wait` while the listener's
+/// backlog is full. By hand because std's `UnixStream::connect` sets no option before it
+/// connects, and Linux waits for room in the backlog for as long as the socket's send
+/// timeout (`SO_SNDTIMEO`), which is none by default; the timeout is cleared again after.
+fn connect_unix(path: &Path, wait: Duration) -> std::io::Result<UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: not a usable socket path (empty, too long or with a NUL byte)", path.display()),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket has no memory preconditions; a non-negative result is a new
+    // descriptor we own.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let set_send_timeout = |t: Duration| {
+        let tv = libc::timeval {
+            tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_usec: t.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: `fd` is a live socket; `tv` is valid for reads of its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDTIMEO,
+                (&raw const tv).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    // A zero timeout means none: at least one microsecond.
+    set_send_timeout(wait.max(Duration::from_micros(1)))?;
+    let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
+    loop {
+        // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes.
+        let rc = unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), len) };
+        if rc == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            // Connected while the interrupted call was under way.
+            Some(libc::EISCONN) => break,
+            Some(libc::EAGAIN) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{}: the server did not take the connection within {wait:?}", path.display()),
+                ))
+            }
+            _ => return Err(e),
+        }
+    }
+    set_send_timeout(Duration::ZERO)?;
+    Ok(UnixStream::from(fd))
+}
+
 impl LspClient {
     pub fn connect(path: &Path) -> std::io::Result<LspClient> {
-        let s = UnixStream::connect(path)?;
+        Self::connect_within(path, REPLY_TIMEOUT)
+    }
+
+    /// [`LspClient::connect`], waiting at most `wait` for the server to take the
+    /// connection: a server that stopped accepting (stopped, wedged) with its backlog full
+    /// would otherwise hold `connect` for ever. Fails with `TimedOut` then.
+    pub fn connect_within(path: &Path, wait: Duration) -> std::io::Result<LspClient> {
+        let s = connect_unix(path, wait)?;
         s.set_read_timeout(Some(REPLY_TIMEOUT))?;
         Ok(LspClient {
             reader: s.try_clone()?,
