@@ -270,6 +270,48 @@ pub fn hinted_socket(data_dir: &Path, project: &str) -> Option<PathBuf> {
     read_hint(&path)
 }
 
+/// Why `project`'s socket file, which exists, is not used ([`hinted_socket`] gave none):
+/// for `forge-lsp call --verbose`. `None` when there is no file, or nothing wrong with it.
+pub fn why_not_hinted(data_dir: &Path, project: &str) -> Option<String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let path = hint_path(data_dir, project)?;
+    let folder = path.parent()?;
+    let file = std::fs::symlink_metadata(&path).ok()?;
+    if let Err(e) = crate::check_owned(data_dir, true) {
+        return Some(format!("the data directory does not pass the database's checks ({e})"));
+    }
+    let me = forge_core::paths::euid();
+    let describe = |m: &std::fs::Metadata, what: &str| -> Option<String> {
+        let mode = m.permissions().mode() & 0o7777;
+        if m.file_type().is_symlink() {
+            Some(format!("the {what} is a symbolic link"))
+        } else if m.uid() != me {
+            Some(format!("the {what} is owned by uid {}, not by this user (uid {me})", m.uid()))
+        } else if mode & 0o022 != 0 {
+            Some(format!("others may write the {what} (mode {mode:04o})"))
+        } else {
+            None
+        }
+    };
+    let shared = std::env::var(crate::SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1");
+    if let Ok(m) = std::fs::symlink_metadata(folder) {
+        if !shared {
+            if let Some(why) = describe(&m, "folder") {
+                return Some(why);
+            }
+        }
+    }
+    if !shared {
+        if let Some(why) = describe(&file, "file") {
+            return Some(why);
+        }
+    }
+    if !file.is_file() {
+        return Some("it is not a regular file".into());
+    }
+    read_hint(&path).is_none().then(|| "it does not hold one absolute path on one line".into())
+}
+
 /// A socket file's one absolute path, read without following a link; `None` for a file
 /// that is not this user's and private to write, too long, or not one absolute path.
 fn read_hint(path: &Path) -> Option<PathBuf> {
@@ -409,11 +451,14 @@ mod tests {
         let set_mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
         // Others may write the file, or the folder: a planted socket could take the caller's
         // identity (its session token).
+        assert_eq!(why_not_hinted(d, P), None, "nothing wrong");
         set_mode(&f, 0o620);
         assert_eq!(hinted_socket(d, P), None);
+        assert_eq!(why_not_hinted(d, P).as_deref(), Some("others may write the file (mode 0620)"));
         set_mode(&f, 0o600);
         set_mode(&d.join(HINTS_DIR), 0o777);
         assert_eq!(hinted_socket(d, P), None);
+        assert_eq!(why_not_hinted(d, P).as_deref(), Some("others may write the folder (mode 0777)"));
         set_mode(&d.join(HINTS_DIR), 0o700);
         assert!(hinted_socket(d, P).is_some());
         // A link, as the file or as the folder, is not followed.
@@ -422,6 +467,7 @@ mod tests {
         std::fs::remove_file(&f).unwrap();
         std::os::unix::fs::symlink(elsewhere.path().join("x"), &f).unwrap();
         assert_eq!(hinted_socket(d, P), None);
+        assert_eq!(why_not_hinted(d, P).as_deref(), Some("the file is a symbolic link"));
         std::fs::remove_file(&f).unwrap();
         std::fs::rename(d.join(HINTS_DIR), d.join("moved")).unwrap();
         std::fs::write(elsewhere.path().join(P), "/run/evil.sock\n").unwrap();
@@ -440,6 +486,7 @@ mod tests {
         }
         std::fs::write(&f, format!("/{}\n", "x".repeat(5000))).unwrap();
         assert_eq!(hinted_socket(d, P), None, "too long");
+        assert_eq!(why_not_hinted(d, P).as_deref(), Some("it does not hold one absolute path on one line"));
         // A project id that is not a plain name has no file (and names no other path).
         for odd in ["", "../forge.db", ".hidden", "a/b", ANY_PROJECT] {
             assert_eq!(hint_path(d, odd), None, "{odd:?}");

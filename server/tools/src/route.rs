@@ -265,6 +265,11 @@ impl Route {
                     }
                     Err(NotThrough::Foreign(uid)) => hinted = Some((sock, Some(uid))),
                 }
+            } else if let Some(why) =
+                self.verbose.then(|| store::servers::why_not_hinted(&self.data_dir, &project.id)).flatten()
+            {
+                let file = self.data_dir.join(store::servers::HINTS_DIR).join(&project.id);
+                self.say(format!("the socket file {} is not used: {why}", file.display()));
             }
         }
         let db_path = self.data_dir.join("forge.db");
