@@ -17,9 +17,6 @@
 //! - the file is only a shortcut: each write is best effort, and a reader trusts it no
 //!   more than the database (the data directory, the folder and the file must be this
 //!   user's and not writable by others, unless the data directory is shared on purpose);
-//! - a registration clears files naming a socket path that is gone and stale temporary
-//!   files ([`sweep_hints`]), so files of servers killed without shutting down do not
-//!   pile up for projects no call visits again;
 //! - the functions that write rows here run in autocommit (the store thread's plain
 //!   calls, a caller's own connection): a file is written only after its row committed.
 //!   Inside a larger transaction that rolls back, a file could name a row that never was
@@ -42,43 +39,8 @@ pub fn register(db: &Connection, pid: u32, project: &str, socket: &str, now: i64
     )?;
     if project != ANY_PROJECT {
         write_hint(db, project, socket);
-        if let Some(dir) = data_dir_of(db) {
-            sweep_hints(&dir.join(HINTS_DIR));
-        }
     }
     Ok(())
-}
-
-/// What a registration clears from the socket files' folder: files naming a socket that
-/// no longer exists (left by servers killed without shutting down, for projects no call
-/// has visited since) and temporary files older than a minute (a writer killed before its
-/// rename). At most the first 1,000 entries, so a registration stays cheap. A file whose
-/// socket path exists is left alone: whether that server lives is for a caller to find.
-fn sweep_hints(dir: &Path) {
-    // Never through a link, nor in a folder that is not private (as for writing).
-    if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m)) {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.take(1000).flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        if name.as_encoded_bytes().starts_with(b".") {
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > std::time::Duration::from_secs(60));
-            if old {
-                let _ = std::fs::remove_file(&path);
-            }
-        } else if read_hint(&path)
-            .is_some_and(|s| std::fs::symlink_metadata(&s).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound))
-        {
-            let _ = std::fs::remove_file(&path);
-        }
-    }
 }
 
 /// Whether process `pid` is registered as a server of `project` with `socket`.
@@ -339,16 +301,6 @@ mod tests {
 
     const P: &str = "0123456789abcdef0123456789abcdef01234567";
 
-    /// The path of an existing file standing for socket `name` (a registration sweeps
-    /// files naming sockets that do not exist).
-    fn s(name: &str) -> String {
-        static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-        let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
-        let path = dir.path().join(format!("{name}.sock"));
-        std::fs::write(&path, "").unwrap();
-        path.display().to_string()
-    }
-
     fn store() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::open_connection(&dir.path().join("forge.db")).unwrap();
@@ -364,37 +316,37 @@ mod tests {
         let (dir, db) = store();
         let d = dir.path();
         assert_eq!(hinted_socket(d, P), None, "no server yet");
-        register(&db, 1, P, &s("a"), 10).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from(s("a"))));
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!((mode(&d.join(HINTS_DIR)), mode(&hint(d))), (0o700, 0o600));
-        register(&db, 2, P, &s("b"), 20).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from(s("b"))));
+        register(&db, 2, P, "/run/b.sock", 20).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/b.sock")));
         // The table agrees: its first row is the file's server.
-        assert_eq!(sockets(&db, P).unwrap()[0], (s("b"), true));
+        assert_eq!(sockets(&db, P).unwrap()[0], ("/run/b.sock".to_string(), true));
         // A call that passed over b and reached a marks a; a serve --listen server's
         // registration for any project names no file.
-        touch(&db, &s("a"), 30).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from(s("a"))));
-        assert_eq!(sockets(&db, P).unwrap()[0].0, s("a"));
-        register(&db, 3, ANY_PROJECT, &s("any"), 40).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from(s("a"))));
+        touch(&db, "/run/a.sock", 30).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(sockets(&db, P).unwrap()[0].0, "/run/a.sock");
+        register(&db, 3, ANY_PROJECT, "/run/any.sock", 40).unwrap();
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
         assert_eq!(std::fs::read_dir(d.join(HINTS_DIR)).unwrap().count(), 1, "no other file, no leftover");
         // b leaving does not remove a's file; a leaving does.
         unregister(&db, 2).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from(s("a"))));
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
         unregister(&db, 1).unwrap();
         assert_eq!(hinted_socket(d, P), None);
         assert!(!hint(d).exists());
         // A dead server's socket forgotten by a caller takes its file with it.
-        register(&db, 4, P, &s("d"), 50).unwrap();
-        assert_eq!(forget_socket(&db, &s("d")).unwrap(), 1);
+        register(&db, 4, P, "/run/d.sock", 50).unwrap();
+        assert_eq!(forget_socket(&db, "/run/d.sock").unwrap(), 1);
         assert!(!hint(d).exists());
         // A call that found no file names the table's first server.
-        register(&db, 5, P, &s("e"), 60).unwrap();
+        register(&db, 5, P, "/run/e.sock", 60).unwrap();
         std::fs::remove_file(hint(d)).unwrap();
-        name_in_hint(&db, P, &s("e"));
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from(s("e"))));
+        name_in_hint(&db, P, "/run/e.sock");
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/e.sock")));
     }
 
     /// A server that serves two projects and is marked after a call passed over another
@@ -405,16 +357,16 @@ mod tests {
         let (dir, db) = store();
         let d = dir.path();
         const Q: &str = "fedcba9876543210fedcba9876543210fedcba98";
-        for (pid, sock, at) in [(1, s("b"), 10), (2, s("a"), 20)] {
+        for (pid, sock, at) in [(1, "/run/b.sock", 10), (2, "/run/a.sock", 20)] {
             for project in [P, Q, ANY_PROJECT] {
-                register(&db, pid, project, &sock, at).unwrap();
+                register(&db, pid, project, sock, at).unwrap();
             }
         }
-        assert_eq!(hinted_socket(d, Q), Some(PathBuf::from(s("a"))));
-        touch(&db, &s("b"), 30).unwrap();
+        assert_eq!(hinted_socket(d, Q), Some(PathBuf::from("/run/a.sock")));
+        touch(&db, "/run/b.sock", 30).unwrap();
         for project in [P, Q] {
-            assert_eq!(sockets(&db, project).unwrap()[0].0, s("b"), "{project}");
-            assert_eq!(hinted_socket(d, project), Some(PathBuf::from(s("b"))), "{project}");
+            assert_eq!(sockets(&db, project).unwrap()[0].0, "/run/b.sock", "{project}");
+            assert_eq!(hinted_socket(d, project), Some(PathBuf::from("/run/b.sock")), "{project}");
         }
     }
 
@@ -425,28 +377,28 @@ mod tests {
     fn a_socket_file_without_a_row_is_forgotten_and_not_written() {
         let (dir, db) = store();
         let d = dir.path();
-        register(&db, 1, P, &s("a"), 10).unwrap();
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
         db.execute("DELETE FROM servers", []).unwrap();
-        assert!(!forget_hint(d, P, Path::new(&s("other"))), "names another socket");
+        assert!(!forget_hint(d, P, Path::new("/run/other.sock")), "names another socket");
         assert!(hint(d).exists());
-        assert!(forget_hint(d, P, Path::new(&s("a"))));
+        assert!(forget_hint(d, P, Path::new("/run/a.sock")));
         assert!(!hint(d).exists());
-        name_in_hint(&db, P, &s("a"));
+        name_in_hint(&db, P, "/run/a.sock");
         assert!(!hint(d).exists(), "written for a server with no row");
-        register(&db, 2, P, &s("b"), 20).unwrap();
-        register(&db, 3, P, &s("c"), 30).unwrap();
+        register(&db, 2, P, "/run/b.sock", 20).unwrap();
+        register(&db, 3, P, "/run/c.sock", 30).unwrap();
         std::fs::remove_file(hint(d)).unwrap();
-        name_in_hint(&db, P, &s("b"));
+        name_in_hint(&db, P, "/run/b.sock");
         assert!(!hint(d).exists(), "written for a server that is not the first");
-        name_in_hint(&db, P, &s("c"));
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from(s("c"))));
+        name_in_hint(&db, P, "/run/c.sock");
+        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/c.sock")));
     }
 
     #[test]
     fn a_socket_file_that_does_not_hold_up_is_not_read() {
         let (dir, db) = store();
         let d = dir.path();
-        register(&db, 1, P, &s("a"), 10).unwrap();
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
         let f = hint(d);
         let set_mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
         // Others may write the file, or the folder: a planted socket could take the caller's
@@ -474,7 +426,7 @@ mod tests {
         std::os::unix::fs::symlink(elsewhere.path(), d.join(HINTS_DIR)).unwrap();
         assert_eq!(hinted_socket(d, P), None);
         // ... nor written through: a registration leaves the linked folder alone.
-        register(&db, 2, P, &s("b"), 20).unwrap();
+        register(&db, 2, P, "/run/b.sock", 20).unwrap();
         assert_eq!(std::fs::read_to_string(elsewhere.path().join(P)).unwrap(), "/run/evil.sock\n");
         std::fs::remove_file(d.join(HINTS_DIR)).unwrap();
         std::fs::rename(d.join("moved"), d.join(HINTS_DIR)).unwrap();
@@ -490,34 +442,9 @@ mod tests {
         // A project id that is not a plain name has no file (and names no other path).
         for odd in ["", "../forge.db", ".hidden", "a/b", ANY_PROJECT] {
             assert_eq!(hint_path(d, odd), None, "{odd:?}");
-            register(&db, 3, odd, &s("c"), 30).unwrap();
+            register(&db, 3, odd, "/run/c.sock", 30).unwrap();
         }
         assert!(!d.join("forge.db").is_dir() && !d.join(".hidden").exists());
-    }
-
-    /// A registration clears files naming sockets that are gone and old temporary files,
-    /// and leaves the rest.
-    #[test]
-    fn a_registration_sweeps_what_dead_servers_left() {
-        let (dir, db) = store();
-        let d = dir.path();
-        let live = d.join("live.sock");
-        std::fs::write(&live, "").unwrap();
-        const Q: &str = "fedcba9876543210fedcba9876543210fedcba98";
-        const R: &str = "00000000000000000000000000000000000000aa";
-        register(&db, 1, Q, &live.display().to_string(), 10).unwrap();
-        register(&db, 2, R, "/run/gone/forge.sock", 20).unwrap();
-        let folder = d.join(HINTS_DIR);
-        let (fresh, stale) = (folder.join(".x.1.0"), folder.join(".x.1.1"));
-        std::fs::write(&fresh, "").unwrap();
-        std::fs::write(&stale, "").unwrap();
-        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-        std::fs::File::options().write(true).open(&stale).unwrap().set_modified(hour_ago).unwrap();
-        register(&db, 3, P, "/run/a/forge.sock", 30).unwrap();
-        assert!(folder.join(Q).exists(), "a live socket's file");
-        assert!(!folder.join(R).exists(), "a gone socket's file");
-        assert!(fresh.exists() && !stale.exists());
-        assert_eq!(hinted_socket(d, P), None, "its own socket is gone too: swept at once");
     }
 
     #[test]
@@ -525,7 +452,7 @@ mod tests {
         let db = Connection::open_in_memory().unwrap();
         crate::configure(&db).unwrap();
         crate::migrate(&db).unwrap();
-        register(&db, 1, P, &s("a"), 10).unwrap();
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
         unregister(&db, 1).unwrap();
     }
 }
