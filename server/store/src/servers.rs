@@ -235,41 +235,49 @@ pub fn hinted_socket(data_dir: &Path, project: &str) -> Option<PathBuf> {
 /// Why `project`'s socket file, which exists, is not used ([`hinted_socket`] gave none):
 /// for `forge-lsp call --verbose`. `None` when there is no file, or nothing wrong with it.
 pub fn why_not_hinted(data_dir: &Path, project: &str) -> Option<String> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     let path = hint_path(data_dir, project)?;
-    let folder = path.parent()?;
     let file = std::fs::symlink_metadata(&path).ok()?;
+    // In the order `hinted_socket` and `read_hint` check.
     if let Err(e) = crate::check_owned(data_dir, true) {
         return Some(format!("the data directory does not pass the database's checks ({e})"));
     }
     let me = forge_core::paths::euid();
-    let describe = |m: &std::fs::Metadata, what: &str| -> Option<String> {
+    let not_private = |m: &std::fs::Metadata, what: &str| -> Option<String> {
         let mode = m.permissions().mode() & 0o7777;
-        if m.file_type().is_symlink() {
-            Some(format!("the {what} is a symbolic link"))
+        if private(m) {
+            None
         } else if m.uid() != me {
             Some(format!("the {what} is owned by uid {}, not by this user (uid {me})", m.uid()))
-        } else if mode & 0o022 != 0 {
-            Some(format!("others may write the {what} (mode {mode:04o})"))
         } else {
-            None
+            Some(format!("others may write the {what} (mode {mode:04o})"))
         }
     };
-    let shared = std::env::var(crate::SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1");
-    if let Ok(m) = std::fs::symlink_metadata(folder) {
-        if !shared {
-            if let Some(why) = describe(&m, "folder") {
-                return Some(why);
-            }
-        }
+    let folder = std::fs::symlink_metadata(path.parent()?).ok()?;
+    if folder.file_type().is_symlink() {
+        return Some("the folder is a symbolic link".into());
     }
-    if !shared {
-        if let Some(why) = describe(&file, "file") {
-            return Some(why);
-        }
+    if let Some(why) = not_private(&folder, "folder") {
+        return Some(why);
+    }
+    if file.file_type().is_symlink() {
+        return Some("the file is a symbolic link".into());
     }
     if !file.is_file() {
         return Some("it is not a regular file".into());
+    }
+    if let Some(why) = not_private(&file, "file") {
+        return Some(why);
+    }
+    if file.len() > 4096 {
+        return Some("it is longer than 4,096 bytes".into());
+    }
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&path)
+    {
+        return Some(format!("it cannot be read ({e})"));
     }
     read_hint(&path).is_none().then(|| "it does not hold one absolute path on one line".into())
 }
@@ -280,7 +288,11 @@ fn read_hint(path: &Path) -> Option<PathBuf> {
     use std::io::Read;
     use std::os::unix::ffi::OsStringExt;
     use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
     let m = f.metadata().ok()?;
     if !m.is_file() || !private(&m) || m.len() > 4096 {
         return None;
@@ -425,6 +437,7 @@ mod tests {
         std::fs::write(elsewhere.path().join(P), "/run/evil.sock\n").unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), d.join(HINTS_DIR)).unwrap();
         assert_eq!(hinted_socket(d, P), None);
+        assert_eq!(why_not_hinted(d, P).as_deref(), Some("the folder is a symbolic link"));
         // ... nor written through: a registration leaves the linked folder alone.
         register(&db, 2, P, "/run/b.sock", 20).unwrap();
         assert_eq!(std::fs::read_to_string(elsewhere.path().join(P)).unwrap(), "/run/evil.sock\n");
@@ -436,9 +449,10 @@ mod tests {
             set_mode(&f, 0o600);
             assert_eq!(hinted_socket(d, P), None, "{bad:?}");
         }
+        assert_eq!(why_not_hinted(d, P).as_deref(), Some("it does not hold one absolute path on one line"));
         std::fs::write(&f, format!("/{}\n", "x".repeat(5000))).unwrap();
         assert_eq!(hinted_socket(d, P), None, "too long");
-        assert_eq!(why_not_hinted(d, P).as_deref(), Some("it does not hold one absolute path on one line"));
+        assert_eq!(why_not_hinted(d, P).as_deref(), Some("it is longer than 4,096 bytes"));
         // A project id that is not a plain name has no file (and names no other path).
         for odd in ["", "../forge.db", ".hidden", "a/b", ANY_PROJECT] {
             assert_eq!(hint_path(d, odd), None, "{odd:?}");
