@@ -25,6 +25,21 @@ impl std::fmt::Display for Refused {
 }
 
 /// This process's effective user id.
+/// The credentials the kernel recorded for the other end of the Unix socket `sock`
+/// (`SO_PEERCRED`): the connecting process for a server's accepted socket, the listener for
+/// a client's. `None` when they cannot be read.
+pub fn peer_cred(sock: std::os::fd::BorrowedFd<'_>) -> Option<libc::ucred> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `sock` is a live descriptor borrowed for the call; `cred` and `len` are valid
+    // for writes of the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut cred).cast(), &raw mut len)
+    };
+    (rc == 0).then_some(cred)
+}
+
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }

@@ -29,15 +29,9 @@ impl Peer {
     pub fn of_socket(sock: std::os::fd::BorrowedFd<'_>) -> Peer {
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         let fd = sock.as_raw_fd();
-        let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: `fd` is a live socket borrowed for the call; `cred` and `len` are valid
-        // for writes of the sizes given.
-        let rc =
-            unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut cred).cast(), &raw mut len) };
-        if rc != 0 || cred.pid <= 0 {
+        let Some(cred) = forge_core::paths::peer_cred(sock).filter(|c| c.pid > 0) else {
             return Peer::Confined;
-        }
+        };
         let mut pidfd: libc::c_int = -1;
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: as above; `pidfd` receives a new descriptor we then own.

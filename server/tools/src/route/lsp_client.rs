@@ -123,21 +123,8 @@ impl LspClient {
     /// The user id of the process that listens on the other end, as the kernel recorded
     /// it when it created the socket (`SO_PEERCRED`); `None` when it cannot be read.
     pub fn peer_uid(&self) -> Option<u32> {
-        use std::os::fd::AsRawFd;
-        let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: the descriptor is this client's live socket; `cred` and `len` are valid
-        // for writes of the sizes given.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.writer.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&raw mut cred).cast(),
-                &raw mut len,
-            )
-        };
-        (rc == 0).then_some(cred.uid)
+        use std::os::fd::AsFd;
+        forge_core::paths::peer_cred(self.writer.as_fd()).map(|c| c.uid)
     }
 
     /// How long a read waits for the server from now on.
