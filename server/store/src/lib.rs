@@ -156,6 +156,11 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
 /// a mount whose owners and modes mean nothing): the checks of [`check_owned`] are skipped.
 pub const SHARED_DATA_DIR_ENV: &str = "FORGE_SHARED_DATA_DIR";
 
+/// Whether the data directory is shared on purpose ([`SHARED_DATA_DIR_ENV`] is `1`).
+pub fn shared_data_dir() -> bool {
+    std::env::var(SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1")
+}
+
 /// Refuses a data directory or database file that another user owns (they could read or
 /// replace what is stored; root too, whose files there would then lock the owner out), a
 /// database file that is a symbolic link (a chmod or a write would reach what it points
@@ -167,7 +172,7 @@ pub const SHARED_DATA_DIR_ENV: &str = "FORGE_SHARED_DATA_DIR";
 /// mounted directory, a mount whose owners and modes mean nothing).
 pub(crate) fn check_owned(path: &Path, dir: bool) -> Result<(), OpenError> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-    if std::env::var(SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1") {
+    if shared_data_dir() {
         return Ok(());
     }
     let refuse = |why: String| OpenError::NotPrivate(path.to_path_buf(), why);

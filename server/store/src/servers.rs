@@ -85,7 +85,7 @@ pub fn name_in_hint(db: &Connection, project: &str, socket: &str) {
 /// Whether a file was removed.
 pub fn forget_hint(data_dir: &Path, project: &str, socket: &Path) -> bool {
     hint_path(data_dir, project)
-        .filter(|path| read_hint(path).is_some_and(|s| s == socket))
+        .filter(|path| read_hint(path).is_ok_and(|s| s == socket))
         .is_some_and(|path| std::fs::remove_file(path).is_ok())
 }
 
@@ -140,7 +140,7 @@ pub fn sockets(db: &Connection, project: &str) -> rusqlite::Result<Vec<(String, 
 
 /// The socket file of `project` in `data_dir`; none for a project id that is not a plain
 /// name (ids are commit hashes; [`ANY_PROJECT`] has no file).
-fn hint_path(data_dir: &Path, project: &str) -> Option<PathBuf> {
+pub fn hint_path(data_dir: &Path, project: &str) -> Option<PathBuf> {
     let plain = !project.is_empty()
         && project.len() <= 128
         && !project.starts_with('.')
@@ -158,8 +158,7 @@ fn data_dir_of(db: &Connection) -> Option<PathBuf> {
 /// else's to write; always when the data directory is shared on purpose.
 fn private(m: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    std::env::var(crate::SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1")
-        || (m.uid() == forge_core::paths::euid() && m.permissions().mode() & 0o022 == 0)
+    crate::shared_data_dir() || (m.uid() == forge_core::paths::euid() && m.permissions().mode() & 0o022 == 0)
 }
 
 /// Writes `project`'s socket file naming `socket`: a new file renamed over the old, so a
@@ -208,83 +207,57 @@ fn remove_hints(db: &Connection, rows: &[(String, String)]) {
     let Some(data_dir) = data_dir_of(db) else { return };
     for (project, socket) in rows {
         let Some(path) = hint_path(&data_dir, project) else { continue };
-        if read_hint(&path).is_some_and(|s| s.as_os_str() == socket.as_str()) {
+        if read_hint(&path).is_ok_and(|s| s.as_os_str() == socket.as_str()) {
             let _ = std::fs::remove_file(&path);
         }
     }
 }
 
 /// The socket `<data dir>/servers/<project>` names, if the file holds up: the data
-/// directory, the folder and the file are this user's and nobody else's to write (as the
-/// database's checks ask), the file is no link, and it names one absolute path. `None`
-/// sends the caller to the table.
-pub fn hinted_socket(data_dir: &Path, project: &str) -> Option<PathBuf> {
-    let path = hint_path(data_dir, project)?;
+/// directory passes the database's checks, the folder and the file are this user's and
+/// nobody else's to write, neither is a link, and the file names one absolute path.
+/// Otherwise the caller goes by the table: `Err(None)` when there is no file, `Err(Some(why))`
+/// when there is one that is not used (for `forge-lsp call --verbose`).
+pub fn hinted_socket(data_dir: &Path, project: &str) -> Result<PathBuf, Option<String>> {
+    let path = hint_path(data_dir, project).ok_or(None)?;
+    // Only said of a file that is there (the reasons are built on this path only).
+    let refused = |why: String| Err(std::fs::symlink_metadata(&path).is_ok().then_some(why));
     // The data directory may be a link to one of ours (as for the database); the folder
     // and the file may not.
-    let ok = |m: std::io::Result<std::fs::Metadata>, dir: bool| m.is_ok_and(|m| m.is_dir() == dir && private(&m));
-    if crate::check_owned(data_dir, true).is_err() {
-        return None;
+    if let Err(e) = crate::check_owned(data_dir, true) {
+        return refused(format!("the data directory does not pass the database's checks ({e})"));
     }
-    if !ok(std::fs::symlink_metadata(path.parent()?), true) {
-        return None;
+    let folder = match std::fs::symlink_metadata(path.parent().ok_or(None)?) {
+        Ok(m) => m,
+        Err(_) => return Err(None),
+    };
+    if folder.file_type().is_symlink() {
+        return refused("the folder is a symbolic link".into());
+    }
+    if let Some(why) = not_private(&folder, "folder") {
+        return refused(why);
     }
     read_hint(&path)
 }
 
-/// Why `project`'s socket file, which exists, is not used ([`hinted_socket`] gave none):
-/// for `forge-lsp call --verbose`. `None` when there is no file, or nothing wrong with it.
-pub fn why_not_hinted(data_dir: &Path, project: &str) -> Option<String> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-    let path = hint_path(data_dir, project)?;
-    let file = std::fs::symlink_metadata(&path).ok()?;
-    // In the order `hinted_socket` and `read_hint` check.
-    if let Err(e) = crate::check_owned(data_dir, true) {
-        return Some(format!("the data directory does not pass the database's checks ({e})"));
-    }
+/// Why `m` (the socket files' folder or one file) is not this user's and nobody else's to
+/// write; `None` when it is, and always when the data directory is shared on purpose.
+fn not_private(m: &std::fs::Metadata, what: &str) -> Option<String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let me = forge_core::paths::euid();
-    let not_private = |m: &std::fs::Metadata, what: &str| -> Option<String> {
-        let mode = m.permissions().mode() & 0o7777;
-        if private(m) {
-            None
-        } else if m.uid() != me {
-            Some(format!("the {what} is owned by uid {}, not by this user (uid {me})", m.uid()))
-        } else {
-            Some(format!("others may write the {what} (mode {mode:04o})"))
-        }
-    };
-    let folder = std::fs::symlink_metadata(path.parent()?).ok()?;
-    if folder.file_type().is_symlink() {
-        return Some("the folder is a symbolic link".into());
+    if private(m) {
+        None
+    } else if m.uid() != me {
+        Some(format!("the {what} is owned by uid {}, not by this user (uid {me})", m.uid()))
+    } else {
+        Some(format!("others may write the {what} (mode {:04o})", m.permissions().mode() & 0o7777))
     }
-    if let Some(why) = not_private(&folder, "folder") {
-        return Some(why);
-    }
-    if file.file_type().is_symlink() {
-        return Some("the file is a symbolic link".into());
-    }
-    if !file.is_file() {
-        return Some("it is not a regular file".into());
-    }
-    if let Some(why) = not_private(&file, "file") {
-        return Some(why);
-    }
-    if file.len() > 4096 {
-        return Some("it is longer than 4,096 bytes".into());
-    }
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(&path)
-    {
-        return Some(format!("it cannot be read ({e})"));
-    }
-    read_hint(&path).is_none().then(|| "it does not hold one absolute path on one line".into())
 }
 
-/// A socket file's one absolute path, read without following a link; `None` for a file
-/// that is not this user's and private to write, too long, or not one absolute path.
-fn read_hint(path: &Path) -> Option<PathBuf> {
+/// A socket file's one absolute path, read without following a link. `Err(None)` when
+/// there is no file; `Err(Some(why))` for a link, a file that is not regular, not this
+/// user's and private to write, too long, or not one absolute path on one line.
+fn read_hint(path: &Path) -> Result<PathBuf, Option<String>> {
     use std::io::Read;
     use std::os::unix::ffi::OsStringExt;
     use std::os::unix::fs::OpenOptionsExt;
@@ -292,18 +265,29 @@ fn read_hint(path: &Path) -> Option<PathBuf> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
-        .ok()?;
-    let m = f.metadata().ok()?;
-    if !m.is_file() || !private(&m) || m.len() > 4096 {
-        return None;
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) => None,
+            Some(libc::ELOOP) => Some("the file is a symbolic link".to_string()),
+            _ => Some(format!("it cannot be read ({e})")),
+        })?;
+    let m = f.metadata().map_err(|e| Some(format!("it cannot be read ({e})")))?;
+    if !m.is_file() {
+        return Err(Some("it is not a regular file".into()));
+    }
+    if let Some(why) = not_private(&m, "file") {
+        return Err(Some(why));
+    }
+    if m.len() > 4096 {
+        return Err(Some("it is longer than 4,096 bytes".into()));
     }
     let mut bytes = Vec::with_capacity(m.len() as usize);
-    f.take(4097).read_to_end(&mut bytes).ok()?;
-    let line = bytes.strip_suffix(b"\n")?;
-    if line.is_empty() || line.contains(&b'\n') || line.contains(&0) || line[0] != b'/' {
-        return None;
+    f.take(4097).read_to_end(&mut bytes).map_err(|e| Some(format!("it cannot be read ({e})")))?;
+    match bytes.strip_suffix(b"\n") {
+        Some(line) if !line.is_empty() && !line.contains(&b'\n') && !line.contains(&0) && line[0] == b'/' => {
+            Ok(PathBuf::from(std::ffi::OsString::from_vec(line.to_vec())))
+        }
+        _ => Err(Some("it does not hold one absolute path on one line".into())),
     }
-    Some(PathBuf::from(std::ffi::OsString::from_vec(line.to_vec())))
 }
 
 #[cfg(test)]
@@ -327,28 +311,28 @@ mod tests {
     fn the_socket_file_follows_the_projects_most_recently_seen_server() {
         let (dir, db) = store();
         let d = dir.path();
-        assert_eq!(hinted_socket(d, P), None, "no server yet");
+        assert_eq!(hinted_socket(d, P).ok(), None, "no server yet");
         register(&db, 1, P, "/run/a.sock", 10).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(hinted_socket(d, P).ok(), Some(PathBuf::from("/run/a.sock")));
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!((mode(&d.join(HINTS_DIR)), mode(&hint(d))), (0o700, 0o600));
         register(&db, 2, P, "/run/b.sock", 20).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/b.sock")));
+        assert_eq!(hinted_socket(d, P).ok(), Some(PathBuf::from("/run/b.sock")));
         // The table agrees: its first row is the file's server.
         assert_eq!(sockets(&db, P).unwrap()[0], ("/run/b.sock".to_string(), true));
         // A call that passed over b and reached a marks a; a serve --listen server's
         // registration for any project names no file.
         touch(&db, "/run/a.sock", 30).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(hinted_socket(d, P).ok(), Some(PathBuf::from("/run/a.sock")));
         assert_eq!(sockets(&db, P).unwrap()[0].0, "/run/a.sock");
         register(&db, 3, ANY_PROJECT, "/run/any.sock", 40).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(hinted_socket(d, P).ok(), Some(PathBuf::from("/run/a.sock")));
         assert_eq!(std::fs::read_dir(d.join(HINTS_DIR)).unwrap().count(), 1, "no other file, no leftover");
         // b leaving does not remove a's file; a leaving does.
         unregister(&db, 2).unwrap();
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(hinted_socket(d, P).ok(), Some(PathBuf::from("/run/a.sock")));
         unregister(&db, 1).unwrap();
-        assert_eq!(hinted_socket(d, P), None);
+        assert_eq!(hinted_socket(d, P).ok(), None);
         assert!(!hint(d).exists());
         // A dead server's socket forgotten by a caller takes its file with it.
         register(&db, 4, P, "/run/d.sock", 50).unwrap();
@@ -358,7 +342,7 @@ mod tests {
         register(&db, 5, P, "/run/e.sock", 60).unwrap();
         std::fs::remove_file(hint(d)).unwrap();
         name_in_hint(&db, P, "/run/e.sock");
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/e.sock")));
+        assert_eq!(hinted_socket(d, P).ok(), Some(PathBuf::from("/run/e.sock")));
     }
 
     /// A server that serves two projects and is marked after a call passed over another
@@ -374,11 +358,11 @@ mod tests {
                 register(&db, pid, project, sock, at).unwrap();
             }
         }
-        assert_eq!(hinted_socket(d, Q), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(hinted_socket(d, Q).ok(), Some(PathBuf::from("/run/a.sock")));
         touch(&db, "/run/b.sock", 30).unwrap();
         for project in [P, Q] {
             assert_eq!(sockets(&db, project).unwrap()[0].0, "/run/b.sock", "{project}");
-            assert_eq!(hinted_socket(d, project), Some(PathBuf::from("/run/b.sock")), "{project}");
+            assert_eq!(hinted_socket(d, project).ok(), Some(PathBuf::from("/run/b.sock")), "{project}");
         }
     }
 
@@ -403,7 +387,7 @@ mod tests {
         name_in_hint(&db, P, "/run/b.sock");
         assert!(!hint(d).exists(), "written for a server that is not the first");
         name_in_hint(&db, P, "/run/c.sock");
-        assert_eq!(hinted_socket(d, P), Some(PathBuf::from("/run/c.sock")));
+        assert_eq!(hinted_socket(d, P).ok(), Some(PathBuf::from("/run/c.sock")));
     }
 
     #[test]
@@ -415,29 +399,29 @@ mod tests {
         let set_mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
         // Others may write the file, or the folder: a planted socket could take the caller's
         // identity (its session token).
-        assert_eq!(why_not_hinted(d, P), None, "nothing wrong");
+        assert_eq!(hinted_socket(d, P).err().flatten(), None, "nothing wrong");
         set_mode(&f, 0o620);
-        assert_eq!(hinted_socket(d, P), None);
-        assert_eq!(why_not_hinted(d, P).as_deref(), Some("others may write the file (mode 0620)"));
+        assert_eq!(hinted_socket(d, P).ok(), None);
+        assert_eq!(hinted_socket(d, P).err().flatten().as_deref(), Some("others may write the file (mode 0620)"));
         set_mode(&f, 0o600);
         set_mode(&d.join(HINTS_DIR), 0o777);
-        assert_eq!(hinted_socket(d, P), None);
-        assert_eq!(why_not_hinted(d, P).as_deref(), Some("others may write the folder (mode 0777)"));
+        assert_eq!(hinted_socket(d, P).ok(), None);
+        assert_eq!(hinted_socket(d, P).err().flatten().as_deref(), Some("others may write the folder (mode 0777)"));
         set_mode(&d.join(HINTS_DIR), 0o700);
-        assert!(hinted_socket(d, P).is_some());
+        assert!(hinted_socket(d, P).is_ok());
         // A link, as the file or as the folder, is not followed.
         let elsewhere = tempfile::tempdir().unwrap();
         std::fs::write(elsewhere.path().join("x"), "/run/evil.sock\n").unwrap();
         std::fs::remove_file(&f).unwrap();
         std::os::unix::fs::symlink(elsewhere.path().join("x"), &f).unwrap();
-        assert_eq!(hinted_socket(d, P), None);
-        assert_eq!(why_not_hinted(d, P).as_deref(), Some("the file is a symbolic link"));
+        assert_eq!(hinted_socket(d, P).ok(), None);
+        assert_eq!(hinted_socket(d, P).err().flatten().as_deref(), Some("the file is a symbolic link"));
         std::fs::remove_file(&f).unwrap();
         std::fs::rename(d.join(HINTS_DIR), d.join("moved")).unwrap();
         std::fs::write(elsewhere.path().join(P), "/run/evil.sock\n").unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), d.join(HINTS_DIR)).unwrap();
-        assert_eq!(hinted_socket(d, P), None);
-        assert_eq!(why_not_hinted(d, P).as_deref(), Some("the folder is a symbolic link"));
+        assert_eq!(hinted_socket(d, P).ok(), None);
+        assert_eq!(hinted_socket(d, P).err().flatten().as_deref(), Some("the folder is a symbolic link"));
         // ... nor written through: a registration leaves the linked folder alone.
         register(&db, 2, P, "/run/b.sock", 20).unwrap();
         assert_eq!(std::fs::read_to_string(elsewhere.path().join(P)).unwrap(), "/run/evil.sock\n");
@@ -447,12 +431,15 @@ mod tests {
         for bad in ["", "\n", "run/a.sock\n", "/run/a.sock", "/run/a.sock\n/run/b.sock\n", "/run/a\0.sock\n"] {
             std::fs::write(&f, bad).unwrap();
             set_mode(&f, 0o600);
-            assert_eq!(hinted_socket(d, P), None, "{bad:?}");
+            assert_eq!(hinted_socket(d, P).ok(), None, "{bad:?}");
         }
-        assert_eq!(why_not_hinted(d, P).as_deref(), Some("it does not hold one absolute path on one line"));
+        assert_eq!(
+            hinted_socket(d, P).err().flatten().as_deref(),
+            Some("it does not hold one absolute path on one line")
+        );
         std::fs::write(&f, format!("/{}\n", "x".repeat(5000))).unwrap();
-        assert_eq!(hinted_socket(d, P), None, "too long");
-        assert_eq!(why_not_hinted(d, P).as_deref(), Some("it is longer than 4,096 bytes"));
+        assert_eq!(hinted_socket(d, P).ok(), None, "too long");
+        assert_eq!(hinted_socket(d, P).err().flatten().as_deref(), Some("it is longer than 4,096 bytes"));
         // A project id that is not a plain name has no file (and names no other path).
         for odd in ["", "../forge.db", ".hidden", "a/b", ANY_PROJECT] {
             assert_eq!(hint_path(d, odd), None, "{odd:?}");

@@ -252,24 +252,22 @@ impl Route {
         // The project's most recently seen server, named by its socket file: tried before
         // the database is opened at all (`store::servers`, the module doc).
         let mut hinted = None;
-        if unnameable.is_none() {
-            if let Some(sock) = store::servers::hinted_socket(&self.data_dir, &project.id) {
-                let file = self.data_dir.join(store::servers::HINTS_DIR).join(&project.id);
-                self.say(format!("through the running server at {} (named in {})", sock.display(), file.display()));
-                match self.via_server(&sock, name, input.clone(), cancel) {
-                    Ok(r) => return Ok(r),
-                    Err(NotThrough::Failed(e)) => return Err(e),
-                    Err(NotThrough::Unreachable) => {
-                        self.say(format!("{} does not answer", sock.display()));
-                        hinted = Some((sock, None));
+        if let (None, Some(file)) = (&unnameable, store::servers::hint_path(&self.data_dir, &project.id)) {
+            match store::servers::hinted_socket(&self.data_dir, &project.id) {
+                Ok(sock) => {
+                    self.say(format!("through the running server at {} (named in {})", sock.display(), file.display()));
+                    match self.via_server(&sock, name, input.clone(), cancel) {
+                        Ok(r) => return Ok(r),
+                        Err(NotThrough::Failed(e)) => return Err(e),
+                        Err(NotThrough::Unreachable) => {
+                            self.say(format!("{} does not answer", sock.display()));
+                            hinted = Some((sock, None));
+                        }
+                        Err(NotThrough::Foreign(uid)) => hinted = Some((sock, Some(uid))),
                     }
-                    Err(NotThrough::Foreign(uid)) => hinted = Some((sock, Some(uid))),
                 }
-            } else if let Some(why) =
-                self.verbose.then(|| store::servers::why_not_hinted(&self.data_dir, &project.id)).flatten()
-            {
-                let file = self.data_dir.join(store::servers::HINTS_DIR).join(&project.id);
-                self.say(format!("the socket file {} is not used: {why}", file.display()));
+                Err(Some(why)) => self.say(format!("the socket file {} is not used: {why}", file.display())),
+                Err(None) => {}
             }
         }
         let db_path = self.data_dir.join("forge.db");
@@ -402,7 +400,7 @@ impl Route {
     /// registered): a server of this user's listens as this user, so the row is stale
     /// (its socket's folder was taken over after the server left).
     fn forget_foreign(&self, conn: &rusqlite::Connection, project: &str, sock: &Path) {
-        if std::env::var(store::SHARED_DATA_DIR_ENV).is_ok_and(|v| v == "1") {
+        if store::shared_data_dir() {
             return;
         }
         let file = store::servers::forget_hint(&self.data_dir, project, sock);
