@@ -971,6 +971,20 @@ fn a_socket_file_naming_a_dead_server_without_a_row_is_removed() {
     assert!(out.stderr.contains("in-process"), "{out:?}");
 }
 
+/// Writes `repo`'s socket file in the sandbox's data directory, naming `sock`, as a server
+/// would (folder 0700, file 0600); returns the project id and the file.
+fn plant_socket_file(sb: &Sandbox, repo: &GitRepo, sock: &std::path::Path) -> (String, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]).trim().to_string();
+    let dir = sb.data_dir.join("servers");
+    let file = dir.join(&project);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(&file, format!("{}\n", sock.display())).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (project, file)
+}
+
 /// A socket found by the project's socket file or the table whose listener is another
 /// user is passed over before anything is sent: it would be told the caller's identity (a
 /// private folder under /tmp, taken over by another user after its server left). The
@@ -1023,13 +1037,7 @@ for _ in range(2):
     };
     assert_eq!(next_line(), "ready");
     // The project's socket file names it (as a file left by a server that used that path).
-    let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]).trim().to_string();
-    let dir = sb.data_dir.join("servers");
-    let file = dir.join(&project);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    std::fs::write(&file, format!("{}\n", sock.display())).unwrap();
-    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (project, file) = plant_socket_file(&sb, &repo, &sock);
     let call = sb.call("review-read").arg("--verbose").input(json!({})).cwd(&repo.path).run();
     assert_eq!(call.code, 0, "{call:?}");
     assert!(call.stderr.contains("is served by uid 65534, not this user"), "{call:?}");
@@ -1089,12 +1097,7 @@ time.sleep(60)
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(listener.stdout.take().unwrap()), &mut line).unwrap();
     assert!(line.starts_with("full "), "{line}");
-    let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]).trim().to_string();
-    let dir = sb.data_dir.join("servers");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    std::fs::write(dir.join(&project), format!("{}\n", sock.display())).unwrap();
-    std::fs::set_permissions(dir.join(&project), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    plant_socket_file(&sb, &repo, &sock);
     let started = std::time::Instant::now();
     let out = sb
         .call("review-read")
