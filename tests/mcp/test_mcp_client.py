@@ -277,3 +277,56 @@ async def test_an_abandoned_call_stops_the_plugin_tool(env: Env, through_server:
         if server is not None:
             server.terminate()
             server.wait(timeout=10)
+
+
+async def test_a_running_server_is_found_by_its_socket_file(env: Env):
+    """Without FORGE_LSP_SOCKET, `forge-lsp mcp` finds the project's running server by the
+    socket file the server wrote (`<data dir>/servers/<project id>`), without the database's
+    `servers` table: with the table emptied, loop control (which only a server runs) still
+    reaches the server (which answers that no loop runs). Without the file it would run
+    in-process and be refused."""
+    import sqlite3
+
+    import anyio
+
+    sock = env.tmp / "s" / "forge.sock"
+    log = env.tmp / "serve.log"
+    with open(log, "w") as err:  # a file, never a pipe nobody drains
+        server = subprocess.Popen(
+            [server_binary(), "--data-dir", str(env.data), "serve", "--listen", f"unix:{sock}"],
+            cwd=env.repo,
+            env={"PATH": os.environ.get("PATH", ""), **env.env},
+            stderr=err,
+        )
+    try:
+        with anyio.fail_after(30):
+            while "listening on unix:" not in log.read_text():
+                assert server.poll() is None, log.read_text()
+                await anyio.sleep(0.05)
+        async with env.session() as s:
+            await s.initialize()
+            # The first call finds the server in the table (its row for any project); the
+            # server then registers this project, which writes the project's socket file.
+            r = await s.call_tool("task-status", {})
+            assert text_of(r) == "No active loops.", text_of(r)
+            project = git(env.repo, "rev-list", "--max-parents=0", "HEAD")
+            named = (env.data / "servers" / project).read_text()
+            assert named.endswith(f"/{server.pid}/forge.sock\n"), named
+            db = sqlite3.connect(env.data / "forge.db")
+            db.execute("DELETE FROM servers")
+            db.commit()
+            db.close()
+            r = await s.call_tool("task-status", {})
+            assert text_of(r) == "No active loops.", text_of(r)
+            # The control: without the file (and the rows the server wrote again) the call
+            # has no server to go to.
+            db = sqlite3.connect(env.data / "forge.db")
+            db.execute("DELETE FROM servers")
+            db.commit()
+            db.close()
+            (env.data / "servers" / project).unlink()
+            r = await s.call_tool("task-status", {})
+            assert r.is_error and "needs a running forge-lsp server" in text_of(r), text_of(r)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
