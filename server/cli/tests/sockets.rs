@@ -971,6 +971,52 @@ fn a_socket_file_naming_a_dead_server_without_a_row_is_removed() {
     assert!(out.stderr.contains("in-process"), "{out:?}");
 }
 
+/// A server's first connection of the user's sweeps the socket files' folder in the
+/// background: an old socket file no row backs and an old temporary file go; a file a row
+/// backs (its server dead or not), a young file and the server's own file stay.
+#[test]
+fn stale_socket_files_are_swept_when_a_server_starts() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    sb.ensure_db();
+    let dir = sb.data_dir.join("servers");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let plant = |name: &str, text: &str, old: bool| {
+        let f = dir.join(name);
+        std::fs::write(&f, text).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if old {
+            std::fs::File::options().write(true).open(&f).unwrap().set_modified(hour_ago).unwrap();
+        }
+        f
+    };
+    let dead = sb.root.join("gone/dead.sock");
+    let stale = plant(&"1".repeat(40), &format!("{}\n", dead.display()), true);
+    let temp = plant(&format!(".{}.4242.0", "1".repeat(40)), &format!("{}\n", dead.display()), true);
+    let young = plant(&"2".repeat(40), &format!("{}\n", dead.display()), false);
+    let backed = plant(&"3".repeat(40), &format!("{}\n", dead.display()), true);
+    sb.db()
+        .conn
+        .execute(
+            "INSERT INTO servers (pid, project_id, socket_path, started_at, heartbeat_at) VALUES (1, ?1, ?2, 0, 0)",
+            rusqlite::params!["3".repeat(40), dead.display().to_string()],
+        )
+        .unwrap();
+    let server = sb.listen_unix(&sb.root.join("s/forge.sock"));
+    let mut c = server.connect();
+    c.init(&Init::new(&repo.path));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (stale.exists() || temp.exists()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!stale.exists() && !temp.exists(), "not swept: {}", server.stderr());
+    assert!(young.exists() && backed.exists());
+    let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]).trim().to_string();
+    assert!(dir.join(project).exists(), "the server's own file");
+}
+
 /// Writes `repo`'s socket file in the sandbox's data directory, naming `sock`, as a server
 /// would (folder 0700, file 0600); returns the project id and the file.
 fn plant_socket_file(sb: &Sandbox, repo: &GitRepo, sock: &std::path::Path) -> (String, std::path::PathBuf) {

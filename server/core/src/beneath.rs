@@ -171,6 +171,21 @@ pub fn stage(
     Stager::new(base).stage(rel, contents, mode, create_dirs, sync)
 }
 
+/// Stages `contents` for the file `name` in the directory `dir` (already opened without
+/// following a link, as [`open_subdir`] does), as [`stage`] does for a path: for a caller
+/// that checked the directory through its descriptor and must write into that one.
+/// `shown` names the target in messages.
+pub fn stage_at(
+    dir: std::sync::Arc<OwnedFd>,
+    shown: std::path::PathBuf,
+    name: &std::ffi::OsStr,
+    contents: &[u8],
+    mode: Mode,
+    sync: bool,
+) -> io::Result<Staged> {
+    stage_in(dir, shown, name, contents, mode, sync)
+}
+
 /// Stages files and sets files aside beneath one base, opening each directory once: the
 /// files of one directory share its descriptor, so a change of thousands of files holds
 /// one descriptor per directory, not one per file.
@@ -595,6 +610,23 @@ pub fn open_subdir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<Owned
     }
     // SAFETY: just opened, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Makes the directory `name` in `parent` with `mode` (the umask may only take bits
+/// away); whether it made it (`false`: something is there already, perhaps not a
+/// directory: open it with [`open_subdir`] to know).
+pub fn make_subdir(parent: &OwnedFd, name: &std::ffi::OsStr, mode: u32) -> io::Result<bool> {
+    let c = cstr(name)?;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    if unsafe { libc::mkdirat(parent.as_raw_fd(), c.as_ptr(), mode as libc::mode_t) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::AlreadyExists {
+        Ok(false)
+    } else {
+        Err(e)
+    }
 }
 
 /// The names in the directory `dir` (`.` and `..` left out).

@@ -128,15 +128,34 @@ impl Engine {
     /// Sweeps the agents' old files out of the data directory ([`file_sweep`]), once per
     /// engine, with the `completedLoopTtlMs` of the first call (the first host connection
     /// that is not a loop session, as the store's sweep of terminal loops): a first call
-    /// with 0 keeps everything for the engine's life, whatever later connections ask. In
-    /// the background: nothing waits for it.
+    /// with 0 keeps them all for the engine's life, whatever later connections ask. Stale
+    /// socket files of the `servers` folder go too, whatever the TTL: they are no one's
+    /// record ([`forge_store::servers::sweep_files`]). In the background, off the store's
+    /// writer thread: nothing waits for it.
     pub fn sweep_files_once(self: &Arc<Self>, ttl_ms: u64) {
         use std::sync::atomic::Ordering;
-        if self.files_swept.swap(true, Ordering::SeqCst) || ttl_ms == 0 {
+        if self.files_swept.swap(true, Ordering::SeqCst) {
             return;
         }
         let engine = self.clone();
         tokio::spawn(async move {
+            // The rows first: a server registering after this writes a file too new to go.
+            match engine.store.read(forge_store::servers::all_rows).await {
+                Ok(Ok(rows)) => {
+                    let dir = engine.data_dir.clone();
+                    let now = std::time::SystemTime::now();
+                    let swept =
+                        tokio::task::spawn_blocking(move || forge_store::servers::sweep_files(&dir, &rows, now)).await;
+                    if let Some(n) = swept.ok().filter(|n| *n > 0) {
+                        tracing::info!(files = n, "swept stale socket files");
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!("the sweep of socket files cannot read the servers table: {e}"),
+                Err(e) => tracing::warn!("the sweep of socket files cannot read the servers table: {e}"),
+            }
+            if ttl_ms == 0 {
+                return;
+            }
             // Read before the files are listed: a session that starts after this writes
             // files too new to be swept.
             let live = match engine.store.read(file_sweep::live_sessions).await {

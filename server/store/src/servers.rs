@@ -17,13 +17,20 @@
 //! - the file is only a shortcut: each write is best effort, and a reader trusts it no
 //!   more than the database (the data directory, the folder and the file must be this
 //!   user's and not writable by others, unless the data directory is shared on purpose);
+//! - every read, write and removal of a socket file is relative to the folder's
+//!   descriptor, opened without following a link and checked as opened ([`folder`]);
+//! - a file goes without a caller finding its socket dead only in [`sweep_files`]: old,
+//!   this user's, and backed by no row (or holding no usable path);
 //! - the functions that write rows here run in autocommit (the store thread's plain
 //!   calls, a caller's own connection): a file is written only after its row committed.
 //!   Inside a larger transaction that rolls back, a file could name a row that never was
 //!   (harmless: a live server, or a dead one the next caller forgets).
 
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+use forge_core::beneath::{self, Mode};
 use rusqlite::Connection;
 
 /// The folder of the data directory that holds the per-project socket files.
@@ -84,9 +91,8 @@ pub fn name_in_hint(db: &Connection, project: &str, socket: &str) {
 /// call as its server shut down, or left when the database was replaced).
 /// Whether a file was removed.
 pub fn forget_hint(data_dir: &Path, project: &str, socket: &Path) -> bool {
-    hint_path(data_dir, project)
-        .filter(|path| read_hint(path).is_ok_and(|s| s == socket))
-        .is_some_and(|path| std::fs::remove_file(path).is_ok())
+    hint_path(data_dir, project).is_some()
+        && matches!(folder(data_dir, false), Ok(Some(dir)) if remove_if_naming(&dir, project, socket.as_os_str()))
 }
 
 /// Forgets every registration of process `pid` (its shutdown), and the socket files that
@@ -154,48 +160,72 @@ fn data_dir_of(db: &Connection) -> Option<PathBuf> {
     Some(path.parent()?.to_path_buf())
 }
 
-/// Whether `m` (of a file or folder in the data directory) is this user's and nobody
-/// else's to write; always when the data directory is shared on purpose.
-fn private(m: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    crate::shared_data_dir() || (m.uid() == forge_core::paths::euid() && m.permissions().mode() & 0o022 == 0)
+/// Whether a file or folder of the data directory with owner `uid` and mode `mode` is this
+/// user's and nobody else's to write; always when the data directory is shared on purpose.
+fn private(uid: u32, mode: u32) -> bool {
+    crate::shared_data_dir() || (uid == forge_core::paths::euid() && mode & 0o022 == 0)
+}
+
+/// Why a file or folder (`what`) with owner `uid` and mode `mode` is not this user's and
+/// nobody else's to write; `None` when it is, and always when the data directory is shared
+/// on purpose.
+fn not_private(uid: u32, mode: u32, what: &str) -> Option<String> {
+    let me = forge_core::paths::euid();
+    if private(uid, mode) {
+        None
+    } else if uid != me {
+        Some(format!("the {what} is owned by uid {uid}, not by this user (uid {me})"))
+    } else {
+        Some(format!("others may write the {what} (mode {:04o})", mode & 0o7777))
+    }
+}
+
+/// The socket files' folder of `data_dir`, opened without following a link: every read,
+/// write and removal of a socket file is relative to this descriptor, so a folder swapped
+/// for a link after its check (a member of a group-writable data directory's group could)
+/// redirects none of them. With `create`, a missing folder is made (0700). `Ok(None)` when
+/// there is none; `Err(why)` for a link, something else than a folder, or a folder that is
+/// not this user's and private to write.
+fn folder(data_dir: &Path, create: bool) -> Result<Option<OwnedFd>, String> {
+    let data = beneath::open_dir(data_dir, Path::new(""), false)
+        .map_err(|e| format!("the data directory cannot be opened ({e})"))?;
+    let name = OsStr::new(HINTS_DIR);
+    if create {
+        beneath::make_subdir(&data, name, 0o700).map_err(|e| format!("the folder cannot be made ({e})"))?;
+    }
+    let dir = match beneath::open_subdir(&data, name) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+            let link = beneath::stat_at(&data, name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
+            return Err(if link { "the folder is a symbolic link" } else { "the folder is not a folder" }.into());
+        }
+        Err(e) => return Err(format!("the folder cannot be opened ({e})")),
+    };
+    // The folder opened, not the name looked up again: a just-made folder passes.
+    let st = beneath::stat_at(&dir, OsStr::new(".")).map_err(|e| format!("the folder cannot be read ({e})"))?;
+    match not_private(st.st_uid, st.st_mode, "folder") {
+        Some(why) => Err(why),
+        None => Ok(Some(dir)),
+    }
 }
 
 /// Writes `project`'s socket file naming `socket`: a new file renamed over the old, so a
 /// reader sees one or the other whole. Best effort: a failure only costs the next call
 /// its shortcut.
 fn write_hint(db: &Connection, project: &str, socket: &str) {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let Some(path) = data_dir_of(db).and_then(|d| hint_path(&d, project)) else { return };
-    let Some(dir) = path.parent() else { return };
-    let made = match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-        Err(e) => {
-            tracing::debug!("cannot make {}: {e}", dir.display());
-            return;
-        }
+    let Some(data_dir) = path.parent().and_then(Path::parent) else { return };
+    let dir = match folder(data_dir, true) {
+        Ok(Some(dir)) => std::sync::Arc::new(dir),
+        Ok(None) => return,
+        Err(why) => return tracing::debug!("no socket file written in {}: {why}", data_dir.join(HINTS_DIR).display()),
     };
-    // A folder that is a link, or not private, is not written through.
-    if !made && !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m)) {
-        tracing::debug!("{} is not a private folder: no socket file written", dir.display());
-        return;
-    }
-    // Unique per process and write (`forge-lsp mcp` writes from several threads).
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{project}.{}.{n}", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(format!("{socket}\n").as_bytes()))
-        .and_then(|()| std::fs::rename(&tmp, &path));
+    let contents = format!("{socket}\n");
+    let written =
+        beneath::stage_at(dir, path.clone(), OsStr::new(project), contents.as_bytes(), Mode::Exact(0o600), false)
+            .and_then(beneath::Staged::commit);
     if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
         tracing::debug!("cannot write {}: {e}", path.display());
     }
 }
@@ -205,12 +235,18 @@ fn write_hint(db: &Connection, project: &str, socket: &str) {
 /// the next call its shortcut).
 fn remove_hints(db: &Connection, rows: &[(String, String)]) {
     let Some(data_dir) = data_dir_of(db) else { return };
+    let Ok(Some(dir)) = folder(&data_dir, false) else { return };
     for (project, socket) in rows {
-        let Some(path) = hint_path(&data_dir, project) else { continue };
-        if read_hint(&path).is_ok_and(|s| s.as_os_str() == socket.as_str()) {
-            let _ = std::fs::remove_file(&path);
+        if hint_path(&data_dir, project).is_some() {
+            remove_if_naming(&dir, project, OsStr::new(socket));
         }
     }
+}
+
+/// Removes the socket file `project` of the folder `dir` if it names `socket`; whether it did.
+fn remove_if_naming(dir: &OwnedFd, project: &str, socket: &OsStr) -> bool {
+    read_hint(dir, project).is_ok_and(|s| s.as_os_str() == socket)
+        && beneath::unlink_at(dir, OsStr::new(project), false).is_ok()
 }
 
 /// The socket `<data dir>/servers/<project>` names, if the file holds up: the data
@@ -227,67 +263,113 @@ pub fn hinted_socket(data_dir: &Path, project: &str) -> Result<PathBuf, Option<S
     if let Err(e) = crate::check_owned(data_dir, true) {
         return refused(format!("the data directory does not pass the database's checks ({e})"));
     }
-    let folder = match std::fs::symlink_metadata(path.parent().ok_or(None)?) {
-        Ok(m) => m,
-        Err(_) => return Err(None),
-    };
-    if folder.file_type().is_symlink() {
-        return refused("the folder is a symbolic link".into());
-    }
-    if let Some(why) = not_private(&folder, "folder") {
-        return refused(why);
-    }
-    read_hint(&path)
-}
-
-/// Why `m` (the socket files' folder or one file) is not this user's and nobody else's to
-/// write; `None` when it is, and always when the data directory is shared on purpose.
-fn not_private(m: &std::fs::Metadata, what: &str) -> Option<String> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let me = forge_core::paths::euid();
-    if private(m) {
-        None
-    } else if m.uid() != me {
-        Some(format!("the {what} is owned by uid {}, not by this user (uid {me})", m.uid()))
-    } else {
-        Some(format!("others may write the {what} (mode {:04o})", m.permissions().mode() & 0o7777))
+    match folder(data_dir, false) {
+        Ok(Some(dir)) => read_hint(&dir, project),
+        Ok(None) => Err(None),
+        Err(why) => refused(why),
     }
 }
 
-/// A socket file's one absolute path, read without following a link. `Err(None)` when
-/// there is no file; `Err(Some(why))` for a link, a file that is not regular, not this
-/// user's and private to write, too long, or not one absolute path on one line.
-fn read_hint(path: &Path) -> Result<PathBuf, Option<String>> {
+/// The one absolute path the socket file `name` of the folder `dir` holds, read without
+/// following a link. `Err(None)` when there is no file; `Err(Some(why))` for a link, a
+/// file that is not regular, not this user's and private to write, too long, or not one
+/// absolute path on one line.
+fn read_hint(dir: &OwnedFd, name: &str) -> Result<PathBuf, Option<String>> {
     use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::ffi::OsStringExt;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let c = std::ffi::CString::new(name).map_err(|_| Some("its name holds a NUL byte".to_string()))?;
+    // Never through a link; never waiting (a FIFO planted there does not hold the caller).
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
             Some(libc::ENOENT) => None,
             Some(libc::ELOOP) => Some("the file is a symbolic link".to_string()),
             _ => Some(format!("it cannot be read ({e})")),
-        })?;
+        });
+    }
+    // SAFETY: just opened, owned here.
+    let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     let m = f.metadata().map_err(|e| Some(format!("it cannot be read ({e})")))?;
     if !m.is_file() {
         return Err(Some("it is not a regular file".into()));
     }
-    if let Some(why) = not_private(&m, "file") {
+    if let Some(why) = not_private(m.uid(), m.permissions().mode(), "file") {
         return Err(Some(why));
     }
     if m.len() > 4096 {
         return Err(Some("it is longer than 4,096 bytes".into()));
     }
     let mut bytes = Vec::with_capacity(m.len() as usize);
-    f.take(4097).read_to_end(&mut bytes).map_err(|e| Some(format!("it cannot be read ({e})")))?;
+    (&f).take(4097).read_to_end(&mut bytes).map_err(|e| Some(format!("it cannot be read ({e})")))?;
     match bytes.strip_suffix(b"\n") {
         Some(line) if !line.is_empty() && !line.contains(&b'\n') && !line.contains(&0) && line[0] == b'/' => {
             Ok(PathBuf::from(std::ffi::OsString::from_vec(line.to_vec())))
         }
         _ => Err(Some("it does not hold one absolute path on one line".into())),
     }
+}
+
+/// How long a socket file no row backs, or a temporary file of a write, is left before
+/// [`sweep_files`] removes it: far longer than any write of one (a registration writes its
+/// row before its file, and a rename replaces a file with a new one).
+pub const SWEEP_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Every `(project, socket)` of the table: the rows that back socket files.
+pub fn all_rows(db: &Connection) -> rusqlite::Result<std::collections::HashSet<(String, String)>> {
+    let mut st = db.prepare("SELECT project_id, socket_path FROM servers")?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    rows.collect()
+}
+
+/// Removes what is stale in `data_dir`'s socket files' folder, given `rows` (the table's
+/// rows, read before this runs); the number of files removed. A file goes only when it is
+/// a regular file of this user's, last written more than [`SWEEP_AFTER`] before `now`, and
+/// - a temporary file of a write that never reached its rename (a name starting with `.`),
+/// - or a project's socket file that no row of `rows` backs (its project and socket), or
+///   that holds no usable socket path.
+///
+/// A socket file that a row backs stays, even when its server is dead: the next call that
+/// finds it so forgets both. Whether a socket path exists is never asked: a server in
+/// another mount namespace sharing the data directory (a container) has a path this
+/// process may not see, and its row keeps its file. Everything is done relative to the
+/// folder's descriptor, never through a link, and a file replaced since it was read (a
+/// server registering now) is left. Errors are skipped: a sweep never fails a caller.
+pub fn sweep_files(
+    data_dir: &Path,
+    rows: &std::collections::HashSet<(String, String)>,
+    now: std::time::SystemTime,
+) -> usize {
+    let Ok(Some(dir)) = folder(data_dir, false) else { return 0 };
+    let Ok(names) = beneath::list_dir(&dir) else { return 0 };
+    let cutoff = now.checked_sub(SWEEP_AFTER).and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    let Some(cutoff) = cutoff.map(|d| d.as_secs() as i64) else { return 0 };
+    let me = forge_core::paths::euid();
+    let mut removed = 0;
+    for name in names {
+        let Some(text) = name.to_str() else { continue };
+        // The entry itself, never what a link points to.
+        let Ok(st) = beneath::stat_at(&dir, &name) else { continue };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != me || st.st_mtime >= cutoff {
+            continue;
+        }
+        let stale = text.starts_with('.')
+            || (hint_path(data_dir, text).is_some()
+                && match read_hint(&dir, text) {
+                    Ok(socket) => socket.to_str().is_none_or(|s| !rows.contains(&(text.to_string(), s.to_string()))),
+                    Err(why) => why.is_some(),
+                });
+        // The file looked at is the one removed: a file renamed over it since stays.
+        let same = || beneath::stat_at(&dir, &name).is_ok_and(|now| (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino));
+        if stale && same() && beneath::unlink_at(&dir, &name, false).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 #[cfg(test)]
@@ -446,6 +528,58 @@ mod tests {
             register(&db, 3, odd, "/run/c.sock", 30).unwrap();
         }
         assert!(!d.join("forge.db").is_dir() && !d.join(".hidden").exists());
+    }
+
+    /// The sweep removes old temporary files and old socket files no row backs (or that
+    /// hold no path), and leaves a file a row backs, a young file, a link and a name that
+    /// is no project's.
+    #[test]
+    fn the_sweep_takes_only_old_files_no_row_backs() {
+        let (dir, db) = store();
+        let d = dir.path();
+        const Q: &str = "fedcba9876543210fedcba9876543210fedcba98";
+        const R: &str = "00000000000000000000000000000000000000aa";
+        const S: &str = "00000000000000000000000000000000000000bb";
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
+        let folder = d.join(HINTS_DIR);
+        let plant = |name: &str, text: &str| {
+            let f = folder.join(name);
+            std::fs::write(&f, text).unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        plant(Q, "/run/q.sock\n"); // no row
+        plant(R, "not a path\n");
+        plant(S, "/run/other.sock\n"); // a row of S, for another socket
+        register(&db, 2, S, "/run/s.sock", 20).unwrap();
+        plant(S, "/run/other.sock\n");
+        plant(".0123.99.0", "/run/a.sock"); // a temporary file left by a dead writer
+        plant("a b", "/run/x.sock\n");
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("t"), "/run/t.sock\n").unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join("t"), folder.join("0000000000000000000000000000000000000011"))
+            .unwrap();
+        let names = || {
+            let mut n: Vec<String> =
+                std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            n.sort();
+            n
+        };
+        let all = names();
+        assert_eq!(all.len(), 7);
+        let rows = all_rows(&db).unwrap();
+        assert!(rows.contains(&(P.to_string(), "/run/a.sock".to_string())));
+        // Everything is young: nothing goes.
+        assert_eq!(sweep_files(d, &rows, std::time::SystemTime::now()), 0);
+        assert_eq!(names(), all);
+        // An hour later.
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        assert_eq!(sweep_files(d, &rows, later), 4);
+        assert_eq!(names(), ["0000000000000000000000000000000000000011", P, "a b"]);
+        assert_eq!(std::fs::read_to_string(elsewhere.path().join("t")).unwrap(), "/run/t.sock\n");
+        assert_eq!(hinted_socket(d, P).ok(), Some(PathBuf::from("/run/a.sock")));
+        // No folder: nothing to do.
+        std::fs::remove_dir_all(&folder).unwrap();
+        assert_eq!(sweep_files(d, &rows, later), 0);
     }
 
     #[test]
