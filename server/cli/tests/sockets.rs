@@ -1004,14 +1004,20 @@ fn stale_socket_files_are_swept_when_a_server_starts() {
             rusqlite::params!["3".repeat(40), dead.display().to_string()],
         )
         .unwrap();
-    let server = sb.listen_unix(&sb.root.join("s/forge.sock"));
+    // At `info`, the server says when its sweep of socket files is done.
+    let mut cmd = sb.command();
+    let sock = sb.root.join("s/forge.sock");
+    cmd.env("FORGE_LOG", "info").arg("--data-dir").arg(&sb.data_dir).args(["serve", "--listen"]);
+    cmd.arg(format!("unix:{}", sock.display()));
+    let server = ListenServer::start(cmd, Addr::Unix(sock), sb.next_log("sweep"));
     let mut c = server.connect();
     c.init(&Init::new(&repo.path));
     let deadline = Instant::now() + Duration::from_secs(10);
-    while (stale.exists() || temp.exists()) && Instant::now() < deadline {
+    while !server.stderr().contains("swept stale socket files") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!stale.exists() && !temp.exists(), "not swept: {}", server.stderr());
+    assert!(server.stderr().contains("files=2"), "not swept: {}", server.stderr());
+    assert!(!stale.exists() && !temp.exists());
     assert!(young.exists() && backed.exists());
     let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]).trim().to_string();
     assert!(dir.join(project).exists(), "the server's own file");

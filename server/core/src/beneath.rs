@@ -108,6 +108,10 @@ pub enum Mode {
     /// The mode of the regular file it replaces (not of what a link there points at);
     /// for a new file, this mode under the process's umask, as for any new file.
     KeepOr(u32),
+    /// Exactly this mode, and the writer's file whatever the file it replaces was: for a
+    /// private file whose owner says who wrote it (another user's file replaced by root
+    /// must not stay that user's to rewrite).
+    Mine(u32),
 }
 
 /// One file's new content, written to a temporary file of its own beside the target in a
@@ -314,7 +318,7 @@ fn stage_in(
     // group the user is in): a rewrite by root must not leave a user's file root's.
     let existing = existing_file(&dir, &name_c)?;
     let (fchmod, create) = match mode {
-        Mode::Exact(m) => (Some(m), 0o600),
+        Mode::Exact(m) | Mode::Mine(m) => (Some(m), 0o600),
         Mode::KeepOr(new) => match existing {
             Some((m, _, _)) => (Some(m), 0o600),
             None => (None, new),
@@ -334,7 +338,7 @@ fn stage_in(
     // SAFETY: just opened, owned here.
     let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     f.write_all(contents)?;
-    if let Some((_, uid, gid)) = existing {
+    if let (Some((_, uid, gid)), false) = (existing, matches!(mode, Mode::Mine(_))) {
         keep_owner(&f, uid, gid);
     }
     // After the owner: a change of owner clears set-id bits.
@@ -627,6 +631,32 @@ pub fn make_subdir(parent: &OwnedFd, name: &std::ffi::OsStr, mode: u32) -> io::R
     } else {
         Err(e)
     }
+}
+
+/// The directory `base` (following a link, as a lookup by path does) as an `O_PATH`
+/// handle: enough for the `*at` calls and [`open_subdir`], and needing only search
+/// permission on it, not read permission.
+pub fn open_base(base: &Path) -> io::Result<OwnedFd> {
+    let c = cstr(base.as_os_str())?;
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned here.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What the open file or directory `fd` is (`fstat`; an `O_PATH` handle works too, and no
+/// permission on it is needed).
+pub fn stat_fd(fd: &OwnedFd) -> io::Result<libc::stat> {
+    // SAFETY: a zeroed stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and a writable stat.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
 }
 
 /// The names in the directory `dir` (`.` and `..` left out).

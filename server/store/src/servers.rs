@@ -19,8 +19,9 @@
 //!   user's and not writable by others, unless the data directory is shared on purpose);
 //! - every read, write and removal of a socket file is relative to the folder's
 //!   descriptor, opened without following a link and checked as opened ([`folder`]);
-//! - a file goes without a caller finding its socket dead only in [`sweep_files`]: old,
-//!   this user's, and backed by no row (or holding no usable path);
+//! - a file is removed only when its rows are forgotten (a server's shutdown, a caller
+//!   finding its socket dead or another user's), or by [`sweep_files`]: old, this user's,
+//!   and backed by no row (or unusable for what it is);
 //! - the functions that write rows here run in autocommit (the store thread's plain
 //!   calls, a caller's own connection): a file is written only after its row committed.
 //!   Inside a larger transaction that rolls back, a file could name a row that never was
@@ -187,8 +188,7 @@ fn not_private(uid: u32, mode: u32, what: &str) -> Option<String> {
 /// there is none; `Err(why)` for a link, something else than a folder, or a folder that is
 /// not this user's and private to write.
 fn folder(data_dir: &Path, create: bool) -> Result<Option<OwnedFd>, String> {
-    let data = beneath::open_dir(data_dir, Path::new(""), false)
-        .map_err(|e| format!("the data directory cannot be opened ({e})"))?;
+    let data = beneath::open_base(data_dir).map_err(|e| format!("the data directory cannot be opened ({e})"))?;
     let name = OsStr::new(HINTS_DIR);
     if create {
         beneath::make_subdir(&data, name, 0o700).map_err(|e| format!("the folder cannot be made ({e})"))?;
@@ -203,7 +203,7 @@ fn folder(data_dir: &Path, create: bool) -> Result<Option<OwnedFd>, String> {
         Err(e) => return Err(format!("the folder cannot be opened ({e})")),
     };
     // The folder opened, not the name looked up again: a just-made folder passes.
-    let st = beneath::stat_at(&dir, OsStr::new(".")).map_err(|e| format!("the folder cannot be read ({e})"))?;
+    let st = beneath::stat_fd(&dir).map_err(|e| format!("the folder cannot be read ({e})"))?;
     match not_private(st.st_uid, st.st_mode, "folder") {
         Some(why) => Err(why),
         None => Ok(Some(dir)),
@@ -216,14 +216,19 @@ fn folder(data_dir: &Path, create: bool) -> Result<Option<OwnedFd>, String> {
 fn write_hint(db: &Connection, project: &str, socket: &str) {
     let Some(path) = data_dir_of(db).and_then(|d| hint_path(&d, project)) else { return };
     let Some(data_dir) = path.parent().and_then(Path::parent) else { return };
-    let dir = match folder(data_dir, true) {
-        Ok(Some(dir)) => std::sync::Arc::new(dir),
-        Ok(None) => return,
-        Err(why) => return tracing::debug!("no socket file written in {}: {why}", data_dir.join(HINTS_DIR).display()),
-    };
+    match folder(data_dir, true) {
+        Ok(Some(dir)) => write_in(std::sync::Arc::new(dir), path, project, socket),
+        Ok(None) => {}
+        Err(why) => tracing::debug!("no socket file written in {}: {why}", data_dir.join(HINTS_DIR).display()),
+    }
+}
+
+/// Writes the socket file `project` (shown as `path`) naming `socket` in the folder `dir`:
+/// a new file of the writer's, 0600, renamed over the old.
+fn write_in(dir: std::sync::Arc<OwnedFd>, path: PathBuf, project: &str, socket: &str) {
     let contents = format!("{socket}\n");
     let written =
-        beneath::stage_at(dir, path.clone(), OsStr::new(project), contents.as_bytes(), Mode::Exact(0o600), false)
+        beneath::stage_at(dir, path.clone(), OsStr::new(project), contents.as_bytes(), Mode::Mine(0o600), false)
             .and_then(beneath::Staged::commit);
     if let Err(e) = written {
         tracing::debug!("cannot write {}: {e}", path.display());
@@ -270,16 +275,35 @@ pub fn hinted_socket(data_dir: &Path, project: &str) -> Result<PathBuf, Option<S
     }
 }
 
+/// Why a socket file gives no socket.
+enum Unread {
+    /// There is no file.
+    Missing,
+    /// What the file is says it is not to be used: a link, not a regular file, not this
+    /// user's and private to write, too long, or not one absolute path on one line.
+    Unusable(String),
+    /// It could not be read just now (out of descriptors, an I/O error): nothing is known
+    /// of it.
+    Failed(String),
+}
+
 /// The one absolute path the socket file `name` of the folder `dir` holds, read without
-/// following a link. `Err(None)` when there is no file; `Err(Some(why))` for a link, a
-/// file that is not regular, not this user's and private to write, too long, or not one
-/// absolute path on one line.
+/// following a link. `Err(None)` when there is no file; `Err(Some(why))` when it is not
+/// used ([`Unread`]).
 fn read_hint(dir: &OwnedFd, name: &str) -> Result<PathBuf, Option<String>> {
+    read_at(dir, name).map_err(|e| match e {
+        Unread::Missing => None,
+        Unread::Unusable(why) | Unread::Failed(why) => Some(why),
+    })
+}
+
+fn read_at(dir: &OwnedFd, name: &str) -> Result<PathBuf, Unread> {
     use std::io::Read;
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::ffi::OsStringExt;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let c = std::ffi::CString::new(name).map_err(|_| Some("its name holds a NUL byte".to_string()))?;
+    let failed = |e: std::io::Error| Unread::Failed(format!("it cannot be read ({e})"));
+    let c = std::ffi::CString::new(name).map_err(|_| Unread::Unusable("its name holds a NUL byte".to_string()))?;
     // Never through a link; never waiting (a FIFO planted there does not hold the caller).
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     // SAFETY: a valid directory fd and a NUL-terminated name.
@@ -287,30 +311,30 @@ fn read_hint(dir: &OwnedFd, name: &str) -> Result<PathBuf, Option<String>> {
     if fd < 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
-            Some(libc::ENOENT) => None,
-            Some(libc::ELOOP) => Some("the file is a symbolic link".to_string()),
-            _ => Some(format!("it cannot be read ({e})")),
+            Some(libc::ENOENT) => Unread::Missing,
+            Some(libc::ELOOP) => Unread::Unusable("the file is a symbolic link".to_string()),
+            _ => failed(e),
         });
     }
     // SAFETY: just opened, owned here.
     let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let m = f.metadata().map_err(|e| Some(format!("it cannot be read ({e})")))?;
+    let m = f.metadata().map_err(failed)?;
     if !m.is_file() {
-        return Err(Some("it is not a regular file".into()));
+        return Err(Unread::Unusable("it is not a regular file".into()));
     }
     if let Some(why) = not_private(m.uid(), m.permissions().mode(), "file") {
-        return Err(Some(why));
+        return Err(Unread::Unusable(why));
     }
     if m.len() > 4096 {
-        return Err(Some("it is longer than 4,096 bytes".into()));
+        return Err(Unread::Unusable("it is longer than 4,096 bytes".into()));
     }
     let mut bytes = Vec::with_capacity(m.len() as usize);
-    (&f).take(4097).read_to_end(&mut bytes).map_err(|e| Some(format!("it cannot be read ({e})")))?;
+    (&f).take(4097).read_to_end(&mut bytes).map_err(failed)?;
     match bytes.strip_suffix(b"\n") {
         Some(line) if !line.is_empty() && !line.contains(&b'\n') && !line.contains(&0) && line[0] == b'/' => {
             Ok(PathBuf::from(std::ffi::OsString::from_vec(line.to_vec())))
         }
-        _ => Err(Some("it does not hold one absolute path on one line".into())),
+        _ => Err(Unread::Unusable("it does not hold one absolute path on one line".into())),
     }
 }
 
@@ -331,41 +355,59 @@ pub fn all_rows(db: &Connection) -> rusqlite::Result<std::collections::HashSet<(
 /// a regular file of this user's, last written more than [`SWEEP_AFTER`] before `now`, and
 /// - a temporary file of a write that never reached its rename (a name starting with `.`),
 /// - or a project's socket file that no row of `rows` backs (its project and socket), or
-///   that holds no usable socket path.
+///   whose contents or mode say it is not to be used. A file that cannot be read just now
+///   (out of descriptors) is left.
 ///
 /// A socket file that a row backs stays, even when its server is dead: the next call that
 /// finds it so forgets both. Whether a socket path exists is never asked: a server in
 /// another mount namespace sharing the data directory (a container) has a path this
 /// process may not see, and its row keeps its file. Everything is done relative to the
-/// folder's descriptor, never through a link, and a file replaced since it was read (a
-/// server registering now) is left. Errors are skipped: a sweep never fails a caller.
+/// folder's descriptor, never through a link, and a file replaced or changed since it was
+/// looked at (a server registering now) is left, but for the instant between the last look
+/// and the removal, where a registration's file could still go: that only costs the next
+/// call its shortcut (it goes by the table, which names the server and writes the file
+/// again). Errors are skipped: a sweep never fails a caller.
 pub fn sweep_files(
     data_dir: &Path,
     rows: &std::collections::HashSet<(String, String)>,
     now: std::time::SystemTime,
 ) -> usize {
-    let Ok(Some(dir)) = folder(data_dir, false) else { return 0 };
-    let Ok(names) = beneath::list_dir(&dir) else { return 0 };
+    match folder(data_dir, false) {
+        Ok(Some(dir)) => sweep_in(&dir, data_dir, rows, now),
+        _ => 0,
+    }
+}
+
+fn sweep_in(
+    dir: &OwnedFd,
+    data_dir: &Path,
+    rows: &std::collections::HashSet<(String, String)>,
+    now: std::time::SystemTime,
+) -> usize {
+    let Ok(names) = beneath::list_dir(dir) else { return 0 };
     let cutoff = now.checked_sub(SWEEP_AFTER).and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
     let Some(cutoff) = cutoff.map(|d| d.as_secs() as i64) else { return 0 };
     let me = forge_core::paths::euid();
+    // What tells one file at a name from the next (a rename puts a new inode there, and the
+    // change time moves with any change, an inode number used again included).
+    let id = |st: &libc::stat| (st.st_dev, st.st_ino, st.st_ctime, st.st_ctime_nsec);
     let mut removed = 0;
     for name in names {
         let Some(text) = name.to_str() else { continue };
         // The entry itself, never what a link points to.
-        let Ok(st) = beneath::stat_at(&dir, &name) else { continue };
+        let Ok(st) = beneath::stat_at(dir, &name) else { continue };
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != me || st.st_mtime >= cutoff {
             continue;
         }
         let stale = text.starts_with('.')
             || (hint_path(data_dir, text).is_some()
-                && match read_hint(&dir, text) {
+                && match read_at(dir, text) {
                     Ok(socket) => socket.to_str().is_none_or(|s| !rows.contains(&(text.to_string(), s.to_string()))),
-                    Err(why) => why.is_some(),
+                    Err(Unread::Unusable(_)) => true,
+                    Err(Unread::Missing | Unread::Failed(_)) => false,
                 });
-        // The file looked at is the one removed: a file renamed over it since stays.
-        let same = || beneath::stat_at(&dir, &name).is_ok_and(|now| (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino));
-        if stale && same() && beneath::unlink_at(&dir, &name, false).is_ok() {
+        let same = || beneath::stat_at(dir, &name).is_ok_and(|now| id(&now) == id(&st));
+        if stale && same() && beneath::unlink_at(dir, &name, false).is_ok() {
             removed += 1;
         }
     }
@@ -580,6 +622,55 @@ mod tests {
         // No folder: nothing to do.
         std::fs::remove_dir_all(&folder).unwrap();
         assert_eq!(sweep_files(d, &rows, later), 0);
+    }
+
+    /// A folder swapped for a link after it was opened and checked redirects nothing: the
+    /// removal, the write and the sweep all happen in the folder opened.
+    #[test]
+    fn a_folder_swapped_for_a_link_after_its_check_redirects_nothing() {
+        let (dir, db) = store();
+        let d = dir.path();
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
+        let opened = folder(d, false).unwrap().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let theirs = outside.path().join(P);
+        std::fs::write(&theirs, "/run/a.sock\n").unwrap();
+        std::fs::write(outside.path().join(".tmp"), "x").unwrap();
+        std::fs::rename(d.join(HINTS_DIR), d.join("moved")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.join(HINTS_DIR)).unwrap();
+        assert!(remove_if_naming(&opened, P, OsStr::new("/run/a.sock")));
+        assert!(!d.join("moved").join(P).exists() && theirs.exists());
+        let opened = std::sync::Arc::new(opened);
+        write_in(opened.clone(), hint(d), P, "/run/b.sock");
+        assert_eq!(std::fs::read_to_string(d.join("moved").join(P)).unwrap(), "/run/b.sock\n");
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "/run/a.sock\n");
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        assert_eq!(sweep_in(&opened, d, &Default::default(), later), 1);
+        assert!(!d.join("moved").join(P).exists());
+        assert!(theirs.exists() && outside.path().join(".tmp").exists());
+        // Through the path, the link is refused.
+        assert_eq!(hinted_socket(d, P).err().flatten().as_deref(), Some("the folder is a symbolic link"));
+        assert_eq!(sweep_files(d, &Default::default(), later), 0);
+        assert!(theirs.exists());
+    }
+
+    /// A socket file written over another user's (a shared data directory, the writer root)
+    /// is the writer's, not left the other user's to rewrite.
+    #[test]
+    fn a_socket_file_written_is_the_writers() {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: giving a file to another user needs root");
+            return;
+        }
+        let (dir, db) = store();
+        register(&db, 1, P, "/run/a.sock", 10).unwrap();
+        let f = hint(dir.path());
+        std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+        register(&db, 2, P, "/run/b.sock", 20).unwrap();
+        let m = std::fs::metadata(&f).unwrap();
+        assert_eq!((m.uid(), m.gid()), (0, 0));
     }
 
     #[test]
