@@ -188,6 +188,26 @@ fn plan_adjust_during_an_audit_appends_a_section_that_then_runs() {
     let master = t.strings("SELECT content FROM plans WHERE loop_name = ?1", &name);
     assert_eq!(master, [ONE_SECTION]);
     assert_eq!(t.log(&format!("forge/{name}"))[..2], ["section 2: Appended section", "section 1: Only step"]);
+    // The loop plan's lenses (on the master text) show the appended section too.
+    let lenses = t.client.request_ok(
+        "textDocument/codeLens",
+        json!({ "textDocument": { "uri": format!("forge://plan/loop/{name}.md") } }),
+    );
+    let heading = ONE_SECTION.split('\n').position(|l| l == "## Only step").unwrap();
+    let got: Vec<(u64, &str)> = lenses
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["range"]["start"]["line"].as_u64().unwrap(), l["command"]["title"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (heading as u64, "Section 1/2 · completed"),
+            (heading as u64, "Section 2/2 · completed · added by plan-adjust: Appended section")
+        ],
+        "{lenses}"
+    );
 }
 
 /// A post-action turn that fails with a provider limit and no record still completes the

@@ -32,9 +32,13 @@ fn h2(line: &str) -> Option<&str> {
 
 /// The plan's blocks: preamble, sections, trailing headings.
 pub fn blocks(text: &str) -> Vec<Block> {
+    blocks_of(text, &decompose(text))
+}
+
+/// [`blocks`] of `text`, given its decomposition `d`.
+fn blocks_of(text: &str, d: &forge_domain::plan::decompose::Decomposition) -> Vec<Block> {
     let lines: Vec<&str> = forge_domain::text::split_lines(text);
     let fenced = fenced_lines(&lines);
-    let d = decompose(text);
     let mut out = vec![];
     // Blocks outside sections are split at unfenced level-2 headings.
     let push_free = |out: &mut Vec<Block>, from: usize, to: usize, first_name: &str| {
@@ -198,20 +202,56 @@ pub fn warning_diagnostics(text: &str, enc: PositionEncoding) -> Vec<Value> {
         .collect()
 }
 
-/// Section status lens titles for a loop plan: `(heading line, title)`.
-pub fn section_lenses(text: &str, statuses: &[(usize, String)], total: usize) -> Vec<(usize, String)> {
+/// A stored section of a loop, as its lens shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionRow {
+    pub index: usize,
+    pub status: String,
+    pub title: String,
+    pub content: String,
+}
+
+/// Section status lens titles for a loop plan `text` (the master plan, which never
+/// changes): `(heading line, title)`, given the loop's stored sections `rows` and its
+/// `total`. A section that plan-adjust revised says what it is now; one it removed says
+/// so; those it added have lenses on the last section's heading (the master text has no
+/// place of theirs). With no rows known, every section reads as pending.
+pub fn section_lenses(text: &str, rows: &[SectionRow], total: usize) -> Vec<(usize, String)> {
     let lines = ClientLines::new(text);
-    blocks(text)
-        .into_iter()
-        .filter_map(|b| {
-            let idx = b.section?;
-            let status = statuses.iter().find(|(i, _)| *i == idx).map(|(_, s)| s.as_str()).unwrap_or("pending");
-            Some((
-                lines.line(b.heading),
-                format!("Section {}/{} · {}", idx + 1, total.max(idx + 1), status.replace('_', " ")),
-            ))
-        })
-        .collect()
+    let d = decompose(text);
+    let total = total.max(rows.iter().map(|r| r.index + 1).max().unwrap_or(0));
+    let status = |r: &SectionRow| r.status.replace('_', " ");
+    let mut out = vec![];
+    let mut last = None;
+    for b in blocks_of(text, &d) {
+        let Some(idx) = b.section else { continue };
+        let line = lines.line(b.heading);
+        last = Some(line);
+        let master = d.sections.iter().find(|s| s.index == idx);
+        let row = rows.iter().find(|r| r.index == idx);
+        let head = |st: &str| format!("Section {}/{} · {st}", idx + 1, total.max(idx + 1));
+        let title = match row {
+            None if rows.is_empty() => head("pending"),
+            None => format!("Section {} · removed by plan-adjust", idx + 1),
+            Some(r) => match master {
+                Some(m) if m.title != r.title => format!("{} · now: {}", head(&status(r)), r.title),
+                Some(m) if m.content != r.content => format!("{} · revised by plan-adjust", head(&status(r))),
+                _ => head(&status(r)),
+            },
+        };
+        out.push((line, title));
+    }
+    if let Some(line) = last {
+        let mut added: Vec<&SectionRow> = rows.iter().filter(|r| r.index >= d.sections.len()).collect();
+        added.sort_by_key(|r| r.index);
+        for r in added {
+            out.push((
+                line,
+                format!("Section {}/{} · {} · added by plan-adjust: {}", r.index + 1, total, status(r), r.title),
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -260,5 +300,66 @@ mod tests {
         // Without a lone `\r` nothing moves.
         let plain = symbols(PLAN, PositionEncoding::Utf8);
         assert_eq!(plain[2]["range"]["end"], json!({ "line": 11, "character": 0 }));
+    }
+
+    /// What plan-adjust did shows on the master plan's lenses: a revised section says
+    /// what it is now, a removed one says so, added ones follow on the last section.
+    #[test]
+    fn loop_plan_lenses_say_what_plan_adjust_changed() {
+        let d = decompose(PLAN);
+        let row = |i: usize, status: &str, title: &str, content: &str| SectionRow {
+            index: i,
+            status: status.to_string(),
+            title: title.to_string(),
+            content: content.to_string(),
+        };
+        let (p1, p2) = (line_of("## Phase 1: a"), line_of("## Phase 2: b"));
+        let master = |i: usize, status: &str| row(i, status, &d.sections[i].title, &d.sections[i].content);
+        type Case<'a> = (Vec<SectionRow>, usize, Vec<(usize, &'a str)>);
+        let cases: Vec<Case> = vec![
+            // No rows known (not read): pending, as before a loop stored them.
+            (vec![], 2, vec![(p1, "Section 1/2 · pending"), (p2, "Section 2/2 · pending")]),
+            (
+                vec![master(0, "completed"), master(1, "in_progress")],
+                2,
+                vec![(p1, "Section 1/2 · completed"), (p2, "Section 2/2 · in progress")],
+            ),
+            // The section under audit revised (same title, then a new one), two appended.
+            (
+                vec![
+                    master(0, "completed"),
+                    row(1, "in_progress", "Phase 2: b", "new body"),
+                    row(2, "pending", "Phase 3: c", "c"),
+                    row(3, "pending", "Phase 4: d", "d"),
+                ],
+                4,
+                vec![
+                    (p1, "Section 1/4 · completed"),
+                    (p2, "Section 2/4 · in progress · revised by plan-adjust"),
+                    (p2, "Section 3/4 · pending · added by plan-adjust: Phase 3: c"),
+                    (p2, "Section 4/4 · pending · added by plan-adjust: Phase 4: d"),
+                ],
+            ),
+            (
+                vec![master(0, "in_progress"), row(1, "pending", "Phase 2: other", "x")],
+                2,
+                vec![(p1, "Section 1/2 · in progress"), (p2, "Section 2/2 · pending · now: Phase 2: other")],
+            ),
+            // The pending suffix replaced by nothing.
+            (
+                vec![master(0, "in_progress")],
+                1,
+                vec![(p1, "Section 1/1 · in progress"), (p2, "Section 2 · removed by plan-adjust")],
+            ),
+        ];
+        for (rows, total, want) in cases {
+            let got = section_lenses(PLAN, &rows, total);
+            let got: Vec<(usize, &str)> = got.iter().map(|(l, t)| (*l, t.as_str())).collect();
+            assert_eq!(got, want, "{rows:?}");
+        }
+    }
+
+    fn line_of(needle: &str) -> usize {
+        PLAN.split('\n').position(|l| l == needle).unwrap()
     }
 }

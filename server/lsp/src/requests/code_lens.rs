@@ -1,5 +1,6 @@
 //! `textDocument/codeLens`: `Execute plan` on a session plan; the section status on
-//! each section heading of a loop plan.
+//! each section heading of a loop plan, with what plan-adjust made of it
+//! (`plan_features::section_lenses`).
 
 use forge_domain::plan::loop_name;
 use forge_protocol::uri::ForgeUri;
@@ -27,16 +28,22 @@ pub async fn code_lens(backend: &Backend, params: CodeLensParams) -> Result<Opti
         ForgeUri::LoopPlan(name) => {
             let project = conn.project_id();
             let n = name.clone();
-            let (statuses, total) = conn
+            let (rows, total) = conn
                 .ws
                 .store
                 .read(move |db| {
                     let mut st = db.prepare(
-                        "SELECT section_index, status FROM section_plans WHERE project_id = ?1 AND loop_name = ?2",
+                        "SELECT section_index, status, title, content FROM section_plans
+                         WHERE project_id = ?1 AND loop_name = ?2",
                     )?;
                     let rows = st
                         .query_map(rusqlite::params![project, n], |r| {
-                            Ok((r.get::<_, i64>(0)? as usize, r.get::<_, String>(1)?))
+                            Ok(plan_features::SectionRow {
+                                index: r.get::<_, i64>(0)? as usize,
+                                status: r.get(1)?,
+                                title: r.get(2)?,
+                                content: r.get(3)?,
+                            })
                         })?
                         .collect::<rusqlite::Result<Vec<_>>>()?;
                     let total: i64 = db
@@ -52,7 +59,7 @@ pub async fn code_lens(backend: &Backend, params: CodeLensParams) -> Result<Opti
                 .ok()
                 .and_then(|r| r.ok())
                 .unwrap_or_default();
-            super::off_task(conn, move || Ok(plan_features::section_lenses(&text, &statuses, total)))
+            super::off_task(conn, move || Ok(plan_features::section_lenses(&text, &rows, total)))
                 .await?
                 .into_iter()
                 .map(|(line, title)| {
