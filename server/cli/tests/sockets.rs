@@ -1016,7 +1016,7 @@ fn stale_socket_files_are_swept_when_a_server_starts() {
     while !server.stderr().contains("swept stale socket files") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(server.stderr().contains("files=2"), "not swept: {}", server.stderr());
+    assert!(server.stderr().contains("swept stale socket files files=2"), "not swept: {}", server.stderr());
     assert!(!stale.exists() && !temp.exists());
     assert!(young.exists() && backed.exists());
     let project = repo.git(&["rev-list", "--max-parents=0", "HEAD"]).trim().to_string();
