@@ -5,7 +5,7 @@ mod common;
 mod loop_support;
 
 use loop_support::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// `section_plans` (index, status, attempts, summary_done, checkpoint_commit).
 type SectionRow = (i64, String, i64, Option<String>, Option<String>);
@@ -194,17 +194,18 @@ fn plan_adjust_during_an_audit_appends_a_section_that_then_runs() {
         json!({ "textDocument": { "uri": format!("forge://plan/loop/{name}.md") } }),
     );
     let heading = ONE_SECTION.split('\n').position(|l| l == "## Only step").unwrap();
-    let got: Vec<(u64, &str)> = lenses
+    let got: Vec<(&Value, &str)> = lenses
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| (l["range"]["start"]["line"].as_u64().unwrap(), l["command"]["title"].as_str().unwrap()))
+        .map(|l| (&l["range"]["start"], l["command"]["title"].as_str().unwrap()))
         .collect();
+    let at = |k: u64| json!({ "line": heading, "character": k });
     assert_eq!(
         got,
         [
-            (heading as u64, "Section 1/2 · completed"),
-            (heading as u64, "Section 2/2 · completed · added by plan-adjust: Appended section")
+            (&at(0), "Section 1/2 · completed"),
+            (&at(1), "Section 2/2 · completed · added by plan-adjust: Appended section")
         ],
         "{lenses}"
     );

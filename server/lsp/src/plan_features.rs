@@ -208,50 +208,74 @@ pub struct SectionRow {
     pub index: usize,
     pub status: String,
     pub title: String,
-    pub content: String,
 }
 
+/// The longest section title a lens shows, in characters (plan-adjust takes titles of up
+/// to 200; the master plan's are cut at about 60).
+const LENS_TITLE_CHARS: usize = 60;
+
 /// Section status lens titles for a loop plan `text` (the master plan, which never
-/// changes): `(heading line, title)`, given the loop's stored sections `rows` and its
-/// `total`. A section that plan-adjust revised says what it is now; one it removed says
-/// so; those it added have lenses on the last section's heading (the master text has no
-/// place of theirs). With no rows known, every section reads as pending.
-pub fn section_lenses(text: &str, rows: &[SectionRow], total: usize) -> Vec<(usize, String)> {
+/// changes): `(heading line, title)`, given the loop's stored sections `rows`, its `total`,
+/// and the section indexes plan-adjust touched (`adjusted`: those in the before and after
+/// snapshots of its amendments). A touched section says what it is now, or that it was
+/// removed; sections appended past the master's get lenses on the last section's heading
+/// (the master text has no place of theirs), in order. What was not touched shows its
+/// status only, whatever the master text decomposes to today (a loop started by an older
+/// server, a client's buffer with other line endings). With no row for an untouched
+/// section (not read), it reads as pending.
+pub fn section_lenses(
+    text: &str,
+    rows: &[SectionRow],
+    adjusted: &std::collections::HashSet<usize>,
+    total: usize,
+) -> Vec<(usize, String)> {
     let lines = ClientLines::new(text);
     let d = decompose(text);
     let total = total.max(rows.iter().map(|r| r.index + 1).max().unwrap_or(0));
     let status = |r: &SectionRow| r.status.replace('_', " ");
+    let head = |idx: usize, st: &str| format!("Section {}/{} · {st}", idx + 1, total.max(idx + 1));
+    let shown = |title: &str| match title.char_indices().nth(LENS_TITLE_CHARS) {
+        Some((at, _)) => format!("{}…", &title[..at]),
+        None => title.to_string(),
+    };
     let mut out = vec![];
     let mut last = None;
     for b in blocks_of(text, &d) {
         let Some(idx) = b.section else { continue };
         let line = lines.line(b.heading);
         last = Some(line);
-        let master = d.sections.iter().find(|s| s.index == idx);
         let row = rows.iter().find(|r| r.index == idx);
-        let head = |st: &str| format!("Section {}/{} · {st}", idx + 1, total.max(idx + 1));
-        let title = match row {
-            None if rows.is_empty() => head("pending"),
-            None => format!("Section {} · removed by plan-adjust", idx + 1),
-            Some(r) => match master {
-                Some(m) if m.title != r.title => format!("{} · now: {}", head(&status(r)), r.title),
-                Some(m) if m.content != r.content => format!("{} · revised by plan-adjust", head(&status(r))),
-                _ => head(&status(r)),
-            },
+        let title = match (row, adjusted.contains(&idx)) {
+            (Some(r), false) => head(idx, &status(r)),
+            (Some(r), true) => format!("{} · adjusted: {}", head(idx, &status(r)), shown(&r.title)),
+            (None, false) => head(idx, "pending"),
+            (None, true) => format!("Section {} · removed by plan-adjust", idx + 1),
         };
         out.push((line, title));
     }
     if let Some(line) = last {
-        let mut added: Vec<&SectionRow> = rows.iter().filter(|r| r.index >= d.sections.len()).collect();
-        added.sort_by_key(|r| r.index);
-        for r in added {
+        let mut beyond: Vec<&SectionRow> = rows.iter().filter(|r| r.index >= d.sections.len()).collect();
+        beyond.sort_by_key(|r| r.index);
+        for r in beyond {
             out.push((
                 line,
-                format!("Section {}/{} · {} · added by plan-adjust: {}", r.index + 1, total, status(r), r.title),
+                match adjusted.contains(&r.index) {
+                    true => format!("{} · added by plan-adjust: {}", head(r.index, &status(r)), shown(&r.title)),
+                    false => head(r.index, &status(r)),
+                },
             ));
         }
     }
     out
+}
+
+/// The section indexes an amendment's snapshot (`sections_before` or `sections_after` of
+/// `plan_amendments`: `[{index, title, content}]`) names; nothing for text that is not one.
+pub fn snapshot_indexes(snapshot: &str) -> Vec<usize> {
+    let v: Value = serde_json::from_str(snapshot).unwrap_or(Value::Null);
+    v.as_array()
+        .map(|a| a.iter().filter_map(|s| s.get("index")?.as_u64()).map(|i| i as usize).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -292,7 +316,7 @@ mod tests {
         let phase = s.iter().find(|x| x["name"].as_str().unwrap().starts_with("1. ")).unwrap();
         assert_eq!(phase["selectionRange"]["start"]["line"], 5);
         assert_eq!(phase["selectionRange"]["end"], json!({ "line": 5, "character": 37 }));
-        let lenses = section_lenses(text, &[], 1);
+        let lenses = section_lenses(text, &[], &Default::default(), 1);
         assert_eq!(lenses[0].0, 5);
         for w in warning_diagnostics(text, PositionEncoding::Utf16) {
             assert!(w["range"]["start"]["line"].as_u64().unwrap() <= 6, "{w}");
@@ -302,61 +326,70 @@ mod tests {
         assert_eq!(plain[2]["range"]["end"], json!({ "line": 11, "character": 0 }));
     }
 
-    /// What plan-adjust did shows on the master plan's lenses: a revised section says
-    /// what it is now, a removed one says so, added ones follow on the last section.
+    /// What plan-adjust did shows on the master plan's lenses: a touched section says
+    /// what it is now or that it was removed, appended ones follow on the last section; an
+    /// untouched one shows its status only, whatever its stored title.
     #[test]
     fn loop_plan_lenses_say_what_plan_adjust_changed() {
-        let d = decompose(PLAN);
-        let row = |i: usize, status: &str, title: &str, content: &str| SectionRow {
+        let row = |i: usize, status: &str, title: &str| SectionRow {
             index: i,
             status: status.to_string(),
             title: title.to_string(),
-            content: content.to_string(),
         };
         let (p1, p2) = (line_of("## Phase 1: a"), line_of("## Phase 2: b"));
-        let master = |i: usize, status: &str| row(i, status, &d.sections[i].title, &d.sections[i].content);
-        type Case<'a> = (Vec<SectionRow>, usize, Vec<(usize, &'a str)>);
+        let long = "x".repeat(80);
+        let cut = format!("Section 2/2 · pending · adjusted: {}…", "x".repeat(60));
+        type Case<'a> = (Vec<SectionRow>, Vec<usize>, usize, Vec<(usize, &'a str)>);
         let cases: Vec<Case> = vec![
-            // No rows known (not read): pending, as before a loop stored them.
-            (vec![], 2, vec![(p1, "Section 1/2 · pending"), (p2, "Section 2/2 · pending")]),
+            // No rows known (not read): pending.
+            (vec![], vec![], 2, vec![(p1, "Section 1/2 · pending"), (p2, "Section 2/2 · pending")]),
+            // Not adjusted: the status only, even when a stored title is not what the
+            // master decomposes to today (a loop started by an older server).
             (
-                vec![master(0, "completed"), master(1, "in_progress")],
+                vec![row(0, "completed", "Section 1"), row(1, "in_progress", "Phase 2: b")],
+                vec![],
                 2,
                 vec![(p1, "Section 1/2 · completed"), (p2, "Section 2/2 · in progress")],
             ),
-            // The section under audit revised (same title, then a new one), two appended.
+            // The section under audit revised, two appended.
             (
                 vec![
-                    master(0, "completed"),
-                    row(1, "in_progress", "Phase 2: b", "new body"),
-                    row(2, "pending", "Phase 3: c", "c"),
-                    row(3, "pending", "Phase 4: d", "d"),
+                    row(0, "completed", "Phase 1: a"),
+                    row(1, "in_progress", "Phase 2: b"),
+                    row(2, "pending", "Phase 3: c"),
+                    row(3, "pending", "Phase 4: d"),
                 ],
+                vec![1, 2, 3],
                 4,
                 vec![
                     (p1, "Section 1/4 · completed"),
-                    (p2, "Section 2/4 · in progress · revised by plan-adjust"),
+                    (p2, "Section 2/4 · in progress · adjusted: Phase 2: b"),
                     (p2, "Section 3/4 · pending · added by plan-adjust: Phase 3: c"),
                     (p2, "Section 4/4 · pending · added by plan-adjust: Phase 4: d"),
                 ],
             ),
-            (
-                vec![master(0, "in_progress"), row(1, "pending", "Phase 2: other", "x")],
-                2,
-                vec![(p1, "Section 1/2 · in progress"), (p2, "Section 2/2 · pending · now: Phase 2: other")],
-            ),
             // The pending suffix replaced by nothing.
             (
-                vec![master(0, "in_progress")],
+                vec![row(0, "in_progress", "Phase 1: a")],
+                vec![1],
                 1,
                 vec![(p1, "Section 1/1 · in progress"), (p2, "Section 2 · removed by plan-adjust")],
             ),
+            // A long title is cut.
+            (
+                vec![row(0, "completed", "Phase 1: a"), row(1, "pending", &long)],
+                vec![1],
+                2,
+                vec![(p1, "Section 1/2 · completed"), (p2, &cut)],
+            ),
         ];
-        for (rows, total, want) in cases {
-            let got = section_lenses(PLAN, &rows, total);
+        for (rows, adjusted, total, want) in cases {
+            let got = section_lenses(PLAN, &rows, &adjusted.into_iter().collect(), total);
             let got: Vec<(usize, &str)> = got.iter().map(|(l, t)| (*l, t.as_str())).collect();
             assert_eq!(got, want, "{rows:?}");
         }
+        assert_eq!(snapshot_indexes(r#"[{"index":2,"title":"t","content":"c"},{"index":3}]"#), [2, 3]);
+        assert_eq!(snapshot_indexes("not json"), Vec::<usize>::new());
     }
 
     fn line_of(needle: &str) -> usize {
