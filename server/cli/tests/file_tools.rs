@@ -772,3 +772,52 @@ fn apply_patch_checks_every_target_can_be_replaced_and_leaves_no_directories() {
     );
     assert_eq!(read(&repo, "newdir/sub/x.txt"), "x\n");
 }
+
+/// A FIFO in the project (a test fixture, or one a repository's script made) never holds a
+/// file tool: the searches pass it over, and every patch that would read, replace, remove
+/// or move onto it is refused by name, the FIFO left as it was. A hang fails the call's
+/// timeout.
+#[test]
+fn the_file_tools_neither_hang_on_nor_write_into_a_fifo() {
+    use std::os::unix::fs::FileTypeExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("a.txt", "needle\n");
+    repo.write("m.rs", "fn main() { let x = 1; }\n");
+    for name in ["pipe.txt", "pipe.rs"] {
+        let c = std::ffi::CString::new(repo.path.join(name).to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {name}");
+    }
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("grep", json!({ "pattern": "needle" }));
+    assert_eq!(out.data["matches"].as_array().map(Vec::len), Some(1), "{}", out.text);
+    assert!(out.text.starts_with("a.txt:1:"), "{}", out.text);
+    let out = c.tool_ok("grep", json!({ "pattern": "needle", "path": "pipe.txt" }));
+    assert!(out.text.starts_with("No matches found."), "{}", out.text);
+    let out = c.tool_ok("glob", json!({ "pattern": "*.txt" }));
+    assert_eq!(out.data["files"], json!(["a.txt"]), "{}", out.text);
+    let out = c.tool_ok("ast-grep-search", json!({ "pattern": "let $A = $B", "lang": "rust" }));
+    assert!(out.text.starts_with("m.rs:1:"), "{}", out.text);
+    let out = c.tool_ok("ast-grep-search", json!({ "pattern": "let $A = $B", "lang": "rust", "path": "pipe.rs" }));
+    assert!(out.text.starts_with("No matches found."), "{}", out.text);
+    let out = c.tool_ok(
+        "ast-grep-replace",
+        json!({ "pattern": "let $A = $B", "rewrite": "let $A = 2", "lang": "rust", "path": "pipe.rs" }),
+    );
+    assert!(out.text.starts_with("No matches found"), "{}", out.text);
+    for body in [
+        "*** Update File: pipe.txt\n@@\n-needle\n+bye\n",
+        "*** Add File: pipe.txt\n+new\n",
+        "*** Delete File: pipe.txt\n",
+        "*** Update File: a.txt\n*** Move to: pipe.txt\n@@\n-needle\n+bye\n",
+    ] {
+        let e = c.tool_err("apply-patch", patch(body));
+        assert!(e.message.contains("'pipe.txt': not a regular file"), "{body}: {e}");
+    }
+    for name in ["pipe.txt", "pipe.rs"] {
+        let t = std::fs::symlink_metadata(repo.path.join(name)).unwrap().file_type();
+        assert!(t.is_fifo(), "{name} is still a FIFO");
+    }
+    assert_eq!(read(&repo, "a.txt"), "needle\n");
+}
