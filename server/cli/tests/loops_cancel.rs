@@ -414,3 +414,25 @@ fn a_cancel_after_the_server_was_killed_ends_what_its_turn_left_running() {
     assert!(!pid_alive(esc), "the cancel left the dead server's setsid sleep {esc} running");
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
 }
+
+/// A server shut down (SIGTERM) while its loop's coder turn runs kills, before it exits,
+/// what the turn started outside its process group (`setsid`, found by the turn's mark):
+/// nothing of the turn outlives the server's clean exit. Before, the server could exit
+/// before the turn's end reached that step (seen with SIGHUP to a `--listen` server).
+#[test]
+fn a_server_shut_down_mid_turn_takes_what_left_the_group_before_it_exits() {
+    let mut t = LoopTest::start("orphan", "");
+    t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    let coder: u32 = t.wait_state_file("coder.pid").trim().parse().expect("coder pid");
+    let bg: u32 = t.wait_state_file("bg.pid").trim().parse().expect("bg pid");
+    let esc: u32 = t.wait_state_file("esc.pid").trim().parse().expect("esc pid");
+    assert!(pid_alive(esc));
+    let server = t.client.pid().expect("a stdio server");
+    let sent = std::process::Command::new("kill").args(["-TERM", &server.to_string()]).status().expect("kill");
+    assert!(sent.success());
+    assert!(wait_for(Duration::from_secs(20), || (!t.client.is_alive()).then_some(())).is_some(), "no exit");
+    // At its exit, not later: nobody is left to kill them after it.
+    for (what, pid) in [("coder", coder), ("background sleep", bg), ("setsid sleep", esc)] {
+        assert!(!pid_alive(pid), "the {what} {pid} of the shut-down server's turn still runs");
+    }
+}

@@ -57,6 +57,13 @@ impl TurnHandle {
         }
     }
 
+    /// Waits (at most `wait`) until the turn's end is recorded, after [`TurnHandle::abort`]
+    /// that is once what left its group is killed too: a server about to exit must not go
+    /// before that step, which nobody would take after it. Whether it ended in time.
+    pub async fn wait_ended(&self, wait: std::time::Duration) -> bool {
+        self.pid.is_none() || tokio::time::timeout(wait, self.ended.notified()).await.is_ok()
+    }
+
     /// Kills the turn and waits (at most `wait`) until its end is recorded: a turn started
     /// next in the same session must find the CLI session id and usage the killed one
     /// printed (Claude Code refuses a second start under the same `--session-id`; Codex's

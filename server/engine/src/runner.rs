@@ -35,6 +35,9 @@ use forge_store::{attempts, now_ms};
 /// How long a stalled turn that was killed may take to end and be recorded before the
 /// nudge starts the next one anyway.
 const KILLED_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a shutdown waits for a killed turn's end (its processes gone), within the
+/// 10 s a server gives each runner to answer its shutdown.
+const SHUTDOWN_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub const CONTINUE_NUDGE: &str =
     "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
@@ -954,11 +957,20 @@ impl Runner {
         if !self.is_ours(&row) {
             return None;
         }
-        if let Some(h) = self.live.handle.take() {
+        let turn = self.live.handle.take();
+        if let Some(h) = &turn {
             h.abort();
         }
+        let shutdown = matches!(event, Event::Shutdown);
         let t = next_transition(&self.facts(&row), &event);
         self.apply(row, t.clone(), None).await;
+        // The server exits once every runner answered its shutdown: the killed turn's end
+        // (which kills what left its group, `setsid`) must come first, or nobody takes it.
+        if let (true, Some(h)) = (shutdown, &turn) {
+            if !h.wait_ended(SHUTDOWN_TURN_WAIT).await {
+                tracing::warn!(loop_name = %self.loop_name, "the killed agent turn did not end within {SHUTDOWN_TURN_WAIT:?}; shutting down anyway");
+            }
+        }
         if self.gone {
             return None;
         }
