@@ -436,3 +436,45 @@ fn a_server_shut_down_mid_turn_takes_what_left_the_group_before_it_exits() {
         assert!(!pid_alive(pid), "the {what} {pid} of the shut-down server's turn still runs");
     }
 }
+
+/// A force restart from another process while this process's turn has started its agent
+/// but not yet recorded the agent's process (held there): the restart sees the turn by its
+/// claim, taken before the agent started, and waits for its end, so the restart's first
+/// agent starts only once this process's agent is gone. Before, a turn was recorded only
+/// once its agent ran: the restart found none and started its own agent beside it.
+#[test]
+fn a_restart_from_another_process_sees_a_turn_whose_agent_is_not_recorded_yet() {
+    let t = LoopTest::start("orphan", "");
+    t.hold("host.record");
+    let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    t.wait_held("host.record");
+    let coder: u32 = t.wait_state_file("coder.pid").trim().parse().expect("coder pid");
+    let esc: u32 = t.wait_state_file("esc.pid").trim().parse().expect("esc pid");
+    // Each later turn notes whether this coder still ran when it started.
+    std::fs::write(t.state.join("watch.pid"), coder.to_string()).expect("watch.pid");
+    let other = t.other_server("orphan", &[]);
+    let (n2, done) = (name.clone(), std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let done2 = done.clone();
+    let restart = std::thread::spawn(move || {
+        let out = other.tool_ok("loop-status", json!({ "name": n2, "restart": true, "force": true }));
+        done2.store(true, std::sync::atomic::Ordering::SeqCst);
+        (other, out)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!done.load(std::sync::atomic::Ordering::SeqCst), "the restart did not wait for the unrecorded turn");
+    t.unhold("host.record");
+    let (_other, out) = restart.join().expect("the restart's thread");
+    let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
+    let end = wait_for(Duration::from_secs(60), || {
+        let row = t.loop_row(&name);
+        (row["status"] != json!("running")).then_some(row)
+    })
+    .unwrap_or_else(|| panic!("the restarted loop did not end{}", t.report()));
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let watch = t.state_file("watch.log").unwrap_or_default();
+    assert!(watch.contains(&format!("{session} dead")), "{watch}");
+    assert!(!watch.contains("alive"), "{watch}");
+    assert!(!pid_alive(coder) && !pid_alive(esc), "the first process's turn left processes running");
+    let left = t.count("SELECT count(*) FROM loop_sessions WHERE loop_name = ?1 AND agent_process IS NOT NULL", &name);
+    assert_eq!(left, 0, "a claim or record was left");
+}

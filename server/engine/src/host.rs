@@ -227,8 +227,21 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     let turn = req.turn;
     let ended = Arc::new(tokio::sync::Notify::new());
     let aborted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A turn that starts no agent forgets its claim (`TurnRequest::claim`), after its
+    // outcome is sent: the runner's next turn claims under a name of its own.
+    let unclaim = || {
+        if let (Some(store), Some(claim)) = (req.record.clone(), req.claim.clone()) {
+            let s = session.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.call(move |c| loop_db::forget_agent_process(c, &s, &claim)).await {
+                    tracing::warn!("cannot clear a turn's claim: {e}");
+                }
+            });
+        }
+    };
     let fail = |msg: String| {
         let _ = done.send((session.clone(), turn, TurnOutcome::Error(msg)));
+        unclaim();
         TurnHandle { pid: None, ended: ended.clone(), aborted: aborted.clone() }
     };
     let host = crate::agents::host_for(&req);
@@ -251,6 +264,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     // turn, and an outcome of its own (the loop ends instead of retrying).
     if let Some(why) = crate::agents::config_refusal(req.preset, req.project_config, &req.cwd) {
         let _ = done.send((session.clone(), turn, TurnOutcome::Refused(why)));
+        unclaim();
         return TurnHandle { pid: None, ended: ended.clone(), aborted: aborted.clone() };
     }
     let launch = match host.prepare(&req, &prompt_file) {
@@ -376,6 +390,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         // may wait for another process's write lock): if this server dies, a restart or
         // cancel from another one ends what the turn left running (`kill_orphaned`).
         let leader = pid.and_then(crate::process::Leader::of).map(|l| l.record());
+        crate::pause::at("host.record").await;
         if let (Some(store), Some(l)) = (&req.record, &leader) {
             let (s, l) = (session.clone(), l.clone());
             if let Err(e) = store.call(move |c| loop_db::record_agent_process(c, &s, &l)).await {
@@ -409,10 +424,14 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
                 tracing::info!(session = %session, "killed {n} process(es) the stopped agent started outside its process group");
             }
         }
-        if let (Some(store), Some(l)) = (&req.record, leader) {
-            let s = session.clone();
-            if let Err(e) = store.call(move |c| loop_db::forget_agent_process(c, &s, &l)).await {
-                tracing::warn!(session = %session, "cannot clear the agent's process record: {e}");
+        // The record is the agent's process, or the turn's claim if that was never
+        // replaced (the process could not be read): either is forgotten if still there.
+        if let Some(store) = &req.record {
+            for l in leader.into_iter().chain(req.claim.clone()) {
+                let s = session.clone();
+                if let Err(e) = store.call(move |c| loop_db::forget_agent_process(c, &s, &l)).await {
+                    tracing::warn!(session = %session, "cannot clear the agent's process record: {e}");
+                }
             }
         }
         let status = child.wait().await;
@@ -548,6 +567,7 @@ mod expand_tests {
             project_config: false,
             secrets: Default::default(),
             record: None,
+            claim: None,
         };
         let uuid = forge_domain::agent_cli::session_uuid("ses_T1");
         let t = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();

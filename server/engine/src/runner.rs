@@ -235,6 +235,25 @@ fn still_ours(tx: &rusqlite::Connection, p: &str, n: &str, session: &str) -> rus
     }
 }
 
+/// Marks `session` busy and sets its `agent_process` to `claim`, just before a turn's
+/// agent starts; always inside a transaction that first checks the loop is still the
+/// runner's ([`still_ours`]). A force restart from another server takes the loop in a
+/// transaction of its own and then waits until no turn of the loop is recorded
+/// ([`await_turns_ended`]): either the claim commits first and the restart sees the turn
+/// (and waits for its end), or the restart committed first and no agent starts here.
+/// Before, the agent's process was recorded only once it ran, so a restart could miss an
+/// agent started at that very moment and start its own beside it.
+fn claim_turn(tx: &rusqlite::Connection, session: &str, claim: &str) -> rusqlite::Result<()> {
+    db::set_session_status(tx, session, "busy")?;
+    db::record_agent_process(tx, session, claim)
+}
+
+/// A turn's claim ([`claim_turn`]): this process and the session's turn, so that no two
+/// turns share one (a turn's end forgets its own claim only).
+fn turn_claim(session: &str, turn: u32) -> String {
+    format!("starting:{}:{session}:{turn}", std::process::id())
+}
+
 fn is_taken_over(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::ToSqlConversionFailure(b) if b.is::<TakenOver>())
 }
@@ -695,9 +714,12 @@ impl Runner {
             project_config: self.config.agent_trust_project_config,
             secrets: crate::secrets::Secrets::from_config(&self.config),
             record: Some(self.engine.store.clone()),
+            claim: Some(turn_claim(&self.live.id, self.live.turns)),
         };
-        let sid = self.live.id.clone();
-        self.write(move |c| db::set_session_status(c, &sid, "busy")).await;
+        let (sid, claim) = (self.live.id.clone(), req.claim.clone().unwrap_or_default());
+        if self.guarded_write("starting a turn", move |c| claim_turn(c, &sid, &claim)).await == Guarded::Lost {
+            return;
+        }
         // Output in the first half of the busy timeout (at most 10 s) is the CLI's start
         // events, not yet the model working.
         let grace = (self.config.busy_stall_timeout_ms as i64 / 2).min(10_000);
@@ -1513,10 +1535,28 @@ impl Runner {
             project_config: self.config.agent_trust_project_config,
             secrets: crate::secrets::Secrets::from_config(&self.config),
             record: Some(self.engine.store.clone()),
+            claim: Some(turn_claim(session, 0)),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        // The standby is busy while it compacts (other loop sessions see it).
-        self.mark(session, "busy").await;
+        // The standby is busy while it compacts (other loop sessions see it), and its turn
+        // is claimed first, as any turn's ([`claim_turn`]): not when the loop is no longer
+        // this runner's.
+        let (p, n, live) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        let (s, claim) = (session.to_string(), req.claim.clone().unwrap_or_default());
+        let claimed = self
+            .engine
+            .store
+            .call(move |c| {
+                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                    still_ours(tx, &p, &n, &live)?;
+                    claim_turn(tx, &s, &claim)
+                })
+            })
+            .await;
+        if let Err(e) = claimed {
+            tracing::info!(loop_name = %self.loop_name, "no compaction: {e}");
+            return false;
+        }
         let handle = host::start_turn(req, tx);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
         // Every 2 s: is the loop still this runner's (the change feed is not read while the
@@ -2080,9 +2120,10 @@ pub(crate) async fn end_orphaned_turns(engine: &Arc<Engine>, project: &str, loop
 /// has it ended here ([`end_orphaned_turns`]).
 pub(crate) async fn await_turns_ended(engine: &Arc<Engine>, project: &str, loop_name: &str, bound: Duration) {
     let deadline = tokio::time::Instant::now() + bound;
-    // The other server records its agent just after starting it, and that write may have
-    // waited for the restart's own: no record is believed until it is seen twice, 150 ms
-    // apart (this narrows that window; it does not close it).
+    // The other server claims each turn before its agent starts, in a transaction that
+    // checks the loop is still its own ([`claim_turn`]): after the restart's row, a turn
+    // that started is seen. No record is still believed only once seen twice, 150 ms apart,
+    // as a margin for a server older than the claims.
     let mut empty_since: Option<tokio::time::Instant> = None;
     loop {
         let (p, n) = (project.to_string(), loop_name.to_string());

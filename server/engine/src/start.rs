@@ -445,6 +445,7 @@ pub async fn new_session(
             project_config: env.config.agent_trust_project_config,
             secrets: crate::secrets::Secrets::from_config(&env.config),
             record: None,
+            claim: None,
         },
         tx,
     );

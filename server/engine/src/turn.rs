@@ -66,6 +66,12 @@ pub struct TurnRequest {
     /// Where the turn's leading process is recorded while it runs (a loop session's
     /// `agent_process`): the store of a loop's turn, `None` for an untracked session.
     pub record: Option<forge_store::Store>,
+    /// What the session's `agent_process` was set to before the agent started, in the
+    /// transaction that checked the loop is still the runner's (`runner::claim_turn`): a
+    /// restart from another server sees the turn from then on, not only once the agent's
+    /// process is recorded. Forgotten at the turn's end if still there (a turn that never
+    /// started its agent, or whose process could not be recorded).
+    pub claim: Option<String>,
 }
 
 /// Last activity (epoch ms) per session and its source: `output` (its process printed),

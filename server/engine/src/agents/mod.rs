@@ -335,6 +335,7 @@ pub(crate) mod test_support {
             preset,
             project_config: false,
             record: None,
+            claim: None,
         }
     }
 }
