@@ -478,3 +478,40 @@ fn a_restart_from_another_process_sees_a_turn_whose_agent_is_not_recorded_yet() 
     let left = t.count("SELECT count(*) FROM loop_sessions WHERE loop_name = ?1 AND agent_process IS NOT NULL", &name);
     assert_eq!(left, 0, "a claim or record was left");
 }
+
+/// A server killed outright after it claimed a turn and started its agent, before it
+/// recorded the agent's process (held there): a restart from another server finds the
+/// claim and ends every process carrying the turn's session, what the agent started in its
+/// group and outside it. Before the claims, nothing of that turn was recorded.
+#[test]
+fn a_restart_after_the_server_died_between_claim_and_record_ends_the_turns_processes() {
+    let mut t = LoopTest::start("orphan", "");
+    t.hold("host.record");
+    let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    t.wait_held("host.record");
+    let coder: u32 = t.wait_state_file("coder.pid").trim().parse().expect("coder pid");
+    let bg: u32 = t.wait_state_file("bg.pid").trim().parse().expect("bg pid");
+    let esc: u32 = t.wait_state_file("esc.pid").trim().parse().expect("esc pid");
+    kill_server(&mut t);
+    t.unhold("host.record");
+    assert!(
+        wait_for(Duration::from_secs(10), || (!pid_alive(coder)).then_some(())).is_some(),
+        "the coder {coder} outlived its server"
+    );
+    assert!(pid_alive(bg) && pid_alive(esc), "what the coder started died with the server");
+    let records =
+        t.strings("SELECT agent_process FROM loop_sessions WHERE loop_name = ?1 AND agent_process IS NOT NULL", &name);
+    assert!(records.len() == 1 && records[0].starts_with("starting:"), "{records:?}");
+    let other = t.other_server("orphan", &[]);
+    let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
+    assert!(!pid_alive(bg), "the restart left the dead server's background sleep {bg} running");
+    assert!(!pid_alive(esc), "the restart left the dead server's setsid sleep {esc} running");
+    let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
+    let end = wait_for(Duration::from_secs(60), || {
+        let row = t.loop_row(&name);
+        (row["status"] != json!("running")).then_some(row)
+    })
+    .unwrap_or_else(|| panic!("the restarted loop did not end{}", t.report()));
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
+}

@@ -392,8 +392,12 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
         let leader = pid.and_then(crate::process::Leader::of).map(|l| l.record());
         crate::pause::at("host.record").await;
         if let (Some(store), Some(l)) = (&req.record, &leader) {
-            let (s, l) = (session.clone(), l.clone());
-            if let Err(e) = store.call(move |c| loop_db::record_agent_process(c, &s, &l)).await {
+            let (s, l, claim) = (session.clone(), l.clone(), req.claim.clone());
+            let recorded = store.call(move |c| match claim {
+                Some(claim) => loop_db::replace_claim(c, &s, &claim, &l),
+                None => loop_db::record_agent_process(c, &s, &l),
+            });
+            if let Err(e) = recorded.await {
                 tracing::warn!(session = %session, "cannot record the agent's process: {e}");
             }
         }

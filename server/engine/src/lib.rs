@@ -244,8 +244,11 @@ impl Engine {
     /// Stops every runner (server shutdown): each loop terminates with `shutdown`.
     pub async fn shutdown(&self) {
         let all: Vec<runner::Handle> = self.runners.lock().expect("runners").values().cloned().collect();
-        for h in all {
-            h.shutdown().await;
+        // All at once: each may wait for its killed turn's end (at most 5 s), and a server
+        // with many loops must not add those up before it exits.
+        let stopping: Vec<_> = all.into_iter().map(|h| tokio::spawn(async move { h.shutdown().await })).collect();
+        for s in stopping {
+            let _ = s.await;
         }
     }
 }

@@ -248,11 +248,16 @@ fn claim_turn(tx: &rusqlite::Connection, session: &str, claim: &str) -> rusqlite
     db::record_agent_process(tx, session, claim)
 }
 
-/// A turn's claim ([`claim_turn`]): this process and the session's turn, so that no two
-/// turns share one (a turn's end forgets its own claim only).
-fn turn_claim(session: &str, turn: u32) -> String {
-    format!("starting:{}:{session}:{turn}", std::process::id())
+/// A new turn's claim ([`claim_turn`]): this process, the session and a number no other
+/// claim of this process has, so that a turn's end forgets its own claim only.
+fn turn_claim(session: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{CLAIM_PREFIX}{}:{session}:{n}", std::process::id())
 }
+
+/// How a claim's record starts (a process record is `<pid> <boot id>`).
+const CLAIM_PREFIX: &str = "starting:";
 
 fn is_taken_over(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::ToSqlConversionFailure(b) if b.is::<TakenOver>())
@@ -357,6 +362,12 @@ async fn run(
                 }
                 Some(Msg::Shutdown(reply)) => {
                     r.external(Event::Shutdown).await;
+                    // A turn `external` left (the loop was no longer this runner's) ends
+                    // before the server may exit, too.
+                    if let Some(h) = r.live.handle.take() {
+                        h.abort();
+                        h.wait_ended(SHUTDOWN_TURN_WAIT).await;
+                    }
                     let _ = reply.send(());
                     break;
                 }
@@ -714,11 +725,19 @@ impl Runner {
             project_config: self.config.agent_trust_project_config,
             secrets: crate::secrets::Secrets::from_config(&self.config),
             record: Some(self.engine.store.clone()),
-            claim: Some(turn_claim(&self.live.id, self.live.turns)),
+            claim: Some(turn_claim(&self.live.id)),
         };
         let (sid, claim) = (self.live.id.clone(), req.claim.clone().unwrap_or_default());
-        if self.guarded_write("starting a turn", move |c| claim_turn(c, &sid, &claim)).await == Guarded::Lost {
-            return;
+        match self.guarded_write("starting a turn", move |c| claim_turn(c, &sid, &claim)).await {
+            Guarded::Written => {}
+            Guarded::Lost => return,
+            // Not claimed (the database failed): no agent starts unseen by a restart. The
+            // turn fails as a turn that could not start does, and is retried as such.
+            Guarded::Failed => {
+                let why = "the turn could not be recorded in the database before its agent started".to_string();
+                let _ = self.done_tx.send((self.live.id.clone(), self.live.turns, TurnOutcome::Error(why)));
+                return;
+            }
         }
         // Output in the first half of the busy timeout (at most 10 s) is the CLI's start
         // events, not yet the model working.
@@ -1535,7 +1554,7 @@ impl Runner {
             project_config: self.config.agent_trust_project_config,
             secrets: crate::secrets::Secrets::from_config(&self.config),
             record: Some(self.engine.store.clone()),
-            claim: Some(turn_claim(session, 0)),
+            claim: Some(turn_claim(session)),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         // The standby is busy while it compacts (other loop sessions see it), and its turn
@@ -1579,6 +1598,9 @@ impl Runner {
         self.mark(session, "idle").await;
         let Some(res) = res else {
             handle.abort();
+            // A shutdown exits once this runner answers: what the compaction left outside its
+            // group goes first (as for a live turn, `external`).
+            handle.wait_ended(SHUTDOWN_TURN_WAIT).await;
             tracing::info!(loop_name = %self.loop_name, "compaction stopped: the loop is being cancelled or stopped, or another process took it over");
             return false;
         };
@@ -2094,8 +2116,13 @@ pub(crate) async fn end_orphaned_turns(engine: &Arc<Engine>, project: &str, loop
     let killed = tokio::task::spawn_blocking(move || {
         recorded
             .iter()
-            .filter_map(|(session, rec)| Some((session, crate::process::Leader::parse(rec)?)))
-            .map(|(session, leader)| crate::process::kill_orphaned(&leader, session))
+            .map(|(session, rec)| match crate::process::Leader::parse(rec) {
+                Some(leader) => crate::process::kill_orphaned(&leader, session),
+                // A turn claimed whose server died before it recorded its agent: what runs
+                // with the session's mark (its agent, if it started) goes.
+                None if rec.starts_with(CLAIM_PREFIX) => crate::process::kill_marked("FORGE_SESSION_ID", session),
+                None => 0,
+            })
             .sum::<usize>()
     })
     .await

@@ -122,8 +122,17 @@ pub fn set_session_status(db: &Connection, session_id: &str, status: &str) -> ru
     Ok(())
 }
 
-/// Records `process` (`forge_engine::process::Leader`'s form) as the leader of the running
-/// turn of session `session_id`.
+/// Replaces the turn's claim `claim` with its agent's `process`, only while the claim is
+/// still the session's record: a turn killed before it got here must not overwrite the
+/// claim of the session's next turn.
+pub fn replace_claim(db: &Connection, session_id: &str, claim: &str, process: &str) -> rusqlite::Result<()> {
+    db.prepare_cached("UPDATE loop_sessions SET agent_process = ?3 WHERE session_id = ?1 AND agent_process = ?2")?
+        .execute(params![session_id, claim, process])?;
+    Ok(())
+}
+
+/// Records `process` (`forge_engine::process::Leader`'s form, or a turn's claim) as the
+/// record of the running turn of session `session_id`.
 pub fn record_agent_process(db: &Connection, session_id: &str, process: &str) -> rusqlite::Result<()> {
     db.prepare_cached("UPDATE loop_sessions SET agent_process = ?2 WHERE session_id = ?1")?
         .execute(params![session_id, process])?;
