@@ -78,12 +78,21 @@ impl Hub {
     pub async fn shutdown(&self) {
         let all: Vec<Arc<Workspace>> =
             self.workspaces.lock().map(|m| m.values().cloned().collect()).unwrap_or_default();
-        for ws in all {
-            ws.engine.shutdown().await;
-            let pid = std::process::id();
-            if let Err(e) = ws.store.call(move |c| forge_store::servers::unregister(c, pid)).await {
-                tracing::warn!("cannot unregister the server: {e}");
-            }
+        // Every workspace at once, as every loop of one (`Engine::shutdown`).
+        let stopping: Vec<_> = all
+            .into_iter()
+            .map(|ws| {
+                tokio::spawn(async move {
+                    ws.engine.shutdown().await;
+                    let pid = std::process::id();
+                    if let Err(e) = ws.store.call(move |c| forge_store::servers::unregister(c, pid)).await {
+                        tracing::warn!("cannot unregister the server: {e}");
+                    }
+                })
+            })
+            .collect();
+        for s in stopping {
+            let _ = s.await;
         }
     }
 

@@ -696,7 +696,10 @@ impl Runner {
         self.live.nudge_turn = prompt != self.live.phase_prompt;
         // Messages queued for this session (forge.task-message) go first, delivered once.
         let sid = self.live.id.clone();
-        let queued = self.write(move |c| forge_store::task_messages::take(c, &sid, now_ms())).await.unwrap_or_default();
+        // Read now, marked delivered with the turn's claim (a turn that does not start
+        // delivers nothing).
+        let queued = self.write(move |c| forge_store::task_messages::undelivered(c, &sid)).await.unwrap_or_default();
+        let delivered = queued.last().map(|q| q.id);
         let prompt = if queued.is_empty() { prompt } else { format!("{}{prompt}", queued_block(&queued)) };
         // A new turn replaces any deferred turn end (its outcome no longer matches).
         self.deferred_since = None;
@@ -728,14 +731,25 @@ impl Runner {
             claim: Some(turn_claim(&self.live.id)),
         };
         let (sid, claim) = (self.live.id.clone(), req.claim.clone().unwrap_or_default());
-        match self.guarded_write("starting a turn", move |c| claim_turn(c, &sid, &claim)).await {
+        let claimed = self
+            .guarded_write("starting a turn", move |c| {
+                claim_turn(c, &sid, &claim)?;
+                match delivered {
+                    Some(id) => forge_store::task_messages::mark_delivered(c, &sid, id, now_ms()),
+                    None => Ok(()),
+                }
+            })
+            .await;
+        match claimed {
             Guarded::Written => {}
             Guarded::Lost => return,
             // Not claimed (the database failed): no agent starts unseen by a restart. The
-            // turn fails as a turn that could not start does, and is retried as such.
+            // prompt counts as not sent (`Event::PromptFailed`: retried in this phase, within
+            // the error budget), not as an assistant error.
             Guarded::Failed => {
+                self.quiet_since = now_ms();
                 let why = "the turn could not be recorded in the database before its agent started".to_string();
-                let _ = self.done_tx.send((self.live.id.clone(), self.live.turns, TurnOutcome::Error(why)));
+                let _ = self.done_tx.send((self.live.id.clone(), self.live.turns, TurnOutcome::NotClaimed(why)));
                 return;
             }
         }
@@ -948,6 +962,7 @@ impl Runner {
             // A turn that could not start on the worktree's content: the loop ends, naming
             // it (a retry would be refused the same way).
             TurnOutcome::Refused(msg) => Event::WorktreeFailed { message: msg.clone() },
+            TurnOutcome::NotClaimed(msg) => Event::PromptFailed { context: msg.clone() },
             TurnOutcome::Error(msg) => {
                 if facts.phase == Phase::PostAction && pending.is_some() {
                     Event::PostActionComplete

@@ -24,6 +24,10 @@ pub enum TurnOutcome {
     /// The loop ends (`worktree_failed`, with the message) instead of retrying a turn that
     /// cannot start.
     Refused(String),
+    /// Not started: the turn's claim could not be written (a database failure,
+    /// `runner::claim_turn`), and an agent that a restart from another server could not see
+    /// must not start. The prompt counts as not sent: retried in the same phase.
+    NotClaimed(String),
 }
 
 /// Everything one turn needs.
