@@ -2159,8 +2159,16 @@ pub(crate) async fn end_orphaned_turns(engine: &Arc<Engine>, project: &str, loop
 /// change (`loop_sessions.agent_process` is forgotten once the agent is dead). The restart's
 /// own first agent starts only after that, so two agents never work in the worktree at
 /// once. A server that has not stopped its turn within `bound` (stuck, or gone meanwhile)
-/// has it ended here ([`end_orphaned_turns`]).
-pub(crate) async fn await_turns_ended(engine: &Arc<Engine>, project: &str, loop_name: &str, bound: Duration) {
+/// has it ended here ([`end_orphaned_turns`]). A restart taken over meanwhile by another
+/// (the loop's current session is no longer `own`, the restart's) stops waiting at once and
+/// ends nothing: the turns recorded now may be the newer restart's own.
+pub(crate) async fn await_turns_ended(
+    engine: &Arc<Engine>,
+    project: &str,
+    loop_name: &str,
+    own: &str,
+    bound: Duration,
+) {
     let deadline = tokio::time::Instant::now() + bound;
     // The other server claims each turn before its agent starts, in a transaction that
     // checks the loop is still its own ([`claim_turn`]): after the restart's row, a turn
@@ -2169,7 +2177,21 @@ pub(crate) async fn await_turns_ended(engine: &Arc<Engine>, project: &str, loop_
     let mut empty_since: Option<tokio::time::Instant> = None;
     loop {
         let (p, n) = (project.to_string(), loop_name.to_string());
-        match engine.store.call(move |c| db::agent_processes(c, &p, &n)).await {
+        let read = engine
+            .store
+            .call(move |c| {
+                let current = loops::get(c, &p, &n)?.map(|r| r.current_session_id);
+                Ok::<_, rusqlite::Error>((db::agent_processes(c, &p, &n)?, current))
+            })
+            .await;
+        let read = match read {
+            Ok((_, current)) if current.as_deref() != Some(own) => {
+                tracing::info!(loop_name, "the restart was taken over by another before its agent started");
+                return;
+            }
+            other => other.map(|(r, _)| r),
+        };
+        match read {
             Ok(r) if r.is_empty() => {
                 let since = *empty_since.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() >= SETTLE {

@@ -596,7 +596,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
     if elsewhere {
         // The other server stops its agent when it sees the row just written; the new
         // agent starts after that.
-        runner::await_turns_ended(engine, &project, name, std::time::Duration::from_secs(10)).await;
+        runner::await_turns_ended(engine, &project, name, &session, std::time::Duration::from_secs(10)).await;
     }
     if plan.finish_instead {
         return Err(ToolError::conflict(format!(
