@@ -515,3 +515,56 @@ fn a_restart_after_the_server_died_between_claim_and_record_ends_the_turns_proce
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
     assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
 }
+
+/// A cancel from another process that comes while a restart holds the loop (held after it
+/// took the loop lock): the cancel waits for the restart, then cancels the restarted loop.
+/// The loop ends cancelled, and nothing of the restart's session is left running or
+/// recorded (its runner either never starts an agent, its turn's claim finding the loop
+/// cancelled, or sees the cancel and kills it).
+#[test]
+fn a_cancel_racing_a_restart_waits_for_it_and_leaves_nothing_running() {
+    let Cancelled { t, name, .. } = cancel_mid_audit();
+    t.wait_end(&name);
+    t.signal("release");
+    t.signal("hold-coder"); // a restarted coder would wait for coder-release
+    t.hold("restart.locked");
+    let other = t.other_server("block", &[]);
+    let reached = t.pauses.join("restart.locked.reached");
+    let hold = t.pauses.join("restart.locked");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (n2, done2, reached2) = (name.clone(), done.clone(), reached.clone());
+    let cancel = std::thread::spawn(move || {
+        wait_for(Duration::from_secs(30), || reached2.exists().then_some(())).expect("the restart took the lock");
+        let out = other.tool_ok("loop-cancel", json!({ "name": n2 }));
+        done2.store(true, std::sync::atomic::Ordering::SeqCst);
+        (other, out)
+    });
+    let done3 = done.clone();
+    let release = std::thread::spawn(move || {
+        wait_for(Duration::from_secs(30), || reached.exists().then_some(())).expect("the restart took the lock");
+        std::thread::sleep(Duration::from_millis(1000));
+        let waited = !done3.load(std::sync::atomic::Ordering::SeqCst);
+        std::fs::remove_file(hold).expect("remove the pause file");
+        waited
+    });
+    let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
+    let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
+    assert!(release.join().expect("the release thread"), "the cancel did not wait for the restart");
+    let (_other, cancelled) = cancel.join().expect("the cancel thread");
+    common::assert_contains(&cancelled.text, &format!("Cancelled loop \"{name}\""));
+    assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
+    // Whatever the restart's session started is gone, and nothing of it stays recorded.
+    let gone = wait_for(Duration::from_secs(10), || {
+        let running: Vec<u32> =
+            t.turns().into_iter().filter(|x| x.1 == session).map(|x| x.2).filter(|p| pid_alive(*p)).collect();
+        running.is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "an agent of the restart's session still runs: {:?}", t.turns());
+    let left = wait_for(Duration::from_secs(10), || {
+        (t.count("SELECT count(*) FROM loop_sessions WHERE loop_name = ?1 AND agent_process IS NOT NULL", &name) == 0)
+            .then_some(())
+    });
+    assert!(left.is_some(), "a claim or record was left");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(t.loop_row(&name)["status"], json!("cancelled"), "the restart's runner revived the loop");
+}

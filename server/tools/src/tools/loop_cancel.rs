@@ -33,7 +33,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         }
         Some(q) => {
             let row = loop_scope::find_loop(ctx, q)?;
-            if row.status != "running" {
+            // With a server, the engine checks again under the loop lock (`runner::cancel`):
+            // a loop that a restart holds at this moment reads as ended here, and is running
+            // once the restart lets go; the cancel must wait for it, not be refused.
+            if row.status != "running" && !ctx.has_engine {
                 let recoverable = forge_engine::runner::work_recoverable(ctx.env, &row);
                 return Err(ToolError::conflict(forge_domain::loop_status::already_ended(
                     &row.loop_name,
