@@ -5,9 +5,9 @@ mod loop_support;
 
 use std::time::Duration;
 
-use common::wait_for;
+use common::{wait_for, Client, ToolOutput};
 use loop_support::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// What [`cancel_mid_audit`] leaves behind.
 struct Cancelled {
@@ -214,13 +214,7 @@ fn a_restart_from_another_process_waits_for_the_runners_step() {
     t.signal("release");
     t.wait_held("runner.step");
     let other = t.other_server("block", &[]);
-    let (n2, done) = (name.clone(), std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
-    let done2 = done.clone();
-    let restart = std::thread::spawn(move || {
-        let out = other.tool_ok("loop-status", json!({ "name": n2, "restart": true, "force": true }));
-        done2.store(true, std::sync::atomic::Ordering::SeqCst);
-        (other, out)
-    });
+    let (restart, done) = force_restart_on_a_thread(other, &name);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!done.load(std::sync::atomic::Ordering::SeqCst), "the restart did not wait for the runner's step");
     t.unhold("runner.step");
@@ -392,11 +386,7 @@ fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
     assert!(!pid_alive(bg), "the restart left the dead server's background sleep {bg} running");
     assert!(!pid_alive(esc), "the restart left the dead server's setsid sleep {esc} running");
     let session = out.data["sessionId"].as_str().unwrap().to_string();
-    let end = wait_for(Duration::from_secs(60), || {
-        let row = t.loop_row(&name);
-        (row["status"] != json!("running")).then_some(row)
-    })
-    .unwrap_or_else(|| panic!("the restarted loop did not end{}", t.report()));
+    let end = wait_not_running(&t, &name);
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
     assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
     // Nothing recorded is left for the ended turns.
@@ -453,23 +443,13 @@ fn a_restart_from_another_process_sees_a_turn_whose_agent_is_not_recorded_yet() 
     // Each later turn notes whether this coder still ran when it started.
     std::fs::write(t.state.join("watch.pid"), coder.to_string()).expect("watch.pid");
     let other = t.other_server("orphan", &[]);
-    let (n2, done) = (name.clone(), std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
-    let done2 = done.clone();
-    let restart = std::thread::spawn(move || {
-        let out = other.tool_ok("loop-status", json!({ "name": n2, "restart": true, "force": true }));
-        done2.store(true, std::sync::atomic::Ordering::SeqCst);
-        (other, out)
-    });
+    let (restart, done) = force_restart_on_a_thread(other, &name);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!done.load(std::sync::atomic::Ordering::SeqCst), "the restart did not wait for the unrecorded turn");
     t.unhold("host.record");
     let (_other, out) = restart.join().expect("the restart's thread");
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
-    let end = wait_for(Duration::from_secs(60), || {
-        let row = t.loop_row(&name);
-        (row["status"] != json!("running")).then_some(row)
-    })
-    .unwrap_or_else(|| panic!("the restarted loop did not end{}", t.report()));
+    let end = wait_not_running(&t, &name);
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
     let watch = t.state_file("watch.log").unwrap_or_default();
     assert!(watch.contains(&format!("{session} dead")), "{watch}");
@@ -507,11 +487,7 @@ fn a_restart_after_the_server_died_between_claim_and_record_ends_the_turns_proce
     assert!(!pid_alive(bg), "the restart left the dead server's background sleep {bg} running");
     assert!(!pid_alive(esc), "the restart left the dead server's setsid sleep {esc} running");
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
-    let end = wait_for(Duration::from_secs(60), || {
-        let row = t.loop_row(&name);
-        (row["status"] != json!("running")).then_some(row)
-    })
-    .unwrap_or_else(|| panic!("the restarted loop did not end{}", t.report()));
+    let end = wait_not_running(&t, &name);
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
     assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
 }
@@ -567,4 +543,32 @@ fn a_cancel_racing_a_restart_waits_for_it_and_leaves_nothing_running() {
     assert!(left.is_some(), "a claim or record was left");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"), "the restart's runner revived the loop");
+}
+
+/// A force restart answering on its thread: the client it went through, and its answer.
+type RestartThread = std::thread::JoinHandle<(Client, ToolOutput)>;
+
+/// A force restart of `name` through `other`, on a thread of its own: the thread and
+/// whether the restart has answered yet.
+fn force_restart_on_a_thread(
+    other: Client,
+    name: &str,
+) -> (RestartThread, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let (name, done) = (name.to_string(), std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let answered = done.clone();
+    let restart = std::thread::spawn(move || {
+        let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
+        answered.store(true, std::sync::atomic::Ordering::SeqCst);
+        (other, out)
+    });
+    (restart, done)
+}
+
+/// The loop's row once it no longer runs (at most a minute).
+fn wait_not_running(t: &LoopTest, name: &str) -> Value {
+    wait_for(Duration::from_secs(60), || {
+        let row = t.loop_row(name);
+        (row["status"] != json!("running")).then_some(row)
+    })
+    .unwrap_or_else(|| panic!("the restarted loop did not end{}", t.report()))
 }

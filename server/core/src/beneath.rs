@@ -175,21 +175,6 @@ pub fn stage(
     Stager::new(base).stage(rel, contents, mode, create_dirs, sync)
 }
 
-/// Stages `contents` for the file `name` in the directory `dir` (already opened without
-/// following a link, as [`open_subdir`] does), as [`stage`] does for a path: for a caller
-/// that checked the directory through its descriptor and must write into that one.
-/// `shown` names the target in messages.
-pub fn stage_at(
-    dir: std::sync::Arc<OwnedFd>,
-    shown: std::path::PathBuf,
-    name: &std::ffi::OsStr,
-    contents: &[u8],
-    mode: Mode,
-    sync: bool,
-) -> io::Result<Staged> {
-    stage_in(dir, shown, name, contents, mode, sync)
-}
-
 /// Stages files and sets files aside beneath one base, opening each directory once: the
 /// files of one directory share its descriptor, so a change of thousands of files holds
 /// one descriptor per directory, not one per file.
@@ -286,7 +271,7 @@ impl Stager {
     ) -> io::Result<Staged> {
         let (parent, name) = split_file(rel)?;
         let dir = self.dir(parent, create_dirs)?;
-        stage_in(dir, self.dirs.base.join(rel), name, contents, mode, sync)
+        stage_at(dir, self.dirs.base.join(rel), name, contents, mode, sync)
     }
 
     /// [`set_aside`] with this stager's base and directories.
@@ -301,7 +286,11 @@ impl Stager {
     }
 }
 
-fn stage_in(
+/// Stages `contents` for the file `name` in the directory `dir` (already opened without
+/// following a link, as [`open_subdir`] does), as [`stage`] does for a path: for a caller
+/// that checked the directory through its descriptor and must write into that one.
+/// `shown` names the target in messages.
+pub fn stage_at(
     dir: std::sync::Arc<OwnedFd>,
     shown: std::path::PathBuf,
     name: &std::ffi::OsStr,
