@@ -496,7 +496,9 @@ fn a_restart_after_the_server_died_between_claim_and_record_ends_the_turns_proce
 /// took the loop lock): the cancel waits for the restart, then cancels the restarted loop.
 /// The loop ends cancelled, and nothing of the restart's session is left running or
 /// recorded (its runner either never starts an agent, its turn's claim finding the loop
-/// cancelled, or sees the cancel and kills it).
+/// cancelled, or sees the cancel and kills it). Before, the cancel read the loop as ended
+/// before taking the lock and was refused ("has already completed"): it never reached the
+/// lock (the pause `cancel.locking` in front of it).
 #[test]
 fn a_cancel_racing_a_restart_waits_for_it_and_leaves_nothing_running() {
     let Cancelled { t, name, .. } = cancel_mid_audit();
@@ -504,28 +506,29 @@ fn a_cancel_racing_a_restart_waits_for_it_and_leaves_nothing_running() {
     t.signal("release");
     t.signal("hold-coder"); // a restarted coder would wait for coder-release
     t.hold("restart.locked");
-    let other = t.other_server("block", &[]);
-    let reached = t.pauses.join("restart.locked.reached");
-    let hold = t.pauses.join("restart.locked");
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (n2, done2, reached2) = (name.clone(), done.clone(), reached.clone());
+    let pauses = t.sb.mkdir("pauses-other");
+    let other = t.other_server("block", &[("FORGE_TEST_PAUSE_DIR", pauses.to_str().unwrap())]);
+    std::fs::write(pauses.join("cancel.locking"), "").unwrap();
+    let (restart_held, cancel_at_lock) =
+        (t.pauses.join("restart.locked.reached"), pauses.join("cancel.locking.reached"));
+    let (hold_restart, hold_cancel) = (t.pauses.join("restart.locked"), pauses.join("cancel.locking"));
+    let n2 = name.clone();
     let cancel = std::thread::spawn(move || {
-        wait_for(Duration::from_secs(30), || reached2.exists().then_some(())).expect("the restart took the lock");
+        wait_for(Duration::from_secs(30), || restart_held.exists().then_some(())).expect("the restart took the lock");
         let out = other.tool_ok("loop-cancel", json!({ "name": n2 }));
-        done2.store(true, std::sync::atomic::Ordering::SeqCst);
         (other, out)
     });
-    let done3 = done.clone();
     let release = std::thread::spawn(move || {
-        wait_for(Duration::from_secs(30), || reached.exists().then_some(())).expect("the restart took the lock");
-        std::thread::sleep(Duration::from_millis(1000));
-        let waited = !done3.load(std::sync::atomic::Ordering::SeqCst);
-        std::fs::remove_file(hold).expect("remove the pause file");
-        waited
+        // The cancel is at the lock the restart holds; then the restart goes on.
+        let reached = wait_for(Duration::from_secs(30), || cancel_at_lock.exists().then_some(())).is_some();
+        let _ = std::fs::remove_file(&hold_cancel);
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::remove_file(hold_restart).expect("remove the pause file");
+        reached
     });
     let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
-    assert!(release.join().expect("the release thread"), "the cancel did not wait for the restart");
+    assert!(release.join().expect("the release thread"), "the cancel never came to the loop lock");
     let (_other, cancelled) = cancel.join().expect("the cancel thread");
     common::assert_contains(&cancelled.text, &format!("Cancelled loop \"{name}\""));
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));

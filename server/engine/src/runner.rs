@@ -2036,27 +2036,54 @@ pub fn work_recoverable(env: &ToolEnv, row: &forge_store::loops::LoopRow) -> boo
 /// the store (a loop whose process died).
 pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Result<CommandResult, ToolError> {
     let project = env.project.id.clone();
-    if let Some(h) = engine.runner(&project, loop_name) {
-        if let Some(r) = h.cancel().await {
-            return r;
+    let read = |engine: Arc<Engine>| {
+        let (p, n) = (project.clone(), loop_name.to_string());
+        async move {
+            engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(|e| ToolError::internal(e.to_string()))
         }
-    }
-    // Not between another process's runner's ownership check and its write (`loop_lock`).
-    let locked = engine
-        .loop_lock(&project, loop_name, crate::loop_lock::WAIT)
-        .await
-        .map_err(|e| ToolError::busy(format!("Cannot cancel \"{loop_name}\": {e}; retry the cancel")))?;
-    let (p, n) = (project.clone(), loop_name.to_string());
-    let row =
-        engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(|e| ToolError::internal(e.to_string()))?;
-    let Some(row) = row else { return Err(ToolError::not_found(format!("No loop found for loop \"{loop_name}\"."))) };
-    if row.status != "running" {
-        return Err(ToolError::conflict(forge_domain::loop_status::already_ended(
+    };
+    let ended = |row: &LoopRow| {
+        ToolError::conflict(forge_domain::loop_status::already_ended(
             &row.loop_name,
             &row.status,
             row.termination_reason.as_deref(),
-            work_recoverable(env, &row),
-        )));
+            work_recoverable(env, row),
+        ))
+    };
+    // Through this process's runner when it runs the loop; else under the loop lock (not
+    // between another process's runner's ownership check and its write, nor in the middle
+    // of a restart). A restart of this process that held the lock starts its runner after
+    // letting go: looked for again once the lock is taken (a few rounds at most: a runner
+    // that answers nothing has stopped).
+    let mut rounds = 0;
+    let locked = loop {
+        rounds += 1;
+        if let Some(h) = engine.runner(&project, loop_name) {
+            if let Some(r) = h.cancel().await {
+                return r;
+            }
+        }
+        crate::pause::at("cancel.locking").await;
+        let lock = match engine.loop_lock(&project, loop_name, crate::loop_lock::WAIT).await {
+            Ok(lock) => lock,
+            // Held all that time (a worktree being removed after an earlier cancel): a loop
+            // that has ended is said so, not "busy".
+            Err(e) => {
+                return Err(match read(engine.clone()).await? {
+                    Some(row) if row.status != "running" => ended(&row),
+                    _ => ToolError::busy(format!("Cannot cancel \"{loop_name}\": {e}; retry the cancel")),
+                })
+            }
+        };
+        if rounds >= 3 || engine.runner(&project, loop_name).is_none() {
+            break lock;
+        }
+    };
+    let Some(row) = read(engine.clone()).await? else {
+        return Err(ToolError::not_found(format!("No loop found for loop \"{loop_name}\".")));
+    };
+    if row.status != "running" {
+        return Err(ended(&row));
     }
     let facts = row.facts(false);
     let t = next_transition(&facts, &Event::Cancel);
