@@ -548,6 +548,63 @@ fn a_cancel_racing_a_restart_waits_for_it_and_leaves_nothing_running() {
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"), "the restart's runner revived the loop");
 }
 
+/// A cancel through the same server while that server restarts the loop (held after it
+/// took the loop lock): the cancel waits for the restart to register its runner and goes
+/// through it, so the restarted runner ends the loop itself (its teardown commit on the
+/// branch) instead of having its turn ended and its loop written from outside.
+#[test]
+fn a_cancel_during_a_restart_in_the_same_server_goes_through_the_restarted_runner() {
+    let Cancelled { t, name, .. } = cancel_mid_audit();
+    t.wait_end(&name);
+    t.signal("release");
+    t.signal("hold-coder"); // the restarted coder waits for coder-release
+    let teardowns = |t: &LoopTest| {
+        t.log(&format!("forge/{name}")).iter().filter(|s| s.starts_with(&format!("loop: {name} cancelled"))).count()
+    };
+    assert_eq!(teardowns(&t), 1, "the first cancel's");
+    // Something for the next teardown commit to keep (a runner ending the loop commits it;
+    // a cancel from outside the runner commits nothing).
+    let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap());
+    std::fs::write(wt.join("left-by-the-user.txt"), "kept\n").unwrap();
+    t.hold("restart.locked");
+    t.hold("cancel.locking");
+    // `forge-lsp call` from the project finds this server by its socket file.
+    let call = t.sb.call("loop-cancel").input(json!({ "name": name })).cwd(&t.repo.path);
+    let (restart_held, cancel_reached) =
+        (t.pauses.join("restart.locked.reached"), t.pauses.join("cancel.locking.reached"));
+    let (hold_restart, hold_cancel) = (t.pauses.join("restart.locked"), t.pauses.join("cancel.locking"));
+    let cancel = std::thread::spawn(move || {
+        wait_for(Duration::from_secs(30), || restart_held.exists().then_some(())).expect("the restart took the lock");
+        call.run()
+    });
+    let release = std::thread::spawn(move || {
+        let reached = wait_for(Duration::from_secs(30), || cancel_reached.exists().then_some(())).is_some();
+        let _ = std::fs::remove_file(&hold_cancel);
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::remove_file(hold_restart).expect("remove the pause file");
+        reached
+    });
+    let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
+    let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
+    assert!(release.join().expect("the release thread"), "the cancel never came");
+    let cancelled = cancel.join().expect("the cancel thread");
+    assert_eq!(cancelled.code, 0, "{cancelled:?}");
+    common::assert_contains(&cancelled.stdout, &format!("Cancelled loop \"{name}\""));
+    assert_eq!(wait_not_running(&t, &name)["status"], json!("cancelled"));
+    let gone = wait_for(Duration::from_secs(10), || {
+        let running: Vec<u32> =
+            t.turns().into_iter().filter(|x| x.1 == session).map(|x| x.2).filter(|p| pid_alive(*p)).collect();
+        running.is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "an agent of the restart's session still runs: {:?}", t.turns());
+    assert_eq!(
+        teardowns(&t),
+        2,
+        "the restarted runner did not end the loop itself: {:?}",
+        t.log(&format!("forge/{name}"))
+    );
+}
+
 /// A force restart answering on its thread: the client it went through, and its answer.
 type RestartThread = std::thread::JoinHandle<(Client, ToolOutput)>;
 

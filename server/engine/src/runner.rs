@@ -2050,33 +2050,32 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
             work_recoverable(env, row),
         ))
     };
-    // Through this process's runner when it runs the loop; else under the loop lock (not
-    // between another process's runner's ownership check and its write, nor in the middle
-    // of a restart). A restart of this process that held the lock starts its runner after
-    // letting go: looked for again once the lock is taken (a few rounds at most: a runner
-    // that answers nothing has stopped).
-    let mut rounds = 0;
-    let locked = loop {
-        rounds += 1;
-        if let Some(h) = engine.runner(&project, loop_name) {
-            if let Some(r) = h.cancel().await {
-                return r;
-            }
+    crate::pause::at("cancel.locking").await;
+    // One at a time with this process's restarts of the loop, which hold this until their
+    // runner is registered: a cancel sent during one reaches the restarted runner.
+    let _one_at_a_time =
+        tokio::time::timeout(crate::loop_lock::WAIT, engine.restart_lock(&project, loop_name)).await.map_err(|_| {
+            ToolError::busy(format!(
+                "Cannot cancel \"{loop_name}\": a restart of it in this process did not finish within {:?}; retry the cancel",
+                crate::loop_lock::WAIT
+            ))
+        })?;
+    if let Some(h) = engine.runner(&project, loop_name) {
+        if let Some(r) = h.cancel().await {
+            return r;
         }
-        crate::pause::at("cancel.locking").await;
-        let lock = match engine.loop_lock(&project, loop_name, crate::loop_lock::WAIT).await {
-            Ok(lock) => lock,
-            // Held all that time (a worktree being removed after an earlier cancel): a loop
-            // that has ended is said so, not "busy".
-            Err(e) => {
-                return Err(match read(engine.clone()).await? {
-                    Some(row) if row.status != "running" => ended(&row),
-                    _ => ToolError::busy(format!("Cannot cancel \"{loop_name}\": {e}; retry the cancel")),
-                })
-            }
-        };
-        if rounds >= 3 || engine.runner(&project, loop_name).is_none() {
-            break lock;
+    }
+    // Not between another process's runner's ownership check and its write, nor in the
+    // middle of another process's restart (`loop_lock`).
+    let locked = match engine.loop_lock(&project, loop_name, crate::loop_lock::WAIT).await {
+        Ok(lock) => lock,
+        // Held all that time (a worktree being removed after an earlier cancel): a loop that
+        // has ended is said so, not "busy".
+        Err(e) => {
+            return Err(match read(engine.clone()).await? {
+                Some(row) if row.status != "running" => ended(&row),
+                _ => ToolError::busy(format!("Cannot cancel \"{loop_name}\": {e}; retry the cancel")),
+            })
         }
     };
     let Some(row) = read(engine.clone()).await? else {
