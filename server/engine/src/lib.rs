@@ -101,8 +101,11 @@ pub struct Engine {
     /// front ends announce from it, and a runner learns from it that another process
     /// cancelled or took over its loop.
     changes: tokio::sync::broadcast::Sender<hub::Batch>,
-    /// One restart of a loop at a time in this process (two force restarts would each start
-    /// a runner, and the later one's would unregister the earlier's).
+    /// One restart or cancel of a loop at a time in this process (two force restarts would
+    /// each start a runner, and the later one's would unregister the earlier's; a cancel
+    /// during a restart waits for its runner). Invariants that keep it free of deadlocks:
+    /// it is taken before the loop lock, never after; and neither a runner nor anything
+    /// holding it waits for a cancel or a restart.
     restarts: Mutex<HashMap<LoopKey, Arc<tokio::sync::Mutex<()>>>>,
     /// Whether [`Engine::sweep_files_once`] ran.
     files_swept: std::sync::atomic::AtomicBool,
@@ -184,7 +187,7 @@ impl Engine {
         loop_lock::acquire(&self.data_dir, project, loop_name, wait).await
     }
 
-    /// Held for the whole of a restart of the loop `loop_name`.
+    /// Held for the whole of a restart, or of a cancel, of the loop `loop_name` (`restarts`).
     pub(crate) async fn restart_lock(&self, project: &str, loop_name: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = self
             .restarts

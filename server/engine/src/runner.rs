@@ -2053,13 +2053,21 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     crate::pause::at("cancel.locking").await;
     // One at a time with this process's restarts of the loop, which hold this until their
     // runner is registered: a cancel sent during one reaches the restarted runner.
-    let _one_at_a_time =
-        tokio::time::timeout(crate::loop_lock::WAIT, engine.restart_lock(&project, loop_name)).await.map_err(|_| {
-            ToolError::busy(format!(
-                "Cannot cancel \"{loop_name}\": a restart of it in this process did not finish within {:?}; retry the cancel",
-                crate::loop_lock::WAIT
-            ))
-        })?;
+    let _one_at_a_time = match tokio::time::timeout(crate::loop_lock::WAIT, engine.restart_lock(&project, loop_name)).await
+    {
+        Ok(guard) => guard,
+        // Held all that time (an earlier cancel removing a large worktree): a loop that has
+        // ended is said so, not "busy".
+        Err(_) => {
+            return Err(match read(engine.clone()).await? {
+                Some(row) if row.status != "running" => ended(&row),
+                _ => ToolError::busy(format!(
+                    "Cannot cancel \"{loop_name}\": a restart or cancel of it in this process did not finish within {:?}; retry the cancel",
+                    crate::loop_lock::WAIT
+                )),
+            })
+        }
+    };
     if let Some(h) = engine.runner(&project, loop_name) {
         if let Some(r) = h.cancel().await {
             return r;

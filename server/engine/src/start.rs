@@ -468,7 +468,15 @@ pub async fn new_session(
 pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: bool) -> Result<CommandResult, ToolError> {
     let (repo, _) = preconditions(env)?;
     let project = env.project.id.clone();
-    let _one_at_a_time = engine.restart_lock(&project, name).await;
+    // Bounded: a cancel of this process ahead of it waits for the runner's answer.
+    let _one_at_a_time = tokio::time::timeout(crate::loop_lock::WAIT, engine.restart_lock(&project, name))
+        .await
+        .map_err(|_| {
+            ToolError::busy(format!(
+                "Cannot restart \"{name}\": a restart or cancel of it in this process did not finish within {:?}; retry the restart",
+                crate::loop_lock::WAIT
+            ))
+        })?;
     // The row is read and checked; when this process runs the loop, its runner is stopped
     // (without ending the loop: no termination row, teardown commit or cancelled notice) and
     // the row read and checked again, since the runner may have ended or advanced the loop
