@@ -269,15 +269,6 @@ pub fn section_lenses(
     out
 }
 
-/// The section indexes an amendment's snapshot (`sections_before` or `sections_after` of
-/// `plan_amendments`: `[{index, title, content}]`) names; nothing for text that is not one.
-pub fn snapshot_indexes(snapshot: &str) -> Vec<usize> {
-    let v: Value = serde_json::from_str(snapshot).unwrap_or(Value::Null);
-    v.as_array()
-        .map(|a| a.iter().filter_map(|s| s.get("index")?.as_u64()).map(|i| i as usize).collect())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,8 +379,6 @@ mod tests {
             let got: Vec<(usize, &str)> = got.iter().map(|(l, t)| (*l, t.as_str())).collect();
             assert_eq!(got, want, "{rows:?}");
         }
-        assert_eq!(snapshot_indexes(r#"[{"index":2,"title":"t","content":"c"},{"index":3}]"#), [2, 3]);
-        assert_eq!(snapshot_indexes("not json"), Vec::<usize>::new());
     }
 
     fn line_of(needle: &str) -> usize {

@@ -382,7 +382,7 @@ pub fn history(
     project: &str,
     loop_name: &str,
 ) -> rusqlite::Result<(Vec<forge_domain::history::TransitionEntry>, Vec<forge_domain::history::AmendmentEntry>)> {
-    use forge_domain::history::{AmendedSection, AmendmentEntry, TransitionEntry};
+    use forge_domain::history::TransitionEntry;
     let mut st = db.prepare_cached(
         "SELECT event_type, transition_kind, from_phase, to_phase, status, reason, iteration, section_index, created_at
          FROM loop_transitions WHERE project_id = ?1 AND loop_name = ?2 ORDER BY id",
@@ -402,6 +402,17 @@ pub fn history(
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((transitions, amendments(db, project, loop_name)?))
+}
+
+/// The loop's plan amendments (plan-adjust), oldest first, with the sections before and
+/// after each.
+pub fn amendments(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+) -> rusqlite::Result<Vec<forge_domain::history::AmendmentEntry>> {
+    use forge_domain::history::{AmendedSection, AmendmentEntry};
     let parse = |s: String| -> Vec<AmendedSection> {
         serde_json::from_str::<Vec<Value>>(&s)
             .unwrap_or_default()
@@ -417,11 +428,12 @@ pub fn history(
         "SELECT rationale, applied_at_section, sections_before, sections_after, created_at
          FROM plan_amendments WHERE project_id = ?1 AND loop_name = ?2 ORDER BY id",
     )?;
-    let amendments = st
+    let rows = st
         .query_map(params![project, loop_name], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?, r.get(4)?))
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows
         .into_iter()
         .map(|(rationale, at_section, b, a, at)| AmendmentEntry {
             rationale,
@@ -430,6 +442,5 @@ pub fn history(
             after: parse(a),
             at,
         })
-        .collect();
-    Ok((transitions, amendments))
+        .collect())
 }

@@ -32,39 +32,24 @@ pub async fn code_lens(backend: &Backend, params: CodeLensParams) -> Result<Opti
                 .ws
                 .store
                 .read(move |db| {
-                    let p = rusqlite::params![project, n];
-                    let mut st = db.prepare(
-                        "SELECT section_index, status, title FROM section_plans
-                         WHERE project_id = ?1 AND loop_name = ?2",
-                    )?;
-                    let rows = st
-                        .query_map(p, |r| {
-                            Ok(plan_features::SectionRow {
-                                index: r.get::<_, i64>(0)? as usize,
-                                status: r.get(1)?,
-                                title: r.get(2)?,
-                            })
-                        })?
-                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    use forge_store::loop_db;
+                    let rows: Vec<plan_features::SectionRow> = loop_db::sections(db, &project, &n)?
+                        .into_iter()
+                        .map(|s| plan_features::SectionRow {
+                            index: s.index as usize,
+                            status: s.status,
+                            title: s.title,
+                        })
+                        .collect();
                     // The sections plan-adjust touched: what its amendments' snapshots name.
-                    let mut st = db.prepare(
-                        "SELECT sections_before, sections_after FROM plan_amendments
-                         WHERE project_id = ?1 AND loop_name = ?2",
-                    )?;
-                    let mut adjusted = std::collections::HashSet::new();
-                    for pair in st.query_map(p, |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
-                        let (before, after) = pair?;
-                        adjusted.extend(plan_features::snapshot_indexes(&before));
-                        adjusted.extend(plan_features::snapshot_indexes(&after));
-                    }
-                    let total: i64 = db
-                        .query_row(
-                            "SELECT total_sections FROM loops WHERE project_id = ?1 AND loop_name = ?2",
-                            p,
-                            |r| r.get(0),
-                        )
-                        .unwrap_or(0);
-                    Ok::<_, rusqlite::Error>((rows, adjusted, total as usize))
+                    let adjusted: std::collections::HashSet<usize> = loop_db::amendments(db, &project, &n)?
+                        .iter()
+                        .flat_map(|a| a.before.iter().chain(&a.after))
+                        .map(|s| s.index.max(0) as usize)
+                        .collect();
+                    let total =
+                        forge_store::loops::get(db, &project, &n)?.map_or(0, |l| l.total_sections.max(0) as usize);
+                    Ok::<_, rusqlite::Error>((rows, adjusted, total))
                 })
                 .await
                 .ok()
