@@ -79,21 +79,17 @@ impl Hub {
         let all: Vec<Arc<Workspace>> =
             self.workspaces.lock().map(|m| m.values().cloned().collect()).unwrap_or_default();
         // Every workspace at once, as every loop of one (`Engine::shutdown`).
-        let stopping: Vec<_> = all
-            .into_iter()
-            .map(|ws| {
-                tokio::spawn(async move {
-                    ws.engine.shutdown().await;
-                    let pid = std::process::id();
-                    if let Err(e) = ws.store.call(move |c| forge_store::servers::unregister(c, pid)).await {
-                        tracing::warn!("cannot unregister the server: {e}");
-                    }
-                })
-            })
-            .collect();
-        for s in stopping {
-            let _ = s.await;
+        let mut stopping = tokio::task::JoinSet::new();
+        for ws in all {
+            stopping.spawn(async move {
+                ws.engine.shutdown().await;
+                let pid = std::process::id();
+                if let Err(e) = ws.store.call(move |c| forge_store::servers::unregister(c, pid)).await {
+                    tracing::warn!("cannot unregister the server: {e}");
+                }
+            });
         }
+        while stopping.join_next().await.is_some() {}
     }
 
     pub fn next_conn_id(&self) -> u64 {

@@ -249,9 +249,10 @@ impl Engine {
         let all: Vec<runner::Handle> = self.runners.lock().expect("runners").values().cloned().collect();
         // All at once: each may wait for its killed turn's end (at most 5 s), and a server
         // with many loops must not add those up before it exits.
-        let stopping: Vec<_> = all.into_iter().map(|h| tokio::spawn(async move { h.shutdown().await })).collect();
-        for s in stopping {
-            let _ = s.await;
+        let mut stopping = tokio::task::JoinSet::new();
+        for h in all {
+            stopping.spawn(async move { h.shutdown().await });
         }
+        while stopping.join_next().await.is_some() {}
     }
 }

@@ -481,6 +481,25 @@ impl Runner {
         self.db(move |c| loops::get(c, &p, &n)).await.ok().flatten()
     }
 
+    /// `f` in one transaction that first checks the loop is still this runner's
+    /// ([`still_ours`]; a loop taken over is [`is_taken_over`]'s error). For a caller that
+    /// handles the outcome itself; [`Runner::guarded_write`] stops the runner.
+    async fn owned_write(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<()> + Send + 'static,
+    ) -> rusqlite::Result<()> {
+        let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
+        self.engine
+            .store
+            .call(move |c| {
+                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
+                    still_ours(tx, &p, &n, &sid)?;
+                    f(tx)
+                })
+            })
+            .await
+    }
+
     /// A write of the loop (`what` names it in the log), in one transaction that first
     /// checks the loop is still this runner's ([`still_ours`]). When it is not, nothing is
     /// written and the runner stops ([`Runner::lost`]); another failure is logged.
@@ -489,18 +508,7 @@ impl Runner {
         what: &str,
         f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<()> + Send + 'static,
     ) -> Guarded {
-        let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
-        let res = self
-            .engine
-            .store
-            .call(move |c| {
-                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
-                    still_ours(tx, &p, &n, &sid)?;
-                    f(tx)
-                })
-            })
-            .await;
-        match res {
+        match self.owned_write(f).await {
             Ok(()) => Guarded::Written,
             Err(e) if is_taken_over(&e) => {
                 tracing::info!(loop_name = %self.loop_name, "{what}: the loop was ended or taken over by another process; this runner stops");
@@ -700,6 +708,7 @@ impl Runner {
         // delivers nothing).
         let queued = self.write(move |c| forge_store::task_messages::undelivered(c, &sid)).await.unwrap_or_default();
         let delivered = queued.last().map(|q| q.id);
+        let claim = turn_claim(&self.live.id);
         let prompt = if queued.is_empty() { prompt } else { format!("{}{prompt}", queued_block(&queued)) };
         // A new turn replaces any deferred turn end (its outcome no longer matches).
         self.deferred_since = None;
@@ -728,9 +737,9 @@ impl Runner {
             project_config: self.config.agent_trust_project_config,
             secrets: crate::secrets::Secrets::from_config(&self.config),
             record: Some(self.engine.store.clone()),
-            claim: Some(turn_claim(&self.live.id)),
+            claim: Some(claim.clone()),
         };
-        let (sid, claim) = (self.live.id.clone(), req.claim.clone().unwrap_or_default());
+        let sid = self.live.id.clone();
         let claimed = self
             .guarded_write("starting a turn", move |c| {
                 claim_turn(c, &sid, &claim)?;
@@ -1544,6 +1553,7 @@ impl Runner {
     /// starts a fresh session instead.
     async fn compact(&self, row: &LoopRow, session: &str, token: &str, role: Role) -> bool {
         let Some(argv) = self.config.agent_compact_command.clone().filter(|a| !a.is_empty()) else { return false };
+        let claim = turn_claim(session);
         let req = TurnRequest {
             argv,
             session_id: session.to_string(),
@@ -1569,25 +1579,14 @@ impl Runner {
             project_config: self.config.agent_trust_project_config,
             secrets: crate::secrets::Secrets::from_config(&self.config),
             record: Some(self.engine.store.clone()),
-            claim: Some(turn_claim(session)),
+            claim: Some(claim.clone()),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         // The standby is busy while it compacts (other loop sessions see it), and its turn
         // is claimed first, as any turn's ([`claim_turn`]): not when the loop is no longer
         // this runner's.
-        let (p, n, live) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());
-        let (s, claim) = (session.to_string(), req.claim.clone().unwrap_or_default());
-        let claimed = self
-            .engine
-            .store
-            .call(move |c| {
-                forge_store::transact(c, |tx| -> rusqlite::Result<()> {
-                    still_ours(tx, &p, &n, &live)?;
-                    claim_turn(tx, &s, &claim)
-                })
-            })
-            .await;
-        if let Err(e) = claimed {
+        let s = session.to_string();
+        if let Err(e) = self.owned_write(move |c| claim_turn(c, &s, &claim)).await {
             tracing::info!(loop_name = %self.loop_name, "no compaction: {e}");
             return false;
         }
@@ -2036,8 +2035,8 @@ pub fn work_recoverable(env: &ToolEnv, row: &forge_store::loops::LoopRow) -> boo
 /// the store (a loop whose process died).
 pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Result<CommandResult, ToolError> {
     let project = env.project.id.clone();
-    let read = |engine: Arc<Engine>| {
-        let (p, n) = (project.clone(), loop_name.to_string());
+    let read = || {
+        let (engine, p, n) = (engine.clone(), project.clone(), loop_name.to_string());
         async move {
             engine.store.call(move |c| loops::get(c, &p, &n)).await.map_err(|e| ToolError::internal(e.to_string()))
         }
@@ -2050,24 +2049,28 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
             work_recoverable(env, row),
         ))
     };
-    crate::pause::at("cancel.locking").await;
-    // One at a time with this process's restarts of the loop, which hold this until their
-    // runner is registered: a cancel sent during one reaches the restarted runner.
-    let _one_at_a_time = match tokio::time::timeout(crate::loop_lock::WAIT, engine.restart_lock(&project, loop_name)).await
-    {
-        Ok(guard) => guard,
-        // Held all that time (an earlier cancel removing a large worktree): a loop that has
-        // ended is said so, not "busy".
-        Err(_) => {
-            return Err(match read(engine.clone()).await? {
+    // A lock held past its wait (an earlier cancel removing a large worktree): a loop that
+    // has ended is said so, not "busy".
+    let held = |why: String| {
+        let (read, ended) = (&read, &ended);
+        async move {
+            Err(match read().await? {
                 Some(row) if row.status != "running" => ended(&row),
-                _ => ToolError::busy(format!(
-                    "Cannot cancel \"{loop_name}\": a restart or cancel of it in this process did not finish within {:?}; retry the cancel",
-                    crate::loop_lock::WAIT
-                )),
+                _ => ToolError::busy(format!("Cannot cancel \"{loop_name}\": {why}; retry the cancel")),
             })
         }
     };
+    crate::pause::at("cancel.locking").await;
+    // One at a time with this process's restarts of the loop, which hold this until their
+    // runner is registered: a cancel sent during one reaches the restarted runner.
+    let _one_at_a_time =
+        match tokio::time::timeout(crate::loop_lock::WAIT, engine.restart_lock(&project, loop_name)).await {
+            Ok(guard) => guard,
+            Err(_) => {
+                let wait = crate::loop_lock::WAIT;
+                return held(format!("a restart or cancel of it in this process did not finish within {wait:?}")).await;
+            }
+        };
     if let Some(h) = engine.runner(&project, loop_name) {
         if let Some(r) = h.cancel().await {
             return r;
@@ -2077,16 +2080,9 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     // middle of another process's restart (`loop_lock`).
     let locked = match engine.loop_lock(&project, loop_name, crate::loop_lock::WAIT).await {
         Ok(lock) => lock,
-        // Held all that time (a worktree being removed after an earlier cancel): a loop that
-        // has ended is said so, not "busy".
-        Err(e) => {
-            return Err(match read(engine.clone()).await? {
-                Some(row) if row.status != "running" => ended(&row),
-                _ => ToolError::busy(format!("Cannot cancel \"{loop_name}\": {e}; retry the cancel")),
-            })
-        }
+        Err(e) => return held(e.to_string()).await,
     };
-    let Some(row) = read(engine.clone()).await? else {
+    let Some(row) = read().await? else {
         return Err(ToolError::not_found(format!("No loop found for loop \"{loop_name}\".")));
     };
     if row.status != "running" {
