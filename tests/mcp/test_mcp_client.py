@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import pytest
@@ -220,6 +220,42 @@ def test_outside_a_repository_exits_2(env: Env, tmp_path: pathlib.Path):
     assert out.stdout == ""
 
 
+@asynccontextmanager
+async def listen_server(env: Env):
+    """A `forge-lsp serve --listen unix:` server of the env's data directory, once it
+    listens: yields its socket and process, and stops it at the end."""
+    import anyio
+
+    sock = env.tmp / "s" / "forge.sock"
+    log = env.tmp / "serve.log"
+    with open(log, "w") as err:  # a file, never a pipe nobody drains
+        server = subprocess.Popen(
+            [server_binary(), "--data-dir", str(env.data), "serve", "--listen", f"unix:{sock}"],
+            cwd=env.repo,
+            env={"PATH": os.environ.get("PATH", ""), **env.env},
+            stderr=err,
+        )
+    try:
+        with anyio.fail_after(30):
+            while "listening on unix:" not in log.read_text():
+                assert server.poll() is None, log.read_text()
+                await anyio.sleep(0.05)
+        yield sock, server
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def forget_servers(env: Env) -> None:
+    """Empties the database's `servers` table, as if no server had registered."""
+    import sqlite3
+
+    db = sqlite3.connect(env.data / "forge.db")
+    db.execute("DELETE FROM servers")
+    db.commit()
+    db.close()
+
+
 def hanging_tool(env: Env) -> pathlib.Path:
     """A user plugin tool `slow__Hang` that writes its pid and never ends; returns the pid file."""
     tools = env.tmp / "config" / "forge-lsp" / "plugins" / "slow" / "tools"
@@ -240,23 +276,10 @@ async def test_an_abandoned_call_stops_the_plugin_tool(env: Env, through_server:
 
     pid_file = hanging_tool(env)
     extra: dict[str, str] = {}
-    server = None
-    if through_server:
-        sock = env.tmp / "s" / "forge.sock"
-        log = env.tmp / "serve.log"
-        with open(log, "w") as err:  # a file, never a pipe nobody drains
-            server = subprocess.Popen(
-                [server_binary(), "--data-dir", str(env.data), "serve", "--listen", f"unix:{sock}"],
-                cwd=env.repo,
-                env={"PATH": os.environ.get("PATH", ""), **env.env},
-                stderr=err,
-            )
-        with anyio.fail_after(30):
-            while "listening on unix:" not in log.read_text():
-                assert server.poll() is None, log.read_text()
-                await anyio.sleep(0.05)
-        extra["FORGE_LSP_SOCKET"] = str(sock)
-    try:
+    async with AsyncExitStack() as stack:
+        if through_server:
+            sock, _ = await stack.enter_async_context(listen_server(env))
+            extra["FORGE_LSP_SOCKET"] = str(sock)
         async with env.session(env=extra) as s:
             await s.initialize()
             assert "slow__Hang" in [t.name for t in (await s.list_tools()).tools]
@@ -273,10 +296,6 @@ async def test_an_abandoned_call_stops_the_plugin_tool(env: Env, through_server:
                     await anyio.sleep(0.05)
             r = await s.call_tool("review-read", {})
             assert not r.is_error, r
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=10)
 
 
 async def test_a_running_server_is_found_by_its_socket_file(env: Env):
@@ -285,24 +304,7 @@ async def test_a_running_server_is_found_by_its_socket_file(env: Env):
     `servers` table: with the table emptied, loop control (which only a server runs) still
     reaches the server (which answers that no loop runs). Without the file it would run
     in-process and be refused."""
-    import sqlite3
-
-    import anyio
-
-    sock = env.tmp / "s" / "forge.sock"
-    log = env.tmp / "serve.log"
-    with open(log, "w") as err:  # a file, never a pipe nobody drains
-        server = subprocess.Popen(
-            [server_binary(), "--data-dir", str(env.data), "serve", "--listen", f"unix:{sock}"],
-            cwd=env.repo,
-            env={"PATH": os.environ.get("PATH", ""), **env.env},
-            stderr=err,
-        )
-    try:
-        with anyio.fail_after(30):
-            while "listening on unix:" not in log.read_text():
-                assert server.poll() is None, log.read_text()
-                await anyio.sleep(0.05)
+    async with listen_server(env) as (_, server):
         async with env.session() as s:
             await s.initialize()
             # The first call finds the server in the table (its row for any project); the
@@ -312,21 +314,12 @@ async def test_a_running_server_is_found_by_its_socket_file(env: Env):
             project = git(env.repo, "rev-list", "--max-parents=0", "HEAD")
             named = (env.data / "servers" / project).read_text()
             assert named.endswith(f"/{server.pid}/forge.sock\n"), named
-            db = sqlite3.connect(env.data / "forge.db")
-            db.execute("DELETE FROM servers")
-            db.commit()
-            db.close()
+            forget_servers(env)
             r = await s.call_tool("task-status", {})
             assert text_of(r) == "No active loops.", text_of(r)
             # The control: without the file (and the rows the server wrote again) the call
             # has no server to go to.
-            db = sqlite3.connect(env.data / "forge.db")
-            db.execute("DELETE FROM servers")
-            db.commit()
-            db.close()
+            forget_servers(env)
             (env.data / "servers" / project).unlink()
             r = await s.call_tool("task-status", {})
             assert r.is_error and "needs a running forge-lsp server" in text_of(r), text_of(r)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)

@@ -518,14 +518,7 @@ fn a_cancel_racing_a_restart_waits_for_it_and_leaves_nothing_running() {
         let out = other.tool_ok("loop-cancel", json!({ "name": n2 }));
         (other, out)
     });
-    let release = std::thread::spawn(move || {
-        // The cancel is at the lock the restart holds; then the restart goes on.
-        let reached = wait_for(Duration::from_secs(30), || cancel_at_lock.exists().then_some(())).is_some();
-        let _ = std::fs::remove_file(&hold_cancel);
-        std::thread::sleep(Duration::from_millis(500));
-        std::fs::remove_file(hold_restart).expect("remove the pause file");
-        reached
-    });
+    let release = release_after_the_cancel(cancel_at_lock, hold_cancel, hold_restart);
     let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
     assert!(release.join().expect("the release thread"), "the cancel never came to the loop lock");
@@ -533,12 +526,7 @@ fn a_cancel_racing_a_restart_waits_for_it_and_leaves_nothing_running() {
     common::assert_contains(&cancelled.text, &format!("Cancelled loop \"{name}\""));
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
     // Whatever the restart's session started is gone, and nothing of it stays recorded.
-    let gone = wait_for(Duration::from_secs(10), || {
-        let running: Vec<u32> =
-            t.turns().into_iter().filter(|x| x.1 == session).map(|x| x.2).filter(|p| pid_alive(*p)).collect();
-        running.is_empty().then_some(())
-    });
-    assert!(gone.is_some(), "an agent of the restart's session still runs: {:?}", t.turns());
+    assert_no_agent_of(&t, &session);
     let left = wait_for(Duration::from_secs(10), || {
         (t.count("SELECT count(*) FROM loop_sessions WHERE loop_name = ?1 AND agent_process IS NOT NULL", &name) == 0)
             .then_some(())
@@ -577,13 +565,7 @@ fn a_cancel_during_a_restart_in_the_same_server_goes_through_the_restarted_runne
         wait_for(Duration::from_secs(30), || restart_held.exists().then_some(())).expect("the restart took the lock");
         call.run()
     });
-    let release = std::thread::spawn(move || {
-        let reached = wait_for(Duration::from_secs(30), || cancel_reached.exists().then_some(())).is_some();
-        let _ = std::fs::remove_file(&hold_cancel);
-        std::thread::sleep(Duration::from_millis(500));
-        std::fs::remove_file(hold_restart).expect("remove the pause file");
-        reached
-    });
+    let release = release_after_the_cancel(cancel_reached, hold_cancel, hold_restart);
     let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
     assert!(release.join().expect("the release thread"), "the cancel never came");
@@ -591,12 +573,7 @@ fn a_cancel_during_a_restart_in_the_same_server_goes_through_the_restarted_runne
     assert_eq!(cancelled.code, 0, "{cancelled:?}");
     common::assert_contains(&cancelled.stdout, &format!("Cancelled loop \"{name}\""));
     assert_eq!(wait_not_running(&t, &name)["status"], json!("cancelled"));
-    let gone = wait_for(Duration::from_secs(10), || {
-        let running: Vec<u32> =
-            t.turns().into_iter().filter(|x| x.1 == session).map(|x| x.2).filter(|p| pid_alive(*p)).collect();
-        running.is_empty().then_some(())
-    });
-    assert!(gone.is_some(), "an agent of the restart's session still runs: {:?}", t.turns());
+    assert_no_agent_of(&t, &session);
     assert_eq!(
         teardowns(&t),
         2,
@@ -631,4 +608,31 @@ fn wait_not_running(t: &LoopTest, name: &str) -> Value {
         (row["status"] != json!("running")).then_some(row)
     })
     .unwrap_or_else(|| panic!("the restarted loop did not end{}", t.report()))
+}
+
+/// A thread that waits until the cancel reached its pause `cancel.locking` (`reached`),
+/// lets it go on (`hold_cancel`), and half a second later lets the restart held at
+/// `restart.locked` go on (`hold_restart`); it gives whether the cancel came.
+fn release_after_the_cancel(
+    reached: std::path::PathBuf,
+    hold_cancel: std::path::PathBuf,
+    hold_restart: std::path::PathBuf,
+) -> std::thread::JoinHandle<bool> {
+    std::thread::spawn(move || {
+        let came = wait_for(Duration::from_secs(30), || reached.exists().then_some(())).is_some();
+        let _ = std::fs::remove_file(&hold_cancel);
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::remove_file(hold_restart).expect("remove the pause file");
+        came
+    })
+}
+
+/// Waits (at most 10 s) until no agent turn of `session` runs.
+fn assert_no_agent_of(t: &LoopTest, session: &str) {
+    let gone = wait_for(Duration::from_secs(10), || {
+        let running: Vec<u32> =
+            t.turns().into_iter().filter(|x| x.1 == session).map(|x| x.2).filter(|p| pid_alive(*p)).collect();
+        running.is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "an agent of the restart's session still runs: {:?}", t.turns());
 }

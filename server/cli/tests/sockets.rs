@@ -1044,9 +1044,7 @@ fn plant_socket_file(sb: &Sandbox, repo: &GitRepo, sock: &std::path::Path) -> (S
 /// root to listen as another user.
 #[test]
 fn a_socket_another_user_listens_on_is_told_nothing() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: listening as another user needs root");
+    if !root_or_skip("listening as another user") {
         return;
     }
     let sb = Sandbox::new();
@@ -1253,9 +1251,7 @@ fn a_bare_repository_and_a_data_directory_that_is_a_file_are_refused_by_name() {
 /// such, not as "not inside a git repository". Needs root to give the repository away.
 #[test]
 fn a_repository_git_refuses_as_another_users_is_named() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: giving a repository to another user needs root");
+    if !root_or_skip("giving a repository to another user") {
         return;
     }
     let sb = Sandbox::new();

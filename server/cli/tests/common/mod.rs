@@ -1673,3 +1673,14 @@ pub fn limit_open_files(cmd: &mut Command, n: u64) {
 pub fn sandbox_toml() -> String {
     format!("[sandbox]\nenabled = {}\n", sandbox_available())
 }
+
+/// Whether the tests run as root; when not, prints that the test is skipped because
+/// `what` needs root.
+pub fn root_or_skip(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        println!("skipped: {what} needs root");
+    }
+    root
+}
