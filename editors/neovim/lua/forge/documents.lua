@@ -40,18 +40,54 @@ local function setup_buffer(bufnr, uri, editable)
   end
 end
 
+-- Lens requests in flight, by "<bufnr>:<client id>": { again = true } once another
+-- refresh came while one was in flight.
+local lens_requests = {}
+
+--- Asks for the buffer's code lenses again (when enabled and the server has them). Neovim
+--- asks only when told to: it does not declare `workspace/codeLens/refresh`, so a loop
+--- plan's section statuses would stay as they were when the buffer was opened. Not
+--- `vim.lsp.codelens.refresh`: it drops a refresh while one is in flight, so the last
+--- change of a loop could be shown with the lenses of the one before; here a refresh that
+--- comes meanwhile asks once more when the answer is in.
+local function refresh_lenses(client, bufnr)
+  if not (options.get().codelens and vim.tbl_get(client.server_capabilities or {}, 'codeLensProvider')) then
+    return
+  end
+  local key = bufnr .. ':' .. client.id
+  if lens_requests[key] then
+    lens_requests[key].again = true
+    return
+  end
+  lens_requests[key] = { again = false }
+  vim.schedule(function()
+    if not (vim.api.nvim_buf_is_valid(bufnr) and client.attached_buffers[bufnr]) or util.is_stopped(client) then
+      lens_requests[key] = nil
+      return
+    end
+    local params = { textDocument = { uri = vim.uri_from_bufnr(bufnr) } }
+    local sent = util.request(client, 'textDocument/codeLens', params, function(err, result, ctx)
+      if vim.api.nvim_buf_is_valid(bufnr) then
+        pcall(vim.lsp.codelens.on_codelens, err, result, ctx)
+      end
+      local again = lens_requests[key] and lens_requests[key].again
+      lens_requests[key] = nil
+      if again then
+        refresh_lenses(client, bufnr)
+      end
+    end, bufnr)
+    if not sent then
+      lens_requests[key] = nil
+    end
+  end)
+end
+
 local function attach(client, bufnr)
   vim.b[bufnr].forge_client = client.id
   if not client.attached_buffers[bufnr] then
     vim.lsp.buf_attach_client(bufnr, client.id)
   end
-  if options.get().codelens and vim.tbl_get(client.server_capabilities or {}, 'codeLensProvider') then
-    vim.schedule(function()
-      if vim.api.nvim_buf_is_valid(bufnr) then
-        pcall(vim.lsp.codelens.refresh, { bufnr = bufnr })
-      end
-    end)
-  end
+  refresh_lenses(client, bufnr)
 end
 
 --- BufReadCmd forge://*: fills the buffer with the document.
@@ -152,6 +188,9 @@ function M.reload(bufnr)
         pcall(vim.api.nvim_win_set_cursor, win, { row, pos[2] })
       end
     end
+    -- The server's refresh of a document is also its word that what the document's lenses
+    -- show changed (a loop plan's text never does; its section statuses do).
+    refresh_lenses(client, bufnr)
     pcall(vim.api.nvim_exec_autocmds, 'User', { pattern = 'ForgeDocumentRefreshed', data = { uri = uri } })
   end)
 end

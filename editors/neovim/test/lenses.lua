@@ -1,0 +1,130 @@
+-- A loop's plan lenses in a real Neovim: the plan buffer is open while the loop runs, its
+-- auditor appends a section with plan-adjust, and the section-status lenses follow the loop
+-- without the user asking (the server's workspace/textDocumentContent/refresh of the plan;
+-- Neovim 0.11 does not take workspace/codeLens/refresh).
+-- Environment: FORGE_TEST_OUT, FORGE_TEST_REPO (cwd), FORGE_TEST_HOLD (the agent waits while
+-- it exists); the agent is tests/agents/scenario.sh with FORGE_TEST_SCENARIO=adjust.
+local H = dofile(vim.fs.joinpath(os.getenv('FORGE_NVIM_PLUGIN'), 'test', 'helpers.lua'))
+local check, wait, note = H.check, H.wait, H.note
+
+local forge = require('forge')
+local LOOP_WAIT = tonumber(os.getenv('FORGE_TEST_LOOP_WAIT') or '25000')
+local hold = assert(os.getenv('FORGE_TEST_HOLD'))
+
+--- The buffer's lenses as { line, character, title }, in the order Neovim shows them.
+local function lenses(bufnr)
+  local r = {}
+  for _, l in ipairs(vim.lsp.codelens.get(bufnr)) do
+    r[#r + 1] = {
+      line = l.range.start.line,
+      character = l.range.start.character,
+      title = l.command and l.command.title or '',
+    }
+  end
+  table.sort(r, function(a, b)
+    return a.line < b.line or (a.line == b.line and a.character < b.character)
+  end)
+  return r
+end
+
+local function titles(ls)
+  return vim.tbl_map(function(l)
+    return l.title
+  end, ls)
+end
+
+H.run(function()
+  vim.cmd('edit notes.txt')
+  local notes = vim.api.nvim_get_current_buf()
+  local started = wait(10000, function()
+    local c = forge.client(notes)
+    return c and c.initialized
+  end)
+  check('forge-lsp starts for the project', started, nil)
+  if not started then
+    return
+  end
+
+  vim.cmd('Forge plan')
+  local planbuf = vim.api.nvim_get_current_buf()
+  local plan = {
+    '# Lens test plan',
+    '',
+    '## Objective',
+    'Append a line to work.txt.',
+    '',
+    'Loop Name: nvim-lens',
+    '',
+    '<!-- forge-section -->',
+    '## Phase 1: Work file',
+    '',
+    '### Files',
+    '- work.txt',
+    '',
+    '### Verification',
+    '- cat work.txt',
+  }
+  local heading = 8 -- 0-based line of '## Phase 1: Work file'
+  vim.api.nvim_buf_set_lines(planbuf, 0, -1, false, plan)
+  vim.cmd('write')
+  wait(2000, function()
+    return #H.messages_matching('Plan stored') > 0
+  end)
+
+  assert(io.open(hold, 'w')):close()
+  vim.cmd('Forge execute')
+  local running = wait(10000, function()
+    local l = forge.loops()['nvim-lens']
+    return l and l.status == 'running'
+  end)
+  check('the loop starts (held before its first turn)', running, forge.loops())
+  if not running then
+    os.remove(hold)
+    return
+  end
+
+  vim.cmd('split forge://plan/loop/nvim-lens.md')
+  local loopbuf = vim.api.nvim_get_current_buf()
+  wait(5000, function()
+    return #lenses(loopbuf) > 0
+  end)
+  local first = lenses(loopbuf)
+  note('lenses_while_running', first)
+  check('the open loop plan shows its section lens while the loop runs', #first == 1
+    and first[1].line == heading
+    and first[1].title:find('^Section 1/1 · ') ~= nil, first)
+
+  os.remove(hold)
+  local ended = wait(LOOP_WAIT, function()
+    local l = forge.loops()['nvim-lens']
+    return l and l.status ~= 'running'
+  end)
+  local l = forge.loops()['nvim-lens'] or {}
+  check('the loop completes, with the section its auditor appended', ended and l.status == 'completed' and l.totalSections == 2, l)
+
+  -- No :e, no manual refresh: the lenses follow the loop on their own.
+  local want = {
+    { line = heading, character = 0, title = 'Section 1/2 · completed' },
+    { line = heading, character = 1, title = 'Section 2/2 · completed · added by plan-adjust: Appended section' },
+  }
+  wait(5000, function()
+    return vim.deep_equal(lenses(loopbuf), want)
+  end)
+  local last = lenses(loopbuf)
+  note('lenses_after_the_loop', last)
+  check('after plan-adjust the open loop plan\'s lenses show both sections, the appended one marked, in order', vim.deep_equal(last, want), last)
+
+  -- What Neovim draws: the line's virtual text holds the lenses in that order.
+  local drawn = {}
+  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(loopbuf, -1, { heading, 0 }, { heading, -1 }, { details = true })) do
+    for _, chunk in ipairs(mark[4].virt_text or {}) do
+      drawn[#drawn + 1] = chunk[1]
+    end
+  end
+  local line = table.concat(drawn)
+  note('drawn', line)
+  local a = line:find('Section 1/2 · completed', 1, true)
+  local b = line:find('added by plan-adjust: Appended section', 1, true)
+  check('Neovim draws both lenses on the heading, the first section first', a ~= nil and b ~= nil and a < b, line)
+  check('the loop plan text (the master) is unchanged', H.buf_text(loopbuf) == table.concat(plan, '\n'), H.buf_text(loopbuf))
+end)
