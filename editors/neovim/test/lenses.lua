@@ -1,14 +1,14 @@
 -- A loop's plan lenses in a real Neovim: the plan buffer is open while the loop runs, its
 -- auditor appends a section with plan-adjust, and the section-status lenses follow the loop
 -- without the user asking (the server's workspace/textDocumentContent/refresh of the plan;
--- Neovim 0.11 does not take workspace/codeLens/refresh).
+-- Neovim 0.10 and 0.11 do not take workspace/codeLens/refresh).
 -- Environment: FORGE_TEST_OUT, FORGE_TEST_REPO (cwd), FORGE_TEST_HOLD (the agent waits while
 -- it exists); the agent is tests/agents/scenario.sh with FORGE_TEST_SCENARIO=adjust.
 local H = dofile(vim.fs.joinpath(os.getenv('FORGE_NVIM_PLUGIN'), 'test', 'helpers.lua'))
 local check, wait, note = H.check, H.wait, H.note
 
 local forge = require('forge')
-local LOOP_WAIT = tonumber(os.getenv('FORGE_TEST_LOOP_WAIT') or '25000')
+local LOOP_WAIT = tonumber(os.getenv('FORGE_TEST_LOOP_WAIT') or '15000')
 local hold = assert(os.getenv('FORGE_TEST_HOLD'))
 
 --- The buffer's lenses as { line, character, title }, in the order Neovim shows them.

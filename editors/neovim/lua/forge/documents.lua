@@ -40,35 +40,64 @@ local function setup_buffer(bufnr, uri, editable)
   end
 end
 
--- Lens requests in flight, by "<bufnr>:<client id>": { again = true } once another
--- refresh came while one was in flight.
+-- Lens requests in flight (Neovim 0.10 and 0.11), by "<bufnr>:<client id>":
+-- { at = <start, ms>, again = true once another refresh came meanwhile }.
 local lens_requests = {}
 
---- Asks for the buffer's code lenses again (when enabled and the server has them). Neovim
---- asks only when told to: it does not declare `workspace/codeLens/refresh`, so a loop
---- plan's section statuses would stay as they were when the buffer was opened. Not
---- `vim.lsp.codelens.refresh`: it drops a refresh while one is in flight, so the last
---- change of a loop could be shown with the lenses of the one before; here a refresh that
---- comes meanwhile asks once more when the answer is in.
-local function refresh_lenses(client, bufnr)
-  if not (options.get().codelens and vim.tbl_get(client.server_capabilities or {}, 'codeLensProvider')) then
+local function lenses_wanted(client)
+  return options.get().codelens and vim.tbl_get(client.server_capabilities or {}, 'codeLensProvider') ~= nil
+end
+
+--- Asks for the buffer's code lenses again (when enabled and the server has them).
+---
+--- Neovim 0.10 and 0.11 ask only when told to: they do not declare
+--- `workspace/codeLens/refresh`, so a loop plan's section statuses would stay as they were
+--- when the buffer was opened. `vim.lsp.codelens.refresh` drops a refresh while one is in
+--- flight, so the last change of a loop could be shown with the lenses of the one before:
+--- here a refresh that comes meanwhile asks once more when the answer is in (a request
+--- with no answer for `timeout_ms`, or whose client went away, no longer holds others
+--- back).
+---
+--- Neovim 0.12 keeps a buffer's lenses itself once enabled for it, and re-asks on the
+--- handler of `workspace/codeLens/refresh`, which is called here too (its
+--- `on_codelens` no longer draws anything).
+local function refresh_lenses(client, bufnr, first)
+  if not lenses_wanted(client) then
+    return
+  end
+  local codelens = vim.lsp.codelens
+  if codelens.enable then
+    vim.schedule(function()
+      if not (vim.api.nvim_buf_is_valid(bufnr) and client.attached_buffers[bufnr]) then
+        return
+      end
+      if first then
+        pcall(codelens.enable, true, { bufnr = bufnr })
+      elseif codelens.on_refresh then
+        pcall(codelens.on_refresh, nil, nil, { client_id = client.id, method = 'workspace/codeLens/refresh' })
+      end
+    end)
     return
   end
   local key = bufnr .. ':' .. client.id
-  if lens_requests[key] then
-    lens_requests[key].again = true
+  local pending = lens_requests[key]
+  if pending and vim.uv.now() - pending.at < options.get().timeout_ms then
+    pending.again = true
     return
   end
-  lens_requests[key] = { again = false }
+  lens_requests[key] = { at = vim.uv.now(), again = false }
   vim.schedule(function()
     if not (vim.api.nvim_buf_is_valid(bufnr) and client.attached_buffers[bufnr]) or util.is_stopped(client) then
       lens_requests[key] = nil
       return
     end
     local params = { textDocument = { uri = vim.uri_from_bufnr(bufnr) } }
-    local sent = util.request(client, 'textDocument/codeLens', params, function(err, result, ctx)
-      if vim.api.nvim_buf_is_valid(bufnr) then
-        pcall(vim.lsp.codelens.on_codelens, err, result, ctx)
+    local ok, sent = pcall(util.request, client, 'textDocument/codeLens', params, function(err, result, ctx)
+      if vim.api.nvim_buf_is_valid(bufnr) and client.attached_buffers[bufnr] then
+        local drawn, e = pcall(codelens.on_codelens, err, result, ctx)
+        if not drawn then
+          pcall(require('vim.lsp.log').warn, 'forge: code lenses of buffer ' .. bufnr .. ' not drawn: ' .. tostring(e))
+        end
       end
       local again = lens_requests[key] and lens_requests[key].again
       lens_requests[key] = nil
@@ -76,10 +105,15 @@ local function refresh_lenses(client, bufnr)
         refresh_lenses(client, bufnr)
       end
     end, bufnr)
-    if not sent then
+    if not (ok and sent) then
       lens_requests[key] = nil
     end
   end)
+end
+
+--- Forgets the lens requests of a buffer and client (LspDetach).
+function M.detached(bufnr, client_id)
+  lens_requests[bufnr .. ':' .. client_id] = nil
 end
 
 local function attach(client, bufnr)
@@ -87,7 +121,7 @@ local function attach(client, bufnr)
   if not client.attached_buffers[bufnr] then
     vim.lsp.buf_attach_client(bufnr, client.id)
   end
-  refresh_lenses(client, bufnr)
+  refresh_lenses(client, bufnr, true)
 end
 
 --- BufReadCmd forge://*: fills the buffer with the document.
@@ -189,8 +223,13 @@ function M.reload(bufnr)
       end
     end
     -- The server's refresh of a document is also its word that what the document's lenses
-    -- show changed (a loop plan's text never does; its section statuses do).
-    refresh_lenses(client, bufnr)
+    -- show changed (a loop plan's text never does; its section statuses do). A buffer
+    -- read through a client that has since been restarted is attached to the new one.
+    if client.attached_buffers[bufnr] then
+      refresh_lenses(client, bufnr)
+    else
+      attach(client, bufnr)
+    end
     pcall(vim.api.nvim_exec_autocmds, 'User', { pattern = 'ForgeDocumentRefreshed', data = { uri = uri } })
   end)
 end
@@ -225,6 +264,14 @@ local group
 
 function M.setup()
   group = vim.api.nvim_create_augroup('forge.documents', { clear = true })
+  vim.api.nvim_create_autocmd('LspDetach', {
+    group = group,
+    callback = function(ev)
+      if ev.data and ev.data.client_id then
+        M.detached(ev.buf, ev.data.client_id)
+      end
+    end,
+  })
   vim.api.nvim_create_autocmd('BufReadCmd', {
     group = group,
     pattern = 'forge://*',
