@@ -492,6 +492,71 @@ fn a_restart_after_the_server_died_between_claim_and_record_ends_the_turns_proce
     assert!(t.turns().iter().any(|x| x.1 == session), "the restart's session ran: {:?}", t.turns());
 }
 
+/// A force restart (B) waiting for the turn of the loop's first server (A, stopped with
+/// SIGSTOP, so its coder runs on) is taken over by a newer force restart (C) from a third
+/// server. B stops waiting and ends nothing: C's coder, started once A was let go and
+/// ended its turn, still runs past B's 10 s bound, and the loop then completes with C's
+/// session and no turn of B's. B is held in its wait (the pause `restart.awaiting`) until
+/// C's coder runs, so that it does not see the moment between A's turn and C's with no
+/// turn recorded (which also ends its wait). Before, B went on waiting for C's turn and at
+/// its bound ended it.
+#[test]
+fn a_restart_taken_over_while_it_waits_leaves_the_newer_restarts_turn_alone() {
+    let t = LoopTest::start("block", "");
+    t.signal("hold-coder"); // every coder waits for coder-release (at most ~20 s)
+    let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
+    let first =
+        wait_for(LOOP_WAIT, || t.turns().first().cloned()).unwrap_or_else(|| panic!("no first turn{}", t.report()));
+    let a = t.client.pid().expect("a stdio server");
+    stop_or_continue(a, libc::SIGSTOP);
+    let session_now = |t: &LoopTest| t.loop_row(&name)["sessionId"].as_str().unwrap_or_default().to_string();
+
+    let pauses = t.sb.mkdir("pauses-b");
+    std::fs::write(pauses.join("restart.awaiting"), "").unwrap();
+    let b = t.other_server("block", &[("FORGE_TEST_PAUSE_DIR", pauses.to_str().unwrap())]);
+    let (b_restart, _) = force_restart_on_a_thread(b, &name);
+    wait_for(Duration::from_secs(20), || pauses.join("restart.awaiting.reached").exists().then_some(()))
+        .unwrap_or_else(|| {
+            panic!("the first restart did not come to wait for the stopped server's turn{}", t.report())
+        });
+    let b_bound = std::time::Instant::now() + Duration::from_secs(10);
+    let b_session = session_now(&t);
+    assert_ne!(b_session, first.1);
+
+    let c = t.other_server("block", &[]);
+    let (c_restart, _) = force_restart_on_a_thread(c, &name);
+    wait_for(Duration::from_secs(20), || Some(session_now(&t)).filter(|s| *s != b_session))
+        .unwrap_or_else(|| panic!("the second restart wrote no row{}", t.report()));
+    std::thread::sleep(Duration::from_millis(300));
+    stop_or_continue(a, libc::SIGCONT);
+    // A sees the loop taken over and ends its turn; C's coder starts after that.
+    let (_c, c_out) = c_restart.join().expect("the second restart's thread");
+    let c_session = c_out.data["sessionId"].as_str().expect("sessionId").to_string();
+    let c_turn = wait_for(Duration::from_secs(20), || t.turns().into_iter().find(|x| x.1 == c_session))
+        .unwrap_or_else(|| panic!("the second restart's coder did not start{}", t.report()));
+    assert!(!pid_alive(first.2), "the first server's coder {} runs beside the second restart's", first.2);
+    std::fs::remove_file(pauses.join("restart.awaiting")).unwrap();
+    let (_b, b_out) = b_restart.join().expect("the first restart's thread");
+    assert_eq!(b_out.data["sessionId"].as_str(), Some(b_session.as_str()), "{}", b_out.text);
+    // Past the first restart's bound, the newer restart's coder runs on.
+    std::thread::sleep(b_bound.saturating_duration_since(std::time::Instant::now()) + Duration::from_secs(1));
+    assert!(pid_alive(c_turn.2), "the newer restart's coder {} was ended{}", c_turn.2, t.report());
+    t.signal("coder-release");
+    t.signal("release"); // the auditor's
+    let end = wait_not_running(&t, &name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let turns = t.turns();
+    assert!(turns.iter().all(|x| x.1 != b_session), "a turn of the superseded restart ran: {turns:?}");
+    let c_coders = turns.iter().filter(|x| x.0 == "coder" && x.1 == c_session).count();
+    assert_eq!(c_coders, 1, "the newer restart's coder ran more than once: {turns:?}");
+}
+
+/// Sends SIGSTOP or SIGCONT to a server of the test.
+fn stop_or_continue(pid: u32, sig: i32) {
+    // SAFETY: a signal to a server process this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill({pid}, {sig})");
+}
+
 /// A cancel from another process that comes while a restart holds the loop (held after it
 /// took the loop lock): the cancel waits for the restart, then cancels the restarted loop.
 /// The loop ends cancelled, and nothing of the restart's session is left running or

@@ -2206,6 +2206,7 @@ pub(crate) async fn await_turns_ended(
     // as a margin for a server older than the claims.
     let mut empty_since: Option<tokio::time::Instant> = None;
     loop {
+        crate::pause::at("restart.awaiting").await;
         let (p, n) = (project.to_string(), loop_name.to_string());
         let read = engine
             .store
