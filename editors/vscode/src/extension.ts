@@ -235,6 +235,14 @@ class Forge implements vscode.Disposable {
               }
             }
           }
+          if (this.report.enabled) {
+            this.report.data.lenses[document.uri.toString()] = (lenses ?? []).map((l) => ({
+              line: l.range.start.line,
+              character: l.range.start.character,
+              title: l.command?.title ?? '',
+            }));
+            this.report.changed();
+          }
           return lenses;
         },
       },

@@ -55,6 +55,8 @@ export interface ReportData {
   };
   editors: { uri: string; languageId: string; lineCount: number; head: string; active: boolean }[];
   commands: { at: number; command: string; ok: boolean; detail: string }[];
+  /** The code lenses last given to VS Code for each document (URI → line and title). */
+  lenses: Record<string, { line: number; character: number; title: string }[]>;
 }
 
 export class Report implements vscode.Disposable {
@@ -79,6 +81,7 @@ export class Report implements vscode.Disposable {
       views: { plans: [], loops: [], findings: [], visible: { plans: false, loops: false, findings: false } },
       editors: [],
       commands: [],
+      lenses: {},
     };
     this.file = Report.target();
   }

@@ -30,6 +30,7 @@ const { chromium } = require(env('FORGE_TEST_PLAYWRIGHT'));
 const MAIN = path.join(REPO, 'src', 'main.txt');
 const LOOP = 'vscode-loop';
 const PLAN_URI = `forge://plan/session/${PLAN_SESSION}.md`;
+const LOOP_PLAN_URI = `forge://plan/loop/${LOOP}.md`;
 
 let passed = 0;
 let failed = 0;
@@ -333,10 +334,37 @@ async function main() {
       await page.screenshot({ path: path.join(OUT, 'readme.jpg'), type: 'jpeg', quality: 70 });
     }, ['plan']);
 
+    await step('the loop\'s plan opens from the Plans view with a status lens on each section', 'loop-plan', async () => {
+      await until('the Plans view to list the loop\'s plan', (r) => r.views.plans.find((p) => p.uri === LOOP_PLAN_URI), 20000);
+      const row = page.locator('.pane-body .monaco-list-row', { hasText: `loop ${LOOP}` }).first();
+      await row.waitFor({ state: 'visible', timeout: 10000 });
+      await row.click();
+      await until('the loop plan in an editor', (r) => r.editors.find((e) => e.uri === LOOP_PLAN_URI && e.active));
+      const lenses = await until('the section lenses of the running loop', (r) => {
+        const l = (r.lenses || {})[LOOP_PLAN_URI] || [];
+        return l.some((x) => /^Section 1\/2 · in progress$/.test(x.title)) && l.some((x) => /^Section 2\/2 · pending$/.test(x.title)) && l;
+      });
+      check(lenses.length === 2, `lenses ${JSON.stringify(lenses)}`);
+      // What the user sees: the first section's lens above its heading.
+      await untilPage('the first section\'s lens in the editor', () =>
+        Array.from(document.querySelectorAll('.monaco-editor .codelens-decoration')).some((e) => /Section 1\/2 · in progress/.test(e.textContent || '')));
+    }, ['loop-running']);
+
     await step('the loop ends: Loops view, status bar and one notification with Open Status', 'loop-completed', async () => {
       fs.rmSync(path.join(T, 'hold'), { force: true });
       const r = await until('the loop to complete', (r) =>
         r.views.loops.find((l) => l.label === LOOP && /^completed/.test(l.description)) && r, 60000);
+      if (done.has('loop-plan')) {
+        // The open loop plan's lenses follow the loop (workspace/codeLens/refresh) without
+        // the user reopening it.
+        await until('the loop plan\'s lenses to show both sections completed', (r) => {
+          const l = (r.lenses || {})[LOOP_PLAN_URI] || [];
+          return l.length === 2 && l.every((x) => /^Section [12]\/2 · completed$/.test(x.title));
+        }, 10000);
+        await untilPage('the first section\'s lens in the editor to say completed', () =>
+          Array.from(document.querySelectorAll('.monaco-editor .codelens-decoration')).some((e) => /Section 1\/2 · completed/.test(e.textContent || '')), undefined, 10000);
+        await screenshot('loop-plan-lenses');
+      }
       check(/completed/.test(r.statusBar.text), `status bar ${r.statusBar.text}`);
       const hist = r.statusBarHistory.filter((t) => t.includes(LOOP));
       check(hist.some((t) => /auditing/.test(t)) || hist.length >= 2, `status bar history ${JSON.stringify(hist)}`);
