@@ -21,7 +21,8 @@ auditor's finding and handoffs as calls of the Forge MCP tools the preset wired 
   section 1 coder, resumed: fixes work.txt, hands off
   section 1 auditor, resumed: deletes the finding, hands off clean with a summary
   section 2 coder:   appends "section two", hands off
-  section 2 auditor: hands off clean with a summary -> the loop completes
+  section 2 auditor: calls the user's plugin tool e2e__Echo through MCP, hands off clean
+                     with a summary -> the loop completes
 """
 
 import json
@@ -71,6 +72,13 @@ CODER_HANDOFF = CALL + " loop-handoff '" + json.dumps({
     "changes": [{"summary": "edited work.txt", "reason": "the section asks for it"}],
     "verification": [{"command": "cat work.txt", "cwd": ".", "outcome": "pass", "changedAfter": False}],
 }) + "'"
+# The user's own plugin tool (`$XDG_CONFIG_HOME/forge-lsp/plugins/e2e/tools/Echo`), offered
+# through MCP as `e2e__Echo`; the second auditor calls it. A tool whose offer name is longer
+# than the 52 characters an agent's provider takes once its CLI adds `mcp__forge__` is
+# skipped (never offered).
+PLUGIN_TOOL = "e2e__Echo"
+PLUGIN_MARK = "E2E-PLUGIN-ECHO"
+LONG_TOOL = "Echo" + "x" * 44  # e2e__ + 48 = 53 characters
 CLEAN_SUMMARY = {"summary": {"done": ["work.txt updated"], "deviations": [], "followUps": ["none"]}}
 CLEAN_AUDIT = CALL + " loop-handoff '" + json.dumps(CLEAN_SUMMARY) + "'"
 FINDING_ARGS = {"file": "work.txt", "line": 1, "severity": "bug",
@@ -116,7 +124,8 @@ def script(cli, use_mcp):
                     {"text": "Audit 2: clean."}]),
             ]),
             conv("auditor-2", header("section audit", 2, 3), [
-                (header("section audit", 2, 3), [mcp_or_shell(cli, "loop-handoff", CLEAN_SUMMARY, use_mcp, sh),
+                (header("section audit", 2, 3), [mcp_or_shell(cli, PLUGIN_TOOL, {"text": "hi"}, use_mcp, sh),
+                                                 mcp_or_shell(cli, "loop-handoff", CLEAN_SUMMARY, use_mcp, sh),
                                                  {"text": "Audit 3: clean."}]),
             ]),
             conv("coder-1", header("section", 1, 1), [
@@ -227,6 +236,25 @@ def plant_agent_config(cli, repo, outside):
           'args = [%s]\n' % (json.dumps(secret), json.dumps(os.path.join(outside, "planted-codex-mcp"))))
 
 
+def user_plugin(env):
+    """The user's plugin `e2e` with the tool Echo (prints its input after PLUGIN_MARK, and
+    tries to write outside the worktree: refused in the loop's sandbox) and one whose name is
+    too long to offer."""
+    tools = os.path.join(env["XDG_CONFIG_HOME"], "forge-lsp", "plugins", "e2e", "tools")
+    os.makedirs(tools)
+    for name in ("Echo", LONG_TOOL):
+        exe = os.path.join(tools, name)
+        with open(exe, "w") as f:
+            f.write('#!/bin/sh\nread -r line\n'
+                    'if /usr/bin/touch %s 2>/dev/null; then w=written; else w=refused; fi\n'
+                    'echo "%s $line outside=$w"\n' % (os.path.join(env["OUTSIDE"], "plugin-escaped"), PLUGIN_MARK))
+        os.chmod(exe, 0o755)
+        with open(exe + ".json", "w") as f:
+            json.dump({"description": "Echoes its input (test tool).",
+                       "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
+                                       "required": ["text"]}}, f)
+
+
 def setup_cli(cli, T, env, port, repo):
     """The CLI's own configuration, as a user would have it (provider = the fake server)."""
     base = "http://127.0.0.1:%d" % port
@@ -294,6 +322,7 @@ def main():
     srv = fake.start(script(cli, use_mcp), log_path=log)
     port = srv.server_port
     setup_cli(cli, T, env, port, repo)
+    user_plugin(env)
     sandbox = sandbox_works()
     os.makedirs(os.path.join(repo, ".forge"))
     with open(os.path.join(repo, ".forge", "config.toml"), "w") as f:
@@ -379,6 +408,7 @@ def main():
     result["log"] = git(repo, "log", "--format=%s", branch).splitlines()
     result["work"] = git(repo, "show", branch + ":work.txt")
     result["outside_written"] = os.path.exists(os.path.join(env["OUTSIDE"], "escaped"))
+    result["plugin_outside_written"] = os.path.exists(os.path.join(env["OUTSIDE"], "plugin-escaped"))
     result["planted"] = sorted(p for p in os.listdir(env["OUTSIDE"]) if p.startswith("planted-"))
     # (Sandboxed Codex writes its marks to its loop's own home, removed with the worktree
     # when the loop completes: no timing is reported for it.)
@@ -411,7 +441,8 @@ def main():
     result["requests"] = [{k: e.get(k) for k in ("path", "model", "limit", "conversation", "segment", "turn", "aux", "mismatch",
                                                   "unknown_tools", "assistant_turns", "usage", "status",
                                                   "server_error", "seen")}
-                          | {"tools": bool(e.get("tools")), "calls": (e.get("response") or {}).get("calls"),
+                          | {"tools": bool(e.get("tools")), "tool_names": e.get("tools") or [],
+                             "calls": (e.get("response") or {}).get("calls"),
                              "latest_input": (e.get("latest_input") or "")[-400:]}
                           for e in reqs]
     with open(os.path.join(T, "server.log")) as f:

@@ -121,6 +121,20 @@ def test_two_section_loop(cli, tmp_path):
         seen_auditor = "".join(q["latest_input"] for q in main if q["conversation"] == "auditor-1")
         assert "Stored review finding" in seen_auditor or "E2E-FINDING" in seen_auditor, seen_auditor[-1500:]
 
+    # Every tool name the CLI sent is one the providers take (letters, digits, `_`, `-`;
+    # Gemini also `.` and `:`; at most 64 characters), the user's plugin tool among them and
+    # the one whose name is too long not; its result reached the model, from the sandbox.
+    if res["mcp"]:
+        names = sorted({n for q in main for n in q["tool_names"]})
+        allowed = r"[A-Za-z0-9_.:-]{1,64}" if cli == "gemini" else r"[A-Za-z0-9_-]{1,64}"
+        assert not [n for n in names if not re.fullmatch(allowed, n)], names
+        assert any(n.endswith("e2e__Echo") for n in names), names
+        assert not [n for n in names if "Echoxxxx" in n], names
+        seen_plugin = "".join(q["latest_input"] for q in main if q["conversation"] == "auditor-2")
+        assert 'E2E-PLUGIN-ECHO {"text":"hi"}' in seen_plugin, seen_plugin[-1500:]
+        if res["sandbox"]:
+            assert "outside=refused" in seen_plugin and not res["plugin_outside_written"], seen_plugin[-1500:]
+
     # The finding: written by the auditor, shown to the resumed coder, deleted by the auditor.
     assert res["findings"] == []
     coder_followups = [t for n, t in res["prompts"].items() if "(continuation)" in t.splitlines()[0]
