@@ -354,17 +354,6 @@ async function main() {
       fs.rmSync(path.join(T, 'hold'), { force: true });
       const r = await until('the loop to complete', (r) =>
         r.views.loops.find((l) => l.label === LOOP && /^completed/.test(l.description)) && r, 60000);
-      if (done.has('loop-plan')) {
-        // The open loop plan's lenses follow the loop (workspace/codeLens/refresh) without
-        // the user reopening it.
-        await until('the loop plan\'s lenses to show both sections completed', (r) => {
-          const l = (r.lenses || {})[LOOP_PLAN_URI] || [];
-          return l.length === 2 && l.every((x) => /^Section [12]\/2 · completed$/.test(x.title));
-        }, 10000);
-        await untilPage('the first section\'s lens in the editor to say completed', () =>
-          Array.from(document.querySelectorAll('.monaco-editor .codelens-decoration')).some((e) => /Section 1\/2 · completed/.test(e.textContent || '')), undefined, 10000);
-        await screenshot('loop-plan-lenses');
-      }
       check(/completed/.test(r.statusBar.text), `status bar ${r.statusBar.text}`);
       const hist = r.statusBarHistory.filter((t) => t.includes(LOOP));
       check(hist.some((t) => /auditing/.test(t)) || hist.length >= 2, `status bar history ${JSON.stringify(hist)}`);
@@ -378,6 +367,17 @@ async function main() {
       const toast = page.locator('.notifications-toasts .notification-toast', { hasText: `loop ${LOOP} completed` }).first();
       await toast.waitFor({ state: 'visible', timeout: 10000 });
       await screenshot('loop-notification');
+      if (done.has('loop-plan')) {
+        // The open loop plan's lenses follow the loop (workspace/codeLens/refresh) without
+        // the user reopening it. (After the toast is seen: it hides itself after a while.)
+        await until('the loop plan\'s lenses to show both sections completed', (r) => {
+          const l = (r.lenses || {})[LOOP_PLAN_URI] || [];
+          return l.length === 2 && l.every((x) => /^Section [12]\/2 · completed$/.test(x.title));
+        }, 10000);
+        await untilPage('the first section\'s lens in the editor to say completed', () =>
+          Array.from(document.querySelectorAll('.monaco-editor .codelens-decoration')).some((e) => /Section 1\/2 · completed/.test(e.textContent || '')), undefined, 10000);
+        await screenshot('loop-plan-lenses');
+      }
       await toast.locator('a.monaco-button, .monaco-button', { hasText: 'Open Status' }).first().click();
       const ed = await until('the loop status document', (r) => r.editors.find((e) => e.uri === `forge://loop/${LOOP}/status.md`));
       check(/completed/.test(ed.head), `status document ${JSON.stringify(ed.head)}`);

@@ -509,6 +509,9 @@ fn a_restart_taken_over_while_it_waits_leaves_the_newer_restarts_turn_alone() {
         wait_for(LOOP_WAIT, || t.turns().first().cloned()).unwrap_or_else(|| panic!("no first turn{}", t.report()));
     let a = t.client.pid().expect("a stdio server");
     stop_or_continue(a, libc::SIGSTOP);
+    // A failed assertion before the SIGCONT below still lets A go (its shutdown, and its
+    // coder's end, need it running).
+    let _resume_a = Resume(a);
     let session_now = |t: &LoopTest| t.loop_row(&name)["sessionId"].as_str().unwrap_or_default().to_string();
 
     let pauses = t.sb.mkdir("pauses-b");
@@ -549,6 +552,16 @@ fn a_restart_taken_over_while_it_waits_leaves_the_newer_restarts_turn_alone() {
     assert!(turns.iter().all(|x| x.1 != b_session), "a turn of the superseded restart ran: {turns:?}");
     let c_coders = turns.iter().filter(|x| x.0 == "coder" && x.1 == c_session).count();
     assert_eq!(c_coders, 1, "the newer restart's coder ran more than once: {turns:?}");
+}
+
+/// Sends SIGCONT to a server of the test when dropped.
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // SAFETY: a signal to a server process this test started (a second SIGCONT is harmless).
+        unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+    }
 }
 
 /// Sends SIGSTOP or SIGCONT to a server of the test.

@@ -85,12 +85,14 @@ fn valid_name(s: &str) -> bool {
 /// Tools one plugin folder may hold: more are skipped, with a log.
 const MAX_TOOLS_PER_PLUGIN: usize = 256;
 
-/// The longest offer name (`<plugin>__<Name>`) a plugin tool may have: model providers take
-/// tool names of at most 64 characters (OpenAI, Gemini, Anthropic through Bedrock), and
-/// the agent CLIs put the MCP server's name in front (`mcp__forge__` for Claude Code and
-/// Codex, 12 characters). Claude Code and OpenCode send a longer name as it is, and every
-/// turn of the agent then fails at the provider; Codex and Gemini CLI shorten it into a
-/// name nobody wrote. Longer tools are skipped, with a log.
+/// The longest tool name offered to agents over MCP: model providers take tool names of at
+/// most 64 characters (OpenAI, Gemini, Anthropic through Bedrock), and the agent CLIs put
+/// the MCP server's name in front (`mcp__forge__` for Claude Code and Codex, 12 characters,
+/// with the server named `forge` as the presets name it). Claude Code and OpenCode send a
+/// longer name as it is, and every turn of the agent then fails at the provider; Codex and
+/// Gemini CLI shorten it into a name nobody wrote. `forge-lsp mcp` leaves a longer offer out
+/// (with a log), and `forge.tools` says so beside it; editors and `forge-lsp call`, which
+/// no provider stands between, still run it.
 pub const MAX_OFFER_NAME: usize = 64 - "mcp__forge__".len();
 
 /// The tools of one plugin folder (sorted by name); unusable files are skipped with a log.
@@ -141,14 +143,6 @@ fn tool_at(plugin: &str, plugin_dir: &Path, name: String) -> Option<PluginTool> 
             return None;
         }
     };
-    let offer = plugin.len() + "__".len() + name.len();
-    if offer > MAX_OFFER_NAME {
-        tracing::warn!(
-            "plugin tool {}: its name {plugin}__{name} has {offer} characters, more than the {MAX_OFFER_NAME} an agent's tool name may have once its CLI adds the server's name (mcp__forge__) within the providers' 64; skipped (rename it)",
-            path.display()
-        );
-        return None;
-    }
     let parsed: Option<Value> = serde_json::from_str(&text).ok();
     let Some(Value::Object(side)) = parsed else {
         tracing::warn!("plugin tool sidecar {} is not a JSON object; skipped", sidecar.display());
@@ -236,6 +230,12 @@ pub fn offers(project_root: &Path, project_trusted: bool) -> Vec<ToolOffer> {
             }
         })
         .collect()
+}
+
+/// Whether an offer's name is longer than agents' model providers take once an agent CLI
+/// has put the MCP server's name in front of it ([`MAX_OFFER_NAME`]).
+pub fn too_long_for_agents(offer_name: &str) -> bool {
+    offer_name.len() > MAX_OFFER_NAME
 }
 
 /// The built-in offers with the plugin offers: an override replaces the built-in of its
@@ -1083,25 +1083,12 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
     }
 
-    /// A tool whose offer name would be longer than agents' providers take is skipped; one
-    /// of exactly the longest length is kept.
+    /// Whether an offer's name is too long to offer to agents over MCP (`MAX_OFFER_NAME`).
     #[test]
-    fn offer_names_longer_than_providers_take_are_skipped() {
-        let root = tempfile::tempdir().unwrap();
-        let tools = root.path().join(".forge/tools");
-        std::fs::create_dir_all(&tools).unwrap();
-        let fits = "f".repeat(MAX_OFFER_NAME - "project__".len());
-        let over = "o".repeat(MAX_OFFER_NAME - "project__".len() + 1);
-        for n in [&fits, &over] {
-            std::fs::write(tools.join(n), "#!/bin/sh\n").unwrap();
-            let sidecar = json!({ "description": "d", "inputSchema": { "type": "object" } });
-            std::fs::write(tools.join(format!("{n}.json")), sidecar.to_string()).unwrap();
-        }
-        let found: Vec<String> = scan("project", &root.path().join(".forge")).into_iter().map(|t| t.name).collect();
-        assert_eq!(found, std::slice::from_ref(&fits));
-        assert_eq!(format!("project__{fits}").len(), 52);
-        assert!(find(root.path(), &format!("forge.project__{over}"), || true).is_none());
-        assert!(find(root.path(), &format!("forge.project__{fits}"), || true).is_some());
+    fn offer_names_longer_than_agents_take_are_told_apart() {
+        let fits = format!("project__{}", "f".repeat(MAX_OFFER_NAME - "project__".len()));
+        assert!(!too_long_for_agents(&fits) && fits.len() == 52);
+        assert!(too_long_for_agents(&format!("{fits}x")));
     }
 
     #[test]
