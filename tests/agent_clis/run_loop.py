@@ -20,9 +20,10 @@ auditor's finding and handoffs as calls of the Forge MCP tools the preset wired 
   section 1 auditor: writes a bug finding (work.txt:1), hands off (dirty)
   section 1 coder, resumed: fixes work.txt, hands off
   section 1 auditor, resumed: deletes the finding, hands off clean with a summary
-  section 2 coder:   appends "section two", hands off
-  section 2 auditor: calls the user's plugin tool e2e__Echo through MCP, hands off clean
-                     with a summary -> the loop completes
+  section 2 coder:   appends "section two" with Forge's apply-patch (MCP), hands off
+  section 2 auditor: calls the user's plugin tool e2e__Echo and Forge's grep through MCP,
+                     tries apply-patch (refused to auditors), hands off clean with a summary
+                     -> the loop completes
 """
 
 import json
@@ -79,6 +80,10 @@ CODER_HANDOFF = CALL + " loop-handoff '" + json.dumps({
 PLUGIN_TOOL = "e2e__Echo"
 PLUGIN_MARK = "E2E-PLUGIN-ECHO"
 LONG_TOOL = "Echo" + "x" * 44  # e2e__ + 48 = 53 characters
+# The second coder appends its line with Forge's apply-patch (MCP); the second auditor's
+# try at a patch is refused (auditors do not write).
+CODER_PATCH = "*** Begin Patch\n*** Update File: work.txt\n@@\n section one (fixed)\n+section two\n*** End Patch\n"
+AUDITOR_PATCH = "*** Begin Patch\n*** Update File: work.txt\n@@\n+audited\n section one (fixed)\n*** End Patch\n"
 CLEAN_SUMMARY = {"summary": {"done": ["work.txt updated"], "deviations": [], "followUps": ["none"]}}
 CLEAN_AUDIT = CALL + " loop-handoff '" + json.dumps(CLEAN_SUMMARY) + "'"
 FINDING_ARGS = {"file": "work.txt", "line": 1, "severity": "bug",
@@ -125,6 +130,10 @@ def script(cli, use_mcp):
             ]),
             conv("auditor-2", header("section audit", 2, 3), [
                 (header("section audit", 2, 3), [mcp_or_shell(cli, PLUGIN_TOOL, {"text": "hi"}, use_mcp, sh),
+                                                 mcp_or_shell(cli, "grep", {"pattern": "^section", "path": "work.txt"},
+                                                              use_mcp, sh),
+                                                 # Refused to auditors (1001): the model is told why.
+                                                 mcp_or_shell(cli, "apply-patch", {"patch": AUDITOR_PATCH}, use_mcp, sh),
                                                  mcp_or_shell(cli, "loop-handoff", CLEAN_SUMMARY, use_mcp, sh),
                                                  {"text": "Audit 3: clean."}]),
             ]),
@@ -150,7 +159,8 @@ def script(cli, use_mcp):
             ]),
             conv("coder-2", header("section", 2, 3), [
                 (header("section", 2, 3), [
-                    sh("echo 'section two' >> work.txt"),
+                    # Forge's apply-patch through the CLI's MCP client, into the loop's worktree.
+                    mcp_or_shell(cli, "apply-patch", {"patch": CODER_PATCH}, use_mcp, sh),
                     sh(CODER_HANDOFF),
                     {"text": "Section two written."}]),
             ]),

@@ -134,6 +134,12 @@ def test_two_section_loop(cli, tmp_path):
         assert 'E2E-PLUGIN-ECHO {"text":"hi"}' in seen_plugin, seen_plugin[-1500:]
         if res["sandbox"]:
             assert "outside=refused" in seen_plugin and not res["plugin_outside_written"], seen_plugin[-1500:]
+        # Forge's grep found the two lines (the second written by the coder's apply-patch
+        # through MCP, checked in work.txt below), and the auditor's own patch was refused
+        # with a reason the model sees, which is no assistant error.
+        assert "work.txt:1: section one (fixed)" in seen_plugin and "work.txt:2: section two" in seen_plugin, \
+            seen_plugin[-1500:]
+        assert "auditors review changes; they do not write them" in seen_plugin, seen_plugin[-1500:]
 
     # The finding: written by the auditor, shown to the resumed coder, deleted by the auditor.
     assert res["findings"] == []
