@@ -24,6 +24,63 @@ pub fn filter_pattern(findings: Vec<Finding>, pattern: Option<&str>) -> Result<V
         .collect())
 }
 
+/// The `data` of a page of review-read, `{"findings": [...], "nextBeforeId": ...}`, as
+/// JSON text: byte for byte what serde_json writes for the page's struct (each finding in
+/// [`Finding`]'s serde form; tested below). Written by hand because serde_json escapes a
+/// string a byte at a time, which was a tenth of a default page's time in the server;
+/// [`forge_protocol::json::push_string`] escapes eight bytes at a time.
+pub fn page_json(rows: &[Finding], next_before_id: Option<i64>) -> String {
+    use forge_protocol::json::push_string;
+    let text: usize = rows
+        .iter()
+        .map(|f| 160 + f.file.len() + f.description.len() + f.scenario.as_ref().map_or(4, String::len))
+        .sum();
+    let mut out: Vec<u8> = Vec::with_capacity(40 + text);
+    let mut num = itoa::Buffer::new();
+    out.extend_from_slice(b"{\"findings\":[");
+    for (i, f) in rows.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"id\":");
+        out.extend_from_slice(num.format(f.id).as_bytes());
+        out.extend_from_slice(b",\"file\":");
+        push_string(&mut out, &f.file);
+        out.extend_from_slice(b",\"line\":");
+        out.extend_from_slice(num.format(f.line).as_bytes());
+        out.extend_from_slice(b",\"severity\":\"");
+        out.extend_from_slice(f.severity.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"description\":");
+        push_string(&mut out, &f.description);
+        out.extend_from_slice(b",\"scenario\":");
+        match &f.scenario {
+            Some(s) => push_string(&mut out, s),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"loopName\":");
+        match &f.loop_name {
+            Some(s) => push_string(&mut out, s),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"sectionIndex\":");
+        match f.section_index {
+            Some(k) => out.extend_from_slice(num.format(k).as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"createdAt\":");
+        out.extend_from_slice(num.format(f.created_at).as_bytes());
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"nextBeforeId\":");
+    match next_before_id {
+        Some(n) => out.extend_from_slice(num.format(n).as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.push(b'}');
+    // Only UTF-8 went in: the strings whole or escaped, and ASCII around them.
+    String::from_utf8(out).unwrap_or_default()
+}
+
 /// Sorts by file, then line; section (cross-section first) and id keep the order
 /// stable when several findings share a `file:line`.
 pub fn sort_findings(findings: &mut [Finding]) {
@@ -142,6 +199,39 @@ pub fn deleted_message(file: &str, line: i64, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `page_json` writes what serde_json writes for the page's struct: every field, `null`
+    /// for absent ones, strings with quotes, backslashes, controls, non-ASCII and lengths
+    /// around the eight-byte steps, negative and large numbers, an empty page.
+    #[test]
+    fn page_json_is_what_serde_json_writes() {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Page<'a> {
+            findings: &'a [Finding],
+            next_before_id: Option<i64>,
+        }
+        let mut rows = vec![f(1, "src/a.rs", 3)];
+        let mut odd = f(i64::MAX, "dir/\"quoted\" \\ é.rs", -1);
+        odd.severity = Severity::Warning;
+        odd.description = "tab\there\nnew line \u{1} bell\u{7} \u{1f} end\r\u{8}\u{c}".into();
+        odd.scenario = Some("ünïcødé ✓ and \"quotes\"".into());
+        odd.loop_name = Some("loop-\\x".into());
+        odd.section_index = Some(u32::MAX);
+        odd.created_at = i64::MIN;
+        rows.push(odd);
+        for n in 0..20 {
+            let mut g = f(100 + n, &"p".repeat(n as usize), n);
+            g.description = "x".repeat(n as usize) + "\"" + &"y".repeat(n as usize % 9);
+            g.scenario = Some(String::new());
+            g.section_index = Some(0);
+            rows.push(g);
+        }
+        for (rows, next) in [(&rows[..], Some(99)), (&rows[..1], None), (&rows[..0], None), (&rows[..0], Some(-5))] {
+            let want = serde_json::to_string(&Page { findings: rows, next_before_id: next }).unwrap();
+            assert_eq!(page_json(rows, next), want);
+        }
+    }
 
     fn f(id: i64, file: &str, line: i64) -> Finding {
         Finding {

@@ -19,7 +19,9 @@ pub mod format;
 pub mod scope;
 pub mod validate;
 
-pub use format::{deleted_message, duplicate_message, filter_pattern, render_findings, sort_findings, stored_message};
+pub use format::{
+    deleted_message, duplicate_message, filter_pattern, page_json, render_findings, sort_findings, stored_message,
+};
 pub use scope::{
     audit_is_clean, blocking, current_section_bugs, delete_filter, matches_filter, read_plan, write_section,
     DeleteFilter, LoopScope, ReadPlan, SectionFilter,
