@@ -477,6 +477,25 @@ only when BODY returns (fail . DETAIL)."
                       (ft-fail "read-only %s modified %s modes %o stored %S" ro (buffer-modified-p)
                                (file-modes view) stored))))))))))))
 
+(ft-check "without virtual documents: saving a copy that is not a session plan is refused and the copy is kept"
+  (let* ((forge-lsp-virtual-documents nil)
+         (root (file-name-as-directory (expand-file-name "viewrepo" ft-tmp)))
+         (index (expand-file-name ".forge/view/index.md" root)))
+    (if (not (ft-wait (lambda () (file-exists-p index)) 5)) (ft-fail "no copy at %s" index)
+      (let ((on-disk (with-temp-buffer (insert-file-contents index) (buffer-string)))
+            (buf (find-file-noselect index)))
+        (unwind-protect
+            (with-current-buffer buf
+              (let ((inhibit-read-only t)) (goto-char (point-max)) (insert "My own note.\n"))
+              (let ((err (condition-case e (progn (save-buffer) nil) (error (error-message-string e))))
+                    (now (with-temp-buffer (insert-file-contents index) (buffer-string))))
+                (or (and err (string-match-p "read-only view of forge://index\\.md" err)
+                         (equal now on-disk) (= (file-modes index) #o444))
+                    (ft-fail "error %S, copy changed %s, modes %o" err (not (equal now on-disk))
+                             (file-modes index)))))
+          (with-current-buffer buf (set-buffer-modified-p nil))
+          (kill-buffer buf))))))
+
 ;;;; 7. global-forge-lsp-mode
 
 (ft-check "global-forge-lsp-mode manages files of git projects and skips the others quietly"
