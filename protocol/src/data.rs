@@ -149,8 +149,9 @@ impl Serialize for Data {
         match &self.0 {
             Repr::Tree(v) => v.serialize(s),
             Repr::Text { json, .. } => json.serialize(s),
-            // Not on the LSP reply's path (it copies the text, `write_json`).
-            Repr::Written { json, .. } => match RawValue::from_string(json.clone()) {
+            // Not on the LSP reply's path (it copies the text, `write_json`); borrowed, not
+            // copied (`forge-lsp call --json` of a page).
+            Repr::Written { json, .. } => match serde_json::from_str::<&RawValue>(json) {
                 Ok(raw) => raw.serialize(s),
                 Err(_) => Value::Null.serialize(s),
             },

@@ -140,6 +140,9 @@ def test_two_section_loop(cli, tmp_path):
         assert "work.txt:1: section one (fixed)" in seen_plugin and "work.txt:2: section two" in seen_plugin, \
             seen_plugin[-1500:]
         assert "auditors review changes; they do not write them" in seen_plugin, seen_plugin[-1500:]
+        # The coder's edit went through Forge's apply-patch (not a CLI's own tool of that name).
+        seen_coder2 = "".join(q["latest_input"] for q in main if q["conversation"] == "coder-2")
+        assert "Patch applied." in seen_coder2, seen_coder2[-1500:]
 
     # The finding: written by the auditor, shown to the resumed coder, deleted by the auditor.
     assert res["findings"] == []
