@@ -82,6 +82,8 @@ only when BODY returns (fail . DETAIL)."
 (defun ft-messages ()
   (with-current-buffer "*Messages*" (buffer-substring-no-properties (point-min) (point-max))))
 
+(defun ft-last-message () (car (last (split-string (string-trim (ft-messages)) "\n"))))
+
 (defun ft-count-matches (re string)
   (let ((n 0) (start 0))
     (while (string-match re string start) (cl-incf n) (setq start (match-end 0)))
@@ -482,19 +484,51 @@ only when BODY returns (fail . DETAIL)."
          (root (file-name-as-directory (expand-file-name "viewrepo" ft-tmp)))
          (index (expand-file-name ".forge/view/index.md" root)))
     (if (not (ft-wait (lambda () (file-exists-p index)) 5)) (ft-fail "no copy at %s" index)
-      (let ((on-disk (with-temp-buffer (insert-file-contents index) (buffer-string)))
-            (buf (find-file-noselect index)))
+      (let ((buf (find-file-noselect index)))
         (unwind-protect
             (with-current-buffer buf
-              (let ((inhibit-read-only t)) (goto-char (point-max)) (insert "My own note.\n"))
-              (let ((err (condition-case e (progn (save-buffer) nil) (error (error-message-string e))))
-                    (now (with-temp-buffer (insert-file-contents index) (buffer-string))))
-                (or (and err (string-match-p "read-only view of forge://index\\.md" err)
-                         (equal now on-disk) (= (file-modes index) #o444))
-                    (ft-fail "error %S, copy changed %s, modes %o" err (not (equal now on-disk))
-                             (file-modes index)))))
+              ;; The server may rewrite the index meanwhile (it lists the project's plans
+              ;; and loops): not a conflict this check is about.
+              (cl-letf (((symbol-function 'ask-user-about-supersession-threat) #'ignore))
+                (let ((inhibit-read-only t)) (goto-char (point-max)) (insert "My own note.\n"))
+                (let ((err (condition-case e (progn (save-buffer) nil) (error (error-message-string e))))
+                      (now (with-temp-buffer (insert-file-contents index) (buffer-string))))
+                  (or (and err (string-match-p "read-only view of forge://index\\.md" err)
+                           (not (string-match-p "My own note" now)) (= (file-modes index) #o444))
+                      (ft-fail "error %S, copy %S, modes %o" err now (file-modes index))))))
           (with-current-buffer buf (set-buffer-modified-p nil))
           (kill-buffer buf))))))
+
+;;;; 6b. Opened while another server runs a loop of the project
+
+(ft-check "opened while another server runs a loop: shown running at once, its end told once"
+  (let* ((mid (file-name-as-directory (ft-env "FORGE_TEST_MID_REPO")))
+         (hold (ft-env "FORGE_TEST_MID_HOLD"))
+         (name "mid-loop")
+         (buf (find-file-noselect (expand-file-name "notes.txt" mid)))
+         (server (with-current-buffer buf (forge-lsp-ensure)))
+         (running (lambda () (cl-find-if (lambda (s) (and (equal (car s) name) (equal (nth 1 s) "running")))
+                                         ft-statuses))))
+    (unwind-protect
+        (cond
+         ((not server) (ft-fail "no server: %s" (ft-last-message)))
+         ((not (ft-wait running 10)) (ft-fail "no running status of %s; statuses %S" name (reverse ft-statuses)))
+         ((not (string-match-p (concat "Forge\\[.*" name ":coding")
+                               (with-current-buffer buf (substring-no-properties (forge-lsp-mode-line-string)))))
+          (ft-fail "mode line %S" (with-current-buffer buf (forge-lsp-mode-line-string))))
+         ((progn (ft-wait (lambda () nil) 0.3) (or (assoc name ft-ended)
+                                                  (string-match-p (concat "loop " name) (ft-messages))))
+          (ft-fail "told it ended while it runs: %S" ft-ended))
+         (t
+          (delete-file hold)
+          (if (not (ft-wait (lambda () (assoc name ft-ended)) 20))
+              (ft-fail "its end never came; statuses %S" (reverse ft-statuses))
+            (ft-wait (lambda () (string-match-p (concat "loop " name " completed") (ft-messages))) 3)
+            (ft-wait (lambda () nil) 0.3)
+            (let ((told (ft-count-matches (concat "^forge: .*loop " name " completed") (ft-messages))))
+              (or (and (equal (cdr (assoc name ft-ended)) "completed") (= told 1))
+                  (ft-fail "ended %S, told %d times:\n%s" (assoc name ft-ended) told (ft-messages)))))))
+      (when (file-exists-p hold) (delete-file hold)))))
 
 ;;;; 7. global-forge-lsp-mode
 
@@ -522,7 +556,6 @@ only when BODY returns (fail . DETAIL)."
 
 ;;;; 8. Bad input
 
-(defun ft-last-message () (car (last (split-string (string-trim (ft-messages)) "\n"))))
 
 (defmacro ft-quick (secs &rest body)
   "BODY must finish within SECS (it is a failure to hang)."
