@@ -488,8 +488,13 @@ only when BODY returns (fail . DETAIL)."
         (unwind-protect
             (with-current-buffer buf
               ;; The server may rewrite the index meanwhile (it lists the project's plans
-              ;; and loops): not a conflict this check is about.
-              (cl-letf (((symbol-function 'ask-user-about-supersession-threat) #'ignore))
+              ;; and loops): not a conflict this check is about. (userlock is loaded first:
+              ;; loading it on its first use would define the function again.)
+              (unless (fboundp 'userlock--check-content-unchanged) (load "userlock" nil t))
+              ;; The same for save-buffer's "changed since visited; save anyway?".
+              (cl-letf (((symbol-function 'ask-user-about-supersession-threat) #'ignore)
+                        ((symbol-function 'userlock--ask-user-about-supersession-threat) #'ignore)
+                        ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
                 (let ((inhibit-read-only t)) (goto-char (point-max)) (insert "My own note.\n"))
                 (let ((err (condition-case e (progn (save-buffer) nil) (error (error-message-string e))))
                       (now (with-temp-buffer (insert-file-contents index) (buffer-string))))
