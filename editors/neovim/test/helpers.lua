@@ -74,6 +74,57 @@ function H.finish(err)
   return failed
 end
 
+--- Edits `file` (relative to the cwd) and waits until the project's forge client has
+--- initialized; records the check. Returns the buffer, or nil when the client did not start.
+function H.open_in_project(file)
+  vim.cmd('edit ' .. vim.fn.fnameescape(file))
+  local buf = vim.api.nvim_get_current_buf()
+  local forge = require('forge')
+  local started = H.wait(10000, function()
+    local c = forge.client(buf)
+    return c and c.initialized
+  end)
+  H.check('forge-lsp starts for the project', started, nil)
+  return started and buf or nil
+end
+
+--- Writes `lines` as this session's plan (`:Forge plan`, `:w`), then starts it with
+--- `:Forge execute` while the file `hold` exists (the test's agent waits on it) and waits
+--- until the loop `name` runs; records the check `what`. Returns whether it runs (the hold
+--- file is removed when it does not).
+function H.execute_held(lines, name, hold, what)
+  vim.cmd('Forge plan')
+  vim.api.nvim_buf_set_lines(vim.api.nvim_get_current_buf(), 0, -1, false, lines)
+  vim.cmd('write')
+  H.wait(2000, function()
+    return #H.messages_matching('Plan stored') > 0
+  end)
+  assert(io.open(hold, 'w')):close()
+  vim.cmd('Forge execute')
+  local forge = require('forge')
+  local running = H.wait(10000, function()
+    local l = forge.loops()[name]
+    return l and l.status == 'running'
+  end)
+  H.check(what, running, forge.loops())
+  if not running then
+    os.remove(hold)
+  end
+  return running
+end
+
+--- Lets the test's agent go (removes `hold`) and waits at most `ms` until the loop `name`
+--- no longer runs. Returns whether it ended, and its last status (a table, maybe empty).
+function H.release_and_wait_end(name, hold, ms)
+  os.remove(hold)
+  local forge = require('forge')
+  local ended = H.wait(ms, function()
+    local l = forge.loops()[name]
+    return l and l.status ~= 'running'
+  end)
+  return ended, forge.loops()[name] or {}
+end
+
 --- Runs a scenario function, writes the result and quits with 0 (all passed) or 1.
 function H.run(fn)
   local ok, err = xpcall(fn, debug.traceback)

@@ -27,26 +27,10 @@ local function lenses(bufnr)
   return r
 end
 
-local function titles(ls)
-  return vim.tbl_map(function(l)
-    return l.title
-  end, ls)
-end
-
 H.run(function()
-  vim.cmd('edit notes.txt')
-  local notes = vim.api.nvim_get_current_buf()
-  local started = wait(10000, function()
-    local c = forge.client(notes)
-    return c and c.initialized
-  end)
-  check('forge-lsp starts for the project', started, nil)
-  if not started then
+  if not H.open_in_project('notes.txt') then
     return
   end
-
-  vim.cmd('Forge plan')
-  local planbuf = vim.api.nvim_get_current_buf()
   local plan = {
     '# Lens test plan',
     '',
@@ -65,21 +49,7 @@ H.run(function()
     '- cat work.txt',
   }
   local heading = 8 -- 0-based line of '## Phase 1: Work file'
-  vim.api.nvim_buf_set_lines(planbuf, 0, -1, false, plan)
-  vim.cmd('write')
-  wait(2000, function()
-    return #H.messages_matching('Plan stored') > 0
-  end)
-
-  assert(io.open(hold, 'w')):close()
-  vim.cmd('Forge execute')
-  local running = wait(10000, function()
-    local l = forge.loops()['nvim-lens']
-    return l and l.status == 'running'
-  end)
-  check('the loop starts (held before its first turn)', running, forge.loops())
-  if not running then
-    os.remove(hold)
+  if not H.execute_held(plan, 'nvim-lens', hold, 'the loop starts (held before its first turn)') then
     return
   end
 
@@ -94,12 +64,7 @@ H.run(function()
     and first[1].line == heading
     and first[1].title:find('^Section 1/1 · ') ~= nil, first)
 
-  os.remove(hold)
-  local ended = wait(LOOP_WAIT, function()
-    local l = forge.loops()['nvim-lens']
-    return l and l.status ~= 'running'
-  end)
-  local l = forge.loops()['nvim-lens'] or {}
+  local ended, l = H.release_and_wait_end('nvim-lens', hold, LOOP_WAIT)
   check('the loop completes, with the section its auditor appended', ended and l.status == 'completed' and l.totalSections == 2, l)
 
   -- No :e, no manual refresh: the lenses follow the loop on their own.

@@ -22,20 +22,12 @@ local function summary(bufnr)
 end
 
 H.run(function()
-  vim.cmd('edit work.txt')
-  local root_buf = vim.api.nvim_get_current_buf()
-  local started = wait(10000, function()
-    local c = forge.client(root_buf)
-    return c and c.initialized
-  end)
-  check('forge-lsp starts for the project', started, nil)
-  if not started then
+  local root_buf = H.open_in_project('work.txt')
+  if not root_buf then
     return
   end
-
-  vim.cmd('Forge plan')
-  local planbuf = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(planbuf, 0, -1, false, {
+  -- The agent holds the turn after the finding's audit while the hold file exists.
+  local plan = {
     '# Findings test plan',
     '',
     'Loop Name: ' .. NAME,
@@ -49,21 +41,8 @@ H.run(function()
     '## Phase 2: Second',
     '',
     'Append another line to work.txt.',
-  })
-  vim.cmd('write')
-  wait(2000, function()
-    return #H.messages_matching('Plan stored') > 0
-  end)
-  -- The agent holds the turn after the finding's audit while the hold file exists.
-  assert(io.open(hold, 'w')):close()
-  vim.cmd('Forge execute')
-  local running = wait(10000, function()
-    local l = forge.loops()[NAME]
-    return l and l.status == 'running'
-  end)
-  check('the loop starts', running, forge.loops())
-  if not running then
-    os.remove(hold)
+  }
+  if not H.execute_held(plan, NAME, hold, 'the loop starts') then
     return
   end
   local l = forge.loops()[NAME]
@@ -96,12 +75,7 @@ H.run(function()
     worktree = forge.client(wt_buf) and forge.client(wt_buf).root_dir,
   })
 
-  os.remove(hold)
-  local ended = wait(LOOP_WAIT, function()
-    local x = forge.loops()[NAME]
-    return x and x.status ~= 'running'
-  end)
-  local x = forge.loops()[NAME] or {}
+  local ended, x = H.release_and_wait_end(NAME, hold, LOOP_WAIT)
   check('the loop completes', ended and x.status == 'completed', x)
   wait(5000, function()
     return #H.forge_diagnostics(root_buf) == 0 and #H.forge_diagnostics(wt_buf) == 0

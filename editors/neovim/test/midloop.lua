@@ -33,14 +33,7 @@ local function ended_notices()
 end
 
 H.run(function()
-  vim.cmd('edit notes.txt')
-  local notes = vim.api.nvim_get_current_buf()
-  local started = wait(10000, function()
-    local c = forge.client(notes)
-    return c and c.initialized
-  end)
-  check('forge-lsp starts for the project', started, nil)
-  if not started then
+  if not H.open_in_project('notes.txt') then
     os.remove(hold)
     return
   end
@@ -66,12 +59,7 @@ H.run(function()
   vim.wait(300)
   check('no "loop ended" notice for a loop that is running', #ended_notices() == 0, ended_notices())
 
-  os.remove(hold)
-  local ended = wait(LOOP_WAIT, function()
-    local l = forge.loops()[name]
-    return l and l.status ~= 'running'
-  end)
-  local l = forge.loops()[name] or {}
+  local ended, l = H.release_and_wait_end(name, hold, LOOP_WAIT)
   check('its end in the other server reaches Neovim (forge/loopStatus completed)', ended and l.status == 'completed', l)
   wait(2000, function()
     return #ended_notices() > 0
