@@ -394,25 +394,10 @@ pub fn plugin_tools(root: &std::path::Path) -> Vec<Tool> {
     as_tools(forge_tools::plugins::offers(root, forge_tools::plugins::trusted_outside(root)))
 }
 
-/// One MCP tool per offer (a schema that is not an object becomes `{"type": "object"}`),
-/// except an offer whose name is longer than agents' model providers take after the CLI's
-/// prefix (`forge_tools::plugins::MAX_OFFER_NAME`): offered, it would fail every turn of an
-/// agent whose CLI sends it as it is (Claude Code, OpenCode). It is left out, with a log.
+/// One MCP tool per offer (a schema that is not an object becomes `{"type": "object"}`).
 fn as_tools(offers: Vec<forge_protocol::ToolOffer>) -> Vec<Tool> {
     offers
         .into_iter()
-        .filter(|o| {
-            let fits = !forge_tools::plugins::too_long_for_agents(&o.name);
-            if !fits {
-                tracing::warn!(
-                    "tool {} is not offered over MCP: its name has {} characters, more than the {} an agent's model provider takes after its CLI's prefix (mcp__forge__); rename it to offer it",
-                    o.name,
-                    o.name.len(),
-                    forge_tools::plugins::MAX_OFFER_NAME
-                );
-            }
-            fits
-        })
         .map(|o| {
             let schema = match o.input_schema {
                 Value::Object(m) => m,
@@ -740,24 +725,6 @@ mod tests {
             assert_eq!(t.name, o.name);
             assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", o.name);
         }
-    }
-
-    /// An offer whose name agents' providers would refuse after the CLI's prefix is not an
-    /// MCP tool; one of the longest name that fits is.
-    #[test]
-    fn offers_whose_names_agents_cannot_take_are_left_out() {
-        let offer = |name: String| forge_protocol::ToolOffer {
-            command: forge_protocol::command_name(&name),
-            name,
-            description: "d".into(),
-            input_schema: json!({ "type": "object" }),
-        };
-        let fits = format!("e2e__{}", "f".repeat(forge_tools::plugins::MAX_OFFER_NAME - 5));
-        let over = format!("{fits}o");
-        let tools = as_tools(vec![offer(fits.clone()), offer(over)]);
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-        assert_eq!(names, [fits.as_str()]);
-        assert_eq!(fits.len() + "mcp__forge__".len(), 64);
     }
 
     #[test]

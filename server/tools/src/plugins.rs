@@ -85,14 +85,14 @@ fn valid_name(s: &str) -> bool {
 /// Tools one plugin folder may hold: more are skipped, with a log.
 const MAX_TOOLS_PER_PLUGIN: usize = 256;
 
-/// The longest tool name offered to agents over MCP: model providers take tool names of at
+/// The longest name a plugin tool is offered under: model providers take tool names of at
 /// most 64 characters (OpenAI, Gemini, Anthropic through Bedrock), and the agent CLIs put
 /// the MCP server's name in front (`mcp__forge__` for Claude Code and Codex, 12 characters,
 /// with the server named `forge` as the presets name it). Claude Code and OpenCode send a
 /// longer name as it is, and every turn of the agent then fails at the provider; Codex and
-/// Gemini CLI shorten it into a name nobody wrote. `forge-lsp mcp` leaves a longer offer out
-/// (with a log), and `forge.tools` says so beside it; editors and `forge-lsp call`, which
-/// no provider stands between, still run it.
+/// Gemini CLI shorten it into a name nobody wrote. A longer tool is not offered ([`offers`]:
+/// `forge.tools`, and so MCP's `tools/list`, which lists the same offers), with a log; a
+/// call by its name (an editor's command, `forge-lsp call`) still runs it.
 pub const MAX_OFFER_NAME: usize = 64 - "mcp__forge__".len();
 
 /// The tools of one plugin folder (sorted by name); unusable files are skipped with a log.
@@ -212,7 +212,7 @@ pub fn offers(project_root: &Path, project_trusted: bool) -> Vec<ToolOffer> {
     let mut overridden = std::collections::HashSet::new();
     discover(project_root)
         .into_iter()
-        .map(|t| {
+        .filter_map(|t| {
             let mut name = t.effective_name(project_trusted);
             if t.override_applies(|| project_trusted) && !overridden.insert(name.clone()) {
                 tracing::warn!(
@@ -222,20 +222,22 @@ pub fn offers(project_root: &Path, project_trusted: bool) -> Vec<ToolOffer> {
                 );
                 name = t.offer_name();
             }
-            ToolOffer {
+            if name.len() > MAX_OFFER_NAME {
+                tracing::warn!(
+                    "plugin tool {} is not offered: its name {name} has {} characters, more than the {MAX_OFFER_NAME} an agent's model provider takes after its CLI's prefix (mcp__forge__); rename it to offer it (a call by its name still runs it)",
+                    t.exe.display(),
+                    name.len()
+                );
+                return None;
+            }
+            Some(ToolOffer {
                 command: forge_protocol::command_name(&name),
                 name,
                 description: t.description.clone(),
                 input_schema: t.input_schema.clone(),
-            }
+            })
         })
         .collect()
-}
-
-/// Whether an offer's name is longer than agents' model providers take once an agent CLI
-/// has put the MCP server's name in front of it ([`MAX_OFFER_NAME`]).
-pub fn too_long_for_agents(offer_name: &str) -> bool {
-    offer_name.len() > MAX_OFFER_NAME
 }
 
 /// The built-in offers with the plugin offers: an override replaces the built-in of its
@@ -1083,12 +1085,26 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
     }
 
-    /// Whether an offer's name is too long to offer to agents over MCP (`MAX_OFFER_NAME`).
+    /// A tool whose offer name agents' providers would refuse after the CLI's prefix is not
+    /// offered (nor, so, an MCP tool); one of the longest name that fits is. A call by its
+    /// name still finds it.
     #[test]
-    fn offer_names_longer_than_agents_take_are_told_apart() {
-        let fits = format!("project__{}", "f".repeat(MAX_OFFER_NAME - "project__".len()));
-        assert!(!too_long_for_agents(&fits) && fits.len() == 52);
-        assert!(too_long_for_agents(&format!("{fits}x")));
+    fn offer_names_longer_than_agents_take_are_not_offered() {
+        let root = tempfile::tempdir().unwrap();
+        let tools = root.path().join(".forge/tools");
+        std::fs::create_dir_all(&tools).unwrap();
+        let fits = "f".repeat(MAX_OFFER_NAME - "project__".len());
+        let over = "o".repeat(MAX_OFFER_NAME - "project__".len() + 1);
+        for n in [&fits, &over] {
+            std::fs::write(tools.join(n), "#!/bin/sh\n").unwrap();
+            let sidecar = json!({ "description": "d", "inputSchema": { "type": "object" } });
+            std::fs::write(tools.join(format!("{n}.json")), sidecar.to_string()).unwrap();
+        }
+        let offered: Vec<String> =
+            offers(root.path(), true).into_iter().map(|o| o.name).filter(|n| n.starts_with("project__")).collect();
+        assert_eq!(offered, [format!("project__{fits}")]);
+        assert_eq!(offered[0].len() + "mcp__forge__".len(), 64);
+        assert!(find(root.path(), &format!("forge.project__{over}"), || true).is_some());
     }
 
     #[test]

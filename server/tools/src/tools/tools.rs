@@ -28,44 +28,10 @@ pub fn execute(_input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolEr
 fn reply(offers: Vec<forge_protocol::ToolOffer>) -> CommandResult {
     let mut text = format!("{} tools:\n", offers.len());
     for o in &offers {
-        if crate::plugins::too_long_for_agents(&o.name) {
-            text.push_str(&format!(
-                "- {} (not offered to agents over MCP: its name has {} characters, more than the {} an agent's model provider takes after its CLI's prefix; rename it to offer it): {}\n",
-                o.command,
-                o.name.len(),
-                crate::plugins::MAX_OFFER_NAME,
-                o.description
-            ));
-        } else {
-            text.push_str(&format!("- {}: {}\n", o.command, o.description));
-        }
+        text.push_str(&format!("- {}: {}\n", o.command, o.description));
     }
     let text = text.trim_end().to_string();
     // Serialized once, not kept as a tree: the cached reply is cloned per call (a copy of
     // its text) and written as it is.
     CommandResult { text, data: forge_protocol::Data::serialized(&serde_json::json!({ "tools": offers })) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A tool too long to offer to agents over MCP is listed, and says so.
-    #[test]
-    fn a_tool_too_long_for_agents_is_listed_with_why() {
-        let offer = |name: &str| forge_protocol::ToolOffer {
-            command: forge_protocol::command_name(name),
-            name: name.to_string(),
-            description: "d".into(),
-            input_schema: serde_json::json!({ "type": "object" }),
-        };
-        let long = format!("e2e__{}", "x".repeat(crate::plugins::MAX_OFFER_NAME));
-        let r = reply(vec![offer("e2e__Echo"), offer(&long)]);
-        assert!(r.text.contains("- forge.e2e__Echo: d"), "{}", r.text);
-        assert!(
-            r.text.contains(&format!("- forge.{long} (not offered to agents over MCP: its name has 57 characters")),
-            "{}",
-            r.text
-        );
-    }
 }
