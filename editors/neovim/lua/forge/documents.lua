@@ -66,10 +66,13 @@ local function refresh_lenses(client, bufnr, first)
   if not lenses_wanted(client) then
     return
   end
+  local function attached()
+    return vim.api.nvim_buf_is_valid(bufnr) and client.attached_buffers[bufnr]
+  end
   local codelens = vim.lsp.codelens
   if codelens.enable then
     vim.schedule(function()
-      if not (vim.api.nvim_buf_is_valid(bufnr) and client.attached_buffers[bufnr]) then
+      if not attached() then
         return
       end
       local on_refresh = vim.lsp.handlers['workspace/codeLens/refresh']
@@ -99,7 +102,7 @@ local function refresh_lenses(client, bufnr, first)
     if not current() then
       return
     end
-    if not (vim.api.nvim_buf_is_valid(bufnr) and client.attached_buffers[bufnr]) or util.is_stopped(client) then
+    if not attached() or util.is_stopped(client) then
       lens_requests[key] = nil
       return
     end
@@ -109,7 +112,7 @@ local function refresh_lenses(client, bufnr, first)
         return
       end
       lens_requests[key] = nil
-      if vim.api.nvim_buf_is_valid(bufnr) and client.attached_buffers[bufnr] then
+      if attached() then
         local drawn, e = pcall(codelens.on_codelens, err, result, ctx)
         if not drawn then
           pcall(require('vim.lsp.log').warn, 'forge: code lenses of buffer ' .. bufnr .. ' not drawn: ' .. tostring(e))
