@@ -10,7 +10,6 @@ local H = dofile(vim.fs.joinpath(os.getenv('FORGE_NVIM_PLUGIN'), 'test', 'helper
 local check, wait, note = H.check, H.wait, H.note
 
 local forge = require('forge')
-local repo = assert(os.getenv('FORGE_TEST_REPO'))
 local hold = assert(os.getenv('FORGE_TEST_HOLD'))
 local LOOP_WAIT = tonumber(os.getenv('FORGE_TEST_LOOP_WAIT') or '20000')
 local NAME = 'nvim-findings'
@@ -82,5 +81,4 @@ H.run(function()
   end)
   check('the deleted finding is cleared from both buffers', #H.forge_diagnostics(root_buf) == 0
     and #H.forge_diagnostics(wt_buf) == 0, { root = summary(root_buf), worktree = summary(wt_buf) })
-  note('repo', repo)
 end)
