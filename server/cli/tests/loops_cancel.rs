@@ -214,9 +214,7 @@ fn a_restart_from_another_process_waits_for_the_runners_step() {
     t.signal("release");
     t.wait_held("runner.step");
     let other = t.other_server("block", &[]);
-    let (restart, done) = force_restart_on_a_thread(other, &name);
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(!done.load(std::sync::atomic::Ordering::SeqCst), "the restart did not wait for the runner's step");
+    let restart = force_restart_that_waits(other, &name, "the runner's step");
     t.unhold("runner.step");
     let (_other, out) = restart.join().expect("the restart's thread");
     assert_eq!(out.data["phase"], json!("coding"), "{:?}", out);
@@ -443,9 +441,7 @@ fn a_restart_from_another_process_sees_a_turn_whose_agent_is_not_recorded_yet() 
     // Each later turn notes whether this coder still ran when it started.
     std::fs::write(t.state.join("watch.pid"), coder.to_string()).expect("watch.pid");
     let other = t.other_server("orphan", &[]);
-    let (restart, done) = force_restart_on_a_thread(other, &name);
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(!done.load(std::sync::atomic::Ordering::SeqCst), "the restart did not wait for the unrecorded turn");
+    let restart = force_restart_that_waits(other, &name, "the unrecorded turn");
     t.unhold("host.record");
     let (_other, out) = restart.join().expect("the restart's thread");
     let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
@@ -677,6 +673,15 @@ fn force_restart_on_a_thread(
         (other, out)
     });
     (restart, done)
+}
+
+/// A force restart of `name` through `other` on its thread ([`force_restart_on_a_thread`])
+/// that has not answered 1.5 s later: it waits for `what`.
+fn force_restart_that_waits(other: Client, name: &str, what: &str) -> RestartThread {
+    let (restart, done) = force_restart_on_a_thread(other, name);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!done.load(std::sync::atomic::Ordering::SeqCst), "the restart did not wait for {what}");
+    restart
 }
 
 /// The loop's row once it no longer runs (at most a minute).
