@@ -23,14 +23,15 @@ pub type Input = forge_protocol::inputs::PlanEditInput;
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let session = plan_ops::target_session(ctx, "plan-edit", input.session_id.as_deref())?;
     plan_ops::running_loop_guard(ctx, &session)?;
-    let existing = plans::get_session(ctx.db, ctx.project_id(), &session).db()?;
+    // Shared with the plan cache: read, not copied.
+    let existing = plans::session_shared(ctx.db, ctx.project_id(), &session).db()?;
     if existing.is_none() && !input.old_string.is_empty() && input.old_string != input.new_string {
         return Err(ToolError::not_found(
             "plan-edit failed: no plan stored for this session. Use plan-write to create it first.",
         ));
     }
     let outcome = apply_edit(
-        existing.as_ref().map(|p| p.content.as_str()),
+        existing.as_deref().map(|p| p.content.as_str()),
         &input.old_string,
         &input.new_string,
         input.replace_all.unwrap_or(false),
@@ -50,7 +51,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             count,
         ),
     };
-    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), text)?;
+    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_deref(), text)?;
     let report = plan_ops::report(&stored, outline);
     let mut data = plan_ops::report_data(&session, &report, written);
     data["replaced"] = serde_json::json!(count);

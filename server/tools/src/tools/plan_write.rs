@@ -28,8 +28,9 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         Cow::Borrowed(kept) if kept.len() == input.content.len() => input.content,
         other => other.into_owned(),
     };
-    let existing = plans::get_session(ctx.db, ctx.project_id(), &session).db()?;
-    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_ref(), text)?;
+    // Shared with the plan cache: read, not copied.
+    let existing = plans::session_shared(ctx.db, ctx.project_id(), &session).db()?;
+    let (stored, written) = plan_ops::write_session_plan(ctx, &session, existing.as_deref(), text)?;
     let report = plan_ops::report(&stored, structure::Outline::Full);
     ok(report.render(), plan_ops::report_data(&session, &report, written))
 }
