@@ -347,6 +347,9 @@ pub struct Loader {
     /// Whether that file is committed, once asked (only when it sets one of [`LOCAL_KEYS`]
     /// or a plugin variable).
     committed: Option<bool>,
+    /// The source being added is an editor's settings ([`Loader::add_settings`]): trust
+    /// keys are not read from it.
+    settings: bool,
 }
 
 /// The 1-based line and column (in characters) of byte `at` of `text`.
@@ -465,6 +468,18 @@ impl Loader {
         self.add_value(&json, &path.display().to_string())
     }
 
+    /// Adds an editor's settings (`workspace/didChangeConfiguration`), named `source` in
+    /// messages: as [`Loader::add_value`], except that trust keys ([`TRUST_KEYS`]) are
+    /// ignored, with a warning when they differ from what the sources before set. Editors
+    /// fill their settings from a project's own files too (Zed's `.zed/settings.json`,
+    /// Helix's `.helix/languages.toml`), and a repository cannot grant itself trust.
+    pub fn add_settings(&mut self, v: &Value, source: &str) -> Result<(), ConfigError> {
+        self.settings = true;
+        let added = self.add_value(v, source);
+        self.settings = false;
+        added
+    }
+
     /// Adds a JSON object source, named `source` in messages.
     pub fn add_value(&mut self, v: &Value, source: &str) -> Result<(), ConfigError> {
         let Some(obj) = v.as_object() else {
@@ -477,6 +492,8 @@ impl Loader {
         flatten("", obj, &mut flat);
         let local = |key: &str| LOCAL_KEYS.contains(&key) || plugin_variable(key).is_some();
         let untrusted = self.repository_file_of.is_some();
+        // Trust comes from the user file and the initialization options only.
+        let no_trust = untrusted || self.settings;
         if let (Some(root), None) = (&self.repository_file_of, self.committed) {
             if flat.iter().any(|(k, _)| local(k)) {
                 self.committed = Some(committed_config(root));
@@ -516,6 +533,16 @@ impl Loader {
                 self.warnings.push(format!(
                     "configuration key `{key}` in {source} is ignored: a repository cannot grant itself trust (set it in the user configuration file or the initialization options)"
                 ));
+                continue;
+            }
+            if self.settings && TRUST_KEYS.contains(&key.as_str()) {
+                // Helix sends its configuration both ways: the same value as the
+                // initialization options set is no news.
+                if self.merged.get(key.as_str()).unwrap_or(&Value::Null) != val {
+                    self.warnings.push(format!(
+                        "configuration key `{key}` in {source} is ignored: trust is read from the user configuration file and the initialization options only, since an editor may fill its settings from a project's own files (restart the server with it set there)"
+                    ));
+                }
                 continue;
             }
             if key == "sandbox.hidePaths" || key == "sandbox.exposePaths" {
@@ -572,7 +599,7 @@ impl Loader {
                     continue;
                 }
             }
-            if plugin_variable(&key).is_some() || (KEYS.iter().any(|(n, _)| *n == key) && !(trust && untrusted)) {
+            if plugin_variable(&key).is_some() || (KEYS.iter().any(|(n, _)| *n == key) && !(trust && no_trust)) {
                 self.merged.insert(key, val);
             }
         }
@@ -836,6 +863,34 @@ mod tests {
         let mut l = Loader::default();
         l.add_value(&json!({ "agent": { "trustProjectConfig": "yes" } }), "user").unwrap_err();
         assert!(!Loader::default().build().agent_trust_project_config);
+    }
+
+    /// An editor's settings never set trust (they may come from the project's own files);
+    /// the same value as the sources before is no warning (Helix sends it both ways).
+    #[test]
+    fn settings_cannot_grant_trust() {
+        let trust = json!({ "plugins": { "trustProjectTools": true }, "sandbox": { "exposeEnv": ["GITHUB_TOKEN"] } });
+        let mut l = Loader::default();
+        l.add_settings(&trust, "settings").unwrap();
+        let c = l.build();
+        assert!(!c.trust_project_tools && c.sandbox_expose_env.is_empty());
+        assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+        assert!(l.warnings.iter().all(|w| w.contains("in settings is ignored")), "{:?}", l.warnings);
+        // Given by the initialization options first: kept, and repeated without a warning.
+        let mut l = Loader::default();
+        l.add_value(&trust, "init").unwrap();
+        l.add_settings(&trust, "settings").unwrap();
+        assert!(l.build().trust_project_tools);
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        // Nor can settings take it back, and the rest of them applies.
+        l.add_settings(&json!({ "plugins": { "trustProjectTools": false }, "loop": { "stallTimeoutMs": 7 } }), "s")
+            .unwrap();
+        assert!(l.build().trust_project_tools);
+        assert_eq!(l.build().stall_timeout_ms, 7);
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        // A source added after the settings reads trust again.
+        l.add_value(&json!({ "plugins": { "trustProjectTools": false } }), "user").unwrap();
+        assert!(!l.build().trust_project_tools);
     }
 
     /// What a sandbox hides: a repository's file may add to `sandbox.hidePaths` but not

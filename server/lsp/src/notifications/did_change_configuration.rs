@@ -3,7 +3,8 @@
 //!
 //! A loop session's connection keeps its loop's configuration: an agent holding the loop's
 //! socket and token cannot lift the loop's permissions or trust project tools with a
-//! notification. Warnings are shown once per connection (the files' warnings were shown
+//! notification. Trust keys are never read from settings ([`Loader::add_settings`]): an
+//! editor may fill them from the project's own files. Warnings are shown once per connection (the files' warnings were shown
 //! after `initialized` already).
 
 use serde_json::Value;
@@ -25,7 +26,7 @@ pub async fn did_change_configuration(backend: &Backend, params: DidChangeConfig
     let Some(forge) = configuration_of(params.settings.get("forge")) else { return };
     let init = conn.init_config.lock().expect("init config").clone();
     let result = Loader::standard(&env.project.root, init.as_ref()).and_then(|mut l| {
-        l.add_value(&forge, "workspace/didChangeConfiguration (section forge)")?;
+        l.add_settings(&forge, "workspace/didChangeConfiguration (section forge)")?;
         Ok(l)
     });
     match result {
