@@ -67,6 +67,15 @@ fn user_and_project_plugin_tools() {
     );
     // A file without a sidecar is not a tool.
     std::fs::write(kit.join("tools/NoSidecar"), "#!/bin/sh\n").unwrap();
+    // Nor is a file without an execute bit, or a folder, beside a sidecar: no call could
+    // start them. (Overriding, they would hide the built-in of their name.)
+    let sidecar = json!({ "description": "Cannot start.", "inputSchema": { "type": "object" }, "override": true });
+    tool(&kit.join("tools"), "NotExecutable", "#!/bin/sh\necho ran\n", sidecar.clone());
+    std::fs::set_permissions(kit.join("tools/NotExecutable"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::create_dir(kit.join("tools/Folder")).unwrap();
+    std::fs::write(kit.join("tools/Folder.json"), sidecar.to_string()).unwrap();
+    std::fs::write(kit.join("tools/grep.json"), sidecar.to_string()).unwrap();
+    std::fs::create_dir(kit.join("tools/grep")).unwrap();
     sb.write_user_config("[plugins.kit.variables]\nGREETING = \"hello from config\"\n");
     // The repository tries to trust itself: ignored.
     repo.write_project_config("[plugins]\ntrustProjectTools = true\n");
@@ -86,7 +95,12 @@ fn user_and_project_plugin_tools() {
         names.contains(&"kit__KitPing") && names.contains(&"kit__Fail") && names.contains(&"project__Local"),
         "{names:?}"
     );
-    assert!(!names.iter().any(|n| n.contains("NoSidecar")), "{names:?}");
+    for skipped in ["NoSidecar", "NotExecutable", "Folder"] {
+        assert!(!names.iter().any(|n| n.contains(skipped)), "{skipped}: {names:?}");
+    }
+    // The folder named `grep` overrides nothing: the built-in runs.
+    assert!(names.contains(&"grep"), "{names:?}");
+    assert!(c.tool_ok("grep", json!({ "pattern": "no such text anywhere" })).text.contains("No matches"));
     let ping = list.iter().find(|o| o["name"] == json!("kit__KitPing")).unwrap();
     assert_eq!(ping["command"], json!("forge.kit__KitPing"));
     assert_eq!(ping["inputSchema"]["required"], json!(["message"]));
@@ -119,6 +133,23 @@ fn user_and_project_plugin_tools() {
     let e = c.tool_err("project__Local", json!({}));
     assert_eq!(e.code, 1001, "{e}");
     assert!(e.message.contains("cannot trust itself") && e.message.contains("plugins.trustProjectTools"), "{e}");
+    // Nor do an editor's settings: an editor may fill them from the project's own files
+    // (Zed's `.zed/settings.json`, Helix's `.helix/languages.toml`). Said, not applied.
+    c.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "forge": { "plugins": { "trustProjectTools": true } } } }),
+    );
+    let warned = c.wait_notification(WAIT, |r| {
+        r.method() == "window/showMessage"
+            && r.params()["message"].as_str().is_some_and(|m| {
+                m.contains("`plugins.trustProjectTools`")
+                    && m.contains("didChangeConfiguration")
+                    && m.contains("ignored")
+            })
+    });
+    assert!(warned.is_some(), "{:?}", c.notifications_of("window/showMessage"));
+    let e = c.tool_err("project__Local", json!({}));
+    assert_eq!(e.code, 1001, "{e}");
     c.shutdown_exit();
 
     // `forge-lsp call` reaches plugin tools too (in-process without a running server).

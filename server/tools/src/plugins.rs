@@ -148,6 +148,13 @@ fn tool_at(plugin: &str, plugin_dir: &Path, name: String) -> Option<PluginTool> 
         tracing::warn!("plugin tool sidecar {} is not a JSON object; skipped", sidecar.display());
         return None;
     };
+    if !executable_file(&path) {
+        tracing::warn!(
+            "plugin tool {} is not an executable file (a regular file, or a link to one, with an execute bit); skipped",
+            path.display()
+        );
+        return None;
+    }
     let description = side.get("description").and_then(Value::as_str).unwrap_or("").to_string();
     let schema = side.get("inputSchema").cloned().and_then(object_schema);
     let Some(schema) = schema.filter(|_| !description.trim().is_empty()) else {
@@ -166,6 +173,14 @@ fn tool_at(plugin: &str, plugin_dir: &Path, name: String) -> Option<PluginTool> 
         input_schema: schema,
         overrides: side.get("override").and_then(Value::as_bool).unwrap_or(false),
     })
+}
+
+/// Whether `path` is a regular file (a link is followed) with an execute bit: what a
+/// tool's call can start. A folder or a file without one is not offered (before, it was
+/// offered and every call failed, and with `override` it hid the built-in of its name).
+fn executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// A sidecar's `inputSchema` as the schema of an object input: a JSON object whose `type`
@@ -893,6 +908,15 @@ pub fn run(
 mod tests {
     use super::*;
 
+    /// An executable tool `name` in `tools` (created) with its sidecar.
+    fn write_tool(tools: &Path, name: &str, sidecar: &Value) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(tools).unwrap();
+        std::fs::write(tools.join(name), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(tools.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(tools.join(format!("{name}.json")), sidecar.to_string()).unwrap();
+    }
+
     /// The trust of the project's tools is worked out only for a project tool that would
     /// override the called built-in, and at most once.
     #[test]
@@ -913,9 +937,8 @@ mod tests {
         // A project override of it: asked once, and it decides.
         let tools = root.path().join(".forge/tools");
         std::fs::create_dir_all(&tools).unwrap();
-        std::fs::write(tools.join("plan-read"), "#!/bin/sh\n").unwrap();
         let sidecar = json!({ "description": "d", "inputSchema": { "type": "object" }, "override": true });
-        std::fs::write(tools.join("plan-read.json"), sidecar.to_string()).unwrap();
+        write_tool(&tools, "plan-read", &sidecar);
         assert!(find(root.path(), "forge.plan-read", ask(false)).is_none_or(|t| t.plugin != "project"));
         assert_eq!(asked.get(), 1);
         assert!(find(root.path(), "forge.plan-read", ask(true)).is_some_and(|t| t.plugin == "project"));
@@ -1096,9 +1119,7 @@ mod tests {
         let fits = "f".repeat(MAX_OFFER_NAME - "project__".len());
         let over = "o".repeat(MAX_OFFER_NAME - "project__".len() + 1);
         for n in [&fits, &over] {
-            std::fs::write(tools.join(n), "#!/bin/sh\n").unwrap();
-            let sidecar = json!({ "description": "d", "inputSchema": { "type": "object" } });
-            std::fs::write(tools.join(format!("{n}.json")), sidecar.to_string()).unwrap();
+            write_tool(&tools, n, &json!({ "description": "d", "inputSchema": { "type": "object" } }));
         }
         let offered: Vec<String> =
             offers(root.path(), true).into_iter().map(|o| o.name).filter(|n| n.starts_with("project__")).collect();
