@@ -530,7 +530,7 @@ fn call_exit_codes_and_messages() {
 
     let out = sb.call("plan-write").input(json!({ "content": "# Plan\nok" })).session("ses_cli").cwd(&repo.path).run();
     assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(out.stdout, "Plan stored: 2 lines, 9 chars.\nSections (0): none detected\nWarnings:\n  - No <!-- forge-section --> markers found: the whole plan will run as a single section.\n  - No \"Loop Name:\" line found: the loop name will be derived from the plan title.\n  - No Objective heading found before the first executable phase.\n  - Plan is missing trailing headings: Decisions, Conventions, Key Context.\n");
+    assert_eq!(out.stdout, "Plan stored: 2 lines, 9 chars.\nSections (0): none detected\nWarnings:\n  - No <!-- forge-section --> markers found: the whole plan will run as a single section.\n  - No \"Loop Name:\" line found: the loop name will be derived from the plan title.\n  - No Objective heading found before the first executable phase.\n  - Plan is missing trailing headings: Decisions, Conventions, Key Context.\n\nSession: ses_cli (this plan's session: pass --session ses_cli or FORGE_SESSION_ID=ses_cli to read or edit it)\n");
     let out = sb.call("plan-read").session("ses_cli").cwd(&repo.path).run();
     assert_eq!((out.code, out.stdout.as_str()), (0, "(2 lines total)\n1: # Plan\n2: ok\n"));
 
@@ -673,6 +673,19 @@ fn call_checks_its_flags_and_environment_as_given() {
         sb.call("plan-write").session("").input(json!({ "content": "# Empty session flag" })).cwd(&repo.path).run();
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("Session: ses_"), "the chosen session is reported: {out:?}");
+    // A session named with the flag, or in the environment, is said too (PROTOCOL.md 10.2:
+    // plan-write from the command line says the session that holds the plan).
+    let out = sb.call("plan-write").session("ses_named").input(json!({ "content": "# Named" })).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("Session: ses_named "), "{out:?}");
+    let out = sb
+        .call("plan-edit")
+        .env("FORGE_SESSION_ID", "ses_named")
+        .input(json!({ "oldString": "Named", "newString": "Renamed" }))
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("Session: ses_named "), "{out:?}");
 
     let sock = sb.root.join("s/forge.sock");
     let _server = sb.listen_unix(&sock);

@@ -154,11 +154,19 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
                 .join("\n");
         }
     }
+    // The session that holds the plan (PROTOCOL.md 10.2): the fresh one, the one named, or
+    // the one the input names (`session_id`, the user agent's).
+    let holder = |r: &forge_protocol::CommandResult| {
+        let named = r.data.get("sessionId").and_then(Value::as_str).map(str::to_string);
+        named.filter(|_| matches!(tool.name, "plan-write" | "plan-edit"))
+    };
     match (result, chosen_session) {
-        (Ok(mut r), Some(s)) => {
-            r.text.push_str(&format!(
-                "\n\nSession: {s} (this plan's session: pass --session {s} or FORGE_SESSION_ID={s} to read or edit it)"
-            ));
+        (Ok(mut r), chosen) => {
+            if let Some(s) = holder(&r).or(chosen) {
+                r.text.push_str(&format!(
+                    "\n\nSession: {s} (this plan's session: pass --session {s} or FORGE_SESSION_ID={s} to read or edit it)"
+                ));
+            }
             Ok(r)
         }
         // Each call from a shell is a session of its own unless one is named: the plan
