@@ -27,7 +27,8 @@ pub enum EditOutcome {
     /// `newString`, to store as the new plan (report: `Created plan.`).
     Created { text: String },
     /// The replaced plan text, the number of occurrences replaced, and the lines of the
-    /// new text each replacement covers (`first..=last`, 0-based).
+    /// new text the replacements cover (`first..=last`, 0-based, ascending; the ranges of
+    /// replacements on the same or neighbouring lines are one range).
     Replaced { text: String, count: usize, lines: Vec<(usize, usize)> },
 }
 
@@ -62,6 +63,20 @@ impl EditError {
 /// Applies one edit to the stored plan `existing` (`None` when the session has no
 /// plan).
 pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: bool) -> Result<EditOutcome, EditError> {
+    apply_edit_within(existing, old, new, replace_all, usize::MAX)
+}
+
+/// [`apply_edit`], refusing a replacement whose result would be over `max_len` bytes
+/// before building it: with `replaceAll`, a short `oldString` and a long `newString`
+/// multiply (a 4 MB plan of `x` with a 1,000-byte `newString` is 4 GB), and the
+/// configured plan size is checked only once the text exists.
+pub fn apply_edit_within(
+    existing: Option<&str>,
+    old: &str,
+    new: &str,
+    replace_all: bool,
+    max_len: usize,
+) -> Result<EditOutcome, EditError> {
     if old == new {
         return Err(EditError::invalid("oldString and newString are identical."));
     }
@@ -80,9 +95,10 @@ pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: boo
         ));
     }
 
-    // Non-overlapping, left to right, as `str::match_indices`, with memchr's vector search.
-    let positions: Vec<usize> = memchr::memmem::find_iter(existing.as_bytes(), old.as_bytes()).collect();
-    let count = positions.len();
+    // Non-overlapping, left to right, as `str::match_indices`, with memchr's vector search;
+    // counted first, so that nothing the size of the matches is kept before the size check.
+    let finder = memchr::memmem::Finder::new(old.as_bytes());
+    let count = finder.find_iter(existing.as_bytes()).count();
     if count == 0 {
         return Err(EditError {
             kind: EditErrorKind::Stale,
@@ -100,21 +116,34 @@ pub fn apply_edit(existing: Option<&str>, old: &str, new: &str, replace_all: boo
         )));
     }
 
+    // The result's length, in u128: no count and lengths overflow it.
+    let len = existing.len() as u128 - count as u128 * old.len() as u128 + count as u128 * new.len() as u128;
+    if len > max_len as u128 {
+        return Err(EditError::invalid(format!(
+            "the edited plan would be {len} bytes ({count} replacement(s)), over the limit of {max_len} bytes \
+             (documents.maxPlanBytes); nothing was changed. Split the plan or raise the limit."
+        )));
+    }
+
     // Build the new text and remember which lines each replacement covers in it:
     // from the line it starts on to the line of its last character (a deletion
-    // covers the line it sits on).
+    // covers the line it sits on). Ranges that overlap or adjoin are kept as one.
     let new_newlines = new.matches('\n').count();
     let covered_below = if new.ends_with('\n') { new_newlines - 1 } else { new_newlines };
-    let mut text = String::with_capacity(existing.len());
-    let mut ranges: Vec<(usize, usize)> = Vec::with_capacity(count);
+    let mut text = String::with_capacity(usize::try_from(len).unwrap_or(usize::MAX).max(existing.len()));
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
     let mut line = 0;
     let mut copied = 0;
-    for &at in &positions {
+    for at in finder.find_iter(existing.as_bytes()) {
         let kept = &existing[copied..at];
         line += kept.matches('\n').count();
         text.push_str(kept);
         text.push_str(new);
-        ranges.push((line, line + covered_below));
+        let range = (line, line + covered_below);
+        match ranges.last_mut() {
+            Some(last) if range.0 <= last.1 + 1 => last.1 = last.1.max(range.1),
+            _ => ranges.push(range),
+        }
         line += new_newlines;
         copied = at + old.len();
     }
@@ -298,5 +327,35 @@ mod tests {
         let plan = "x\nx\nx\n<!-- forge-section -->\n## Phase 1\nx y\n";
         let (_, count, touched) = replaced(apply_edit(Some(plan), "x", "z\nz", true));
         assert_eq!((count, touched), (4, vec![0]));
+    }
+
+    /// Replacements on the same or neighbouring lines give one range (a replaceAll of a
+    /// short string keeps a range per line block, not one per match).
+    #[test]
+    fn neighbouring_replacements_share_a_range() {
+        let Ok(EditOutcome::Replaced { lines, count, .. }) = apply_edit(Some("aa\na\nb\na a"), "a", "c", true) else {
+            panic!("not replaced")
+        };
+        assert_eq!((count, lines), (5, vec![(0, 1), (3, 3)]));
+        let Ok(EditOutcome::Replaced { lines, .. }) = apply_edit(Some("a\nb\nb\na"), "a", "c\nc", true) else {
+            panic!("not replaced")
+        };
+        assert_eq!(lines, vec![(0, 1), (4, 5)]);
+    }
+
+    /// A result over the bound is refused before it is built, naming its size.
+    #[test]
+    fn a_result_over_the_bound_is_refused_before_it_is_built() {
+        let plan = "x".repeat(1000);
+        let e = apply_edit_within(Some(&plan), "x", &"y".repeat(1000), true, 999_999).unwrap_err();
+        assert_eq!(e.kind, EditErrorKind::Invalid);
+        assert!(e.message.starts_with("plan-edit failed: the edited plan would be 1000000 bytes (1000 replacement(s)), over the limit of 999999 bytes (documents.maxPlanBytes)"), "{}", e.message);
+        // At the bound: accepted; shrinking edits are never refused for size.
+        assert!(apply_edit_within(Some(&plan), "x", &"y".repeat(1000), true, 1_000_000).is_ok());
+        assert!(apply_edit_within(Some(&plan), "xx", "", true, 10).is_err_and(|e| e.message.contains("empty")));
+        assert!(apply_edit_within(Some(&plan), "xx", "y", true, 500).is_ok());
+        // No overflow whatever the sizes.
+        let e = apply_edit_within(Some(&plan), "x", &"y".repeat(1 << 20), true, usize::MAX >> 40).unwrap_err();
+        assert!(e.message.contains("1048576000 bytes"), "{}", e.message);
     }
 }

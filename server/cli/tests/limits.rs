@@ -86,6 +86,12 @@ fn a_plan_over_the_configured_size_is_refused_and_nothing_is_stored() {
     // An edit that would grow the plan past the limit is refused the same way.
     let e = c.tool_err("plan-edit", json!({ "oldString": "fits", "newString": "y".repeat(1100) }));
     assert_eq!(e.code, 1006, "{e}");
+    // A replaceAll whose matches multiply a long newString is refused by its size before
+    // its text is built (a review's call asked for 4 GB and took the server down).
+    let e = c.tool_err("plan-edit", json!({ "oldString": "l", "newString": "y".repeat(1 << 20), "replaceAll": true }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("would be 2097163 bytes (2 replacement(s))") && e.message.contains("1000"), "{e}");
+    assert!(c.tool_ok("plan-read", json!({})).text.contains("fits"), "the stored plan is unchanged");
     let e = c.tool_err("execute-plan", json!({ "title": "t", "plan": "z".repeat(1500) }));
     assert!(e.message.contains("documents.maxPlanBytes"), "{e}");
 }

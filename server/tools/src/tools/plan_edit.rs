@@ -2,7 +2,7 @@
 //! (FORGE-REFERENCE.md §2.3). Rejections never touch the stored plan.
 
 use forge_domain::plan::{
-    edit::{apply_edit, EditErrorKind, EditOutcome},
+    edit::{apply_edit_within, EditErrorKind, EditOutcome},
     structure,
 };
 use forge_protocol::{CommandResult, ToolError};
@@ -30,11 +30,14 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             "plan-edit failed: no plan stored for this session. Use plan-write to create it first.",
         ));
     }
-    let outcome = apply_edit(
+    // A result over the plan size limit is refused before it is built.
+    let max = usize::try_from(ctx.env.config.max_plan_bytes).unwrap_or(usize::MAX);
+    let outcome = apply_edit_within(
         existing.as_deref().map(|p| p.content.as_str()),
         &input.old_string,
         &input.new_string,
         input.replace_all.unwrap_or(false),
+        max,
     )
     // oldString not found is a stale edit (1003, re-read the plan); anything else is input
     // that cannot be used (1006).
