@@ -273,3 +273,63 @@ fn files_over_one_mebibyte_are_reported_not_parsed() {
     assert_eq!(read(&repo, "dist/bundle.js"), bundle);
     assert_eq!(read(&repo, "dist/small.js"), "log(2);\n");
 }
+
+/// Rewrites sent at once on one connection all land: each reads and writes under the
+/// root's edit lock. Before, each read the file before the others wrote it, and only the
+/// last rename's content was left (a review: 10 said `[APPLIED]`, 5 were in the file).
+#[test]
+fn rewrites_sent_at_once_all_land() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let n = 10;
+    let text: String = (0..n).map(|i| format!("v{i} = {i}\n")).collect();
+    repo.write("many.py", &text);
+    let c = client(&sb, &repo);
+    let ids: Vec<i64> = (0..n)
+        .map(|i| {
+            let input = json!({ "pattern": format!("v{i} = {i}"), "rewrite": format!("v{i} = {}", i + 100), "lang": "python", "dryRun": false });
+            c.send_request("workspace/executeCommand", json!({ "command": "forge.ast-grep-replace", "arguments": [input] }))
+        })
+        .collect();
+    for id in ids {
+        let r = c.wait_response(id, std::time::Duration::from_secs(60));
+        assert!(r["result"]["text"].as_str().is_some_and(|t| t.starts_with("[APPLIED] 1 change")), "{r}");
+    }
+    let want: String = (0..n).map(|i| format!("v{i} = {}\n", i + 100)).collect();
+    assert_eq!(read(&repo, "many.py"), want);
+}
+
+/// A rewrite whose files would hold more than 256 MiB is refused (dry run or not) as its
+/// replacements are made, not once they are all in memory: a short pattern's matches
+/// multiply a long rewrite.
+#[test]
+fn a_rewrite_too_large_to_hold_is_refused() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let ones = vec!["1"; 3000].join(",");
+    repo.write("gen.py", &format!("x = [{ones}]\n"));
+    let c = client(&sb, &repo);
+    let rewrite = "2".repeat(100_000);
+    for dry in [true, false] {
+        let e = c.tool_err(
+            "ast-grep-replace",
+            json!({ "pattern": "1", "rewrite": rewrite, "lang": "python", "dryRun": dry }),
+        );
+        assert_eq!(e.code, 1006, "{e}");
+        assert!(
+            e.message.contains("would hold more than 256 MiB (reached at gen.py)")
+                && e.message.contains("nothing was written"),
+            "{e}"
+        );
+    }
+    assert_eq!(read(&repo, "gen.py"), format!("x = [{ones}]\n"));
+    // One that fits is shown in part: its report stops at 256 KiB of changes (200 changes
+    // of this rewrite were a reply of 20 MB).
+    let out = c.tool_ok("ast-grep-replace", json!({ "pattern": "1", "rewrite": "3".repeat(10_000), "lang": "python" }));
+    assert!(out.text.len() < 300 << 10, "{} bytes", out.text.len());
+    assert!(out.text.contains("… (the first 27 of 3000 changes shown)"), "{:.300}", out.text);
+    // A smaller one goes through.
+    let out =
+        c.tool_ok("ast-grep-replace", json!({ "pattern": "1", "rewrite": "22", "lang": "python", "dryRun": false }));
+    assert!(out.text.starts_with("[APPLIED] 3000 changes"), "{}", out.text);
+}

@@ -21,6 +21,29 @@ fn cut(s: &str) -> std::borrow::Cow<'_, str> {
 
 use crate::{loop_scope, ToolCtx};
 
+/// The edit lock of a root (the project or a loop's worktree), held while it lives:
+/// [`lock_edits`].
+pub struct EditLock {
+    _dir: std::fs::File,
+}
+
+/// Takes `root`'s edit lock, waiting for the edit that holds it. The tools that write files
+/// (apply-patch, ast-grep-replace) read the files, work out their new content and rename it
+/// into place; two such calls at once on one file left only the later one's content,
+/// though both said they had applied theirs (found by a review: 20 patches sent at once,
+/// 3 landed). Under the lock a call reads what the previous one wrote. It is the kernel's
+/// `flock` of the root directory: across threads and processes (each `forge-lsp call` in
+/// its own, servers of the same project), and released when its holder ends however it
+/// ends. Readers (grep, glob, searches, dry runs) do not take it.
+pub fn lock_edits(root: &Path) -> Result<EditLock, ToolError> {
+    let fail = |e: std::io::Error| {
+        ToolError::internal(format!("cannot lock {} for the edit (no file was changed): {e}", root.display()))
+    };
+    let dir = std::fs::File::open(root).map_err(fail)?;
+    dir.lock().map_err(fail)?;
+    Ok(EditLock { _dir: dir })
+}
+
 /// The directory the caller's file tools work in.
 pub fn caller_root(ctx: &ToolCtx) -> Result<PathBuf, ToolError> {
     let root = match loop_scope::caller_loop(ctx)? {

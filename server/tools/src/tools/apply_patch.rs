@@ -6,7 +6,8 @@
 //! All files of a patch are written or none: every new content goes to a temporary file
 //! beside its target first, then all are renamed into place; any failure before the
 //! renames removes the temporaries and changes nothing. The files are touched off the store
-//! thread ([`ToolCtx::after`]).
+//! thread ([`ToolCtx::after`]), under the root's edit lock ([`crate::files::lock_edits`]):
+//! two patches of one file at once both land.
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +42,8 @@ fn apply(root: &Path, patch: &Patch, config_places: &[PathBuf]) -> Result<Comman
     let fail = |m: String| ToolError::invalid(format!("apply-patch failed: {m}"));
     let root_text = root.to_string_lossy().into_owned();
     check_paths(root, &root_text, patch, config_places)?;
+    // From the first read to the last rename: another edit of the root waits.
+    let _lock = crate::files::lock_edits(root)?;
     let plan = plan_patch(patch, Some(&root_text), |rel| {
         // The last component unfollowed: a link is found as a link (and may be deleted);
         // anything else at the name is checked as `within` checks it.

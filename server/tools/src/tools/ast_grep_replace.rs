@@ -32,6 +32,15 @@ pub type Input = forge_protocol::inputs::AstGrepReplaceInput;
 /// Changes shown in the report; every change is applied whatever this says.
 const MAX_SHOWN: usize = 200;
 
+/// The report shows no more changes once it holds this much (bytes): 200 changes of a long
+/// rewrite were a reply of 20 MB.
+const MAX_SHOWN_BYTES: usize = 256 << 10;
+
+/// The most the rewritten files may hold in all (bytes, before line endings are matched to
+/// each file's): a rewrite is written all or nothing, so every new content is kept until
+/// the renames. A dry run is held to it too, so that it says what the real run would.
+const MAX_REWRITTEN_BYTES: usize = 256 << 20;
+
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let (lang, exts) = structural::language(&input.lang)?;
     let pat = structural::pattern(&input.pattern, lang)?;
@@ -71,11 +80,16 @@ fn replace(
     dry: bool,
 ) -> Result<CommandResult, ToolError> {
     let Scope { root, start, config_places } = scope;
+    // A rewrite reads and writes under the root's edit lock (as apply-patch); a dry run
+    // only reads.
+    let _lock = if dry { None } else { Some(crate::files::lock_edits(root)?) };
     let files = structural::files(root, start, exts);
     let mut edits: Vec<FileEdit> = vec![];
     let mut preview: Vec<String> = vec![];
     let mut shown_changes = 0usize;
+    let mut preview_bytes = 0usize;
     let mut skipped = vec![];
+    let mut budget = MAX_REWRITTEN_BYTES;
     for path in &files {
         let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
         // forge-lsp's project configuration (a project tool's script) is never rewritten:
@@ -84,6 +98,7 @@ fn replace(
             skipped.push(format!("{shown} (forge-lsp's project configuration, not rewritten)"));
             continue;
         }
+        let budget_before = budget;
         let src = match structural::source(root, path) {
             Ok(s) => s,
             Err(e) => {
@@ -91,24 +106,39 @@ fn replace(
                 continue;
             }
         };
-        let hits = structural::matches(&src, lang, pat, Some(rewrite));
+        let too_much = || {
+            ToolError::invalid(format!(
+                "ast-grep-replace failed: the rewritten files would hold more than {} MiB (reached at {shown}); nothing was written. Narrow `pattern` or `path`, or shorten `rewrite`",
+                MAX_REWRITTEN_BYTES >> 20
+            ))
+        };
+        let hits = structural::matches_within(&src, lang, pat, Some(rewrite), &mut budget).ok_or_else(too_much)?;
         let hits: Vec<_> = hits.into_iter().filter(|h| h.replacement.as_deref() != Some(h.text.as_str())).collect();
         if hits.is_empty() {
+            // Its replacements are not kept: given back.
+            budget = budget_before;
             continue;
         }
+        // What the file keeps of its text is rewritten too.
+        let kept = src.len() - hits.iter().map(|h| h.end - h.start).sum::<usize>();
+        budget = budget.checked_sub(kept).ok_or_else(too_much)?;
         preview.push(format!("{shown}: {} change{}", hits.len(), if hits.len() == 1 { "" } else { "s" }));
         for h in &hits {
-            if shown_changes < MAX_SHOWN {
+            if shown_changes < MAX_SHOWN && preview_bytes < MAX_SHOWN_BYTES {
+                let before = preview.len();
                 preview.push(format!("@@ {shown}:{}", h.line));
                 preview.extend(h.text.lines().map(|l| format!("-{l}")));
                 preview.extend(h.replacement.as_deref().unwrap_or("").lines().map(|l| format!("+{l}")));
+                preview_bytes += preview[before..].iter().map(|l| l.len() + 1).sum::<usize>();
+                shown_changes += 1;
             }
-            shown_changes += 1;
         }
-        edits.push(FileEdit { path: path.clone(), shown, new: structural::rewritten(&src, &hits), count: hits.len() });
+        // A dry run builds no file: it shows the changes only.
+        let new = if dry { String::new() } else { structural::rewritten(&src, &hits) };
+        edits.push(FileEdit { path: path.clone(), shown, new, count: hits.len() });
     }
     let total: usize = edits.iter().map(|e| e.count).sum();
-    let truncated = total > MAX_SHOWN;
+    let truncated = total > shown_changes;
     let files_json: Vec<_> = edits.iter().map(|e| json!({ "path": e.shown, "changes": e.count })).collect();
     if edits.is_empty() {
         let mut text = format!(
@@ -126,7 +156,7 @@ fn replace(
     }
     let mut body = preview.join("\n");
     if truncated {
-        body.push_str(&format!("\n… (the first {MAX_SHOWN} of {total} changes shown)"));
+        body.push_str(&format!("\n… (the first {shown_changes} of {total} changes shown)"));
     }
     if !skipped.is_empty() {
         body.push_str(&format!("\n\n{}", structural::not_searched(&skipped)));
