@@ -28,7 +28,7 @@
 //!   body is read and discarded in bounded chunks. A length over [`MAX_SKIP`] cannot be
 //!   skipped in reasonable time: after the answer the connection is closed and the
 //!   reason logged;
-//! - a body that is not UTF-8 or not JSON: -32700, id null;
+//! - a body that is empty, not UTF-8 or not JSON: -32700, id null;
 //! - JSON that is not a request: -32600 with the request's id where it has one;
 //! - a lone UTF-16 surrogate escape (`"\ud800"`): JSON's grammar allows it but it is no
 //!   Unicode string, so the message is not a valid request: -32600 with its id
@@ -103,7 +103,11 @@ enum Incoming {
 /// The slow path: finds what is wrong with a frame the fast path did not take.
 fn validate(body: Vec<u8>) -> Incoming {
     if body.is_empty() {
-        return Incoming::Skip;
+        return Incoming::Reply(error_frame(
+            Value::Null,
+            -32700,
+            "Parse error: the message body is empty (Content-Length: 0)",
+        ));
     }
     let text = match std::str::from_utf8(&body) {
         Ok(t) => t,
