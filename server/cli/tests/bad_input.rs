@@ -48,6 +48,29 @@ fn malformed_json_is_a_parse_error_and_the_connection_continues() {
     }
 }
 
+/// executeCommand params of the wrong shape name the field, with `data.kind` as a tool's
+/// bad input has (before: `invalid type: map, expected a sequence`).
+#[test]
+fn command_params_of_the_wrong_shape_name_the_field() {
+    let (_sb, _repo, mut c) = ready();
+    let cases = [
+        (
+            json!({ "command": "forge.plan-read", "arguments": { "a": 1 } }),
+            "`arguments` must be an array holding the tool's input (`[{…}]`), found an object",
+        ),
+        (json!({ "arguments": [] }), "missing `command`"),
+        (json!({ "command": 7 }), "`command` must be a string, found a number"),
+        (Value::Null, "params must be an object with `command` and `arguments`, found null"),
+    ];
+    for (params, want) in cases {
+        let e = c.request_err("workspace/executeCommand", params.clone());
+        assert_eq!(e.code, -32602, "{params}: {e}");
+        assert!(e.message.starts_with("workspace/executeCommand: ") && e.message.contains(want), "{params}: {e}");
+        assert_eq!(e.data, Some(json!({ "kind": "invalid_params" })), "{params}: {e}");
+    }
+    assert_serving(&mut c);
+}
+
 #[test]
 fn invalid_utf8_is_a_parse_error_and_the_connection_continues() {
     let (_sb, _repo, mut c) = ready();

@@ -25,16 +25,47 @@ pub async fn execute_command(backend: &Backend, params: ExecuteCommandParams) ->
     Ok(Some(serde_json::to_value(r).unwrap_or(Value::Null)))
 }
 
-/// The same call for the transport: parses the params as the framework would (same
-/// errors) and answers with the result's JSON.
+/// The same call for the transport: parses the params (naming the field that is wrong)
+/// and answers with the result's JSON.
 pub fn direct(conn: Arc<Conn>, closed: watch::Receiver<bool>, params: Option<Value>) -> DirectFuture {
     Box::pin(async move {
+        check_params(params.as_ref())?;
         let params: ExecuteCommandParams = crate::transport::params(params)?;
         let r = run(&conn, closed, params).await?;
         // Data built as JSON text is copied as it is: its length is known.
         let len = r.text.len() + r.data.as_json_text().map_or(0, str::len);
         crate::transport::reply_with(len, |out| r.write_json(out))
     })
+}
+
+/// The shape of the params, each field named when it is wrong, as a tool's bad input is
+/// (-32602 with `data.kind`): the framework's decoding said only `invalid type: map,
+/// expected a sequence` for `"arguments": {…}` (found by a review).
+fn check_params(params: Option<&Value>) -> Result<()> {
+    let bad = |m: String| {
+        Err(rpc_error(&forge_protocol::ToolError::invalid_params(format!("workspace/executeCommand: {m}"))))
+    };
+    let kind = |v: &Value| match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    let Some(Value::Object(p)) = params else {
+        let found = params.map_or("none", kind);
+        return bad(format!("params must be an object with `command` and `arguments`, found {found}"));
+    };
+    match p.get("command") {
+        Some(Value::String(_)) => {}
+        None => return bad("missing `command` (the tool to run, e.g. \"forge.plan-read\")".into()),
+        Some(v) => return bad(format!("`command` must be a string, found {}", kind(v))),
+    }
+    match p.get("arguments") {
+        None | Some(Value::Null | Value::Array(_)) => Ok(()),
+        Some(v) => bad(format!("`arguments` must be an array holding the tool's input (`[{{…}}]`), found {}", kind(v))),
+    }
 }
 
 /// Runs the tool. A plugin tool is stopped (its process group killed) when the caller's
