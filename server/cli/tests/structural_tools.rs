@@ -328,6 +328,17 @@ fn a_rewrite_too_large_to_hold_is_refused() {
     let out = c.tool_ok("ast-grep-replace", json!({ "pattern": "1", "rewrite": "3".repeat(10_000), "lang": "python" }));
     assert!(out.text.len() < 300 << 10, "{} bytes", out.text.len());
     assert!(out.text.contains("… (the first 27 of 3000 changes shown)"), "{:.300}", out.text);
+    // One change alone is cut where the report is full (a `$A` → `$A$A` of a 1 MB match
+    // was a 3.3 MB reply).
+    repo.write("big.py", &format!("y = [{}]\n", "7,".repeat(100_000)));
+    let out = c.tool_ok(
+        "ast-grep-replace",
+        json!({ "pattern": "y = $A", "rewrite": "y = $A + $A", "lang": "python", "path": "big.py" }),
+    );
+    assert!(out.text.len() < 300 << 10, "{} bytes", out.text.len());
+    assert!(out.text.contains("… (this change is cut here: the report shows 256 KiB of changes)"), "{:.300}", out.text);
+    assert!(out.text.starts_with("[DRY RUN] 1 change in 1 file would be made"), "{:.300}", out.text);
+    std::fs::remove_file(repo.path.join("big.py")).unwrap();
     // A smaller one goes through.
     let out =
         c.tool_ok("ast-grep-replace", json!({ "pattern": "1", "rewrite": "22", "lang": "python", "dryRun": false }));

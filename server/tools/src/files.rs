@@ -22,26 +22,63 @@ fn cut(s: &str) -> std::borrow::Cow<'_, str> {
 use crate::{loop_scope, ToolCtx};
 
 /// The edit lock of a root (the project or a loop's worktree), held while it lives:
-/// [`lock_edits`].
+/// [`lock_edits`]. Empty where the root's file system cannot lock it.
 pub struct EditLock {
-    _dir: std::fs::File,
+    _dir: Option<std::fs::File>,
 }
 
-/// Takes `root`'s edit lock, waiting for the edit that holds it. The tools that write files
-/// (apply-patch, ast-grep-replace) read the files, work out their new content and rename it
-/// into place; two such calls at once on one file left only the later one's content,
-/// though both said they had applied theirs (found by a review: 20 patches sent at once,
-/// 3 landed). Under the lock a call reads what the previous one wrote. It is the kernel's
-/// `flock` of the root directory: across threads and processes (each `forge-lsp call` in
-/// its own, servers of the same project), and released when its holder ends however it
-/// ends. Readers (grep, glob, searches, dry runs) do not take it.
+/// How long an edit waits for the edit that holds its root's lock.
+pub const EDIT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Takes `root`'s edit lock, waiting up to [`EDIT_LOCK_WAIT`] for the edit that holds it
+/// (then 1005, busy: nothing was changed). The tools that write files (apply-patch,
+/// ast-grep-replace) read the files, work out their new content and rename it into place;
+/// two such calls at once on one file left only the later one's content, though both said
+/// they had applied theirs (found by a review: 20 patches sent at once, 3 landed). Under the
+/// lock a call reads what the previous one wrote. It is the kernel's `flock` of the root
+/// directory: across threads and processes (each `forge-lsp call` in its own, servers of
+/// the same project), released when its holder ends however it ends. A file system that
+/// cannot lock a directory so (NFS emulates `flock` with byte-range locks, which need a
+/// file open for writing) gives no lock: the edit goes on without it, as before, and the
+/// log says so once. Readers (grep, glob, searches, dry runs) do not take it.
 pub fn lock_edits(root: &Path) -> Result<EditLock, ToolError> {
-    let fail = |e: std::io::Error| {
-        ToolError::internal(format!("cannot lock {} for the edit (no file was changed): {e}", root.display()))
-    };
-    let dir = std::fs::File::open(root).map_err(fail)?;
-    dir.lock().map_err(fail)?;
-    Ok(EditLock { _dir: dir })
+    lock_edits_within(root, EDIT_LOCK_WAIT)
+}
+
+fn lock_edits_within(root: &Path, wait: std::time::Duration) -> Result<EditLock, ToolError> {
+    let dir = std::fs::File::open(root).map_err(|e| {
+        ToolError::internal(format!(
+            "cannot open {} to lock it for the edit (no file was changed): {e}",
+            root.display()
+        ))
+    })?;
+    let deadline = std::time::Instant::now() + wait;
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match dir.try_lock() {
+            Ok(()) => return Ok(EditLock { _dir: Some(dir) }),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::warn!(
+                        "cannot lock {} for file edits ({e}); edits of it at the same moment are not kept apart",
+                        root.display()
+                    )
+                });
+                return Ok(EditLock { _dir: None });
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(ToolError::busy(format!(
+                "another edit of {} has held its lock for {} s; nothing was changed, try again",
+                root.display(),
+                wait.as_secs_f64()
+            )));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+    }
 }
 
 /// The directory the caller's file tools work in.
@@ -394,6 +431,33 @@ pub fn resolved_rel(root: &Path, path: &Path) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One edit lock of a root at a time: another waits for it, and past its wait is told
+    /// the root is busy; another root's lock is its own.
+    #[test]
+    fn an_edit_waits_for_the_roots_lock_then_is_told_busy() {
+        use std::time::{Duration, Instant};
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let held = lock_edits(&a).unwrap();
+        assert!(held._dir.is_some(), "this file system locks directories");
+        let e = lock_edits_within(&a, Duration::from_millis(100)).err().expect("busy");
+        assert_eq!(e.kind.code(), 1005, "{e:?}");
+        assert!(e.message.contains("has held its lock") && e.message.contains("nothing was changed"), "{e:?}");
+        let _other = lock_edits_within(&b, Duration::from_millis(100)).expect("another root");
+        // Released by another thread while this one waits: taken then.
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                drop(held);
+            });
+            lock_edits_within(&a, Duration::from_secs(20)).expect("taken once released");
+        });
+        assert!(started.elapsed() >= Duration::from_millis(200));
+    }
 
     /// A file is read through a link inside the root, never through one that leads out,
     /// and not when it is not UTF-8.

@@ -138,14 +138,32 @@ pub fn matches_within(
     let grep = lang.ast_grep(src);
     let root = grep.root();
     let mut out: Vec<Hit> = vec![];
+    // What a replacement can hold at most, before it is made: the template, each
+    // metavariable (a `$` or more) the whole match's text at most, each line of it indented
+    // by at most the template's deepest indentation. A metavariable used many times
+    // multiplies the match (a review's `$A` written 300 times peaked at 699 MB before the
+    // budget saw it).
+    let (vars, indent) = rewrite.map_or((0, 0), |rw| {
+        let deepest = rw.lines().map(|l| l.len() - l.trim_start().len()).max().unwrap_or(0);
+        (rw.matches('$').count(), deepest)
+    });
     for m in root.find_all(pat) {
         let r = m.range();
         if out.last().is_some_and(|h| r.start < h.end) {
             continue;
         }
+        if let Some(rw) = rewrite {
+            let text = &src[r.start..r.end];
+            let lines = text.matches('\n').count() + 1;
+            let most =
+                vars.saturating_mul(text.len().saturating_add(lines.saturating_mul(indent))).saturating_add(rw.len());
+            if most > *budget {
+                return None;
+            }
+        }
         let replacement = rewrite.map(|rw| {
             let edit = m.replace_by(rw);
-            String::from_utf8_lossy(&edit.inserted_text).into_owned()
+            String::from_utf8(edit.inserted_text).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
         });
         let taken = replacement.as_ref().map_or(0, String::len);
         *budget = budget.checked_sub(taken)?;
@@ -208,6 +226,17 @@ mod tests {
         assert_eq!((hits.len(), budget), (4, 2));
         let mut budget = 7;
         assert!(matches_within(src, lang, &pat, Some("22"), &mut budget).is_none());
+        // A metavariable written many times multiplies the match: refused before the
+        // replacement is made, by what it could hold, with nothing taken.
+        let call = format!("f({})\n", "a".repeat(1000));
+        let f = pattern("f($A)", lang).unwrap();
+        let mut budget = 50_000;
+        assert!(matches_within(&call, lang, &f, Some(&"$A".repeat(100)), &mut budget).is_none());
+        assert_eq!(budget, 50_000);
+        let mut budget = 200_000;
+        let hits = matches_within(&call, lang, &f, Some(&"$A".repeat(100)), &mut budget).unwrap();
+        assert_eq!(hits[0].replacement.as_ref().map(String::len), Some(100_000));
+        assert_eq!(budget, 100_000);
         // Without a rewrite nothing is taken.
         let mut budget = 0;
         assert_eq!(matches_within(src, lang, &pat, None, &mut budget).map(|h| h.len()), Some(4));

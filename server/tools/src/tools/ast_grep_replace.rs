@@ -125,11 +125,23 @@ fn replace(
         preview.push(format!("{shown}: {} change{}", hits.len(), if hits.len() == 1 { "" } else { "s" }));
         for h in &hits {
             if shown_changes < MAX_SHOWN && preview_bytes < MAX_SHOWN_BYTES {
-                let before = preview.len();
+                let old = h.text.lines().map(|l| ('-', l));
+                let new = h.replacement.as_deref().unwrap_or("").lines().map(|l| ('+', l));
                 preview.push(format!("@@ {shown}:{}", h.line));
-                preview.extend(h.text.lines().map(|l| format!("-{l}")));
-                preview.extend(h.replacement.as_deref().unwrap_or("").lines().map(|l| format!("+{l}")));
-                preview_bytes += preview[before..].iter().map(|l| l.len() + 1).sum::<usize>();
+                preview_bytes += preview.last().map_or(0, |l| l.len() + 1);
+                // A change is cut where the report is full: one change alone can be the
+                // size of the whole rewrite.
+                for (sign, line) in old.chain(new) {
+                    let room = MAX_SHOWN_BYTES.saturating_sub(preview_bytes);
+                    if line.len() + 2 > room {
+                        let cut = forge_domain::text::prefix(line, room.saturating_sub(2));
+                        preview.push(format!("{sign}{cut}… (this change is cut here: the report shows {} KiB of changes)", MAX_SHOWN_BYTES >> 10));
+                        preview_bytes = MAX_SHOWN_BYTES;
+                        break;
+                    }
+                    preview.push(format!("{sign}{line}"));
+                    preview_bytes += line.len() + 2;
+                }
                 shown_changes += 1;
             }
         }
