@@ -30,8 +30,7 @@ fn compact_script(t: &LoopTest) -> String {
 fn a_standby_over_its_threshold_is_compacted_then_resumed() {
     // The coder reports 900 of 1000 tokens: over 50 %.
     let t = resilience_support::start("fixonce", REUSE_50, &[("FORGE_TEST_CONTEXT", "900")]);
-    change_config(&t, json!({ "agent": { "compactCommand": [compact_script(&t), "{session}"] } }));
-    std::thread::sleep(QUIET);
+    set_compact_command(&t, &compact_script(&t));
     let name = t.execute("One step", ONE_SECTION);
     // While it compacts, the standby session is busy (other sessions of the loop see it).
     let compacting = t.wait_state_file("compacted");
@@ -160,6 +159,18 @@ fn hang_compactions(t: &LoopTest) {
     std::fs::write(&p, "#!/bin/sh\necho $$ > \"$FORGE_TEST_STATE/compact.pid\"\nsleep 120 &\nwait\necho compacted\n")
         .unwrap();
     let _ = std::process::Command::new("chmod").arg("+x").arg(&p).status();
-    change_config(t, json!({ "agent": { "compactCommand": [p.display().to_string(), "{session}"] } }));
+    set_compact_command(t, &p.display().to_string());
+}
+
+/// Sets `agent.compactCommand` to `script {session}` in the project's configuration file
+/// (not committed, so it may) and has the server read it again. (Not in the editor's
+/// settings: they cannot choose a program forge-lsp runs.)
+fn set_compact_command(t: &LoopTest, script: &str) {
+    let cfg = t.repo.path.join(".forge/config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("[agent]\n"), "{text}");
+    let text = text.replacen("[agent]\n", &format!("[agent]\ncompactCommand = [{script:?}, \"{{session}}\"]\n"), 1);
+    std::fs::write(&cfg, text).unwrap();
+    change_config(t, json!({}));
     std::thread::sleep(QUIET);
 }

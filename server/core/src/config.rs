@@ -469,15 +469,33 @@ impl Loader {
     }
 
     /// Adds an editor's settings (`workspace/didChangeConfiguration`), named `source` in
-    /// messages: as [`Loader::add_value`], except that trust keys ([`TRUST_KEYS`]) are
-    /// ignored, with a warning when they differ from what the sources before set. Editors
-    /// fill their settings from a project's own files too (Zed's `.zed/settings.json`,
-    /// Helix's `.helix/languages.toml`), and a repository cannot grant itself trust.
+    /// messages: as [`Loader::add_value`], except that trust keys ([`TRUST_KEYS`]), the
+    /// keys a committed project file may not set ([`LOCAL_KEYS`], plugin variables) are
+    /// ignored, with a warning when they differ from what is in effect, and the lists of
+    /// [`ADD_ONLY_KEYS`] can only grow. Editors fill their settings from a project's own
+    /// files too (Zed's `.zed/settings.json`, Helix's `.helix/languages.toml`), and a
+    /// repository cannot grant itself trust or choose what runs.
     pub fn add_settings(&mut self, v: &Value, source: &str) -> Result<(), ConfigError> {
         self.settings = true;
         let added = self.add_value(v, source);
         self.settings = false;
         added
+    }
+
+    /// Whether `val` is what `key` is now: set so by an earlier source, or its default
+    /// when none set it.
+    fn in_effect(&self, key: &str, val: &Value) -> bool {
+        match self.merged.get(key) {
+            Some(now) => now == val,
+            None if key == "sandbox.enabled" => *val == Value::Bool(true),
+            None if key == "sandbox.mode" => val.as_str() == Some("bwrap"),
+            None => match val {
+                Value::Null | Value::Bool(false) => true,
+                Value::Array(a) => a.is_empty(),
+                Value::Object(o) => o.is_empty(),
+                _ => false,
+            },
+        }
     }
 
     /// Adds a JSON object source, named `source` in messages.
@@ -498,6 +516,23 @@ impl Loader {
             if flat.iter().any(|(k, _)| local(k)) {
                 self.committed = Some(committed_config(root));
             }
+        }
+        if self.settings {
+            // An editor's settings may come from the project's own files: neither trust nor
+            // the program forge-lsp runs, its sandbox or plugin variables are read from
+            // them. Said unless they repeat what is in effect (Helix sends its
+            // configuration both ways).
+            flat.retain(|(key, val)| {
+                if !(local(key) || TRUST_KEYS.contains(&key.as_str())) {
+                    return true;
+                }
+                if !self.in_effect(key, val) {
+                    self.warnings.push(format!(
+                        "configuration key `{key}` in {source} is ignored: an editor may fill its settings from a project's own files, and they cannot grant trust, choose the program forge-lsp runs, loosen its sandbox or set plugin variables (set it in the user configuration file or the initialization options, and restart the server)"
+                    ));
+                }
+                false
+            });
         }
         let held_back = untrusted && self.committed == Some(true);
         if held_back {
@@ -533,16 +568,6 @@ impl Loader {
                 self.warnings.push(format!(
                     "configuration key `{key}` in {source} is ignored: a repository cannot grant itself trust (set it in the user configuration file or the initialization options)"
                 ));
-                continue;
-            }
-            if self.settings && TRUST_KEYS.contains(&key.as_str()) {
-                // Helix sends its configuration both ways: the same value as the
-                // initialization options set is no news.
-                if self.merged.get(key.as_str()).unwrap_or(&Value::Null) != val {
-                    self.warnings.push(format!(
-                        "configuration key `{key}` in {source} is ignored: trust is read from the user configuration file and the initialization options only, since an editor may fill its settings from a project's own files (restart the server with it set there)"
-                    ));
-                }
                 continue;
             }
             if key == "sandbox.hidePaths" || key == "sandbox.exposePaths" {
@@ -589,7 +614,7 @@ impl Loader {
         }
         for (key, val) in flat {
             let trust = TRUST_KEYS.contains(&key.as_str());
-            if untrusted && ADD_ONLY_KEYS.contains(&key.as_str()) {
+            if (untrusted || self.settings) && ADD_ONLY_KEYS.contains(&key.as_str()) {
                 if let (Some(Value::Array(before)), Value::Array(added)) = (self.merged.get_mut(&key), &val) {
                     for entry in added {
                         if !before.contains(entry) {
@@ -891,6 +916,28 @@ mod tests {
         // A source added after the settings reads trust again.
         l.add_value(&json!({ "plugins": { "trustProjectTools": false } }), "user").unwrap();
         assert!(!l.build().trust_project_tools);
+
+        // Nor do settings choose the program or loosen the sandbox, and their deny rules
+        // only add.
+        let mut l = Loader::default();
+        l.add_value(&json!({ "loop": { "permissions": { "deny": ["rm *"] } } }), "user").unwrap();
+        let settings = json!({
+            "agent": { "command": "/tmp/evil" },
+            "sandbox": { "enabled": false, "network": true },
+            "loop": { "permissions": { "deny": ["curl *"] } },
+        });
+        l.add_settings(&settings, "s").unwrap();
+        let c = l.build();
+        assert!(c.agent_command.is_none() && c.sandbox_enabled && !c.sandbox_network);
+        assert_eq!(c.permissions_deny, ["rm *", "curl *"]);
+        assert_eq!(l.warnings.len(), 3, "{:?}", l.warnings);
+        l.add_settings(&json!({ "loop": { "permissions": { "deny": [] } } }), "s").unwrap();
+        assert_eq!(l.build().permissions_deny, ["rm *", "curl *"]);
+        // The defaults, sent as settings, are no news.
+        let mut l = Loader::default();
+        let defaults = json!({ "sandbox": { "enabled": true, "network": false, "exposeEnv": [] }, "plugins": { "trustProjectTools": false } });
+        l.add_settings(&defaults, "s").unwrap();
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
     }
 
     /// What a sandbox hides: a repository's file may add to `sandbox.hidePaths` but not
