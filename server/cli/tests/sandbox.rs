@@ -97,6 +97,16 @@ impl Fixture {
         d
     }
 
+    /// Turns the sandbox off in the project's configuration file (not committed, so it
+    /// may) and has the server read it again. (Not in the editor's settings: they cannot
+    /// loosen the sandbox.)
+    fn disable_sandbox(&self) {
+        let cfg = self.repo.path.join(".forge/config.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap().replacen("enabled = true", "enabled = false", 1);
+        std::fs::write(&cfg, text).unwrap();
+        self.client.notify("workspace/didChangeConfiguration", json!({ "settings": { "forge": {} } }));
+    }
+
     fn loop_columns(&self, name: &str) -> (i64, i64) {
         self.sb
             .db()
@@ -183,10 +193,7 @@ fn a_loop_start_without_bubblewrap_fails_with_1004_and_leaves_nothing() {
         assert_eq!(f.repo.git(&["branch", "--list", "forge/*"]), "", "{case}");
         assert_eq!(f.repo.git(&["worktree", "list", "--porcelain"]).matches("worktree ").count(), 1, "{case}");
         // With the sandbox disabled the same start works (and proves the message's advice).
-        f.client.notify(
-            "workspace/didChangeConfiguration",
-            json!({ "settings": { "forge": { "sandbox": { "enabled": false } } } }),
-        );
+        f.disable_sandbox();
         let ok = wait_for(Duration::from_secs(10), || {
             f.client.tool("execute-plan", json!({ "title": "Sandbox check", "plan": PLAN, "loopName": "sbx" })).ok()
         })
@@ -309,10 +316,7 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     // settings and its shims are recreated.
     f.client.tool_ok("loop-cancel", json!({ "name": name }));
     std::fs::remove_dir_all(&shims).expect("remove shims");
-    f.client.notify(
-        "workspace/didChangeConfiguration",
-        json!({ "settings": { "forge": { "sandbox": { "enabled": false } } } }),
-    );
+    f.disable_sandbox();
     std::thread::sleep(Duration::from_millis(300));
     // The configuration is in effect: a new loop starts without a sandbox.
     let other = f.client.tool_ok("execute-plan", json!({ "title": "Other", "plan": PLAN }));

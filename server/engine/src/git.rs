@@ -54,6 +54,8 @@ pub enum GitError {
     NoCommit { repo: PathBuf },
     /// The repository is bare (has no working tree).
     Bare { path: PathBuf },
+    /// The worktree's `.git` does not name the linked worktree it was made as (`why`).
+    Redirected { path: PathBuf, why: &'static str },
     /// `branch` is not a valid branch name.
     InvalidBranchName { branch: String },
     /// A new branch was asked for but it exists already.
@@ -96,6 +98,11 @@ impl fmt::Display for GitError {
                  least one commit: commit first (e.g. `git add -A && git commit -m \"initial \
                  commit\"`) and retry",
                 repo.display()
+            ),
+            GitError::Redirected { path, why } => write!(
+                f,
+                "the worktree {} is not the git worktree it was made as ({why}); its changes are not committed through it",
+                path.display()
             ),
             GitError::Bare { path } => write!(
                 f,
@@ -809,11 +816,30 @@ fn discover(repo_dir: &Path) -> Result<Repository, GitError> {
 }
 
 /// Opens the worktree at exactly `worktree` (no search upwards, so a deleted worktree
-/// inside another repository is never mistaken for that repository).
+/// inside another repository is never mistaken for that repository), and only as the
+/// linked worktree it was made as: what its `.git` names must be a linked worktree's git
+/// directory outside the worktree, whose working tree is the worktree itself. A command
+/// in the worktree could rewrite that file (the sandbox now binds it read-only) to name
+/// another repository, or a repository it made with `core.worktree` set elsewhere, and the
+/// server's own checkpoints then committed there on the host: into a repository the user
+/// owns, or the files of a folder the sandbox hides into one it can read (found by a
+/// review).
 fn open_worktree(worktree: &Path) -> Result<Repository, GitError> {
     let repo = Repository::open(worktree).map_err(|source| GitError::Open { path: worktree.to_path_buf(), source })?;
     if repo.is_bare() {
         return Err(GitError::Bare { path: worktree.to_path_buf() });
+    }
+    let redirected = |why| Err(GitError::Redirected { path: worktree.to_path_buf(), why });
+    let canonical = |p: &Path| p.canonicalize().ok();
+    let Some(wt) = canonical(worktree) else { return redirected("it cannot be resolved") };
+    if !repo.is_worktree() {
+        return redirected("its .git names no linked worktree's git directory");
+    }
+    if repo.workdir().and_then(canonical).as_deref() != Some(wt.as_path()) {
+        return redirected("its git directory's working tree is elsewhere");
+    }
+    if [repo.path(), repo.commondir()].iter().any(|p| canonical(p).is_none_or(|p| p.starts_with(&wt))) {
+        return redirected("its git directory is inside the worktree");
     }
     Ok(repo)
 }
@@ -1421,6 +1447,38 @@ mod tests {
         let not_repo = tmp.path().join("plain");
         fs::create_dir_all(&not_repo).unwrap();
         assert!(head(&not_repo).is_err());
+    }
+
+    /// A worktree whose `.git` was pointed elsewhere is not committed through: not into
+    /// another repository, not into one made inside it with its working tree elsewhere
+    /// (that committed the files of the folder it named, hidden from the sandbox).
+    #[test]
+    fn a_worktree_whose_git_file_names_another_repository_is_refused() {
+        let (tmp, _repo, wt) = setup();
+        let victim = repo_with_commit(&tmp.path().join("victim"));
+        let before = git(&victim, &["rev-parse", "HEAD"]);
+        let own = fs::read_to_string(wt.dir.join(".git")).unwrap();
+        write(&wt.dir.join("pwned.txt"), "x\n");
+        fs::write(wt.dir.join(".git"), format!("gitdir: {}\n", victim.join(".git").display())).unwrap();
+        let e = checkpoint(&wt.dir, "loop: x").unwrap_err();
+        assert!(matches!(e, GitError::Redirected { .. }), "{e}");
+        assert_eq!(git(&victim, &["rev-parse", "HEAD"]), before);
+        assert!(head(&wt.dir).is_err());
+        // A repository made inside the worktree, its working tree elsewhere.
+        let elsewhere = tmp.path().join("secrets");
+        write(&elsewhere.join("key"), "SECRET\n");
+        let evil = wt.dir.join("evil");
+        fs::create_dir_all(&evil).unwrap();
+        git(&evil, &["init", "-q"]);
+        git(&evil, &["config", "core.worktree", elsewhere.to_str().unwrap()]);
+        fs::write(wt.dir.join(".git"), format!("gitdir: {}\n", evil.join(".git").display())).unwrap();
+        let e = checkpoint(&wt.dir, "loop: x").unwrap_err();
+        assert!(e.to_string().contains("is not the git worktree it was made as"), "{e}");
+        assert!(git(&evil, &["rev-list", "--all"]).trim().is_empty(), "nothing committed in the planted repository");
+        // Its own `.git` back: committed as before.
+        fs::remove_dir_all(&evil).unwrap();
+        fs::write(wt.dir.join(".git"), own).unwrap();
+        assert!(checkpoint(&wt.dir, "loop: x").unwrap().is_some());
     }
 
     #[test]

@@ -512,6 +512,11 @@ impl Sandbox {
         }
         push(&["--bind".as_ref(), wt, wt]);
         push(&["--ro-bind-try".as_ref(), forge.as_os_str(), forge.as_os_str()]);
+        // The worktree's `.git` names the repository the server commits its checkpoints
+        // to, on the host: a command must not point it elsewhere (`git::open_worktree`
+        // checks it too).
+        let git = self.worktree.join(".git");
+        push(&["--ro-bind-try".as_ref(), git.as_os_str(), git.as_os_str()]);
         for d in [USAGE_DIR, TMP_DIR] {
             let d = self.worktree.join(d);
             push(&["--bind-try".as_ref(), d.as_os_str(), d.as_os_str()]);
@@ -1067,6 +1072,23 @@ mod tests {
         assert!(!Path::new("/forge-sandbox-outside-file").exists());
         assert!(!target.exists(), "wrote into another temp dir: {c:?}");
         assert!(c.stderr.contains("Read-only file system"), "{c:?}");
+    }
+
+    /// The worktree's `.git` file is read-only inside: a command cannot point the server's
+    /// checkpoints at another repository (`git::open_worktree` refuses that too).
+    #[tokio::test]
+    async fn the_worktrees_git_file_cannot_be_changed_inside() {
+        let wt = worktree();
+        let git = wt.path().join(".git");
+        std::fs::write(&git, "gitdir: /somewhere/.git/worktrees/x\n").unwrap();
+        let c = run_in(
+            &sandbox(wt.path()),
+            "echo 'gitdir: /elsewhere/.git' > .git; rm -f .git; mv .git moved; echo x > other && echo inside-ok",
+        )
+        .await;
+        assert_eq!(c.stdout.trim(), "inside-ok", "{c:?}");
+        assert_eq!(std::fs::read_to_string(&git).unwrap(), "gitdir: /somewhere/.git/worktrees/x\n", "{c:?}");
+        assert!(!wt.path().join("moved").exists(), "{c:?}");
     }
 
     #[tokio::test]
