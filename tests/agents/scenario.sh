@@ -272,6 +272,9 @@ case "$FORGE_ROLE:$scenario" in
         secs=$(printf '{"title":"S","content":"C"},%.0s' $(seq 24))
         run adjust-over forge-lsp call plan-adjust "{\"sections\":[${secs%,}],\"rationale\":\"too many\"}"
         run adjust-blank forge-lsp call plan-adjust '{"currentSection":{"title":"T","content":"C"},"rationale":"  "}'
+        run adjust-sep forge-lsp call plan-adjust '{"currentSection":{"title":"A\u2028B","content":"C"},"rationale":"r"}'
+        big=$(printf 'x%.0s' $(seq 5000))
+        run adjust-big forge-lsp call plan-adjust "{\"currentSection\":{\"title\":\"T\",\"content\":\"$big\"},\"rationale\":\"r\"}"
         run adjust-title forge-lsp call plan-adjust '{"currentSection":{"title":"Line1\nLine2","content":"C"},"rationale":"r"}'
         await adjust-end
       fi

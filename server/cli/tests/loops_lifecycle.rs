@@ -340,3 +340,26 @@ fn an_agent_script_under_tmp_runs_inside_the_sandbox_and_reports_usage() {
     let models = t.strings("SELECT model || ' ' || role || ' ' || input_tokens FROM loop_session_usage WHERE loop_name = ?1 ORDER BY role DESC", &name);
     assert_eq!(models, ["test/coder code 1000", "test/auditor auditor 1000"], "{}", t.report());
 }
+
+/// Sections past the cap of 24 are dropped at the start (FORGE-REFERENCE §3.2), and the
+/// reply says so: it said nothing of them (a plan given inline has no plan-write report).
+#[test]
+fn a_start_says_which_sections_past_the_cap_are_dropped() {
+    let t = LoopTest::start("clean", "");
+    let plan: String = (1..=26).map(|k| format!("<!-- forge-section -->\n## Phase {k}\n- step {k}\n")).collect();
+    let out = t.client.tool_ok("execute-plan", json!({ "title": "Many", "plan": format!("# Many\n\n{plan}") }));
+    assert!(
+        out.text.contains("Note: the plan has 26 sections; the 2 after the first 24 are dropped and will not run"),
+        "{}",
+        out.text
+    );
+    assert_eq!((out.data["totalSections"].clone(), out.data["droppedSections"].clone()), (json!(24), json!(2)));
+    let name = out.data["loopName"].as_str().unwrap().to_string();
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    // Within the cap: no note.
+    let plan: String = (1..=2).map(|k| format!("<!-- forge-section -->\n## Phase {k}\n- step {k}\n")).collect();
+    let out = t.client.tool_ok("execute-plan", json!({ "title": "Few", "plan": format!("# Few\n\n{plan}") }));
+    assert!(!out.text.contains("Note:"), "{}", out.text);
+    assert_eq!(out.data["droppedSections"], json!(0));
+    t.client.tool_ok("loop-cancel", json!({ "name": out.data["loopName"].as_str().unwrap() }));
+}

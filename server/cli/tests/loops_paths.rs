@@ -45,11 +45,12 @@ fn new_session_mode_runs_one_code_agent_turn_outside_any_loop() {
 }
 
 /// plan-adjust is refused for a coder (not the auditor), in a non-sectioned loop, for a
-/// pending section that is already completed, past 24 sections and without a rationale;
+/// pending section that is already completed, past 24 sections, without a rationale, with a
+/// title of more than one line and past the plan size limit;
 /// none of the refusals changes the sections or records an amendment.
 #[test]
 fn plan_adjust_rejections_over_the_real_binary() {
-    let t = LoopTest::start("adjustbad", "");
+    let t = LoopTest::start("adjustbad", "[documents]\nmaxPlanBytes = 4000\n");
     let name = t.execute("Two halves", TWO_SECTIONS);
     t.wait_state_file("prompt-2");
     let db = rusqlite::Connection::open(t.sb.db_path()).expect("open forge.db");
@@ -75,6 +76,10 @@ fn plan_adjust_rejections_over_the_real_binary() {
     refused("adjust-blank", "rationale must not be empty");
     // A title is the section's heading: one line (before, a newline split the heading).
     refused("adjust-title", "currentSection.title must be one line");
+    refused("adjust-sep", "currentSection.title must be one line");
+    // The sections stay within the plan size limit (they were unbounded).
+    refused("adjust-big", "the sections would hold 50");
+    refused("adjust-big", "over the limit of 4000 bytes (documents.maxPlanBytes)");
     assert_eq!(t.count("SELECT count(*) FROM plan_amendments WHERE loop_name = ?1", &name), 0);
     assert_eq!(t.loop_row(&name)["totalSections"], json!(2));
 

@@ -171,6 +171,9 @@ pub async fn start_loop(
     // 2. Rows.
     let decomposition = decompose(&plan);
     let total = decomposition.sections.len() as u32;
+    // Sections past the cap are dropped (FORGE-REFERENCE §3.2): said in the reply, which
+    // said nothing of them before (plan-write's report warns; a plan given inline has none).
+    let dropped = decomposition.uncapped_count.saturating_sub(decomposition.sections.len());
     let session = forge_core::fresh_session();
     let token = host::new_token();
     let now = now_ms();
@@ -236,17 +239,23 @@ pub async fn start_loop(
     let max = if max_iterations == 0 { "unlimited".to_string() } else { max_iterations.to_string() };
     let model = run_model.unwrap_or_else(|| "default".into());
     let status_link = env.link(&forge_protocol::uri::ForgeUri::LoopStatus(name.clone()));
-    let text = format!(
+    let mut text = format!(
         "Loop activated!\n\nSession: {session}\nTitle: {}\nLoop name: {name}\nWorktree: {}\nBranch: {branch}\nModel: {model}\nMax iterations: {max}\n\nThe loop runs on its own: each phase ends with a handoff and the next one starts.\n{}\nUse loop-status for details and loop-cancel to stop it.",
         truncate(&format!("Loop: {title}"), 60),
         wt.dir.display(),
         watch_line(&status_link)
     );
+    if dropped > 0 {
+        text.push_str(&format!(
+            "\n\nNote: the plan has {} sections; the {dropped} after the first {total} are dropped and will not run (at most {total} sections). Consolidate phases, or run the rest as another loop.",
+            total as usize + dropped
+        ));
+    }
     Ok(CommandResult {
         text,
         data: json!({
             "loopName": name, "sessionId": session, "worktreeDir": wt.dir, "branch": branch, "baseCommit": wt.base_commit,
-            "totalSections": total, "maxIterations": max_iterations,
+            "totalSections": total, "maxIterations": max_iterations, "droppedSections": dropped,
         }).into(),
     })
 }

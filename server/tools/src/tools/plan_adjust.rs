@@ -83,6 +83,22 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         }
         total = new_total;
     }
+    // The sections' text after the change stays within the plan size limit, as a plan
+    // written or started does (it was unbounded: a review stored 20 MiB).
+    let kept = secs.iter().filter(|s| {
+        (s.index < current)
+            || (s.index == current && input.current_section.is_none())
+            || (s.index > current && input.sections.is_none())
+    });
+    let bytes = kept.map(|s| s.content.len()).sum::<usize>()
+        + input.current_section.as_ref().map_or(0, |c| c.content.len())
+        + input.sections.iter().flatten().map(|s| s.content.len()).sum::<usize>();
+    let max = ctx.env.config.max_plan_bytes;
+    if bytes as u64 > max {
+        return Err(ToolError::invalid(format!(
+            "the sections would hold {bytes} bytes, over the limit of {max} bytes (documents.maxPlanBytes); nothing was changed"
+        )));
+    }
     if let Some(cs) = &input.current_section {
         ctx.db
             .execute(
@@ -122,8 +138,12 @@ const MAX_TITLE_CHARS: usize = 200;
 /// its status line and its lens, so it is one line of at most [`MAX_TITLE_CHARS`].
 fn title_problem(title: &str) -> Option<String> {
     let t = title.trim();
-    if t.contains(['\n', '\r']) {
+    // Editors and LSP clients break lines at U+0085, U+2028 and U+2029 too.
+    if t.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']) {
         return Some("must be one line (it is the section's heading)".to_string());
+    }
+    if t.chars().any(char::is_control) {
+        return Some("must not hold control characters (it is the section's heading)".to_string());
     }
     let n = t.chars().count();
     (n > MAX_TITLE_CHARS).then(|| format!("has {n} characters; at most {MAX_TITLE_CHARS} (it is the section's heading)"))
