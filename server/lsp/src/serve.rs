@@ -146,7 +146,15 @@ impl ListenAddr {
             return Ok(ListenAddr::Unix(PathBuf::from(p)));
         }
         if let Some(a) = s.strip_prefix("tcp:") {
-            let host = a.rsplit_once(':').map(|(h, _)| h).unwrap_or("");
+            let whole_host = matches!(a, "127.0.0.1" | "localhost" | "[::1]");
+            let Some((host, port)) =
+                a.rsplit_once(':').filter(|(h, p)| !whole_host && !p.is_empty() && !h.ends_with(':'))
+            else {
+                return Err(format!("tcp: needs a host and a port (tcp:127.0.0.1:PORT), got {a:?}"));
+            };
+            if port.parse::<u16>().is_err() {
+                return Err(format!("tcp: port {port:?} is not a port number (0 to 65535), in {a:?}"));
+            }
             if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
                 return Err(format!("tcp listening is for tests on loopback only (tcp:127.0.0.1:PORT), got {a:?}"));
             }
@@ -495,5 +503,27 @@ pub fn remove_listen_socket(path: &Path) {
     use std::os::unix::fs::FileTypeExt;
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
         let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ListenAddr;
+
+    /// Each wrong listen address is told what is wrong with it (a missing port was told
+    /// "loopback only").
+    #[test]
+    fn listen_addresses_name_what_is_wrong() {
+        let err = |s: &str| ListenAddr::parse(s).err().unwrap_or_else(|| panic!("{s} was taken"));
+        for s in ["tcp:127.0.0.1", "tcp:localhost", "tcp:[::1]", "tcp:127.0.0.1:", "tcp:"] {
+            assert!(err(s).contains("needs a host and a port"), "{s}: {}", err(s));
+        }
+        assert!(err("tcp:127.0.0.1:99999").contains("is not a port number"));
+        assert!(err("tcp:10.0.0.1:80").contains("loopback only"));
+        assert!(err("unix:").contains("needs a socket path"));
+        assert!(err("127.0.0.1:80").contains("must be unix:PATH or tcp:127.0.0.1:PORT"));
+        for s in ["tcp:127.0.0.1:0", "tcp:localhost:9000", "tcp:[::1]:9000"] {
+            assert!(matches!(ListenAddr::parse(s), Ok(ListenAddr::Tcp(_))), "{s}");
+        }
     }
 }

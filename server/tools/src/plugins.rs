@@ -175,12 +175,18 @@ fn tool_at(plugin: &str, plugin_dir: &Path, name: String) -> Option<PluginTool> 
     })
 }
 
-/// Whether `path` is a regular file (a link is followed) with an execute bit: what a
-/// tool's call can start. A folder or a file without one is not offered (before, it was
-/// offered and every call failed, and with `override` it hid the built-in of its name).
+/// Whether `path` is a regular file (a link is followed) this process may execute: what a
+/// tool's call can start. A folder, a file without an execute bit for this user or on a
+/// `noexec` mount is not offered (before, it was offered and every call failed, and with
+/// `override` it hid the built-in of its name).
 fn executable_file(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    use std::os::unix::ffi::OsStrExt;
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; no memory is written.
+    unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) == 0 }
 }
 
 /// A sidecar's `inputSchema` as the schema of an object input: a JSON object whose `type`
@@ -206,7 +212,17 @@ fn plugin_dirs(project_root: &Path) -> Vec<(String, PathBuf)> {
             rd.flatten()
                 .filter(|e| e.path().is_dir())
                 .filter_map(|e| e.file_name().to_str().map(|n| (n.to_string(), e.path())))
-                .filter(|(n, _)| valid_name(n) && n != "project")
+                .filter(|(n, p)| {
+                    // The name of the repository's own tools: a user's folder of that name
+                    // was shadowed by them without a word.
+                    if n == "project" {
+                        tracing::warn!(
+                            "user plugin folder {} is skipped: `project` names the repository's own tools (rename the folder)",
+                            p.display()
+                        );
+                    }
+                    valid_name(n) && n != "project"
+                })
                 .collect()
         })
         .unwrap_or_default();
