@@ -226,7 +226,13 @@ fn a_process_that_left_the_tools_group_does_not_hold_the_call() {
     let repo = GitRepo::new();
     let dir = sb.config_home.join("forge-lsp/plugins/esc/tools");
     let schema = json!({ "description": "Escapes.", "inputSchema": { "type": "object" } });
-    let escape = |file: &str| format!("setsid sleep 30 & echo $! > \"$FORGE_PLUGIN_DIR/{file}\"\n");
+    // The tool goes on once the process has left its session (and so its process group):
+    // a tool that ended first had it killed with its group, under load (a race of the test).
+    let escape = |file: &str| {
+        format!(
+            "setsid sleep 30 & echo $! > \"$FORGE_PLUGIN_DIR/{file}\"\nwhile [ \"$(cut -d' ' -f6 /proc/$!/stat)\" = \"$(cut -d' ' -f6 /proc/$$/stat)\" ]; do sleep 0.01; done\n"
+        )
+    };
     tool(&dir, "Slow", &format!("#!/bin/sh\ncat > /dev/null\n{}sleep 60\n", escape("slow")), schema.clone());
     tool(&dir, "Quick", &format!("#!/bin/sh\ncat > /dev/null\n{}echo '{{\"done\":true}}'\n", escape("quick")), schema);
     sb.write_user_config("[plugins]\ntimeoutMs = 1000\n");
