@@ -27,8 +27,7 @@ pub const DEFAULT_ATTEMPTS_LIMIT: i64 = 20;
 pub const MAX_ATTEMPTS_LIMIT: i64 = 100;
 
 /// Validates a `review-write` beyond its JSON shape: `file` is non-empty after
-/// trimming, at most [`MAX_FILE_BYTES`] and free of NUL and line breaks (review-read lists
-/// a finding's file on one line); `line` is 1 to [`MAX_LINE`];
+/// trimming, at most [`MAX_FILE_BYTES`] and free of NUL; `line` is 1 to [`MAX_LINE`];
 /// `description` is non-empty after trimming; `description` and `scenario` are at
 /// most [`MAX_TEXT_BYTES`]. The error names the field.
 pub fn validate_write(file: &str, line: i64, description: &str, scenario: Option<&str>) -> Result<(), String> {
@@ -40,11 +39,6 @@ pub fn validate_write(file: &str, line: i64, description: &str, scenario: Option
     }
     if file.contains('\0') {
         return Err("Invalid file: must not contain NUL characters.".to_string());
-    }
-    if file.contains(['\n', '\r']) {
-        return Err(
-            "Invalid file: must not contain a line break (a finding names one file, listed on one line).".to_string()
-        );
     }
     if line < 1 {
         return Err(format!("Invalid line {line}: must be a positive integer (lines are 1-based)."));
@@ -153,8 +147,6 @@ mod tests {
     fn write_fields() {
         assert!(validate_write("  ", 1, "d", None).expect_err("file").contains("file"));
         assert!(validate_write("a\0b", 1, "d", None).expect_err("nul").contains("file"));
-        assert!(validate_write("a\nb", 1, "d", None).expect_err("newline").contains("line break"));
-        assert!(validate_write("a\rb", 1, "d", None).expect_err("return").contains("line break"));
         assert!(validate_write(&"x".repeat(MAX_FILE_BYTES + 1), 1, "d", None).expect_err("long file").contains("file"));
         assert_eq!(
             validate_write("a", 0, "d", None),
