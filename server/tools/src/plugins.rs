@@ -156,6 +156,10 @@ fn tool_at(plugin: &str, plugin_dir: &Path, name: String) -> Option<PluginTool> 
         return None;
     }
     let description = side.get("description").and_then(Value::as_str).unwrap_or("").to_string();
+    if let Some(problem) = side.get("inputSchema").and_then(|s| schema_problem(s, "inputSchema", 0)) {
+        tracing::warn!("plugin tool sidecar {}: {problem}; skipped", sidecar.display());
+        return None;
+    }
     let schema = side.get("inputSchema").cloned().and_then(object_schema);
     let Some(schema) = schema.filter(|_| !description.trim().is_empty()) else {
         tracing::warn!(
@@ -187,6 +191,82 @@ fn executable_file(path: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
     // SAFETY: `c` is a NUL-terminated path that outlives the call; no memory is written.
     unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) == 0 }
+}
+
+/// What is wrong with a keyword of `schema` (at `at`), where [`validate`] reads it: a
+/// keyword of the wrong type (`"required": "a"`, `"properties": []`) was skipped when a
+/// call was checked, so the tool ran without the constraint its author wrote (found by a
+/// review). `None`: every keyword it reads has its type. Unknown keywords are annotations.
+fn schema_problem(schema: &Value, at: &str, depth: usize) -> Option<String> {
+    const SCHEMA_KEYS: [&str; 8] =
+        ["not", "if", "then", "else", "additionalProperties", "contains", "propertyNames", "items"];
+    const SCHEMA_LISTS: [&str; 4] = ["allOf", "anyOf", "oneOf", "prefixItems"];
+    const SCHEMA_MAPS: [&str; 4] = ["properties", "patternProperties", "$defs", "definitions"];
+    const COUNTS: [&str; 8] = [
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+        "minContains",
+        "maxContains",
+    ];
+    let Value::Object(m) = schema else {
+        return (!schema.is_boolean()).then(|| format!("{at} must be a schema (an object or a boolean)"));
+    };
+    if depth > MAX_SCHEMA_DEPTH {
+        return Some(format!("{at} nests deeper than {MAX_SCHEMA_DEPTH}"));
+    }
+    let strings = |v: &Value| v.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+    for (k, v) in m {
+        let here = format!("{at}.{k}");
+        let wrong = |what: &str| Some(format!("{here} must be {what}"));
+        match k.as_str() {
+            "required" if !strings(v) => return wrong("an array of property names"),
+            "type" if !(v.is_string() || strings(v)) => return wrong("a type name or an array of them"),
+            "enum" if !v.is_array() => return wrong("an array"),
+            "pattern" if !v.is_string() => return wrong("a string"),
+            "uniqueItems" if !v.is_boolean() => return wrong("a boolean"),
+            "$ref" if !v.is_string() => return wrong("a string"),
+            "minimum" | "maximum" | "multipleOf" if !v.is_number() => return wrong("a number"),
+            "exclusiveMinimum" | "exclusiveMaximum" if !(v.is_number() || v.is_boolean()) => {
+                return wrong("a number (or, in draft 4, a boolean)")
+            }
+            "dependentRequired" if !v.as_object().is_some_and(|o| o.values().all(strings)) => {
+                return wrong("an object of arrays of property names")
+            }
+            k if COUNTS.contains(&k) && !v.is_u64() => return wrong("a non-negative integer"),
+            "items" if v.is_array() => {
+                // Draft 4's list of item schemas.
+                let mut items = v.as_array().into_iter().flatten().enumerate();
+                if let Some(p) = items.find_map(|(i, s)| schema_problem(s, &format!("{here}[{i}]"), depth + 1)) {
+                    return Some(p);
+                }
+            }
+            k if SCHEMA_KEYS.contains(&k) => {
+                if let Some(p) = schema_problem(v, &here, depth + 1) {
+                    return Some(p);
+                }
+            }
+            k if SCHEMA_LISTS.contains(&k) => {
+                let Some(list) = v.as_array() else { return wrong("an array of schemas") };
+                if let Some(p) =
+                    list.iter().enumerate().find_map(|(i, s)| schema_problem(s, &format!("{here}[{i}]"), depth + 1))
+                {
+                    return Some(p);
+                }
+            }
+            k if SCHEMA_MAPS.contains(&k) => {
+                let Some(map) = v.as_object() else { return wrong("an object of schemas") };
+                if let Some(p) = map.iter().find_map(|(n, s)| schema_problem(s, &format!("{here}.{n}"), depth + 1)) {
+                    return Some(p);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A sidecar's `inputSchema` as the schema of an object input: a JSON object whose `type`
@@ -1127,6 +1207,47 @@ mod tests {
     /// A tool whose offer name agents' providers would refuse after the CLI's prefix is not
     /// offered (nor, so, an MCP tool); one of the longest name that fits is. A call by its
     /// name still finds it.
+    #[test]
+    fn a_schema_keyword_of_the_wrong_type_is_named() {
+        let ok = [
+            json!({ "type": "object", "properties": { "a": { "type": ["string", "null"], "minLength": 1 } }, "required": ["a"] }),
+            json!({ "items": [{ "type": "string" }, true], "exclusiveMinimum": true, "anyOf": [{ "$ref": "#" }], "x-note": 1 }),
+            json!({ "$defs": { "n": { "enum": [1, 2] } }, "dependentRequired": { "a": ["b"] }, "not": false }),
+        ];
+        for s in &ok {
+            assert_eq!(schema_problem(s, "inputSchema", 0), None, "{s}");
+        }
+        let bad = [
+            (json!({ "required": "a" }), "inputSchema.required must be an array of property names"),
+            (json!({ "properties": [] }), "inputSchema.properties must be an object of schemas"),
+            (
+                json!({ "properties": { "a": { "minLength": -1 } } }),
+                "inputSchema.properties.a.minLength must be a non-negative integer",
+            ),
+            (
+                json!({ "anyOf": [{}, { "type": 3 }] }),
+                "inputSchema.anyOf[1].type must be a type name or an array of them",
+            ),
+            (json!({ "items": 3 }), "inputSchema.items must be a schema (an object or a boolean)"),
+            (json!({ "pattern": 1 }), "inputSchema.pattern must be a string"),
+        ];
+        for (s, want) in &bad {
+            assert_eq!(schema_problem(s, "inputSchema", 0).as_deref(), Some(*want), "{s}");
+        }
+        // A tool with such a schema is not offered.
+        let root = tempfile::tempdir().unwrap();
+        let tools = root.path().join(".forge/tools");
+        write_tool(&tools, "Bad", &json!({ "description": "d", "inputSchema": { "type": "object", "required": "a" } }));
+        write_tool(
+            &tools,
+            "Good",
+            &json!({ "description": "d", "inputSchema": { "type": "object", "required": ["a"] } }),
+        );
+        let offered: Vec<String> =
+            offers(root.path(), true).into_iter().map(|o| o.name).filter(|n| n.starts_with("project__")).collect();
+        assert_eq!(offered, ["project__Good"]);
+    }
+
     #[test]
     fn offer_names_longer_than_agents_take_are_not_offered() {
         let root = tempfile::tempdir().unwrap();
