@@ -61,6 +61,10 @@ fn command_params_of_the_wrong_shape_name_the_field() {
         (json!({ "arguments": [] }), "missing `command`"),
         (json!({ "command": 7 }), "`command` must be a string, found a number"),
         (Value::Null, "params must be an object with `command` and `arguments`, found null"),
+        (
+            json!({ "command": "forge.tools", "workDoneToken": [1] }),
+            "`workDoneToken` must be a string or an integer, found an array",
+        ),
     ];
     for (params, want) in cases {
         let e = c.request_err("workspace/executeCommand", params.clone());

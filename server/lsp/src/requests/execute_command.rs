@@ -62,6 +62,11 @@ fn check_params(params: Option<&Value>) -> Result<()> {
         None => return bad("missing `command` (the tool to run, e.g. \"forge.plan-read\")".into()),
         Some(v) => return bad(format!("`command` must be a string, found {}", kind(v))),
     }
+    match p.get("workDoneToken") {
+        None | Some(Value::Null | Value::String(_)) => {}
+        Some(Value::Number(n)) if n.is_i64() => {}
+        Some(v) => return bad(format!("`workDoneToken` must be a string or an integer, found {}", kind(v))),
+    }
     match p.get("arguments") {
         None | Some(Value::Null | Value::Array(_)) => Ok(()),
         Some(v) => bad(format!("`arguments` must be an array holding the tool's input (`[{{…}}]`), found {}", kind(v))),
