@@ -686,7 +686,7 @@ fn recurring_block(ctx: &PromptContext, role: Role) -> String {
         let _ = write!(
             out,
             "\n- `{}:{}` — {} (open after the last {} audits)",
-            f.file,
+            crate::text::on_one_line(&f.file),
             f.line,
             one_line(&f.description, 160),
             recurrence_count(f, &ctx.attempts)
@@ -745,7 +745,7 @@ fn attempt_history(ctx: &PromptContext) -> String {
                     let _ = write!(
                         out,
                         "\n- `{}:{}` ({}{section}) {}",
-                        f.file,
+                        crate::text::on_one_line(&f.file),
                         f.line,
                         f.severity.as_str(),
                         one_line(&f.description, 160)
@@ -947,7 +947,7 @@ fn render_findings_full(findings: &[Finding], sectioned: bool, delete_command: b
             out,
             "{}. **`{}:{}`** — {}{} · id {}",
             i + 1,
-            f.file,
+            crate::text::on_one_line(&f.file),
             f.line,
             f.severity.as_str(),
             section_tag(f, sectioned),

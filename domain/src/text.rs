@@ -162,6 +162,17 @@ pub fn md_path_destination(path: &str) -> String {
     md_link_destination(&encoded).into_owned()
 }
 
+/// `s` on one line: each line break (`\r\n`, `\n`, `\r`, U+0085, U+2028, U+2029) written
+/// `\n` (a backslash and `n`); borrowed when it has none. For a name put on one line of a
+/// plain text (a finding's file in review-read and in the agents' prompts: a path may hold
+/// a line break, and it split the entry).
+pub fn on_one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(LINE_BREAKS) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(s.replace("\r\n", "\n").replace(LINE_BREAKS, "\\n"))
+}
+
 /// `s` as literal markdown text inside a line (never at its start): each character that
 /// could start markup there is backslash-escaped (so a stored name such as
 /// `x](http://e/)` is not a link, and `<b>` not HTML), and each line break (`\r\n`, `\n`,
@@ -258,6 +269,12 @@ pub(crate) fn test_rng() -> impl FnMut(usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_one_line_writes_every_line_break_as_backslash_n() {
+        assert!(matches!(on_one_line("src/a.rs"), std::borrow::Cow::Borrowed("src/a.rs")));
+        assert_eq!(on_one_line("a\r\nb\nc\rd\u{85}e\u{2028}f\u{2029}g"), "a\\nb\\nc\\nd\\ne\\nf\\ng");
+    }
 
     #[test]
     fn a_link_destination_is_bracketed_only_when_it_must_be() {

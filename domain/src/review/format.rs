@@ -140,7 +140,8 @@ fn render_entry(out: &mut String, f: &Finding) {
     let mut line = itoa::Buffer::new();
     let line = line.format(f.line);
     let at = |out: &mut String| {
-        push_file(out, &f.file);
+        // A line break in a path is written `\n`: it split the entry.
+        out.push_str(&crate::text::on_one_line(&f.file));
         out.push(':');
         out.push_str(line);
     };
@@ -161,22 +162,6 @@ fn render_entry(out: &mut String, f: &Finding) {
         out.push_str("  - Section: ");
         out.push_str(itoa::Buffer::new().format(k));
         out.push('\n');
-    }
-}
-
-/// A finding's file as one line: a line break in its name (a path may hold one) is written
-/// `\n` / `\r`, as the index writes it; before, it split the entry's first line.
-fn push_file(out: &mut String, file: &str) {
-    if !file.contains(['\n', '\r']) {
-        out.push_str(file);
-        return;
-    }
-    for c in file.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c => out.push(c),
-        }
     }
 }
 
@@ -323,7 +308,7 @@ mod tests {
     #[test]
     fn a_file_name_with_a_line_break_stays_on_its_line() {
         let out = render_findings(&[f(1, "two\nlines\r.rs", 4)]);
-        assert!(out.contains("- **two\\nlines\\r.rs:4**\n  - Severity: bug\n  - File: two\\nlines\\r.rs:4\n"), "{out}");
+        assert!(out.contains("- **two\\nlines\\n.rs:4**\n  - Severity: bug\n  - File: two\\nlines\\n.rs:4\n"), "{out}");
     }
 
     #[test]

@@ -335,9 +335,18 @@ class Forge implements vscode.Disposable {
       this.report.configurationChanged();
     }
     if (e.affectsConfiguration('forge.config') && this.client?.isRunning()) {
+      // Most keys apply at once; the server takes trust, the agent program, the sandbox and
+      // plugin variables only from the initialization options (an editor's later settings
+      // may come from a project's files), so those need a restart.
       void this.client.sendNotification('workspace/didChangeConfiguration', {
         settings: { forge: readSettings().config },
       });
+      void vscode.window
+        .showInformationMessage(
+          'Forge: forge.config changed. Trust, agent, sandbox and plugin settings take effect when forge-lsp restarts. Restart it now?',
+          'Restart',
+        )
+        .then((c) => (c === 'Restart' ? this.restart() : undefined));
     }
     if (e.affectsConfiguration('forge.server') || e.affectsConfiguration('forge.dataDir')) {
       void vscode.window

@@ -295,11 +295,12 @@ fn plugin_dirs(project_root: &Path) -> Vec<(String, PathBuf)> {
                 .filter(|(n, p)| {
                     // The name of the repository's own tools: a user's folder of that name
                     // was shadowed by them without a word.
+                    static SAID: std::sync::Once = std::sync::Once::new();
                     if n == "project" {
-                        tracing::warn!(
+                        SAID.call_once(|| tracing::warn!(
                             "user plugin folder {} is skipped: `project` names the repository's own tools (rename the folder)",
                             p.display()
-                        );
+                        ));
                     }
                     valid_name(n) && n != "project"
                 })

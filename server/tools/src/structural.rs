@@ -138,14 +138,19 @@ pub fn matches_within(
     let grep = lang.ast_grep(src);
     let root = grep.root();
     let mut out: Vec<Hit> = vec![];
-    // What a replacement can hold at most, before it is made: the template, each
-    // metavariable (a `$` or more) the whole match's text at most, each line of it indented
-    // by at most the template's deepest indentation. A metavariable used many times
-    // multiplies the match (a review's `$A` written 300 times peaked at 699 MB before the
-    // budget saw it).
-    let (vars, indent) = rewrite.map_or((0, 0), |rw| {
+    // What a replacement can hold at most, before it is made: the template and, for each
+    // metavariable, the whole match's text; every line of it indented by at most the
+    // template's deepest indentation plus that of the match's own line (ast-grep indents the
+    // replacement to where the match stands). A metavariable used many times multiplies the
+    // match (a review's `$A` written 300 times peaked at 699 MB before the budget saw it).
+    let (vars, indent, template_lines) = rewrite.map_or((0, 0, 0), |rw| {
         let deepest = rw.lines().map(|l| l.len() - l.trim_start().len()).max().unwrap_or(0);
-        (rw.matches('$').count(), deepest)
+        // A metavariable starts `$` then a capital, `_` or `$` (`$$$ARGS` counts three):
+        // a literal `$this` is none.
+        let b = rw.as_bytes();
+        let starts =
+            |i: usize| b[i] == b'$' && b.get(i + 1).is_some_and(|c| c.is_ascii_uppercase() || matches!(c, b'_' | b'$'));
+        ((0..b.len()).filter(|&i| starts(i)).count(), deepest, rw.lines().count().max(1))
     });
     for m in root.find_all(pat) {
         let r = m.range();
@@ -154,9 +159,14 @@ pub fn matches_within(
         }
         if let Some(rw) = rewrite {
             let text = &src[r.start..r.end];
+            let before = &src[src[..r.start].rfind('\n').map_or(0, |i| i + 1)..r.start];
+            let own = before.len() - before.trim_start().len();
             let lines = text.matches('\n').count() + 1;
-            let most =
-                vars.saturating_mul(text.len().saturating_add(lines.saturating_mul(indent))).saturating_add(rw.len());
+            let per_line = indent.saturating_add(own);
+            let most = vars
+                .saturating_mul(text.len())
+                .saturating_add(template_lines.saturating_add(vars.saturating_mul(lines)).saturating_mul(per_line))
+                .saturating_add(rw.len());
             if most > *budget {
                 return None;
             }
@@ -237,6 +247,20 @@ mod tests {
         let hits = matches_within(&call, lang, &f, Some(&"$A".repeat(100)), &mut budget).unwrap();
         assert_eq!(hits[0].replacement.as_ref().map(String::len), Some(100_000));
         assert_eq!(budget, 100_000);
+        // The match's own indentation counts: every line of the replacement is indented to
+        // where the match stands.
+        let deep = format!("{}f([\n{}])\n", " ".repeat(500), "\n".repeat(2000));
+        let js = language("javascript").unwrap().0;
+        let fj = pattern("f($A)", js).unwrap();
+        let mut budget = 900_000;
+        assert!(matches_within(&deep, js, &fj, Some("g($A, $A)"), &mut budget).is_none(), "2 x 2,000 lines x 500");
+        let mut budget = 3_000_000;
+        let hits = matches_within(&deep, js, &fj, Some("g($A, $A)"), &mut budget).unwrap();
+        assert!(hits[0].replacement.as_ref().is_some_and(|r| r.len() < 3_000_000));
+        // A literal `$this` is no metavariable.
+        let mut budget = 500;
+        let hits = matches_within(&call, lang, &f, Some("$this.g()"), &mut budget).expect("not counted as the match");
+        assert_eq!(hits[0].replacement.as_deref(), Some("$this.g()"));
         // Without a rewrite nothing is taken.
         let mut budget = 0;
         assert_eq!(matches_within(src, lang, &pat, None, &mut budget).map(|h| h.len()), Some(4));
