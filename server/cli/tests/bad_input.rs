@@ -63,7 +63,7 @@ fn command_params_of_the_wrong_shape_name_the_field() {
         (Value::Null, "params must be an object with `command` and `arguments`, found null"),
         (
             json!({ "command": "forge.tools", "workDoneToken": [1] }),
-            "`workDoneToken` must be a string or an integer, found an array",
+            "`workDoneToken` must be a string or an integer, found a list",
         ),
     ];
     for (params, want) in cases {

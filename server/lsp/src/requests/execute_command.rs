@@ -45,14 +45,7 @@ fn check_params(params: Option<&Value>) -> Result<()> {
     let bad = |m: String| {
         Err(rpc_error(&forge_protocol::ToolError::invalid_params(format!("workspace/executeCommand: {m}"))))
     };
-    let kind = |v: &Value| match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    };
+    let kind = forge_protocol::json::kind;
     let Some(Value::Object(p)) = params else {
         let found = params.map_or("none", kind);
         return bad(format!("params must be an object with `command` and `arguments`, found {found}"));
