@@ -482,19 +482,16 @@ impl Loader {
         added
     }
 
-    /// Whether `val` is what `key` is now: set so by an earlier source, or its default
-    /// when none set it.
+    /// Whether `val` is what `key` is now: set so by an earlier source, or, when none set
+    /// it, a value that builds the configuration in effect (its default).
     fn in_effect(&self, key: &str, val: &Value) -> bool {
         match self.merged.get(key) {
             Some(now) => now == val,
-            None if key == "sandbox.enabled" => *val == Value::Bool(true),
-            None if key == "sandbox.mode" => val.as_str() == Some("bwrap"),
-            None => match val {
-                Value::Null | Value::Bool(false) => true,
-                Value::Array(a) => a.is_empty(),
-                Value::Object(o) => o.is_empty(),
-                _ => false,
-            },
+            None => {
+                let mut with = Loader { merged: self.merged.clone(), ..Loader::default() };
+                with.merged.insert(key.to_string(), val.clone());
+                with.build() == self.build()
+            }
         }
     }
 
