@@ -124,26 +124,11 @@ fn replace(
         budget = budget.checked_sub(kept).ok_or_else(too_much)?;
         preview.push(format!("{shown}: {} change{}", hits.len(), if hits.len() == 1 { "" } else { "s" }));
         for h in &hits {
-            if shown_changes < MAX_SHOWN && preview_bytes < MAX_SHOWN_BYTES {
-                let old = h.text.lines().map(|l| ('-', l));
-                let new = h.replacement.as_deref().unwrap_or("").lines().map(|l| ('+', l));
-                preview.push(format!("@@ {shown}:{}", h.line));
-                preview_bytes += preview.last().map_or(0, |l| l.len() + 1);
-                // A change is cut where the report is full: one change alone can be the
-                // size of the whole rewrite.
-                for (sign, line) in old.chain(new) {
-                    let room = MAX_SHOWN_BYTES.saturating_sub(preview_bytes);
-                    if line.len() + 2 > room {
-                        let cut = forge_domain::text::prefix(line, room.saturating_sub(2));
-                        preview.push(format!("{sign}{cut}… (this change is cut here: the report shows {} KiB of changes)", MAX_SHOWN_BYTES >> 10));
-                        preview_bytes = MAX_SHOWN_BYTES;
-                        break;
-                    }
-                    preview.push(format!("{sign}{line}"));
-                    preview_bytes += line.len() + 2;
-                }
-                shown_changes += 1;
+            if shown_changes == MAX_SHOWN || preview_bytes >= MAX_SHOWN_BYTES {
+                break;
             }
+            show_change(&mut preview, &mut preview_bytes, &shown, h);
+            shown_changes += 1;
         }
         // A dry run builds no file: it shows the changes only.
         let new = if dry { String::new() } else { structural::rewritten(&src, &hits) };
@@ -196,6 +181,31 @@ fn replace(
         text,
         data: json!({ "dryRun": false, "applied": true, "files": files_json, "total": total, "skipped": skipped }).into(),
     })
+}
+
+/// Adds one change to the report (`@@ file:line`, `-` old and `+` new lines), counting its
+/// bytes in `bytes`; the change is cut where the report reaches [`MAX_SHOWN_BYTES`]: one
+/// change alone can be the size of the whole rewrite.
+fn show_change(preview: &mut Vec<String>, bytes: &mut usize, shown: &str, h: &structural::Hit) {
+    let head = format!("@@ {shown}:{}", h.line);
+    *bytes += head.len() + 1;
+    preview.push(head);
+    let old = h.text.lines().map(|l| ('-', l));
+    let new = h.replacement.as_deref().unwrap_or("").lines().map(|l| ('+', l));
+    for (sign, line) in old.chain(new) {
+        let room = MAX_SHOWN_BYTES.saturating_sub(*bytes);
+        if line.len() + 2 > room {
+            let cut = forge_domain::text::prefix(line, room.saturating_sub(2));
+            preview.push(format!(
+                "{sign}{cut}… (this change is cut here: the report shows {} KiB of changes)",
+                MAX_SHOWN_BYTES >> 10
+            ));
+            *bytes = MAX_SHOWN_BYTES;
+            return;
+        }
+        preview.push(format!("{sign}{line}"));
+        *bytes += line.len() + 2;
+    }
 }
 
 /// Whether `path` (under `root`) is forge-lsp's project configuration, by name or by place.
