@@ -369,6 +369,11 @@ fn a_flooding_or_garbled_plugin_tool_gets_a_bounded_read() {
     assert!(out.text.ends_with("[output cut at 1048576 bytes]"), "{}", &out.text[out.text.len() - 80..]);
     let out = c.tool_ok("noisy__Garbage", json!({}));
     assert!(out.text.starts_with("ok ") && out.text.contains("bytes"), "{}", out.text);
+    assert!(
+        out.text.ends_with("[the tool's output is not UTF-8 (the first bad byte at offset 3); bytes that are not were replaced with U+FFFD]"),
+        "{}",
+        out.text
+    );
     assert_eq!(out.data, Value::Null);
     c.shutdown_exit();
 }

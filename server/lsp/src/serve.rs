@@ -155,6 +155,9 @@ impl ListenAddr {
             if port.parse::<u16>().is_err() {
                 return Err(format!("tcp: port {port:?} is not a port number (0 to 65535), in {a:?}"));
             }
+            if host == "::1" {
+                return Err(format!("tcp: write the IPv6 loopback in brackets, tcp:[::1]:{port}, got {a:?}"));
+            }
             if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
                 return Err(format!("tcp listening is for tests on loopback only (tcp:127.0.0.1:PORT), got {a:?}"));
             }
@@ -520,6 +523,7 @@ mod tests {
         }
         assert!(err("tcp:127.0.0.1:99999").contains("is not a port number"));
         assert!(err("tcp:10.0.0.1:80").contains("loopback only"));
+        assert!(err("tcp:::1:9000").contains("tcp:[::1]:9000"), "{}", err("tcp:::1:9000"));
         assert!(err("unix:").contains("needs a socket path"));
         assert!(err("127.0.0.1:80").contains("must be unix:PATH or tcp:127.0.0.1:PORT"));
         for s in ["tcp:127.0.0.1:0", "tcp:localhost:9000", "tcp:[::1]:9000"] {

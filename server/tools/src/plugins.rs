@@ -995,6 +995,17 @@ pub fn run(
         Ok(v @ Value::Object(_)) => v,
         _ => Value::Null,
     };
+    // A cut that ends inside a character (`error_len` none: the input ended early) is not
+    // the tool's fault.
+    if let Err(e) = std::str::from_utf8(&stdout).map_err(|e| (e, out_cut)).or_else(|(e, cut)| match e.error_len() {
+        None if cut => Ok(""),
+        _ => Err(e),
+    }) {
+        text.push_str(&format!(
+            "\n[the tool's output is not UTF-8 (the first bad byte at offset {}); bytes that are not were replaced with U+FFFD]",
+            e.valid_up_to()
+        ));
+    }
     if out_cut {
         text.push_str(&format!("\n[output cut at {MAX_OUTPUT} bytes]"));
     }
