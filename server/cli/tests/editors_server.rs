@@ -316,6 +316,37 @@ fn saving_over_a_session_plan_copy_writes_the_plan() {
     assert_eq!(mode, Some(0o444), "the copy is read-only again");
 }
 
+/// Vim, Neovim and Helix add a final line break when they save: saving an unchanged copy
+/// that way is no edit. Before, every such save wrote the plan again and said so, and the
+/// copy was rewritten under the editor.
+#[test]
+fn saving_a_copy_with_only_a_final_line_break_added_is_no_edit() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = view_client(&sb, &repo);
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nDo it.\n" }));
+    let copy = repo.path.canonicalize().unwrap().join(format!(".forge/view/plan/session/{}.md", c.session_id()));
+    let written = wait_file(&copy, |t| t.contains("Do it."));
+    assert!(!written.ends_with('\n'), "{written:?}");
+    let saved = format!("{written}\n");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for _ in 0..2 {
+        std::fs::write(&copy, &saved).unwrap();
+        c.notify("textDocument/didSave", json!({ "textDocument": { "uri": file_uri(&copy) }, "text": saved }));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    c.tool_ok("tools", json!({}));
+    assert_eq!(shown_messages(&c), Vec::<String>::new(), "nothing to say");
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), saved, "the copy is not rewritten under the editor");
+    // The next change of the plan rewrites the copy, without a word about the earlier save.
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nDo it twice.\n" }));
+    wait_file(&copy, |t| t.contains("Do it twice."));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(shown_messages(&c), Vec::<String>::new(), "nothing to say");
+    assert!(!repo.path.join(".forge/rejected").exists(), "nothing kept as rejected");
+}
+
 #[test]
 fn saving_over_a_read_only_view_restores_it_and_keeps_the_text() {
     use std::os::unix::fs::PermissionsExt;

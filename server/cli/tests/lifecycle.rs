@@ -114,6 +114,25 @@ fn project_id_with_root_uri_only() {
     assert!(index.starts_with(&format!("# Forge: project {}", repo.root_commit)), "{index}");
 }
 
+/// `file://localhost/<path>` names the local folder (RFC 8089); a `file:` URI of another
+/// host is refused by name instead of serving the global project.
+#[test]
+fn a_root_uri_of_localhost_is_the_local_folder() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    let e = c
+        .request("initialize", json!({ "processId": null, "rootUri": "file://fileserver/share/p", "capabilities": {} }))
+        .expect_err("another host");
+    assert_eq!(e.code, -32602, "{e}");
+    assert!(e.message.contains("host \"fileserver\""), "{e}");
+    let uri = format!("file://localhost{}", repo.path.display());
+    c.request("initialize", json!({ "processId": null, "rootUri": uri, "capabilities": {} })).expect("initialize");
+    c.notify("initialized", json!({}));
+    let index = c.content(INDEX_URI).expect("index");
+    assert!(index.starts_with(&format!("# Forge: project {}", repo.root_commit)), "{index}");
+}
+
 #[test]
 fn a_folder_without_a_commit_is_the_global_project() {
     let sb = Sandbox::new();
@@ -512,6 +531,26 @@ fn shutdown_with_params_is_accepted_when_empty_and_refused_without_effect_otherw
     assert_eq!(c.request("shutdown", json!({})), Ok(Value::Null));
     c.notify("exit", Value::Null);
     let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits after exit");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// A `shutdown` sent before `initialize` is refused (-32002) and shuts nothing down: after
+/// the `initialize`, requests still take the server's own path (its parameter check names
+/// the field), and `shutdown` then `exit` is a clean exit.
+#[test]
+fn a_shutdown_refused_before_initialize_shuts_nothing_down() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    let e = c.request("shutdown", Value::Null).expect_err("refused before initialize");
+    assert_eq!(e.code, -32002, "{e}");
+    c.init(&Init::new(&repo.path));
+    let e = c
+        .request("workspace/executeCommand", json!({ "command": "forge.tools", "arguments": { "a": 1 } }))
+        .expect_err("arguments not a list");
+    assert!(e.message.contains("arguments"), "the server's own check answered: {e}");
+    c.execute("forge.tools", None).expect("the server serves");
+    let (status, _) = c.shutdown_exit().expect("stdio server");
     assert_eq!(status.code(), Some(0));
 }
 

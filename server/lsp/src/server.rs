@@ -83,6 +83,10 @@ impl crate::transport::Direct for Backend {
             _ => None,
         }
     }
+
+    fn accepted_initialize(&self) -> bool {
+        self.conn.get().is_some()
+    }
 }
 
 impl LanguageServer for Backend {

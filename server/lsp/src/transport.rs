@@ -342,6 +342,9 @@ pub trait Direct {
     /// The handler of a request for `method` when the server takes it now (else the
     /// framework gets it).
     fn take(&self, method: &str) -> Option<DirectHandler>;
+    /// Whether `initialize` has succeeded (a `shutdown` before it is refused and shuts
+    /// nothing down).
+    fn accepted_initialize(&self) -> bool;
 }
 
 /// The params of a request the server takes itself, read as the framework reads them
@@ -595,7 +598,11 @@ async fn read_client<R, S, K>(
                         break 'read;
                     }
                     // A `shutdown` request (with an id): sent as a notification it is not one.
-                    shut_down |= req.method() == "shutdown" && req.id().is_some_and(|id| *id != Id::Null);
+                    // Before `initialize` has succeeded the framework refuses it (-32002), and
+                    // the connection goes on as one that was never shut down.
+                    shut_down |= req.method() == "shutdown"
+                        && req.id().is_some_and(|id| *id != Id::Null)
+                        && service.inner().accepted_initialize();
                     if req.method() == "$/cancelRequest" && req.id().is_none() {
                         let handle = cancelled_key(&req)
                             .and_then(|k| taken.lock().unwrap_or_else(|p| p.into_inner()).remove(&k));

@@ -11,8 +11,7 @@ pub fn forge_document(root: &Path, uri: &str) -> Option<ForgeUri> {
     if let Some(u) = ForgeUri::parse(uri) {
         return Some(u);
     }
-    let path = uri.strip_prefix("file://")?;
-    let path = percent_decode(path);
+    let path = local_path(uri).ok()??;
     // `.` and `..` resolved as written (`.forge/view/./plan/...` is the same copy).
     let lexical = normalize(Path::new(&path));
     let view = root.join(".forge/view");
@@ -43,10 +42,22 @@ pub fn file_uri(p: &Path) -> String {
 /// lowercase hex; VS Code encodes `:`), and the server keys open documents and published
 /// files by URI. Any other URI (and a `file:` URI with an authority) is returned as it is.
 pub fn canonical(uri: String) -> String {
-    match uri.strip_prefix("file://").filter(|p| p.starts_with('/')) {
-        Some(path) => file_uri(Path::new(&percent_decode(path))),
-        None => uri,
+    match local_path(&uri) {
+        Ok(Some(path)) => file_uri(Path::new(&path)),
+        _ => uri,
     }
+}
+
+/// The local path a `file:` URI names, decoded: `file:///p` and `file://localhost/p`
+/// (RFC 8089: the same file). `None` for a URI of another scheme; an error naming the
+/// host for a `file:` URI of another host, which this machine cannot open.
+pub fn local_path(uri: &str) -> Result<Option<String>, String> {
+    let Some(rest) = uri.strip_prefix("file://") else { return Ok(None) };
+    let (host, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) || path.is_empty() {
+        return Err(format!("{uri:?} names a file on host {host:?}; forge-lsp opens local files only (file:///path)"));
+    }
+    Ok(Some(percent_decode(path)))
 }
 
 /// Decodes `%XX` escapes of a URI path.
@@ -72,6 +83,28 @@ pub fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `file://localhost/p` is `file:///p` (RFC 8089); another host is refused by name.
+    #[test]
+    fn a_file_uri_of_localhost_is_a_local_path() {
+        let cases: &[(&str, Result<Option<&str>, &str>)] = &[
+            ("file:///p/a%20b", Ok(Some("/p/a b"))),
+            ("file://localhost/p/a", Ok(Some("/p/a"))),
+            ("file://LOCALHOST/p", Ok(Some("/p"))),
+            ("untitled:Untitled-1", Ok(None)),
+            ("file://server/share/p", Err("host \"server\"")),
+            ("file://localhost", Err("host \"localhost\"")),
+        ];
+        for (uri, want) in cases {
+            match (local_path(uri), want) {
+                (Ok(got), Ok(w)) => assert_eq!(got.as_deref(), *w, "{uri}"),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{uri}: {e}"),
+                (got, _) => panic!("{uri}: {got:?}"),
+            }
+        }
+        assert_eq!(canonical("file://localhost/p/x".into()), "file:///p/x");
+        assert!(forge_document(Path::new("/p"), "file://localhost/p/.forge/view/plan/session/ses_1.md").is_some());
+    }
 
     /// A view copy's URI names its document however its path is spelled (`./`, `x/../`),
     /// and a `..` that leaves the view names none.

@@ -22,6 +22,14 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
     };
     let current = crate::documents::render(conn, &doc, forge_core::Links::View).await.ok();
     if let Some(text) = text {
+        if current.as_deref().is_some_and(|c| c != text && same_but_final_line_breaks(c, &text)) {
+            // The editor added (or took away) the final line break on save (Vim's and
+            // Neovim's `fixeol`, Helix's `insert-final-newline`): no edit. Nothing is
+            // written back under the editor; the next rewrite of the copy replaces it.
+            let seen: Vec<&[u8]> = std::iter::once(text.as_bytes()).chain(disk.as_deref()).collect();
+            crate::announce::note_handled_edit(&path, &seen);
+            return;
+        }
         if current.as_deref() != Some(text.as_str()) && conn.claim_view_edit(&path, &text, false) {
             // Handled here: what the editor sent and what it wrote (which may differ, a byte
             // order mark) are not a new edit for the next rewrite of the copy.
@@ -31,4 +39,28 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
         }
     }
     crate::announce::materialize(conn, &doc.to_uri()).await;
+}
+
+/// Whether two texts differ at most in the line breaks they end with.
+fn same_but_final_line_breaks(a: &str, b: &str) -> bool {
+    let end = |t: &str| t.trim_end_matches(['\n', '\r']).len();
+    let (ea, eb) = (end(a), end(b));
+    ea == eb && a[..ea] == b[..eb]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_final_line_breaks_may_differ() {
+        for (a, b, same) in [
+            ("# P\n\nx", "# P\n\nx\n", true),
+            ("# P\n\nx", "# P\n\nx\r\n", true),
+            ("# P\n\nx\n", "# P\n\nx", true),
+            ("# P\n\nx", "# P\n\ny\n", false),
+            ("# P\n\nx", "# P\n\nx \n", false),
+            ("# P\n\nx", "\n# P\n\nx", false),
+        ] {
+            assert_eq!(super::same_but_final_line_breaks(a, b), same, "{a:?} {b:?}");
+        }
+    }
 }

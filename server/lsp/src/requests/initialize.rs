@@ -61,7 +61,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     // directory stands in for reading and tools, but nothing is written into it
     // (`materialize` below): an editor started from the home directory must not get
     // `~/.forge/view/`.
-    let named = workspace_folder(&p);
+    let named = workspace_folder(&p).map_err(|e| rpc_error(&ToolError::invalid_params(e)))?;
     let init_data_dir = init_data_dir(options.data_dir.as_deref(), named.as_deref()).map_err(|e| rpc_error(&e))?;
     if confined {
         let dd = project::data_dir(init_data_dir.as_deref(), backend.hub.cli_data_dir.as_deref());
@@ -244,13 +244,15 @@ fn still_registered(ws: &forge_engine::hub::Workspace, project: &str) -> bool {
 }
 
 /// The first workspace folder, else `rootUri`, as a path.
-fn workspace_folder(p: &Value) -> Option<PathBuf> {
-    let uri = p
+fn workspace_folder(p: &Value) -> std::result::Result<Option<PathBuf>, String> {
+    let Some(uri) = p
         .pointer("/workspaceFolders/0/uri")
         .and_then(Value::as_str)
-        .or_else(|| p.get("rootUri").and_then(Value::as_str))?;
-    let path = uri.strip_prefix("file://")?;
-    Some(PathBuf::from(crate::uri::percent_decode(path)))
+        .or_else(|| p.get("rootUri").and_then(Value::as_str))
+    else {
+        return Ok(None);
+    };
+    Ok(crate::uri::local_path(uri)?.map(PathBuf::from))
 }
 
 /// `initializationOptions.forge.dataDir` as a path that does not depend on the directory the
