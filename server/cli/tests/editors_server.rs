@@ -121,6 +121,40 @@ fn a_loop_end_is_told_to_every_connection_and_the_progress_end_does_not_repeat_t
     assert_eq!(refusing.notifications_of("$/progress"), Vec::<serde_json::Value>::new(), "progress on a refused token");
 }
 
+/// An editor that connects while a loop runs is asked to create the loop's progress token;
+/// until it has answered, no progress is sent on it. Before, the loop's live changes,
+/// announced beside that question, sent `report` (and `end`) on a token the client never
+/// created, and `begin` after them, which left a spinner that never ended.
+#[test]
+fn no_progress_is_sent_on_a_token_the_client_has_not_created() {
+    let t = LoopTest::start("block", "");
+    std::fs::write(t.state.join("hold-coder"), "").unwrap();
+    let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
+    wait_for(WAIT, || t.state_file("turns").filter(|s| s.contains("coder"))).expect("the coder's turn started");
+    let sock = t.client.private_socket().expect("private socket");
+    let mut silent = Client::connect_unix(&sock).expect("connect to the private socket");
+    silent.ignore("window/workDoneProgress/create");
+    silent.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    wait_for(WAIT, || {
+        silent.server_requests().iter().any(|r| r.method() == "window/workDoneProgress/create").then_some(())
+    })
+    .expect("asked to create the token");
+    // The loop moves on (the coder hands off, the auditor's turn starts and ends) while the
+    // question is unanswered.
+    std::fs::write(t.state.join("coder-release"), "").unwrap();
+    t.wait_state_file("auditor.pid");
+    std::fs::write(t.state.join("release"), "").unwrap();
+    assert_eq!(t.wait_end(&name)["status"], json!("completed"));
+    std::thread::sleep(QUIET);
+    assert_eq!(
+        silent.notifications_of("$/progress"),
+        Vec::<serde_json::Value>::new(),
+        "progress on a token never created"
+    );
+    let statuses = silent.notifications_of("forge/loopStatus");
+    assert!(statuses.len() >= 2, "the status still reaches the editor: {statuses:?}");
+}
+
 #[test]
 fn a_client_that_supports_it_gets_code_lens_refreshes_when_plans_change() {
     let sb = Sandbox::new();

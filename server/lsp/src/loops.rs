@@ -9,8 +9,11 @@ use serde_json::json;
 use tower_lsp_server::gen_lsp_types::{MessageType, ProgressParams, ProgressToken, WorkDoneProgressCreateParams};
 use tower_lsp_server::gen_lsp_types::{ProgressNotification, WorkDoneProgressCreateRequest};
 
+use std::sync::Arc;
+
 use crate::conn::Conn;
 use crate::ext::LoopStatus;
+use crate::state::PendingProgress;
 use forge_store::loops;
 
 /// Announces one loop change to this connection, from its snapshot when it has one (else
@@ -18,7 +21,7 @@ use forge_store::loops;
 ///
 /// `live`: a change that just happened (not the replay after `initialized`); only a live
 /// end is told with `window/showMessage`.
-pub async fn announce(conn: &Conn, name: &str, payload: Option<&str>, live: bool) {
+pub async fn announce(conn: &Arc<Conn>, name: &str, payload: Option<&str>, live: bool) {
     let snap = match payload.and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok()) {
         Some(v) => Some(v),
         None => {
@@ -97,55 +100,95 @@ async fn send_progress(conn: &Conn, token: &str, value: serde_json::Value) {
         .await;
 }
 
-async fn progress(conn: &Conn, s: &LoopStatusParams, completed: usize) {
-    let existing = conn.progress.lock().expect("progress").tokens.get(&s.loop_name).cloned();
+/// The loop's work-done progress on this connection (LSP: a token is used only once the
+/// client created it). The client is asked to create a loop's token without holding up
+/// the announcements: until it answers, the loop's news is kept with the token
+/// ([`PendingProgress`]) and sent as the `begin` (then `end`, if the loop stopped
+/// meanwhile) once it is created.
+async fn progress(conn: &Arc<Conn>, s: &LoopStatusParams, completed: usize) {
     let pct = if s.total_sections > 0 { (completed as i64 * 100 / s.total_sections).clamp(0, 100) } else { 0 };
-    if s.status == "running" {
+    let report = {
+        let mut st = conn.progress.lock().expect("progress");
+        let existing = st.tokens.get(&s.loop_name).cloned();
         match existing {
-            Some(token) if conn.progress.lock().expect("progress").refused.contains(&token) => {}
-            Some(token) => {
-                send_progress(
-                    conn,
-                    &token,
-                    json!({ "kind": "report", "message": progress_message(s), "percentage": pct, "cancellable": true }),
-                )
-                .await;
-            }
-            None => {
-                let token = format!("forge-loop-{}-{}", s.loop_name, s.started_at);
-                conn.progress.lock().expect("progress").tokens.insert(s.loop_name.clone(), token.clone());
-                let client = conn.client.clone();
-                let params = WorkDoneProgressCreateParams { token: ProgressToken::String(token.clone()) };
-                let create = move || async move { client.send_request::<WorkDoneProgressCreateRequest>(params).await };
-                // Never block the announcement queue on the client: time out.
-                if matches!(conn.silence.ask(conn.alive(), create).await, Some(Ok(()))) {
-                    send_progress(
-                        conn,
-                        &token,
-                        json!({ "kind": "begin", "title": format!("Forge: {}", s.loop_name), "message": progress_message(s), "percentage": pct, "cancellable": true }),
-                    )
-                    .await;
+            Some(token) if s.status == "running" => {
+                if let Some(p) = st.pending.get_mut(&token) {
+                    (p.message, p.percentage) = (progress_message(s), pct);
+                    None
+                } else if st.refused.contains(&token) {
+                    None
                 } else {
-                    // Kept in `tokens` (not asked again for this loop), never used.
-                    conn.progress.lock().expect("progress").refused.insert(token);
+                    Some((
+                        token,
+                        json!({ "kind": "report", "message": progress_message(s), "percentage": pct, "cancellable": true }),
+                    ))
                 }
             }
+            Some(token) => {
+                st.tokens.remove(&s.loop_name);
+                let refused = st.refused.remove(&token);
+                if let Some(p) = st.pending.get_mut(&token) {
+                    p.end = Some(end_message(s));
+                    None
+                } else if refused {
+                    None
+                } else {
+                    Some((token, json!({ "kind": "end", "message": end_message(s) })))
+                }
+            }
+            None if s.status == "running" => {
+                st.made += 1;
+                let token = format!("forge-loop-{}-{}-{}", s.loop_name, s.started_at, st.made);
+                st.tokens.insert(s.loop_name.clone(), token.clone());
+                st.pending.insert(
+                    token.clone(),
+                    PendingProgress { message: progress_message(s), percentage: pct, end: None },
+                );
+                drop(st);
+                create_token(conn, token, format!("Forge: {}", s.loop_name));
+                None
+            }
+            None => None,
         }
-    } else if let Some(token) = existing {
-        let refused = {
-            let mut p = conn.progress.lock().expect("progress");
-            p.tokens.remove(&s.loop_name);
-            p.refused.remove(&token)
-        };
-        if !refused {
-            let msg = end_message(s);
-            send_progress(conn, &token, json!({ "kind": "end", "message": msg })).await;
-        }
+    };
+    if let Some((token, value)) = report {
+        send_progress(conn, &token, value).await;
     }
 }
 
+/// Asks the client to create `token` (timing out: never waiting on the client) and, once
+/// it has, begins the progress with the loop's latest news.
+fn create_token(conn: &Arc<Conn>, token: String, title: String) {
+    let conn = conn.clone();
+    tokio::spawn(async move {
+        let client = conn.client.clone();
+        let params = WorkDoneProgressCreateParams { token: ProgressToken::String(token.clone()) };
+        let create = move || async move { client.send_request::<WorkDoneProgressCreateRequest>(params).await };
+        let created = matches!(conn.silence.ask(conn.alive(), create).await, Some(Ok(())));
+        let news = {
+            let mut st = conn.progress.lock().expect("progress");
+            let news = st.pending.remove(&token);
+            if !created && st.tokens.values().any(|t| *t == token) {
+                // Kept in `tokens` (not asked again for this loop), never used.
+                st.refused.insert(token.clone());
+            }
+            news
+        };
+        let Some(news) = news.filter(|_| created) else { return };
+        send_progress(
+            &conn,
+            &token,
+            json!({ "kind": "begin", "title": title, "message": news.message, "percentage": news.percentage, "cancellable": true }),
+        )
+        .await;
+        if let Some(end) = news.end {
+            send_progress(&conn, &token, json!({ "kind": "end", "message": end })).await;
+        }
+    });
+}
+
 /// After `initialized`: the status of every loop that is not completed.
-pub async fn announce_initial(conn: &Conn) {
+pub async fn announce_initial(conn: &Arc<Conn>) {
     let p = conn.project_id();
     let names: Vec<String> = conn
         .ws

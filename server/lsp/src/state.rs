@@ -67,6 +67,22 @@ pub struct ProgressState {
     pub(crate) refused: std::collections::HashSet<String>,
     /// Loops whose end was already shown (by completion time).
     pub(crate) shown: HashMap<String, i64>,
+    /// Tokens the client was asked to create and has not answered for yet: nothing is sent
+    /// on them, and the latest news of their loop waits here for the answer.
+    pub(crate) pending: HashMap<String, PendingProgress>,
+    /// Tokens made on this connection: the last part of each, so that a loop restarted
+    /// with the same start time never gets a token used before.
+    pub(crate) made: u64,
+}
+
+/// What happened to a loop while its progress token was being created.
+#[derive(Debug, Clone)]
+pub(crate) struct PendingProgress {
+    /// The latest `begin`/`report` message and percentage.
+    pub(crate) message: String,
+    pub(crate) percentage: i64,
+    /// The `end` message, once the loop stopped running.
+    pub(crate) end: Option<String>,
 }
 
 impl ProgressState {
