@@ -171,3 +171,30 @@ fn the_iteration_cap_ends_a_loop_whose_audits_stay_dirty() {
     let branch = format!("forge/{name}");
     assert_eq!(t.log(&branch)[0], format!("loop: {name} max_iterations after 2 iterations"));
 }
+
+/// A worktree removed under a running loop ends the loop at the turn's end,
+/// `missing_worktree_dir`, without another turn (before, each turn failed to start in the
+/// missing folder and used up the error budget, blaming the agent program); a restart
+/// re-attaches the worktree from the loop's branch and the loop completes.
+#[test]
+fn a_worktree_removed_under_the_loop_ends_it_naming_that() {
+    let t = LoopTest::start("block", "");
+    t.signal("hold-coder");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    common::wait_for(LOOP_WAIT, || t.state_file("turns").filter(|s| s.contains("coder")))
+        .expect("the coder is working");
+    let row = t.loop_row(&name);
+    let worktree = std::path::PathBuf::from(row["worktreeDir"].as_str().unwrap());
+    std::fs::remove_dir_all(&worktree).unwrap();
+    t.signal("coder-release");
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("errored"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("missing_worktree_dir"), "{end}");
+    assert_eq!(t.turns().len(), 1, "no turn after the worktree was gone: {:?}", t.turns());
+    let out = t.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
+    assert!(out.text.starts_with("Restarted loop"), "{}", out.text);
+    assert!(worktree.is_dir(), "re-attached from the branch");
+    t.signal("release");
+    let end = t.wait_status(&name, "completed", |p| p["status"] == json!("completed"));
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+}

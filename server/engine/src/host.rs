@@ -349,6 +349,13 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
+        // The one directory a spawn needs besides the program: name it when it is gone.
+        Err(e) if !req.cwd.is_dir() => {
+            return fail(format!(
+                "cannot start the agent command: its working directory {} is gone ({e})",
+                req.cwd.display()
+            ))
+        }
         Err(e) => return fail(format!("cannot start the agent command {:?}: {e}", argv[0])),
     };
     let pid = child.id();

@@ -961,6 +961,13 @@ impl Runner {
             }
         }
         let event = match &outcome {
+            // The worktree was removed under the loop: no turn can run in it again (before,
+            // each turn failed to start and used up the error budget, blaming the agent
+            // program). A restart re-attaches it from the loop's branch.
+            _ if !Path::new(&row.worktree_dir).is_dir() => {
+                tracing::warn!(loop_name = %self.loop_name, "the worktree {} is gone", row.worktree_dir);
+                Event::MissingWorktreeDir
+            }
             // Aborted (killed by a signal, not by us): with this session's record for its
             // role the record is processed as the handoff (seeds "Auditing", "Behavior");
             // without one it is a session abort, never an assistant error.
