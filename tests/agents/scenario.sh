@@ -20,7 +20,8 @@
 #     auditkill every audit is killed by a signal (SIGKILL); the coder works as clean
 #     block     the auditor records a clean handoff, writes its pid to auditor.pid and waits
 #               for the file `release` (at most ~20 s) before ending its turn; while the file
-#               `hold-coder` exists, the coder waits for `coder-release` before working
+#               `hold-coder` exists, the coder waits for `coder-release` before working; a
+#               post-action turn writes post.pid and waits for `post-release`
 #     alwaysbug every audit writes a bug finding and hands off dirty
 #     adjust    the first audit appends a section with plan-adjust, then hands off clean
 #     identity  the coder saves its credentials, tries loop-complete, waits for `coder-go`;
@@ -295,6 +296,11 @@ case "$FORGE_ROLE:$scenario" in
   post_action:postlimit)
     echo "Error: 429 Too Many Requests: rate limit reached" >&2
     exit 1
+    ;;
+  post_action:block)
+    echo $$ > "$state/post.pid"
+    await post-release
+    post_action
     ;;
   post_action:*)
     post_action

@@ -363,3 +363,27 @@ fn a_start_says_which_sections_past_the_cap_are_dropped() {
     assert_eq!(out.data["droppedSections"], json!(0));
     t.client.tool_ok("loop-cancel", json!({ "name": out.data["loopName"].as_str().unwrap() }));
 }
+
+/// A loop cancelled in post-action and restarted once post-action is no longer configured
+/// is marked completed, and its worktree is removed as a completed loop's is (the branch
+/// stays). Before, the worktree was left behind for good.
+#[test]
+fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
+    let t = LoopTest::start("block", "[loop.postAction]\nenabled = true\nprompt = \"Run the checks.\"\n");
+    t.signal("release");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    t.wait_state_file("post.pid");
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    assert_eq!(t.wait_end(&name)["status"], json!("cancelled"), "{}", t.report());
+    let worktree = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string());
+    assert!(worktree.is_dir(), "a cancelled loop keeps its worktree");
+    t.client.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "forge": { "loop": { "postAction": { "enabled": false } } } } }),
+    );
+    let e = t.client.tool_err("loop-status", json!({ "name": name, "restart": true }));
+    assert!(e.message.contains("no longer configured"), "{e:?}");
+    assert_eq!(t.loop_row(&name)["status"], json!("completed"));
+    t.assert_worktree_removed(&name);
+    assert!(t.has_branch(&format!("forge/{name}")), "the branch stays");
+}

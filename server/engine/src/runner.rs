@@ -2272,7 +2272,7 @@ async fn owner_serves(engine: &Arc<Engine>, pid: i64) -> bool {
 
 /// Removes a loop's worktree and its sandbox shims; a failure is logged (the loop's state
 /// does not depend on it).
-async fn remove_worktree_logged(data_dir: PathBuf, repo: PathBuf, wt: PathBuf) {
+pub(crate) async fn remove_worktree_logged(data_dir: PathBuf, repo: PathBuf, wt: PathBuf) {
     let removed = tokio::task::spawn_blocking(move || {
         if let Err(e) = super::sandbox::remove_shims(&data_dir, &wt) {
             tracing::warn!("cannot remove the sandbox shims of {}: {e}", wt.display());

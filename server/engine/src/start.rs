@@ -616,6 +616,9 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         runner::await_turns_ended(engine, &project, name, &session, std::time::Duration::from_secs(10)).await;
     }
     if plan.finish_instead {
+        // Completed: its worktree goes, as a loop's that completes by itself (the branch
+        // stays). Left behind before: the sweep takes a completed loop's worktree as gone.
+        crate::runner::remove_worktree_logged(engine.data_dir.clone(), repo.clone(), dir.clone()).await;
         return Err(ToolError::conflict(format!(
             "Loop \"{name}\" stopped in post-action, which is no longer configured: it was marked completed; nothing to restart."
         )));
