@@ -468,6 +468,23 @@ fn the_first_connection_sweeps_expired_terminal_loops_of_its_project() {
     }
     assert!(cancelled_wt.is_dir(), "a restartable loop's worktree is preserved");
     assert!(branch_exists(&repo, "forge/old-cancelled"));
+    // The user is told which stopped loop left the list with its work still on disk (the
+    // completed one has none left; before, nothing was said).
+    let told = c
+        .wait_notification(std::time::Duration::from_secs(10), |r| {
+            r.method() == "window/showMessage"
+                && r.params()["message"].as_str().is_some_and(|m| m.contains("taken off the loop list"))
+        })
+        .expect("told of the swept loop's worktree");
+    let message = told.params()["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains(&format!("old-cancelled (cancelled, {})", cancelled_wt.display()))
+            && !message.contains("old-completed")
+            && message.contains("forge-lsp cleanup loop <name>")
+            && message.starts_with("forge-lsp: 1 stopped loop not restarted within completedLoopTtlMs (7 days) was"),
+        "{message}"
+    );
+    assert_eq!(told.params()["type"], json!(3), "Info");
     c.shutdown_exit();
 }
 

@@ -126,6 +126,8 @@ pub struct Conn {
     known_plans: Mutex<HashSet<String>>,
     /// Warnings of the config files, shown once after `initialized`.
     pub config_warnings: Mutex<Vec<String>>,
+    /// Things to tell the user once after `initialized` (window/showMessage, Info).
+    pub notices: Mutex<Vec<String>>,
     /// Configuration warnings already shown to this client (each is shown once, whatever
     /// layer reloads it: PROTOCOL.md §9).
     config_shown: Mutex<HashSet<String>>,
@@ -183,6 +185,7 @@ impl Conn {
             docs: Mutex::new(HashMap::new()),
             known_plans: Mutex::new(HashSet::new()),
             config_warnings: Mutex::new(vec![]),
+            notices: Mutex::new(vec![]),
             config_shown: Mutex::new(HashSet::new()),
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),

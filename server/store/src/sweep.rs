@@ -39,27 +39,39 @@ pub fn sweep_terminal_loops(
     ttl_ms: u64,
     now: i64,
 ) -> rusqlite::Result<Vec<String>> {
-    super::transact(conn, |tx| sweep_in(tx, project, ttl_ms, now))
+    Ok(super::transact(conn, |tx| sweep_in(tx, project, ttl_ms, now))?.into_iter().map(|s| s.name).collect())
 }
 
-fn sweep_in(conn: &Connection, project: Option<&str>, ttl_ms: u64, now: i64) -> rusqlite::Result<Vec<String>> {
+/// A loop the sweep deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swept {
+    pub name: String,
+    pub status: String,
+    /// Its worktree folder as stored (it may still be there: module docs).
+    pub worktree_dir: String,
+}
+
+fn sweep_in(conn: &Connection, project: Option<&str>, ttl_ms: u64, now: i64) -> rusqlite::Result<Vec<Swept>> {
     changes::prune(conn, now.saturating_sub(CHANGES_KEEP_MS))?;
     if ttl_ms == 0 {
         return Ok(vec![]);
     }
     let cutoff = now.saturating_sub(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-    let expired: Vec<(String, String)> = {
+    let expired: Vec<(String, Swept)> = {
         let mut st = conn.prepare(
-            "SELECT project_id, loop_name FROM loops
+            "SELECT project_id, loop_name, status, worktree_dir FROM loops
              WHERE status != 'running' AND completed_at IS NOT NULL AND completed_at < ?1
                AND (?2 IS NULL OR project_id = ?2)
              ORDER BY completed_at, project_id, loop_name",
         )?;
-        let rows = st.query_map(params![cutoff, project], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = st.query_map(params![cutoff, project], |r| {
+            Ok((r.get(0)?, Swept { name: r.get(1)?, status: r.get(2)?, worktree_dir: r.get(3)? }))
+        })?;
         rows.collect::<rusqlite::Result<_>>()?
     };
-    let mut names = Vec::with_capacity(expired.len());
-    for (p, n) in expired {
+    let mut swept = Vec::with_capacity(expired.len());
+    for (p, row) in expired {
+        let n = row.name.clone();
         let plans = conn.execute("DELETE FROM plans WHERE project_id = ?1 AND loop_name = ?2", params![p, n])?;
         // Children cascade (foreign_keys=ON); review_findings has no foreign key and stays.
         conn.execute(
@@ -70,28 +82,31 @@ fn sweep_in(conn: &Connection, project: Option<&str>, ttl_ms: u64, now: i64) -> 
             changes::record(conn, &p, Kind::Plan, &ForgeUri::LoopPlan(n.clone()).to_uri(), now)?;
         }
         changes::record(conn, &p, Kind::Loop, &n, now)?;
-        names.push(n);
+        swept.push(row);
     }
-    Ok(names)
+    Ok(swept)
 }
 
 impl Store {
     /// Runs the TTL sweep for `project` with `ttl_ms` the first time it is called on this
     /// store (the first user connection of the workspace); later calls do nothing. Failures
     /// are logged, never returned: a sweep that could not run leaves everything in place.
-    /// Returns the swept loop names.
-    pub async fn sweep_once(&self, project: &str, ttl_ms: u64) -> Vec<String> {
+    /// Returns the swept loops.
+    pub async fn sweep_once(&self, project: &str, ttl_ms: u64) -> Vec<Swept> {
         if self.swept.swap(true, Ordering::SeqCst) {
             return vec![];
         }
         let p = project.to_string();
-        let swept =
-            self.call(move |c| sweep_terminal_loops(c, Some(&p), ttl_ms, super::now_ms())).await.unwrap_or_else(|e| {
+        let swept = self
+            .call(move |c| super::transact(c, |tx| sweep_in(tx, Some(&p), ttl_ms, super::now_ms())))
+            .await
+            .unwrap_or_else(|e| {
                 tracing::warn!(project, "the terminal-loop sweep failed: {e}");
                 vec![]
             });
         if !swept.is_empty() {
-            tracing::info!(project, loops = ?swept, "swept terminal loops older than {ttl_ms} ms");
+            let names: Vec<&str> = swept.iter().map(|s| s.name.as_str()).collect();
+            tracing::info!(project, loops = ?names, "swept terminal loops older than {ttl_ms} ms");
         }
         // The change-feed prune and any deletion are announced like every other write.
         self.wrote.wake();
@@ -319,7 +334,11 @@ mod tests {
         let store = Store::open(&path).unwrap();
         store.call(|c| add_loop(c, "p", "first", "cancelled", Some(1))).await;
         store.call(|c| add_loop(c, "q", "other-project", "cancelled", Some(1))).await;
-        assert_eq!(store.sweep_once("p", TTL).await, ["first"]);
+        let swept = store.sweep_once("p", TTL).await;
+        assert_eq!(
+            swept.iter().map(|s| (s.name.as_str(), s.status.as_str())).collect::<Vec<_>>(),
+            [("first", "cancelled")]
+        );
         store.call(|c| add_loop(c, "p", "second", "cancelled", Some(1))).await;
         assert!(store.sweep_once("p", TTL).await.is_empty(), "once per store");
         assert!(store.clone().sweep_once("p", TTL).await.is_empty(), "clones share the flag");

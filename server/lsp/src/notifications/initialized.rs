@@ -13,6 +13,10 @@ pub async fn initialized(backend: &Backend, _params: InitializedParams) {
     for w in warnings {
         conn.warn_config_once(&w).await;
     }
+    let notices = std::mem::take(&mut *conn.notices.lock().expect("notices"));
+    for n in notices {
+        conn.client.show_message(tower_lsp_server::gen_lsp_types::MessageType::Info, format!("forge-lsp: {n}")).await;
+    }
     if conn.caps.tools_only {
         return;
     }

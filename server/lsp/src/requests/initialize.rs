@@ -105,9 +105,11 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     // TTL sweeps of terminal loops and of agents' files: once per workspace, by the first
     // connection of the user's (not a loop's agent, sandboxed or not: its configuration
     // would choose what is deleted), with that connection's project and configuration.
+    let mut left_behind = vec![];
     if !confined && caller.binding.is_none() {
-        ws.store.sweep_once(&project.id, config.completed_loop_ttl_ms).await;
+        let swept = ws.store.sweep_once(&project.id, config.completed_loop_ttl_ms).await;
         ws.engine.sweep_files_once(config.completed_loop_ttl_ms);
+        left_behind = swept_with_work_left(swept, config.completed_loop_ttl_ms);
     }
     let session_id = caller.session_id.clone();
     // A loop session's connection (an agent's `forge-lsp call`) runs with its loop's
@@ -175,6 +177,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         let _ = conn.diagnostics.set(crate::diagnostics::start(std::sync::Arc::downgrade(&conn)));
         crate::announce::subscribe(&conn);
     }
+    *conn.notices.lock().expect("notices") = left_behind;
     *conn.config_warnings.lock().expect("warnings") = loader.warnings.clone();
     conn.config_warnings.lock().expect("warnings").extend(forge_tools::loop_permissions::warnings(&conn.env().config));
     *conn.init_config.lock().expect("init config") = options.config.clone();
@@ -241,6 +244,29 @@ fn still_registered(ws: &forge_engine::hub::Workspace, project: &str) -> bool {
     ws.store
         .read_here(|c| forge_store::servers::is_registered(c, std::process::id(), project, &socket))
         .is_ok_and(|r| r.unwrap_or(false))
+}
+
+/// What to tell the user of the stopped loops the sweep took off the list whose worktree is
+/// still there: the sweep deletes rows only (`forge_store::sweep`), so their work stays on
+/// disk and on their branches, out of `loop-status`'s sight.
+fn swept_with_work_left(swept: Vec<forge_store::sweep::Swept>, ttl_ms: u64) -> Vec<String> {
+    let left: Vec<String> = swept
+        .into_iter()
+        .filter(|s| s.status != "completed" && std::path::Path::new(&s.worktree_dir).is_dir())
+        .map(|s| format!("{} ({}, {})", s.name, s.status, s.worktree_dir))
+        .collect();
+    if left.is_empty() {
+        return vec![];
+    }
+    vec![format!(
+        "{} stopped loop{} not restarted within completedLoopTtlMs ({} days) {} taken off the loop list: {}. {} worktree and branch are kept: work on there by hand, or remove one with `forge-lsp cleanup loop <name>`.",
+        left.len(),
+        if left.len() == 1 { "" } else { "s" },
+        ttl_ms / 86_400_000,
+        if left.len() == 1 { "was" } else { "were" },
+        left.join("; "),
+        if left.len() == 1 { "Its" } else { "Their" }
+    )]
 }
 
 /// The first workspace folder, else `rootUri`, as a path.
