@@ -120,7 +120,7 @@ fn project_id_with_root_uri_only() {
 fn a_root_uri_of_localhost_is_the_local_folder() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let mut c = sb.stdio();
+    let c = sb.stdio();
     let e = c
         .request("initialize", json!({ "processId": null, "rootUri": "file://fileserver/share/p", "capabilities": {} }))
         .expect_err("another host");
