@@ -95,3 +95,26 @@ fn a_plan_over_the_configured_size_is_refused_and_nothing_is_stored() {
     let e = c.tool_err("execute-plan", json!({ "title": "t", "plan": "z".repeat(1500) }));
     assert!(e.message.contains("documents.maxPlanBytes"), "{e}");
 }
+
+/// A call whose input is over the 64 MiB a message may have is refused at once through a
+/// running server too, naming the size, and the server goes on. Before, the server's
+/// answer (an error without an id, as it could not read the message) was not taken for the
+/// call's, and the call waited for 11 minutes.
+#[test]
+fn a_call_too_large_for_one_message_is_refused_at_once_through_a_server() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("s/forge.sock");
+    let server = sb.listen_unix(&sock);
+    let mut c = server.connect();
+    c.init(&Init::new(&repo.path));
+    let content = format!("# Plan\n\n## Objective\n{}\n", "x".repeat(65 * 1024 * 1024));
+    let started = std::time::Instant::now();
+    let input = json!({ "content": content }).to_string();
+    let out = sb.call("plan-write").arg("--verbose").raw_input("-").stdin(input).cwd(&repo.path).run();
+    assert_eq!(out.code, 2, "bad input: {out:?}");
+    assert!(out.stderr.contains("through the running server at"), "{}", out.stderr);
+    assert!(out.stderr.contains("over the 67108864 bytes a message to the server may have"), "{}", out.stderr);
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "{:?}", started.elapsed());
+    c.tool_ok("tools", json!({}));
+}

@@ -229,7 +229,19 @@ impl LspClient {
     pub fn request(&mut self, method: &str, params: Value) -> std::io::Result<Result<Value, Value>> {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))?;
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string();
+        // The server skips a longer message and can only answer it without its id.
+        if body.len() > framing::MAX_MESSAGE {
+            return Ok(Err(json!({
+                "code": -32602,
+                "message": format!(
+                    "the request is {} bytes, over the {} bytes a message to the server may have; nothing was sent",
+                    body.len(),
+                    framing::MAX_MESSAGE
+                ),
+            })));
+        }
+        self.write_with_pending(framing::encode(body.as_bytes()))?;
         loop {
             let msg = self.read()?;
             if msg.get("method").is_some() {
@@ -242,7 +254,10 @@ impl LspClient {
                 }
                 continue;
             }
-            if msg.get("id") == Some(&json!(id)) {
+            // An error without an id is the server's answer to a message it could not read:
+            // one request is out at a time, so it is this one's.
+            let unread = msg.get("id").is_some_and(Value::is_null) && msg.get("error").is_some();
+            if msg.get("id") == Some(&json!(id)) || unread {
                 if let Some(e) = msg.get("error") {
                     return Ok(Err(e.clone()));
                 }
