@@ -529,3 +529,27 @@ fn a_plugin_tool_dies_with_its_callers_connection() {
     );
     c.tool_ok("tools", json!({}));
 }
+
+/// A plugin tool offered under its own name (`"override": true` on a name no built-in has)
+/// is called by that name from the command line too, as over LSP and MCP. Before, `forge-lsp
+/// call` looked up plugin tools only by `<plugin>__<Name>`, and said the offered name was
+/// unknown.
+#[test]
+fn an_override_of_no_built_in_is_called_by_its_own_name_from_the_command_line() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    tool(
+        &sb.config_home.join("forge-lsp/plugins/kit/tools"),
+        "mine",
+        "#!/bin/sh\ncat > /dev/null\necho \"MINE-$FORGE_TOOL_NAME\"\n",
+        json!({ "description": "Mine.", "inputSchema": { "type": "object" }, "override": true }),
+    );
+    let r = sb.call("tools").arg("--json").cwd(&repo.path).run();
+    assert!(r.stdout.contains("\"forge.mine\""), "offered by its own name: {}{}", r.stdout, r.stderr);
+    let r = sb.call("mine").cwd(&repo.path).input(json!({})).run();
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("MINE-"), "{}", r.stdout);
+    let r = sb.call("no-such-tool").cwd(&repo.path).input(json!({})).run();
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("unknown tool `no-such-tool`"), "{}", r.stderr);
+}

@@ -101,9 +101,9 @@ fn parse_input(raw: Option<&str>) -> Result<Value, ToolError> {
 pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
     on_signal_kill_the_tool();
     let Some(tool) = tools::find(&args.tool) else {
-        // A plugin tool from files (`<plugin>__<Name>`, PROTOCOL.md 10.4) of the project.
-        if args.tool.contains("__") {
-            let input = parse_input(args.input.as_deref())?;
+        // A plugin tool from files (`<plugin>__<Name>`, PROTOCOL.md 10.4) of the project,
+        // or one offered under its own name (`"override": true`): the name `tools` lists.
+        {
             let route_args = RouteArgs {
                 agent: args.agent.clone(),
                 session: args.session.clone(),
@@ -113,9 +113,15 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
                 label: "forge-lsp call",
             };
             let name = args.tool.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(&args.tool);
-            let route = Route::new(&route_args, &format!("to call forge.{name} on"))?;
-            if route.plugin(name).is_some() {
-                return route.call_named(name, false, input);
+            // Outside a project a bare unknown name is only that; a plugin's name says why
+            // its project was not found.
+            match Route::new(&route_args, &format!("to call forge.{name} on")) {
+                Ok(route) if route.plugin(name).is_some() => {
+                    let input = parse_input(args.input.as_deref())?;
+                    return route.call_named(name, false, input);
+                }
+                Err(e) if name.contains("__") => return Err(e),
+                _ => {}
             }
         }
         return Err(ToolError::invalid_params(format!(
