@@ -176,6 +176,10 @@ fn initialize_list_and_call_over_stdio() {
     for name in ["plan-read", "plan-write", "review-write", "review-read", "execute-plan", "tools"] {
         assert!(tools.iter().any(|t| t["name"] == name), "{name} missing from {listed}");
     }
+    // The `tools` tool's text names each tool as MCP calls it (before: only `forge.<name>`,
+    // which tools/call does not know).
+    let listing = m.call("tools", json!({}));
+    assert!(text(&listing).contains("\n- plan-read (forge.plan-read): "), "{listing}");
 
     // plan-write, then plan-read in the same process: one session for the process.
     let w = m.call("plan-write", json!({ "content": PLAN }));

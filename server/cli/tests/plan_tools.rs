@@ -619,7 +619,7 @@ fn forge_tools_offers_every_command_with_a_strict_schema() {
         assert_eq!(o["command"], json!(format!("forge.{name}")));
         let description = o["description"].as_str().expect("description");
         assert!(!description.trim().is_empty(), "{name} has no description");
-        assert_contains(&out.text, &format!("- forge.{name}: "));
+        assert_contains(&out.text, &format!("- {name} (forge.{name}): "));
         let schema = &o["inputSchema"];
         assert_eq!(schema["type"], json!("object"), "{name}: {schema}");
         assert_eq!(schema["additionalProperties"], json!(false), "{name} must reject unknown fields: {schema}");

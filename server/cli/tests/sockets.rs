@@ -385,7 +385,7 @@ fn forge_lsp_socket_sends_calls_through_the_server() {
 
     let out = sb.call("tools").env("FORGE_LSP_SOCKET", &sock).cwd(&repo.path).run();
     assert_eq!(out.code, 0, "{out:?}");
-    assert_contains(&out.stdout, "- forge.plan-write: ");
+    assert_contains(&out.stdout, "- plan-write (forge.plan-write): ");
 
     // Writes through the socket reach the server's clients.
     let mark = watcher.mark();

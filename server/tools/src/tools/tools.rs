@@ -28,7 +28,8 @@ pub fn execute(_input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolEr
 fn reply(offers: Vec<forge_protocol::ToolOffer>) -> CommandResult {
     let mut text = format!("{} tools:\n", offers.len());
     for o in &offers {
-        text.push_str(&format!("- {}: {}\n", o.command, o.description));
+        // The name an MCP client or `forge-lsp call` uses, and the command an editor runs.
+        text.push_str(&format!("- {} ({}): {}\n", o.name, o.command, o.description));
     }
     let text = text.trim_end().to_string();
     // Serialized once, not kept as a tree: the cached reply is cloned per call (a copy of
