@@ -142,6 +142,7 @@ pub struct ReviewWriteInput {
     pub cross_section: Option<bool>,
     /// Explicit section index override.
     #[serde(rename = "sectionIndex", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>")]
     pub section_index: Option<serde_json::Number>,
 }
 
@@ -187,6 +188,7 @@ pub struct ReviewDeleteInput {
     pub line: i64,
     /// Explicit section index override.
     #[serde(rename = "sectionIndex", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>")]
     pub section_index: Option<serde_json::Number>,
     /// Delete cross-section findings.
     #[serde(rename = "crossSection", default, skip_serializing_if = "Option::is_none")]

@@ -115,6 +115,12 @@ fn section_scoping_in_a_running_sectioned_loop() {
     );
     assert_error(&e, 1006, "invalid");
     assert_eq!(e.message, "Invalid sectionIndex 1.5: must be an integer.");
+    // The offered schemas say so too (they said "number", which let 1.5 pass a client's check).
+    let offers = c.tool_ok("tools", json!({})).data;
+    for tool in ["review-write", "review-delete"] {
+        let offer = offers["tools"].as_array().unwrap().iter().find(|o| o["name"] == tool).unwrap();
+        assert_eq!(offer["inputSchema"]["properties"]["sectionIndex"]["type"], json!(["integer", "null"]), "{tool}");
+    }
     for bad in [json!(3), json!(-1), json!(24)] {
         let e = c.tool_err(
             "review-write",

@@ -169,8 +169,10 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
     match (result, chosen_session) {
         (Ok(mut r), chosen) => {
             if let Some(s) = holder(&r).or(chosen) {
+                // Quoted for a shell when it has to be, so the hint can be pasted back.
+                let q = shell_word(&s);
                 r.text.push_str(&format!(
-                    "\n\nSession: {s} (this plan's session: pass --session {s} or FORGE_SESSION_ID={s} to read or edit it)"
+                    "\n\nSession: {s} (this plan's session: pass --session {q} or FORGE_SESSION_ID={q} to read or edit it)"
                 ));
             }
             Ok(r)
@@ -242,4 +244,27 @@ pub fn tools_help() -> String {
     }
     s.push_str("\nIdentity: FORGE_SESSION_ID + FORGE_SESSION_TOKEN (a loop session), else --agent and --session.\nExit status: 0 success, 1 the tool failed (message on stderr), 2 usage error.");
     s
+}
+
+/// `s` as one word of a POSIX shell: as it is when it has nothing the shell reads, else in
+/// single quotes (a `'` inside written `'\''`).
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.,:/@%+=".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod shell_word_tests {
+    #[test]
+    fn words_are_quoted_only_when_the_shell_would_read_them() {
+        for (s, want) in
+            [("ses_01ABC", "ses_01ABC"), ("a b", "'a b'"), ("it's", "'it'\\''s'"), ("$(x)", "'$(x)'"), ("", "''")]
+        {
+            assert_eq!(super::shell_word(s), want, "{s:?}");
+        }
+    }
 }
