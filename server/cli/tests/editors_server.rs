@@ -381,6 +381,46 @@ fn saving_a_copy_with_only_a_final_line_break_added_is_no_edit() {
     assert!(!repo.path.join(".forge/rejected").exists(), "nothing kept as rejected");
 }
 
+/// An editor opened on the project through a symbolic link knows its files by the link's
+/// path: diagnostics are published there, and the view copies opened and saved there are
+/// the server's copies. Before, diagnostics went to the resolved path (not shown), and a
+/// copy opened or saved through the link was not recognized (its save silently dropped).
+#[test]
+fn a_project_opened_through_a_link_is_served_in_the_links_spelling() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let link = sb.root.join("link");
+    std::os::unix::fs::symlink(&repo.path, &link).unwrap();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&link).text_document_content(false));
+    let mark = c.mark();
+    c.tool_ok("review-write", json!({ "file": "a.txt", "line": 1, "severity": "bug", "description": "linked" }));
+    let uri = file_uri(&link.join("a.txt"));
+    c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.len() == 1).unwrap_or_else(|| {
+        panic!("no diagnostics on {uri}: {:?}", c.notifications_of("textDocument/publishDiagnostics"))
+    });
+
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nfirst\n" }));
+    let copy = link.join(format!(".forge/view/plan/session/{}.md", c.session_id()));
+    let text = wait_file(&copy, |t| t.contains("first"));
+    c.notify(
+        "textDocument/didOpen",
+        json!({ "textDocument": { "uri": file_uri(&copy), "languageId": "markdown", "version": 1, "text": text } }),
+    );
+    let lenses = c.request("textDocument/codeLens", json!({ "textDocument": { "uri": file_uri(&copy) } })).unwrap();
+    assert!(lenses.as_array().is_some_and(|l| !l.is_empty()), "lenses on the copy through the link: {lenses}");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let saved = "# Plan\n\n## Objective\nsecond, through the link\n";
+    std::fs::write(&copy, saved).unwrap();
+    c.notify("textDocument/didSave", json!({ "textDocument": { "uri": file_uri(&copy) }, "text": saved }));
+    let stored = wait_for(WAIT, || {
+        let out = c.tool_ok("plan-read", json!({}));
+        out.text.contains("second, through the link").then_some(())
+    });
+    assert!(stored.is_some(), "the save through the link became the plan: {:?}", shown_messages(&c));
+}
+
 #[test]
 fn saving_over_a_read_only_view_restores_it_and_keeps_the_text() {
     use std::os::unix::fs::PermissionsExt;

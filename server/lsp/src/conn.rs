@@ -126,6 +126,8 @@ pub struct Conn {
     known_plans: Mutex<HashSet<String>>,
     /// Warnings of the config files, shown once after `initialized`.
     pub config_warnings: Mutex<Vec<String>>,
+    /// How the client spells the folder it opened, when not as the server does.
+    pub spelling: crate::uri::Spelling,
     /// Things to tell the user once after `initialized` (window/showMessage, Info).
     pub notices: Mutex<Vec<String>>,
     /// Configuration warnings already shown to this client (each is shown once, whatever
@@ -173,6 +175,7 @@ impl Conn {
         ws: Arc<Workspace>,
         env: ToolEnv,
         caps: ClientCaps,
+        spelling: crate::uri::Spelling,
     ) -> Arc<Conn> {
         let (alive, _) = tokio::sync::watch::channel(());
         Arc::new(Conn {
@@ -186,6 +189,7 @@ impl Conn {
             known_plans: Mutex::new(HashSet::new()),
             config_warnings: Mutex::new(vec![]),
             notices: Mutex::new(vec![]),
+            spelling,
             config_shown: Mutex::new(HashSet::new()),
             init_config: Mutex::new(None),
             refresh_pending: Arc::new(Mutex::new(HashSet::new())),
@@ -212,7 +216,12 @@ impl Conn {
 
     /// The `forge:` document a client URI names (`forge://...` or a `.forge/view/` copy).
     pub fn document(&self, uri: &str) -> Option<ForgeUri> {
-        crate::uri::forge_document(&self.env().project.root, uri)
+        crate::uri::forge_document(&self.env().project.root, &self.spelling.to_server(uri.to_string()))
+    }
+
+    /// A URI from the client in the server's spelling (the one documents are keyed by).
+    pub fn from_client(&self, uri: String) -> String {
+        self.spelling.to_server(uri)
     }
 
     /// Plan documents this client has seen.
@@ -306,7 +315,7 @@ impl Conn {
         if again {
             return;
         }
-        self.outbox.send_body(&crate::to_proto::publish_diagnostics(uri, diags)).await;
+        self.outbox.send_body(&crate::to_proto::publish_diagnostics(&self.spelling.to_client(uri), diags)).await;
     }
 
     pub fn env(&self) -> Arc<ToolEnv> {
@@ -393,7 +402,7 @@ impl Conn {
     /// `textDocument/publishDiagnostics`, serialized straight onto the connection (the one
     /// path for every publication: plan warnings here, findings in `diagnostics`).
     pub async fn publish<T: serde::Serialize>(&self, uri: &str, diags: &[T]) {
-        self.outbox.send_body(&crate::to_proto::publish_diagnostics(uri, diags)).await;
+        self.outbox.send_body(&crate::to_proto::publish_diagnostics(&self.spelling.to_client(uri), diags)).await;
     }
 
     /// Where the materialized copy of `uri` lives.

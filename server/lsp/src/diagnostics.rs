@@ -365,7 +365,7 @@ async fn publish_step(
         if left_out > 0 {
             diags.push(Entry::Note(note_left_out(left_out)));
         }
-        messages.push((uri.clone(), publish_diagnostics(&uri, &diags), contributing));
+        messages.push((uri.clone(), publish_diagnostics(&conn.spelling.to_client(&uri), &diags), contributing));
     }
     drop(by_uri);
     drop(rows);

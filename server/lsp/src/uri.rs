@@ -19,6 +19,66 @@ pub fn forge_document(root: &Path, uri: &str) -> Option<ForgeUri> {
     ForgeUri::parse(&format!("forge://{}", rel.display()))
 }
 
+/// How the client spells the folder it opened, where the server spells it otherwise: a
+/// symbolic link on its path, which the server resolves (`Project::detect`). The server
+/// keys documents and builds URIs in its own spelling; a client that opened `~/link`
+/// knows its files as `~/link/...`. So URIs from the client are turned into the server's
+/// spelling as they arrive ([`Spelling::to_server`]) and the server's into the client's as
+/// they leave ([`Spelling::to_client`]).
+///
+/// Invariant: empty, or a pair of different absolute prefixes, the link and what it
+/// resolves to (the folder's common trailing components taken off).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spelling(Option<(std::path::PathBuf, std::path::PathBuf)>);
+
+impl Spelling {
+    /// The spelling of a folder as the client named it (resolved on the file system).
+    pub fn of_folder(named: &Path) -> Spelling {
+        let client = normalize(named);
+        match client.canonicalize() {
+            Ok(server) => Spelling::between(&client, &server),
+            Err(_) => Spelling::default(),
+        }
+    }
+
+    /// The pair for `client` and `server`, two spellings of one folder.
+    pub fn between(client: &Path, server: &Path) -> Spelling {
+        let (mut c, mut s) = (client.to_path_buf(), server.to_path_buf());
+        while c != s && c.file_name().is_some() && c.file_name() == s.file_name() {
+            c.pop();
+            s.pop();
+        }
+        if c == s || !c.is_absolute() || !s.is_absolute() {
+            return Spelling::default();
+        }
+        Spelling(Some((c, s)))
+    }
+
+    /// A client's URI in the server's spelling ([`canonical`] too).
+    pub fn to_server(&self, uri: String) -> String {
+        let Some((client, server)) = &self.0 else { return canonical(uri) };
+        match local_path(&uri) {
+            Ok(Some(path)) => match Path::new(&path).strip_prefix(client) {
+                Ok(rest) => file_uri(&server.join(rest)),
+                Err(_) => file_uri(Path::new(&path)),
+            },
+            _ => uri,
+        }
+    }
+
+    /// A URI the server built, in the client's spelling.
+    pub fn to_client<'a>(&self, uri: &'a str) -> std::borrow::Cow<'a, str> {
+        let Some((client, server)) = &self.0 else { return uri.into() };
+        match local_path(uri) {
+            Ok(Some(path)) => match Path::new(&path).strip_prefix(server) {
+                Ok(rest) => file_uri(&client.join(rest)).into(),
+                Err(_) => uri.into(),
+            },
+            _ => uri.into(),
+        }
+    }
+}
+
 /// Lexical normalisation (`.` and `..`), without touching the file system: the domain's
 /// one (`forge_domain::path::lexical`), for the absolute paths this crate normalises.
 pub use forge_domain::path::lexical as normalize;
@@ -83,6 +143,23 @@ pub fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A folder opened through a link: the client's URIs are read in the server's spelling
+    /// and the server's written in the client's; other URIs pass as they are.
+    #[test]
+    fn a_linked_folder_is_spelled_as_each_side_knows_it() {
+        let s = Spelling::between(Path::new("/home/u/link/sub"), Path::new("/data/proj/sub"));
+        assert_eq!(s, Spelling(Some(("/home/u/link".into(), "/data/proj".into()))));
+        assert_eq!(s.to_server("file:///home/u/link/a%20b.rs".into()), "file:///data/proj/a%20b.rs");
+        assert_eq!(s.to_server("file:///elsewhere/x".into()), "file:///elsewhere/x");
+        assert_eq!(s.to_server("forge://index.md".into()), "forge://index.md");
+        assert_eq!(s.to_client("file:///data/proj/.forge/view/index.md"), "file:///home/u/link/.forge/view/index.md");
+        assert_eq!(s.to_client("file:///data/projx/a"), "file:///data/projx/a");
+        assert_eq!(Spelling::between(Path::new("/p"), Path::new("/p")), Spelling::default());
+        let none = Spelling::default();
+        assert_eq!(none.to_server("file:///p/a%2Bb".into()), canonical("file:///p/a%2Bb".into()));
+        assert_eq!(none.to_client("file:///p/a"), "file:///p/a");
+    }
 
     /// `file://localhost/p` is `file:///p` (RFC 8089); another host is refused by name.
     #[test]

@@ -12,7 +12,7 @@ use crate::server::Backend;
 
 pub fn did_change(backend: &Backend, params: DidChangeTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
-    let uri = crate::uri::canonical(params.text_document.text_document_identifier.uri.0);
+    let uri = conn.from_client(params.text_document.text_document_identifier.uri.0);
     let version = params.text_document.version;
     if params.content_changes.is_empty() {
         return;

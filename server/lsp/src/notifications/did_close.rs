@@ -6,7 +6,7 @@ use crate::server::Backend;
 
 pub fn did_close(backend: &Backend, params: DidCloseTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
-    let uri = crate::uri::canonical(params.text_document.uri.0);
+    let uri = conn.from_client(params.text_document.uri.0);
     if let Ok(mut docs) = conn.docs.lock() {
         docs.remove(&uri);
     }

@@ -8,7 +8,7 @@ use crate::server::Backend;
 pub fn did_open(backend: &Backend, params: DidOpenTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
     // Keyed in the server's spelling of file URIs (the one diagnostics are published with).
-    let uri = crate::uri::canonical(params.text_document.uri.0);
+    let uri = conn.from_client(params.text_document.uri.0);
     conn.docs
         .lock()
         .expect("docs")

@@ -8,7 +8,7 @@ use crate::server::Backend;
 
 pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
-    let uri = crate::uri::canonical(params.text_document.uri.0);
+    let uri = conn.from_client(params.text_document.uri.0);
     // Only copies: a forge:// document is saved by the client through plan-write itself.
     if ForgeUri::parse(&uri).is_some() {
         return;

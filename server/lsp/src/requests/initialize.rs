@@ -70,6 +70,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         }
     }
     let no_folder = named.is_none();
+    let spelling = named.as_deref().map(crate::uri::Spelling::of_folder).unwrap_or_default();
     let folder = named.unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
     // Detection reads git (a history walk when its cache is cold): never on a runtime thread.
     let project = tokio::task::spawn_blocking(move || Project::detect(&folder))
@@ -168,7 +169,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     // materialized copies (when there are any).
     let links = if !text_document_content && materialize { Links::View } else { Links::Forge };
     let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok(), links };
-    let conn = Conn::new(backend.id, backend.client.clone(), backend.outbox.clone(), ws.clone(), env, caps);
+    let conn = Conn::new(backend.id, backend.client.clone(), backend.outbox.clone(), ws.clone(), env, caps, spelling);
     // A tools-only client gets no pushes: without a diagnostics queue nothing is published
     // to it, and without a subscription no change is announced to it. Each `forge-lsp
     // call` through a server is such a connection; with 100,000 findings stored, the first

@@ -59,7 +59,7 @@ pub async fn plan_text(conn: &Conn, uri: &str) -> Option<(ForgeUri, String)> {
     if !doc.is_plan() {
         return None;
     }
-    if let Some(t) = conn.open_text(&crate::uri::canonical(uri.to_string())) {
+    if let Some(t) = conn.open_text(&conn.from_client(uri.to_string())) {
         return Some((doc, t));
     }
     let text = crate::documents::render(conn, &doc, forge_core::Links::Forge).await.ok()?;
