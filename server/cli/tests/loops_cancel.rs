@@ -380,6 +380,25 @@ fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
     );
     let list = other.tool_ok("loop-status", json!({})).text;
     assert!(list.contains("| Status: server stopped"), "{list}");
+    // A restart without force says why the loop only looks active.
+    let e = other.tool_err("loop-status", json!({ "name": name, "restart": true }));
+    assert!(e.message.contains("has ended: nothing runs it now). Use force=true"), "{e:?}");
+    // An editor that connects now is told, and is not given a progress that nothing would
+    // end (before: a spinner for good).
+    let sock = other.private_socket().expect("private socket");
+    let mut editor = Client::connect_unix(&sock).expect("connect");
+    editor.init(&common::Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    editor
+        .wait_notification(common::WAIT, |r| {
+            r.method() == "window/showMessage"
+                && r.params()["message"].as_str().is_some_and(|m| {
+                    m.contains(&format!("loop {name} is recorded as running, but the server that ran it"))
+                })
+        })
+        .unwrap_or_else(|| panic!("not told: {:?}", editor.notifications_of("window/showMessage")));
+    std::thread::sleep(common::QUIET);
+    assert_eq!(editor.notifications_of("$/progress"), Vec::<Value>::new());
+    assert!(editor.server_requests().iter().all(|r| r.method() != "window/workDoneProgress/create"));
     let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));
     assert!(!pid_alive(bg), "the restart left the dead server's background sleep {bg} running");
     assert!(!pid_alive(esc), "the restart left the dead server's setsid sleep {esc} running");

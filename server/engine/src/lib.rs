@@ -18,6 +18,7 @@ pub mod git;
 pub mod host;
 pub mod hub;
 pub mod loop_lock;
+pub mod owner;
 pub mod pause;
 pub mod process;
 pub mod prompt_context;

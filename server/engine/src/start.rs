@@ -506,8 +506,14 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             )));
         }
         if status == Status::Running && !force {
+            // Forge's wording, with why when the server that ran it has ended.
+            let (p, r2) = (project.clone(), row.clone());
+            let gone = engine.store.call(move |c| crate::owner::server_gone(c, &p, &r2)).await.ok().flatten();
+            let why = gone
+                .map(|pid| format!(" (its server, process {pid}, has ended: nothing runs it now)"))
+                .unwrap_or_default();
             return Err(ToolError::conflict(format!(
-                "Loop \"{name}\" is currently active. Use force=true to restart it."
+                "Loop \"{name}\" is currently active{why}. Use force=true to restart it."
             )));
         }
         let dir = PathBuf::from(&row.worktree_dir);

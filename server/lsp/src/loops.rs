@@ -45,7 +45,34 @@ pub async fn announce(conn: &Arc<Conn>, name: &str, payload: Option<&str>, live:
     for i in 0..s.total_sections.max(0) {
         conn.refresh(&ForgeUri::LoopSection(s.loop_name.clone(), i as u32).to_uri());
     }
-    if conn.caps.work_done_progress {
+    // A loop the replay finds running whose server has ended (killed, crashed): nothing
+    // runs it, so no progress is begun that nothing would end; the user is told instead.
+    let orphaned = if !live && s.status == "running" {
+        let (p, n) = (conn.project_id(), s.loop_name.clone());
+        conn.ws
+            .store
+            .read(move |c| match loops::get(c, &p, &n)? {
+                Some(row) => forge_engine::owner::server_gone(c, &p, &row),
+                None => Ok(None),
+            })
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+    } else {
+        None
+    };
+    if let Some(pid) = orphaned {
+        conn.client
+            .show_message(
+                MessageType::Warning,
+                format!(
+                    "Forge: loop {} is recorded as running, but the server that ran it (process {pid}) has ended: nothing runs it until you restart it (loop-status with restart and force) or cancel it.",
+                    s.loop_name
+                ),
+            )
+            .await;
+    } else if conn.caps.work_done_progress {
         progress(conn, &s, completed).await;
     }
     // Tell every connection of the project that it ended (once per end).

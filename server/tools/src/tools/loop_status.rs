@@ -68,25 +68,10 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
     })
 }
 
-/// The recorded server of a running loop when that process has ended: its pid names no
-/// process that may be it (`process::may_be_owner`: none, a zombie, or one started after
-/// the loop), and none of the sockets it registered accepts a connection. The pid alone
-/// misjudged a live owner in another pid namespace, or after the wall clock was stepped;
-/// the socket alone is the runner's own test (`owned_elsewhere`). Not for this process's
-/// own loops.
+/// The recorded server of a running loop when that process has ended
+/// ([`forge_engine::owner::server_gone`]). Not for this process's own loops.
 fn server_gone(ctx: &ToolCtx, l: &LoopRow) -> Result<Option<i64>, ToolError> {
-    if l.status != "running" {
-        return Ok(None);
-    }
-    let Some(pid) = loops::owner_pid(ctx.db, ctx.project_id(), &l.loop_name).db()? else { return Ok(None) };
-    if pid == i64::from(std::process::id())
-        || u32::try_from(pid).is_ok_and(|p| forge_engine::process::may_be_owner(p, l.started_at))
-    {
-        return Ok(None);
-    }
-    let sockets = forge_store::servers::sockets_of_pid(ctx.db, pid).db()?;
-    let answers = sockets.iter().any(|s| !forge_core::paths::socket_is_dead(std::path::Path::new(s)));
-    Ok((!answers).then_some(pid))
+    forge_engine::owner::server_gone(ctx.db, ctx.project_id(), l).db()
 }
 
 /// Usage rows of a loop for display: (model, role, totals), the stored rows with the live
