@@ -382,7 +382,12 @@ fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
     assert!(list.contains("| Status: server stopped"), "{list}");
     // A restart without force says why the loop only looks active.
     let e = other.tool_err("loop-status", json!({ "name": name, "restart": true }));
-    assert!(e.message.contains("has ended: nothing runs it now). Use force=true"), "{e:?}");
+    assert!(
+        e.message
+            .contains("is currently active. Use force=true to restart it (it only looks active: its server, process")
+            && e.message.ends_with("has ended and nothing runs it)."),
+        "{e:?}"
+    );
     // An editor that connects now is told, and is not given a progress that nothing would
     // end (before: a spinner for good).
     let sock = other.private_socket().expect("private socket");

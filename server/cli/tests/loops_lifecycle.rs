@@ -377,6 +377,8 @@ fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
     assert_eq!(t.wait_end(&name)["status"], json!("cancelled"), "{}", t.report());
     let worktree = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string());
     assert!(worktree.is_dir(), "a cancelled loop keeps its worktree");
+    // Work left uncommitted in it (by hand, after the cancel) is not lost with it.
+    std::fs::write(worktree.join("notes.txt"), "by hand\n").unwrap();
     t.client.notify(
         "workspace/didChangeConfiguration",
         json!({ "settings": { "forge": { "loop": { "postAction": { "enabled": false } } } } }),
@@ -386,4 +388,11 @@ fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
     assert_eq!(t.loop_row(&name)["status"], json!("completed"));
     t.assert_worktree_removed(&name);
     assert!(t.has_branch(&format!("forge/{name}")), "the branch stays");
+    let shown = std::process::Command::new("git")
+        .args(["show", &format!("forge/{name}:notes.txt")])
+        .current_dir(&t.repo.path)
+        .output()
+        .expect("git show");
+    assert_eq!(String::from_utf8_lossy(&shown.stdout), "by hand\n", "committed to the branch first");
+    assert!(t.log(&format!("forge/{name}"))[0].contains("completed"), "{:?}", t.log(&format!("forge/{name}")));
 }

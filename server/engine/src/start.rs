@@ -510,10 +510,10 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             let (p, r2) = (project.clone(), row.clone());
             let gone = engine.store.call(move |c| crate::owner::server_gone(c, &p, &r2)).await.ok().flatten();
             let why = gone
-                .map(|pid| format!(" (its server, process {pid}, has ended: nothing runs it now)"))
+                .map(|pid| format!(" (it only looks active: its server, process {pid}, has ended and nothing runs it)"))
                 .unwrap_or_default();
             return Err(ToolError::conflict(format!(
-                "Loop \"{name}\" is currently active{why}. Use force=true to restart it."
+                "Loop \"{name}\" is currently active. Use force=true to restart it{why}."
             )));
         }
         let dir = PathBuf::from(&row.worktree_dir);
@@ -622,9 +622,35 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         runner::await_turns_ended(engine, &project, name, &session, std::time::Duration::from_secs(10)).await;
     }
     if plan.finish_instead {
-        // Completed: its worktree goes, as a loop's that completes by itself (the branch
-        // stays). Left behind before: the sweep takes a completed loop's worktree as gone.
-        crate::runner::remove_worktree_logged(engine.data_dir.clone(), repo.clone(), dir.clone()).await;
+        // Completed: as a loop that completes by itself, what the worktree holds is
+        // committed to the loop's branch, and then the worktree goes (the branch stays).
+        // Left behind before: the sweep takes a completed loop's worktree as gone. A
+        // worktree whose work could not be committed is kept.
+        let (d2, b2) = (dir.clone(), row.worktree_branch.clone());
+        let msg = format!(
+            "loop: {name} completed after {} iteration{}",
+            row.iteration,
+            if row.iteration == 1 { "" } else { "s" }
+        );
+        let committed = tokio::task::spawn_blocking(move || {
+            if d2.exists() {
+                crate::git::checkpoint_on(&d2, b2.as_deref(), &msg).map(|_| ())
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+        match committed {
+            Ok(Ok(())) => {
+                crate::runner::remove_worktree_logged(engine.data_dir.clone(), repo.clone(), dir.clone()).await
+            }
+            Ok(Err(e)) => tracing::warn!(
+                loop_name = name,
+                "kept the worktree {}: its work could not be committed: {e}",
+                dir.display()
+            ),
+            Err(e) => tracing::warn!(loop_name = name, "kept the worktree {}: {e}", dir.display()),
+        }
         return Err(ToolError::conflict(format!(
             "Loop \"{name}\" stopped in post-action, which is no longer configured: it was marked completed; nothing to restart."
         )));
