@@ -419,6 +419,19 @@ fn a_project_opened_through_a_link_is_served_in_the_links_spelling() {
         out.text.contains("second, through the link").then_some(())
     });
     assert!(stored.is_some(), "the save through the link became the plan: {:?}", shown_messages(&c));
+
+    // A link to a folder above the project (`/home` → `/var/home`): the same names below it.
+    let above = sb.root.join("above");
+    std::os::unix::fs::symlink(repo.path.parent().unwrap(), &above).unwrap();
+    let folder = above.join(repo.path.file_name().unwrap());
+    let mut c = sb.stdio();
+    c.init(&Init::new(&folder));
+    let mark = c.mark();
+    c.tool_ok("review-write", json!({ "file": "b.txt", "line": 1, "severity": "bug", "description": "above" }));
+    let uri = file_uri(&folder.join("b.txt"));
+    c.wait_diagnostics_since(mark, &uri, WAIT, |d| d.len() == 1).unwrap_or_else(|| {
+        panic!("no diagnostics on {uri}: {:?}", c.notifications_of("textDocument/publishDiagnostics"))
+    });
 }
 
 #[test]

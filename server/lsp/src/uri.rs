@@ -36,19 +36,30 @@ impl Spelling {
     pub fn of_folder(named: &Path) -> Spelling {
         let client = normalize(named);
         match client.canonicalize() {
-            Ok(server) => Spelling::between(&client, &server),
+            Ok(server) => Spelling::between(&client, &server, |p| p.canonicalize().ok()),
             Err(_) => Spelling::default(),
         }
     }
 
-    /// The pair for `client` and `server`, two spellings of one folder.
-    pub fn between(client: &Path, server: &Path) -> Spelling {
+    /// The pair for `client` and `server`, two spellings of one folder (`resolve` resolves
+    /// a folder on the file system). Trailing components are taken off both while they are
+    /// the same and the parents are still two spellings of one folder, so the pair is the
+    /// link itself: `/home/u/p` → `/var/home/u/p` gives `/home` and `/var/home`, never `/`
+    /// and `/var` (which would map `/var/lib` to `/lib`).
+    pub fn between(client: &Path, server: &Path, resolve: impl Fn(&Path) -> Option<std::path::PathBuf>) -> Spelling {
         let (mut c, mut s) = (client.to_path_buf(), server.to_path_buf());
         while c != s && c.file_name().is_some() && c.file_name() == s.file_name() {
+            let (Some(cp), Some(sp)) = (c.parent(), s.parent()) else { break };
+            if cp.parent().is_none() || resolve(cp).as_deref() != Some(sp) {
+                break;
+            }
             c.pop();
             s.pop();
         }
-        if c == s || !c.is_absolute() || !s.is_absolute() {
+        // Not two spellings, or the server's inside the client's (no link resolves into
+        // itself; `to_server` would not be idempotent). The client's may be inside the
+        // server's (a link to a folder above it): no resolved path passes through it.
+        if c == s || !c.is_absolute() || !s.is_absolute() || s.starts_with(&c) {
             return Spelling::default();
         }
         Spelling(Some((c, s)))
@@ -114,8 +125,11 @@ pub fn canonical(uri: String) -> String {
 pub fn local_path(uri: &str) -> Result<Option<String>, String> {
     let Some(rest) = uri.strip_prefix("file://") else { return Ok(None) };
     let (host, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
-    if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) || path.is_empty() {
+    if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) {
         return Err(format!("{uri:?} names a file on host {host:?}; forge-lsp opens local files only (file:///path)"));
+    }
+    if path.is_empty() {
+        return Err(format!("{uri:?} names no path; a file URI is file:///path"));
     }
     Ok(Some(percent_decode(path)))
 }
@@ -148,14 +162,45 @@ mod tests {
     /// and the server's written in the client's; other URIs pass as they are.
     #[test]
     fn a_linked_folder_is_spelled_as_each_side_knows_it() {
-        let s = Spelling::between(Path::new("/home/u/link/sub"), Path::new("/data/proj/sub"));
+        // The file system of the cases: `/home/u/link` is a link to `/data/proj`, `/home`
+        // one to `/var/home`, `/tmp` one to `/private/tmp`.
+        let resolve = |p: &Path| -> Option<std::path::PathBuf> {
+            let p = p.to_str()?;
+            Some(
+                match p {
+                    "/home/u/link" => "/data/proj".to_string(),
+                    _ if p == "/home" || p.starts_with("/home/") => format!("/var{p}"),
+                    _ if p == "/tmp" || p.starts_with("/tmp/") => format!("/private{p}"),
+                    _ => p.to_string(),
+                }
+                .into(),
+            )
+        };
+        let s = Spelling::between(Path::new("/home/u/link/sub"), Path::new("/data/proj/sub"), resolve);
         assert_eq!(s, Spelling(Some(("/home/u/link".into(), "/data/proj".into()))));
+        // A link high up with the same names below it: the pair is the link, not `/`.
+        let home = Spelling::between(Path::new("/home/u/p"), Path::new("/var/home/u/p"), resolve);
+        assert_eq!(home, Spelling(Some(("/home".into(), "/var/home".into()))));
+        assert_eq!(home.to_server("file:///home/u/p/a.rs".into()), "file:///var/home/u/p/a.rs");
+        assert_eq!(
+            home.to_server("file:///var/home/u/p/a.rs".into()),
+            "file:///var/home/u/p/a.rs",
+            "already the server's"
+        );
+        assert_eq!(home.to_client("file:///var/lib/x"), "file:///var/lib/x", "not under the link");
+        let tmp = Spelling::between(Path::new("/tmp/p"), Path::new("/private/tmp/p"), resolve);
+        assert_eq!(tmp, Spelling(Some(("/tmp".into(), "/private/tmp".into()))));
+        // A link to a folder above it: the link is the pair.
+        let up = Spelling::between(Path::new("/r/sub/up"), Path::new("/r"), resolve);
+        assert_eq!(up, Spelling(Some(("/r/sub/up".into(), "/r".into()))));
+        assert_eq!(up.to_server("file:///r/sub/up/a".into()), "file:///r/a");
+        assert_eq!(up.to_server("file:///r/a".into()), "file:///r/a");
         assert_eq!(s.to_server("file:///home/u/link/a%20b.rs".into()), "file:///data/proj/a%20b.rs");
         assert_eq!(s.to_server("file:///elsewhere/x".into()), "file:///elsewhere/x");
         assert_eq!(s.to_server("forge://index.md".into()), "forge://index.md");
         assert_eq!(s.to_client("file:///data/proj/.forge/view/index.md"), "file:///home/u/link/.forge/view/index.md");
         assert_eq!(s.to_client("file:///data/projx/a"), "file:///data/projx/a");
-        assert_eq!(Spelling::between(Path::new("/p"), Path::new("/p")), Spelling::default());
+        assert_eq!(Spelling::between(Path::new("/p"), Path::new("/p"), resolve), Spelling::default());
         let none = Spelling::default();
         assert_eq!(none.to_server("file:///p/a%2Bb".into()), canonical("file:///p/a%2Bb".into()));
         assert_eq!(none.to_client("file:///p/a"), "file:///p/a");
@@ -170,7 +215,7 @@ mod tests {
             ("file://LOCALHOST/p", Ok(Some("/p"))),
             ("untitled:Untitled-1", Ok(None)),
             ("file://server/share/p", Err("host \"server\"")),
-            ("file://localhost", Err("host \"localhost\"")),
+            ("file://localhost", Err("names no path")),
         ];
         for (uri, want) in cases {
             match (local_path(uri), want) {
