@@ -155,6 +155,45 @@ fn no_progress_is_sent_on_a_token_the_client_has_not_created() {
     assert!(statuses.len() >= 2, "the status still reaches the editor: {statuses:?}");
 }
 
+/// A token the client creates late, after the loop ended: its progress is begun with the
+/// loop's latest state and ended, in that order, and nothing else is sent on it.
+#[test]
+fn a_token_created_after_the_loop_ended_gets_begin_then_end() {
+    let t = LoopTest::start("block", "");
+    std::fs::write(t.state.join("hold-coder"), "").unwrap();
+    let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
+    wait_for(WAIT, || t.state_file("turns").filter(|s| s.contains("coder"))).expect("the coder's turn started");
+    let sock = t.client.private_socket().expect("private socket");
+    let mut late = Client::connect_unix(&sock).expect("connect to the private socket");
+    late.ignore("window/workDoneProgress/create");
+    late.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    let create =
+        wait_for(WAIT, || late.server_requests().into_iter().find(|r| r.method() == "window/workDoneProgress/create"))
+            .expect("asked to create the token");
+    std::fs::write(t.state.join("coder-release"), "").unwrap();
+    t.wait_state_file("auditor.pid");
+    std::fs::write(t.state.join("release"), "").unwrap();
+    assert_eq!(t.wait_end(&name)["status"], json!("completed"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Answered now (within the server's 5 s wait).
+    let id = create.msg["id"].clone();
+    late.send_raw(&forge_protocol::framing::encode(
+        json!({ "jsonrpc": "2.0", "id": id, "result": null }).to_string().as_bytes(),
+    ));
+    let kinds = wait_for(WAIT, || {
+        let p = late.notifications_of("$/progress");
+        (p.len() >= 2).then_some(p)
+    })
+    .unwrap_or_else(|| panic!("no begin and end: {:?}", late.notifications_of("$/progress")));
+    std::thread::sleep(QUIET);
+    let sent = late.notifications_of("$/progress");
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(kinds[0]["params"]["value"]["kind"], json!("begin"), "{sent:?}");
+    assert_eq!(kinds[1]["params"]["value"]["kind"], json!("end"), "{sent:?}");
+    assert_eq!(kinds[1]["params"]["value"]["message"], json!("completed"), "{sent:?}");
+    assert_eq!(kinds[0]["params"]["token"], create.params()["token"]);
+}
+
 #[test]
 fn a_client_that_supports_it_gets_code_lens_refreshes_when_plans_change() {
     let sb = Sandbox::new();

@@ -148,6 +148,12 @@ pub struct Conn {
     /// announcement of a write just after) could otherwise finish in the other order, the
     /// older render (no plan yet: remove the copy) last.
     pub materializing: tokio::sync::Mutex<()>,
+    /// Held across one loop announcement ([`crate::loops::announce`]) and across the
+    /// `begin` of a progress whose token was just created: the replay after `initialized`,
+    /// the live changes and the progress sends take turns, so a replay never announces a
+    /// state older than one already announced, and nothing is sent on a token before its
+    /// `begin` or after its `end`.
+    pub announcing: tokio::sync::Mutex<()>,
     /// The index copy's open-finding counts, updated per changed file.
     pub index_counts: Mutex<crate::state::IndexCounts>,
     /// URIs waiting for a coalesced refresh.
@@ -201,6 +207,7 @@ impl Conn {
             views: Mutex::new(HashMap::new()),
             index_pending: std::sync::atomic::AtomicBool::new(false),
             materializing: tokio::sync::Mutex::new(()),
+            announcing: tokio::sync::Mutex::new(()),
             index_counts: Mutex::new(Default::default()),
             alive,
             diagnostics: std::sync::OnceLock::new(),

@@ -22,6 +22,9 @@ use forge_store::loops;
 /// `live`: a change that just happened (not the replay after `initialized`); only a live
 /// end is told with `window/showMessage`.
 pub async fn announce(conn: &Arc<Conn>, name: &str, payload: Option<&str>, live: bool) {
+    // The snapshot is read in turn (a replay's is never older than a change announced
+    // before it), and every send below goes out in that turn.
+    let _turn = conn.announcing.lock().await;
     let snap = match payload.and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok()) {
         Some(v) => Some(v),
         None => {
@@ -192,6 +195,9 @@ fn create_token(conn: &Arc<Conn>, token: String, title: String) {
         let params = WorkDoneProgressCreateParams { token: ProgressToken::String(token.clone()) };
         let create = move || async move { client.send_request::<WorkDoneProgressCreateRequest>(params).await };
         let created = matches!(conn.silence.ask(conn.alive(), create).await, Some(Ok(())));
+        // In turn with the announcements: what they said while the token was pending is
+        // in `news`, and what they say next goes out after the `begin`.
+        let _turn = conn.announcing.lock().await;
         let news = {
             let mut st = conn.progress.lock().expect("progress");
             let news = st.pending.remove(&token);
