@@ -669,3 +669,40 @@ fn walk_names(d: &Path) -> Vec<String> {
     }
     out
 }
+
+/// When the connection that sweeps shows nothing (a `forge-lsp call` through a server), the
+/// notice of stopped loops taken off the list waits for the project's next editor, and a
+/// TTL of less than a day is named as such (it said "0 days").
+#[test]
+fn the_sweep_notice_of_a_call_reaches_the_next_editor() {
+    let (sb, repo) = setup();
+    let wt = add_loop(&sb, &repo, "old-errored", "errored", "forge/old-errored");
+    sb.db()
+        .conn
+        .execute("UPDATE loops SET completed_at = ?1 WHERE loop_name = 'old-errored'", [now_ms() - 10 * DAY])
+        .expect("age");
+    sb.write_user_config("completedLoopTtlMs = 3600000\n");
+    let server = sb.listen_unix(&sb.root.join("s/forge.sock"));
+    let out = sb.call("loop-status").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(!out.stdout.contains("old-errored"), "swept by the call's connection: {out:?}");
+    let mut c = server.connect();
+    c.init(&Init::new(&repo.path));
+    let told = c
+        .wait_notification(std::time::Duration::from_secs(10), |r| {
+            r.method() == "window/showMessage"
+                && r.params()["message"].as_str().is_some_and(|m| m.contains("taken off the loop list"))
+        })
+        .unwrap_or_else(|| panic!("not told: {:?}", c.notifications_of("window/showMessage")));
+    let message = told.params()["message"].as_str().unwrap();
+    assert!(message.contains("(1h 0m)"), "{message}");
+    assert!(message.contains(&format!("old-errored (errored, {})", wt.display())), "{message}");
+    // Told once.
+    let mut again = server.connect();
+    again.init(&Init::new(&repo.path));
+    std::thread::sleep(QUIET);
+    assert!(
+        again.notifications_of("window/showMessage").iter().all(|m| !m.to_string().contains("taken off the loop list")),
+        "told twice"
+    );
+}

@@ -117,7 +117,7 @@ impl Hub {
         let data_dir = key.as_path();
         let store = Store::open(&data_dir.join("forge.db"))?;
         let engine = Engine::new(store.clone(), key.clone(), self.private_socket());
-        let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine });
+        let ws = Arc::new(Workspace { data_dir: key.clone(), store, engine, notices: Default::default() });
         start_watcher(&ws);
         map.insert(key, ws.clone());
         Ok(ws)
@@ -134,9 +134,25 @@ pub struct Workspace {
     pub data_dir: PathBuf,
     pub store: Store,
     pub engine: Arc<Engine>,
+    /// Things to tell the user of a project (project id, text) that arose on a connection
+    /// that shows nothing (a `forge-lsp call`): kept for the project's next editor.
+    pub notices: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 impl Workspace {
+    /// Keeps `text` for the next editor of `project` ([`Workspace::notices`]).
+    pub fn keep_notice(&self, project: &str, text: String) {
+        self.notices.lock().unwrap_or_else(|p| p.into_inner()).push((project.to_string(), text));
+    }
+
+    /// The notices kept for `project`, taken.
+    pub fn take_notices(&self, project: &str) -> Vec<String> {
+        let mut kept = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+        let (mine, others): (Vec<_>, Vec<_>) = kept.drain(..).partition(|(p, _)| p == project);
+        *kept = others;
+        mine.into_iter().map(|(_, t)| t).collect()
+    }
+
     /// Every change-feed batch from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Batch> {
         self.engine.subscribe()

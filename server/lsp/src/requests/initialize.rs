@@ -178,7 +178,16 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         let _ = conn.diagnostics.set(crate::diagnostics::start(std::sync::Arc::downgrade(&conn)));
         crate::announce::subscribe(&conn);
     }
-    *conn.notices.lock().expect("notices") = left_behind;
+    // A connection that shows nothing (`forge-lsp call`) leaves them for the next editor.
+    if tools_only {
+        for n in left_behind {
+            ws.keep_notice(&conn.project_id(), n);
+        }
+    } else {
+        let mut notices = ws.take_notices(&conn.project_id());
+        notices.extend(left_behind);
+        *conn.notices.lock().expect("notices") = notices;
+    }
     *conn.config_warnings.lock().expect("warnings") = loader.warnings.clone();
     conn.config_warnings.lock().expect("warnings").extend(forge_tools::loop_permissions::warnings(&conn.env().config));
     *conn.init_config.lock().expect("init config") = options.config.clone();
@@ -259,11 +268,15 @@ fn swept_with_work_left(swept: Vec<forge_store::sweep::Swept>, ttl_ms: u64) -> V
     if left.is_empty() {
         return vec![];
     }
+    // Whole days as days (the default is 7), anything else as `loop-status` shows times.
+    let ttl = match ttl_ms / 86_400_000 {
+        d if d > 0 && ttl_ms % 86_400_000 == 0 => format!("{d} day{}", if d == 1 { "" } else { "s" }),
+        _ => forge_domain::loop_status::duration(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
+    };
     vec![format!(
-        "{} stopped loop{} not restarted within completedLoopTtlMs ({} days) {} taken off the loop list: {}. {} worktree and branch are kept: work on there by hand, or remove one with `forge-lsp cleanup loop <name>`.",
+        "{} stopped loop{} not restarted within completedLoopTtlMs ({ttl}) {} taken off the loop list: {}. {} worktree and branch are kept: work on there by hand, or remove one with `forge-lsp cleanup loop <name>`.",
         left.len(),
         if left.len() == 1 { "" } else { "s" },
-        ttl_ms / 86_400_000,
         if left.len() == 1 { "was" } else { "were" },
         left.join("; "),
         if left.len() == 1 { "Its" } else { "Their" }
