@@ -270,7 +270,7 @@ fn swept_with_work_left(swept: Vec<forge_store::sweep::Swept>, ttl_ms: u64) -> V
     }
     // Whole days as days (the default is 7), anything else as `loop-status` shows times.
     let ttl = match ttl_ms / 86_400_000 {
-        d if d > 0 && ttl_ms % 86_400_000 == 0 => format!("{d} day{}", if d == 1 { "" } else { "s" }),
+        d if d > 0 && ttl_ms.is_multiple_of(86_400_000) => format!("{d} day{}", if d == 1 { "" } else { "s" }),
         _ => forge_domain::loop_status::duration(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
     };
     vec![format!(
