@@ -36,7 +36,7 @@ async def test_every_command_has_an_offer(forge):
     # The text lists every command with its description.
     lines = result["text"].split("\n")
     assert lines[0] == f"{len(offers)} tools:"
-    assert sorted(lines[1:]) == sorted(f"- {o['command']}: {o['description']}" for o in offers)
+    assert sorted(lines[1:]) == sorted(f"- {o['name']} ({o['command']}): {o['description']}" for o in offers)
 
 
 async def test_plan_tool_schemas_match_the_reference(forge):
