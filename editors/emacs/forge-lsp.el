@@ -342,8 +342,23 @@ Return the connection, or refuse with the reason it failed."
                                   (max (point-min) (- (point-max) 600)) (point-max)))))
           (unless (string-empty-p text) text))))))
 
+(defvar forge-lsp--global-refused (make-hash-table :test #'equal)
+  "Roots `global-forge-lsp-mode' was refused for (said once per root).
+A root leaves it when `forge-lsp-ensure' starts or reaches its server.")
+
+(defun forge-lsp--eglot-supported-p ()
+  "Whether the loaded eglot has the internals this package builds on.
+They are eglot 1.9's (Emacs 28): later eglot versions renamed the URI
+helpers (`eglot-path-to-uri'), made a server's language ids a list
+\(`eglot--languages') and changed `eglot--connect' to match."
+  (and (fboundp 'eglot--language-id)
+       (not (fboundp 'eglot--languages))
+       (not (fboundp 'eglot-path-to-uri))))
+
 (defun forge-lsp--ensure-1 ()
   "Attach the current buffer to its project's forge-lsp server, starting it."
+  (unless (forge-lsp--eglot-supported-p)
+    (forge-lsp--refuse "this eglot is newer than the 1.9 this package is written and tested for, and it changed the eglot internals the package builds on (URI helpers, language ids); it would misbehave, so it does nothing.  Use eglot 1.9 (Emacs 28), or another editor's forge-lsp package"))
   (unless buffer-file-name
     (forge-lsp--refuse "this buffer visits no file"))
   (when (forge-lsp--forge-name-p buffer-file-name)
@@ -386,7 +401,10 @@ not errors).  INTERACTIVE is non-nil when called as a command."
       (let ((server (forge-lsp--ensure-1)))
         (when server
           (setq forge-lsp--last-server server)
-          (forge-lsp--install-mode-line))
+          (forge-lsp--install-mode-line)
+          ;; `global-forge-lsp-mode' attaches the repository's buffers again.
+          (when-let ((root (forge-lsp--git-root default-directory)))
+            (remhash root forge-lsp--global-refused)))
         server)
     (forge-lsp-refused
      (let ((msg (concat "forge-lsp: " (cadr err))))
@@ -406,9 +424,6 @@ the buffer (the server keeps running for the project)."
    ((and eglot--managed-mode (cl-typep (eglot-current-server) 'forge-lsp-server))
     (eglot--signal-textDocument/didClose)
     (eglot--managed-mode -1))))
-
-(defvar forge-lsp--global-refused (make-hash-table :test #'equal)
-  "Roots `global-forge-lsp-mode' was refused for (said once per root).")
 
 (defcustom forge-lsp-global-modes t
   "Major modes `global-forge-lsp-mode' acts in: t (all), or a list of modes.
@@ -748,14 +763,20 @@ RET or \\[next-error] visits a finding, d deletes it, g refreshes."
 
 (defvar-local forge-lsp--findings-args nil)
 
+(defun forge-lsp--unfinished-loops (server)
+  "Names of SERVER's project loops that have not completed."
+  (let ((loops (plist-get (plist-get (forge-lsp-command "loop-status" nil server) :data) :loops)))
+    (delq nil (mapcar (lambda (l) (unless (equal (plist-get l :status) "completed") (plist-get l :loopName)))
+                      (append loops nil)))))
+
 (defun forge-lsp--format-finding (f)
   (let ((desc (replace-regexp-in-string "\n" " " (or (plist-get f :description) ""))))
     (propertize
      (format "%s:%s: %s: %s%s%s\n"
              (plist-get f :file) (plist-get f :line) (plist-get f :severity) desc
              (if (plist-get f :loopName) (format " [loop %s%s]" (plist-get f :loopName)
-                                                 (if (plist-get f :sectionIndex)
-                                                     (format ", section %s" (plist-get f :sectionIndex))
+                                                 (if (numberp (plist-get f :sectionIndex))
+                                                     (format ", section %s" (1+ (plist-get f :sectionIndex)))
                                                    ""))
                "")
              (format " (#%s)" (plist-get f :id)))
@@ -768,10 +789,15 @@ With a prefix argument, ask for the loop."
   (interactive (list (when current-prefix-arg (forge-lsp--read-loop "Findings of loop: "))))
   (let* ((server (forge-lsp-current-server))
          (root (project-root (eglot--project server)))
-         (input (if loop (list :loopName loop :allSections t) nil))
-         (findings (append (plist-get (plist-get (forge-lsp-command "review-read" input server) :data)
-                                      :findings)
-                           nil))
+         (read (lambda (input)
+                 (append (plist-get (plist-get (forge-lsp-command "review-read" input server) :data) :findings)
+                         nil)))
+         ;; Without a loop: the findings outside loops, then those of every loop that
+         ;; has not completed (review-read reads one scope per call).
+         (findings (if loop (funcall read (list :loopName loop :allSections t))
+                     (apply #'append (funcall read nil)
+                            (mapcar (lambda (name) (funcall read (list :loopName name :allSections t)))
+                                    (forge-lsp--unfinished-loops server)))))
          (buf (get-buffer-create (format "*forge findings: %s*" (eglot-project-nickname server)))))
     (with-current-buffer buf
       (let ((inhibit-read-only t))
@@ -980,8 +1006,10 @@ This runs the server's `Delete finding' code action."
     (puthash (forge-lsp--uri-key uri) diagnostics (forge-lsp--diag-cache server))))
 
 (defun forge-lsp--uri-key (uri)
+  ;; eglot 1.9 leaves a path's bytes undecoded (`/tmp/\303\244'): decoded, it
+  ;; names the buffer's file.
   (if (string-prefix-p "forge:" uri) uri
-    (file-truename (eglot--uri-to-path uri))))
+    (file-truename (decode-coding-string (eglot--uri-to-path uri) 'utf-8))))
 
 (defun forge-lsp--replay-diagnostics ()
   (when (and forge-lsp-replay-diagnostics eglot--managed-mode buffer-file-name)

@@ -553,6 +553,29 @@ only when BODY returns (fail . DETAIL)."
               (t t)))
     (global-forge-lsp-mode -1)))
 
+(ft-check "global-forge-lsp-mode attaches a repository again once a start there worked"
+  ;; Refused while the repository had no commit; after the commit, M-x forge-lsp-ensure in
+  ;; one buffer lets the mode attach the others (before, the refusal held for the session).
+  (let ((late (expand-file-name "late" ft-tmp)) (server nil))
+    (make-directory late t)
+    (dolist (f '("a.txt" "b.txt")) (with-temp-file (expand-file-name f late) (insert f "\n")))
+    (call-process "git" nil nil nil "-C" late "init" "-q")
+    (global-forge-lsp-mode 1)
+    (unwind-protect
+        (let ((a (find-file-noselect (expand-file-name "a.txt" late))))
+          (if (with-current-buffer a forge-lsp-mode) (ft-fail "managed without a commit")
+            (call-process "git" nil nil nil "-C" late "add" ".")
+            (call-process "git" nil nil nil "-C" late "-c" "user.name=t" "-c" "user.email=t@example.com"
+                          "commit" "-qm" "init")
+            (setq server (with-current-buffer a (forge-lsp-ensure)))
+            (let ((b (find-file-noselect (expand-file-name "b.txt" late))))
+              (cond ((not server) (ft-fail "no start after the commit: %s" (ft-last-message)))
+                    ((not (with-current-buffer b (and forge-lsp-mode eglot--managed-mode)))
+                     (ft-fail "b.txt not attached after a start worked: %s" (ft-messages)))
+                    (t t)))))
+      (global-forge-lsp-mode -1)
+      (when server (ignore-errors (eglot-shutdown server))))))
+
 (ft-check "commands in a project whose server is not running say so"
   (with-current-buffer (find-file-noselect (expand-file-name "empty/a.txt" ft-tmp))
     (condition-case err (progn (forge-lsp-loops) (ft-fail "no error"))

@@ -148,7 +148,7 @@ pub struct Conn {
     /// announcement of a write just after) could otherwise finish in the other order, the
     /// older render (no plan yet: remove the copy) last.
     pub materializing: tokio::sync::Mutex<()>,
-    /// Held across one loop announcement ([`crate::loops::announce`]) and across the
+    /// Held across one loop announcement (`loops::announce`) and across the
     /// `begin` of a progress whose token was just created: the replay after `initialized`,
     /// the live changes and the progress sends take turns, so a replay never announces a
     /// state older than one already announced, and nothing is sent on a token before its
