@@ -257,6 +257,62 @@ H.run(function()
     check('a refused stored session: reopening starts with a fresh session', fresh and sid ~= nil and sid ~= loop_session, { sid = sid, loop_session = loop_session })
   end
 
+  -- 10. Two projects: a forge:// document a command opens comes from the server of the
+  -- project the command ran in (before: from the first server or the working
+  -- directory's), and a mistyped session id is an error, not a new empty plan.
+  reset()
+  forge.setup({ cmd = { 'forge-lsp' }, config = {} })
+  local two = root .. '/two'
+  vim.fn.mkdir(two, 'p')
+  vim.fn.writefile({ 'two' }, two .. '/two.txt')
+  for _, args in ipairs({
+    { 'git', 'init', '-q' },
+    { 'git', 'add', '.' },
+    { 'git', '-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-qm', 'init' },
+  }) do
+    vim.system(args, { cwd = two }):wait()
+  end
+  local function started(dir)
+    local real = vim.uv.fs_realpath(dir)
+    return wait(10000, function()
+      local c = forge.client(0)
+      return c and c.initialized and vim.uv.fs_realpath(c.root_dir or '') == real
+    end)
+  end
+  vim.cmd('edit ' .. root .. '/repo/notes.txt')
+  started(root .. '/repo')
+  vim.cmd('edit ' .. two .. '/two.txt')
+  check('two projects: each has its server', started(two), vim.tbl_map(function(c)
+    return c.root_dir
+  end, clients.clients()))
+  local b = forge.client(0)
+  local sid = b and clients.session_id(b)
+  -- The working directory in the other project (whose server the read fell back to).
+  local cwd = vim.fn.getcwd()
+  vim.cmd('cd ' .. vim.fn.fnameescape(root .. '/repo'))
+  vim.cmd('Forge plan')
+  local planbuf = vim.api.nvim_get_current_buf()
+  check('two projects: :Forge plan opens this project\'s session plan, empty and writable', vim.bo[planbuf].modifiable
+    and vim.b[planbuf].forge_client == (b and b.id), { modifiable = vim.bo[planbuf].modifiable, client = vim.b[planbuf].forge_client, b = b and b.id })
+  vim.bo[planbuf].modifiable = true
+  vim.api.nvim_buf_set_lines(planbuf, 0, -1, false, { '# Plan of two', '', '## Objective', 'Two.' })
+  vim.cmd('write')
+  vim.wait(500)
+  local function stored_in(dir)
+    local r = vim.system({ 'forge-lsp', 'call', 'plan-read', '--session', sid or '', '{}' }, { cwd = dir, text = true }):wait(10000)
+    return (r.stdout or ''):find('Plan of two', 1, true) ~= nil, { code = r.code, out = r.stdout, err = r.stderr }
+  end
+  local in_two, in_repo = stored_in(two)
+  local in_other, other_out = stored_in(root .. '/repo')
+  vim.cmd('cd ' .. vim.fn.fnameescape(cwd))
+  check('two projects: :w stores the plan in that project, not the other', sid ~= nil and in_two and not in_other, { two = in_repo, other = other_out, sid = sid })
+  H.messages = {}
+  vim.cmd('buffer ' .. vim.fn.bufnr(two .. '/two.txt'))
+  vim.cmd('Forge plan ses_01TYPOTYPOTYPOTYPOTYPOTYP')
+  vim.wait(300)
+  check('a mistyped session id: an error and a read-only buffer, not a new plan', has(ERROR, 'cannot open forge://plan/session/ses_01TYPO')
+    and not vim.bo.modifiable, { messages = msgs(), modifiable = vim.bo.modifiable })
+
   -- The help file: tags generate (no duplicates) and :help finds them.
   local docdir = vim.fn.tempname()
   vim.fn.mkdir(docdir, 'p')

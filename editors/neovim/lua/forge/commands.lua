@@ -150,7 +150,7 @@ function M.plans(client)
         if type(p.firstLine) == 'string' and p.firstLine ~= '' then
           text = text .. ': ' .. p.firstLine
         end
-        items[#items + 1] = { filename = p.uri, lnum = 1, text = text }
+        items[#items + 1] = { bufnr = documents.bind(p.uri, client), lnum = 1, text = text }
       end
     end
     set_qf('Forge plans', items)
@@ -175,7 +175,8 @@ function M.list_loops(client)
       if l.status ~= 'running' and type(l.terminationReason) == 'string' and l.terminationReason ~= l.status then
         text = text .. ' (' .. l.terminationReason .. ')'
       end
-      items[#items + 1] = { filename = ('forge://loop/%s/status.md'):format(l.loopName), lnum = 1, text = text }
+      local uri = ('forge://loop/%s/status.md'):format(l.loopName)
+      items[#items + 1] = { bufnr = documents.bind(uri, client), lnum = 1, text = text }
     end
     set_qf('Forge loops', items)
     if #items == 0 then
@@ -191,7 +192,7 @@ function M.plan(client, sid)
     util.error('the server did not report its session id (initialize result capabilities.experimental.forge.sessionId).')
     return
   end
-  documents.open(documents.session_plan_uri(sid))
+  documents.open(documents.session_plan_uri(sid), nil, client)
 end
 
 --- The plan's title (its first `# ` heading) and its `Loop Name:` (the first canonical
@@ -293,7 +294,7 @@ function M.restart(client, name, force)
 end
 
 --- :Forge status [loop] — opens a loop's status document (the only known loop by default).
-function M.status(_, name)
+function M.status(client, name)
   if not name then
     local names = loops.names()
     if #names == 1 then
@@ -303,7 +304,7 @@ function M.status(_, name)
       return
     end
   end
-  documents.open(('forge://loop/%s/status.md'):format(name))
+  documents.open(('forge://loop/%s/status.md'):format(name), nil, client)
 end
 
 function M.info(client)
@@ -329,8 +330,8 @@ M.subcommands = {
   restart = { run = M.restart, desc = 'restart a loop (! for a running one)', loop = true },
   status = { run = M.status, desc = "open a loop's status document", loop = true },
   index = {
-    run = function()
-      documents.open('forge://index.md')
+    run = function(client)
+      documents.open('forge://index.md', nil, client)
     end,
     desc = 'open forge://index.md',
   },

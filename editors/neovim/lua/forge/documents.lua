@@ -154,8 +154,10 @@ function M.read(bufnr, uri)
   local result, err = util.request_sync(client, 'workspace/textDocumentContent', { uri = uri }, options.get().timeout_ms)
   if err then
     set_lines(bufnr, {})
-    if editable and type(err) == 'table' and err.code == 1002 then
-      -- No plan yet: an empty plan the user writes and saves with :w.
+    if editable and type(err) == 'table' and err.code == 1002 and M.session_plan_id(uri) == clients.session_id(client) then
+      -- No plan yet for this connection's own session: an empty plan the user writes and
+      -- saves with :w. Another session's missing plan is an error (a mistyped id would
+      -- otherwise become a new plan on :w).
       vim.b[bufnr].forge_eol = true
       setup_buffer(bufnr, uri, true)
       util.notify('no plan is stored for this session yet: write it here and :w to store it.')
@@ -272,8 +274,20 @@ function M.on_refresh(_, params, _)
   return vim.NIL
 end
 
---- Opens a forge:// URI in the current window.
-function M.open(uri, cmd)
+--- The buffer of a forge:// URI, bound to `client` when it is not loaded yet: its read
+--- then asks that client's server (the project the command was run in), not the working
+--- directory's. One URI is one buffer, whichever project it came from.
+function M.bind(uri, client)
+  local b = vim.fn.bufadd(uri)
+  if client and not vim.api.nvim_buf_is_loaded(b) then
+    vim.b[b].forge_client = client.id
+  end
+  return b
+end
+
+--- Opens a forge:// URI in the current window (from `client`'s server when given).
+function M.open(uri, cmd, client)
+  M.bind(uri, client)
   vim.cmd((cmd or 'edit') .. ' ' .. vim.fn.fnameescape(uri))
 end
 
