@@ -388,6 +388,10 @@ H.run(function()
     return #H.forge_diagnostics(other) == 0
   end)
   check('the "Delete finding" code action deletes the finding (diagnostics cleared)', deleted, diag_summary(H.forge_diagnostics(other)))
+  wait(2000, function()
+    return #H.messages_matching('Deleted review finding at other%.txt:1') > 0
+  end)
+  check('the code action\'s reply is shown (Neovim\'s own handler drops it)', #H.messages_matching('Deleted review finding at other%.txt:1') == 1, H.messages)
   local _, after = run_qf_command('Forge findings', 'Forge findings')
   note('quickfix_after_delete', after)
   check('after the delete :Forge findings lists only the other finding', #after == 1 and after[1].file == 'notes.txt', after)

@@ -454,8 +454,37 @@ end
 
 local group
 
+--- The commands of the server's lenses and code actions, run here instead of by Neovim's
+--- own handler, which drops their reply on success and shows a bare error: the reply is
+--- shown (its first line; a loop's whole status), and an error names the tool.
+local function register_commands()
+  local shown = {
+    ['forge.execute-plan'] = 'line',
+    ['forge.review-delete'] = 'line',
+    ['forge.loop-status'] = 'all',
+  }
+  for name, how in pairs(shown) do
+    vim.lsp.commands[name] = function(command, ctx)
+      local client = vim.lsp.get_client_by_id(ctx.client_id)
+      if not client then
+        return
+      end
+      local input = type(command.arguments) == 'table' and command.arguments[1] or nil
+      M.exec(client, name, input, function(err, res)
+        if err then
+          util.error(name:gsub('^forge%.', '') .. ': ' .. util.error_text(err))
+          return
+        end
+        local text = (res and res.text) or ''
+        util.notify(how == 'line' and text:match('^[^\n]*') or text)
+      end)
+    end
+  end
+end
+
 --- (Re)configures automatic start. Idempotent; called by plugin/forge.lua and setup().
 function M.setup()
+  register_commands()
   local opts = options.get()
   group = vim.api.nvim_create_augroup('forge.start', { clear = true })
   if use_enable() then
