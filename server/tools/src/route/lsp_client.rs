@@ -319,4 +319,31 @@ mod tests {
         let _s = server.join().unwrap();
         assert_eq!(r.unwrap().unwrap(), json!(7));
     }
+
+    /// An error without an id (the server could not read the message, e.g. one over its
+    /// size limit) answers the request in flight; a request too large for one message is
+    /// refused before anything is sent.
+    #[test]
+    fn an_error_without_an_id_answers_the_request_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut chunk = [0u8; 4096];
+            let _ = s.read(&mut chunk).unwrap();
+            let unread = json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32600, "message": "too long" } });
+            s.write_all(&framing::encode(unread.to_string().as_bytes())).unwrap();
+            s
+        });
+        let mut c = LspClient::connect(&path).unwrap();
+        let r = c.request("x", json!({})).unwrap();
+        assert_eq!(r.unwrap_err()["message"], json!("too long"));
+        let _s = server.join().unwrap();
+        let big = "x".repeat(framing::MAX_MESSAGE);
+        let r = c.request("x", json!({ "content": big })).unwrap();
+        let e = r.unwrap_err();
+        assert_eq!(e["code"], json!(-32602));
+        assert!(e["message"].as_str().unwrap().contains("nothing was sent"), "{e}");
+    }
 }
