@@ -249,7 +249,10 @@ pub fn tools_help() -> String {
 /// `s` as one word of a POSIX shell: as it is when it has nothing the shell reads, else in
 /// single quotes (a `'` inside written `'\''`).
 fn shell_word(s: &str) -> String {
-    let plain = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.,:/@%+=".contains(&b));
+    // A leading `=` is zsh's `=cmd` expansion.
+    let plain = !s.is_empty()
+        && !s.starts_with('=')
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.,:/@%+=".contains(&b));
     if plain {
         s.to_string()
     } else {
