@@ -43,8 +43,6 @@ class Forge implements vscode.Disposable {
   readonly loopTree: LoopsProvider;
   readonly findings: FindingsProvider;
   private client: LanguageClient | undefined;
-  /** The folder (URI) the running client was started for. */
-  private servedFolder: string | undefined;
   private starting: Promise<void> | undefined;
   private readonly disposables: vscode.Disposable[] = [];
   private plansView: vscode.TreeView<PlanEntry>;
@@ -107,14 +105,8 @@ class Forge implements vscode.Disposable {
       }),
       vscode.workspace.onDidChangeConfiguration((e) => this.onConfiguration(e)),
       vscode.workspace.onDidChangeWorkspaceFolders(() => {
-        // forge-lsp serves the first folder: started when one appears, and restarted on
-        // the new first folder when the one it serves is removed or moved down.
-        const first = vscode.workspace.workspaceFolders?.[0]?.uri.toString();
         if (!this.client) {
           void this.start();
-        } else if (first !== this.servedFolder) {
-          this.output.appendLine(`The first folder is now ${first ?? 'none'}: restarting forge-lsp.`);
-          void this.restart();
         }
       }),
     );
@@ -163,7 +155,6 @@ class Forge implements vscode.Disposable {
       return;
     }
     this.output.appendLine(`${version} for ${folder.uri.fsPath}`);
-    this.servedFolder = folder.uri.toString();
     this.report.data.client.serverPath = resolved.path;
     this.report.data.client.serverVersion = version;
 
@@ -181,9 +172,8 @@ class Forge implements vscode.Disposable {
       forgeInit.config = settings.config;
     }
     const clientOptions: LanguageClientOptions = {
-      // Findings land on any file of the project (the first folder: other folders may be
-      // other repositories); plans are forge:// documents.
-      documentSelector: [{ scheme: 'file', pattern: { baseUri: folder.uri.toString(), pattern: '**/*' } }, { scheme: 'forge' }],
+      // Findings land on any file of the project; plans are forge:// documents.
+      documentSelector: [{ scheme: 'file' }, { scheme: 'forge' }],
       workspaceFolder: folder,
       initializationOptions: { forge: forgeInit },
       outputChannel: this.output,
