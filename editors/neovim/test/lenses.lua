@@ -92,4 +92,32 @@ H.run(function()
   local b = line:find('added by plan-adjust: Appended section', 1, true)
   check('Neovim draws both lenses on the heading, the first section first', a ~= nil and b ~= nil and a < b, line)
   check('the loop plan text (the master) is unchanged', H.buf_text(loopbuf) == table.concat(plan, '\n'), H.buf_text(loopbuf))
+
+  -- Running a lens (a section's loop-status): its reply is shown, and the lenses are drawn
+  -- again (Neovim clears the line before running it; its own handler, which the plugin's
+  -- command replaces, redrew them).
+  H.messages = {}
+  vim.api.nvim_win_set_cursor(0, { heading + 1, 0 })
+  -- Two lenses on the line: Neovim asks which one (the first is taken here).
+  vim.ui.select = function(items, _, on_choice)
+    on_choice(items[1], 1)
+  end
+  local ran = pcall(vim.lsp.codelens.run)
+  wait(5000, function()
+    return #H.messages_matching('Loop Status') > 0
+  end)
+  check('running a lens shows its reply (the loop\'s status)', ran and #H.messages_matching('Loop Status') > 0, H.messages)
+  local function drawn_line()
+    local parts = {}
+    for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(loopbuf, -1, { heading, 0 }, { heading, -1 }, { details = true })) do
+      for _, chunk in ipairs(mark[4].virt_text or {}) do
+        parts[#parts + 1] = chunk[1]
+      end
+    end
+    return table.concat(parts)
+  end
+  wait(5000, function()
+    return drawn_line():find('added by plan-adjust', 1, true) ~= nil
+  end)
+  check('the lenses are drawn again after a lens ran', drawn_line():find('added by plan-adjust', 1, true) ~= nil, drawn_line())
 end)

@@ -471,6 +471,8 @@ local function register_commands()
       end
       local input = type(command.arguments) == 'table' and command.arguments[1] or nil
       M.exec(client, name, input, function(err, res)
+        -- A lens's line was cleared before it ran (Neovim's lens runner): drawn again.
+        require('forge.documents').redraw_lenses(client, ctx.bufnr)
         if err then
           util.error(name:gsub('^forge%.', '') .. ': ' .. util.error_text(err))
           return

@@ -128,6 +128,14 @@ local function refresh_lenses(client, bufnr, first)
   end)
 end
 
+--- Draws the buffer's lenses again (after a lens command ran: Neovim clears the lens's
+--- line before running it, and only its own command handler redraws).
+function M.redraw_lenses(client, bufnr)
+  if bufnr and vim.api.nvim_buf_is_valid(bufnr) then
+    refresh_lenses(client, bufnr)
+  end
+end
+
 --- Forgets the lens requests of a buffer and client (LspDetach).
 function M.detached(bufnr, client_id)
   lens_requests[bufnr .. ':' .. client_id] = nil
