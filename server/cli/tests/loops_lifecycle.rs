@@ -396,3 +396,24 @@ fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
     assert_eq!(String::from_utf8_lossy(&shown.stdout), "by hand\n", "committed to the branch first");
     assert!(t.log(&format!("forge/{name}"))[0].contains("completed"), "{:?}", t.log(&format!("forge/{name}")));
 }
+
+/// The same restart when the worktree's work cannot be committed (its `.git` no longer
+/// names the project's repository): the worktree is kept, and the reply says so.
+#[test]
+fn a_restart_that_completes_a_loop_instead_keeps_a_worktree_it_cannot_commit() {
+    let t = LoopTest::start("block", "[loop.postAction]\nenabled = true\nprompt = \"Run the checks.\"\n");
+    t.signal("release");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    t.wait_state_file("post.pid");
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    assert_eq!(t.wait_end(&name)["status"], json!("cancelled"), "{}", t.report());
+    let worktree = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string());
+    std::fs::write(worktree.join(".git"), "gitdir: /nonexistent/forge-test\n").unwrap();
+    t.client.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "forge": { "loop": { "postAction": { "enabled": false } } } } }),
+    );
+    let e = t.client.tool_err("loop-status", json!({ "name": name, "restart": true }));
+    assert!(e.message.contains("nothing to restart. Its worktree") && e.message.contains("was kept"), "{e:?}");
+    assert!(worktree.is_dir(), "kept");
+}

@@ -640,19 +640,19 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
             }
         })
         .await;
-        match committed {
+        let kept = match committed {
             Ok(Ok(())) => {
-                crate::runner::remove_worktree_logged(engine.data_dir.clone(), repo.clone(), dir.clone()).await
+                crate::runner::remove_worktree_logged(engine.data_dir.clone(), repo.clone(), dir.clone()).await;
+                String::new()
             }
-            Ok(Err(e)) => tracing::warn!(
-                loop_name = name,
-                "kept the worktree {}: its work could not be committed: {e}",
-                dir.display()
-            ),
-            Err(e) => tracing::warn!(loop_name = name, "kept the worktree {}: {e}", dir.display()),
+            Ok(Err(e)) => format!(" Its worktree {} was kept: its work could not be committed ({e}).", dir.display()),
+            Err(e) => format!(" Its worktree {} was kept ({e}).", dir.display()),
+        };
+        if !kept.is_empty() {
+            tracing::warn!(loop_name = name, "{}", kept.trim());
         }
         return Err(ToolError::conflict(format!(
-            "Loop \"{name}\" stopped in post-action, which is no longer configured: it was marked completed; nothing to restart."
+            "Loop \"{name}\" stopped in post-action, which is no longer configured: it was marked completed; nothing to restart.{kept}"
         )));
     }
     // Continuation prompt when the current section has open bugs.
