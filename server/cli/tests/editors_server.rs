@@ -194,6 +194,41 @@ fn a_token_created_after_the_loop_ended_gets_begin_then_end() {
     assert_eq!(kinds[0]["params"]["token"], create.params()["token"]);
 }
 
+/// A progress's `begin` goes out before anything else on its token, also when the loop
+/// moves on and ends while the `begin` is about to be sent (a test pause holds it there).
+/// Before the per-connection turn, the `end` announced meanwhile went out first.
+#[test]
+fn the_begin_of_a_progress_comes_first_when_the_loop_moves_on_meanwhile() {
+    let t = LoopTest::start("block", "");
+    std::fs::write(t.state.join("hold-coder"), "").unwrap();
+    let sock = t.client.private_socket().expect("private socket");
+    let mut editor = Client::connect_unix(&sock).expect("connect to the private socket");
+    editor.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    t.hold("progress.begin");
+    let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
+    t.wait_held("progress.begin");
+    std::fs::write(t.state.join("coder-release"), "").unwrap();
+    t.wait_state_file("auditor.pid");
+    std::fs::write(t.state.join("release"), "").unwrap();
+    assert_eq!(t.wait_end(&name)["status"], json!("completed"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.unhold("progress.begin");
+    wait_for(WAIT, || {
+        editor.notifications_of("$/progress").iter().any(|p| p["params"]["value"]["kind"] == json!("end")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no end: {:?}", editor.notifications_of("$/progress")));
+    std::thread::sleep(QUIET);
+    let kinds: Vec<String> = editor
+        .notifications_of("$/progress")
+        .iter()
+        .map(|p| p["params"]["value"]["kind"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("begin"), "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("end"), "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "begin").count(), 1, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "end").count(), 1, "{kinds:?}");
+}
+
 #[test]
 fn a_client_that_supports_it_gets_code_lens_refreshes_when_plans_change() {
     let sb = Sandbox::new();

@@ -208,6 +208,8 @@ fn create_token(conn: &Arc<Conn>, token: String, title: String) {
             news
         };
         let Some(news) = news.filter(|_| created) else { return };
+        // Tests hold the begin here while the loop moves on (debug builds).
+        forge_engine::pause::at("progress.begin").await;
         send_progress(
             &conn,
             &token,
