@@ -764,8 +764,10 @@ RET or \\[next-error] visits a finding, d deletes it, g refreshes."
 (defvar-local forge-lsp--findings-args nil)
 
 (defun forge-lsp--unfinished-loops (server)
-  "Names of SERVER's project loops that have not completed."
-  (let ((loops (plist-get (plist-get (forge-lsp-command "loop-status" nil server) :data) :loops)))
+  "Names of SERVER's project loops that have not completed (none if unreadable)."
+  (let ((loops (condition-case err
+                   (plist-get (plist-get (forge-lsp-command "loop-status" nil server) :data) :loops)
+                 (user-error (message "forge-lsp: loops not listed: %s" (cadr err)) nil))))
     (delq nil (mapcar (lambda (l) (unless (equal (plist-get l :status) "completed") (plist-get l :loopName)))
                       (append loops nil)))))
 
@@ -796,7 +798,11 @@ With a prefix argument, ask for the loop."
          ;; has not completed (review-read reads one scope per call).
          (findings (if loop (funcall read (list :loopName loop :allSections t))
                      (apply #'append (funcall read nil)
-                            (mapcar (lambda (name) (funcall read (list :loopName name :allSections t)))
+                            ;; A loop that cannot be read (swept meanwhile) is left out.
+                            (mapcar (lambda (name)
+                                      (condition-case err (funcall read (list :loopName name :allSections t))
+                                        (user-error (message "forge-lsp: findings of loop %s left out: %s" name (cadr err))
+                                                    nil)))
                                     (forge-lsp--unfinished-loops server)))))
          (buf (get-buffer-create (format "*forge findings: %s*" (eglot-project-nickname server)))))
     (with-current-buffer buf
