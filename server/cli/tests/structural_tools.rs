@@ -344,3 +344,25 @@ fn a_rewrite_too_large_to_hold_is_refused() {
         c.tool_ok("ast-grep-replace", json!({ "pattern": "1", "rewrite": "22", "lang": "python", "dryRun": false }));
     assert!(out.text.starts_with("[APPLIED] 3000 changes"), "{}", out.text);
 }
+
+/// A match on a very long line is shown cut after 500 bytes (as grep shows such a line),
+/// and a very long match is kept in `data` cut after 8 KiB with its whole length; before,
+/// 40 copies of one minified 589 KB line made a 23 MB reply.
+#[test]
+fn a_match_on_a_minified_line_is_shown_cut() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let args: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
+    let line = format!("foo([{}]);\n", args.join(","));
+    for i in 0..5 {
+        repo.write(&format!("min/m{i}.js"), &line);
+    }
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("ast-grep-search", json!({ "pattern": "foo($A)", "lang": "js", "path": "min" }));
+    assert_eq!(out.data["total"], 5, "{}", out.text);
+    assert!(out.text.len() < 5 * 600 + 200, "{} bytes", out.text.len());
+    assert!(out.text.contains("min/m0.js:1: foo([0,1,2,"), "{}", &out.text[..300]);
+    let m = &out.data["matches"][0];
+    assert_eq!(m["text"].as_str().unwrap().len(), 8 * 1024, "{m}");
+    assert_eq!(m["textCut"], json!(line.trim_end().len() - 1), "the whole match's length: {m}");
+}

@@ -18,12 +18,20 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
-pub const DESCRIPTION: &str = "Structural code search (ast-grep) under your root (the project, or your loop's worktree), respecting .gitignore. pattern is code of the language with metavariables: $NAME matches one node, $$$ARGS any number (e.g. `console.log($MSG)`, `fn $F($$$P) -> Result<$T> { $$$B }`). lang is one of rust, python, typescript, tsx, javascript, go, java, c, cpp. path narrows the search to a directory or file (it must exist). Output: one `path:line: matched text` line per match (first line of multi-line matches), then a count.";
+pub const DESCRIPTION: &str = "Structural code search (ast-grep) under your root (the project, or your loop's worktree), respecting .gitignore. pattern is code of the language with metavariables: $NAME matches one node, $$$ARGS any number (e.g. `console.log($MSG)`, `fn $F($$$P) -> Result<$T> { $$$B }`). lang is one of rust, python, typescript, tsx, javascript, go, java, c, cpp. path narrows the search to a directory or file (it must exist). Output: one `path:line: matched text` line per match (first line of multi-line matches, at most 500 bytes), then a count.";
 
 pub type Input = forge_protocol::inputs::AstGrepSearchInput;
 
 /// Matches listed in the result; the count is always complete.
 const MAX_LISTED: usize = 500;
+
+/// Longest first line of a match shown in the text, in bytes (grep's bound): one minified
+/// file could otherwise make a reply of megabytes.
+const LINE_BYTES: usize = 500;
+
+/// Longest match text kept in `data` (`textCut` says when it was cut): 500 listed matches
+/// hold at most about 4 MiB.
+const DATA_TEXT_BYTES: usize = 8 * 1024;
 
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let (lang, exts) = structural::language(&input.lang)?;
@@ -53,10 +61,16 @@ fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pat
         for h in structural::matches(&src, lang, pat, None) {
             total += 1;
             if lines.len() < MAX_LISTED {
-                let first = h.text.lines().next().unwrap_or("");
-                let more = if h.text.contains('\n') { " …" } else { "" };
+                let whole = h.text.lines().next().unwrap_or("");
+                let first = forge_domain::text::prefix(whole, LINE_BYTES);
+                let more = if first.len() < whole.len() || h.text.contains('\n') { " …" } else { "" };
                 lines.push(format!("{shown}:{}: {first}{more}", h.line));
-                hits.push(json!({ "path": shown, "line": h.line, "text": h.text }));
+                let kept = forge_domain::text::prefix(&h.text, DATA_TEXT_BYTES);
+                let mut hit = json!({ "path": shown, "line": h.line, "text": kept });
+                if kept.len() < h.text.len() {
+                    hit["textCut"] = json!(h.text.len());
+                }
+                hits.push(hit);
             }
         }
     }
