@@ -159,8 +159,9 @@ fn section_scoping_in_a_running_sectioned_loop() {
     let old = c.tool_ok("review-read", json!({ "loopName": "old-loop" }));
     assert_eq!(listed(&old.data), [("src/old.rs".into(), 4, Some(0)), ("src/old.rs".into(), 9, None)]);
     assert_contains(&old.text, "  - Loop: old-loop");
-    let e = c.tool_err("review-read", json!({ "loopName": "no-such-loop" }));
-    assert_error(&e, 1002, "not_found");
+    // A name that names no loop reads none (Forge's `listByLoopName`; FORGE-REFERENCE §2.7).
+    let none = c.tool_ok("review-read", json!({ "loopName": "no-such-loop" }));
+    assert_eq!(none.text, "No review findings found.");
 
     // Delete in the loop: the current section by default, another by sectionIndex.
     let e = c.tool_err("review-delete", json!({ "file": f, "line": 13 }));

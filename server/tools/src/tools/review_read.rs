@@ -1,7 +1,7 @@
 //! `forge.review-read`: read findings in the caller's scope, of a named loop, or the
 //! durable audit-attempt history (FORGE-REFERENCE.md §2.7, §3b.1; the seeds win).
 
-use forge_domain::review::{self, read_plan, SectionFilter};
+use forge_domain::review::{self, read_plan};
 use forge_protocol::{CommandResult, ToolError};
 use serde_json::json;
 
@@ -30,14 +30,8 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         Some(name) => loops::get(ctx.db, ctx.project_id(), name).db()?,
         None => None,
     };
-    if let Some(name) = explicit {
-        if named.is_none() {
-            let any = findings::query(ctx.db, ctx.project_id(), name, &SectionFilter::All, None).db()?;
-            if any.is_empty() {
-                return Err(ToolError::not_found(format!("No loop found for loop \"{name}\".")));
-            }
-        }
-    }
+    // A loop name that names no loop (and no findings) reads none: `No review findings
+    // found.`, a success, as Forge answers it (FORGE-REFERENCE §2.7).
     let scope = caller.as_ref().map(loop_scope::scope);
     let plan = read_plan(scope.as_ref(), explicit, input.cross_section.unwrap_or(false), input.all_sections.unwrap_or(false));
     // The stored spelling of `file` (review-write's key), with the worktree of the loop
