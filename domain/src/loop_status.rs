@@ -37,6 +37,8 @@ pub struct LoopView {
     pub last_activity_at: Option<i64>,
     /// Cumulative usage (stored rows, the live session merged), when any was captured.
     pub usage: Option<crate::usage::Totals>,
+    /// The start of the loop's plan (its prompt), for a running loop's `Prompt:` line.
+    pub prompt: Option<String>,
 }
 
 /// loop-cancel's answer for a loop that is not running: Forge's sentence, then how it
@@ -154,8 +156,14 @@ fn running_status(l: &LoopView) -> &'static str {
     }
 }
 
-/// One loop in detail. `restart_line` is the `Restart...` line.
-pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
+/// One loop in detail, in Forge's order (FORGE-REFERENCE §6). `restart_line` is the
+/// `Restart...` line, `usage_block` the `Cumulative Usage:` block (empty when nothing was
+/// used). A running loop: identity, state, the last audit, the restart line and usage,
+/// then the counters, models and activity, then the plan's start (`Prompt:`). A stopped
+/// one: identity, times, models, its reports, the restart line and usage. Lines Forge does
+/// not have (docs/protocol.md): `Status:` of a stopped loop, `Section:`, a dead server's
+/// `Server:`, the failed turns in a row, and the counters of a stopped loop.
+pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i64) -> String {
     let mut out = String::new();
     let running = l.status == "running";
     out.push_str(if running { "Loop Status\n\n" } else { "Loop Status (Inactive)\n\n" });
@@ -175,6 +183,44 @@ pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
         out.push_str(&format!("Section: {}/{} {}\n", k + 1, n, title));
     }
     out.push_str(&format!("Duration: {}\n", duration(l.completed_at.unwrap_or(now) - l.started_at)));
+    let counters = |out: &mut String| {
+        out.push_str(&format!("Error count: {} (retries before termination: 3)\n", l.error_count));
+        out.push_str(&format!("Audit count: {}\n", l.audit_count));
+        for (n, turns) in [(l.failed_turns.0, "coding turns"), (l.failed_turns.1, "audit turns")] {
+            if n > 0 {
+                out.push_str(&format!("Failed {turns} in a row: {n} (the loop ends at 3)\n"));
+            }
+        }
+    };
+    let models = |out: &mut String| {
+        out.push_str(&format!("Model: {}\n", l.execution_model.as_deref().unwrap_or("default")));
+        out.push_str(&format!("Auditor model: {}\n", l.auditor_model.as_deref().unwrap_or("default")));
+    };
+    if running {
+        if let Some(b) = &l.branch {
+            out.push_str(&format!("Branch: {b}\n"));
+        }
+        if let Some(a) = &l.last_audit {
+            out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
+        }
+        out.push_str(&format!("\n{restart_line}\n"));
+        out.push_str(usage_block);
+        out.push_str(&format!("\nStarted: {}\n", iso_millis(l.started_at)));
+        counters(&mut out);
+        models(&mut out);
+        if let Some(t) = l.last_activity_at {
+            out.push_str(&format!("Last activity: {}s ago\n", ((now - t).max(0)) / 1000));
+        }
+        if let Some(p) = &l.prompt {
+            let flat: String = p
+                .chars()
+                .map(|c| if matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}') { ' ' } else { c })
+                .collect();
+            let shown = if flat.chars().count() > 100 { cut(&flat, 97) } else { flat };
+            out.push_str(&format!("\nPrompt: {shown}"));
+        }
+        return out.trim_end().to_string();
+    }
     if let Some(r) = &l.termination_reason {
         out.push_str(&format!("Reason: {r}\n"));
     }
@@ -185,18 +231,8 @@ pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
     if let Some(c) = l.completed_at {
         out.push_str(&format!("Completed: {}\n", iso_millis(c)));
     }
-    out.push_str(&format!("Audit count: {}\n", l.audit_count));
-    out.push_str(&format!("Error count: {} (retries before termination: 3)\n", l.error_count));
-    for (n, turns) in [(l.failed_turns.0, "coding turns"), (l.failed_turns.1, "audit turns")] {
-        if n > 0 {
-            out.push_str(&format!("Failed {turns} in a row: {n} (the loop ends at 3)\n"));
-        }
-    }
-    out.push_str(&format!("Model: {}\n", l.execution_model.as_deref().unwrap_or("default")));
-    out.push_str(&format!("Auditor model: {}\n", l.auditor_model.as_deref().unwrap_or("default")));
-    if let Some(t) = l.last_activity_at {
-        out.push_str(&format!("Last activity: {}s ago\n", ((now - t).max(0)) / 1000));
-    }
+    counters(&mut out);
+    models(&mut out);
     if let Some(r) = &l.post_action_report {
         out.push_str(&format!("\nPost-Action Report:\n{r}\n"));
     } else if let Some(s) = &l.completion_summary {
@@ -205,8 +241,9 @@ pub fn render_detail(l: &LoopView, restart_line: &str, now: i64) -> String {
     if let Some(a) = &l.last_audit {
         out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
     }
-    out.push_str(&format!("\n{restart_line}"));
-    out
+    out.push_str(&format!("\n{restart_line}\n"));
+    out.push_str(usage_block);
+    out.trim_end().to_string()
 }
 
 #[cfg(test)]
@@ -271,13 +308,33 @@ mod tests {
             t.contains("1. spent\n   Status: unknown | Iterations: 2 | Duration: 1s | Completed: unknown\n   Usage: $0.2500 | Tokens: 1.5k in / 20 out / 0 reasoning / 0 cache read / 0 cache write\n\n"),
             "{t}"
         );
-        let d = render_detail(&run, "Restart: available with force=true", 1000);
+        run.prompt = Some(format!("# Plan\n\n{}", "word ".repeat(40)));
+        let d = render_detail(
+            &run,
+            "Restart: available with force=true",
+            "\nCumulative Usage:\n  Total Cost: $0.0000\n",
+            1000,
+        );
         assert!(d.starts_with("Loop Status\n\nName: live\n"));
-        assert!(d.contains("Section: 2/4 Phase 2") && d.ends_with("Restart: available with force=true"));
+        // Forge's order: the restart line and usage, then the counters and models, then the prompt.
+        assert!(
+            d.contains("Section: 2/4 Phase 2\nDuration: 1s\n\nRestart: available with force=true\n\nCumulative Usage:\n  Total Cost: $0.0000\n\nStarted: 1970-01-01T00:00:00.000Z\nError count: 0 (retries before termination: 3)\nAudit count: 0\nModel: default\nAuditor model: default\n\nPrompt: # Plan  word word"),
+            "{d}"
+        );
+        assert!(d.ends_with("word..."), "97 characters and ...: {d}");
+        assert_eq!(d.lines().last().unwrap().chars().count(), "Prompt: ".len() + 100, "{d}");
+        let mut stopped = v("old", "cancelled");
+        stopped.termination_reason = Some("cancelled".into());
+        stopped.completed_at = Some(5000);
+        let ds = render_detail(&stopped, "Restart: available with loop-status name=old restart=true", "", 9000);
+        assert!(
+            ds.ends_with("Completed: 1970-01-01T00:00:05.000Z\nError count: 0 (retries before termination: 3)\nAudit count: 0\nModel: default\nAuditor model: default\n\nRestart: available with loop-status name=old restart=true"),
+            "{ds}"
+        );
         assert!(d.contains("Status: idle\n") && !d.contains("Server:"), "{d}");
         // A loop whose server died: not `busy`, whatever its sessions' stale marks say.
         let orphan = LoopView { busy: true, server_gone: Some(4242), ..run };
-        let d = render_detail(&orphan, "", 1000);
+        let d = render_detail(&orphan, "", "", 1000);
         assert!(
             d.contains("Status: server stopped\nPhase: coding\nServer: process 4242, which ran this loop, has ended;"),
             "{d}"

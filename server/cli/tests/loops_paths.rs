@@ -180,10 +180,8 @@ fn a_restart_rebuilds_a_missing_worktree_from_its_branch() {
     assert_eq!(t2.loop_row(&lost)["status"], json!("cancelled"));
     // And the status does not offer the restart it refuses.
     let status = t2.client.tool_ok("loop-status", json!({ "name": lost }));
-    assert_contains(
-        &status.text,
-        "Restart: not available (its worktree directory no longer exists and its branch is gone)",
-    );
+    assert_contains(&status.text, "Restart blocked: worktree directory no longer exists at ");
+    assert_contains(&status.text, " and its branch is gone.");
 }
 
 /// The non-busy stall path: when no turn is running (here: persisting the coder's handoff

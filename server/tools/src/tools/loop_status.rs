@@ -65,6 +65,7 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
         server_gone: server_gone(ctx, l)?,
         last_activity_at: activity,
         usage: Some(usage_rows(ctx, l)?).filter(|r| !r.is_empty()).map(|r| forge_domain::usage::total(&r)),
+        prompt: None,
     })
 }
 
@@ -153,12 +154,14 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             let v = view(ctx, &row)?;
             let restart = match row.status.as_str() {
                 "completed" => "Restart: not available (completed)".to_string(),
-                "running" => format!("Restart: available with loop-status name={} restart=true force=true", row.loop_name),
+                // Forge's lines (FORGE-REFERENCE §6).
+                "running" => "Restart: available with force=true".to_string(),
                 // As the restart itself decides (`loop_machine::restartable`): a loop whose
                 // worktree and branch are both gone is not offered one it would refuse.
-                _ if !forge_engine::runner::work_recoverable(ctx.env, &row) => {
-                    "Restart: not available (its worktree directory no longer exists and its branch is gone)".to_string()
-                }
+                _ if !forge_engine::runner::work_recoverable(ctx.env, &row) => format!(
+                    "Restart blocked: worktree directory no longer exists at {} and its branch is gone.",
+                    row.worktree_dir
+                ),
                 _ => format!("Restart: available with loop-status name={} restart=true", row.loop_name),
             };
             let data = json!({
@@ -168,14 +171,16 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "sessionId": row.current_session_id, "terminationReason": row.termination_reason,
                 "auditCount": row.audit_count, "errorCount": row.error_count,
             });
-            let mut text = loop_status::render_detail(&v, &restart, ctx.now);
+            let mut v = v;
+            if row.status == "running" {
+                // The start of the plan: the `Prompt:` line shows at most 100 characters.
+                v.prompt = forge_store::plans::loop_shared(ctx.db, ctx.project_id(), &row.loop_name)
+                    .db()?
+                    .map(|p| p.content.chars().take(101).collect());
+            }
             let usage = usage_rows(ctx, &row)?;
             let block = forge_domain::usage::render(&usage);
-            if !block.is_empty() {
-                text.push('\n');
-                text.push_str(&block);
-            }
-            ok(text, data)
+            ok(loop_status::render_detail(&v, &restart, &block, ctx.now), data)
         }
     }
 }
