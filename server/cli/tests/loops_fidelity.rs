@@ -497,3 +497,18 @@ fn a_loop_name_taken_by_another_server_meanwhile_is_chosen_again() {
     t.signal("release");
     t.wait_end("two-halves-1");
 }
+
+/// A name that matches no loop: `No loop found for loop "<x>".` alone, as Forge says it
+/// (FORGE-REFERENCE §6), except for a restart, which lists the loops there are (§2.12).
+#[test]
+fn an_unknown_loop_name_is_said_as_forge_says_it() {
+    let t = LoopTest::start("clean", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    assert_eq!(t.wait_end(&name)["status"], json!("completed"), "{}", t.report());
+    for tool in ["loop-status", "loop-cancel"] {
+        let e = t.client.tool_err(tool, json!({ "name": "zzz" }));
+        assert_eq!(e.message, "No loop found for loop \"zzz\".", "{tool}");
+    }
+    let e = t.client.tool_err("loop-status", json!({ "name": "zzz", "restart": true }));
+    assert_eq!(e.message, format!("No loop found for loop \"zzz\".\n\nAvailable loops:\n- {name}"));
+}

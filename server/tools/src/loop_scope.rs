@@ -33,6 +33,17 @@ pub fn scope(row: &LoopRow) -> LoopScope {
 
 /// Finds a loop by (partial) name or branch, newest first (FORGE-REFERENCE.md §4.11).
 pub fn find_loop(ctx: &ToolCtx, query: &str) -> Result<LoopRow, ToolError> {
+    find_loop_or_list(ctx, query, false)
+}
+
+/// [`find_loop`] for a restart: a name that matches none lists the loops there are
+/// (`Available loops:`), as Forge's restart does (FORGE-REFERENCE.md §2.12); the other
+/// tools say only `No loop found for loop "<x>".` (§6).
+pub fn find_loop_to_restart(ctx: &ToolCtx, query: &str) -> Result<LoopRow, ToolError> {
+    find_loop_or_list(ctx, query, true)
+}
+
+fn find_loop_or_list(ctx: &ToolCtx, query: &str, list: bool) -> Result<LoopRow, ToolError> {
     use forge_domain::naming::{partial_match, Match};
     let all = loops::list(ctx.db, ctx.project_id()).db()?;
     let cands: Vec<(usize, String, Option<String>)> =
@@ -48,7 +59,7 @@ pub fn find_loop(ctx: &ToolCtx, query: &str) -> Result<LoopRow, ToolError> {
         }
         Match::None => {
             let mut msg = format!("No loop found for loop \"{query}\".");
-            if !all.is_empty() {
+            if list && !all.is_empty() {
                 msg.push_str("\n\nAvailable loops:\n");
                 msg.push_str(&all.iter().map(|l| format!("- {}", l.loop_name)).collect::<Vec<_>>().join("\n"));
             }
