@@ -13,6 +13,8 @@ pub struct CallerFacts<'a> {
     /// `coder`, `auditor` or `post_action` when the connection is an authenticated loop
     /// phase session.
     pub loop_role: Option<&'a str>,
+    /// The loop of that session.
+    pub loop_name: Option<&'a str>,
 }
 
 fn deny(tool: &str, c: &CallerFacts, rule: &str) -> Result<(), String> {
@@ -29,7 +31,12 @@ pub fn check(tool: &str, c: &CallerFacts) -> Result<(), String> {
     match tool {
         "plan-write" | "plan-edit" => {
             if in_loop {
-                return deny(tool, c, "plan authoring is denied inside loop and audit sessions; a running loop's plan is amended only with plan-adjust during a section audit");
+                // Forge's words (FORGE-REFERENCE §2.2), with the loop's name.
+                let rule = format!(
+                    "Cannot modify the plan from an active loop session (loop \"{}\"): plan authoring is denied inside loop and audit sessions; a running loop's plan is amended only with plan-adjust during a section audit",
+                    c.loop_name.unwrap_or("?")
+                );
+                return deny(tool, c, &rule);
             }
             if !matches!(c.agent, "user" | "architect") {
                 return deny(tool, c, "plan authoring is for the user and architect agents only");
@@ -68,7 +75,9 @@ pub fn check(tool: &str, c: &CallerFacts) -> Result<(), String> {
         {
             deny(tool, c, "auditors review changes; they do not write them")
         }
-        "shell" | "section-read" | "plan-adjust" if !in_loop => deny(tool, c, "this tool is for loop sessions only"),
+        "shell" | "section-read" | "plan-adjust" if !in_loop => {
+            deny(tool, c, "Not in a loop session: this tool is for loop sessions only")
+        }
         _ => Ok(()),
     }
 }
@@ -78,7 +87,7 @@ mod tests {
     use super::*;
 
     fn f<'a>(agent: &'a str, role: Option<&'a str>) -> CallerFacts<'a> {
-        CallerFacts { agent, session: "ses_1", loop_role: role }
+        CallerFacts { agent, session: "ses_1", loop_role: role, loop_name: role.map(|_| "the-loop") }
     }
 
     #[test]
@@ -91,6 +100,16 @@ mod tests {
         }
         let e = check("plan-write", &f("code", Some("coder"))).unwrap_err();
         assert!(e.contains("inside loop") && e.contains("ses_1"), "{e}");
+        // Forge's words, the loop's name and the way out (FORGE-REFERENCE §2.2).
+        assert!(
+            e.contains("Cannot modify the plan from an active loop session (loop \"the-loop\")")
+                && e.contains("plan-adjust"),
+            "{e}"
+        );
+        for tool in ["section-read", "plan-adjust"] {
+            let e = check(tool, &f("code", None)).unwrap_err();
+            assert!(e.contains("Not in a loop session"), "{e}");
+        }
         assert!(check("plan-read", &f("minion", Some("auditor"))).is_ok());
     }
 

@@ -31,6 +31,7 @@ impl Caller {
             agent: &self.agent,
             session: &self.session_id,
             loop_role: self.binding.as_ref().map(|b| b.role.as_str()),
+            loop_name: self.binding.as_ref().map(|b| b.loop_name.as_str()),
         }
     }
 }
