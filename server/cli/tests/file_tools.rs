@@ -85,6 +85,17 @@ fn apply_patch_writes_every_file_or_none() {
     let e = c.tool_err("apply-patch", patch("*** Update File: dup.txt\n@@\n-same\n+other\n"));
     assert!(e.message.contains("1") && e.message.contains("2"), "candidates named: {e}");
     assert_eq!(read(&repo, "dup.txt"), "same\nsame\n");
+    // A read-only file is not written (even by root, whom the rename would allow), as
+    // ast-grep-replace refuses one; the other file of the patch is not written either.
+    use std::os::unix::fs::PermissionsExt;
+    repo.write("ro.txt", "ro\n");
+    std::fs::set_permissions(repo.path.join("ro.txt"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    let e = c.tool_err(
+        "apply-patch",
+        patch("*** Update File: a.txt\n@@\n-alpha\n+ALPHA\n*** Update File: ro.txt\n@@\n-ro\n+RW\n"),
+    );
+    assert!(e.message.contains("ro.txt") && e.message.contains("read-only"), "{e}");
+    assert_eq!((read(&repo, "ro.txt"), read(&repo, "a.txt")), ("ro\n".to_string(), "alpha\n".to_string()));
 }
 
 #[test]

@@ -250,11 +250,15 @@ fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str, mo
     let target = within(root, rel).map_err(|e| e.message)?;
     let under = resolved_rel(root, &target)?;
     // A file there that cannot be replaced (append-only or immutable) fails the patch now,
-    // before anything is written, not when it is renamed over. (A read-only file is
-    // replaced, as before: the rename needs only the directory's permission.)
+    // before anything is written, not when it is renamed over. So does a read-only file (no
+    // write permission bit), even for root, as ast-grep-replace refuses one: its mode says
+    // not to write it, though the rename would need only the directory's permission.
     if let (Some(dir), Some(name)) = (under.parent(), under.file_name()) {
         if let Ok(d) = beneath::open_dir(root, dir, false) {
-            if beneath::stat_at(&d, name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
+            if let Some(st) = beneath::stat_at(&d, name).ok().filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
+                if st.st_mode & 0o222 == 0 {
+                    return Err(format!("cannot write {}: it is read-only (no write permission bit)", target.display()));
+                }
                 beneath::check_replaceable_at(&d, name)
                     .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
             }
