@@ -874,3 +874,19 @@ fn patches_sent_at_once_all_land() {
     let want: String = (0..2 * n).map(|i| format!("CHANGED{i}\n")).collect();
     assert_eq!(read(&repo, "multi.txt"), want);
 }
+
+/// A file over 64 MiB is not read to be edited (it took about four times its size in the
+/// server's memory): the patch is refused naming its size; deleting it still works.
+#[test]
+fn apply_patch_does_not_read_a_file_too_large_to_edit() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let big = repo.path.join("big.txt");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(65 * 1024 * 1024).unwrap();
+    let c = client(&sb, &repo);
+    let e = c.tool_err("apply-patch", patch("*** Update File: big.txt\n@@\n-x\n+y\n"));
+    assert!(e.message.contains("big.txt") && e.message.contains("68157440 bytes, over the limit of 67108864"), "{e}");
+    c.tool_ok("apply-patch", patch("*** Delete File: big.txt\n"));
+    assert!(!big.exists());
+}

@@ -16,7 +16,7 @@ use forge_protocol::{CommandResult, ToolError};
 use serde_json::json;
 
 use super::ToolCtx;
-use crate::files::{caller_root, read_utf8, resolved_rel, within, within_unfollowed};
+use crate::files::{caller_root, read_utf8_within, resolved_rel, within, within_unfollowed};
 use forge_core::beneath::{self, Staged};
 
 pub const NEEDS_SERVER: bool = false;
@@ -60,7 +60,16 @@ fn apply(root: &Path, patch: &Patch, config_places: &[PathBuf]) -> Result<Comman
             Ok(m) if !m.file_type().is_file() => Err("not a regular file".to_string().into()),
             Ok(_) => within(root, rel)
                 .map_err(|e| Unreadable::from(e.message))
-                .and_then(|p| read_utf8(root, &p).map(Some).map_err(Unreadable::from)),
+                .and_then(|p| {
+                    read_utf8_within(root, &p, MAX_FILE_BYTES).map(Some).map_err(|m| {
+                        // Too large to edit in memory; it may still be deleted (not read).
+                        let big = m.contains("over the limit of");
+                        Unreadable {
+                            message: if big { format!("{m} bytes apply-patch edits (Delete File still removes it)") } else { m },
+                            removable: big,
+                        }
+                    })
+                }),
         }
     })
     .map_err(|e| match e {
@@ -241,6 +250,11 @@ fn check_paths(root: &Path, root_text: &str, patch: &Patch, config_places: &[Pat
     }
     Ok(())
 }
+
+/// Largest file apply-patch reads to edit: it holds a file's text a few times over while
+/// it plans and writes the change (a 175 MB file took 700 MB), in the server every editor
+/// and agent shares.
+const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Stages `content` for `rel` (creating its directories inside the root) through
 /// `forge_core::beneath`: written and later renamed relative to directories opened
