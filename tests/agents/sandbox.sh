@@ -19,6 +19,8 @@ shell() { # <name> <json>: forge.shell, the --json result to <name>.json and the
   echo $? > "$d/$1.code"
 }
 shell pwd '{"command":"pwd"}'
+# git reads the repository (read-only) from inside, also when the repository is under /tmp.
+shell gitlog '{"command":"git log --oneline -1 && git status --short --untracked-files=no"}'
 shell subdir '{"command":"mkdir -p sub/dir && cd sub/dir && pwd","cwd":"."}'
 shell incwd '{"command":"pwd","cwd":"sub/./dir"}'
 shell escape "{\"command\":\"touch '$state/escaped' && echo wrote\"}"

@@ -260,6 +260,11 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     assert_eq!(pwd["data"]["stdout"].as_str().unwrap().trim(), wt.to_str().unwrap(), "{pwd}");
     assert_eq!(pwd["data"]["exitCode"], json!(0));
     assert_eq!(pwd["data"]["timedOut"], json!(false));
+    // git works inside on the repository, which lives under /tmp here (the sandbox's /tmp
+    // is its own: the repository's git directory is bound back, read-only).
+    let gitlog = result(&d, "gitlog");
+    assert_eq!(gitlog["data"]["exitCode"], json!(0), "{gitlog}");
+    assert!(gitlog["data"]["stdout"].as_str().unwrap().contains("a forge-lsp of the repository's own"), "{gitlog}");
     assert_eq!(pwd["data"]["stdoutTruncated"], json!(false));
     assert!(pwd["text"].as_str().unwrap().starts_with("Exit code: 0"), "{pwd}");
     let sub = wt.join("sub/dir");

@@ -427,6 +427,20 @@ fn launch_sh(candidates: &[PathBuf], bwrap: &Path, head: &[u8], tail: &[u8], rea
     s
 }
 
+/// The repository's git directory (the one the worktree's `.git` file leads into), when it
+/// lies under `/tmp`: the sandbox's `/tmp` is an empty one of its own, so without binding
+/// it back (read-only, as the rest of the file system) git could not read the repository
+/// inside (`fatal: not a git repository`). Elsewhere it is visible read-only already.
+fn git_dir_under_tmp(worktree: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(worktree.join(".git")).ok()?;
+    let linked = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
+    let linked = if linked.is_absolute() { linked } else { worktree.join(linked) };
+    // `<git dir>/worktrees/<name>`: the git directory holds it.
+    let common = linked.parent().filter(|p| p.file_name().is_some_and(|n| n == "worktrees"))?.parent()?;
+    let common = common.canonicalize().ok()?;
+    common.starts_with("/tmp").then_some(common)
+}
+
 impl Sandbox {
     /// The sandbox of a loop worktree, with the server's socket directory bound.
     pub fn for_loop(worktree: &Path, network: bool, socket: Option<&Path>) -> Sandbox {
@@ -435,7 +449,7 @@ impl Sandbox {
             network,
             socket_dir: socket_dir(socket),
             binds: vec![],
-            ro_binds: vec![],
+            ro_binds: git_dir_under_tmp(worktree).into_iter().collect(),
             secrets: Secrets::default(),
             data_dir: None,
             keep_env: vec![],
