@@ -591,6 +591,16 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     assert!(e.message.contains("src/nope") && e.message.contains("does not exist"), "{e}");
     let e = c.tool_err("grep", json!({ "pattern": "x", "path": "src/main.rs/inner" }));
     assert!(e.message.contains("src/main.rs") && e.message.contains("not a directory"), "{e}");
+    // `file/` names a directory too (it searched the file before), for every tool with a path.
+    for (tool, input) in [
+        ("grep", json!({ "pattern": "needle", "path": "src/main.rs/" })),
+        ("ast-grep-search", json!({ "pattern": "needle()", "lang": "rust", "path": "src/main.rs/" })),
+    ] {
+        let e = c.tool_err(tool, input);
+        assert_eq!(e.code, -32602, "{tool}: {e}");
+        assert!(e.message.contains("not a directory (the path ends with /)"), "{tool}: {e}");
+    }
+    c.tool_ok("grep", json!({ "pattern": "needle", "path": "src/" }));
     let e = c.tool_err("grep", json!({ "pattern": "x", "path": "../" }));
     assert!(e.message.contains("out of the root"), "{e}");
     let e = c.tool_err("grep", json!({ "pattern": "(" }));

@@ -196,6 +196,14 @@ pub fn search_path(root: &Path, rel: Option<&str>) -> Result<PathBuf, ToolError>
                     cut(&shown)
                 )))
             }
+            // `a.txt/` names a directory: a file there is a non-directory component too.
+            Ok(m) if i + 1 == parts.len() && !m.is_dir() && rel.trim_end().ends_with('/') => {
+                return Err(ToolError::invalid_params(format!(
+                    "path {}: {} is not a directory (the path ends with /)",
+                    echo(rel),
+                    cut(&shown)
+                )))
+            }
             Ok(_) => {}
         }
     }
