@@ -437,6 +437,9 @@ fn saving_a_copy_with_only_a_final_line_break_added_is_no_edit() {
     let copy = repo.path.canonicalize().unwrap().join(format!(".forge/view/plan/session/{}.md", c.session_id()));
     let written = wait_file(&copy, |t| t.contains("Do it."));
     assert!(!written.ends_with('\n'), "{written:?}");
+    // Let the plan-write's announcements settle on the copy first (a late one rewrites a
+    // copy that holds a save already handled, which is what an editor saving it later sees).
+    std::thread::sleep(std::time::Duration::from_millis(600));
     let saved = format!("{written}\n");
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
     for _ in 0..2 {
