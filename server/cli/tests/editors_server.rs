@@ -229,6 +229,41 @@ fn the_begin_of_a_progress_comes_first_when_the_loop_moves_on_meanwhile() {
     assert_eq!(kinds.iter().filter(|k| *k == "end").count(), 1, "{kinds:?}");
 }
 
+/// The replay after `initialized` holds its snapshot (a running loop) while the loop ends:
+/// a progress it begins is ended too. Before the per-connection turn, the loop's end was
+/// announced beside the held replay, before its token existed, and the replay then began a
+/// progress that nothing ended.
+#[test]
+fn a_replay_of_a_loop_that_ends_meanwhile_leaves_no_progress_open() {
+    let t = LoopTest::start("block", "");
+    std::fs::write(t.state.join("hold-coder"), "").unwrap();
+    let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
+    wait_for(WAIT, || t.state_file("turns").filter(|s| s.contains("coder"))).expect("the coder's turn started");
+    t.hold("announce.replay");
+    let sock = t.client.private_socket().expect("private socket");
+    let mut editor = Client::connect_unix(&sock).expect("connect to the private socket");
+    editor.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    t.wait_held("announce.replay");
+    std::fs::write(t.state.join("coder-release"), "").unwrap();
+    t.wait_state_file("auditor.pid");
+    std::fs::write(t.state.join("release"), "").unwrap();
+    assert_eq!(t.wait_end(&name)["status"], json!("completed"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.unhold("announce.replay");
+    std::thread::sleep(QUIET * 2);
+    let kinds: Vec<String> = editor
+        .notifications_of("$/progress")
+        .iter()
+        .map(|p| p["params"]["value"]["kind"].as_str().unwrap_or("").to_string())
+        .collect();
+    let begins = kinds.iter().filter(|k| *k == "begin").count();
+    let ends = kinds.iter().filter(|k| *k == "end").count();
+    assert_eq!(begins, ends, "every progress begun is ended: {kinds:?}");
+    if begins > 0 {
+        assert_eq!(kinds.last().map(String::as_str), Some("end"), "{kinds:?}");
+    }
+}
+
 #[test]
 fn a_client_that_supports_it_gets_code_lens_refreshes_when_plans_change() {
     let sb = Sandbox::new();

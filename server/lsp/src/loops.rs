@@ -39,6 +39,10 @@ pub async fn announce(conn: &Arc<Conn>, name: &str, payload: Option<&str>, live:
         }
     };
     let Some(snap) = snap else { return };
+    if !live {
+        // Tests hold the replay here, its snapshot read, while the loop moves on.
+        forge_engine::pause::at("announce.replay").await;
+    }
     let Ok(s) = serde_json::from_value::<LoopStatusParams>(snap["status"].clone()) else { return };
     let completed = snap["completedSections"].as_u64().unwrap_or(0) as usize;
     conn.client.send_notification::<LoopStatus>(s.clone()).await;
