@@ -30,6 +30,7 @@ use serde_json::json;
 
 use crate::handoff::Role;
 use crate::review::Finding;
+use crate::text::shell_quote;
 
 /// A finding that stayed open through this many consecutive dirty audits is called out
 /// as recurring (coder: fix it differently or document it; auditor: re-evaluate it).
@@ -986,11 +987,6 @@ fn delete_call(f: &Finding, sectioned: bool) -> String {
     }
     args.push('}');
     format!("forge-lsp call review-delete {}", shell_quote(&args))
-}
-
-/// POSIX single-quoting: `'` becomes `'\''`.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// How many of the most recent audited attempts (consecutive, newest first) left this

@@ -162,6 +162,11 @@ pub fn md_path_destination(path: &str) -> String {
     md_link_destination(&encoded).into_owned()
 }
 
+/// POSIX single-quoting: `'` becomes `'\''`.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
 /// `s` on one line: each line break (`\r\n`, `\n`, `\r`, U+0085, U+2028, U+2029) written
 /// `\n` (a backslash and `n`); borrowed when it has none. For a name put on one line of a
 /// plain text (a finding's file in review-read and in the agents' prompts: a path may hold

@@ -256,7 +256,7 @@ fn shell_word(s: &str) -> String {
     if plain {
         s.to_string()
     } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
+        forge_domain::text::shell_quote(s)
     }
 }
 
