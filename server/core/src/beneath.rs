@@ -561,6 +561,12 @@ pub fn check_writable_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()
     check_attributes(&file)
 }
 
+/// Whether a file's mode says not to write it (no write permission bit for anyone): the
+/// file tools refuse to replace such a file, even for root, whom the rename would allow.
+pub fn read_only_mode(st: &libc::stat) -> bool {
+    st.st_mode & 0o222 == 0
+}
+
 /// Whether the file `name` in `dir` can be replaced by renaming another file over it, as
 /// far as the file itself decides: not when it is append-only or immutable (`chattr +a` /
 /// `+i`). Permission to write the file is not needed (a rename needs only the directory's),

@@ -270,7 +270,7 @@ fn stage(stager: &mut beneath::Stager, root: &Path, rel: &str, content: &str, mo
     if let (Some(dir), Some(name)) = (under.parent(), under.file_name()) {
         if let Ok(d) = beneath::open_dir(root, dir, false) {
             if let Some(st) = beneath::stat_at(&d, name).ok().filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
-                if st.st_mode & 0o222 == 0 {
+                if beneath::read_only_mode(&st) {
                     return Err(format!("cannot write {}: it is read-only (no write permission bit)", target.display()));
                 }
                 beneath::check_replaceable_at(&d, name)

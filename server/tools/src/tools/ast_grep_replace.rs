@@ -249,7 +249,7 @@ fn stage(stager: &mut beneath::Stager, root: &Path, e: &FileEdit, config_places:
     if own.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(format!("{} is not a regular file (a symbolic link?); name the file it points to", e.shown));
     }
-    if own.st_mode & 0o222 == 0 {
+    if beneath::read_only_mode(&own) {
         return Err(format!("{} is read-only", e.shown));
     }
     beneath::check_writable_at(&dir, name).map_err(|err| format!("{} cannot be written: {err}", e.shown))?;
