@@ -246,6 +246,29 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
     out.trim_end().to_string()
 }
 
+/// What to tell the user of the stopped loops the TTL sweep took off the list while their
+/// worktree is still there (name, status, worktree folder), `None` for none.
+pub fn swept_notice(left: &[(String, String, String)], ttl_ms: u64) -> Option<String> {
+    if left.is_empty() {
+        return None;
+    }
+    // Whole days as days (the default is 7), anything else as `loop-status` shows times.
+    let ttl = match ttl_ms / 86_400_000 {
+        d if d > 0 && ttl_ms.is_multiple_of(86_400_000) => format!("{d} day{}", if d == 1 { "" } else { "s" }),
+        _ => duration(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
+    };
+    let one = left.len() == 1;
+    let named: Vec<String> = left.iter().map(|(n, s, d)| format!("{n} ({s}, {d})")).collect();
+    Some(format!(
+        "{} stopped loop{} not restarted within completedLoopTtlMs ({ttl}) {} taken off the loop list: {}. {} worktree and branch are kept: work on there by hand, or remove one with `forge-lsp cleanup loop <name>`.",
+        left.len(),
+        if one { "" } else { "s" },
+        if one { "was" } else { "were" },
+        named.join("; "),
+        if one { "Its" } else { "Their" }
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,6 +307,18 @@ mod tests {
             started_at: 0,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_sweep_notice_names_each_loop_and_the_ttl() {
+        assert_eq!(swept_notice(&[], 1), None);
+        let a = ("a".to_string(), "errored".to_string(), "/d/a".to_string());
+        let b = ("b".to_string(), "cancelled".to_string(), "/d/b".to_string());
+        let one = swept_notice(std::slice::from_ref(&a), 7 * 86_400_000).unwrap();
+        assert!(one.starts_with("1 stopped loop not restarted within completedLoopTtlMs (7 days) was taken off the loop list: a (errored, /d/a). Its worktree"), "{one}");
+        let two = swept_notice(&[a, b], 3_600_000).unwrap();
+        assert!(two.starts_with("2 stopped loops not restarted within completedLoopTtlMs (1h 0m) were taken off the loop list: a (errored, /d/a); b (cancelled, /d/b). Their worktree"), "{two}");
+        assert!(swept_notice(&[("c".into(), "stalled".into(), "/c".into())], 86_400_000).unwrap().contains("(1 day)"));
     }
 
     #[test]

@@ -260,27 +260,12 @@ fn still_registered(ws: &forge_engine::hub::Workspace, project: &str) -> bool {
 /// still there: the sweep deletes rows only (`forge_store::sweep`), so their work stays on
 /// disk and on their branches, out of `loop-status`'s sight.
 fn swept_with_work_left(swept: Vec<forge_store::sweep::Swept>, ttl_ms: u64) -> Vec<String> {
-    let left: Vec<String> = swept
+    let left: Vec<(String, String, String)> = swept
         .into_iter()
         .filter(|s| s.status != "completed" && std::path::Path::new(&s.worktree_dir).is_dir())
-        .map(|s| format!("{} ({}, {})", s.name, s.status, s.worktree_dir))
+        .map(|s| (s.name, s.status, s.worktree_dir))
         .collect();
-    if left.is_empty() {
-        return vec![];
-    }
-    // Whole days as days (the default is 7), anything else as `loop-status` shows times.
-    let ttl = match ttl_ms / 86_400_000 {
-        d if d > 0 && ttl_ms.is_multiple_of(86_400_000) => format!("{d} day{}", if d == 1 { "" } else { "s" }),
-        _ => forge_domain::loop_status::duration(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
-    };
-    vec![format!(
-        "{} stopped loop{} not restarted within completedLoopTtlMs ({ttl}) {} taken off the loop list: {}. {} worktree and branch are kept: work on there by hand, or remove one with `forge-lsp cleanup loop <name>`.",
-        left.len(),
-        if left.len() == 1 { "" } else { "s" },
-        if left.len() == 1 { "was" } else { "were" },
-        left.join("; "),
-        if left.len() == 1 { "Its" } else { "Their" }
-    )]
+    forge_domain::loop_status::swept_notice(&left, ttl_ms).into_iter().collect()
 }
 
 /// The first workspace folder, else `rootUri`, as a path.
