@@ -79,14 +79,17 @@ H.run(function()
   note('lenses_after_the_loop', last)
   check('after plan-adjust the open loop plan\'s lenses show both sections, the appended one marked, in order', vim.deep_equal(last, want), last)
 
-  -- What Neovim draws: the line's virtual text holds the lenses in that order.
-  local drawn = {}
-  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(loopbuf, -1, { heading, 0 }, { heading, -1 }, { details = true })) do
-    for _, chunk in ipairs(mark[4].virt_text or {}) do
-      drawn[#drawn + 1] = chunk[1]
+  -- What Neovim draws: the heading's virtual text, the lenses in their order.
+  local function drawn_line()
+    local parts = {}
+    for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(loopbuf, -1, { heading, 0 }, { heading, -1 }, { details = true })) do
+      for _, chunk in ipairs(mark[4].virt_text or {}) do
+        parts[#parts + 1] = chunk[1]
+      end
     end
+    return table.concat(parts)
   end
-  local line = table.concat(drawn)
+  local line = drawn_line()
   note('drawn', line)
   local a = line:find('Section 1/2 · completed', 1, true)
   local b = line:find('added by plan-adjust: Appended section', 1, true)
@@ -107,15 +110,6 @@ H.run(function()
     return #H.messages_matching('Loop Status') > 0
   end)
   check('running a lens shows its reply (the loop\'s status)', ran and #H.messages_matching('Loop Status') > 0, H.messages)
-  local function drawn_line()
-    local parts = {}
-    for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(loopbuf, -1, { heading, 0 }, { heading, -1 }, { details = true })) do
-      for _, chunk in ipairs(mark[4].virt_text or {}) do
-        parts[#parts + 1] = chunk[1]
-      end
-    end
-    return table.concat(parts)
-  end
   wait(5000, function()
     return drawn_line():find('added by plan-adjust', 1, true) ~= nil
   end)

@@ -121,30 +121,57 @@ fn a_loop_end_is_told_to_every_connection_and_the_progress_end_does_not_repeat_t
     assert_eq!(refusing.notifications_of("$/progress"), Vec::<serde_json::Value>::new(), "progress on a refused token");
 }
 
+/// A loop (the `block` scenario) whose coder's first turn waits for `coder-release`.
+fn loop_with_the_coder_held() -> (LoopTest, String) {
+    let t = LoopTest::start("block", "");
+    std::fs::write(t.state.join("hold-coder"), "").unwrap();
+    let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
+    wait_for(WAIT, || t.state_file("turns").filter(|s| s.contains("coder"))).expect("the coder's turn started");
+    (t, name)
+}
+
+/// Lets the loop of [`loop_with_the_coder_held`] go on to its end: the coder hands off, the
+/// auditor's turn starts and ends, and the loop completes.
+fn let_the_loop_end(t: &LoopTest, name: &str) {
+    std::fs::write(t.state.join("coder-release"), "").unwrap();
+    t.wait_state_file("auditor.pid");
+    std::fs::write(t.state.join("release"), "").unwrap();
+    assert_eq!(t.wait_end(name)["status"], json!("completed"));
+}
+
+/// A second editor on the loop's server (its private socket) declaring work-done progress,
+/// set up by `prepare` before it initializes.
+fn progress_editor(t: &LoopTest, prepare: impl FnOnce(&Client)) -> Client {
+    let sock = t.client.private_socket().expect("private socket");
+    let mut c = Client::connect_unix(&sock).expect("connect to the private socket");
+    prepare(&c);
+    c.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    c
+}
+
+/// The `kind` of every `$/progress` a client received, in order.
+fn progress_kinds(c: &Client) -> Vec<String> {
+    c.notifications_of("$/progress")
+        .iter()
+        .map(|p| p["params"]["value"]["kind"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
 /// An editor that connects while a loop runs is asked to create the loop's progress token;
 /// until it has answered, no progress is sent on it. Before, the loop's live changes,
 /// announced beside that question, sent `report` (and `end`) on a token the client never
 /// created, and `begin` after them, which left a spinner that never ended.
 #[test]
 fn no_progress_is_sent_on_a_token_the_client_has_not_created() {
-    let t = LoopTest::start("block", "");
-    std::fs::write(t.state.join("hold-coder"), "").unwrap();
-    let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
-    wait_for(WAIT, || t.state_file("turns").filter(|s| s.contains("coder"))).expect("the coder's turn started");
-    let sock = t.client.private_socket().expect("private socket");
-    let mut silent = Client::connect_unix(&sock).expect("connect to the private socket");
-    silent.ignore("window/workDoneProgress/create");
-    silent.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    let (t, name) = loop_with_the_coder_held();
+    let silent = progress_editor(&t, |c| c.ignore("window/workDoneProgress/create"));
     wait_for(WAIT, || {
         silent.server_requests().iter().any(|r| r.method() == "window/workDoneProgress/create").then_some(())
     })
     .expect("asked to create the token");
     // The loop moves on (the coder hands off, the auditor's turn starts and ends) while the
     // question is unanswered.
-    std::fs::write(t.state.join("coder-release"), "").unwrap();
-    t.wait_state_file("auditor.pid");
-    std::fs::write(t.state.join("release"), "").unwrap();
-    assert_eq!(t.wait_end(&name)["status"], json!("completed"));
+    let_the_loop_end(&t, &name);
     std::thread::sleep(QUIET);
     assert_eq!(
         silent.notifications_of("$/progress"),
@@ -159,21 +186,12 @@ fn no_progress_is_sent_on_a_token_the_client_has_not_created() {
 /// loop's latest state and ended, in that order, and nothing else is sent on it.
 #[test]
 fn a_token_created_after_the_loop_ended_gets_begin_then_end() {
-    let t = LoopTest::start("block", "");
-    std::fs::write(t.state.join("hold-coder"), "").unwrap();
-    let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
-    wait_for(WAIT, || t.state_file("turns").filter(|s| s.contains("coder"))).expect("the coder's turn started");
-    let sock = t.client.private_socket().expect("private socket");
-    let mut late = Client::connect_unix(&sock).expect("connect to the private socket");
-    late.ignore("window/workDoneProgress/create");
-    late.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    let (t, name) = loop_with_the_coder_held();
+    let late = progress_editor(&t, |c| c.ignore("window/workDoneProgress/create"));
     let create =
         wait_for(WAIT, || late.server_requests().into_iter().find(|r| r.method() == "window/workDoneProgress/create"))
             .expect("asked to create the token");
-    std::fs::write(t.state.join("coder-release"), "").unwrap();
-    t.wait_state_file("auditor.pid");
-    std::fs::write(t.state.join("release"), "").unwrap();
-    assert_eq!(t.wait_end(&name)["status"], json!("completed"));
+    let_the_loop_end(&t, &name);
     std::thread::sleep(std::time::Duration::from_millis(300));
     // Answered now (within the server's 5 s wait).
     let id = create.msg["id"].clone();
@@ -201,16 +219,11 @@ fn a_token_created_after_the_loop_ended_gets_begin_then_end() {
 fn the_begin_of_a_progress_comes_first_when_the_loop_moves_on_meanwhile() {
     let t = LoopTest::start("block", "");
     std::fs::write(t.state.join("hold-coder"), "").unwrap();
-    let sock = t.client.private_socket().expect("private socket");
-    let mut editor = Client::connect_unix(&sock).expect("connect to the private socket");
-    editor.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    let editor = progress_editor(&t, |_| {});
     t.hold("progress.begin");
     let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
     t.wait_held("progress.begin");
-    std::fs::write(t.state.join("coder-release"), "").unwrap();
-    t.wait_state_file("auditor.pid");
-    std::fs::write(t.state.join("release"), "").unwrap();
-    assert_eq!(t.wait_end(&name)["status"], json!("completed"));
+    let_the_loop_end(&t, &name);
     std::thread::sleep(std::time::Duration::from_millis(300));
     t.unhold("progress.begin");
     wait_for(WAIT, || {
@@ -218,11 +231,7 @@ fn the_begin_of_a_progress_comes_first_when_the_loop_moves_on_meanwhile() {
     })
     .unwrap_or_else(|| panic!("no end: {:?}", editor.notifications_of("$/progress")));
     std::thread::sleep(QUIET);
-    let kinds: Vec<String> = editor
-        .notifications_of("$/progress")
-        .iter()
-        .map(|p| p["params"]["value"]["kind"].as_str().unwrap_or("").to_string())
-        .collect();
+    let kinds = progress_kinds(&editor);
     assert_eq!(kinds.first().map(String::as_str), Some("begin"), "{kinds:?}");
     assert_eq!(kinds.last().map(String::as_str), Some("end"), "{kinds:?}");
     assert_eq!(kinds.iter().filter(|k| *k == "begin").count(), 1, "{kinds:?}");
@@ -235,27 +244,15 @@ fn the_begin_of_a_progress_comes_first_when_the_loop_moves_on_meanwhile() {
 /// progress that nothing ended.
 #[test]
 fn a_replay_of_a_loop_that_ends_meanwhile_leaves_no_progress_open() {
-    let t = LoopTest::start("block", "");
-    std::fs::write(t.state.join("hold-coder"), "").unwrap();
-    let name = t.execute("two turns", "# Two turns\n\nAppend a line to work.txt.\n");
-    wait_for(WAIT, || t.state_file("turns").filter(|s| s.contains("coder"))).expect("the coder's turn started");
+    let (t, name) = loop_with_the_coder_held();
     t.hold("announce.replay");
-    let sock = t.client.private_socket().expect("private socket");
-    let mut editor = Client::connect_unix(&sock).expect("connect to the private socket");
-    editor.init(&Init::new(&t.repo.path).data_dir(&t.sb.data_dir).work_done_progress(true));
+    let editor = progress_editor(&t, |_| {});
     t.wait_held("announce.replay");
-    std::fs::write(t.state.join("coder-release"), "").unwrap();
-    t.wait_state_file("auditor.pid");
-    std::fs::write(t.state.join("release"), "").unwrap();
-    assert_eq!(t.wait_end(&name)["status"], json!("completed"));
+    let_the_loop_end(&t, &name);
     std::thread::sleep(std::time::Duration::from_millis(300));
     t.unhold("announce.replay");
     std::thread::sleep(QUIET * 2);
-    let kinds: Vec<String> = editor
-        .notifications_of("$/progress")
-        .iter()
-        .map(|p| p["params"]["value"]["kind"].as_str().unwrap_or("").to_string())
-        .collect();
+    let kinds = progress_kinds(&editor);
     let begins = kinds.iter().filter(|k| *k == "begin").count();
     let ends = kinds.iter().filter(|k| *k == "end").count();
     assert_eq!(begins, ends, "every progress begun is ended: {kinds:?}");

@@ -367,8 +367,9 @@ fn a_start_says_which_sections_past_the_cap_are_dropped() {
 /// A loop cancelled in post-action and restarted once post-action is no longer configured
 /// is marked completed, and its worktree is removed as a completed loop's is (the branch
 /// stays). Before, the worktree was left behind for good.
-#[test]
-fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
+/// A loop cancelled in post-action (its worktree kept) and its worktree; `before` runs on
+/// the worktree, then post-action is turned off for the restart that follows.
+fn cancelled_in_post_action(before: impl FnOnce(&std::path::Path)) -> (LoopTest, String, std::path::PathBuf) {
     let t = LoopTest::start("block", "[loop.postAction]\nenabled = true\nprompt = \"Run the checks.\"\n");
     t.signal("release");
     let name = t.execute("Plain plan", UNSECTIONED);
@@ -377,12 +378,18 @@ fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
     assert_eq!(t.wait_end(&name)["status"], json!("cancelled"), "{}", t.report());
     let worktree = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string());
     assert!(worktree.is_dir(), "a cancelled loop keeps its worktree");
-    // Work left uncommitted in it (by hand, after the cancel) is not lost with it.
-    std::fs::write(worktree.join("notes.txt"), "by hand\n").unwrap();
+    before(&worktree);
     t.client.notify(
         "workspace/didChangeConfiguration",
         json!({ "settings": { "forge": { "loop": { "postAction": { "enabled": false } } } } }),
     );
+    (t, name, worktree)
+}
+
+#[test]
+fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
+    // Work left uncommitted in it (by hand, after the cancel) is not lost with it.
+    let (t, name, _) = cancelled_in_post_action(|wt| std::fs::write(wt.join("notes.txt"), "by hand\n").unwrap());
     let e = t.client.tool_err("loop-status", json!({ "name": name, "restart": true }));
     assert!(e.message.contains("no longer configured"), "{e:?}");
     assert_eq!(t.loop_row(&name)["status"], json!("completed"));
@@ -401,18 +408,8 @@ fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
 /// names the project's repository): the worktree is kept, and the reply says so.
 #[test]
 fn a_restart_that_completes_a_loop_instead_keeps_a_worktree_it_cannot_commit() {
-    let t = LoopTest::start("block", "[loop.postAction]\nenabled = true\nprompt = \"Run the checks.\"\n");
-    t.signal("release");
-    let name = t.execute("Plain plan", UNSECTIONED);
-    t.wait_state_file("post.pid");
-    t.client.tool_ok("loop-cancel", json!({ "name": name }));
-    assert_eq!(t.wait_end(&name)["status"], json!("cancelled"), "{}", t.report());
-    let worktree = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string());
-    std::fs::write(worktree.join(".git"), "gitdir: /nonexistent/forge-test\n").unwrap();
-    t.client.notify(
-        "workspace/didChangeConfiguration",
-        json!({ "settings": { "forge": { "loop": { "postAction": { "enabled": false } } } } }),
-    );
+    let (t, name, worktree) =
+        cancelled_in_post_action(|wt| std::fs::write(wt.join(".git"), "gitdir: /nonexistent/forge-test\n").unwrap());
     let e = t.client.tool_err("loop-status", json!({ "name": name, "restart": true }));
     assert!(e.message.contains("nothing to restart. Its worktree") && e.message.contains("was kept"), "{e:?}");
     assert!(worktree.is_dir(), "kept");
