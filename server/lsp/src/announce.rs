@@ -403,13 +403,6 @@ pub fn note_handled_edit(path: &std::path::Path, seen: &[&[u8]]) {
     v.drain(..over);
 }
 
-/// Whether two texts differ at most in the line breaks they end with.
-pub(crate) fn same_but_final_line_breaks(a: &str, b: &str) -> bool {
-    let end = |t: &str| t.trim_end_matches(['\n', '\r']).len();
-    let (ea, eb) = (end(a), end(b));
-    ea == eb && a[..ea] == b[..eb]
-}
-
 fn was_handled(path: &std::path::Path, on_disk: &[u8]) -> bool {
     let m = HANDLED_EDITS.lock().unwrap_or_else(|p| p.into_inner());
     m.get(path).is_some_and(|v| v.contains(&crate::conn::digest_bytes(on_disk)))

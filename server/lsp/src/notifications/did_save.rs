@@ -22,7 +22,7 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
     };
     let current = crate::documents::render(conn, &doc, forge_core::Links::View).await.ok();
     if let Some(text) = text {
-        if current.as_deref().is_some_and(|c| c != text && crate::announce::same_but_final_line_breaks(c, &text)) {
+        if current.as_deref().is_some_and(|c| c != text && same_but_final_line_breaks(c, &text)) {
             // The editor added (or took away) the final line break on save (Vim's and
             // Neovim's `fixeol`, Helix's `insert-final-newline`): no edit. Nothing is
             // written back under the editor; the next rewrite of the copy replaces it.
@@ -41,6 +41,13 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
     crate::announce::materialize(conn, &doc.to_uri()).await;
 }
 
+/// Whether two texts differ at most in the line breaks they end with.
+fn same_but_final_line_breaks(a: &str, b: &str) -> bool {
+    let end = |t: &str| t.trim_end_matches(['\n', '\r']).len();
+    let (ea, eb) = (end(a), end(b));
+    ea == eb && a[..ea] == b[..eb]
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -53,7 +60,7 @@ mod tests {
             ("# P\n\nx", "# P\n\nx \n", false),
             ("# P\n\nx", "\n# P\n\nx", false),
         ] {
-            assert_eq!(crate::announce::same_but_final_line_breaks(a, b), same, "{a:?} {b:?}");
+            assert_eq!(super::same_but_final_line_breaks(a, b), same, "{a:?} {b:?}");
         }
     }
 }
