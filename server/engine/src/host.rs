@@ -128,11 +128,11 @@ pub fn absorb_usage(req: &TurnRequest) {
         return;
     }
     let mut text = String::new();
-    let read = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&taken)
-        .and_then(|f| f.take(USAGE_CAP).read_to_string(&mut text));
+    // Opened beneath the worktree without following a link and without waiting: a
+    // sandboxed command can put a FIFO (or a link) at the name, which must not hold this
+    // thread (found by a review: a plain open of a FIFO waited for a writer forever).
+    let rel = Path::new(crate::sandbox::USAGE_DIR).join(taken.file_name().unwrap_or_default());
+    let read = forge_core::beneath::open_file(&req.cwd, &rel).and_then(|f| f.take(USAGE_CAP).read_to_string(&mut text));
     let _ = std::fs::remove_file(&taken);
     if let Err(e) = read {
         tracing::warn!(session = %req.session_id, "cannot read the agent's usage file {}: {e}", file.display());
@@ -545,6 +545,69 @@ mod path_tests {
         assert_eq!(agent_path(Some(Path::new("data/shims/x")), None, Some("/bin".into())), "/bin");
         assert_eq!(agent_path(None, Some(Path::new("/o/forge-lsp")), None), "/o");
         assert_eq!(agent_path(None, Some(Path::new("/a:b/forge-lsp")), Some("/bin".into())), "/bin");
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    fn request(d: &Path) -> TurnRequest {
+        TurnRequest {
+            argv: vec![],
+            session_id: "ses_U1".into(),
+            token: "tok".into(),
+            role: "coder".into(),
+            agent: "code".into(),
+            model: None,
+            variant: None,
+            loop_name: "l".into(),
+            cwd: d.join("wt"),
+            title: "t".into(),
+            prompt: "p".into(),
+            resume: false,
+            socket: None,
+            data_dir: d.join("data"),
+            prompt_dir: d.join("prompts"),
+            turn: 1,
+            shim_dir: Some(d.join("shims")),
+            activity: Arc::default(),
+            preset: None,
+            project_config: false,
+            secrets: Default::default(),
+            record: None,
+            claim: None,
+        }
+    }
+
+    #[test]
+    fn usage_lines_move_to_the_data_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let r = request(d.path());
+        std::fs::create_dir_all(r.cwd.join(crate::sandbox::USAGE_DIR)).unwrap();
+        std::fs::write(agent_usage_file(&r), "{\"a\":1}").unwrap();
+        absorb_usage(&r);
+        assert_eq!(std::fs::read_to_string(usage_file(&r.data_dir, "ses_U1")).unwrap(), "{\"a\":1}\n");
+        assert!(!agent_usage_file(&r).exists());
+    }
+
+    /// A sandboxed command can put a FIFO at the usage file's name: it is not waited on
+    /// (before, the open waited for a writer forever and the loop's turn never ended).
+    #[test]
+    fn a_fifo_at_the_usage_file_is_passed_over_without_waiting() {
+        let d = tempfile::tempdir().unwrap();
+        let r = request(d.path());
+        std::fs::create_dir_all(r.cwd.join(crate::sandbox::USAGE_DIR)).unwrap();
+        let fifo = std::ffi::CString::new(agent_usage_file(&r).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            absorb_usage(&r);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("absorb_usage returned");
+        assert!(!usage_file(&d.path().join("data"), "ses_U1").exists());
     }
 }
 

@@ -257,9 +257,11 @@ fn toml_string_within(text: &str, max: usize) -> String {
 fn project_doc(worktree: &Path) -> Option<(&'static str, String)> {
     use std::io::Read;
     ["AGENTS.override.md", "AGENTS.md"].into_iter().find_map(|name| {
-        let p = super::regular_file(worktree, name)?;
+        // Checked as opened (no link, a regular file, no wait on a FIFO): the worktree is
+        // writable inside the sandbox, so the file can change between a check and an open.
         let mut bytes = vec![];
-        std::fs::File::open(&p).ok()?.take(PROJECT_DOC_MAX as u64).read_to_end(&mut bytes).ok()?;
+        let file = forge_core::beneath::open_file(worktree, Path::new(name)).ok()?;
+        file.take(PROJECT_DOC_MAX as u64).read_to_end(&mut bytes).ok()?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         Some((name, text.trim_end_matches('\u{fffd}').to_string())).filter(|(_, t)| !t.trim().is_empty())
     })
