@@ -32,6 +32,8 @@ echo "${PATH%%:*}" > "$d/path-head"
 echo "$SHELL" > "$d/shell-var"
 "$SHELL" -c 'echo $$ ${FORGE_SANDBOX:-host}; touch shim-made' > "$d/shim.txt" 2>&1
 sh -c 'echo $$ ${FORGE_SANDBOX:-host}' > "$d/path-sh.txt" 2>&1
+# git in the agent's own shells too (their sandbox is built apart from forge.shell's).
+"$SHELL" -c 'git log --oneline -1 && git status --short --untracked-files=no; echo "exit $?"' > "$d/shim-git.txt" 2>&1
 # A sandboxed process that drops its loop identity is refused by the server (it would be a
 # fresh `user` session on a folder of its choice otherwise).
 "$SHELL" -c 'env -u FORGE_SESSION_TOKEN -u FORGE_SESSION_ID FORGE_AGENT=user forge-lsp call tools' > "$d/untokened.out" 2> "$d/untokened.err"

@@ -306,6 +306,10 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     assert_eq!(read(&d, "shim.txt").trim(), "2 1");
     assert_eq!(read(&d, "path-sh.txt").trim(), "2 1");
     assert!(wt.join("shim-made").exists(), "the sandboxed shell writes into the worktree");
+    // git reads the repository (under /tmp here) in the agent's shells as in forge.shell
+    // (before: `fatal: not a git repository`, the git directory not bound back).
+    let git = read(&d, "shim-git.txt");
+    assert!(git.contains("a forge-lsp of the repository's own") && git.trim_end().ends_with("exit 0"), "{git}");
     // The user's runtime directory is hidden inside (its private socket still works: the
     // calls above went through it).
     assert_eq!(read(&d, "runtime.txt").lines().collect::<Vec<_>>(), ["host-sees", "sandbox-misses"]);

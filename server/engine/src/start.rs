@@ -332,12 +332,12 @@ fn config_refusal(env: &ToolEnv, cwd: &Path) -> Result<(), String> {
 /// the agent program bound when it is a file outside the worktree, the configuration's
 /// secret rules, the shims' folder.
 fn shim_sandbox(engine: &Engine, env: &ToolEnv, worktree: &Path, network: bool) -> Sandbox {
-    Sandbox {
-        ro_binds: sandbox::program_binds(crate::agents::program(&env.config).as_deref(), worktree),
-        ..Sandbox::for_loop(worktree, network, engine.private_socket().as_deref())
-    }
-    .with_secrets(sandbox::Secrets::from_config(&env.config))
-    .with_shims(&engine.data_dir)
+    let mut sandbox = Sandbox::for_loop(worktree, network, engine.private_socket().as_deref());
+    // Added to the loop's own binds (the repository's git directory under `/tmp`), not in
+    // their place: replacing them left git failing in the agent's shells (found by a
+    // review), while `forge.shell`, which builds its sandbox without this, worked.
+    sandbox.ro_binds.extend(sandbox::program_binds(crate::agents::program(&env.config).as_deref(), worktree));
+    sandbox.with_secrets(sandbox::Secrets::from_config(&env.config)).with_shims(&engine.data_dir)
 }
 
 /// Checks that the agent command can be started at all: its program exists and may be
