@@ -625,6 +625,35 @@ fn stop_reading_then_read_again(prune: bool) {
     }
 }
 
+/// A change whose feed row was pruned before the server's watcher read it (a server
+/// stopped or suspended for longer than rows are kept, while other processes wrote and a
+/// newer server's sweep pruned): the connection announces everything again, so the finding
+/// is published. Before, the watcher moved past the gap and it never was (review).
+#[test]
+fn a_change_pruned_before_the_server_read_it_is_still_published() {
+    let (sb, repo) = setup();
+    let c = connect(&sb, Init::new(&repo.path));
+    let mark = c.mark();
+    c.tool_ok("review-write", json!({ "file": "a.rs", "line": 1, "severity": "bug", "description": "first" }));
+    expect_count(&c, mark, &uri_in(&repo.path, "a.rs"), 1);
+    // Another process's write of b.rs, and its feed row gone before the server reads it.
+    let mark = c.mark();
+    sb.db()
+        .conn
+        .execute_batch(
+            "BEGIN;
+             INSERT INTO review_findings (project_id, loop_name, file, line, section_index, severity, description, created_at)
+               SELECT project_id, '', 'b.rs', 1, -1, 'bug', 'unannounced', created_at FROM review_findings WHERE file = 'a.rs';
+             INSERT INTO changes (project_id, kind, key, at)
+               SELECT project_id, 'finding', char(31) || 'b.rs', 0 FROM review_findings WHERE file = 'b.rs';
+             DELETE FROM changes WHERE key = char(31) || 'b.rs';
+             COMMIT;",
+        )
+        .unwrap();
+    let diags = expect_count(&c, mark, &uri_in(&repo.path, "b.rs"), 1);
+    assert_eq!(diags[0]["message"], json!("unannounced"));
+}
+
 // --- a client that only runs tools ----------------------------------------------------------------
 
 /// What a raw client connected to `sock` is sent from `initialize` to the reply of its

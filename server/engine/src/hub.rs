@@ -41,8 +41,25 @@ pub(crate) fn channel_capacity() -> usize {
     CHANNEL
 }
 
-/// One batch of the change feed, in feed order.
-pub type Batch = Arc<Vec<Change>>;
+/// One batch of the change feed, in feed order (it derefs to its changes).
+pub type Batch = Arc<FeedBatch>;
+
+/// The changes the watcher read at once, and whether it found rows pruned before it read
+/// them ([`changes::since_checked`]): a process that did not read the feed for longer than
+/// it keeps rows (stopped, suspended) missed changes it cannot know, and its subscribers
+/// announce everything again.
+#[derive(Debug, Default)]
+pub struct FeedBatch {
+    pub changes: Vec<Change>,
+    pub missed: bool,
+}
+
+impl std::ops::Deref for FeedBatch {
+    type Target = [Change];
+    fn deref(&self) -> &[Change] {
+        &self.changes
+    }
+}
 
 pub struct Hub {
     /// `--data-dir` from the command line.
@@ -175,23 +192,29 @@ fn start_watcher(ws: &Arc<Workspace>) {
     if let Err(e) = conn.busy_timeout(Duration::from_millis(2000)) {
         tracing::warn!("change watcher: {e}");
     }
-    let mut last = changes::head(&conn).unwrap_or(0);
+    // The highest id given, not the highest row: with every row pruned, the next one is
+    // not 1, and would otherwise pass for a gap.
+    let mut last = changes::last_given(&conn).unwrap_or(0);
     let spawned = std::thread::Builder::new().name("forge-watch".into()).spawn(move || loop {
         let woken = waker.wait(POLL);
         let Some(ws) = weak.upgrade() else { return };
-        let batch = match changes::since(&conn, last, 10_000) {
+        let (batch, missed) = match changes::since_checked(&conn, last, 10_000) {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!("change watcher: {e}");
                 continue;
             }
         };
-        if let Some(c) = batch.last() {
-            last = c.id;
+        if missed {
+            tracing::warn!("change watcher: changes after {last} were pruned before this process read them");
+            last = changes::last_given(&conn).unwrap_or(last);
         }
-        if !batch.is_empty() {
+        if let Some(c) = batch.last() {
+            last = last.max(c.id);
+        }
+        if !batch.is_empty() || missed {
             // No subscriber is not an error: nobody to tell.
-            let _ = ws.engine.changes.send(Arc::new(batch));
+            let _ = ws.engine.changes.send(Arc::new(FeedBatch { changes: batch, missed }));
         }
         drop(ws);
         if woken {
@@ -251,5 +274,48 @@ mod tests {
             batches += 1;
         }
         assert!(batches < WRITES / 2, "{WRITES} writes came in {batches} batches");
+    }
+    /// Rows pruned before the watcher read them (a process stopped for longer than the
+    /// feed keeps rows) come as a batch marked `missed`, so subscribers announce everything
+    /// again; before, the watcher moved past them and they were never announced (review).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rows_pruned_before_the_watcher_read_them_are_reported_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = Hub::new(None);
+        let ws = hub.workspace(dir.path()).unwrap();
+        let mut rx = ws.subscribe();
+        ws.store.call(|c| changes::record(c, "p", Kind::Plan, "a", 0)).await.unwrap();
+        ws.store.wrote.wake();
+        let b = next(&mut rx).await;
+        assert!(!b.missed && b.len() == 1 && b[0].key == "a", "{b:?}");
+        // Written and pruned in one transaction by another process: the watcher never sees
+        // the rows, only that their ids were given.
+        let other = rusqlite::Connection::open(ws.store.path()).unwrap();
+        other
+            .execute_batch(
+                "BEGIN; INSERT INTO changes (project_id, kind, key, at) VALUES ('p', 'finding', 'b', 0), ('p', 'finding', 'c', 0); \
+                 DELETE FROM changes; COMMIT;",
+            )
+            .unwrap();
+        let b = next(&mut rx).await;
+        assert!(b.missed && b.is_empty(), "{b:?}");
+        // A gap before rows it does read is missed too; the rows come with it.
+        other
+            .execute_batch(
+                "BEGIN; INSERT INTO changes (project_id, kind, key, at) VALUES ('p', 'finding', 'd', 0), ('p', 'finding', 'e', 0); \
+                 DELETE FROM changes WHERE key = 'd'; COMMIT;",
+            )
+            .unwrap();
+        let b = next(&mut rx).await;
+        assert!(b.missed && b.len() == 1 && b[0].key == "e", "{b:?}");
+        // And the feed goes on as before.
+        ws.store.call(|c| changes::record(c, "p", Kind::Plan, "f", 0)).await.unwrap();
+        ws.store.wrote.wake();
+        let b = next(&mut rx).await;
+        assert!(!b.missed && b.len() == 1 && b[0].key == "f", "{b:?}");
+    }
+
+    async fn next(rx: &mut broadcast::Receiver<Batch>) -> Batch {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("announced").unwrap()
     }
 }

@@ -379,7 +379,7 @@ async fn run(
             },
             batch = feed.recv() => {
                 let mine = match &batch {
-                    Ok(b) => b.iter().any(|c| {
+                    Ok(b) => b.missed || b.iter().any(|c| {
                         c.kind == forge_store::changes::Kind::Loop && c.key == r.loop_name && c.project_id == r.project
                     }),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,

@@ -21,7 +21,8 @@ use crate::{documents, plan_features};
 /// the feed dropped batches it had not taken) reads the changes it missed back from the
 /// change table, from the last one it took ([`replay`]), and then skips what the feed still
 /// delivers of them. Only when those rows are gone (pruned after an hour) or it had taken
-/// none yet does it announce everything again instead ([`resync`]).
+/// none yet does it announce everything again instead ([`resync`]), as it does when the
+/// process's watcher found rows pruned before it read them (`FeedBatch::missed`).
 pub fn subscribe(conn: &Arc<Conn>) {
     let mut feed = conn.ws.subscribe();
     let mut alive = conn.alive();
@@ -35,6 +36,14 @@ pub fn subscribe(conn: &Arc<Conn>) {
                 _ = alive.changed() => return,
             };
             match batch {
+                Ok(batch) if batch.missed => {
+                    // The process read the feed too late: rows were pruned before it read
+                    // them (it was stopped or suspended for longer than rows are kept).
+                    tracing::warn!("changes were pruned before this process read them; announcing everything again");
+                    let Some(conn) = weak.upgrade() else { return };
+                    resync(&conn).await;
+                    taken = batch.last().map(|c| c.id).or(taken);
+                }
                 Ok(batch) => {
                     let Some(conn) = weak.upgrade() else { return };
                     // After a replay, the feed still delivers some of what was replayed.

@@ -113,6 +113,24 @@ pub fn since(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<Ve
     Ok(out)
 }
 
+/// [`since`] for a reader that tails the feed, and whether rows after `after` were pruned
+/// before it read them (`true`: what they announced is not known, and the reader must
+/// treat everything as changed). Ids are given in commit order without gaps (the table's
+/// `AUTOINCREMENT` counter is rolled back with a rolled-back insert), and the feed is
+/// pruned from its start only, so a first row past `after + 1`, or none while a higher id
+/// was given, means rows were pruned. One read transaction, so a write committing between
+/// the two reads cannot pass for a gap.
+pub fn since_checked(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<(Vec<Change>, bool)> {
+    let tx = conn.unchecked_transaction()?;
+    let rows = since(&tx, after, limit)?;
+    let missed = match rows.first() {
+        Some(first) => first.id > after + 1,
+        None => last_given(&tx)? > after,
+    };
+    tx.finish()?;
+    Ok((rows, missed))
+}
+
 /// Deletes feed rows older than `before` (epoch ms): the rows before the first one (in id
 /// order) that is not, found by walking the table from its start, and deleted as a range of
 /// ids. `at` has no index (one more B-tree per write for a prune every few minutes), so
