@@ -609,6 +609,17 @@ impl Loader {
                 Some(_) => {}
             }
         }
+        // `agent.preset` and `agent.command` are one choice, taken whole from the last
+        // source that sets either: a project's own `command = [...]` under a user-wide
+        // `preset` would otherwise run as that CLI's program with the preset's flags, and a
+        // project's `preset` would run the user's own agent command as its CLI (found by a
+        // review). To name a preset's program, set both in one source.
+        let sets = |k: &str| flat.iter().any(|(key, _)| key == k);
+        match (sets("agent.preset"), sets("agent.command")) {
+            (true, false) => drop(self.merged.remove("agent.command")),
+            (false, true) => drop(self.merged.remove("agent.preset")),
+            _ => {}
+        }
         for (key, val) in flat {
             let trust = TRUST_KEYS.contains(&key.as_str());
             if (untrusted || self.settings) && ADD_ONLY_KEYS.contains(&key.as_str()) {
@@ -1196,5 +1207,33 @@ mod tests {
         let mut l = Loader::default();
         l.add_value(&json!({"agent": {"preset": "codex"}}), "c.toml").unwrap();
         assert_eq!(l.build().agent_preset.as_deref(), Some("codex"));
+    }
+
+    /// The preset and the command come from one source, the last that sets either: a
+    /// project's own command is not run as the user's preset's program, nor the user's own
+    /// command as a project preset's CLI. One source setting both keeps both.
+    #[test]
+    fn the_agent_preset_and_command_come_from_one_source() {
+        let cmd = |c: &Config| c.agent_command.clone().map(|a| a.join(" "));
+        let build = |sources: &[Value]| {
+            let mut l = Loader::default();
+            for (i, v) in sources.iter().enumerate() {
+                l.add_value(v, &format!("source {i}")).unwrap();
+            }
+            l.build()
+        };
+        let c =
+            build(&[json!({"agent": {"preset": "claude"}}), json!({"agent": {"command": ["my-agent", "{session}"]}})]);
+        assert_eq!((c.agent_preset.as_deref(), cmd(&c).as_deref()), (None, Some("my-agent {session}")));
+        let c = build(&[json!({"agent": {"command": ["my-agent"]}}), json!({"agent": {"preset": "codex"}})]);
+        assert_eq!((c.agent_preset.as_deref(), cmd(&c).as_deref()), (Some("codex"), None));
+        let c = build(&[json!({"agent": {"preset": "claude", "command": ["/opt/claude/bin/claude"]}})]);
+        assert_eq!((c.agent_preset.as_deref(), cmd(&c).as_deref()), (Some("claude"), Some("/opt/claude/bin/claude")));
+        // A source that sets neither changes nothing.
+        let c = build(&[
+            json!({"agent": {"preset": "claude", "command": ["/opt/claude/bin/claude"]}}),
+            json!({"loop": {"defaultMaxIterations": 3}}),
+        ]);
+        assert_eq!((c.agent_preset.as_deref(), cmd(&c).as_deref()), (Some("claude"), Some("/opt/claude/bin/claude")));
     }
 }
