@@ -427,7 +427,28 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// What a grouped write leaves after running in its savepoint: whether to keep it, and
 /// how to deliver its result once the group's commit is known (`Err` = the commit failed).
-pub type Deliver = Box<dyn FnOnce(Result<(), String>) + Send>;
+pub type Deliver = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
+
+/// Why a grouped write was not kept (its group could not start, was abandoned or did not
+/// commit): what failed, and whether it was the database being locked by another
+/// connection past the busy timeout (nothing wrong with the write; it may be tried again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteFailure {
+    pub message: String,
+    pub busy: bool,
+}
+
+impl WriteFailure {
+    fn new(what: &str, e: &rusqlite::Error) -> WriteFailure {
+        WriteFailure { message: format!("{what}: {e}"), busy: is_busy(e) }
+    }
+}
+
+impl std::fmt::Display for WriteFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 /// A grouped write: given the group's connection it runs; given `None` (the group could not
 /// start or was abandoned) it does not run and fails. Either way it says whether to keep its
 /// work and how to deliver its result.
@@ -709,7 +730,7 @@ impl Store {
     pub async fn write_grouped<T, E>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, E> + Send + 'static,
-        on_commit_failure: impl FnOnce(String) -> E + Send + 'static,
+        on_commit_failure: impl FnOnce(WriteFailure) -> E + Send + 'static,
     ) -> Result<T, E>
     where
         T: Send + 'static,
@@ -724,7 +745,9 @@ impl Store {
                     (Some(Err(e)), _) => Err(e),
                     (Some(Ok(v)), Ok(())) => Ok(v),
                     (_, Err(m)) => Err(on_commit_failure(m)),
-                    (None, Ok(())) => Err(on_commit_failure("the write did not run".into())),
+                    (None, Ok(())) => {
+                        Err(on_commit_failure(WriteFailure { message: "the write did not run".into(), busy: false }))
+                    }
                 };
                 let _ = tx.send(r);
             });
@@ -849,7 +872,7 @@ impl Drop for StopCheckpoints<'_> {
 /// One transaction for a group of writes, a savepoint each; results after the commit.
 fn run_group(conn: &Connection, group: Vec<GroupJob>) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-        abandon(conn, vec![], group, &format!("cannot start a write transaction: {e}"));
+        abandon(conn, vec![], group, WriteFailure::new("cannot start a write transaction", &e));
         return;
     }
     plans::cache::begin_group();
@@ -858,7 +881,7 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
     while let Some(job) = jobs.next() {
         if let Err(e) = exec(conn, "SAVEPOINT forge_job") {
             let rest = std::iter::once(job).chain(jobs).collect();
-            abandon(conn, delivers, rest, &format!("cannot start a savepoint: {e}"));
+            abandon(conn, delivers, rest, WriteFailure::new("cannot start a savepoint", &e));
             return;
         }
         let mark = plans::cache::pending_mark();
@@ -877,7 +900,7 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
         }
         let end = if keep { exec(conn, "RELEASE forge_job") } else { rollback_job(conn) };
         if let Err(e) = end {
-            abandon(conn, delivers, jobs.collect(), &format!("cannot end a savepoint: {e}"));
+            abandon(conn, delivers, jobs.collect(), WriteFailure::new("cannot end a savepoint", &e));
             return;
         }
     }
@@ -885,7 +908,7 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
         Ok(()) => Ok(()),
         Err(e) => {
             let _ = exec(conn, "ROLLBACK");
-            Err(format!("the transaction did not commit: {e}"))
+            Err(WriteFailure::new("the transaction did not commit", &e))
         }
     };
     // Before the results go out: a caller that reads its plan back finds it kept.
@@ -897,17 +920,17 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>) {
 
 /// Gives up a group: rolls back what ran (nothing of it is kept), fails the jobs that ran
 /// and fails the others without running them.
-fn abandon(conn: &Connection, ran: Vec<Deliver>, not_run: Vec<GroupJob>, why: &str) {
+fn abandon(conn: &Connection, ran: Vec<Deliver>, not_run: Vec<GroupJob>, why: WriteFailure) {
     plans::cache::end_group(false);
     if !conn.is_autocommit() {
         let _ = exec(conn, "ROLLBACK");
     }
     for d in ran {
-        d(Err(why.to_string()));
+        d(Err(why.clone()));
     }
     for job in not_run {
         let (_, deliver) = job(None);
-        deliver(Err(why.to_string()));
+        deliver(Err(why.clone()));
     }
 }
 
@@ -1187,6 +1210,24 @@ mod tests {
         assert_eq!(store.read(changes_count).await.unwrap(), 1, "the panicked job's write was rolled back");
     }
 
+    /// A grouped write that finds the database locked by another connection past the busy
+    /// timeout fails as `busy` (the tools answer 1005, "try again"), with nothing kept; the
+    /// next one, after the lock is gone, is written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_held_off_by_another_connections_lock_fails_as_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("forge.db")).unwrap();
+        let holder = Connection::open(dir.path().join("forge.db")).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let job =
+            |key: &'static str| move |c: &Connection| add_change(c, key).map_err(|e| WriteFailure::new("job", &e));
+        let failed = store.write_grouped(job("held off"), |f| f).await.unwrap_err();
+        assert!(failed.busy && failed.message.contains("database is locked"), "{failed:?}");
+        holder.execute_batch("ROLLBACK").unwrap();
+        store.write_grouped(job("written"), |f| f).await.unwrap();
+        assert_eq!(store.read(changes_count).await.unwrap(), 1);
+    }
+
     #[tokio::test]
     async fn readers_see_committed_writes_and_cannot_write() {
         let dir = tempfile::tempdir().unwrap();
@@ -1347,14 +1388,14 @@ mod tests {
                     add_change(c, "lost").map_err(|e| e.to_string())?;
                     c.execute("INSERT INTO child (pid) VALUES (42)", []).map(|_| ()).map_err(|e| e.to_string())
                 },
-                |m| m,
+                |m| m.message,
             )
             .await;
         let e = r.expect_err("the commit must fail");
         assert!(e.contains("did not commit"), "{e}");
         assert_eq!(store.read(changes_count).await.unwrap(), 0, "nothing of the group is kept");
         // The writer goes on.
-        store.write_grouped(|c| add_change(c, "next").map_err(|e| e.to_string()), |m| m).await.unwrap();
+        store.write_grouped(|c| add_change(c, "next").map_err(|e| e.to_string()), |m| m.message).await.unwrap();
         assert_eq!(store.read(changes_count).await.unwrap(), 1);
 
         // Writes that queued up together share one commit: a good write grouped with one
@@ -1367,9 +1408,9 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let good = {
             let s = store.clone();
-            tokio::spawn(
-                async move { s.write_grouped(|c| add_change(c, "good").map_err(|e| e.to_string()), |m| m).await },
-            )
+            tokio::spawn(async move {
+                s.write_grouped(|c| add_change(c, "good").map_err(|e| e.to_string()), |m| m.message).await
+            })
         };
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         let bad = {
@@ -1377,7 +1418,7 @@ mod tests {
             tokio::spawn(async move {
                 s.write_grouped(
                     |c| c.execute("INSERT INTO child (pid) VALUES (43)", []).map(|_| ()).map_err(|e| e.to_string()),
-                    |m| m,
+                    |m| m.message,
                 )
                 .await
             })

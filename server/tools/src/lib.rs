@@ -396,6 +396,19 @@ pub async fn call(
     call_watched(store, engine, env, command, input, None).await
 }
 
+/// A write the store did not keep: `busy` (1005) when another connection held the
+/// database locked past the busy timeout, a state that passes and says nothing is wrong
+/// with the call; else `internal`.
+fn write_failure(f: forge_store::WriteFailure) -> ToolError {
+    if f.busy {
+        ToolError::busy(format!(
+            "the database is locked by another process ({f}); nothing was written, try again in a moment"
+        ))
+    } else {
+        ToolError::internal(f.message)
+    }
+}
+
 /// [`call`], stopping a plugin tool (its process group killed) when `caller_gone` becomes
 /// true before it answered: the caller's connection ended. Built-in tools run to the end:
 /// their writes are committed whole and their effects must not stop halfway.
@@ -437,7 +450,7 @@ pub async fn call_watched(
         // the hop to a reader thread and back.
         store.read_here(guarded).unwrap_or_else(|e| Err(ToolError::internal(e)))
     } else {
-        let r = store.write_grouped(guarded, ToolError::internal).await;
+        let r = store.write_grouped(guarded, write_failure).await;
         if r.is_ok() {
             store.wrote.wake();
         }
@@ -474,6 +487,20 @@ mod parse_tests {
     use super::*;
     use forge_protocol::inputs::ReviewWriteInput;
     use serde_json::json;
+
+    /// A locked database is "busy, try again" (1005), not an internal failure: agents and
+    /// scripts retry the one and report the other (review).
+    #[test]
+    fn a_locked_database_is_busy_and_other_write_failures_are_internal() {
+        let f = |busy| forge_store::WriteFailure {
+            message: "cannot start a write transaction: database is locked".into(),
+            busy,
+        };
+        let e = write_failure(f(true));
+        assert_eq!(e.kind, forge_protocol::ErrorKind::Busy);
+        assert!(e.message.contains("locked by another process") && e.message.contains("nothing was written"), "{e}");
+        assert_eq!(write_failure(f(false)).kind, forge_protocol::ErrorKind::Internal);
+    }
 
     /// `2.0` is an integer to JSON Schema (the offered schemas say `integer`); `2.5` is not.
     #[test]
