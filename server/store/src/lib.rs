@@ -77,11 +77,11 @@ pub fn latest_version() -> u32 {
 pub enum OpenError {
     #[error("cannot create the data directory for {path}: {err}", path = .0.display(), err = .1)]
     Io(PathBuf, std::io::Error),
-    #[error("{path} is not a usable forge-lsp database ({err}); it was left untouched. Move it away, with the {path}-wal and {path}-shm files beside it if there are any (they may hold its latest writes), or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
+    #[error("{path} is not a usable forge-lsp database ({err}); its contents were left untouched (only its mode may have been narrowed to 0600). Move it away, with the {path}-wal and {path}-shm files beside it if there are any (they may hold its latest writes), or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
     NotADatabase(PathBuf, String),
     #[error("{path}: {why}; forge-lsp keeps private data there and refuses to use it. Use a data directory of your own (--data-dir / FORGE_DATA_DIR), or set FORGE_SHARED_DATA_DIR=1 if it is shared on purpose.", path = .0.display(), why = .1)]
     NotPrivate(PathBuf, String),
-    #[error("{shown} has schema version {found}, newer than this forge-lsp understands (version {known}); it was left untouched. Upgrade forge-lsp or use another data directory.", shown = path.display())]
+    #[error("{shown} has schema version {found}, newer than this forge-lsp understands (version {known}); its contents were left untouched. Upgrade forge-lsp or use another data directory.", shown = path.display())]
     TooNew { path: PathBuf, found: u32, known: u32 },
     #[error("cannot open {path}: {err}", path = .0.display(), err = .1)]
     Sqlite(PathBuf, rusqlite::Error),
