@@ -230,7 +230,8 @@ enum Cmd {
         project: Option<PathBuf>,
     },
     /// Show it working: a two-section coding/auditing loop with a scripted agent in a
-    /// temporary repository (no model, no network; a few seconds).
+    /// temporary repository (no model, no network; a few seconds). It has a data directory
+    /// of its own there: `--data-dir` is not used.
     Demo {
         /// Keep the temporary repository and data directory, to look again or open them in an editor.
         #[arg(long)]
