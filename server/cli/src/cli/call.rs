@@ -160,6 +160,14 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
                 .join("\n");
         }
     }
+    if !route.in_loop() {
+        // Forge's hints name a tool's inputs (`loop-status name=<name>`): from a shell, the
+        // command to type instead (a review found them pasted as they were).
+        match &mut result {
+            Ok(r) => r.text = shell_hints(&r.text),
+            Err(e) => e.message = shell_hints(&e.message),
+        }
+    }
     // The session that holds the plan (PROTOCOL.md 10.2): the fresh one, the one named, or
     // the one the input names (`session_id`, the user agent's).
     let holder = |r: &forge_protocol::CommandResult| {
@@ -246,6 +254,42 @@ pub fn tools_help() -> String {
     s
 }
 
+/// `text` with Forge's hints for a tool's inputs given as `forge-lsp call` commands:
+/// `loop-status name=<name>` and `loop-cancel name=<name>` (the lists' last lines), a
+/// stopped loop's `Restart: available with loop-status name=X restart=true` and an ended
+/// loop's "`loop-status` with name=X restart=true resumes it".
+fn shell_hints(text: &str) -> String {
+    let call = |tool: &str, input: Value| format!("forge-lsp call {tool} {}", shell_word(&input.to_string()));
+    let restart = |name: &str| call("loop-status", serde_json::json!({ "name": name, "restart": true }));
+    let mut out = text
+        .replace(
+            "Use loop-status name=<name> for details.",
+            &format!("Use {} for details.", call("loop-status", serde_json::json!({ "name": "<name>" }))),
+        )
+        .replace(
+            "Use loop-cancel name=<name> to stop a loop.",
+            &format!("Use {} to stop a loop.", call("loop-cancel", serde_json::json!({ "name": "<name>" }))),
+        );
+    const RESTART: &str = "Restart: available with loop-status name=";
+    out = out
+        .split('\n')
+        .map(|l| match l.strip_prefix(RESTART).and_then(|r| r.strip_suffix(" restart=true")) {
+            Some(name) => format!("Restart: available with {}", restart(name)),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    const RESUMES: (&str, &str) = ("`loop-status` with name=", " restart=true resumes it");
+    if let Some(at) = out.find(RESUMES.0) {
+        if let Some(len) = out[at + RESUMES.0.len()..].find(RESUMES.1) {
+            let name = out[at + RESUMES.0.len()..][..len].to_string();
+            let end = at + RESUMES.0.len() + len + RESUMES.1.len();
+            out.replace_range(at..end, &format!("`{}` resumes it", restart(&name)));
+        }
+    }
+    out
+}
+
 /// `s` as one word of a POSIX shell: as it is when it has nothing the shell reads, else in
 /// single quotes (a `'` inside written `'\''`).
 fn shell_word(s: &str) -> String {
@@ -257,6 +301,41 @@ fn shell_word(s: &str) -> String {
         s.to_string()
     } else {
         forge_domain::text::shell_quote(s)
+    }
+}
+
+#[cfg(test)]
+mod shell_hint_tests {
+    #[test]
+    fn forges_input_hints_become_commands() {
+        let table = [
+            (
+                "Recent Loops\n\nUse loop-status name=<name> for details.",
+                r#"Recent Loops
+
+Use forge-lsp call loop-status '{"name":"<name>"}' for details."#,
+            ),
+            (
+                "Use loop-status name=<name> for details.\nUse loop-cancel name=<name> to stop a loop.",
+                r#"Use forge-lsp call loop-status '{"name":"<name>"}' for details.
+Use forge-lsp call loop-cancel '{"name":"<name>"}' to stop a loop."#,
+            ),
+            (
+                "Audit count: 0\n\nRestart: available with loop-status name=my-plan restart=true",
+                r#"Audit count: 0
+
+Restart: available with forge-lsp call loop-status '{"name":"my-plan","restart":true}'"#,
+            ),
+            (
+                "Loop \"a\" has already completed. It ended cancelled; `loop-status` with name=a restart=true resumes it.",
+                r#"Loop "a" has already completed. It ended cancelled; `forge-lsp call loop-status '{"name":"a","restart":true}'` resumes it."#,
+            ),
+            ("Restart: available with force=true", "Restart: available with force=true"),
+            ("nothing to change", "nothing to change"),
+        ];
+        for (text, want) in table {
+            assert_eq!(super::shell_hints(text), want, "{text}");
+        }
     }
 }
 
