@@ -402,6 +402,10 @@ fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
         .expect("git show");
     assert_eq!(String::from_utf8_lossy(&shown.stdout), "by hand\n", "committed to the branch first");
     assert!(t.log(&format!("forge/{name}"))[0].contains("completed"), "{:?}", t.log(&format!("forge/{name}")));
+    // The detail says the folder is gone, not only its path (review).
+    let status = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+    let line = status.lines().find(|l| l.starts_with("Worktree: ")).unwrap_or_default();
+    assert!(line.ends_with(" (removed; its work is on the branch)"), "{status}");
 }
 
 /// The same restart when the worktree's work cannot be committed (its `.git` no longer

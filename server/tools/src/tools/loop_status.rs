@@ -47,7 +47,7 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
         iteration: l.iteration,
         max_iterations: l.max_iterations,
         session: l.current_session_id.clone(),
-        worktree: l.worktree_dir.clone(),
+        worktree: worktree_line(l),
         branch: l.worktree_branch.clone(),
         started_at: l.started_at,
         completed_at: l.completed_at,
@@ -183,4 +183,20 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             ok(loop_status::render_detail(&v, &restart, &block, ctx.now), data)
         }
     }
+}
+
+/// The loop's worktree folder as the detail shows it, marked when it is no longer there: a
+/// completed loop's is removed once its work is committed to the branch, and a path that
+/// is gone was shown as if it were (found by a review).
+fn worktree_line(l: &forge_store::loops::LoopRow) -> String {
+    let dir = &l.worktree_dir;
+    if dir.is_empty() || std::path::Path::new(dir).exists() {
+        return dir.clone();
+    }
+    let why = match l.status.as_str() {
+        "running" => "missing",
+        "completed" => "removed; its work is on the branch",
+        _ => "removed",
+    };
+    format!("{dir} ({why})")
 }
