@@ -131,9 +131,14 @@ pub fn compile(entries: &[Value]) -> (Vec<DenyRule>, Vec<String>) {
             continue;
         }
         if pattern.is_none() && NO_BLANKET.contains(&permission.as_str()) {
-            warn(format!(
-                "a blanket deny of `{permission}` would leave loop sessions unable to work; deny it with a pattern (for example {{ permission = \"bash\", pattern = \"git push *\" }})"
-            ));
+            // Only forge.shell's commands can be denied in part: for the others the advice
+            // to add a pattern led to a rule that never matches (found by a review).
+            let instead = if matches!(permission.as_str(), "bash" | "shell") {
+                "deny some commands with a pattern instead (for example { permission = \"bash\", pattern = \"git push *\" })"
+            } else {
+                "it cannot be denied (patterns apply to forge.shell commands only)"
+            };
+            warn(format!("a blanket deny of `{permission}` would leave loop sessions unable to work; {instead}"));
             continue;
         }
         let rule = DenyRule { permission, pattern };
@@ -293,6 +298,10 @@ mod tests {
     fn blanket_denies_of_essential_tools_are_dropped_scoped_kept() {
         for name in NO_BLANKET {
             one_warning(json!([name]), &format!("a blanket deny of `{name}`"));
+            // The advice fits the tool: only forge.shell's commands can be denied in part.
+            let advice =
+                if matches!(*name, "bash" | "shell") { "with a pattern instead" } else { "it cannot be denied" };
+            one_warning(json!([name]), advice);
             one_warning(json!([{ "permission": name, "pattern": "*" }]), "blanket deny");
             one_warning(json!([{ "permission": name }]), "blanket deny");
         }
