@@ -195,8 +195,9 @@ pub async fn start_loop(
         .store
         .call(move |c| {
             forge_store::transact(c, |tx| -> rusqlite::Result<()> {
-                // Stale rows of a swept loop with the same name.
-                tx.execute("DELETE FROM review_findings WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![p, n])?;
+                // Stale rows of a swept loop with the same name (its findings' files are
+                // announced, so editors showing them clear them; a review found them kept).
+                forge_store::findings::delete_bucket(tx, &p, &n, now)?;
                 tx.execute("DELETE FROM plans WHERE project_id = ?1 AND loop_name = ?2", rusqlite::params![p, n])?;
                 tx.execute(
                     "INSERT INTO loops (project_id, loop_name, title, status, phase, current_session_id, host_session_id, project_dir,

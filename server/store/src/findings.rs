@@ -175,6 +175,21 @@ pub fn delete(
     Ok(gone)
 }
 
+/// Deletes every finding of a bucket (a swept loop's left behind when a new loop takes its
+/// name), recording a change per file so that editors clear what they show of them.
+pub fn delete_bucket(conn: &Connection, project: &str, bucket: &str, now: i64) -> rusqlite::Result<usize> {
+    let files: Vec<String> = conn
+        .prepare_cached("SELECT DISTINCT file FROM review_findings WHERE project_id = ?1 AND loop_name = ?2")?
+        .query_map(params![project, bucket], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let n =
+        conn.execute("DELETE FROM review_findings WHERE project_id = ?1 AND loop_name = ?2", params![project, bucket])?;
+    for file in &files {
+        changes::record(conn, project, Kind::Finding, &changes::finding_key(bucket, file), now)?;
+    }
+    Ok(n)
+}
+
 /// The open findings of the project (outside loops, or of a loop that is not
 /// completed), optionally only those whose `file` is one of `files`.
 pub fn open(conn: &Connection, project: &str, files: Option<&[String]>) -> rusqlite::Result<Vec<Finding>> {
@@ -289,6 +304,25 @@ mod tests {
 
     fn index_columns(conn: &Connection, index: &str) -> Vec<String> {
         strings(conn, &format!("PRAGMA index_info('{index}')"), 2)
+    }
+
+    /// A bucket's findings go with a change per file, so editors showing them clear them.
+    #[test]
+    fn deleting_a_bucket_announces_each_of_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::open_connection(&dir.path().join("forge.db")).unwrap();
+        for (bucket, file, line) in [("l", "a.rs", 1), ("l", "a.rs", 2), ("l", "b.rs", 1), ("", "a.rs", 1)] {
+            conn.execute(
+                "INSERT INTO review_findings (project_id, loop_name, file, line, severity, description, created_at) VALUES ('p', ?1, ?2, ?3, 'bug', 'd', 0)",
+                params![bucket, file, line],
+            )
+            .unwrap();
+        }
+        assert_eq!(delete_bucket(&conn, "p", "l", 5).unwrap(), 3);
+        let mut keys = strings(&conn, "SELECT key FROM changes WHERE kind = 'finding'", 0);
+        keys.sort();
+        assert_eq!(keys, [changes::finding_key("l", "a.rs"), changes::finding_key("l", "b.rs")]);
+        assert_eq!(strings(&conn, "SELECT loop_name FROM review_findings", 0), [""], "other buckets stay");
     }
 
     #[test]
