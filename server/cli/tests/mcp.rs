@@ -308,6 +308,18 @@ fn a_loop_session_needs_its_token() {
     assert_eq!(code, 0, "{stderr}");
 }
 
+/// Input that ends before a client speaks is no failure: exit 0, nothing on stderr (it
+/// was exit 1 with "connection closed: initialize request"; review).
+#[test]
+fn input_that_ends_before_a_client_spoke_is_a_quiet_exit() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let m = Mcp::start(&sb, &repo.path, &[], &[]);
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("connection closed"), "{stderr}");
+}
+
 #[test]
 fn outside_a_repository_it_refuses_unless_given_a_project() {
     let sb = Sandbox::new();

@@ -53,6 +53,13 @@ pub fn run(args: McpArgs) -> i32 {
         }
     };
     let structured = structured_content_from_env();
+    let by_hand = {
+        use std::io::IsTerminal;
+        std::io::stdin().is_terminal()
+    };
+    if by_hand {
+        eprintln!("forge-lsp mcp: waiting for an MCP client on stdin/stdout (agent CLIs start it this way: docs/mcp.md; Ctrl-D or Ctrl-C to quit).");
+    }
     let r = rt.block_on(async move {
         let server =
             ForgeMcp { route: Arc::new(route), structured, calls: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS)) };
@@ -64,15 +71,28 @@ pub fn run(args: McpArgs) -> i32 {
             rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout)
                 .with_max_line_length(forge_protocol::framing::MAX_MESSAGE),
         );
-        let running = server.serve(transport).await.map_err(|e| e.to_string())?;
-        running.waiting().await.map_err(|e| e.to_string())
+        let running = match server.serve(transport).await {
+            Ok(r) => r,
+            // Standard input ended before a client sent its first message.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        running.waiting().await.map(Some).map_err(|e| e.to_string())
     });
     // A blocking read of standard input may still be pending (the client closed only its
     // reading end): do not wait for it.
     rt.shutdown_background();
     match r {
-        Ok(reason) => {
+        Ok(Some(reason)) => {
             tracing::debug!("forge-lsp mcp: {reason:?}");
+            0
+        }
+        // Standard input ended before any client spoke: nothing failed, nobody came (the
+        // message said "connection closed: initialize request", exit 1; a review).
+        Ok(None) => {
+            if by_hand {
+                eprintln!("forge-lsp mcp: input ended before a client connected");
+            }
             0
         }
         Err(e) => {
