@@ -473,6 +473,9 @@ fn clients_without_virtual_documents_get_read_only_copies() {
     assert!(ok.is_some(), "no copy at {}{}", view.display(), c.diagnostics());
     let mode = std::fs::metadata(&view).unwrap().permissions().mode();
     assert_eq!(mode & 0o222, 0, "the copy is read-only: {mode:o}");
+    // The copies hold what the private database does: their folder is the user's alone.
+    let dir = std::fs::metadata(repo.path.join(".forge/view")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(dir, 0o700, "the copies' folder: {dir:o}");
     let ok = wait_for(WAIT, || {
         std::fs::read_to_string(&index).ok().filter(|t| t.contains(&format!("session: {sid}"))).map(|_| ())
     });
