@@ -431,16 +431,19 @@ pub type Deliver = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
 
 /// Why a grouped write was not kept (its group could not start, was abandoned or did not
 /// commit): what failed, and whether it was the database being locked by another
-/// connection past the busy timeout (nothing wrong with the write; it may be tried again).
+/// connection past the busy timeout (`busy`: nothing wrong with the write; it may be tried
+/// again) or migrated by a newer forge-lsp while this process ran (`outdated`: no write
+/// of this process is made any more; it must be restarted).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteFailure {
     pub message: String,
     pub busy: bool,
+    pub outdated: bool,
 }
 
 impl WriteFailure {
     fn new(what: &str, e: &rusqlite::Error) -> WriteFailure {
-        WriteFailure { message: format!("{what}: {e}"), busy: is_busy(e) }
+        WriteFailure { message: format!("{what}: {e}"), busy: is_busy(e), outdated: false }
     }
 }
 
@@ -471,6 +474,9 @@ struct Writer {
     checkpoints: checkpoint::Checkpoints,
     /// When the change feed was last pruned by this store.
     pruned: std::sync::Mutex<std::time::Instant>,
+    /// The schema cookie (`PRAGMA schema_version`) of the schema this process checked
+    /// last ([`Writer::outdated`]).
+    schema_cookie: std::sync::atomic::AtomicI64,
 }
 
 /// Counts a caller in [`Writer::waiting`] while it lives.
@@ -520,9 +526,33 @@ impl Writer {
     /// Runs `group` on `conn` (held by the caller) and then looks at the log's length
     /// (`checkpoint` module): every group goes through here.
     fn commit(&self, conn: &Connection, group: Vec<GroupJob>) {
-        run_group(conn, group);
+        run_group(conn, group, |c| self.outdated(c));
         self.checkpoints.after_commit(conn);
         self.maybe_prune(conn);
+    }
+
+    /// `Some(why)` once another process migrated the database past the schema this binary
+    /// knows (an upgraded forge-lsp started while this one ran): its writes would follow
+    /// the old schema. One pragma when nothing changed (the schema cookie, from the file's
+    /// header); a changed cookie reads the applied version. Checked inside each group's
+    /// write transaction, and before each plain job (which then finds the connection
+    /// read-only: `query_only`).
+    fn outdated(&self, conn: &Connection) -> Option<String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let cookie: i64 = conn.query_row("PRAGMA schema_version", [], |r| r.get(0)).ok()?;
+        if cookie == self.schema_cookie.load(Relaxed) {
+            return None;
+        }
+        let found = applied_version(conn).ok()?;
+        let known = latest_version();
+        if found <= known {
+            self.schema_cookie.store(cookie, Relaxed);
+            return None;
+        }
+        let _ = conn.pragma_update(None, "query_only", true);
+        Some(format!(
+            "the database was migrated to schema version {found} by a newer forge-lsp while this process ran (it knows version {known}); nothing was written. Restart it (the editor's server, or the agent's) with the newer forge-lsp."
+        ))
     }
 
     /// Prunes the change feed of rows older than [`sweep::CHANGES_KEEP_MS`] every
@@ -641,12 +671,17 @@ impl Store {
         let conn = open_connection(path)?;
         checkpoint::hook(&conn);
         let checkpoints = checkpoint::Checkpoints::new(path.to_path_buf());
+        // The schema as migrated by `open_connection`: this binary's.
+        let cookie: i64 = conn
+            .query_row("PRAGMA schema_version", [], |r| r.get(0))
+            .map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
         let writer = Arc::new(Writer {
             conn: std::sync::Mutex::new(conn),
             queue: Default::default(),
             waiting: Default::default(),
             checkpoints,
             pruned: std::sync::Mutex::new(std::time::Instant::now()),
+            schema_cookie: std::sync::atomic::AtomicI64::new(cookie),
         });
         let (tx, rx) = std_mpsc::channel::<Work>();
         let w = writer.clone();
@@ -745,9 +780,11 @@ impl Store {
                     (Some(Err(e)), _) => Err(e),
                     (Some(Ok(v)), Ok(())) => Ok(v),
                     (_, Err(m)) => Err(on_commit_failure(m)),
-                    (None, Ok(())) => {
-                        Err(on_commit_failure(WriteFailure { message: "the write did not run".into(), busy: false }))
-                    }
+                    (None, Ok(())) => Err(on_commit_failure(WriteFailure {
+                        message: "the write did not run".into(),
+                        busy: false,
+                        outdated: false,
+                    })),
                 };
                 let _ = tx.send(r);
             });
@@ -837,6 +874,9 @@ fn writer_loop(writer: &Writer, rx: std_mpsc::Receiver<Work>) {
             {
                 let mut conn = writer.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(Work::Plain(job)) = work.take() {
+                    if let Some(why) = writer.outdated(&conn) {
+                        tracing::error!("{why}");
+                    }
                     // A job that panics must not end the writer thread (every later write
                     // of the process would fail): its caller's channel is dropped (it sees
                     // the job lost) and a transaction it left open is rolled back.
@@ -870,9 +910,14 @@ impl Drop for StopCheckpoints<'_> {
 }
 
 /// One transaction for a group of writes, a savepoint each; results after the commit.
-fn run_group(conn: &Connection, group: Vec<GroupJob>) {
+fn run_group(conn: &Connection, group: Vec<GroupJob>, outdated: impl FnOnce(&Connection) -> Option<String>) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         abandon(conn, vec![], group, WriteFailure::new("cannot start a write transaction", &e));
+        return;
+    }
+    // Inside the write transaction: no migration can come between the check and the writes.
+    if let Some(message) = outdated(conn) {
+        abandon(conn, vec![], group, WriteFailure { message, busy: false, outdated: true });
         return;
     }
     plans::cache::begin_group();
@@ -1088,6 +1133,34 @@ mod tests {
         holder.execute_batch("COMMIT").unwrap();
         drop(holder);
         open_connection(&p).unwrap();
+    }
+
+    /// A newer forge-lsp that migrates the database while this store runs: every write
+    /// after it is refused, grouped (`outdated`, the tools answer 1004) or plain (the
+    /// connection is made read-only), instead of writing by the old schema (review).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_stop_once_a_newer_forge_lsp_migrated_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("forge.db");
+        let store = Store::open(&p).unwrap();
+        let job =
+            |key: &'static str| move |c: &Connection| add_change(c, key).map_err(|e| WriteFailure::new("job", &e));
+        store.write_grouped(job("before"), |f| f).await.unwrap();
+        // Another process of this version changes the schema: nothing is refused.
+        Connection::open(&p).unwrap().execute_batch("CREATE INDEX extra ON changes (at)").unwrap();
+        store.write_grouped(job("same version"), |f| f).await.unwrap();
+        // A newer one migrates.
+        Connection::open(&p)
+            .unwrap()
+            .execute_batch(
+                "BEGIN; INSERT INTO schema_migrations VALUES (999, 'future', 0); CREATE TABLE future (x); COMMIT;",
+            )
+            .unwrap();
+        let failed = store.write_grouped(job("after"), |f| f).await.unwrap_err();
+        assert!(failed.outdated && !failed.busy && failed.message.contains("schema version 999"), "{failed:?}");
+        let plain = store.call(|c| add_change(c, "plain")).await;
+        assert!(plain.is_err(), "a plain write is refused too: {plain:?}");
+        assert_eq!(store.read(changes_count).await.unwrap(), 2, "nothing after the migration was written");
     }
 
     #[test]

@@ -404,6 +404,8 @@ fn write_failure(f: forge_store::WriteFailure) -> ToolError {
         ToolError::busy(format!(
             "the database is locked by another process ({f}); nothing was written, try again in a moment"
         ))
+    } else if f.outdated {
+        ToolError::precondition(f.message)
     } else {
         ToolError::internal(f.message)
     }
@@ -492,14 +494,17 @@ mod parse_tests {
     /// scripts retry the one and report the other (review).
     #[test]
     fn a_locked_database_is_busy_and_other_write_failures_are_internal() {
-        let f = |busy| forge_store::WriteFailure {
+        let f = |busy, outdated| forge_store::WriteFailure {
             message: "cannot start a write transaction: database is locked".into(),
             busy,
+            outdated,
         };
-        let e = write_failure(f(true));
+        let e = write_failure(f(true, false));
         assert_eq!(e.kind, forge_protocol::ErrorKind::Busy);
         assert!(e.message.contains("locked by another process") && e.message.contains("nothing was written"), "{e}");
-        assert_eq!(write_failure(f(false)).kind, forge_protocol::ErrorKind::Internal);
+        assert_eq!(write_failure(f(false, false)).kind, forge_protocol::ErrorKind::Internal);
+        // A database migrated by a newer forge-lsp: a precondition, with the store's words.
+        assert_eq!(write_failure(f(false, true)).kind, forge_protocol::ErrorKind::Precondition);
     }
 
     /// `2.0` is an integer to JSON Schema (the offered schemas say `integer`); `2.5` is not.
