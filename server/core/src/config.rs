@@ -614,10 +614,14 @@ impl Loader {
         // `preset` would otherwise run as that CLI's program with the preset's flags, and a
         // project's `preset` would run the user's own agent command as its CLI (found by a
         // review). To name a preset's program, set both in one source.
+        // A source that repeats what is in effect changes nothing: an editor's settings
+        // or a project file may say the same preset again (Helix sends its settings both
+        // ways), which must not drop the program the user file names for it (review).
+        let changes = |k: &str| flat.iter().any(|(key, val)| key == k && self.merged.get(k) != Some(val));
         let sets = |k: &str| flat.iter().any(|(key, _)| key == k);
         match (sets("agent.preset"), sets("agent.command")) {
-            (true, false) => drop(self.merged.remove("agent.command")),
-            (false, true) => drop(self.merged.remove("agent.preset")),
+            (true, false) if changes("agent.preset") => drop(self.merged.remove("agent.command")),
+            (false, true) if changes("agent.command") => drop(self.merged.remove("agent.preset")),
             _ => {}
         }
         for (key, val) in flat {
@@ -1228,6 +1232,17 @@ mod tests {
         let c = build(&[json!({"agent": {"command": ["my-agent"]}}), json!({"agent": {"preset": "codex"}})]);
         assert_eq!((c.agent_preset.as_deref(), cmd(&c).as_deref()), (Some("codex"), None));
         let c = build(&[json!({"agent": {"preset": "claude", "command": ["/opt/claude/bin/claude"]}})]);
+        assert_eq!((c.agent_preset.as_deref(), cmd(&c).as_deref()), (Some("claude"), Some("/opt/claude/bin/claude")));
+        // A source that repeats the preset (or the command) in effect keeps the other.
+        let c = build(&[
+            json!({"agent": {"preset": "claude", "command": ["/opt/claude/bin/claude"]}}),
+            json!({"agent": {"preset": "claude"}}),
+        ]);
+        assert_eq!((c.agent_preset.as_deref(), cmd(&c).as_deref()), (Some("claude"), Some("/opt/claude/bin/claude")));
+        let c = build(&[
+            json!({"agent": {"preset": "claude", "command": ["/opt/claude/bin/claude"]}}),
+            json!({"agent": {"command": ["/opt/claude/bin/claude"]}}),
+        ]);
         assert_eq!((c.agent_preset.as_deref(), cmd(&c).as_deref()), (Some("claude"), Some("/opt/claude/bin/claude")));
         // A source that sets neither changes nothing.
         let c = build(&[
