@@ -205,6 +205,25 @@ fn call_forgets_a_server_killed_without_shutting_down() {
     assert!(!out.stderr.contains("does not answer"), "{}", out.stderr);
 }
 
+/// A plan that holds a line like Forge's loop hints is read back as written: the shell
+/// forms are for the loop tools' own texts (a review found plan-read rewriting it).
+#[test]
+fn call_gives_a_plans_text_as_written() {
+    let sb = Sandbox::new();
+    let repo = demo_project();
+    let plan =
+        "# P\nUse loop-status name=<name> for details.\nRestart: available with loop-status name=x restart=true\n";
+    let out = sb.call("plan-write").input(json!({ "content": plan })).session("ses_hints").cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = sb.call("plan-read").input(json!({})).session("ses_hints").cwd(&repo.path).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("2: Use loop-status name=<name> for details."), "{}", out.stdout);
+    assert!(out.stdout.contains("3: Restart: available with loop-status name=x restart=true"), "{}", out.stdout);
+    // loop-status's own list says the command to type.
+    let out = sb.call("loop-status").input(json!({})).cwd(&repo.path).run();
+    assert!(!out.stdout.contains("loop-status name=<name>"), "{out:?}");
+}
+
 #[test]
 fn call_without_a_server_says_it_runs_in_process_and_refuses_loop_control() {
     let sb = Sandbox::new();

@@ -160,9 +160,11 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
                 .join("\n");
         }
     }
-    if !route.in_loop() {
+    if !route.in_loop() && !args.json && matches!(tool.name, "loop-status" | "loop-cancel" | "execute-plan") {
         // Forge's hints name a tool's inputs (`loop-status name=<name>`): from a shell, the
-        // command to type instead (a review found them pasted as they were).
+        // command to type instead (a review found them pasted as they were). Only the loop
+        // tools' own texts, whose hints these are (a plan or a file that happens to hold
+        // such a line is data), and not for `--json`, whose text is the tool's.
         match &mut result {
             Ok(r) => r.text = shell_hints(&r.text),
             Err(e) => e.message = shell_hints(&e.message),
@@ -254,32 +256,36 @@ pub fn tools_help() -> String {
     s
 }
 
-/// `text` with Forge's hints for a tool's inputs given as `forge-lsp call` commands:
-/// `loop-status name=<name>` and `loop-cancel name=<name>` (the lists' last lines), a
-/// stopped loop's `Restart: available with loop-status name=X restart=true` and an ended
-/// loop's "`loop-status` with name=X restart=true resumes it".
+/// `text` (a loop tool's) with Forge's hints for a tool's inputs given as `forge-lsp call`
+/// commands: `loop-status name=<name>` and `loop-cancel name=<name>` (the lists' last
+/// lines, whole lines only), a stopped loop's `Restart: available with loop-status name=X
+/// restart=true` (a whole line) and an ended loop's "`loop-status` with name=X
+/// restart=true resumes it" (in execute-plan's refusal, which starts `Loop "X" has
+/// already completed.`).
 fn shell_hints(text: &str) -> String {
     let call = |tool: &str, input: Value| format!("forge-lsp call {tool} {}", shell_word(&input.to_string()));
     let restart = |name: &str| call("loop-status", serde_json::json!({ "name": name, "restart": true }));
-    let mut out = text
-        .replace(
-            "Use loop-status name=<name> for details.",
-            &format!("Use {} for details.", call("loop-status", serde_json::json!({ "name": "<name>" }))),
-        )
-        .replace(
-            "Use loop-cancel name=<name> to stop a loop.",
-            &format!("Use {} to stop a loop.", call("loop-cancel", serde_json::json!({ "name": "<name>" }))),
-        );
     const RESTART: &str = "Restart: available with loop-status name=";
-    out = out
+    let mut out = text
         .split('\n')
-        .map(|l| match l.strip_prefix(RESTART).and_then(|r| r.strip_suffix(" restart=true")) {
-            Some(name) => format!("Restart: available with {}", restart(name)),
-            None => l.to_string(),
+        .map(|l| match l {
+            "Use loop-status name=<name> for details." => {
+                format!("Use {} for details.", call("loop-status", serde_json::json!({ "name": "<name>" })))
+            }
+            "Use loop-cancel name=<name> to stop a loop." => {
+                format!("Use {} to stop a loop.", call("loop-cancel", serde_json::json!({ "name": "<name>" })))
+            }
+            _ => match l.strip_prefix(RESTART).and_then(|r| r.strip_suffix(" restart=true")) {
+                Some(name) => format!("Restart: available with {}", restart(name)),
+                None => l.to_string(),
+            },
         })
         .collect::<Vec<_>>()
         .join("\n");
     const RESUMES: (&str, &str) = ("`loop-status` with name=", " restart=true resumes it");
+    if !(out.starts_with("Loop \"") && out.contains("\" has already completed.")) {
+        return out;
+    }
     if let Some(at) = out.find(RESUMES.0) {
         if let Some(len) = out[at + RESUMES.0.len()..].find(RESUMES.1) {
             let name = out[at + RESUMES.0.len()..][..len].to_string();
@@ -331,6 +337,9 @@ Restart: available with forge-lsp call loop-status '{"name":"my-plan","restart":
                 r#"Loop "a" has already completed. It ended cancelled; `forge-lsp call loop-status '{"name":"a","restart":true}'` resumes it."#,
             ),
             ("Restart: available with force=true", "Restart: available with force=true"),
+            // Not whole lines, or not execute-plan's refusal: left as they are.
+            ("- Use loop-status name=<name> for details.", "- Use loop-status name=<name> for details."),
+            ("Note: `loop-status` with name=a restart=true resumes it.", "Note: `loop-status` with name=a restart=true resumes it."),
             ("nothing to change", "nothing to change"),
         ];
         for (text, want) in table {
