@@ -381,16 +381,36 @@ pub fn commit_all(staged: Vec<Staged>) -> Result<(), (usize, io::Error)> {
 
 /// Makes the directory `base/rel` with mode 0700 (the umask may only take bits away)
 /// unless it exists, creating missing parents as [`open_dir`] does and never following a
-/// link below `base`. An existing directory keeps its mode.
+/// link below `base`. An existing directory of this user's that others may enter (made
+/// by an older version, or by hand) is narrowed to 0700; a link there, or a directory of
+/// another user's, is left as it is (a write beneath it refuses the link).
 pub fn make_private_dir(base: &Path, rel: &Path) -> io::Result<()> {
     let (parent, name) = split_file(rel)?;
     let dir = open_dir(base, parent, true)?;
     let c = cstr(name)?;
     // SAFETY: a valid directory fd and a NUL-terminated name.
-    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::AlreadyExists {
-            return Err(e);
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o700) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() != io::ErrorKind::AlreadyExists {
+        return Err(e);
+    }
+    // Opened as itself (not `O_PATH`: fchmod needs a real descriptor), never through a link.
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Ok(());
+    }
+    // SAFETY: just opened, owned here.
+    let own = unsafe { OwnedFd::from_raw_fd(fd) };
+    let st = stat_fd(&own)?;
+    // SAFETY: geteuid cannot fail.
+    if st.st_uid == unsafe { libc::geteuid() } && st.st_mode & 0o077 != 0 {
+        // SAFETY: a valid fd.
+        if unsafe { libc::fchmod(own.as_raw_fd(), 0o700) } != 0 {
+            return Err(io::Error::last_os_error());
         }
     }
     Ok(())
@@ -724,6 +744,27 @@ pub fn unlink_at(dir: &OwnedFd, name: &std::ffi::OsStr, empty_dir: bool) -> io::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A private folder made by an older version (0755) or by hand is narrowed; one made
+    /// here is 0700; a link at the name is left alone (and not followed).
+    #[test]
+    fn a_private_dir_is_made_or_narrowed_never_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        make_private_dir(base, Path::new(".forge/view")).unwrap();
+        assert_eq!(mode(&base.join(".forge/view")), 0o700);
+        std::fs::set_permissions(base.join(".forge/view"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        make_private_dir(base, Path::new(".forge/view")).unwrap();
+        assert_eq!(mode(&base.join(".forge/view")), 0o700, "narrowed");
+        let elsewhere = base.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, base.join(".forge/linked")).unwrap();
+        make_private_dir(base, Path::new(".forge/linked")).unwrap();
+        assert_eq!(mode(&elsewhere), 0o755, "the link's target is not changed");
+    }
 
     #[test]
     fn files_are_read_without_following_links() {

@@ -549,8 +549,8 @@ fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>
         None => forge_core::beneath::remove_file(root, rel),
         Some(text) => {
             // The copies hold what the private database holds (every session's plans):
-            // their folder is the user's alone (0700 when made; one made 0755 by an older
-            // version keeps its mode). Found by a review: others could read them.
+            // their folder is the user's alone (made 0700, or narrowed to it when an
+            // older version made it 0755). Found by a review: others could read them.
             forge_core::beneath::make_private_dir(root, std::path::Path::new(".forge/view"))?;
             forge_core::beneath::write_file(root, rel, text.as_bytes(), 0o444)
         }
