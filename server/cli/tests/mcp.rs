@@ -308,8 +308,9 @@ fn a_loop_session_needs_its_token() {
     assert_eq!(code, 0, "{stderr}");
 }
 
-/// Input that ends before a client speaks is no failure: exit 0, nothing on stderr (it
-/// was exit 1 with "connection closed: initialize request"; review).
+/// Empty input that ends before a client speaks is no failure: exit 0, nothing on stderr
+/// (it was exit 1 with "connection closed: initialize request"; review); input that is
+/// not MCP stays a failure.
 #[test]
 fn input_that_ends_before_a_client_spoke_is_a_quiet_exit() {
     let sb = Sandbox::new();
@@ -318,6 +319,12 @@ fn input_that_ends_before_a_client_spoke_is_a_quiet_exit() {
     let (code, stderr) = m.finish();
     assert_eq!(code, 0, "{stderr}");
     assert!(!stderr.contains("connection closed"), "{stderr}");
+    // Input that is no MCP at all is still a failure, saying so.
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    std::io::Write::write_all(m.stdin.as_mut().unwrap(), b"Content-Length: 2\r\n\r\n{}").unwrap();
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 1, "{stderr}");
+    assert_contains(&stderr, "the input ended without an MCP initialize request");
 }
 
 #[test]

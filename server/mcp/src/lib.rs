@@ -67,6 +67,8 @@ pub fn run(args: McpArgs) -> i32 {
         // which a plan within `maxPlanBytes` could exceed once escaped, and a longer line is
         // dropped unanswered).
         let (stdin, stdout) = rmcp::transport::stdio();
+        let stdin = Counted::new(stdin);
+        let input = stdin.seen.clone();
         let transport = BeforeInitialize::new(
             rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout)
                 .with_max_line_length(forge_protocol::framing::MAX_MESSAGE),
@@ -74,7 +76,13 @@ pub fn run(args: McpArgs) -> i32 {
         let running = match server.serve(transport).await {
             Ok(r) => r,
             // Standard input ended before a client sent its first message.
-            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(None),
+            // Input that ended before a client spoke, with nothing in it: nobody came.
+            // Anything read, or a read error, is a failure (garbage, LSP framing, a
+            // directory as input; found by a review of the first version).
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) if input.nothing() => return Ok(None),
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+                return Err(format!("the input ended without an MCP initialize request ({})", input.describe()))
+            }
             Err(e) => return Err(e.to_string()),
         };
         running.waiting().await.map(Some).map_err(|e| e.to_string())
@@ -754,5 +762,63 @@ mod tests {
         assert_eq!(out.lines().next(), Some("Loop started."));
         assert!(out.contains("loop-status tool ({\"name\":\"x\"})"), "{out}");
         assert!(mcp_watch_line(&text, &json!({})).is_none());
+    }
+}
+
+/// What was read from standard input before the client's first message: nothing (a
+/// quiet end), some bytes, or a read error.
+#[derive(Default)]
+struct Seen {
+    bytes: std::sync::atomic::AtomicU64,
+    error: std::sync::Mutex<Option<String>>,
+}
+
+impl Seen {
+    fn nothing(&self) -> bool {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed) == 0 && self.error.lock().map_or(true, |e| e.is_none())
+    }
+
+    fn describe(&self) -> String {
+        let n = self.bytes.load(std::sync::atomic::Ordering::Relaxed);
+        match self.error.lock().ok().and_then(|e| e.clone()) {
+            Some(e) => format!("{n} bytes read, then: {e}"),
+            None => format!("{n} bytes read, none of it a JSON-RPC message line"),
+        }
+    }
+}
+
+/// Standard input, counting what it gives ([`Seen`]).
+struct Counted<R> {
+    inner: R,
+    seen: Arc<Seen>,
+}
+
+impl<R> Counted<R> {
+    fn new(inner: R) -> Self {
+        Counted { inner, seen: Arc::default() }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &r {
+            std::task::Poll::Ready(Ok(())) => {
+                let n = (buf.filled().len() - before) as u64;
+                self.seen.bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
+            std::task::Poll::Ready(Err(e)) => {
+                if let Ok(mut slot) = self.seen.error.lock() {
+                    slot.get_or_insert_with(|| e.to_string());
+                }
+            }
+            std::task::Poll::Pending => {}
+        }
+        r
     }
 }
