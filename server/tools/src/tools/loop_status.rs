@@ -193,10 +193,7 @@ fn worktree_line(l: &forge_store::loops::LoopRow) -> String {
     if dir.is_empty() || std::path::Path::new(dir).exists() {
         return dir.clone();
     }
-    let why = match l.status.as_str() {
-        "running" => "missing",
-        "completed" => "removed; its work is on the branch",
-        _ => "removed",
-    };
-    format!("{dir} ({why})")
+    // Not more than is known: a completed loop's worktree is removed after its work is
+    // committed to the branch, but a folder deleted by hand took what it held with it.
+    format!("{dir} ({})", if l.status == "running" { "missing" } else { "removed" })
 }
