@@ -729,6 +729,22 @@ pub fn stat_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<libc::stat> 
     Ok(st)
 }
 
+/// Renames `from` to `to` within `dir` (neither followed if a link: the entries move).
+pub fn rename_in(dir: &OwnedFd, from: &std::ffi::OsStr, to: &std::ffi::OsStr) -> io::Result<()> {
+    let (a, b) = (cstr(from)?, cstr(to)?);
+    // SAFETY: a valid directory fd and NUL-terminated names.
+    if unsafe { libc::renameat(dir.as_raw_fd(), a.as_ptr(), dir.as_raw_fd(), b.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The regular file `name` in `dir` opened for reading, as [`open_file`] opens it (no link,
+/// no wait on a FIFO).
+pub fn open_file_in(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<std::fs::File> {
+    open_file_at(dir, name, Path::new(name))
+}
+
 /// Removes `name` from `dir`: a file (or link, never followed), or with `empty_dir` an
 /// empty directory (a directory with anything in it is an error, and left alone).
 pub fn unlink_at(dir: &OwnedFd, name: &std::ffi::OsStr, empty_dir: bool) -> io::Result<()> {

@@ -117,23 +117,25 @@ const USAGE_CAP: u64 = 16 * 1024 * 1024;
 /// is left alone.
 pub fn absorb_usage(req: &TurnRequest) {
     use std::io::Read;
-    let plain_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
-    let usage_dir = req.cwd.join(crate::sandbox::USAGE_DIR);
-    if !plain_dir(&req.cwd.join(".forge")) || !plain_dir(&usage_dir) {
+    use std::os::unix::ffi::OsStrExt;
+    // The folder is opened once, never through a link (a `.forge` or `.forge/usage` that is
+    // a link is left alone), and the file is renamed, read and removed relative to it: a
+    // sandboxed command may swap names under it (a FIFO or a link at the file's name, a
+    // link for the folder), and a path re-walked for each step could then move, read or
+    // delete another file (found by reviews: a FIFO held this thread for good).
+    let Ok(dir) = forge_core::beneath::open_dir(&req.cwd, Path::new(crate::sandbox::USAGE_DIR), false) else {
         return;
-    }
+    };
     let file = agent_usage_file(req);
-    let taken = usage_dir.join(format!(".{}.{}.taken", req.session_id, req.turn));
-    if std::fs::rename(&file, &taken).is_err() {
+    let Some(name) = file.file_name() else { return };
+    let taken = format!(".{}.{}.taken", req.session_id, req.turn);
+    let taken = std::ffi::OsStr::from_bytes(taken.as_bytes());
+    if forge_core::beneath::rename_in(&dir, name, taken).is_err() {
         return;
     }
     let mut text = String::new();
-    // Opened beneath the worktree without following a link and without waiting: a
-    // sandboxed command can put a FIFO (or a link) at the name, which must not hold this
-    // thread (found by a review: a plain open of a FIFO waited for a writer forever).
-    let rel = Path::new(crate::sandbox::USAGE_DIR).join(taken.file_name().unwrap_or_default());
-    let read = forge_core::beneath::open_file(&req.cwd, &rel).and_then(|f| f.take(USAGE_CAP).read_to_string(&mut text));
-    let _ = std::fs::remove_file(&taken);
+    let read = forge_core::beneath::open_file_in(&dir, taken).and_then(|f| f.take(USAGE_CAP).read_to_string(&mut text));
+    let _ = forge_core::beneath::unlink_at(&dir, taken, false);
     if let Err(e) = read {
         tracing::warn!(session = %req.session_id, "cannot read the agent's usage file {}: {e}", file.display());
         return;
@@ -608,6 +610,22 @@ mod usage_tests {
         });
         rx.recv_timeout(std::time::Duration::from_secs(10)).expect("absorb_usage returned");
         assert!(!usage_file(&d.path().join("data"), "ses_U1").exists());
+    }
+
+    /// A `.forge/usage` that is a link (to the data directory's usage folder, say) is not
+    /// gone through: nothing there is renamed, read or removed.
+    #[test]
+    fn a_linked_usage_folder_is_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let r = request(d.path());
+        let target = d.path().join("elsewhere");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("ses_U1.jsonl"), "{\"kept\":1}\n").unwrap();
+        std::fs::create_dir_all(r.cwd.join(".forge")).unwrap();
+        std::os::unix::fs::symlink(&target, r.cwd.join(crate::sandbox::USAGE_DIR)).unwrap();
+        absorb_usage(&r);
+        assert_eq!(std::fs::read_to_string(target.join("ses_U1.jsonl")).unwrap(), "{\"kept\":1}\n");
+        assert!(!usage_file(&r.data_dir, "ses_U1").exists());
     }
 }
 
