@@ -96,6 +96,18 @@ H.run(function()
     return c and c.initialized
   end)
   check('killable server starts', up, msgs())
+  -- A second file of the project and a session plan, open when the server dies.
+  vim.cmd('edit ' .. root .. '/repo/other.txt')
+  local other = vim.api.nvim_get_current_buf()
+  local first = forge.client(buf)
+  local sid = clients.session_id(first)
+  local _, werr = clients.exec_sync(first, 'forge.plan-write', { content = '# Crash plan\n\n## Phase 1: before\n', session_id = sid })
+  check('a plan stored before the crash', werr == nil, werr)
+  local plan_uri = ('forge://plan/session/%s.md'):format(sid)
+  vim.cmd('edit ' .. plan_uri)
+  local planbuf = vim.api.nvim_get_current_buf()
+  check('the plan buffer shows the stored plan', H.buf_text(planbuf):find('Phase 1: before', 1, true) ~= nil, H.buf_text(planbuf))
+  vim.cmd('buffer ' .. buf)
   local pidfile = io.open(root .. '/killable.pid')
   local pid = pidfile and tonumber(pidfile:read('*l'))
   if pidfile then
@@ -109,6 +121,14 @@ H.run(function()
   end)
   check('server killed: an error says it stopped and how to restart', has(ERROR, 'stopped unexpectedly.*signal 9.*:Forge start'), msgs())
   check('server killed: no stack trace', no_traceback(), msgs())
+  -- Meanwhile the plan is edited from a shell (an agent, another terminal).
+  local function shell_edit(old, new)
+    local input = vim.json.encode({ oldString = old, newString = new })
+    local out = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-edit --session "$2" "$3"', 'sh', root .. '/repo', sid, input })
+    return vim.v.shell_error == 0, out
+  end
+  local edited, out = shell_edit('Phase 1: before', 'Phase 1: while down')
+  check('the plan edited from a shell while the server is down', edited, out)
   H.messages = {}
   local t1 = vim.uv.hrtime()
   vim.cmd('Forge start')
@@ -117,6 +137,39 @@ H.run(function()
     return c and c.initialized
   end)
   check(':Forge start restarts the server for the buffer', restarted and (vim.uv.hrtime() - t1) / 1e6 < 10000, msgs())
+  local new = forge.client(buf)
+  -- Every file buffer of the project is the new server's, not only the current one
+  -- (before: only it; the other kept its diagnostics but lost its code actions).
+  local both = wait(5000, function()
+    return new and new.attached_buffers[buf] and new.attached_buffers[other]
+  end)
+  check('after a restart every file buffer of the project is attached again', both, { buf = buf, other = other })
+  -- The plan buffer reads what was stored while the server was down (before: the old
+  -- text stayed, and :w undid the shell's edit without a word).
+  local reread = wait(5000, function()
+    return H.buf_text(planbuf):find('Phase 1: while down', 1, true) ~= nil
+  end)
+  check('after a restart the plan buffer is read again', reread, H.buf_text(planbuf))
+  -- A buffer edited here while the stored plan changes elsewhere is not saved over it:
+  -- :w refuses, naming :e! and :w!; :w! saves.
+  vim.cmd('buffer ' .. planbuf)
+  vim.api.nvim_buf_set_lines(planbuf, -1, -1, false, { '- my edit' })
+  edited, out = shell_edit('Phase 1: while down', 'Phase 1: elsewhere')
+  check('the plan edited from a shell again', edited, out)
+  wait(3000, function()
+    return has(WARN, 'unsaved edits')
+  end)
+  H.messages = {}
+  local wok, werr2 = pcall(vim.cmd, 'write')
+  wait(3000, function()
+    return has(ERROR, 'was changed since')
+  end)
+  local stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session "$2" "{}"', 'sh', root .. '/repo', sid })
+  check(':w of a buffer older than the stored plan is refused', has(ERROR, 'was changed since this buffer read it') and stored:find('Phase 1: elsewhere', 1, true) ~= nil and not stored:find('my edit', 1, true), { msgs = msgs(), stored = stored, write = { wok, werr2 } })
+  vim.cmd('silent! write!')
+  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session "$2" "{}"', 'sh', root .. '/repo', sid })
+  check(':w! saves it over the stored plan', stored:find('my edit', 1, true) ~= nil, stored)
+  vim.cmd('buffer ' .. buf)
 
   -- 5. Wrong :Forge arguments against a running server.
   H.messages = {}

@@ -244,6 +244,24 @@ local function on_init(client, result)
   if sid and root and options.get().persist_session then
     remember_session(root, sid)
   end
+  if not root then
+    return
+  end
+  -- After a restart (the server stopped, then :Forge start or a reopened file started this
+  -- one), every file buffer of the project is this client's again, not only the one that
+  -- started it, and forge:// buffers of the project are read again (found by a review).
+  vim.schedule(function()
+    local c = vim.lsp.get_client_by_id(client.id)
+    if not c or util.is_stopped(c) then
+      return
+    end
+    for _, b in ipairs(vim.api.nvim_list_bufs()) do
+      if vim.api.nvim_buf_is_loaded(b) and vim.bo[b].buftype == '' and not c.attached_buffers[b] and M.buf_root(b) == root then
+        pcall(vim.lsp.buf_attach_client, b, c.id)
+      end
+    end
+    require('forge.documents').reattach(c, root)
+  end)
 end
 
 local function on_exit(code, signal, client_id)

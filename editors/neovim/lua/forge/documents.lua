@@ -177,14 +177,28 @@ function M.read(bufnr, uri)
   else
     local text = (result and result.text) or ''
     vim.b[bufnr].forge_eol = text == '' or text:sub(-1) == '\n'
+    vim.b[bufnr].forge_base = text
     set_lines(bufnr, util.split_lines(text))
     setup_buffer(bufnr, uri, editable)
   end
+  vim.b[bufnr].forge_root = clients.root(client)
   attach(client, bufnr)
 end
 
+--- The stored text of a session plan now (`false`: none stored), or nil and the error.
+local function stored_text(client, uri)
+  local result, err = util.request_sync(client, 'workspace/textDocumentContent', { uri = uri }, options.get().timeout_ms)
+  if err then
+    if type(err) == 'table' and err.code == 1002 then
+      return false
+    end
+    return nil, err
+  end
+  return (result and result.text) or ''
+end
+
 --- BufWriteCmd forge://*: saves a session plan with forge.plan-write.
-function M.write(bufnr, uri)
+function M.write(bufnr, uri, force)
   local sid = M.session_plan_id(uri)
   if not sid then
     util.error(uri .. ' is read-only: only session plans (forge://plan/session/<id>.md) can be saved.')
@@ -199,6 +213,29 @@ function M.write(bufnr, uri)
   if vim.b[bufnr].forge_eol ~= false and text ~= '' then
     text = text .. '\n'
   end
+  -- The plan as it was when this buffer last read or saved it: if the stored one is no
+  -- longer that (written meanwhile from a shell, an agent or another editor, while this
+  -- buffer was not told: its server was down or restarted), saving would undo that write
+  -- without a word. `:w!` saves over it.
+  local base = vim.b[bufnr].forge_base
+  if not force then
+    local now, err = stored_text(client, uri)
+    if now == nil then
+      util.error('saving the plan failed: cannot read the stored plan to compare: ' .. util.error_text(err))
+      return false
+    end
+    local expected = base
+    if expected == nil then
+      expected = false
+    end
+    if now ~= expected and now ~= text then
+      util.error(
+        uri
+          .. ' was changed since this buffer read it (from a shell, an agent or another editor); not saved. :e! loads the stored plan (your edits are lost), :w! saves yours over it.'
+      )
+      return false
+    end
+  end
   local result, err = clients.exec_sync(client, 'forge.plan-write', { content = text, session_id = sid })
   if err then
     util.error('saving the plan failed: ' .. util.error_text(err))
@@ -207,6 +244,9 @@ function M.write(bufnr, uri)
   if vim.api.nvim_buf_get_name(bufnr) == uri then
     vim.bo[bufnr].modified = false
   end
+  -- What the server stored (it may normalize what it is given) is the next save's base.
+  local stored = stored_text(client, uri)
+  vim.b[bufnr].forge_base = stored or text
   -- The first line of the reply (`Plan stored: N lines, M chars.`); the structure
   -- warnings are diagnostics on the plan buffer.
   local text = (result and result.text) or 'Plan stored.'
@@ -236,6 +276,7 @@ function M.reload(bufnr)
       util.warn(uri .. ' changed on the server; your buffer has unsaved edits (:e! loads the new text).')
       return
     end
+    vim.b[bufnr].forge_base = result.text or ''
     local lines = util.split_lines(result.text or '')
     local old = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
     if not vim.deep_equal(lines, old) then
@@ -267,6 +308,21 @@ function M.refresh(uri)
     if vim.api.nvim_buf_is_loaded(b) then
       local name = vim.api.nvim_buf_get_name(b)
       if util.is_forge_uri(name) and (uri == nil or name == uri) then
+        M.reload(b)
+      end
+    end
+  end
+end
+
+--- A client of `root` started (a restart after the server stopped): the forge:// buffers
+--- read from that project's earlier server, now gone, are read again from this one (they
+--- were never told what changed while it was down).
+function M.reattach(client, root)
+  for _, b in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(b) and util.is_forge_uri(vim.api.nvim_buf_get_name(b)) and vim.b[b].forge_root == root then
+      local old = vim.b[b].forge_client and vim.lsp.get_client_by_id(vim.b[b].forge_client)
+      if not old or old.id ~= client.id and util.is_stopped(old) then
+        vim.b[b].forge_client = client.id
         M.reload(b)
       end
     end
@@ -322,7 +378,7 @@ function M.setup()
     group = group,
     pattern = 'forge://*',
     callback = function(ev)
-      M.write(ev.buf, ev.match)
+      M.write(ev.buf, ev.match, vim.v.cmdbang == 1)
     end,
   })
 end
