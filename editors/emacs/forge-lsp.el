@@ -1134,6 +1134,17 @@ Emacs passes directory names here without their last slash."
   "Non-nil in the buffer of a session plan that is not stored yet: it opens writable.")
 (put 'forge-lsp--new-plan 'permanent-local t)
 
+(defvar-local forge-lsp--base nil
+  "The stored text this `forge://' buffer last read or saved (`none' when no plan was stored).
+Saving compares the stored plan with it, so a write made elsewhere meanwhile is not undone.")
+(put 'forge-lsp--base 'permanent-local t)
+
+(defun forge-lsp--stored-text (server uri)
+  "The stored text of URI now, or `none' when there is none."
+  (condition-case nil
+      (forge-lsp--fetch server uri t)
+    (file-missing 'none)))
+
 (defun forge-lsp--insert-file-contents (filename &optional visit beg end replace)
   (let* ((uri (forge-lsp--normalize filename))
          (server (forge-lsp--document-server))
@@ -1158,6 +1169,12 @@ Emacs passes directory names here without their last slash."
     (when visit
       (setq buffer-file-name uri)
       (when server (setq forge-lsp--buffer-server server))
+      (unless (or beg end) (setq forge-lsp--base text))
+      ;; A visit whose modification time is left unknown counts as one of a missing file:
+      ;; `insert-file-contents' then signals "Opening input file: Success" after this
+      ;; returns, which made `revert-buffer' of every forge:// buffer fail (found while
+      ;; testing the save check). A time given here is set without asking the handler.
+      (set-visited-file-modtime (current-time))
       (set-buffer-modified-p nil))
     (list uri (length text))))
 
@@ -1195,13 +1212,23 @@ error (an unknown URI, no server)."
     (let* ((session (match-string 1 uri))
            (content (if (stringp start) start
                       (buffer-substring-no-properties (or start (point-min)) (or end (point-max)))))
-           (result (forge-lsp-command "plan-write" (list :content content :session_id session) server)))
-      (when (or (eq visit t) (stringp visit))
-        (set-buffer-modified-p nil))
-      ;; Stored now: like any stored plan, it opens read-only the next time.
-      (setq forge-lsp--new-plan nil)
-      (message "forge: %s" (car (split-string (or (plist-get result :text) "") "\n")))
-      nil)))
+           (now (and server (forge-lsp--stored-text server uri)))
+           (base (or forge-lsp--base 'none)))
+      ;; The stored plan changed since this buffer read it (an agent or a shell wrote it,
+      ;; perhaps while the server was down): saving would undo that write without a word.
+      (when (and now (not (equal now base)) (not (equal now content))
+                 (not (and (not noninteractive)
+                           (yes-or-no-p (format "%s was changed since this buffer read it (from a shell, an agent or another editor); save over it? " uri)))))
+        (signal 'file-error
+                (list (format "%s was changed since this buffer read it; not saved (M-x revert-buffer loads the stored plan)" uri) uri)))
+      (let ((result (forge-lsp-command "plan-write" (list :content content :session_id session) server)))
+        (when (or (eq visit t) (stringp visit))
+          (set-buffer-modified-p nil))
+        (setq forge-lsp--base (or (and server (ignore-errors (forge-lsp--stored-text server uri))) content))
+        ;; Stored now: like any stored plan, it opens read-only the next time.
+        (setq forge-lsp--new-plan nil)
+        (message "forge: %s" (car (split-string (or (plist-get result :text) "") "\n")))
+        nil))))
 
 (defun forge-lsp--file-name-handler (operation &rest args)
   "Handle `forge://' file names: documents served by forge-lsp."
@@ -1421,6 +1448,7 @@ through the server."
                  (let ((text (or (plist-get result :text) ""))
                        (inhibit-read-only t))
                    (puthash uri (cons (float-time) text) forge-lsp--content-cache)
+                   (setq forge-lsp--base text)
                    (unless (equal text (buffer-substring-no-properties (point-min) (point-max)))
                      (let ((new (generate-new-buffer " *forge-refresh*")))
                        (unwind-protect

@@ -247,6 +247,38 @@ only when BODY returns (fail . DETAIL)."
       (or (and (not (buffer-modified-p)) (string-match-p "Saved from Emacs\\." (cdr r)))
           (ft-fail "modified %s, stored plan %S" (buffer-modified-p) (cdr r))))))
 
+;; Before: it failed with "Opening input file: Success" (the visit left the buffer's
+;; modification time unknown), so the messages' "revert to see it" was no way out.
+(ft-check "revert-buffer of a forge:// buffer reads the document again"
+  (with-current-buffer ft-plan-buffer
+    (condition-case e (progn (revert-buffer t t) (not (buffer-modified-p)))
+      (error (ft-fail "revert-buffer: %S" e)))))
+
+;; Before: the save stored the buffer over what was written elsewhere meanwhile, without
+;; a word (found by a review in Neovim; Emacs did the same).
+(ft-check "a plan buffer older than the stored plan is not saved over it"
+  (with-current-buffer ft-plan-buffer
+    (read-only-mode -1)
+    (goto-char (point-max))
+    (insert "\n\nStale edit from Emacs.")
+    (let ((r (ft-shell "call" "--session" ft-plan-session "plan-edit"
+                       "{\"oldString\":\"Saved from Emacs.\",\"newString\":\"Saved, then edited elsewhere.\"}")))
+      (if (/= (car r) 0) (ft-fail "plan-edit from the shell: %s" (cdr r))
+        ;; The refresh keeps the unsaved edits (a message says so).
+        (ft-wait (lambda () nil) 1)
+        (let ((err (condition-case e (progn (save-buffer) nil) (file-error (error-message-string e))))
+              (stored (cdr (ft-shell "call" "plan-read" (format "{\"session_id\":\"%s\"}" ft-plan-session)))))
+          ;; The way out the message names: revert loads the stored plan.
+          (revert-buffer t t)
+          (read-only-mode 1)
+          (cond ((not (and err (string-match-p "was changed since this buffer read it" err)))
+                 (ft-fail "saved (error %S); stored %S" err stored))
+                ((string-match-p "Stale edit" stored) (ft-fail "stored over: %S" stored))
+                ((not (string-match-p "edited elsewhere" stored)) (ft-fail "stored %S" stored))
+                ((not (string-match-p "edited elsewhere" (buffer-string)))
+                 (ft-fail "after revert-buffer: %S" (buffer-string)))
+                (t t)))))))
+
 (ft-check "an unknown forge:// document is a clear error, not an empty buffer"
   (let ((uri "forge://plan/loop/no-such-loop.md"))
     (condition-case err
