@@ -736,6 +736,22 @@ fn glob_lists_matching_files_newest_first() {
     assert!(e.message.contains("missing") && e.message.contains("does not exist"), "{e}");
 }
 
+/// A file name with a line break is one line of grep's and glob's text, the break written
+/// `\n` (before: the name was split over two lines); the data keeps the name.
+#[test]
+fn a_file_name_with_a_line_break_stays_on_one_line() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("two\nlines.md", "needle\n");
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("glob", json!({ "pattern": "two*" }));
+    assert_eq!(out.data["files"], json!(["two\nlines.md"]), "{}", out.text);
+    assert!(out.text.starts_with("two\\nlines.md\n\n1 file"), "{}", out.text);
+    let out = c.tool_ok("grep", json!({ "pattern": "needle" }));
+    assert_eq!(out.data["matches"][0]["path"], json!("two\nlines.md"), "{}", out.data);
+    assert!(out.text.starts_with("two\\nlines.md:1: needle\n"), "{}", out.text);
+}
+
 #[test]
 fn identical_searches_get_a_notice_then_are_refused() {
     let sb = Sandbox::new();

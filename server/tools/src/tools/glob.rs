@@ -75,7 +75,13 @@ fn list(root: &Path, start: &Path, glob: &globset::GlobSet) -> Result<CommandRes
     let total = found.len();
     found.truncate(MAX_FILES);
     let paths: Vec<String> = found.into_iter().map(|(_, p)| p).collect();
-    let mut text = if paths.is_empty() { "No files found.".to_string() } else { paths.join("\n") };
+    // One name per line, a line break in a name written `\n` (it split the name in two;
+    // the data keeps the names as they are).
+    let mut text = if paths.is_empty() {
+        "No files found.".to_string()
+    } else {
+        paths.iter().map(|p| forge_domain::text::on_one_line(p)).collect::<Vec<_>>().join("\n")
+    };
     text.push_str(&format!(
         "\n\n{total} file{}{}",
         if total == 1 { "" } else { "s" },

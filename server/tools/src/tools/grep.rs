@@ -151,7 +151,9 @@ fn search(
             continue;
         }
         for (line, text) in found.hits {
-            lines.push(format!("{shown}:{line}: {text}"));
+            // The name on one line: a file name may hold a line break, which split the
+            // match's line in two (the data keeps the name as it is).
+            lines.push(format!("{}:{line}: {text}", forge_domain::text::on_one_line(&shown)));
             hits.push(json!({ "path": shown, "line": line, "text": text }));
         }
         if found.full {
