@@ -408,10 +408,11 @@ pub fn make_private_dir(base: &Path, rel: &Path) -> io::Result<()> {
     let st = stat_fd(&own)?;
     // SAFETY: geteuid cannot fail.
     if st.st_uid == unsafe { libc::geteuid() } && st.st_mode & 0o077 != 0 {
+        // Best effort: a file system without Unix modes (vfat, exFAT) refuses it, and the
+        // folder is as private there as that file system makes anything (a review: an
+        // error here would have failed every write beneath it).
         // SAFETY: a valid fd.
-        if unsafe { libc::fchmod(own.as_raw_fd(), 0o700) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let _ = unsafe { libc::fchmod(own.as_raw_fd(), 0o700) };
     }
     Ok(())
 }

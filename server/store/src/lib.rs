@@ -475,8 +475,11 @@ struct Writer {
     /// When the change feed was last pruned by this store.
     pruned: std::sync::Mutex<std::time::Instant>,
     /// The schema cookie (`PRAGMA schema_version`) of the schema this process checked
-    /// last ([`Writer::outdated`]).
+    /// last ([`Writer::outdated`]); -1 until the first check.
     schema_cookie: std::sync::atomic::AtomicI64,
+    /// Why writes stopped, once a newer forge-lsp migrated the database: every later
+    /// group is refused with it before its transaction (the connection is read-only).
+    stopped: std::sync::OnceLock<String>,
 }
 
 /// Counts a caller in [`Writer::waiting`] while it lives.
@@ -526,6 +529,12 @@ impl Writer {
     /// Runs `group` on `conn` (held by the caller) and then looks at the log's length
     /// (`checkpoint` module): every group goes through here.
     fn commit(&self, conn: &Connection, group: Vec<GroupJob>) {
+        if let Some(message) = self.stopped.get() {
+            // `BEGIN IMMEDIATE` would fail on the read-only connection with SQLite's words.
+            let failure = WriteFailure { message: message.clone(), busy: false, outdated: true };
+            abandon(conn, vec![], group, failure);
+            return;
+        }
         run_group(conn, group, |c| self.outdated(c));
         self.checkpoints.after_commit(conn);
         self.maybe_prune(conn);
@@ -539,6 +548,9 @@ impl Writer {
     /// read-only: `query_only`).
     fn outdated(&self, conn: &Connection) -> Option<String> {
         use std::sync::atomic::Ordering::Relaxed;
+        if let Some(why) = self.stopped.get() {
+            return Some(why.clone());
+        }
         let cookie: i64 = conn.query_row("PRAGMA schema_version", [], |r| r.get(0)).ok()?;
         if cookie == self.schema_cookie.load(Relaxed) {
             return None;
@@ -550,9 +562,11 @@ impl Writer {
             return None;
         }
         let _ = conn.pragma_update(None, "query_only", true);
-        Some(format!(
+        let why = format!(
             "the database was migrated to schema version {found} by a newer forge-lsp while this process ran (it knows version {known}); nothing was written. Restart it (the editor's server, or the agent's) with the newer forge-lsp."
-        ))
+        );
+        tracing::error!("{why}");
+        Some(self.stopped.get_or_init(|| why).clone())
     }
 
     /// Prunes the change feed of rows older than [`sweep::CHANGES_KEEP_MS`] every
@@ -671,17 +685,17 @@ impl Store {
         let conn = open_connection(path)?;
         checkpoint::hook(&conn);
         let checkpoints = checkpoint::Checkpoints::new(path.to_path_buf());
-        // The schema as migrated by `open_connection`: this binary's.
-        let cookie: i64 = conn
-            .query_row("PRAGMA schema_version", [], |r| r.get(0))
-            .map_err(|e| OpenError::Sqlite(path.to_path_buf(), e))?;
+
         let writer = Arc::new(Writer {
             conn: std::sync::Mutex::new(conn),
             queue: Default::default(),
             waiting: Default::default(),
             checkpoints,
             pruned: std::sync::Mutex::new(std::time::Instant::now()),
-            schema_cookie: std::sync::atomic::AtomicI64::new(cookie),
+            // Not the cookie read now: a newer forge-lsp could migrate between the version
+            // check of `open_connection` and that read; -1 makes the first write look.
+            schema_cookie: std::sync::atomic::AtomicI64::new(-1),
+            stopped: std::sync::OnceLock::new(),
         });
         let (tx, rx) = std_mpsc::channel::<Work>();
         let w = writer.clone();
@@ -874,9 +888,8 @@ fn writer_loop(writer: &Writer, rx: std_mpsc::Receiver<Work>) {
             {
                 let mut conn = writer.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(Work::Plain(job)) = work.take() {
-                    if let Some(why) = writer.outdated(&conn) {
-                        tracing::error!("{why}");
-                    }
+                    // Once stopped, the connection is read-only: the job's writes fail.
+                    let _ = writer.outdated(&conn);
                     // A job that panics must not end the writer thread (every later write
                     // of the process would fail): its caller's channel is dropped (it sees
                     // the job lost) and a transaction it left open is rolled back.
@@ -1158,6 +1171,10 @@ mod tests {
             .unwrap();
         let failed = store.write_grouped(job("after"), |f| f).await.unwrap_err();
         assert!(failed.outdated && !failed.busy && failed.message.contains("schema version 999"), "{failed:?}");
+        // Every later one too, with the same words (the read-only connection's own error
+        // was what the second got before).
+        let again = store.write_grouped(job("again"), |f| f).await.unwrap_err();
+        assert!(again.outdated && again.message.contains("schema version 999"), "{again:?}");
         let plain = store.call(|c| add_change(c, "plain")).await;
         assert!(plain.is_err(), "a plain write is refused too: {plain:?}");
         assert_eq!(store.read(changes_count).await.unwrap(), 2, "nothing after the migration was written");
