@@ -169,6 +169,11 @@ H.run(function()
   vim.cmd('silent! write!')
   stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session "$2" "{}"', 'sh', root .. '/repo', sid })
   check(':w! saves it over the stored plan', stored:find('my edit', 1, true) ~= nil, stored)
+  -- Writing the buffer to another plan's name is no save of this one: not compared.
+  H.messages = {}
+  pcall(vim.cmd, 'write forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
+  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
+  check(':w to another plan name stores it there, unrefused', stored:find('my edit', 1, true) ~= nil and not has(ERROR, 'was changed since'), { msgs = msgs(), stored = stored })
   vim.cmd('buffer ' .. buf)
 
   -- 5. Wrong :Forge arguments against a running server.

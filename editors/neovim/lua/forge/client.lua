@@ -248,15 +248,18 @@ local function on_init(client, result)
     return
   end
   -- After a restart (the server stopped, then :Forge start or a reopened file started this
-  -- one), every file buffer of the project is this client's again, not only the one that
-  -- started it, and forge:// buffers of the project are read again (found by a review).
+  -- one), the file buffers the project's earlier client had are this one's again, not only
+  -- the one that started it, and forge:// buffers of the project are read again (found by
+  -- a review). Only those: a first start attaches as configured (`filetypes`).
+  local orphans = M.orphans[root]
+  M.orphans[root] = nil
   vim.schedule(function()
     local c = vim.lsp.get_client_by_id(client.id)
     if not c or util.is_stopped(c) then
       return
     end
-    for _, b in ipairs(vim.api.nvim_list_bufs()) do
-      if vim.api.nvim_buf_is_loaded(b) and vim.bo[b].buftype == '' and not c.attached_buffers[b] and M.buf_root(b) == root then
+    for _, b in ipairs(orphans or {}) do
+      if vim.api.nvim_buf_is_loaded(b) and not c.attached_buffers[b] and M.buf_root(b) == root then
         pcall(vim.lsp.buf_attach_client, b, c.id)
       end
     end
@@ -264,9 +267,24 @@ local function on_init(client, result)
   end)
 end
 
+--- The file buffers of each project's client that stopped, by root: the next client of
+--- the project attaches them ([`on_init`]).
+M.orphans = {}
+
 local function on_exit(code, signal, client_id)
   local info = M.info[client_id]
   M.info[client_id] = nil
+  -- Still registered here (Neovim forgets the client after the exit callbacks): its file
+  -- buffers, for the project's next client. A plain table read, allowed in a fast event.
+  local gone = vim.lsp.get_client_by_id(client_id)
+  local root = (info and info.root) or (gone and gone.root_dir)
+  if gone and root then
+    local bufs = {}
+    for b in pairs(gone.attached_buffers or {}) do
+      bufs[#bufs + 1] = b
+    end
+    M.orphans[root] = bufs
+  end
   -- on_exit runs in a fast event context: no Vimscript functions here.
   vim.schedule(function()
     require('forge.loops').forget_client(client_id)

@@ -178,6 +178,7 @@ function M.read(bufnr, uri)
     local text = (result and result.text) or ''
     vim.b[bufnr].forge_eol = text == '' or text:sub(-1) == '\n'
     vim.b[bufnr].forge_base = text
+    vim.b[bufnr].forge_base_unknown = nil
     set_lines(bufnr, util.split_lines(text))
     setup_buffer(bufnr, uri, editable)
   end
@@ -218,7 +219,11 @@ function M.write(bufnr, uri, force)
   -- buffer was not told: its server was down or restarted), saving would undo that write
   -- without a word. `:w!` saves over it.
   local base = vim.b[bufnr].forge_base
-  if not force then
+  -- Only for the buffer's own document (`:w forge://plan/session/<other>.md` writes
+  -- another plan, which this buffer never read), and not when the last save could not
+  -- read back what it stored (`forge_base_unknown`).
+  local own = vim.api.nvim_buf_get_name(bufnr) == uri
+  if not force and own and not vim.b[bufnr].forge_base_unknown then
     local now, err = stored_text(client, uri)
     if now == nil then
       util.error('saving the plan failed: cannot read the stored plan to compare: ' .. util.error_text(err))
@@ -244,9 +249,13 @@ function M.write(bufnr, uri, force)
   if vim.api.nvim_buf_get_name(bufnr) == uri then
     vim.bo[bufnr].modified = false
   end
-  -- What the server stored (it may normalize what it is given) is the next save's base.
-  local stored = stored_text(client, uri)
-  vim.b[bufnr].forge_base = stored or text
+  -- What the server stored (it may normalize what it is given) is the next save's base;
+  -- when it cannot be read back, the next save is not checked (rather than refused).
+  if own then
+    local stored = stored_text(client, uri)
+    vim.b[bufnr].forge_base = stored or nil
+    vim.b[bufnr].forge_base_unknown = stored == nil or nil
+  end
   -- The first line of the reply (`Plan stored: N lines, M chars.`); the structure
   -- warnings are diagnostics on the plan buffer.
   local text = (result and result.text) or 'Plan stored.'
@@ -273,10 +282,18 @@ function M.reload(bufnr)
       return
     end
     if vim.bo[bufnr].modified then
-      util.warn(uri .. ' changed on the server; your buffer has unsaved edits (:e! loads the new text).')
+      -- Said only when the stored text is not what the buffer read (a restart re-reads
+      -- every plan buffer); the buffer is this client's either way.
+      if result.text ~= vim.b[bufnr].forge_base then
+        util.warn(uri .. ' changed on the server; your buffer has unsaved edits (:e! loads the new text).')
+      end
+      if not client.attached_buffers[bufnr] then
+        attach(client, bufnr)
+      end
       return
     end
     vim.b[bufnr].forge_base = result.text or ''
+    vim.b[bufnr].forge_base_unknown = nil
     local lines = util.split_lines(result.text or '')
     local old = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
     if not vim.deep_equal(lines, old) then
