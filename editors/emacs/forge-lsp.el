@@ -1135,8 +1135,10 @@ Emacs passes directory names here without their last slash."
 (put 'forge-lsp--new-plan 'permanent-local t)
 
 (defvar-local forge-lsp--base nil
-  "The stored text this `forge://' buffer last read or saved (`none' when no plan was stored).
-Saving compares the stored plan with it, so a write made elsewhere meanwhile is not undone.")
+  "The stored text this `forge://' buffer last read or saved.
+`none' when no plan was stored, `unknown' when a save could not read
+it back.  Saving compares the stored plan with it, so a write made
+elsewhere meanwhile is not undone.")
 (put 'forge-lsp--base 'permanent-local t)
 
 (defun forge-lsp--stored-text (server uri)
@@ -1212,7 +1214,10 @@ error (an unknown URI, no server)."
     (let* ((session (match-string 1 uri))
            (content (if (stringp start) start
                       (buffer-substring-no-properties (or start (point-min)) (or end (point-max)))))
-           (now (and server (forge-lsp--stored-text server uri)))
+           ;; Only a save of the buffer's own document (not a write of it to another
+           ;; plan's name), and not after a save that could not read back what it stored.
+           (own (and buffer-file-name (equal (forge-lsp--normalize buffer-file-name) uri)))
+           (now (and server own (not (eq forge-lsp--base 'unknown)) (forge-lsp--stored-text server uri)))
            (base (or forge-lsp--base 'none)))
       ;; The stored plan changed since this buffer read it (an agent or a shell wrote it,
       ;; perhaps while the server was down): saving would undo that write without a word.
@@ -1224,7 +1229,8 @@ error (an unknown URI, no server)."
       (let ((result (forge-lsp-command "plan-write" (list :content content :session_id session) server)))
         (when (or (eq visit t) (stringp visit))
           (set-buffer-modified-p nil))
-        (setq forge-lsp--base (or (and server (ignore-errors (forge-lsp--stored-text server uri))) content))
+        (when own
+          (setq forge-lsp--base (or (and server (ignore-errors (forge-lsp--stored-text server uri))) 'unknown)))
         ;; Stored now: like any stored plan, it opens read-only the next time.
         (setq forge-lsp--new-plan nil)
         (message "forge: %s" (car (split-string (or (plist-get result :text) "") "\n")))
@@ -1448,6 +1454,11 @@ through the server."
                  (let ((text (or (plist-get result :text) ""))
                        (inhibit-read-only t))
                    (puthash uri (cons (float-time) text) forge-lsp--content-cache)
+                   ;; Edited while the request was out: kept, as when edited before it
+                   ;; (a review found such edits replaced and the buffer marked unmodified).
+                   (if (buffer-modified-p)
+                       (unless (equal text forge-lsp--base)
+                         (message "forge: %s changed on the server; your unsaved edits are kept (revert to see it)" uri))
                    (setq forge-lsp--base text)
                    (unless (equal text (buffer-substring-no-properties (point-min) (point-max)))
                      (let ((new (generate-new-buffer " *forge-refresh*")))
@@ -1458,7 +1469,7 @@ through the server."
                          (kill-buffer new)))
                      (set-buffer-modified-p nil)
                      (forge-lsp--buttonize-links)
-                     (run-hooks 'forge-lsp-document-refreshed-hook))))))
+                     (run-hooks 'forge-lsp-document-refreshed-hook)))))))
            :error-fn (lambda (&rest _) (message "forge: %s is gone" uri))
            :timeout-fn #'ignore))))))
 
