@@ -174,6 +174,26 @@ H.run(function()
   pcall(vim.cmd, 'write forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
   stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
   check(':w to another plan name stores it there, unrefused', stored:find('my edit', 1, true) ~= nil and not has(ERROR, 'was changed since'), { msgs = msgs(), stored = stored })
+  -- That name now holds a plan: writing another text over it needs ! (as :w needs it for
+  -- an existing file); a line range is refused (a plan is stored whole).
+  vim.api.nvim_buf_set_lines(planbuf, -1, -1, false, { '- second edit' })
+  H.messages = {}
+  pcall(vim.cmd, 'write forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
+  wait(3000, function()
+    return has(ERROR, 'holds another plan')
+  end)
+  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
+  check(':w over another stored plan needs !', has(ERROR, 'holds another plan') and not stored:find('second edit', 1, true), { msgs = msgs(), stored = stored })
+  pcall(vim.cmd, 'write! forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
+  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
+  check(':w! writes over it', stored:find('second edit', 1, true) ~= nil, stored)
+  H.messages = {}
+  pcall(vim.cmd, '1,1write! forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
+  wait(3000, function()
+    return has(ERROR, 'saved whole')
+  end)
+  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
+  check('a line range is not written as the whole plan', has(ERROR, 'saved whole') and stored:find('second edit', 1, true) ~= nil, { msgs = msgs(), stored = stored })
   vim.cmd('buffer ' .. buf)
 
   -- 5. Wrong :Forge arguments against a running server.

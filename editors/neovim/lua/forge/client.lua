@@ -367,7 +367,8 @@ function M.attach(bufnr)
     return nil
   end
   for _, c in ipairs(M.clients()) do
-    if c.attached_buffers[bufnr] then
+    -- A client still stopping (`:Forge stop | Forge start`) is not reused (a review).
+    if c.attached_buffers[bufnr] and not util.is_stopped(c) then
       return c.id
     end
   end
@@ -380,7 +381,7 @@ end
 --- Starts the client of a root without attaching a buffer; returns the client.
 function M.start_detached(root)
   for _, c in ipairs(M.clients()) do
-    if c.root_dir == root then
+    if c.root_dir == root and not util.is_stopped(c) then
       return c
     end
   end

@@ -199,7 +199,12 @@ local function stored_text(client, uri)
 end
 
 --- BufWriteCmd forge://*: saves a session plan with forge.plan-write.
-function M.write(bufnr, uri, force)
+function M.write(bufnr, uri, force, partial)
+  if partial then
+    -- `:1,5w forge://...`: a plan is stored whole (the range was ignored before).
+    util.error('a plan is saved whole: write the whole buffer (without a line range).')
+    return false
+  end
   local sid = M.session_plan_id(uri)
   if not sid then
     util.error(uri .. ' is read-only: only session plans (forge://plan/session/<id>.md) can be saved.')
@@ -219,10 +224,23 @@ function M.write(bufnr, uri, force)
   -- buffer was not told: its server was down or restarted), saving would undo that write
   -- without a word. `:w!` saves over it.
   local base = vim.b[bufnr].forge_base
-  -- Only for the buffer's own document (`:w forge://plan/session/<other>.md` writes
-  -- another plan, which this buffer never read), and not when the last save could not
-  -- read back what it stored (`forge_base_unknown`).
-  local own = vim.api.nvim_buf_get_name(bufnr) == uri
+  -- The buffer's own document is the one its text was read from (`b:forge_uri`), not its
+  -- name: `:saveas` renames the buffer before writing (a review found such writes compared
+  -- with the old plan). Its save is compared with what it read, unless the last save could
+  -- not read back what it stored (`forge_base_unknown`). A write to another plan's name
+  -- must not replace a plan stored there, as `:w` refuses an existing file (E13): `!`.
+  local own = vim.b[bufnr].forge_uri == uri
+  if not force and not own then
+    local there, err = stored_text(client, uri)
+    if there == nil then
+      util.error('saving the plan failed: cannot read the stored plan to compare: ' .. util.error_text(err))
+      return false
+    end
+    if there ~= false and there ~= text then
+      util.error(uri .. ' holds another plan; not written. Add ! to write over it.')
+      return false
+    end
+  end
   if not force and own and not vim.b[bufnr].forge_base_unknown then
     local now, err = stored_text(client, uri)
     if now == nil then
@@ -250,7 +268,12 @@ function M.write(bufnr, uri, force)
     vim.bo[bufnr].modified = false
   end
   -- What the server stored (it may normalize what it is given) is the next save's base;
-  -- when it cannot be read back, the next save is not checked (rather than refused).
+  -- when it cannot be read back, the next save is not checked (rather than refused). A
+  -- buffer renamed to the target (`:saveas`) is that plan's from now on.
+  if vim.api.nvim_buf_get_name(bufnr) == uri then
+    vim.b[bufnr].forge_uri = uri
+    own = true
+  end
   if own then
     local stored = stored_text(client, uri)
     vim.b[bufnr].forge_base = stored or nil
@@ -395,7 +418,8 @@ function M.setup()
     group = group,
     pattern = 'forge://*',
     callback = function(ev)
-      M.write(ev.buf, ev.match, vim.v.cmdbang == 1)
+      -- FileWriteCmd: a part of the buffer (a line range).
+      M.write(ev.buf, ev.match, vim.v.cmdbang == 1, ev.event == 'FileWriteCmd')
     end,
   })
 end
