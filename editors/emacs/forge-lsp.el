@@ -1134,6 +1134,10 @@ Emacs passes directory names here without their last slash."
   "Non-nil in the buffer of a session plan that is not stored yet: it opens writable.")
 (put 'forge-lsp--new-plan 'permanent-local t)
 
+(defvar-local forge-lsp--base-uri nil
+  "The `forge://' document whose stored text `forge-lsp--base' is.")
+(put 'forge-lsp--base-uri 'permanent-local t)
+
 (defvar-local forge-lsp--base nil
   "The stored text this `forge://' buffer last read or saved.
 `none' when no plan was stored, `unknown' when a save could not read
@@ -1171,7 +1175,7 @@ elsewhere meanwhile is not undone.")
     (when visit
       (setq buffer-file-name uri)
       (when server (setq forge-lsp--buffer-server server))
-      (unless (or beg end) (setq forge-lsp--base text))
+      (unless (or beg end) (setq forge-lsp--base text forge-lsp--base-uri uri))
       ;; A visit whose modification time is left unknown counts as one of a missing file:
       ;; `insert-file-contents' then signals "Opening input file: Success" after this
       ;; returns, which made `revert-buffer' of every forge:// buffer fail (found while
@@ -1214,21 +1218,33 @@ error (an unknown URI, no server)."
     (let* ((session (match-string 1 uri))
            (content (if (stringp start) start
                       (buffer-substring-no-properties (or start (point-min)) (or end (point-max)))))
-           ;; Only a save of the buffer's own document (not a write of it to another
-           ;; plan's name), and not after a save that could not read back what it stored.
-           (own (and buffer-file-name (equal (forge-lsp--normalize buffer-file-name) uri)))
-           (now (and server own (not (eq forge-lsp--base 'unknown)) (forge-lsp--stored-text server uri)))
-           (base (or forge-lsp--base 'none)))
-      ;; The stored plan changed since this buffer read it (an agent or a shell wrote it,
-      ;; perhaps while the server was down): saving would undo that write without a word.
-      (when (and now (not (equal now base)) (not (equal now content))
-                 (not (and (not noninteractive)
-                           (yes-or-no-p (format "%s was changed since this buffer read it (from a shell, an agent or another editor); save over it? " uri)))))
+           ;; The buffer's own document is the one its text was read from
+           ;; (`forge-lsp--base-uri'), not its name: `write-file' renames the buffer
+           ;; before it writes (a review found such writes compared with the old plan).
+           (own (equal forge-lsp--base-uri uri))
+           (now (and server (or (not own) (not (eq forge-lsp--base 'unknown)))
+                     (forge-lsp--stored-text server uri)))
+           (base (or forge-lsp--base 'none))
+           (ask (lambda (question)
+                  (and (not noninteractive) (yes-or-no-p question)))))
+      (cond
+       ;; The stored plan changed since this buffer read it (an agent or a shell wrote it,
+       ;; perhaps while the server was down): saving would undo that write without a word.
+       ((and own now (not (equal now base)) (not (equal now content))
+             (not (funcall ask (format "%s was changed since this buffer read it (from a shell, an agent or another editor); save over it? " uri))))
         (signal 'file-error
-                (list (format "%s was changed since this buffer read it; not saved (M-x revert-buffer loads the stored plan)" uri) uri)))
+                (list (format "%s was changed since this buffer read it; not saved (M-x revert-buffer loads the stored plan, losing your edits)" uri) uri)))
+       ;; Another plan's name that holds a different plan: not replaced unasked, as a
+       ;; file is not (a review found it replaced without a word).
+       ((and (not own) (stringp now) (not (equal now content))
+             (not (funcall ask (format "%s holds another plan; write over it? " uri))))
+        (signal 'file-error (list (format "%s holds another plan; not written" uri) uri))))
       (let ((result (forge-lsp-command "plan-write" (list :content content :session_id session) server)))
         (when (or (eq visit t) (stringp visit))
           (set-buffer-modified-p nil))
+        ;; A buffer that visits the target now (`write-file') is that plan's from here on.
+        (when (and (not own) buffer-file-name (equal (forge-lsp--normalize buffer-file-name) uri))
+          (setq forge-lsp--base-uri uri own t))
         (when own
           (setq forge-lsp--base (or (and server (ignore-errors (forge-lsp--stored-text server uri))) 'unknown)))
         ;; Stored now: like any stored plan, it opens read-only the next time.
@@ -1443,8 +1459,10 @@ through the server."
     (with-current-buffer buf
       (when (and buffer-file-name (equal buffer-file-name uri)
                  (or (null forge-lsp--buffer-server) (eq forge-lsp--buffer-server server)))
-        (if (buffer-modified-p)
-            (message "forge: %s changed on the server; your unsaved edits are kept (revert to see it)" uri)
+        ;; Asked even when the buffer holds unsaved edits: they are kept, and the message
+        ;; is for a stored text that is not what the buffer read (the refresh after the
+        ;; buffer's own save is not one; a review found it said so).
+        (progn
           (jsonrpc-async-request
            server :workspace/textDocumentContent (list :uri uri)
            :success-fn

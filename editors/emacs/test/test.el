@@ -279,6 +279,22 @@ only when BODY returns (fail . DETAIL)."
                  (ft-fail "after revert-buffer: %S" (buffer-string)))
                 (t t)))))))
 
+;; Before: a write to another plan's name replaced whatever plan was stored there.
+(ft-check "a write to a plan name that holds another plan is refused (batch), an empty one written"
+  (let ((other "forge://plan/session/ses_01EMACSOTHERPLAN000000001.md"))
+    (with-temp-buffer
+      (insert "# Other plan\n\nFirst text.\n")
+      (let ((forge-lsp--buffer-server ft-server))
+        (write-region (point-min) (point-max) other)
+        (erase-buffer)
+        (insert "# Other plan\n\nSecond text.\n")
+        (let ((err (condition-case e (progn (write-region (point-min) (point-max) other) nil)
+                     (file-error (error-message-string e))))
+              (stored (cdr (ft-shell "call" "plan-read" "{\"session_id\":\"ses_01EMACSOTHERPLAN000000001\"}"))))
+          (cond ((not (and err (string-match-p "holds another plan" err))) (ft-fail "written (error %S): %S" err stored))
+                ((not (string-match-p "First text" stored)) (ft-fail "stored %S" stored))
+                (t t)))))))
+
 (ft-check "an unknown forge:// document is a clear error, not an empty buffer"
   (let ((uri "forge://plan/loop/no-such-loop.md"))
     (condition-case err
