@@ -420,8 +420,9 @@ class Forge implements vscode.Disposable {
     }
     for (const uri of uris) {
       const key = uri.scheme === 'file' ? uri.fsPath : uri.toString();
-      const list = vscode.languages.getDiagnostics(uri).filter(isFinding);
+      const list = vscode.languages.getDiagnostics(uri).filter((d) => d.source === 'forge');
       this.report.data.diagnostics[key] = list.map((d) => ({
+        finding: isFinding(d),
         line: d.range.start.line + 1,
         severity: vscode.DiagnosticSeverity[d.severity].toLowerCase(),
         message: d.message,

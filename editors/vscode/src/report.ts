@@ -41,7 +41,7 @@ export interface ReportData {
     startedAt?: number;
   };
   errors: { at: number; text: string }[];
-  diagnostics: Record<string, { line: number; severity: string; message: string; code?: string; source?: string; data?: unknown }[]>;
+  diagnostics: Record<string, { finding: boolean; line: number; severity: string; message: string; code?: string; source?: string; data?: unknown }[]>;
   loopStatuses: Record<string, unknown>[];
   statusBar: { text: string; tooltip: string; visible: boolean; command?: string };
   statusBarHistory: string[];

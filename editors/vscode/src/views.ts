@@ -216,8 +216,11 @@ export type FindingNode =
   | { kind: 'file'; uri: vscode.Uri; diagnostics: vscode.Diagnostic[] }
   | { kind: 'finding'; uri: vscode.Uri; diagnostic: vscode.Diagnostic };
 
+/** A review finding's diagnostic: the server's (source `forge`) with the finding's id as its
+ * code. A plan's structure warnings are the server's too, without a code: they are no
+ * findings (not listed, not counted, no Delete; a review found them in the Findings view). */
 export function isFinding(d: vscode.Diagnostic): boolean {
-  return d.source === 'forge';
+  return d.source === 'forge' && findingId(d) !== '';
 }
 
 export function findingId(d: vscode.Diagnostic): string {

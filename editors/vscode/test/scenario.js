@@ -309,6 +309,13 @@ async function main() {
       await untilPage('the plan text in the editor', () =>
         Array.from(document.querySelectorAll('.monaco-editor .view-lines')).some((v) => /Append a line to work/.test((v.textContent || '').replace(/\u00a0/g, ' '))),
       );
+      // Its structure warning (no Key Context) is a diagnostic, not a review finding: not in
+      // the Findings view (before: listed and counted, and its Delete failed).
+      await until('the plan\'s structure warning', (r) =>
+        (r.diagnostics[PLAN_URI] ?? []).find((d) => !d.finding && /Key Context/.test(d.message)),
+      );
+      const r = readReport();
+      check(!r.views.findings.some((f) => /session/.test(f.file)), `Findings view ${JSON.stringify(r.views.findings)}`);
     }, ['workspace']);
 
     await step('Execute plan (code lens) starts a loop: the status bar and the Loops view follow it', 'loop-running', async () => {

@@ -750,6 +750,15 @@ fn a_file_name_with_a_line_break_stays_on_one_line() {
     let out = c.tool_ok("grep", json!({ "pattern": "needle" }));
     assert_eq!(out.data["matches"][0]["path"], json!("two\nlines.md"), "{}", out.data);
     assert!(out.text.starts_with("two\\nlines.md:1: needle\n"), "{}", out.text);
+    // ast-grep-search's matches and ast-grep-replace's preview the same.
+    repo.write("two\nlines.rs", "fn main() {}\n");
+    let out = c.tool_ok("ast-grep-search", json!({ "pattern": "fn main() {}", "lang": "rust" }));
+    assert!(out.text.starts_with("two\\nlines.rs:1: fn main() {}\n"), "{}", out.text);
+    let out = c.tool_ok(
+        "ast-grep-replace",
+        json!({ "pattern": "fn main() {}", "rewrite": "fn start() {}", "lang": "rust", "dryRun": true }),
+    );
+    assert!(out.text.contains("two\\nlines.rs: 1 change") && out.text.contains("@@ two\\nlines.rs:1"), "{}", out.text);
 }
 
 #[test]

@@ -309,7 +309,8 @@ pub fn real_rel(root: &Path, p: &Path) -> Result<PathBuf, String> {
 /// The first ten of `names` (paths a file tool's answer names), comma separated, with
 /// `, …` when there are more: one reply must not list ten thousand unreadable files.
 pub fn some_of(names: &[String]) -> String {
-    let shown: Vec<&str> = names.iter().take(10).map(String::as_str).collect();
+    // Each on one line of the text (a name may hold a line break).
+    let shown: Vec<_> = names.iter().take(10).map(|n| forge_domain::text::on_one_line(n)).collect();
     let more = if names.len() > shown.len() { ", …" } else { "" };
     format!("{}{more}", shown.join(", "))
 }

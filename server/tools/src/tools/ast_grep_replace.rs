@@ -122,7 +122,12 @@ fn replace(
         // What the file keeps of its text is rewritten too.
         let kept = src.len() - hits.iter().map(|h| h.end - h.start).sum::<usize>();
         budget = budget.checked_sub(kept).ok_or_else(too_much)?;
-        preview.push(format!("{shown}: {} change{}", hits.len(), if hits.len() == 1 { "" } else { "s" }));
+        preview.push(format!(
+            "{}: {} change{}",
+            forge_domain::text::on_one_line(&shown),
+            hits.len(),
+            if hits.len() == 1 { "" } else { "s" }
+        ));
         for h in &hits {
             if shown_changes == MAX_SHOWN || preview_bytes >= MAX_SHOWN_BYTES {
                 break;
@@ -187,7 +192,7 @@ fn replace(
 /// bytes in `bytes`; the change is cut where the report reaches [`MAX_SHOWN_BYTES`]: one
 /// change alone can be the size of the whole rewrite.
 fn show_change(preview: &mut Vec<String>, bytes: &mut usize, shown: &str, h: &structural::Hit) {
-    let head = format!("@@ {shown}:{}", h.line);
+    let head = format!("@@ {}:{}", forge_domain::text::on_one_line(shown), h.line);
     *bytes += head.len() + 1;
     preview.push(head);
     let old = h.text.lines().map(|l| ('-', l));

@@ -64,7 +64,8 @@ fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pat
                 let whole = h.text.lines().next().unwrap_or("");
                 let first = forge_domain::text::prefix(whole, LINE_BYTES);
                 let more = if first.len() < whole.len() || h.text.contains('\n') { " …" } else { "" };
-                lines.push(format!("{shown}:{}: {first}{more}", h.line));
+                // The name on one line of the text (the data keeps it as it is).
+                lines.push(format!("{}:{}: {first}{more}", forge_domain::text::on_one_line(&shown), h.line));
                 let kept = forge_domain::text::prefix(&h.text, DATA_TEXT_BYTES);
                 let mut hit = json!({ "path": shown, "line": h.line, "text": kept });
                 if kept.len() < h.text.len() {
