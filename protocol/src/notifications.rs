@@ -37,4 +37,9 @@ pub struct LoopStatusParams {
     pub started_at: i64,
     pub completed_at: Option<i64>,
     pub last_transition: Option<LastTransition>,
+    /// A `running` loop whose server has ended (killed, crashed): the process id it had.
+    /// Nothing runs the loop until it is restarted or cancelled; sent by the replay after
+    /// `initialized` (absent otherwise). An extension of PROTOCOL.md §7.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_gone: Option<i64>,
 }

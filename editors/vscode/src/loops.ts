@@ -29,6 +29,13 @@ export interface LoopStatus {
   startedAt?: number | null;
   completedAt?: number | null;
   lastTransition?: unknown;
+  /** A running loop whose server has ended: the process id it had (nothing runs it). */
+  serverGone?: number | null;
+}
+
+/** A loop that is recorded as running but that nothing runs (its server ended). */
+export function orphaned(l: LoopStatus): boolean {
+  return l.status === 'running' && typeof l.serverGone === 'number';
 }
 
 export const TERMINAL = new Set(['completed', 'cancelled', 'errored', 'stalled']);
@@ -36,6 +43,9 @@ export const TERMINAL = new Set(['completed', 'cancelled', 'errored', 'stalled']
 /** `section 2/4 · auditing · iteration 3` (sections only when the plan has them). */
 export function describeLoop(l: LoopStatus): string {
   const parts: string[] = [];
+  if (orphaned(l)) {
+    return `not running: its server (process ${l.serverGone}) has ended · restart or cancel it`;
+  }
   if (!TERMINAL.has(l.status)) {
     if (typeof l.sectionIndex === 'number' && l.totalSections) {
       parts.push(`section ${l.sectionIndex + 1}/${l.totalSections}`);
@@ -194,11 +204,17 @@ export class Loops implements vscode.Disposable {
   }
 
   private render(): void {
-    const running = this.all().filter((l) => !TERMINAL.has(l.status));
+    // A loop whose server ended is no running one (a review found it spinning for good).
+    const running = this.all().filter((l) => !TERMINAL.has(l.status) && !orphaned(l));
+    const stopped = this.all().filter(orphaned);
     const now = Date.now();
     let text = '';
     let tooltip = '';
-    if (running.length > 0) {
+    if (running.length === 0 && stopped.length > 0) {
+      const l = stopped[0];
+      text = `$(warning) Forge: ${l.loopName} · server stopped`;
+      tooltip = stopped.map((r) => `${r.loopName}: ${describeLoop(r)}`).join('\n') + '\nClick to show the Loops view.';
+    } else if (running.length > 0) {
       const l = running[0];
       const section =
         typeof l.sectionIndex === 'number' && l.totalSections ? ` ${l.sectionIndex + 1}/${l.totalSections}` : '';

@@ -2,7 +2,7 @@
 
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { describeLoop, LoopStatus, Loops, TERMINAL } from './loops';
+import { describeLoop, LoopStatus, Loops, orphaned, TERMINAL } from './loops';
 import { Report } from './report';
 
 /** One entry of `forge.plan-read {recent: true}` (`data.plans`). */
@@ -169,6 +169,9 @@ export class LoopsProvider implements vscode.TreeDataProvider<LoopStatus> {
   }
 
   static icon(l: LoopStatus): vscode.ThemeIcon {
+    if (orphaned(l)) {
+      return new vscode.ThemeIcon('warning', new vscode.ThemeColor('list.warningForeground'));
+    }
     switch (l.status) {
       case 'running':
         return new vscode.ThemeIcon('sync~spin', new vscode.ThemeColor('charts.blue'));

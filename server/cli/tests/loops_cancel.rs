@@ -378,8 +378,12 @@ fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
         status.contains("Status: server stopped\n") && status.contains("which ran this loop, has ended"),
         "{status}"
     );
-    let list = other.tool_ok("loop-status", json!({})).text;
-    assert!(list.contains("| Status: server stopped"), "{list}");
+    let list = other.tool_ok("loop-status", json!({}));
+    assert!(list.text.contains("| Status: server stopped"), "{}", list.text);
+    // The data says it too (`serverGone`: the dead server's process id).
+    assert!(list.data["loops"][0]["serverGone"].is_i64(), "{}", list.data);
+    let detail = other.tool_ok("loop-status", json!({ "name": name }));
+    assert!(detail.data["serverGone"].is_i64(), "{}", detail.data);
     // A restart without force says why the loop only looks active.
     let e = other.tool_err("loop-status", json!({ "name": name, "restart": true }));
     assert!(
@@ -402,6 +406,15 @@ fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
         })
         .unwrap_or_else(|| panic!("not told: {:?}", editor.notifications_of("window/showMessage")));
     std::thread::sleep(common::QUIET);
+    // Its status notification says nothing runs it (an editor showed it running for good).
+    let statuses = editor.notifications_of("forge/loopStatus");
+    assert!(
+        statuses
+            .iter()
+            .map(|s| &s["params"])
+            .any(|s| s["loopName"] == json!(name) && s["status"] == json!("running") && s["serverGone"].is_i64()),
+        "{statuses:?}"
+    );
     assert_eq!(editor.notifications_of("$/progress"), Vec::<Value>::new());
     assert!(editor.server_requests().iter().all(|r| r.method() != "window/workDoneProgress/create"));
     let out = other.tool_ok("loop-status", json!({ "name": name, "restart": true, "force": true }));

@@ -43,17 +43,12 @@ pub async fn announce(conn: &Arc<Conn>, name: &str, payload: Option<&str>, live:
         // Tests hold the replay here, its snapshot read, while the loop moves on.
         forge_engine::pause::at("announce.replay").await;
     }
-    let Ok(s) = serde_json::from_value::<LoopStatusParams>(snap["status"].clone()) else { return };
+    let Ok(mut s) = serde_json::from_value::<LoopStatusParams>(snap["status"].clone()) else { return };
     let completed = snap["completedSections"].as_u64().unwrap_or(0) as usize;
-    conn.client.send_notification::<LoopStatus>(s.clone()).await;
-    conn.refresh(&ForgeUri::LoopStatus(s.loop_name.clone()).to_uri());
-    conn.refresh(&ForgeUri::LoopHistory(s.loop_name.clone()).to_uri());
-    conn.refresh(&ForgeUri::LoopPlan(s.loop_name.clone()).to_uri());
-    for i in 0..s.total_sections.max(0) {
-        conn.refresh(&ForgeUri::LoopSection(s.loop_name.clone(), i as u32).to_uri());
-    }
     // A loop the replay finds running whose server has ended (killed, crashed): nothing
-    // runs it, so no progress is begun that nothing would end; the user is told instead.
+    // runs it. The notification says so (`serverGone`: an editor showed it running for
+    // good, a review found), no progress is begun that nothing would end, and the user is
+    // told.
     let orphaned = if !live && s.status == "running" {
         let (p, n) = (conn.project_id(), s.loop_name.clone());
         conn.ws
@@ -69,6 +64,14 @@ pub async fn announce(conn: &Arc<Conn>, name: &str, payload: Option<&str>, live:
     } else {
         None
     };
+    s.server_gone = orphaned;
+    conn.client.send_notification::<LoopStatus>(s.clone()).await;
+    conn.refresh(&ForgeUri::LoopStatus(s.loop_name.clone()).to_uri());
+    conn.refresh(&ForgeUri::LoopHistory(s.loop_name.clone()).to_uri());
+    conn.refresh(&ForgeUri::LoopPlan(s.loop_name.clone()).to_uri());
+    for i in 0..s.total_sections.max(0) {
+        conn.refresh(&ForgeUri::LoopSection(s.loop_name.clone(), i as u32).to_uri());
+    }
     if let Some(pid) = orphaned {
         conn.client
             .show_message(

@@ -50,6 +50,7 @@ pub fn params(
             started_at: l.started_at,
             completed_at: l.completed_at,
             last_transition: last,
+            server_gone: None,
         },
         l.host_session_id,
     )))

@@ -146,6 +146,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "loopName": l.loop_name, "status": l.status, "phase": l.phase, "iteration": l.iteration,
                 "sectionIndex": (l.total_sections > 0).then_some(l.current_section_index), "totalSections": l.total_sections,
                 "terminationReason": l.termination_reason, "startedAt": l.started_at, "completedAt": l.completed_at,
+                "serverGone": views.iter().find(|v| v.name == l.loop_name).and_then(|v| v.server_gone),
             })).collect::<Vec<_>>() });
             ok(loop_status::render_list(&views, ctx.now), data)
         }
@@ -170,6 +171,8 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "totalSections": row.total_sections, "worktreeDir": row.worktree_dir, "branch": row.worktree_branch,
                 "sessionId": row.current_session_id, "terminationReason": row.termination_reason,
                 "auditCount": row.audit_count, "errorCount": row.error_count,
+                // A running loop whose server has ended: the process id it had (null else).
+                "serverGone": v.server_gone,
             });
             let mut v = v;
             if row.status == "running" {
