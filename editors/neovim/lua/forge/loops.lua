@@ -115,7 +115,10 @@ function M.reconcile(client_id, list)
       local l = listed[name]
       if not l then
         M.loops[name] = nil
-      elseif l.status ~= entry.status then
+      else
+        entry.serverGone = l.serverGone
+      end
+      if l and l.status ~= entry.status then
         for _, k in ipairs({ 'status', 'phase', 'iteration', 'sectionIndex', 'totalSections', 'terminationReason', 'completedAt' }) do
           entry[k] = l[k]
         end
@@ -171,7 +174,10 @@ function M.format(l)
   if num(l.sectionIndex) and num(l.totalSections) and l.totalSections > 0 then
     parts[#parts + 1] = ('%d/%d'):format(l.sectionIndex + 1, l.totalSections)
   end
-  if l.status == 'running' then
+  if l.status == 'running' and num(l.serverGone) then
+    -- Recorded as running, but its server ended (`serverGone`): nothing runs it.
+    parts[#parts + 1] = 'server stopped'
+  elseif l.status == 'running' then
     parts[#parts + 1] = l.phase
     if num(l.iteration) then
       parts[#parts + 1] = '#' .. l.iteration
