@@ -964,15 +964,20 @@ This runs the server's `Delete finding' code action."
          (total (plist-get l :totalSections))
          (progress (forge-lsp--progress-for server name))
          (pct (plist-get progress :percentage)))
-    (if (forge-lsp--terminal-p status)
-        (propertize (format "%s:%s" name status)
-                    'face (if (equal status "completed") 'success 'warning))
+    (cond
+     ((forge-lsp--terminal-p status)
+      (propertize (format "%s:%s" name status)
+                  'face (if (equal status "completed") 'success 'warning)))
+     ;; Recorded as running, but its server ended (`serverGone'): nothing runs it.
+     ((numberp (plist-get l :serverGone))
+      (propertize (format "%s:server-stopped" name) 'face 'warning))
+     (t
       (format "%s:%s%s #%s%s" name
               (or (plist-get l :phase) status)
               (if (and (numberp total) (> total 0))
                   (format " %s/%s" (1+ (or (plist-get l :sectionIndex) 0)) total) "")
               (or (plist-get l :iteration) 0)
-              (if (numberp pct) (format " %d%%" pct) "")))))
+              (if (numberp pct) (format " %d%%" pct) ""))))))
 
 (defun forge-lsp-mode-line-string ()
   "The mode line text for the loops of the current project's forge-lsp."

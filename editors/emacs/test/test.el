@@ -295,6 +295,13 @@ only when BODY returns (fail . DETAIL)."
                 ((not (string-match-p "First text" stored)) (ft-fail "stored %S" stored))
                 (t t)))))))
 
+;; A loop whose server ended is recorded as running: the mode line says it stopped.
+(ft-check "a loop whose server ended (serverGone) shows as stopped in the mode line"
+  (let ((seg (substring-no-properties
+              (forge-lsp--loop-segment ft-server (list :loopName "gone-loop" :status "running" :phase "coding"
+                                                       :iteration 1 :serverGone 4242)))))
+    (or (equal seg "gone-loop:server-stopped") (ft-fail "segment %S" seg))))
+
 (ft-check "an unknown forge:// document is a clear error, not an empty buffer"
   (let ((uri "forge://plan/loop/no-such-loop.md"))
     (condition-case err
