@@ -690,7 +690,10 @@ RET status, p plan, c cancel, r restart, f findings, g refresh."
                     (let ((total (plist-get l :totalSections)))
                       (list (plist-get l :loopName)
                             (vector (or (plist-get l :loopName) "")
-                                    (format "%s" (or (plist-get l :status) ""))
+                                    ;; Recorded as running, its server ended: nothing runs it.
+                                    (if (numberp (plist-get l :serverGone))
+                                        "server stopped"
+                                      (format "%s" (or (plist-get l :status) "")))
                                     (format "%s" (or (plist-get l :phase) ""))
                                     (if (and (numberp total) (> total 0))
                                         (format "%s/%s" (1+ (or (plist-get l :sectionIndex) 0)) total)

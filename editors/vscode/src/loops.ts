@@ -125,8 +125,18 @@ export class Loops implements vscode.Disposable {
         continue;
       }
       const prev = this.loops.get(s.loopName);
-      if (!prev || prev.status !== s.status || prev.phase !== s.phase || prev.iteration !== s.iteration) {
-        this.loops.set(s.loopName, { ...prev, ...s, receivedAt: Date.now() });
+      // `serverGone` of the same run of the loop (a restart gives a new `startedAt`): the
+      // list is how a window already open learns that the loop's server ended (a review).
+      const gone = (x?: LoopStatus) => (typeof x?.serverGone === 'number' ? x.serverGone : null);
+      const sameRun = !prev || prev.startedAt === undefined || prev.startedAt === s.startedAt;
+      if (
+        !prev ||
+        prev.status !== s.status ||
+        prev.phase !== s.phase ||
+        prev.iteration !== s.iteration ||
+        (sameRun && gone(prev) !== gone(s))
+      ) {
+        this.loops.set(s.loopName, { ...prev, ...s, serverGone: gone(s), receivedAt: Date.now() });
         changed = true;
       }
     }
@@ -220,8 +230,10 @@ export class Loops implements vscode.Disposable {
         typeof l.sectionIndex === 'number' && l.totalSections ? ` ${l.sectionIndex + 1}/${l.totalSections}` : '';
       const phase = l.phase ? ` · ${l.phase.replace('_', ' ')}` : '';
       const more = running.length > 1 ? ` (+${running.length - 1})` : '';
-      text = `$(sync~spin) Forge: ${l.loopName}${section}${phase}${more}`;
-      tooltip = running.map((r) => `${r.loopName}: ${describeLoop(r)}`).join('\n') + '\nClick to show the Loops view.';
+      const halted = stopped.length > 0 ? ` (+${stopped.length} stopped)` : '';
+      text = `$(sync~spin) Forge: ${l.loopName}${section}${phase}${more}${halted}`;
+      tooltip =
+        [...running, ...stopped].map((r) => `${r.loopName}: ${describeLoop(r)}`).join('\n') + '\nClick to show the Loops view.';
     } else {
       const ended = this.all()
         .filter((l) => TERMINAL.has(l.status) && now - l.receivedAt < Loops.SHOW_ENDED_MS && this.told.has(l.loopName))

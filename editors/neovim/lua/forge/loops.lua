@@ -115,8 +115,10 @@ function M.reconcile(client_id, list)
       local l = listed[name]
       if not l then
         M.loops[name] = nil
-      else
-        entry.serverGone = l.serverGone
+      elseif num(l.startedAt) == num(entry.startedAt) then
+        -- Of the same run only: a list read before a restart must not mark the restarted
+        -- loop stopped (a restart gives a new `startedAt`; a review).
+        entry.serverGone = num(l.serverGone)
       end
       if l and l.status ~= entry.status then
         for _, k in ipairs({ 'status', 'phase', 'iteration', 'sectionIndex', 'totalSections', 'terminationReason', 'completedAt' }) do
