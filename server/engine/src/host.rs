@@ -554,32 +554,9 @@ mod path_tests {
 mod usage_tests {
     use super::*;
 
+    /// A sandboxed loop turn's request (its usage file is in the worktree).
     fn request(d: &Path) -> TurnRequest {
-        TurnRequest {
-            argv: vec![],
-            session_id: "ses_U1".into(),
-            token: "tok".into(),
-            role: "coder".into(),
-            agent: "code".into(),
-            model: None,
-            variant: None,
-            loop_name: "l".into(),
-            cwd: d.join("wt"),
-            title: "t".into(),
-            prompt: "p".into(),
-            resume: false,
-            socket: None,
-            data_dir: d.join("data"),
-            prompt_dir: d.join("prompts"),
-            turn: 1,
-            shim_dir: Some(d.join("shims")),
-            activity: Arc::default(),
-            preset: None,
-            project_config: false,
-            secrets: Default::default(),
-            record: None,
-            claim: None,
-        }
+        crate::agents::test_support::req(d, None)
     }
 
     #[test]
@@ -589,7 +566,7 @@ mod usage_tests {
         std::fs::create_dir_all(r.cwd.join(crate::sandbox::USAGE_DIR)).unwrap();
         std::fs::write(agent_usage_file(&r), "{\"a\":1}").unwrap();
         absorb_usage(&r);
-        assert_eq!(std::fs::read_to_string(usage_file(&r.data_dir, "ses_U1")).unwrap(), "{\"a\":1}\n");
+        assert_eq!(std::fs::read_to_string(usage_file(&r.data_dir, "ses_T1")).unwrap(), "{\"a\":1}\n");
         assert!(!agent_usage_file(&r).exists());
     }
 
@@ -609,7 +586,7 @@ mod usage_tests {
             let _ = tx.send(());
         });
         rx.recv_timeout(std::time::Duration::from_secs(10)).expect("absorb_usage returned");
-        assert!(!usage_file(&d.path().join("data"), "ses_U1").exists());
+        assert!(!usage_file(&d.path().join("data"), "ses_T1").exists());
     }
 
     /// A `.forge/usage` that is a link (to the data directory's usage folder, say) is not
@@ -620,12 +597,12 @@ mod usage_tests {
         let r = request(d.path());
         let target = d.path().join("elsewhere");
         std::fs::create_dir_all(&target).unwrap();
-        std::fs::write(target.join("ses_U1.jsonl"), "{\"kept\":1}\n").unwrap();
+        std::fs::write(target.join("ses_T1.jsonl"), "{\"kept\":1}\n").unwrap();
         std::fs::create_dir_all(r.cwd.join(".forge")).unwrap();
         std::os::unix::fs::symlink(&target, r.cwd.join(crate::sandbox::USAGE_DIR)).unwrap();
         absorb_usage(&r);
-        assert_eq!(std::fs::read_to_string(target.join("ses_U1.jsonl")).unwrap(), "{\"kept\":1}\n");
-        assert!(!usage_file(&r.data_dir, "ses_U1").exists());
+        assert_eq!(std::fs::read_to_string(target.join("ses_T1.jsonl")).unwrap(), "{\"kept\":1}\n");
+        assert!(!usage_file(&r.data_dir, "ses_T1").exists());
     }
 }
 
