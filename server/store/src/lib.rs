@@ -430,20 +430,34 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 pub type Deliver = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
 
 /// Why a grouped write was not kept (its group could not start, was abandoned or did not
-/// commit): what failed, and whether it was the database being locked by another
-/// connection past the busy timeout (`busy`: nothing wrong with the write; it may be tried
-/// again) or migrated by a newer forge-lsp while this process ran (`outdated`: no write
-/// of this process is made any more; it must be restarted).
+/// commit): what failed, and of which kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteFailure {
     pub message: String,
-    pub busy: bool,
-    pub outdated: bool,
+    pub kind: WriteFailureKind,
+}
+
+/// The kinds of [`WriteFailure`] a caller answers differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFailureKind {
+    /// The database stayed locked by another connection past the busy timeout: nothing is
+    /// wrong with the write; it may be tried again.
+    Busy,
+    /// A newer forge-lsp migrated the database while this process ran: no write of this
+    /// process is made any more; it must be restarted.
+    Outdated,
+    /// Anything else.
+    Failed,
 }
 
 impl WriteFailure {
     fn new(what: &str, e: &rusqlite::Error) -> WriteFailure {
-        WriteFailure { message: format!("{what}: {e}"), busy: is_busy(e), outdated: false }
+        let kind = if is_busy(e) { WriteFailureKind::Busy } else { WriteFailureKind::Failed };
+        WriteFailure { message: format!("{what}: {e}"), kind }
+    }
+
+    fn outdated(message: String) -> WriteFailure {
+        WriteFailure { message, kind: WriteFailureKind::Outdated }
     }
 }
 
@@ -531,8 +545,7 @@ impl Writer {
     fn commit(&self, conn: &Connection, group: Vec<GroupJob>) {
         if let Some(message) = self.stopped.get() {
             // `BEGIN IMMEDIATE` would fail on the read-only connection with SQLite's words.
-            let failure = WriteFailure { message: message.clone(), busy: false, outdated: true };
-            abandon(conn, vec![], group, failure);
+            abandon(conn, vec![], group, WriteFailure::outdated(message.clone()));
             return;
         }
         run_group(conn, group, |c| self.outdated(c));
@@ -796,8 +809,7 @@ impl Store {
                     (_, Err(m)) => Err(on_commit_failure(m)),
                     (None, Ok(())) => Err(on_commit_failure(WriteFailure {
                         message: "the write did not run".into(),
-                        busy: false,
-                        outdated: false,
+                        kind: WriteFailureKind::Failed,
                     })),
                 };
                 let _ = tx.send(r);
@@ -930,7 +942,7 @@ fn run_group(conn: &Connection, group: Vec<GroupJob>, outdated: impl FnOnce(&Con
     }
     // Inside the write transaction: no migration can come between the check and the writes.
     if let Some(message) = outdated(conn) {
-        abandon(conn, vec![], group, WriteFailure { message, busy: false, outdated: true });
+        abandon(conn, vec![], group, WriteFailure::outdated(message));
         return;
     }
     plans::cache::begin_group();
@@ -1170,11 +1182,14 @@ mod tests {
             )
             .unwrap();
         let failed = store.write_grouped(job("after"), |f| f).await.unwrap_err();
-        assert!(failed.outdated && !failed.busy && failed.message.contains("schema version 999"), "{failed:?}");
+        assert!(
+            failed.kind == WriteFailureKind::Outdated && failed.message.contains("schema version 999"),
+            "{failed:?}"
+        );
         // Every later one too, with the same words (the read-only connection's own error
         // was what the second got before).
         let again = store.write_grouped(job("again"), |f| f).await.unwrap_err();
-        assert!(again.outdated && again.message.contains("schema version 999"), "{again:?}");
+        assert!(again.kind == WriteFailureKind::Outdated && again.message.contains("schema version 999"), "{again:?}");
         let plain = store.call(|c| add_change(c, "plain")).await;
         assert!(plain.is_err(), "a plain write is refused too: {plain:?}");
         assert_eq!(store.read(changes_count).await.unwrap(), 2, "nothing after the migration was written");
@@ -1312,7 +1327,7 @@ mod tests {
         let job =
             |key: &'static str| move |c: &Connection| add_change(c, key).map_err(|e| WriteFailure::new("job", &e));
         let failed = store.write_grouped(job("held off"), |f| f).await.unwrap_err();
-        assert!(failed.busy && failed.message.contains("database is locked"), "{failed:?}");
+        assert!(failed.kind == WriteFailureKind::Busy && failed.message.contains("database is locked"), "{failed:?}");
         holder.execute_batch("ROLLBACK").unwrap();
         store.write_grouped(job("written"), |f| f).await.unwrap();
         assert_eq!(store.read(changes_count).await.unwrap(), 1);

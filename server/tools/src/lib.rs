@@ -398,16 +398,16 @@ pub async fn call(
 
 /// A write the store did not keep: `busy` (1005) when another connection held the
 /// database locked past the busy timeout, a state that passes and says nothing is wrong
-/// with the call; else `internal`.
+/// with the call; `precondition` (1004) when a newer forge-lsp migrated the database under
+/// this process; else `internal`.
 fn write_failure(f: forge_store::WriteFailure) -> ToolError {
-    if f.busy {
-        ToolError::busy(format!(
+    use forge_store::WriteFailureKind as Kind;
+    match f.kind {
+        Kind::Busy => ToolError::busy(format!(
             "the database is locked by another process ({f}); nothing was written, try again in a moment"
-        ))
-    } else if f.outdated {
-        ToolError::precondition(f.message)
-    } else {
-        ToolError::internal(f.message)
+        )),
+        Kind::Outdated => ToolError::precondition(f.message),
+        Kind::Failed => ToolError::internal(f.message),
     }
 }
 
@@ -494,17 +494,17 @@ mod parse_tests {
     /// scripts retry the one and report the other (review).
     #[test]
     fn a_locked_database_is_busy_and_other_write_failures_are_internal() {
-        let f = |busy, outdated| forge_store::WriteFailure {
+        use forge_store::WriteFailureKind as Kind;
+        let f = |kind| forge_store::WriteFailure {
             message: "cannot start a write transaction: database is locked".into(),
-            busy,
-            outdated,
+            kind,
         };
-        let e = write_failure(f(true, false));
+        let e = write_failure(f(Kind::Busy));
         assert_eq!(e.kind, forge_protocol::ErrorKind::Busy);
         assert!(e.message.contains("locked by another process") && e.message.contains("nothing was written"), "{e}");
-        assert_eq!(write_failure(f(false, false)).kind, forge_protocol::ErrorKind::Internal);
+        assert_eq!(write_failure(f(Kind::Failed)).kind, forge_protocol::ErrorKind::Internal);
         // A database migrated by a newer forge-lsp: a precondition, with the store's words.
-        assert_eq!(write_failure(f(false, true)).kind, forge_protocol::ErrorKind::Precondition);
+        assert_eq!(write_failure(f(Kind::Outdated)).kind, forge_protocol::ErrorKind::Precondition);
     }
 
     /// `2.0` is an integer to JSON Schema (the offered schemas say `integer`); `2.5` is not.
