@@ -113,22 +113,24 @@ pub fn since(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<Ve
     Ok(out)
 }
 
-/// [`since`] for a reader that tails the feed, and whether rows after `after` were pruned
-/// before it read them (`true`: what they announced is not known, and the reader must
-/// treat everything as changed). Ids are given in commit order without gaps (the table's
-/// `AUTOINCREMENT` counter is rolled back with a rolled-back insert), and the feed is
-/// pruned from its start only, so a first row past `after + 1`, or none while a higher id
-/// was given, means rows were pruned. One read transaction, so a write committing between
-/// the two reads cannot pass for a gap.
-pub fn since_checked(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<(Vec<Change>, bool)> {
+/// [`since`] for a reader that tails the feed, and, when rows after `after` were pruned
+/// before it read them, the highest id given (`Some`: what those rows announced is not
+/// known, and the reader must treat everything as changed, then go on after that id).
+/// Ids are given in commit order without gaps (the table's `AUTOINCREMENT` counter is
+/// rolled back with a rolled-back insert), and the feed is pruned from its start only, so
+/// a first row past `after + 1`, or none while a higher id was given, means rows were
+/// pruned. One read transaction: a write committing between the reads can neither pass
+/// for a gap nor be skipped by the id returned.
+pub fn since_checked(conn: &Connection, after: i64, limit: usize) -> rusqlite::Result<(Vec<Change>, Option<i64>)> {
     let tx = conn.unchecked_transaction()?;
     let rows = since(&tx, after, limit)?;
-    let missed = match rows.first() {
+    let gap = match rows.first() {
         Some(first) => first.id > after + 1,
         None => last_given(&tx)? > after,
     };
+    let given = if gap { Some(last_given(&tx)?) } else { None };
     tx.finish()?;
-    Ok((rows, missed))
+    Ok((rows, given))
 }
 
 /// Deletes feed rows older than `before` (epoch ms): the rows before the first one (in id
