@@ -142,11 +142,11 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         None => {
             let all = loops::list(ctx.db, ctx.project_id()).db()?;
             let views = all.iter().map(|l| view(ctx, l)).collect::<Result<Vec<_>, _>>()?;
-            let data = json!({ "loops": all.iter().map(|l| json!({
+            let data = json!({ "loops": all.iter().zip(&views).map(|(l, v)| json!({
                 "loopName": l.loop_name, "status": l.status, "phase": l.phase, "iteration": l.iteration,
                 "sectionIndex": (l.total_sections > 0).then_some(l.current_section_index), "totalSections": l.total_sections,
                 "terminationReason": l.termination_reason, "startedAt": l.started_at, "completedAt": l.completed_at,
-                "serverGone": views.iter().find(|v| v.name == l.loop_name).and_then(|v| v.server_gone),
+                "serverGone": v.server_gone,
             })).collect::<Vec<_>>() });
             ok(loop_status::render_list(&views, ctx.now), data)
         }
