@@ -127,6 +127,21 @@ H.run(function()
     local out = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-edit --session "$2" "$3"', 'sh', root .. '/repo', sid, input })
     return vim.v.shell_error == 0, out
   end
+  -- The plan stored for a session, as `forge-lsp call plan-read` prints it.
+  local function stored_plan(session)
+    return vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session "$2" "{}"', 'sh', root .. '/repo', session })
+  end
+  local OTHER = 'ses_01NVIMOTHERPLAN000000000'
+  local OTHER_URI = ('forge://plan/session/%s.md'):format(OTHER)
+  -- Runs an Ex command that should fail, and waits until its error (matching `pat`) is shown.
+  local function refused(cmd, pat)
+    H.messages = {}
+    pcall(vim.cmd, cmd)
+    wait(3000, function()
+      return has(ERROR, pat)
+    end)
+    return has(ERROR, pat)
+  end
   local edited, out = shell_edit('Phase 1: before', 'Phase 1: while down')
   check('the plan edited from a shell while the server is down', edited, out)
   H.messages = {}
@@ -159,41 +174,29 @@ H.run(function()
   wait(3000, function()
     return has(WARN, 'unsaved edits')
   end)
-  H.messages = {}
-  local wok, werr2 = pcall(vim.cmd, 'write')
-  wait(3000, function()
-    return has(ERROR, 'was changed since')
-  end)
-  local stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session "$2" "{}"', 'sh', root .. '/repo', sid })
-  check(':w of a buffer older than the stored plan is refused', has(ERROR, 'was changed since this buffer read it') and stored:find('Phase 1: elsewhere', 1, true) ~= nil and not stored:find('my edit', 1, true), { msgs = msgs(), stored = stored, write = { wok, werr2 } })
+  local refused_w = refused('write', 'was changed since this buffer read it')
+  local stored = stored_plan(sid)
+  check(':w of a buffer older than the stored plan is refused', refused_w and stored:find('Phase 1: elsewhere', 1, true) ~= nil and not stored:find('my edit', 1, true), { msgs = msgs(), stored = stored })
   vim.cmd('silent! write!')
-  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session "$2" "{}"', 'sh', root .. '/repo', sid })
+  stored = stored_plan(sid)
   check(':w! saves it over the stored plan', stored:find('my edit', 1, true) ~= nil, stored)
   -- Writing the buffer to another plan's name is no save of this one: not compared.
   H.messages = {}
-  pcall(vim.cmd, 'write forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
-  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
+  pcall(vim.cmd, 'write ' .. OTHER_URI)
+  stored = stored_plan(OTHER)
   check(':w to another plan name stores it there, unrefused', stored:find('my edit', 1, true) ~= nil and not has(ERROR, 'was changed since'), { msgs = msgs(), stored = stored })
   -- That name now holds a plan: writing another text over it needs ! (as :w needs it for
   -- an existing file); a line range is refused (a plan is stored whole).
   vim.api.nvim_buf_set_lines(planbuf, -1, -1, false, { '- second edit' })
-  H.messages = {}
-  pcall(vim.cmd, 'write forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
-  wait(3000, function()
-    return has(ERROR, 'holds another plan')
-  end)
-  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
-  check(':w over another stored plan needs !', has(ERROR, 'holds another plan') and not stored:find('second edit', 1, true), { msgs = msgs(), stored = stored })
-  pcall(vim.cmd, 'write! forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
-  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
+  local refused_other = refused('write ' .. OTHER_URI, 'holds another plan')
+  stored = stored_plan(OTHER)
+  check(':w over another stored plan needs !', refused_other and not stored:find('second edit', 1, true), { msgs = msgs(), stored = stored })
+  pcall(vim.cmd, 'write! ' .. OTHER_URI)
+  stored = stored_plan(OTHER)
   check(':w! writes over it', stored:find('second edit', 1, true) ~= nil, stored)
-  H.messages = {}
-  pcall(vim.cmd, '1,1write! forge://plan/session/ses_01NVIMOTHERPLAN000000000.md')
-  wait(3000, function()
-    return has(ERROR, 'saved whole')
-  end)
-  stored = vim.fn.system({ 'sh', '-c', 'cd "$1" && forge-lsp call plan-read --session ses_01NVIMOTHERPLAN000000000 "{}"', 'sh', root .. '/repo' })
-  check('a line range is not written as the whole plan', has(ERROR, 'saved whole') and stored:find('second edit', 1, true) ~= nil, { msgs = msgs(), stored = stored })
+  local refused_range = refused('1,1write! ' .. OTHER_URI, 'saved whole')
+  stored = stored_plan(OTHER)
+  check('a line range is not written as the whole plan', refused_range and stored:find('second edit', 1, true) ~= nil, { msgs = msgs(), stored = stored })
   vim.cmd('buffer ' .. buf)
 
   -- 5. Wrong :Forge arguments against a running server.

@@ -736,7 +736,7 @@ fn glob_lists_matching_files_newest_first() {
     assert!(e.message.contains("missing") && e.message.contains("does not exist"), "{e}");
 }
 
-/// A file name with a line break is one line of grep's and glob's text, the break written
+/// A file name with a line break is one line of the file tools' texts (grep, glob, ast-grep), the break written
 /// `\n` (before: the name was split over two lines); the data keeps the name.
 #[test]
 fn a_file_name_with_a_line_break_stays_on_one_line() {

@@ -554,15 +554,11 @@ mod path_tests {
 mod usage_tests {
     use super::*;
 
-    /// A sandboxed loop turn's request (its usage file is in the worktree).
-    fn request(d: &Path) -> TurnRequest {
-        crate::agents::test_support::req(d, None)
-    }
-
     #[test]
     fn usage_lines_move_to_the_data_directory() {
         let d = tempfile::tempdir().unwrap();
-        let r = request(d.path());
+        // A sandboxed loop turn (its usage file is in the worktree).
+        let r = crate::agents::test_support::req(d.path(), None);
         std::fs::create_dir_all(r.cwd.join(crate::sandbox::USAGE_DIR)).unwrap();
         std::fs::write(agent_usage_file(&r), "{\"a\":1}").unwrap();
         absorb_usage(&r);
@@ -575,7 +571,8 @@ mod usage_tests {
     #[test]
     fn a_fifo_at_the_usage_file_is_passed_over_without_waiting() {
         let d = tempfile::tempdir().unwrap();
-        let r = request(d.path());
+        // A sandboxed loop turn (its usage file is in the worktree).
+        let r = crate::agents::test_support::req(d.path(), None);
         std::fs::create_dir_all(r.cwd.join(crate::sandbox::USAGE_DIR)).unwrap();
         let fifo = std::ffi::CString::new(agent_usage_file(&r).into_os_string().into_encoded_bytes()).unwrap();
         // SAFETY: a NUL-terminated path.
@@ -594,7 +591,8 @@ mod usage_tests {
     #[test]
     fn a_linked_usage_folder_is_left_alone() {
         let d = tempfile::tempdir().unwrap();
-        let r = request(d.path());
+        // A sandboxed loop turn (its usage file is in the worktree).
+        let r = crate::agents::test_support::req(d.path(), None);
         let target = d.path().join("elsewhere");
         std::fs::create_dir_all(&target).unwrap();
         std::fs::write(target.join("ses_T1.jsonl"), "{\"kept\":1}\n").unwrap();
