@@ -1,29 +1,16 @@
-//! Writing a JSON string literal eight bytes at a time.
+//! JSON helpers: string literals written fast, their escaped length, and number and kind
+//! checks for inputs.
 //!
 //! The large replies (a plan of a few hundred KB in `plan-read` and `textDocumentContent`,
 //! a page of findings) are mostly one long text. serde_json escapes a string one byte at a
 //! time through a lookup table; that loop was the largest single cost of those replies
 //! (a fifth of the server's samples in a `textDocumentContent` loop). [`push_string`]
-//! writes exactly the bytes serde_json writes, but tests eight bytes at once for the three
-//! kinds that need an escape (`"`, `\`, controls below 0x20) and copies the runs between
-//! them whole. No library we may depend on does this for serialization (serde_json's
-//! reader has the same trick for parsing, its writer does not); docs/architecture.md.
+//! writes exactly the bytes serde_json writes, through `json-escape-simd` (sonic-rs's
+//! kernels: AVX2 or SSE2, as the processor has them), which finds the bytes that
+//! need an escape 16 or 32 at a time and copies the runs between them whole.
 //!
 //! Invariant: for every `&str`, `push_string` appends what `serde_json::to_writer` writes
-//! for it (tested below over every byte value and mixed texts).
-
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-/// The high bit of a byte of the result is set for at least the lowest byte of `w` that
-/// needs an escape (and possibly for bytes above it, from the subtraction's borrow): the
-/// lowest set bit is always exact.
-#[inline]
-fn escapes(w: u64) -> u64 {
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
-    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
-    below_space | zero(w ^ (ONES * b'"' as u64)) | zero(w ^ (ONES * b'\\' as u64))
-}
+//! for it (tested below over every byte value at every offset and mixed texts).
 
 /// How many bytes `s` takes inside a JSON string literal (what [`push_string`] writes for
 /// it, without the quotes): `"`, `\\` and the controls with a short escape take two bytes,
@@ -74,57 +61,13 @@ pub fn kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
-#[inline]
-fn needs_escape(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\'
-}
-
 /// Appends `s` as a JSON string literal, quotes included, escaped as serde_json does it.
+///
+/// The library reserves six bytes per byte of `s` beyond what is there (the most an
+/// escape takes) before it writes: address space, not memory, for the part it never
+/// touches.
 pub fn push_string(out: &mut Vec<u8>, s: &str) {
-    let b = s.as_bytes();
-    out.reserve(b.len() + 2);
-    out.push(b'"');
-    let (mut run, mut i) = (0, 0);
-    while i < b.len() {
-        if let Some(chunk) = b.get(i..i + 8) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            let hit = escapes(u64::from_le_bytes(word));
-            if hit == 0 {
-                i += 8;
-                continue;
-            }
-            i += (hit.trailing_zeros() / 8) as usize;
-        } else if !needs_escape(b[i]) {
-            i += 1;
-            continue;
-        }
-        out.extend_from_slice(&b[run..i]);
-        push_escape(out, b[i]);
-        i += 1;
-        run = i;
-    }
-    out.extend_from_slice(&b[run..]);
-    out.push(b'"');
-}
-
-fn push_escape(out: &mut Vec<u8>, byte: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let short = match byte {
-        b'"' => b'"',
-        b'\\' => b'\\',
-        0x08 => b'b',
-        0x0c => b'f',
-        b'\n' => b'n',
-        b'\r' => b'r',
-        b'\t' => b't',
-        _ => 0,
-    };
-    if short != 0 {
-        out.extend_from_slice(&[b'\\', short]);
-    } else {
-        out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(byte >> 4) as usize], HEX[(byte & 0xf) as usize]]);
-    }
+    json_escape_simd::escape_into(s, out);
 }
 
 #[cfg(test)]
@@ -138,11 +81,12 @@ mod tests {
     }
 
     #[test]
-    fn every_ascii_byte_at_every_offset_in_a_word_is_escaped_as_serde_json_does() {
+    fn every_ascii_byte_at_every_offset_in_a_block_is_escaped_as_serde_json_does() {
         for byte in 0u8..0x80 {
             let c = byte as char;
-            for at in 0..20 {
-                let s: String = (0..20).map(|k| if k == at { c } else { 'a' }).collect();
+            // 80 bytes: every offset within the widest (32-byte) block, and past two of them.
+            for at in 0..80 {
+                let s: String = (0..80).map(|k| if k == at { c } else { 'a' }).collect();
                 assert_eq!(ours(&s), serde_json::to_string(&s).unwrap(), "byte {byte:#04x} at {at}");
             }
         }
@@ -183,6 +127,23 @@ mod tests {
         ];
         for s in cases {
             assert_eq!(ours(s), serde_json::to_string(s).unwrap(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn texts_of_every_length_are_appended_after_what_is_there() {
+        // Lengths around every block size, multi-byte characters across block edges, and
+        // an output that already holds bytes (the reply's start) with spare capacity.
+        let unit = "a\u{e9}\"\u{1F980}\n\\\u{1}";
+        for n in 0..140 {
+            let s: String = unit.chars().cycle().take(n).collect();
+            let mut out = Vec::with_capacity(7);
+            out.extend_from_slice(b"{\"text\":");
+            push_string(&mut out, &s);
+            out.push(b',');
+            push_string(&mut out, "tail");
+            let want = format!("{{\"text\":{},\"tail\"", serde_json::to_string(&s).unwrap());
+            assert_eq!(String::from_utf8(out).unwrap(), want, "length {n}");
         }
     }
 
