@@ -37,11 +37,40 @@ pub fn language(lang: &str) -> Result<(SupportLang, &'static [&'static str]), To
     })
 }
 
+/// The deepest syntax tree a pattern may have. ast-grep builds and matches a pattern by
+/// recursion over its tree: a pattern of a few thousand nested brackets overflowed the
+/// stack of the thread it ran on and aborted the process (the server, with every client
+/// on it). Patterns people and agents write are a few dozen levels deep.
+pub const MAX_PATTERN_DEPTH: usize = 256;
+
+/// The depth of `src`'s syntax tree in `lang`, counted without recursion, up to one past
+/// [`MAX_PATTERN_DEPTH`] (tree-sitter parses and frees a tree without recursion).
+fn pattern_depth(src: &str, lang: SupportLang) -> usize {
+    let tree = lang.ast_grep(src);
+    let mut stack = vec![(tree.root(), 1usize)];
+    let mut deepest = 0;
+    while let Some((node, depth)) = stack.pop() {
+        deepest = deepest.max(depth);
+        if deepest > MAX_PATTERN_DEPTH {
+            break;
+        }
+        stack.extend(node.children().map(|c| (c, depth + 1)));
+    }
+    deepest
+}
+
 /// The compiled pattern. An empty one does not match the input schema (-32602); one that
-/// does not parse as the language is semantically invalid (1006, as a bad regex is).
+/// does not parse as the language, or nests deeper than [`MAX_PATTERN_DEPTH`], is
+/// semantically invalid (1006, as a bad regex is).
 pub fn pattern(src: &str, lang: SupportLang) -> Result<Pattern, ToolError> {
     if src.trim().is_empty() {
         return Err(ToolError::invalid_params("invalid argument `pattern`: must not be empty"));
+    }
+    if pattern_depth(src, lang) > MAX_PATTERN_DEPTH {
+        return Err(ToolError::invalid(format!(
+            "invalid argument `pattern`: its {} syntax tree nests more than {MAX_PATTERN_DEPTH} levels deep; write a shallower pattern, with $NAME or $$$ for the nested parts",
+            lang_name(lang)
+        )));
     }
     let pattern = Pattern::try_new(src, lang)
         .map_err(|e| ToolError::invalid(format!("invalid argument `pattern` for {}: {e}", lang_name(lang))))?;
@@ -264,6 +293,27 @@ mod tests {
         // Without a rewrite nothing is taken.
         let mut budget = 0;
         assert_eq!(matches_within(src, lang, &pat, None, &mut budget).map(|h| h.len()), Some(4));
+    }
+
+    /// Deep patterns are refused before ast-grep recurses over them: without the check,
+    /// each of these overflowed the test thread's stack and aborted the test binary.
+    #[test]
+    fn patterns_nested_too_deep_are_refused_not_a_stack_overflow() {
+        let n = 20_000;
+        let cases = [
+            ("javascript", format!("{}{}", "[".repeat(n), "]".repeat(n))),
+            ("python", format!("{}a{}", "(".repeat(n), ")".repeat(n))),
+            ("rust", format!("{}x{}", "{".repeat(n), "}".repeat(n))),
+        ];
+        for (name, src) in cases {
+            let lang = language(name).unwrap().0;
+            let e = pattern(&src, lang).err().unwrap_or_else(|| panic!("{name}: accepted"));
+            assert_eq!(e.kind.code(), 1006, "{name}");
+            assert!(e.message.contains("nests more than 256 levels deep"), "{name}: {}", e.message);
+        }
+        // Nesting a person writes is taken.
+        let js = language("javascript").unwrap().0;
+        assert!(pattern(&format!("f({}$A{})", "[".repeat(40), "]".repeat(40)), js).is_ok());
     }
 
     #[test]
