@@ -42,8 +42,12 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     // Compiled off the caller's thread, with the search: a large pattern can take seconds
     // to compile, and a read-only tool's own part runs on the server's async workers.
     ctx.after = Some(Box::new(move || {
+        // Lines are searched one at a time: a pattern that can only match across a line
+        // break is refused (as `rg` refuses it) instead of matching nothing, and a class
+        // such as `\s` matches within the line.
         let matcher = RegexMatcherBuilder::new()
             .case_insensitive(!input.case_sensitive.unwrap_or(true))
+            .line_terminator(Some(b'\n'))
             .build(&input.pattern)
             .map_err(|e| {
                 // The builder reports the pattern as it wrapped it (`(?:(` for `(`); an
@@ -57,6 +61,9 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                     .parse(&input.pattern);
                 let e = match own {
                     Err(own) => forge_domain::text::cut_error(own),
+                    Ok(_) if matches!(e.kind(), grep_regex::ErrorKind::NotAllowed(_)) => {
+                        "it matches a line break, and grep searches one line at a time (search for each line's text separately)".to_string()
+                    }
                     Ok(_) => forge_domain::text::cut_error(e),
                 };
                 let p = forge_domain::text::echo(&input.pattern);
