@@ -204,6 +204,15 @@ pub fn search_path(root: &Path, rel: Option<&str>) -> Result<PathBuf, ToolError>
                     cut(&shown)
                 )))
             }
+            // A FIFO, socket or device is never read by the searches: named as the path,
+            // it is refused by name, not answered with "no matches".
+            Ok(m) if i + 1 == parts.len() && !m.is_dir() && !m.is_file() => {
+                return Err(ToolError::invalid_params(format!(
+                    "path {}: {} is not a regular file or a directory",
+                    echo(rel),
+                    cut(&shown)
+                )))
+            }
             Ok(_) => {}
         }
     }
