@@ -54,7 +54,7 @@ impl fmt::Display for PatchError {
                  an @@ line to say which one is meant",
                 join_lines(candidates)
             ),
-            PatchError::Read { path, message } => write!(f, "cannot read '{path}': {message}"),
+            PatchError::Read { path, message } => write!(f, "cannot patch '{path}': {message}"),
             PatchError::FileAndDirectory { file, inside } => {
                 write!(f, "'{file}' would be both a file and the directory of '{inside}'; nothing was changed")
             }

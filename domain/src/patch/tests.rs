@@ -593,7 +593,7 @@ fn a_removable_unreadable_file_can_only_be_deleted() {
     assert_eq!(plan.changes, vec![FileChange::Delete { path: "l".into() }]);
     for body in ["*** Update File: l\n@@\n-a\n+b\n", "*** Update File: l\n*** Move to: m\n"] {
         let err = apply_patch(&wrap(body), None, lookup).unwrap_err();
-        assert_eq!(err.to_string(), "cannot read 'l': a symbolic link", "{body}");
+        assert_eq!(err.to_string(), "cannot patch 'l': a symbolic link", "{body}");
     }
     let err = apply_patch(&wrap("*** Add File: l\n+x\n"), None, lookup).unwrap_err();
     assert!(matches!(err, PatchError::AlreadyExists { .. }), "{err:?}");
@@ -602,14 +602,14 @@ fn a_removable_unreadable_file_can_only_be_deleted() {
     assert!(matches!(err, PatchError::AlreadyExists { .. }), "{err:?}");
     // Not removable: refused as before, whatever the operation.
     let err = apply_patch(&wrap("*** Delete File: l\n"), None, |_| Err("not a regular file".to_string())).unwrap_err();
-    assert_eq!(err.to_string(), "cannot read 'l': not a regular file");
+    assert_eq!(err.to_string(), "cannot patch 'l': not a regular file");
 }
 
 #[test]
 fn read_errors_are_passed_on() {
     let patch = wrap("*** Update File: bin.dat\n@@\n-a\n+b\n");
     let err = apply_patch(&patch, None, |_| Err("not UTF-8 text".to_string())).unwrap_err();
-    assert_eq!(err.to_string(), "cannot read 'bin.dat': not UTF-8 text");
+    assert_eq!(err.to_string(), "cannot patch 'bin.dat': not UTF-8 text");
 }
 
 #[test]

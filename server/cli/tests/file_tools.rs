@@ -942,3 +942,25 @@ fn apply_patch_does_not_read_a_file_too_large_to_edit() {
     c.tool_ok("apply-patch", patch("*** Delete File: big.txt\n"));
     assert!(!big.exists());
 }
+
+/// A file that is not UTF-8 text (an image) cannot be edited or moved by a patch, which
+/// says why and that Delete File removes it; the delete works (it was refused, as the
+/// file could not be read).
+#[test]
+fn apply_patch_deletes_a_binary_file_it_cannot_edit() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let img = repo.path.join("img.png");
+    std::fs::write(&img, b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe").unwrap();
+    let c = client(&sb, &repo);
+    for body in ["*** Update File: img.png\n@@\n-x\n+y\n", "*** Update File: img.png\n*** Move to: assets/img.png\n"] {
+        let e = c.tool_err("apply-patch", patch(body));
+        assert!(
+            e.message.contains("cannot patch 'img.png': not UTF-8 text: apply-patch edits and moves text files only (Delete File still removes it)"),
+            "{body}: {e}"
+        );
+        assert!(img.exists() && !repo.path.join("assets").exists(), "{body}");
+    }
+    c.tool_ok("apply-patch", patch("*** Delete File: img.png\n"));
+    assert!(!img.exists());
+}

@@ -62,11 +62,20 @@ fn apply(root: &Path, patch: &Patch, config_places: &[PathBuf]) -> Result<Comman
                 .map_err(|e| Unreadable::from(e.message))
                 .and_then(|p| {
                     read_utf8_within(root, &p, MAX_FILE_BYTES).map(Some).map_err(|m| {
-                        // Too large to edit in memory; it may still be deleted (not read).
-                        let big = m.contains("over the limit of");
-                        Unreadable {
-                            message: if big { format!("{m} bytes apply-patch edits (Delete File still removes it)") } else { m },
-                            removable: big,
+                        // Too large to edit in memory, or not text (an image, an archive):
+                        // it may still be deleted (not read).
+                        if m.contains("over the limit of") {
+                            Unreadable {
+                                message: format!("{m} bytes apply-patch edits (Delete File still removes it)"),
+                                removable: true,
+                            }
+                        } else if m.contains("not UTF-8") {
+                            Unreadable {
+                                message: format!("{m}: apply-patch edits and moves text files only (Delete File still removes it)"),
+                                removable: true,
+                            }
+                        } else {
+                            Unreadable { message: m, removable: false }
                         }
                     })
                 }),
