@@ -150,6 +150,9 @@ fn a_cancel_from_another_process_stops_the_running_agent() {
     let name = t.execute("Two halves", TWO_SECTIONS);
     let pid: u32 = t.wait_state_file("auditor.pid").trim().parse().expect("auditor pid");
     let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap());
+    // Work in the worktree not committed yet: the running process commits it before it
+    // removes the worktree (it removed it with the work).
+    std::fs::write(wt.join("wip.txt"), "not committed yet\n").unwrap();
     let other = t.other_server("block", &[]);
     other.tool_ok("loop-cancel", json!({ "name": name }));
     // The canceller left the worktree to the process whose agent works in it.
@@ -164,6 +167,7 @@ fn a_cancel_from_another_process_stops_the_running_agent() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(t.roles(), ["coder", "auditor"]);
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
+    assert_branch_file(&t, &name, "wip.txt", "not committed yet\n");
 }
 
 /// A force restart through another process: the first process's runner stops (its agent's
@@ -309,7 +313,12 @@ fn a_cancelled_turn_takes_its_shell_command_with_it() {
 /// whose coder had started `sleep 600` in the background. Returns the test, the loop, and
 /// the pid of that sleep.
 fn server_killed_mid_turn() -> (LoopTest, String, u32, u32) {
-    let mut t = LoopTest::start("orphan", "");
+    server_killed_mid_turn_with("")
+}
+
+/// [`server_killed_mid_turn`] with `extra_toml` in the project's configuration.
+fn server_killed_mid_turn_with(extra_toml: &str) -> (LoopTest, String, u32, u32) {
+    let mut t = LoopTest::start("orphan", extra_toml);
     let name = t.execute("one step", "# One step\n\nAppend a line to work.txt.\n");
     let coder: u32 = t.wait_state_file("coder.pid").trim().parse().expect("coder pid");
     let bg: u32 = t.wait_state_file("bg.pid").trim().parse().expect("bg pid");
@@ -438,6 +447,32 @@ fn a_cancel_after_the_server_was_killed_ends_what_its_turn_left_running() {
     assert!(!pid_alive(bg), "the cancel left the dead server's background sleep {bg} running");
     assert!(!pid_alive(esc), "the cancel left the dead server's setsid sleep {esc} running");
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
+}
+
+/// The same cancel with `loop.cleanupWorktree`: what the dead server's agent wrote is
+/// committed to the loop's branch before its worktree goes, as a live loop's cancel
+/// commits it. Before, the worktree was removed with that work (review W).
+#[test]
+fn a_cancel_after_the_server_was_killed_commits_the_work_before_removing_the_worktree() {
+    let (t, name, _, _) = server_killed_mid_turn_with("[loop]\ncleanupWorktree = true\n");
+    let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string());
+    std::fs::write(wt.join("wip.txt"), "written before the crash\n").unwrap();
+    let other = t.other_server("orphan", &[]);
+    other.tool_ok("loop-cancel", json!({ "name": name }));
+    assert!(!wt.exists(), "loop.cleanupWorktree removes it once the work is on the branch");
+    assert_branch_file(&t, &name, "wip.txt", "written before the crash\n");
+}
+
+/// `git show forge/<name>:<file>` is `want`, committed by the cancel's teardown.
+fn assert_branch_file(t: &LoopTest, name: &str, file: &str, want: &str) {
+    let shown = std::process::Command::new("git")
+        .args(["show", &format!("forge/{name}:{file}")])
+        .current_dir(&t.repo.path)
+        .output()
+        .expect("git show");
+    assert_eq!(String::from_utf8_lossy(&shown.stdout), want, "{}", String::from_utf8_lossy(&shown.stderr));
+    let log = t.log(&format!("forge/{name}"));
+    assert!(log[0].contains("cancelled"), "{log:?}");
 }
 
 /// A server shut down (SIGTERM) while its loop's coder turn runs kills, before it exits,

@@ -418,3 +418,38 @@ fn a_restart_that_completes_a_loop_instead_keeps_a_worktree_it_cannot_commit() {
     assert!(e.message.contains("nothing to restart. Its worktree") && e.message.contains("was kept"), "{e:?}");
     assert!(worktree.is_dir(), "kept");
 }
+
+/// A loop that completes while its worktree holds what a commit cannot take keeps the
+/// worktree, and `loop-status` says so: before, it was removed with that work (review W).
+/// - `embedded`: a repository the agent made inside the worktree, which a checkpoint never
+///   stages;
+/// - `lock`: a stale `index.lock` (a crashed git), on which the final commit fails.
+#[test]
+fn a_completed_loop_keeps_a_worktree_whose_work_is_not_all_on_the_branch() {
+    for case in ["embedded", "lock"] {
+        let t = LoopTest::start("block", "");
+        let name = t.execute("One step", ONE_SECTION);
+        t.wait_state_file("auditor.pid");
+        let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string());
+        if case == "embedded" {
+            std::fs::create_dir_all(wt.join("sub")).unwrap();
+            let init =
+                std::process::Command::new("git").args(["init", "-q"]).current_dir(wt.join("sub")).status().unwrap();
+            assert!(init.success());
+            std::fs::write(wt.join("sub/f.txt"), "important\n").unwrap();
+        } else {
+            let dot_git = std::fs::read_to_string(wt.join(".git")).unwrap();
+            let gitdir = std::path::PathBuf::from(dot_git.trim().strip_prefix("gitdir: ").unwrap());
+            std::fs::write(gitdir.join("index.lock"), "").unwrap();
+            std::fs::write(wt.join("late.txt"), "written after the last checkpoint\n").unwrap();
+        }
+        t.signal("release");
+        assert_eq!(t.wait_end(&name)["status"], json!("completed"), "{case}: {}", t.report());
+        assert!(wt.is_dir(), "{case}: the worktree was removed with what the branch does not hold");
+        let status = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+        let line = status.lines().find(|l| l.starts_with("Worktree: ")).unwrap_or_default();
+        assert!(line.contains(" (kept when the loop ended: `git -C "), "{case}: {status}");
+        let kept = if case == "embedded" { "sub/f.txt" } else { "late.txt" };
+        assert!(wt.join(kept).exists(), "{case}");
+    }
+}

@@ -641,6 +641,29 @@ pub fn last_checkpoint(worktree: &Path, base_commit: &str) -> Result<Option<(Str
     Ok(None)
 }
 
+/// What a loop's worktree holds that its branch does not: every path `git status` shows
+/// (modified, staged, deleted, untracked and not ignored; a directory with a repository of
+/// its own, which [`checkpoint_on`] never stages, as one untracked entry), sorted. Empty
+/// for a worktree that is gone. Removing a worktree is safe only when this is empty:
+/// ignored files (build output) go with it, nothing else does.
+pub fn left_behind(worktree: &Path) -> Result<Vec<String>, GitError> {
+    if fs::symlink_metadata(worktree).is_err() {
+        return Ok(vec![]);
+    }
+    let repo = open_worktree(worktree)?;
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(false).include_ignored(false);
+    let statuses = repo.statuses(Some(&mut opts)).ctx("list what is not committed", worktree)?;
+    let mut paths: Vec<String> = statuses
+        .iter()
+        .filter(|s| !s.status().is_empty() && !s.status().contains(git2::Status::IGNORED))
+        .map(|s| String::from_utf8_lossy(s.path_bytes()).into_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
 /// The audit scope since `since`: tracked files changed between `since` and the working
 /// tree (committed, staged and unstaged: each as "M path", "A path", "D path",
 /// "R old -> new"; a type change is "M"), and untracked files (not ignored).

@@ -566,8 +566,13 @@ impl Runner {
                 }
             }
         }
-        if matches!(self.loop_row().await, Ok(Some(r)) if r.status == "cancelled") {
-            remove_worktree_logged(self.engine.data_dir.clone(), self.repo_root.clone(), wt).await;
+        if let Ok(Some(r)) = self.loop_row().await {
+            if r.status == "cancelled" {
+                // Cancelled in another process, this runner's turn killed: what the agent
+                // wrote is committed here, as this process's own cancel commits it.
+                let commit = (cancel_message(&r), r.worktree_branch.clone());
+                remove_worktree_logged(self.engine.data_dir.clone(), self.repo_root.clone(), wt, Some(commit)).await;
+            }
         }
         drop(locked);
     }
@@ -1792,12 +1797,7 @@ impl Runner {
             _ => "errored",
         };
         let wt = PathBuf::from(&row.worktree_dir);
-        let msg = format!(
-            "loop: {} {label} after {} iteration{}",
-            row.loop_name,
-            row.iteration,
-            if row.iteration == 1 { "" } else { "s" }
-        );
+        let msg = teardown_message(&row, label);
         let wt2 = wt.clone();
         let branch = row.worktree_branch.clone();
         let _ = tokio::task::spawn_blocking(move || {
@@ -1889,8 +1889,9 @@ impl Runner {
             h.abort();
         }
         if reason == TerminationReason::Completed {
+            // Committed above; removed only if that took everything.
             let repo = self.repo_root.clone();
-            remove_worktree_logged(self.engine.data_dir.clone(), repo, wt).await;
+            remove_worktree_logged(self.engine.data_dir.clone(), repo, wt, None).await;
         }
     }
 }
@@ -2128,8 +2129,11 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
     }
     if env.config.cleanup_worktree && !owned_elsewhere {
         if let Some(repo) = env.project.repo_root.clone() {
+            // Its runner is gone: what its agent wrote is committed here, as a runner's
+            // own cancel commits it, before the worktree may go.
             let wt = PathBuf::from(&row.worktree_dir);
-            remove_worktree_logged(engine.data_dir.clone(), repo, wt).await;
+            let commit = (cancel_message(&row), row.worktree_branch.clone());
+            remove_worktree_logged(engine.data_dir.clone(), repo, wt, Some(commit)).await;
         }
     }
     drop(locked);
@@ -2270,19 +2274,64 @@ async fn owner_serves(engine: &Arc<Engine>, pid: i64) -> bool {
     sockets.iter().any(|s| !forge_core::paths::socket_is_dead(std::path::Path::new(s)))
 }
 
-/// Removes a loop's worktree and its sandbox shims; a failure is logged (the loop's state
-/// does not depend on it).
-pub(crate) async fn remove_worktree_logged(data_dir: PathBuf, repo: PathBuf, wt: PathBuf) {
+/// The teardown commit's message: `loop: <name> <label> after <n> iteration(s)`.
+fn teardown_message(row: &LoopRow, label: &str) -> String {
+    format!(
+        "loop: {} {label} after {} iteration{}",
+        row.loop_name,
+        row.iteration,
+        if row.iteration == 1 { "" } else { "s" }
+    )
+}
+
+/// The teardown commit's message of a cancelled loop.
+fn cancel_message(row: &LoopRow) -> String {
+    teardown_message(row, "cancelled")
+}
+
+/// Removes a loop's worktree and its sandbox shims, but never what it holds that its
+/// branch does not: with `commit` (the message and the loop's branch) what is left is
+/// committed first, as a teardown does; then the worktree is removed only when
+/// [`git::left_behind`] finds nothing. A failed commit, an embedded repository (which a
+/// checkpoint never stages) or a status git cannot read keeps it, logged with why; the
+/// loop's state does not depend on it (`loop-status` marks a worktree kept where it would
+/// have been removed). Returns whether it was removed.
+pub(crate) async fn remove_worktree_logged(
+    data_dir: PathBuf,
+    repo: PathBuf,
+    wt: PathBuf,
+    commit: Option<(String, Option<String>)>,
+) -> bool {
     let removed = tokio::task::spawn_blocking(move || {
+        if let Some((message, branch)) = commit.filter(|_| wt.exists()) {
+            if let Err(e) = git::checkpoint_on(&wt, branch.as_deref(), &message) {
+                return Err((wt, format!("its work could not be committed to the branch ({e})")));
+            }
+        }
+        match git::left_behind(&wt) {
+            Ok(left) if left.is_empty() => {}
+            Ok(left) => {
+                let shown: Vec<&str> = left.iter().take(10).map(String::as_str).collect();
+                let more = if left.len() > 10 { format!(" and {} more", left.len() - 10) } else { String::new() };
+                return Err((wt, format!("it holds what is not committed to the branch: {}{more}", shown.join(", "))));
+            }
+            Err(e) => return Err((wt, format!("what it holds cannot be checked ({e})"))),
+        }
         if let Err(e) = super::sandbox::remove_shims(&data_dir, &wt) {
             tracing::warn!("cannot remove the sandbox shims of {}: {e}", wt.display());
         }
-        git::remove_worktree(&repo, &wt).map_err(|e| (wt, e))
+        git::remove_worktree(&repo, &wt).map_err(|e| (wt, format!("cannot remove it: {e}")))
     })
     .await;
     match removed {
-        Ok(Ok(())) => {}
-        Ok(Err((wt, e))) => tracing::warn!("cannot remove worktree {}: {e}", wt.display()),
-        Err(e) => tracing::warn!("removing a worktree failed: {e}"),
+        Ok(Ok(())) => true,
+        Ok(Err((wt, why))) => {
+            tracing::warn!("worktree {} is kept: {why}", wt.display());
+            false
+        }
+        Err(e) => {
+            tracing::warn!("removing a worktree failed: {e}");
+            false
+        }
     }
 }

@@ -643,8 +643,16 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         .await;
         let kept = match committed {
             Ok(Ok(())) => {
-                crate::runner::remove_worktree_logged(engine.data_dir.clone(), repo.clone(), dir.clone()).await;
-                String::new()
+                if crate::runner::remove_worktree_logged(engine.data_dir.clone(), repo.clone(), dir.clone(), None).await
+                {
+                    String::new()
+                } else {
+                    format!(
+                        " Its worktree {} was kept: it holds what is not committed to the branch (`git -C {} status` lists it).",
+                        dir.display(),
+                        dir.display()
+                    )
+                }
             }
             Ok(Err(e)) => format!(" Its worktree {} was kept: its work could not be committed ({e}).", dir.display()),
             Err(e) => format!(" Its worktree {} was kept ({e}).", dir.display()),

@@ -47,7 +47,7 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
         iteration: l.iteration,
         max_iterations: l.max_iterations,
         session: l.current_session_id.clone(),
-        worktree: worktree_line(l),
+        worktree: worktree_line(l, ctx.env.config.cleanup_worktree),
         branch: l.worktree_branch.clone(),
         started_at: l.started_at,
         completed_at: l.completed_at,
@@ -191,10 +191,20 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
 /// The loop's worktree folder as the detail shows it, marked when it is no longer there: a
 /// completed loop's is removed once its work is committed to the branch, and a path that
 /// is gone was shown as if it were (found by a review).
-fn worktree_line(l: &forge_store::loops::LoopRow) -> String {
+fn worktree_line(l: &forge_store::loops::LoopRow, cleanup_worktree: bool) -> String {
     let dir = &l.worktree_dir;
-    if dir.is_empty() || std::path::Path::new(dir).exists() {
+    if dir.is_empty() {
         return dir.clone();
+    }
+    if std::path::Path::new(dir).exists() {
+        // A completed loop's worktree (a cancelled one's too with `loop.cleanupWorktree`)
+        // is removed only once everything in it is on the branch: one still there was kept.
+        let removed_when_ended = l.status == "completed" || (l.status == "cancelled" && cleanup_worktree);
+        return if removed_when_ended {
+            format!("{dir} (kept when the loop ended: `git -C {dir} status` lists what it holds that the branch does not)")
+        } else {
+            dir.clone()
+        };
     }
     // Not more than is known: a completed loop's worktree is removed after its work is
     // committed to the branch, but a folder deleted by hand took what it held with it.
