@@ -186,7 +186,7 @@ pub fn apply_hunks(path: &str, content: &str, hunks: &[Hunk]) -> Result<Applied,
                 None => Found::None,
             }
         } else if !hunk.anchors.is_empty() {
-            hay.first(&old_text, lo, n).map_or(Found::None, |(p, level)| Found::One(p, level))
+            hay.nearest(&old_text, lo, n)
         } else {
             hay.unique(&old_text, lo, n)
         };

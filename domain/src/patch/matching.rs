@@ -121,7 +121,8 @@ pub(crate) struct Haystack<'a> {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Found {
     One(usize, MatchLevel),
-    /// 0-based starts of the candidates at the first level that had any.
+    /// 0-based starts of the candidates at the first level that had any (or, from
+    /// [`Haystack::nearest`], a loose place and a stricter one after it).
     Many(Vec<usize>),
     None,
 }
@@ -194,6 +195,25 @@ impl<'a> Haystack<'a> {
     pub(crate) fn first(&self, needle: &[&str], lo: usize, hi: usize) -> Option<(usize, MatchLevel)> {
         let p = *self.starts(MatchLevel::Unicode, needle, lo, hi, 1).first()?;
         self.at(needle, p).map(|level| (p, level))
+    }
+
+    /// What an anchored hunk takes (not an anchor: `@@` lines are trimmed, so an indented
+    /// line is their usual match): the nearest place in `lo..hi` where
+    /// `needle` fits ([`Haystack::first`]), unless it fits there only ignoring indentation
+    /// or Unicode variants while it fits with its indentation further on: then both places
+    /// ([`Found::Many`]). Either would be a guess: the nearer one may be a nested line the
+    /// hunk's indentation does not name (it was edited, and re-indented, in place of the
+    /// exact line below it), the farther one may be past the anchor's scope.
+    pub(crate) fn nearest(&self, needle: &[&str], lo: usize, hi: usize) -> Found {
+        let Some((p, level)) = self.first(needle, lo, hi) else { return Found::None };
+        if matches!(level, MatchLevel::Indentation | MatchLevel::Unicode) {
+            for strict in [MatchLevel::Exact, MatchLevel::TrailingWhitespace] {
+                if let Some(&q) = self.starts(strict, needle, p + 1, hi, 1).first() {
+                    return Found::Many(vec![p, q]);
+                }
+            }
+        }
+        Found::One(p, level)
     }
 
     /// Whether `needle` fits exactly at `p` at some level: the strictest one.

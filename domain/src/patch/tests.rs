@@ -256,6 +256,15 @@ fn rescue_rules_apply_updates() {
             "class A:\n  def f():\n    pass\nclass B:\n  def f():\n    return 1\n",
             None,
         ),
+        (
+            // `@@` lines are trimmed: an indented line is their usual match, and the nearest
+            // one after the previous anchor is taken, not a later line that fits exactly.
+            "a trimmed anchor takes the nearest indented line",
+            "class A:\n  def g():\n    pass\ndef g():\n    pass\n",
+            "@@ class A:\n@@ def g():\n-    pass\n+    return 1\n",
+            "class A:\n  def g():\n    return 1\ndef g():\n    pass\n",
+            None,
+        ),
         ("unified range header is a bare @@", "a\nb\nc\n", "@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n", "a\nB\nc\n", None),
         (
             "an anchored hunk takes the nearest place, even a tolerant one",
@@ -317,6 +326,14 @@ fn refusals_name_the_line_and_the_path() {
         ),
         ("ambiguous anchor", "fn f\n 1\nfn f\n 2\n", "@@ fn f\n-2\n+3\n", &["the @@ line 'fn f'", "lines 1, 3"]),
         ("anchor not found", "a\nb\n", "@@ fn zz\n-a\n+b\n", &["the @@ line 'fn zz' is not in it"]),
+        (
+            // The nearest place fits only ignoring indentation, the exact line is further
+            // on: a guess either way (the nested line was edited and re-indented).
+            "anchored hunk: a nearer place at another indentation and an exact one after it",
+            "fn main() {\n    if a {\n        x = 1;\n    }\n    x = 1;\n}\n",
+            "@@ fn main() {\n-    x = 1;\n+    x = 2;\n",
+            &["the hunk matches 'f.txt' at several places (lines 3, 5)"],
+        ),
         (
             "LCS fallback too weak",
             "one\ntwo\nthree\nfour\nfive\n",
