@@ -977,7 +977,10 @@ fn a_socket_file_naming_a_dead_server_without_a_row_is_removed() {
     let out = call();
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("does not answer"), "{out:?}");
-    assert!(out.stderr.contains("removed the socket file that named the dead server"), "{out:?}");
+    assert!(
+        out.stderr.contains("is dead: removed the project's socket file in the data directory, which named it"),
+        "{out:?}"
+    );
     let out = call();
     assert_eq!(out.code, 0, "{out:?}");
     assert!(!out.stderr.contains("does not answer"), "{out:?}");

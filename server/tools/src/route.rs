@@ -387,7 +387,10 @@ impl Route {
     fn forget_if_dead(&self, conn: &rusqlite::Connection, project: &str, sock: &Path) {
         if forge_core::paths::socket_is_dead(sock) {
             if store::servers::forget_hint(&self.data_dir, project, sock) {
-                self.say(format!("removed the socket file that named the dead server at {}", sock.display()));
+                self.say(format!(
+                    "the server at {} is dead: removed the project's socket file in the data directory, which named it (the socket itself is left where it is)",
+                    sock.display()
+                ));
             }
             if let Ok(1..) = store::servers::forget_socket(conn, &sock.display().to_string()) {
                 self.say(format!("forgot the registration of the dead server at {}", sock.display()));
