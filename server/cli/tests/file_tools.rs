@@ -964,3 +964,41 @@ fn apply_patch_deletes_a_binary_file_it_cannot_edit() {
     c.tool_ok("apply-patch", patch("*** Delete File: img.png\n"));
     assert!(!img.exists());
 }
+
+/// An absolute path through another name of the project's folder (a symbolic link to it,
+/// as a shell's working directory or macOS's `/tmp` gives) is the path under the project:
+/// every file tool refused it as outside the root, naming a root the caller never used
+/// (review X). A link to somewhere else is still outside, and the last component is kept
+/// as named: a link there is deleted, not what it points to.
+#[test]
+fn absolute_paths_through_a_link_to_the_project_are_inside_it() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("run.sh", "echo b\n");
+    repo.write("q/a.txt", "needle\n");
+    repo.write("target.txt", "kept\n");
+    std::os::unix::fs::symlink(repo.path.join("target.txt"), repo.path.join("l")).unwrap();
+    let alias = sb.root.join("alias");
+    std::os::unix::fs::symlink(&repo.path, &alias).unwrap();
+    let a = alias.display().to_string();
+    let c = client(&sb, &repo);
+    c.tool_ok("apply-patch", patch(&format!("*** Update File: {a}/run.sh\n@@\n-echo b\n+echo c\n")));
+    assert_eq!(read(&repo, "run.sh"), "echo c\n");
+    c.tool_ok("apply-patch", patch(&format!("*** Add File: {a}/new/n.txt\n+n\n")));
+    assert_eq!(read(&repo, "new/n.txt"), "n\n");
+    let out = c.tool_ok("grep", json!({ "pattern": "needle", "path": format!("{a}/q") }));
+    assert!(out.text.starts_with("q/a.txt:1:"), "{}", out.text);
+    let out = c.tool_ok("glob", json!({ "pattern": "*.txt", "path": format!("{a}/q") }));
+    assert_eq!(out.data["files"], json!(["q/a.txt"]), "{}", out.text);
+    c.tool_ok("grep", json!({ "pattern": "needle", "path": a.clone() }));
+    // The link `l` named through the alias is the link: deleting it leaves its target.
+    c.tool_ok("apply-patch", patch(&format!("*** Delete File: {a}/l\n")));
+    assert!(std::fs::symlink_metadata(repo.path.join("l")).is_err() && repo.path.join("target.txt").exists());
+    // A link to a folder that is not the project is outside it, as before.
+    let elsewhere = sb.mkdir("elsewhere");
+    std::fs::write(elsewhere.join("x.txt"), "x\n").unwrap();
+    let e = c.tool_err("apply-patch", patch(&format!("*** Update File: {}/x.txt\n@@\n-x\n+y\n", elsewhere.display())));
+    assert!(e.message.contains("is outside the root"), "{e}");
+    let e = c.tool_err("grep", json!({ "pattern": "x", "path": format!("{a}/../elsewhere") }));
+    assert!(e.message.contains("outside the root"), "{e}");
+}

@@ -114,6 +114,40 @@ pub fn caller_root(ctx: &ToolCtx) -> Result<PathBuf, ToolError> {
     Ok(root)
 }
 
+/// An absolute path spelled through another name of the root (a symbolic link to the
+/// project's folder or above it: the caller's working directory as its shell names it,
+/// macOS's `/tmp` for `/private/tmp`), as the same path under `root` (canonical); `None`
+/// for any other path. Only the directories are resolved: the last component is kept as
+/// named (a link there is the link, not what it points to), and a path with `..` is left
+/// as it is (refused as outside the root by the caller, as before).
+pub fn through_root_alias(root: &Path, raw: &str) -> Option<PathBuf> {
+    let p = Path::new(raw);
+    if !p.is_absolute() || p.starts_with(root) || p.components().any(|c| matches!(c, Component::ParentDir)) {
+        return None;
+    }
+    if p.canonicalize().is_ok_and(|real| real == root) {
+        return Some(root.to_path_buf());
+    }
+    let name = p.file_name()?;
+    let mut dir = p.parent()?.to_path_buf();
+    let mut below: Vec<std::ffi::OsString> = vec![];
+    loop {
+        if let Ok(real) = dir.canonicalize() {
+            if !real.starts_with(root) {
+                return None;
+            }
+            let mut out = real;
+            out.extend(below.iter().rev());
+            out.push(name);
+            return Some(out);
+        }
+        below.push(dir.file_name()?.to_owned());
+        if !dir.pop() {
+            return None;
+        }
+    }
+}
+
 /// `rel` as a path inside `root` (which is canonical), or an error naming the path.
 pub fn within(root: &Path, rel: &str) -> Result<PathBuf, ToolError> {
     within_from(root, rel, false)
@@ -133,7 +167,11 @@ fn within_from(root: &Path, rel: &str, unfollowed: bool) -> Result<PathBuf, Tool
     }
     let raw = Path::new(rel);
     let rel_part: PathBuf = if raw.is_absolute() {
-        raw.strip_prefix(root)
+        let aliased = through_root_alias(root, rel);
+        aliased
+            .as_deref()
+            .unwrap_or(raw)
+            .strip_prefix(root)
             .map(Path::to_path_buf)
             .map_err(|_| bad(&format!("is outside the root {}", root.display())))?
     } else {

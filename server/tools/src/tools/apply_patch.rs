@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use forge_domain::patch::{parse_patch, plan_patch, FileChange, Patch, PatchError, Unreadable};
+use forge_domain::patch::{parse_patch, plan_patch, FileChange, Patch, PatchError, PatchOp, Unreadable};
 use forge_protocol::{CommandResult, ToolError};
 use serde_json::json;
 
@@ -32,7 +32,20 @@ pub type Input = forge_protocol::inputs::ApplyPatchInput;
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     let root = caller_root(ctx)?;
     // Parsed once, now: a malformed patch fails before anything else happens.
-    let patch = parse_patch(&input.patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
+    let mut patch = parse_patch(&input.patch).map_err(|e| ToolError::invalid(format!("apply-patch failed: {e}")))?;
+    // An absolute path through another name of the root (a linked folder) is the path
+    // under the root: the domain compares paths as text.
+    for op in &mut patch.ops {
+        let paths: Vec<&mut String> = match op {
+            PatchOp::Add { path, .. } | PatchOp::Delete { path, .. } => vec![path],
+            PatchOp::Update { path, move_to, .. } => std::iter::once(path).chain(move_to.as_mut().map(|m| &mut m.path)).collect(),
+        };
+        for path in paths {
+            if let Some(real) = crate::files::through_root_alias(&root, path).and_then(|r| r.to_str().map(str::to_string)) {
+                *path = real;
+            }
+        }
+    }
     let places = crate::files::forge_config_places(ctx, &root);
     ctx.after = Some(Box::new(move || apply(&root, &patch, &places)));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
