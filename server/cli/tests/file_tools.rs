@@ -705,14 +705,21 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     let e = c.tool_err("ast-grep-search", json!({ "pattern": "let a = 1; let b = 2;", "lang": "rust" }));
     assert_eq!(e.code, 1006, "{e}");
     assert!(e.message.contains("Multiple AST nodes"), "{e}");
-    // A pattern that can only match across a line break is refused: lines are searched
-    // one at a time, so it answered "No matches found" for text that is there. A class
-    // that holds a line break still matches within the line.
+    // A pattern with a line break: lines are searched one at a time, so a match cannot
+    // span two; an empty result says so (it answered a bare "No matches found" for text
+    // that is there), and an optional line break still matches within a line.
     repo.write("src/two.txt", "needle here\nneedle again\n");
     for p in ["needle here\nneedle", r"here\nneedle", r"here\x0Aneedle"] {
-        let e = c.tool_err("grep", json!({ "pattern": p }));
-        assert_eq!(e.code, 1006, "{p:?}: {e}");
-        assert!(e.message.contains("it matches a line break, and grep searches one line at a time"), "{e}");
+        let out = c.tool_ok("grep", json!({ "pattern": p, "path": "src/two.txt" }));
+        assert!(
+            out.text.starts_with("No matches found. The pattern holds a line break (\\n), and grep searches one line at a time"),
+            "{p:?}: {}",
+            out.text
+        );
+    }
+    for p in [r"again\n?", r"again(\r?\n)?", r"again|\n"] {
+        let out = c.tool_ok("grep", json!({ "pattern": p, "path": "src/two.txt" }));
+        assert!(out.text.starts_with("src/two.txt:2: needle again"), "{p:?}: {}", out.text);
     }
     let out = c.tool_ok("grep", json!({ "pattern": r"needle\sagain", "path": "src/two.txt" }));
     assert!(out.text.contains("two.txt:2: needle again"), "{}", out.text);

@@ -42,33 +42,42 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     // Compiled off the caller's thread, with the search: a large pattern can take seconds
     // to compile, and a read-only tool's own part runs on the server's async workers.
     ctx.after = Some(Box::new(move || {
-        // Lines are searched one at a time: a pattern that can only match across a line
-        // break is refused (as `rg` refuses it) instead of matching nothing, and a class
-        // such as `\s` matches within the line.
-        let matcher = RegexMatcherBuilder::new()
-            .case_insensitive(!input.case_sensitive.unwrap_or(true))
-            .line_terminator(Some(b'\n'))
-            .build(&input.pattern)
-            .map_err(|e| {
-                // The builder reports the pattern as it wrapped it (`(?:(` for `(`); an
-                // error found by parsing and translating the caller's pattern alone (a
-                // syntax error, an unknown class such as `\p{Nope}`) names it and its
-                // column. Anything else (a size limit) is the builder's own error.
-                let own = regex_syntax::ParserBuilder::new()
-                    .utf8(false) // as grep-regex translates (a `(?-u:\xFF)` is a pattern)
-                    .case_insensitive(!input.case_sensitive.unwrap_or(true))
-                    .build()
-                    .parse(&input.pattern);
-                let e = match own {
-                    Err(own) => forge_domain::text::cut_error(own),
-                    Ok(_) if matches!(e.kind(), grep_regex::ErrorKind::NotAllowed(_)) => {
-                        "it matches a line break, and grep searches one line at a time (search for each line's text separately)".to_string()
-                    }
-                    Ok(_) => forge_domain::text::cut_error(e),
-                };
-                let p = forge_domain::text::echo(&input.pattern);
-                ToolError::invalid(format!("grep failed: invalid regex {p}: {e}"))
-            })?;
+        // Lines are searched one at a time, so no match spans a line break. A pattern with
+        // a line break in it (`a\nb`, `a\n?`) cannot be built with `\n` as the line
+        // terminator (grep-regex refuses every literal `\n`, also an optional one): it is
+        // built without, as before, matches what it can within a line, and an empty result
+        // says why (it answered a bare "No matches found" for text that is there).
+        let case_insensitive = !input.case_sensitive.unwrap_or(true);
+        let build = |line_terminated: bool| {
+            let mut b = RegexMatcherBuilder::new();
+            b.case_insensitive(case_insensitive);
+            if line_terminated {
+                b.line_terminator(Some(b'\n'));
+            }
+            b.build(&input.pattern)
+        };
+        let invalid = |e: grep_regex::Error| {
+            // The builder reports the pattern as it wrapped it (`(?:(` for `(`); an
+            // error found by parsing and translating the caller's pattern alone (a
+            // syntax error, an unknown class such as `\p{Nope}`) names it and its
+            // column. Anything else (a size limit) is the builder's own error.
+            let own = regex_syntax::ParserBuilder::new()
+                .utf8(false) // as grep-regex translates (a `(?-u:\xFF)` is a pattern)
+                .case_insensitive(case_insensitive)
+                .build()
+                .parse(&input.pattern);
+            let e = match own {
+                Err(own) => forge_domain::text::cut_error(own),
+                Ok(_) => forge_domain::text::cut_error(e),
+            };
+            let p = forge_domain::text::echo(&input.pattern);
+            ToolError::invalid(format!("grep failed: invalid regex {p}: {e}"))
+        };
+        let (matcher, holds_line_break) = match build(true) {
+            Ok(m) => (m, false),
+            Err(e) if matches!(e.kind(), grep_regex::ErrorKind::NotAllowed(_)) => (build(false).map_err(invalid)?, true),
+            Err(e) => return Err(invalid(e)),
+        };
         let include = match input.include.as_deref().filter(|g| !g.is_empty()) {
             Some(g) => Some(
                 globset::Glob::new(g)
@@ -77,7 +86,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             ),
             None => None,
         };
-        search(&root, &start, &matcher, include.as_ref(), limit as usize)
+        search(&root, &start, &matcher, include.as_ref(), limit as usize, holds_line_break)
     }));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
@@ -88,6 +97,7 @@ fn search(
     matcher: &grep_regex::RegexMatcher,
     include: Option<&globset::GlobSet>,
     limit: usize,
+    holds_line_break: bool,
 ) -> Result<CommandResult, ToolError> {
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(0))
@@ -171,6 +181,11 @@ fn search(
     let mut text = lines.join("\n");
     if lines.is_empty() {
         text = "No matches found.".to_string();
+        if holds_line_break {
+            text.push_str(
+                " The pattern holds a line break (\\n), and grep searches one line at a time: no match spans two lines. Search for each line's text on its own.",
+            );
+        }
     }
     text.push_str(&format!(
         "\n\n{} match{} in {files} file{} searched{}",
