@@ -186,7 +186,8 @@ pub fn apply_hunks(path: &str, content: &str, hunks: &[Hunk]) -> Result<Applied,
                 None => Found::None,
             }
         } else if !hunk.anchors.is_empty() {
-            hay.nearest(&old_text, lo, n)
+            // `lo` is the line after the last anchor.
+            hay.nearest(&old_text, lo, n, hay.block_end(lo - 1))
         } else {
             hay.unique(&old_text, lo, n)
         };
@@ -198,6 +199,13 @@ pub fn apply_hunks(path: &str, content: &str, hunks: &[Hunk]) -> Result<Applied,
                 }
                 edits.push(Edit { start: p, end: p + m, out: merge(hunk, &alignment, p, p + m) });
                 cursor = p + m;
+            }
+            // After an anchor: the nearest place differs from the hunk in indentation (or
+            // look-alikes), a later one in the anchor's block does not.
+            Found::Many(starts) if !hunk.anchors.is_empty() && !hunk.at_eof => {
+                let what =
+                    format!("hunk (at line {} only with other indentation or look-alike characters)", starts[0] + 1);
+                return Err(ambiguous(what, starts));
             }
             Found::Many(starts) => return Err(ambiguous("hunk".to_string(), starts)),
             Found::None => match fuzzy(&hay, &old_text, &removed, lo, n, hunk.at_eof) {

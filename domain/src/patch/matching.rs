@@ -198,22 +198,34 @@ impl<'a> Haystack<'a> {
     }
 
     /// What an anchored hunk takes (not an anchor: `@@` lines are trimmed, so an indented
-    /// line is their usual match): the nearest place in `lo..hi` where
-    /// `needle` fits ([`Haystack::first`]), unless it fits there only ignoring indentation
-    /// or Unicode variants while it fits with its indentation further on: then both places
-    /// ([`Found::Many`]). Either would be a guess: the nearer one may be a nested line the
-    /// hunk's indentation does not name (it was edited, and re-indented, in place of the
-    /// exact line below it), the farther one may be past the anchor's scope.
-    pub(crate) fn nearest(&self, needle: &[&str], lo: usize, hi: usize) -> Found {
+    /// line is their usual match): the nearest place in `lo..hi` where `needle` fits
+    /// ([`Haystack::first`]), unless it fits there only ignoring indentation or Unicode
+    /// variants while it fits with its indentation further on in `lo..scope_end` (the
+    /// anchor's block): then both places ([`Found::Many`]). Either would be a guess: the
+    /// nearer one may be a nested line the hunk's indentation does not name (it was edited,
+    /// and re-indented, in place of the exact line below it). An exact line past the
+    /// anchor's block (another function's) does not count.
+    pub(crate) fn nearest(&self, needle: &[&str], lo: usize, hi: usize, scope_end: usize) -> Found {
         let Some((p, level)) = self.first(needle, lo, hi) else { return Found::None };
         if matches!(level, MatchLevel::Indentation | MatchLevel::Unicode) {
             for strict in [MatchLevel::Exact, MatchLevel::TrailingWhitespace] {
-                if let Some(&q) = self.starts(strict, needle, p + 1, hi, 1).first() {
+                if let Some(&q) = self.starts(strict, needle, p + 1, scope_end.min(hi), 1).first() {
                     return Found::Many(vec![p, q]);
                 }
             }
         }
         Found::One(p, level)
+    }
+
+    /// The end of the block an anchor at line `at` opens: the first non-blank line after
+    /// it indented no deeper than it (a closing `}` at its level, the next definition), or
+    /// the end of the file.
+    pub(crate) fn block_end(&self, at: usize) -> usize {
+        let indent = |l: &str| l.len() - l.trim_start_matches([' ', '\t']).len();
+        let own = self.lines.get(at).map_or(0, |l| indent(l));
+        (at + 1..self.lines.len())
+            .find(|&j| !self.lines[j].trim().is_empty() && indent(self.lines[j]) <= own)
+            .unwrap_or(self.lines.len())
     }
 
     /// Whether `needle` fits exactly at `p` at some level: the strictest one.

@@ -287,6 +287,15 @@ fn rescue_rules_apply_updates() {
             "a\nB\n\n",
             Some(MatchLevel::Fuzzy { matched: 2, total: 2 }),
         ),
+        (
+            // The exact line is in another function, past the anchor's block: the nearest
+            // place, nested deeper, is the one under the anchor (review Y).
+            "an exact line past the anchor's block does not make it ambiguous",
+            "fn a() {\n    if x {\n        y();\n    }\n}\n\nfn b() {\n    y();\n}\n",
+            "@@ fn a() {\n-    y();\n+    z();\n",
+            "fn a() {\n    if x {\n    z();\n    }\n}\n\nfn b() {\n    y();\n}\n",
+            Some(MatchLevel::Indentation),
+        ),
         ("insertion after an anchor", "a\nb\n", "@@ a\n+inserted\n", "a\ninserted\nb\n", None),
         ("insertion at the end of the file", "a\nb\n", "@@\n+c\n*** End of File\n", "a\nb\nc\n", None),
         ("insertion into an empty file", "", "@@\n+first\n", "first\n", None),
@@ -332,7 +341,7 @@ fn refusals_name_the_line_and_the_path() {
             "anchored hunk: a nearer place at another indentation and an exact one after it",
             "fn main() {\n    if a {\n        x = 1;\n    }\n    x = 1;\n}\n",
             "@@ fn main() {\n-    x = 1;\n+    x = 2;\n",
-            &["the hunk matches 'f.txt' at several places (lines 3, 5)"],
+            &["the hunk (at line 3 only with other indentation or look-alike characters) matches 'f.txt' at several places (lines 3, 5)"],
         ),
         (
             "LCS fallback too weak",
