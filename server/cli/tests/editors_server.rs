@@ -456,6 +456,65 @@ fn saving_over_a_session_plan_copy_writes_the_plan() {
     assert_eq!(mode, Some(0o444), "the copy is read-only again");
 }
 
+/// A copy's buffer opened before an agent changed the plan, then saved: the save would
+/// undo that change without a word (review Z: it was stored, and the user told "saved").
+/// It is refused, the text kept under `.forge/rejected/`, and the user told why. A buffer
+/// reloaded after the change (the editor's didChange to the new copy) saves as before.
+#[test]
+fn saving_a_copy_opened_before_the_plan_changed_is_refused_not_stored() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = view_client(&sb, &repo);
+    c.tool_ok("plan-write", json!({ "content": "# Plan\n\n## Objective\nOne.\n" }));
+    let copy = repo.path.canonicalize().unwrap().join(format!(".forge/view/plan/session/{}.md", c.session_id()));
+    let opened = wait_file(&copy, |t| t.contains("One."));
+    let uri = file_uri(&copy);
+    c.notify(
+        "textDocument/didOpen",
+        json!({ "textDocument": { "uri": uri, "languageId": "markdown", "version": 1, "text": opened } }),
+    );
+    // An agent's edit; the copy on disk follows it, the buffer (modified, or not reloaded)
+    // does not.
+    c.tool_ok("plan-edit", json!({ "oldString": "One.", "newString": "Two, newer." }));
+    wait_file(&copy, |t| t.contains("Two, newer."));
+    let mine = opened.replace("One.", "One, and my note.");
+    c.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": mine }] }),
+    );
+    c.notify("textDocument/didSave", json!({ "textDocument": { "uri": uri }, "text": mine }));
+    let told = c
+        .wait_notification(WAIT, |r| {
+            r.method() == "window/showMessage"
+                && r.params()["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("the document changed after your buffer last held it"))
+        })
+        .unwrap_or_else(|| panic!("the user is told: {:?}", shown_messages(&c)));
+    let message = told.params()["message"].as_str().unwrap().to_string();
+    assert!(c.tool_ok("plan-read", json!({})).text.contains("Two, newer."), "the newer plan was kept");
+    let kept = message.split("your text is in ").nth(1).and_then(|r| r.strip_suffix('.')).expect("where the text is");
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), mine, "{message}");
+    assert!(!shown_messages(&c).iter().any(|m| m.contains("was saved as the plan")), "{:?}", shown_messages(&c));
+    // Reloaded (the buffer takes the copy's new text), edited and saved: stored.
+    let current = wait_file(&copy, |t| t.contains("Two, newer."));
+    c.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 3 }, "contentChanges": [{ "text": current }] }),
+    );
+    let edited = current.replace("Two, newer.", "Three, after reloading.");
+    c.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 4 }, "contentChanges": [{ "text": edited }] }),
+    );
+    c.notify("textDocument/didSave", json!({ "textDocument": { "uri": uri }, "text": edited }));
+    let stored = wait_for(WAIT, || {
+        let out = c.tool_ok("plan-read", json!({}));
+        out.text.contains("Three, after reloading.").then_some(())
+    });
+    assert!(stored.is_some(), "a save after reloading is stored: {:?}", shown_messages(&c));
+}
+
 /// Vim, Neovim and Helix add a final line break when they save: saving an unchanged copy
 /// that way is no edit. Before, every such save wrote the plan again and said so, and the
 /// copy was rewritten under the editor.

@@ -712,7 +712,9 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     for p in ["needle here\nneedle", r"here\nneedle", r"here\x0Aneedle"] {
         let out = c.tool_ok("grep", json!({ "pattern": p, "path": "src/two.txt" }));
         assert!(
-            out.text.starts_with("No matches found. The pattern holds a line break (\\n), and grep searches one line at a time"),
+            out.text.starts_with(
+                "No matches found. The pattern holds a line break (\\n), and grep searches one line at a time"
+            ),
             "{p:?}: {}",
             out.text
         );

@@ -470,7 +470,7 @@ pub async fn materialize(conn: &Conn, uri: &str) {
         if user_changed && conn.claim_view_edit(&path, &on_disk, true) {
             // Not saved through the editor, and the document changed since: the stored
             // document wins; the user's text is kept, and they are told.
-            adopt_view_edit(conn, &parsed, &path, on_disk, false).await;
+            adopt_view_edit(conn, &parsed, &path, on_disk, Edit::OnDisk).await;
             text = documents::render_view(conn, &parsed).await.ok();
         } else if recorded.is_none() && !read_only && text.as_deref() != Some(on_disk.as_str()) {
             // Not written by this connection (another one wrote it, or a server before a
@@ -575,17 +575,31 @@ async fn read_view(path: &std::path::Path) -> Option<(Result<String, Vec<u8>>, b
     .flatten()
 }
 
-/// The user changed the read-only copy of `doc`. `saved`: through the editor's save (then
-/// a session plan becomes a `plan-write` of that session where the caller may write it);
-/// otherwise the copy was changed on disk while the document itself changed, and the
-/// stored document wins. Whatever is not applied is restored by the caller's next
+/// How the user's text of a copy reached the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edit {
+    /// Saved through the editor, from the copy's current version.
+    Saved,
+    /// Saved through the editor from an older version of the copy: the document changed
+    /// after the buffer last held it.
+    SavedStale,
+    /// Changed on disk, not through an editor's save, while the document changed too.
+    OnDisk,
+}
+
+/// The user changed the read-only copy of `doc`. [`Edit::Saved`]: a session plan becomes a
+/// `plan-write` of that session where the caller may write it; otherwise the stored
+/// document wins. Whatever is not applied is restored by the caller's next
 /// materialization, and the user's text is kept under `.forge/rejected/` with a message
 /// saying why and where: never lost, never silently.
-pub async fn adopt_view_edit(conn: &Conn, doc: &ForgeUri, path: &std::path::Path, text: String, saved: bool) {
+pub async fn adopt_view_edit(conn: &Conn, doc: &ForgeUri, path: &std::path::Path, text: String, how: Edit) {
     use tower_lsp_server::gen_lsp_types::MessageType;
     let shown = path.display().to_string();
     let refused = match doc {
-        _ if !saved => "the copy was changed on disk while the document changed too, and the document was kept".to_string(),
+        _ if how == Edit::OnDisk => {
+            "the copy was changed on disk while the document changed too, and the document was kept".to_string()
+        }
+        _ if how == Edit::SavedStale => "the document changed after your buffer last held it (another tool or session wrote it), and saving would undo that change; reload the file to see it".to_string(),
         ForgeUri::SessionPlan(session) => {
             let env = conn.env();
             let mut input = serde_json::json!({ "content": text });

@@ -110,6 +110,10 @@ pub struct ClientCaps {
 pub struct OpenDoc {
     pub version: i32,
     pub text: String,
+    /// For a buffer of a `.forge/view` copy: the digest of the copy this connection wrote
+    /// that the buffer last held (when opened, or reloaded after a rewrite), the version
+    /// of the document its edits start from; `None` when it never held one.
+    pub base: Option<u64>,
 }
 
 pub struct Conn {
@@ -250,6 +254,34 @@ impl Conn {
                 None => v.remove(path),
             };
         }
+    }
+
+    /// The `.forge/view` copy a file URI names, if it names one.
+    pub fn copy_path(&self, uri: &str) -> Option<PathBuf> {
+        if ForgeUri::parse(uri).is_some() {
+            return None;
+        }
+        self.document(uri).map(|d| self.view_path(&d))
+    }
+
+    /// Records that the open buffer at `uri` (a copy's) holds the copy this connection last
+    /// wrote, when it does: the base a later save of it is checked against
+    /// ([`OpenDoc::base`]).
+    pub fn note_copy_base(&self, uri: &str) {
+        let Some(path) = self.copy_path(uri) else { return };
+        let Some(written) = self.view_digest(&path) else { return };
+        if let Ok(mut docs) = self.docs.lock() {
+            if let Some(d) = docs.get_mut(uri) {
+                if digest(&d.text) == written {
+                    d.base = Some(written);
+                }
+            }
+        }
+    }
+
+    /// The base of the open buffer at `uri` ([`OpenDoc::base`]).
+    pub fn copy_base(&self, uri: &str) -> Option<u64> {
+        self.docs.lock().ok().and_then(|d| d.get(uri).and_then(|d| d.base))
     }
 
     /// The digest of what this connection last wrote (or handled) at `path`.

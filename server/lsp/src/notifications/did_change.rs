@@ -44,6 +44,10 @@ pub fn did_change(backend: &Backend, params: DidChangeTextDocumentParams) {
             None => false,
         }
     };
+    if applied {
+        // A copy's buffer reloaded after the server rewrote the copy starts from it now.
+        conn.note_copy_base(&uri);
+    }
     if applied && conn.document(&uri).is_some_and(|d| d.is_plan()) {
         let conn = conn.clone();
         tokio::spawn(async move { crate::announce::publish_plan_warnings(&conn, &uri).await });

@@ -9,10 +9,11 @@ pub fn did_open(backend: &Backend, params: DidOpenTextDocumentParams) {
     let Ok(conn) = backend.conn() else { return };
     // Keyed in the server's spelling of file URIs (the one diagnostics are published with).
     let uri = conn.from_client(params.text_document.uri.0);
-    conn.docs
-        .lock()
-        .expect("docs")
-        .insert(uri.clone(), OpenDoc { version: params.text_document.version, text: params.text_document.text });
+    conn.docs.lock().expect("docs").insert(
+        uri.clone(),
+        OpenDoc { version: params.text_document.version, text: params.text_document.text, base: None },
+    );
+    conn.note_copy_base(&uri);
     // Clients drop a closed buffer's diagnostics (Neovim) or ignore those of files that
     // were not open (eglot): republish this file's findings to this connection.
     let files: Vec<String> = conn

@@ -30,15 +30,23 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
             crate::announce::note_handled_edit(&path, &seen);
             return;
         }
+        // The document changed after this buffer last held its copy (an agent's plan-edit,
+        // another session's plan-write): the buffer's text starts from an older version,
+        // and storing it would undo that change without a word (review Z).
+        let base = conn.copy_base(&uri);
+        let stale = base.is_some() && base != current.as_deref().map(crate::conn::digest);
         if current.as_deref() != Some(text.as_str()) && conn.claim_view_edit(&path, &text, false) {
             // Handled here: what the editor sent and what it wrote (which may differ, a byte
             // order mark) are not a new edit for the next rewrite of the copy.
             let seen: Vec<&[u8]> = std::iter::once(text.as_bytes()).chain(disk.as_deref()).collect();
             crate::announce::note_handled_edit(&path, &seen);
-            crate::announce::adopt_view_edit(conn, &doc, &path, text, true).await;
+            let how = if stale { crate::announce::Edit::SavedStale } else { crate::announce::Edit::Saved };
+            crate::announce::adopt_view_edit(conn, &doc, &path, text, how).await;
         }
     }
     crate::announce::materialize(conn, &doc.to_uri()).await;
+    // The buffer holds the copy just written (the save adopted): its new base.
+    conn.note_copy_base(&uri);
 }
 
 /// Whether two texts differ at most in the line breaks they end with.
