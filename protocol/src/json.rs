@@ -61,13 +61,41 @@ pub fn kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// Texts longer than this are escaped a piece at a time ([`push_string`]).
+const LONG: usize = 1024 * 1024;
+/// The size of those pieces.
+const PIECE: usize = 256 * 1024;
+
 /// Appends `s` as a JSON string literal, quotes included, escaped as serde_json does it.
 ///
 /// The library reserves six bytes per byte of `s` beyond what is there (the most an
-/// escape takes) before it writes: address space, not memory, for the part it never
-/// touches.
+/// escape takes) before it writes: for a long text that is a reply buffer six times the
+/// text's size (96 MB for a 16 MB plan), held while the reply waits to be written. A text
+/// over [`LONG`] bytes is escaped in pieces of [`PIECE`] bytes (cut at character boundaries:
+/// escaping is per character, so the pieces' escapes are the text's) through a scratch
+/// buffer, and the output grows by what is written; the one copy more is of a few hundred
+/// KB at memory speed.
 pub fn push_string(out: &mut Vec<u8>, s: &str) {
-    json_escape_simd::escape_into(s, out);
+    if s.len() <= LONG {
+        json_escape_simd::escape_into(s, out);
+        return;
+    }
+    let mut scratch = Vec::with_capacity(PIECE * 6 + 64);
+    out.push(b'"');
+    let mut rest = s;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(PIECE);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, tail) = rest.split_at(cut);
+        scratch.clear();
+        json_escape_simd::escape_into(piece, &mut scratch);
+        // Without the piece's own quotes.
+        out.extend_from_slice(&scratch[1..scratch.len() - 1]);
+        rest = tail;
+    }
+    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -144,6 +172,27 @@ mod tests {
             push_string(&mut out, "tail");
             let want = format!("{{\"text\":{},\"tail\"", serde_json::to_string(&s).unwrap());
             assert_eq!(String::from_utf8(out).unwrap(), want, "length {n}");
+        }
+    }
+
+    /// Texts longer than a piece, with escapes and multi-byte characters across the cuts:
+    /// the same bytes as serde_json, and no buffer six times the text's size.
+    #[test]
+    fn long_texts_are_escaped_in_pieces_with_the_same_bytes() {
+        for unit in ["a\"\\\n\u{1}é🦀", "plain text of a plan line, with `code`\n", "🦀"] {
+            for extra in [0, 1, 2, 3, 5] {
+                let mut s = String::new();
+                for c in unit.chars().cycle() {
+                    if s.len() >= LONG + 3 * PIECE + extra {
+                        break;
+                    }
+                    s.push(c);
+                }
+                let mut out = b"{".to_vec();
+                push_string(&mut out, &s);
+                assert_eq!(&out[1..], serde_json::to_string(&s).unwrap().as_bytes(), "{unit:?} +{extra}");
+                assert!(out.capacity() < 4 * out.len() + 1024, "capacity {} for {} bytes", out.capacity(), out.len());
+            }
         }
     }
 
