@@ -1003,6 +1003,11 @@ fn absolute_paths_through_a_link_to_the_project_are_inside_it() {
     // The link `l` named through the alias is the link: deleting it leaves its target.
     c.tool_ok("apply-patch", patch(&format!("*** Delete File: {a}/l\n")));
     assert!(std::fs::symlink_metadata(repo.path.join("l")).is_err() && repo.path.join("target.txt").exists());
+    // A link in the project to the project itself, named through the alias, is that link
+    // (review Y: it was taken for the root).
+    std::os::unix::fs::symlink(&repo.path, repo.path.join("selfl")).unwrap();
+    c.tool_ok("apply-patch", patch(&format!("*** Delete File: {a}/selfl\n")));
+    assert!(std::fs::symlink_metadata(repo.path.join("selfl")).is_err() && repo.path.join("run.sh").exists());
     // A link to a folder that is not the project is outside it, as before.
     let elsewhere = sb.mkdir("elsewhere");
     std::fs::write(elsewhere.join("x.txt"), "x\n").unwrap();

@@ -125,25 +125,27 @@ pub fn through_root_alias(root: &Path, raw: &str) -> Option<PathBuf> {
     if !p.is_absolute() || p.starts_with(root) || p.components().any(|c| matches!(c, Component::ParentDir)) {
         return None;
     }
-    if p.canonicalize().is_ok_and(|real| real == root) {
-        return Some(root.to_path_buf());
-    }
-    let name = p.file_name()?;
+    // The path names the root itself (the link to it): only when its directory is not in
+    // the root, where its last component is a name in the project (a link there to the
+    // root is a link to delete, not the root).
+    let whole = || p.canonicalize().ok().filter(|real| real == root);
+    let Some(name) = p.file_name() else { return whole() };
     let mut dir = p.parent()?.to_path_buf();
     let mut below: Vec<std::ffi::OsString> = vec![];
     loop {
         if let Ok(real) = dir.canonicalize() {
             if !real.starts_with(root) {
-                return None;
+                return whole();
             }
             let mut out = real;
             out.extend(below.iter().rev());
             out.push(name);
             return Some(out);
         }
-        below.push(dir.file_name()?.to_owned());
+        let Some(last) = dir.file_name() else { return whole() };
+        below.push(last.to_owned());
         if !dir.pop() {
-            return None;
+            return whole();
         }
     }
 }
