@@ -659,6 +659,14 @@ pub fn left_behind(worktree: &Path) -> Result<Vec<String>, GitError> {
         .filter(|s| !s.status().is_empty() && !s.status().contains(git2::Status::IGNORED))
         .map(|s| String::from_utf8_lossy(s.path_bytes()).into_owned())
         .collect();
+    // A submodule set up in a linked worktree keeps its git directory in the worktree's
+    // own (`.git/worktrees/<name>/modules`), which goes with the worktree: its commits
+    // that were never pushed would go too, even when its status is clean (`git worktree
+    // remove` refuses such a worktree for that reason).
+    let modules = repo.path().join("modules");
+    if fs::symlink_metadata(&modules).is_ok() {
+        paths.push(format!("the git directories of its submodules ({})", modules.display()));
+    }
     paths.sort();
     paths.dedup();
     Ok(paths)
@@ -1665,6 +1673,34 @@ mod tests {
         assert!(!is_section_message("section 1a: a"));
         assert!(!is_section_message(" section 1: a"));
         assert!(!is_section_message(""));
+    }
+
+    /// What keeps a worktree from removal: changed, staged and untracked files, a
+    /// repository made inside it, a submodule's git directory; not ignored files.
+    #[test]
+    fn left_behind_lists_what_the_branch_does_not_hold() {
+        let (_tmp, _repo, wt) = setup();
+        let d = &wt.dir;
+        assert_eq!(left_behind(d).unwrap(), Vec::<String>::new());
+        write(&d.join("x.log"), "ignored\n");
+        assert_eq!(left_behind(d).unwrap(), Vec::<String>::new(), "ignored files go with it");
+        write(&d.join("a.txt"), "changed\n");
+        write(&d.join("new/n.txt"), "n\n");
+        // A repository the agent made and committed in: clean in itself, not in the branch.
+        git(d, &["init", "-q", "inner"]);
+        write(&d.join("inner/f.txt"), "f\n");
+        git(&d.join("inner"), &["add", "f.txt"]);
+        git(&d.join("inner"), &["commit", "-qm", "inner"]);
+        assert_eq!(left_behind(d).unwrap(), vec!["a.txt", "inner/", "new/"]);
+        checkpoint(d, "section 1: a").unwrap().unwrap();
+        assert_eq!(left_behind(d).unwrap(), vec!["inner/"], "the checkpoint never stages a repository");
+        fs::remove_dir_all(d.join("inner")).unwrap();
+        assert_eq!(left_behind(d).unwrap(), Vec::<String>::new());
+        let gitdir = PathBuf::from(git(d, &["rev-parse", "--git-dir"]));
+        fs::create_dir_all(gitdir.join("modules/sub")).unwrap();
+        let left = left_behind(d).unwrap();
+        assert!(left.len() == 1 && left[0].starts_with("the git directories of its submodules"), "{left:?}");
+        assert_eq!(left_behind(&d.join("gone")).unwrap(), Vec::<String>::new(), "a worktree that is gone");
     }
 
     #[test]
