@@ -141,6 +141,10 @@ fn ellipsize(text: &str) -> String {
 /// The plan's title when it declares no loop name.
 fn derived_title(lines: &Lines<'_>) -> String {
     let heading = lines.unfenced().find_map(|(_, line)| {
+        // The `\r` of a CRLF line is its line break, not part of it: Forge's pattern, which
+        // cannot match across a `\r`, never found the title of a CRLF plan (saved by a
+        // Windows editor), as it named its sections "Section k" (decompose.rs).
+        let line = line.strip_suffix('\r').unwrap_or(line);
         let caps = TITLE_HEADING.captures(line)?;
         let text = js_trim(caps.get(1)?.as_str());
         (!STRUCTURAL_HEADINGS.contains(&text.to_lowercase().as_str())).then_some(text)
@@ -287,6 +291,9 @@ mod tests {
         assert_eq!(detect("## Objective\n\n  Ship the thing.\n## Phases\n").display_name, "Ship the thing.");
         assert_eq!(detect("---\nfirst real line\n").display_name, "first real line");
         assert_eq!(detect("").display_name, "Implementation Plan");
+        // A CRLF plan has its LF twin's title (review Z: it took the Objective's line).
+        assert_eq!(detect("# Only\r\n\r\n## Objective\r\nok\r\n").display_name, "Only");
+        assert_eq!(detect("# Only\r\n").execution_name, detect("# Only\n").execution_name);
         assert_eq!(detect("\n---\n").execution_name, "implementation-plan");
         let long = "t".repeat(70);
         let name = detect(&format!("# {long}")).display_name;
