@@ -388,6 +388,20 @@ impl Conn {
     }
 
     /// Queues work for the findings-diagnostics publisher.
+    /// Publishes again the findings of the file(s) shown at `uri`: their ranges are read
+    /// from the open buffer (a line's end), or from disk once it is closed, so a change,
+    /// an open or a close of the buffer moves them. Coalesced with other queued work.
+    pub fn republish_findings_at(&self, uri: &str) {
+        let files: Vec<String> = self
+            .published
+            .lock()
+            .map(|p| p.uri_files.get(uri).map(|f| f.iter().cloned().collect()).unwrap_or_default())
+            .unwrap_or_default();
+        for f in files {
+            self.queue_diagnostics(Work::File(f));
+        }
+    }
+
     pub fn queue_diagnostics(&self, w: Work) {
         if let Some(q) = self.diagnostics.get() {
             q.push(w);

@@ -47,6 +47,9 @@ pub fn did_change(backend: &Backend, params: DidChangeTextDocumentParams) {
     if applied {
         // A copy's buffer reloaded after the server rewrote the copy starts from it now.
         conn.note_copy_base(&uri);
+        // The findings' ranges end where the buffer's lines end now (review Z: they kept
+        // the opened text's until the next finding was written).
+        conn.republish_findings_at(&uri);
     }
     if applied && conn.document(&uri).is_some_and(|d| d.is_plan()) {
         let conn = conn.clone();

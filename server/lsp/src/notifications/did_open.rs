@@ -16,14 +16,7 @@ pub fn did_open(backend: &Backend, params: DidOpenTextDocumentParams) {
     conn.note_copy_base(&uri);
     // Clients drop a closed buffer's diagnostics (Neovim) or ignore those of files that
     // were not open (eglot): republish this file's findings to this connection.
-    let files: Vec<String> = conn
-        .published
-        .lock()
-        .map(|p| p.uri_files.get(&uri).map(|f| f.iter().cloned().collect()).unwrap_or_default())
-        .unwrap_or_default();
-    for f in files {
-        conn.queue_diagnostics(crate::state::Work::File(f));
-    }
+    conn.republish_findings_at(&uri);
     if conn.document(&uri).is_some_and(|d| d.is_plan()) {
         conn.mark_known(&uri);
         let conn = conn.clone();
