@@ -69,7 +69,9 @@ pub fn finding_file(file: &str, base: Option<&Path>, roots: &[&Path]) -> String 
     }
     match p.to_str() {
         Some(s) if !s.is_empty() => s.to_string(),
-        _ => file.to_string(),
+        // The root itself, however spelled (`./`, `.`, `a/..`): one key.
+        Some(_) => ".".to_string(),
+        None => file.to_string(),
     }
 }
 
@@ -117,6 +119,10 @@ mod tests {
             // The root itself stays absolute (no empty key); `.` stays `.`.
             ("/p", "/p"),
             (".", "."),
+            // Every other spelling of the root is `.` too (review Z: `./` was a key of its own).
+            ("./", "."),
+            ("src/..", "."),
+            ("./src/../", "."),
         ];
         for (file, key) in table {
             assert_eq!(finding_file(file, None, &roots), key, "{file}");

@@ -119,40 +119,8 @@ pub fn canonical(uri: String) -> String {
     }
 }
 
-/// The local path a `file:` URI names, decoded: `file:///p` and `file://localhost/p`
-/// (RFC 8089: the same file). `None` for a URI of another scheme; an error naming the
-/// host for a `file:` URI of another host, which this machine cannot open.
-pub fn local_path(uri: &str) -> Result<Option<String>, String> {
-    let Some(rest) = uri.strip_prefix("file://") else { return Ok(None) };
-    let (host, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
-    if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) {
-        return Err(format!("{uri:?} names a file on host {host:?}; forge-lsp opens local files only (file:///path)"));
-    }
-    if path.is_empty() {
-        return Err(format!("{uri:?} names no path; a file URI is file:///path"));
-    }
-    Ok(Some(percent_decode(path)))
-}
-
-/// Decodes `%XX` escapes of a URI path.
-pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push(h * 16 + l);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+// Moved down to the protocol crate (no I/O), where the tools' `file` arguments read them too.
+pub use forge_protocol::uri::{local_path, percent_decode};
 
 #[cfg(test)]
 mod tests {

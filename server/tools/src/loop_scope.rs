@@ -115,6 +115,11 @@ pub fn others_settled(ctx: &ToolCtx, row: &LoopRow, tool: &str) -> Result<(), To
 /// the file system resolves it), and the base of a relative path for the loop's session.
 pub fn finding_file(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<String, ToolError> {
     use std::path::{Path, PathBuf};
+    // A `file:` URI (an editor's spelling) is the path it names (review Z: it was stored
+    // as a relative path `file:/…`).
+    let decoded = forge_protocol::uri::local_path(file)
+        .map_err(|e| ToolError::invalid_params(format!("invalid argument `file`: {e}")))?;
+    let file = decoded.as_deref().unwrap_or(file);
     // The common case: a relative path that stays inside its root needs no file-system call.
     let path = Path::new(file);
     if !path.is_absolute() && !forge_domain::path::lexical(path).starts_with("..") {
