@@ -308,6 +308,8 @@ fn main() {
         Some(Cmd::Mcp { agent, session, project }) => {
             // As for `call`: an agent started by forge-lsp says what it is (FORGE_AGENT).
             let agent = agent.or_else(|| std::env::var("FORGE_AGENT").ok().filter(|a| !a.trim().is_empty()));
+            // An MCP client ends this process with SIGTERM: the plugin tools it runs go too.
+            forge_tools::plugins::on_signal_kill_running_tools();
             let code = forge_lsp_mcp::run(forge_lsp_mcp::McpArgs { agent, session, data_dir: cli.data_dir, project });
             std::process::exit(code);
         }

@@ -849,3 +849,84 @@ fn input_closed_with_calls_in_flight_gets_every_answer_whole() {
     assert!(out.contains(r#"\"late\":true"#), "the late call's reply");
     assert!(out.len() > 600_000, "{} bytes", out.len());
 }
+
+/// An MCP client ends `forge-lsp mcp` with SIGTERM (the Python SDK's shutdown): the plugin
+/// tools it runs go with it, their whole process groups. Before, the tool's own child was
+/// adopted by init and ran on (review AA).
+#[test]
+fn a_terminated_mcp_process_takes_its_plugin_tools_with_it() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    user_plugin_tool(
+        &sb,
+        "slow",
+        "Sleeper",
+        "#!/bin/sh\nsleep 60 &\necho $! > \"$FORGE_PLUGIN_DIR/sleep.pid\"\nwait\n",
+        json!({ "description": "Sleeps.", "inputSchema": {} }),
+    );
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.initialize();
+    let id = m.next_id;
+    m.next_id += 1;
+    m.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "slow__Sleeper", "arguments": {} } }));
+    let pid_file = sb.config_home.join("forge-lsp/plugins/slow/sleep.pid");
+    let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
+        .expect("the tool started");
+    let proc_dir = format!("/proc/{}", pid.trim());
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(m.child.id() as i32, libc::SIGTERM) };
+    assert!(wait_exit(&mut m.child, Duration::from_secs(10)).is_some(), "forge-lsp mcp did not end");
+    assert!(
+        wait_for(Duration::from_secs(5), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
+        "the tool's sleep {} outlived forge-lsp mcp",
+        pid.trim()
+    );
+}
+
+/// A loop session's `shell` command through the loop's server stops when the MCP client
+/// cancels the call, and when the MCP process is killed (its connection to the server
+/// closes). Before, it ran on to its time limit (review AA).
+#[test]
+fn a_cancelled_or_abandoned_shell_call_is_killed() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let sock = sb.root.join("s/forge.sock");
+    let server = sb.listen_unix(&sock);
+    let session = "ses_01JMCPSHELLCANCEL000000000";
+    let db = sb.db();
+    db.insert_loop(&LoopFixture::running(&repo.root_commit, "mcp-shell-loop", session, &repo.path));
+    db.insert_loop_session(session, &repo.root_commit, "mcp-shell-loop", "coder", "tok-shell");
+    std::fs::create_dir_all(repo.path.join(".forge-test-worktree")).unwrap();
+    let env = [
+        ("FORGE_LSP_SOCKET", sock.to_str().expect("utf-8")),
+        ("FORGE_SESSION_ID", session),
+        ("FORGE_SESSION_TOKEN", "tok-shell"),
+    ];
+    for (k, how) in ["cancelled", "killed"].into_iter().enumerate() {
+        let mut m = Mcp::start(&sb, &repo.path, &[], &env);
+        m.initialize();
+        let pid_file = sb.root.join(format!("shell-{k}.pid"));
+        let command = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+        let id = m.next_id;
+        m.next_id += 1;
+        m.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "shell", "arguments": { "command": command, "timeoutMs": 120000 } } }));
+        let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
+            .unwrap_or_else(|| {
+                let said: Vec<String> = m.lines.try_iter().collect();
+                panic!("{how}: the shell command did not start: {said:?}")
+            });
+        let proc_dir = format!("/proc/{}", pid.trim());
+        if how == "cancelled" {
+            m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": "user" } }));
+        } else {
+            let _ = m.child.kill();
+        }
+        assert!(
+            wait_for(Duration::from_secs(10), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
+            "{how}: the shell command {} ran on",
+            pid.trim()
+        );
+    }
+    drop(server);
+}

@@ -637,9 +637,26 @@ impl ServerHandler for ForgeMcp {
         };
         let input = Value::Object(request.arguments.unwrap_or_default());
         let route = self.route.clone();
-        let outcome = tokio::task::spawn_blocking(move || route.call(tool, input))
-            .await
-            .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", tool.name))));
+        // The client's `notifications/cancelled` stops a shell command (through the loop's
+        // server: the connection is closed, and the server kills it); other built-in tools
+        // run to their end there (their writes are whole). Before, a cancelled shell
+        // command ran on to its time limit (review AA).
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let asked = cancel.clone();
+        let watch = tokio::spawn({
+            let ct = context.ct.clone();
+            async move {
+                ct.cancelled().await;
+                asked.store(true, std::sync::atomic::Ordering::Release);
+            }
+        });
+        let outcome = tokio::task::spawn_blocking(move || {
+            let cancel = (tool.name == "shell").then_some(&*cancel);
+            route.call_named_cancellable(tool.name, tool.needs_server, input, cancel)
+        })
+        .await
+        .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", tool.name))));
+        watch.abort();
         let outcome = outcome.map(|mut r| {
             if tool.name == "execute-plan" && !self.route.in_loop() {
                 if let Some(text) = mcp_watch_line(&r.text, &r.data) {

@@ -435,7 +435,11 @@ pub async fn call_watched(
     let name = tool.guard_name();
     let ticket = guard::start(&env.caller.session_id, &env.project.id, &name, &input)?;
     let read_only = tool.read_only();
-    let caller_gone = caller_gone.filter(|_| matches!(tool, Resolved::Plugin(_)));
+    // A plugin tool's process and a shell command end with their caller's connection (a
+    // `forge-lsp call` killed, an MCP client gone): nobody would read their result, and a
+    // shell command would run on to its time limit (review AA).
+    let caller_gone = caller_gone
+        .filter(|_| matches!(tool, Resolved::Plugin(_) | Resolved::Builtin(ToolEntry { name: "shell", .. })));
     let command = command.to_string();
     let env2 = env.clone();
     let guarded = move |conn: &Connection| {

@@ -842,34 +842,71 @@ pub struct LoopPlace {
     pub data_dir: Option<PathBuf>,
 }
 
-/// The process group of the plugin tool this process runs, 0 when none: a `forge-lsp call`
-/// killed by a signal kills it first ([`kill_running_group`]; a server has many and stops
-/// them by their calls).
-static RUNNING_GROUP: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// How many plugin tools' groups one process records at once (`forge-lsp mcp` runs up to
+/// 16 calls together; a server stops its tools by their calls instead).
+const GROUP_SLOTS: usize = 64;
 
-/// Records a running tool's group while it lives.
-struct RunningGroup;
+/// The process groups of the plugin tools this process runs, 0 for a free slot: a
+/// `forge-lsp call` or `forge-lsp mcp` ended by a signal kills them first
+/// ([`kill_running_groups`]). Atomics only, for a signal handler.
+static RUNNING_GROUPS: [std::sync::atomic::AtomicI32; GROUP_SLOTS] =
+    [const { std::sync::atomic::AtomicI32::new(0) }; GROUP_SLOTS];
+
+/// Records a running tool's group while it lives (not at all when every slot is taken).
+struct RunningGroup(Option<usize>);
 
 impl RunningGroup {
     fn set(pid: u32) -> RunningGroup {
-        RUNNING_GROUP.store(i32::try_from(pid).unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
-        RunningGroup
+        use std::sync::atomic::Ordering::SeqCst;
+        let g = i32::try_from(pid).unwrap_or(0);
+        RunningGroup(RUNNING_GROUPS.iter().position(|slot| slot.compare_exchange(0, g, SeqCst, SeqCst).is_ok()))
     }
 }
 
 impl Drop for RunningGroup {
     fn drop(&mut self) {
-        RUNNING_GROUP.store(0, std::sync::atomic::Ordering::SeqCst);
+        if let Some(i) = self.0 {
+            RUNNING_GROUPS[i].store(0, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 }
 
-/// Kills the process group of the plugin tool this process runs, if any. Only
+/// Kills the process groups of the plugin tools this process runs, if any. Only
 /// async-signal-safe calls: for a signal handler.
-pub fn kill_running_group() {
-    let g = RUNNING_GROUP.load(std::sync::atomic::Ordering::SeqCst);
-    if g > 0 {
-        // SAFETY: kill is async-signal-safe; a negative pid names the tool's own group.
-        unsafe { libc::kill(-g, libc::SIGKILL) };
+pub fn kill_running_groups() {
+    for slot in &RUNNING_GROUPS {
+        let g = slot.load(std::sync::atomic::Ordering::SeqCst);
+        if g > 0 {
+            // SAFETY: kill is async-signal-safe; a negative pid names the tool's own group.
+            unsafe { libc::kill(-g, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Ctrl-C, SIGTERM or a closed terminal ends the process as before, and first kills the
+/// plugin tools it runs itself with their whole process groups (a tool runs in a group of
+/// its own, which the terminal's or a client's signal does not reach): `forge-lsp call`,
+/// and `forge-lsp mcp`, which an MCP client ends with SIGTERM (a review found a tool's
+/// `sleep` left running, adopted by init).
+pub fn on_signal_kill_running_tools() {
+    extern "C" fn handler(sig: libc::c_int) {
+        kill_running_groups();
+        // SAFETY: signal and raise are async-signal-safe: the default action (the
+        // process ends by this signal, as it would have) runs next.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs a handler that only makes async-signal-safe calls; a signal the
+        // process was started ignoring (`nohup`, a background job's SIGINT) stays ignored.
+        unsafe {
+            let before = libc::signal(sig, handler as *const () as libc::sighandler_t);
+            if before == libc::SIG_IGN {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+        }
     }
 }
 

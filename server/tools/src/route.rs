@@ -521,7 +521,7 @@ impl Route {
         use std::sync::atomic::{AtomicBool, Ordering};
         let cancelled = || {
             NotThrough::Failed(ToolError::internal(format!(
-                "forge.{tool} was cancelled: the connection to the server was closed, which stops a plugin tool there"
+                "forge.{tool} was cancelled: the connection to the server was closed, which stops a plugin tool or a shell command there"
             )))
         };
         let asked = || cancel.is_some_and(|c| c.load(Ordering::Acquire));

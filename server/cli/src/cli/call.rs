@@ -99,7 +99,7 @@ fn parse_input(raw: Option<&str>) -> Result<Value, ToolError> {
 
 /// Runs one call and returns its result (what `run` prints); the demo's agent uses it too.
 pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
-    on_signal_kill_the_tool();
+    forge_tools::plugins::on_signal_kill_running_tools();
     let Some(tool) = tools::find(&args.tool) else {
         // A plugin tool from files (`<plugin>__<Name>`, PROTOCOL.md 10.4) of the project,
         // or one offered under its own name (`"override": true`): the name `tools` lists.
@@ -201,31 +201,6 @@ pub fn call_tool(args: &CallArgs) -> Result<CommandResult, ToolError> {
             Err(e)
         }
         (r, _) => r,
-    }
-}
-
-/// Ctrl-C, SIGTERM or a closed terminal ends the call as before, and first kills the
-/// plugin tool it runs in-process with the tool's whole process group (the tool runs in a
-/// group of its own, which the terminal's signal does not reach).
-fn on_signal_kill_the_tool() {
-    extern "C" fn handler(sig: libc::c_int) {
-        forge_tools::plugins::kill_running_group();
-        // SAFETY: signal and raise are async-signal-safe: the default action (the
-        // process ends by this signal, as it would have) runs next.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
-    }
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: installs a handler that only makes async-signal-safe calls; a signal the
-        // process was started ignoring (`nohup`, a background job's SIGINT) stays ignored.
-        unsafe {
-            let before = libc::signal(sig, handler as *const () as libc::sighandler_t);
-            if before == libc::SIG_IGN {
-                libc::signal(sig, libc::SIG_IGN);
-            }
-        }
     }
 }
 
