@@ -571,6 +571,33 @@ fn a_second_initialize_is_refused_and_says_why() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// Two `initialize` requests written at once, the second before the first is answered:
+/// the second is refused, and the connection is initialized and serves (documents and
+/// `shutdown` included). Before, both ran; the second's refusal put the framework back to
+/// "not initialized", every request it handles got -32002 for good, and `exit` was exit
+/// code 1 (review BB).
+#[test]
+fn an_initialize_sent_while_the_first_runs_is_refused_and_the_first_holds() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut c = sb.stdio();
+    let params = Init::new(&repo.path).params();
+    let frame = |msg: Value| forge_protocol::framing::encode(msg.to_string().as_bytes());
+    let (a, b) = (c.next_request_id(), c.next_request_id());
+    let mut both = frame(json!({ "jsonrpc": "2.0", "id": a, "method": "initialize", "params": params }));
+    both.extend(frame(json!({ "jsonrpc": "2.0", "id": b, "method": "initialize", "params": params })));
+    c.send_raw(&both);
+    let first = c.wait_response(a, REQUEST_TIMEOUT);
+    assert!(first.get("result").is_some(), "{first}");
+    let second = c.wait_response(b, REQUEST_TIMEOUT);
+    assert_eq!(second["error"]["code"], json!(-32600), "{second}");
+    c.notify("initialized", json!({}));
+    let symbols = c.request("textDocument/documentSymbol", json!({ "textDocument": { "uri": "forge://index.md" } }));
+    assert!(symbols.is_ok(), "the framework serves: {symbols:?}");
+    let (status, _) = c.shutdown_exit().expect("stdio server");
+    assert_eq!(status.code(), Some(0));
+}
+
 /// LSP: `exit` without a prior `shutdown` ends the server with exit code 1; so does the
 /// client closing the connection without `shutdown`.
 #[test]

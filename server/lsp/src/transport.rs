@@ -490,6 +490,9 @@ async fn read_client<R, S, K>(
     let mut chunk = vec![0u8; READ_CHUNK];
     // After `shutdown` every request goes to the framework, which knows the lifecycle.
     let mut shut_down = false;
+    // Where this connection's `initialize` is: none yet (or the last one failed), running,
+    // answered.
+    let initialize_state = Arc::new(std::sync::atomic::AtomicU8::new(INIT_NONE));
     'read: loop {
         while let Some(ev) = dec.next_event() {
             let msg = match ev {
@@ -586,6 +589,29 @@ async fn read_client<R, S, K>(
                         }
                         continue;
                     }
+                    // A second `initialize` request is refused here, whether or not the first
+                    // has been answered. Handed to the framework while the first still ran,
+                    // both ran; the second's refusal put the framework back to "not
+                    // initialized", and every request it handles (shutdown included) got
+                    // -32002 for good (review BB).
+                    let is_initialize = req.method() == "initialize" && req.id().is_some_and(|id| *id != Id::Null);
+                    if is_initialize {
+                        // One that failed may be sent again (LSP's `retry`); one running or
+                        // answered may not.
+                        if initialize_state.load(std::sync::atomic::Ordering::Acquire) != INIT_NONE {
+                            let id = req.id().cloned().unwrap_or(Id::Null);
+                            let refusal = Error {
+                                code: tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest,
+                                message: "Invalid request: `initialize` was already received on this connection (LSP allows it once)".into(),
+                                data: None,
+                            };
+                            if tasks.send(Box::pin(async move { Some(Out::Direct(id, Err(refusal))) })).await.is_err() {
+                                break 'read;
+                            }
+                            continue;
+                        }
+                        initialize_state.store(INIT_RUNNING, std::sync::atomic::Ordering::Release);
+                    }
                     let exit = req.method() == "exit";
                     let after_shutdown = shut_down;
                     // `exit` after `shutdown`: reading ends here, and the connection ends once
@@ -632,13 +658,20 @@ async fn read_client<R, S, K>(
                     } else {
                         let method = req.method().to_string();
                         let call = service.call(req);
+                        let state = is_initialize.then(|| initialize_state.clone());
                         Box::pin(async move {
-                            call.await
-                                .unwrap_or_else(|e| {
-                                    tracing::debug!("request not handled: {e}");
-                                    None
-                                })
-                                .map(|r| Out::Framework(explain_refusal(&method, after_shutdown, r)))
+                            let r = call.await.unwrap_or_else(|e| {
+                                tracing::debug!("request not handled: {e}");
+                                None
+                            });
+                            if let Some(state) = state {
+                                let ok = r.as_ref().is_some_and(|r| r.error().is_none());
+                                state.store(
+                                    if ok { INIT_DONE } else { INIT_NONE },
+                                    std::sync::atomic::Ordering::Release,
+                                );
+                            }
+                            r.map(|r| Out::Framework(explain_refusal(&method, after_shutdown, r)))
                         })
                     };
                     if tasks.send(handling).await.is_err() || exit {
@@ -669,6 +702,11 @@ async fn read_client<R, S, K>(
         }
     }
 }
+
+/// States of a connection's `initialize` (`read_client`).
+const INIT_NONE: u8 = 0;
+const INIT_RUNNING: u8 = 1;
+const INIT_DONE: u8 = 2;
 
 /// The framework refuses a second `initialize` and every request after `shutdown` with a
 /// bare "Invalid request": say which rule the request broke (same code, -32600).
