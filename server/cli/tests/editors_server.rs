@@ -765,6 +765,27 @@ fn configuration_warnings_are_shown_once_and_helix_settings_are_understood() {
     std::thread::sleep(QUIET);
     assert_eq!(shown(&c, "bogusKey"), 1, "{:?}", c.notifications_of("window/showMessage"));
     assert_eq!(shown(&c, "unknown configuration key `agent`"), 0, "{:?}", c.notifications_of("window/showMessage"));
+    // A change with warnings (unknown keys, told to the client first) and a later one
+    // without: the later one is in effect. Before, the first took effect after its warnings
+    // were shown and undid the second (review BB).
+    for round in 0..5 {
+        let unknown = format!("zzUnknown{round}");
+        c.notify(
+            "workspace/didChangeConfiguration",
+            json!({ "settings": { "forge": { "documents": { "maxPlanBytes": 10 }, unknown.clone(): 1, format!("{unknown}b"): 2 } } }),
+        );
+        c.notify(
+            "workspace/didChangeConfiguration",
+            json!({ "settings": { "forge": { "documents": { "maxPlanBytes": 1_000_000 } } } }),
+        );
+        c.wait_notification(WAIT, |r| {
+            r.method() == "window/showMessage"
+                && r.params()["message"].as_str().is_some_and(|m| m.contains(&format!("{unknown}b")))
+        })
+        .expect("the second warning");
+        let r = c.tool("plan-write", json!({ "content": format!("# a plan of round {round}, over ten bytes") }));
+        assert!(r.is_ok(), "round {round}: the earlier change won: {r:?}");
+    }
 }
 
 /// A copy the user changed on disk while no connection that wrote it was there (the server

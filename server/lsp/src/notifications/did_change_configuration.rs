@@ -31,12 +31,16 @@ pub async fn did_change_configuration(backend: &Backend, params: DidChangeConfig
     });
     match result {
         Ok(loader) => {
-            for w in &loader.warnings {
-                conn.warn_config_once(w).await;
-            }
+            // In effect before the first await: changes are applied in the order they were
+            // read (the transport first-polls each handler in arrival order). Set after
+            // the warnings were shown, a change with warnings took effect after a later
+            // one and undid it (review BB).
             let mut next = (*env).clone();
             next.config = loader.build();
             conn.set_env(next);
+            for w in &loader.warnings {
+                conn.warn_config_once(w).await;
+            }
         }
         Err(e) => {
             conn.client
