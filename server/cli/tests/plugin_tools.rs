@@ -129,7 +129,14 @@ fn user_and_project_plugin_tools() {
     let e = c.tool_err("kit__Fail", json!({}));
     assert!(e.message.contains("exit status 3") && e.message.contains("no network here"), "{e}");
 
-    // The project tool is not trusted (the repository's own setting does not count).
+    // The project tool is not trusted (the repository's own setting does not count). It
+    // is offered with our words, not the repository's description and schema (review AA).
+    let local = list.iter().find(|o| o["name"] == json!("project__Local")).unwrap();
+    assert!(
+        local["description"].as_str().is_some_and(|d| d.contains("not trusted") && !d.contains("A repository's tool")),
+        "{local}"
+    );
+    assert_eq!(local["inputSchema"], json!({ "type": "object" }), "{local}");
     let e = c.tool_err("project__Local", json!({}));
     assert_eq!(e.code, 1001, "{e}");
     assert!(e.message.contains("cannot trust itself") && e.message.contains("plugins.trustProjectTools"), "{e}");
@@ -180,6 +187,10 @@ fn user_and_project_plugin_tools() {
     let mut c = sb.stdio();
     c.init(&Init::new(&repo.path));
     assert_eq!(c.tool_ok("project__Local", json!({})).text.trim(), "local tool ran");
+    // Trusted, it is offered with its own description.
+    let offers = c.tool_ok("tools", json!({})).data;
+    let local = offers["tools"].as_array().unwrap().iter().find(|o| o["name"] == json!("project__Local")).cloned();
+    assert_eq!(local.map(|l| l["description"].clone()), Some(json!("A repository's tool.")));
     c.shutdown_exit();
 
     // Trusted by the user: it runs.

@@ -342,6 +342,21 @@ pub fn offers(project_root: &Path, project_trusted: bool) -> Vec<ToolOffer> {
                 );
                 return None;
             }
+            // An untrusted repository's tool is offered (a call says how to trust it) with
+            // words of ours, not its own: its description and schema would reach the
+            // agent's model from a repository the user never trusted (instructions that
+            // read as the tool's authority; megabytes of sidecars). Review AA.
+            if t.plugin == "project" && !project_trusted {
+                return Some(ToolOffer {
+                    command: forge_protocol::command_name(&name),
+                    description: format!(
+                        "A tool of this repository (.forge/tools/{}), which the user has not trusted: calling it fails with how to trust the repository's tools. Its own description and input schema are shown once it is trusted.",
+                        t.name
+                    ),
+                    name,
+                    input_schema: serde_json::json!({ "type": "object" }),
+                });
+            }
             Some(ToolOffer {
                 command: forge_protocol::command_name(&name),
                 name,
