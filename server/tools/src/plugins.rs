@@ -78,8 +78,16 @@ pub fn user_plugins_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("plugins"))
 }
 
+/// A plugin's or tool's name: ASCII letters, digits, `-` and `_`, with no `__` (it joins
+/// the two in `<plugin>__<Name>`) and no `_` at either end, where it would make one with
+/// that join: `my_` + `x` gave `my___x`, which a call split as `my` and `_x`, and a user's
+/// `project_` ran the repository's tool `_x` (review AA).
 fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') && !s.contains("__")
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !s.contains("__")
+        && !s.starts_with('_')
+        && !s.ends_with('_')
 }
 
 /// Tools one plugin folder may hold: more are skipped, with a log.
@@ -1067,6 +1075,16 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_cannot_make_the_join_ambiguous() {
+        for ok in ["kit", "my-kit", "a_b", "Grep2", "x"] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in ["", "a__b", "my_", "_x", "_", "a b", "a.b", "ü"] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+    }
 
     /// An executable tool `name` in `tools` (created) with its sidecar.
     fn write_tool(tools: &Path, name: &str, sidecar: &Value) {
