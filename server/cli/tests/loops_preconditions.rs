@@ -48,6 +48,10 @@ fn a_loop_needs_an_agent_host() {
     let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
     assert_eq!(e.code, 1004, "{e}");
     assert!(e.message.contains("agent.command"), "the message says how to configure one: {e}");
+    // It names the user's file as this process reads it (XDG_CONFIG_HOME), not a fixed path.
+    let user_file = sb.config_home.join("forge-lsp/config.toml");
+    assert!(e.message.contains(&user_file.display().to_string()), "{e}");
+    assert!(e.message.contains("\"{session}\""), "the example's placeholders: {e}");
     no_loop_was_created(&sb, &repo.path);
 }
 

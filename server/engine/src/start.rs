@@ -42,9 +42,12 @@ fn preconditions(env: &ToolEnv) -> Result<(PathBuf, Vec<String>), ToolError> {
         )));
     };
     let Some(argv) = crate::agents::program(&env.config) else {
-        return Err(ToolError::precondition(
-            "Failed to start loop: no agent host is configured. Set agent.preset (\"opencode\", \"claude\", \"codex\" or \"gemini\") or agent.command (the argv template that runs your coding agent for one turn), for example in ~/.config/forge-lsp/config.toml or in a <project>/.forge/config.toml kept out of git (a committed one cannot set them):\n\n[agent]\ncommand = [\"my-agent\", \"--session\", \"{session}\", \"--prompt-file\", \"{prompt_file}\"]\n\nThe prompt is also given on standard input; see docs/agents.md.",
-        ));
+        // The user's file as this process reads it ($XDG_CONFIG_HOME), not a fixed path a
+        // newcomer would write to in vain (review AA).
+        return Err(ToolError::precondition(format!(
+            "Failed to start loop: no agent host is configured. Set agent.preset (\"opencode\", \"claude\", \"codex\" or \"gemini\") or agent.command (the argv template that runs your coding agent for one turn), for example in {} or in a <project>/.forge/config.toml kept out of git (a committed one cannot set them):\n\n[agent]\ncommand = [\"my-agent\", \"--session\", \"{{session}}\", \"--prompt-file\", \"{{prompt_file}}\"]\n\nThe prompt is also given on standard input; see docs/agents.md.",
+            forge_core::config::Loader::user_file().display()
+        )));
     };
     Ok((repo, argv))
 }
