@@ -55,6 +55,22 @@ fn a_loop_needs_an_agent_host() {
     no_loop_was_created(&sb, &repo.path);
 }
 
+/// With a preset, agent.command names only the CLI's program: a template's placeholder
+/// there is refused, saying why (it was passed to the program as a literal argument).
+#[test]
+fn a_preset_with_a_command_template_is_refused_saying_why() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write_project_config("[sandbox]\nenabled = false\n");
+    sb.write_user_config("[agent]\npreset = \"claude\"\ncommand = \"/bin/echo {session}\"\n");
+    let mut c = sb.stdio();
+    c.init(&Init::new(&repo.path));
+    let e = c.tool_err("execute-plan", json!({ "title": "x", "plan": PLAN }));
+    assert_eq!(e.code, 1004, "{e}");
+    assert!(e.message.contains("agent.preset = \"claude\"") && e.message.contains("placeholder {session}"), "{e}");
+    no_loop_was_created(&sb, &repo.path);
+}
+
 /// A preset whose CLI is not installed is named as the setting it came from (it was
 /// reported as `agent.command`, which the user never set).
 #[test]
