@@ -418,6 +418,20 @@ fn the_delete_finding_code_action_deletes_the_finding() {
     assert_eq!(left[0]["code"], json!(keep));
     let read = c.tool_ok("review-read", json!({}));
     assert_eq!(read.data["findings"].as_array().map(Vec::len), Some(1), "{}", read.data);
+
+    // A client that declared no `codeActionLiteralSupport` gets the bare command (LSP 3.17;
+    // review BB: it was sent `CodeAction` literals).
+    let plain = connect(&sb, Init { commands_only: true, ..Init::new(&repo.path) });
+    let mark = plain.mark();
+    plain.did_open(&uri, "one\ntwo\n", 1);
+    let diags = expect_count(&plain, mark, &uri, 1);
+    let actions = code_actions(&plain, &uri, &diags);
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    let cmd = &actions[0];
+    assert_eq!(cmd["command"], json!("forge.review-delete"), "{cmd}");
+    assert_eq!(cmd["title"], json!("Delete finding"), "{cmd}");
+    assert!(cmd.get("kind").is_none() && cmd.get("diagnostics").is_none(), "{cmd}");
+    assert_eq!(cmd["arguments"][0]["line"], json!(1), "{cmd}");
 }
 
 #[test]

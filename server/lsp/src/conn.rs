@@ -103,6 +103,9 @@ pub struct ClientCaps {
     /// call`, `forge-lsp mcp`), so the connection is sent no diagnostics and no
     /// announcements of changes (docs/protocol.md, "Initialization").
     pub tools_only: bool,
+    /// `textDocument.codeAction.codeActionLiteralSupport` declared: code actions may be
+    /// `CodeAction` literals; otherwise only `Command`s (LSP 3.17).
+    pub code_action_literals: bool,
 }
 
 /// An open document (full sync).

@@ -461,6 +461,8 @@ pub struct Init {
     pub utf8: bool,
     /// Declare `workspace.codeLens.refreshSupport`.
     pub code_lens_refresh: bool,
+    /// Declares no `codeActionLiteralSupport`: code actions come as bare commands.
+    pub commands_only: bool,
     /// Extra `initializationOptions.forge` fields (merged last).
     pub forge_extra: Option<Value>,
 }
@@ -546,7 +548,8 @@ impl Init {
                 "publishDiagnostics": { "relatedInformation": false },
                 "documentSymbol": { "hierarchicalDocumentSymbolSupport": true },
                 "codeLens": {},
-                "foldingRange": {}
+                "foldingRange": {},
+                "codeAction": { "codeActionLiteralSupport": { "codeActionKind": { "valueSet": ["quickfix"] } } }
             },
             "workspace": { "executeCommand": {}, "workspaceFolders": true },
             "window": { "workDoneProgress": self.work_done_progress, "showMessage": {} }
@@ -556,6 +559,9 @@ impl Init {
         }
         if self.code_lens_refresh {
             caps["workspace"]["codeLens"] = json!({ "refreshSupport": true });
+        }
+        if self.commands_only {
+            caps["textDocument"].as_object_mut().expect("textDocument").remove("codeAction");
         }
         let mut p = json!({
             "processId": std::process::id(),

@@ -40,12 +40,14 @@ pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<
                 }
             }
         }
-        actions.push(json!({
-            "title": "Delete finding",
-            "kind": "quickfix",
-            "diagnostics": [d],
-            "command": { "title": "Delete finding", "command": "forge.review-delete", "arguments": [input] }
-        }));
+        let command = json!({ "title": "Delete finding", "command": "forge.review-delete", "arguments": [input] });
+        // A client that declared no `codeActionLiteralSupport` takes only commands (LSP
+        // 3.17; review BB).
+        actions.push(if conn.caps.code_action_literals {
+            json!({ "title": "Delete finding", "kind": "quickfix", "diagnostics": [d], "command": command })
+        } else {
+            command
+        });
     }
     Ok(Some(typed(Value::Array(actions))?))
 }

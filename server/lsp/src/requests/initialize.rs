@@ -159,11 +159,20 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let code_lens_refresh =
         p.pointer("/capabilities/workspace/codeLens/refreshSupport").and_then(Value::as_bool).unwrap_or(false);
     let tools_only = p.pointer(forge_protocol::TOOLS_ONLY_CAPABILITY).and_then(Value::as_bool).unwrap_or(false);
+    let code_action_literals =
+        p.pointer("/capabilities/textDocument/codeAction/codeActionLiteralSupport").is_some_and(|v| v.is_object());
     // A client that only runs tools never reads views either, and a client that named no
     // folder gets none written into the working directory it happened to start in.
     let materialize = materialize && !tools_only && !no_folder;
-    let caps =
-        ClientCaps { encoding, text_document_content, work_done_progress, materialize, code_lens_refresh, tools_only };
+    let caps = ClientCaps {
+        encoding,
+        text_document_content,
+        work_done_progress,
+        materialize,
+        code_lens_refresh,
+        tools_only,
+        code_action_literals,
+    };
 
     // Links in tool texts and documents: forge:// for clients that read them, else the
     // materialized copies (when there are any).
