@@ -1016,3 +1016,37 @@ fn absolute_paths_through_a_link_to_the_project_are_inside_it() {
     let e = c.tool_err("grep", json!({ "pattern": "x", "path": format!("{a}/../elsewhere") }));
     assert!(e.message.contains("outside the root"), "{e}");
 }
+
+/// A read-only tool's call is dropped by `$/cancelRequest` and answered -32800, and a
+/// search stops its walk: nothing is lost by stopping it. Before, a grep over a large tree
+/// ran on for seconds after its cancel and then sent its whole result (review BB). A write
+/// still runs to its end (`findings_tools.rs`).
+#[test]
+fn a_cancelled_search_is_answered_cancelled_and_stops() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    repo.write("a.txt", "needle\n");
+    let pauses = sb.mkdir("pauses");
+    let data_dir = sb.data_dir.clone();
+    let mut c = sb.stdio_with(|cmd| {
+        cmd.arg("--data-dir").arg(&data_dir).env("FORGE_TEST_PAUSE_DIR", &pauses);
+    });
+    c.init(&Init::new(&repo.path));
+    std::fs::write(pauses.join("grep.walk"), "").unwrap();
+    let id = c.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.grep", "arguments": [{ "pattern": "needle" }] }),
+    );
+    assert!(
+        common::wait_for(WAIT, || pauses.join("grep.walk.reached").exists().then_some(())).is_some(),
+        "the search never reached its walk"
+    );
+    c.notify("$/cancelRequest", json!({ "id": id }));
+    let r = c.wait_response(id, WAIT);
+    assert_eq!(r["error"]["code"], json!(-32800), "answered cancelled while its walk was held: {r}");
+    std::fs::remove_file(pauses.join("grep.walk")).unwrap();
+    // The server serves on; the same search, not cancelled, finds the text.
+    std::fs::remove_file(pauses.join("grep.walk.reached")).unwrap();
+    let out = c.tool_ok("grep", json!({ "pattern": "needle" }));
+    assert!(out.text.starts_with("a.txt:1:"), "{}", out.text);
+}

@@ -27,3 +27,22 @@ pub async fn at(name: &str) {
     #[cfg(not(debug_assertions))]
     let _ = name;
 }
+
+/// [`at`] for a blocking thread (a search's walk).
+pub fn at_blocking(name: &str) {
+    #[cfg(debug_assertions)]
+    {
+        let Some(dir) = std::env::var_os("FORGE_TEST_PAUSE_DIR") else { return };
+        let hold = std::path::Path::new(&dir).join(name);
+        if !hold.exists() {
+            return;
+        }
+        let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{name}.reached")), b"");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while hold.exists() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+}

@@ -5,8 +5,10 @@
 //! ([`shield`]) as soon as it is resolved: its write is committed whole and its effects do
 //! not stop halfway, so it runs to the end and is answered with what it did (LSP lets a
 //! server answer a cancelled request with its result). Dropping it instead would tell the
-//! client "cancelled" for a write that the store still commits. A plugin tool never raises
-//! it: a cancel kills its process.
+//! client "cancelled" for a write that the store still commits. A plugin tool, a shell
+//! command and a read-only tool never raise it (a cancel kills the process; a search stops
+//! its walk at [`crate::ToolCtx::cancel_flag`]), unless the read-only tool left engine work
+//! (`loop-status`'s restart).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

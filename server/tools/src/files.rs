@@ -114,6 +114,17 @@ pub fn caller_root(ctx: &ToolCtx) -> Result<PathBuf, ToolError> {
     Ok(root)
 }
 
+/// The answer of a search whose caller gave up on it ([`crate::ToolCtx::cancel_flag`]):
+/// nobody reads it; the walk stopped early.
+pub fn search_cancelled(tool: &str) -> ToolError {
+    ToolError::internal(format!("forge.{tool} was cancelled by its caller"))
+}
+
+/// Whether the caller of a search gave up on it.
+pub fn gave_up(flag: &std::sync::atomic::AtomicBool) -> bool {
+    flag.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// An absolute path spelled through another name of the root (a symbolic link to the
 /// project's folder or above it: the caller's working directory as its shell names it,
 /// macOS's `/tmp` for `/private/tmp`), as the same path under `root` (canonical); `None`

@@ -82,12 +82,21 @@ pub struct ToolCtx<'a> {
     /// Work after the transaction, off the store thread (file tools: the files are read
     /// and written there, never while the store is held); its result replaces the tool's.
     pub after: Option<After>,
+    /// Raised when the caller gave up on the call (`$/cancelRequest`, MCP's cancel, its
+    /// connection closed): a search's `after` stops walking at it ([`ToolCtx::cancel_flag`]).
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Work a tool leaves for after its transaction (see [`ToolCtx::after`]).
 pub type After = Box<dyn FnOnce() -> Result<CommandResult, ToolError> + Send>;
 
 impl ToolCtx<'_> {
+    /// The flag raised when the caller gives up on this call, for `after` work that can
+    /// stop early (a read-only search: nothing is lost by stopping it).
+    pub fn cancel_flag(&mut self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.cancel.get_or_insert_with(Default::default).clone()
+    }
+
     pub fn project_id(&self) -> &str {
         &self.env.project.id
     }
@@ -329,10 +338,11 @@ pub fn run_in(
     };
     forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
     crate::loop_permissions::check(env, tool.name, &input)?;
-    let mut ctx = ToolCtx { env, db: conn, now: forge_store::now_ms(), effect: None, has_engine, after: None };
+    let mut ctx =
+        ToolCtx { env, db: conn, now: forge_store::now_ms(), effect: None, has_engine, after: None, cancel: None };
     let result = (tool.run)(input, &mut ctx);
-    let (effect, after) = (ctx.effect.take(), ctx.after.take());
-    result.map(|result| Done { result, effect, after, cancel: None })
+    let (effect, after, cancel) = (ctx.effect.take(), ctx.after.take(), ctx.cancel.take());
+    result.map(|result| Done { result, effect, after, cancel })
 }
 
 /// A plugin tool (`forge.<plugin>__<Name>`): trust, then the input against its schema, then
@@ -428,8 +438,12 @@ pub async fn call_watched(
     }
     let tool = resolve(&env, command)?;
     // Runs to the end once resolved (`cancel`), except what a cancel should stop and whose
-    // stopping loses nothing: a plugin tool's process, a shell command.
-    if !matches!(&tool, Resolved::Plugin(_) | Resolved::Builtin(ToolEntry { name: "shell", .. })) {
+    // stopping loses nothing: a plugin tool's process, a shell command, a read-only tool
+    // (a search over a large tree ran on for seconds after its cancel and then sent its
+    // whole result, review BB) unless it leaves engine work (loop-status's restart: shielded
+    // below, once that is known).
+    if !(matches!(&tool, Resolved::Plugin(_) | Resolved::Builtin(ToolEntry { name: "shell", .. })) || tool.read_only())
+    {
         cancel::shield();
     }
     let name = tool.guard_name();
@@ -464,6 +478,10 @@ pub async fn call_watched(
     };
     let outcome = async {
         let done = r?;
+        // Engine work (a restart, a loop start) runs to its end; a shell command may stop.
+        if done.effect.as_ref().is_some_and(|e| !matches!(e, forge_engine::Effect::Shell { .. })) {
+            cancel::shield();
+        }
         // Dropped with the call's future (`$/cancelRequest`): kills a plugin tool's process.
         let mut on_drop = CancelOnDrop(done.cancel);
         let res = match (done.effect, done.after) {

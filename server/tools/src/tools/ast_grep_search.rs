@@ -39,17 +39,28 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     let root = caller_root(ctx)?;
     let start = search_path(&root, input.path.as_deref())?;
     crate::files::outside_git(&root, &start, input.path.as_deref())?;
-    ctx.after = Some(Box::new(move || search(&root, &start, lang, exts, &pat)));
+    let cancel = ctx.cancel_flag();
+    ctx.after = Some(Box::new(move || search(&root, &start, lang, exts, &pat, &cancel)));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
-fn search(root: &Path, start: &Path, lang: SupportLang, exts: &[&str], pat: &Pattern) -> Result<CommandResult, ToolError> {
+fn search(
+    root: &Path,
+    start: &Path,
+    lang: SupportLang,
+    exts: &[&str],
+    pat: &Pattern,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<CommandResult, ToolError> {
     let files: Vec<PathBuf> = structural::files(root, start, exts);
     let mut lines = vec![];
     let mut hits = vec![];
     let mut total = 0usize;
     let mut skipped = vec![];
     for path in &files {
+        if crate::files::gave_up(cancel) {
+            return Err(crate::files::search_cancelled("ast-grep-search"));
+        }
         let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
         let src = match structural::source(root, path) {
             Ok(s) => s,

@@ -40,7 +40,8 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             input.path.unwrap_or_default()
         )));
     }
-    ctx.after = Some(Box::new(move || list(&root, &start, &glob)));
+    let cancel = ctx.cancel_flag();
+    ctx.after = Some(Box::new(move || list(&root, &start, &glob, &cancel)));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
 
@@ -55,11 +56,19 @@ pub(crate) fn invalid_glob(what: &str, pattern: &str, e: globset::Error) -> Tool
     ToolError::invalid(format!("{what} {}: {why}", echo(pattern)))
 }
 
-fn list(root: &Path, start: &Path, glob: &globset::GlobSet) -> Result<CommandResult, ToolError> {
+fn list(
+    root: &Path,
+    start: &Path,
+    glob: &globset::GlobSet,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<CommandResult, ToolError> {
     let mut found: Vec<(SystemTime, String)> = vec![];
     // Every `.git` skipped, nested repositories' included.
     let walk = crate::files::walk(root, start);
     for entry in walk.flatten() {
+        if crate::files::gave_up(cancel) {
+            return Err(crate::files::search_cancelled("glob"));
+        }
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }

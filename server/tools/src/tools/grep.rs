@@ -41,6 +41,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     crate::files::outside_git(&root, &start, input.path.as_deref())?;
     // Compiled off the caller's thread, with the search: a large pattern can take seconds
     // to compile, and a read-only tool's own part runs on the server's async workers.
+    let cancel = ctx.cancel_flag();
     ctx.after = Some(Box::new(move || {
         // Lines are searched one at a time, so no match spans a line break. A pattern with
         // a line break in it (`a\nb`, `a\n?`) cannot be built with `\n` as the line
@@ -86,7 +87,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             ),
             None => None,
         };
-        search(&root, &start, &matcher, include.as_ref(), limit as usize, holds_line_break)
+        search(&root, &start, &matcher, include.as_ref(), limit as usize, holds_line_break, &cancel)
     }));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
 }
@@ -98,6 +99,7 @@ fn search(
     include: Option<&globset::GlobSet>,
     limit: usize,
     holds_line_break: bool,
+    cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<CommandResult, ToolError> {
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(0))
@@ -118,7 +120,12 @@ fn search(
     let mut reader = forge_core::beneath::Reader::new(root);
     // Hidden files are searched, git's own directories (the root's and nested ones) never.
     let walk = crate::files::walk(root, start);
+    // Tests hold the search here to cancel it mid-walk.
+    forge_engine::pause::at_blocking("grep.walk");
     for entry in walk {
+        if crate::files::gave_up(cancel) {
+            return Err(crate::files::search_cancelled("grep"));
+        }
         let Ok(entry) = entry else { continue };
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
