@@ -638,8 +638,9 @@ impl ServerHandler for ForgeMcp {
         let input = Value::Object(request.arguments.unwrap_or_default());
         let route = self.route.clone();
         // The client's `notifications/cancelled` stops a shell command (through the loop's
-        // server: the connection is closed, and the server kills it); other built-in tools
-        // run to their end there (their writes are whole). Before, a cancelled shell
+        // server: the connection is closed, and the server kills it) and a read-only tool
+        // run in this process; other built-in tools run to their end (their writes are
+        // whole). Before, a cancelled shell
         // command ran on to its time limit (review AA).
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let asked = cancel.clone();
@@ -651,7 +652,8 @@ impl ServerHandler for ForgeMcp {
             }
         });
         let outcome = tokio::task::spawn_blocking(move || {
-            let cancel = (tool.name == "shell").then_some(&*cancel);
+            // A search run here stops its walk too (nothing is lost by stopping a read).
+            let cancel = (tool.name == "shell" || tool.read_only).then_some(&*cancel);
             route.call_named_cancellable(tool.name, tool.needs_server, input, cancel)
         })
         .await
