@@ -164,7 +164,10 @@ fn tool_at(plugin: &str, plugin_dir: &Path, name: String) -> Option<PluginTool> 
         return None;
     }
     let description = side.get("description").and_then(Value::as_str).unwrap_or("").to_string();
-    if let Some(problem) = side.get("inputSchema").and_then(|s| schema_problem(s, "inputSchema", 0)) {
+    if let Some(problem) = side
+        .get("inputSchema")
+        .and_then(|s| schema_problem(s, "inputSchema", 0).or_else(|| dangling_ref(s, s, "inputSchema", 0)))
+    {
         tracing::warn!("plugin tool sidecar {}: {problem}; skipped", sidecar.display());
         return None;
     }
@@ -233,6 +236,27 @@ fn schema_problem(schema: &Value, at: &str, depth: usize) -> Option<String> {
         match k.as_str() {
             "required" if !strings(v) => return wrong("an array of property names"),
             "type" if !(v.is_string() || strings(v)) => return wrong("a type name or an array of them"),
+            // A model provider refuses a tool whose schema is not valid JSON Schema (every
+            // turn of the agent would fail), and the check of an input skipped what it could
+            // not read: a misspelt type let any value through (review AA).
+            "type" => {
+                const TYPES: [&str; 7] = ["null", "boolean", "object", "array", "number", "string", "integer"];
+                let names: Vec<&str> = match v {
+                    Value::String(t) => vec![t.as_str()],
+                    _ => v.as_array().into_iter().flatten().filter_map(Value::as_str).collect(),
+                };
+                if let Some(bad) = names.iter().find(|t| !TYPES.contains(t)) {
+                    return Some(format!(
+                        "{here} names {bad:?}, which is not a JSON Schema type ({})",
+                        TYPES.join(", ")
+                    ));
+                }
+            }
+            "pattern" if v.is_string() => {
+                if let Err(e) = forge_domain::ecma_regex::compile(v.as_str().unwrap_or_default()) {
+                    return Some(format!("{here} is not a regular expression: {e}"));
+                }
+            }
             "enum" if !v.is_array() => return wrong("an array"),
             "pattern" if !v.is_string() => return wrong("a string"),
             "uniqueItems" if !v.is_boolean() => return wrong("a boolean"),
@@ -267,6 +291,13 @@ fn schema_problem(schema: &Value, at: &str, depth: usize) -> Option<String> {
             }
             k if SCHEMA_MAPS.contains(&k) => {
                 let Some(map) = v.as_object() else { return wrong("an object of schemas") };
+                if k == "patternProperties" {
+                    if let Some((n, e)) =
+                        map.keys().find_map(|n| forge_domain::ecma_regex::compile(n).err().map(|e| (n, e)))
+                    {
+                        return Some(format!("{here} has the key {n:?}, which is not a regular expression: {e}"));
+                    }
+                }
                 if let Some(p) = map.iter().find_map(|(n, s)| schema_problem(s, &format!("{here}.{n}"), depth + 1)) {
                     return Some(p);
                 }
@@ -275,6 +306,33 @@ fn schema_problem(schema: &Value, at: &str, depth: usize) -> Option<String> {
         }
     }
     None
+}
+
+/// The first `$ref` in `schema` (a part of `root`) that points nowhere in `root`: `#` or
+/// a JSON pointer into it are the references the input check follows; one that points
+/// nowhere was ignored, so its constraint never held.
+fn dangling_ref(root: &Value, schema: &Value, at: &str, depth: usize) -> Option<String> {
+    if depth > MAX_SCHEMA_DEPTH {
+        return None;
+    }
+    match schema {
+        Value::Object(m) => m.iter().find_map(|(k, v)| {
+            let here = format!("{at}.{k}");
+            match (k.as_str(), v) {
+                ("$ref", Value::String(r)) => {
+                    let found = r.strip_prefix('#').and_then(|p| root.pointer(&percent_decode(p)));
+                    found.is_none().then(|| {
+                        format!("{here} {r:?} points nowhere in the schema (a reference is `#` or a JSON pointer into it, such as \"#/$defs/name\")")
+                    })
+                }
+                // Values that hold data, not schemas.
+                ("enum" | "const" | "default" | "examples", _) => None,
+                _ => dangling_ref(root, v, &here, depth + 1),
+            }
+        }),
+        Value::Array(a) => a.iter().enumerate().find_map(|(i, v)| dangling_ref(root, v, &format!("{at}[{i}]"), depth + 1)),
+        _ => None,
+    }
 }
 
 /// A sidecar's `inputSchema` as the schema of an object input: a JSON object whose `type`
@@ -1312,10 +1370,29 @@ mod tests {
             ),
             (json!({ "items": 3 }), "inputSchema.items must be a schema (an object or a boolean)"),
             (json!({ "pattern": 1 }), "inputSchema.pattern must be a string"),
+            (
+                json!({ "properties": { "a": { "type": "strin" } } }),
+                "inputSchema.properties.a.type names \"strin\", which is not a JSON Schema type (null, boolean, object, array, number, string, integer)",
+            ),
         ];
         for (s, want) in &bad {
             assert_eq!(schema_problem(s, "inputSchema", 0).as_deref(), Some(*want), "{s}");
         }
+        // Values a provider would refuse, and a reference the check could not follow.
+        let p = schema_problem(&json!({ "properties": { "a": { "pattern": "((" } } }), "inputSchema", 0);
+        assert!(
+            p.as_deref().is_some_and(|p| p.starts_with("inputSchema.properties.a.pattern is not a regular expression")),
+            "{p:?}"
+        );
+        let p = schema_problem(&json!({ "patternProperties": { "[": {} } }), "inputSchema", 0);
+        assert!(p.as_deref().is_some_and(|p| p.contains("not a regular expression")), "{p:?}");
+        let s = json!({ "properties": { "a": { "$ref": "#/$defs/nope" }, "b": { "enum": [{ "$ref": "x" }] } } });
+        assert_eq!(
+            dangling_ref(&s, &s, "inputSchema", 0).as_deref(),
+            Some("inputSchema.properties.a.$ref \"#/$defs/nope\" points nowhere in the schema (a reference is `#` or a JSON pointer into it, such as \"#/$defs/name\")")
+        );
+        let s = json!({ "$defs": { "n": { "type": "integer" } }, "properties": { "a": { "$ref": "#/$defs/n" }, "b": { "$ref": "#" } } });
+        assert_eq!(dangling_ref(&s, &s, "inputSchema", 0), None);
         // A tool with such a schema is not offered.
         let root = tempfile::tempdir().unwrap();
         let tools = root.path().join(".forge/tools");
