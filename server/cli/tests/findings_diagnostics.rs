@@ -800,3 +800,32 @@ fn an_editor_on_a_folder_inside_a_repository_publishes_on_the_repositorys_paths(
     let found = c.tool_ok("grep", json!({ "pattern": "^two$" }));
     assert_contains(&found.text, "sub/x.rs");
 }
+
+/// Folders without a commit share the project `global`: a finding written in one is about
+/// that folder's file, keyed by its absolute path, and shown on it in every folder's editor,
+/// never on a file of the same name in another folder (review BB).
+#[test]
+fn a_finding_in_a_folder_without_a_commit_stays_on_its_own_file() {
+    let sb = Sandbox::new();
+    let (_a_keep, a) = plain_dir();
+    let (_b_keep, b) = plain_dir();
+    std::fs::write(a.join("notes.txt"), "a\n").unwrap();
+    std::fs::write(b.join("notes.txt"), "b\n").unwrap();
+    let ca = connect(&sb, Init::new(&a));
+    let mark = ca.mark();
+    let f = write_bug(&ca, "notes.txt", 1);
+    assert_eq!(f["file"], json!(a.join("notes.txt").display().to_string()), "{f}");
+    let a_uri = uri_in(&a, "notes.txt");
+    expect_count(&ca, mark, &a_uri, 1);
+    let cb = connect(&sb, Init::new(&b));
+    let mark = cb.mark();
+    let b_uri = uri_in(&b, "notes.txt");
+    expect_count(&cb, mark, &a_uri, 1);
+    settle();
+    assert_eq!(publications_on(&cb, mark, &b_uri), 0, "{:?}", published_uris(&cb, mark));
+    // Read and deleted by the same spelling from its folder.
+    let read = ca.tool_ok("review-read", json!({ "file": "notes.txt" }));
+    assert_eq!(read.data["findings"].as_array().map(Vec::len), Some(1), "{}", read.data);
+    assert_eq!(cb.tool_ok("review-read", json!({ "file": "notes.txt" })).data["findings"], json!([]));
+    ca.tool_ok("review-delete", json!({ "file": "notes.txt", "line": 1 }));
+}

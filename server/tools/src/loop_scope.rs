@@ -120,6 +120,14 @@ pub fn finding_file(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<
     let decoded = forge_protocol::uri::local_path(file)
         .map_err(|e| ToolError::invalid_params(format!("invalid argument `file`: {e}")))?;
     let file = decoded.as_deref().unwrap_or(file);
+    // Folders without a commit share the project `global`: a relative path would name a
+    // file in whichever such folder an editor has open (review BB: a finding written in one
+    // folder was shown on a file of the same name in another). Its findings are keyed by
+    // their absolute path, the file they are about.
+    if ctx.env.project.is_global() {
+        let base = ctx.env.project.findings_root();
+        return Ok(forge_domain::path::finding_file(&base.join(file).to_string_lossy(), None, &[]));
+    }
     // The common case: a relative path that stays inside its root needs no file-system call.
     let path = Path::new(file);
     if !path.is_absolute() && !forge_domain::path::lexical(path).starts_with("..") {
