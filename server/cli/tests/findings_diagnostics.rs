@@ -827,5 +827,9 @@ fn a_finding_in_a_folder_without_a_commit_stays_on_its_own_file() {
     let read = ca.tool_ok("review-read", json!({ "file": "notes.txt" }));
     assert_eq!(read.data["findings"].as_array().map(Vec::len), Some(1), "{}", read.data);
     assert_eq!(cb.tool_ok("review-read", json!({ "file": "notes.txt" })).data["findings"], json!([]));
-    ca.tool_ok("review-delete", json!({ "file": "notes.txt", "line": 1 }));
+    // A finding stored with a relative key before (it names no folder) does not go before
+    // the caller's own (review CC).
+    insert_finding(&sb.db(), "global", "", "notes.txt", 1, None, "bug", "stored before keys were absolute");
+    let del = ca.tool_ok("review-delete", json!({ "file": "notes.txt", "line": 1 }));
+    assert_eq!(del.data["findings"][0]["file"], json!(a.join("notes.txt").display().to_string()), "{}", del.data);
 }

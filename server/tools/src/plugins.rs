@@ -118,13 +118,33 @@ fn scan(plugin: &str, plugin_dir: &Path) -> Vec<PluginTool> {
     names.into_iter().filter_map(|n| tool_at(plugin, plugin_dir, n)).collect()
 }
 
+/// Logs, once per path, a plugin folder or tool skipped for its name: a name that stopped
+/// being valid (`my_`, review CC) would otherwise vanish without a word.
+fn skipped_for_name(path: &Path) {
+    static SAID: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<PathBuf>>> =
+        std::sync::LazyLock::new(Default::default);
+    if SAID.lock().is_ok_and(|mut s| s.insert(path.to_path_buf())) {
+        tracing::warn!(
+            "{} is skipped: a plugin's or tool's name is letters, digits, - and _, without __ and without _ at either end (rename it)",
+            path.display()
+        );
+    }
+}
+
 /// The names of the tools a plugin's `tools/` folder may hold, sorted.
 fn tool_names(dir: &Path) -> Vec<String> {
     let Ok(rd) = std::fs::read_dir(dir) else { return vec![] };
     let mut names: Vec<String> = rd
         .flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| !n.ends_with(".json") && valid_name(n))
+        .filter(|n| !n.ends_with(".json"))
+        .filter(|n| {
+            let ok = valid_name(n);
+            if !ok && dir.join(format!("{n}.json")).exists() {
+                skipped_for_name(&dir.join(n));
+            }
+            ok
+        })
         .collect();
     names.sort();
     names
@@ -208,11 +228,13 @@ fn executable_file(path: &Path) -> bool {
 /// keyword of the wrong type (`"required": "a"`, `"properties": []`) was skipped when a
 /// call was checked, so the tool ran without the constraint its author wrote (found by a
 /// review). `None`: every keyword it reads has its type. Unknown keywords are annotations.
+/// Keywords whose value is a schema, a list of schemas, or a map of names to schemas.
+const SCHEMA_KEYS: [&str; 8] =
+    ["not", "if", "then", "else", "additionalProperties", "contains", "propertyNames", "items"];
+const SCHEMA_LISTS: [&str; 4] = ["allOf", "anyOf", "oneOf", "prefixItems"];
+const SCHEMA_MAPS: [&str; 4] = ["properties", "patternProperties", "$defs", "definitions"];
+
 fn schema_problem(schema: &Value, at: &str, depth: usize) -> Option<String> {
-    const SCHEMA_KEYS: [&str; 8] =
-        ["not", "if", "then", "else", "additionalProperties", "contains", "propertyNames", "items"];
-    const SCHEMA_LISTS: [&str; 4] = ["allOf", "anyOf", "oneOf", "prefixItems"];
-    const SCHEMA_MAPS: [&str; 4] = ["properties", "patternProperties", "$defs", "definitions"];
     const COUNTS: [&str; 8] = [
         "minLength",
         "maxLength",
@@ -254,7 +276,7 @@ fn schema_problem(schema: &Value, at: &str, depth: usize) -> Option<String> {
             }
             "pattern" if v.is_string() => {
                 if let Err(e) = forge_domain::ecma_regex::compile(v.as_str().unwrap_or_default()) {
-                    return Some(format!("{here} is not a regular expression: {e}"));
+                    return Some(format!("{here} is not a pattern the input check can match: {e}"));
                 }
             }
             "enum" if !v.is_array() => return wrong("an array"),
@@ -295,7 +317,9 @@ fn schema_problem(schema: &Value, at: &str, depth: usize) -> Option<String> {
                     if let Some((n, e)) =
                         map.keys().find_map(|n| forge_domain::ecma_regex::compile(n).err().map(|e| (n, e)))
                     {
-                        return Some(format!("{here} has the key {n:?}, which is not a regular expression: {e}"));
+                        return Some(format!(
+                            "{here} has the key {n:?}, which is not a pattern the input check can match: {e}"
+                        ));
                     }
                 }
                 if let Some(p) = map.iter().find_map(|(n, s)| schema_problem(s, &format!("{here}.{n}"), depth + 1)) {
@@ -312,27 +336,32 @@ fn schema_problem(schema: &Value, at: &str, depth: usize) -> Option<String> {
 /// a JSON pointer into it are the references the input check follows; one that points
 /// nowhere was ignored, so its constraint never held.
 fn dangling_ref(root: &Value, schema: &Value, at: &str, depth: usize) -> Option<String> {
+    let Value::Object(m) = schema else { return None };
     if depth > MAX_SCHEMA_DEPTH {
         return None;
     }
-    match schema {
-        Value::Object(m) => m.iter().find_map(|(k, v)| {
-            let here = format!("{at}.{k}");
-            match (k.as_str(), v) {
-                ("$ref", Value::String(r)) => {
-                    let found = r.strip_prefix('#').and_then(|p| root.pointer(&percent_decode(p)));
-                    found.is_none().then(|| {
-                        format!("{here} {r:?} points nowhere in the schema (a reference is `#` or a JSON pointer into it, such as \"#/$defs/name\")")
-                    })
-                }
-                // Values that hold data, not schemas.
-                ("enum" | "const" | "default" | "examples", _) => None,
-                _ => dangling_ref(root, v, &here, depth + 1),
+    m.iter().find_map(|(k, v)| {
+        let here = format!("{at}.{k}");
+        match (k.as_str(), v) {
+            ("$ref", Value::String(r)) => {
+                let found = r.strip_prefix('#').and_then(|p| root.pointer(&percent_decode(p)));
+                found.is_none().then(|| {
+                    format!("{here} {r:?} points nowhere in the schema the input check follows (a reference is `#` or a JSON pointer into the schema, such as \"#/$defs/name\"; anchors and other documents are not followed)")
+                })
             }
-        }),
-        Value::Array(a) => a.iter().enumerate().find_map(|(i, v)| dangling_ref(root, v, &format!("{at}[{i}]"), depth + 1)),
-        _ => None,
-    }
+            // Only where a schema stands: other keywords (an extension's `x-doc`, `enum`,
+            // `default`) hold data.
+            (k, Value::Array(list)) if SCHEMA_LISTS.contains(&k) || k == "items" => list
+                .iter()
+                .enumerate()
+                .find_map(|(i, s)| dangling_ref(root, s, &format!("{here}[{i}]"), depth + 1)),
+            (k, Value::Object(map)) if SCHEMA_MAPS.contains(&k) => {
+                map.iter().find_map(|(n, s)| dangling_ref(root, s, &format!("{here}.{n}"), depth + 1))
+            }
+            (k, _) if SCHEMA_KEYS.contains(&k) => dangling_ref(root, v, &here, depth + 1),
+            _ => None,
+        }
+    })
 }
 
 /// A sidecar's `inputSchema` as the schema of an object input: a JSON object whose `type`
@@ -367,6 +396,9 @@ fn plugin_dirs(project_root: &Path) -> Vec<(String, PathBuf)> {
                             "user plugin folder {} is skipped: `project` names the repository's own tools (rename the folder)",
                             p.display()
                         ));
+                    }
+                    if !valid_name(n) {
+                        skipped_for_name(p);
                     }
                     valid_name(n) && n != "project"
                 })
@@ -859,12 +891,10 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// A `$ref`'s fragment with `%XX` escapes decoded.
+/// A `$ref`'s fragment with `%XX` escapes decoded (and nothing else: `&`, `=` and `+`
+/// are themselves in a fragment; a form decoder cut the reference at `&`, review CC).
 fn percent_decode(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_else(|| s.to_string())
+    forge_protocol::uri::percent_decode(s)
 }
 
 /// One of a tool's output pipes, read on a thread of its own: at most [`MAX_OUTPUT`]
@@ -1381,16 +1411,21 @@ mod tests {
         // Values a provider would refuse, and a reference the check could not follow.
         let p = schema_problem(&json!({ "properties": { "a": { "pattern": "((" } } }), "inputSchema", 0);
         assert!(
-            p.as_deref().is_some_and(|p| p.starts_with("inputSchema.properties.a.pattern is not a regular expression")),
+            p.as_deref().is_some_and(
+                |p| p.starts_with("inputSchema.properties.a.pattern is not a pattern the input check can match")
+            ),
             "{p:?}"
         );
         let p = schema_problem(&json!({ "patternProperties": { "[": {} } }), "inputSchema", 0);
-        assert!(p.as_deref().is_some_and(|p| p.contains("not a regular expression")), "{p:?}");
+        assert!(p.as_deref().is_some_and(|p| p.contains("not a pattern the input check can match")), "{p:?}");
         let s = json!({ "properties": { "a": { "$ref": "#/$defs/nope" }, "b": { "enum": [{ "$ref": "x" }] } } });
         assert_eq!(
             dangling_ref(&s, &s, "inputSchema", 0).as_deref(),
-            Some("inputSchema.properties.a.$ref \"#/$defs/nope\" points nowhere in the schema (a reference is `#` or a JSON pointer into it, such as \"#/$defs/name\")")
+            Some("inputSchema.properties.a.$ref \"#/$defs/nope\" points nowhere in the schema the input check follows (a reference is `#` or a JSON pointer into the schema, such as \"#/$defs/name\"; anchors and other documents are not followed)")
         );
+        // `&` is part of a fragment; an extension keyword holds data, not a schema.
+        let s = json!({ "$defs": { "a&b": { "type": "string" } }, "properties": { "x": { "$ref": "#/$defs/a&b" } }, "x-doc": { "$ref": "see-docs" } });
+        assert_eq!(dangling_ref(&s, &s, "inputSchema", 0), None);
         let s = json!({ "$defs": { "n": { "type": "integer" } }, "properties": { "a": { "$ref": "#/$defs/n" }, "b": { "$ref": "#" } } });
         assert_eq!(dangling_ref(&s, &s, "inputSchema", 0), None);
         // A tool with such a schema is not offered.

@@ -54,11 +54,18 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     // (what a "Delete finding" on such a finding's diagnostic names), then the key.
     let key = loop_scope::finding_file(ctx, &input.file, row.as_ref())?;
     let mut gone = vec![];
-    if key != input.file {
+    // In the project `global` (folders without a commit) keys are absolute paths: a
+    // relative spelling stored before names no folder, and another folder's finding stored
+    // that way must not go before the caller's own (review CC). The key is tried first.
+    let global = ctx.env.project.is_global();
+    if key != input.file && !global {
         gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &input.file, input.line, &filter, ctx.now).db()?;
     }
     if gone.is_empty() {
         gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &key, input.line, &filter, ctx.now).db()?;
+    }
+    if gone.is_empty() && key != input.file && global {
+        gone = findings::delete(ctx.db, ctx.project_id(), &bucket, &input.file, input.line, &filter, ctx.now).db()?;
     }
     if gone.is_empty() {
         return Err(ToolError::not_found(review::deleted_message(&input.file, input.line, 0)));
