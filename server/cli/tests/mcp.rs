@@ -877,7 +877,7 @@ fn a_terminated_mcp_process_takes_its_plugin_tools_with_it() {
     unsafe { libc::kill(m.child.id() as i32, libc::SIGTERM) };
     assert!(wait_exit(&mut m.child, Duration::from_secs(10)).is_some(), "forge-lsp mcp did not end");
     assert!(
-        wait_for(Duration::from_secs(5), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
+        wait_for(Duration::from_secs(5), || (!running(&proc_dir)).then_some(())).is_some(),
         "the tool's sleep {} outlived forge-lsp mcp",
         pid.trim()
     );
@@ -892,6 +892,9 @@ fn a_cancelled_or_abandoned_shell_call_is_killed() {
     let repo = GitRepo::new();
     let sock = sb.root.join("s/forge.sock");
     let server = sb.listen_unix(&sock);
+    // A first client: the server has made its database by the time it is answered.
+    let mut editor = server.connect();
+    editor.init(&Init::new(&repo.path));
     let session = "ses_01JMCPSHELLCANCEL000000000";
     let db = sb.db();
     db.insert_loop(&LoopFixture::running(&repo.root_commit, "mcp-shell-loop", session, &repo.path));
@@ -923,10 +926,19 @@ fn a_cancelled_or_abandoned_shell_call_is_killed() {
             let _ = m.child.kill();
         }
         assert!(
-            wait_for(Duration::from_secs(10), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
+            wait_for(Duration::from_secs(10), || (!running(&proc_dir)).then_some(())).is_some(),
             "{how}: the shell command {} ran on",
             pid.trim()
         );
     }
     drop(server);
+}
+
+/// Whether the process of `/proc/<pid>` runs: gone, or a zombie its new parent (init, once
+/// its own parent was killed) has not reaped yet, is not running.
+fn running(proc_dir: &str) -> bool {
+    std::fs::read_to_string(format!("{proc_dir}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
 }
