@@ -496,8 +496,11 @@ fn saving_a_copy_opened_before_the_plan_changed_is_refused_not_stored() {
     let kept = message.split("your text is in ").nth(1).and_then(|r| r.strip_suffix('.')).expect("where the text is");
     assert_eq!(std::fs::read_to_string(kept).unwrap(), mine, "{message}");
     assert!(!shown_messages(&c).iter().any(|m| m.contains("was saved as the plan")), "{:?}", shown_messages(&c));
-    // Reloaded (the buffer takes the copy's new text), edited and saved: stored.
+    // Reloaded (the buffer takes the copy's new text), edited and saved: stored. An editor
+    // reloads on its file watcher's event, some time after the write; the server records
+    // what it wrote just after the file appears.
     let current = wait_file(&copy, |t| t.contains("Two, newer."));
+    std::thread::sleep(Duration::from_millis(200));
     c.notify(
         "textDocument/didChange",
         json!({ "textDocument": { "uri": uri, "version": 3 }, "contentChanges": [{ "text": current }] }),
