@@ -134,6 +134,16 @@ fn document_symbols_folding_ranges_and_code_lenses_of_a_plan() {
     let phase1 = line_of(GOOD_PLAN, "## Phase 1: token storage");
     let phase2 = line_of(GOOD_PLAN, "## Phase 2: login flow");
     let decisions = line_of(GOOD_PLAN, "## Decisions");
+    // A client that declared no hierarchical support gets `SymbolInformation`s: the same
+    // names and ranges, as locations in the document (LSP 3.17; review BB).
+    let flat = client(&sb, &repo, Init { flat_symbols: true, ..Init::new(&repo.path) });
+    let listed = flat.request_ok("textDocument/documentSymbol", doc(&uri));
+    assert_eq!(symbol_names(&listed), names);
+    for (f, h) in listed.as_array().unwrap().iter().zip(symbols.as_array().unwrap()) {
+        assert_eq!(f["location"]["uri"], json!(uri), "{f}");
+        assert_eq!(f["location"]["range"], h["range"], "{f}");
+        assert!(f.get("selectionRange").is_none() && f.get("range").is_none(), "{f}");
+    }
     let s1 = &symbols[pos("1. Phase 1: token storage")];
     assert_eq!(s1["range"]["start"]["line"], json!(markers[0]), "{s1}");
     assert_eq!(s1["selectionRange"]["start"]["line"], json!(phase1), "{s1}");

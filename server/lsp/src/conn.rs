@@ -106,6 +106,9 @@ pub struct ClientCaps {
     /// `textDocument.codeAction.codeActionLiteralSupport` declared: code actions may be
     /// `CodeAction` literals; otherwise only `Command`s (LSP 3.17).
     pub code_action_literals: bool,
+    /// `textDocument.documentSymbol.hierarchicalDocumentSymbolSupport` declared: symbols
+    /// may be `DocumentSymbol`s; otherwise `SymbolInformation`s (LSP 3.17).
+    pub hierarchical_symbols: bool,
 }
 
 /// An open document (full sync).

@@ -463,6 +463,8 @@ pub struct Init {
     pub code_lens_refresh: bool,
     /// Declares no `codeActionLiteralSupport`: code actions come as bare commands.
     pub commands_only: bool,
+    /// Declares no `hierarchicalDocumentSymbolSupport`: symbols come as `SymbolInformation`.
+    pub flat_symbols: bool,
     /// Extra `initializationOptions.forge` fields (merged last).
     pub forge_extra: Option<Value>,
 }
@@ -562,6 +564,9 @@ impl Init {
         }
         if self.commands_only {
             caps["textDocument"].as_object_mut().expect("textDocument").remove("codeAction");
+        }
+        if self.flat_symbols {
+            caps["textDocument"]["documentSymbol"] = json!({});
         }
         let mut p = json!({
             "processId": std::process::id(),

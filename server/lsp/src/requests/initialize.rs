@@ -161,6 +161,10 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     let tools_only = p.pointer(forge_protocol::TOOLS_ONLY_CAPABILITY).and_then(Value::as_bool).unwrap_or(false);
     let code_action_literals =
         p.pointer("/capabilities/textDocument/codeAction/codeActionLiteralSupport").is_some_and(|v| v.is_object());
+    let hierarchical_symbols = p
+        .pointer("/capabilities/textDocument/documentSymbol/hierarchicalDocumentSymbolSupport")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     // A client that only runs tools never reads views either, and a client that named no
     // folder gets none written into the working directory it happened to start in.
     let materialize = materialize && !tools_only && !no_folder;
@@ -172,6 +176,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
         code_lens_refresh,
         tools_only,
         code_action_literals,
+        hierarchical_symbols,
     };
 
     // Links in tool texts and documents: forge:// for clients that read them, else the
