@@ -512,6 +512,33 @@ fn mcp_watch_line(text: &str, data: &Value) -> Option<String> {
 }
 
 impl ForgeMcp {
+    /// Runs tool `name` through the route off the runtime, with the request's cancel token
+    /// passed on as the route's cancel flag when `cancellable` (module docs of `Route`).
+    async fn call_cancellable(
+        &self,
+        context: &RequestContext<RoleServer>,
+        name: &str,
+        needs_server: bool,
+        input: Value,
+        cancellable: bool,
+    ) -> Result<CommandResult, ToolError> {
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let asked = cancel.clone();
+        let ct = context.ct.clone();
+        let watch = tokio::spawn(async move {
+            ct.cancelled().await;
+            asked.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let (route, owned) = (self.route.clone(), name.to_string());
+        let outcome = tokio::task::spawn_blocking(move || {
+            route.call_named_cancellable(&owned, needs_server, input, cancellable.then_some(&*cancel))
+        })
+        .await
+        .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{name} failed: {e}"))));
+        watch.abort();
+        outcome
+    }
+
     /// The `tools/call` result of an outcome, without `structuredContent` when this process
     /// leaves it out ([`STRUCTURED_CONTENT_ENV`]).
     fn result(&self, outcome: Result<CommandResult, ToolError>) -> CallToolResult {
@@ -605,24 +632,9 @@ impl ServerHandler for ForgeMcp {
                 in_loop || tokio::task::spawn_blocking(move || route.plugin(&name).is_some()).await.unwrap_or(false);
             if is_plugin {
                 let input = Value::Object(request.arguments.unwrap_or_default());
-                let (route, name) = (self.route.clone(), request.name.to_string());
                 // The client's `notifications/cancelled` stops a plugin tool this process runs
                 // (its process group is killed), as `$/cancelRequest` does in a server.
-                let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let asked = cancel.clone();
-                let watch = tokio::spawn({
-                    let ct = context.ct.clone();
-                    async move {
-                        ct.cancelled().await;
-                        asked.store(true, std::sync::atomic::Ordering::Release);
-                    }
-                });
-                let outcome = tokio::task::spawn_blocking(move || {
-                    route.call_named_cancellable(&name, false, input, Some(&cancel))
-                })
-                .await
-                .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", request.name))));
-                watch.abort();
+                let outcome = self.call_cancellable(&context, &request.name, false, input, true).await;
                 if let Err(e) = &outcome {
                     if in_loop
                         && e.kind == forge_protocol::ErrorKind::InvalidParams
@@ -636,29 +648,13 @@ impl ServerHandler for ForgeMcp {
             return Err(unknown_tool(&request.name));
         };
         let input = Value::Object(request.arguments.unwrap_or_default());
-        let route = self.route.clone();
         // The client's `notifications/cancelled` stops a shell command (through the loop's
         // server: the connection is closed, and the server kills it) and a read-only tool
-        // run in this process; other built-in tools run to their end (their writes are
-        // whole). Before, a cancelled shell
-        // command ran on to its time limit (review AA).
-        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let asked = cancel.clone();
-        let watch = tokio::spawn({
-            let ct = context.ct.clone();
-            async move {
-                ct.cancelled().await;
-                asked.store(true, std::sync::atomic::Ordering::Release);
-            }
-        });
-        let outcome = tokio::task::spawn_blocking(move || {
-            // A search run here stops its walk too (nothing is lost by stopping a read).
-            let cancel = (tool.name == "shell" || tool.read_only).then_some(&*cancel);
-            route.call_named_cancellable(tool.name, tool.needs_server, input, cancel)
-        })
-        .await
-        .unwrap_or_else(|e| Err(ToolError::internal(format!("forge.{} failed: {e}", tool.name))));
-        watch.abort();
+        // run in this process (a search stops its walk); other built-in tools run to their
+        // end (their writes are whole). Before, a cancelled shell command ran on to its time
+        // limit (review AA).
+        let cancellable = tool.name == "shell" || tool.read_only;
+        let outcome = self.call_cancellable(&context, tool.name, tool.needs_server, input, cancellable).await;
         let outcome = outcome.map(|mut r| {
             if tool.name == "execute-plan" && !self.route.in_loop() {
                 if let Some(text) = mcp_watch_line(&r.text, &r.data) {
