@@ -10,39 +10,39 @@
 
 /// A pause point (module docs).
 pub async fn at(name: &str) {
-    #[cfg(debug_assertions)]
-    {
-        let Some(dir) = std::env::var_os("FORGE_TEST_PAUSE_DIR") else { return };
-        let hold = std::path::Path::new(&dir).join(name);
-        if !hold.exists() {
-            return;
-        }
-        let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{name}.reached")), b"");
+    if let Some((hold, until)) = held(name) {
         tracing::info!("test pause {name}: held until {} is removed", hold.display());
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while hold.exists() && std::time::Instant::now() < until {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
-    #[cfg(not(debug_assertions))]
-    let _ = name;
 }
 
 /// [`at`] for a blocking thread (a search's walk).
 pub fn at_blocking(name: &str) {
-    #[cfg(debug_assertions)]
-    {
-        let Some(dir) = std::env::var_os("FORGE_TEST_PAUSE_DIR") else { return };
-        let hold = std::path::Path::new(&dir).join(name);
-        if !hold.exists() {
-            return;
-        }
-        let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{name}.reached")), b"");
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    if let Some((hold, until)) = held(name) {
         while hold.exists() && std::time::Instant::now() < until {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
+}
+
+/// Whether the test holds the pause `name`: its file and the latest time to wait until,
+/// with `<name>.reached` written. Always `None` in a release build.
+fn held(name: &str) -> Option<(std::path::PathBuf, std::time::Instant)> {
+    #[cfg(debug_assertions)]
+    {
+        let dir = std::env::var_os("FORGE_TEST_PAUSE_DIR")?;
+        let hold = std::path::Path::new(&dir).join(name);
+        if !hold.exists() {
+            return None;
+        }
+        let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{name}.reached")), b"");
+        Some((hold, std::time::Instant::now() + std::time::Duration::from_secs(60)))
+    }
     #[cfg(not(debug_assertions))]
-    let _ = name;
+    {
+        let _ = name;
+        None
+    }
 }
