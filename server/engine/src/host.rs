@@ -76,6 +76,10 @@ impl TurnHandle {
     }
 }
 
+/// The placeholders [`expand`] replaces in an `agent.command` template.
+pub const PLACEHOLDERS: [&str; 9] =
+    ["{session_uuid}", "{session}", "{resume}", "{agent}", "{model}", "{variant}", "{cwd}", "{title}", "{prompt_file}"];
+
 /// Expands the argv template.
 pub fn expand(argv: &[String], req: &TurnRequest, prompt_file: &Path) -> Vec<String> {
     let resume = if req.resume { req.session_id.as_str() } else { "" };
@@ -682,6 +686,13 @@ mod expand_tests {
         for (resume, want) in table {
             r.resume = *resume;
             assert_eq!(&expand(&argv, &r, Path::new("/p")), want, "resume={resume}");
+        }
+        // Every placeholder the list names is one `expand` replaces (loop start refuses them
+        // in a preset's program by this list).
+        r.resume = true;
+        for p in PLACEHOLDERS {
+            let out = expand(&[format!("x{p}y")], &r, Path::new("/p"));
+            assert!(!out.iter().any(|a| a.contains(p)), "{p}: {out:?}");
         }
     }
 }

@@ -53,18 +53,9 @@ fn preconditions(env: &ToolEnv) -> Result<(PathBuf, Vec<String>), ToolError> {
     // its own arguments); a template's placeholders there were passed to the program as
     // they are (`{session}` as a literal argument): say so instead (review AA).
     if let Some(cli) = crate::agents::preset(&env.config) {
-        const PLACEHOLDERS: [&str; 9] = [
-            "{session}",
-            "{session_uuid}",
-            "{resume}",
-            "{agent}",
-            "{model}",
-            "{variant}",
-            "{cwd}",
-            "{title}",
-            "{prompt_file}",
-        ];
-        if let Some(p) = argv.iter().flat_map(|a| PLACEHOLDERS.iter().filter(move |p| a.contains(**p))).next() {
+        if let Some(p) =
+            argv.iter().flat_map(|a| crate::host::PLACEHOLDERS.iter().filter(move |p| a.contains(**p))).next()
+        {
             return Err(ToolError::precondition(format!(
                 "Failed to start loop: agent.preset = \"{}\" is set, so agent.command names only the program that runs that CLI (for example [\"/opt/bin/{}\"]), and the preset adds its own arguments; it holds the placeholder {p}, which is for a command of your own. Remove agent.preset to run your command as a template, or leave only the program in agent.command.",
                 cli.name(),
