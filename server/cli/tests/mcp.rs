@@ -102,6 +102,19 @@ impl Mcp {
         self.result("tools/call", json!({ "name": name, "arguments": arguments }))
     }
 
+    /// Sends a `tools/call` without waiting for its answer; returns its id.
+    fn start_call(&mut self, name: &str, arguments: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": name, "arguments": arguments } }));
+        id
+    }
+
+    /// Sends `notifications/cancelled` for the call `id`.
+    fn cancel(&mut self, id: i64) {
+        self.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": "user" } }));
+    }
+
     /// Closes stdin and waits for the exit; returns (exit code, stderr).
     fn finish(mut self) -> (i32, String) {
         drop(self.stdin.take());
@@ -635,14 +648,10 @@ fn user_plugin_tool(sb: &Sandbox, plugin: &str, name: &str, script: &str, sideca
 /// Calls `slow__Hang`, cancels the call once the tool runs, and checks that its process is
 /// gone, that the call is answered, and that the MCP process serves on.
 fn cancel_the_hanging_tool(sb: &Sandbox, m: &mut Mcp) {
-    let id = m.next_id;
-    m.next_id += 1;
-    m.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "slow__Hang", "arguments": {} } }));
-    let pid_file = sb.config_home.join("forge-lsp/plugins/slow/pid");
-    let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
-        .expect("the tool started");
+    let id = m.start_call("slow__Hang", json!({}));
+    let pid = written_pid(&sb.config_home.join("forge-lsp/plugins/slow/pid")).expect("the tool started");
     let proc_dir = format!("/proc/{}", pid.trim());
-    m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": "user" } }));
+    m.cancel(id);
     assert!(
         wait_for(Duration::from_secs(5), || (!Path::new(&proc_dir).exists()).then_some(())).is_some(),
         "the tool process {pid} was not killed"
@@ -866,12 +875,8 @@ fn a_terminated_mcp_process_takes_its_plugin_tools_with_it() {
     );
     let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
     m.initialize();
-    let id = m.next_id;
-    m.next_id += 1;
-    m.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "slow__Sleeper", "arguments": {} } }));
-    let pid_file = sb.config_home.join("forge-lsp/plugins/slow/sleep.pid");
-    let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
-        .expect("the tool started");
+    m.start_call("slow__Sleeper", json!({}));
+    let pid = written_pid(&sb.config_home.join("forge-lsp/plugins/slow/sleep.pid")).expect("the tool started");
     let proc_dir = format!("/proc/{}", pid.trim());
     // SAFETY: a signal to the child this test started.
     unsafe { libc::kill(m.child.id() as i32, libc::SIGTERM) };
@@ -910,18 +915,14 @@ fn a_cancelled_or_abandoned_shell_call_is_killed() {
         m.initialize();
         let pid_file = sb.root.join(format!("shell-{k}.pid"));
         let command = format!("echo $$ > {}; exec sleep 60", pid_file.display());
-        let id = m.next_id;
-        m.next_id += 1;
-        m.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": { "name": "shell", "arguments": { "command": command, "timeoutMs": 120000 } } }));
-        let pid = wait_for(WAIT, || std::fs::read_to_string(&pid_file).ok().filter(|s| !s.trim().is_empty()))
-            .unwrap_or_else(|| {
-                let said: Vec<String> = m.lines.try_iter().collect();
-                panic!("{how}: the shell command did not start: {said:?}")
-            });
+        let id = m.start_call("shell", json!({ "command": command, "timeoutMs": 120000 }));
+        let pid = written_pid(&pid_file).unwrap_or_else(|| {
+            let said: Vec<String> = m.lines.try_iter().collect();
+            panic!("{how}: the shell command did not start: {said:?}")
+        });
         let proc_dir = format!("/proc/{}", pid.trim());
         if how == "cancelled" {
-            m.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": "user" } }));
+            m.cancel(id);
         } else {
             let _ = m.child.kill();
         }
@@ -941,4 +942,10 @@ fn running(proc_dir: &str) -> bool {
         .ok()
         .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
         .unwrap_or(false)
+}
+
+/// The process id a test's tool or command writes to `file`, once it has (`None` after
+/// [`WAIT`]).
+fn written_pid(file: &Path) -> Option<String> {
+    wait_for(WAIT, || std::fs::read_to_string(file).ok().filter(|s| !s.trim().is_empty()))
 }
