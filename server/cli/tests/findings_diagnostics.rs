@@ -458,6 +458,39 @@ fn the_delete_finding_code_action_reaches_a_loop_finding_from_the_editor() {
     assert_eq!(n, 0);
 }
 
+/// A client that declared no `publishDiagnostics.dataSupport` may send the diagnostics back
+/// without `data` (LSP 3.16): the finding is then found by its `code`, its id; one deleted
+/// since gets no action.
+#[test]
+fn the_delete_finding_code_action_works_without_the_diagnostic_data() {
+    let (sb, repo) = setup();
+    let fx = loop_fixtures(&sb, &repo);
+    repo.write("src/act.rs", "one\ntwo\n");
+    let c = connect(&sb, Init::new(&repo.path));
+    let uri = uri_in(&repo.path, "src/act.rs");
+    let mark = c.mark();
+    let id = write_bug(&c, "src/act.rs", 2)["id"].as_i64().expect("id");
+    let diags = expect_count(&c, mark, &uri, 1);
+    let mut bare = by_id(&diags, id);
+    bare.as_object_mut().expect("diagnostic").remove("data");
+    let actions = code_actions(&c, &uri, std::slice::from_ref(&bare));
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(actions[0]["command"]["arguments"][0], json!({ "file": "src/act.rs", "line": 2, "crossSection": true }));
+
+    let loop_diags = expect_count(&c, Mark::default(), &fx.root_loop_uri, 1);
+    let mut bare_loop = loop_diags[0].clone();
+    bare_loop.as_object_mut().expect("diagnostic").remove("data");
+    let actions = code_actions(&c, &fx.root_loop_uri, &[bare_loop]);
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    let args = &actions[0]["command"]["arguments"][0];
+    assert_eq!((&args["loopName"], &args["sectionIndex"]), (&json!("live-loop"), &json!(1)), "{args}");
+
+    let mark = c.mark();
+    run_command(&c, &code_actions(&c, &uri, std::slice::from_ref(&bare))[0]);
+    expect_count(&c, mark, &uri, 0);
+    assert!(code_actions(&c, &uri, &[bare]).is_empty(), "a deleted finding gets no action");
+}
+
 /// The action is offered only where it can succeed: an auditor's editor cannot name a
 /// loop (the user's alone), and a `code` agent may not delete findings at all.
 #[test]

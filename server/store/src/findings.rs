@@ -190,6 +190,22 @@ pub fn delete_bucket(conn: &Connection, project: &str, bucket: &str, now: i64) -
     Ok(n)
 }
 
+/// The findings of the project with these ids (those that still exist), in id order.
+pub fn by_ids(conn: &Connection, project: &str, ids: &[i64]) -> rusqlite::Result<Vec<Finding>> {
+    let mut out = Vec::new();
+    let mut st =
+        conn.prepare_cached(&format!("SELECT {COLS} FROM review_findings WHERE project_id = ?1 AND id = ?2"))?;
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    for id in ids {
+        if let Some(f) = st.query_map(params![project, id], row)?.next() {
+            out.push(f?);
+        }
+    }
+    Ok(out)
+}
+
 /// The open findings of the project (outside loops, or of a loop that is not
 /// completed), optionally only those whose `file` is one of `files`.
 pub fn open(conn: &Connection, project: &str, files: Option<&[String]>) -> rusqlite::Result<Vec<Finding>> {

@@ -1,5 +1,7 @@
 //! `textDocument/codeAction`: `Delete finding` on a finding's diagnostic.
 
+use std::collections::HashMap;
+
 use serde_json::{json, Value};
 use tower_lsp_server::gen_lsp_types::{CodeActionParams, CodeActionResponse};
 use tower_lsp_server::jsonrpc::Result;
@@ -13,13 +15,23 @@ pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<
     if forge_domain::permissions::check("review-delete", &env.caller.facts()).is_err() {
         return Ok(Some(vec![]));
     }
+    let ours: Vec<Value> = params
+        .context
+        .diagnostics
+        .iter()
+        .map(|d| serde_json::to_value(d).unwrap_or(Value::Null))
+        .filter(|d| d.get("source").and_then(Value::as_str) == Some("forge"))
+        .collect();
+    let found = recovered_data(backend, &env.project.id, &ours).await;
     let mut actions = vec![];
-    for d in &params.context.diagnostics {
-        let d = serde_json::to_value(d).unwrap_or(Value::Null);
-        if d.get("source").and_then(Value::as_str) != Some("forge") {
-            continue;
-        }
-        let Some(data) = d.get("data").filter(|x| x.get("findingId").is_some()) else { continue };
+    for d in ours {
+        let data = match d.get("data").filter(|x| x.get("findingId").is_some()) {
+            Some(x) => x,
+            None => match d.get("code").and_then(Value::as_i64).and_then(|id| found.get(&id)) {
+                Some(x) => x,
+                None => continue,
+            },
+        };
         let file = data.get("file").cloned().unwrap_or(Value::Null);
         let line = data.get("line").cloned().unwrap_or(Value::Null);
         let mut input = json!({ "file": file, "line": line });
@@ -50,4 +62,35 @@ pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<
         });
     }
     Ok(Some(typed(Value::Array(actions))?))
+}
+
+/// The `data` of the findings whose diagnostics came back without it, by id (their
+/// `code`): a client that declared no `publishDiagnostics.dataSupport` need not keep
+/// `data` between the publication and the code action request (LSP 3.16). A finding
+/// deleted since is not found and gets no action.
+async fn recovered_data(backend: &Backend, project: &str, diagnostics: &[Value]) -> HashMap<i64, Value> {
+    let ids: Vec<i64> = diagnostics
+        .iter()
+        .filter(|d| d.get("data").and_then(|x| x.get("findingId")).is_none())
+        .filter_map(|d| d.get("code").and_then(Value::as_i64))
+        .collect();
+    if ids.is_empty() {
+        return HashMap::new();
+    }
+    let Ok(conn) = backend.conn() else { return HashMap::new() };
+    let project = project.to_string();
+    match conn.ws.store.read(move |db| forge_store::findings::by_ids(db, &project, &ids)).await {
+        Ok(Ok(rows)) => rows
+            .iter()
+            .filter_map(|f| Some((f.id, serde_json::to_value(forge_domain::diagnostics::data(f)).ok()?)))
+            .collect(),
+        Ok(Err(e)) => {
+            tracing::warn!("cannot read findings for code actions: {e}");
+            HashMap::new()
+        }
+        Err(e) => {
+            tracing::warn!("cannot read findings for code actions: {e}");
+            HashMap::new()
+        }
+    }
 }
