@@ -395,3 +395,45 @@ fn a_body_is_decoded_in_its_declared_charset() {
     let out = c.tool_ok("webfetch", json!({ "url": server.url("/utf16"), "format": "text" }));
     assert!(out.text.contains("naïve"), "{}", out.text);
 }
+
+/// A cancelled fetch stops reading its body: before, `$/cancelRequest` answered the call
+/// -32800 while the fetch read a slow body on to its timeout for nobody.
+#[test]
+fn a_cancelled_fetch_stops_reading_its_body() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    let (sending, sent) = std::sync::mpsc::channel();
+    let (gone, hung_up) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else { return };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+            line.clear();
+        }
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n";
+        let _ = stream.write_all(head.as_bytes());
+        let _ = sending.send(());
+        // A byte every 20 ms, until the reader hangs up (or for at most 30 s).
+        for _ in 0..1500 {
+            if stream.write_all(b"x").and_then(|_| stream.flush()).is_err() {
+                let _ = gone.send(());
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    });
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, None);
+    let id = c.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.webfetch", "arguments": [{ "url": format!("http://127.0.0.1:{port}/slow"), "timeout": 60 }] }),
+    );
+    sent.recv_timeout(WAIT).expect("the fetch never reached the server");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    c.notify("$/cancelRequest", json!({ "id": id }));
+    let r = c.wait_response(id, WAIT);
+    assert_eq!(r["error"]["code"], json!(-32800), "{r}");
+    hung_up.recv_timeout(std::time::Duration::from_secs(10)).expect("the fetch read on after its cancel");
+}

@@ -23,6 +23,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use forge_protocol::{CommandResult, ToolError};
@@ -59,6 +61,9 @@ struct Opts {
     cross_origin: bool,
     max_bytes: u64,
     data_dir: PathBuf,
+    /// Raised when the caller gave up: the fetch stops at the next redirect, probe or read
+    /// of the body, and nothing is kept or saved.
+    cancel: Arc<AtomicBool>,
 }
 
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
@@ -103,6 +108,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         cross_origin: cfg.webfetch_allow_cross_origin_redirects,
         max_bytes: cfg.webfetch_max_bytes.max(1),
         data_dir,
+        cancel: ctx.cancel_flag(),
     };
     ctx.after = Some(Box::new(move || fetch(url, &opts)));
     Ok(CommandResult { text: String::new(), data: forge_protocol::Data::default() })
@@ -198,6 +204,7 @@ fn fail(m: impl std::fmt::Display) -> ToolError {
 fn get(agent: &ureq::Agent, start: &Url, opts: &Opts, deadline: std::time::Instant) -> Result<Fetched, ToolError> {
     let mut url = start.clone();
     for _ in 0..=MAX_REDIRECTS {
+        given_up(opts)?;
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
             return Err(fail(format!("{url}: no answer within the timeout of {} s", opts.timeout.as_secs())));
@@ -251,15 +258,19 @@ fn get(agent: &ureq::Agent, start: &Url, opts: &Opts, deadline: std::time::Insta
             .to_string();
         let resp_headers = resp.headers().clone();
         let mut body = vec![];
-        resp.into_body()
-            .into_reader()
-            .take(opts.max_bytes + 1)
-            .read_to_end(&mut body)
-            .map_err(|e| fail(format!("reading {url}: {e}")))?;
+        let reader = resp.into_body().into_reader().take(opts.max_bytes + 1);
+        Watched { inner: reader, cancel: &opts.cancel }.read_to_end(&mut body).map_err(|e| {
+            if crate::files::gave_up(&opts.cancel) {
+                crate::files::search_cancelled("webfetch")
+            } else {
+                fail(format!("reading {url}: {e}"))
+            }
+        })?;
         let truncated = body.len() as u64 > opts.max_bytes;
         body.truncate(opts.max_bytes as usize);
         let header = |k: &str| resp_headers.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
         let (etag, last_modified) = (header("etag"), header("last-modified"));
+        given_up(opts)?;
         let mut cache = "none";
         if status == 200 && !truncated && (etag.is_some() || last_modified.is_some()) {
             let c = Cached { url: url.to_string(), etag, last_modified, content_type: content_type.clone() };
@@ -270,6 +281,30 @@ fn get(agent: &ureq::Agent, start: &Url, opts: &Opts, deadline: std::time::Insta
         return Ok(Fetched { url, status, content_type, body, truncated, cache });
     }
     Err(fail(format!("{start}: more than {MAX_REDIRECTS} redirects")))
+}
+
+/// A body's reader that fails at its next read once the caller gave up, so a slow body
+/// is not read on to the timeout for nobody.
+struct Watched<'a, R> {
+    inner: R,
+    cancel: &'a AtomicBool,
+}
+
+impl<R: Read> Read for Watched<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if crate::files::gave_up(self.cancel) {
+            return Err(std::io::Error::other("cancelled by the caller"));
+        }
+        self.inner.read(buf)
+    }
+}
+
+/// Err once the caller gave up on the fetch.
+fn given_up(opts: &Opts) -> Result<(), ToolError> {
+    if crate::files::gave_up(&opts.cancel) {
+        return Err(crate::files::search_cancelled("webfetch"));
+    }
+    Ok(())
 }
 
 fn reason(status: u16) -> &'static str {
@@ -328,6 +363,7 @@ fn fetch(url: Url, opts: &Opts) -> Result<CommandResult, ToolError> {
         let text = decode(&f.content_type, &f.body);
         return Ok(result(&url, &f, text, "page"));
     }
+    given_up(opts)?;
     save_binary(&url, &f, opts)
 }
 
