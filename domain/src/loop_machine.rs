@@ -814,16 +814,20 @@ fn auditor_handoff(facts: &LoopFacts, blocking_findings: u32, has_summary: bool,
 /// Whether a stopped (or running) loop may be restarted. `Err` carries a sentence the
 /// caller prefixes with the loop's name. A running loop is restartable; requiring `force`
 /// for it is the caller's rule.
-pub fn restartable(status: Status, worktree_exists: bool, branch_exists: bool) -> Result<(), String> {
+pub fn restartable(
+    status: Status,
+    worktree_dir: &str,
+    worktree_exists: bool,
+    branch_exists: bool,
+) -> Result<(), String> {
     if status == Status::Completed {
         return Err("the loop completed successfully and cannot be restarted; \
                     completed loops are history only."
             .to_string());
     }
     if !worktree_exists && !branch_exists {
-        return Err("its worktree directory no longer exists and its branch is gone, \
-                    so the work cannot be recovered."
-            .to_string());
+        // Forge's words (FORGE-REFERENCE §4.10).
+        return Err(format!("worktree directory no longer exists at {worktree_dir} and its branch is gone."));
     }
     Ok(())
 }
@@ -1578,13 +1582,13 @@ mod tests {
     #[test]
     fn restartability() {
         for s in [Status::Running, Status::Cancelled, Status::Errored, Status::Stalled] {
-            assert_eq!(restartable(s, true, true), Ok(()));
-            assert_eq!(restartable(s, false, true), Ok(()), "branch recreates it");
-            assert_eq!(restartable(s, true, false), Ok(()));
-            let e = restartable(s, false, false).unwrap_err();
-            assert!(e.contains("branch is gone"), "{e}");
+            assert_eq!(restartable(s, "/w", true, true), Ok(()));
+            assert_eq!(restartable(s, "/w", false, true), Ok(()), "branch recreates it");
+            assert_eq!(restartable(s, "/w", true, false), Ok(()));
+            let e = restartable(s, "/w/x", false, false).unwrap_err();
+            assert_eq!(e, "worktree directory no longer exists at /w/x and its branch is gone.");
         }
-        let e = restartable(Status::Completed, true, true).unwrap_err();
+        let e = restartable(Status::Completed, "/w", true, true).unwrap_err();
         assert!(e.contains("cannot be restarted"), "{e}");
     }
 }

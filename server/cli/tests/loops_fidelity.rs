@@ -498,17 +498,28 @@ fn a_loop_name_taken_by_another_server_meanwhile_is_chosen_again() {
     t.wait_end("two-halves-1");
 }
 
-/// A name that matches no loop: `No loop found for loop "<x>".` alone, as Forge says it
-/// (FORGE-REFERENCE §6), except for a restart, which lists the loops there are (§2.12).
+/// A name that matches no loop, or two, is said as each Forge tool says it: `loop-status`
+/// as FORGE-REFERENCE §6, `loop-cancel` as §2.11, a restart as §2.12 (it lists the loops
+/// there are). Before, the cancel and the restart used §6's words (review HH).
 #[test]
-fn an_unknown_loop_name_is_said_as_forge_says_it() {
+fn an_unknown_or_ambiguous_loop_name_is_said_as_forge_says_it() {
     let t = LoopTest::start("clean", "");
     let name = t.execute("Plain plan", UNSECTIONED);
     assert_eq!(t.wait_end(&name)["status"], json!("completed"), "{}", t.report());
-    for tool in ["loop-status", "loop-cancel"] {
-        let e = t.client.tool_err(tool, json!({ "name": "zzz" }));
-        assert_eq!(e.message, "No loop found for loop \"zzz\".", "{tool}");
-    }
+    let e = t.client.tool_err("loop-status", json!({ "name": "zzz" }));
+    assert_eq!(e.message, "No loop found for loop \"zzz\".");
+    let e = t.client.tool_err("loop-cancel", json!({ "name": "zzz" }));
+    assert_eq!(e.message, "No active loop found for loop \"zzz\".");
     let e = t.client.tool_err("loop-status", json!({ "name": "zzz", "restart": true }));
-    assert_eq!(e.message, format!("No loop found for loop \"zzz\".\n\nAvailable loops:\n- {name}"));
+    assert_eq!(e.message, format!("No loop found for \"zzz\".\n\nAvailable loops:\n- {name}"));
+
+    let second = t.execute("Plain plan", UNSECTIONED);
+    assert_eq!(t.wait_end(&second)["status"], json!("completed"), "{}", t.report());
+    let names = format!("- {second}\n- {name}");
+    let e = t.client.tool_err("loop-status", json!({ "name": "plain" }));
+    assert_eq!(e.message, format!("Multiple loops match \"plain\":\n{names}\n\nBe more specific."));
+    let e = t.client.tool_err("loop-cancel", json!({ "name": "plain" }));
+    assert_eq!(e.message, format!("Multiple loops match \"plain\". Be more specific.\n{names}"));
+    let e = t.client.tool_err("loop-status", json!({ "name": "plain", "restart": true }));
+    assert_eq!(e.message, format!("Multiple loops match \"plain\". Be more specific.\n\nMatches:\n{names}"));
 }

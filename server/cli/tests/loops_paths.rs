@@ -176,7 +176,10 @@ fn a_restart_rebuilds_a_missing_worktree_from_its_branch() {
     git(&t2.repo.path, &["branch", "-D", &format!("forge/{lost}")]);
     let e = t2.client.tool_err("loop-status", json!({ "name": lost, "restart": true }));
     assert_eq!(e.code, 1004, "{e}");
-    assert_contains(&e.message, "its branch is gone");
+    assert_eq!(
+        e.message,
+        format!("Cannot restart \"{lost}\": worktree directory no longer exists at {wt2} and its branch is gone.")
+    );
     assert_eq!(t2.loop_row(&lost)["status"], json!("cancelled"));
     // And the status does not offer the restart it refuses.
     let status = t2.client.tool_ok("loop-status", json!({ "name": lost }));

@@ -537,7 +537,7 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         let dir = PathBuf::from(&row.worktree_dir);
         let branch = row.worktree_branch.clone().unwrap_or_else(|| git::branch_for(name));
         let (dir_ok, branch_ok) = crate::runner::work_left(&repo, &row);
-        loop_machine::restartable(status, dir_ok, branch_ok)
+        loop_machine::restartable(status, &row.worktree_dir, dir_ok, branch_ok)
             .map_err(|m| ToolError::precondition(format!("Cannot restart \"{name}\": {m}")))?;
         // A worktree with configuration of the preset's CLI the user has not trusted (a
         // turn may have written it): refused before the runner is stopped.

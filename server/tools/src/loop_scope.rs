@@ -31,40 +31,53 @@ pub fn scope(row: &LoopRow) -> LoopScope {
     }
 }
 
+/// How a name that matches no loop, or several, is answered: each tool words it as
+/// Forge's does (FORGE-REFERENCE.md §6, §2.11, §2.12).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Wording {
+    /// `loop-status` with a name, the task controls (§6): `Multiple loops match "<x>":`,
+    /// the names, a blank line, `Be more specific.`; `No loop found for loop "<x>".`
+    Status,
+    /// `loop-cancel` (§2.11): `Multiple loops match "<x>". Be more specific.` and the
+    /// names; `No active loop found for loop "<x>".`
+    Cancel,
+    /// `loop-status` with `restart` (§2.12): the message, a blank line, `Matches:` or
+    /// `Available loops:` and the names; `No loop found for "<x>".`
+    Restart,
+}
+
 /// Finds a loop by (partial) name or branch, newest first (FORGE-REFERENCE.md §4.11).
 pub fn find_loop(ctx: &ToolCtx, query: &str) -> Result<LoopRow, ToolError> {
-    find_loop_or_list(ctx, query, false)
+    find_loop_worded(ctx, query, Wording::Status)
 }
 
-/// [`find_loop`] for a restart: a name that matches none lists the loops there are
-/// (`Available loops:`), as Forge's restart does (FORGE-REFERENCE.md §2.12); the other
-/// tools say only `No loop found for loop "<x>".` (§6).
-pub fn find_loop_to_restart(ctx: &ToolCtx, query: &str) -> Result<LoopRow, ToolError> {
-    find_loop_or_list(ctx, query, true)
-}
-
-fn find_loop_or_list(ctx: &ToolCtx, query: &str, list: bool) -> Result<LoopRow, ToolError> {
+/// [`find_loop`] with the words of another tool ([`Wording`]).
+pub fn find_loop_worded(ctx: &ToolCtx, query: &str, wording: Wording) -> Result<LoopRow, ToolError> {
     use forge_domain::naming::{partial_match, Match};
     let all = loops::list(ctx.db, ctx.project_id()).db()?;
     let cands: Vec<(usize, String, Option<String>)> =
         all.iter().enumerate().map(|(i, l)| (i, l.loop_name.clone(), l.worktree_branch.clone())).collect();
+    let list = |rows: &mut dyn Iterator<Item = &LoopRow>| {
+        rows.map(|l| format!("- {}", l.loop_name)).collect::<Vec<_>>().join("\n")
+    };
     match partial_match(query, &cands) {
         Match::One(i) => Ok(all[i].clone()),
         Match::Ambiguous(v) => {
-            let names: Vec<String> = v.iter().map(|&i| format!("- {}", all[i].loop_name)).collect();
-            Err(ToolError::conflict(format!(
-                "Multiple loops match \"{query}\":\n{}\n\nBe more specific.",
-                names.join("\n")
-            )))
+            let names = list(&mut v.iter().map(|&i| &all[i]));
+            Err(ToolError::conflict(match wording {
+                Wording::Status => format!("Multiple loops match \"{query}\":\n{names}\n\nBe more specific."),
+                Wording::Cancel => format!("Multiple loops match \"{query}\". Be more specific.\n{names}"),
+                Wording::Restart => format!("Multiple loops match \"{query}\". Be more specific.\n\nMatches:\n{names}"),
+            }))
         }
-        Match::None => {
-            let mut msg = format!("No loop found for loop \"{query}\".");
-            if list && !all.is_empty() {
-                msg.push_str("\n\nAvailable loops:\n");
-                msg.push_str(&all.iter().map(|l| format!("- {}", l.loop_name)).collect::<Vec<_>>().join("\n"));
+        Match::None => Err(ToolError::not_found(match wording {
+            Wording::Status => format!("No loop found for loop \"{query}\"."),
+            Wording::Cancel => format!("No active loop found for loop \"{query}\"."),
+            Wording::Restart if all.is_empty() => format!("No loop found for \"{query}\"."),
+            Wording::Restart => {
+                format!("No loop found for \"{query}\".\n\nAvailable loops:\n{}", list(&mut all.iter()))
             }
-            Err(ToolError::not_found(msg))
-        }
+        })),
     }
 }
 

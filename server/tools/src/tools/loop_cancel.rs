@@ -32,7 +32,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             }
         }
         Some(q) => {
-            let row = loop_scope::find_loop(ctx, q)?;
+            let row = loop_scope::find_loop_worded(ctx, q, loop_scope::Wording::Cancel)?;
             // With a server, the engine checks again under the loop lock (`runner::cancel`):
             // a loop that a restart holds at this moment reads as ended here, and is running
             // once the restart lets go; the cancel must wait for it, not be refused.

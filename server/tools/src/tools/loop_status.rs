@@ -131,7 +131,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         let Some(q) = name else {
             return Err(ToolError::invalid_params("Specify a loop name to restart. Use loop-status to see available loops."));
         };
-        let row = loop_scope::find_loop_to_restart(ctx, q)?;
+        let row = loop_scope::find_loop_worded(ctx, q, loop_scope::Wording::Restart)?;
         if !ctx.has_engine {
             return Err(ToolError::precondition("Restarting a loop needs a running forge-lsp server (it runs agent processes)."));
         }
