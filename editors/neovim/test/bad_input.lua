@@ -394,6 +394,38 @@ H.run(function()
   check('a mistyped session id: an error and a read-only buffer, not a new plan', has(ERROR, 'cannot open forge://plan/session/ses_01TYPO')
     and not vim.bo.modifiable, { messages = msgs(), modifiable = vim.bo.modifiable })
 
+  -- A command run in a project whose server has not started yet, or cannot start (no
+  -- commit), never runs against another project's server (before: the first one's; a
+  -- review found :Forge execute started a loop in the other project).
+  local three = root .. '/three'
+  vim.fn.mkdir(three, 'p')
+  vim.fn.writefile({ 'three' }, three .. '/three.txt')
+  for _, args in ipairs({
+    { 'git', 'init', '-q' },
+    { 'git', 'add', '.' },
+    { 'git', '-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-qm', 'init' },
+  }) do
+    vim.system(args, { cwd = three }):wait()
+  end
+  local real_three = vim.uv.fs_realpath(three)
+  vim.cmd('edit ' .. three .. '/three.txt')
+  local first = forge.client(0)
+  check('a third project, at once: no other project\'s client serves its buffer', first == nil
+    or vim.uv.fs_realpath(first.root_dir or '') == real_three, first and first.root_dir)
+  vim.cmd('Forge plan')
+  local three_plan = vim.api.nvim_get_current_buf()
+  local served = vim.b[three_plan].forge_client and vim.lsp.get_client_by_id(vim.b[three_plan].forge_client)
+  check('a third project, at once: :Forge plan opens its own server\'s plan', served ~= nil
+    and vim.uv.fs_realpath(served.root_dir or '') == real_three, served and served.root_dir)
+  H.messages = {}
+  vim.cmd('edit ' .. root .. '/nocommit/a.txt')
+  vim.fn.setqflist({}, 'r')
+  vim.cmd('Forge findings')
+  vim.wait(500)
+  check('a project without commits: no client, and :Forge findings lists no other project\'s findings',
+    forge.client(0) == nil and #vim.fn.getqflist() == 0 and has(ERROR, 'has no commits yet'),
+    { qf = #vim.fn.getqflist(), messages = msgs() })
+
   -- The help file: tags generate (no duplicates) and :help finds them.
   local docdir = vim.fn.tempname()
   vim.fn.mkdir(docdir, 'p')

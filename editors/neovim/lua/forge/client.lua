@@ -126,8 +126,8 @@ end
 local committed = {}
 
 --- Whether the repository at root has a commit (forge-lsp identifies a project by its
---- first commit); says why not, once per root.
-function M.has_commit(root)
+--- first commit); says why not, once per root (unless `quiet`).
+function M.has_commit(root, quiet)
   if committed[root] then
     return true
   end
@@ -141,6 +141,9 @@ function M.has_commit(root)
   if res.code == 0 then
     committed[root] = true
     return true
+  end
+  if quiet then
+    return false
   end
   util.notify_once(
     'nocommit:' .. root,
@@ -410,7 +413,10 @@ function M.wait_initialized(client, timeout_ms)
 end
 
 --- The client serving a buffer: attached to it, the one that served a forge:// buffer,
---- the one of the buffer's (or the working directory's) root, else the only one.
+--- the one of the buffer's (or the working directory's) root; when neither has a root,
+--- the only one. Never another project's: a buffer of a project whose server has not
+--- started yet (or cannot start: no commit) has none, and `ensure` starts or refuses it
+--- (before, commands ran against the first project's server; a review).
 function M.for_buf(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
   local name = options.get().name
@@ -428,12 +434,15 @@ function M.for_buf(bufnr)
   end
   local all = M.clients()
   local root = M.buf_root(bufnr) or M.cwd_root()
-  for _, c in ipairs(all) do
-    if root and c.root_dir == root then
-      return c
+  if root then
+    for _, c in ipairs(all) do
+      if c.root_dir == root and not util.is_stopped(c) then
+        return c
+      end
     end
+    return nil
   end
-  return all[1]
+  return #all == 1 and all[1] or nil
 end
 
 --- A running, initialized client for commands, starting one for the working directory's
@@ -444,6 +453,12 @@ function M.ensure(bufnr)
     local root = M.buf_root(bufnr or 0) or M.cwd_root()
     if not root then
       util.error('no forge-lsp server: open a file inside a git repository (or :cd into one) first.')
+      return nil
+    end
+    -- Said for every command, not once: the command did nothing.
+    if M.executable() and not M.has_commit(root, true) then
+      util.error(('no forge-lsp server for %s: it has no commits yet (forge-lsp identifies a project by its '
+        .. 'first commit). Commit something (git commit) first.'):format(root))
       return nil
     end
     client = M.start_detached(root)
