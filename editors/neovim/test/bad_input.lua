@@ -426,6 +426,29 @@ H.run(function()
     forge.client(0) == nil and #vim.fn.getqflist() == 0 and has(ERROR, 'has no commits yet'),
     { qf = #vim.fn.getqflist(), messages = msgs() })
 
+  -- setup() naming another client after the plugin enabled the default (lazy.nvim's
+  -- order): one server per buffer, under the new name (before: both, every finding twice).
+  reset()
+  forge.setup({ cmd = { 'forge-lsp' }, config = {}, name = 'forge_renamed' })
+  vim.cmd('edit ' .. root .. '/repo/notes.txt')
+  local function by_name()
+    local n = {}
+    for _, c in ipairs(vim.lsp.get_clients({ bufnr = 0 })) do
+      n[c.name] = (n[c.name] or 0) + 1
+    end
+    return n
+  end
+  wait(10000, function()
+    local c = forge.client(0)
+    return c and c.initialized and #vim.diagnostic.get(0) > 0
+  end)
+  vim.wait(500)
+  local seen = by_name()
+  check('setup({ name }) after the plugin enabled the default: one client, the new name\'s', seen.forge_renamed == 1
+    and seen.forge_lsp == nil and #vim.diagnostic.get(0) == 1, { clients = seen, diagnostics = #vim.diagnostic.get(0) })
+  reset()
+  forge.setup({ cmd = { 'forge-lsp' }, config = {}, name = 'forge_lsp' })
+
   -- The help file: tags generate (no duplicates) and :help finds them.
   local docdir = vim.fn.tempname()
   vim.fn.mkdir(docdir, 'p')

@@ -536,11 +536,26 @@ local function register_commands()
   end
 end
 
+--- The name vim.lsp.enable was last given, to take back when setup() names another.
+local enabled_name
+
 --- (Re)configures automatic start. Idempotent; called by plugin/forge.lua and setup().
 function M.setup()
   register_commands()
   local opts = options.get()
   group = vim.api.nvim_create_augroup('forge.start', { clear = true })
+  if use_enable() and enabled_name and enabled_name ~= opts.name then
+    -- setup({ name = ... }) after plugin/forge.lua enabled the default (lazy.nvim's order):
+    -- the old name is disabled and its clients stopped, or every buffer had two servers
+    -- and every finding showed twice (a review). vim.lsp.enable below starts the new
+    -- name's clients for the buffers already open.
+    vim.lsp.enable(enabled_name, false)
+    local get = vim.lsp.get_clients or vim.lsp.get_active_clients
+    for _, c in ipairs(get({ name = enabled_name })) do
+      util.stop(c, true)
+    end
+    enabled_name = nil
+  end
   if use_enable() then
     local cfg = M.make_config()
     cfg.root_dir = function(bufnr, on_dir)
@@ -551,6 +566,7 @@ function M.setup()
     end
     vim.lsp.config(opts.name, cfg)
     vim.lsp.enable(opts.name, opts.autostart ~= false)
+    enabled_name = opts.name
   end
   if opts.autostart == false then
     return
