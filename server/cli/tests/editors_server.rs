@@ -423,6 +423,33 @@ fn links_are_forge_uris_for_clients_that_read_them_and_copy_paths_otherwise() {
     assert!(text.contains("(forge://plan/session/"), "forge:// links for a client that reads them: {text}");
 }
 
+/// Every link of the index a fresh connection writes points at a copy that is there: its
+/// plans (all it lists, not the 20 newest), each loop's status, history and plan (before,
+/// a loop's documents were written only when it changed while a client was connected, so
+/// the index and the demo's closing lines pointed at a file that did not exist: a review).
+#[test]
+fn every_link_of_a_fresh_index_points_at_a_copy_that_is_there() {
+    let t = LoopTest::start("clean", "");
+    let name = t.execute("Plain plan", "# Plain plan\n\nAppend a line to work.txt.\n");
+    assert_eq!(t.wait_end(&name)["status"], json!("completed"), "{}", t.report());
+    for i in 0..24 {
+        let content = format!("# Plan {i}\n\n## Objective\nDo {i}.\n");
+        t.client.tool_ok("plan-write", json!({ "content": content, "session_id": format!("ses_many{i}") }));
+    }
+    let c = view_client(&t.sb, &t.repo);
+    let view = t.repo.path.canonicalize().unwrap().join(".forge/view");
+    let index = wait_file(&view.join("index.md"), |t| t.contains(&format!("loop/{name}/status.md")));
+    let links: Vec<&str> = index.split("](").skip(1).filter_map(|r| r.split(')').next()).collect();
+    assert!(links.len() >= 27, "{index}");
+    for link in &links {
+        let path = std::path::Path::new(link);
+        assert!(path.starts_with(&view), "{link}");
+        wait_for(WAIT, || path.exists().then_some(()))
+            .unwrap_or_else(|| panic!("{link} is linked but not there:\n{index}"));
+    }
+    drop(c);
+}
+
 #[test]
 fn saving_over_a_session_plan_copy_writes_the_plan() {
     use std::os::unix::fs::PermissionsExt;

@@ -170,6 +170,11 @@ pub async fn render_view(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolErro
 
 /// The index; `findings` is its open-findings block when the caller has it already;
 /// `findings_root` is what the findings' relative paths are relative to.
+/// How many plans the index lists (the most recently updated).
+pub const INDEX_PLANS: usize = 100;
+/// How many interviews the index lists (the most recently updated).
+pub const INDEX_INTERVIEWS: usize = 20;
+
 fn render_index(
     db: &Connection,
     project: &str,
@@ -178,7 +183,7 @@ fn render_index(
     findings: Option<String>,
 ) -> Result<String, ToolError> {
     let mut out = format!("# Forge: project {project}\n\n## Plans\n\n");
-    let recent = plans::recent(db, project, 100).db()?;
+    let recent = plans::recent(db, project, INDEX_PLANS).db()?;
     if recent.is_empty() {
         out.push_str("No plans yet.\n");
     }
@@ -212,7 +217,7 @@ fn render_index(
     }
     // Interviews are listed only once there is one (the index of a project without
     // interviews is unchanged).
-    let interviews = forge_store::interviews::recent(db, project, 20).db()?;
+    let interviews = forge_store::interviews::recent(db, project, INDEX_INTERVIEWS).db()?;
     if !interviews.is_empty() {
         out.push_str("\n## Interviews\n\n");
         for i in &interviews {

@@ -5,6 +5,7 @@
 use forge_protocol::uri::ForgeUri;
 use tower_lsp_server::gen_lsp_types::InitializedParams;
 
+use crate::documents::{INDEX_INTERVIEWS, INDEX_PLANS};
 use crate::server::Backend;
 
 pub async fn initialized(backend: &Backend, _params: InitializedParams) {
@@ -25,21 +26,37 @@ pub async fn initialized(backend: &Backend, _params: InitializedParams) {
         crate::findings_index::publish_initial(&conn).await;
         crate::loops::announce_initial(&conn).await;
         if conn.caps.materialize {
+            // Every copy the index links to (its plans, each loop's documents, its
+            // interviews), so that no link of a fresh index points at a file that is not
+            // there (before: only 20 plans, and no loop's status: a review). Copies that
+            // already show their text are left as they are.
             let project = conn.project_id();
             let session = conn.env().caller.session_id.clone();
-            let uris: Vec<String> = conn
+            let (mut uris, loop_names): (Vec<String>, Vec<String>) = conn
                 .ws
                 .store
                 .call(move |db| {
-                    let mut v: Vec<String> = forge_store::plans::recent(db, &project, 20)
+                    let mut v: Vec<String> = forge_store::plans::recent(db, &project, INDEX_PLANS)
                         .unwrap_or_default()
                         .iter()
                         .map(|p| p.uri().to_uri())
                         .collect();
                     v.push(ForgeUri::SessionPlan(session).to_uri());
-                    v
+                    v.extend(
+                        forge_store::interviews::recent(db, &project, INDEX_INTERVIEWS)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|i| ForgeUri::Interview(i.session_id).to_uri()),
+                    );
+                    let loops = forge_store::loops::list(db, &project).unwrap_or_default();
+                    (v, loops.into_iter().map(|l| l.loop_name).collect())
                 })
                 .await;
+            for name in &loop_names {
+                uris.extend(crate::announce::loop_document_uris(&conn, name).await);
+            }
+            uris.sort_unstable();
+            uris.dedup();
             for u in uris.iter().chain(std::iter::once(&ForgeUri::Index.to_uri())) {
                 crate::announce::materialize(&conn, u).await;
             }
