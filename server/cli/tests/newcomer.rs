@@ -54,7 +54,7 @@ fn demo_runs_a_two_section_loop_with_a_finding_and_two_checkpoints() {
     assert!(status.contains("advance-section"), "{status}");
     assert!(status.contains("terminate"), "{status}");
     // The plan document and both checkpoint commits.
-    assert!(section(s, "5").join("\n").contains("## Section 2: the note"), "{s}");
+    assert!(section(s, "5").join("\n").contains("## Phase 2: The note"), "{s}");
     let commits: Vec<&str> = section(s, "6").into_iter().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(commits.len(), 2, "{commits:?}");
     assert!(commits[0].contains("section 2:") && commits[0].contains("[NOTES.md]"), "{commits:?}");

@@ -40,7 +40,7 @@ Loop Name: greet-demo
 A script that prints a greeting, and a note that says how to run it.
 
 <!-- forge-section -->
-## Section 1: the greeting script
+## Phase 1: The greeting script
 
 ### Files
 - greet.sh
@@ -55,7 +55,7 @@ A script that prints a greeting, and a note that says how to run it.
 - sh greet.sh
 
 <!-- forge-section -->
-## Section 2: the note
+## Phase 2: The note
 
 ### Files
 - NOTES.md
@@ -543,4 +543,15 @@ fn changed_files(repo: &git2::Repository, commit: &git2::Commit) -> Result<Vec<S
     let parent = commit.parent(0).ok().map(|p| p.tree()).transpose()?;
     let diff = repo.diff_tree_to_tree(parent.as_ref(), Some(&tree), None)?;
     Ok(diff.deltas().filter_map(|d| d.new_file().path().map(|p| p.display().to_string())).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The sample a newcomer sees first passes the plan check it is later held to (before,
+    /// its `## Section 1:` headings drew a warning per section: a review).
+    #[test]
+    fn the_sample_plan_has_no_structure_warnings() {
+        let warnings = forge_domain::plan::structure::warnings(super::PLAN);
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
 }
