@@ -124,6 +124,58 @@ fn demo_keep_leaves_a_repository_to_look_at_again() {
     std::fs::remove_dir_all(&kept).expect("remove the kept directory");
 }
 
+/// A demo ended by SIGTERM or Ctrl-C (SIGINT) stops its loop and removes its directory
+/// and sockets, as at its end (before, all of it stayed behind: a review).
+#[test]
+fn an_interrupted_demo_leaves_nothing_behind() {
+    for (signal, code) in [("TERM", 143), ("INT", 130)] {
+        let sb = Sandbox::new();
+        let tmp = sb.mkdir("tmp");
+        // The loop is held at its first step, so that the signal comes while it runs.
+        let pauses = sb.mkdir("pauses");
+        std::fs::write(pauses.join("runner.step"), "").unwrap();
+        let mut cmd = sb.command();
+        cmd.arg("demo")
+            .env("TMPDIR", &tmp)
+            .env("FORGE_TEST_PAUSE_DIR", &pauses)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn the demo");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        // Interrupted once its loop runs.
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let line = line.expect("a line");
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.starts_with("== 2.") {
+                break;
+            }
+        }
+        assert!(seen.contains("== 2."), "{seen}");
+        wait_for(Duration::from_secs(30), || pauses.join("runner.step.reached").exists().then_some(()))
+            .expect("the loop never reached its first step");
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        // The loop goes on, as one not held would, and meets the shutdown.
+        std::fs::remove_file(pauses.join("runner.step")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let exit = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "the demo did not end after SIG{signal}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(exit.code(), Some(code), "SIG{signal}: {exit:?}");
+        let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").flatten().map(|e| e.path()).collect();
+        assert!(left.is_empty(), "SIG{signal} left {left:?}");
+    }
+}
+
 /// A project whose agent is the demo's scripted agent (sandbox off: these tests are about
 /// the command line, the sandbox has its own).
 fn demo_project() -> GitRepo {

@@ -89,7 +89,7 @@ pub fn run(args: DemoArgs) -> i32 {
             return 1;
         }
     };
-    let code = match demo(&dir.path, started) {
+    let code = match demo(&dir.path, args.keep, started) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("\nforge-lsp demo: {e}");
@@ -152,7 +152,7 @@ fn indented(text: &str) -> String {
     text.lines().map(|l| if l.is_empty() { String::new() } else { format!("  {l}") }).collect::<Vec<_>>().join("\n")
 }
 
-fn demo(root: &Path, started: Instant) -> Result<(), String> {
+fn demo(root: &Path, keep: bool, started: Instant) -> Result<(), String> {
     let project = root.join("project");
     let data_dir = root.join("data");
     let socket = root.join("forge.sock");
@@ -166,6 +166,13 @@ fn demo(root: &Path, started: Instant) -> Result<(), String> {
     let config_home = root.join("config");
     std::fs::create_dir_all(&config_home).map_err(|e| format!("cannot create {}: {e}", config_home.display()))?;
     std::env::set_var("XDG_CONFIG_HOME", &config_home);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let hub = Hub::new(Some(data_dir.clone()));
+    rt.spawn(on_interrupt(hub.clone(), socket.clone(), root.to_path_buf(), keep));
     make_repository(&project)?;
     let sandbox = match forge_engine::sandbox::probe() {
         Ok(bwrap) => format!("on ({}: each shell the agent runs is in its own sandbox)", bwrap.display()),
@@ -184,12 +191,6 @@ fn demo(root: &Path, started: Instant) -> Result<(), String> {
     println!("Agent:      {} demo-agent (scripted: it calls the tools the way `forge-lsp call` does)", exe.display());
     println!("Sandbox:    {sandbox}");
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let hub = Hub::new(Some(data_dir.clone()));
     let server = rt.spawn(serve::listen_with(hub.clone(), serve::ListenAddr::Unix(socket.clone()), false));
     // The same settings as the project's file, as initialization options: they win over a
     // user configuration file that could turn loops off or add a post-action phase.
@@ -226,6 +227,30 @@ fn demo(root: &Path, started: Instant) -> Result<(), String> {
     );
     println!("  or, in editors without virtual documents, .forge/view/ once the server has started.");
     Ok(())
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM during the demo: its loop is stopped, its sockets and (unless
+/// `--keep`) its directory removed, as at its end (before, all of it was left behind: a
+/// review). Exits 130 or 143, as a shell reports a process ended by the signal.
+async fn on_interrupt(hub: std::sync::Arc<Hub>, socket: PathBuf, root: PathBuf, keep: bool) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return;
+    };
+    let code = tokio::select! {
+        _ = int.recv() => 130,
+        _ = term.recv() => 143,
+    };
+    eprintln!("\nforge-lsp demo: interrupted; stopping the loop");
+    hub.shutdown().await;
+    serve::remove_private_socket(&hub);
+    serve::remove_listen_socket(&socket);
+    if keep {
+        eprintln!("Kept: {}", root.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    std::process::exit(code);
 }
 
 /// What the demo found, for the closing commands.
