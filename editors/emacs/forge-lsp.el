@@ -422,6 +422,7 @@ the buffer (the server keeps running for the project)."
     (unless (forge-lsp-ensure (called-interactively-p 'any))
       (setq forge-lsp-mode nil)))
    ((and eglot--managed-mode (cl-typep (eglot-current-server) 'forge-lsp-server))
+    (setq forge-lsp--was-managed nil)
     (eglot--signal-textDocument/didClose)
     (eglot--managed-mode -1))))
 
@@ -1509,22 +1510,48 @@ through the server."
   (run-at-time 0 nil #'forge-lsp--refresh-buffers server uri)
   nil)
 
+(defvar-local forge-lsp--was-managed nil
+  "Non-nil once a forge-lsp server managed this file buffer.
+A new server of its project (after the last one died) manages it again,
+whatever its major mode.")
+(put 'forge-lsp--was-managed 'permanent-local t)
+
+(defun forge-lsp--note-managed ()
+  "Remember that forge-lsp manages the current file buffer."
+  (when (and eglot--managed-mode buffer-file-name
+             (not (forge-lsp--forge-name-p buffer-file-name))
+             (cl-typep (eglot-current-server) 'forge-lsp-server))
+    (setq forge-lsp--was-managed t)))
+
+(add-hook 'eglot-managed-mode-hook #'forge-lsp--note-managed)
+
 (defun forge-lsp--reattach-documents (server)
-  "After (re)connecting SERVER, manage the open `forge://' buffers again."
+  "After (re)connecting SERVER, manage the open `forge://' buffers again.
+So are the project's file buffers an earlier forge-lsp server managed, of
+every major mode (before, only the mode of the buffer that started the new
+server was managed again: a review)."
   (when (cl-typep server 'forge-lsp-server)
     (run-at-time 0 nil #'forge-lsp--drain server)
     (setq forge-lsp--last-server server)
     (forge-lsp--install-mode-line)
-    (dolist (buf (buffer-list))
-      (with-current-buffer buf
-        (when (and (forge-lsp--forge-name-p buffer-file-name)
-                   (not eglot--managed-mode)
-                   (or (null forge-lsp--buffer-server)
-                       (not (jsonrpc-running-p forge-lsp--buffer-server))))
-          (setq forge-lsp--buffer-server server)
-          (when (forge-lsp--virtual-p server)
-            (setq eglot--cached-server server)
-            (eglot--maybe-activate-editing-mode)))))))
+    (let ((project (eglot--project server)))
+      (dolist (buf (buffer-list))
+        (with-current-buffer buf
+          (cond
+           ((and (forge-lsp--forge-name-p buffer-file-name)
+                 (not eglot--managed-mode)
+                 (or (null forge-lsp--buffer-server)
+                     (not (jsonrpc-running-p forge-lsp--buffer-server))))
+            (setq forge-lsp--buffer-server server)
+            (when (forge-lsp--virtual-p server)
+              (setq eglot--cached-server server)
+              (eglot--maybe-activate-editing-mode)))
+           ((and forge-lsp--was-managed buffer-file-name
+                 (not eglot--managed-mode)
+                 (equal (ignore-errors (eglot--current-project)) project))
+            (cl-pushnew major-mode (eglot--major-modes server))
+            (setq eglot--cached-server nil)
+            (eglot--maybe-activate-editing-mode))))))))
 
 (add-hook 'eglot-connect-hook #'forge-lsp--reattach-documents)
 

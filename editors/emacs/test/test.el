@@ -696,6 +696,29 @@ only when BODY returns (fail . DETAIL)."
             (user-error (or (string-match-p "not running" (cadr err))
                             (ft-fail "message %S" (cadr err))))))))))
 
+;; A restart after a crash (M-x forge-lsp-ensure, as the README says) manages the
+;; project's buffers of other major modes again, not only the current one's.
+(ft-check "a server restarted after it died manages the project's buffers of every mode again"
+  (let* ((dir (expand-file-name "other" ft-tmp))
+         (el (expand-file-name "b.el" dir)))
+    (with-temp-file el (insert ";; b\n"))
+    (let* ((a (find-file-noselect (expand-file-name "a.txt" dir)))
+           (b (find-file-noselect el))
+           (server (with-current-buffer a (forge-lsp-ensure))))
+      (with-current-buffer b (forge-lsp-ensure))
+      (if (not (and server (with-current-buffer b eglot--managed-mode)))
+          (ft-fail "b.el not managed at first: %s" (ft-messages))
+        (delete-process (jsonrpc--process server))
+        (ft-wait (lambda () (not (with-current-buffer b eglot--managed-mode))) 5)
+        (let ((again (with-current-buffer a (forge-lsp-ensure))))
+          (ft-wait (lambda () (with-current-buffer b eglot--managed-mode)) 5)
+          (prog1 (or (and again (with-current-buffer b
+                                  (and eglot--managed-mode (eq (eglot-current-server) again))))
+                     (ft-fail "after the restart: b.el managed %S (%S), server %S"
+                              (with-current-buffer b eglot--managed-mode)
+                              (with-current-buffer b major-mode) again))
+            (when again (ignore-errors (eglot-shutdown again)))))))))
+
 ;;;; Done
 
 (ft-log "%d passed, %d failed%s (%.1f s)" ft-passed ft-failed
