@@ -557,6 +557,16 @@ a `user-error' carrying the server's message."
            (signal (car err) (cdr err)))))
       (unless (forge-lsp--virtual-p server)
         (message "forge: %s has no copy under .forge/view/ yet; showing it from the server (no live refresh: M-x revert-buffer)" uri))
+      ;; One buffer per forge:// name: a buffer showing it from another project's
+      ;; server is replaced (before, it was shown as this project's: a review), unless it
+      ;; holds unsaved edits.
+      (when-let ((old (get-file-buffer uri)))
+        (let ((old-server (buffer-local-value 'forge-lsp--buffer-server old)))
+          (when (and old-server (not (eq old-server server)))
+            (if (buffer-modified-p old)
+                (user-error "forge-lsp: %s is open with unsaved edits from the project %s; save or kill that buffer first"
+                            uri (abbreviate-file-name (project-root (eglot--project old-server))))
+              (kill-buffer old)))))
       (let ((forge-lsp--opening-server server))
         (find-file uri)))))
 

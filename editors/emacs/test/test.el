@@ -719,6 +719,27 @@ only when BODY returns (fail . DETAIL)."
                               (with-current-buffer b major-mode) again))
             (when again (ignore-errors (eglot-shutdown again)))))))))
 
+;; Two projects: forge://index.md opened from the second shows the second's index, not the
+;; first's buffer (before: the same buffer, from the first server that filled it).
+(ft-check "forge://index.md opened from another project shows that project's index"
+  (let* ((a (find-file-noselect (expand-file-name "other/a.txt" ft-tmp)))
+         (other (with-current-buffer a (forge-lsp-ensure))))
+    (if (not other) (ft-fail "could not start: %s" (ft-last-message))
+      (with-current-buffer ft-main-buffer (forge-lsp-index))
+      (let* ((first (with-current-buffer (get-file-buffer "forge://index.md")
+                      (prog1 (buffer-substring-no-properties (point-min) (line-end-position))
+                        (goto-char (point-min))))))
+        (with-current-buffer a (forge-lsp-index))
+        (let ((second (with-current-buffer (get-file-buffer "forge://index.md")
+                        (cons forge-lsp--buffer-server
+                              (save-excursion (goto-char (point-min))
+                                              (buffer-substring-no-properties (point-min) (line-end-position)))))))
+          (prog1 (or (and (eq (car second) other) (not (equal (cdr second) first))
+                          (string-prefix-p "# Forge: project " (cdr second)))
+                     (ft-fail "first %S, then %S (server %S)" first (cdr second) (car second)))
+            (ignore-errors (kill-buffer (get-file-buffer "forge://index.md")))
+            (ignore-errors (eglot-shutdown other))))))))
+
 ;;;; Done
 
 (ft-log "%d passed, %d failed%s (%.1f s)" ft-passed ft-failed
