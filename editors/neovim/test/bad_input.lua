@@ -449,6 +449,41 @@ H.run(function()
   reset()
   forge.setup({ cmd = { 'forge-lsp' }, config = {}, name = 'forge_lsp' })
 
+  -- A plan stored with CRLF line ends (written on Windows, or by an agent that does) opens
+  -- without a ^M on every line, and :w keeps its line ends (before: ^M everywhere).
+  reset()
+  forge.setup({ cmd = { 'forge-lsp' }, config = {} })
+  local crlf_sid = 'ses_01CRLFCRLFCRLFCRLFCRLFCR'
+  local wrote = vim.system({ 'forge-lsp', 'call', 'plan-write', '--session', crlf_sid,
+    vim.json.encode({ content = '# CRLF plan\r\n\r\n## Objective\r\nKeep the ends.\r\n' }) },
+    { cwd = root .. '/repo', text = true }):wait(10000)
+  vim.cmd('edit ' .. root .. '/repo/notes.txt')
+  wait(10000, function()
+    local c = forge.client(0)
+    return c and c.initialized
+  end)
+  vim.cmd('edit forge://plan/session/' .. crlf_sid .. '.md')
+  local crlf_buf = vim.api.nvim_get_current_buf()
+  wait(5000, function()
+    return vim.api.nvim_buf_get_lines(crlf_buf, 0, 1, false)[1] ~= ''
+  end)
+  local shown = vim.api.nvim_buf_get_lines(crlf_buf, 0, -1, false)
+  check('a CRLF plan opens without ^M, as a dos buffer', wrote.code == 0 and shown[1] == '# CRLF plan'
+    and not table.concat(shown, '\n'):find('\r', 1, true) and vim.bo[crlf_buf].fileformat == 'dos',
+    { wrote = wrote.stderr, lines = shown, ff = vim.bo[crlf_buf].fileformat })
+  vim.bo[crlf_buf].modifiable = true
+  vim.bo[crlf_buf].readonly = false
+  vim.api.nvim_buf_set_lines(crlf_buf, 3, 4, false, { 'Keep the ends, edited.' })
+  vim.cmd('write!')
+  vim.wait(300)
+  local stored = vim.system({ 'forge-lsp', 'call', '--json', 'plan-read', '--session', crlf_sid, '{}' },
+    { cwd = root .. '/repo', text = true }):wait(10000)
+  local ok_json, read = pcall(vim.json.decode, stored.stdout or '')
+  local content = ok_json and read.text or ''
+  check(':w of a CRLF plan stores CRLF line ends',
+    content:find('1: # CRLF plan\r\n2: \r\n3: ## Objective\r\n4: Keep the ends, edited.', 1, true) ~= nil,
+    { content = content, out = stored.stdout, err = stored.stderr })
+
   -- The help file: tags generate (no duplicates) and :help finds them.
   local docdir = vim.fn.tempname()
   vim.fn.mkdir(docdir, 'p')

@@ -18,11 +18,15 @@ function M.session_plan_uri(sid)
   return ('forge://plan/session/%s.md'):format(sid)
 end
 
-local function set_lines(bufnr, lines)
+--- Sets a document buffer's lines; with `crlf` (a text whose lines end in CRLF,
+--- `util.split_text`) its 'fileformat' is dos, so that what Neovim sends the server and
+--- what :w stores end their lines as the stored text does (before, every line showed ^M).
+local function set_lines(bufnr, lines, crlf)
   local modifiable, readonly = vim.bo[bufnr].modifiable, vim.bo[bufnr].readonly
   vim.bo[bufnr].modifiable = true
   vim.bo[bufnr].readonly = false
   vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, lines)
+  vim.bo[bufnr].fileformat = crlf and 'dos' or 'unix'
   vim.bo[bufnr].modifiable = modifiable
   vim.bo[bufnr].readonly = readonly
   vim.bo[bufnr].modified = false
@@ -179,7 +183,8 @@ function M.read(bufnr, uri)
     vim.b[bufnr].forge_eol = text == '' or text:sub(-1) == '\n'
     vim.b[bufnr].forge_base = text
     vim.b[bufnr].forge_base_unknown = nil
-    set_lines(bufnr, util.split_lines(text))
+    local lines, crlf = util.split_text(text)
+    set_lines(bufnr, lines, crlf)
     setup_buffer(bufnr, uri, editable)
   end
   vim.b[bufnr].forge_root = clients.root(client)
@@ -215,9 +220,10 @@ function M.write(bufnr, uri, force, partial)
     return false
   end
   local lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
-  local text = table.concat(lines, '\n')
+  local eol = vim.bo[bufnr].fileformat == 'dos' and '\r\n' or '\n'
+  local text = table.concat(lines, eol)
   if vim.b[bufnr].forge_eol ~= false and text ~= '' then
-    text = text .. '\n'
+    text = text .. eol
   end
   -- The plan as it was when this buffer last read or saved it: if the stored one is no
   -- longer that (written meanwhile from a shell, an agent or another editor, while this
@@ -317,14 +323,14 @@ function M.reload(bufnr)
     end
     vim.b[bufnr].forge_base = result.text or ''
     vim.b[bufnr].forge_base_unknown = nil
-    local lines = util.split_lines(result.text or '')
+    local lines, crlf = util.split_text(result.text or '')
     local old = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
-    if not vim.deep_equal(lines, old) then
+    if not vim.deep_equal(lines, old) or (vim.bo[bufnr].fileformat == 'dos') ~= crlf then
       local cursors = {}
       for _, win in ipairs(vim.fn.win_findbuf(bufnr)) do
         cursors[win] = vim.api.nvim_win_get_cursor(win)
       end
-      set_lines(bufnr, lines)
+      set_lines(bufnr, lines, crlf)
       for win, pos in pairs(cursors) do
         local row = math.min(pos[1], vim.api.nvim_buf_line_count(bufnr))
         pcall(vim.api.nvim_win_set_cursor, win, { row, pos[2] })

@@ -106,6 +106,19 @@ function M.is_forge_uri(name)
   return name:match('^forge://') ~= nil
 end
 
+--- Splits a document text into buffer lines and says whether its lines end in CRLF: when
+--- every line break is `\r\n`, the `\r`s are dropped (the buffer's 'fileformat' is then
+--- dos, which puts them back when the text is sent or saved); a text with mixed line ends
+--- keeps them as they are.
+function M.split_text(text)
+  text = text or ''
+  local crlf = text:find('\r\n', 1, true) ~= nil and not (text:gsub('\r\n', '')):find('\n', 1, true)
+  if crlf then
+    text = (text:gsub('\r\n', '\n'))
+  end
+  return M.split_lines(text), crlf
+end
+
 --- Splits a document text into buffer lines (no phantom last line for a final newline).
 function M.split_lines(text)
   local lines = vim.split(text or '', '\n', { plain = true })
