@@ -1170,6 +1170,21 @@ elsewhere meanwhile is not undone.")
       (forge-lsp--fetch server uri t)
     (file-missing 'none)))
 
+(defvar-local forge-lsp--crlf nil
+  "Non-nil when the document this buffer shows ends its lines in CRLF.
+The buffer holds them as plain newlines (no ^M on every line); a save
+writes them back as CRLF.")
+(put 'forge-lsp--crlf 'permanent-local t)
+
+(defun forge-lsp--crlf-p (text)
+  "Non-nil when every line break of TEXT is CRLF (and it has one)."
+  (and (string-match-p "\r\n" text)
+       (not (string-match-p "\n" (replace-regexp-in-string "\r\n" "" text t t)))))
+
+(defun forge-lsp--shown-text (text)
+  "TEXT as a buffer shows it: CRLF line ends as newlines (`forge-lsp--crlf')."
+  (if (forge-lsp--crlf-p text) (replace-regexp-in-string "\r\n" "\n" text t t) text))
+
 (defun forge-lsp--insert-file-contents (filename &optional visit beg end replace)
   (let* ((uri (forge-lsp--normalize filename))
          (server (forge-lsp--document-server))
@@ -1185,6 +1200,9 @@ elsewhere meanwhile is not undone.")
                     (setq buffer-file-name uri)
                     (setq forge-lsp--open-error err))
                   (signal (car err) (cdr err)))))
+         (crlf (forge-lsp--crlf-p text))
+         (stored text)
+         (text (forge-lsp--shown-text text))
          (text (if (or beg end) (substring text (or beg 0) (min (length text) (or end (length text)))) text)))
     (let ((inhibit-read-only t))
       (if replace
@@ -1194,7 +1212,7 @@ elsewhere meanwhile is not undone.")
     (when visit
       (setq buffer-file-name uri)
       (when server (setq forge-lsp--buffer-server server))
-      (unless (or beg end) (setq forge-lsp--base text forge-lsp--base-uri uri))
+      (unless (or beg end) (setq forge-lsp--base stored forge-lsp--base-uri uri forge-lsp--crlf crlf))
       ;; A visit whose modification time is left unknown counts as one of a missing file:
       ;; `insert-file-contents' then signals "Opening input file: Success" after this
       ;; returns, which made `revert-buffer' of every forge:// buffer fail (found while
@@ -1237,6 +1255,8 @@ error (an unknown URI, no server)."
     (let* ((session (match-string 1 uri))
            (content (if (stringp start) start
                       (buffer-substring-no-properties (or start (point-min)) (or end (point-max)))))
+           ;; A CRLF plan is stored with CRLF line ends, as it was read.
+           (content (if forge-lsp--crlf (replace-regexp-in-string "\r?\n" "\r\n" content t t) content))
            ;; The buffer's own document is the one its text was read from
            ;; (`forge-lsp--base-uri'), not its name: `write-file' renames the buffer
            ;; before it writes (a review found such writes compared with the old plan).
@@ -1496,12 +1516,13 @@ through the server."
                    (if (buffer-modified-p)
                        (unless (equal text forge-lsp--base)
                          (message "forge: %s changed on the server; your unsaved edits are kept (revert to see it)" uri))
-                   (setq forge-lsp--base text)
-                   (unless (equal text (buffer-substring-no-properties (point-min) (point-max)))
+                   (setq forge-lsp--base text
+                         forge-lsp--crlf (forge-lsp--crlf-p text))
+                   (unless (equal (forge-lsp--shown-text text) (buffer-substring-no-properties (point-min) (point-max)))
                      (let ((new (generate-new-buffer " *forge-refresh*")))
                        (unwind-protect
                            (progn
-                             (with-current-buffer new (insert text))
+                             (with-current-buffer new (insert (forge-lsp--shown-text text)))
                              (replace-buffer-contents new))
                          (kill-buffer new)))
                      (set-buffer-modified-p nil)

@@ -740,6 +740,30 @@ only when BODY returns (fail . DETAIL)."
             (ignore-errors (kill-buffer (get-file-buffer "forge://index.md")))
             (ignore-errors (eglot-shutdown other))))))))
 
+;; A plan stored with CRLF line ends opens without ^M on every line, and a save keeps its
+;; line ends (before: ^M everywhere).
+(ft-check "a CRLF plan opens without ^M and is saved with CRLF line ends"
+  (let* ((sid "ses_01EMACSCRLFEMACSCRLFEMAC")
+         (uri (format "forge://plan/session/%s.md" sid))
+         (w (ft-shell "call" "plan-write" "--session" sid
+                      (json-encode `((content . ,"# CRLF plan\r\n\r\n## Objective\r\nKeep the ends.\r\n"))))))
+    (with-current-buffer ft-main-buffer (forge-lsp-open-uri uri))
+    (let ((buf (get-file-buffer uri)))
+      (if (not (and (eq (car w) 0) buf)) (ft-fail "write %S, buffer %S" w buf)
+        (with-current-buffer buf
+          (let ((shown (buffer-substring-no-properties (point-min) (point-max))))
+            (if (string-match-p "\r" shown) (ft-fail "shown with CRs: %S" shown)
+              (let ((inhibit-read-only t))
+                (setq buffer-read-only nil)
+                (goto-char (point-max))
+                (insert (if (bolp) "More.\n" "\nMore."))
+                (save-buffer))
+              (let ((r (ft-shell "call" "plan-read" (format "{\"session_id\":\"%s\"}" sid))))
+                (prog1 (or (string-match-p "4: Keep the ends.\r\n5: More." (cdr r))
+                           (ft-fail "stored: %S" (replace-regexp-in-string "\r" "<CR>" (cdr r))))
+                  (set-buffer-modified-p nil)
+                  (kill-buffer buf))))))))))
+
 ;;;; Done
 
 (ft-log "%d passed, %d failed%s (%.1f s)" ft-passed ft-failed
