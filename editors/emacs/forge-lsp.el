@@ -1002,7 +1002,11 @@ This runs the server's `Delete finding' code action."
           (let ((status (plist-get l :status)))
             (when (or (not (forge-lsp--terminal-p status))
                       (member status '("errored" "stalled"))
-                      (< (- now (plist-get l :receivedAt)) forge-lsp-mode-line-finished-seconds))
+                      ;; Since it ended (`completedAt'), not since it was last heard of:
+                      ;; the replay at every connect re-sends loops that ended long ago.
+                      (< (- now (let ((c (plist-get l :completedAt)))
+                                  (if (numberp c) (/ c 1000.0) (plist-get l :receivedAt))))
+                         forge-lsp-mode-line-finished-seconds))
               (push (forge-lsp--loop-segment server l) parts))))
         (if (null parts) ""
           (propertize (concat " Forge[" (string-join (nreverse parts) " ") "]")

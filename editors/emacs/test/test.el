@@ -764,6 +764,21 @@ only when BODY returns (fail . DETAIL)."
                   (set-buffer-modified-p nil)
                   (kill-buffer buf))))))))))
 
+;; The replay after a connect re-sends loops that ended long ago (not completed: cancelled,
+;; errored); the mode line shows a finished loop for the seconds after it ended, not after
+;; each connect (before: every session opened with them).
+(ft-check "a cancelled loop replayed at connect is not shown in the mode line an hour later"
+  (let ((server (with-current-buffer ft-main-buffer (forge-lsp-current-server)))
+        (params (list :loopName "ended-an-hour-ago" :status "cancelled" :phase "coding" :iteration 1
+                      :maxIterations 0 :totalSections 0 :auditCount 0 :errorCount 0
+                      :terminationReason "shutdown" :worktreeDir "/nowhere" :sessionId "ses_x"
+                      :startedAt (truncate (* 1000 (- (float-time) 7200)))
+                      :completedAt (truncate (* 1000 (- (float-time) 3600))))))
+    (forge-lsp--on-loop-status server params)
+    (let ((line (with-current-buffer ft-main-buffer (substring-no-properties (forge-lsp-mode-line-string)))))
+      (prog1 (or (not (string-match-p "ended-an-hour-ago" line)) (ft-fail "mode line %S" line))
+        (remhash "ended-an-hour-ago" (forge-lsp--loops server))))))
+
 ;;;; Done
 
 (ft-log "%d passed, %d failed%s (%.1f s)" ft-passed ft-failed
