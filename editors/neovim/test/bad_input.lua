@@ -59,7 +59,7 @@ H.run(function()
   end)
   check(
     'missing binary: an error names the command and how to set it, no client',
-    has(ERROR, "no%-such%-forge%-lsp' is not an executable") and has(ERROR, 'cmd =') and #clients.clients() == 0,
+    has(ERROR, "no%-such%-forge%-lsp' is not an executable file %(no such file%)") and has(ERROR, 'cmd =') and #clients.clients() == 0,
     msgs()
   )
   check('missing binary: no stack trace', no_traceback(), msgs())

@@ -114,10 +114,20 @@ function M.executable()
   if vim.fn.executable(cmd[1]) == 1 then
     return true
   end
+  -- A name is looked up on PATH; a path is not (a review found "not found on PATH" said
+  -- of an absolute path).
+  local why
+  if not cmd[1]:find('/', 1, true) then
+    why = 'not found on PATH'
+  elseif vim.uv.fs_stat(cmd[1]) then
+    why = 'it exists but cannot be run: check its permissions'
+  else
+    why = 'no such file'
+  end
   util.notify_once(
     'exe:' .. cmd[1],
-    ("cannot start the server: '%s' is not an executable file (not found on PATH). "
-      .. "Install forge-lsp or set its path: require('forge').setup({ cmd = { '/path/to/forge-lsp' } })"):format(cmd[1]),
+    ("cannot start the server: '%s' is not an executable file (%s). "
+      .. "Install forge-lsp or set its path: require('forge').setup({ cmd = { '/path/to/forge-lsp' } })"):format(cmd[1], why),
     ERROR
   )
   return false
