@@ -85,6 +85,8 @@ pub enum OpenError {
     TooNew { path: PathBuf, found: u32, known: u32 },
     #[error("cannot open {path}: {err}", path = .0.display(), err = .1)]
     Sqlite(PathBuf, rusqlite::Error),
+    #[error("{path} cannot be written ({err}): the database file, the directory that holds it, or its -wal and -shm files are read-only for this user; its contents are fine and were left untouched. Make them writable (the directory needs write permission too: SQLite creates its -wal and -shm files there), or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
+    ReadOnly(PathBuf, String),
     #[error("{path} stayed busy for {secs} s: another process holds its lock (a forge-lsp server or call that is stopped or stuck, or another program), or its file system does not support SQLite's file locks (some network file systems); nothing was changed. `fuser -v {path} {path}-shm` lists the processes that have it open.", path = .0.display(), secs = BUSY_TIMEOUT.as_secs())]
     Busy(PathBuf),
 }
@@ -96,6 +98,10 @@ impl OpenError {
     fn from_sqlite(path: &Path, e: rusqlite::Error, other: impl FnOnce(PathBuf, rusqlite::Error) -> OpenError) -> Self {
         if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) {
             OpenError::Busy(path.to_path_buf())
+        } else if is_read_only(&e) {
+            // Not a bad database: a file or directory this user may not write (a review
+            // found a healthy database called unusable, with advice to move it away).
+            OpenError::ReadOnly(path.to_path_buf(), e.to_string())
         } else {
             other(path.to_path_buf(), e)
         }
@@ -115,7 +121,21 @@ pub trait Db<T> {
 
 impl<T> Db<T> for rusqlite::Result<T> {
     fn db(self) -> Result<T, forge_protocol::ToolError> {
-        self.map_err(|e| forge_protocol::ToolError::internal(format!("database error: {e}")))
+        self.map_err(|e| {
+            // What the user can act on, where there is something (a review found bare
+            // "database is locked" and "attempt to write a readonly database").
+            let hint = if is_busy(&e) {
+                format!(
+                    "; another process held the database's lock for over {} s (a forge-lsp server or call that is stopped or stuck, or another program): nothing was written, try again",
+                    BUSY_TIMEOUT.as_secs()
+                )
+            } else if is_read_only(&e) {
+                "; the database, its directory or its -wal and -shm files are read-only for this user: nothing was written. Make them writable, or choose another data directory (--data-dir / FORGE_DATA_DIR)".to_string()
+            } else {
+                String::new()
+            };
+            forge_protocol::ToolError::internal(format!("database error: {e}{hint}"))
+        })
     }
 }
 
@@ -284,6 +304,12 @@ pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
 
 /// How long a statement waits for another process's lock.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `SQLITE_READONLY` in any of its forms (the file, the directory for the -wal and -shm
+/// files, a read-only mount), and `SQLITE_CANTOPEN` of a write's journal.
+fn is_read_only(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::ReadOnly))
+}
 
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked))
@@ -1103,6 +1129,31 @@ pub fn transact<R, E: From<rusqlite::Error>>(
 
 #[cfg(test)]
 mod tests {
+    /// Which open and write errors say what the user can do (a review found a read-only
+    /// data directory called "not a usable forge-lsp database", with advice to move it).
+    #[test]
+    fn read_only_and_busy_errors_name_their_cause() {
+        use rusqlite::ffi;
+        let err = |code: i32| rusqlite::Error::SqliteFailure(ffi::Error::new(code), Some("x".into()));
+        let path = Path::new("/d/forge.db");
+        let cases: Vec<(i32, &str)> = vec![
+            (ffi::SQLITE_READONLY, "cannot be written"),
+            (ffi::SQLITE_READONLY_CANTINIT, "cannot be written"),
+            (ffi::SQLITE_READONLY_DIRECTORY, "cannot be written"),
+            (ffi::SQLITE_BUSY, "stayed busy"),
+            (ffi::SQLITE_NOTADB, "is not a usable forge-lsp database"),
+        ];
+        for (code, says) in cases {
+            let e = OpenError::from_sqlite(path, err(code), not_a_database).to_string();
+            assert!(e.contains(says), "{code}: {e}");
+        }
+        let write = |code: i32| Err::<(), _>(err(code)).db().unwrap_err().message;
+        assert!(write(ffi::SQLITE_READONLY).contains("read-only for this user"), "{}", write(ffi::SQLITE_READONLY));
+        assert!(write(ffi::SQLITE_BUSY).contains("held the database's lock"), "{}", write(ffi::SQLITE_BUSY));
+        assert!(write(ffi::SQLITE_LOCKED).contains("held the database's lock"), "{}", write(ffi::SQLITE_LOCKED));
+        assert_eq!(write(ffi::SQLITE_CORRUPT), "database error: x");
+    }
+
     use super::*;
 
     #[test]
