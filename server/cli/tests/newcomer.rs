@@ -176,6 +176,31 @@ fn an_interrupted_demo_leaves_nothing_behind() {
     }
 }
 
+/// A `serve --listen` that finds the database locked by another process past the busy
+/// timeout when it starts registers itself once the lock is gone, so `forge-lsp call`
+/// finds it (before, it tried once and `call` never found it: a review).
+#[test]
+fn a_listening_server_registers_once_a_lock_held_at_its_start_is_gone() {
+    let sb = Sandbox::new();
+    let repo = demo_project();
+    // The database exists, and another process holds its write lock for longer than the
+    // busy timeout (10 s).
+    let first = sb.call("review-read").input(json!({})).cwd(&repo.path).run();
+    assert_eq!(first.code, 0, "{first:?}");
+    let db = sb.db();
+    db.conn.execute_batch("BEGIN EXCLUSIVE; DELETE FROM servers;").expect("lock");
+    let sock = sb.root.join("sockdir/forge.sock");
+    let server = sb.listen_unix(&sock);
+    wait_for(Duration::from_secs(30), || server.stderr().contains("trying again in the background").then_some(()))
+        .unwrap_or_else(|| panic!("no failed registration: {}", server.stderr()));
+    db.conn.execute_batch("ROLLBACK").expect("unlock");
+    let found = wait_for(Duration::from_secs(30), || {
+        let out = sb.call("loop-status").input(json!({})).cwd(&repo.path).arg("--verbose").run();
+        out.stderr.contains("through the running server at").then_some(out)
+    });
+    assert!(found.is_some(), "call never found the server: {}", server.stderr());
+}
+
 /// A project whose agent is the demo's scripted agent (sandbox off: these tests are about
 /// the command line, the sandbox has its own).
 fn demo_project() -> GitRepo {

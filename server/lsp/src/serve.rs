@@ -376,25 +376,42 @@ fn announce_listening(addr: &str) {
 
 /// Registers this listening server in the `servers` table of its default data directory
 /// for any project (`forge_store::servers::ANY_PROJECT`), so `forge-lsp call` from a shell
-/// finds it before any editor has connected: its private socket, else `unix_listen`.
-async fn register_listener(hub: &Hub, unix_listen: Option<&Path>) {
+/// finds it before any editor has connected: its private socket, else `unix_listen`. A
+/// registration that fails (the database locked by another process past the busy timeout,
+/// not writable yet) is tried again in the background until it is done (before, once:
+/// `call` never found the server; a review).
+async fn register_listener(hub: &Arc<Hub>, unix_listen: Option<&Path>) {
     let Some(socket) = hub.private_socket().or_else(|| unix_listen.map(Path::to_path_buf)) else { return };
+    if let Err(e) = try_register_listener(hub, &socket).await {
+        tracing::warn!("{e}; trying again in the background until it works (`forge-lsp call` does not find this server until then)");
+        let hub = hub.clone();
+        tokio::spawn(async move {
+            let mut wait = std::time::Duration::from_secs(1);
+            loop {
+                tokio::time::sleep(wait).await;
+                match try_register_listener(&hub, &socket).await {
+                    Ok(()) => {
+                        tracing::info!("registered the server in the end: `forge-lsp call` finds it now");
+                        return;
+                    }
+                    Err(e) => tracing::debug!("{e}; trying again"),
+                }
+                wait = (wait * 2).min(std::time::Duration::from_secs(30));
+            }
+        });
+    }
+}
+
+async fn try_register_listener(hub: &Hub, socket: &Path) -> Result<(), String> {
     let data_dir = forge_core::project::data_dir(None, hub.cli_data_dir.as_deref());
-    let ws = match hub.workspace(&data_dir) {
-        Ok(ws) => ws,
-        Err(e) => {
-            tracing::warn!(
-                "cannot register the server in {}: {e}; `forge-lsp call` will not find it",
-                data_dir.display()
-            );
-            return;
-        }
-    };
+    let ws =
+        hub.workspace(&data_dir).map_err(|e| format!("cannot register the server in {}: {e}", data_dir.display()))?;
     let (s, pid, now) = (socket.display().to_string(), std::process::id(), forge_core::now_ms());
     let any = forge_store::servers::ANY_PROJECT;
-    if let Err(e) = ws.store.call(move |c| forge_store::servers::register(c, pid, any, &s, now)).await {
-        tracing::warn!("cannot register the server: {e}");
-    }
+    ws.store
+        .call(move |c| forge_store::servers::register(c, pid, any, &s, now))
+        .await
+        .map_err(|e| format!("cannot register the server: {e}"))
 }
 
 /// Serves stdin/stdout like [`stdio`]; when standard input is a terminal (someone started
