@@ -36,6 +36,14 @@ pub struct Claude;
 /// The tools a headless Claude turn may use without asking.
 pub const ALLOWED_TOOLS: [&str; 9] = ["Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "mcp__forge"];
 
+/// The built-in tools of a sandboxed turn (`--tools`): Bash alone, whose commands run in the
+/// loop's sandbox. Claude's own file tools (Read, Write, Edit, Glob, Grep, ...) and web
+/// tools run in its process on the host, outside the sandbox: a review had them read
+/// `~/.ssh`, write the user's configuration and replace the prefix shim, after which the
+/// next command ran unsandboxed. The model reads and edits through Bash and the Forge
+/// tools (`mcp__forge__apply-patch`, `grep`, `glob`: confined to the worktree).
+pub const SANDBOXED_TOOLS: &str = "Bash";
+
 /// The project instruction files Claude reads from its working directory, which
 /// `--setting-sources user` leaves out with the rest of the project's configuration.
 const MEMORY_FILES: [&str; 2] = ["CLAUDE.md", ".claude/CLAUDE.md"];
@@ -67,8 +75,13 @@ impl AgentHost for Claude {
                 args.extend(["--append-system-prompt-file".into(), md.display().to_string()]);
             }
         }
-        args.push("--allowedTools".into());
-        args.extend(ALLOWED_TOOLS.map(String::from));
+        if req.shim_dir.is_some() {
+            args.extend(["--tools".into(), SANDBOXED_TOOLS.into()]);
+            args.extend(["--allowedTools".into(), "Bash".into(), "mcp__forge".into()]);
+        } else {
+            args.push("--allowedTools".into());
+            args.extend(ALLOWED_TOOLS.map(String::from));
+        }
         match super::cli_session(req).filter(|_| req.resume) {
             Some(id) => args.extend(["--resume".into(), id]),
             None => args.extend(["--session-id".into(), forge_domain::agent_cli::session_uuid(&req.session_id)]),
@@ -145,8 +158,22 @@ mod tests {
         super::super::save_cli_session(&r, &uuid);
         let l = Claude.prepare(&r, Path::new("/p")).unwrap();
         assert_eq!(l.argv[l.argv.len() - 2..], ["--resume".to_string(), uuid]);
-        // no sandbox: no prefix
+        // Sandboxed: Bash is the only built-in tool (Claude's file tools run on the host).
+        let tools = |l: &Launch| {
+            let i = l.argv.iter().position(|a| a == "--tools")?;
+            Some(l.argv[i + 1].clone())
+        };
+        let allowed = |l: &Launch| {
+            let i = l.argv.iter().position(|a| a == "--allowedTools").unwrap();
+            l.argv[i + 1..].iter().take_while(|a| !a.starts_with("--")).cloned().collect::<Vec<_>>()
+        };
+        assert_eq!(tools(&l).as_deref(), Some("Bash"));
+        assert_eq!(allowed(&l), ["Bash", "mcp__forge"]);
+        // no sandbox: no prefix, and Claude's own tools (they reach what Bash reaches)
         r.shim_dir = None;
-        assert!(!Claude.prepare(&r, Path::new("/p")).unwrap().env.iter().any(|(k, _)| k == "CLAUDE_CODE_SHELL_PREFIX"));
+        let l = Claude.prepare(&r, Path::new("/p")).unwrap();
+        assert!(!l.env.iter().any(|(k, _)| k == "CLAUDE_CODE_SHELL_PREFIX"));
+        assert_eq!(tools(&l), None);
+        assert_eq!(allowed(&l), ALLOWED_TOOLS);
     }
 }
