@@ -15,6 +15,8 @@
 #               line every 100 ms while they run)
 #     starthang every turn prints one line at once (as agent CLIs print their start events)
 #               and then hangs as `hang` does
+#     listhang  every turn lists the Forge tools at once (as an agent CLI's MCP server does
+#               when it starts: `forge-lsp call tools`) and then hangs as `hang` does
 #     chatty    every turn prints a line every 100 ms while it runs; the coder works for
 #               ~1.5 s before it hands off
 #     fixonce   each section's (or the plan's) first audit writes a bug on work.txt:1 and
@@ -150,6 +152,13 @@ fi
 case "$FORGE_ROLE:$scenario" in
   *:starthang)
     echo "started"
+    sleep 60 &
+    echo $! >> "$state/sleepers"
+    wait $!
+    exit 0
+    ;;
+  *:listhang)
+    forge-lsp call tools '{}' > /dev/null
     sleep 60 &
     echo $! >> "$state/sleepers"
     wait $!

@@ -94,6 +94,20 @@ fn a_turn_that_prints_at_its_start_and_hangs_still_ends_stalled() {
     assert_eq!(prompt_files(&t, &name).len(), 5, "the phase prompt and 4 nudges{}", t.report());
 }
 
+/// Listing the tools is not progress: an agent CLI's MCP server asks for them as the CLI
+/// starts, whether or not its model ever answers; a turn that does only that and hangs is
+/// nudged, and the 5th consecutive stall ends the loop. Before, the listing counted as a
+/// tool call of the session and every preset's hung loop was nudged for ever (a review).
+#[test]
+fn a_turn_that_only_lists_the_tools_and_hangs_still_ends_stalled() {
+    let t = resilience_support::start("listhang", "[loop]\nbusyStallTimeoutMs = 2000\nmaxConsecutiveStalls = 3\n", &[]);
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("stalled"), "{end}{}", t.report());
+    assert_eq!(end["terminationReason"], json!("stall_timeout"), "{end}");
+    assert_eq!(resilience_row(&t, &name)["stallCount"], json!(3), "{}", t.report());
+}
+
 /// Output resets the busy watchdog: a coder that prints a line every 100 ms for ~1.5 s (1.5
 /// times `busyStallTimeoutMs`) before it hands off is never stalled. (The timeout leaves 10
 /// missed lines of slack: a loaded machine may delay a line, and a stall here would be

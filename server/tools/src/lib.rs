@@ -432,8 +432,11 @@ pub async fn call_watched(
     input: Value,
     caller_gone: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> Result<CommandResult, ToolError> {
-    if env.caller.binding.is_some() {
-        // A tool call is activity of the loop session (stall watchdog).
+    // A tool call is activity of the loop session (stall watchdog), except the listing of
+    // the tools: an agent CLI asks for it as it starts (its MCP server's `tools/list`),
+    // before and whether or not its model answers, so a hung model's every nudged turn
+    // counted as progress and the loop never stalled (a review).
+    if env.caller.binding.is_some() && command.strip_prefix("forge.").unwrap_or(command) != "tools" {
         engine.activity.touch_with(&env.caller.session_id, "tool-call");
     }
     let tool = resolve(&env, command)?;
