@@ -292,12 +292,15 @@ def setup_cli(cli, T, env, port, repo):
     elif cli == "claude":
         env.update(ANTHROPIC_BASE_URL=base, ANTHROPIC_API_KEY="sk-fake")
     elif cli == "gemini":
-        p = os.path.join(T, "gemini-settings.json")
-        with open(p, "w") as f:
+        # The user's own settings, where Gemini CLI keeps them (the loop's turns carry them
+        # into the home forge-lsp gives Gemini, with the Forge MCP server added).
+        d = os.path.join(env["HOME"], ".gemini")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "settings.json"), "w") as f:
             json.dump({"security": {"auth": {"selectedType": "gemini-api-key"}},
                        "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
                        "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
-        env.update(GOOGLE_GEMINI_BASE_URL=base, GEMINI_API_KEY="fake-key", GEMINI_CLI_SYSTEM_SETTINGS_PATH=p)
+        env.update(GOOGLE_GEMINI_BASE_URL=base, GEMINI_API_KEY="fake-key")
 
 
 def main():

@@ -3,7 +3,7 @@
 //!
 //! Every turn writes its prompt (`prompts/<loop>/<session>-<turn>.md`, or
 //! `prompts/sessions/…` for a session outside loops); a session keeps its CLI's session id
-//! (`agent-sessions/<session>.id`), Gemini's settings (`agent-sessions/<session>.gemini.json`)
+//! (`agent-sessions/<session>.id`), Gemini's settings of earlier versions (`agent-sessions/<session>.gemini.json`)
 //! and its usage log (`usage/<session>.jsonl`). They are the record of what a loop sent
 //! its agents while the loop is kept, and are needed by its later turns (a resumed CLI
 //! session), so none of them is removed at the end of a turn or of a loop.

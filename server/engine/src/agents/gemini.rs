@@ -5,17 +5,12 @@
 //!   (kept only after a turn that completed; a retry after a failed first turn gets a UUID
 //!   of its own, since Gemini refuses a session id it has seen).
 //! - Model: `-m <model>`.
-//! - MCP: Gemini reads MCP servers only from settings files, so the host writes a private
-//!   settings file per session in the data directory (never in the worktree):
-//!   the server's own `GEMINI_CLI_SYSTEM_SETTINGS_PATH` file, else Gemini's default
-//!   `/etc/gemini-cli/settings.json` when there is one (read with comments; one that cannot
-//!   be used fails the turn), plus
-//!   `mcpServers.forge = {command: <this forge-lsp>, args: ["mcp"], trust: true, env:
-//!   {FORGE_SESSION_TOKEN: "$FORGE_SESSION_TOKEN"}}` (Gemini drops token-like variables
-//!   from MCP servers' environment unless named), and points
-//!   `GEMINI_CLI_SYSTEM_SETTINGS_PATH` at it (and `GEMINI_CLI_SYSTEM_DEFAULTS_PATH` at the
-//!   `system-defaults.json` beside the original, unless set). Gemini ignores a settings file below a group-
-//!   or world-writable directory: keep the data directory out of `/tmp`.
+//! - MCP: Gemini reads MCP servers only from settings files, so the turns run with
+//!   `GEMINI_CLI_HOME=<dataDir>/agent-homes/gemini` ([`loop_home`]): its
+//!   `.gemini/settings.json` is the user's own plus `mcpServers.forge = {command: <this
+//!   forge-lsp>, args: ["mcp"], trust: true, env: {FORGE_SESSION_TOKEN:
+//!   "$FORGE_SESSION_TOKEN"}}` (Gemini drops token-like variables from MCP servers'
+//!   environment unless named); the rest of the user's `.gemini` folder is linked.
 //! - The repository's configuration: `--skip-trust` makes Gemini load the worktree's
 //!   `.gemini/` (settings with MCP servers and hooks, `.env`, extensions, agents), and an
 //!   untrusted folder is a fatal error in headless mode. So unless
@@ -69,11 +64,6 @@ fn ignore_local_env(v: &mut Value) {
     }
     advanced["ignoreLocalEnv"] = json!(true);
 }
-
-/// Gemini CLI's system settings file on Linux when `GEMINI_CLI_SYSTEM_SETTINGS_PATH` is not
-/// set: its highest-precedence layer (an administrator's), which the loop's own file
-/// replaces and so must carry.
-const DEFAULT_SYSTEM_SETTINGS: &str = "/etc/gemini-cli/settings.json";
 
 /// JSON with comments (as Gemini CLI reads its settings) as JSON: `//` and `/* */`
 /// comments outside strings become spaces.
@@ -132,8 +122,88 @@ fn strip_json_comments(text: &str) -> String {
 pub const WORKSPACE_CONFIG: [&str; 4] =
     [".gemini/settings.json", ".gemini/.env", ".gemini/extensions", ".gemini/agents"];
 
-fn settings_file(req: &TurnRequest) -> PathBuf {
-    req.data_dir.join("agent-sessions").join(format!("{}.gemini.json", req.session_id))
+/// The user's Gemini CLI folder: `$GEMINI_CLI_HOME/.gemini` (as Gemini reads it), else
+/// `~/.gemini`.
+fn user_gemini_dir() -> Option<PathBuf> {
+    let home = std::env::var_os("GEMINI_CLI_HOME")
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()))?;
+    Some(PathBuf::from(home).join(".gemini"))
+}
+
+/// The `GEMINI_CLI_HOME` of the loop's turns, in the data directory (never the worktree):
+/// its `.gemini/settings.json` is the user's own settings plus the Forge MCP server (and,
+/// unless the project's configuration is trusted, `advanced.ignoreLocalEnv`), and every
+/// other entry of the user's `.gemini` folder (the login, accounts, extensions, the
+/// sessions Gemini keeps in `tmp/`) is a link to it, so Gemini runs as the user's own.
+///
+/// Gemini reads MCP servers only from settings files. This replaced a system settings file
+/// (`GEMINI_CLI_SYSTEM_SETTINGS_PATH`), which Gemini CLI loads only when it and every folder
+/// above it are owned by root and writable by no one else: for any other user it was
+/// skipped with a warning, so the loop's agent had no Forge tools and read the
+/// repository's `.env` (a review). The user settings file has no such check.
+fn loop_home(req: &TurnRequest, user: Option<PathBuf>) -> Result<PathBuf, String> {
+    let home = req.data_dir.join("agent-homes").join(if req.project_config { "gemini-trusted" } else { "gemini" });
+    let dir = home.join(".gemini");
+    forge_core::paths::create_private_dirs(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let user = user.filter(|u| u != &dir);
+    let base_path = user.as_ref().map(|u| u.join("settings.json"));
+    let base = match &base_path {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("cannot read Gemini CLI's settings {}: {e}", p.display())),
+        },
+        None => None,
+    };
+    let mut merged = settings(base.as_deref(), &super::mcp_command()).map_err(|why| {
+        let p = base_path.as_deref().unwrap_or(Path::new("?"));
+        format!("Gemini CLI's settings {} {why}; the loop's turns need them (fix the file)", p.display())
+    })?;
+    if !req.project_config {
+        // Not a `.env` of the repository either (Gemini reads the first one up from the
+        // working directory into its own environment: an endpoint, a proxy for the
+        // API key); the one in the user's `.gemini` folder still applies.
+        ignore_local_env(&mut merged);
+    }
+    let text = serde_json::to_string_pretty(&merged).map_err(|e| format!("cannot write Gemini settings: {e}"))?;
+    let file = dir.join("settings.json");
+    super::write_private(&file, text.as_bytes())
+        .map_err(|e| format!("cannot write Gemini settings {}: {e}", file.display()))?;
+    if let Some(user) = &user {
+        link_user_entries(user, &dir);
+    }
+    Ok(home)
+}
+
+/// Links every entry of the user's `.gemini` folder but its settings into `dir` (those
+/// already there are left as they are); a link whose entry is gone from the user's
+/// folder is removed. Failures are logged: Gemini then runs without that entry.
+fn link_user_entries(user: &Path, dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(user) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if name == "settings.json" {
+            continue;
+        }
+        let at = dir.join(&name);
+        if std::fs::symlink_metadata(&at).is_ok() {
+            continue;
+        }
+        if let Err(err) = std::os::unix::fs::symlink(e.path(), &at) {
+            tracing::warn!("cannot link {} to {}: {err}", at.display(), e.path().display());
+        }
+    }
+    let Ok(ours) = std::fs::read_dir(dir) else { return };
+    for e in ours.flatten() {
+        let at = e.path();
+        let is_link = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink());
+        if is_link
+            && std::fs::read_link(&at).is_ok_and(|t| t.starts_with(user) && std::fs::symlink_metadata(&t).is_err())
+        {
+            let _ = std::fs::remove_file(&at);
+        }
+    }
 }
 
 impl AgentHost for Gemini {
@@ -153,53 +223,10 @@ impl AgentHost for Gemini {
             ]),
             None => args.extend(["--session-id".into(), forge_domain::agent_cli::session_uuid(&req.session_id)]),
         }
-        // The system settings the loop's file takes the place of: the variable's file, else
-        // Gemini CLI's default one. One that is there but cannot be used fails the turn,
-        // naming it (merging nothing would drop the user's auth and an administrator's
-        // policies without a word).
-        let base_path = std::env::var_os("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| Some(PathBuf::from(DEFAULT_SYSTEM_SETTINGS)).filter(|p| p.exists()));
-        let base = match &base_path {
-            // A variable naming no file: Gemini CLI reads that as no settings, so does this.
-            Some(p) => match std::fs::read_to_string(p) {
-                Ok(t) => Some(t),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(format!("cannot read Gemini CLI's system settings {}: {e}", p.display())),
-            },
-            None => None,
-        };
-        let mut merged = settings(base.as_deref(), &super::mcp_command()).map_err(|why| {
-            let p = base_path.as_deref().unwrap_or(Path::new("?"));
-            format!("Gemini CLI's system settings {} {why}; the loop's turns need them (fix the file)", p.display())
-        })?;
-        if !req.project_config {
-            // Not a `.env` of the repository either (Gemini reads the first one up from the
-            // working directory into its own environment: an endpoint, a proxy for the
-            // API key); the one in the home directory still applies.
-            ignore_local_env(&mut merged);
-        }
-        let file = settings_file(req);
-        if let Some(d) = file.parent() {
-            forge_core::paths::create_private_dirs(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
-        }
-        let text = serde_json::to_string_pretty(&merged).map_err(|e| format!("cannot write Gemini settings: {e}"))?;
-        super::write_private(&file, text.as_bytes())
-            .map_err(|e| format!("cannot write Gemini settings {}: {e}", file.display()))?;
-        // Gemini CLI looks for `system-defaults.json` beside the system settings file: keep
-        // pointing it at the one beside the original (the loop's file is elsewhere).
-        let defaults =
-            std::env::var_os("GEMINI_CLI_SYSTEM_DEFAULTS_PATH").filter(|p| !p.is_empty()).is_none().then(|| {
-                let dir = base_path.as_deref().and_then(Path::parent).unwrap_or(Path::new("/etc/gemini-cli"));
-                env("GEMINI_CLI_SYSTEM_DEFAULTS_PATH", dir.join("system-defaults.json"))
-            });
+        let home = loop_home(req, user_gemini_dir())?;
         Ok(Launch {
             argv: super::with_program(req, "gemini", args),
-            env: std::iter::once(env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", file))
-                .chain(defaults)
-                .chain(super::sandbox_tmpdir(req))
-                .collect(),
+            env: std::iter::once(env("GEMINI_CLI_HOME", home)).chain(super::sandbox_tmpdir(req)).collect(),
             whole_in_sandbox: None,
             template: false,
             keep_env: vec![],
@@ -244,12 +271,15 @@ mod tests {
         .chain([uuid.clone()])
         .collect();
         assert_eq!(l.argv, want);
-        let (_, path) = l.env.iter().find(|(k, _)| k == "GEMINI_CLI_SYSTEM_SETTINGS_PATH").unwrap();
-        let s: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let (_, home) = l.env.iter().find(|(k, _)| k == "GEMINI_CLI_HOME").unwrap();
+        assert!(!l.env.iter().any(|(k, _)| k == "GEMINI_CLI_SYSTEM_SETTINGS_PATH"), "{:?}", l.env);
+        let path = Path::new(home).join(".gemini/settings.json");
+        assert!(path.starts_with(d.path()), "{}", path.display());
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(s["mcpServers"]["forge"]["args"][0], "mcp");
         assert_eq!(s["mcpServers"]["forge"]["env"]["FORGE_SESSION_TOKEN"], "$FORGE_SESSION_TOKEN");
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         r.resume = true;
         r.turn = 2;
         let retry = Gemini.prepare(&r, Path::new("/p")).unwrap();
@@ -269,7 +299,8 @@ mod tests {
         // committed `.env` is not read (ignoreLocalEnv) unless trusted.
         std::fs::write(r.cwd.join(".gemini/GEMINI.md"), "be brief").unwrap();
         let local_env = |l: &Launch| -> Value {
-            let (_, path) = l.env.iter().find(|(k, _)| k == "GEMINI_CLI_SYSTEM_SETTINGS_PATH").unwrap();
+            let (_, home) = l.env.iter().find(|(k, _)| k == "GEMINI_CLI_HOME").unwrap();
+            let path = Path::new(home).join(".gemini/settings.json");
             let s: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
             s["advanced"]["ignoreLocalEnv"].clone()
         };
@@ -299,6 +330,41 @@ mod tests {
         // A link in its place counts too (Gemini follows it).
         std::os::unix::fs::symlink("/nowhere", r.cwd.join(".gemini/settings.json")).unwrap();
         assert!(super::super::config_refusal(Some(Cli::Gemini), false, &r.cwd).is_some());
+    }
+
+    /// The loop's Gemini home carries the user's settings with the Forge MCP server, and
+    /// links the rest of the user's `.gemini` folder (the login, the kept sessions).
+    #[test]
+    fn the_loop_home_carries_the_users_settings_and_links_the_rest() {
+        let d = tempfile::tempdir().unwrap();
+        let r = req(d.path(), Some(Cli::Gemini));
+        let user = d.path().join("home/.gemini");
+        std::fs::create_dir_all(user.join("tmp")).unwrap();
+        std::fs::write(user.join("settings.json"), r#"{"security":{"auth":{"selectedType":"oauth-personal"}}}"#)
+            .unwrap();
+        std::fs::write(user.join("oauth_creds.json"), "{}").unwrap();
+        let home = loop_home(&r, Some(user.clone())).unwrap();
+        let ours = home.join(".gemini");
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(ours.join("settings.json")).unwrap()).unwrap();
+        assert_eq!(s["security"]["auth"]["selectedType"], "oauth-personal");
+        assert_eq!(s["mcpServers"]["forge"]["args"][0], "mcp");
+        assert_eq!(s["advanced"]["ignoreLocalEnv"], json!(true));
+        assert_eq!(std::fs::read_link(ours.join("oauth_creds.json")).unwrap(), user.join("oauth_creds.json"));
+        assert_eq!(std::fs::read_link(ours.join("tmp")).unwrap(), user.join("tmp"));
+        // The user's settings file itself is never linked (nor written).
+        assert!(!std::fs::symlink_metadata(ours.join("settings.json")).unwrap().file_type().is_symlink());
+        // An entry gone from the user's folder: its link goes too; a new one is linked.
+        std::fs::remove_file(user.join("oauth_creds.json")).unwrap();
+        std::fs::write(user.join("google_accounts.json"), "{}").unwrap();
+        loop_home(&r, Some(user.clone())).unwrap();
+        assert!(std::fs::symlink_metadata(ours.join("oauth_creds.json")).is_err());
+        assert!(std::fs::symlink_metadata(ours.join("google_accounts.json")).unwrap().file_type().is_symlink());
+        // Settings that are not JSON fail the turn, naming the file.
+        std::fs::write(user.join("settings.json"), "{oops").unwrap();
+        let e = loop_home(&r, Some(user.clone())).unwrap_err();
+        assert!(e.contains(&user.join("settings.json").display().to_string()) && e.contains("not JSON"), "{e}");
+        // No user folder (an API key in the environment): the settings alone.
+        assert!(loop_home(&r, None).is_ok());
     }
 
     #[test]
