@@ -707,6 +707,15 @@ impl Runner {
         self.live.turns += 1;
         self.live.stopped = false;
         self.live.nudge_turn = prompt != self.live.phase_prompt;
+        // A nudge or an instruction continues the CLI's conversation; a preset's CLI whose
+        // session id was never recorded (its first turn was killed or hung before its
+        // model answered: OpenCode and Gemini report the id only then) starts a new one,
+        // which has never seen the task: it gets the phase prompt first (a review found
+        // such sessions given only "Continue where you left off").
+        let fresh_cli = self.live.turns > 1
+            && crate::agents::preset(&self.config).is_some()
+            && crate::agents::recorded_cli_session(&self.engine.data_dir, &self.live.id).is_none();
+        let prompt = with_phase_prompt(&self.live.phase_prompt, prompt, fresh_cli);
         // Messages queued for this session (forge.task-message) go first, delivered once.
         let sid = self.live.id.clone();
         // Read now, marked delivered with the turn's claim (a turn that does not start
@@ -2333,5 +2342,38 @@ pub(crate) async fn remove_worktree_logged(
             tracing::warn!("removing a worktree failed: {e}");
             false
         }
+    }
+}
+
+/// The prompt of a turn: `prompt`, preceded by the phase prompt when the turn starts a
+/// new CLI conversation (`fresh_cli`) and `prompt` is not the phase prompt itself (a
+/// nudge, an instruction of task-revive).
+fn with_phase_prompt(phase_prompt: &str, prompt: String, fresh_cli: bool) -> String {
+    if !fresh_cli || phase_prompt.is_empty() || prompt == phase_prompt || prompt.contains(phase_prompt) {
+        return prompt;
+    }
+    format!("{phase_prompt}\n\n---\n\n{prompt}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_phase_prompt;
+
+    #[test]
+    fn a_turn_that_starts_a_new_cli_conversation_gets_the_phase_prompt_first() {
+        let phase = "# Section 1\nDo the work.";
+        let nudge = "Continue where you left off.".to_string();
+        // (fresh CLI conversation, prompt, expected)
+        let cases: Vec<(bool, String, String)> = vec![
+            (false, nudge.clone(), nudge.clone()),
+            (true, nudge.clone(), format!("{phase}\n\n---\n\n{nudge}")),
+            (true, phase.to_string(), phase.to_string()),
+            // Queued messages before the phase prompt: it is there already.
+            (true, format!("[queued]\n{phase}"), format!("[queued]\n{phase}")),
+        ];
+        for (fresh, prompt, want) in cases {
+            assert_eq!(with_phase_prompt(phase, prompt.clone(), fresh), want, "{fresh} {prompt:?}");
+        }
+        assert_eq!(with_phase_prompt("", nudge.clone(), true), nudge);
     }
 }

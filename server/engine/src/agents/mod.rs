@@ -166,7 +166,12 @@ fn cli_session_file(req: &TurnRequest) -> PathBuf {
 
 /// The CLI's own session id recorded for this Forge session (from an earlier turn).
 pub fn cli_session(req: &TurnRequest) -> Option<String> {
-    std::fs::read_to_string(cli_session_file(req))
+    recorded_cli_session(&req.data_dir, &req.session_id)
+}
+
+/// [`cli_session`] by data directory and Forge session id.
+pub fn recorded_cli_session(data_dir: &Path, session_id: &str) -> Option<String> {
+    std::fs::read_to_string(data_dir.join("agent-sessions").join(format!("{session_id}.id")))
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty() && s.len() < 512 && !s.contains(char::is_whitespace))
