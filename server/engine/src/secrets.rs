@@ -179,9 +179,11 @@ pub fn secret_vars_here(expose: &[String]) -> Vec<std::ffi::OsString> {
 /// resolves to a file there.
 pub fn secret_candidates(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&Path>) -> Vec<PathBuf> {
     let exposed: Vec<PathBuf> = secrets.expose.iter().filter_map(|e| expand(e, home)).collect();
+    let moved = relocated(|k| std::env::var_os(k));
     let defaults = home
         .into_iter()
         .flat_map(|h| SECRET_PATHS.iter().map(move |rel| h.join(rel)))
+        .chain(moved)
         .filter(|p| !exposed.iter().any(|e| p.starts_with(e)));
     let added = secrets.hide.iter().filter_map(|e| expand(e, home)).map(|p| (p, false));
     let homes = data_dir.map(|d| (d.join("agent-homes"), true));
@@ -203,6 +205,48 @@ pub fn secret_candidates(home: Option<&Path>, secrets: &Secrets, data_dir: Optio
             continue;
         }
         out.push(real);
+    }
+    out
+}
+
+/// Where the environment moves a [`SECRET_PATHS`] entry away from the home directory: an
+/// entry that starts with the prefix is also hidden at the variable's value joined with
+/// the rest (a review found an OpenCode login under `$XDG_DATA_HOME` readable in the
+/// sandbox). A variable that names files (`KUBECONFIG`) is a `:`-separated list.
+pub const RELOCATIONS: &[(&str, &str, &str)] = &[
+    // (entry prefix, variable, what replaces the prefix under the variable's value)
+    (".config/", "XDG_CONFIG_HOME", ""),
+    (".local/share/", "XDG_DATA_HOME", ""),
+    (".codex/", "CODEX_HOME", ""),
+    (".claude/", "CLAUDE_CONFIG_DIR", ""),
+    (".claude.json", "CLAUDE_CONFIG_DIR", ".claude.json"),
+    (".gemini/", "GEMINI_CLI_HOME", ".gemini/"),
+    (".docker/", "DOCKER_CONFIG", ""),
+    (".cargo/", "CARGO_HOME", ""),
+    (".gnupg", "GNUPGHOME", ""),
+    (".password-store", "PASSWORD_STORE_DIR", ""),
+    (".netrc", "NETRC", ""),
+    (".npmrc", "NPM_CONFIG_USERCONFIG", ""),
+    (".aws", "AWS_SHARED_CREDENTIALS_FILE", ""),
+    (".aws", "AWS_CONFIG_FILE", ""),
+    (".kube", "KUBECONFIG", ""),
+];
+
+/// The [`SECRET_PATHS`] entries at the places `var` (the environment) moves them to
+/// ([`RELOCATIONS`]); absolute values only.
+pub fn relocated(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for (prefix, name, replacement) in RELOCATIONS {
+        let Some(value) = var(name).filter(|v| !v.is_empty()) else { continue };
+        let values: Vec<PathBuf> =
+            if *name == "KUBECONFIG" { std::env::split_paths(&value).collect() } else { vec![PathBuf::from(value)] };
+        for base in values.into_iter().filter(|b| b.is_absolute()) {
+            for rel in SECRET_PATHS {
+                let Some(rest) = rel.strip_prefix(prefix) else { continue };
+                let tail = format!("{replacement}{rest}");
+                out.push(if tail.is_empty() { base.clone() } else { base.join(tail) });
+            }
+        }
     }
     out
 }
@@ -255,6 +299,42 @@ pub(crate) fn outside_tmp() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_moved_by_the_environment_are_hidden_where_they_are() {
+        let env = |k: &str| -> Option<std::ffi::OsString> {
+            match k {
+                "XDG_DATA_HOME" => Some("/d/data".into()),
+                "XDG_CONFIG_HOME" => Some("/d/config".into()),
+                "CLAUDE_CONFIG_DIR" => Some("/d/claude".into()),
+                "CODEX_HOME" => Some("/d/codex".into()),
+                "GEMINI_CLI_HOME" => Some("/d/g".into()),
+                "KUBECONFIG" => Some("/d/k1:/d/k2".into()),
+                "AWS_SHARED_CREDENTIALS_FILE" => Some("/d/aws-creds".into()),
+                "GNUPGHOME" => Some("relative/gpg".into()),
+                _ => None,
+            }
+        };
+        let got = relocated(env);
+        for want in [
+            "/d/data/opencode/auth.json",
+            "/d/data/keyrings",
+            "/d/config/gh",
+            "/d/config/gcloud",
+            "/d/claude/.credentials.json",
+            "/d/claude/.claude.json",
+            "/d/codex/auth.json",
+            "/d/g/.gemini/oauth_creds.json",
+            "/d/k1",
+            "/d/k2",
+            "/d/aws-creds",
+        ] {
+            assert!(got.contains(&PathBuf::from(want)), "{want} not in {got:?}");
+        }
+        // A relative value names no place: ignored.
+        assert!(!got.iter().any(|p| p.starts_with("relative")), "{got:?}");
+        assert!(relocated(|_| None).is_empty());
+    }
 
     #[test]
     fn secret_like_variable_names() {
