@@ -6,7 +6,7 @@
 mod common;
 mod loop_support;
 
-use common::{assert_contains, git};
+use common::{assert_contains, git, Init};
 use loop_support::*;
 use serde_json::json;
 
@@ -146,6 +146,41 @@ fn plan_read_by_loop_name() {
     assert_contains(&out.text, "## Only step");
     let e = t.client.tool_err("plan-read", json!({ "loop_name": "no-such-loop" }));
     assert_eq!(e.code, 1002, "{e}");
+}
+
+/// A restart after the project was moved: the worktree's `.git` still names the old git
+/// directory, and the moved repository names the worktree back, so the link is rewritten
+/// and the restart goes on (before, it was accepted with the link broken and every call of
+/// its agent was refused as another project's: a review). A worktree whose link names
+/// another repository's place is refused, saying why.
+#[test]
+fn a_restart_after_the_project_moved_relinks_its_worktree() {
+    let t = LoopTest::start("block", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    t.wait_state_file("auditor.pid");
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap());
+    let moved = t.repo.path.with_file_name(format!("{}-moved", t.repo.path.file_name().unwrap().to_string_lossy()));
+    std::fs::rename(&t.repo.path, &moved).expect("move the project");
+    let mut c = t.sb.stdio();
+    c.init(&Init::new(&moved));
+    // A link no repository names back: refused, nothing changed.
+    let dot_git = std::fs::read_to_string(wt.join(".git")).unwrap();
+    std::fs::write(wt.join(".git"), "gitdir: /nowhere/.git/worktrees/other\n").unwrap();
+    let e = c.tool_err("loop-status", json!({ "name": name, "restart": true }));
+    assert_eq!(e.code, 1004, "{e}");
+    assert_contains(&e.message, "names the git directory /nowhere/.git/worktrees/other, which does not exist");
+    assert_eq!(t.loop_row(&name)["status"], json!("cancelled"), "nothing changed");
+    std::fs::write(wt.join(".git"), dot_git).unwrap();
+    // The moved project's own worktree: relinked, and the restart goes on.
+    let out = c.tool_ok("loop-status", json!({ "name": name, "restart": true }));
+    assert_contains(&out.text, &format!("Restarted loop \"{name}\""));
+    let linked = std::fs::read_to_string(wt.join(".git")).unwrap();
+    assert!(linked.contains(&format!("{}", moved.canonicalize().unwrap().display())), "{linked}");
+    assert_eq!(git(&wt, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(), format!("forge/{name}"));
+    c.tool_ok("loop-cancel", json!({ "name": name }));
+    drop(c);
+    std::fs::rename(&moved, &t.repo.path).expect("move the project back");
 }
 
 /// A restart whose worktree directory is gone recreates it from the surviving branch (the

@@ -875,6 +875,84 @@ fn open_worktree(worktree: &Path) -> Result<Repository, GitError> {
     Ok(repo)
 }
 
+/// Why `worktree` (which exists) is not a working linked worktree of the repository at
+/// `repo_dir`, with what to do; `None` when it is one. The usual cause: the project was
+/// moved or copied after the loop started, and the worktree's `.git` file still names the
+/// old place (a restart then started agents whose every call was refused: a review).
+pub fn worktree_problem(repo_dir: &Path, worktree: &Path) -> Option<String> {
+    let repo = discover(repo_dir).ok()?;
+    let repo_path = repo_display_path(&repo);
+    let named = fs::read_to_string(worktree.join(".git"))
+        .ok()
+        .and_then(|t| t.strip_prefix("gitdir:").map(|g| g.trim().to_string()));
+    let repair = format!(
+        "move the project back, or point the worktree's .git file at the project's git directory by hand (`{}/.git`), then try again",
+        worktree.display()
+    );
+    match open_worktree(worktree) {
+        Ok(wt) => {
+            let canonical = |p: &Path| p.canonicalize().ok();
+            if canonical(wt.commondir()) == canonical(repo.commondir()) {
+                None
+            } else {
+                Some(format!(
+                    "its worktree {} belongs to another repository ({}), not to {}; {repair}",
+                    worktree.display(),
+                    wt.commondir().display(),
+                    repo_path.display()
+                ))
+            }
+        }
+        Err(e) => Some(match named.filter(|g| !Path::new(g).exists()) {
+            Some(g) => format!(
+                "its worktree {} names the git directory {g}, which does not exist (the project was moved or copied since the loop started); {repair}",
+                worktree.display()
+            ),
+            None => format!("its worktree {} cannot be opened as a worktree of {} ({e}); {repair}", worktree.display(), repo_path.display()),
+        }),
+    }
+}
+
+/// Makes `worktree` a working linked worktree of the repository at `repo_dir` again when
+/// the project was moved after the loop started: its `.git` file names the old git
+/// directory, and the moved repository's `worktrees/<id>` names this worktree back. Only
+/// then is the file rewritten to the new place (both links checked, as `git worktree
+/// repair` does); otherwise the problem is returned ([`worktree_problem`]).
+pub fn relink_moved_worktree(repo_dir: &Path, worktree: &Path) -> Result<bool, String> {
+    let Some(problem) = worktree_problem(repo_dir, worktree) else { return Ok(false) };
+    let repo = discover(repo_dir).map_err(|e| e.to_string())?;
+    let dot_git = worktree.join(".git");
+    let named = fs::read_to_string(&dot_git)
+        .ok()
+        .and_then(|t| t.strip_prefix("gitdir:").map(|g| PathBuf::from(g.trim())))
+        .filter(|g| !g.exists());
+    let Some(named) = named else { return Err(problem) };
+    let (Some(id), Some("worktrees")) =
+        (named.file_name(), named.parent().and_then(Path::file_name).and_then(|n| n.to_str()))
+    else {
+        return Err(problem);
+    };
+    let admin = repo.commondir().join("worktrees").join(id);
+    let back = fs::read_to_string(admin.join("gitdir")).map(|b| PathBuf::from(b.trim())).ok();
+    let canonical = |p: &Path| p.canonicalize().ok();
+    if back.as_deref().and_then(canonical).is_none() || back.as_deref().and_then(canonical) != canonical(&dot_git) {
+        return Err(problem);
+    }
+    let admin = canonical(&admin).unwrap_or(admin);
+    // libgit2 writes the repository's git directory into `commondir` as an absolute path:
+    // the old place too. Git's own form is relative (`../..` from `worktrees/<id>`).
+    let commondir = admin.join("commondir");
+    if fs::read_to_string(&commondir).is_ok_and(|c| !admin.join(c.trim()).exists()) {
+        fs::write(&commondir, "../..\n").map_err(|e| format!("cannot rewrite {}: {e}", commondir.display()))?;
+    }
+    fs::write(&dot_git, format!("gitdir: {}\n", admin.display()))
+        .map_err(|e| format!("cannot rewrite {}: {e}", dot_git.display()))?;
+    match worktree_problem(repo_dir, worktree) {
+        None => Ok(true),
+        Some(still) => Err(still),
+    }
+}
+
 /// The path to name in messages: the working directory, else the git directory.
 fn repo_display_path(repo: &Repository) -> PathBuf {
     repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf()

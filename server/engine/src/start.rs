@@ -539,6 +539,19 @@ pub async fn restart(engine: &Arc<Engine>, env: &ToolEnv, name: &str, force: boo
         let (dir_ok, branch_ok) = crate::runner::work_left(&repo, &row);
         loop_machine::restartable(status, &row.worktree_dir, dir_ok, branch_ok)
             .map_err(|m| ToolError::precondition(format!("Cannot restart \"{name}\": {m}")))?;
+        // A worktree that is there but no longer one of this repository: relinked when the
+        // project was moved (both links agree), else refused before anything is stopped
+        // (before, the restart was accepted and every call of its agent refused).
+        if dir.exists() {
+            let (r, d) = (repo.clone(), dir.clone());
+            match tokio::task::spawn_blocking(move || git::relink_moved_worktree(&r, &d)).await.map_err(internal)? {
+                Ok(true) => {
+                    tracing::info!(loop_name = %name, "relinked the worktree {} to the moved project", dir.display())
+                }
+                Ok(false) => {}
+                Err(why) => return Err(ToolError::precondition(format!("Cannot restart \"{name}\": {why}."))),
+            }
+        }
         // A worktree with configuration of the preset's CLI the user has not trusted (a
         // turn may have written it): refused before the runner is stopped.
         if dir.exists() {
