@@ -450,6 +450,39 @@ fn every_link_of_a_fresh_index_points_at_a_copy_that_is_there() {
     drop(c);
 }
 
+/// Two server processes of one data directory, each with an editor of the project that
+/// reads the copies: each rewrites copies the other wrote, which is no user's edit. Before,
+/// many of them were taken for the user's: kept under .forge/rejected with a warning that
+/// the change "was not applied" (a review: 6 in 15 writes).
+#[test]
+fn copies_another_server_process_wrote_are_not_taken_for_the_users() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let (a, b) = (sb.listen_unix(&sb.root.join("a/s.sock")), sb.listen_unix(&sb.root.join("b/s.sock")));
+    let mut ca = a.connect();
+    ca.init(&Init::new(&repo.path).text_document_content(false));
+    let mut cb = b.connect();
+    cb.init(&Init::new(&repo.path).text_document_content(false));
+    // The writes go through one of the two servers (as `forge-lsp call` does): it writes
+    // the copies at once, the other when its change feed shows the write.
+    let mut writer = a.connect();
+    writer.init(&Init::new(&repo.path));
+    for i in 0..15 {
+        let content = format!("# Plan {i}\n\n## Objective\nDo {i}.\n");
+        writer.tool_ok("plan-write", json!({ "content": content, "session_id": "ses_twoservers" }));
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    let view = repo.path.canonicalize().unwrap().join(".forge/view");
+    wait_file(&view.join("plan/session/ses_twoservers.md"), |t| t.contains("Do 14."));
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let told: Vec<String> = shown_messages(&ca).into_iter().chain(shown_messages(&cb)).collect();
+    assert!(!told.iter().any(|m| m.contains("was not applied") || m.contains("rewritten")), "{told:?}");
+    let rejected = repo.path.join(".forge/rejected");
+    let kept: Vec<_> =
+        std::fs::read_dir(&rejected).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(kept.is_empty(), "{kept:?}");
+}
+
 #[test]
 fn saving_over_a_session_plan_copy_writes_the_plan() {
     use std::os::unix::fs::PermissionsExt;

@@ -454,7 +454,26 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     // A copy that still holds a save already handled is simply rewritten.
     let on_disk_copy = on_disk_copy.filter(|(t, _)| !matches!(t, Ok(t) if was_handled(&path, t.as_bytes())));
     if let Some((Ok(on_disk), read_only)) = on_disk_copy {
-        let recorded = conn.view_digest(&path);
+        // What this connection wrote there last; or, when another server process of the
+        // data directory wrote what is there (two editors on the project, each with its
+        // own server), that: it is no user's edit (a review found such copies kept under
+        // .forge/rejected with a warning, several per minute).
+        let on_disk_digest = crate::conn::digest(&on_disk);
+        let recorded = match conn.view_digest(&path) {
+            Some(d) if d == on_disk_digest => Some(d),
+            mine => {
+                let (data_dir, p2) = (conn.ws.data_dir.clone(), path.clone());
+                let by_a_server =
+                    tokio::task::spawn_blocking(move || written_by_a_server(&data_dir, &p2, on_disk_digest))
+                        .await
+                        .unwrap_or(false);
+                if by_a_server {
+                    Some(on_disk_digest)
+                } else {
+                    mine
+                }
+            }
+        };
         // Unchanged and still as written (read-only): nothing to do; copies are rewritten
         // only when their text changes.
         if read_only && text.as_deref() == Some(on_disk.as_str()) && recorded == Some(crate::conn::digest(&on_disk)) {
@@ -483,8 +502,15 @@ pub async fn materialize(conn: &Conn, uri: &str) {
         }
     }
     let root = conn.env().project.root.clone();
-    let (p2, t2) = (path.clone(), text.clone());
-    let r = tokio::task::spawn_blocking(move || write_view(&root, &p2, t2.as_deref())).await;
+    let (p2, t2, data_dir) = (path.clone(), text.clone(), conn.ws.data_dir.clone());
+    let r = tokio::task::spawn_blocking(move || {
+        write_view(&root, &p2, t2.as_deref())?;
+        if let Some(t) = &t2 {
+            note_written(&data_dir, &p2, crate::conn::digest(t));
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
     let err = match r {
         Ok(Ok(())) => {
             conn.wrote_view(&path, text.as_deref());
@@ -532,6 +558,47 @@ async fn keep_and_tell(
             ),
         )
         .await;
+}
+
+/// How many texts of each copy [`note_written`] remembers.
+const WRITTEN_KEPT: usize = 16;
+
+/// The file that records the digests of the last texts any server process wrote into the
+/// copy at `path`: `<data dir>/view-digests/<digest of the path>`, one hex digest a line.
+fn written_record(data_dir: &std::path::Path, path: &std::path::Path) -> std::path::PathBuf {
+    data_dir
+        .join("view-digests")
+        .join(format!("{:016x}", crate::conn::digest_bytes(path.as_os_str().as_encoded_bytes())))
+}
+
+/// Records that a server wrote the text with digest `d` into the copy at `path`, for every
+/// server process of the data directory ([`written_by_a_server`]). Two processes writing at
+/// once may lose one's line: the copy is then taken for the user's, as before the record.
+fn note_written(data_dir: &std::path::Path, path: &std::path::Path, d: u64) {
+    let file = written_record(data_dir, path);
+    let line = format!("{d:016x}");
+    let old = std::fs::read_to_string(&file).unwrap_or_default();
+    let mut lines: Vec<&str> = old.lines().filter(|l| *l != line).collect();
+    lines.push(&line);
+    let keep = lines.len().saturating_sub(WRITTEN_KEPT);
+    let text = lines[keep..].join("\n") + "\n";
+    if let Err(e) = forge_core::paths::create_private_dirs(&data_dir.join("view-digests")).and_then(|()| {
+        forge_core::beneath::write_file(
+            data_dir,
+            &std::path::Path::new("view-digests").join(file.file_name().unwrap_or_default()),
+            text.as_bytes(),
+            0o600,
+        )
+    }) {
+        tracing::debug!("cannot record the copy written to {}: {e}", path.display());
+    }
+}
+
+/// Whether a server process of the data directory wrote the text with digest `d` into the
+/// copy at `path` (one of its last [`WRITTEN_KEPT`] texts).
+fn written_by_a_server(data_dir: &std::path::Path, path: &std::path::Path, d: u64) -> bool {
+    let line = format!("{d:016x}");
+    std::fs::read_to_string(written_record(data_dir, path)).is_ok_and(|t| t.lines().any(|l| l == line))
 }
 
 /// Writes a read-only view file (mode 0444), replacing any previous one; `None` removes
