@@ -19,6 +19,11 @@ use std::fmt::Write as _;
 
 /// Lines shown when `limit` is not given.
 pub const DEFAULT_LIMIT: u64 = 2000;
+/// The most bytes of plan text one page shows: a page stops before the line that would
+/// pass it (its notice gives the next offset), so that a reply stays under the 64 MiB a
+/// client may refuse, even if every character escapes to six bytes (a review sent an
+/// 88 MB reply for `limit: 200000`).
+pub const PAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Recent plans listed when `count` is not given.
 pub const DEFAULT_RECENT_COUNT: usize = 20;
 /// Most recent plans listed.
@@ -52,7 +57,15 @@ pub fn page(plan: &str, offset: Option<u64>, limit: Option<u64>) -> Page {
     let offset = to_usize(offset.unwrap_or(1).max(1));
     let limit = to_usize(limit.unwrap_or(DEFAULT_LIMIT));
     let start = (offset - 1).min(total);
-    let shown = &lines[start..start + limit.min(total - start)];
+    let mut shown = &lines[start..start + limit.min(total - start)];
+    // Cut at the byte budget (at least one line is shown).
+    let mut bytes = 0usize;
+    if let Some(cut) = shown.iter().position(|l| {
+        bytes += l.len() + 12;
+        bytes > PAGE_BYTES_MAX
+    }) {
+        shown = &shown[..cut.max(1)];
+    }
 
     // One buffer for the whole page (a string per line was most of plan-read's time).
     let mut text = String::with_capacity(32 + shown.iter().map(|l| l.len() + 8).sum::<usize>());
@@ -70,7 +83,8 @@ pub fn page(plan: &str, offset: Option<u64>, limit: Option<u64>) -> Page {
 
     let through = (offset as u128 - 1) + limit as u128;
     let last_shown = offset - 1 + shown.len();
-    let next_offset = if through < total as u128 {
+    let cut = last_shown < total && (last_shown as u128) < through && !shown.is_empty();
+    let next_offset = if through < total as u128 || cut {
         text.push_str(&format!(
             "\n\n(Showing lines {offset}-{last_shown} of {total}. Use offset={} to continue.)",
             last_shown + 1
@@ -236,6 +250,27 @@ mod tests {
         assert_eq!((p.last, p.next_offset), (0, None));
         let huge = page(PLAN, Some(u64::MAX), Some(u64::MAX));
         assert_eq!(huge.text, "(5 lines total)\n");
+    }
+
+    #[test]
+    fn a_page_stops_at_its_byte_budget_and_says_where_to_go_on() {
+        let line = "x".repeat(1024 * 1024);
+        let plan = vec![line.as_str(); 20].join("\n");
+        let p = page(&plan, None, Some(100));
+        assert_eq!((p.first, p.last, p.next_offset), (1, 7, Some(8)));
+        assert!(p.text.len() <= PAGE_BYTES_MAX + 100, "{}", p.text.len());
+        assert!(
+            p.text.ends_with("(Showing lines 1-7 of 20. Use offset=8 to continue.)"),
+            "{}",
+            &p.text[p.text.len() - 80..]
+        );
+        // One line over the budget is still shown alone.
+        let huge = "y".repeat(PAGE_BYTES_MAX + 1);
+        let p = page(&format!("{huge}\nz"), None, None);
+        assert_eq!((p.last, p.next_offset), (1, Some(2)));
+        // The last page: no notice.
+        let p = page(&plan, Some(15), None);
+        assert_eq!((p.last, p.next_offset), (20, None));
     }
 
     #[test]

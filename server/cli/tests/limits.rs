@@ -94,6 +94,12 @@ fn a_plan_over_the_configured_size_is_refused_and_nothing_is_stored() {
     assert!(c.tool_ok("plan-read", json!({})).text.contains("fits"), "the stored plan is unchanged");
     let e = c.tool_err("execute-plan", json!({ "title": "t", "plan": "z".repeat(1500) }));
     assert!(e.message.contains("documents.maxPlanBytes"), "{e}");
+    // Measured as the JSON text it is sent as: 400 control characters are 2400 bytes there
+    // (before, such a plan within the limit as raw bytes made replies clients refuse).
+    let controls = format!("# C\n\n{}", "\u{1}".repeat(400));
+    let e = c.tool_err("plan-write", json!({ "content": controls }));
+    assert_eq!(e.code, 1006, "{e}");
+    assert!(e.message.contains("as JSON text") && e.message.contains("over the limit of 1000"), "{e}");
 }
 
 /// A call whose input is over the 64 MiB a message may have is refused at once through a

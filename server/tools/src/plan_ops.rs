@@ -71,13 +71,23 @@ pub fn write_session_plan(
     Ok((stored, written))
 }
 
-/// Refuses a plan over `documents.maxPlanBytes` (1006, naming the size and the key).
+/// Refuses a plan over `documents.maxPlanBytes` (1006, naming the size and the key),
+/// measured as the JSON text it is sent as: a control character takes six bytes there,
+/// and a plan of them within the limit as raw bytes made a `textDocumentContent` reply of
+/// ~100 MB that clients refuse (a review). Measured only when it could matter (six times
+/// the raw size over the limit).
 pub fn check_plan_size(ctx: &ToolCtx, text: &str) -> Result<(), ToolError> {
     let max = ctx.env.config.max_plan_bytes;
-    if text.len() as u64 > max {
+    let raw = text.len() as u64;
+    let sent = if raw.saturating_mul(6) > max { forge_protocol::json::escaped_len(text) as u64 } else { raw };
+    if sent > max {
+        let how = if sent > raw.saturating_add(raw / 8) {
+            format!("{raw} bytes, {sent} as JSON text (a control character takes six there)")
+        } else {
+            format!("{sent} bytes")
+        };
         return Err(ToolError::invalid(format!(
-            "the plan is {} bytes, over the limit of {max} bytes (documents.maxPlanBytes); split it or raise the limit",
-            text.len()
+            "the plan is {how}, over the limit of {max} bytes (documents.maxPlanBytes); split it or raise the limit"
         )));
     }
     Ok(())
