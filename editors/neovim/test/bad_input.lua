@@ -417,6 +417,30 @@ H.run(function()
   local served = vim.b[three_plan].forge_client and vim.lsp.get_client_by_id(vim.b[three_plan].forge_client)
   check('a third project, at once: :Forge plan opens its own server\'s plan', served ~= nil
     and vim.uv.fs_realpath(served.root_dir or '') == real_three, served and served.root_dir)
+  -- The plan's server dies while the working directory is another project's: the plan
+  -- buffer's commands go to its own project (a new server), never the other's (a review
+  -- found its :w! stored the plan in the working directory's project).
+  local three_client = served
+  -- Killed (SIGKILL), as a crash: the server process whose working directory is three.
+  for _, dir in ipairs(vim.fn.glob('/proc/[0-9]*', false, true)) do
+    local comm = (vim.fn.readfile(dir .. '/comm')[1] or '')
+    if comm:find('forge', 1, true) and vim.uv.fs_realpath(dir .. '/cwd') == real_three then
+      vim.uv.kill(tonumber(dir:match('%d+$')), 'sigkill')
+    end
+  end
+  wait(5000, function()
+    return three_client == nil or require('forge.util').is_stopped(three_client)
+  end)
+  vim.wait(300)
+  local saved_cwd = vim.fn.getcwd()
+  vim.cmd('cd ' .. vim.fn.fnameescape(root .. '/repo'))
+  vim.api.nvim_set_current_buf(three_plan)
+  local again = clients.ensure(three_plan)
+  check('a plan whose server died: its commands go to its own project, not the working directory\'s', again ~= nil
+    and vim.uv.fs_realpath(again.root_dir or '') == real_three,
+    { root = again and again.root_dir, stopped = three_client and require('forge.util').is_stopped(three_client),
+      same = again == three_client })
+  vim.cmd('cd ' .. vim.fn.fnameescape(saved_cwd))
   H.messages = {}
   vim.cmd('edit ' .. root .. '/nocommit/a.txt')
   vim.fn.setqflist({}, 'r')
@@ -480,6 +504,42 @@ H.run(function()
     { cwd = root .. '/repo', text = true }):wait(10000)
   local ok_json, read = pcall(vim.json.decode, stored.stdout or '')
   local content = ok_json and read.text or ''
+  -- A refresh that changes the plan's line ends sends the server the stored text: its
+  -- symbols are where the buffer has them (before, the old line ends were sent, and the
+  -- symbols were on the wrong lines under the wrong names).
+  local crlf_client = forge.client(crlf_buf)
+  vim.system({ 'forge-lsp', 'call', 'plan-write', '--session', crlf_sid,
+    vim.json.encode({ content = '# LF plan\r\n\r\n## Objective\nNow mixed.\r\n\r\n<!-- forge-section -->\n## Phase 1: A\r\nDo a.\n' }) },
+    { cwd = root .. '/repo', text = true }):wait(10000)
+  wait(5000, function()
+    return (vim.api.nvim_buf_get_lines(crlf_buf, 0, 1, false)[1] or ''):find('# LF plan', 1, true) == 1
+  end)
+  vim.wait(300)
+  local symbols = crlf_client and vim.lsp.buf_request_sync(crlf_buf, 'textDocument/documentSymbol',
+    { textDocument = { uri = vim.uri_from_bufnr(crlf_buf) } }, 5000) or {}
+  local phase_line
+  for _, r in pairs(symbols or {}) do
+    for _, sym in ipairs(r.result or {}) do
+      local function walk(x)
+        if x.name:find('Phase 1: A', 1, true) then
+          phase_line = (x.selectionRange or x.range or x.location.range).start.line
+        end
+        for _, c in ipairs(x.children or {}) do
+          walk(c)
+        end
+      end
+      walk(sym)
+    end
+  end
+  local want_line
+  for i, l in ipairs(vim.api.nvim_buf_get_lines(crlf_buf, 0, -1, false)) do
+    if l:find('^## Phase 1: A') then
+      want_line = i - 1
+    end
+  end
+  check('a refresh from CRLF to mixed line ends: the server has the stored text (its symbols match the buffer)',
+    vim.bo[crlf_buf].fileformat == 'unix' and phase_line ~= nil and phase_line == want_line,
+    { ff = vim.bo[crlf_buf].fileformat, phase_line = phase_line, want = want_line, symbols = symbols })
   check(':w of a CRLF plan stores CRLF line ends',
     content:find('1: # CRLF plan\r\n2: \r\n3: ## Objective\r\n4: Keep the ends, edited.', 1, true) ~= nil,
     { content = content, out = stored.stdout, err = stored.stderr })

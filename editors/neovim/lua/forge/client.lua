@@ -422,6 +422,16 @@ function M.wait_initialized(client, timeout_ms)
   return client.initialized and not util.is_stopped(client)
 end
 
+--- The project root of a buffer: its file's; a forge:// document's, the project whose
+--- server filled it (`b:forge_root`: a review found a document whose server had died
+--- taken for the working directory's project, and its plan saved there); else the working
+--- directory's.
+function M.root_of(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local forge_root = vim.api.nvim_buf_is_valid(bufnr) and vim.b[bufnr].forge_root or nil
+  return M.buf_root(bufnr) or (type(forge_root) == 'string' and forge_root ~= '' and forge_root or nil) or M.cwd_root()
+end
+
 --- The client serving a buffer: attached to it, the one that served a forge:// buffer,
 --- the one of the buffer's (or the working directory's) root; when neither has a root,
 --- the only one. Never another project's: a buffer of a project whose server has not
@@ -443,7 +453,7 @@ function M.for_buf(bufnr)
     end
   end
   local all = M.clients()
-  local root = M.buf_root(bufnr) or M.cwd_root()
+  local root = M.root_of(bufnr)
   if root then
     for _, c in ipairs(all) do
       if c.root_dir == root and not util.is_stopped(c) then
@@ -460,7 +470,7 @@ end
 function M.ensure(bufnr)
   local client = M.for_buf(bufnr)
   if not client then
-    local root = M.buf_root(bufnr or 0) or M.cwd_root()
+    local root = M.root_of(bufnr)
     if not root then
       util.error('no forge-lsp server: open a file inside a git repository (or :cd into one) first.')
       return nil
@@ -546,26 +556,28 @@ local function register_commands()
   end
 end
 
---- The name vim.lsp.enable was last given, to take back when setup() names another.
-local enabled_name
+--- The client name the last setup() configured, to take back when setup() names another.
+local configured_name
 
 --- (Re)configures automatic start. Idempotent; called by plugin/forge.lua and setup().
 function M.setup()
   register_commands()
   local opts = options.get()
   group = vim.api.nvim_create_augroup('forge.start', { clear = true })
-  if use_enable() and enabled_name and enabled_name ~= opts.name then
-    -- setup({ name = ... }) after plugin/forge.lua enabled the default (lazy.nvim's order):
-    -- the old name is disabled and its clients stopped, or every buffer had two servers
-    -- and every finding showed twice (a review). vim.lsp.enable below starts the new
-    -- name's clients for the buffers already open.
-    vim.lsp.enable(enabled_name, false)
+  if configured_name and configured_name ~= opts.name then
+    -- setup({ name = ... }) after plugin/forge.lua configured the default (lazy.nvim's
+    -- order): the old name is disabled and its clients stopped, or every buffer had two
+    -- servers and every finding showed twice (a review; on Neovim 0.10's path too). The
+    -- new name's clients start below for the buffers already open.
+    if use_enable() then
+      vim.lsp.enable(configured_name, false)
+    end
     local get = vim.lsp.get_clients or vim.lsp.get_active_clients
-    for _, c in ipairs(get({ name = enabled_name })) do
+    for _, c in ipairs(get({ name = configured_name })) do
       util.stop(c, true)
     end
-    enabled_name = nil
   end
+  configured_name = opts.name
   if use_enable() then
     local cfg = M.make_config()
     cfg.root_dir = function(bufnr, on_dir)
@@ -576,7 +588,6 @@ function M.setup()
     end
     vim.lsp.config(opts.name, cfg)
     vim.lsp.enable(opts.name, opts.autostart ~= false)
-    enabled_name = opts.name
   end
   if opts.autostart == false then
     return

@@ -25,8 +25,10 @@ local function set_lines(bufnr, lines, crlf)
   local modifiable, readonly = vim.bo[bufnr].modifiable, vim.bo[bufnr].readonly
   vim.bo[bufnr].modifiable = true
   vim.bo[bufnr].readonly = false
-  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, lines)
+  -- First: the change below is sent to the server (whole text) at once, with the line
+  -- ends of the 'fileformat' it finds (a review found the old ones sent).
   vim.bo[bufnr].fileformat = crlf and 'dos' or 'unix'
+  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, lines)
   vim.bo[bufnr].modifiable = modifiable
   vim.bo[bufnr].readonly = readonly
   vim.bo[bufnr].modified = false
