@@ -421,10 +421,13 @@ the buffer (the server keeps running for the project)."
    (forge-lsp-mode
     (unless (forge-lsp-ensure (called-interactively-p 'any))
       (setq forge-lsp-mode nil)))
-   ((and eglot--managed-mode (cl-typep (eglot-current-server) 'forge-lsp-server))
+   (t
+    ;; Off is off, whether or not a server manages the buffer now (one that died): a new
+    ;; server of the project does not take it back (a review).
     (setq forge-lsp--was-managed nil)
-    (eglot--signal-textDocument/didClose)
-    (eglot--managed-mode -1))))
+    (when (and eglot--managed-mode (cl-typep (eglot-current-server) 'forge-lsp-server))
+      (eglot--signal-textDocument/didClose)
+      (eglot--managed-mode -1)))))
 
 (defcustom forge-lsp-global-modes t
   "Major modes `global-forge-lsp-mode' acts in: t (all), or a list of modes.

@@ -702,21 +702,29 @@ only when BODY returns (fail . DETAIL)."
   (let* ((dir (expand-file-name "other" ft-tmp))
          (el (expand-file-name "b.el" dir)))
     (with-temp-file el (insert ";; b\n"))
+    (with-temp-file (expand-file-name "c.el" dir) (insert ";; c\n"))
     (let* ((a (find-file-noselect (expand-file-name "a.txt" dir)))
            (b (find-file-noselect el))
+           (c (find-file-noselect (expand-file-name "c.el" dir)))
            (server (with-current-buffer a (forge-lsp-ensure))))
       (with-current-buffer b (forge-lsp-ensure))
-      (if (not (and server (with-current-buffer b eglot--managed-mode)))
-          (ft-fail "b.el not managed at first: %s" (ft-messages))
+      (with-current-buffer c (forge-lsp-mode 1))
+      (if (not (and server (with-current-buffer b eglot--managed-mode) (with-current-buffer c eglot--managed-mode)))
+          (ft-fail "b.el or c.el not managed at first: %s" (ft-messages))
         (delete-process (jsonrpc--process server))
         (ft-wait (lambda () (not (with-current-buffer b eglot--managed-mode))) 5)
+        ;; Turned off while no server runs: off it stays (a review found it taken back).
+        (with-current-buffer c (forge-lsp-mode -1))
         (let ((again (with-current-buffer a (forge-lsp-ensure))))
           (ft-wait (lambda () (with-current-buffer b eglot--managed-mode)) 5)
+          (accept-process-output nil 0.3)
           (prog1 (or (and again (with-current-buffer b
-                                  (and eglot--managed-mode (eq (eglot-current-server) again))))
-                     (ft-fail "after the restart: b.el managed %S (%S), server %S"
+                                  (and eglot--managed-mode (eq (eglot-current-server) again)))
+                          (not (with-current-buffer c eglot--managed-mode)))
+                     (ft-fail "after the restart: b.el managed %S (%S), c.el managed %S, server %S"
                               (with-current-buffer b eglot--managed-mode)
-                              (with-current-buffer b major-mode) again))
+                              (with-current-buffer b major-mode)
+                              (with-current-buffer c eglot--managed-mode) again))
             (when again (ignore-errors (eglot-shutdown again)))))))))
 
 ;; Two projects: forge://index.md opened from the second shows the second's index, not the
