@@ -230,6 +230,18 @@ pub const RELOCATIONS: &[(&str, &str, &str)] = &[
     (".aws", "AWS_SHARED_CREDENTIALS_FILE", ""),
     (".aws", "AWS_CONFIG_FILE", ""),
     (".kube", "KUBECONFIG", ""),
+    // npm reads its variables in either case, lowercase being the usual spelling.
+    (".npmrc", "npm_config_userconfig", ""),
+    (".config/gh", "GH_CONFIG_DIR", ""),
+    (".config/gcloud", "CLOUDSDK_CONFIG", ""),
+    (".config/op", "OP_CONFIG_DIR", ""),
+    (".config/hub", "HUB_CONFIG", ""),
+    (".config/glab-cli", "GLAB_CONFIG_DIR", ""),
+    (".azure", "AZURE_CONFIG_DIR", ""),
+    (".pgpass", "PGPASSFILE", ""),
+    (".boto", "BOTO_CONFIG", ""),
+    (".oci", "OCI_CLI_CONFIG_FILE", ""),
+    (".databrickscfg", "DATABRICKS_CONFIG_FILE", ""),
 ];
 
 /// The [`SECRET_PATHS`] entries at the places `var` (the environment) moves them to
@@ -311,6 +323,9 @@ mod tests {
                 "GEMINI_CLI_HOME" => Some("/d/g".into()),
                 "KUBECONFIG" => Some("/d/k1:/d/k2".into()),
                 "AWS_SHARED_CREDENTIALS_FILE" => Some("/d/aws-creds".into()),
+                "npm_config_userconfig" => Some("/d/npmrc".into()),
+                "GH_CONFIG_DIR" => Some("/d/gh".into()),
+                "PGPASSFILE" => Some("/d/pgpass".into()),
                 "GNUPGHOME" => Some("relative/gpg".into()),
                 _ => None,
             }
@@ -328,6 +343,9 @@ mod tests {
             "/d/k1",
             "/d/k2",
             "/d/aws-creds",
+            "/d/npmrc",
+            "/d/gh",
+            "/d/pgpass",
         ] {
             assert!(got.contains(&PathBuf::from(want)), "{want} not in {got:?}");
         }

@@ -122,13 +122,12 @@ fn strip_json_comments(text: &str) -> String {
 pub const WORKSPACE_CONFIG: [&str; 4] =
     [".gemini/settings.json", ".gemini/.env", ".gemini/extensions", ".gemini/agents"];
 
-/// The user's Gemini CLI folder: `$GEMINI_CLI_HOME/.gemini` (as Gemini reads it), else
-/// `~/.gemini`.
-fn user_gemini_dir() -> Option<PathBuf> {
+/// The user's home as Gemini CLI reads it: `$GEMINI_CLI_HOME`, else `$HOME`.
+fn user_gemini_home() -> Option<PathBuf> {
     let home = std::env::var_os("GEMINI_CLI_HOME")
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()))?;
-    Some(PathBuf::from(home).join(".gemini"))
+    Some(PathBuf::from(home))
 }
 
 /// The `GEMINI_CLI_HOME` of the loop's turns, in the data directory (never the worktree):
@@ -142,11 +141,16 @@ fn user_gemini_dir() -> Option<PathBuf> {
 /// above it are owned by root and writable by no one else: for any other user it was
 /// skipped with a warning, so the loop's agent had no Forge tools and read the
 /// repository's `.env` (a review). The user settings file has no such check.
-fn loop_home(req: &TurnRequest, user: Option<PathBuf>) -> Result<PathBuf, String> {
+fn loop_home(req: &TurnRequest, user_home: Option<PathBuf>) -> Result<PathBuf, String> {
     let home = req.data_dir.join("agent-homes").join(if req.project_config { "gemini-trusted" } else { "gemini" });
     let dir = home.join(".gemini");
     forge_core::paths::create_private_dirs(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let user = user.filter(|u| u != &dir);
+    let user_home = user_home.filter(|u| u != &home);
+    // Gemini reads the `.env` of its home too (where an API key often is): the user's.
+    if let Some(u) = &user_home {
+        link_entry(&u.join(".env"), &home.join(".env"));
+    }
+    let user = user_home.map(|u| u.join(".gemini"));
     let base_path = user.as_ref().map(|u| u.join("settings.json"));
     let base = match &base_path {
         Some(p) => match std::fs::read_to_string(p) {
@@ -176,6 +180,23 @@ fn loop_home(req: &TurnRequest, user: Option<PathBuf>) -> Result<PathBuf, String
     Ok(home)
 }
 
+/// A link at `at` to `target` when `target` exists and nothing is at `at` yet (an entry
+/// Gemini made there itself, before the user had one, is left as it is); a link of ours
+/// whose target is gone is removed.
+fn link_entry(target: &Path, at: &Path) {
+    let ours = std::fs::symlink_metadata(at);
+    if ours.as_ref().is_ok_and(|m| m.file_type().is_symlink()) && std::fs::symlink_metadata(target).is_err() {
+        let _ = std::fs::remove_file(at);
+        return;
+    }
+    if ours.is_ok() || std::fs::symlink_metadata(target).is_err() {
+        return;
+    }
+    if let Err(err) = std::os::unix::fs::symlink(target, at) {
+        tracing::warn!("cannot link {} to {}: {err}", at.display(), target.display());
+    }
+}
+
 /// Links every entry of the user's `.gemini` folder but its settings into `dir` (those
 /// already there are left as they are); a link whose entry is gone from the user's
 /// folder is removed. Failures are logged: Gemini then runs without that entry.
@@ -186,13 +207,7 @@ fn link_user_entries(user: &Path, dir: &Path) {
         if name == "settings.json" {
             continue;
         }
-        let at = dir.join(&name);
-        if std::fs::symlink_metadata(&at).is_ok() {
-            continue;
-        }
-        if let Err(err) = std::os::unix::fs::symlink(e.path(), &at) {
-            tracing::warn!("cannot link {} to {}: {err}", at.display(), e.path().display());
-        }
+        link_entry(&e.path(), &dir.join(&name));
     }
     let Ok(ours) = std::fs::read_dir(dir) else { return };
     for e in ours.flatten() {
@@ -223,7 +238,7 @@ impl AgentHost for Gemini {
             ]),
             None => args.extend(["--session-id".into(), forge_domain::agent_cli::session_uuid(&req.session_id)]),
         }
-        let home = loop_home(req, user_gemini_dir())?;
+        let home = loop_home(req, user_gemini_home())?;
         Ok(Launch {
             argv: super::with_program(req, "gemini", args),
             env: std::iter::once(env("GEMINI_CLI_HOME", home)).chain(super::sandbox_tmpdir(req)).collect(),
@@ -338,12 +353,14 @@ mod tests {
     fn the_loop_home_carries_the_users_settings_and_links_the_rest() {
         let d = tempfile::tempdir().unwrap();
         let r = req(d.path(), Some(Cli::Gemini));
-        let user = d.path().join("home/.gemini");
+        let user_home = d.path().join("home");
+        let user = user_home.join(".gemini");
         std::fs::create_dir_all(user.join("tmp")).unwrap();
+        std::fs::write(user_home.join(".env"), "GEMINI_API_KEY=k").unwrap();
         std::fs::write(user.join("settings.json"), r#"{"security":{"auth":{"selectedType":"oauth-personal"}}}"#)
             .unwrap();
         std::fs::write(user.join("oauth_creds.json"), "{}").unwrap();
-        let home = loop_home(&r, Some(user.clone())).unwrap();
+        let home = loop_home(&r, Some(user_home.clone())).unwrap();
         let ours = home.join(".gemini");
         let s: Value = serde_json::from_str(&std::fs::read_to_string(ours.join("settings.json")).unwrap()).unwrap();
         assert_eq!(s["security"]["auth"]["selectedType"], "oauth-personal");
@@ -351,17 +368,19 @@ mod tests {
         assert_eq!(s["advanced"]["ignoreLocalEnv"], json!(true));
         assert_eq!(std::fs::read_link(ours.join("oauth_creds.json")).unwrap(), user.join("oauth_creds.json"));
         assert_eq!(std::fs::read_link(ours.join("tmp")).unwrap(), user.join("tmp"));
+        // The home's `.env` (an API key), which Gemini reads from its home.
+        assert_eq!(std::fs::read_link(home.join(".env")).unwrap(), user_home.join(".env"));
         // The user's settings file itself is never linked (nor written).
         assert!(!std::fs::symlink_metadata(ours.join("settings.json")).unwrap().file_type().is_symlink());
         // An entry gone from the user's folder: its link goes too; a new one is linked.
         std::fs::remove_file(user.join("oauth_creds.json")).unwrap();
         std::fs::write(user.join("google_accounts.json"), "{}").unwrap();
-        loop_home(&r, Some(user.clone())).unwrap();
+        loop_home(&r, Some(user_home.clone())).unwrap();
         assert!(std::fs::symlink_metadata(ours.join("oauth_creds.json")).is_err());
         assert!(std::fs::symlink_metadata(ours.join("google_accounts.json")).unwrap().file_type().is_symlink());
         // Settings that are not JSON fail the turn, naming the file.
         std::fs::write(user.join("settings.json"), "{oops").unwrap();
-        let e = loop_home(&r, Some(user.clone())).unwrap_err();
+        let e = loop_home(&r, Some(user_home.clone())).unwrap_err();
         assert!(e.contains(&user.join("settings.json").display().to_string()) && e.contains("not JSON"), "{e}");
         // No user folder (an API key in the environment): the settings alone.
         assert!(loop_home(&r, None).is_ok());
