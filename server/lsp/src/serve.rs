@@ -382,7 +382,12 @@ fn announce_listening(addr: &str) {
 /// `call` never found the server; a review).
 async fn register_listener(hub: &Arc<Hub>, unix_listen: Option<&Path>) {
     let Some(socket) = hub.private_socket().or_else(|| unix_listen.map(Path::to_path_buf)) else { return };
-    if let Err(e) = try_register_listener(hub, &socket).await {
+    if let Err((e, busy)) = try_register_listener(hub, &socket).await {
+        if !busy {
+            // Nothing that passes (a read-only database): said once, not retried.
+            tracing::warn!("{e}; `forge-lsp call` will not find this server");
+            return;
+        }
         tracing::warn!("{e}; trying again in the background until it works (`forge-lsp call` does not find this server until then)");
         let hub = hub.clone();
         tokio::spawn(async move {
@@ -394,7 +399,11 @@ async fn register_listener(hub: &Arc<Hub>, unix_listen: Option<&Path>) {
                         tracing::info!("registered the server in the end: `forge-lsp call` finds it now");
                         return;
                     }
-                    Err(e) => tracing::debug!("{e}; trying again"),
+                    Err((e, true)) => tracing::debug!("{e}; trying again"),
+                    Err((e, false)) => {
+                        tracing::warn!("{e}; `forge-lsp call` will not find this server");
+                        return;
+                    }
                 }
                 wait = (wait * 2).min(std::time::Duration::from_secs(30));
             }
@@ -402,16 +411,23 @@ async fn register_listener(hub: &Arc<Hub>, unix_listen: Option<&Path>) {
     }
 }
 
-async fn try_register_listener(hub: &Hub, socket: &Path) -> Result<(), String> {
+/// Registers the listener; on failure, the message and whether it may pass (another
+/// process held the database's lock).
+async fn try_register_listener(hub: &Hub, socket: &Path) -> Result<(), (String, bool)> {
     let data_dir = forge_core::project::data_dir(None, hub.cli_data_dir.as_deref());
-    let ws =
-        hub.workspace(&data_dir).map_err(|e| format!("cannot register the server in {}: {e}", data_dir.display()))?;
+    let ws = hub.workspace(&data_dir).map_err(|e| {
+        let busy = matches!(e, forge_store::OpenError::Busy(_));
+        (format!("cannot register the server in {}: {e}", data_dir.display()), busy)
+    })?;
     let (s, pid, now) = (socket.display().to_string(), std::process::id(), forge_core::now_ms());
     let any = forge_store::servers::ANY_PROJECT;
-    ws.store
-        .call(move |c| forge_store::servers::register(c, pid, any, &s, now))
-        .await
-        .map_err(|e| format!("cannot register the server: {e}"))
+    ws.store.call(move |c| forge_store::servers::register(c, pid, any, &s, now)).await.map_err(|e| {
+        let busy = matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked)
+        );
+        (format!("cannot register the server: {e}"), busy)
+    })
 }
 
 /// Serves stdin/stdout like [`stdio`]; when standard input is a terminal (someone started

@@ -261,7 +261,14 @@ pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
                 ),
             ));
         }
-        create_db_file(path).map_err(|e| OpenError::Io(path.to_path_buf(), e))?;
+        create_db_file(path).map_err(|e| match e.kind() {
+            // The directory is there but not writable: said as such (a review found it
+            // called "cannot create the data directory").
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+                OpenError::ReadOnly(path.to_path_buf(), format!("cannot create the database file: {e}"))
+            }
+            _ => OpenError::Io(path.to_path_buf(), e),
+        })?;
     }
     for file in [path.to_path_buf(), sibling(path, "-wal"), sibling(path, "-shm")] {
         if file.exists() {
