@@ -737,7 +737,12 @@ fn short(v: &Value) -> String {
         Value::String(_) => format!("the string {v}"),
         Value::Bool(_) => format!("the boolean {v}"),
         Value::Number(_) => format!("the number {v}"),
-        Value::Array(_) => "a list".to_string(),
+        // Which list (a review found "must be a list of strings ..., found a list" for `[]`).
+        Value::Array(a) if a.is_empty() => "an empty list".to_string(),
+        Value::Array(a) => match a.iter().find(|x| !x.is_string()) {
+            Some(x) => format!("a list holding {}", short(x)),
+            None => "a list of strings".to_string(),
+        },
         Value::Object(_) => "a table".to_string(),
         Value::Null => "null".to_string(),
     };
@@ -789,6 +794,11 @@ mod tests {
         let e = l.add_value(&json!({"webfetch": {"maxBytes": 0}}), "u").unwrap_err();
         assert!(e.0.contains("`webfetch.maxBytes`") && e.0.contains("an integer of at least 1"), "{e}");
         l.add_value(&json!({"webfetch": {"maxBytes": 1}}), "u").unwrap();
+        // A list says which: empty, or what it holds that does not belong.
+        let e = l.add_value(&json!({"agent": {"command": []}}), "u").unwrap_err();
+        assert!(e.0.contains("found an empty list"), "{e}");
+        let e = l.add_value(&json!({"sandbox": {"hidePaths": ["~/a", 3]}}), "u").unwrap_err();
+        assert!(e.0.contains("found a list holding the number 3"), "{e}");
     }
 
     /// A table of options given as null is not set (no warning); as anything else but a
