@@ -121,13 +121,43 @@ pub fn parse_input<T: DeserializeOwned>(mut v: Value) -> Result<T, ToolError> {
     forge_protocol::json::integral_floats_as_integers(&mut v);
     serde_path_to_error::deserialize::<_, T>(v).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
+        let inner = plain_expectations(&e.into_inner().to_string());
         if path == "." || path.is_empty() {
             ToolError::invalid_params(format!("invalid arguments: {inner}"))
         } else {
             ToolError::invalid_params(format!("invalid argument `{path}`: {inner}"))
         }
     })
+}
+
+/// serde's expectations in the words of JSON, not of Rust: `expected i64` is "expected an
+/// integer", `expected struct AuditSummary` "expected an object" (a review found the Rust
+/// type names in tool errors).
+fn plain_expectations(msg: &str) -> String {
+    const WORDS: [(&str, &str); 11] = [
+        ("expected i64", "expected an integer"),
+        ("expected i32", "expected an integer"),
+        ("expected isize", "expected an integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected u32", "expected a non-negative integer"),
+        ("expected u16", "expected a non-negative integer"),
+        ("expected u8", "expected a non-negative integer"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected a sequence", "expected an array"),
+    ];
+    let mut out = msg.to_string();
+    for (rust, json) in WORDS {
+        out = out.replace(rust, json);
+    }
+    const STRUCT: &str = "expected struct ";
+    while let Some(i) = out.find(STRUCT) {
+        let rest = &out[i + STRUCT.len()..];
+        let end = rest.find(|c: char| !c.is_alphanumeric() && c != '_').unwrap_or(rest.len());
+        out.replace_range(i..i + STRUCT.len() + end, "expected an object");
+    }
+    out
 }
 
 /// Finds a tool by command (`forge.plan-read`) or by name (`plan-read`).
@@ -511,6 +541,31 @@ pub async fn call_watched(
 
 #[cfg(test)]
 mod parse_tests {
+    #[test]
+    fn input_errors_name_json_types_not_rust_types() {
+        let cases = [
+            ("invalid type: string \"1\", expected i64", "invalid type: string \"1\", expected an integer"),
+            (
+                "invalid value: integer `-1`, expected u64",
+                "invalid value: integer `-1`, expected a non-negative integer",
+            ),
+            (
+                "invalid type: string \"x\", expected struct AuditSummary",
+                "invalid type: string \"x\", expected an object",
+            ),
+            ("invalid type: map, expected a sequence", "invalid type: map, expected an array"),
+            ("missing field `content`", "missing field `content`"),
+        ];
+        for (serde, want) in cases {
+            assert_eq!(plain_expectations(serde), want);
+        }
+        let e = parse_input::<forge_protocol::inputs::ReviewWriteInput>(serde_json::json!({
+            "file": "a", "line": "1", "severity": "bug", "description": "d"
+        }))
+        .unwrap_err();
+        assert_eq!(e.message, "invalid argument `line`: invalid type: string \"1\", expected an integer");
+    }
+
     use super::*;
     use forge_protocol::inputs::ReviewWriteInput;
     use serde_json::json;
