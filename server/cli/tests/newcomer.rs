@@ -201,6 +201,29 @@ fn a_listening_server_registers_once_a_lock_held_at_its_start_is_gone() {
     assert!(found.is_some(), "call never found the server: {}", server.stderr());
 }
 
+/// `forge-lsp call ... | head`: when the reader stops reading, the call ends without an
+/// error line (exit 141, as a process ended by SIGPIPE), as other command-line tools do.
+#[test]
+fn a_reader_that_stops_reading_gets_no_error_line() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let plan = format!("# Big\n\n{}", (0..5000).map(|i| format!("line {i} of the plan\n")).collect::<String>());
+    let w = sb.call("plan-write").input(json!({ "content": plan, "session_id": "ses_pipe" })).cwd(&repo.path).run();
+    assert_eq!(w.code, 0, "{w:?}");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir")
+        .arg(&sb.data_dir)
+        .args(["call", "plan-read", r#"{"session_id":"ses_pipe","limit":5000}"#])
+        .current_dir(&repo.path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(141), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{out:?}");
+}
+
 /// A project whose agent is the demo's scripted agent (sandbox off: these tests are about
 /// the command line, the sandbox has its own).
 fn demo_project() -> GitRepo {

@@ -34,7 +34,8 @@ pub struct CallArgs {
 }
 
 /// Process exit status: 0 success, 1 tool failure (or a standard output that cannot be
-/// written: closed pipe, full disk), 2 usage error. Never panics on a closed stream.
+/// written: a full disk), 2 usage error, 141 a reader that stopped reading (a closed pipe:
+/// said by the code alone). Never panics on a closed stream.
 pub fn run(args: CallArgs) -> i32 {
     use std::io::Write;
     match call_tool(&args) {
@@ -48,6 +49,10 @@ pub fn run(args: CallArgs) -> i32 {
             let mut out = std::io::stdout().lock();
             match writeln!(out, "{text}").and_then(|_| out.flush()) {
                 Ok(()) => 0,
+                // The reader stopped reading (`| head`): nothing to say, as other command-line
+                // tools say nothing (a review found an error line). The exit code still says
+                // the output was cut.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 141,
                 Err(e) => {
                     let _ =
                         writeln!(std::io::stderr(), "forge-lsp call: cannot write the result to standard output: {e}");
@@ -227,7 +232,7 @@ pub fn tools_help() -> String {
     for t in tools::TOOLS {
         s.push_str(&format!("  {:<width$}  {}\n", t.name, first_sentence(t.description)));
     }
-    s.push_str("\nIdentity: FORGE_SESSION_ID + FORGE_SESSION_TOKEN (a loop session), else --agent and --session.\nExit status: 0 success, 1 the tool failed (message on stderr), 2 usage error.");
+    s.push_str("\nIdentity: FORGE_SESSION_ID + FORGE_SESSION_TOKEN (a loop session), else --agent and --session.\nExit status: 0 success, 1 the tool failed (message on stderr), 2 usage error, 141 the reader of the output stopped reading (`| head`).");
     s
 }
 
