@@ -533,6 +533,9 @@ pub struct Transition {
     pub failed_turns_after: FailedTurns,
     /// `Some(true)`: mark the model failed; `Some(false)`: clear the mark; `None`: keep.
     pub model_failed: Option<bool>,
+    /// What happened, for the log row's `reason` when the transition ends nothing: an
+    /// assistant error's message (before, only its count was kept: a review).
+    pub detail: Option<String>,
 }
 
 impl Transition {
@@ -569,6 +572,7 @@ fn stay(facts: &LoopFacts, kind: TransitionKind, cause: &'static str) -> Transit
         error_count_after: facts.error_count,
         failed_turns_after: facts.failed_turns,
         model_failed: None,
+        detail: None,
     }
 }
 
@@ -593,6 +597,19 @@ fn terminate(facts: &LoopFacts, reason: TerminationReason, cause: &'static str) 
         termination: Some(reason),
         ..stay(facts, TransitionKind::Terminate, cause)
     }
+}
+
+/// An assistant error's message as a transition row keeps it: trimmed, at most 500 bytes.
+fn error_detail(message: &str) -> String {
+    let m = message.trim();
+    if m.len() <= 500 {
+        return format!("assistant error: {m}");
+    }
+    let mut end = 500;
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("assistant error: {}…", &m[..end])
 }
 
 /// Applies the iteration increment of `t`, or turns it into a `max_iterations` termination
@@ -681,7 +698,13 @@ pub fn next_transition(facts: &LoopFacts, event: &Event) -> Transition {
                     // The audit is not counted; back to coding on the next iteration.
                     go(facts, K::ErrorRecovery, cause, cause, Coding)
                 };
-                let t = Transition { error_count_after: errors, failed_turns_after, model_failed: marked, ..t };
+                let t = Transition {
+                    error_count_after: errors,
+                    failed_turns_after,
+                    model_failed: marked,
+                    detail: Some(error_detail(message)),
+                    ..t
+                };
                 if phase == Auditing {
                     next_iteration(facts, t)
                 } else {
@@ -1353,6 +1376,11 @@ mod tests {
         assert_eq!(t.iteration_after, 3);
         assert_eq!(t.audit_count_after, 4, "an errored audit is not counted");
         assert_eq!(t.model_failed, None);
+        // The message is kept for the log row.
+        assert_eq!(t.detail.as_deref(), Some("assistant error: boom"));
+        let long = Event::AssistantError { message: "é".repeat(400), model_error: false };
+        let d = next_transition(&facts(Phase::Coding), &long).detail.unwrap_or_default();
+        assert!(d.len() <= 500 + "assistant error: …".len() && d.ends_with('…'), "{}", d.len());
 
         for phase in [Phase::Coding, Phase::Auditing] {
             let f = LoopFacts { error_count: MAX_RETRIES - 1, ..facts(phase) };

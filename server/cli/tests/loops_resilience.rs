@@ -553,7 +553,7 @@ fn after_a_model_error_later_turns_get_the_default_model() {
     t.assert_transitions(
         &name,
         &[
-            "rotate coder-error coding->auditing it=1",
+            "rotate coder-error coding->auditing it=1 reason=assistant error",
             "continue auditor-handoff auditing->coding it=1",
             "rotate coder-handoff coding->auditing it=2",
             "terminate completed auditing->- it=2 status=completed reason=completed",

@@ -74,11 +74,14 @@ fn a_crashing_agent_ends_the_loop_with_error_max_retries() {
     t.assert_transitions(
         &name,
         &[
-            "rotate coder-error coding->auditing it=1",
-            "error-recovery audit-error auditing->coding it=1",
+            "rotate coder-error coding->auditing it=1 reason=assistant error",
+            "error-recovery audit-error auditing->coding it=1 reason=assistant error",
             "terminate error_max_retries coding->- it=2 status=errored reason=error_max_retries",
         ],
     );
+    // The errors' messages are kept on their rows (before, only their count: a review).
+    let reasons = t.strings("SELECT reason FROM loop_transitions WHERE loop_name = ?1 ORDER BY id", &name);
+    assert!(reasons[0].starts_with("assistant error: ") && reasons[0].contains("boom"), "{reasons:?}");
     t.assert_notifications_match(&name);
     assert_eq!(t.roles(), ["coder", "auditor", "coder"]);
     // The errored coding turn was recorded as an attempt without decisions.
@@ -108,7 +111,9 @@ fn an_auditor_that_fails_every_turn_ends_the_loop_on_its_third_failure() {
         for it in 1..=3 {
             rows.push(format!("rotate coder-handoff coding->auditing it={it}"));
             if it < 3 {
-                rows.push(format!("error-recovery {cause} auditing->coding it={it}"));
+                // An assistant error keeps its message on the row.
+                let reason = if cause == "audit-error" { " reason=assistant error" } else { "" };
+                rows.push(format!("error-recovery {cause} auditing->coding it={it}{reason}"));
             }
         }
         rows.push("terminate error_max_retries auditing->- it=3 status=errored reason=error_max_retries".into());

@@ -1005,6 +1005,8 @@ impl Runner {
                         facts.phase == Phase::Auditing && (row.auditor_fallback_index() as usize + 1) < chain.len();
                     Event::ProviderLimit { message: msg.clone(), fallback_available }
                 } else {
+                    // Said in the log too (before, only the error count showed it: a review).
+                    tracing::warn!(loop_name = %self.loop_name, "the {} turn failed: {msg}", facts.phase.as_str());
                     Event::AssistantError { message: msg.clone(), model_error: model_error(msg) }
                 }
             }

@@ -327,7 +327,7 @@ pub fn log_transition(
         t.from.as_str(),
         t.to.map(Phase::as_str),
         t.status().map(|s| s.as_str()),
-        t.termination.as_ref().map(|r| r.to_stored()),
+        t.termination.as_ref().map(|r| r.to_stored()).or_else(|| t.detail.clone()),
         t.iteration,
         t.section,
         now
