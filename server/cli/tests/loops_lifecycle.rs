@@ -409,14 +409,16 @@ fn a_restart_that_completes_a_loop_instead_removes_its_worktree() {
 }
 
 /// The same restart when the worktree's work cannot be committed (its `.git` no longer
-/// names the project's repository): the worktree is kept, and the reply says so.
+/// names the project's repository): the restart is refused before anything changes, naming
+/// the broken link, and the worktree is kept.
 #[test]
-fn a_restart_that_completes_a_loop_instead_keeps_a_worktree_it_cannot_commit() {
+fn a_restart_that_would_complete_a_loop_keeps_a_worktree_it_cannot_commit() {
     let (t, name, worktree) =
         cancelled_in_post_action(|wt| std::fs::write(wt.join(".git"), "gitdir: /nonexistent/forge-test\n").unwrap());
     let e = t.client.tool_err("loop-status", json!({ "name": name, "restart": true }));
-    assert!(e.message.contains("nothing to restart. Its worktree") && e.message.contains("was kept"), "{e:?}");
+    assert!(e.message.contains("names the git directory /nonexistent/forge-test, which does not exist"), "{e:?}");
     assert!(worktree.is_dir(), "kept");
+    assert_eq!(t.loop_row(&name)["status"], json!("cancelled"), "nothing changed");
 }
 
 /// A loop that completes while its worktree holds what a commit cannot take keeps the
