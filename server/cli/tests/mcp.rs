@@ -666,6 +666,8 @@ fn cancel_the_hanging_tool(sb: &Sandbox, m: &mut Mcp) {
 fn a_call_longer_than_16_mib_is_answered() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
+    // The plan limit counts the text as sent (17.5 MB): raised for this test.
+    repo.write_project_config("[documents]\nmaxPlanBytes = 33554432\n");
     let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
     m.initialize();
     // 5 MB of text, 17.5 MB on the line: each control character is escaped as `\u0001`.
