@@ -162,6 +162,9 @@ fn a_restart_after_the_project_moved_relinks_its_worktree() {
     let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap());
     let moved = t.repo.path.with_file_name(format!("{}-moved", t.repo.path.file_name().unwrap().to_string_lossy()));
     std::fs::rename(&t.repo.path, &moved).expect("move the project");
+    // A clone where the project was: the worktree's `commondir` (absolute, written by
+    // libgit2) names its git directory now, which is not the loop's repository (a review).
+    git(&moved, &["clone", "-q", moved.to_str().unwrap(), t.repo.path.to_str().unwrap()]);
     let mut c = t.sb.stdio();
     c.init(&Init::new(&moved));
     // A link no repository names back: refused, nothing changed.
@@ -178,8 +181,15 @@ fn a_restart_after_the_project_moved_relinks_its_worktree() {
     let linked = std::fs::read_to_string(wt.join(".git")).unwrap();
     assert!(linked.contains(&format!("{}", moved.canonicalize().unwrap().display())), "{linked}");
     assert_eq!(git(&wt, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(), format!("forge/{name}"));
+    let common = git(&wt, &["rev-parse", "--git-common-dir"]);
+    assert_eq!(
+        std::path::Path::new(common.trim()).canonicalize().unwrap(),
+        moved.join(".git").canonicalize().unwrap(),
+        "linked to the moved repository, not the clone"
+    );
     c.tool_ok("loop-cancel", json!({ "name": name }));
     drop(c);
+    std::fs::remove_dir_all(&t.repo.path).expect("remove the clone");
     std::fs::rename(&moved, &t.repo.path).expect("move the project back");
 }
 

@@ -886,7 +886,7 @@ pub fn worktree_problem(repo_dir: &Path, worktree: &Path) -> Option<String> {
         .ok()
         .and_then(|t| t.strip_prefix("gitdir:").map(|g| g.trim().to_string()));
     let repair = format!(
-        "move the project back, or point the worktree's .git file at the project's git directory by hand (`{}/.git`), then try again",
+        "move the project back, or point the worktree's `.git` file ({}/.git) at the project's `.git/worktrees/<name>` folder by hand, then try again",
         worktree.display()
     );
     match open_worktree(worktree) {
@@ -940,17 +940,32 @@ pub fn relink_moved_worktree(repo_dir: &Path, worktree: &Path) -> Result<bool, S
     }
     let admin = canonical(&admin).unwrap_or(admin);
     // libgit2 writes the repository's git directory into `commondir` as an absolute path:
-    // the old place too. Git's own form is relative (`../..` from `worktrees/<id>`).
+    // the old place too (or, when a clone took the old place, another repository's).
+    // Git's own form is relative: `../..` from `worktrees/<id>`, this repository's by
+    // construction.
     let commondir = admin.join("commondir");
-    if fs::read_to_string(&commondir).is_ok_and(|c| !admin.join(c.trim()).exists()) {
+    let old_common = fs::read_to_string(&commondir).ok();
+    let old_dot_git = fs::read_to_string(&dot_git).ok();
+    let ours = canonical(repo.commondir());
+    if old_common.as_deref().is_some_and(|c| canonical(&admin.join(c.trim())) != ours) {
         fs::write(&commondir, "../..\n").map_err(|e| format!("cannot rewrite {}: {e}", commondir.display()))?;
     }
-    fs::write(&dot_git, format!("gitdir: {}\n", admin.display()))
-        .map_err(|e| format!("cannot rewrite {}: {e}", dot_git.display()))?;
-    match worktree_problem(repo_dir, worktree) {
-        None => Ok(true),
-        Some(still) => Err(still),
+    let relinked = fs::write(&dot_git, format!("gitdir: {}\n", admin.display()))
+        .map_err(|e| format!("cannot rewrite {}: {e}", dot_git.display()))
+        .and_then(|()| match worktree_problem(repo_dir, worktree) {
+            None => Ok(true),
+            Some(still) => Err(still),
+        });
+    if relinked.is_err() {
+        // Not half relinked: both files as they were (a review).
+        if let Some(c) = &old_common {
+            let _ = fs::write(&commondir, c);
+        }
+        if let Some(g) = &old_dot_git {
+            let _ = fs::write(&dot_git, g);
+        }
     }
+    relinked
 }
 
 /// The path to name in messages: the working directory, else the git directory.
