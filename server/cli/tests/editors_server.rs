@@ -483,6 +483,38 @@ fn copies_another_server_process_wrote_are_not_taken_for_the_users() {
     assert!(kept.is_empty(), "{kept:?}");
 }
 
+/// A copy the user made writable and set back to an earlier text a server wrote (a revert)
+/// is the user's edit: kept under .forge/rejected with a warning when the document changes,
+/// never rewritten silently (a review found the shared record of written texts took it for
+/// a server's).
+#[test]
+fn a_copy_reverted_by_the_user_to_an_earlier_text_is_not_overwritten_silently() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = view_client(&sb, &repo);
+    let index = repo.path.canonicalize().unwrap().join(".forge/view/index.md");
+    c.tool_ok("plan-write", json!({ "content": "# Plan A\n\n## Objective\nA.\n", "session_id": "ses_revert" }));
+    let a = wait_file(&index, |t| t.contains("Plan A"));
+    c.tool_ok("plan-write", json!({ "content": "# Plan B\n\n## Objective\nB.\n", "session_id": "ses_revert" }));
+    wait_file(&index, |t| t.contains("Plan B"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::set_permissions(&index, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&index, &a).unwrap();
+    c.tool_ok("plan-write", json!({ "content": "# Plan C\n\n## Objective\nC.\n", "session_id": "ses_revert" }));
+    wait_file(&index, |t| t.contains("Plan C"));
+    let told = wait_for(WAIT, || {
+        let m = shown_messages(&c);
+        m.iter().any(|m| m.contains("index.md")).then_some(m)
+    });
+    assert!(told.is_some(), "the user's revert was overwritten without a word: {:?}", shown_messages(&c));
+    let rejected = repo.path.join(".forge/rejected");
+    let kept: Vec<_> =
+        std::fs::read_dir(&rejected).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::read_to_string(&kept[0]).unwrap(), a);
+}
+
 #[test]
 fn saving_over_a_session_plan_copy_writes_the_plan() {
     use std::os::unix::fs::PermissionsExt;

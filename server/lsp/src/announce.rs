@@ -461,6 +461,9 @@ pub async fn materialize(conn: &Conn, uri: &str) {
         let on_disk_digest = crate::conn::digest(&on_disk);
         let recorded = match conn.view_digest(&path) {
             Some(d) if d == on_disk_digest => Some(d),
+            // Only a copy still read-only, as servers write them: a user who made it writable
+            // and wrote an earlier version back (a revert) edited it (a review).
+            mine if !read_only => mine,
             mine => {
                 let (data_dir, p2) = (conn.ws.data_dir.clone(), path.clone());
                 let by_a_server =
