@@ -601,7 +601,10 @@ fn terminate(facts: &LoopFacts, reason: TerminationReason, cause: &'static str) 
 
 /// An assistant error's message as a transition row keeps it: trimmed, at most 500 bytes.
 fn error_detail(message: &str) -> String {
-    let m = message.trim();
+    // One line: the history shows the reason inline (a review: an agent's multi-line
+    // error broke it, and could start a heading).
+    let one_line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    let m = one_line.as_str();
     if m.len() <= 500 {
         return format!("assistant error: {m}");
     }
@@ -1378,6 +1381,9 @@ mod tests {
         assert_eq!(t.model_failed, None);
         // The message is kept for the log row.
         assert_eq!(t.detail.as_deref(), Some("assistant error: boom"));
+        let lines = Event::AssistantError { message: "first\n## second\r\nthird".into(), model_error: false };
+        let d = next_transition(&facts(Phase::Coding), &lines).detail.unwrap_or_default();
+        assert_eq!(d, "assistant error: first ## second third");
         let long = Event::AssistantError { message: "é".repeat(400), model_error: false };
         let d = next_transition(&facts(Phase::Coding), &long).detail.unwrap_or_default();
         assert!(d.len() <= 500 + "assistant error: …".len() && d.ends_with('…'), "{}", d.len());

@@ -600,11 +600,20 @@ impl Loader {
                 }
                 None => self.warnings.push(format!("unknown configuration key `{key}` in {source} (ignored)")),
                 Some((_, ty)) if !ty.accepts(val) => {
+                    // A list of tables too: the first item that is neither (a review found a
+                    // valid table named instead of the wrong item).
+                    let found = match (ty, val) {
+                        (Ty::DenyList, Value::Array(a)) if !a.is_empty() => a
+                            .iter()
+                            .find(|x| !(x.is_string() || x.is_object()))
+                            .map(|x| format!("a list holding {}", short(x)))
+                            .unwrap_or_else(|| "a list with a table that is not { permission, pattern }".to_string()),
+                        _ => short(val),
+                    };
                     return Err(ConfigError(format!(
-                        "configuration key `{key}` in {source} must be {}, found {}",
-                        ty.describe(),
-                        short(val)
-                    )))
+                        "configuration key `{key}` in {source} must be {}, found {found}",
+                        ty.describe()
+                    )));
                 }
                 Some(_) => {}
             }
@@ -798,6 +807,9 @@ mod tests {
         let e = l.add_value(&json!({"agent": {"command": []}}), "u").unwrap_err();
         assert!(e.0.contains("found an empty list"), "{e}");
         let e = l.add_value(&json!({"sandbox": {"hidePaths": ["~/a", 3]}}), "u").unwrap_err();
+        assert!(e.0.contains("found a list holding the number 3"), "{e}");
+        let deny = json!({"loop": {"permissions": {"deny": [{"permission": "bash", "pattern": "rm"}, 3]}}});
+        let e = l.add_value(&deny, "u").unwrap_err();
         assert!(e.0.contains("found a list holding the number 3"), "{e}");
     }
 

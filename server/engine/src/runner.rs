@@ -1006,7 +1006,8 @@ impl Runner {
                     Event::ProviderLimit { message: msg.clone(), fallback_available }
                 } else {
                     // Said in the log too (before, only the error count showed it: a review).
-                    tracing::warn!(loop_name = %self.loop_name, "the {} turn failed: {msg}", facts.phase.as_str());
+                    let shown: String = msg.chars().take(2000).collect();
+                    tracing::warn!(loop_name = %self.loop_name, "the {} turn failed: {shown}", facts.phase.as_str());
                     Event::AssistantError { message: msg.clone(), model_error: model_error(msg) }
                 }
             }

@@ -57,6 +57,8 @@ pub const SECRET_PATHS: &[&str] = &[
     ".gemini/google_accounts.json",
     ".gemini/.env",
     ".local/share/opencode/auth.json",
+    // The home's `.env`, where Gemini CLI (and others) read an API key from.
+    ".env",
 ];
 
 /// Words that make an environment variable's name secret-like, compared without case
@@ -255,6 +257,10 @@ pub fn relocated(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<PathBu
         for base in values.into_iter().filter(|b| b.is_absolute()) {
             for rel in SECRET_PATHS {
                 let Some(rest) = rel.strip_prefix(prefix) else { continue };
+                // Whole components: `.config/gh` is not `.config/github-copilot`.
+                if !prefix.ends_with('/') && !rest.is_empty() && !rest.starts_with('/') {
+                    continue;
+                }
                 let tail = format!("{replacement}{rest}");
                 out.push(if tail.is_empty() { base.clone() } else { base.join(tail) });
             }
@@ -349,6 +355,8 @@ mod tests {
         ] {
             assert!(got.contains(&PathBuf::from(want)), "{want} not in {got:?}");
         }
+        // Whole components: GH_CONFIG_DIR moves `.config/gh`, not `.config/github-copilot`.
+        assert!(!got.iter().any(|p| p.starts_with("/d/gh") && p != Path::new("/d/gh")), "{got:?}");
         // A relative value names no place: ignored.
         assert!(!got.iter().any(|p| p.starts_with("relative")), "{got:?}");
         assert!(relocated(|_| None).is_empty());

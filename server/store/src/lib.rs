@@ -85,7 +85,7 @@ pub enum OpenError {
     TooNew { path: PathBuf, found: u32, known: u32 },
     #[error("cannot open {path}: {err}", path = .0.display(), err = .1)]
     Sqlite(PathBuf, rusqlite::Error),
-    #[error("{path} cannot be written ({err}): the database file, the directory that holds it, or its -wal and -shm files are read-only for this user; its contents are fine and were left untouched. Make them writable (the directory needs write permission too: SQLite creates its -wal and -shm files there), or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
+    #[error("{path} cannot be written ({err}): the database file, the directory that holds it, or its -wal and -shm files are read-only for this user; nothing was changed. Make them writable (the directory needs write permission too: SQLite creates its -wal and -shm files there), or choose another data directory (--data-dir / FORGE_DATA_DIR).", path = .0.display(), err = .1)]
     ReadOnly(PathBuf, String),
     #[error("{path} stayed busy for {secs} s: another process holds its lock (a forge-lsp server or call that is stopped or stuck, or another program), or its file system does not support SQLite's file locks (some network file systems); nothing was changed. `fuser -v {path} {path}-shm` lists the processes that have it open.", path = .0.display(), secs = BUSY_TIMEOUT.as_secs())]
     Busy(PathBuf),
@@ -313,7 +313,7 @@ pub fn open_connection(path: &Path) -> Result<Connection, OpenError> {
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `SQLITE_READONLY` in any of its forms (the file, the directory for the -wal and -shm
-/// files, a read-only mount), and `SQLITE_CANTOPEN` of a write's journal.
+/// files, a read-only mount).
 fn is_read_only(e: &rusqlite::Error) -> bool {
     matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::ReadOnly))
 }

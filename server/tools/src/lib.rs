@@ -147,17 +147,24 @@ fn plain_expectations(msg: &str) -> String {
         ("expected f32", "expected a number"),
         ("expected a sequence", "expected an array"),
     ];
-    let mut out = msg.to_string();
+    // serde's expectation is the message's end; the caller's value before it (quoted) is
+    // left as written (a review found `"expected u64"` given as a value rewritten).
+    let Some(at) = msg.rfind("expected ") else { return msg.to_string() };
+    let (head, mut tail) = (&msg[..at], msg[at..].to_string());
     for (rust, json) in WORDS {
-        out = out.replace(rust, json);
+        if let Some(rest) = tail.strip_prefix(rust) {
+            if !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_') {
+                tail = format!("{json}{rest}");
+                break;
+            }
+        }
     }
     const STRUCT: &str = "expected struct ";
-    while let Some(i) = out.find(STRUCT) {
-        let rest = &out[i + STRUCT.len()..];
+    if let Some(rest) = tail.strip_prefix(STRUCT) {
         let end = rest.find(|c: char| !c.is_alphanumeric() && c != '_').unwrap_or(rest.len());
-        out.replace_range(i..i + STRUCT.len() + end, "expected an object");
+        tail = format!("expected an object{}", &rest[end..]);
     }
-    out
+    format!("{head}{tail}")
 }
 
 /// Finds a tool by command (`forge.plan-read`) or by name (`plan-read`).
@@ -555,6 +562,11 @@ mod parse_tests {
             ),
             ("invalid type: map, expected a sequence", "invalid type: map, expected an array"),
             ("missing field `content`", "missing field `content`"),
+            // The caller's own value is not rewritten.
+            (
+                "invalid type: string \"expected u64\", expected u64",
+                "invalid type: string \"expected u64\", expected a non-negative integer",
+            ),
         ];
         for (serde, want) in cases {
             assert_eq!(plain_expectations(serde), want);

@@ -90,9 +90,11 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             || (s.index == current && input.current_section.is_none())
             || (s.index > current && input.sections.is_none())
     });
-    let bytes = kept.map(|s| s.content.len()).sum::<usize>()
-        + input.current_section.as_ref().map_or(0, |c| c.content.len())
-        + input.sections.iter().flatten().map(|s| s.content.len()).sum::<usize>();
+    // Measured as the JSON text the sections are sent as (`plan_ops::check_plan_size`).
+    let sent = |t: &str| forge_protocol::json::escaped_len(t);
+    let bytes = kept.map(|s| sent(&s.content)).sum::<usize>()
+        + input.current_section.as_ref().map_or(0, |c| sent(&c.content))
+        + input.sections.iter().flatten().map(|s| sent(&s.content)).sum::<usize>();
     let max = ctx.env.config.max_plan_bytes;
     if bytes as u64 > max {
         return Err(ToolError::invalid(format!(
