@@ -168,13 +168,13 @@ pub async fn render_view(conn: &Conn, uri: &ForgeUri) -> Result<String, ToolErro
     }
 }
 
-/// The index; `findings` is its open-findings block when the caller has it already;
-/// `findings_root` is what the findings' relative paths are relative to.
 /// How many plans the index lists (the most recently updated).
 pub const INDEX_PLANS: usize = 100;
 /// How many interviews the index lists (the most recently updated).
 pub const INDEX_INTERVIEWS: usize = 20;
 
+/// The index; `findings` is its open-findings block when the caller has it already;
+/// `findings_root` is what the findings' relative paths are relative to.
 fn render_index(
     db: &Connection,
     project: &str,
