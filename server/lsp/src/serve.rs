@@ -421,13 +421,10 @@ async fn try_register_listener(hub: &Hub, socket: &Path) -> Result<(), (String, 
     })?;
     let (s, pid, now) = (socket.display().to_string(), std::process::id(), forge_core::now_ms());
     let any = forge_store::servers::ANY_PROJECT;
-    ws.store.call(move |c| forge_store::servers::register(c, pid, any, &s, now)).await.map_err(|e| {
-        let busy = matches!(
-            e.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked)
-        );
-        (format!("cannot register the server: {e}"), busy)
-    })
+    ws.store
+        .call(move |c| forge_store::servers::register(c, pid, any, &s, now))
+        .await
+        .map_err(|e| (format!("cannot register the server: {e}"), forge_store::is_busy(&e)))
 }
 
 /// Serves stdin/stdout like [`stdio`]; when standard input is a terminal (someone started

@@ -318,7 +318,9 @@ fn is_read_only(e: &rusqlite::Error) -> bool {
     matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::ReadOnly))
 }
 
-fn is_busy(e: &rusqlite::Error) -> bool {
+/// Whether another process held the database's lock past the busy timeout
+/// (`SQLITE_BUSY`, `SQLITE_LOCKED`): nothing was written, and trying again may pass.
+pub fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked))
 }
 
