@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use tower_lsp_server::gen_lsp_types::{CodeActionParams, CodeActionResponse};
 use tower_lsp_server::jsonrpc::Result;
 
+use crate::conn::Conn;
 use crate::server::{typed, Backend};
 
 pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<Option<Vec<CodeActionResponse>>> {
@@ -22,7 +23,7 @@ pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<
         .map(|d| serde_json::to_value(d).unwrap_or(Value::Null))
         .filter(|d| d.get("source").and_then(Value::as_str) == Some("forge"))
         .collect();
-    let found = recovered_data(backend, &env.project.id, &ours).await;
+    let found = recovered_data(conn, &env.project.id, &ours).await;
     let mut actions = vec![];
     for d in ours {
         let data = match d.get("data").filter(|x| x.get("findingId").is_some()) {
@@ -68,7 +69,7 @@ pub async fn code_action(backend: &Backend, params: CodeActionParams) -> Result<
 /// `code`): a client that declared no `publishDiagnostics.dataSupport` need not keep
 /// `data` between the publication and the code action request (LSP 3.16). A finding
 /// deleted since is not found and gets no action.
-async fn recovered_data(backend: &Backend, project: &str, diagnostics: &[Value]) -> HashMap<i64, Value> {
+async fn recovered_data(conn: &Conn, project: &str, diagnostics: &[Value]) -> HashMap<i64, Value> {
     let ids: Vec<i64> = diagnostics
         .iter()
         .filter(|d| d.get("data").and_then(|x| x.get("findingId")).is_none())
@@ -77,17 +78,13 @@ async fn recovered_data(backend: &Backend, project: &str, diagnostics: &[Value])
     if ids.is_empty() {
         return HashMap::new();
     }
-    let Ok(conn) = backend.conn() else { return HashMap::new() };
     let project = project.to_string();
-    match conn.ws.store.read(move |db| forge_store::findings::by_ids(db, &project, &ids)).await {
-        Ok(Ok(rows)) => rows
+    let read = conn.ws.store.read(move |db| forge_store::findings::by_ids(db, &project, &ids)).await;
+    match read.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
+        Ok(rows) => rows
             .iter()
             .filter_map(|f| Some((f.id, serde_json::to_value(forge_domain::diagnostics::data(f)).ok()?)))
             .collect(),
-        Ok(Err(e)) => {
-            tracing::warn!("cannot read findings for code actions: {e}");
-            HashMap::new()
-        }
         Err(e) => {
             tracing::warn!("cannot read findings for code actions: {e}");
             HashMap::new()
