@@ -473,7 +473,9 @@ pub async fn call_watched(
     // the tools: an agent CLI asks for it as it starts (its MCP server's `tools/list`),
     // before and whether or not its model answers, so a hung model's every nudged turn
     // counted as progress and the loop never stalled (a review).
-    if env.caller.binding.is_some() && command.strip_prefix("forge.").unwrap_or(command) != "tools" {
+    if env.caller.binding.is_some()
+        && command.strip_prefix(forge_protocol::COMMAND_PREFIX).unwrap_or(command) != "tools"
+    {
         engine.activity.touch_with(&env.caller.session_id, "tool-call");
     }
     let tool = resolve(&env, command)?;
