@@ -161,7 +161,12 @@ pub fn program(config: &Config) -> Option<Vec<String>> {
 
 /// Where the CLI's own session id of a Forge session is kept (data dir, not the worktree).
 fn cli_session_file(req: &TurnRequest) -> PathBuf {
-    req.data_dir.join("agent-sessions").join(format!("{}.id", req.session_id))
+    cli_session_path(&req.data_dir, &req.session_id)
+}
+
+/// Where the CLI's own session id of a Forge session is kept.
+fn cli_session_path(data_dir: &Path, session_id: &str) -> PathBuf {
+    data_dir.join("agent-sessions").join(format!("{session_id}.id"))
 }
 
 /// The CLI's own session id recorded for this Forge session (from an earlier turn).
@@ -171,7 +176,7 @@ pub fn cli_session(req: &TurnRequest) -> Option<String> {
 
 /// [`cli_session`] by data directory and Forge session id.
 pub fn recorded_cli_session(data_dir: &Path, session_id: &str) -> Option<String> {
-    std::fs::read_to_string(data_dir.join("agent-sessions").join(format!("{session_id}.id")))
+    std::fs::read_to_string(cli_session_path(data_dir, session_id))
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty() && s.len() < 512 && !s.contains(char::is_whitespace))
