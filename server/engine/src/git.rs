@@ -882,9 +882,7 @@ fn open_worktree(worktree: &Path) -> Result<Repository, GitError> {
 pub fn worktree_problem(repo_dir: &Path, worktree: &Path) -> Option<String> {
     let repo = discover(repo_dir).ok()?;
     let repo_path = repo_display_path(&repo);
-    let named = fs::read_to_string(worktree.join(".git"))
-        .ok()
-        .and_then(|t| t.strip_prefix("gitdir:").map(|g| g.trim().to_string()));
+    let named = named_gitdir(worktree);
     let repair = format!(
         "move the project back, or point the worktree's `.git` file ({}/.git) at the project's `.git/worktrees/<name>` folder by hand, then try again",
         worktree.display()
@@ -903,14 +901,21 @@ pub fn worktree_problem(repo_dir: &Path, worktree: &Path) -> Option<String> {
                 ))
             }
         }
-        Err(e) => Some(match named.filter(|g| !Path::new(g).exists()) {
+        Err(e) => Some(match named.filter(|g| !g.exists()) {
             Some(g) => format!(
-                "its worktree {} names the git directory {g}, which does not exist (the project was moved or copied since the loop started); {repair}",
-                worktree.display()
+                "its worktree {} names the git directory {}, which does not exist (the project was moved or copied since the loop started); {repair}",
+                worktree.display(),
+                g.display()
             ),
             None => format!("its worktree {} cannot be opened as a worktree of {} ({e}); {repair}", worktree.display(), repo_path.display()),
         }),
     }
+}
+
+/// The git directory a worktree's `.git` file names (`gitdir: <path>`), if it is such a file.
+fn named_gitdir(worktree: &Path) -> Option<PathBuf> {
+    let text = fs::read_to_string(worktree.join(".git")).ok()?;
+    text.strip_prefix("gitdir:").map(|g| PathBuf::from(g.trim()))
 }
 
 /// Makes `worktree` a working linked worktree of the repository at `repo_dir` again when
@@ -922,11 +927,7 @@ pub fn relink_moved_worktree(repo_dir: &Path, worktree: &Path) -> Result<bool, S
     let Some(problem) = worktree_problem(repo_dir, worktree) else { return Ok(false) };
     let repo = discover(repo_dir).map_err(|e| e.to_string())?;
     let dot_git = worktree.join(".git");
-    let named = fs::read_to_string(&dot_git)
-        .ok()
-        .and_then(|t| t.strip_prefix("gitdir:").map(|g| PathBuf::from(g.trim())))
-        .filter(|g| !g.exists());
-    let Some(named) = named else { return Err(problem) };
+    let Some(named) = named_gitdir(worktree).filter(|g| !g.exists()) else { return Err(problem) };
     let (Some(id), Some("worktrees")) =
         (named.file_name(), named.parent().and_then(Path::file_name).and_then(|n| n.to_str()))
     else {
