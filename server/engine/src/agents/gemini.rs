@@ -209,14 +209,12 @@ fn link_user_entries(user: &Path, dir: &Path) {
         }
         link_entry(&e.path(), &dir.join(&name));
     }
+    // Links to entries gone from the user's folder go ([`link_entry`] removes them).
     let Ok(ours) = std::fs::read_dir(dir) else { return };
     for e in ours.flatten() {
-        let at = e.path();
-        let is_link = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink());
-        if is_link
-            && std::fs::read_link(&at).is_ok_and(|t| t.starts_with(user) && std::fs::symlink_metadata(&t).is_err())
-        {
-            let _ = std::fs::remove_file(&at);
+        let name = e.file_name();
+        if name != "settings.json" {
+            link_entry(&user.join(&name), &dir.join(&name));
         }
     }
 }
