@@ -49,6 +49,21 @@ local function has(level, pat)
   return false
 end
 
+--- A git repository `root/<name>` with one commit (its file `<name>.txt`).
+local function new_repo(name)
+  local dir = root .. '/' .. name
+  vim.fn.mkdir(dir, 'p')
+  vim.fn.writefile({ name }, dir .. '/' .. name .. '.txt')
+  for _, args in ipairs({
+    { 'git', 'init', '-q' },
+    { 'git', 'add', '.' },
+    { 'git', '-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-qm', 'init' },
+  }) do
+    vim.system(args, { cwd = dir }):wait()
+  end
+  return dir
+end
+
 H.run(function()
   -- 1. Missing binary.
   forge.setup({ cmd = { root .. '/bin/no-such-forge-lsp' } })
@@ -343,16 +358,7 @@ H.run(function()
   -- directory's), and a mistyped session id is an error, not a new empty plan.
   reset()
   forge.setup({ cmd = { 'forge-lsp' }, config = {} })
-  local two = root .. '/two'
-  vim.fn.mkdir(two, 'p')
-  vim.fn.writefile({ 'two' }, two .. '/two.txt')
-  for _, args in ipairs({
-    { 'git', 'init', '-q' },
-    { 'git', 'add', '.' },
-    { 'git', '-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-qm', 'init' },
-  }) do
-    vim.system(args, { cwd = two }):wait()
-  end
+  local two = new_repo('two')
   local function started(dir)
     local real = vim.uv.fs_realpath(dir)
     return wait(10000, function()
@@ -397,16 +403,7 @@ H.run(function()
   -- A command run in a project whose server has not started yet, or cannot start (no
   -- commit), never runs against another project's server (before: the first one's; a
   -- review found :Forge execute started a loop in the other project).
-  local three = root .. '/three'
-  vim.fn.mkdir(three, 'p')
-  vim.fn.writefile({ 'three' }, three .. '/three.txt')
-  for _, args in ipairs({
-    { 'git', 'init', '-q' },
-    { 'git', 'add', '.' },
-    { 'git', '-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-qm', 'init' },
-  }) do
-    vim.system(args, { cwd = three }):wait()
-  end
+  local three = new_repo('three')
   local real_three = vim.uv.fs_realpath(three)
   vim.cmd('edit ' .. three .. '/three.txt')
   local first = forge.client(0)
