@@ -643,10 +643,31 @@ fn stdin_nonblocking(c: &Client) -> bool {
     flags & 0o4000 != 0
 }
 
+/// The capacity of the pipe that is the server's descriptor `fd` (opened again through
+/// `/proc`, without blocking and read-only, so nothing is read from it or added to it).
+fn pipe_capacity(c: &Client, fd: u32) -> i32 {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let pid = c.pid().expect("server process");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .expect("open the server's pipe");
+    // SAFETY: F_GETPIPE_SZ on a descriptor owned by `f`.
+    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETPIPE_SZ) }
+}
+
 /// Initializes `c`, checks how its stdin is read, runs a tool and ends the server.
 fn serves_with_stdin(mut c: Client, repo: &GitRepo, nonblocking: bool) {
     c.init(&Init::new(&repo.path));
     assert_eq!(stdin_nonblocking(&c), nonblocking, "stdin non-blocking (read on the reactor){}", c.diagnostics());
+    if nonblocking {
+        // A plan-sized message (the bench's 2,000-line plan is 178 KB) fits in one write.
+        for fd in [0, 1] {
+            assert_eq!(pipe_capacity(&c, fd), 256 << 10, "capacity of the pipe on fd {fd}{}", c.diagnostics());
+        }
+    }
     let tools = c.tool_ok("tools", json!({}));
     assert!(tools.data["tools"].as_array().is_some_and(|t| !t.is_empty()), "{}", tools.data);
     let (status, _) = c.shutdown_exit().expect("the server exits");
@@ -658,6 +679,37 @@ fn pipes_given_as_standard_streams_are_read_on_the_reactor() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     serves_with_stdin(sb.stdio(), &repo, true);
+}
+
+/// A client that made its pipe larger than [`serves_with_stdin`]'s 256 KiB keeps it: the
+/// server only ever enlarges a pipe.
+#[test]
+fn a_pipe_the_client_made_larger_is_left_as_it_is() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors, each owned once below.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: F_SETPIPE_SZ with an integer argument on a descriptor owned here.
+    assert!(unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) } >= 1 << 20, "F_SETPIPE_SZ");
+    let log = sb.next_log("stdio-large-pipe");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir")
+        .arg(&sb.data_dir)
+        .current_dir(&repo.path)
+        .stdin(std::process::Stdio::from(read_end))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(std::fs::File::create(&log).expect("log file")));
+    let mut child = cmd.spawn().expect("spawn forge-lsp");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut c = Client::of_process(Box::new(stdout), Box::new(std::fs::File::from(write_end)), child, log);
+    c.init(&Init::new(&repo.path));
+    assert_eq!(pipe_capacity(&c, 0), 1 << 20, "the client's larger pipe{}", c.diagnostics());
+    assert_eq!(pipe_capacity(&c, 1), 256 << 10, "the pipe on fd 1{}", c.diagnostics());
+    let (status, _) = c.shutdown_exit().expect("the server exits");
+    assert_eq!(status.code(), Some(0), "exit code after shutdown+exit{}", c.diagnostics());
 }
 
 /// Editors start the server with pipes, which it reads on the runtime's reactor; standard
