@@ -118,7 +118,9 @@ fn remove_span(text: &mut String, origin: &mut Vec<usize>, start: usize, end: us
 /// which [`prepare`] reads as every line being its own.
 fn strip_plan_markers(plan: &str) -> (std::borrow::Cow<'_, str>, Vec<usize>) {
     // Both markers hold this literal; a plan without it is scanned once, by memmem.
-    if !plan.contains("forge-plan:") || (!PLAN_START.is_match(plan) && !PLAN_END.is_match(plan)) {
+    if memchr::memmem::find(plan.as_bytes(), b"forge-plan:").is_none()
+        || (!PLAN_START.is_match(plan) && !PLAN_END.is_match(plan))
+    {
         return (std::borrow::Cow::Borrowed(plan), Vec::new());
     }
     let mut origin: Vec<usize> = (0..crate::text::line_count(plan)).collect();
@@ -138,7 +140,7 @@ fn prepare<'a>(text: &'a str, origin: &[usize]) -> Prepared<'a> {
     let raw: Vec<&str> = split_lines(text);
     let raw_fenced = fenced_lines(&raw);
     // Every legacy marker holds this literal; a plan without it keeps all its lines.
-    let keep_all = !text.contains("forge-section:");
+    let keep_all = memchr::memmem::find(text.as_bytes(), b"forge-section:").is_none();
     let lines: Vec<(usize, &str)> = raw
         .iter()
         .enumerate()

@@ -96,9 +96,30 @@ fn canonical_in(lines: &Lines<'_>) -> Vec<(usize, String)> {
         .collect()
 }
 
+/// Whether `line` can match [`LOOSE`]: it names `Loop Name` (case-sensitive in it). The
+/// searcher is built once: `str::contains` builds one per line.
+fn has_loop_name(line: &str) -> bool {
+    static FINDER: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new("Loop Name"));
+    FINDER.find(line.as_bytes()).is_some()
+}
+
+/// Whether `line` can match a heading pattern: every one starts with `^#+`.
+fn is_heading(line: &str) -> bool {
+    line.starts_with('#')
+}
+
 /// The first unfenced line whose capture, trimmed, is non-empty.
-fn first_value(lines: &Lines<'_>, re: &Regex) -> Option<(usize, String)> {
+///
+/// `may_match` is a cheap test that every line `re` matches passes (the literal each
+/// pattern starts with or contains; [`tests::prefilters_pass_every_match`]): a plan without
+/// a declaration has its 2,000 lines tried with a plain search instead of the regex's
+/// captures, which were a quarter of a `plan-write`'s time (docs/performance.md).
+fn first_value(lines: &Lines<'_>, may_match: fn(&str) -> bool, re: &Regex) -> Option<(usize, String)> {
     lines.unfenced().find_map(|(i, line)| {
+        if !may_match(line) {
+            return None;
+        }
         let caps = re.captures(line)?;
         let value = js_trim(caps.get(1)?.as_str());
         (!value.is_empty()).then(|| (i, value.to_string()))
@@ -109,7 +130,7 @@ fn first_value(lines: &Lines<'_>, re: &Regex) -> Option<(usize, String)> {
 /// a `#`). Returns the heading's line.
 fn heading_block_value(lines: &Lines<'_>) -> Option<(usize, String)> {
     lines.unfenced().find_map(|(i, line)| {
-        if !HEADING_BLOCK.is_match(line) {
+        if !is_heading(line) || !HEADING_BLOCK.is_match(line) {
             return None;
         }
         let next = lines.lines.iter().skip(i + 1).find(|l| !js_trim(l).is_empty())?;
@@ -123,8 +144,8 @@ fn explicit_in(lines: &Lines<'_>, canonical: &[(usize, String)]) -> Option<(usiz
     let found = canonical
         .first()
         .cloned()
-        .or_else(|| first_value(lines, &LOOSE))
-        .or_else(|| first_value(lines, &HEADING_INLINE))
+        .or_else(|| first_value(lines, has_loop_name, &LOOSE))
+        .or_else(|| first_value(lines, is_heading, &HEADING_INLINE))
         .or_else(|| heading_block_value(lines))?;
     Some((found.0, cut_utf16(&found.1, MAX_LOOP_NAME_LENGTH).to_string()))
 }
@@ -145,6 +166,9 @@ fn derived_title(lines: &Lines<'_>) -> String {
         // cannot match across a `\r`, never found the title of a CRLF plan (saved by a
         // Windows editor), as it named its sections "Section k" (decompose.rs).
         let line = line.strip_suffix('\r').unwrap_or(line);
+        if !is_heading(line) {
+            return None;
+        }
         let caps = TITLE_HEADING.captures(line)?;
         let text = js_trim(caps.get(1)?.as_str());
         (!STRUCTURAL_HEADINGS.contains(&text.to_lowercase().as_str())).then_some(text)
@@ -154,7 +178,7 @@ fn derived_title(lines: &Lines<'_>) -> String {
     }
 
     let objective = lines.unfenced().find_map(|(i, line)| {
-        if !OBJECTIVE_HEADING.is_match(line) {
+        if !is_heading(line) || !OBJECTIVE_HEADING.is_match(line) {
             return None;
         }
         let next = lines.lines.iter().skip(i + 1).find(|l| !js_trim(l).is_empty())?;
@@ -210,6 +234,61 @@ fn info_of(lines: &Lines<'_>, canonical: &[(usize, String)]) -> LoopNameInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pattern and the cheap test that must pass every line it matches.
+    type Prefiltered<'a> = (&'a Regex, fn(&str) -> bool);
+
+    /// The prefilters of [`first_value`] and the heading scans pass every line their
+    /// patterns match: lines made of the pieces the patterns are built from, in every order.
+    #[test]
+    fn prefilters_pass_every_match() {
+        let pieces = [
+            "#",
+            "##",
+            " ",
+            "\u{a0}",
+            "\t",
+            "-",
+            "**",
+            "Loop Name",
+            "loop name",
+            "LOOP NAME",
+            "Loop",
+            "Name",
+            ":",
+            "x",
+            "Objective",
+            "\r",
+        ];
+        let mut checked = 0;
+        let mut matched = [0; 5];
+        let mut line = String::new();
+        // Every sequence of up to four pieces: 16^4 + 16^3 + … lines.
+        let mut stack = vec![Vec::<usize>::new()];
+        while let Some(seq) = stack.pop() {
+            line.clear();
+            seq.iter().for_each(|&k| line.push_str(pieces[k]));
+            let cases: [Prefiltered<'_>; 5] = [
+                (&LOOSE, has_loop_name),
+                (&HEADING_INLINE, is_heading),
+                (&HEADING_BLOCK, is_heading),
+                (&TITLE_HEADING, is_heading),
+                (&OBJECTIVE_HEADING, is_heading),
+            ];
+            for (k, (re, may_match)) in cases.iter().enumerate() {
+                if re.is_match(&line) {
+                    matched[k] += 1;
+                    assert!(may_match(&line), "{:?} matches {line:?} but its prefilter refuses it", re.as_str());
+                }
+            }
+            checked += 1;
+            if seq.len() < 4 {
+                stack.extend((0..pieces.len()).map(|k| seq.iter().copied().chain([k]).collect()));
+            }
+        }
+        assert!(checked > 65_000, "{checked}");
+        assert!(matched.iter().all(|&n| n > 0), "each pattern matched some line: {matched:?}");
+    }
 
     #[test]
     fn canonical_form() {
