@@ -252,11 +252,13 @@ pub fn parse_stored(role: Role, payload: &str) -> Result<StoredHandoff, String> 
 // Schema checks
 // ---------------------------------------------------------------------------------------
 
-/// The handoff's schema errors for `role`: a field of the other role, or a required field
-/// that is missing. They are invalid parameters (-32602, PROTOCOL.md §3: an unknown key,
-/// the other role's fields included, or a missing required field); every other refusal of
-/// [`validate_handoff`] (an empty list, a blank text, a verdict the loop does not allow) is
-/// a tool error (1006). [`validate_handoff`] checks these first, with the same messages.
+/// The handoff's schema errors for `role`: a field of the other role, a required field
+/// that is missing, or a list the schema requires entries in (`minItems: 1`) that is
+/// empty. They are invalid parameters (-32602, PROTOCOL.md §3: input that does not match
+/// the tool's schema, as the seed's zod schemas refuse an empty `changes`, `verification`
+/// and `summary.done`); every other refusal of [`validate_handoff`] (a blank text, a
+/// verdict the loop does not allow) is a tool error (1006). [`validate_handoff`] checks
+/// these first, with the same messages.
 pub fn schema_error(role: Role, input: &LoopHandoffInput) -> Option<String> {
     match role {
         Role::Coder => {
@@ -281,6 +283,12 @@ pub fn schema_error(role: Role, input: &LoopHandoffInput) -> Option<String> {
                         .to_string(),
                 );
             }
+            if input.changes.as_ref().is_some_and(Vec::is_empty) {
+                return Some(EMPTY_CHANGES.to_string());
+            }
+            if input.verification.as_ref().is_some_and(Vec::is_empty) {
+                return Some(EMPTY_VERIFICATION.to_string());
+            }
             None
         }
         Role::Auditor => {
@@ -293,7 +301,7 @@ pub fn schema_error(role: Role, input: &LoopHandoffInput) -> Option<String> {
             .filter_map(|(name, present)| present.then_some(name))
             .collect();
             if coder_fields.is_empty() {
-                return None;
+                return input.summary.as_ref().is_some_and(|s| s.done.is_empty()).then(|| EMPTY_DONE.to_string());
             }
             let (list, verb) = if coder_fields.len() == 1 {
                 (coder_fields[0].to_string(), "is a coder field")
@@ -314,6 +322,20 @@ pub fn schema_error(role: Role, input: &LoopHandoffInput) -> Option<String> {
     }
 }
 
+/// An empty `changes` (the schema's `minItems: 1`).
+const EMPTY_CHANGES: &str = "changes needs at least one { summary, reason } entry.";
+/// An empty `verification`.
+const EMPTY_VERIFICATION: &str = "verification needs at least one { command, cwd, outcome, changedAfter } entry.";
+/// An empty `summary.done`.
+const EMPTY_DONE: &str = "summary.done needs at least one entry: what the section delivered.";
+/// An empty `steps` of `loop-complete`.
+const EMPTY_STEPS: &str = "steps needs at least one { name, status, detail? } entry, one per workflow step.";
+
+/// `loop-complete`'s schema error, as [`schema_error`]'s: an empty `steps` (-32602).
+pub fn complete_schema_error(input: &LoopCompleteInput) -> Option<String> {
+    input.steps.is_empty().then(|| EMPTY_STEPS.to_string())
+}
+
 fn coder_from_input(input: &LoopHandoffInput) -> Result<CoderPayload, String> {
     if let Some(e) = schema_error(Role::Coder, input) {
         return Err(e);
@@ -321,7 +343,7 @@ fn coder_from_input(input: &LoopHandoffInput) -> Result<CoderPayload, String> {
 
     let changes = match &input.changes {
         None => return Err("changes is required.".to_string()),
-        Some(c) if c.is_empty() => return Err("changes needs at least one { summary, reason } entry.".to_string()),
+        Some(c) if c.is_empty() => return Err(EMPTY_CHANGES.to_string()),
         Some(c) => c,
     };
     let changes = changes
@@ -352,9 +374,7 @@ fn coder_from_input(input: &LoopHandoffInput) -> Result<CoderPayload, String> {
 
     let verification = match &input.verification {
         None => return Err("verification is required.".to_string()),
-        Some(v) if v.is_empty() => {
-            return Err("verification needs at least one { command, cwd, outcome, changedAfter } entry.".to_string())
-        }
+        Some(v) if v.is_empty() => return Err(EMPTY_VERIFICATION.to_string()),
         Some(v) => v,
     };
     let verification = verification
@@ -408,7 +428,7 @@ fn auditor_from_input(input: &LoopHandoffInput, ctx: &AuditContext) -> Result<Au
 
 fn normalize_summary(s: &AuditSummary) -> Result<AuditSummary, String> {
     if s.done.is_empty() {
-        return Err("summary.done needs at least one entry: what the section delivered.".to_string());
+        return Err(EMPTY_DONE.to_string());
     }
     Ok(AuditSummary {
         done: text_list("summary.done", &s.done)?,
@@ -419,7 +439,7 @@ fn normalize_summary(s: &AuditSummary) -> Result<AuditSummary, String> {
 
 fn normalize_post_action(input: &LoopCompleteInput) -> Result<PostActionPayload, String> {
     if input.steps.is_empty() {
-        return Err("steps needs at least one { name, status, detail? } entry, one per workflow step.".to_string());
+        return Err(EMPTY_STEPS.to_string());
     }
     let steps = input
         .steps
@@ -728,7 +748,7 @@ mod tests {
     }
 
     #[test]
-    fn schema_errors_are_the_other_roles_fields_and_missing_required_ones() {
+    fn schema_errors_are_the_other_roles_fields_missing_required_ones_and_empty_lists() {
         let ctx = AuditContext::default();
         let auditor_input = || LoopHandoffInput { summary: Some(summary(&["x"])), ..Default::default() };
         // (role, input, a schema error starting with this, or None: a valid input or a 1006 refusal)
@@ -736,7 +756,24 @@ mod tests {
             (Role::Coder, coder_input(), None),
             (Role::Coder, LoopHandoffInput { changes: None, ..coder_input() }, Some("changes is required")),
             (Role::Coder, LoopHandoffInput { verification: None, ..coder_input() }, Some("verification is required")),
-            (Role::Coder, LoopHandoffInput { changes: Some(vec![]), ..coder_input() }, None),
+            // Empty lists the schema requires entries in (`minItems: 1`).
+            (
+                Role::Coder,
+                LoopHandoffInput { changes: Some(vec![]), ..coder_input() },
+                Some("changes needs at least one"),
+            ),
+            (
+                Role::Coder,
+                LoopHandoffInput { verification: Some(vec![]), ..coder_input() },
+                Some("verification needs at least one"),
+            ),
+            (
+                Role::Auditor,
+                LoopHandoffInput { summary: Some(summary(&[])), ..Default::default() },
+                Some("summary.done needs"),
+            ),
+            // A blank entry is a tool error (1006), not the schema's.
+            (Role::Coder, LoopHandoffInput { notes: Some(" ".into()), ..coder_input() }, None),
             (
                 Role::Coder,
                 LoopHandoffInput { summary: auditor_input().summary, ..coder_input() },

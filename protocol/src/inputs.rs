@@ -294,6 +294,8 @@ pub struct HandoffVerification {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AuditSummary {
+    /// What the section delivered (at least one).
+    #[schemars(length(min = 1))]
     pub done: Vec<String>,
     #[serde(default)]
     pub deviations: Vec<String>,
@@ -308,12 +310,14 @@ pub struct AuditSummary {
 pub struct LoopHandoffInput {
     /// Coder only. What changed and why (at least one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub changes: Option<Vec<HandoffChange>>,
     /// Coder only, optional. Where the implementation departed from the plan section.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deviations: Option<Vec<HandoffDeviation>>,
     /// Coder only. Checks run (at least one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub verification: Option<Vec<HandoffVerification>>,
     /// Auditor only. Required for a clean section audit; forbidden otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -357,6 +361,7 @@ pub struct PostActionStep {
 pub struct LoopCompleteInput {
     pub outcome: PostActionOutcome,
     /// One entry per workflow step (at least one).
+    #[schemars(length(min = 1))]
     pub steps: Vec<PostActionStep>,
     #[serde(default)]
     pub follow_ups: Vec<String>,

@@ -45,6 +45,16 @@ fn only_the_current_session_with_its_token_may_hand_off() {
     let e = elsewhere.tool_err("shell", json!({ "command": "touch elsewhere-ran" }));
     assert_eq!(e.code, 1004, "{e}");
     assert_contains(&e.message, "is run by another forge-lsp server");
+    // An empty list the schema requires entries in (`minItems: 1`) does not match the
+    // schema: -32602 naming the list (it was 1006), and nothing is recorded.
+    for field in ["changes", "verification"] {
+        let mut payload = coder_payload("empty list");
+        payload[field] = json!([]);
+        let e = held.tool_err("loop-handoff", payload);
+        assert_eq!(e.code, -32602, "{field}: {e}");
+        assert_contains(&e.message, &format!("{field} needs at least one"));
+    }
+    assert_eq!(t.count("SELECT count(*) FROM loop_handoffs WHERE loop_name = ?1", &name), 0);
     t.signal("coder-go");
 
     // In auditing, the held coder connection is no longer the loop's current session.

@@ -601,6 +601,23 @@ mod parse_tests {
         assert_eq!(write_failure(f(Kind::Outdated)).kind, forge_protocol::ErrorKind::Precondition);
     }
 
+    /// The lists the handoff tools refuse empty say so in the schemas agents are offered
+    /// (`minItems: 1`), as the seed's schemas do; an empty one is -32602 (domain tests).
+    #[test]
+    fn handoff_lists_that_need_entries_have_min_items() {
+        let handoff = (find("forge.loop-handoff").expect("loop-handoff").schema)();
+        let complete = (find("forge.loop-complete").expect("loop-complete").schema)();
+        for (schema, path) in [
+            (&handoff, "/properties/changes/minItems"),
+            (&handoff, "/properties/verification/minItems"),
+            (&handoff, "/$defs/AuditSummary/properties/done/minItems"),
+            (&complete, "/properties/steps/minItems"),
+        ] {
+            assert_eq!(schema.pointer(path), Some(&json!(1)), "{path} in {schema:#}");
+        }
+        assert_eq!(handoff.pointer("/properties/deviations/minItems"), None, "deviations may be empty");
+    }
+
     /// `2.0` is an integer to JSON Schema (the offered schemas say `integer`); `2.5` is not.
     #[test]
     fn an_integral_float_is_an_integer() {

@@ -28,6 +28,9 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             row.loop_name, row.phase
         )));
     }
+    if let Some(e) = handoff::complete_schema_error(&input) {
+        return Err(ToolError::invalid_params(e));
+    }
     let payload = handoff::validate_complete(phase, &input).map_err(ToolError::invalid)?;
     loop_scope::others_settled(ctx, &row, "loop-complete")?;
     let replaced = db::record_handoff(
