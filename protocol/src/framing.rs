@@ -144,6 +144,25 @@ impl Decoder {
         &self.buf[self.start..]
     }
 
+    /// What the input cut off if it ends here, for the log: `None` at a clean end (between
+    /// messages, blank lines aside). A short line of text (`garbage` typed at a terminal)
+    /// is too short to be told from the start of a header while the input goes on, so it
+    /// is reported only here.
+    pub fn unfinished(&self) -> Option<String> {
+        match self.state {
+            State::Discard(left) => Some(format!("the body of a message that was being skipped, {left} bytes short")),
+            State::Body(len) => {
+                Some(format!("a message body announced as {len} bytes, of which {} arrived", self.buffered()))
+            }
+            State::Header if self.is_idle() => None,
+            State::Header => {
+                let p = self.pending();
+                let sample = String::from_utf8_lossy(&p[..p.len().min(60)]).into_owned();
+                Some(format!("{} bytes that are not a complete LSP message: {sample:?}", p.len()))
+            }
+        }
+    }
+
     fn consume(&mut self, n: usize) {
         self.start = (self.start + n).min(self.buf.len());
         if self.start == self.buf.len() {
@@ -432,6 +451,32 @@ mod tests {
 
     fn whole(input: &[u8]) -> Vec<String> {
         decode_all(&[input], 100)
+    }
+
+    /// What the end of the input cuts off, after each input is decoded as far as it goes.
+    #[test]
+    fn unfinished_at_the_end_of_input() {
+        let cases: &[(&[u8], Option<&str>)] = &[
+            (b"", None),
+            (b"\r\n\n", None),
+            (b"Content-Length: 2\r\n\r\n{}", None),
+            (b"Content-Length: 2\r\n\r\n{}\r\n", None),
+            (b"garbage\n", Some("8 bytes that are not a complete LSP message: \"garbage\\n\"")),
+            (b"Content-Len", Some("11 bytes that are not a complete LSP message: \"Content-Len\"")),
+            (b"Content-Length: 5\r\n", Some("19 bytes that are not a complete LSP message")),
+            (b"Content-Length: 5\r\n\r\n{}", Some("a message body announced as 5 bytes, of which 2 arrived")),
+            (b"Content-Length: 500\r\n\r\n{}", Some("the body of a message that was being skipped, 498 bytes short")),
+        ];
+        for (input, want) in cases {
+            let mut d = Decoder::with_limit(100);
+            d.push(input);
+            while d.next_event().is_some() {}
+            let got = d.unfinished();
+            match want {
+                None => assert_eq!(got, None, "{input:?}"),
+                Some(w) => assert!(got.as_deref().is_some_and(|g| g.starts_with(w)), "{input:?}: {got:?}"),
+            }
+        }
     }
 
     #[test]

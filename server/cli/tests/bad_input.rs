@@ -298,3 +298,25 @@ fn the_server_survives_a_barrage_and_exits_cleanly() {
     let (status, _) = c.shutdown_exit().unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// Input that ends inside a message (`garbage` typed at a terminal and Ctrl-D, a client that
+/// dies mid-write) is named in the log before the server exits with code 1; it used to exit
+/// without a word, as a line shorter than a header is not yet known to be garbage.
+#[test]
+fn input_that_ends_inside_a_message_is_named_in_the_log() {
+    for (input, named) in [
+        (&b"garbage\n"[..], "8 bytes that are not a complete LSP message: \"garbage\\n\""),
+        (&b"Content-Length: 40\r\n\r\n{\"jsonrpc\""[..], "a message body announced as 40 bytes, of which 10 arrived"),
+    ] {
+        let sb = Sandbox::new();
+        let repo = GitRepo::new();
+        let mut c = sb.stdio();
+        c.init(&Init::new(&repo.path));
+        c.send_raw(input);
+        c.close_input();
+        let status = c.wait_exit(REQUEST_TIMEOUT).expect("the server exits at the end of its input");
+        assert_eq!(status.code(), Some(1), "{}", c.diagnostics());
+        let log = c.diagnostics();
+        assert!(log.contains(&format!("the client's input ended inside a message: {named}; it is dropped")), "{log}");
+    }
+}

@@ -693,7 +693,12 @@ async fn read_client<R, S, K>(
             }
         }
         match reader.read(&mut chunk).await {
-            Ok(0) => break,
+            Ok(0) => {
+                if let Some(what) = dec.unfinished() {
+                    tracing::warn!("the client's input ended inside a message: {what}; it is dropped");
+                }
+                break;
+            }
             Ok(n) => dec.push(&chunk[..n]),
             Err(e) => {
                 tracing::warn!("connection read failed: {e}");
