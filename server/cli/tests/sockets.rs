@@ -712,6 +712,35 @@ fn call_checks_its_flags_and_environment_as_given() {
         .run();
     assert_eq!(out.code, 0, "{out:?}");
     assert!(!sub.join("relxdg").exists(), "a relative XDG_DATA_HOME was used");
+
+    // `FORGE_DATA_DIR="~/…"` (quoted, so the shell left the `~`) is the home directory's, not
+    // a folder named `~` in the working directory; another relative one is the working
+    // directory's, and the call says where that is.
+    let home = sb.root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = sb
+        .call("plan-write")
+        .no_data_dir()
+        .env("HOME", home.display().to_string())
+        .env("FORGE_DATA_DIR", "~/tilde-data")
+        .input(json!({ "content": "# Tilde" }))
+        .cwd(&sub)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(home.join("tilde-data/forge.db").exists(), "{out:?}");
+    assert!(!sub.join("~").exists(), "a folder named ~ was made");
+    let out = sb
+        .call("plan-write")
+        .no_data_dir()
+        .env("FORGE_DATA_DIR", "rel-data")
+        .input(json!({ "content": "# Relative" }))
+        .cwd(&sub)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(sub.join("rel-data/forge.db").exists(), "{out:?}");
+    let said =
+        format!("FORGE_DATA_DIR=rel-data is a relative path: the data directory is {}", sub.join("rel-data").display());
+    assert!(out.stderr.contains(&said), "{out:?}");
 }
 
 /// A data directory whose name is not UTF-8: a call through a running server on it would

@@ -260,7 +260,7 @@ fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
         return d.to_path_buf();
     }
     if let Some(d) = std::env::var_os("FORGE_DATA_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
+        return env_data_dir(PathBuf::from(d));
     }
     // A relative value is ignored, as the XDG base directory specification says (it would
     // give one database per directory called from).
@@ -268,6 +268,32 @@ fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
         return PathBuf::from(d).join("forge-lsp");
     }
     home_dir().join(".local/share/forge-lsp")
+}
+
+/// `FORGE_DATA_DIR` as given: `~` and `~/…` are the home directory (a quoted `"~/data"`
+/// reaches us unexpanded, and made a folder named `~` in every directory a server was
+/// started from); another relative path is taken from the current directory, as the
+/// shell's tools take one, with a warning naming where that is: an editor starts its
+/// server in the project, so `FORGE_DATA_DIR=data` put a database inside each project.
+fn env_data_dir(d: PathBuf) -> PathBuf {
+    if d.as_os_str() == "~" {
+        return home_dir();
+    }
+    if let Ok(rest) = d.strip_prefix("~") {
+        return home_dir().join(rest);
+    }
+    if d.is_relative() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            let at = std::path::absolute(&d).unwrap_or_else(|_| d.clone());
+            tracing::warn!(
+                "FORGE_DATA_DIR={} is a relative path: the data directory is {} (taken from the directory forge-lsp was started in); set an absolute path to use one data directory from everywhere",
+                d.display(),
+                at.display()
+            );
+        });
+    }
+    d
 }
 
 /// The main working tree of the repository `dir` is a linked worktree of (a loop's
@@ -299,6 +325,23 @@ mod tests {
         assert_eq!(data_dir(Some("/abs/d"), Some(Path::new("data"))), PathBuf::from("/abs/d"));
         // Two spellings of one relative directory are one key.
         assert_eq!(data_dir(Some("./d"), None), data_dir(Some("d"), None));
+    }
+
+    /// `FORGE_DATA_DIR`'s `~` is the home directory; another relative path stays relative
+    /// (taken from the current directory by [`data_dir`]).
+    #[test]
+    fn forge_data_dir_expands_the_home_directory() {
+        let home = home_dir();
+        for (given, want) in [
+            ("~", home.clone()),
+            ("~/data", home.join("data")),
+            ("~/a/b", home.join("a/b")),
+            ("/abs/d", PathBuf::from("/abs/d")),
+            ("rel/d", PathBuf::from("rel/d")),
+            ("~user/d", PathBuf::from("~user/d")),
+        ] {
+            assert_eq!(env_data_dir(PathBuf::from(given)), want, "{given}");
+        }
     }
 
     fn git(dir: &Path, args: &[&str]) {
