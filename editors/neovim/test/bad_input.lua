@@ -40,6 +40,24 @@ local function msgs()
   end, H.messages)
 end
 
+--- How many messages, of any level, match `pat`.
+local function count(pat)
+  local n = 0
+  for _, m in ipairs(H.messages) do
+    if m.msg:find(pat) then
+      n = n + 1
+    end
+  end
+  return n
+end
+
+--- One message about a server's exit: Neovim's own "Client … quit with exit code" warning
+--- is left out, as ours says the same and how to restart (a review counted two).
+local function one_exit_message(ours)
+  vim.wait(1200)
+  return count('quit with exit code') == 0 and count(ours) == 1
+end
+
 local function has(level, pat)
   for _, m in ipairs(H.messages) do
     if m.level == level and m.msg:find(pat) then
@@ -100,6 +118,7 @@ H.run(function()
   end)
   check('server exits at start: an error with the exit code', has(ERROR, 'forge%-lsp failed to start %(exit code 3%)'), msgs())
   check('server exits at start: no stack trace', no_traceback(), msgs())
+  check('server exits at start: one message', one_exit_message('failed to start'), msgs())
 
   -- 4. A server that dies while in use.
   reset()
@@ -136,6 +155,8 @@ H.run(function()
   end)
   check('server killed: an error says it stopped and how to restart', has(ERROR, 'stopped unexpectedly.*signal 9.*:Forge start'), msgs())
   check('server killed: no stack trace', no_traceback(), msgs())
+  check('server killed: one message', one_exit_message('stopped unexpectedly'), msgs())
+  check('server killed: vim.notify is Neovim\'s again', vim.notify == H.notify, tostring(vim.notify))
   -- Meanwhile the plan is edited from a shell (an agent, another terminal).
   local function shell_edit(old, new)
     local input = vim.json.encode({ oldString = old, newString = new })

@@ -8,11 +8,12 @@ H.messages = {}
 local out = assert(os.getenv('FORGE_TEST_OUT'), 'FORGE_TEST_OUT is not set')
 
 -- Capture vim.notify (the plugin's and Neovim's own) and keep printing it to stderr.
-vim.notify = function(msg, level, _)
+H.notify = function(msg, level, _)
   local m = { msg = tostring(msg), level = level or vim.log.levels.INFO }
   table.insert(H.messages, m)
   io.stderr:write(('[notify %s] %s\n'):format(m.level, m.msg))
 end
+vim.notify = H.notify
 
 function H.check(name, ok, detail)
   ok = ok and true or false

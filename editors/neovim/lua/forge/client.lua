@@ -284,12 +284,46 @@ end
 --- the project attaches them ([`on_init`]).
 M.orphans = {}
 
+--- Whether an exit is a stop asked for (:Forge stop, quitting Neovim) or a clean exit.
+local function intended(code, signal)
+  return (code == 0 and (signal == 0 or signal == 15)) or signal == 15
+end
+
+--- Neovim warns "Client <name> quit with exit code …" itself for every exit that was not
+--- intended, from a callback it schedules after ours run; our error says the same and how
+--- to restart, so Neovim's is left out: one message per crash (a review counted two).
+--- Only that one message of that client is dropped, and the filter is gone after it or
+--- after a second, whichever comes first; a `vim.notify` another plugin set meanwhile is
+--- left as it is.
+local function drop_neovims_exit_warning(name)
+  local notify = vim.notify
+  local prefix = ('Client %s quit with exit code '):format(name)
+  local filter
+  local function restore()
+    if vim.notify == filter then
+      vim.notify = notify
+    end
+  end
+  filter = function(msg, ...)
+    if type(msg) == 'string' and msg:sub(1, #prefix) == prefix then
+      restore()
+      return
+    end
+    return notify(msg, ...)
+  end
+  vim.notify = filter
+  vim.defer_fn(restore, 1000)
+end
+
 local function on_exit(code, signal, client_id)
   local info = M.info[client_id]
   M.info[client_id] = nil
   -- Still registered here (Neovim forgets the client after the exit callbacks): its file
   -- buffers, for the project's next client. A plain table read, allowed in a fast event.
   local gone = vim.lsp.get_client_by_id(client_id)
+  if gone and gone.name and not intended(code, signal) then
+    drop_neovims_exit_warning(gone.name)
+  end
   local root = (info and info.root) or (gone and gone.root_dir)
   if gone and root then
     local bufs = {}
@@ -301,8 +335,7 @@ local function on_exit(code, signal, client_id)
   -- on_exit runs in a fast event context: no Vimscript functions here.
   vim.schedule(function()
     require('forge.loops').forget_client(client_id)
-    -- Stopped on purpose (:Forge stop, quitting Neovim) or a clean exit.
-    if code == 0 and (signal == 0 or signal == 15) or signal == 15 then
+    if intended(code, signal) then
       return
     end
     local how = ('exit code %s%s'):format(code, (signal ~= 0) and (', signal ' .. signal) or '')
