@@ -258,8 +258,10 @@ pub fn parse_stored(role: Role, payload: &str) -> Result<StoredHandoff, String> 
 /// the tool's schema, as the seed's zod schemas refuse an empty `changes`, `verification`
 /// and `summary.done`); every other refusal of [`validate_handoff`] (a blank text, a
 /// verdict the loop does not allow) is a tool error (1006). [`validate_handoff`] checks
-/// these first, with the same messages.
-pub fn schema_error(role: Role, input: &LoopHandoffInput) -> Option<String> {
+/// these first, with the same messages. An empty `summary.done` is the schema's error only
+/// where a summary is allowed (`ctx`): where none is, "forbidden" is what the auditor must
+/// hear first, not to add an entry to a summary it then may not send (a review).
+pub fn schema_error(role: Role, input: &LoopHandoffInput, ctx: &AuditContext) -> Option<String> {
     match role {
         Role::Coder => {
             if input.summary.is_some() {
@@ -301,7 +303,8 @@ pub fn schema_error(role: Role, input: &LoopHandoffInput) -> Option<String> {
             .filter_map(|(name, present)| present.then_some(name))
             .collect();
             if coder_fields.is_empty() {
-                return input.summary.as_ref().is_some_and(|s| s.done.is_empty()).then(|| EMPTY_DONE.to_string());
+                let empty_done = input.summary.as_ref().is_some_and(|s| s.done.is_empty());
+                return (empty_done && summary_forbidden(ctx).is_none()).then(|| EMPTY_DONE.to_string());
             }
             let (list, verb) = if coder_fields.len() == 1 {
                 (coder_fields[0].to_string(), "is a coder field")
@@ -337,7 +340,7 @@ pub fn complete_schema_error(input: &LoopCompleteInput) -> Option<String> {
 }
 
 fn coder_from_input(input: &LoopHandoffInput) -> Result<CoderPayload, String> {
-    if let Some(e) = schema_error(Role::Coder, input) {
+    if let Some(e) = schema_error(Role::Coder, input, &AuditContext::default()) {
         return Err(e);
     }
 
@@ -394,36 +397,46 @@ fn coder_from_input(input: &LoopHandoffInput) -> Result<CoderPayload, String> {
 }
 
 fn auditor_from_input(input: &LoopHandoffInput, ctx: &AuditContext) -> Result<AuditorPayload, String> {
-    if let Some(e) = schema_error(Role::Auditor, input) {
+    if let Some(e) = schema_error(Role::Auditor, input, ctx) {
         return Err(e);
     }
 
     let summary = match &input.summary {
         None => None,
         Some(s) => {
-            if !ctx.sectioned {
-                return Err("summary is forbidden in non-sectioned loops: the verdict comes from \
-                     the open findings alone. Call loop-handoff again without summary."
-                    .to_string());
-            }
-            if ctx.blocking_bug_count > 0 {
-                let n = ctx.blocking_bug_count;
-                let findings = if n == 1 {
-                    "1 blocking bug finding remains".to_string()
-                } else {
-                    format!("{n} blocking bug findings remain")
-                };
-                return Err(format!(
-                    "summary is forbidden while blocking bug findings remain open ({findings}): \
-                     a summary records a clean section audit. Call loop-handoff again without \
-                     summary, or first delete the findings that are resolved."
-                ));
+            if let Some(why) = summary_forbidden(ctx) {
+                return Err(why);
             }
             Some(normalize_summary(s)?)
         }
     };
 
     Ok(AuditorPayload { summary, notes: optional_text(input.notes.as_deref()) })
+}
+
+/// Why the auditor may not send a summary in this loop, if it may not.
+fn summary_forbidden(ctx: &AuditContext) -> Option<String> {
+    if !ctx.sectioned {
+        return Some(
+            "summary is forbidden in non-sectioned loops: the verdict comes from \
+             the open findings alone. Call loop-handoff again without summary."
+                .to_string(),
+        );
+    }
+    if ctx.blocking_bug_count > 0 {
+        let n = ctx.blocking_bug_count;
+        let findings = if n == 1 {
+            "1 blocking bug finding remains".to_string()
+        } else {
+            format!("{n} blocking bug findings remain")
+        };
+        return Some(format!(
+            "summary is forbidden while blocking bug findings remain open ({findings}): \
+             a summary records a clean section audit. Call loop-handoff again without \
+             summary, or first delete the findings that are resolved."
+        ));
+    }
+    None
 }
 
 fn normalize_summary(s: &AuditSummary) -> Result<AuditSummary, String> {
@@ -797,16 +810,27 @@ mod tests {
             (Role::PostAction, LoopHandoffInput::default(), None),
         ];
         for (i, (role, input, want)) in cases.iter().enumerate() {
-            let got = schema_error(*role, input);
+            let got = schema_error(*role, input, &SECTIONED);
             match want {
                 Some(prefix) => {
                     let got = got.unwrap_or_else(|| panic!("case {i}: no schema error"));
                     assert!(got.starts_with(prefix), "case {i}: {got}");
                     // validate_handoff refuses it with the same message.
-                    assert_eq!(validate_handoff(*role, input, &ctx).unwrap_err(), got, "case {i}");
+                    assert_eq!(validate_handoff(*role, input, &SECTIONED).unwrap_err(), got, "case {i}");
                 }
                 None => assert_eq!(got, None, "case {i}"),
             }
+        }
+        // Where no summary is allowed, an empty `done` hears "forbidden" (1006) first.
+        let empty_done = LoopHandoffInput { summary: Some(summary(&[])), ..Default::default() };
+        let blocked = AuditContext { sectioned: true, blocking_bug_count: 2 };
+        for (ctx, why) in [
+            (ctx, "summary is forbidden in non-sectioned loops"),
+            (blocked, "summary is forbidden while blocking bug findings remain open (2 blocking"),
+        ] {
+            assert_eq!(schema_error(Role::Auditor, &empty_done, &ctx), None);
+            let e = validate_handoff(Role::Auditor, &empty_done, &ctx).unwrap_err();
+            assert!(e.starts_with(why), "{e}");
         }
     }
 

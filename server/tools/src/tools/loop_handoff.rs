@@ -38,14 +38,17 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             )));
         }
     }
-    loop_scope::others_settled(ctx, &row, "loop-handoff")?;
     let blocking = prompt_context::outstanding(ctx.db, &row).db()?.len() as u32;
     let actx = AuditContext { sectioned: row.total_sections > 0, blocking_bug_count: blocking };
-    // A field of the other role or a missing required one: invalid parameters (-32602).
-    if let Some(e) = handoff::schema_error(role, &input) {
+    // A field of the other role, a missing required one or an empty list the schema needs
+    // entries in: invalid parameters (-32602).
+    if let Some(e) = handoff::schema_error(role, &input, &actx) {
         return Err(ToolError::invalid_params(e));
     }
     let payload = handoff::validate_handoff(role, &input, &actx).map_err(ToolError::invalid)?;
+    // After the input's checks, as in loop-complete: a bad input gets the same answer
+    // whether or not other sessions are busy.
+    loop_scope::others_settled(ctx, &row, "loop-handoff")?;
     let replaced = db::record_handoff(
         ctx.db,
         ctx.project_id(),
