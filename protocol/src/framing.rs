@@ -154,7 +154,9 @@ impl Decoder {
             State::Body(len) => {
                 Some(format!("a message body announced as {len} bytes, of which {} arrived", self.buffered()))
             }
-            State::Header if self.is_idle() => None,
+            // White space after the last message, or the rest of a run of bytes whose
+            // skipping was already reported (`Event::Garbage`, `Event::BadHeader`).
+            State::Header if self.in_garbage || self.pending().iter().all(u8::is_ascii_whitespace) => None,
             State::Header => {
                 let p = self.pending();
                 let sample = String::from_utf8_lossy(&p[..p.len().min(60)]).into_owned();
@@ -302,6 +304,9 @@ impl Decoder {
 
     fn skip_block(&mut self, end: usize, why: String) -> Step {
         self.consume(end);
+        // What follows up to the next header (the refused message's body) belongs to this
+        // report, not to one of its own.
+        self.in_garbage = true;
         Step::Emit(Event::BadHeader(why))
     }
 
@@ -461,6 +466,10 @@ mod tests {
             (b"\r\n\n", None),
             (b"Content-Length: 2\r\n\r\n{}", None),
             (b"Content-Length: 2\r\n\r\n{}\r\n", None),
+            (b"Content-Length: 2\r\n\r\n{}  \t\n", None),
+            // Reported already as a bad header: its leftover body is not reported again.
+            (b"Content-Length: abc\r\n\r\n{}", None),
+            (b"Content-Length: -1\r\n\r\n{}", None),
             (b"garbage\n", Some("8 bytes that are not a complete LSP message: \"garbage\\n\"")),
             (b"Content-Len", Some("11 bytes that are not a complete LSP message: \"Content-Len\"")),
             (b"Content-Length: 5\r\n", Some("19 bytes that are not a complete LSP message")),
