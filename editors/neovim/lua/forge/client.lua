@@ -292,20 +292,23 @@ end
 --- Neovim warns "Client <name> quit with exit code …" itself for every exit that was not
 --- intended, from a callback it schedules after ours run; our error says the same and how
 --- to restart, so Neovim's is left out: one message per crash (a review counted two).
---- Only that one message of that client is dropped, and the filter is gone after it or
---- after a second, whichever comes first; a `vim.notify` another plugin set meanwhile is
---- left as it is.
+--- Only that one message of that client is dropped: after it, or after a second, the
+--- filter passes everything on, and it is taken out of `vim.notify` when it is still there
+--- (a plugin that wrapped `vim.notify` meanwhile keeps its wrapper, which then calls a
+--- filter that does nothing).
 local function drop_neovims_exit_warning(name)
   local notify = vim.notify
   local prefix = ('Client %s quit with exit code '):format(name)
+  local done = false
   local filter
   local function restore()
+    done = true
     if vim.notify == filter then
       vim.notify = notify
     end
   end
   filter = function(msg, ...)
-    if type(msg) == 'string' and msg:sub(1, #prefix) == prefix then
+    if not done and type(msg) == 'string' and msg:sub(1, #prefix) == prefix then
       restore()
       return
     end
