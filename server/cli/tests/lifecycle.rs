@@ -183,6 +183,23 @@ fn initialization_option_data_dir_wins() {
     let err = f.initialize(&Init::rootless().data_dir(std::path::Path::new("rel-data"))).expect_err("refused");
     assert_eq!(err.code, -32602, "{err}");
     assert!(err.message.contains("initializationOptions.forge.dataDir \"rel-data\" is a relative path"), "{err}");
+
+    // `~//x` is the home directory's `x`, as in FORGE_DATA_DIR (it was `/x`); `~` with no
+    // absolute HOME is refused, naming why.
+    let home = sb.root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut g = sb.stdio_with(|c| {
+        c.env("HOME", &home);
+    });
+    g.init(&Init::new(&repo.path).data_dir(std::path::Path::new("~//init-data")));
+    g.tool_ok("plan-write", json!({ "content": "# Home" }));
+    assert!(home.join("init-data/forge.db").exists(), "{}", g.diagnostics());
+    let h = sb.stdio_with(|c| {
+        c.env("HOME", "rel-home");
+    });
+    let err = h.initialize(&Init::new(&repo.path).data_dir(std::path::Path::new("~/x"))).expect_err("refused");
+    assert_eq!(err.code, -32602, "{err}");
+    assert!(err.message.contains("`~` names the home directory, but HOME=rel-home is not an absolute path"), "{err}");
 }
 
 #[test]
@@ -710,6 +727,48 @@ fn a_pipe_the_client_made_larger_is_left_as_it_is() {
     assert_eq!(pipe_capacity(&c, 1), 256 << 10, "the pipe on fd 1{}", c.diagnostics());
     let (status, _) = c.shutdown_exit().expect("the server exits");
     assert_eq!(status.code(), Some(0), "exit code after shutdown+exit{}", c.diagnostics());
+}
+
+/// Reading them on the reactor makes the standard pipes non-blocking, a flag of the pipes'
+/// open files that other processes given the same pipes share; the server puts the flags
+/// back when it ends (a shell's `(forge-lsp serve; cmd) | …` gave `cmd` write errors).
+#[test]
+fn the_standard_pipes_are_left_blocking_when_the_server_ends() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let pipe = || {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills `fds` with two new descriptors, each owned once here.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    };
+    let ((in_read, in_write), (out_read, out_write)) = (pipe(), pipe());
+    // Copies of the server's ends: the same open files, so the same flags.
+    let (server_in, server_out) = (in_read.try_clone().unwrap(), out_write.try_clone().unwrap());
+    // SAFETY: F_GETFL on descriptors owned here.
+    let nonblocking = |fd: &OwnedFd| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+    let log = sb.next_log("stdio-flags");
+    let mut cmd = sb.command();
+    cmd.arg("--data-dir")
+        .arg(&sb.data_dir)
+        .current_dir(&repo.path)
+        .stdin(std::process::Stdio::from(in_read))
+        .stdout(std::process::Stdio::from(out_write))
+        .stderr(std::process::Stdio::from(std::fs::File::create(&log).expect("log file")));
+    let child = cmd.spawn().expect("spawn forge-lsp");
+    let mut c = Client::of_process(
+        Box::new(std::fs::File::from(out_read)),
+        Box::new(std::fs::File::from(in_write)),
+        child,
+        log,
+    );
+    c.init(&Init::new(&repo.path));
+    assert!(nonblocking(&server_in) && nonblocking(&server_out), "read on the reactor while it runs");
+    let (status, _) = c.shutdown_exit().expect("the server exits");
+    assert_eq!(status.code(), Some(0), "{}", c.diagnostics());
+    assert!(!nonblocking(&server_in), "stdin left non-blocking");
+    assert!(!nonblocking(&server_out), "stdout left non-blocking");
 }
 
 /// Editors start the server with pipes, which it reads on the runtime's reactor; standard

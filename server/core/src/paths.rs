@@ -40,6 +40,24 @@ pub fn peer_cred(sock: std::os::fd::BorrowedFd<'_>) -> Option<libc::ucred> {
     (rc == 0).then_some(cred)
 }
 
+/// Whether process `pid` is stopped (`T`: SIGSTOP, a shell's Ctrl-Z) or stopped by a
+/// tracer (`t`), as `/proc/<pid>/stat` says; false when it cannot be read (another pid
+/// namespace, no `/proc`). A stopped server still accepts connections into its backlog but
+/// answers nothing until it is continued.
+pub fn is_stopped(pid: i32) -> bool {
+    pid > 0
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| stat_state(&s))
+            .is_some_and(|state| matches!(state, 'T' | 't'))
+}
+
+/// The state letter of a `/proc/<pid>/stat` line: the field after the command, which is
+/// in parentheses and may itself hold `)` and spaces.
+fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
@@ -265,6 +283,39 @@ mod tests {
 
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_state_of_a_stat_line_follows_the_last_parenthesis() {
+        for (line, want) in [
+            ("42 (forge-lsp) S 1 42 42 0", Some('S')),
+            ("42 (forge-lsp) T 1 42", Some('T')),
+            ("42 (a) b) t 1", Some('t')),
+            ("42 (x y) R", Some('R')),
+            ("42 forge-lsp S", None),
+            ("", None),
+        ] {
+            assert_eq!(stat_state(line), want, "{line}");
+        }
+        assert!(!is_stopped(std::process::id() as i32), "this process runs");
+        assert!(!is_stopped(0) && !is_stopped(-1));
+        // A child stopped with SIGSTOP is stopped; continued, it is not.
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let stopped = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            is_stopped(pid)
+        });
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        let continued = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !is_stopped(pid)
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(stopped && continued, "stopped {stopped}, continued {continued}");
     }
 
     /// Every directory `create_private_dirs` makes is private (the prompts, usage and

@@ -257,10 +257,19 @@ fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
         return PathBuf::from(d);
     }
     if let Some(d) = cli {
-        return d.to_path_buf();
+        // An editor's configuration passes `--data-dir ~/d` with no shell to expand it.
+        return match expand_home(d) {
+            Ok(p) => p.unwrap_or_else(|| d.to_path_buf()),
+            Err(e) => {
+                tracing::warn!("--data-dir {}: {e}; taken as written", d.display());
+                d.to_path_buf()
+            }
+        };
     }
     if let Some(d) = std::env::var_os("FORGE_DATA_DIR").filter(|d| !d.is_empty()) {
-        return env_data_dir(PathBuf::from(d));
+        if let Some(d) = env_data_dir(PathBuf::from(d)) {
+            return d;
+        }
     }
     // A relative value is ignored, as the XDG base directory specification says (it would
     // give one database per directory called from).
@@ -275,12 +284,19 @@ fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
 /// started from); another relative path is taken from the current directory, as the
 /// shell's tools take one, with a warning naming where that is: an editor starts its
 /// server in the project, so `FORGE_DATA_DIR=data` put a database inside each project.
-fn env_data_dir(d: PathBuf) -> PathBuf {
-    if d.as_os_str() == "~" {
-        return home_dir();
-    }
-    if let Ok(rest) = d.strip_prefix("~") {
-        return home_dir().join(rest);
+///
+/// `None` (the variable is ignored, with a warning) when it starts with `~` and there is no
+/// home directory to give it: a `HOME` unset, empty or relative put the database at `/` or
+/// in the project (a review).
+fn env_data_dir(d: PathBuf) -> Option<PathBuf> {
+    match expand_home(&d) {
+        Ok(Some(p)) => return Some(p),
+        Ok(None) => {}
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| tracing::warn!("FORGE_DATA_DIR={}: {e}; the variable is ignored", d.display()));
+            return None;
+        }
     }
     if d.is_relative() {
         static SAID: std::sync::Once = std::sync::Once::new();
@@ -293,7 +309,22 @@ fn env_data_dir(d: PathBuf) -> PathBuf {
             );
         });
     }
-    d
+    Some(d)
+}
+
+/// `path` with its leading `~` component (`~`, `~/x`, `~//x`; not `~user`) replaced by the
+/// home directory: `Ok(None)` when it has no such component, `Err` naming why when it has
+/// one and `HOME` is not an absolute path. The one reading of `~` for every way the data
+/// directory is given (`FORGE_DATA_DIR`, `--data-dir`, the initialization option).
+pub fn expand_home(path: &Path) -> Result<Option<PathBuf>, String> {
+    let Ok(rest) = path.strip_prefix("~") else { return Ok(None) };
+    match std::env::var_os("HOME").map(PathBuf::from) {
+        Some(home) if home.is_absolute() => Ok(Some(if rest.as_os_str().is_empty() { home } else { home.join(rest) })),
+        Some(home) if !home.as_os_str().is_empty() => {
+            Err(format!("`~` names the home directory, but HOME={} is not an absolute path", home.display()))
+        }
+        _ => Err("`~` names the home directory, but HOME is not set".to_string()),
+    }
 }
 
 /// The main working tree of the repository `dir` is a linked worktree of (a loop's
@@ -336,11 +367,13 @@ mod tests {
             ("~", home.clone()),
             ("~/data", home.join("data")),
             ("~/a/b", home.join("a/b")),
+            ("~//a", home.join("a")),
+            ("~/", home.clone()),
             ("/abs/d", PathBuf::from("/abs/d")),
             ("rel/d", PathBuf::from("rel/d")),
             ("~user/d", PathBuf::from("~user/d")),
         ] {
-            assert_eq!(env_data_dir(PathBuf::from(given)), want, "{given}");
+            assert_eq!(env_data_dir(PathBuf::from(given)), Some(want), "{given}");
         }
     }
 

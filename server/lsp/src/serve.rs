@@ -47,6 +47,7 @@ fn peer_of(s: &tokio::net::UnixStream) -> Peer {
 /// server stopped cleanly: the client sent `shutdown` first, or a signal asked it to stop.
 /// (LSP: "exit" without a prior "shutdown" ends the process with exit code 1.)
 pub async fn stdio(hub: Arc<Hub>) -> bool {
+    let flags = StdioFlags::save();
     start_private_socket(hub.clone());
     // The connection is a task on the runtime's workers, not part of the caller's
     // `block_on`: the worker that sees the pipe become readable runs it at once, where a
@@ -69,7 +70,31 @@ pub async fn stdio(hub: Arc<Hub>) -> bool {
         }
     };
     hub.shutdown().await;
+    flags.restore();
     clean
+}
+
+/// The file status flags of standard input and output as this process was given them.
+/// Reading them on the reactor makes both pipes non-blocking ([`stdio_pipes`]), a flag of
+/// the pipe's open file, which every process given the same pipe shares: a shell's
+/// `(forge-lsp serve; cmd) | …` gave `cmd` "Resource temporarily unavailable" (a review).
+/// Put back when serving ends (not after a kill, which leaves no chance to).
+struct StdioFlags([Option<libc::c_int>; 2]);
+
+impl StdioFlags {
+    fn save() -> StdioFlags {
+        // SAFETY: F_GETFL on the standard descriptors; -1 (closed) is kept as None.
+        StdioFlags([0, 1].map(|fd| Some(unsafe { libc::fcntl(fd, libc::F_GETFL) }).filter(|&f| f >= 0)))
+    }
+
+    fn restore(&self) {
+        for (fd, flags) in [0, 1].into_iter().zip(self.0) {
+            if let Some(flags) = flags {
+                // SAFETY: F_SETFL with flags F_GETFL gave for the same descriptor.
+                unsafe { libc::fcntl(fd, libc::F_SETFL, flags) };
+            }
+        }
+    }
 }
 
 /// The capacity asked for the standard input and output pipes (Linux's default is 64 KiB).
@@ -88,8 +113,8 @@ const PIPE_CAPACITY: usize = 256 << 10;
 /// run every read and every write on a blocking-pool thread: two thread hops per request
 /// that a pipe read when it is ready does not need. Anything else (a terminal, a socket,
 /// a file) keeps tokio's blocking standard streams. Setting `O_NONBLOCK` changes the
-/// pipe ends this process was given, which no one else reads or writes; both pipes are
-/// also made [`PIPE_CAPACITY`] large.
+/// pipes' open files, which other processes given the same pipes share: [`StdioFlags`]
+/// puts the flags back when serving ends. Both pipes are also made [`PIPE_CAPACITY`] large.
 fn stdio_pipes() -> Option<(tokio::net::unix::pipe::Receiver, Option<tokio::net::unix::pipe::Sender>)> {
     use std::os::fd::AsFd;
     use std::os::unix::fs::FileTypeExt;

@@ -442,6 +442,16 @@ impl Route {
             self.say(format!("cannot connect to {}: {e}", sock.display()));
             NotThrough::Unreachable
         })?;
+        // A stopped server (Ctrl-Z in the terminal that runs `serve --listen`, SIGSTOP)
+        // accepts into its backlog and answers nothing: passed over at once instead of
+        // after INIT_TIMEOUT, once for every call (a review waited 20 s per stopped server).
+        if let Some(pid) = c.peer_pid().filter(|&pid| forge_core::paths::is_stopped(pid)) {
+            self.say(format!(
+                "the server at {} (pid {pid}) is stopped (continue it with `kill -CONT {pid}`, or `fg` in its terminal): passed over",
+                sock.display()
+            ));
+            return Err(NotThrough::Unreachable);
+        }
         // A server found by its socket file or the `servers` table is this user's: a socket
         // in a folder another user could take over after the server left (a private
         // folder under /tmp, without XDG_RUNTIME_DIR) must not be told the caller's

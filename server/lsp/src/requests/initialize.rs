@@ -304,12 +304,16 @@ fn init_data_dir(
 ) -> std::result::Result<Option<String>, ToolError> {
     let Some(d) = given.filter(|d| !d.trim().is_empty()) else { return Ok(None) };
     let path = std::path::Path::new(d);
+    let home = project::expand_home(path).map_err(|e| {
+        ToolError::invalid_params(format!(
+            "initializationOptions.forge.dataDir {}: {e}; give an absolute path",
+            forge_domain::text::echo(d)
+        ))
+    })?;
     let resolved = if path.is_absolute() {
         return Ok(Some(d.to_string()));
-    } else if d == "~" {
-        project::home_dir()
-    } else if let Some(rest) = d.strip_prefix("~/") {
-        project::home_dir().join(rest)
+    } else if let Some(home) = home {
+        home
     } else if let Some(folder) = folder {
         folder.join(path)
     } else {

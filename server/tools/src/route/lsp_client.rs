@@ -127,6 +127,13 @@ impl LspClient {
         forge_core::paths::peer_cred(self.writer.as_fd()).map(|c| c.uid)
     }
 
+    /// The server's process id as the kernel recorded it when it listened (`SO_PEERCRED`);
+    /// `None` when it cannot be read or lies in another pid namespace (0).
+    pub fn peer_pid(&self) -> Option<i32> {
+        use std::os::fd::AsFd;
+        forge_core::paths::peer_cred(self.writer.as_fd()).map(|c| c.pid).filter(|&p| p > 0)
+    }
+
     /// How long a read waits for the server from now on.
     pub fn set_timeout(&self, wait: Duration) -> std::io::Result<()> {
         self.reader.set_read_timeout(Some(wait))
