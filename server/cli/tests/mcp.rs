@@ -170,6 +170,18 @@ fn initialize_list_and_call_over_stdio() {
     let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
 
     let init = m.initialize();
+    // Its standard pipes are made larger, as `serve`'s (a plan-sized result in one write).
+    for fd in [0, 1] {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(format!("/proc/{}/fd/{fd}", m.child.id()))
+            .expect("the server's pipe");
+        // SAFETY: F_GETPIPE_SZ on a descriptor owned by `f`.
+        assert_eq!(unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETPIPE_SZ) }, 256 << 10, "fd {fd}");
+    }
     assert_eq!(init["serverInfo"]["name"], "forge-lsp", "{init}");
     assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"), "{init}");
     assert_eq!(init["protocolVersion"], "2025-06-18", "{init}");

@@ -97,24 +97,14 @@ impl StdioFlags {
     }
 }
 
-/// The capacity asked for the standard input and output pipes (Linux's default is 64 KiB).
-/// A plan-sized message (the bench's 2,000-line plan is 178 KB, its numbered page 189 KB)
-/// then goes in one `write` instead of three, each of the others waiting for the reader to
-/// drain the pipe and for the reactor to wake the writer again: in `forge-bench` this took
-/// 10–20% off plan-read, plan-write and `textDocumentContent` (docs/performance.md). The
-/// kernel takes pages for a pipe only as data is written, so an idle pipe costs nothing
-/// more; the size counts against the user's `pipe-user-pages-soft` (64 MiB by default),
-/// 512 KiB for the two pipes of a server, where 1 MiB pipes would give half as many servers
-/// before the limit shrinks every new pipe of that user.
-const PIPE_CAPACITY: usize = 256 << 10;
-
 /// Standard input and output as non-blocking pipes on the runtime's reactor, when both are
 /// pipes (as editors and agent CLIs start a language server). `tokio::io::stdin`/`stdout`
 /// run every read and every write on a blocking-pool thread: two thread hops per request
 /// that a pipe read when it is ready does not need. Anything else (a terminal, a socket,
 /// a file) keeps tokio's blocking standard streams. Setting `O_NONBLOCK` changes the
 /// pipes' open files, which other processes given the same pipes share: [`StdioFlags`]
-/// puts the flags back when serving ends. Both pipes are also made [`PIPE_CAPACITY`] large.
+/// puts the flags back when serving ends. Both pipes are also made larger
+/// ([`forge_core::paths::enlarge_pipe`]).
 fn stdio_pipes() -> Option<(tokio::net::unix::pipe::Receiver, Option<tokio::net::unix::pipe::Sender>)> {
     use std::os::fd::AsFd;
     use std::os::unix::fs::FileTypeExt;
@@ -129,16 +119,7 @@ fn stdio_pipes() -> Option<(tokio::net::unix::pipe::Receiver, Option<tokio::net:
         return None;
     }
     for fd in [&input, &output] {
-        use std::os::fd::AsRawFd;
-        // SAFETY: F_GETPIPE_SZ and F_SETPIPE_SZ (an integer argument) on a descriptor
-        // this function owns. A refusal (the user's pipe pages over `pipe-user-pages-soft`, a
-        // smaller `pipe-max-size`) leaves the pipe as it was, which works as before.
-        // A pipe the client already made larger is left as it is.
-        unsafe {
-            if (0..PIPE_CAPACITY as libc::c_int).contains(&libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ)) {
-                libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_CAPACITY as libc::c_int);
-            }
-        }
+        forge_core::paths::enlarge_pipe(fd.as_fd());
     }
     let input = pipe::Receiver::from_owned_fd(input).ok()?;
     // Input switched: output is still taken as it is if it cannot be.

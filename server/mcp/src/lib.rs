@@ -66,6 +66,12 @@ pub fn run(args: McpArgs) -> i32 {
         // Lines as long as the LSP side's messages (64 MiB; the SDK's default is 16 MiB,
         // which a plan within `maxPlanBytes` could exceed once escaped, and a longer line is
         // dropped unanswered).
+        // Pipes made larger, as for `serve`: a plan-sized result goes in one write.
+        {
+            use std::os::fd::AsFd;
+            forge_core::paths::enlarge_pipe(std::io::stdin().as_fd());
+            forge_core::paths::enlarge_pipe(std::io::stdout().as_fd());
+        }
         let (stdin, stdout) = rmcp::transport::stdio();
         let stdin = Counted::new(stdin);
         let input = stdin.seen.clone();
