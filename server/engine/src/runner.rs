@@ -1559,14 +1559,16 @@ impl Runner {
             handle: None,
             stopped: false,
         };
-        let kind = match to {
-            Phase::Auditing if !fresh => Kind::AuditFollowUp,
-            Phase::Auditing => Kind::Audit,
-            Phase::PostAction => Kind::PostAction,
-            Phase::Coding if t.kind == TransitionKind::AdvanceSection => Kind::Initial,
-            Phase::Coding if !fresh => Kind::CoderFollowUp,
-            Phase::Coding => Kind::Continuation,
-        };
+        // A resumed standby whose CLI conversation was never recorded (a preset's CLI
+        // reports its id only once its model has answered; the standby's turns were killed
+        // or hung before that) starts a new conversation, which never saw the task: it gets
+        // the prompt a new session gets, not a follow-up that assumes the earlier turns.
+        let continues = continues_conversation(
+            fresh,
+            crate::agents::preset(&self.config).is_some(),
+            crate::agents::recorded_cli_session(&self.engine.data_dir, &self.live.id).is_some(),
+        );
+        let kind = prompt_kind(to, t.kind == TransitionKind::AdvanceSection, continues);
         let prompt = self.build_prompt(kind, coder_decisions).await;
         self.live.phase_prompt = prompt.clone();
         self.send(prompt).await;
@@ -2348,6 +2350,27 @@ pub(crate) async fn remove_worktree_logged(
     }
 }
 
+/// Whether the session a rotation hands the phase to continues a conversation its agent
+/// remembers: a resumed standby (`!fresh`), unless a preset's CLI never recorded its
+/// conversation (`recorded`), so that its next turn starts a new one. A session run by
+/// `agent.command` keeps its conversation as the agent keeps it.
+fn continues_conversation(fresh: bool, preset: bool, recorded: bool) -> bool {
+    !fresh && (!preset || recorded)
+}
+
+/// The prompt a rotation into phase `to` builds: the follow-up prompts for a session that
+/// continues its conversation ([`continues_conversation`]), the full ones otherwise.
+fn prompt_kind(to: Phase, advances_section: bool, continues: bool) -> Kind {
+    match to {
+        Phase::Auditing if continues => Kind::AuditFollowUp,
+        Phase::Auditing => Kind::Audit,
+        Phase::PostAction => Kind::PostAction,
+        Phase::Coding if advances_section => Kind::Initial,
+        Phase::Coding if continues => Kind::CoderFollowUp,
+        Phase::Coding => Kind::Continuation,
+    }
+}
+
 /// The prompt of a turn: `prompt`, preceded by the phase prompt when the turn starts a
 /// new CLI conversation (`fresh_cli`) and `prompt` is not the phase prompt itself (a
 /// nudge, an instruction of task-revive).
@@ -2361,6 +2384,37 @@ fn with_phase_prompt(phase_prompt: &str, prompt: String, fresh_cli: bool) -> Str
 #[cfg(test)]
 mod tests {
     use super::with_phase_prompt;
+
+    /// A standby resumed by a preset whose CLI never recorded its conversation gets the
+    /// full prompt of its phase, as a new session does (a review found the follow-up alone
+    /// sent to a CLI conversation that had never seen the task).
+    #[test]
+    fn a_resumed_standby_without_a_recorded_conversation_gets_the_full_prompt() {
+        use super::{continues_conversation, prompt_kind, Kind, Phase};
+        // (fresh, preset, recorded) → continues
+        for (fresh, preset, recorded, want) in [
+            (true, false, false, false),
+            (true, true, true, false),
+            (false, false, false, true),
+            (false, true, true, true),
+            (false, true, false, false),
+        ] {
+            assert_eq!(continues_conversation(fresh, preset, recorded), want, "{fresh} {preset} {recorded}");
+        }
+        // (phase, advances a section, continues) → prompt
+        for (to, advances, continues, want) in [
+            (Phase::Auditing, false, true, Kind::AuditFollowUp),
+            (Phase::Auditing, false, false, Kind::Audit),
+            (Phase::Coding, false, true, Kind::CoderFollowUp),
+            (Phase::Coding, false, false, Kind::Continuation),
+            (Phase::Coding, true, true, Kind::Initial),
+            (Phase::Coding, true, false, Kind::Initial),
+            (Phase::PostAction, false, true, Kind::PostAction),
+            (Phase::PostAction, false, false, Kind::PostAction),
+        ] {
+            assert_eq!(prompt_kind(to, advances, continues), want, "{to:?} {advances} {continues}");
+        }
+    }
 
     #[test]
     fn a_turn_that_starts_a_new_cli_conversation_gets_the_phase_prompt_first() {
