@@ -155,14 +155,24 @@ impl Decoder {
                 Some(format!("a message body announced as {len} bytes, of which {} arrived", self.buffered()))
             }
             // White space after the last message, or the rest of a run of bytes whose
-            // skipping was already reported (`Event::Garbage`, `Event::BadHeader`).
-            State::Header if self.in_garbage || self.pending().iter().all(u8::is_ascii_whitespace) => None,
+            // skipping was already reported (`Event::Garbage`, `Event::BadHeader`); a
+            // message that had begun after that run (its header, whole or in part) is
+            // reported.
+            State::Header if self.pending().iter().all(u8::is_ascii_whitespace) => None,
+            State::Header if self.in_garbage && !self.header_begins() => None,
             State::Header => {
                 let p = self.pending();
                 let sample = String::from_utf8_lossy(&p[..p.len().min(60)]).into_owned();
                 Some(format!("{} bytes that are not a complete LSP message: {sample:?}", p.len()))
             }
         }
+    }
+
+    /// Whether the bytes waiting, after blank lines, begin a header (whole or in part).
+    fn header_begins(&self) -> bool {
+        let p = self.pending();
+        let rest = &p[p.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count()..];
+        !rest.is_empty() && !matches!(starts_with_known_header(rest), Prefix::No)
     }
 
     fn consume(&mut self, n: usize) {
@@ -470,6 +480,16 @@ mod tests {
             // Reported already as a bad header: its leftover body is not reported again.
             (b"Content-Length: abc\r\n\r\n{}", None),
             (b"Content-Length: -1\r\n\r\n{}", None),
+            // ... but a message begun after it is.
+            (
+                b"Content-Length: abc\r\n\r\n{}Content-Length: 50\r\n",
+                Some("20 bytes that are not a complete LSP message"),
+            ),
+            (b"Content-Length: abc\r\n\r\n{}Content-Le", Some("10 bytes that are not a complete LSP message")),
+            (
+                b"some garbage that is long\nContent-Length: 50\r\n",
+                Some("20 bytes that are not a complete LSP message"),
+            ),
             (b"garbage\n", Some("8 bytes that are not a complete LSP message: \"garbage\\n\"")),
             (b"Content-Len", Some("11 bytes that are not a complete LSP message: \"Content-Len\"")),
             (b"Content-Length: 5\r\n", Some("19 bytes that are not a complete LSP message")),

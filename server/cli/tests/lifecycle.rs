@@ -195,11 +195,14 @@ fn initialization_option_data_dir_wins() {
     g.tool_ok("plan-write", json!({ "content": "# Home" }));
     assert!(home.join("init-data/forge.db").exists(), "{}", g.diagnostics());
     let h = sb.stdio_with(|c| {
-        c.env("HOME", "rel-home");
+        c.env("HOME", "rel-home").env("FORGE_TEST_PASSWD_HOME", "");
     });
     let err = h.initialize(&Init::new(&repo.path).data_dir(std::path::Path::new("~/x"))).expect_err("refused");
     assert_eq!(err.code, -32602, "{err}");
-    assert!(err.message.contains("`~` names the home directory, but HOME=rel-home is not an absolute path"), "{err}");
+    assert!(err.message.contains("`~` names the home directory, but HOME is not an absolute path"), "{err}");
+    let u = sb.stdio();
+    let err = u.initialize(&Init::new(&repo.path).data_dir(std::path::Path::new("~someone/x"))).expect_err("refused");
+    assert!(err.message.contains("`~someone` (another user's home directory) is not expanded"), "{err}");
 }
 
 #[test]

@@ -741,23 +741,47 @@ fn call_checks_its_flags_and_environment_as_given() {
     let said =
         format!("FORGE_DATA_DIR=rel-data is a relative path: the data directory is {}", sub.join("rel-data").display());
     assert!(out.stderr.contains(&said), "{out:?}");
-    // `~` with no home to give it (HOME empty or relative): the variable is ignored, with a
-    // warning, and the default is used (before: the project, or `/` with HOME unset).
+    // HOME empty or relative: `~` is the home the password database names (a stand-in here,
+    // FORGE_TEST_PASSWD_HOME), as is the default data directory; never the project, never
+    // `/` (a review). Without one either, FORGE_DATA_DIR is ignored, with a warning.
+    let pw = sb.root.join("pw-home");
     for bad_home in ["", "rel-home"] {
-        let out = sb
-            .call("plan-write")
-            .no_data_dir()
-            .env("HOME", bad_home)
-            .env("FORGE_DATA_DIR", "~/nohome-data")
-            .input(json!({ "content": "# No home" }))
-            .cwd(&sub)
-            .run();
+        let run = |forge_data_dir: Option<&str>, passwd_home: &str| {
+            let c = sb
+                .call("plan-write")
+                .no_data_dir()
+                .env("HOME", bad_home)
+                .env("XDG_DATA_HOME", "")
+                .env("FORGE_TEST_PASSWD_HOME", passwd_home)
+                .input(json!({ "content": "# No home" }))
+                .cwd(&sub);
+            match forge_data_dir {
+                Some(d) => c.env("FORGE_DATA_DIR", d).run(),
+                None => c.run(),
+            }
+        };
+        let out = run(Some("~/tilde"), &pw.display().to_string());
         assert_eq!(out.code, 0, "{out:?}");
-        assert!(out.stderr.contains("FORGE_DATA_DIR=~/nohome-data: `~` names the home directory, but HOME"), "{out:?}");
-        assert!(out.stderr.contains("the variable is ignored"), "{out:?}");
-        assert!(sb.data_home.join("forge-lsp/forge.db").exists(), "{out:?}");
-        assert!(!sub.join("nohome-data").exists() && !sub.join("rel-home").exists() && !sub.join("~").exists());
+        assert!(pw.join("tilde/forge.db").exists(), "{out:?}");
+        let out = run(None, &pw.display().to_string());
+        assert_eq!(out.code, 0, "{out:?}");
+        assert!(pw.join(".local/share/forge-lsp/forge.db").exists(), "{out:?}");
+        let out = run(Some("~/tilde"), "");
+        assert!(out.stderr.contains("FORGE_DATA_DIR=~/tilde: `~` names the home directory, but HOME is not an absolute path and the password database names none; the variable is ignored"), "{out:?}");
+        assert!(!sub.join("tilde").exists() && !sub.join("rel-home").exists() && !sub.join("~").exists());
+        assert!(!sub.join(".local").exists(), "a data directory in the project");
     }
+    // Another user's `~name` is not taken as a folder of that name.
+    let out = sb
+        .call("plan-write")
+        .no_data_dir()
+        .env("FORGE_DATA_DIR", "~someone/d")
+        .input(json!({ "content": "# Tilde user" }))
+        .cwd(&sub)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("`~someone` (another user's home directory) is not expanded"), "{out:?}");
+    assert!(!sub.join("~someone").exists());
     // `--data-dir ~/…` as an editor's configuration passes it (no shell to expand it).
     let out = sb
         .call("plan-write")

@@ -73,11 +73,17 @@ pub fn enlarge_pipe(fd: std::os::fd::BorrowedFd<'_>) {
 /// namespace, no `/proc`). A stopped server still accepts connections into its backlog but
 /// answers nothing until it is continued.
 pub fn is_stopped(pid: i32) -> bool {
-    pid > 0
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| stat_state(&s))
-            .is_some_and(|state| matches!(state, 'T' | 't'))
+    stop_state(pid).is_some()
+}
+
+/// How process `pid` is stopped: `Some('T')` by a signal, `Some('t')` by a tracer (a
+/// debugger), `None` when it is not stopped or its state cannot be read ([`is_stopped`]).
+pub fn stop_state(pid: i32) -> Option<char> {
+    if pid <= 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_state(&stat).filter(|s| matches!(s, 'T' | 't'))
 }
 
 /// The state letter of a `/proc/<pid>/stat` line: the field after the command, which is

@@ -286,8 +286,7 @@ fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
 /// server in the project, so `FORGE_DATA_DIR=data` put a database inside each project.
 ///
 /// `None` (the variable is ignored, with a warning) when it starts with `~` and there is no
-/// home directory to give it: a `HOME` unset, empty or relative put the database at `/` or
-/// in the project (a review).
+/// home directory to give it ([`home`]), or with another user's `~name`.
 fn env_data_dir(d: PathBuf) -> Option<PathBuf> {
     match expand_home(&d) {
         Ok(Some(p)) => return Some(p),
@@ -312,18 +311,67 @@ fn env_data_dir(d: PathBuf) -> Option<PathBuf> {
     Some(d)
 }
 
-/// `path` with its leading `~` component (`~`, `~/x`, `~//x`; not `~user`) replaced by the
-/// home directory: `Ok(None)` when it has no such component, `Err` naming why when it has
-/// one and `HOME` is not an absolute path. The one reading of `~` for every way the data
-/// directory is given (`FORGE_DATA_DIR`, `--data-dir`, the initialization option).
+/// `path` with its leading `~` component (`~`, `~/x`, `~//x`) replaced by the home
+/// directory ([`home`]): `Ok(None)` when it does not start with `~`; `Err` naming why for
+/// another user's `~name` (not expanded: it made a folder named `~name`) and when there is
+/// no home directory. The one reading of `~` for every way the data directory is given
+/// (`FORGE_DATA_DIR`, `--data-dir`, the initialization option).
 pub fn expand_home(path: &Path) -> Result<Option<PathBuf>, String> {
-    let Ok(rest) = path.strip_prefix("~") else { return Ok(None) };
-    match std::env::var_os("HOME").map(PathBuf::from) {
-        Some(home) if home.is_absolute() => Ok(Some(if rest.as_os_str().is_empty() { home } else { home.join(rest) })),
-        Some(home) if !home.as_os_str().is_empty() => {
-            Err(format!("`~` names the home directory, but HOME={} is not an absolute path", home.display()))
+    let first = path.components().next().map(|c| c.as_os_str().as_encoded_bytes());
+    match first {
+        Some(b"~") => {}
+        Some(name) if name.starts_with(b"~") => {
+            return Err(format!(
+                "`{}` (another user's home directory) is not expanded; give an absolute path",
+                String::from_utf8_lossy(name)
+            ))
         }
-        _ => Err("`~` names the home directory, but HOME is not set".to_string()),
+        _ => return Ok(None),
+    }
+    let rest = path.strip_prefix("~").unwrap_or(Path::new(""));
+    let home = home().ok_or_else(|| {
+        "`~` names the home directory, but HOME is not an absolute path and the password database names none"
+            .to_string()
+    })?;
+    Ok(Some(if rest.as_os_str().is_empty() { home } else { home.join(rest) }))
+}
+
+/// The user's home directory: `HOME` when it is an absolute path, else the effective user's
+/// home in the password database (as a shell's `~` does without `HOME`); `None` when
+/// neither gives an absolute path. An unset, empty or relative `HOME` put the default data
+/// directory at `/.local/share` or inside the project (a review).
+pub fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute()).or_else(passwd_home)
+}
+
+/// The effective user's home directory in the password database (`getpwuid_r`). In a
+/// debug build `FORGE_TEST_PASSWD_HOME` stands for it (empty: none), so that tests of an
+/// unusable `HOME` never write into the real one.
+fn passwd_home() -> Option<PathBuf> {
+    #[cfg(debug_assertions)]
+    if let Some(h) = std::env::var_os("FORGE_TEST_PASSWD_HOME") {
+        return Some(PathBuf::from(h)).filter(|h| h.is_absolute());
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: getpwuid_r writes the entry into `pwd`, its strings into `buf` (of the
+        // length given) and `result`; all outlive the call, and `pw_dir` is read only while
+        // `buf` lives.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc =
+            unsafe { libc::getpwuid_r(libc::geteuid(), &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result) };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() || pwd.pw_dir.is_null() {
+            return None;
+        }
+        let dir = unsafe { std::ffi::CStr::from_ptr(pwd.pw_dir) };
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+        return p.is_absolute().then_some(p);
     }
 }
 
@@ -339,8 +387,9 @@ pub fn main_worktree(dir: &Path) -> Option<PathBuf> {
     (common.file_name()? == ".git").then(|| common.parent().map(Path::to_path_buf)).flatten()
 }
 
+/// [`home`], or `/` when there is none.
 pub fn home_dir() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"))
+    home().unwrap_or_else(|| PathBuf::from("/"))
 }
 
 #[cfg(test)]
@@ -371,10 +420,15 @@ mod tests {
             ("~/", home.clone()),
             ("/abs/d", PathBuf::from("/abs/d")),
             ("rel/d", PathBuf::from("rel/d")),
-            ("~user/d", PathBuf::from("~user/d")),
         ] {
             assert_eq!(env_data_dir(PathBuf::from(given)), Some(want), "{given}");
         }
+        // Another user's home is not expanded: the variable is ignored (named in a warning).
+        assert_eq!(env_data_dir(PathBuf::from("~user/d")), None);
+        let e = expand_home(Path::new("~user/d")).unwrap_err();
+        assert!(e.starts_with("`~user` (another user's home directory) is not expanded"), "{e}");
+        assert_eq!(expand_home(Path::new("x/~")), Ok(None));
+        assert_eq!(expand_home(Path::new("/~")), Ok(None));
     }
 
     fn git(dir: &Path, args: &[&str]) {

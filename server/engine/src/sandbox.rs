@@ -356,9 +356,10 @@ fn inside_test() -> String {
     }
 }
 
-/// The home directory (`$HOME` when absolute): where the default secret paths are.
+/// The home directory (`$HOME` when absolute, else the password database's): where the
+/// default secret paths are.
 fn home() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute())
+    forge_core::project::home()
 }
 
 /// Single-quoted words, each followed by a space.

@@ -445,11 +445,13 @@ impl Route {
         // A stopped server (Ctrl-Z in the terminal that runs `serve --listen`, SIGSTOP)
         // accepts into its backlog and answers nothing: passed over at once instead of
         // after INIT_TIMEOUT, once for every call (a review waited 20 s per stopped server).
-        if let Some(pid) = c.peer_pid().filter(|&pid| forge_core::paths::is_stopped(pid)) {
-            self.say(format!(
-                "the server at {} (pid {pid}) is stopped (continue it with `kill -CONT {pid}`, or `fg` in its terminal): passed over",
-                sock.display()
-            ));
+        if let Some((pid, state)) = c.peer_pid().and_then(|pid| Some(pid).zip(forge_core::paths::stop_state(pid))) {
+            let how = if state == 't' {
+                "stopped by a debugger or tracer (detach it to continue the server)".to_string()
+            } else {
+                format!("stopped (continue it with `kill -CONT {pid}`, or `fg` in its terminal)")
+            };
+            self.say(format!("the server at {} (pid {pid}) is {how}: passed over", sock.display()));
             return Err(NotThrough::Unreachable);
         }
         // A server found by its socket file or the `servers` table is this user's: a socket
