@@ -168,11 +168,17 @@ impl Decoder {
         }
     }
 
-    /// Whether the bytes waiting, after blank lines, begin a header (whole or in part).
+    /// Whether the bytes waiting, after blank lines, begin a header: a whole header name, or
+    /// at least `Content-` of one (the end of a reported run that only looks like the start
+    /// of one, `…abc` or `…cont`, is not named again: a review).
     fn header_begins(&self) -> bool {
         let p = self.pending();
         let rest = &p[p.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count()..];
-        !rest.is_empty() && !matches!(starts_with_known_header(rest), Prefix::No)
+        match starts_with_known_header(rest) {
+            Prefix::Yes => true,
+            Prefix::Partial => rest.len() >= b"Content-".len(),
+            Prefix::No => false,
+        }
     }
 
     fn consume(&mut self, n: usize) {
@@ -490,6 +496,10 @@ mod tests {
                 b"some garbage that is long\nContent-Length: 50\r\n",
                 Some("20 bytes that are not a complete LSP message"),
             ),
+            // ... not the end of a reported run that only looks like the start of a header.
+            (b"junk junk junk junk junk abc", None),
+            (b"junk junk junk junk junk, see: cont", None),
+            (b"Content-Length: abc\r\n\r\nabc", None),
             (b"garbage\n", Some("8 bytes that are not a complete LSP message: \"garbage\\n\"")),
             (b"Content-Len", Some("11 bytes that are not a complete LSP message: \"Content-Len\"")),
             (b"Content-Length: 5\r\n", Some("19 bytes that are not a complete LSP message")),

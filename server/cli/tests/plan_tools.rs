@@ -695,3 +695,26 @@ fn a_session_id_too_long_for_a_file_name_is_refused() {
     let e = other.initialize(&Init::new(&repo.path).session(&long)).expect_err("refused");
     assert!(e.message.contains("session ids name files"), "{e}");
 }
+
+/// A plan path written `~/<project>/…` is stored relative to the project when `~` is the
+/// home directory by the password database (HOME unset or relative): the sanitizing read
+/// `HOME` itself, and kept such paths as written (a review).
+#[test]
+fn plan_paths_under_the_home_are_sanitized_without_home() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let parent = repo.path.parent().expect("the repository's folder").display().to_string();
+    let name = repo.path.file_name().expect("the repository's name").to_string_lossy().to_string();
+    let plan = format!("# Plan\n\nEdit ~/{name}/src/a.rs and {}/src/b.rs.\n", repo.path.display());
+    let out = sb
+        .call("plan-write")
+        .session("ses_home")
+        .env("HOME", "")
+        .env("FORGE_TEST_PASSWD_HOME", &parent)
+        .input(json!({ "content": plan }))
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = sb.call("plan-read").session("ses_home").input(json!({})).cwd(&repo.path).run();
+    assert!(out.stdout.contains("Edit src/a.rs and src/b.rs."), "{out:?}");
+}

@@ -746,12 +746,16 @@ fn call_checks_its_flags_and_environment_as_given() {
     // `/` (a review). Without one either, FORGE_DATA_DIR is ignored, with a warning.
     let pw = sb.root.join("pw-home");
     for bad_home in ["", "rel-home"] {
+        // XDG_DATA_HOME empty (not used) while the home is there to be used; the sandbox's
+        // when there is none, so that the default is never `/.local/share` (as root, the
+        // test wrote there: a review).
         let run = |forge_data_dir: Option<&str>, passwd_home: &str| {
+            let xdg = if passwd_home.is_empty() { sb.data_home.display().to_string() } else { String::new() };
             let c = sb
                 .call("plan-write")
                 .no_data_dir()
                 .env("HOME", bad_home)
-                .env("XDG_DATA_HOME", "")
+                .env("XDG_DATA_HOME", xdg)
                 .env("FORGE_TEST_PASSWD_HOME", passwd_home)
                 .input(json!({ "content": "# No home" }))
                 .cwd(&sub);
@@ -767,9 +771,11 @@ fn call_checks_its_flags_and_environment_as_given() {
         assert_eq!(out.code, 0, "{out:?}");
         assert!(pw.join(".local/share/forge-lsp/forge.db").exists(), "{out:?}");
         let out = run(Some("~/tilde"), "");
+        assert_eq!(out.code, 0, "{out:?}");
         assert!(out.stderr.contains("FORGE_DATA_DIR=~/tilde: `~` names the home directory, but HOME is not an absolute path and the password database names none; the variable is ignored"), "{out:?}");
         assert!(!sub.join("tilde").exists() && !sub.join("rel-home").exists() && !sub.join("~").exists());
         assert!(!sub.join(".local").exists(), "a data directory in the project");
+        assert!(sb.data_home.join("forge-lsp/forge.db").exists(), "{out:?}");
     }
     // Another user's `~name` is not taken as a folder of that name.
     let out = sb
@@ -780,7 +786,10 @@ fn call_checks_its_flags_and_environment_as_given() {
         .cwd(&sub)
         .run();
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stderr.contains("`~someone` (another user's home directory) is not expanded"), "{out:?}");
+    assert!(
+        out.stderr.contains("`~someone` (a named user's home directory) is not expanded; the variable is ignored"),
+        "{out:?}"
+    );
     assert!(!sub.join("~someone").exists());
     // `--data-dir ~/…` as an editor's configuration passes it (no shell to expand it).
     let out = sb

@@ -78,12 +78,21 @@ pub fn is_stopped(pid: i32) -> bool {
 
 /// How process `pid` is stopped: `Some('T')` by a signal, `Some('t')` by a tracer (a
 /// debugger), `None` when it is not stopped or its state cannot be read ([`is_stopped`]).
+/// Stopped means every thread: a debugger in non-stop mode may stop the main thread alone,
+/// and the others still answer (a review). The threads are read only when the main one is
+/// stopped, so a running server costs one read.
 pub fn stop_state(pid: i32) -> Option<char> {
     if pid <= 0 {
         return None;
     }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat_state(&stat).filter(|s| matches!(s, 'T' | 't'))
+    let state = |stat: String| stat_state(&stat).filter(|s| matches!(s, 'T' | 't'));
+    let main = state(std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+        state(stat)?;
+    }
+    Some(main)
 }
 
 /// The state letter of a `/proc/<pid>/stat` line: the field after the command, which is

@@ -313,7 +313,7 @@ fn env_data_dir(d: PathBuf) -> Option<PathBuf> {
 
 /// `path` with its leading `~` component (`~`, `~/x`, `~//x`) replaced by the home
 /// directory ([`home`]): `Ok(None)` when it does not start with `~`; `Err` naming why for
-/// another user's `~name` (not expanded: it made a folder named `~name`) and when there is
+/// a named user's `~name` (not expanded: it made a folder named `~name`) and when there is
 /// no home directory. The one reading of `~` for every way the data directory is given
 /// (`FORGE_DATA_DIR`, `--data-dir`, the initialization option).
 pub fn expand_home(path: &Path) -> Result<Option<PathBuf>, String> {
@@ -321,10 +321,7 @@ pub fn expand_home(path: &Path) -> Result<Option<PathBuf>, String> {
     match first {
         Some(b"~") => {}
         Some(name) if name.starts_with(b"~") => {
-            return Err(format!(
-                "`{}` (another user's home directory) is not expanded; give an absolute path",
-                String::from_utf8_lossy(name)
-            ))
+            return Err(format!("`{}` (a named user's home directory) is not expanded", String::from_utf8_lossy(name)))
         }
         _ => return Ok(None),
     }
@@ -387,9 +384,24 @@ pub fn main_worktree(dir: &Path) -> Option<PathBuf> {
     (common.file_name()? == ".git").then(|| common.parent().map(Path::to_path_buf)).flatten()
 }
 
-/// [`home`], or `/` when there is none.
+/// [`home`], or `/` when there is none (said once in the log: the default data directory
+/// is then `/.local/share/forge-lsp`, which only root can make).
 pub fn home_dir() -> PathBuf {
-    home().unwrap_or_else(|| PathBuf::from("/"))
+    home().unwrap_or_else(|| {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                "no home directory (HOME is not an absolute path and the password database names none): `/` stands for it; set FORGE_DATA_DIR or --data-dir to an absolute path"
+            )
+        });
+        PathBuf::from("/")
+    })
+}
+
+/// [`home`] as text, for the plan paths written as `~/…` (`ToolEnv::home`); `None` when
+/// there is none or it is not UTF-8.
+pub fn home_string() -> Option<String> {
+    home().and_then(|h| h.into_os_string().into_string().ok())
 }
 
 #[cfg(test)]
@@ -426,7 +438,7 @@ mod tests {
         // Another user's home is not expanded: the variable is ignored (named in a warning).
         assert_eq!(env_data_dir(PathBuf::from("~user/d")), None);
         let e = expand_home(Path::new("~user/d")).unwrap_err();
-        assert!(e.starts_with("`~user` (another user's home directory) is not expanded"), "{e}");
+        assert_eq!(e, "`~user` (a named user's home directory) is not expanded");
         assert_eq!(expand_home(Path::new("x/~")), Ok(None));
         assert_eq!(expand_home(Path::new("/~")), Ok(None));
     }

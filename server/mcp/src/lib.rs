@@ -63,15 +63,15 @@ pub fn run(args: McpArgs) -> i32 {
     let r = rt.block_on(async move {
         let server =
             ForgeMcp { route: Arc::new(route), structured, calls: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS)) };
-        // Lines as long as the LSP side's messages (64 MiB; the SDK's default is 16 MiB,
-        // which a plan within `maxPlanBytes` could exceed once escaped, and a longer line is
-        // dropped unanswered).
         // Pipes made larger, as for `serve`: a plan-sized result goes in one write.
         {
             use std::os::fd::AsFd;
             forge_core::paths::enlarge_pipe(std::io::stdin().as_fd());
             forge_core::paths::enlarge_pipe(std::io::stdout().as_fd());
         }
+        // Lines as long as the LSP side's messages (64 MiB; the SDK's default is 16 MiB,
+        // which a plan within `maxPlanBytes` could exceed once escaped, and a longer line is
+        // dropped unanswered).
         let (stdin, stdout) = rmcp::transport::stdio();
         let stdin = Counted::new(stdin);
         let input = stdin.seen.clone();

@@ -376,8 +376,13 @@ impl Route {
             self.token.as_deref(),
             Some(&project.id),
         )?;
-        let env =
-            ToolEnv { project, caller, config, home: std::env::var("HOME").ok(), links: forge_core::Links::Forge };
+        let env = ToolEnv {
+            project,
+            caller,
+            config,
+            home: forge_core::project::home_string(),
+            links: forge_core::Links::Forge,
+        };
         crate::run_on(&mut conn, &env, name, input, cancel)
     }
 

@@ -182,7 +182,7 @@ pub async fn initialize(backend: &Backend, params: InitializeParams) -> Result<I
     // Links in tool texts and documents: forge:// for clients that read them, else the
     // materialized copies (when there are any).
     let links = if !text_document_content && materialize { Links::View } else { Links::Forge };
-    let env = ToolEnv { project, caller, config, home: std::env::var("HOME").ok(), links };
+    let env = ToolEnv { project, caller, config, home: forge_core::project::home_string(), links };
     let conn = Conn::new(backend.id, backend.client.clone(), backend.outbox.clone(), ws.clone(), env, caps, spelling);
     // A tools-only client gets no pushes: without a diagnostics queue nothing is published
     // to it, and without a subscription no change is announced to it. Each `forge-lsp
