@@ -290,6 +290,14 @@ fn main() {
     if let Err(e) = sqlite {
         tracing::warn!("{e}");
     }
+    // `--data-dir ~name/…`, or `~/…` with no home directory, is refused: taken as written it
+    // made a folder named `~` or `~name` in the project (a review).
+    if let Some(d) = &cli.data_dir {
+        if let Err(e) = forge_core::project::expand_home(d) {
+            eprintln!("forge-lsp: --data-dir {}: {e}; give an absolute path", d.display());
+            std::process::exit(2);
+        }
+    }
     match cli.command {
         Some(Cmd::Call { tool, input, json, agent, session, project, verbose }) => {
             let code = cli::call::run(cli::call::CallArgs {

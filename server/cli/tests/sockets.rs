@@ -777,6 +777,15 @@ fn call_checks_its_flags_and_environment_as_given() {
         assert!(!sub.join(".local").exists(), "a data directory in the project");
         assert!(sb.data_home.join("forge-lsp/forge.db").exists(), "{out:?}");
     }
+    // `--data-dir ~name/…` (or `~/…` with no home) is refused, naming it; no folder is made.
+    for (d, env) in [("~someone/d", ""), ("~/d", "rel-home")] {
+        let c = sb.call("plan-write").data_dir(std::path::Path::new(d)).input(json!({ "content": "# Flag" })).cwd(&sub);
+        let out = if env.is_empty() { c.run() } else { c.env("HOME", env).env("FORGE_TEST_PASSWD_HOME", "").run() };
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(out.stderr.contains(&format!("forge-lsp: --data-dir {d}: ")), "{out:?}");
+        assert!(out.stderr.contains("; give an absolute path"), "{out:?}");
+        assert!(!sub.join("~someone").exists() && !sub.join("~").exists(), "{out:?}");
+    }
     // Another user's `~name` is not taken as a folder of that name.
     let out = sb
         .call("plan-write")

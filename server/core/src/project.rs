@@ -260,6 +260,7 @@ fn chosen_data_dir(init_option: Option<&str>, cli: Option<&Path>) -> PathBuf {
         // An editor's configuration passes `--data-dir ~/d` with no shell to expand it.
         return match expand_home(d) {
             Ok(p) => p.unwrap_or_else(|| d.to_path_buf()),
+            // Refused by the command line before this (`main`); a library caller's is kept.
             Err(e) => {
                 tracing::warn!("--data-dir {}: {e}; taken as written", d.display());
                 d.to_path_buf()
@@ -391,7 +392,7 @@ pub fn home_dir() -> PathBuf {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
             tracing::warn!(
-                "no home directory (HOME is not an absolute path and the password database names none): `/` stands for it; set FORGE_DATA_DIR or --data-dir to an absolute path"
+                "no home directory (HOME is not an absolute path and the password database names none): `/` stands for it, in the default data directory (/.local/share/forge-lsp) and user configuration (/.config/forge-lsp); set FORGE_DATA_DIR (or --data-dir) and XDG_CONFIG_HOME to absolute paths, or HOME"
             )
         });
         PathBuf::from("/")
