@@ -15,23 +15,43 @@ pub fn sanitize_paths<'t>(text: &'t str, project_dir: &str, home: Option<&str>) 
     if dir.is_empty() {
         return std::borrow::Cow::Borrowed(text);
     }
-    let mut prefixes = vec![format!("{dir}/")];
-    if let Some(home) = home.filter(|h| !h.is_empty()) {
+    // The `~` form first: with the home directory `/`, `~/<dir>/` holds `<dir>/`. A `<dir>/`
+    // right after a `~` is a path below the home directory, not the project's (its removal
+    // left `~y`: a review). A home written with a trailing `/` is the same directory.
+    let mut prefixes = vec![];
+    if let Some(home) = home.filter(|h| !h.is_empty()).map(|h| h.trim_end_matches('/')) {
         if let Some(relative) = dir.strip_prefix(home).filter(|r| r.starts_with('/')) {
-            let tilde = format!("~{relative}/");
-            if !prefixes.contains(&tilde) {
-                prefixes.push(tilde);
-            }
+            prefixes.push(format!("~{relative}/"));
         }
     }
+    prefixes.push(format!("{dir}/"));
     // A plan rarely names its own directory: search first, copy only on a hit.
     let mut out = std::borrow::Cow::Borrowed(text);
     for prefix in &prefixes {
-        if out.contains(prefix.as_str()) {
-            out = std::borrow::Cow::Owned(out.replace(prefix.as_str(), ""));
+        if let Some(removed) = remove_all(&out, prefix) {
+            out = std::borrow::Cow::Owned(removed);
         }
     }
     out
+}
+
+/// `text` without each occurrence of `prefix` that does not follow a `~` (left to right,
+/// not overlapping); `None` when none was removed.
+fn remove_all(text: &str, prefix: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut last = 0;
+    for (i, _) in text.match_indices(prefix) {
+        if text[..i].ends_with('~') {
+            continue;
+        }
+        out.push_str(&text[last..i]);
+        last = i + prefix.len();
+    }
+    if last == 0 {
+        return None;
+    }
+    out.push_str(&text[last..]);
+    Some(out)
 }
 
 #[cfg(test)]
@@ -60,6 +80,14 @@ mod tests {
         assert_eq!(sanitize_paths("~/p/a and /work/p/b", "/work/p", Some("/home/u")), "~/p/a and b");
         // A sibling that merely shares the prefix text is not "under" home.
         assert_eq!(sanitize_paths("~/2/p/a", "/home/u2/p", Some("/home/u")), "~/2/p/a");
+    }
+
+    /// A home directory of `/`, or written with a trailing `/`, is the same directory.
+    #[test]
+    fn a_home_at_the_root_or_with_a_trailing_slash() {
+        let text = "A ~/proj/x B ~/home/u/proj/y C /home/u/proj/z";
+        assert_eq!(sanitize_paths(text, "/home/u/proj", Some("/home/u/")), "A x B ~/home/u/proj/y C z");
+        assert_eq!(sanitize_paths(text, "/home/u/proj", Some("/")), "A ~/proj/x B y C z");
     }
 
     #[test]
