@@ -59,11 +59,34 @@ fn tool_of(permission: &str) -> &str {
 
 /// The entry as shown in warnings (compact JSON, cut to 80 characters).
 fn show(v: &Value) -> String {
-    let s = v.to_string();
+    let s = toml_inline(v);
     if s.chars().count() > 80 {
         format!("{}...", s.chars().take(77).collect::<String>())
     } else {
         s
+    }
+}
+
+/// `v` written as in a TOML file, as the rules and the advice in the warnings are
+/// (`{ permission = "bash" }`; JSON's `{"permission":"bash"}` beside them read as two
+/// languages: a review). Strings are quoted with JSON's escapes, which TOML's basic strings
+/// share; `null`, which TOML lacks, stays `null`.
+fn toml_inline(v: &Value) -> String {
+    match v {
+        Value::Object(o) if o.is_empty() => "{}".to_string(),
+        Value::Object(o) => {
+            let bare = |k: &str| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            let fields: Vec<String> = o
+                .iter()
+                .map(|(k, v)| {
+                    let key = if bare(k) { k.clone() } else { Value::from(k.as_str()).to_string() };
+                    format!("{key} = {}", toml_inline(v))
+                })
+                .collect();
+            format!("{{ {} }}", fields.join(", "))
+        }
+        Value::Array(a) => format!("[{}]", a.iter().map(toml_inline).collect::<Vec<_>>().join(", ")),
+        other => other.to_string(),
     }
 }
 
@@ -263,6 +286,21 @@ mod tests {
         assert!(warnings[0].contains(needle), "{warnings:?}");
     }
 
+    /// Dropped entries are shown as TOML, as the rules and the advice are.
+    #[test]
+    fn entries_are_shown_as_toml() {
+        for (entry, shown) in [
+            (json!("*"), "\"*\""),
+            (json!({ "permission": "bash" }), "{ permission = \"bash\" }"),
+            (json!({ "permission": 3, "my key": [1, null] }), "{ \"my key\" = [1, null], permission = 3 }"),
+            (json!({}), "{}"),
+            (json!(["a", "b\"c"]), "[\"a\", \"b\\\"c\"]"),
+        ] {
+            assert_eq!(show(&entry), shown, "{entry}");
+        }
+        one_warning(json!([{ "permission": "bash" }]), "entry { permission = \"bash\" } ignored: a blanket deny");
+    }
+
     #[test]
     fn strings_and_tables_compile() {
         let (rules, warnings) = compile(
@@ -351,7 +389,7 @@ mod tests {
             json!(""),
             json!(" review-write"),
         ] {
-            let shown = bad.to_string();
+            let shown = toml_inline(&bad);
             one_warning(json!([bad]), &format!("entry {shown} ignored: an entry is a permission name"));
         }
         let (rules, warnings) = compile(&[json!({ "permission": "x".repeat(200) })]);
