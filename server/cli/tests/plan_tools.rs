@@ -717,4 +717,18 @@ fn plan_paths_under_the_home_are_sanitized_without_home() {
     assert_eq!(out.code, 0, "{out:?}");
     let out = sb.call("plan-read").session("ses_home").input(json!({})).cwd(&repo.path).run();
     assert!(out.stdout.contains("Edit src/a.rs and src/b.rs."), "{out:?}");
+    // HOME a link to the folder: the same home directory.
+    let link = sb.root.join("home-link");
+    std::os::unix::fs::symlink(repo.path.parent().unwrap(), &link).unwrap();
+    let plan = format!("# Plan\n\nEdit ~/{name}/src/c.rs.\n");
+    let out = sb
+        .call("plan-write")
+        .session("ses_link")
+        .env("HOME", link.display().to_string())
+        .input(json!({ "content": plan }))
+        .cwd(&repo.path)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = sb.call("plan-read").session("ses_link").input(json!({})).cwd(&repo.path).run();
+    assert!(out.stdout.contains("Edit src/c.rs."), "{out:?}");
 }

@@ -399,10 +399,11 @@ pub fn home_dir() -> PathBuf {
     })
 }
 
-/// [`home`] as text, for the plan paths written as `~/…` (`ToolEnv::home`); `None` when
-/// there is none or it is not UTF-8.
+/// [`home`] as text, for the plan paths written as `~/…` (`ToolEnv::home`), with its links
+/// resolved as the project root's are (a `HOME` that is a link to the real home matched no
+/// project: a review); `None` when there is none or it is not UTF-8.
 pub fn home_string() -> Option<String> {
-    home().and_then(|h| h.into_os_string().into_string().ok())
+    home().map(|h| h.canonicalize().unwrap_or(h)).and_then(|h| h.into_os_string().into_string().ok())
 }
 
 #[cfg(test)]
