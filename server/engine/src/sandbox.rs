@@ -56,6 +56,8 @@ use serde_json::json;
 use tokio::io::AsyncReadExt;
 
 use super::Engine;
+// The home directory where the default secret paths are.
+use forge_core::project::home;
 use forge_core::ToolEnv;
 
 pub use crate::secrets::Secrets;
@@ -354,12 +356,6 @@ fn inside_test() -> String {
             "if false; then exec ".to_string()
         }
     }
-}
-
-/// The home directory (`$HOME` when absolute, else the password database's): where the
-/// default secret paths are.
-fn home() -> Option<PathBuf> {
-    forge_core::project::home()
 }
 
 /// Single-quoted words, each followed by a space.
