@@ -68,16 +68,10 @@ pub fn enlarge_pipe(fd: std::os::fd::BorrowedFd<'_>) {
     }
 }
 
-/// Whether process `pid` is stopped (`T`: SIGSTOP, a shell's Ctrl-Z) or stopped by a
-/// tracer (`t`), as `/proc/<pid>/stat` says; false when it cannot be read (another pid
-/// namespace, no `/proc`). A stopped server still accepts connections into its backlog but
-/// answers nothing until it is continued.
-pub fn is_stopped(pid: i32) -> bool {
-    stop_state(pid).is_some()
-}
-
-/// How process `pid` is stopped: `Some('T')` by a signal, `Some('t')` by a tracer (a
-/// debugger), `None` when it is not stopped or its state cannot be read ([`is_stopped`]).
+/// How process `pid` is stopped, as `/proc/<pid>/stat` says: `Some('T')` by a signal
+/// (SIGSTOP, a shell's Ctrl-Z), `Some('t')` by a tracer (a debugger); `None` when it is not
+/// stopped or its state cannot be read (another pid namespace, no `/proc`). A stopped
+/// server still accepts connections into its backlog but answers nothing until continued.
 /// Stopped means every thread: a debugger in non-stop mode may stop the main thread alone,
 /// and the others still answer (a review). The threads are read only when the main one is
 /// stopped, so a running server costs one read.
@@ -340,8 +334,8 @@ mod tests {
         ] {
             assert_eq!(stat_state(line), want, "{line}");
         }
-        assert!(!is_stopped(std::process::id() as i32), "this process runs");
-        assert!(!is_stopped(0) && !is_stopped(-1));
+        assert_eq!(stop_state(std::process::id() as i32), None, "this process runs");
+        assert_eq!((stop_state(0), stop_state(-1)), (None, None));
         // A child stopped with SIGSTOP is stopped; continued, it is not.
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id() as i32;
@@ -349,12 +343,12 @@ mod tests {
         unsafe { libc::kill(pid, libc::SIGSTOP) };
         let stopped = (0..200).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
-            is_stopped(pid)
+            stop_state(pid) == Some('T')
         });
         unsafe { libc::kill(pid, libc::SIGCONT) };
         let continued = (0..200).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
-            !is_stopped(pid)
+            stop_state(pid).is_none()
         });
         let _ = child.kill();
         let _ = child.wait();

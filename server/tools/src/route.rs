@@ -450,7 +450,9 @@ impl Route {
         // A stopped server (Ctrl-Z in the terminal that runs `serve --listen`, SIGSTOP)
         // accepts into its backlog and answers nothing: passed over at once instead of
         // after INIT_TIMEOUT, once for every call (a review waited 20 s per stopped server).
-        if let Some((pid, state)) = c.peer_pid().and_then(|pid| Some(pid).zip(forge_core::paths::stop_state(pid))) {
+        if let Some((pid, state)) =
+            c.peer_pid().and_then(|pid| forge_core::paths::stop_state(pid).map(|state| (pid, state)))
+        {
             let how = if state == 't' {
                 "stopped by a debugger or tracer (detach it to continue the server)".to_string()
             } else {
