@@ -674,6 +674,14 @@ impl Runner {
     }
 
     /// Starts a turn of the live session with `prompt`.
+    /// Whether the live session is run by a preset CLI that never recorded its own
+    /// conversation id (OpenCode and Gemini report it only once their model has answered):
+    /// its next turn starts a new conversation, which has never seen the task.
+    fn cli_conversation_unrecorded(&self) -> bool {
+        crate::agents::preset(&self.config).is_some()
+            && crate::agents::recorded_cli_session(&self.engine.data_dir, &self.live.id).is_none()
+    }
+
     async fn send(&mut self, prompt: String) {
         let Some(row) = self.row().await else { return };
         if !self.is_ours(&row) || self.stopping.asked() {
@@ -712,9 +720,7 @@ impl Runner {
         // model answered: OpenCode and Gemini report the id only then) starts a new one,
         // which has never seen the task: it gets the phase prompt first (a review found
         // such sessions given only "Continue where you left off").
-        let fresh_cli = self.live.turns > 1
-            && crate::agents::preset(&self.config).is_some()
-            && crate::agents::recorded_cli_session(&self.engine.data_dir, &self.live.id).is_none();
+        let fresh_cli = self.live.turns > 1 && self.cli_conversation_unrecorded();
         let prompt = with_phase_prompt(&self.live.phase_prompt, prompt, fresh_cli);
         // Messages queued for this session (forge.task-message) go first, delivered once.
         let sid = self.live.id.clone();
@@ -1563,11 +1569,7 @@ impl Runner {
         // reports its id only once its model has answered; the standby's turns were killed
         // or hung before that) starts a new conversation, which never saw the task: it gets
         // the prompt a new session gets, not a follow-up that assumes the earlier turns.
-        let continues = continues_conversation(
-            fresh,
-            crate::agents::preset(&self.config).is_some(),
-            crate::agents::recorded_cli_session(&self.engine.data_dir, &self.live.id).is_some(),
-        );
+        let continues = continues_conversation(fresh, self.cli_conversation_unrecorded());
         let kind = prompt_kind(to, t.kind == TransitionKind::AdvanceSection, continues);
         let prompt = self.build_prompt(kind, coder_decisions).await;
         self.live.phase_prompt = prompt.clone();
@@ -2351,11 +2353,11 @@ pub(crate) async fn remove_worktree_logged(
 }
 
 /// Whether the session a rotation hands the phase to continues a conversation its agent
-/// remembers: a resumed standby (`!fresh`), unless a preset's CLI never recorded its
-/// conversation (`recorded`), so that its next turn starts a new one. A session run by
-/// `agent.command` keeps its conversation as the agent keeps it.
-fn continues_conversation(fresh: bool, preset: bool, recorded: bool) -> bool {
-    !fresh && (!preset || recorded)
+/// remembers: a resumed standby (`!fresh`), unless its preset CLI never recorded its
+/// conversation (`unrecorded`, [`Runner::cli_conversation_unrecorded`]), so that its next
+/// turn starts a new one.
+fn continues_conversation(fresh: bool, unrecorded: bool) -> bool {
+    !fresh && !unrecorded
 }
 
 /// The prompt a rotation into phase `to` builds: the follow-up prompts for a session that
@@ -2391,15 +2393,11 @@ mod tests {
     #[test]
     fn a_resumed_standby_without_a_recorded_conversation_gets_the_full_prompt() {
         use super::{continues_conversation, prompt_kind, Kind, Phase};
-        // (fresh, preset, recorded) → continues
-        for (fresh, preset, recorded, want) in [
-            (true, false, false, false),
-            (true, true, true, false),
-            (false, false, false, true),
-            (false, true, true, true),
-            (false, true, false, false),
-        ] {
-            assert_eq!(continues_conversation(fresh, preset, recorded), want, "{fresh} {preset} {recorded}");
+        // (fresh, unrecorded) → continues
+        for (fresh, unrecorded, want) in
+            [(true, false, false), (true, true, false), (false, false, true), (false, true, false)]
+        {
+            assert_eq!(continues_conversation(fresh, unrecorded), want, "{fresh} {unrecorded}");
         }
         // (phase, advances a section, continues) → prompt
         for (to, advances, continues, want) in [
