@@ -936,7 +936,8 @@ pub fn relink_moved_worktree(repo_dir: &Path, worktree: &Path) -> Result<bool, S
     let admin = repo.commondir().join("worktrees").join(id);
     let back = fs::read_to_string(admin.join("gitdir")).map(|b| PathBuf::from(b.trim())).ok();
     let canonical = |p: &Path| p.canonicalize().ok();
-    if back.as_deref().and_then(canonical).is_none() || back.as_deref().and_then(canonical) != canonical(&dot_git) {
+    let back = back.as_deref().and_then(canonical);
+    if back.is_none() || back != canonical(&dot_git) {
         return Err(problem);
     }
     let admin = canonical(&admin).unwrap_or(admin);

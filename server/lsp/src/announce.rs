@@ -566,33 +566,31 @@ async fn keep_and_tell(
 /// How many texts of each copy [`note_written`] remembers.
 const WRITTEN_KEPT: usize = 16;
 
-/// The file that records the digests of the last texts any server process wrote into the
-/// copy at `path`: `<data dir>/view-digests/<digest of the path>`, one hex digest a line.
-fn written_record(data_dir: &std::path::Path, path: &std::path::Path) -> std::path::PathBuf {
-    data_dir
-        .join("view-digests")
+/// The file, relative to the data directory, that records the digests of the last texts
+/// any server process wrote into the copy at `path`: `view-digests/<digest of the path>`,
+/// one hex digest a line.
+fn written_record(path: &std::path::Path) -> std::path::PathBuf {
+    std::path::Path::new(WRITTEN_DIR)
         .join(format!("{:016x}", crate::conn::digest_bytes(path.as_os_str().as_encoded_bytes())))
 }
+
+/// The data directory's folder of [`written_record`]s.
+const WRITTEN_DIR: &str = "view-digests";
 
 /// Records that a server wrote the text with digest `d` into the copy at `path`, for every
 /// server process of the data directory ([`written_by_a_server`]). Two processes writing at
 /// once may lose one's line: the copy is then taken for the user's, as before the record.
 fn note_written(data_dir: &std::path::Path, path: &std::path::Path, d: u64) {
-    let file = written_record(data_dir, path);
+    let record = written_record(path);
     let line = format!("{d:016x}");
-    let old = std::fs::read_to_string(&file).unwrap_or_default();
+    let old = std::fs::read_to_string(data_dir.join(&record)).unwrap_or_default();
     let mut lines: Vec<&str> = old.lines().filter(|l| *l != line).collect();
     lines.push(&line);
     let keep = lines.len().saturating_sub(WRITTEN_KEPT);
     let text = lines[keep..].join("\n") + "\n";
-    if let Err(e) = forge_core::paths::create_private_dirs(&data_dir.join("view-digests")).and_then(|()| {
-        forge_core::beneath::write_file(
-            data_dir,
-            &std::path::Path::new("view-digests").join(file.file_name().unwrap_or_default()),
-            text.as_bytes(),
-            0o600,
-        )
-    }) {
+    if let Err(e) = forge_core::paths::create_private_dirs(&data_dir.join(WRITTEN_DIR))
+        .and_then(|()| forge_core::beneath::write_file(data_dir, &record, text.as_bytes(), 0o600))
+    {
         tracing::debug!("cannot record the copy written to {}: {e}", path.display());
     }
 }
@@ -601,7 +599,7 @@ fn note_written(data_dir: &std::path::Path, path: &std::path::Path, d: u64) {
 /// copy at `path` (one of its last [`WRITTEN_KEPT`] texts).
 fn written_by_a_server(data_dir: &std::path::Path, path: &std::path::Path, d: u64) -> bool {
     let line = format!("{d:016x}");
-    std::fs::read_to_string(written_record(data_dir, path)).is_ok_and(|t| t.lines().any(|l| l == line))
+    std::fs::read_to_string(data_dir.join(written_record(path))).is_ok_and(|t| t.lines().any(|l| l == line))
 }
 
 /// Writes a read-only view file (mode 0444), replacing any previous one; `None` removes
