@@ -704,17 +704,23 @@ fn pipes_given_as_standard_streams_are_read_on_the_reactor() {
     serves_with_stdin(sb.stdio(), &repo, true);
 }
 
+/// A new pipe: its read end and its write end.
+fn new_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors, each owned once here.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
 /// A client that made its pipe larger than [`serves_with_stdin`]'s 256 KiB keeps it: the
 /// server only ever enlarges a pipe.
 #[test]
 fn a_pipe_the_client_made_larger_is_left_as_it_is() {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::AsRawFd;
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills `fds` with two new descriptors, each owned once below.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) = new_pipe();
     // SAFETY: F_SETPIPE_SZ with an integer argument on a descriptor owned here.
     assert!(unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) } >= 1 << 20, "F_SETPIPE_SZ");
     let log = sb.next_log("stdio-large-pipe");
@@ -740,16 +746,10 @@ fn a_pipe_the_client_made_larger_is_left_as_it_is() {
 /// back when it ends (a shell's `(forge-lsp serve; cmd) | …` gave `cmd` write errors).
 #[test]
 fn the_standard_pipes_are_left_blocking_when_the_server_ends() {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::{AsRawFd, OwnedFd};
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let pipe = || {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills `fds` with two new descriptors, each owned once here.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    };
-    let ((in_read, in_write), (out_read, out_write)) = (pipe(), pipe());
+    let ((in_read, in_write), (out_read, out_write)) = (new_pipe(), new_pipe());
     // Copies of the server's ends: the same open files, so the same flags.
     let (server_in, server_out) = (in_read.try_clone().unwrap(), out_write.try_clone().unwrap());
     // SAFETY: F_GETFL on descriptors owned here.

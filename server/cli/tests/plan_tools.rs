@@ -705,30 +705,30 @@ fn plan_paths_under_the_home_are_sanitized_without_home() {
     let repo = GitRepo::new();
     let parent = repo.path.parent().expect("the repository's folder").display().to_string();
     let name = repo.path.file_name().expect("the repository's name").to_string_lossy().to_string();
-    let plan = format!("# Plan\n\nEdit ~/{name}/src/a.rs and {}/src/b.rs.\n", repo.path.display());
-    let out = sb
-        .call("plan-write")
-        .session("ses_home")
-        .env("HOME", "")
-        .env("FORGE_TEST_PASSWD_HOME", &parent)
-        .input(json!({ "content": plan }))
-        .cwd(&repo.path)
-        .run();
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = sb.call("plan-read").session("ses_home").input(json!({})).cwd(&repo.path).run();
+    // Writes `plan` for `session` with `home` as HOME (and `passwd` standing in for the
+    // password database's home), and reads back what was stored.
+    let stored = |session: &str, plan: String, home: &str, passwd: &str| {
+        let out = sb
+            .call("plan-write")
+            .session(session)
+            .env("HOME", home)
+            .env("FORGE_TEST_PASSWD_HOME", passwd)
+            .input(json!({ "content": plan }))
+            .cwd(&repo.path)
+            .run();
+        assert_eq!(out.code, 0, "{out:?}");
+        sb.call("plan-read").session(session).input(json!({})).cwd(&repo.path).run()
+    };
+    let out = stored(
+        "ses_home",
+        format!("# Plan\n\nEdit ~/{name}/src/a.rs and {}/src/b.rs.\n", repo.path.display()),
+        "",
+        &parent,
+    );
     assert!(out.stdout.contains("Edit src/a.rs and src/b.rs."), "{out:?}");
     // HOME a link to the folder: the same home directory.
     let link = sb.root.join("home-link");
     std::os::unix::fs::symlink(repo.path.parent().unwrap(), &link).unwrap();
-    let plan = format!("# Plan\n\nEdit ~/{name}/src/c.rs.\n");
-    let out = sb
-        .call("plan-write")
-        .session("ses_link")
-        .env("HOME", link.display().to_string())
-        .input(json!({ "content": plan }))
-        .cwd(&repo.path)
-        .run();
-    assert_eq!(out.code, 0, "{out:?}");
-    let out = sb.call("plan-read").session("ses_link").input(json!({})).cwd(&repo.path).run();
+    let out = stored("ses_link", format!("# Plan\n\nEdit ~/{name}/src/c.rs.\n"), &link.display().to_string(), "");
     assert!(out.stdout.contains("Edit src/c.rs."), "{out:?}");
 }
