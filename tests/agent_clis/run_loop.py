@@ -26,6 +26,7 @@ auditor's finding and handoffs as calls of the Forge MCP tools the preset wired 
                      -> the loop completes
 """
 
+import atexit
 import json
 import os
 import shutil
@@ -312,6 +313,7 @@ def main():
     base = os.path.join(cache, "tmp")
     os.makedirs(base, exist_ok=True)
     T = tempfile.mkdtemp(prefix="e2e-%s-" % cli, dir=base)
+    result_extra = {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_")}
     home = os.path.join(T, "home")
     env.update(HOME=home, XDG_CONFIG_HOME=home + "/.config", XDG_DATA_HOME=home + "/.local/share",
@@ -337,12 +339,26 @@ def main():
     setup_cli(cli, T, env, port, repo)
     user_plugin(env)
     sandbox = sandbox_works()
+    # Codex is run as its preset alone runs it, `codex` found on PATH, from an install under
+    # /tmp, which the sandbox's private /tmp hides (review DD 6; the whole Codex runs in the
+    # sandbox). No timing wrapper: a sandboxed Codex's marks are not kept anyway (below).
+    install_tmp = None
+    command = "command = [%s]\n" % (json.dumps(os.path.join(T, "timed-agent")) + ", " + json.dumps(cli_bin))
+    if cli == "codex":
+        install_tmp = tempfile.mkdtemp(prefix="e2e-codex-install-", dir="/tmp")
+        atexit.register(shutil.rmtree, install_tmp, True)
+        modules = os.path.dirname(os.path.dirname(cli_bin))
+        if subprocess.run(["cp", "-al", modules, install_tmp], capture_output=True).returncode != 0:
+            subprocess.run(["cp", "-a", modules, install_tmp], check=True)
+        env["PATH"] = os.path.join(install_tmp, "node_modules", ".bin") + os.pathsep + env.get("PATH", "")
+        command = ""
+        result_extra["codex_from"] = install_tmp
     os.makedirs(os.path.join(repo, ".forge"))
     with open(os.path.join(repo, ".forge", "config.toml"), "w") as f:
         f.write('executionModel = "%s"\nauditorModel = "%s"\nauditorFallbackModels = ["%s"]\n\n'
-                '[agent]\npreset = "%s"\ncommand = [%s]\n\n'
+                '[agent]\npreset = "%s"\n%s\n'
                 '[sandbox]\nenabled = %s\n\n[loop]\nbusyStallTimeoutMs = 120000\n'
-                % (model, limited, model, cli, json.dumps(os.path.join(T, "timed-agent")) + ", " + json.dumps(cli_bin),
+                % (model, limited, model, cli, command,
                    "true" if sandbox else "false"))
     # A wrapper that stamps each turn's start and end (ns), for the engine's overhead per
     # transition: the next turn's start minus the previous turn's end.
@@ -362,7 +378,7 @@ def main():
     env["RUST_LOG"] = env.get("RUST_LOG", "info")
     proc = subprocess.Popen([forge, "serve", "--listen", "unix:" + sock, "--data-dir", data], cwd=repo, env=env,
                             stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
-    result = {"cli": cli, "tmp": T, "sandbox": sandbox, "mcp": use_mcp}
+    result = {"cli": cli, "tmp": T, "sandbox": sandbox, "mcp": use_mcp, **result_extra}
     t0 = time.time()
     try:
         for _ in range(400):

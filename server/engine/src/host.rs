@@ -287,14 +287,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
                 Ok(b) => b,
                 Err(e) => return fail(e),
             };
-            let mut sb = crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref())
-                .with_secrets(req.secrets.clone());
-            // The agent CLI keeps its own key (`agents/codex.rs`), and only that.
-            sb.keep_env = launch.keep_env.clone();
-            sb.binds.extend(extra.iter().cloned());
-            sb.ro_binds = crate::sandbox::program_binds(Some(&argv), &req.cwd);
-            let sb = sb.with_shims(&req.data_dir);
-            sb.command(&bwrap, &argv, &req.cwd)
+            whole_sandbox(&req, &launch.keep_env, extra, &argv).command(&bwrap, &argv, &req.cwd)
         }
         _ => {
             let mut c = Command::new(&argv[0]);
@@ -502,6 +495,30 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     TurnHandle { pid, ended, aborted }
 }
 
+/// The sandbox of an agent CLI run whole inside it (Codex): the loop's, with the network
+/// shared, the CLI's own `extra` folders writable, its key variables `keep_env` kept, and
+/// its program bound where the sandbox would hide it.
+fn whole_sandbox(
+    req: &TurnRequest,
+    keep_env: &[String],
+    extra: &[PathBuf],
+    argv: &[String],
+) -> crate::sandbox::Sandbox {
+    let mut sb =
+        crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref()).with_secrets(req.secrets.clone());
+    // The agent CLI keeps its own key (`agents/codex.rs`), and only that.
+    sb.keep_env = keep_env.to_vec();
+    sb.binds.extend(extra.iter().cloned());
+    // Added to the loop's own binds (the repository's git directory under `/tmp`), not in
+    // their place (they were replaced, and git failed in Codex's commands there).
+    sb.ro_binds.extend(crate::sandbox::program_binds(Some(argv), &req.cwd));
+    // The CLI's install folders where the sandbox would hide them, found on the PATH the
+    // agent gets.
+    let path = agent_path(req.shim_dir.as_deref(), self_bin().as_deref(), std::env::var_os("PATH"));
+    sb.install_dirs = crate::sandbox::install_binds(argv, &path, &req.cwd);
+    sb.with_shims(&req.data_dir)
+}
+
 /// The variable that gives an agent the path of the running `forge-lsp` binary.
 pub const BIN_ENV: &str = "FORGE_LSP_BIN";
 
@@ -640,6 +657,19 @@ mod expand_tests {
             record: None,
             claim: None,
         };
+        // A CLI run whole in the sandbox keeps the loop's binds (the git directory of a
+        // repository under /tmp) beside its program's.
+        let repo = tempfile::Builder::new().prefix("fl-host").tempdir_in("/tmp").unwrap();
+        let repo_path = repo.path().canonicalize().unwrap();
+        let git = std::process::Command::new("git").args(["init", "-q"]).arg(&repo_path).status().unwrap();
+        assert!(git.success());
+        let wt = repo_path.join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}/.git/worktrees/wt\n", repo_path.display())).unwrap();
+        let whole = TurnRequest { cwd: wt, ..r.clone() };
+        let sb = whole_sandbox(&whole, &[], &[d.path().join("codex-home")], &["/bin/sh".to_string()]);
+        assert!(sb.ro_binds.contains(&repo_path.join(".git")), "{:?}", sb.ro_binds);
+        assert_eq!(sb.binds, vec![d.path().join("codex-home")]);
         let uuid = forge_domain::agent_cli::session_uuid("ses_T1");
         let t = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let argv = t(&[

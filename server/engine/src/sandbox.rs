@@ -90,6 +90,10 @@ pub struct Sandbox {
     /// tree (a script under `/tmp`, which the private `/tmp` would hide), a plugin tool's
     /// folder (which may be under `/tmp` too).
     pub ro_binds: Vec<PathBuf>,
+    /// Read-only folders of an agent CLI installed where the sandbox hides it (under
+    /// `/tmp` or a runtime directory, [`install_binds`]), bound before the secrets are
+    /// hidden, so that a secret inside one stays hidden.
+    pub install_dirs: Vec<PathBuf>,
     /// The user's secrets the sandbox hides ([`Secrets`]): the defaults unless the
     /// configuration says otherwise ([`Sandbox::with_secrets`]).
     pub secrets: Secrets,
@@ -311,6 +315,110 @@ pub fn program_binds(argv: Option<&[String]>, worktree: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The folders to bind, read-only, for an agent CLI run whole in a sandbox (Codex) whose
+/// program the sandbox would hide: `argv[0]` as `path` (the agent's `PATH`) finds it, or
+/// the interpreter of its `#!` line, when either is under `/tmp` or a [`hidden_dirs`]
+/// folder (an `npm install` in `/tmp`). Everywhere else the program is visible already.
+///
+/// A file found under no link is bound alone (a standalone binary). A link (how npm
+/// installs a CLI) gets the folder that holds both the name found and the file it resolves
+/// to (`<prefix>` for `<prefix>/bin/codex` → `<prefix>/lib/node_modules/…`;
+/// `<dir>/node_modules` for `<dir>/node_modules/.bin/codex`), so that the package's
+/// siblings (Codex's platform package) come along; never a hidden folder itself (all of
+/// `/tmp`): then each side's own folder, else the file alone. These binds come before the
+/// secrets are hidden ([`Sandbox::install_dirs`]).
+pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Vec<PathBuf> {
+    let mut hidden = hidden_dirs();
+    hidden.push(PathBuf::from("/tmp"));
+    let mut out: Vec<PathBuf> = vec![];
+    let Some(found) = argv.first().and_then(|p| find_program(p, path, cwd)) else { return out };
+    let mut files = vec![found];
+    if let Some(interp) = files[0].canonicalize().ok().and_then(|c| interpreter(&c)) {
+        files.extend(find_program(&interp, path, cwd));
+    }
+    for f in files {
+        for d in install_folders(&f, &hidden) {
+            if !out.iter().any(|o| d.starts_with(o)) {
+                out.retain(|o| !o.starts_with(&d));
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The file `prog` names: a path (relative to `cwd`), else the first executable file of
+/// that name in `path`'s absolute folders, as `execvp` finds it.
+fn find_program(prog: &str, path: &OsStr, cwd: &Path) -> Option<PathBuf> {
+    if prog.contains('/') {
+        let p = Path::new(prog);
+        let p = if p.is_absolute() { p.to_path_buf() } else { cwd.join(p) };
+        return p.is_file().then_some(p);
+    }
+    if prog.is_empty() {
+        return None;
+    }
+    std::env::split_paths(path).filter(|d| d.is_absolute()).map(|d| d.join(prog)).find(|p| is_executable(p))
+}
+
+/// The interpreter a `#!` line names: its program, or the one `/usr/bin/env` is given
+/// (after its options: `env -S node --flag`).
+fn interpreter(script: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(script).and_then(|mut f| f.read(&mut head)).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_ascii_whitespace();
+    let first = words.next()?;
+    if Path::new(first).file_name() != Some(OsStr::new("env")) {
+        return Some(first.to_string());
+    }
+    words.find(|w| !w.starts_with('-') && !w.contains('=')).map(str::to_string)
+}
+
+/// [`install_binds`] for one file `f` as found (before links are resolved).
+fn install_folders(f: &Path, hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let Ok(real) = f.canonicalize() else { return vec![] };
+    let under = |p: &Path| hidden.iter().find(|h| p.starts_with(h)).cloned();
+    let (Some(parent), Some(real_parent)) = (f.parent(), real.parent()) else { return vec![] };
+    if under(f).is_none() && under(&real).is_none() {
+        return vec![];
+    }
+    // No link on the way: the file alone (a standalone binary, a wrapper script).
+    if real == f {
+        return vec![real];
+    }
+    // Strictly inside its hidden folder: a folder that may be bound.
+    let bindable = |d: &Path| under(d).is_some_and(|h| d != h && d.starts_with(&h));
+    let common: PathBuf =
+        parent.components().zip(real_parent.components()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect();
+    if bindable(&common) {
+        return vec![common];
+    }
+    // The two far apart (a link at the top of `/tmp`, or from one hidden folder into
+    // another): each side's folder. A link bound as a file shows its target under the
+    // link's name (a script there that looks for its own folder fails).
+    let mut out = vec![];
+    for (file, dir) in [(f, parent), (real.as_path(), real_parent)] {
+        if under(file).is_none() {
+            continue;
+        }
+        // The outermost `node_modules` above it, else its own folder.
+        let modules = dir.ancestors().filter(|a| a.file_name() == Some(OsStr::new("node_modules"))).last();
+        let pick = match modules.filter(|m| bindable(m)) {
+            Some(m) => m.to_path_buf(),
+            None if bindable(dir) => dir.to_path_buf(),
+            None => file.to_path_buf(),
+        };
+        if !out.contains(&pick) {
+            out.push(pick);
+        }
+    }
+    out
+}
+
 /// A shell to exec from a shim: `/bin/<name>` or `/usr/bin/<name>` (absolute: the shim
 /// directory is on `PATH`, so a bare name would find the shim again).
 fn real_shell(name: &str) -> Option<PathBuf> {
@@ -447,6 +555,7 @@ impl Sandbox {
             socket_dir: socket_dir(socket),
             binds: vec![],
             ro_binds: git_dir_under_tmp(worktree).into_iter().collect(),
+            install_dirs: vec![],
             secrets: Secrets::default(),
             data_dir: None,
             keep_env: vec![],
@@ -473,7 +582,8 @@ impl Sandbox {
     fn args(&self, cwd: Option<&Path>) -> Vec<OsString> {
         let mut a = self.head_args();
         // The user's secrets, before the binds below (which reappear even inside one).
-        for (p, dir) in crate::secrets::secret_mounts(home().as_deref(), &self.secrets, self.data_dir.as_deref()) {
+        let (home, data) = (home(), self.data_dir.as_deref());
+        for (p, dir) in crate::secrets::secret_mounts(home.as_deref(), &self.secrets, data, &self.install_dirs) {
             if dir {
                 a.extend(["--tmpfs".into(), p.into_os_string()]);
             } else {
@@ -485,7 +595,7 @@ impl Sandbox {
     }
 
     /// The options before the secrets' mounts: the file system, `/tmp`, the hidden runtime
-    /// folders and sockets.
+    /// folders, an agent CLI's install folders there, the hidden sockets.
     fn head_args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
         let mut push = |xs: &[&OsStr]| a.extend(xs.iter().map(|x| x.to_os_string()));
@@ -498,6 +608,9 @@ impl Sandbox {
         }
         if let Some(home) = home_to_restore(&hidden) {
             push(&["--ro-bind-try".as_ref(), home.as_os_str(), home.as_os_str()]);
+        }
+        for d in &self.install_dirs {
+            push(&["--ro-bind-try".as_ref(), d.as_os_str(), d.as_os_str()]);
         }
         for sock in hidden_sockets() {
             push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), sock.as_os_str()]);
@@ -591,7 +704,8 @@ impl Sandbox {
         drop(forge_core::beneath::open_dir(&self.worktree, Path::new(TMP_DIR), true)?);
         let head = quoted(&self.head_args());
         let tail = quoted(&self.tail_args(None));
-        let candidates = crate::secrets::secret_candidates(home().as_deref(), &self.secrets, self.data_dir.as_deref());
+        let (home, data) = (home(), self.data_dir.as_deref());
+        let candidates = crate::secrets::secret_candidates(home.as_deref(), &self.secrets, data, &self.install_dirs);
         let inside = inside_test();
         let scrub = crate::secrets::env_scrub_sh(&self.secrets.expose_env);
         // The end of every shim: the variables dropped, then bubblewrap with the secrets'
@@ -1052,6 +1166,103 @@ mod tests {
         assert_eq!(program_binds(Some(&[o.display().to_string()]), wt.path()), vec![o, me.clone()]);
         std::fs::write(wt.path().join("agent.sh"), "#!/bin/sh\n").unwrap();
         assert_eq!(program_binds(Some(&["./agent.sh".to_string()]), wt.path()), vec![me]);
+    }
+
+    /// An npm-style install under `/tmp`: `<t>/inst/node_modules/.bin/fakecli` links to
+    /// `@x/cli/bin/cli.sh`, which runs a file of its sibling package `@x/cli-linux`.
+    fn npm_install_in_tmp() -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new().prefix("fl-inst").tempdir_in("/tmp").unwrap();
+        let nm = t.path().canonicalize().unwrap().join("inst/node_modules");
+        std::fs::create_dir_all(nm.join(".bin")).unwrap();
+        std::fs::create_dir_all(nm.join("@x/cli/bin")).unwrap();
+        std::fs::create_dir_all(nm.join("@x/cli-linux")).unwrap();
+        let cli = nm.join("@x/cli/bin/cli.sh");
+        std::fs::write(
+            &cli,
+            "#!/bin/sh\nd=$(dirname \"$(readlink -f \"$0\")\")\n. \"$d/../../cli-linux/payload.sh\"\n",
+        )
+        .unwrap();
+        std::fs::write(nm.join("@x/cli-linux/payload.sh"), "echo payload-ran\n").unwrap();
+        std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("../@x/cli/bin/cli.sh", nm.join(".bin/fakecli")).unwrap();
+        (t, nm)
+    }
+
+    #[test]
+    fn install_binds_cover_a_cli_installed_where_the_sandbox_hides_it() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let (t, nm) = npm_install_in_tmp();
+        let root = nm.parent().unwrap().parent().unwrap().to_path_buf();
+        let cwd = Path::new("/");
+        let bins = |argv: &[&str], path: &Path| {
+            install_binds(&argv.iter().map(|a| a.to_string()).collect::<Vec<_>>(), path.as_os_str(), cwd)
+        };
+        // A project-local install, found on PATH or by path: its node_modules folder.
+        assert_eq!(bins(&["fakecli", "exec"], &nm.join(".bin")), vec![nm.clone()]);
+        assert_eq!(bins(&[nm.join(".bin/fakecli").to_str().unwrap()], Path::new("/nowhere")), vec![nm.clone()]);
+        // A global install (`<prefix>/bin` → `<prefix>/lib/node_modules`): the prefix.
+        let prefix = root.join("prefix");
+        std::fs::create_dir_all(prefix.join("bin")).unwrap();
+        std::fs::create_dir_all(prefix.join("lib")).unwrap();
+        std::fs::rename(&nm, prefix.join("lib/node_modules")).unwrap();
+        symlink("../lib/node_modules/@x/cli/bin/cli.sh", prefix.join("bin/fakecli")).unwrap();
+        assert_eq!(bins(&["fakecli"], &prefix.join("bin")), vec![prefix.clone()]);
+        // A standalone file: itself alone. A link from /tmp's top into the prefix: the
+        // prefix's folder of the file, never all of /tmp.
+        let solo = root.join("solo");
+        std::fs::write(&solo, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&solo, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(bins(&["solo"], &root), vec![solo.clone()]);
+        let top = tempfile::Builder::new().prefix("fl-top").tempfile_in("/tmp").unwrap().into_temp_path();
+        let top = top.to_path_buf();
+        std::fs::remove_file(&top).unwrap();
+        symlink(prefix.join("bin/fakecli"), &top).unwrap();
+        let got = bins(&[top.to_str().unwrap()], Path::new("/nowhere"));
+        std::fs::remove_file(&top).unwrap();
+        assert_eq!(got, vec![top.clone(), prefix.join("lib/node_modules")]);
+        // The interpreter of its `#!` line, found on PATH, when the sandbox hides it too.
+        let node = root.join("node/bin/fakenode");
+        std::fs::create_dir_all(node.parent().unwrap()).unwrap();
+        std::fs::write(&node, "").unwrap();
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(prefix.join("lib/node_modules/@x/cli/bin/cli.sh"), "#!/usr/bin/env -S fakenode --flag\n")
+            .unwrap();
+        let path = std::env::join_paths([prefix.join("bin"), node.parent().unwrap().to_path_buf()]).unwrap();
+        assert_eq!(bins(&["fakecli"], Path::new(&path)), vec![prefix.clone(), node]);
+        // Visible programs and unknown names bind nothing.
+        assert_eq!(bins(&["sh"], Path::new("/bin:/usr/bin")), Vec::<PathBuf>::new());
+        assert_eq!(bins(&["no-such-cli"], &prefix.join("bin")), Vec::<PathBuf>::new());
+        drop(t);
+    }
+
+    /// DD 6: a CLI installed under `/tmp` starts in the sandbox (its sibling package
+    /// too), and a secret inside its install folder is still hidden.
+    #[tokio::test]
+    async fn a_cli_installed_under_tmp_runs_in_the_sandbox_and_its_folder_keeps_secrets_hidden() {
+        let (_t, nm) = npm_install_in_tmp();
+        std::fs::write(nm.join(".token"), "SECRET-TOKEN").unwrap();
+        let wt = worktree();
+        let argv = vec!["fakecli".to_string()];
+        let s = Sandbox {
+            install_dirs: install_binds(&argv, nm.join(".bin").as_os_str(), wt.path()),
+            secrets: Secrets { hide: vec![nm.join(".token").display().to_string()], ..Secrets::default() },
+            ..sandbox(wt.path())
+        };
+        assert_eq!(s.install_dirs, vec![nm.clone()]);
+        let mut cmd = s.command(
+            &bwrap(),
+            &["/bin/sh".into(), "-c".into(), format!("fakecli; echo \"[$(cat {})]\"", nm.join(".token").display())],
+            wt.path(),
+        );
+        cmd.env("PATH", format!("{}:/usr/bin:/bin", nm.join(".bin").display()));
+        let c = run_captured(cmd, Duration::from_secs(30)).await.expect("run");
+        assert_eq!(c.stdout, "payload-ran\n[]\n", "{c:?}");
+        // Without the binds the sandbox's own /tmp hides it.
+        let s = Sandbox { install_dirs: vec![], ..s };
+        let mut cmd = s.command(&bwrap(), &["/bin/sh".into(), "-c".into(), "fakecli".into()], wt.path());
+        cmd.env("PATH", format!("{}:/usr/bin:/bin", nm.join(".bin").display()));
+        let c = run_captured(cmd, Duration::from_secs(30)).await.expect("run");
+        assert!(c.stdout.is_empty() && c.stderr.contains("not found"), "{c:?}");
     }
 
     fn worktree() -> tempfile::TempDir {

@@ -176,10 +176,15 @@ pub fn secret_vars_here(expose: &[String]) -> Vec<std::ffi::OsString> {
 
 /// The paths a sandbox hides for the home directory `home`, resolved ([`resolve`]), once
 /// each, existing or not: [`SECRET_PATHS`] (not under an `expose` entry), `hide`, and
-/// `<data_dir>/agent-homes`. Left out: what resolves under `/tmp` (private inside anyway),
-/// and system folders ([`is_system_path`], with a warning), but a default entry that
+/// `<data_dir>/agent-homes`. Left out: what resolves under `/tmp` (private inside anyway)
+/// but inside one of the folders `shown` there (an agent CLI's install folder), and system folders ([`is_system_path`], with a warning), but a default entry that
 /// resolves to a file there.
-pub fn secret_candidates(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&Path>) -> Vec<PathBuf> {
+pub fn secret_candidates(
+    home: Option<&Path>,
+    secrets: &Secrets,
+    data_dir: Option<&Path>,
+    shown: &[PathBuf],
+) -> Vec<PathBuf> {
     let exposed: Vec<PathBuf> = secrets.expose.iter().filter_map(|e| expand(e, home)).collect();
     let moved = relocated(|k| std::env::var_os(k));
     let defaults = home
@@ -192,7 +197,8 @@ pub fn secret_candidates(home: Option<&Path>, secrets: &Secrets, data_dir: Optio
     let mut out: Vec<PathBuf> = vec![];
     for (p, ours) in defaults.map(|p| (p, true)).chain(added).chain(homes) {
         let Some(real) = resolve(&p, 0) else { continue };
-        if real.starts_with("/tmp") || out.contains(&real) {
+        let private = real.starts_with("/tmp") && !shown.iter().any(|d| real.starts_with(d));
+        if private || out.contains(&real) {
             continue;
         }
         // A default entry that is the user's own link to a file in a system folder (a
@@ -272,8 +278,13 @@ pub fn relocated(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<PathBu
 /// What a sandbox mounts over now: each [`secret_candidates`] path that exists and is not
 /// a link (bubblewrap cannot mount over one), with whether it is a folder (an empty tmpfs
 /// inside) or not (`/dev/null` bound over it).
-pub fn secret_mounts(home: Option<&Path>, secrets: &Secrets, data_dir: Option<&Path>) -> Vec<(PathBuf, bool)> {
-    secret_candidates(home, secrets, data_dir)
+pub fn secret_mounts(
+    home: Option<&Path>,
+    secrets: &Secrets,
+    data_dir: Option<&Path>,
+    shown: &[PathBuf],
+) -> Vec<(PathBuf, bool)> {
+    secret_candidates(home, secrets, data_dir, shown)
         .into_iter()
         .filter_map(|p| {
             let m = std::fs::symlink_metadata(&p).ok().filter(|m| !m.file_type().is_symlink())?;
@@ -426,7 +437,7 @@ mod tests {
             expose: vec!["~/.npmrc".into(), "~/.docker".into()],
             expose_env: vec![],
         };
-        let got = secret_mounts(Some(&h), &secrets, Some(&data));
+        let got = secret_mounts(Some(&h), &secrets, Some(&data), &[]);
         assert_eq!(
             got,
             vec![
@@ -440,10 +451,10 @@ mod tests {
         );
         // No home: only absolute entries and the data directory.
         let abs = Secrets { hide: vec![h.join("notes.txt").display().to_string(), "~/x".into()], ..Secrets::default() };
-        assert_eq!(secret_mounts(None, &abs, None), vec![(h.join("notes.txt"), false)]);
+        assert_eq!(secret_mounts(None, &abs, None, &[]), vec![(h.join("notes.txt"), false)]);
         // The candidates (what a shim looks for as it runs) hold the missing ones too,
         // resolved where they would be, and the same system folders are left out.
-        let c = secret_candidates(Some(&h), &secrets, Some(&data));
+        let c = secret_candidates(Some(&h), &secrets, Some(&data), &[]);
         for p in [h.join(".gnupg"), h.join("missing"), h.join(".ssh"), data.join("agent-homes")] {
             assert!(c.contains(&p), "{} in {c:?}", p.display());
         }
@@ -452,23 +463,23 @@ mod tests {
         // A link whose target does not exist yet is looked at as its target.
         std::os::unix::fs::symlink(h.join("dotfiles/gh"), h.join(".config-gh-link")).unwrap();
         let dangling = Secrets { hide: vec!["~/.config-gh-link".into()], ..Secrets::default() };
-        assert_eq!(secret_candidates(Some(&h), &dangling, None).last(), Some(&h.join("dotfiles/gh")));
+        assert_eq!(secret_candidates(Some(&h), &dangling, None, &[]).last(), Some(&h.join("dotfiles/gh")));
         // ... and a link above a path, whose target does not exist yet either.
         std::os::unix::fs::symlink(h.join("dotfiles/codex"), h.join(".codex")).unwrap();
-        let above = secret_candidates(Some(&h), &Secrets::default(), None);
+        let above = secret_candidates(Some(&h), &Secrets::default(), None, &[]);
         assert!(above.contains(&h.join("dotfiles/codex/auth.json")), "{above:?}");
         // A default entry that is a link to a file in a system folder is hidden (one file);
         // a folder there, or an entry of hidePaths there, is not.
         std::os::unix::fs::symlink("/etc/hostname", h.join(".pgpass")).unwrap();
         std::os::unix::fs::symlink("/etc/ssh", h.join(".azure")).unwrap();
         let sys = Secrets { hide: vec!["/etc/hostname".into()], ..Secrets::default() };
-        let c = secret_candidates(Some(&h), &sys, None);
+        let c = secret_candidates(Some(&h), &sys, None, &[]);
         if Path::new("/etc/hostname").is_file() {
             assert_eq!(c.iter().filter(|p| *p == Path::new("/etc/hostname")).count(), 1, "{c:?}");
         }
         assert!(!c.iter().any(|p| p.starts_with("/etc/ssh")), "{c:?}");
         // Without a home, only what the environment moves elsewhere (CARGO_HOME, say).
-        let only_added = secret_candidates(None, &sys, None);
+        let only_added = secret_candidates(None, &sys, None, &[]);
         let moved = relocated(|k| std::env::var_os(k));
         assert!(
             only_added.iter().all(|p| moved.iter().any(|m| p.starts_with(m) || m.starts_with(p))),
@@ -476,7 +487,7 @@ mod tests {
         );
         // A link in the way resolves: a folder that does not exist yet under the linked one.
         let linked = Secrets { hide: vec!["~/.aws/sub/key".into()], ..Secrets::default() };
-        assert!(secret_candidates(Some(&h), &linked, None).contains(&aws.join("sub/key")));
+        assert!(secret_candidates(Some(&h), &linked, None, &[]).contains(&aws.join("sub/key")));
     }
 
     #[test]
