@@ -366,6 +366,11 @@ fn secrets_stay_outside_the_loop_sandbox() {
         std::fs::create_dir_all(h.join(file).parent().unwrap()).unwrap();
         std::fs::write(h.join(file), text).unwrap();
     }
+    // The account's own home (the password database's, which HOME does not name here):
+    // its keys are hidden too.
+    let pw = tempfile::Builder::new().prefix("pwhome-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::create_dir_all(pw.path().join(".ssh")).unwrap();
+    std::fs::write(pw.path().join(".ssh/id_test"), "PW-KEY").unwrap();
     // The user exposes one file and one variable; the repository's file hides one more
     // folder and tries to expose two defaults and a variable.
     let f = Fixture::start_with(
@@ -374,6 +379,8 @@ fn secrets_stay_outside_the_loop_sandbox() {
         "hidePaths = [\"~/private\"]\nexposePaths = [\"~/.ssh\", \"~/.netrc\"]\nexposeEnv = [\"GITHUB_TOKEN\"]\n",
         |c| {
             c.env("HOME", h)
+                .env("FORGE_TEST_PASSWD_HOME", pw.path())
+                .env("PWHOME", pw.path())
                 .env("XDG_DATA_HOME", h.join("xdg"))
                 .env("FORGE_TEST_SECRETS", "1")
                 .env("OPENAI_API_KEY", "sk-e2e")
@@ -385,7 +392,7 @@ fn secrets_stay_outside_the_loop_sandbox() {
     );
     f.repo.write(
         "probe.sh",
-        "for f in .ssh/id_test .aws/credentials .netrc .npmrc private/p.txt notes.txt xdg/opencode/auth.json; do\n  if [ -s \"$HOME/$f\" ]; then echo \"$f=$(cat \"$HOME/$f\")\"; else echo \"$f=hidden\"; fi\ndone\necho \"OPENAI_API_KEY=${OPENAI_API_KEY:-unset} GITHUB_TOKEN=${GITHUB_TOKEN:-unset} NPM_TOKEN=${NPM_TOKEN:-unset} FORGE_API_TOKEN=${FORGE_API_TOKEN:-unset}\"\necho \"FORGE_SESSION_TOKEN=${FORGE_SESSION_TOKEN:+set}\"\n",
+        "for f in .ssh/id_test .aws/credentials .netrc .npmrc private/p.txt notes.txt xdg/opencode/auth.json; do\n  if [ -s \"$HOME/$f\" ]; then echo \"$f=$(cat \"$HOME/$f\")\"; else echo \"$f=hidden\"; fi\ndone\nif [ -s \"$PWHOME/.ssh/id_test\" ]; then echo \"pw/.ssh/id_test=$(cat \"$PWHOME/.ssh/id_test\")\"; else echo pw/.ssh/id_test=hidden; fi\necho \"OPENAI_API_KEY=${OPENAI_API_KEY:-unset} GITHUB_TOKEN=${GITHUB_TOKEN:-unset} NPM_TOKEN=${NPM_TOKEN:-unset} FORGE_API_TOKEN=${FORGE_API_TOKEN:-unset}\"\necho \"FORGE_SESSION_TOKEN=${FORGE_SESSION_TOKEN:+set}\"\n",
     );
     f.repo.git(&["add", "probe.sh"]);
     f.repo.git(&["commit", "-q", "-m", "probe"]);
@@ -406,6 +413,7 @@ fn secrets_stay_outside_the_loop_sandbox() {
             "private/p.txt=PRIVATE",
             "notes.txt=NOTES",
             "xdg/opencode/auth.json=OC-AUTH",
+            "pw/.ssh/id_test=PW-KEY",
             "OPENAI_API_KEY=sk-e2e GITHUB_TOKEN=gh-e2e NPM_TOKEN=npm-e2e FORGE_API_TOKEN=forge-e2e",
             "FORGE_SESSION_TOKEN=set",
         ]
@@ -418,6 +426,7 @@ fn secrets_stay_outside_the_loop_sandbox() {
         "private/p.txt=hidden",
         "notes.txt=NOTES",
         "xdg/opencode/auth.json=hidden",
+        "pw/.ssh/id_test=hidden",
         "OPENAI_API_KEY=unset GITHUB_TOKEN=unset NPM_TOKEN=npm-e2e FORGE_API_TOKEN=unset",
     ];
     // The agent on the host does not get a secret-named variable whose name is no shell
@@ -425,11 +434,11 @@ fn secrets_stay_outside_the_loop_sandbox() {
     assert_eq!(read(&d, "secrets-odd-name.txt").trim(), "absent");
     // The agent's shells keep its loop identity (`FORGE_*`), which `forge-lsp call` needs.
     let shim = lines(&read(&d, "secrets-shim.txt"));
-    assert_eq!(shim[..8], inside, "the agent's shell");
-    assert_eq!(shim[8..], ["FORGE_SESSION_TOKEN=set"], "the agent's shell");
+    assert_eq!(shim[..9], inside, "the agent's shell");
+    assert_eq!(shim[9..], ["FORGE_SESSION_TOKEN=set"], "the agent's shell");
     let shell: Value = serde_json::from_str(&read(&d, "secrets-shell.json"))
         .unwrap_or_else(|e| panic!("forge.shell: {e}: {}", read(&d, "secrets-shell.err")));
-    assert_eq!(lines(shell["data"]["stdout"].as_str().unwrap())[..8], inside, "forge.shell: {shell}");
+    assert_eq!(lines(shell["data"]["stdout"].as_str().unwrap())[..9], inside, "forge.shell: {shell}");
     let plugin = read(&d, "secrets-plugin.txt");
     for line in inside {
         assert_contains(&plugin, line);

@@ -342,6 +342,19 @@ pub fn home() -> Option<PathBuf> {
     std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute()).or_else(passwd_home)
 }
 
+/// Every home directory of the user: [`home`], then the password database's when `HOME`
+/// names another folder (a sandbox hides the secrets under both: with `HOME` pointed
+/// elsewhere, the keys under the account's own home were readable in a loop; a review).
+pub fn homes() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = home().into_iter().collect();
+    if let Some(p) = passwd_home() {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// The effective user's home directory in the password database (`getpwuid_r`). In a
 /// debug build `FORGE_TEST_PASSWD_HOME` stands for it (empty: none), so that tests of an
 /// unusable `HOME` never write into the real one.

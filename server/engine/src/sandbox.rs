@@ -582,8 +582,9 @@ impl Sandbox {
     fn args(&self, cwd: Option<&Path>) -> Vec<OsString> {
         let mut a = self.head_args();
         // The user's secrets, before the binds below (which reappear even inside one).
-        let (home, data) = (home(), self.data_dir.as_deref());
-        for (p, dir) in crate::secrets::secret_mounts(home.as_deref(), &self.secrets, data, &self.install_dirs) {
+        let (homes, data) = (forge_core::project::homes(), self.data_dir.as_deref());
+        let homes: Vec<&Path> = homes.iter().map(PathBuf::as_path).collect();
+        for (p, dir) in crate::secrets::secret_mounts(&homes, &self.secrets, data, &self.install_dirs) {
             if dir {
                 a.extend(["--tmpfs".into(), p.into_os_string()]);
             } else {
@@ -704,8 +705,9 @@ impl Sandbox {
         drop(forge_core::beneath::open_dir(&self.worktree, Path::new(TMP_DIR), true)?);
         let head = quoted(&self.head_args());
         let tail = quoted(&self.tail_args(None));
-        let (home, data) = (home(), self.data_dir.as_deref());
-        let candidates = crate::secrets::secret_candidates(home.as_deref(), &self.secrets, data, &self.install_dirs);
+        let (homes, data) = (forge_core::project::homes(), self.data_dir.as_deref());
+        let homes: Vec<&Path> = homes.iter().map(PathBuf::as_path).collect();
+        let candidates = crate::secrets::secret_candidates(&homes, &self.secrets, data, &self.install_dirs);
         let inside = inside_test();
         let scrub = crate::secrets::env_scrub_sh(&self.secrets.expose_env);
         // The end of every shim: the variables dropped, then bubblewrap with the secrets'

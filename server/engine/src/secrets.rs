@@ -174,28 +174,35 @@ pub fn secret_vars_here(expose: &[String]) -> Vec<std::ffi::OsString> {
     std::env::vars_os().map(|(k, _)| k).filter(|k| is_secret_env(&k.to_string_lossy(), expose)).collect()
 }
 
-/// The paths a sandbox hides for the home directory `home`, resolved ([`resolve`]), once
+/// The paths a sandbox hides for the home directories `homes` (`~/…` entries under each), resolved ([`resolve`]), once
 /// each, existing or not: [`SECRET_PATHS`] (not under an `expose` entry), `hide`, and
 /// `<data_dir>/agent-homes`. Left out: what resolves under `/tmp` (private inside anyway)
 /// but inside one of the folders `shown` there (an agent CLI's install folder), and system folders ([`is_system_path`], with a warning), but a default entry that
 /// resolves to a file there.
 pub fn secret_candidates(
-    home: Option<&Path>,
+    homes: &[&Path],
     secrets: &Secrets,
     data_dir: Option<&Path>,
     shown: &[PathBuf],
 ) -> Vec<PathBuf> {
-    let exposed: Vec<PathBuf> = secrets.expose.iter().filter_map(|e| expand(e, home)).collect();
+    // An entry `~/…` stands for the same path under each home; an absolute one for itself.
+    let expand_all = |e: &String| -> Vec<PathBuf> {
+        match homes {
+            [] => expand(e, None).into_iter().collect(),
+            _ => homes.iter().filter_map(|h| expand(e, Some(h))).collect(),
+        }
+    };
+    let exposed: Vec<PathBuf> = secrets.expose.iter().flat_map(expand_all).collect();
     let moved = relocated(|k| std::env::var_os(k));
-    let defaults = home
-        .into_iter()
+    let defaults = homes
+        .iter()
         .flat_map(|h| SECRET_PATHS.iter().map(move |rel| h.join(rel)))
         .chain(moved)
         .filter(|p| !exposed.iter().any(|e| p.starts_with(e)));
-    let added = secrets.hide.iter().filter_map(|e| expand(e, home)).map(|p| (p, false));
-    let homes = data_dir.map(|d| (d.join("agent-homes"), true));
+    let added = secrets.hide.iter().flat_map(expand_all).map(|p| (p, false));
+    let agent_homes = data_dir.map(|d| (d.join("agent-homes"), true));
     let mut out: Vec<PathBuf> = vec![];
-    for (p, ours) in defaults.map(|p| (p, true)).chain(added).chain(homes) {
+    for (p, ours) in defaults.map(|p| (p, true)).chain(added).chain(agent_homes) {
         let Some(real) = resolve(&p, 0) else { continue };
         let private = real.starts_with("/tmp") && !shown.iter().any(|d| real.starts_with(d));
         if private || out.contains(&real) {
@@ -279,12 +286,12 @@ pub fn relocated(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<PathBu
 /// a link (bubblewrap cannot mount over one), with whether it is a folder (an empty tmpfs
 /// inside) or not (`/dev/null` bound over it).
 pub fn secret_mounts(
-    home: Option<&Path>,
+    homes: &[&Path],
     secrets: &Secrets,
     data_dir: Option<&Path>,
     shown: &[PathBuf],
 ) -> Vec<(PathBuf, bool)> {
-    secret_candidates(home, secrets, data_dir, shown)
+    secret_candidates(homes, secrets, data_dir, shown)
         .into_iter()
         .filter_map(|p| {
             let m = std::fs::symlink_metadata(&p).ok().filter(|m| !m.file_type().is_symlink())?;
@@ -437,7 +444,7 @@ mod tests {
             expose: vec!["~/.npmrc".into(), "~/.docker".into()],
             expose_env: vec![],
         };
-        let got = secret_mounts(Some(&h), &secrets, Some(&data), &[]);
+        let got = secret_mounts(&[&h], &secrets, Some(&data), &[]);
         assert_eq!(
             got,
             vec![
@@ -449,12 +456,25 @@ mod tests {
             ],
             "defaults that exist (a link's target), not .npmrc nor what is under .docker, the added folder, the agents' homes; nothing missing, nothing under /tmp"
         );
+        // Two homes (HOME and the account's own): the defaults and `~/…` entries under each,
+        // exposed under each.
+        let second = tempfile::Builder::new().prefix("fl-home2").tempdir_in(outside_tmp()).unwrap();
+        let h2 = second.path().canonicalize().unwrap();
+        for d in [".ssh", "private", ".docker"] {
+            std::fs::create_dir_all(h2.join(d)).unwrap();
+        }
+        std::fs::write(h2.join(".docker/config.json"), "{}").unwrap();
+        let both = secret_mounts(&[&h, &h2], &secrets, None, &[]);
+        for p in [h.join(".ssh"), h2.join(".ssh"), h.join("private"), h2.join("private")] {
+            assert!(both.contains(&(p.clone(), true)), "{} in {both:?}", p.display());
+        }
+        assert!(!both.iter().any(|(p, _)| p.starts_with(h2.join(".docker"))), "{both:?}");
         // No home: only absolute entries and the data directory.
         let abs = Secrets { hide: vec![h.join("notes.txt").display().to_string(), "~/x".into()], ..Secrets::default() };
-        assert_eq!(secret_mounts(None, &abs, None, &[]), vec![(h.join("notes.txt"), false)]);
+        assert_eq!(secret_mounts(&[], &abs, None, &[]), vec![(h.join("notes.txt"), false)]);
         // The candidates (what a shim looks for as it runs) hold the missing ones too,
         // resolved where they would be, and the same system folders are left out.
-        let c = secret_candidates(Some(&h), &secrets, Some(&data), &[]);
+        let c = secret_candidates(&[&h], &secrets, Some(&data), &[]);
         for p in [h.join(".gnupg"), h.join("missing"), h.join(".ssh"), data.join("agent-homes")] {
             assert!(c.contains(&p), "{} in {c:?}", p.display());
         }
@@ -463,23 +483,23 @@ mod tests {
         // A link whose target does not exist yet is looked at as its target.
         std::os::unix::fs::symlink(h.join("dotfiles/gh"), h.join(".config-gh-link")).unwrap();
         let dangling = Secrets { hide: vec!["~/.config-gh-link".into()], ..Secrets::default() };
-        assert_eq!(secret_candidates(Some(&h), &dangling, None, &[]).last(), Some(&h.join("dotfiles/gh")));
+        assert_eq!(secret_candidates(&[&h], &dangling, None, &[]).last(), Some(&h.join("dotfiles/gh")));
         // ... and a link above a path, whose target does not exist yet either.
         std::os::unix::fs::symlink(h.join("dotfiles/codex"), h.join(".codex")).unwrap();
-        let above = secret_candidates(Some(&h), &Secrets::default(), None, &[]);
+        let above = secret_candidates(&[&h], &Secrets::default(), None, &[]);
         assert!(above.contains(&h.join("dotfiles/codex/auth.json")), "{above:?}");
         // A default entry that is a link to a file in a system folder is hidden (one file);
         // a folder there, or an entry of hidePaths there, is not.
         std::os::unix::fs::symlink("/etc/hostname", h.join(".pgpass")).unwrap();
         std::os::unix::fs::symlink("/etc/ssh", h.join(".azure")).unwrap();
         let sys = Secrets { hide: vec!["/etc/hostname".into()], ..Secrets::default() };
-        let c = secret_candidates(Some(&h), &sys, None, &[]);
+        let c = secret_candidates(&[&h], &sys, None, &[]);
         if Path::new("/etc/hostname").is_file() {
             assert_eq!(c.iter().filter(|p| *p == Path::new("/etc/hostname")).count(), 1, "{c:?}");
         }
         assert!(!c.iter().any(|p| p.starts_with("/etc/ssh")), "{c:?}");
         // Without a home, only what the environment moves elsewhere (CARGO_HOME, say).
-        let only_added = secret_candidates(None, &sys, None, &[]);
+        let only_added = secret_candidates(&[], &sys, None, &[]);
         let moved = relocated(|k| std::env::var_os(k));
         assert!(
             only_added.iter().all(|p| moved.iter().any(|m| p.starts_with(m) || m.starts_with(p))),
@@ -487,7 +507,7 @@ mod tests {
         );
         // A link in the way resolves: a folder that does not exist yet under the linked one.
         let linked = Secrets { hide: vec!["~/.aws/sub/key".into()], ..Secrets::default() };
-        assert!(secret_candidates(Some(&h), &linked, None, &[]).contains(&aws.join("sub/key")));
+        assert!(secret_candidates(&[&h], &linked, None, &[]).contains(&aws.join("sub/key")));
     }
 
     #[test]
