@@ -315,33 +315,78 @@ pub fn program_binds(argv: Option<&[String]>, worktree: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The folders to bind, read-only, for an agent CLI run whole in a sandbox (Codex) whose
-/// program the sandbox would hide: `argv[0]` as `path` (the agent's `PATH`) finds it, or
-/// the interpreter of its `#!` line, when either is under `/tmp` or a [`hidden_dirs`]
-/// folder (an `npm install` in `/tmp`). Everywhere else the program is visible already.
+/// What an agent CLI run whole in a sandbox (Codex) needs when the sandbox would hide its
+/// program ([`install_binds`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Install {
+    /// Read-only binds, before the secrets are hidden ([`Sandbox::install_dirs`]).
+    pub dirs: Vec<PathBuf>,
+    /// The program to start instead of `argv[0]`: the file it resolves to, when the way to
+    /// it goes through a hidden folder (a link there would point nowhere inside).
+    pub program: Option<PathBuf>,
+}
+
+/// Where an agent CLI run whole in a sandbox (Codex) is, when the sandbox hides it:
+/// `argv[0]` as `path` (the agent's `PATH`) finds it, under `/tmp` or a [`hidden_dirs`]
+/// folder (an `npm install` in `/tmp`, a version manager's `PATH` entry in the runtime
+/// folder), else nothing (everywhere else it is visible already).
 ///
-/// A file found under no link is bound alone (a standalone binary). A link (how npm
-/// installs a CLI) gets the folder that holds both the name found and the file it resolves
-/// to (`<prefix>` for `<prefix>/bin/codex` → `<prefix>/lib/node_modules/…`;
-/// `<dir>/node_modules` for `<dir>/node_modules/.bin/codex`), so that the package's
-/// siblings (Codex's platform package) come along; never a hidden folder itself (all of
-/// `/tmp`): then each side's own folder, else the file alone. These binds come before the
-/// secrets are hidden ([`Sandbox::install_dirs`]).
-pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Vec<PathBuf> {
+/// The program is started by the file it resolves to ([`Install::program`]), and what is
+/// bound is that file's package: its outermost `node_modules` folder (so that Codex's
+/// platform package, a sibling, comes along; pnpm's `.bin` scripts too), else the file
+/// alone; never a hidden folder itself nor a user's runtime folder (`/run/user/<uid>`,
+/// `$XDG_RUNTIME_DIR`, whose sockets reach daemons outside: a review). The interpreter of
+/// its `#!` line, found on `PATH` inside, is bound the same way, and as the file at the
+/// path found. These binds come before the secrets are hidden.
+pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Install {
     let mut hidden = hidden_dirs();
     hidden.push(PathBuf::from("/tmp"));
-    let mut out: Vec<PathBuf> = vec![];
-    let Some(found) = argv.first().and_then(|p| find_program(p, path, cwd)) else { return out };
-    let mut files = vec![found];
-    if let Some(interp) = files[0].canonicalize().ok().and_then(|c| interpreter(&c)) {
-        files.extend(find_program(&interp, path, cwd));
+    let mut never: Vec<PathBuf> = hidden.clone();
+    if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
+        never.push(rt);
     }
-    for f in files {
-        for d in install_folders(&f, &hidden) {
-            if !out.iter().any(|o| d.starts_with(o)) {
-                out.retain(|o| !o.starts_with(&d));
-                out.push(d);
+    if let Ok(users) = std::fs::read_dir("/run/user") {
+        never.extend(users.flatten().map(|e| e.path()));
+    }
+    install_binds_in(argv, path, cwd, &hidden, &never)
+}
+
+/// [`install_binds`] with the hidden folders and those never bound given.
+fn install_binds_in(argv: &[String], path: &OsStr, cwd: &Path, hidden: &[PathBuf], never: &[PathBuf]) -> Install {
+    let hides = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
+    // Whether the way to `f` (as found, or its folder resolved) goes through a hidden folder.
+    let hidden_way = |f: &Path| hides(f) || f.parent().and_then(|d| d.canonicalize().ok()).is_some_and(|d| hides(&d));
+    let bindable = |d: &Path| hides(d) && !never.iter().any(|n| n.starts_with(d));
+    // The file's package: its outermost bindable `node_modules`, else the file alone.
+    let package = |real: &Path| -> PathBuf {
+        let modules =
+            real.ancestors().filter(|a| a.file_name() == Some(OsStr::new("node_modules")) && bindable(a)).last();
+        modules.map_or_else(|| real.to_path_buf(), Path::to_path_buf)
+    };
+    let mut out = Install::default();
+    let Some(found) = argv.first().and_then(|p| find_program(p, path, cwd)) else { return out };
+    let Ok(real) = found.canonicalize() else { return out };
+    let mut binds: Vec<PathBuf> = vec![];
+    if hides(&real) {
+        binds.push(package(&real));
+    }
+    if real != found && (hidden_way(&found) || hides(&real)) && is_executable(&real) {
+        out.program = Some(real.clone());
+    }
+    if let Some(i) = interpreter(&real).and_then(|i| find_program(&i, path, cwd)) {
+        if let Ok(i_real) = i.canonicalize() {
+            if hides(&i_real) {
+                binds.push(package(&i_real));
             }
+            if i != i_real && hidden_way(&i) {
+                binds.push(i);
+            }
+        }
+    }
+    for d in binds {
+        if !out.dirs.iter().any(|o| d.starts_with(o)) {
+            out.dirs.retain(|o| !o.starts_with(&d));
+            out.dirs.push(d);
         }
     }
     out
@@ -362,7 +407,8 @@ fn find_program(prog: &str, path: &OsStr, cwd: &Path) -> Option<PathBuf> {
 }
 
 /// The interpreter a `#!` line names: its program, or the one `/usr/bin/env` is given
-/// (after its options: `env -S node --flag`).
+/// (past its options and their arguments, and variable settings; `-S` splits its string
+/// into more of them).
 fn interpreter(script: &Path) -> Option<String> {
     use std::io::Read;
     let mut head = [0u8; 256];
@@ -375,48 +421,27 @@ fn interpreter(script: &Path) -> Option<String> {
     if Path::new(first).file_name() != Some(OsStr::new("env")) {
         return Some(first.to_string());
     }
-    words.find(|w| !w.starts_with('-') && !w.contains('=')).map(str::to_string)
+    env_program(words)
 }
 
-/// [`install_binds`] for one file `f` as found (before links are resolved).
-fn install_folders(f: &Path, hidden: &[PathBuf]) -> Vec<PathBuf> {
-    let Ok(real) = f.canonicalize() else { return vec![] };
-    let under = |p: &Path| hidden.iter().find(|h| p.starts_with(h)).cloned();
-    let (Some(parent), Some(real_parent)) = (f.parent(), real.parent()) else { return vec![] };
-    if under(f).is_none() && under(&real).is_none() {
-        return vec![];
-    }
-    // No link on the way: the file alone (a standalone binary, a wrapper script).
-    if real == f {
-        return vec![real];
-    }
-    // Strictly inside its hidden folder: a folder that may be bound.
-    let bindable = |d: &Path| under(d).is_some_and(|h| d != h && d.starts_with(&h));
-    let common: PathBuf =
-        parent.components().zip(real_parent.components()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect();
-    if bindable(&common) {
-        return vec![common];
-    }
-    // The two far apart (a link at the top of `/tmp`, or from one hidden folder into
-    // another): each side's folder. A link bound as a file shows its target under the
-    // link's name (a script there that looks for its own folder fails).
-    let mut out = vec![];
-    for (file, dir) in [(f, parent), (real.as_path(), real_parent)] {
-        if under(file).is_none() {
-            continue;
-        }
-        // The outermost `node_modules` above it, else its own folder.
-        let modules = dir.ancestors().filter(|a| a.file_name() == Some(OsStr::new("node_modules"))).last();
-        let pick = match modules.filter(|m| bindable(m)) {
-            Some(m) => m.to_path_buf(),
-            None if bindable(dir) => dir.to_path_buf(),
-            None => file.to_path_buf(),
-        };
-        if !out.contains(&pick) {
-            out.push(pick);
+/// The program of an `env` command line's words (GNU and BSD `env`).
+fn env_program<'a>(words: impl Iterator<Item = &'a str>) -> Option<String> {
+    let mut words: std::collections::VecDeque<&str> = words.collect();
+    while let Some(w) = words.pop_front() {
+        match w {
+            "-u" | "-C" | "-a" | "-P" | "--unset" | "--chdir" | "--argv0" => {
+                words.pop_front();
+            }
+            "--" => return words.pop_front().map(str::to_string),
+            _ if w.starts_with("--split-string=") || (w.starts_with("-S") && w.len() > 2) => {
+                let rest = w.strip_prefix("--split-string=").unwrap_or_else(|| &w[2..]);
+                words.push_front(rest);
+            }
+            _ if w.starts_with('-') || w.contains('=') => {}
+            _ => return Some(w.to_string()),
         }
     }
-    out
+    None
 }
 
 /// A shell to exec from a shim: `/bin/<name>` or `/usr/bin/<name>` (absolute: the shim
@@ -1199,42 +1224,108 @@ mod tests {
         let bins = |argv: &[&str], path: &Path| {
             install_binds(&argv.iter().map(|a| a.to_string()).collect::<Vec<_>>(), path.as_os_str(), cwd)
         };
-        // A project-local install, found on PATH or by path: its node_modules folder.
-        assert_eq!(bins(&["fakecli", "exec"], &nm.join(".bin")), vec![nm.clone()]);
-        assert_eq!(bins(&[nm.join(".bin/fakecli").to_str().unwrap()], Path::new("/nowhere")), vec![nm.clone()]);
-        // A global install (`<prefix>/bin` → `<prefix>/lib/node_modules`): the prefix.
+        let install = |dirs: &[&Path], program: Option<&Path>| Install {
+            dirs: dirs.iter().map(|d| d.to_path_buf()).collect(),
+            program: program.map(Path::to_path_buf),
+        };
+        // A project-local install, found on PATH or by path: its node_modules folder, and
+        // the file its link names is started.
+        let cli = nm.join("@x/cli/bin/cli.sh");
+        assert_eq!(bins(&["fakecli", "exec"], &nm.join(".bin")), install(&[&nm], Some(&cli)));
+        assert_eq!(
+            bins(&[nm.join(".bin/fakecli").to_str().unwrap()], Path::new("/nowhere")),
+            install(&[&nm], Some(&cli))
+        );
+        // pnpm's `.bin` entries are scripts, no links: the node_modules folder all the same.
+        std::fs::write(nm.join(".bin/pnpmcli"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(nm.join(".bin/pnpmcli"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(bins(&["pnpmcli"], &nm.join(".bin")), install(&[&nm], None));
+        // A global install (`<prefix>/bin` → `<prefix>/lib/node_modules`).
         let prefix = root.join("prefix");
         std::fs::create_dir_all(prefix.join("bin")).unwrap();
         std::fs::create_dir_all(prefix.join("lib")).unwrap();
         std::fs::rename(&nm, prefix.join("lib/node_modules")).unwrap();
+        let (gm, gcli) = (prefix.join("lib/node_modules"), prefix.join("lib/node_modules/@x/cli/bin/cli.sh"));
         symlink("../lib/node_modules/@x/cli/bin/cli.sh", prefix.join("bin/fakecli")).unwrap();
-        assert_eq!(bins(&["fakecli"], &prefix.join("bin")), vec![prefix.clone()]);
-        // A standalone file: itself alone. A link from /tmp's top into the prefix: the
-        // prefix's folder of the file, never all of /tmp.
+        assert_eq!(bins(&["fakecli"], &prefix.join("bin")), install(&[&gm], Some(&gcli)));
+        // A standalone file: itself alone, started as it is.
         let solo = root.join("solo");
         std::fs::write(&solo, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&solo, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(bins(&["solo"], &root), vec![solo.clone()]);
+        assert_eq!(bins(&["solo"], &root), install(&[&solo], None));
+        // A link at the top of /tmp: never all of /tmp.
         let top = tempfile::Builder::new().prefix("fl-top").tempfile_in("/tmp").unwrap().into_temp_path();
         let top = top.to_path_buf();
         std::fs::remove_file(&top).unwrap();
         symlink(prefix.join("bin/fakecli"), &top).unwrap();
         let got = bins(&[top.to_str().unwrap()], Path::new("/nowhere"));
         std::fs::remove_file(&top).unwrap();
-        assert_eq!(got, vec![top.clone(), prefix.join("lib/node_modules")]);
+        assert_eq!(got, install(&[&gm], Some(&gcli)));
         // The interpreter of its `#!` line, found on PATH, when the sandbox hides it too.
         let node = root.join("node/bin/fakenode");
         std::fs::create_dir_all(node.parent().unwrap()).unwrap();
         std::fs::write(&node, "").unwrap();
         std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(prefix.join("lib/node_modules/@x/cli/bin/cli.sh"), "#!/usr/bin/env -S fakenode --flag\n")
-            .unwrap();
+        std::fs::write(&gcli, "#!/usr/bin/env -S -u FOO fakenode --flag\n").unwrap();
         let path = std::env::join_paths([prefix.join("bin"), node.parent().unwrap().to_path_buf()]).unwrap();
-        assert_eq!(bins(&["fakecli"], Path::new(&path)), vec![prefix.clone(), node]);
+        assert_eq!(bins(&["fakecli"], Path::new(&path)), install(&[&gm, &node], Some(&gcli)));
         // Visible programs and unknown names bind nothing.
-        assert_eq!(bins(&["sh"], Path::new("/bin:/usr/bin")), Vec::<PathBuf>::new());
-        assert_eq!(bins(&["no-such-cli"], &prefix.join("bin")), Vec::<PathBuf>::new());
+        assert_eq!(bins(&["sh"], Path::new("/bin:/usr/bin")), Install::default());
+        assert_eq!(bins(&["no-such-cli"], &prefix.join("bin")), Install::default());
         drop(t);
+    }
+
+    /// A user's runtime folder (a stand-in here) is never bound whole, and a `PATH` entry
+    /// through a linked folder there (fnm's) starts the program by its own path.
+    #[test]
+    fn install_binds_never_bind_a_runtime_folder() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir_in(outside_tmp()).unwrap();
+        let t = t.path().canonicalize().unwrap();
+        let (run_user, rt) = (t.join("run/user"), t.join("run/user/0"));
+        let (hidden, never) = (vec![run_user.clone()], vec![run_user.clone(), rt.clone()]);
+        std::fs::create_dir_all(rt.join("bin")).unwrap();
+        std::fs::create_dir_all(rt.join("lib/node_modules/@x/cli/bin")).unwrap();
+        let cli = rt.join("lib/node_modules/@x/cli/bin/cli.js");
+        std::fs::write(&cli, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        symlink("../lib/node_modules/@x/cli/bin/cli.js", rt.join("bin/codex")).unwrap();
+        let argv = vec!["codex".to_string()];
+        let got = install_binds_in(&argv, rt.join("bin").as_os_str(), Path::new("/"), &hidden, &never);
+        assert_eq!(got, Install { dirs: vec![rt.join("lib/node_modules")], program: Some(cli.clone()) });
+        // The program at the top of the runtime folder: the file alone.
+        std::fs::write(rt.join("solo"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(rt.join("solo"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let got = install_binds_in(&["solo".into()], rt.as_os_str(), Path::new("/"), &hidden, &never);
+        assert_eq!(got, Install { dirs: vec![rt.join("solo")], program: None });
+        // fnm: `<rt>/fnm_multishells/<id>` links to an installation outside: nothing to
+        // bind, the program started by its own path.
+        let inst = t.join("fnm/installation");
+        std::fs::create_dir_all(inst.join("bin")).unwrap();
+        std::fs::create_dir_all(inst.join("lib/node_modules/@x/cli/bin")).unwrap();
+        let icli = inst.join("lib/node_modules/@x/cli/bin/cli.js");
+        std::fs::write(&icli, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&icli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        symlink("../lib/node_modules/@x/cli/bin/cli.js", inst.join("bin/codex")).unwrap();
+        std::fs::create_dir_all(rt.join("fnm_multishells")).unwrap();
+        symlink(&inst, rt.join("fnm_multishells/1_2")).unwrap();
+        let path = rt.join("fnm_multishells/1_2/bin");
+        let got = install_binds_in(&argv, path.as_os_str(), Path::new("/"), &hidden, &never);
+        assert_eq!(got, Install { dirs: vec![], program: Some(icli) });
+    }
+
+    #[test]
+    fn the_program_of_an_env_line() {
+        let p = |s: &str| env_program(s.split_ascii_whitespace());
+        assert_eq!(p("node"), Some("node".into()));
+        assert_eq!(p("-S node --flag"), Some("node".into()));
+        assert_eq!(p("-Snode --flag"), Some("node".into()));
+        assert_eq!(p("-S -u FOO node"), Some("node".into()));
+        assert_eq!(p("--split-string=node -x"), Some("node".into()));
+        assert_eq!(p("-i A=1 -C /x -a name node"), Some("node".into()));
+        assert_eq!(p("--unset FOO -- node"), Some("node".into()));
+        assert_eq!(p("-u"), None);
+        assert_eq!(p(""), None);
     }
 
     /// DD 6: a CLI installed under `/tmp` starts in the sandbox (its sibling package
@@ -1246,7 +1337,7 @@ mod tests {
         let wt = worktree();
         let argv = vec!["fakecli".to_string()];
         let s = Sandbox {
-            install_dirs: install_binds(&argv, nm.join(".bin").as_os_str(), wt.path()),
+            install_dirs: install_binds(&argv, nm.join(".bin").as_os_str(), wt.path()).dirs,
             secrets: Secrets { hide: vec![nm.join(".token").display().to_string()], ..Secrets::default() },
             ..sandbox(wt.path())
         };

@@ -177,7 +177,7 @@ pub fn secret_vars_here(expose: &[String]) -> Vec<std::ffi::OsString> {
 /// The paths a sandbox hides for the home directories `homes` (`~/…` entries under each), resolved ([`resolve`]), once
 /// each, existing or not: [`SECRET_PATHS`] (not under an `expose` entry), `hide`, and
 /// `<data_dir>/agent-homes`. Left out: what resolves under `/tmp` (private inside anyway)
-/// but inside one of the folders `shown` there (an agent CLI's install folder), and system folders ([`is_system_path`], with a warning), but a default entry that
+/// but inside or around one of the folders `shown` there (an agent CLI's install folder), and system folders ([`is_system_path`], with a warning), but a default entry that
 /// resolves to a file there.
 pub fn secret_candidates(
     homes: &[&Path],
@@ -204,7 +204,9 @@ pub fn secret_candidates(
     let mut out: Vec<PathBuf> = vec![];
     for (p, ours) in defaults.map(|p| (p, true)).chain(added).chain(agent_homes) {
         let Some(real) = resolve(&p, 0) else { continue };
-        let private = real.starts_with("/tmp") && !shown.iter().any(|d| real.starts_with(d));
+        // Hidden also when it holds an install folder (its tmpfs hides that too: the CLI then
+        // fails, as it would outside /tmp).
+        let private = real.starts_with("/tmp") && !shown.iter().any(|d| real.starts_with(d) || d.starts_with(&real));
         if private || out.contains(&real) {
             continue;
         }
@@ -469,6 +471,24 @@ mod tests {
             assert!(both.contains(&(p.clone(), true)), "{} in {both:?}", p.display());
         }
         assert!(!both.iter().any(|(p, _)| p.starts_with(h2.join(".docker"))), "{both:?}");
+        // Under /tmp (private inside) only what is inside or around a folder bound back.
+        let tmp = tempfile::Builder::new().prefix("fl-shown").tempdir_in("/tmp").unwrap();
+        let t = tmp.path().canonicalize().unwrap();
+        let shown = [t.join("p/node_modules")];
+        let around = Secrets {
+            hide: vec![
+                t.display().to_string(),
+                t.join("p/node_modules/.npmrc").display().to_string(),
+                "/tmp/fl-elsewhere".into(),
+            ],
+            ..Secrets::default()
+        };
+        let in_tmp = |c: Vec<PathBuf>| c.into_iter().filter(|p| p.starts_with("/tmp")).collect::<Vec<_>>();
+        assert_eq!(
+            in_tmp(secret_candidates(&[], &around, None, &shown)),
+            vec![t.clone(), t.join("p/node_modules/.npmrc")]
+        );
+        assert_eq!(in_tmp(secret_candidates(&[], &around, None, &[])), Vec::<PathBuf>::new());
         // No home: only absolute entries and the data directory.
         let abs = Secrets { hide: vec![h.join("notes.txt").display().to_string(), "~/x".into()], ..Secrets::default() };
         assert_eq!(secret_mounts(&[], &abs, None, &[]), vec![(h.join("notes.txt"), false)]);
