@@ -39,6 +39,38 @@ pub struct LoopView {
     pub usage: Option<crate::usage::Totals>,
     /// The start of the loop's plan (its prompt), for a running loop's `Prompt:` line.
     pub prompt: Option<String>,
+    /// The loop's last agent replies, oldest first (`Session Output:`, `Recent Activity:`).
+    pub recent_replies: Vec<String>,
+    /// What the loop's work changed against the commit it started from, committed or not:
+    /// (files, added lines, deleted lines); `None` when it could not be read (no worktree).
+    pub files_changed: Option<(usize, usize, usize)>,
+}
+
+/// A line break of any kind (shown as a space on one line).
+fn is_break(c: char) -> bool {
+    matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
+}
+
+/// The `Session Output:` block (FORGE-REFERENCE §6), with a blank line before it; empty
+/// when there is nothing to show. Each reply on one line (line breaks become spaces), at
+/// most 1,000 characters; then `Files changed: F (+A/-D lines)`. Forge also lists the
+/// session's token usage here; ours is the `Cumulative Usage:` block.
+pub fn session_output(replies: &[String], files_changed: Option<(usize, usize, usize)>) -> String {
+    if replies.is_empty() && files_changed.is_none() {
+        return String::new();
+    }
+    let mut out = String::from("\nSession Output:\n");
+    if !replies.is_empty() {
+        out.push_str("  Recent Activity:\n");
+        for r in replies {
+            let flat: String = r.chars().take(1000).map(|c| if is_break(c) { ' ' } else { c }).collect();
+            out.push_str(&format!("  [assistant] {flat}\n"));
+        }
+    }
+    if let Some((f, a, d)) = files_changed {
+        out.push_str(&format!("  Files changed: {f} (+{a}/-{d} lines)\n"));
+    }
+    out
 }
 
 /// loop-cancel's answer for a loop that is not running: Forge's sentence, then how it
@@ -200,6 +232,7 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
         if let Some(b) = &l.branch {
             out.push_str(&format!("Branch: {b}\n"));
         }
+        out.push_str(&session_output(&l.recent_replies, l.files_changed));
         if let Some(a) = &l.last_audit {
             out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
         }
@@ -212,10 +245,7 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
             out.push_str(&format!("Last activity: {}s ago\n", ((now - t).max(0)) / 1000));
         }
         if let Some(p) = &l.prompt {
-            let flat: String = p
-                .chars()
-                .map(|c| if matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}') { ' ' } else { c })
-                .collect();
+            let flat: String = p.chars().map(|c| if is_break(c) { ' ' } else { c }).collect();
             let shown = if flat.chars().count() > 100 { cut(&flat, 97) } else { flat };
             out.push_str(&format!("\nPrompt: {shown}"));
         }
@@ -241,6 +271,7 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
     if let Some(a) = &l.last_audit {
         out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
     }
+    out.push_str(&session_output(&l.recent_replies, l.files_changed));
     out.push_str(&format!("\n{restart_line}\n"));
     out.push_str(usage_block);
     out.trim_end().to_string()
@@ -376,5 +407,38 @@ mod tests {
         );
         let t = render_list(&[orphan], 1000);
         assert!(t.contains("| Status: server stopped\n"), "{t}");
+    }
+
+    #[test]
+    fn the_session_output_block() {
+        type Row<'a> = (&'a [&'a str], Option<(usize, usize, usize)>, &'a str);
+        let table: &[Row] = &[
+            (&[], None, ""),
+            (&[], Some((0, 0, 0)), "\nSession Output:\n  Files changed: 0 (+0/-0 lines)\n"),
+            (
+                &["first\nline\r\ntwo", "done"],
+                Some((3, 12, 4)),
+                "\nSession Output:\n  Recent Activity:\n  [assistant] first line  two\n  [assistant] done\n  Files changed: 3 (+12/-4 lines)\n",
+            ),
+        ];
+        for (replies, files, want) in table {
+            let replies: Vec<String> = replies.iter().map(|r| r.to_string()).collect();
+            assert_eq!(session_output(&replies, *files), *want);
+        }
+        // At most 1,000 characters of a reply.
+        let long = session_output(&["é".repeat(1500)], None);
+        assert_eq!(long.lines().nth(3).unwrap().chars().count(), "  [assistant] ".len() + 1000);
+        // In a running loop's detail: after the branch, before the last audit; in a
+        // stopped one's after the last audit, before the restart line.
+        let mut run = v("live", "running");
+        run.branch = Some("forge/live".into());
+        run.last_audit = Some("clean".into());
+        run.recent_replies = vec!["did it".into()];
+        run.files_changed = Some((1, 2, 0));
+        let d = render_detail(&run, "Restart: available with force=true", "", 1000);
+        assert!(d.contains("Branch: forge/live\n\nSession Output:\n  Recent Activity:\n  [assistant] did it\n  Files changed: 1 (+2/-0 lines)\n\nLast Audit: clean\n\nRestart:"), "{d}");
+        let stopped = LoopView { status: "completed".into(), completed_at: Some(5000), ..run };
+        let d = render_detail(&stopped, "Restart: not available (completed)", "", 9000);
+        assert!(d.contains("\nLast Audit: clean\n\nSession Output:\n  Recent Activity:\n  [assistant] did it\n  Files changed: 1 (+2/-0 lines)\n\nRestart: not available (completed)"), "{d}");
     }
 }

@@ -112,7 +112,15 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     let t = LoopTest::launch(&config(""), "block", &[("FORGE_TEST_USAGE", "1")]);
     let name = t.execute("One step", ONE_SECTION);
     t.wait_state_file("auditor.pid");
-    let live = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+    let live = t.client.tool_ok("loop-status", json!({ "name": name }));
+    // `Session Output:` (FORGE-REFERENCE §6): the coder's reply, and its one line in work.txt.
+    assert_eq!(live.data["filesChanged"], json!({ "files": 1, "added": 1, "deleted": 0 }), "{}", live.data);
+    assert_eq!(live.data["recentReplies"].as_array().map(Vec::len), Some(1), "{}", live.data);
+    let live = live.text;
+    assert_contains(
+        &live,
+        "Branch: forge/one-step\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded — end your turn now; make no further changes. turn 1 done\n  Files changed: 1 (+1/-0 lines)\n\nRestart: available with force=true",
+    );
     assert_contains(&live, "Total Cost: $0.0200 | Tokens: 2.0k in / 20 out");
     assert_contains(&live, "    code: $0.0100");
     assert_contains(&live, "    auditor: $0.0100");
@@ -125,6 +133,11 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_contains(&detail, "Total Cost: $0.0200 | Tokens: 2.0k in / 20 out");
     assert_contains(&detail, "Last Audit: **Audit verdict:** clean — no blocking findings remain.");
     assert_contains(&detail, "work.txt updated");
+    // Both turns' replies, after the last audit; the worktree is gone with its work on the
+    // branch, so no count of files.
+    assert_eq!(detail.matches("\n  [assistant] ").count(), 2, "{detail}");
+    assert_contains(&detail, "\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded");
+    assert!(!detail.contains("Files changed:"), "{detail}");
     let list = t.client.tool_ok("loop-status", json!({})).text;
     assert!(list.starts_with("Recent Loops"), "{list}");
     assert_contains(&list, &format!("1. {name}\n   Status: completed"));

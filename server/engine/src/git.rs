@@ -729,6 +729,27 @@ pub fn changes_since(worktree: &Path, since: &str) -> Result<(Vec<String>, Vec<S
     Ok((tracked.into_iter().map(|(_, l)| l).collect(), untracked))
 }
 
+/// What a loop's work changed since commit `since`, committed or not, as `git diff --stat`
+/// counts it against the working tree: (files, added lines, deleted lines). Untracked files
+/// that are not ignored count as added; a file over 8 MiB counts as binary (no lines, so
+/// that a stray large file is not read whole), as do submodules' changes, which are left out.
+pub fn files_changed(worktree: &Path, since: &str) -> Result<(usize, usize, usize), GitError> {
+    let repo = open_worktree(worktree)?;
+    let commit = resolve_commit(&repo, worktree, since)?;
+    let tree = repo.find_commit(commit).and_then(|c| c.tree()).ctx(&format!("read the tree of {since}"), worktree)?;
+    let mut opts = DiffOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .show_untracked_content(true)
+        .ignore_submodules(true)
+        .max_size(8 << 20);
+    let diff = repo
+        .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
+        .ctx(&format!("diff {since} against the working tree"), worktree)?;
+    let stats = diff.stats().ctx("count changed lines", worktree)?;
+    Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
+}
+
 /// An attempt snapshot: a commit of the worktree's current state (tracked changes and
 /// untracked files, as [`checkpoint`] would stage them) whose parent is HEAD, kept alive by
 /// the ref `ref_name` (e.g. `refs/forge/<loop>/attempts/section-0-1`, the loop runner's

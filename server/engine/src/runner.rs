@@ -939,6 +939,18 @@ impl Runner {
         // Progress the turn made (its handoff, a tool call) ends a run of stalls now, before
         // a rotation forgets its session: the watchdog's next look may come after that.
         self.note_progress();
+        // The reply, for loop-status's `Recent Activity:` (a loop taken over meanwhile
+        // keeps the other runner's; what follows finds that out).
+        if let TurnOutcome::Reply(text) = &outcome {
+            if !text.trim().is_empty() {
+                let (p, n, text) = (self.project.clone(), self.loop_name.clone(), text.clone());
+                if let Err(e) = self.owned_write(move |tx| db::add_reply(tx, &p, &n, &text)).await {
+                    if !is_taken_over(&e) {
+                        tracing::warn!(loop_name = %self.loop_name, "cannot keep the turn's reply: {e}");
+                    }
+                }
+            }
+        }
         let facts = self.facts(&row);
         let role = self.live.role;
         let (p, n, sid) = (self.project.clone(), self.loop_name.clone(), self.live.id.clone());

@@ -376,6 +376,45 @@ pub fn large(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Resul
         .unwrap_or((None, None)))
 }
 
+/// How many of a loop's last agent replies are kept ([`add_reply`]).
+pub const RECENT_REPLIES: usize = 5;
+/// The most characters of one reply kept.
+pub const REPLY_CHARS: usize = 1000;
+
+/// Keeps `text`, a turn's reply (its first [`REPLY_CHARS`] characters), as the loop's latest,
+/// dropping the oldest past [`RECENT_REPLIES`]. Blank replies are not kept.
+pub fn add_reply(db: &Connection, project: &str, loop_name: &str, text: &str) -> rusqlite::Result<()> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(());
+    }
+    let mut replies = recent_replies(db, project, loop_name)?;
+    replies.push(text.chars().take(REPLY_CHARS).collect());
+    let extra = replies.len().saturating_sub(RECENT_REPLIES);
+    replies.drain(..extra);
+    let json = serde_json::to_string(&replies).unwrap_or_else(|_| "[]".into());
+    db.execute(
+        "INSERT INTO loop_large_fields (project_id, loop_name, recent_replies) VALUES (?1, ?2, ?3)
+         ON CONFLICT (project_id, loop_name) DO UPDATE SET recent_replies = excluded.recent_replies",
+        params![project, loop_name, json],
+    )?;
+    Ok(())
+}
+
+/// The loop's last agent replies, oldest first ([`add_reply`]); none when none were kept
+/// (or the stored text is not a list of strings).
+pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Vec<String>> {
+    let json: Option<String> = db
+        .query_row(
+            "SELECT recent_replies FROM loop_large_fields WHERE project_id = ?1 AND loop_name = ?2",
+            params![project, loop_name],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    Ok(json.and_then(|j| serde_json::from_str(&j).ok()).unwrap_or_default())
+}
+
 /// The loop's transition log and plan amendments, oldest first (the history document).
 pub fn history(
     db: &Connection,
@@ -443,4 +482,37 @@ pub fn amendments(
             at,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_replies_are_kept_cut_and_blank_ones_left_out() {
+        let d = tempfile::tempdir().unwrap();
+        let c = crate::open_connection(&d.path().join("f.db")).unwrap();
+        c.execute(
+            "INSERT INTO loops (project_id, loop_name, status, phase, current_session_id, project_dir, worktree_dir, started_at)
+             VALUES ('p', 'l', 'running', 'coding', 's1', '/p', '/w', 0)",
+            [],
+        )
+        .unwrap();
+        assert_eq!(recent_replies(&c, "p", "l").unwrap(), Vec::<String>::new());
+        // The last audit and the replies share the loop's row; neither overwrites the other.
+        set_large(&c, "p", "l", Some("audit"), None).unwrap();
+        add_reply(&c, "p", "l", "  \n ").unwrap();
+        assert_eq!(recent_replies(&c, "p", "l").unwrap(), Vec::<String>::new());
+        for i in 1..=7 {
+            add_reply(&c, "p", "l", &format!(" reply {i}\n")).unwrap();
+        }
+        assert_eq!(recent_replies(&c, "p", "l").unwrap(), ["reply 3", "reply 4", "reply 5", "reply 6", "reply 7"]);
+        add_reply(&c, "p", "l", &"é".repeat(REPLY_CHARS + 10)).unwrap();
+        let kept = recent_replies(&c, "p", "l").unwrap();
+        assert_eq!(kept.len(), RECENT_REPLIES);
+        assert_eq!(kept.last().unwrap().chars().count(), REPLY_CHARS);
+        assert_eq!(large(&c, "p", "l").unwrap(), (Some("audit".to_string()), None));
+        set_large(&c, "p", "l", Some("audit 2"), None).unwrap();
+        assert_eq!(recent_replies(&c, "p", "l").unwrap().len(), RECENT_REPLIES);
+    }
 }

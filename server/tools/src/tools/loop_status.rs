@@ -66,7 +66,25 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
         last_activity_at: activity,
         usage: Some(usage_rows(ctx, l)?).filter(|r| !r.is_empty()).map(|r| forge_domain::usage::total(&r)),
         prompt: None,
+        recent_replies: vec![],
+        files_changed: None,
     })
+}
+
+/// [`view`] with what only one loop's detail shows (`Session Output:`): its last replies,
+/// and what its worktree changed since the loop's start commit (none when the worktree
+/// or that commit is gone; the reason is logged).
+fn detail_view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
+    let mut v = view(ctx, l)?;
+    v.recent_replies = db::recent_replies(ctx.db, ctx.project_id(), &l.loop_name).db()?;
+    let wt = std::path::Path::new(&l.worktree_dir);
+    if let (Some(base), true) = (&l.base_commit, wt.is_dir()) {
+        match forge_engine::git::files_changed(wt, base) {
+            Ok(c) => v.files_changed = Some(c),
+            Err(e) => tracing::info!(loop_name = %l.loop_name, "no files-changed count: {e}"),
+        }
+    }
+    Ok(v)
 }
 
 /// The recorded server of a running loop when that process has ended
@@ -152,7 +170,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         }
         Some(q) => {
             let row = loop_scope::find_loop(ctx, q)?;
-            let v = view(ctx, &row)?;
+            let v = detail_view(ctx, &row)?;
             let restart = match row.status.as_str() {
                 "completed" => "Restart: not available (completed)".to_string(),
                 // Forge's lines (FORGE-REFERENCE §6).
@@ -173,6 +191,10 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "auditCount": row.audit_count, "errorCount": row.error_count,
                 // A running loop whose server has ended: the process id it had (null else).
                 "serverGone": v.server_gone,
+                // `Session Output:`: the last replies (oldest first), and what the work
+                // changed since the loop's start commit (null when that cannot be read).
+                "recentReplies": v.recent_replies,
+                "filesChanged": v.files_changed.map(|(files, added, deleted)| json!({ "files": files, "added": added, "deleted": deleted })),
             });
             let mut v = v;
             if row.status == "running" {
