@@ -103,6 +103,10 @@ def test_two_section_loop(cli, tmp_path):
     assert status.get("status") == "completed" and status.get("terminationReason") == "completed", \
         "%s\n%s" % (json.dumps(status), keep)
     assert res["transitions"] == EXPECTED_TRANSITIONS, keep
+    # loop-status's `Recent Activity:` keeps the CLI's final reply of each of the last five
+    # turns, as the CLI reported it (the fake model's closing texts, in order).
+    assert status.get("recentReplies") == ["Audit 1: one finding.", "Fixed.", "Audit 2: clean.",
+                                           "Section two written.", "Audit 3: clean."], status.get("recentReplies")
 
     # The fake model server saw only what the script expected.
     assert not [q for q in reqs if q["mismatch"] or q["unknown_tools"] or q["server_error"]], reqs
