@@ -287,8 +287,7 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
                 Ok(b) => b,
                 Err(e) => return fail(e),
             };
-            let (sb, argv) = whole_sandbox(&req, &launch.keep_env, extra, &argv);
-            sb.command(&bwrap, &argv, &req.cwd)
+            whole_sandbox(&req, &launch.keep_env, extra, &argv).command(&bwrap, &argv, &req.cwd)
         }
         _ => {
             let mut c = Command::new(&argv[0]);
@@ -498,14 +497,13 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
 
 /// The sandbox of an agent CLI run whole inside it (Codex): the loop's, with the network
 /// shared, the CLI's own `extra` folders writable, its key variables `keep_env` kept, and
-/// its program bound where the sandbox would hide it; and the command line, whose program
-/// is then started by its own path.
+/// its program bound where the sandbox would hide it.
 fn whole_sandbox(
     req: &TurnRequest,
     keep_env: &[String],
     extra: &[PathBuf],
     argv: &[String],
-) -> (crate::sandbox::Sandbox, Vec<String>) {
+) -> crate::sandbox::Sandbox {
     let mut sb =
         crate::sandbox::Sandbox::for_loop(&req.cwd, true, req.socket.as_deref()).with_secrets(req.secrets.clone());
     // The agent CLI keeps its own key (`agents/codex.rs`), and only that.
@@ -519,11 +517,8 @@ fn whole_sandbox(
     let path = agent_path(req.shim_dir.as_deref(), self_bin().as_deref(), std::env::var_os("PATH"));
     let install = crate::sandbox::install_binds(argv, &path, &req.cwd);
     sb.install_dirs = install.dirs;
-    let mut argv = argv.to_vec();
-    if let Some(p) = install.program.and_then(|p| p.into_os_string().into_string().ok()) {
-        argv[0] = p;
-    }
-    (sb.with_shims(&req.data_dir), argv)
+    sb.install_links = install.links;
+    sb.with_shims(&req.data_dir)
 }
 
 /// The variable that gives an agent the path of the running `forge-lsp` binary.
@@ -674,7 +669,7 @@ mod expand_tests {
         std::fs::create_dir(&wt).unwrap();
         std::fs::write(wt.join(".git"), format!("gitdir: {}/.git/worktrees/wt\n", repo_path.display())).unwrap();
         let whole = TurnRequest { cwd: wt, ..r.clone() };
-        let (sb, _) = whole_sandbox(&whole, &[], &[d.path().join("codex-home")], &["/bin/sh".to_string()]);
+        let sb = whole_sandbox(&whole, &[], &[d.path().join("codex-home")], &["/bin/sh".to_string()]);
         assert!(sb.ro_binds.contains(&repo_path.join(".git")), "{:?}", sb.ro_binds);
         assert_eq!(sb.binds, vec![d.path().join("codex-home")]);
         let uuid = forge_domain::agent_cli::session_uuid("ses_T1");

@@ -94,6 +94,9 @@ pub struct Sandbox {
     /// `/tmp` or a runtime directory, [`install_binds`]), bound before the secrets are
     /// hidden, so that a secret inside one stays hidden.
     pub install_dirs: Vec<PathBuf>,
+    /// Links in hidden folders on the way to that CLI, made again inside (after its binds),
+    /// (where, target as written) ([`Install::links`]).
+    pub install_links: Vec<(PathBuf, PathBuf)>,
     /// The user's secrets the sandbox hides ([`Secrets`]): the defaults unless the
     /// configuration says otherwise ([`Sandbox::with_secrets`]).
     pub secrets: Secrets,
@@ -321,9 +324,10 @@ pub fn program_binds(argv: Option<&[String]>, worktree: &Path) -> Vec<PathBuf> {
 pub struct Install {
     /// Read-only binds, before the secrets are hidden ([`Sandbox::install_dirs`]).
     pub dirs: Vec<PathBuf>,
-    /// The program to start instead of `argv[0]`: the file it resolves to, when the way to
-    /// it goes through a hidden folder (a link there would point nowhere inside).
-    pub program: Option<PathBuf>,
+    /// Links in hidden folders on the way to the program, its interpreter and the `PATH`
+    /// folders, made again inside as they are: (where, what they point to as written)
+    /// ([`Sandbox::install_links`]). A link shows nothing its target does not.
+    pub links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Where an agent CLI run whole in a sandbox (Codex) is, when the sandbox hides it:
@@ -331,13 +335,15 @@ pub struct Install {
 /// folder (an `npm install` in `/tmp`, a version manager's `PATH` entry in the runtime
 /// folder), else nothing (everywhere else it is visible already).
 ///
-/// The program is started by the file it resolves to ([`Install::program`]), and what is
-/// bound is that file's package: its outermost `node_modules` folder (so that Codex's
-/// platform package, a sibling, comes along; pnpm's `.bin` scripts too), else the file
-/// alone; never a hidden folder itself nor a user's runtime folder (`/run/user/<uid>`,
-/// `$XDG_RUNTIME_DIR`, whose sockets reach daemons outside: a review). The interpreter of
-/// its `#!` line, found on `PATH` inside, is bound the same way, and as the file at the
-/// path found. These binds come before the secrets are hidden.
+/// Each link met on the way to it (as `realpath` walks it) that lies in a hidden folder is
+/// made again inside (npm's `bin/codex`, fnm's linked `PATH` folder), so the program is
+/// started by the name it has, and the file it resolves to, when hidden, has its package
+/// bound: its outermost `node_modules` folder (so that Codex's platform package, a sibling,
+/// comes along; pnpm's `.bin` scripts too), else the file alone; never a hidden folder
+/// itself nor a user's runtime folder (`/run/user/<uid>`, `$XDG_RUNTIME_DIR`, whose
+/// sockets reach daemons outside: a review). The interpreter of its `#!` line, found on
+/// `PATH`, gets the same, and so do the links on the way to each `PATH` folder (fnm's
+/// `npm` beside its `node`). The binds come before the secrets are hidden.
 pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Install {
     let mut hidden = hidden_dirs();
     hidden.push(PathBuf::from("/tmp"));
@@ -354,8 +360,6 @@ pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Install {
 /// [`install_binds`] with the hidden folders and those never bound given.
 fn install_binds_in(argv: &[String], path: &OsStr, cwd: &Path, hidden: &[PathBuf], never: &[PathBuf]) -> Install {
     let hides = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
-    // Whether the way to `f` (as found, or its folder resolved) goes through a hidden folder.
-    let hidden_way = |f: &Path| hides(f) || f.parent().and_then(|d| d.canonicalize().ok()).is_some_and(|d| hides(&d));
     let bindable = |d: &Path| hides(d) && !never.iter().any(|n| n.starts_with(d));
     // The file's package: its outermost bindable `node_modules`, else the file alone.
     let package = |real: &Path| -> PathBuf {
@@ -363,33 +367,86 @@ fn install_binds_in(argv: &[String], path: &OsStr, cwd: &Path, hidden: &[PathBuf
             real.ancestors().filter(|a| a.file_name() == Some(OsStr::new("node_modules")) && bindable(a)).last();
         modules.map_or_else(|| real.to_path_buf(), Path::to_path_buf)
     };
-    let mut out = Install::default();
-    let Some(found) = argv.first().and_then(|p| find_program(p, path, cwd)) else { return out };
-    let Ok(real) = found.canonicalize() else { return out };
     let mut binds: Vec<PathBuf> = vec![];
-    if hides(&real) {
-        binds.push(package(&real));
-    }
-    if real != found && (hidden_way(&found) || hides(&real)) && is_executable(&real) {
-        out.program = Some(real.clone());
-    }
-    if let Some(i) = interpreter(&real).and_then(|i| find_program(&i, path, cwd)) {
-        if let Ok(i_real) = i.canonicalize() {
-            if hides(&i_real) {
-                binds.push(package(&i_real));
-            }
-            if i != i_real && hidden_way(&i) {
-                binds.push(i);
-            }
+    let mut links: Vec<(PathBuf, PathBuf)> = vec![];
+    let mut follow = |p: &Path, bind: bool, binds: &mut Vec<PathBuf>| -> Option<PathBuf> {
+        let (met, real) = walk(p);
+        links.extend(met.into_iter().filter(|(l, _)| hides(l)));
+        let real = real?;
+        if bind && hides(&real) {
+            binds.push(package(&real));
+        }
+        Some(real)
+    };
+    let found = argv.first().and_then(|p| find_program(p, path, cwd));
+    if let Some(real) = found.as_deref().and_then(|f| follow(f, true, &mut binds)) {
+        if let Some(i) = interpreter(&real).and_then(|i| find_program(&i, path, cwd)) {
+            follow(&i, true, &mut binds);
         }
     }
+    for d in std::env::split_paths(path).filter(|d| d.is_absolute() && hides(d)) {
+        follow(&d, false, &mut binds);
+    }
+    let mut out = Install::default();
     for d in binds {
         if !out.dirs.iter().any(|o| d.starts_with(o)) {
             out.dirs.retain(|o| !o.starts_with(&d));
             out.dirs.push(d);
         }
     }
+    // A link inside a bound folder is there already (and could not be made on it).
+    for l in links {
+        if !out.dirs.iter().any(|d| l.0.starts_with(d)) && !out.links.iter().any(|o| o.0 == l.0) {
+            out.links.push(l);
+        }
+    }
     out
+}
+
+/// The links met resolving `p` as `realpath` does, each (where, its target as written), and
+/// the path it resolves to (`None`: it does not resolve, or 40 links were met).
+fn walk(p: &Path) -> (Vec<(PathBuf, PathBuf)>, Option<PathBuf>) {
+    let mut met = vec![];
+    let mut done = PathBuf::from("/");
+    let mut rest: std::collections::VecDeque<OsString> = p
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    if !p.is_absolute() {
+        return (met, None);
+    }
+    while let Some(c) = rest.pop_front() {
+        if c == ".." {
+            done.pop();
+            continue;
+        }
+        let here = done.join(&c);
+        let Ok(m) = std::fs::symlink_metadata(&here) else { return (met, None) };
+        if !m.file_type().is_symlink() {
+            done = here;
+            continue;
+        }
+        if met.len() >= 40 {
+            return (met, None);
+        }
+        let Ok(target) = std::fs::read_link(&here) else { return (met, None) };
+        if target.is_absolute() {
+            done = PathBuf::from("/");
+        }
+        for part in target.components().rev() {
+            match part {
+                Component::Normal(n) => rest.push_front(n.to_os_string()),
+                Component::ParentDir => rest.push_front("..".into()),
+                _ => {}
+            }
+        }
+        met.push((here, target));
+    }
+    (met, Some(done))
 }
 
 /// The file `prog` names: a path (relative to `cwd`), else the first executable file of
@@ -581,6 +638,7 @@ impl Sandbox {
             binds: vec![],
             ro_binds: git_dir_under_tmp(worktree).into_iter().collect(),
             install_dirs: vec![],
+            install_links: vec![],
             secrets: Secrets::default(),
             data_dir: None,
             keep_env: vec![],
@@ -607,7 +665,7 @@ impl Sandbox {
     fn args(&self, cwd: Option<&Path>) -> Vec<OsString> {
         let mut a = self.head_args();
         // The user's secrets, before the binds below (which reappear even inside one).
-        let (homes, data) = (forge_core::project::homes(), self.data_dir.as_deref());
+        let (homes, data) = (crate::secrets::homes(), self.data_dir.as_deref());
         let homes: Vec<&Path> = homes.iter().map(PathBuf::as_path).collect();
         for (p, dir) in crate::secrets::secret_mounts(&homes, &self.secrets, data, &self.install_dirs) {
             if dir {
@@ -637,6 +695,19 @@ impl Sandbox {
         }
         for d in &self.install_dirs {
             push(&["--ro-bind-try".as_ref(), d.as_os_str(), d.as_os_str()]);
+        }
+        // Not where a later mount goes through (bubblewrap would follow the link out of the
+        // sandbox's own folders): the worktree, the socket's folder, the other binds.
+        let later: Vec<&Path> = [Some(self.worktree.as_path()), self.socket_dir.as_deref()]
+            .into_iter()
+            .flatten()
+            .chain(self.binds.iter().map(PathBuf::as_path))
+            .chain(self.ro_binds.iter().map(PathBuf::as_path))
+            .collect();
+        for (link, target) in &self.install_links {
+            if !later.iter().any(|l| l.starts_with(link)) {
+                push(&["--symlink".as_ref(), target.as_os_str(), link.as_os_str()]);
+            }
         }
         for sock in hidden_sockets() {
             push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), sock.as_os_str()]);
@@ -730,7 +801,7 @@ impl Sandbox {
         drop(forge_core::beneath::open_dir(&self.worktree, Path::new(TMP_DIR), true)?);
         let head = quoted(&self.head_args());
         let tail = quoted(&self.tail_args(None));
-        let (homes, data) = (forge_core::project::homes(), self.data_dir.as_deref());
+        let (homes, data) = (crate::secrets::homes(), self.data_dir.as_deref());
         let homes: Vec<&Path> = homes.iter().map(PathBuf::as_path).collect();
         let candidates = crate::secrets::secret_candidates(&homes, &self.secrets, data, &self.install_dirs);
         let inside = inside_test();
@@ -1221,46 +1292,47 @@ mod tests {
         let (t, nm) = npm_install_in_tmp();
         let root = nm.parent().unwrap().parent().unwrap().to_path_buf();
         let cwd = Path::new("/");
+        let nowhere = Path::new("/nowhere");
         let bins = |argv: &[&str], path: &Path| {
             install_binds(&argv.iter().map(|a| a.to_string()).collect::<Vec<_>>(), path.as_os_str(), cwd)
         };
-        let install = |dirs: &[&Path], program: Option<&Path>| Install {
+        let install = |dirs: &[&Path], links: &[(&Path, &str)]| Install {
             dirs: dirs.iter().map(|d| d.to_path_buf()).collect(),
-            program: program.map(Path::to_path_buf),
+            links: links.iter().map(|(l, t)| (l.to_path_buf(), PathBuf::from(t))).collect(),
         };
-        // A project-local install, found on PATH or by path: its node_modules folder, and
-        // the file its link names is started.
-        let cli = nm.join("@x/cli/bin/cli.sh");
-        assert_eq!(bins(&["fakecli", "exec"], &nm.join(".bin")), install(&[&nm], Some(&cli)));
-        assert_eq!(
-            bins(&[nm.join(".bin/fakecli").to_str().unwrap()], Path::new("/nowhere")),
-            install(&[&nm], Some(&cli))
-        );
+        // A project-local install, found on PATH or by path: its node_modules folder (the
+        // `.bin` link is inside it).
+        assert_eq!(bins(&["fakecli", "exec"], &nm.join(".bin")), install(&[&nm], &[]));
+        assert_eq!(bins(&[nm.join(".bin/fakecli").to_str().unwrap()], nowhere), install(&[&nm], &[]));
         // pnpm's `.bin` entries are scripts, no links: the node_modules folder all the same.
         std::fs::write(nm.join(".bin/pnpmcli"), "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(nm.join(".bin/pnpmcli"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(bins(&["pnpmcli"], &nm.join(".bin")), install(&[&nm], None));
-        // A global install (`<prefix>/bin` → `<prefix>/lib/node_modules`).
+        assert_eq!(bins(&["pnpmcli"], &nm.join(".bin")), install(&[&nm], &[]));
+        // A global install (`<prefix>/bin` → `<prefix>/lib/node_modules`): the link made
+        // again, the package bound.
         let prefix = root.join("prefix");
         std::fs::create_dir_all(prefix.join("bin")).unwrap();
         std::fs::create_dir_all(prefix.join("lib")).unwrap();
         std::fs::rename(&nm, prefix.join("lib/node_modules")).unwrap();
         let (gm, gcli) = (prefix.join("lib/node_modules"), prefix.join("lib/node_modules/@x/cli/bin/cli.sh"));
-        symlink("../lib/node_modules/@x/cli/bin/cli.sh", prefix.join("bin/fakecli")).unwrap();
-        assert_eq!(bins(&["fakecli"], &prefix.join("bin")), install(&[&gm], Some(&gcli)));
-        // A standalone file: itself alone, started as it is.
+        let rel = "../lib/node_modules/@x/cli/bin/cli.sh";
+        symlink(rel, prefix.join("bin/fakecli")).unwrap();
+        let bin_link = prefix.join("bin/fakecli");
+        assert_eq!(bins(&["fakecli"], nowhere), Install::default());
+        assert_eq!(bins(&[bin_link.to_str().unwrap()], nowhere), install(&[&gm], &[(&bin_link, rel)]));
+        // A standalone file: itself alone.
         let solo = root.join("solo");
         std::fs::write(&solo, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&solo, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(bins(&["solo"], &root), install(&[&solo], None));
-        // A link at the top of /tmp: never all of /tmp.
+        assert_eq!(bins(&["solo"], &root).dirs, [solo]);
+        // A link at the top of /tmp: never all of /tmp; each link on the way made again.
         let top = tempfile::Builder::new().prefix("fl-top").tempfile_in("/tmp").unwrap().into_temp_path();
         let top = top.to_path_buf();
         std::fs::remove_file(&top).unwrap();
-        symlink(prefix.join("bin/fakecli"), &top).unwrap();
-        let got = bins(&[top.to_str().unwrap()], Path::new("/nowhere"));
+        symlink(&bin_link, &top).unwrap();
+        let got = bins(&[top.to_str().unwrap()], nowhere);
         std::fs::remove_file(&top).unwrap();
-        assert_eq!(got, install(&[&gm], Some(&gcli)));
+        assert_eq!(got, install(&[&gm], &[(&top, bin_link.to_str().unwrap()), (&bin_link, rel)]));
         // The interpreter of its `#!` line, found on PATH, when the sandbox hides it too.
         let node = root.join("node/bin/fakenode");
         std::fs::create_dir_all(node.parent().unwrap()).unwrap();
@@ -1268,15 +1340,16 @@ mod tests {
         std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(&gcli, "#!/usr/bin/env -S -u FOO fakenode --flag\n").unwrap();
         let path = std::env::join_paths([prefix.join("bin"), node.parent().unwrap().to_path_buf()]).unwrap();
-        assert_eq!(bins(&["fakecli"], Path::new(&path)), install(&[&gm, &node], Some(&gcli)));
+        assert_eq!(bins(&["fakecli"], Path::new(&path)), install(&[&gm, &node], &[(&bin_link, rel)]));
         // Visible programs and unknown names bind nothing.
         assert_eq!(bins(&["sh"], Path::new("/bin:/usr/bin")), Install::default());
-        assert_eq!(bins(&["no-such-cli"], &prefix.join("bin")), Install::default());
+        assert_eq!(bins(&["no-such-cli"], &prefix.join("bin")), install(&[], &[]));
         drop(t);
     }
 
-    /// A user's runtime folder (a stand-in here) is never bound whole, and a `PATH` entry
-    /// through a linked folder there (fnm's) starts the program by its own path.
+    /// A user's runtime folder (a stand-in here) is never bound whole, and a `PATH` folder
+    /// reached through a link there (fnm's) is made again as that link, which shows only
+    /// what is visible already: the program and what lies beside it (`npm`) are found.
     #[test]
     fn install_binds_never_bind_a_runtime_folder() {
         use std::os::unix::fs::symlink;
@@ -1289,29 +1362,68 @@ mod tests {
         let cli = rt.join("lib/node_modules/@x/cli/bin/cli.js");
         std::fs::write(&cli, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        symlink("../lib/node_modules/@x/cli/bin/cli.js", rt.join("bin/codex")).unwrap();
+        let rel = "../lib/node_modules/@x/cli/bin/cli.js";
+        symlink(rel, rt.join("bin/codex")).unwrap();
         let argv = vec!["codex".to_string()];
         let got = install_binds_in(&argv, rt.join("bin").as_os_str(), Path::new("/"), &hidden, &never);
-        assert_eq!(got, Install { dirs: vec![rt.join("lib/node_modules")], program: Some(cli.clone()) });
+        assert_eq!(
+            got,
+            Install { dirs: vec![rt.join("lib/node_modules")], links: vec![(rt.join("bin/codex"), rel.into())] }
+        );
         // The program at the top of the runtime folder: the file alone.
         std::fs::write(rt.join("solo"), "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(rt.join("solo"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let got = install_binds_in(&["solo".into()], rt.as_os_str(), Path::new("/"), &hidden, &never);
-        assert_eq!(got, Install { dirs: vec![rt.join("solo")], program: None });
-        // fnm: `<rt>/fnm_multishells/<id>` links to an installation outside: nothing to
-        // bind, the program started by its own path.
+        assert_eq!(got, Install { dirs: vec![rt.join("solo")], links: vec![] });
+        // fnm: `<rt>/fnm_multishells/<id>` links to an installation outside.
         let inst = t.join("fnm/installation");
         std::fs::create_dir_all(inst.join("bin")).unwrap();
         std::fs::create_dir_all(inst.join("lib/node_modules/@x/cli/bin")).unwrap();
         let icli = inst.join("lib/node_modules/@x/cli/bin/cli.js");
         std::fs::write(&icli, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&icli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        symlink("../lib/node_modules/@x/cli/bin/cli.js", inst.join("bin/codex")).unwrap();
+        symlink(rel, inst.join("bin/codex")).unwrap();
         std::fs::create_dir_all(rt.join("fnm_multishells")).unwrap();
         symlink(&inst, rt.join("fnm_multishells/1_2")).unwrap();
         let path = rt.join("fnm_multishells/1_2/bin");
         let got = install_binds_in(&argv, path.as_os_str(), Path::new("/"), &hidden, &never);
-        assert_eq!(got, Install { dirs: vec![], program: Some(icli) });
+        assert_eq!(got, Install { dirs: vec![], links: vec![(rt.join("fnm_multishells/1_2"), inst.clone())] });
+        // The same link for a PATH folder alone (the program elsewhere).
+        let got = install_binds_in(
+            &["sh".into()],
+            std::env::join_paths([path.as_path(), Path::new("/bin")]).unwrap().as_os_str(),
+            Path::new("/"),
+            &hidden,
+            &never,
+        );
+        assert_eq!(got, Install { dirs: vec![], links: vec![(rt.join("fnm_multishells/1_2"), inst)] });
+    }
+
+    #[test]
+    fn walk_meets_each_link_and_resolves_as_realpath() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir_in(outside_tmp()).unwrap();
+        let t = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(t.join("a/b")).unwrap();
+        std::fs::write(t.join("a/b/f"), "").unwrap();
+        symlink("a/b", t.join("ab")).unwrap();
+        symlink("../ab/f", t.join("a/lf")).unwrap();
+        symlink(t.join("a/lf"), t.join("abs")).unwrap();
+        symlink("loop", t.join("loop")).unwrap();
+        let (met, real) = walk(&t.join("abs"));
+        assert_eq!(real, Some(t.join("a/b/f")));
+        assert_eq!(
+            met,
+            [
+                (t.join("abs"), t.join("a/lf")),
+                (t.join("a/lf"), PathBuf::from("../ab/f")),
+                (t.join("ab"), PathBuf::from("a/b"))
+            ]
+        );
+        assert_eq!(walk(&t.join("a/../ab/./f")), (vec![(t.join("ab"), PathBuf::from("a/b"))], Some(t.join("a/b/f"))));
+        assert_eq!(walk(&t.join("loop")).1, None);
+        assert_eq!(walk(&t.join("missing/x")).1, None);
+        assert_eq!(walk(Path::new("relative")).1, None);
     }
 
     #[test]
@@ -1356,6 +1468,42 @@ mod tests {
         cmd.env("PATH", format!("{}:/usr/bin:/bin", nm.join(".bin").display()));
         let c = run_captured(cmd, Duration::from_secs(30)).await.expect("run");
         assert!(c.stdout.is_empty() && c.stderr.contains("not found"), "{c:?}");
+    }
+
+    /// The links on the way are made again inside: a global install under /tmp
+    /// (`<prefix>/bin/fakecli` → `../lib/node_modules/…`), and a `PATH` folder reached
+    /// through a link in /tmp to a folder outside (fnm's), whose other programs are found too.
+    #[tokio::test]
+    async fn links_on_the_way_to_a_cli_under_tmp_are_made_again_inside() {
+        let (_t, nm) = npm_install_in_tmp();
+        let prefix = nm.parent().unwrap().join("prefix");
+        std::fs::create_dir_all(prefix.join("bin")).unwrap();
+        std::fs::create_dir_all(prefix.join("lib")).unwrap();
+        std::fs::rename(&nm, prefix.join("lib/node_modules")).unwrap();
+        std::os::unix::fs::symlink("../lib/node_modules/@x/cli/bin/cli.sh", prefix.join("bin/fakecli")).unwrap();
+        let outside = tempfile::Builder::new().prefix("fl-fnm").tempdir_in(outside_tmp()).unwrap();
+        let inst = outside.path().canonicalize().unwrap();
+        std::fs::create_dir_all(inst.join("bin")).unwrap();
+        std::fs::write(inst.join("bin/fakenpm"), "#!/bin/sh\necho npm-ran\n").unwrap();
+        std::fs::set_permissions(inst.join("bin/fakenpm"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let shell = prefix.parent().unwrap().join("multishell");
+        std::os::unix::fs::symlink(&inst, &shell).unwrap();
+        let path = format!("{}:{}:/usr/bin:/bin", prefix.join("bin").display(), shell.join("bin").display());
+        let wt = worktree();
+        let install = install_binds(&["fakecli".to_string()], OsStr::new(&path), wt.path());
+        assert_eq!(install.dirs, [prefix.join("lib/node_modules")]);
+        let s = Sandbox { install_dirs: install.dirs, install_links: install.links, ..sandbox(wt.path()) };
+        let mut cmd = s.command(&bwrap(), &["fakecli".into()], wt.path());
+        cmd.env("PATH", &path);
+        let c = run_captured(cmd, Duration::from_secs(30)).await.expect("run");
+        assert_eq!(c.stdout, "payload-ran\n", "{c:?}");
+        // Of the install's folder only the package and the links are there.
+        let script = format!("fakenpm; ls -A {}; ls -A {}", prefix.display(), prefix.parent().unwrap().display());
+        let mut cmd = s.command(&bwrap(), &["/bin/sh".into(), "-c".into(), script], wt.path());
+        cmd.env("PATH", &path);
+        let c = run_captured(cmd, Duration::from_secs(30)).await.expect("run");
+        assert_eq!(c.stdout, "npm-ran\nbin\nlib\nmultishell\nprefix\n", "{c:?}");
     }
 
     fn worktree() -> tempfile::TempDir {

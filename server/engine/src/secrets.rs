@@ -193,12 +193,16 @@ pub fn secret_candidates(
         }
     };
     let exposed: Vec<PathBuf> = secrets.expose.iter().flat_map(expand_all).collect();
+    // Also as they resolve: an entry spelled through a link (a HOME that links to the
+    // account's home) exposes the same folder under the other spelling.
+    let exposed_real: Vec<PathBuf> = exposed.iter().filter_map(|e| resolve(e, 0)).collect();
     let moved = relocated(|k| std::env::var_os(k));
     let defaults = homes
         .iter()
         .flat_map(|h| SECRET_PATHS.iter().map(move |rel| h.join(rel)))
         .chain(moved)
-        .filter(|p| !exposed.iter().any(|e| p.starts_with(e)));
+        .filter(|p| !exposed.iter().any(|e| p.starts_with(e)))
+        .filter(|p| resolve(p, 0).is_none_or(|r| !exposed_real.iter().any(|e| r.starts_with(e))));
     let added = secrets.hide.iter().flat_map(expand_all).map(|p| (p, false));
     let agent_homes = data_dir.map(|d| (d.join("agent-homes"), true));
     let mut out: Vec<PathBuf> = vec![];
@@ -224,6 +228,16 @@ pub fn secret_candidates(
         out.push(real);
     }
     out
+}
+
+/// The home directories whose secrets a sandbox hides ([`forge_core::project::homes`]):
+/// the account's own home in the password database only when it is none of `/` and the
+/// system folders (a service account's `/usr/sbin` would name `/usr/sbin/.ssh` and the
+/// like, and its `~/…` entries top-level folders; a review).
+pub fn homes() -> Vec<PathBuf> {
+    let mut all = forge_core::project::homes().into_iter();
+    let first = all.next();
+    first.into_iter().chain(all.filter(|h| !is_system_path(h))).collect()
 }
 
 /// Where the environment moves a [`SECRET_PATHS`] entry away from the home directory: an
@@ -471,6 +485,14 @@ mod tests {
             assert!(both.contains(&(p.clone(), true)), "{} in {both:?}", p.display());
         }
         assert!(!both.iter().any(|(p, _)| p.starts_with(h2.join(".docker"))), "{both:?}");
+        // An entry spelled through a link exposes the folder it names (HOME a link to the
+        // account's home).
+        let link = tempfile::Builder::new().prefix("fl-hlink").tempdir_in(outside_tmp()).unwrap();
+        let hl = link.path().join("home");
+        std::os::unix::fs::symlink(&h, &hl).unwrap();
+        let via_link = Secrets { expose: vec![hl.join(".ssh").display().to_string()], ..Secrets::default() };
+        let got = secret_mounts(&[&h], &via_link, None, &[]);
+        assert!(!got.iter().any(|(p, _)| p == &h.join(".ssh")) && got.contains(&(h.join(".netrc"), false)), "{got:?}");
         // Under /tmp (private inside) only what is inside or around a folder bound back.
         let tmp = tempfile::Builder::new().prefix("fl-shown").tempdir_in("/tmp").unwrap();
         let t = tmp.path().canonicalize().unwrap();
