@@ -750,6 +750,26 @@ pub fn files_changed(worktree: &Path, since: &str) -> Result<(usize, usize, usiz
     Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
 }
 
+/// [`files_changed`] of a loop whose worktree is gone: from commit `since` to the tip of
+/// `branch` in the repository at `repo_dir` (what the loop committed; a completed loop's
+/// worktree is removed once all its work is on the branch).
+pub fn files_changed_on_branch(repo_dir: &Path, since: &str, branch: &str) -> Result<(usize, usize, usize), GitError> {
+    let repo = discover(repo_dir)?;
+    let from = resolve_commit(&repo, repo_dir, since)?;
+    let to = resolve_commit(&repo, repo_dir, &format!("refs/heads/{branch}"))?;
+    let tree = |id: Oid, what: &str| {
+        repo.find_commit(id).and_then(|c| c.tree()).ctx(&format!("read the tree of {what}"), repo_dir)
+    };
+    let (a, b) = (tree(from, since)?, tree(to, branch)?);
+    let mut opts = DiffOptions::new();
+    opts.ignore_submodules(true).max_size(8 << 20);
+    let diff = repo
+        .diff_tree_to_tree(Some(&a), Some(&b), Some(&mut opts))
+        .ctx(&format!("diff {since}..{branch}"), repo_dir)?;
+    let stats = diff.stats().ctx("count changed lines", repo_dir)?;
+    Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
+}
+
 /// An attempt snapshot: a commit of the worktree's current state (tracked changes and
 /// untracked files, as [`checkpoint`] would stage them) whose parent is HEAD, kept alive by
 /// the ref `ref_name` (e.g. `refs/forge/<loop>/attempts/section-0-1`, the loop runner's

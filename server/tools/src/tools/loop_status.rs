@@ -72,17 +72,24 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
 }
 
 /// [`view`] with what only one loop's detail shows (`Session Output:`): its last replies,
-/// and what its worktree changed since the loop's start commit (none when the worktree
-/// or that commit is gone; the reason is logged).
+/// and what its work changed since the loop's start commit: in its worktree, committed or
+/// not, else (the worktree removed) on its branch; none when neither can be read (the
+/// reason is logged).
 fn detail_view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
     let mut v = view(ctx, l)?;
     v.recent_replies = db::recent_replies(ctx.db, ctx.project_id(), &l.loop_name).db()?;
     let wt = std::path::Path::new(&l.worktree_dir);
-    if let (Some(base), true) = (&l.base_commit, wt.is_dir()) {
-        match forge_engine::git::files_changed(wt, base) {
-            Ok(c) => v.files_changed = Some(c),
-            Err(e) => tracing::info!(loop_name = %l.loop_name, "no files-changed count: {e}"),
+    let counted = match (&l.base_commit, &l.worktree_branch) {
+        (Some(base), _) if wt.is_dir() => Some(forge_engine::git::files_changed(wt, base)),
+        (Some(base), Some(branch)) => {
+            Some(forge_engine::git::files_changed_on_branch(std::path::Path::new(&l.project_dir), base, branch))
         }
+        _ => None,
+    };
+    match counted {
+        Some(Ok(c)) => v.files_changed = Some(c),
+        Some(Err(e)) => tracing::info!(loop_name = %l.loop_name, "no files-changed count: {e}"),
+        None => {}
     }
     Ok(v)
 }
