@@ -41,9 +41,10 @@ pub struct LoopView {
     pub prompt: Option<String>,
     /// The loop's last agent replies, oldest first (`Session Output:`, `Recent Activity:`).
     pub recent_replies: Vec<String>,
-    /// What the loop's work changed against the commit it started from, committed or not:
-    /// (files, added lines, deleted lines); `None` when it could not be read (no worktree).
-    pub files_changed: Option<(usize, usize, usize)>,
+    /// What the loop's work changed against the commit it started from, committed or not,
+    /// as counted at its last turn's end: (files, added lines, deleted lines), or why it
+    /// could not be counted; `None` before any count.
+    pub files_changed: Option<Result<(usize, usize, usize), String>>,
 }
 
 /// A line break of any kind (shown as a space on one line).
@@ -52,10 +53,10 @@ fn is_break(c: char) -> bool {
 }
 
 /// The `Session Output:` block (FORGE-REFERENCE §6), with a blank line before it; empty
-/// when there is nothing to show. Each reply on one line (line breaks become spaces), at
-/// most 1,000 characters; then `Files changed: F (+A/-D lines)`. Forge also lists the
-/// session's token usage here; ours is the `Cumulative Usage:` block.
-pub fn session_output(replies: &[String], files_changed: Option<(usize, usize, usize)>) -> String {
+/// when there is nothing to show. Each reply on one line ([`one_line`]), at most 1,000
+/// characters; then `Files changed: F (+A/-D lines)`, or why it could not be counted.
+/// Forge also lists the session's token usage here; ours is the `Cumulative Usage:` block.
+pub fn session_output(replies: &[String], files_changed: Option<&Result<(usize, usize, usize), String>>) -> String {
     if replies.is_empty() && files_changed.is_none() {
         return String::new();
     }
@@ -63,12 +64,52 @@ pub fn session_output(replies: &[String], files_changed: Option<(usize, usize, u
     if !replies.is_empty() {
         out.push_str("  Recent Activity:\n");
         for r in replies {
-            let flat: String = r.chars().take(1000).map(|c| if is_break(c) { ' ' } else { c }).collect();
+            let flat: String = one_line(r).chars().take(1000).collect();
             out.push_str(&format!("  [assistant] {flat}\n"));
         }
     }
-    if let Some((f, a, d)) = files_changed {
-        out.push_str(&format!("  Files changed: {f} (+{a}/-{d} lines)\n"));
+    match files_changed {
+        Some(Ok((f, a, d))) => out.push_str(&format!("  Files changed: {f} (+{a}/-{d} lines)\n")),
+        Some(Err(why)) => out.push_str(&format!("  Files changed: unavailable ({})\n", one_line(why))),
+        None => {}
+    }
+    out
+}
+
+/// `s` on one line as a terminal shows it: each line break (`\r\n` as one), tab and other
+/// control character a space, terminal escape sequences (colours, cursor moves: `ESC [ …`,
+/// `ESC ] … BEL`, and `ESC` with one more character) left out.
+pub fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        match c {
+            '\u{1b}' => match it.next() {
+                // CSI: parameters and intermediates up to a final byte in @..~.
+                Some('[') => {
+                    for x in it.by_ref() {
+                        if ('@'..='~').contains(&x) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: up to BEL or ESC \\.
+                Some(']') => {
+                    while let Some(x) = it.next() {
+                        if x == '\u{7}' || (x == '\u{1b}' && it.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\r' => {
+                it.next_if_eq(&'\n');
+                out.push(' ');
+            }
+            _ if c.is_control() || is_break(c) => out.push(' '),
+            _ => out.push(c),
+        }
     }
     out
 }
@@ -232,7 +273,7 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
         if let Some(b) = &l.branch {
             out.push_str(&format!("Branch: {b}\n"));
         }
-        out.push_str(&session_output(&l.recent_replies, l.files_changed));
+        out.push_str(&session_output(&l.recent_replies, l.files_changed.as_ref()));
         if let Some(a) = &l.last_audit {
             out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
         }
@@ -271,7 +312,7 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
     if let Some(a) = &l.last_audit {
         out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
     }
-    out.push_str(&session_output(&l.recent_replies, l.files_changed));
+    out.push_str(&session_output(&l.recent_replies, l.files_changed.as_ref()));
     out.push_str(&format!("\n{restart_line}\n"));
     out.push_str(usage_block);
     out.trim_end().to_string()
@@ -411,19 +452,35 @@ mod tests {
 
     #[test]
     fn the_session_output_block() {
-        type Row<'a> = (&'a [&'a str], Option<(usize, usize, usize)>, &'a str);
+        type Row<'a> = (&'a [&'a str], Option<Result<(usize, usize, usize), String>>, &'a str);
         let table: &[Row] = &[
             (&[], None, ""),
-            (&[], Some((0, 0, 0)), "\nSession Output:\n  Files changed: 0 (+0/-0 lines)\n"),
+            (&[], Some(Ok((0, 0, 0))), "\nSession Output:\n  Files changed: 0 (+0/-0 lines)\n"),
             (
                 &["first\nline\r\ntwo", "done"],
-                Some((3, 12, 4)),
-                "\nSession Output:\n  Recent Activity:\n  [assistant] first line  two\n  [assistant] done\n  Files changed: 3 (+12/-4 lines)\n",
+                Some(Ok((3, 12, 4))),
+                "\nSession Output:\n  Recent Activity:\n  [assistant] first line two\n  [assistant] done\n  Files changed: 3 (+12/-4 lines)\n",
+            ),
+            (
+                &[],
+                Some(Err("cannot open\nthe worktree".into())),
+                "\nSession Output:\n  Files changed: unavailable (cannot open the worktree)\n",
             ),
         ];
         for (replies, files, want) in table {
             let replies: Vec<String> = replies.iter().map(|r| r.to_string()).collect();
-            assert_eq!(session_output(&replies, *files), *want);
+            assert_eq!(session_output(&replies, files.as_ref()), *want);
+        }
+        // Terminal escapes left out, control characters as spaces.
+        for (raw, want) in [
+            ("\u{1b}[31mRED\u{1b}[0m end", "RED end"),
+            ("a\tb\u{b}c\u{c}d\u{2028}e\u{85}f", "a b c d e f"),
+            ("\u{1b}]0;title\u{7}x\u{1b}]8;;u\u{1b}\\y", "xy"),
+            ("cr\ronly", "cr only"),
+            ("\u{1b}", ""),
+            ("\u{1b}[", ""),
+        ] {
+            assert_eq!(one_line(raw), want, "{raw:?}");
         }
         // At most 1,000 characters of a reply.
         let long = session_output(&["é".repeat(1500)], None);
@@ -434,7 +491,7 @@ mod tests {
         run.branch = Some("forge/live".into());
         run.last_audit = Some("clean".into());
         run.recent_replies = vec!["did it".into()];
-        run.files_changed = Some((1, 2, 0));
+        run.files_changed = Some(Ok((1, 2, 0)));
         let d = render_detail(&run, "Restart: available with force=true", "", 1000);
         assert!(d.contains("Branch: forge/live\n\nSession Output:\n  Recent Activity:\n  [assistant] did it\n  Files changed: 1 (+2/-0 lines)\n\nLast Audit: clean\n\nRestart:"), "{d}");
         let stopped = LoopView { status: "completed".into(), completed_at: Some(5000), ..run };

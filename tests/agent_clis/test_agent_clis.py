@@ -105,8 +105,11 @@ def test_two_section_loop(cli, tmp_path):
     assert res["transitions"] == EXPECTED_TRANSITIONS, keep
     # loop-status's `Recent Activity:` keeps the CLI's final reply of each of the last five
     # turns, as the CLI reported it (the fake model's closing texts, in order).
-    assert status.get("recentReplies") == ["Audit 1: one finding.", "Fixed.", "Audit 2: clean.",
-                                           "Section two written.", "Audit 3: clean."], status.get("recentReplies")
+    replies = [(r.get("role"), r.get("text")) for r in status.get("recentReplies") or []]
+    assert replies == [("auditor", "Audit 1: one finding."), ("coder", "Fixed."), ("auditor", "Audit 2: clean."),
+                       ("coder", "Section two written."), ("auditor", "Audit 3: clean.")], replies
+    # `Files changed:`, counted at the last turn's end: work.txt's two lines.
+    assert status.get("filesChanged") == {"files": 1, "added": 2, "deleted": 0}, status.get("filesChanged")
 
     # The fake model server saw only what the script expected.
     assert not [q for q in reqs if q["mismatch"] or q["unknown_tools"] or q["server_error"]], reqs

@@ -112,10 +112,20 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     let t = LoopTest::launch(&config(""), "block", &[("FORGE_TEST_USAGE", "1")]);
     let name = t.execute("One step", ONE_SECTION);
     t.wait_state_file("auditor.pid");
-    let live = t.client.tool_ok("loop-status", json!({ "name": name }));
-    // `Session Output:` (FORGE-REFERENCE §6): the coder's reply, and its one line in work.txt.
+    // `Session Output:` (FORGE-REFERENCE §6): the coder's reply, and its one line in work.txt
+    // (counted beside the loop after the coder's turn).
+    let live = common::wait_for(LOOP_WAIT, || {
+        let r = t.client.tool_ok("loop-status", json!({ "name": name }));
+        (!r.data["filesChanged"].is_null()).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("no count of changed files{}", t.report()));
     assert_eq!(live.data["filesChanged"], json!({ "files": 1, "added": 1, "deleted": 0 }), "{}", live.data);
-    assert_eq!(live.data["recentReplies"].as_array().map(Vec::len), Some(1), "{}", live.data);
+    assert_eq!(
+        live.data["recentReplies"],
+        json!([{ "role": "coder", "text": "Handoff recorded — end your turn now; make no further changes.\nturn 1 done" }]),
+        "{}",
+        live.data
+    );
     let live = live.text;
     assert_contains(
         &live,
@@ -134,7 +144,7 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_contains(&detail, "Last Audit: **Audit verdict:** clean — no blocking findings remain.");
     assert_contains(&detail, "work.txt updated");
     // Both turns' replies, after the last audit; the worktree is gone with its work on the
-    // branch: the count is the branch's.
+    // branch: the count is the one taken at the last turn's end.
     assert_eq!(detail.matches("\n  [assistant] ").count(), 2, "{detail}");
     assert_contains(&detail, "\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded");
     assert_contains(&detail, "\n  Files changed: 1 (+1/-0 lines)\n\nRestart: not available (completed)");

@@ -729,10 +729,12 @@ pub fn changes_since(worktree: &Path, since: &str) -> Result<(Vec<String>, Vec<S
     Ok((tracked.into_iter().map(|(_, l)| l).collect(), untracked))
 }
 
-/// What a loop's work changed since commit `since`, committed or not, as `git diff --stat`
-/// counts it against the working tree: (files, added lines, deleted lines). Untracked files
-/// that are not ignored count as added; a file over 8 MiB counts as binary (no lines, so
-/// that a stray large file is not read whole), as do submodules' changes, which are left out.
+/// What a loop's work changed since commit `since`, committed or not: (files, added lines,
+/// deleted lines), as `git add -A; git diff --cached --stat <since>` counts it (untracked
+/// files that are not ignored included, renames found, a submodule's changes left out), but
+/// that a file over 8 MiB counts as binary (no lines: a stray large file is not read whole).
+/// Reads every tracked file whose stat differs from the index: can take seconds in a large
+/// worktree, so never on a request's path (the runner counts after each turn).
 pub fn files_changed(worktree: &Path, since: &str) -> Result<(usize, usize, usize), GitError> {
     let repo = open_worktree(worktree)?;
     let commit = resolve_commit(&repo, worktree, since)?;
@@ -743,30 +745,12 @@ pub fn files_changed(worktree: &Path, since: &str) -> Result<(usize, usize, usiz
         .show_untracked_content(true)
         .ignore_submodules(true)
         .max_size(8 << 20);
-    let diff = repo
+    let mut diff = repo
         .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
         .ctx(&format!("diff {since} against the working tree"), worktree)?;
+    diff.find_similar(Some(DiffFindOptions::new().renames(true).for_untracked(true)))
+        .ctx("detect renames", worktree)?;
     let stats = diff.stats().ctx("count changed lines", worktree)?;
-    Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
-}
-
-/// [`files_changed`] of a loop whose worktree is gone: from commit `since` to the tip of
-/// `branch` in the repository at `repo_dir` (what the loop committed; a completed loop's
-/// worktree is removed once all its work is on the branch).
-pub fn files_changed_on_branch(repo_dir: &Path, since: &str, branch: &str) -> Result<(usize, usize, usize), GitError> {
-    let repo = discover(repo_dir)?;
-    let from = resolve_commit(&repo, repo_dir, since)?;
-    let to = resolve_commit(&repo, repo_dir, &format!("refs/heads/{branch}"))?;
-    let tree = |id: Oid, what: &str| {
-        repo.find_commit(id).and_then(|c| c.tree()).ctx(&format!("read the tree of {what}"), repo_dir)
-    };
-    let (a, b) = (tree(from, since)?, tree(to, branch)?);
-    let mut opts = DiffOptions::new();
-    opts.ignore_submodules(true).max_size(8 << 20);
-    let diff = repo
-        .diff_tree_to_tree(Some(&a), Some(&b), Some(&mut opts))
-        .ctx(&format!("diff {since}..{branch}"), repo_dir)?;
-    let stats = diff.stats().ctx("count changed lines", repo_dir)?;
     Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
 }
 

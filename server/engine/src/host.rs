@@ -178,6 +178,9 @@ impl Tail {
         let mut buf = std::mem::take(&mut *self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         if buf.len() > keep {
             buf.drain(..buf.len() - keep);
+            // From a character's start: not the end of one cut in two.
+            let cont = buf.iter().take(3).take_while(|&&b| b & 0xC0 == 0x80).count();
+            buf.drain(..cont);
         }
         String::from_utf8_lossy(&buf).into_owned()
     }

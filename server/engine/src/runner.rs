@@ -940,11 +940,14 @@ impl Runner {
         // a rotation forgets its session: the watchdog's next look may come after that.
         self.note_progress();
         // The reply, for loop-status's `Recent Activity:` (a loop taken over meanwhile
-        // keeps the other runner's; what follows finds that out).
+        // keeps the other runner's; what follows finds that out): a preset CLI's is the
+        // model's final message, kept from its start; a command agent's is the end of its
+        // output.
         if let TurnOutcome::Reply(text) = &outcome {
             if !text.trim().is_empty() {
                 let (p, n, text) = (self.project.clone(), self.loop_name.clone(), text.clone());
-                if let Err(e) = self.owned_write(move |tx| db::add_reply(tx, &p, &n, &text)).await {
+                let (role, tail) = (self.live.role.as_str(), crate::agents::preset(&self.config).is_none());
+                if let Err(e) = self.owned_write(move |tx| db::add_reply(tx, &p, &n, role, &text, tail)).await {
                     if !is_taken_over(&e) {
                         tracing::warn!(loop_name = %self.loop_name, "cannot keep the turn's reply: {e}");
                     }
@@ -1050,10 +1053,38 @@ impl Runner {
         };
         let t = next_transition(&facts, &event);
         tracing::info!(loop_name = %self.loop_name, event = event.name(), kind = t.kind.as_str(), "turn end");
+        // What the work changed, for loop-status's `Files changed:`: counted beside the loop,
+        // but before the worktree goes when this turn ends it.
+        let count = self.count_changes(&row);
+        if t.kind == TransitionKind::Terminate {
+            let _ = count.await;
+        }
         // Only a handoff event consumes the record; otherwise it is discarded with the turn.
         let uses_record =
             matches!(event, Event::CoderHandoff | Event::AuditorHandoff { .. } | Event::PostActionComplete);
         self.apply(row, t, pending.filter(|_| uses_record)).await
+    }
+
+    /// Counts what the loop's worktree changed since its start commit
+    /// (`git::files_changed`, which can take seconds in a large worktree) on a blocking
+    /// thread and records it; the handle ends when it is recorded. A worktree that is gone
+    /// leaves the last count as it was.
+    fn count_changes(&self, row: &LoopRow) -> tokio::task::JoinHandle<()> {
+        let (store, p, n) = (self.engine.store.clone(), self.project.clone(), self.loop_name.clone());
+        let (wt, base) = (PathBuf::from(&row.worktree_dir), row.base_commit.clone());
+        tokio::spawn(async move {
+            let Some(base) = base else { return };
+            let at = now_ms();
+            let counted = tokio::task::spawn_blocking(move || {
+                wt.is_dir().then(|| git::files_changed(&wt, &base).map_err(|e| e.to_string()))
+            })
+            .await;
+            let Ok(Some(counted)) = counted else { return };
+            let n2 = n.clone();
+            if let Err(e) = store.call(move |c| db::set_files_changed(c, &p, &n2, &counted, at)).await {
+                tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}");
+            }
+        })
     }
 
     /// An event from outside a turn (cancel, shutdown).

@@ -381,15 +381,36 @@ pub const RECENT_REPLIES: usize = 5;
 /// The most characters of one reply kept.
 pub const REPLY_CHARS: usize = 1000;
 
-/// Keeps `text`, a turn's reply (its first [`REPLY_CHARS`] characters), as the loop's latest,
-/// dropping the oldest past [`RECENT_REPLIES`]. Blank replies are not kept.
-pub fn add_reply(db: &Connection, project: &str, loop_name: &str, text: &str) -> rusqlite::Result<()> {
+/// One kept reply: the role of the turn (`coder`, `auditor`, `post_action`) and its text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reply {
+    pub role: String,
+    pub text: String,
+}
+
+/// Keeps `text`, a turn's reply, as the loop's latest, dropping the oldest past
+/// [`RECENT_REPLIES`]: its first [`REPLY_CHARS`] characters, or its last ones with `tail`
+/// (a command agent's output, whose end says how it ended). Blank replies are not kept.
+pub fn add_reply(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    role: &str,
+    text: &str,
+    tail: bool,
+) -> rusqlite::Result<()> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(());
     }
+    let n = text.chars().count();
+    let kept: String = if tail {
+        text.chars().skip(n.saturating_sub(REPLY_CHARS)).collect()
+    } else {
+        text.chars().take(REPLY_CHARS).collect()
+    };
     let mut replies = recent_replies(db, project, loop_name)?;
-    replies.push(text.chars().take(REPLY_CHARS).collect());
+    replies.push(Reply { role: role.to_string(), text: kept });
     let extra = replies.len().saturating_sub(RECENT_REPLIES);
     replies.drain(..extra);
     let json = serde_json::to_string(&replies).unwrap_or_else(|_| "[]".into());
@@ -402,8 +423,8 @@ pub fn add_reply(db: &Connection, project: &str, loop_name: &str, text: &str) ->
 }
 
 /// The loop's last agent replies, oldest first ([`add_reply`]); none when none were kept
-/// (or the stored text is not a list of strings).
-pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Vec<String>> {
+/// (or the stored text is not such a list).
+pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Vec<Reply>> {
     let json: Option<String> = db
         .query_row(
             "SELECT recent_replies FROM loop_large_fields WHERE project_id = ?1 AND loop_name = ?2",
@@ -413,6 +434,57 @@ pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqli
         .optional()?
         .flatten();
     Ok(json.and_then(|j| serde_json::from_str(&j).ok()).unwrap_or_default())
+}
+
+/// A count of changed files: (files, added lines, deleted lines), or why it could not be
+/// taken.
+pub type FilesChanged = Result<(usize, usize, usize), String>;
+
+/// Records what the loop's worktree changed, as counted at `at` (ms): `Ok((files, added,
+/// deleted))`, or why it could not be counted. A count taken earlier than the one stored
+/// is dropped (counts run beside the loop and may end out of order).
+pub fn set_files_changed(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    counted: &FilesChanged,
+    at: i64,
+) -> rusqlite::Result<()> {
+    let json = match counted {
+        Ok((files, added, deleted)) => {
+            serde_json::json!({ "files": files, "added": added, "deleted": deleted, "at": at })
+        }
+        Err(e) => serde_json::json!({ "error": e, "at": at }),
+    };
+    db.execute(
+        "INSERT INTO loop_large_fields (project_id, loop_name, files_changed) VALUES (?1, ?2, ?3)
+         ON CONFLICT (project_id, loop_name) DO UPDATE SET files_changed = excluded.files_changed
+         WHERE coalesce(json_extract(files_changed, '$.at'), -1) <= ?4",
+        params![project, loop_name, json.to_string(), at],
+    )?;
+    Ok(())
+}
+
+/// The loop's last count of changed files ([`set_files_changed`]): `None` when none was
+/// taken, `Some(Err(reason))` when it could not be.
+pub fn files_changed(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<FilesChanged>> {
+    let json: Option<String> = db
+        .query_row(
+            "SELECT files_changed FROM loop_large_fields WHERE project_id = ?1 AND loop_name = ?2",
+            params![project, loop_name],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    let Some(v) = json.and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok()) else { return Ok(None) };
+    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+        return Ok(Some(Err(e.to_string())));
+    }
+    let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).map(|x| x as usize);
+    Ok(match (n("files"), n("added"), n("deleted")) {
+        (Some(f), Some(a), Some(d)) => Some(Ok((f, a, d))),
+        _ => None,
+    })
 }
 
 /// The loop's transition log and plan amendments, oldest first (the history document).
@@ -498,21 +570,37 @@ mod tests {
             [],
         )
         .unwrap();
-        assert_eq!(recent_replies(&c, "p", "l").unwrap(), Vec::<String>::new());
+        let texts =
+            |c: &Connection| recent_replies(c, "p", "l").unwrap().into_iter().map(|r| r.text).collect::<Vec<_>>();
+        assert_eq!(texts(&c), Vec::<String>::new());
         // The last audit and the replies share the loop's row; neither overwrites the other.
         set_large(&c, "p", "l", Some("audit"), None).unwrap();
-        add_reply(&c, "p", "l", "  \n ").unwrap();
-        assert_eq!(recent_replies(&c, "p", "l").unwrap(), Vec::<String>::new());
+        add_reply(&c, "p", "l", "coder", "  \n ", false).unwrap();
+        assert_eq!(texts(&c), Vec::<String>::new());
         for i in 1..=7 {
-            add_reply(&c, "p", "l", &format!(" reply {i}\n")).unwrap();
+            add_reply(&c, "p", "l", if i % 2 == 0 { "auditor" } else { "coder" }, &format!(" reply {i}\n"), false)
+                .unwrap();
         }
-        assert_eq!(recent_replies(&c, "p", "l").unwrap(), ["reply 3", "reply 4", "reply 5", "reply 6", "reply 7"]);
-        add_reply(&c, "p", "l", &"é".repeat(REPLY_CHARS + 10)).unwrap();
-        let kept = recent_replies(&c, "p", "l").unwrap();
+        assert_eq!(texts(&c), ["reply 3", "reply 4", "reply 5", "reply 6", "reply 7"]);
+        assert_eq!(recent_replies(&c, "p", "l").unwrap()[1], Reply { role: "auditor".into(), text: "reply 4".into() });
+        // The start of a model's reply, the end of a command agent's output.
+        let long = format!("{}END", "é".repeat(REPLY_CHARS));
+        add_reply(&c, "p", "l", "coder", &long, false).unwrap();
+        add_reply(&c, "p", "l", "coder", &long, true).unwrap();
+        let kept = texts(&c);
         assert_eq!(kept.len(), RECENT_REPLIES);
-        assert_eq!(kept.last().unwrap().chars().count(), REPLY_CHARS);
+        assert_eq!(kept[3], "é".repeat(REPLY_CHARS));
+        assert_eq!(kept[4], format!("{}END", "é".repeat(REPLY_CHARS - 3)));
         assert_eq!(large(&c, "p", "l").unwrap(), (Some("audit".to_string()), None));
         set_large(&c, "p", "l", Some("audit 2"), None).unwrap();
-        assert_eq!(recent_replies(&c, "p", "l").unwrap().len(), RECENT_REPLIES);
+        assert_eq!(texts(&c).len(), RECENT_REPLIES);
+        // Counts: the latest taken wins, whatever order they are written in.
+        assert_eq!(files_changed(&c, "p", "l").unwrap(), None);
+        set_files_changed(&c, "p", "l", &Ok((2, 10, 1)), 200).unwrap();
+        set_files_changed(&c, "p", "l", &Ok((1, 1, 0)), 100).unwrap();
+        assert_eq!(files_changed(&c, "p", "l").unwrap(), Some(Ok((2, 10, 1))));
+        set_files_changed(&c, "p", "l", &Err("the worktree is gone".into()), 300).unwrap();
+        assert_eq!(files_changed(&c, "p", "l").unwrap(), Some(Err("the worktree is gone".into())));
+        assert_eq!(texts(&c).len(), RECENT_REPLIES);
     }
 }

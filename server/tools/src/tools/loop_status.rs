@@ -71,27 +71,15 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
     })
 }
 
-/// [`view`] with what only one loop's detail shows (`Session Output:`): its last replies,
-/// and what its work changed since the loop's start commit: in its worktree, committed or
-/// not, else (the worktree removed) on its branch; none when neither can be read (the
-/// reason is logged).
-fn detail_view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
+/// [`view`] with what only one loop's detail shows (`Session Output:`): its last replies
+/// and the count of its changed files the runner took at its last turn's end (a count
+/// reads the worktree, too slow for a request: a review had one take seconds).
+fn detail_view(ctx: &ToolCtx, l: &LoopRow) -> Result<(LoopView, Vec<db::Reply>), ToolError> {
     let mut v = view(ctx, l)?;
-    v.recent_replies = db::recent_replies(ctx.db, ctx.project_id(), &l.loop_name).db()?;
-    let wt = std::path::Path::new(&l.worktree_dir);
-    let counted = match (&l.base_commit, &l.worktree_branch) {
-        (Some(base), _) if wt.is_dir() => Some(forge_engine::git::files_changed(wt, base)),
-        (Some(base), Some(branch)) => {
-            Some(forge_engine::git::files_changed_on_branch(std::path::Path::new(&l.project_dir), base, branch))
-        }
-        _ => None,
-    };
-    match counted {
-        Some(Ok(c)) => v.files_changed = Some(c),
-        Some(Err(e)) => tracing::info!(loop_name = %l.loop_name, "no files-changed count: {e}"),
-        None => {}
-    }
-    Ok(v)
+    let replies = db::recent_replies(ctx.db, ctx.project_id(), &l.loop_name).db()?;
+    v.recent_replies = replies.iter().map(|r| r.text.clone()).collect();
+    v.files_changed = db::files_changed(ctx.db, ctx.project_id(), &l.loop_name).db()?;
+    Ok((v, replies))
 }
 
 /// The recorded server of a running loop when that process has ended
@@ -177,7 +165,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         }
         Some(q) => {
             let row = loop_scope::find_loop(ctx, q)?;
-            let v = detail_view(ctx, &row)?;
+            let (v, replies) = detail_view(ctx, &row)?;
             let restart = match row.status.as_str() {
                 "completed" => "Restart: not available (completed)".to_string(),
                 // Forge's lines (FORGE-REFERENCE §6).
@@ -198,10 +186,15 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                 "auditCount": row.audit_count, "errorCount": row.error_count,
                 // A running loop whose server has ended: the process id it had (null else).
                 "serverGone": v.server_gone,
-                // `Session Output:`: the last replies (oldest first), and what the work
-                // changed since the loop's start commit (null when that cannot be read).
-                "recentReplies": v.recent_replies,
-                "filesChanged": v.files_changed.map(|(files, added, deleted)| json!({ "files": files, "added": added, "deleted": deleted })),
+                // `Session Output:`: the last replies (oldest first, with their turn's role),
+                // and what the work changed since the loop's start commit as counted at its
+                // last turn's end (null before any count; `error` when it could not be).
+                "recentReplies": replies,
+                "filesChanged": match &v.files_changed {
+                    Some(Ok((files, added, deleted))) => json!({ "files": files, "added": added, "deleted": deleted }),
+                    Some(Err(e)) => json!({ "error": e }),
+                    None => serde_json::Value::Null,
+                },
             });
             let mut v = v;
             if row.status == "running" {
