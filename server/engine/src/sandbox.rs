@@ -252,9 +252,16 @@ pub fn hidden_dirs() -> Vec<PathBuf> {
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
         let private = std::fs::metadata(&rt).is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0);
-        let covered = rt.starts_with("/tmp") || rt.starts_with(run_user);
-        if rt.is_absolute() && rt != Path::new("/") && private && !covered {
-            out.push(rt);
+        if rt.is_absolute() && private {
+            // Also where it really is: a runtime folder reached through a link (`/run/user/0`
+            // a link elsewhere) was readable, its session bus too, at its own path (a review).
+            let real = rt.canonicalize().ok();
+            for p in std::iter::once(rt).chain(real) {
+                let covered = p.starts_with("/tmp") || p.starts_with(run_user);
+                if p != Path::new("/") && !covered && !out.contains(&p) {
+                    out.push(p);
+                }
+            }
         }
     }
     out
@@ -346,6 +353,10 @@ pub struct Install {
 /// `npm` beside its `node`). The binds come before the secrets are hidden.
 pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Install {
     let mut hidden = hidden_dirs();
+    // The home directory bound back inside a hidden folder is visible: what is in it stays
+    // as it is (a link made again there would find itself in place, which bubblewrap before
+    // 0.9 refuses: a review).
+    let visible: Vec<PathBuf> = home_to_restore(&hidden).into_iter().collect();
     hidden.push(PathBuf::from("/tmp"));
     let mut never: Vec<PathBuf> = hidden.clone();
     if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
@@ -354,12 +365,23 @@ pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Install {
     if let Ok(users) = std::fs::read_dir("/run/user") {
         never.extend(users.flatten().map(|e| e.path()));
     }
-    install_binds_in(argv, path, cwd, &hidden, &never)
+    install_binds_in(argv, path, cwd, &Folders { hidden, never, visible })
 }
 
-/// [`install_binds`] with the hidden folders and those never bound given.
-fn install_binds_in(argv: &[String], path: &OsStr, cwd: &Path, hidden: &[PathBuf], never: &[PathBuf]) -> Install {
-    let hides = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
+/// The folders [`install_binds`] goes by.
+struct Folders {
+    /// Hidden inside (tmpfs).
+    hidden: Vec<PathBuf>,
+    /// Never bound, and no link made at them.
+    never: Vec<PathBuf>,
+    /// Bound back inside a hidden one (the home directory).
+    visible: Vec<PathBuf>,
+}
+
+/// [`install_binds`] with the folders given.
+fn install_binds_in(argv: &[String], path: &OsStr, cwd: &Path, folders: &Folders) -> Install {
+    let Folders { hidden, never, visible } = folders;
+    let hides = |p: &Path| hidden.iter().any(|h| p.starts_with(h)) && !visible.iter().any(|v| p.starts_with(v));
     let bindable = |d: &Path| hides(d) && !never.iter().any(|n| n.starts_with(d));
     // The file's package: its outermost bindable `node_modules`, else the file alone.
     let package = |real: &Path| -> PathBuf {
@@ -371,7 +393,7 @@ fn install_binds_in(argv: &[String], path: &OsStr, cwd: &Path, hidden: &[PathBuf
     let mut links: Vec<(PathBuf, PathBuf)> = vec![];
     let mut follow = |p: &Path, bind: bool, binds: &mut Vec<PathBuf>| -> Option<PathBuf> {
         let (met, real) = walk(p);
-        links.extend(met.into_iter().filter(|(l, _)| hides(l)));
+        links.extend(met.into_iter().filter(|(l, _)| hides(l) && !never.contains(l)));
         let real = real?;
         if bind && hides(&real) {
             binds.push(package(&real));
@@ -384,7 +406,8 @@ fn install_binds_in(argv: &[String], path: &OsStr, cwd: &Path, hidden: &[PathBuf
             follow(&i, true, &mut binds);
         }
     }
-    for d in std::env::split_paths(path).filter(|d| d.is_absolute() && hides(d)) {
+    // Every folder: one spelled outside may lead through a hidden link too.
+    for d in std::env::split_paths(path).filter(|d| d.is_absolute()) {
         follow(&d, false, &mut binds);
     }
     let mut out = Install::default();
@@ -1356,7 +1379,8 @@ mod tests {
         let t = tempfile::tempdir_in(outside_tmp()).unwrap();
         let t = t.path().canonicalize().unwrap();
         let (run_user, rt) = (t.join("run/user"), t.join("run/user/0"));
-        let (hidden, never) = (vec![run_user.clone()], vec![run_user.clone(), rt.clone()]);
+        let folders =
+            Folders { hidden: vec![run_user.clone()], never: vec![run_user.clone(), rt.clone()], visible: vec![] };
         std::fs::create_dir_all(rt.join("bin")).unwrap();
         std::fs::create_dir_all(rt.join("lib/node_modules/@x/cli/bin")).unwrap();
         let cli = rt.join("lib/node_modules/@x/cli/bin/cli.js");
@@ -1365,7 +1389,7 @@ mod tests {
         let rel = "../lib/node_modules/@x/cli/bin/cli.js";
         symlink(rel, rt.join("bin/codex")).unwrap();
         let argv = vec!["codex".to_string()];
-        let got = install_binds_in(&argv, rt.join("bin").as_os_str(), Path::new("/"), &hidden, &never);
+        let got = install_binds_in(&argv, rt.join("bin").as_os_str(), Path::new("/"), &folders);
         assert_eq!(
             got,
             Install { dirs: vec![rt.join("lib/node_modules")], links: vec![(rt.join("bin/codex"), rel.into())] }
@@ -1373,7 +1397,7 @@ mod tests {
         // The program at the top of the runtime folder: the file alone.
         std::fs::write(rt.join("solo"), "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(rt.join("solo"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let got = install_binds_in(&["solo".into()], rt.as_os_str(), Path::new("/"), &hidden, &never);
+        let got = install_binds_in(&["solo".into()], rt.as_os_str(), Path::new("/"), &folders);
         assert_eq!(got, Install { dirs: vec![rt.join("solo")], links: vec![] });
         // fnm: `<rt>/fnm_multishells/<id>` links to an installation outside.
         let inst = t.join("fnm/installation");
@@ -1386,17 +1410,36 @@ mod tests {
         std::fs::create_dir_all(rt.join("fnm_multishells")).unwrap();
         symlink(&inst, rt.join("fnm_multishells/1_2")).unwrap();
         let path = rt.join("fnm_multishells/1_2/bin");
-        let got = install_binds_in(&argv, path.as_os_str(), Path::new("/"), &hidden, &never);
+        let got = install_binds_in(&argv, path.as_os_str(), Path::new("/"), &folders);
         assert_eq!(got, Install { dirs: vec![], links: vec![(rt.join("fnm_multishells/1_2"), inst.clone())] });
         // The same link for a PATH folder alone (the program elsewhere).
+        let sh = vec!["sh".to_string()];
+        let fnm_link = vec![(rt.join("fnm_multishells/1_2"), inst.clone())];
         let got = install_binds_in(
-            &["sh".into()],
+            &sh,
             std::env::join_paths([path.as_path(), Path::new("/bin")]).unwrap().as_os_str(),
             Path::new("/"),
-            &hidden,
-            &never,
+            &folders,
         );
-        assert_eq!(got, Install { dirs: vec![], links: vec![(rt.join("fnm_multishells/1_2"), inst)] });
+        assert_eq!(got, Install { dirs: vec![], links: fnm_link.clone() });
+        // ... and for a PATH folder spelled outside that leads through it.
+        symlink(rt.join("fnm_multishells/1_2"), t.join("current")).unwrap();
+        let got = install_binds_in(&sh, t.join("current/bin").as_os_str(), Path::new("/"), &folders);
+        assert_eq!(got, Install { dirs: vec![], links: fnm_link });
+        // No link is made at a folder never bound (a runtime folder that is a link itself).
+        let never_link = Folders { never: vec![run_user.clone(), rt.join("fnm_multishells/1_2")], ..folders };
+        assert_eq!(install_binds_in(&argv, path.as_os_str(), Path::new("/"), &never_link), Install::default());
+        // A home bound back inside a hidden folder is visible: nothing of it is made again.
+        let home = rt.join("home");
+        std::fs::create_dir_all(home.join(".local/bin")).unwrap();
+        std::fs::create_dir_all(home.join(".local/lib")).unwrap();
+        std::fs::rename(rt.join("lib/node_modules"), home.join(".local/lib/node_modules")).unwrap();
+        symlink(rel, home.join(".local/bin/codex")).unwrap();
+        let with_home = Folders { visible: vec![home.clone()], ..never_link };
+        assert_eq!(
+            install_binds_in(&argv, home.join(".local/bin").as_os_str(), Path::new("/"), &with_home),
+            Install::default()
+        );
     }
 
     #[test]
