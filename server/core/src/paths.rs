@@ -179,7 +179,15 @@ fn mkdtemp(base: &Path, prefix: &str) -> Result<PathBuf, Refused> {
 /// the socket inside it.
 pub fn private_socket_path() -> Result<PathBuf, Refused> {
     let pid = std::process::id();
-    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_absolute()) {
+    // Only the user's own runtime folder (after `su` or `sudo -E` it may be another user's:
+    // a sandbox, in its user namespace, then could not reach the socket there; a review).
+    let own = |d: &std::ffi::OsStr| {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        Path::new(d).is_absolute() && std::fs::metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == me)
+    };
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| own(d)) {
         let base = PathBuf::from(runtime).join("forge-lsp");
         ensure_private_dir(&base)?;
         let mine = base.join(pid.to_string());

@@ -267,11 +267,50 @@ pub fn hidden_dirs() -> Vec<PathBuf> {
     out
 }
 
-/// The home directory, when a hidden directory contains it: bound back read-only right
-/// after the tmpfs (the agents' own configuration lives there).
-pub fn home_to_restore(hidden: &[PathBuf]) -> Option<PathBuf> {
-    let home = home()?;
-    hidden.iter().any(|d| home.starts_with(d)).then_some(home)
+/// The home directory as a sandbox gives it back when a hidden folder holds it, as spelled
+/// or where it resolves to (the agents' own configuration lives there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredHome {
+    /// The folder it resolves to.
+    pub real: PathBuf,
+    /// Whether `real` is hidden, and so bound back read-only right after the tmpfs.
+    pub bind: bool,
+    /// The links in hidden folders on the way to it, made again (where, target as
+    /// written): so the home is reached under its own spelling, while the secrets, which
+    /// are hidden at their resolved paths, cover it there too (a home bound at a spelling
+    /// through a link showed its `.ssh`: a review).
+    pub links: Vec<(PathBuf, PathBuf)>,
+}
+
+/// [`RestoredHome`] for the hidden folders `hidden`; `None` when none holds the home (or
+/// it does not resolve).
+pub fn home_to_restore(hidden: &[PathBuf]) -> Option<RestoredHome> {
+    restore(&home()?, hidden)
+}
+
+/// [`home_to_restore`] of the home directory `home`.
+fn restore(home: &Path, hidden: &[PathBuf]) -> Option<RestoredHome> {
+    let under = |p: &Path| hidden.iter().any(|d| p.starts_with(d));
+    let (met, real) = walk(home);
+    let real = real?;
+    let links: Vec<(PathBuf, PathBuf)> = met.into_iter().filter(|(l, _)| under(l)).collect();
+    if !under(home) && !under(&real) && links.is_empty() {
+        return None;
+    }
+    Some(RestoredHome { bind: under(&real), links, real })
+}
+
+/// Where no link is made again in a sandbox ([`install_binds`], [`home_to_restore`]): the
+/// hidden folders themselves, each user's runtime folder, `$XDG_RUNTIME_DIR`.
+fn never_linked(hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let mut never: Vec<PathBuf> = hidden.to_vec();
+    if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
+        never.push(rt);
+    }
+    if let Ok(users) = std::fs::read_dir("/run/user") {
+        never.extend(users.flatten().map(|e| e.path()));
+    }
+    never
 }
 
 /// System sockets whose daemons act as root for the members of their groups (Docker,
@@ -353,18 +392,12 @@ pub struct Install {
 /// `npm` beside its `node`). The binds come before the secrets are hidden.
 pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Install {
     let mut hidden = hidden_dirs();
-    // The home directory bound back inside a hidden folder is visible: what is in it stays
+    // The home directory given back inside a hidden folder is visible: what is in it stays
     // as it is (a link made again there would find itself in place, which bubblewrap before
     // 0.9 refuses: a review).
-    let visible: Vec<PathBuf> = home_to_restore(&hidden).into_iter().collect();
+    let visible: Vec<PathBuf> = home_to_restore(&hidden).map(|h| h.real).into_iter().collect();
     hidden.push(PathBuf::from("/tmp"));
-    let mut never: Vec<PathBuf> = hidden.clone();
-    if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
-        never.push(rt);
-    }
-    if let Ok(users) = std::fs::read_dir("/run/user") {
-        never.extend(users.flatten().map(|e| e.path()));
-    }
+    let never = never_linked(&hidden);
     install_binds_in(argv, path, cwd, &Folders { hidden, never, visible })
 }
 
@@ -638,9 +671,10 @@ fn launch_sh(candidates: &[PathBuf], bwrap: &Path, head: &[u8], tail: &[u8], rea
 }
 
 /// The repository's git directory (the one the worktree's `.git` file leads into), when it
-/// lies under `/tmp`: the sandbox's `/tmp` is an empty one of its own, so without binding
-/// it back (read-only, as the rest of the file system) git could not read the repository
-/// inside (`fatal: not a git repository`). Elsewhere it is visible read-only already.
+/// lies under `/tmp` or a runtime folder ([`hidden_dirs`]): the sandbox's are empty ones
+/// of its own, so without binding it back (read-only, as the rest of the file system) git
+/// could not read the repository inside (`fatal: not a git repository`; a review found it
+/// under a runtime folder). Elsewhere it is visible read-only already.
 fn git_dir_under_tmp(worktree: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string(worktree.join(".git")).ok()?;
     let linked = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
@@ -648,7 +682,8 @@ fn git_dir_under_tmp(worktree: &Path) -> Option<PathBuf> {
     // `<git dir>/worktrees/<name>`: the git directory holds it.
     let common = linked.parent().filter(|p| p.file_name().is_some_and(|n| n == "worktrees"))?.parent()?;
     let common = common.canonicalize().ok()?;
-    common.starts_with("/tmp").then_some(common)
+    let hidden = common.starts_with("/tmp") || hidden_dirs().iter().any(|h| common.starts_with(h));
+    hidden.then_some(common)
 }
 
 impl Sandbox {
@@ -713,23 +748,32 @@ impl Sandbox {
         for d in &hidden {
             push(&["--tmpfs".as_ref(), d.as_os_str()]);
         }
-        if let Some(home) = home_to_restore(&hidden) {
-            push(&["--ro-bind-try".as_ref(), home.as_os_str(), home.as_os_str()]);
+        let home = home_to_restore(&hidden);
+        let home_bind = home.as_ref().filter(|h| h.bind).map(|h| h.real.clone());
+        if let Some(real) = &home_bind {
+            push(&["--ro-bind-try".as_ref(), real.as_os_str(), real.as_os_str()]);
         }
         for d in &self.install_dirs {
             push(&["--ro-bind-try".as_ref(), d.as_os_str(), d.as_os_str()]);
         }
-        // Not where a later mount goes through (bubblewrap would follow the link out of the
-        // sandbox's own folders): the worktree, the socket's folder, the other binds.
-        let later: Vec<&Path> = [Some(self.worktree.as_path()), self.socket_dir.as_deref()]
+        // Links made again, once each: not at a runtime folder, nor where a mount goes
+        // through (bubblewrap would follow the link out of the sandbox's own folders, or
+        // find a folder it made where the link goes): the worktree, the socket's folder,
+        // the other binds, the home's.
+        let never = never_linked(&hidden);
+        let later: Vec<&Path> = [Some(self.worktree.as_path()), self.socket_dir.as_deref(), home_bind.as_deref()]
             .into_iter()
             .flatten()
             .chain(self.binds.iter().map(PathBuf::as_path))
             .chain(self.ro_binds.iter().map(PathBuf::as_path))
+            .chain(self.install_dirs.iter().map(PathBuf::as_path))
             .collect();
-        for (link, target) in &self.install_links {
-            if !later.iter().any(|l| l.starts_with(link)) {
+        let mut made: Vec<&Path> = vec![];
+        let home_links = home.as_ref().map(|h| h.links.as_slice()).unwrap_or_default();
+        for (link, target) in home_links.iter().chain(&self.install_links) {
+            if !never.contains(link) && !later.iter().any(|l| l.starts_with(link)) && !made.contains(&link.as_path()) {
                 push(&["--symlink".as_ref(), target.as_os_str(), link.as_os_str()]);
+                made.push(link);
             }
         }
         for sock in hidden_sockets() {
@@ -1440,6 +1484,61 @@ mod tests {
             install_binds_in(&argv, home.join(".local/bin").as_os_str(), Path::new("/"), &with_home),
             Install::default()
         );
+    }
+
+    /// The home given back in a hidden folder: bound at the path it resolves to when that
+    /// is hidden, and reached through the links in hidden folders on the way, made again.
+    #[test]
+    fn a_home_in_a_hidden_folder_is_given_back_where_it_resolves() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir_in(outside_tmp()).unwrap();
+        let t = t.path().canonicalize().unwrap();
+        let (rt, elsewhere) = (t.join("run/user/0"), t.join("srv"));
+        std::fs::create_dir_all(rt.join("home")).unwrap();
+        std::fs::create_dir_all(elsewhere.join("h")).unwrap();
+        let hidden = vec![t.join("run/user")];
+        // Spelled as it is: bound there.
+        let home = rt.join("home");
+        assert_eq!(restore(&home, &hidden), Some(RestoredHome { real: home.clone(), bind: true, links: vec![] }));
+        // A link in the hidden folder to a home outside it: the link alone (the secrets,
+        // hidden where they resolve, then cover it under both spellings).
+        symlink(elsewhere.join("h"), rt.join("hl")).unwrap();
+        assert_eq!(
+            restore(&rt.join("hl"), &hidden),
+            Some(RestoredHome {
+                real: elsewhere.join("h"),
+                bind: false,
+                links: vec![(rt.join("hl"), elsewhere.join("h"))]
+            })
+        );
+        // A link outside into the hidden folder: bound where it resolves.
+        symlink(&home, elsewhere.join("to-run")).unwrap();
+        assert_eq!(
+            restore(&elsewhere.join("to-run"), &hidden),
+            Some(RestoredHome { real: home, bind: true, links: vec![] })
+        );
+        // Nothing hidden on the way: nothing to give back.
+        assert_eq!(restore(&elsewhere.join("h"), &hidden), None);
+        assert_eq!(restore(&t.join("missing"), &hidden), None);
+    }
+
+    /// Links are made once each, and not where a later mount goes through.
+    #[test]
+    fn links_are_made_once_and_not_on_the_way_to_a_mount() {
+        let wt = worktree();
+        let w = wt.path().to_path_buf();
+        let s = Sandbox {
+            install_links: vec![
+                (PathBuf::from("/tmp/fl-a"), PathBuf::from("/srv/a")),
+                (PathBuf::from("/tmp/fl-a"), PathBuf::from("/srv/a")),
+                (w.parent().unwrap().to_path_buf(), PathBuf::from("/srv/wt")),
+                (PathBuf::from("/tmp/fl-b/c"), PathBuf::from("../d")),
+            ],
+            ..sandbox(&w)
+        };
+        let args: Vec<String> = s.head_args().into_iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let links: Vec<&[String]> = args.windows(3).filter(|w| w[0] == "--symlink").collect();
+        assert_eq!(links, [["--symlink", "/srv/a", "/tmp/fl-a"], ["--symlink", "../d", "/tmp/fl-b/c"]], "{args:?}");
     }
 
     #[test]
