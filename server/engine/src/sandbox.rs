@@ -395,7 +395,11 @@ pub fn install_binds(argv: &[String], path: &OsStr, cwd: &Path) -> Install {
     // The home directory given back inside a hidden folder is visible: what is in it stays
     // as it is (a link made again there would find itself in place, which bubblewrap before
     // 0.9 refuses: a review).
-    let visible: Vec<PathBuf> = home_to_restore(&hidden).map(|h| h.real).into_iter().collect();
+    let visible: Vec<PathBuf> = home_to_restore(&hidden)
+        .filter(|h| h.bind || !h.real.starts_with("/tmp"))
+        .map(|h| h.real)
+        .into_iter()
+        .collect();
     hidden.push(PathBuf::from("/tmp"));
     let never = never_linked(&hidden);
     install_binds_in(argv, path, cwd, &Folders { hidden, never, visible })
@@ -749,7 +753,10 @@ impl Sandbox {
             push(&["--tmpfs".as_ref(), d.as_os_str()]);
         }
         let home = home_to_restore(&hidden);
-        let home_bind = home.as_ref().filter(|h| h.bind).map(|h| h.real.clone());
+        let never = never_linked(&hidden);
+        // Never a runtime folder itself given back as the home: its sockets would come with
+        // it (a home that is the runtime folder is missing inside instead).
+        let home_bind = home.as_ref().filter(|h| h.bind && !never.contains(&h.real)).map(|h| h.real.clone());
         if let Some(real) = &home_bind {
             push(&["--ro-bind-try".as_ref(), real.as_os_str(), real.as_os_str()]);
         }
@@ -760,7 +767,6 @@ impl Sandbox {
         // through (bubblewrap would follow the link out of the sandbox's own folders, or
         // find a folder it made where the link goes): the worktree, the socket's folder,
         // the other binds, the home's.
-        let never = never_linked(&hidden);
         let later: Vec<&Path> = [Some(self.worktree.as_path()), self.socket_dir.as_deref(), home_bind.as_deref()]
             .into_iter()
             .flatten()
@@ -768,10 +774,18 @@ impl Sandbox {
             .chain(self.ro_binds.iter().map(PathBuf::as_path))
             .chain(self.install_dirs.iter().map(PathBuf::as_path))
             .collect();
+        // Nor inside a folder bound already (it is there, on a read-only mount).
+        let bound: Vec<&Path> =
+            home_bind.iter().map(PathBuf::as_path).chain(self.install_dirs.iter().map(PathBuf::as_path)).collect();
         let mut made: Vec<&Path> = vec![];
         let home_links = home.as_ref().map(|h| h.links.as_slice()).unwrap_or_default();
         for (link, target) in home_links.iter().chain(&self.install_links) {
-            if !never.contains(link) && !later.iter().any(|l| l.starts_with(link)) && !made.contains(&link.as_path()) {
+            let inside_bound = bound.iter().any(|b| link.starts_with(b));
+            if !never.contains(link)
+                && !inside_bound
+                && !later.iter().any(|l| l.starts_with(link))
+                && !made.contains(&link.as_path())
+            {
                 push(&["--symlink".as_ref(), target.as_os_str(), link.as_os_str()]);
                 made.push(link);
             }
@@ -1533,7 +1547,9 @@ mod tests {
                 (PathBuf::from("/tmp/fl-a"), PathBuf::from("/srv/a")),
                 (w.parent().unwrap().to_path_buf(), PathBuf::from("/srv/wt")),
                 (PathBuf::from("/tmp/fl-b/c"), PathBuf::from("../d")),
+                (PathBuf::from("/tmp/fl-pkg/node_modules/.bin/x"), PathBuf::from("../x/x.js")),
             ],
+            install_dirs: vec![PathBuf::from("/tmp/fl-pkg/node_modules")],
             ..sandbox(&w)
         };
         let args: Vec<String> = s.head_args().into_iter().map(|a| a.to_string_lossy().into_owned()).collect();
