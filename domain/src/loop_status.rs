@@ -77,32 +77,54 @@ pub fn session_output(replies: &[String], files_changed: Option<&Result<(usize, 
 }
 
 /// `s` on one line as a terminal shows it: each line break (`\r\n` as one), tab and other
-/// control character a space, terminal escape sequences (colours, cursor moves: `ESC [ …`,
-/// `ESC ] … BEL`, and `ESC` with one more character) left out.
+/// control character a space, terminal escape sequences left out (colours and cursor moves,
+/// `ESC [ …` or `U+009B …`; titles and links, `ESC ] …` or `U+009D …` up to `BEL`, `ESC \\`
+/// or the line's end; character-set choices, `ESC ( B`; and `ESC` with one more character).
 pub fn one_line(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut it = s.chars().peekable();
+    // Up to a final byte in @..~ (CSI's parameters and intermediates before it).
+    fn csi(it: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+        for x in it.by_ref() {
+            if ('@'..='~').contains(&x) {
+                break;
+            }
+        }
+    }
+    // Up to BEL or ESC \ (left out), or a line break (kept), at most 4,096 characters.
+    fn osc(it: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+        for _ in 0..4096 {
+            match it.peek() {
+                None | Some('\n' | '\r') => return,
+                Some('\u{7}') => {
+                    it.next();
+                    return;
+                }
+                Some('\u{1b}') => {
+                    it.next();
+                    it.next_if_eq(&'\\');
+                    return;
+                }
+                Some(_) => {
+                    it.next();
+                }
+            }
+        }
+    }
     while let Some(c) = it.next() {
         match c {
             '\u{1b}' => match it.next() {
-                // CSI: parameters and intermediates up to a final byte in @..~.
-                Some('[') => {
-                    for x in it.by_ref() {
-                        if ('@'..='~').contains(&x) {
-                            break;
-                        }
-                    }
-                }
-                // OSC: up to BEL or ESC \\.
-                Some(']') => {
-                    while let Some(x) = it.next() {
-                        if x == '\u{7}' || (x == '\u{1b}' && it.next_if_eq(&'\\').is_some()) {
-                            break;
-                        }
-                    }
+                Some('[') => csi(&mut it),
+                Some(']') => osc(&mut it),
+                // Intermediates, then one final character (`ESC ( B`).
+                Some(' '..='/') => {
+                    while it.next_if(|x| (' '..='/').contains(x)).is_some() {}
+                    it.next();
                 }
                 _ => {}
             },
+            '\u{9b}' => csi(&mut it),
+            '\u{9d}' => osc(&mut it),
             '\r' => {
                 it.next_if_eq(&'\n');
                 out.push(' ');
@@ -479,6 +501,12 @@ mod tests {
             ("cr\ronly", "cr only"),
             ("\u{1b}", ""),
             ("\u{1b}[", ""),
+            (
+                "\u{1b}[1mbold\u{1b}(B\u{1b}[m normal; charset \u{1b})0 ok; C1 \u{9b}31mred\u{9b}0m",
+                "bold normal; charset  ok; C1 red",
+            ),
+            ("before \u{1b}]0;unterminated title\nEND", "before  END"),
+            ("\u{9d}8;;http://x\u{7}link", "link"),
         ] {
             assert_eq!(one_line(raw), want, "{raw:?}");
         }

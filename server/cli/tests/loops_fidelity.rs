@@ -122,7 +122,7 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_eq!(live.data["filesChanged"], json!({ "files": 1, "added": 1, "deleted": 0 }), "{}", live.data);
     assert_eq!(
         live.data["recentReplies"],
-        json!([{ "role": "coder", "text": "Handoff recorded — end your turn now; make no further changes.\nturn 1 done" }]),
+        json!([{ "role": "coder", "text": "Handoff recorded — end your turn now; make no further changes. turn 1 done" }]),
         "{}",
         live.data
     );

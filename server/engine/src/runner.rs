@@ -193,7 +193,21 @@ pub struct Runner {
     gone: bool,
     /// The loop lock, while a step holds it (from its ownership check to its write).
     step: Option<crate::loop_lock::LoopLock>,
+    /// The count of changed files ([`Runner::count_changes`]): one at a time.
+    counting: Arc<Counting>,
 }
+
+/// Whether a count of changed files runs, and whether another turn ended meanwhile (then
+/// it counts once more when it is done, instead of a count per turn end piling up).
+#[derive(Default)]
+struct Counting {
+    state: std::sync::Mutex<(bool, bool)>,
+}
+
+/// How long a turn that ends the loop waits for the count of changed files, so that it is
+/// taken before the worktree goes (a count of a very large change can take minutes; then
+/// the last one taken stays).
+const FINAL_COUNT_WAIT: Duration = Duration::from_secs(3);
 
 /// How a [`Runner::guarded_write`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,6 +330,7 @@ pub fn spawn(
         stopping,
         gone: false,
         step: None,
+        counting: Arc::default(),
     };
     // Subscribed before the runner runs: a change committed from here on reaches it.
     let feed = engine.subscribe();
@@ -1055,9 +1070,14 @@ impl Runner {
         tracing::info!(loop_name = %self.loop_name, event = event.name(), kind = t.kind.as_str(), "turn end");
         // What the work changed, for loop-status's `Files changed:`: counted beside the loop,
         // but before the worktree goes when this turn ends it.
-        let count = self.count_changes(&row);
+        self.count_changes(&row);
         if t.kind == TransitionKind::Terminate {
-            let _ = count.await;
+            let deadline = tokio::time::Instant::now() + FINAL_COUNT_WAIT;
+            while self.counting.state.lock().unwrap_or_else(|p| p.into_inner()).0
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
         // Only a handoff event consumes the record; otherwise it is discarded with the turn.
         let uses_record =
@@ -1067,24 +1087,44 @@ impl Runner {
 
     /// Counts what the loop's worktree changed since its start commit
     /// (`git::files_changed`, which can take seconds in a large worktree) on a blocking
-    /// thread and records it; the handle ends when it is recorded. A worktree that is gone
+    /// thread and records it. One count at a time: a turn end while one runs makes it count
+    /// once more when it is done. A worktree that is gone (before or during the count)
     /// leaves the last count as it was.
-    fn count_changes(&self, row: &LoopRow) -> tokio::task::JoinHandle<()> {
-        let (store, p, n) = (self.engine.store.clone(), self.project.clone(), self.loop_name.clone());
-        let (wt, base) = (PathBuf::from(&row.worktree_dir), row.base_commit.clone());
-        tokio::spawn(async move {
-            let Some(base) = base else { return };
-            let at = now_ms();
-            let counted = tokio::task::spawn_blocking(move || {
-                wt.is_dir().then(|| git::files_changed(&wt, &base).map_err(|e| e.to_string()))
-            })
-            .await;
-            let Ok(Some(counted)) = counted else { return };
-            let n2 = n.clone();
-            if let Err(e) = store.call(move |c| db::set_files_changed(c, &p, &n2, &counted, at)).await {
-                tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}");
+    fn count_changes(&self, row: &LoopRow) {
+        let Some(base) = row.base_commit.clone() else { return };
+        {
+            let mut st = self.counting.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.0 {
+                st.1 = true;
+                return;
             }
-        })
+            *st = (true, false);
+        }
+        let (store, p, n) = (self.engine.store.clone(), self.project.clone(), self.loop_name.clone());
+        let (wt, counting) = (PathBuf::from(&row.worktree_dir), self.counting.clone());
+        tokio::spawn(async move {
+            loop {
+                let at = now_ms();
+                let (wt2, base2) = (wt.clone(), base.clone());
+                let counted = tokio::task::spawn_blocking(move || {
+                    let c = wt2.is_dir().then(|| git::files_changed(&wt2, &base2).map_err(|e| e.to_string()));
+                    c.filter(|c| c.is_ok() || wt2.is_dir())
+                })
+                .await;
+                if let Ok(Some(counted)) = counted {
+                    let (p2, n2) = (p.clone(), n.clone());
+                    if let Err(e) = store.call(move |c| db::set_files_changed(c, &p2, &n2, &counted, at)).await {
+                        tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}");
+                    }
+                }
+                let mut st = counting.state.lock().unwrap_or_else(|p| p.into_inner());
+                if !st.1 {
+                    *st = (false, false);
+                    return;
+                }
+                st.1 = false;
+            }
+        });
     }
 
     /// An event from outside a turn (cancel, shutdown).

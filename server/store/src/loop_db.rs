@@ -388,9 +388,19 @@ pub struct Reply {
     pub text: String,
 }
 
+/// A kept reply as stored: `{role, text}`, or a plain string (migration 010's form).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum StoredReply {
+    Reply(Reply),
+    Text(String),
+}
+
 /// Keeps `text`, a turn's reply, as the loop's latest, dropping the oldest past
-/// [`RECENT_REPLIES`]: its first [`REPLY_CHARS`] characters, or its last ones with `tail`
-/// (a command agent's output, whose end says how it ended). Blank replies are not kept.
+/// [`RECENT_REPLIES`]: on one line as a terminal shows it
+/// ([`forge_domain::loop_status::one_line`]), its first [`REPLY_CHARS`] characters, or its
+/// last ones with `tail` (a command agent's output, whose end says how it ended). A reply
+/// with nothing to show (blank, or only escape sequences) is not kept.
 pub fn add_reply(
     db: &Connection,
     project: &str,
@@ -399,7 +409,8 @@ pub fn add_reply(
     text: &str,
     tail: bool,
 ) -> rusqlite::Result<()> {
-    let text = text.trim();
+    let clean = forge_domain::loop_status::one_line(text);
+    let text = clean.trim();
     if text.is_empty() {
         return Ok(());
     }
@@ -433,7 +444,14 @@ pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqli
         )
         .optional()?
         .flatten();
-    Ok(json.and_then(|j| serde_json::from_str(&j).ok()).unwrap_or_default())
+    let stored: Vec<StoredReply> = json.and_then(|j| serde_json::from_str(&j).ok()).unwrap_or_default();
+    Ok(stored
+        .into_iter()
+        .map(|r| match r {
+            StoredReply::Reply(r) => r,
+            StoredReply::Text(text) => Reply { role: String::new(), text },
+        })
+        .collect())
 }
 
 /// A count of changed files: (files, added lines, deleted lines), or why it could not be
@@ -577,12 +595,26 @@ mod tests {
         set_large(&c, "p", "l", Some("audit"), None).unwrap();
         add_reply(&c, "p", "l", "coder", "  \n ", false).unwrap();
         assert_eq!(texts(&c), Vec::<String>::new());
+        add_reply(&c, "p", "l", "coder", "\u{1b}[2J\u{1b}[H\u{1b}]0;title\u{7}\u{1b}[31m\u{1b}[0m", false).unwrap();
+        assert_eq!(texts(&c), Vec::<String>::new(), "only escape sequences: nothing to show");
         for i in 1..=7 {
-            add_reply(&c, "p", "l", if i % 2 == 0 { "auditor" } else { "coder" }, &format!(" reply {i}\n"), false)
-                .unwrap();
+            let role = if i % 2 == 0 { "auditor" } else { "coder" };
+            add_reply(&c, "p", "l", role, &format!(" reply\n{i}\n"), false).unwrap();
         }
         assert_eq!(texts(&c), ["reply 3", "reply 4", "reply 5", "reply 6", "reply 7"]);
         assert_eq!(recent_replies(&c, "p", "l").unwrap()[1], Reply { role: "auditor".into(), text: "reply 4".into() });
+        // Migration 010 kept plain strings: still read, with no role.
+        let saved = c.query_row("SELECT recent_replies FROM loop_large_fields", [], |r| r.get::<_, String>(0)).unwrap();
+        c.execute(
+            "UPDATE loop_large_fields SET recent_replies = '[\"old\", {\"role\": \"coder\", \"text\": \"new\"}]'",
+            [],
+        )
+        .unwrap();
+        assert_eq!(
+            recent_replies(&c, "p", "l").unwrap(),
+            [Reply { role: String::new(), text: "old".into() }, Reply { role: "coder".into(), text: "new".into() }]
+        );
+        c.execute("UPDATE loop_large_fields SET recent_replies = ?1", [saved]).unwrap();
         // The start of a model's reply, the end of a command agent's output.
         let long = format!("{}END", "é".repeat(REPLY_CHARS));
         add_reply(&c, "p", "l", "coder", &long, false).unwrap();
