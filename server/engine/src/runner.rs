@@ -1108,7 +1108,8 @@ impl Runner {
                 let (wt2, base2) = (wt.clone(), base.clone());
                 let counted = tokio::task::spawn_blocking(move || {
                     let c = wt2.is_dir().then(|| git::files_changed(&wt2, &base2).map_err(|e| e.to_string()));
-                    c.filter(|c| c.is_ok() || wt2.is_dir())
+                    // Whatever it found, a count of a worktree that went meanwhile is not kept.
+                    c.filter(|_| wt2.is_dir())
                 })
                 .await;
                 if let Ok(Some(counted)) = counted {

@@ -449,7 +449,7 @@ pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqli
         .into_iter()
         .map(|r| match r {
             StoredReply::Reply(r) => r,
-            StoredReply::Text(text) => Reply { role: String::new(), text },
+            StoredReply::Text(text) => Reply { role: String::new(), text: forge_domain::loop_status::one_line(&text) },
         })
         .collect())
 }
@@ -606,13 +606,16 @@ mod tests {
         // Migration 010 kept plain strings: still read, with no role.
         let saved = c.query_row("SELECT recent_replies FROM loop_large_fields", [], |r| r.get::<_, String>(0)).unwrap();
         c.execute(
-            "UPDATE loop_large_fields SET recent_replies = '[\"old\", {\"role\": \"coder\", \"text\": \"new\"}]'",
+            "UPDATE loop_large_fields SET recent_replies = '[\"old\\nline\", {\"role\": \"coder\", \"text\": \"new\"}]'",
             [],
         )
         .unwrap();
         assert_eq!(
             recent_replies(&c, "p", "l").unwrap(),
-            [Reply { role: String::new(), text: "old".into() }, Reply { role: "coder".into(), text: "new".into() }]
+            [
+                Reply { role: String::new(), text: "old line".into() },
+                Reply { role: "coder".into(), text: "new".into() }
+            ]
         );
         c.execute("UPDATE loop_large_fields SET recent_replies = ?1", [saved]).unwrap();
         // The start of a model's reply, the end of a command agent's output.
