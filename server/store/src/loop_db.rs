@@ -436,15 +436,7 @@ pub fn add_reply(
 /// The loop's last agent replies, oldest first ([`add_reply`]); none when none were kept
 /// (or the stored text is not such a list).
 pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Vec<Reply>> {
-    let json: Option<String> = db
-        .query_row(
-            "SELECT recent_replies FROM loop_large_fields WHERE project_id = ?1 AND loop_name = ?2",
-            params![project, loop_name],
-            |r| r.get(0),
-        )
-        .optional()?
-        .flatten();
-    let stored: Vec<StoredReply> = json.and_then(|j| serde_json::from_str(&j).ok()).unwrap_or_default();
+    let stored: Vec<StoredReply> = large_json(db, project, loop_name, "recent_replies")?.unwrap_or_default();
     Ok(stored
         .into_iter()
         .map(|r| match r {
@@ -452,6 +444,25 @@ pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqli
             StoredReply::Text(text) => Reply { role: String::new(), text: forge_domain::loop_status::one_line(&text) },
         })
         .collect())
+}
+
+/// The JSON kept in the loop's `column` of `loop_large_fields` (one of ours, never an
+/// input), read as `T`; `None` when there is none or it is not a `T`.
+fn large_json<T: serde::de::DeserializeOwned>(
+    db: &Connection,
+    project: &str,
+    loop_name: &str,
+    column: &'static str,
+) -> rusqlite::Result<Option<T>> {
+    let json: Option<String> = db
+        .query_row(
+            &format!("SELECT {column} FROM loop_large_fields WHERE project_id = ?1 AND loop_name = ?2"),
+            params![project, loop_name],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
 }
 
 /// A count of changed files: (files, added lines, deleted lines), or why it could not be
@@ -486,15 +497,7 @@ pub fn set_files_changed(
 /// The loop's last count of changed files ([`set_files_changed`]): `None` when none was
 /// taken, `Some(Err(reason))` when it could not be.
 pub fn files_changed(db: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<FilesChanged>> {
-    let json: Option<String> = db
-        .query_row(
-            "SELECT files_changed FROM loop_large_fields WHERE project_id = ?1 AND loop_name = ?2",
-            params![project, loop_name],
-            |r| r.get(0),
-        )
-        .optional()?
-        .flatten();
-    let Some(v) = json.and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok()) else { return Ok(None) };
+    let Some(v) = large_json::<serde_json::Value>(db, project, loop_name, "files_changed")? else { return Ok(None) };
     if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
         return Ok(Some(Err(e.to_string())));
     }
