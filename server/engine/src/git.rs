@@ -754,6 +754,27 @@ pub fn files_changed(worktree: &Path, since: &str) -> Result<(usize, usize, usiz
     Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
 }
 
+/// [`files_changed`] of a loop whose worktree is gone (a completed loop's, once all its
+/// work is on its branch): from commit `since` to the tip of `branch` in the repository at
+/// `repo_dir`. Reads no working tree.
+pub fn files_changed_on_branch(repo_dir: &Path, since: &str, branch: &str) -> Result<(usize, usize, usize), GitError> {
+    let repo = discover(repo_dir)?;
+    let from = resolve_commit(&repo, repo_dir, since)?;
+    let to = resolve_commit(&repo, repo_dir, &format!("refs/heads/{branch}"))?;
+    let tree = |id: Oid, what: &str| {
+        repo.find_commit(id).and_then(|c| c.tree()).ctx(&format!("read the tree of {what}"), repo_dir)
+    };
+    let (a, b) = (tree(from, since)?, tree(to, branch)?);
+    let mut opts = DiffOptions::new();
+    opts.ignore_submodules(true).max_size(8 << 20);
+    let mut diff = repo
+        .diff_tree_to_tree(Some(&a), Some(&b), Some(&mut opts))
+        .ctx(&format!("diff {since}..{branch}"), repo_dir)?;
+    diff.find_similar(Some(DiffFindOptions::new().renames(true))).ctx("detect renames", repo_dir)?;
+    let stats = diff.stats().ctx("count changed lines", repo_dir)?;
+    Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
+}
+
 /// An attempt snapshot: a commit of the worktree's current state (tracked changes and
 /// untracked files, as [`checkpoint`] would stage them) whose parent is HEAD, kept alive by
 /// the ref `ref_name` (e.g. `refs/forge/<loop>/attempts/section-0-1`, the loop runner's
@@ -1454,6 +1475,27 @@ mod tests {
         let repo = repo_with_commit(tmp.path());
         let wt = create_worktree(&repo, &tmp.path().join("wts/x"), "forge/x").unwrap();
         (tmp, repo, wt)
+    }
+
+    /// The count of a loop's changes in its worktree (committed, staged, untracked, a
+    /// rename) and, once all is committed, on its branch: the same as git's.
+    #[test]
+    fn files_changed_counts_the_work_as_git_does() {
+        let (_tmp, repo, wt) = setup();
+        let base = git(&wt.dir, &["rev-parse", "HEAD"]);
+        write(&wt.dir.join("a.txt"), "a\nmore\n");
+        write(&wt.dir.join("new.txt"), "one\ntwo\n");
+        git(&wt.dir, &["mv", "r.txt", "moved.txt"]);
+        fs::remove_file(wt.dir.join("c.txt")).unwrap();
+        write(&wt.dir.join("x.log"), "ignored\n");
+        let counted = files_changed(&wt.dir, &base).unwrap();
+        git(&wt.dir, &["add", "-A"]);
+        let stat = git(&wt.dir, &["diff", "--cached", "--shortstat", &base]);
+        assert_eq!(stat, "4 files changed, 3 insertions(+), 1 deletion(-)");
+        assert_eq!(counted, (4, 3, 1));
+        git(&wt.dir, &["-c", "user.email=t@e", "-c", "user.name=t", "commit", "-q", "-m", "work"]);
+        assert_eq!(files_changed_on_branch(&repo, &base, "forge/x").unwrap(), (4, 3, 1));
+        assert!(files_changed_on_branch(&repo, &base, "forge/none").is_err());
     }
 
     fn tree_files(dir: &Path, rev: &str) -> Vec<String> {

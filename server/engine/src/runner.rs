@@ -204,11 +204,6 @@ struct Counting {
     state: std::sync::Mutex<(bool, bool)>,
 }
 
-/// How long a turn that ends the loop waits for the count of changed files, so that it is
-/// taken before the worktree goes (a count of a very large change can take minutes; then
-/// the last one taken stays).
-const FINAL_COUNT_WAIT: Duration = Duration::from_secs(3);
-
 /// How a [`Runner::guarded_write`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Guarded {
@@ -1071,18 +1066,15 @@ impl Runner {
         // What the work changed, for loop-status's `Files changed:`: counted beside the loop,
         // but before the worktree goes when this turn ends it.
         self.count_changes(&row);
-        if t.kind == TransitionKind::Terminate {
-            let deadline = tokio::time::Instant::now() + FINAL_COUNT_WAIT;
-            while self.counting.state.lock().unwrap_or_else(|p| p.into_inner()).0
-                && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+        let ends = (t.kind == TransitionKind::Terminate).then(|| row.clone());
         // Only a handoff event consumes the record; otherwise it is discarded with the turn.
         let uses_record =
             matches!(event, Event::CoderHandoff | Event::AuditorHandoff { .. } | Event::PostActionComplete);
-        self.apply(row, t, pending.filter(|_| uses_record)).await
+        let going = self.apply(row, t, pending.filter(|_| uses_record)).await;
+        if let Some(row) = ends {
+            self.count_on_branch(&row);
+        }
+        going
     }
 
     /// Counts what the loop's worktree changed since its start commit
@@ -1124,6 +1116,31 @@ impl Runner {
                     return;
                 }
                 st.1 = false;
+            }
+        });
+    }
+
+    /// After the turn that ended the loop: when its worktree went (a completed loop's, once
+    /// all its work is on the branch), the count on the branch, which needs no worktree. It
+    /// is taken after every count of the worktree, so it is the one kept; a count of the
+    /// worktree still running finds it gone and keeps nothing.
+    fn count_on_branch(&self, row: &LoopRow) {
+        let (Some(base), Some(branch)) = (row.base_commit.clone(), row.worktree_branch.clone()) else { return };
+        if Path::new(&row.worktree_dir).is_dir() {
+            return;
+        }
+        let (store, p, n) = (self.engine.store.clone(), self.project.clone(), self.loop_name.clone());
+        let repo = PathBuf::from(&row.project_dir);
+        tokio::spawn(async move {
+            let at = now_ms();
+            let counted = tokio::task::spawn_blocking(move || {
+                git::files_changed_on_branch(&repo, &base, &branch).map_err(|e| e.to_string())
+            })
+            .await;
+            let Ok(counted) = counted else { return };
+            let n2 = n.clone();
+            if let Err(e) = store.call(move |c| db::set_files_changed(c, &p, &n2, &counted, at)).await {
+                tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}");
             }
         });
     }
