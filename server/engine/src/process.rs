@@ -442,6 +442,14 @@ mod tests {
     fn an_orphaned_turns_escaped_process_is_killed_with_its_group() {
         let (leader, pids) = orphaned_group(Some("ses_escaped"), 0);
         let escaped = pids_of("setsid sleep 60 >/dev/null 2>&1 & echo $!", ("FORGE_SESSION_ID", "ses_escaped"))[0];
+        // Once it runs `sleep`: while `setsid` execs, its environment cannot be read, and a
+        // CI run once scanned just then (the kill found 1 of 2).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::fs::read_to_string(format!("/proc/{escaped}/comm")).map(|c| c.trim() != "sleep").unwrap_or(false)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(kill_orphaned(&leader, "ses_escaped"), 2);
         assert!(!alive(pids[0]) && !alive(escaped), "survived: {pids:?}, {escaped}");
     }
