@@ -748,9 +748,18 @@ pub fn files_changed(worktree: &Path, since: &str) -> Result<(usize, usize, usiz
     let mut diff = repo
         .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
         .ctx(&format!("diff {since} against the working tree"), worktree)?;
-    diff.find_similar(Some(DiffFindOptions::new().renames(true).for_untracked(true)))
-        .ctx("detect renames", worktree)?;
-    let stats = diff.stats().ctx("count changed lines", worktree)?;
+    stat_counts(&mut diff, DiffFindOptions::new().renames(true).for_untracked(true), worktree)
+}
+
+/// (files, added lines, deleted lines) of `diff`, renames found first ([`files_changed`],
+/// [`files_changed_on_branch`]).
+fn stat_counts(
+    diff: &mut git2::Diff<'_>,
+    find: &mut DiffFindOptions,
+    at: &Path,
+) -> Result<(usize, usize, usize), GitError> {
+    diff.find_similar(Some(find)).ctx("detect renames", at)?;
+    let stats = diff.stats().ctx("count changed lines", at)?;
     Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
 }
 
@@ -770,9 +779,7 @@ pub fn files_changed_on_branch(repo_dir: &Path, since: &str, branch: &str) -> Re
     let mut diff = repo
         .diff_tree_to_tree(Some(&a), Some(&b), Some(&mut opts))
         .ctx(&format!("diff {since}..{branch}"), repo_dir)?;
-    diff.find_similar(Some(DiffFindOptions::new().renames(true))).ctx("detect renames", repo_dir)?;
-    let stats = diff.stats().ctx("count changed lines", repo_dir)?;
-    Ok((stats.files_changed(), stats.insertions(), stats.deletions()))
+    stat_counts(&mut diff, DiffFindOptions::new().renames(true), repo_dir)
 }
 
 /// An attempt snapshot: a commit of the worktree's current state (tracked changes and
