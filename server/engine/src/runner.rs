@@ -201,7 +201,27 @@ pub struct Runner {
 /// it counts once more when it is done, instead of a count per turn end piling up).
 #[derive(Default)]
 struct Counting {
-    state: std::sync::Mutex<(bool, bool)>,
+    state: std::sync::Mutex<CountState>,
+}
+
+#[derive(Default)]
+struct CountState {
+    running: bool,
+    again: bool,
+}
+
+/// Records a count of changed files taken at `at` (ms), or logs why it could not be.
+async fn record_count(
+    store: forge_store::Store,
+    project: String,
+    loop_name: String,
+    counted: db::FilesChanged,
+    at: i64,
+) {
+    let n = loop_name.clone();
+    if let Err(e) = store.call(move |c| db::set_files_changed(c, &project, &loop_name, &counted, at)).await {
+        tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}");
+    }
 }
 
 /// How a [`Runner::guarded_write`] went.
@@ -1086,11 +1106,11 @@ impl Runner {
         let Some(base) = row.base_commit.clone() else { return };
         {
             let mut st = self.counting.state.lock().unwrap_or_else(|p| p.into_inner());
-            if st.0 {
-                st.1 = true;
+            if st.running {
+                st.again = true;
                 return;
             }
-            *st = (true, false);
+            *st = CountState { running: true, again: false };
         }
         let (store, p, n) = (self.engine.store.clone(), self.project.clone(), self.loop_name.clone());
         let (wt, counting) = (PathBuf::from(&row.worktree_dir), self.counting.clone());
@@ -1105,17 +1125,14 @@ impl Runner {
                 })
                 .await;
                 if let Ok(Some(counted)) = counted {
-                    let (p2, n2) = (p.clone(), n.clone());
-                    if let Err(e) = store.call(move |c| db::set_files_changed(c, &p2, &n2, &counted, at)).await {
-                        tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}");
-                    }
+                    record_count(store.clone(), p.clone(), n.clone(), counted, at).await;
                 }
                 let mut st = counting.state.lock().unwrap_or_else(|p| p.into_inner());
-                if !st.1 {
-                    *st = (false, false);
+                if !st.again {
+                    *st = CountState::default();
                     return;
                 }
-                st.1 = false;
+                st.again = false;
             }
         });
     }
@@ -1137,10 +1154,8 @@ impl Runner {
                 git::files_changed_on_branch(&repo, &base, &branch).map_err(|e| e.to_string())
             })
             .await;
-            let Ok(counted) = counted else { return };
-            let n2 = n.clone();
-            if let Err(e) = store.call(move |c| db::set_files_changed(c, &p, &n2, &counted, at)).await {
-                tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}");
+            if let Ok(counted) = counted {
+                record_count(store, p, n, counted, at).await;
             }
         });
     }
