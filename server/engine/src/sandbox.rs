@@ -679,7 +679,7 @@ fn launch_sh(candidates: &[PathBuf], bwrap: &Path, head: &[u8], tail: &[u8], rea
 /// of its own, so without binding it back (read-only, as the rest of the file system) git
 /// could not read the repository inside (`fatal: not a git repository`; a review found it
 /// under a runtime folder). Elsewhere it is visible read-only already.
-fn git_dir_under_tmp(worktree: &Path) -> Option<PathBuf> {
+fn hidden_git_dir(worktree: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string(worktree.join(".git")).ok()?;
     let linked = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
     let linked = if linked.is_absolute() { linked } else { worktree.join(linked) };
@@ -698,7 +698,7 @@ impl Sandbox {
             network,
             socket_dir: socket_dir(socket),
             binds: vec![],
-            ro_binds: git_dir_under_tmp(worktree).into_iter().collect(),
+            ro_binds: hidden_git_dir(worktree).into_iter().collect(),
             install_dirs: vec![],
             install_links: vec![],
             secrets: Secrets::default(),
