@@ -169,13 +169,7 @@ mod tests {
     #[test]
     fn record_is_idempotent_and_pages_backward() {
         let d = tempfile::tempdir().unwrap();
-        let c = crate::open_connection(&d.path().join("f.db")).unwrap();
-        c.execute(
-            "INSERT INTO loops (project_id, loop_name, status, phase, current_session_id, project_dir, worktree_dir, started_at)
-             VALUES ('p', 'l', 'running', 'coding', 's1', '/p', '/w', 0)",
-            [],
-        )
-        .unwrap();
+        let c = crate::test_store_with_loop(d.path());
         let before = json!([]);
         let mk = |key: &'static str| NewAttempt {
             loop_name: "l",

@@ -1136,6 +1136,20 @@ pub fn transact<R, E: From<rusqlite::Error>>(
     }
 }
 
+/// A store in `dir` (a fresh file) holding one running loop `l` of project `p` (session
+/// `s1`): the set-up of the store's tests of a loop's rows.
+#[cfg(test)]
+pub(crate) fn test_store_with_loop(dir: &Path) -> Connection {
+    let c = open_connection(&dir.join("f.db")).unwrap();
+    c.execute(
+        "INSERT INTO loops (project_id, loop_name, status, phase, current_session_id, project_dir, worktree_dir, started_at)
+         VALUES ('p', 'l', 'running', 'coding', 's1', '/p', '/w', 0)",
+        [],
+    )
+    .unwrap();
+    c
+}
+
 #[cfg(test)]
 mod tests {
     /// Which open and write errors say what the user can do (a review found a read-only

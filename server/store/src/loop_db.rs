@@ -584,13 +584,7 @@ mod tests {
     #[test]
     fn the_last_replies_are_kept_cut_and_blank_ones_left_out() {
         let d = tempfile::tempdir().unwrap();
-        let c = crate::open_connection(&d.path().join("f.db")).unwrap();
-        c.execute(
-            "INSERT INTO loops (project_id, loop_name, status, phase, current_session_id, project_dir, worktree_dir, started_at)
-             VALUES ('p', 'l', 'running', 'coding', 's1', '/p', '/w', 0)",
-            [],
-        )
-        .unwrap();
+        let c = crate::test_store_with_loop(d.path());
         let texts =
             |c: &Connection| recent_replies(c, "p", "l").unwrap().into_iter().map(|r| r.text).collect::<Vec<_>>();
         assert_eq!(texts(&c), Vec::<String>::new());
