@@ -259,9 +259,22 @@ fn running_status(l: &LoopView) -> &'static str {
 /// not have (docs/protocol.md): `Status:` of a stopped loop, `Section:`, a dead server's
 /// `Server:`, the failed turns in a row, and the counters of a stopped loop.
 pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i64) -> String {
+    let heading = if l.status == "running" { "Loop Status\n\n" } else { "Loop Status (Inactive)\n\n" };
+    format!("{heading}{}", detail_body(l, restart_line, usage_block, Some(now)))
+}
+
+/// The loop's status document (`forge://loop/<name>/status.md`): [`render_detail`]'s
+/// lines under a `# Loop <name>` heading, with no time said relative to now (a document
+/// stays open between its refreshes, which come with the loop's changes): a running
+/// loop's `Duration:` is left out (`Started:` is there) and its last activity is a time.
+pub fn render_document(l: &LoopView, restart_line: &str, usage_block: &str) -> String {
+    format!("# Loop {}\n\n{}", l.name, detail_body(l, restart_line, usage_block, None))
+}
+
+/// [`render_detail`] after its heading; `now` `None` for [`render_document`].
+fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<i64>) -> String {
     let mut out = String::new();
     let running = l.status == "running";
-    out.push_str(if running { "Loop Status\n\n" } else { "Loop Status (Inactive)\n\n" });
     out.push_str(&format!("Name: {}\nSession: {}\nWorktree: {}\n", l.name, l.session, l.worktree));
     if running {
         out.push_str(&format!("Status: {}\nPhase: {}\n", running_status(l), l.phase));
@@ -277,7 +290,9 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
     if let Some((k, n, title)) = &l.section {
         out.push_str(&format!("Section: {}/{} {}\n", k + 1, n, title));
     }
-    out.push_str(&format!("Duration: {}\n", duration(l.completed_at.unwrap_or(now) - l.started_at)));
+    if let Some(end) = l.completed_at.or(now) {
+        out.push_str(&format!("Duration: {}\n", duration(end - l.started_at)));
+    }
     let counters = |out: &mut String| {
         out.push_str(&format!("Error count: {} (retries before termination: 3)\n", l.error_count));
         out.push_str(&format!("Audit count: {}\n", l.audit_count));
@@ -304,8 +319,10 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
         out.push_str(&format!("\nStarted: {}\n", iso_millis(l.started_at)));
         counters(&mut out);
         models(&mut out);
-        if let Some(t) = l.last_activity_at {
-            out.push_str(&format!("Last activity: {}s ago\n", ((now - t).max(0)) / 1000));
+        match (l.last_activity_at, now) {
+            (Some(t), Some(now)) => out.push_str(&format!("Last activity: {}s ago\n", ((now - t).max(0)) / 1000)),
+            (Some(t), None) => out.push_str(&format!("Last activity: {}\n", iso_millis(t))),
+            (None, _) => {}
         }
         if let Some(p) = &l.prompt {
             let flat: String = p.chars().map(|c| if is_break(c) { ' ' } else { c }).collect();
@@ -525,5 +542,33 @@ mod tests {
         let stopped = LoopView { status: "completed".into(), completed_at: Some(5000), ..run };
         let d = render_detail(&stopped, "Restart: not available (completed)", "", 9000);
         assert!(d.contains("\nLast Audit: clean\n\nSession Output:\n  Recent Activity:\n  [assistant] did it\n  Files changed: 1 (+2/-0 lines)\n\nRestart: not available (completed)"), "{d}");
+    }
+
+    /// The status document: the detail's lines under the loop's name, with no time said
+    /// relative to when it was rendered (it stays open until the loop's next change).
+    #[test]
+    fn the_status_document_is_the_detail_without_relative_times() {
+        let mut run = v("live", "running");
+        run.last_activity_at = Some(61_000);
+        run.recent_replies = vec!["did it".into()];
+        let detail = render_detail(&run, "Restart: available with force=true", "", 120_000);
+        let doc = render_document(&run, "Restart: available with force=true", "");
+        assert!(doc.starts_with("# Loop live\n\nName: live\nSession: "), "{doc}");
+        assert!(detail.contains("Duration: 2m 0s\n") && detail.ends_with("Last activity: 59s ago"), "{detail}");
+        assert!(!doc.contains("Duration:") && !doc.contains(" ago"), "{doc}");
+        assert!(doc.ends_with("Last activity: 1970-01-01T00:01:01.000Z"), "{doc}");
+        // Otherwise the same lines, in the same order.
+        fn same(t: &str) -> Vec<&str> {
+            t.lines().filter(|l| !l.starts_with("Duration:") && !l.starts_with("Last activity:")).skip(2).collect()
+        }
+        assert_eq!(same(&doc), same(&detail));
+        // A stopped loop's duration is fixed: both show it.
+        let stopped = LoopView { status: "completed".into(), completed_at: Some(65_000), ..run };
+        let doc = render_document(&stopped, "Restart: not available (completed)", "");
+        assert!(doc.starts_with("# Loop live\n\n") && doc.contains("Duration: 1m 5s\n"), "{doc}");
+        assert_eq!(
+            &doc["# Loop live\n\n".len()..],
+            &render_detail(&stopped, "Restart: not available (completed)", "", 1)["Loop Status (Inactive)\n\n".len()..]
+        );
     }
 }

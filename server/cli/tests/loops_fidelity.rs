@@ -136,6 +136,14 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_contains(&live, "    auditor: $0.0100");
     let list = t.client.tool_ok("loop-status", json!({})).text;
     assert_contains(&list, "   Usage: $0.0200 | Tokens: 2.0k in / 20 out");
+    // The status document has the detail's lines, with no time relative to now.
+    let status_uri = format!("forge://loop/{name}/status.md");
+    let doc = t.client.content(&status_uri).expect("status document");
+    assert!(doc.starts_with(&format!("# Loop {name}\n\nName: {name}\n")), "{doc}");
+    assert_contains(&doc, "Branch: forge/one-step\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded");
+    assert_contains(&doc, "Total Cost: $0.0200 | Tokens: 2.0k in / 20 out");
+    assert!(!doc.contains(" ago\n") && !doc.contains("Duration:"), "{doc}");
+    assert_contains(&doc, &format!("[History: transitions and plan amendments](forge://loop/{name}/history.md)\n\n- [section 1]("));
     t.signal("release");
     let end = t.wait_end(&name);
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
@@ -148,6 +156,9 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_eq!(detail.matches("\n  [assistant] ").count(), 2, "{detail}");
     assert_contains(&detail, "\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded");
     assert_contains(&detail, "\n  Files changed: 1 (+1/-0 lines)\n\nRestart: not available (completed)");
+    let doc = t.client.content(&status_uri).expect("status document");
+    let body = detail.strip_prefix("Loop Status (Inactive)\n\n").expect("a stopped loop's detail");
+    assert!(doc.starts_with(&format!("# Loop {name}\n\n{body}\n\n[History: ")), "{doc}\n---\n{detail}");
     let list = t.client.tool_ok("loop-status", json!({})).text;
     assert!(list.starts_with("Recent Loops"), "{list}");
     assert_contains(&list, &format!("1. {name}\n   Status: completed"));

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 
 use crate::conn::Conn;
 use forge_store::{loops, plans};
-use forge_tools::Db;
+use forge_tools::{Db, ToolEnv};
 
 /// Renders a document; unknown documents are `not_found` (1002).
 pub async fn render(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String, ToolError> {
@@ -21,7 +21,7 @@ pub async fn render(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<String,
     let uri = uri.clone();
     conn.ws
         .store
-        .read(move |db| render_sync(db, &project, (&root, &base), links, &uri))
+        .read(move |db| render_sync(db, &env, &project, (&root, &base), links, &uri))
         .await
         .unwrap_or_else(|e| Err(ToolError::internal(e)))
 }
@@ -50,22 +50,24 @@ pub fn render_here(conn: &Conn, uri: &ForgeUri, links: Links) -> Result<Rendered
     let roots = (env.project.root.as_path(), env.project.findings_root());
     conn.ws
         .store
-        .read_here(|db| render_shared(db, &project, roots, links, uri))
+        .read_here(|db| render_shared(db, &env, &project, roots, links, uri))
         .unwrap_or_else(|e| Err(ToolError::internal(e)))
 }
 
 /// Renders a document; its links to other documents are written in the style `links`.
 ///
 /// `roots`: the project's root (where the view copies are) and its findings' root
-/// ([`forge_core::project::Project::findings_root`]).
+/// ([`forge_core::project::Project::findings_root`]); `env` the connection's, for the
+/// loop status document (the `loop-status` tool's detail).
 pub fn render_sync(
     db: &Connection,
+    env: &ToolEnv,
     project: &str,
     roots: (&Path, &Path),
     links: Links,
     uri: &ForgeUri,
 ) -> Result<String, ToolError> {
-    Ok(match render_shared(db, project, roots, links, uri)? {
+    Ok(match render_shared(db, env, project, roots, links, uri)? {
         Rendered::Text(t) => t,
         Rendered::Plan(p) => Arc::unwrap_or_clone(p).content,
     })
@@ -84,6 +86,7 @@ fn md_link(uri: &ForgeUri, root: &Path, links: Links) -> String {
 /// [`render_sync`], a plan shared with the store's plan cache instead of copied.
 fn render_shared(
     db: &Connection,
+    env: &ToolEnv,
     project: &str,
     (root, findings_root): (&Path, &Path),
     links: Links,
@@ -105,7 +108,7 @@ fn render_shared(
                 .ok_or_else(|| ToolError::not_found(format!("No plan stored for loop \"{name}\".")));
         }
         ForgeUri::LoopSection(name, index) => render_section(db, project, name, *index),
-        ForgeUri::LoopStatus(name) => render_status(db, project, name, &link),
+        ForgeUri::LoopStatus(name) => render_status(db, env, project, name, &link),
         ForgeUri::LoopHistory(name) => {
             loops::get(db, project, name)
                 .db()?
@@ -293,6 +296,7 @@ fn render_section(db: &Connection, project: &str, name: &str, index: u32) -> Res
 
 fn render_status(
     db: &Connection,
+    env: &ToolEnv,
     project: &str,
     name: &str,
     link: &dyn Fn(&ForgeUri) -> String,
@@ -300,28 +304,19 @@ fn render_status(
     let l = loops::get(db, project, name)
         .db()?
         .ok_or_else(|| ToolError::not_found(format!("No loop found for loop \"{name}\".")))?;
-    let mut out = format!("# Loop {}\n\n", l.loop_name);
-    out.push_str(&format!("Status: {}\n", l.status));
-    out.push_str(&format!("Phase: {}\n", l.phase));
-    let max = if l.max_iterations == 0 { "unlimited".to_string() } else { l.max_iterations.to_string() };
-    out.push_str(&format!("Iteration: {} / {max}\n", l.iteration));
-    if l.total_sections > 0 {
-        out.push_str(&format!("Section: {}/{}\n", l.current_section_index + 1, l.total_sections));
-    }
-    out.push_str(&format!("Session: {}\n", l.current_session_id));
-    out.push_str(&format!("Worktree: {}\n", l.worktree_dir));
-    if let Some(b) = &l.worktree_branch {
-        out.push_str(&format!("Branch: {b}\n"));
-    }
-    out.push_str(&format!("Started: {}\n", iso_millis(l.started_at)));
-    if let Some(c) = l.completed_at {
-        out.push_str(&format!("Completed: {}\n", iso_millis(c)));
-    }
-    if let Some(r) = &l.termination_reason {
-        out.push_str(&format!("Reason: {r}\n"));
-    }
+    // The same lines as `loop-status name=<name>`, read in this read transaction.
+    let ctx = forge_tools::ToolCtx {
+        env,
+        db,
+        now: forge_store::now_ms(),
+        effect: None,
+        has_engine: false,
+        after: None,
+        cancel: None,
+    };
+    let mut out = forge_tools::loop_status_document(&ctx, &l)?;
     out.push_str(&format!(
-        "\n[History: transitions and plan amendments]({})\n",
+        "\n\n[History: transitions and plan amendments]({})\n",
         link(&ForgeUri::LoopHistory(name.to_string()))
     ));
     for i in 0..l.total_sections {

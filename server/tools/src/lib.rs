@@ -52,6 +52,8 @@ mod registry {
     use super::*;
     include!(concat!(env!("OUT_DIR"), "/tools_registry.rs"));
 }
+/// The loop status document's text, from the tool that renders the same lines.
+pub use registry::loop_status::document as loop_status_document;
 pub use registry::TOOLS;
 
 /// A registered tool.

@@ -166,18 +166,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         Some(q) => {
             let row = loop_scope::find_loop(ctx, q)?;
             let (v, replies) = detail_view(ctx, &row)?;
-            let restart = match row.status.as_str() {
-                "completed" => "Restart: not available (completed)".to_string(),
-                // Forge's lines (FORGE-REFERENCE §6).
-                "running" => "Restart: available with force=true".to_string(),
-                // As the restart itself decides (`loop_machine::restartable`): a loop whose
-                // worktree and branch are both gone is not offered one it would refuse.
-                _ if !forge_engine::runner::work_recoverable(ctx.env, &row) => format!(
-                    "Restart blocked: worktree directory no longer exists at {} and its branch is gone.",
-                    row.worktree_dir
-                ),
-                _ => format!("Restart: available with loop-status name={} restart=true", row.loop_name),
-            };
+            let restart = restart_line(ctx, &row);
             let data = json!({
                 "loopName": row.loop_name, "status": row.status, "phase": row.phase, "iteration": row.iteration,
                 "maxIterations": row.max_iterations, "sectionIndex": (row.total_sections > 0).then_some(row.current_section_index),
@@ -196,18 +185,48 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                     None => serde_json::Value::Null,
                 },
             });
-            let mut v = v;
-            if row.status == "running" {
-                // The start of the plan: the `Prompt:` line shows at most 100 characters.
-                v.prompt = forge_store::plans::loop_shared(ctx.db, ctx.project_id(), &row.loop_name)
-                    .db()?
-                    .map(|p| p.content.chars().take(101).collect());
-            }
-            let usage = usage_rows(ctx, &row)?;
-            let block = forge_domain::usage::render(&usage);
+            let (v, block) = with_prompt_and_usage(ctx, &row, v)?;
             ok(loop_status::render_detail(&v, &restart, &block, ctx.now), data)
         }
     }
+}
+
+/// The loop's status document (`forge://loop/<name>/status.md`, exactly `row`): the lines
+/// of its `loop-status` detail ([`loop_status::render_document`]).
+pub fn document(ctx: &ToolCtx, row: &LoopRow) -> Result<String, ToolError> {
+    let (v, _) = detail_view(ctx, row)?;
+    let restart = restart_line(ctx, row);
+    let (v, block) = with_prompt_and_usage(ctx, row, v)?;
+    Ok(loop_status::render_document(&v, &restart, &block))
+}
+
+/// The detail's `Restart...` line.
+fn restart_line(ctx: &ToolCtx, row: &LoopRow) -> String {
+    match row.status.as_str() {
+        "completed" => "Restart: not available (completed)".to_string(),
+        // Forge's lines (FORGE-REFERENCE §6).
+        "running" => "Restart: available with force=true".to_string(),
+        // As the restart itself decides (`loop_machine::restartable`): a loop whose
+        // worktree and branch are both gone is not offered one it would refuse.
+        _ if !forge_engine::runner::work_recoverable(ctx.env, row) => format!(
+            "Restart blocked: worktree directory no longer exists at {} and its branch is gone.",
+            row.worktree_dir
+        ),
+        _ => format!("Restart: available with loop-status name={} restart=true", row.loop_name),
+    }
+}
+
+/// `v` with a running loop's `Prompt:` (the start of its plan), and the `Cumulative
+/// Usage:` block.
+fn with_prompt_and_usage(ctx: &ToolCtx, row: &LoopRow, mut v: LoopView) -> Result<(LoopView, String), ToolError> {
+    if row.status == "running" {
+        // The start of the plan: the `Prompt:` line shows at most 100 characters.
+        v.prompt = forge_store::plans::loop_shared(ctx.db, ctx.project_id(), &row.loop_name)
+            .db()?
+            .map(|p| p.content.chars().take(101).collect());
+    }
+    let usage = usage_rows(ctx, row)?;
+    Ok((v, forge_domain::usage::render(&usage)))
 }
 
 /// The loop's worktree folder as the detail shows it, marked when it is no longer there: a
