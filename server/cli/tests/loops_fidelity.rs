@@ -140,10 +140,16 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     let status_uri = format!("forge://loop/{name}/status.md");
     let doc = t.client.content(&status_uri).expect("status document");
     assert!(doc.starts_with(&format!("# Loop {name}\n\nName: {name}\n")), "{doc}");
-    assert_contains(&doc, "Branch: forge/one-step\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded");
+    assert_contains(
+        &doc,
+        "Branch: forge/one-step\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded",
+    );
     assert_contains(&doc, "Total Cost: $0.0200 | Tokens: 2.0k in / 20 out");
     assert!(!doc.contains(" ago\n") && !doc.contains("Duration:"), "{doc}");
-    assert_contains(&doc, &format!("[History: transitions and plan amendments](forge://loop/{name}/history.md)\n\n- [section 1]("));
+    assert_contains(
+        &doc,
+        &format!("[History: transitions and plan amendments](forge://loop/{name}/history.md)\n\n- [section 1]("),
+    );
     t.signal("release");
     let end = t.wait_end(&name);
     assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
