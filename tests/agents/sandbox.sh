@@ -48,6 +48,12 @@ if [ -n "${FORGE_TEST_RUNTIME_SOCKET:-}" ]; then
   { [ -S "$FORGE_TEST_RUNTIME_SOCKET" ] && echo host-sees || echo host-misses
     "$SHELL" -c '[ -S "$FORGE_TEST_RUNTIME_SOCKET" ] && echo sandbox-sees || echo sandbox-misses'; } > "$d/runtime.txt" 2>&1
 fi
+# A program in a PATH folder that is a link in the runtime directory (fnm's), found by
+# forge.shell and the agent's shells.
+if [ -n "${FORGE_TEST_PATH_TOOL:-}" ]; then
+  shell pathtool "{\"command\":\"$FORGE_TEST_PATH_TOOL\"}"
+  "$SHELL" -c "$FORGE_TEST_PATH_TOOL" > "$d/shim-pathtool.txt" 2>&1
+fi
 # The server's socket directory is read-only inside: a sandboxed process cannot move the
 # socket away and listen on its path (it would receive other sessions' tokens), nor put
 # anything beside it.

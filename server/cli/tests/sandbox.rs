@@ -216,8 +216,26 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     }
     let bus = runtime.path().join("bus");
     let _bus = std::os::unix::net::UnixListener::bind(&bus).unwrap();
+    // fnm's `PATH` folder: a link in the runtime directory to the install in the home
+    // directory (a folder outside here), whose programs the loop's shells must find.
+    let install = tempfile::Builder::new().prefix("fnm-install-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::create_dir_all(install.path().join("bin")).unwrap();
+    std::fs::write(install.path().join("bin/fakenode"), "#!/bin/sh\necho node-ran\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(install.path().join("bin/fakenode"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::create_dir_all(runtime.path().join("fnm_multishells")).unwrap();
+    std::os::unix::fs::symlink(install.path(), runtime.path().join("fnm_multishells/1_2")).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(runtime.path().join("fnm_multishells/1_2/bin")).chain(std::env::split_paths(&path_with_bin())),
+    )
+    .unwrap();
     let f = Fixture::start(true, |c| {
-        c.env("XDG_RUNTIME_DIR", runtime.path()).env("FORGE_TEST_RUNTIME_SOCKET", &bus);
+        c.env("XDG_RUNTIME_DIR", runtime.path())
+            .env("FORGE_TEST_RUNTIME_SOCKET", &bus)
+            .env("PATH", &path)
+            .env("FORGE_TEST_PATH_TOOL", "fakenode");
     });
     // A user plugin tool the agent calls: it reports where it ran and tries to write outside.
     user_tool(
@@ -313,6 +331,11 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     // The user's runtime directory is hidden inside (its private socket still works: the
     // calls above went through it).
     assert_eq!(read(&d, "runtime.txt").lines().collect::<Vec<_>>(), ["host-sees", "sandbox-misses"]);
+    // fnm's programs are found in the loop's shells, through its link made again inside
+    // (before: `fakenode: not found`, the runtime directory hidden).
+    let pathtool = result(&d, "pathtool");
+    assert_eq!(pathtool["data"]["stdout"], json!("node-ran\n"), "forge.shell: {pathtool}");
+    assert_eq!(read(&d, "shim-pathtool.txt"), "node-ran\n", "the agent's shell");
     // The socket's directory is read-only inside (before: read-write, so a sandboxed
     // process could move the socket and listen on its path in the server's place).
     assert_eq!(read(&d, "socketdir.txt").lines().collect::<Vec<_>>(), ["kept", "refused"]);

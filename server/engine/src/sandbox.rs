@@ -713,6 +713,16 @@ impl Sandbox {
         self
     }
 
+    /// With the links on the way to each folder of `path` (the `PATH` its commands get)
+    /// made again inside where they lie in a folder the sandbox hides ([`install_binds`]
+    /// for no program): fnm's `PATH` folder is a link in the runtime folder to the Node.js
+    /// install in the home directory, and without it `node` and `npm` were not found in a
+    /// shell of the loop. Nothing is bound for it: a link shows nothing its target does not.
+    pub fn with_path_links(mut self, path: &OsStr) -> Sandbox {
+        self.install_links = install_binds(&[], path, &self.worktree).links;
+        self
+    }
+
     /// With the loop's shims ([`shim_dir`]) visible, read-only, inside: a shell started
     /// inside through `$SHELL` finds them (they run the real shell there) even when the
     /// data directory is under a directory the sandbox hides (`/tmp`, the runtime
@@ -1273,6 +1283,8 @@ pub async fn shell(
         Sandbox::for_loop(&wt, network, engine.private_socket().as_deref())
             .with_secrets(Secrets::from_config(&env.config))
             .with_shims(&engine.data_dir)
+            // The command gets the server's `PATH`.
+            .with_path_links(&std::env::var_os("PATH").unwrap_or_default())
             .command(&bwrap, &argv, &dir)
     } else {
         let mut c = tokio::process::Command::new(&argv[0]);
@@ -1662,6 +1674,36 @@ mod tests {
         cmd.env("PATH", &path);
         let c = run_captured(cmd, Duration::from_secs(30)).await.expect("run");
         assert_eq!(c.stdout, "npm-ran\nbin\nlib\nmultishell\nprefix\n", "{c:?}");
+    }
+
+    /// A shell's sandbox (`forge.shell`, the agent's shells, plugin tools) makes the links
+    /// on the way to its `PATH` folders again too: a program in fnm's `PATH` folder, a link
+    /// in a hidden folder to an install outside, is found (before: `not found`).
+    #[tokio::test]
+    async fn a_shell_finds_programs_through_a_path_folder_linked_in_a_hidden_folder() {
+        let outside = tempfile::Builder::new().prefix("fl-fnm").tempdir_in(outside_tmp()).unwrap();
+        let inst = outside.path().canonicalize().unwrap();
+        std::fs::create_dir_all(inst.join("bin")).unwrap();
+        std::fs::write(inst.join("bin/fakenode"), "#!/bin/sh\necho node-ran\n").unwrap();
+        std::fs::set_permissions(inst.join("bin/fakenode"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let hidden = tempfile::Builder::new().prefix("fl-multishells").tempdir().unwrap();
+        let shell = hidden.path().join("1_2");
+        std::os::unix::fs::symlink(&inst, &shell).unwrap();
+        let path = format!("{}:/usr/bin:/bin", shell.join("bin").display());
+        let wt = worktree();
+        let run = |s: &Sandbox| {
+            let mut cmd = s.command(&bwrap(), &["/bin/sh".into(), "-c".into(), "fakenode".into()], wt.path());
+            cmd.env("PATH", &path);
+            run_captured(cmd, Duration::from_secs(30))
+        };
+        let s = sandbox(wt.path()).with_path_links(OsStr::new(&path));
+        assert_eq!(s.install_links, [(shell.clone(), inst.clone())]);
+        assert!(s.install_dirs.is_empty());
+        let c = run(&s).await.expect("run");
+        assert_eq!(c.stdout, "node-ran\n", "{c:?}");
+        let c = run(&sandbox(wt.path())).await.expect("run");
+        assert!(c.stdout.is_empty() && c.stderr.contains("not found"), "without the link: {c:?}");
     }
 
     fn worktree() -> tempfile::TempDir {

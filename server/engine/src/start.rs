@@ -355,7 +355,9 @@ fn shim_sandbox(engine: &Engine, env: &ToolEnv, worktree: &Path, network: bool) 
     // their place: replacing them left git failing in the agent's shells (found by a
     // review), while `forge.shell`, which builds its sandbox without this, worked.
     sandbox.ro_binds.extend(sandbox::program_binds(crate::agents::program(&env.config).as_deref(), worktree));
-    sandbox.with_secrets(sandbox::Secrets::from_config(&env.config)).with_shims(&engine.data_dir)
+    // The agent's `PATH` (without the shims' folder, which is no link).
+    let path = crate::host::agent_path(None, crate::host::self_bin().as_deref(), std::env::var_os("PATH"));
+    sandbox.with_secrets(sandbox::Secrets::from_config(&env.config)).with_shims(&engine.data_dir).with_path_links(&path)
 }
 
 /// Checks that the agent command can be started at all: its program exists and may be

@@ -1038,8 +1038,10 @@ pub fn run(
             let bwrap = forge_engine::sandbox::find_bwrap()
                 .map_err(|e| ToolError::precondition(format!("{label} cannot run in the loop sandbox: {e}")))?;
             let argv = [tool.exe.display().to_string()];
+            // The program gets the server's `PATH`.
             let mut sb = forge_engine::sandbox::Sandbox::for_loop(&p.worktree, p.network, None)
-                .with_secrets(forge_engine::sandbox::Secrets::from_config(&env.config));
+                .with_secrets(forge_engine::sandbox::Secrets::from_config(&env.config))
+                .with_path_links(&std::env::var_os("PATH").unwrap_or_default());
             sb.data_dir = p.data_dir.clone();
             // The plugin's folder, read-only (visible even when it is under /tmp).
             sb.ro_binds.push(tool.plugin_dir.clone());
