@@ -179,16 +179,10 @@ fn mkdtemp(base: &Path, prefix: &str) -> Result<PathBuf, Refused> {
 /// the socket inside it.
 pub fn private_socket_path() -> Result<PathBuf, Refused> {
     let pid = std::process::id();
-    // Only the user's own runtime folder (after `su` or `sudo -E` it may be another user's:
-    // a sandbox, in its user namespace, then could not reach the socket there; a review).
-    let own = |d: &std::ffi::OsStr| {
-        use std::os::unix::fs::MetadataExt;
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        Path::new(d).is_absolute() && std::fs::metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == me)
-    };
-    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| own(d)) {
-        let base = PathBuf::from(runtime).join("forge-lsp");
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if let Some(runtime) = own_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), me) {
+        let base = runtime.join("forge-lsp");
         ensure_private_dir(&base)?;
         let mine = base.join(pid.to_string());
         ensure_private_dir(&mine)?;
@@ -204,6 +198,15 @@ pub fn private_socket_path() -> Result<PathBuf, Refused> {
         return Ok(sock);
     }
     Ok(mkdtemp(&std::env::temp_dir(), "forge-lsp-")?.join(SOCKET_NAME))
+}
+
+/// `XDG_RUNTIME_DIR` (`runtime`) when it is the user's own (`uid`, the effective one):
+/// an absolute path to a folder that user owns. After `su` or `sudo -E` it may be another
+/// user's; a sandbox, in its user namespace, then could not reach a socket there (a review).
+fn own_runtime_dir(runtime: Option<&std::ffi::OsStr>, uid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let d = Path::new(runtime?);
+    (d.is_absolute() && std::fs::metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == uid)).then(|| d.to_path_buf())
 }
 
 /// Removes a private socket made by [`private_socket_path`] and its directory.
@@ -366,6 +369,29 @@ mod tests {
     /// Every directory `create_private_dirs` makes is private (the prompts, usage and
     /// agent-session directories hold plans and credentials' paths); one that exists keeps
     /// its mode.
+    /// The runtime folder is used only when it is the user's own: another user's (after
+    /// `su` or `sudo -E`), a relative path, a file or a missing folder is not.
+    #[test]
+    fn only_the_users_own_runtime_folder_holds_the_socket() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let uid = std::fs::metadata(d.path()).unwrap().uid();
+        let file = d.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let missing = d.path().join("missing");
+        let table: &[(Option<&std::ffi::OsStr>, u32, bool)] = &[
+            (Some(d.path().as_os_str()), uid, true),
+            (Some(d.path().as_os_str()), uid.wrapping_add(1), false),
+            (Some(std::ffi::OsStr::new("relative/run")), uid, false),
+            (Some(file.as_os_str()), uid, false),
+            (Some(missing.as_os_str()), uid, false),
+            (None, uid, false),
+        ];
+        for &(runtime, who, used) in table {
+            assert_eq!(own_runtime_dir(runtime, who).is_some(), used, "{runtime:?} for uid {who}");
+        }
+    }
+
     #[test]
     fn private_dirs_are_made_0700_and_existing_ones_are_left_alone() {
         let d = tempfile::tempdir().unwrap();
