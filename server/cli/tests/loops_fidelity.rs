@@ -171,6 +171,38 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_contains(&list, "   Usage: $0.0200 | Tokens: 2.0k in / 20 out");
 }
 
+/// A cancelled loop's `Files changed:` is counted as it ends: what the stopped turn left in
+/// the worktree (before, the count of its last finished turn stayed).
+#[test]
+fn a_cancelled_loop_counts_what_its_stopped_turn_left() {
+    let t = LoopTest::launch(&config(""), "block", &[]);
+    let name = t.execute("One step", ONE_SECTION);
+    t.wait_state_file("auditor.pid");
+    let counted = |files: u64| {
+        common::wait_for(LOOP_WAIT, || {
+            let r = t.client.tool_ok("loop-status", json!({ "name": name }));
+            (r.data["filesChanged"]["files"] == json!(files)).then_some(r)
+        })
+    };
+    let live = counted(1).unwrap_or_else(|| panic!("no count of the coder's turn{}", t.report()));
+    // What the auditor's turn writes before it is stopped.
+    let wt = std::path::PathBuf::from(live.data["worktreeDir"].as_str().expect("worktreeDir"));
+    std::fs::write(wt.join("left.txt"), "one\ntwo\nthree\n").unwrap();
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("cancelled"), "{end}{}", t.report());
+    let r = counted(2).unwrap_or_else(|| {
+        panic!(
+            "the cancelled loop kept its last turn's count: {}{}",
+            t.client.tool_ok("loop-status", json!({ "name": name })).data,
+            t.report()
+        )
+    });
+    assert_eq!(r.data["filesChanged"], json!({ "files": 2, "added": 4, "deleted": 0 }), "{}", r.data);
+    assert_contains(&r.text, "  Files changed: 2 (+4/-0 lines)");
+    t.signal("release");
+}
+
 /// A writable connection to the test's database (to plant rows the server must handle).
 fn rw(t: &LoopTest) -> rusqlite::Connection {
     let c = rusqlite::Connection::open(t.sb.db_path()).expect("open forge.db");

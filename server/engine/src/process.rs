@@ -179,14 +179,18 @@ pub fn kill_orphaned(leader: &Leader, session: &str) -> usize {
 ///
 /// - Each process is opened as a pidfd before its environment is read, and the signal goes
 ///   to that pidfd: a pid reused between the read and the kill cannot be hit.
-/// - Rounds repeat until one finds nothing (at most 8): a process that forked while its
-///   parent was being killed is found in the next.
+/// - Rounds repeat until two in a row, 10 ms apart, find nothing (at most 8 rounds): a
+///   process that forked while its parent was being killed is found in the next, and so is
+///   one that was in the middle of `execve` (its environment reads empty for that moment,
+///   between the new program's memory and its stack: found by reading the code; no test
+///   can stop a process there).
 ///
 /// Not found: a process that cleared or replaced its environment, and one whose
 /// `/proc/<pid>/environ` this process may not read (another user's, a setuid program).
 pub fn kill_marked(var: &str, value: &str) -> usize {
     let want = format!("{var}={value}");
     let mut killed = 0;
+    let mut quiet = false;
     for _ in 0..8 {
         let Ok(dir) = std::fs::read_dir("/proc") else { return killed };
         let me = std::process::id();
@@ -201,8 +205,14 @@ pub fn kill_marked(var: &str, value: &str) -> usize {
             }
         }
         if round.is_empty() {
-            break;
+            if quiet {
+                break;
+            }
+            quiet = true;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
         }
+        quiet = false;
         killed += round.len();
         // Until they have exited (at most 1 s), so the next round does not count them again.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);

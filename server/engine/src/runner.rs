@@ -1174,7 +1174,18 @@ impl Runner {
         }
         let shutdown = matches!(event, Event::Shutdown);
         let t = next_transition(&self.facts(&row), &event);
+        let ended = (t.kind == TransitionKind::Terminate && !shutdown).then(|| row.clone());
         self.apply(row, t.clone(), None).await;
+        // `Files changed:` as the loop ends (a cancel): what the stopped turn left in the
+        // worktree, or on the branch when the worktree went with it (`loop.cleanupWorktree`).
+        // Before, a cancelled loop kept the count of its last finished turn.
+        if let Some(row) = ended.filter(|_| !self.gone) {
+            if Path::new(&row.worktree_dir).is_dir() {
+                self.count_changes(&row);
+            } else {
+                self.count_on_branch(&row);
+            }
+        }
         // The server exits once every runner answered its shutdown: the killed turn's end
         // (which kills what left its group, `setsid`) must come first, or nobody takes it.
         if let (true, Some(h)) = (shutdown, &turn) {
