@@ -366,6 +366,41 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     assert!(!f.state.join("hijacked").exists(), "the repository's .forge/bin/forge-lsp ran");
 }
 
+/// A runtime directory spelled through a link (`XDG_RUNTIME_DIR=/srv/rtlink`, a link to
+/// `/srv/rt`): the sandbox starts (before, bubblewrap could not mount its tmpfs on the link,
+/// nor bind the socket's folder through it, and every sandboxed command failed), the
+/// folder is hidden where it resolves, and the agent's calls reach the server's socket
+/// through the link.
+#[test]
+fn a_runtime_directory_reached_through_a_link_is_hidden_and_the_sandbox_starts() {
+    require_bwrap();
+    let base = tempfile::Builder::new().prefix("rtlink-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let real = base.path().join("rt");
+    std::fs::create_dir(&real).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let link = base.path().join("rtlink");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let bus = real.join("bus");
+    let _bus = std::os::unix::net::UnixListener::bind(&bus).unwrap();
+    let f = Fixture::start(true, |c| {
+        c.env("XDG_RUNTIME_DIR", &link).env("FORGE_TEST_RUNTIME_SOCKET", link.join("bus"));
+    });
+    let out = f.client.tool_ok("execute-plan", json!({ "title": "Runtime link", "plan": PLAN }));
+    let name = out.data["loopName"].as_str().expect("loopName").to_string();
+    let session = out.data["sessionId"].as_str().expect("sessionId").to_string();
+    let d = f.wait_turn(&session);
+    let pwd = result(&d, "pwd");
+    assert_eq!(pwd["data"]["exitCode"], json!(0), "forge.shell: {pwd}");
+    assert_eq!(read(&d, "shim.txt").trim(), "2 1", "the agent's shell");
+    // Its socket, hidden inside; the server's, reached (a call from the agent's shell).
+    assert_eq!(read(&d, "runtime.txt").lines().collect::<Vec<_>>(), ["host-sees", "sandbox-misses"]);
+    assert_eq!(read(&d, "fromtmp.code").trim(), "0", "{}", read(&d, "fromtmp.err"));
+    f.client.tool_ok("loop-cancel", json!({ "name": name }));
+}
+
 /// The user's credential files and secret-named variables stay outside the sandbox
 /// (docs/sandbox.md, "Secrets"), whichever way a command gets in: a shell of the agent
 /// through the shims, `forge.shell`, a plugin tool. What the user exposes stays visible; a

@@ -233,7 +233,12 @@ pub async fn require(enabled: bool, mode: &str, what: &str) -> Result<Option<Pat
 /// The directory of a loop's sandbox bound read-only for the server's private socket,
 /// which holds nothing but that socket (`forge_core::paths::private_socket_path`).
 pub fn socket_dir(socket: Option<&Path>) -> Option<PathBuf> {
-    socket.and_then(|s| s.parent().map(Path::to_path_buf))
+    // Where it resolves: bound there, it is reached inside by its spelling too, and a
+    // folder spelled through a link cannot be bound at that spelling (bubblewrap follows
+    // the link out of the new root: "Can't mkdir parents for …", with `XDG_RUNTIME_DIR` a
+    // link; a review).
+    let d = socket?.parent()?;
+    Some(d.canonicalize().unwrap_or_else(|_| d.to_path_buf()))
 }
 
 /// Directories a sandbox sees as empty tmpfs: `/run/user` and the server's own
@@ -253,14 +258,16 @@ pub fn hidden_dirs() -> Vec<PathBuf> {
         let me = unsafe { libc::geteuid() };
         let private = std::fs::metadata(&rt).is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0);
         if rt.is_absolute() && private {
-            // Also where it really is: a runtime folder reached through a link (`/run/user/0`
-            // a link elsewhere) was readable, its session bus too, at its own path (a review).
-            let real = rt.canonicalize().ok();
-            for p in std::iter::once(rt).chain(real) {
-                let covered = p.starts_with("/tmp") || p.starts_with(run_user);
-                if p != Path::new("/") && !covered && !out.contains(&p) {
-                    out.push(p);
-                }
+            // Where it really is: a runtime folder reached through a link (`/run/user/0` a
+            // link elsewhere) was readable, its session bus too, at its own path (a review).
+            // Only there: the link itself stays a link inside, to the hidden folder, and
+            // bubblewrap cannot mount on a link (`XDG_RUNTIME_DIR=/srv/rtlink`, a link to
+            // `/srv/rt`, failed every sandbox with "Can't mount tmpfs on /newroot/srv/rtlink":
+            // a review).
+            let p = rt.canonicalize().unwrap_or(rt);
+            let covered = p.starts_with("/tmp") || p.starts_with(run_user);
+            if p != Path::new("/") && !covered && !out.contains(&p) {
+                out.push(p);
             }
         }
     }
