@@ -57,23 +57,76 @@ fn is_break(c: char) -> bool {
 /// characters; then `Files changed: F (+A/-D lines)`, or why it could not be counted.
 /// Forge also lists the session's token usage here; ours is the `Cumulative Usage:` block.
 pub fn session_output(replies: &[String], files_changed: Option<&Result<(usize, usize, usize), String>>) -> String {
+    session_output_in(replies, files_changed, false)
+}
+
+/// [`session_output`]; `markdown`: for the status document, each agent's text escaped as
+/// literal Markdown ([`crate::text::md_inline`]: a reply's link, image or HTML is shown as
+/// written, not rendered: a review had a reply put an image and a fake history link in the
+/// rendered document).
+fn session_output_in(
+    replies: &[String],
+    files_changed: Option<&Result<(usize, usize, usize), String>>,
+    markdown: bool,
+) -> String {
     if replies.is_empty() && files_changed.is_none() {
         return String::new();
     }
+    let shown = |t: String| if markdown { crate::text::md_inline(&t) } else { t };
     let mut out = String::from("\nSession Output:\n");
     if !replies.is_empty() {
         out.push_str("  Recent Activity:\n");
         for r in replies {
             let flat: String = one_line(r).chars().take(1000).collect();
-            out.push_str(&format!("  [assistant] {flat}\n"));
+            out.push_str(&format!("  [assistant] {}\n", shown(flat)));
         }
     }
     match files_changed {
         Some(Ok((f, a, d))) => out.push_str(&format!("  Files changed: {f} (+{a}/-{d} lines)\n")),
-        Some(Err(why)) => out.push_str(&format!("  Files changed: unavailable ({})\n", one_line(why))),
+        Some(Err(why)) => out.push_str(&format!("  Files changed: unavailable ({})\n", shown(one_line(why)))),
         None => {}
     }
     out
+}
+
+/// `text` with a code fence it leaves open closed at its end (a line of the opening's
+/// character, as long): a block cut to its first characters (`Last Audit:`) could stop
+/// inside one, and the rest of the status document then read as code (a review).
+/// CommonMark's fences: up to three spaces, then three or more backticks or tildes; a
+/// backtick fence's info string has no backtick; the closing one has at least as many and
+/// nothing else but spaces. `inline`: the text's first line follows a label on the same
+/// line (`Last Audit: `), where no fence can open.
+pub fn close_fences(text: String, inline: bool) -> String {
+    let mut open: Option<(char, usize)> = None;
+    for line in text.lines().skip(usize::from(inline)) {
+        let lead = line.len() - line.trim_start_matches(' ').len();
+        if lead > 3 {
+            continue;
+        }
+        let rest = &line[lead..];
+        let Some(c) = rest.chars().next().filter(|c| *c == '`' || *c == '~') else { continue };
+        let n = rest.len() - rest.trim_start_matches(c).len();
+        if n < 3 {
+            continue;
+        }
+        let after = &rest[n..];
+        match open {
+            None if c == '~' || !after.contains('`') => open = Some((c, n)),
+            Some((o, m)) if o == c && n >= m && after.trim().is_empty() => open = None,
+            _ => {}
+        }
+    }
+    match open {
+        Some((c, n)) => {
+            let mut text = text;
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&c.to_string().repeat(n));
+            text
+        }
+        None => text,
+    }
 }
 
 /// `s` on one line as a terminal shows it: each line break (`\r\n` as one), tab and other
@@ -310,9 +363,9 @@ fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<
         if let Some(b) = &l.branch {
             out.push_str(&format!("Branch: {b}\n"));
         }
-        out.push_str(&session_output(&l.recent_replies, l.files_changed.as_ref()));
+        out.push_str(&session_output_in(&l.recent_replies, l.files_changed.as_ref(), now.is_none()));
         if let Some(a) = &l.last_audit {
-            out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
+            out.push_str(&format!("\nLast Audit: {}\n", close_fences(cut(a, 300), true)));
         }
         out.push_str(&format!("\n{restart_line}\n"));
         out.push_str(usage_block);
@@ -344,14 +397,14 @@ fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<
     counters(&mut out);
     models(&mut out);
     if let Some(r) = &l.post_action_report {
-        out.push_str(&format!("\nPost-Action Report:\n{r}\n"));
+        out.push_str(&format!("\nPost-Action Report:\n{}\n", close_fences(r.clone(), false)));
     } else if let Some(s) = &l.completion_summary {
-        out.push_str(&format!("\nCompletion Summary (post-action):\n{}\n", cut(s, 1000)));
+        out.push_str(&format!("\nCompletion Summary (post-action):\n{}\n", close_fences(cut(s, 1000), false)));
     }
     if let Some(a) = &l.last_audit {
-        out.push_str(&format!("\nLast Audit: {}\n", cut(a, 300)));
+        out.push_str(&format!("\nLast Audit: {}\n", close_fences(cut(a, 300), true)));
     }
-    out.push_str(&session_output(&l.recent_replies, l.files_changed.as_ref()));
+    out.push_str(&session_output_in(&l.recent_replies, l.files_changed.as_ref(), now.is_none()));
     out.push_str(&format!("\n{restart_line}\n"));
     out.push_str(usage_block);
     out.trim_end().to_string()
@@ -544,6 +597,27 @@ mod tests {
         assert!(d.contains("\nLast Audit: clean\n\nSession Output:\n  Recent Activity:\n  [assistant] did it\n  Files changed: 1 (+2/-0 lines)\n\nRestart: not available (completed)"), "{d}");
     }
 
+    #[test]
+    fn fences_left_open_are_closed() {
+        let table: &[(&str, bool, &str)] = &[
+            ("plain", false, "plain"),
+            ("a\n```sh\ncargo test...", false, "a\n```sh\ncargo test...\n```"),
+            ("a\n```sh\nx\n```\nb", false, "a\n```sh\nx\n```\nb"),
+            ("a\n~~~~\nx\n~~~\n", false, "a\n~~~~\nx\n~~~\n~~~~"),
+            ("a\n````\n```\nstill code", false, "a\n````\n```\nstill code\n````"),
+            ("a\n    ```\nindented: no fence", false, "a\n    ```\nindented: no fence"),
+            ("a\n``` x`y\nno fence", false, "a\n``` x`y\nno fence"),
+            ("a\n```\nx\n``` not a close", false, "a\n```\nx\n``` not a close\n```"),
+            ("a ``` inline", false, "a ``` inline"),
+            // After a label on the same line, the first line opens nothing.
+            ("```sh\nx", true, "```sh\nx"),
+            ("v\n```sh\nx", true, "v\n```sh\nx\n```"),
+        ];
+        for (text, inline, want) in table {
+            assert_eq!(close_fences(text.to_string(), *inline), *want, "{text:?}");
+        }
+    }
+
     /// The status document: the detail's lines under the loop's name, with no time said
     /// relative to when it was rendered (it stays open until the loop's next change).
     #[test]
@@ -562,6 +636,17 @@ mod tests {
             t.lines().filter(|l| !l.starts_with("Duration:") && !l.starts_with("Last activity:")).skip(2).collect()
         }
         assert_eq!(same(&doc), same(&detail));
+        // An agent's text is literal Markdown in the document, as written in the detail.
+        let mut md = run.clone();
+        md.recent_replies = vec!["![i](http://e/p.png) [x](http://e/) <img src=x>".into()];
+        let doc = render_document(&md, "", "");
+        assert!(doc.contains("  [assistant] !\\[i\\](http://e/p.png) \\[x\\](http://e/) \\<img src=x\\>\n"), "{doc}");
+        let detail = render_detail(&md, "", "", 1);
+        assert!(detail.contains("  [assistant] ![i](http://e/p.png) [x](http://e/) <img src=x>\n"), "{detail}");
+        // A last audit cut inside a code fence has it closed: the rest is not code.
+        md.last_audit = Some(format!("clean\n```sh\n{}```\nAll good.", "cargo test -p crate\n".repeat(20)));
+        let doc = render_document(&md, "Restart: available with force=true", "");
+        assert!(doc.contains("\ncargo te...\n```\n\nRestart: available with force=true"), "{doc}");
         // A stopped loop's duration is fixed: both show it.
         let stopped = LoopView { status: "completed".into(), completed_at: Some(65_000), ..run };
         let doc = render_document(&stopped, "Restart: not available (completed)", "");

@@ -10,7 +10,8 @@
 #               summary in a sectioned loop); post_action calls loop-complete
 #     finding   clean, but section 2's first audit writes a bug finding on work.txt:1 and
 #               hands off without a summary; its second audit deletes it and hands off clean
-#     silent    the coder only prints text (never hands off)
+#     silent    the coder only prints text (never hands off); with the file `hold-silent`,
+#               its first turn waits for `silent-go` first, later turns for `silent-release`
 #     postlimit the post-action turn fails with a provider limit ("429 Too Many Requests")
 #               without a record; otherwise as clean
 #     mute      the coder's first turn only prints text, its second prints nothing at all
@@ -153,6 +154,11 @@ case "$FORGE_ROLE:$scenario" in
     exit 0
     ;;
   coder:silent)
+    # With `hold-silent`: the first turn waits for `silent-go` (after writing
+    # silent-waiting), later ones for `silent-release`.
+    if [ -e "$state/hold-silent" ]; then
+      if [ "$turn" = 1 ]; then echo waiting > "$state/silent-waiting"; await silent-go; else await silent-release; fi
+    fi
     echo "I looked at the plan and will get back to you."
     exit 0
     ;;

@@ -144,7 +144,8 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
         &doc,
         "Branch: forge/one-step\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded",
     );
-    assert_contains(&doc, "Total Cost: $0.0200 | Tokens: 2.0k in / 20 out");
+    // The usage stored: the coder's turn (the auditor's, running, is counted from its end).
+    assert_contains(&doc, "Total Cost: $0.0100 | Tokens: 1.0k in / 10 out");
     assert!(!doc.contains(" ago\n") && !doc.contains("Duration:"), "{doc}");
     assert_contains(
         &doc,
@@ -162,13 +163,51 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_eq!(detail.matches("\n  [assistant] ").count(), 2, "{detail}");
     assert_contains(&detail, "\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded");
     assert_contains(&detail, "\n  Files changed: 1 (+1/-0 lines)\n\nRestart: not available (completed)");
-    let doc = t.client.content(&status_uri).expect("status document");
-    let body = detail.strip_prefix("Loop Status (Inactive)\n\n").expect("a stopped loop's detail");
-    assert!(doc.starts_with(&format!("# Loop {name}\n\n{body}\n\n[History: ")), "{doc}\n---\n{detail}");
+    // The document has the detail's lines (both read again until the loop's end has
+    // settled: its worktree goes, and its last count comes, after its status).
+    let same = common::wait_for(LOOP_WAIT, || {
+        let detail = t.client.tool_ok("loop-status", json!({ "name": name })).text;
+        let doc = t.client.content(&status_uri).expect("status document");
+        let body = detail.strip_prefix("Loop Status (Inactive)\n\n").expect("a stopped loop's detail").to_string();
+        doc.starts_with(&format!("# Loop {name}\n\n{body}\n\n[History: ")).then_some(())
+    });
+    assert!(same.is_some(), "the document is not the detail: {}", t.client.content(&status_uri).unwrap());
     let list = t.client.tool_ok("loop-status", json!({})).text;
     assert!(list.starts_with("Recent Loops"), "{list}");
     assert_contains(&list, &format!("1. {name}\n   Status: completed"));
     assert_contains(&list, "   Usage: $0.0200 | Tokens: 2.0k in / 20 out");
+}
+
+/// A reply that changes nothing else of the loop (a coder that did not hand off, about to
+/// be nudged) refreshes the loop's status document, which shows it (before, the document
+/// was refreshed only with the loop's state, and showed the replies late).
+#[test]
+fn a_reply_alone_refreshes_the_status_document() {
+    let t = LoopTest::start("silent", "");
+    t.signal("hold-silent");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    t.wait_state_file("silent-waiting");
+    // What the loop's start announced has been announced.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let uri = format!("forge://loop/{name}/status.md");
+    let mut mark = t.client.mark();
+    t.signal("silent-go");
+    let deadline = std::time::Instant::now() + LOOP_WAIT;
+    let doc = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Some(_) = t.client.wait_refresh(mark, &uri, left) else {
+            panic!("no refresh of {uri} showing the reply: {:?}{}", t.client.refreshed_uris(), t.report());
+        };
+        mark = t.client.mark();
+        let doc = t.client.content(&uri).expect("status document");
+        if doc.contains("[assistant] I looked at the plan") {
+            break doc;
+        }
+    };
+    // Still running: the next turn waits.
+    assert!(doc.contains("\nStatus: ") && !doc.contains("\nCompleted: "), "{doc}");
+    t.signal("silent-release");
+    t.wait_end(&name);
 }
 
 /// A cancelled loop's `Files changed:` is counted as it ends: what the stopped turn left in

@@ -219,8 +219,17 @@ async fn record_count(
     at: i64,
 ) {
     let n = loop_name.clone();
-    if let Err(e) = store.call(move |c| db::set_files_changed(c, &project, &loop_name, &counted, at)).await {
-        tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}");
+    let written = store
+        .call(move |c| {
+            forge_store::transact(c, |tx| {
+                db::set_files_changed(tx, &project, &loop_name, &counted, at)?;
+                forge_store::status::output_changed(tx, &project, &loop_name, now_ms())
+            })
+        })
+        .await;
+    match written {
+        Ok(()) => store.wrote.wake(),
+        Err(e) => tracing::warn!(loop_name = %n, "cannot record the count of changed files: {e}"),
     }
 }
 
@@ -977,10 +986,18 @@ impl Runner {
             if !text.trim().is_empty() {
                 let (p, n, text) = (self.project.clone(), self.loop_name.clone(), text.clone());
                 let (role, tail) = (self.live.role.as_str(), crate::agents::preset(&self.config).is_none());
-                if let Err(e) = self.owned_write(move |tx| db::add_reply(tx, &p, &n, role, &text, tail)).await {
-                    if !is_taken_over(&e) {
-                        tracing::warn!(loop_name = %self.loop_name, "cannot keep the turn's reply: {e}");
+                let kept = self
+                    .owned_write(move |tx| {
+                        db::add_reply(tx, &p, &n, role, &text, tail)?;
+                        forge_store::status::output_changed(tx, &p, &n, now_ms())
+                    })
+                    .await;
+                match kept {
+                    Ok(()) => self.engine.store.wrote.wake(),
+                    Err(e) if !is_taken_over(&e) => {
+                        tracing::warn!(loop_name = %self.loop_name, "cannot keep the turn's reply: {e}")
                     }
+                    Err(_) => {}
                 }
             }
         }

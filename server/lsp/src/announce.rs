@@ -172,6 +172,9 @@ async fn announce(conn: &Arc<Conn>, batch: &[Change]) {
     let project = conn.project_id();
     let mut plan_uris: Vec<String> = vec![];
     let mut loop_changes: Vec<(String, Option<String>)> = vec![];
+    // Loops whose output changed (replies, the count of changed files): their status
+    // document only.
+    let mut outputs: Vec<String> = vec![];
     for c in batch.iter().filter(|c| c.project_id == project) {
         match c.kind {
             Kind::Plan if !plan_uris.contains(&c.key) => plan_uris.push(c.key.clone()),
@@ -181,6 +184,12 @@ async fn announce(conn: &Arc<Conn>, batch: &[Change]) {
                     counts.file_changed(file);
                 }
                 conn.queue_diagnostics(Work::File(file.to_string()));
+            }
+            Kind::Loop if forge_store::changes::split_loop_key(&c.key).1 => {
+                let (name, _) = forge_store::changes::split_loop_key(&c.key);
+                if !outputs.iter().any(|n| n == name) {
+                    outputs.push(name.to_string());
+                }
             }
             Kind::Loop => {
                 if let Ok(mut counts) = conn.index_counts.lock() {
@@ -194,6 +203,13 @@ async fn announce(conn: &Arc<Conn>, batch: &[Change]) {
     }
     if batch.iter().any(|c| c.project_id == project && c.kind == Kind::Finding) {
         conn.refresh(&ForgeUri::Index.to_uri());
+    }
+    for name in outputs.iter().filter(|n| !loop_changes.iter().any(|(l, _)| l == *n)) {
+        let uri = ForgeUri::LoopStatus(name.clone()).to_uri();
+        conn.refresh(&uri);
+        if conn.caps.materialize {
+            materialize(conn, &uri).await;
+        }
     }
     for (name, payload) in &loop_changes {
         crate::loops::announce(conn, name, payload.as_deref(), true).await;

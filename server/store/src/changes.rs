@@ -54,6 +54,23 @@ pub fn split_finding_key(key: &str) -> (&str, &str) {
     key.split_once('\u{1f}').unwrap_or(("", key))
 }
 
+/// The key of a change of a loop's output (its last replies, its count of changed files),
+/// which only its status document shows: `<loop name>\u{1f}output`, a `loop` change
+/// without a snapshot. No loop is named so (a loop name has no control character), so a
+/// reader that looks loops up by the key finds none and announces nothing.
+pub fn loop_output_key(loop_name: &str) -> String {
+    format!("{loop_name}\u{1f}output")
+}
+
+/// The loop a `loop` change's key names, and whether the change is of its output only
+/// ([`loop_output_key`]).
+pub fn split_loop_key(key: &str) -> (&str, bool) {
+    match key.strip_suffix("\u{1f}output") {
+        Some(name) => (name, true),
+        None => (key, false),
+    }
+}
+
 pub fn record(conn: &Connection, project_id: &str, kind: Kind, key: &str, at: i64) -> rusqlite::Result<()> {
     record_with(conn, project_id, kind, key, at, None)
 }

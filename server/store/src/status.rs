@@ -63,6 +63,13 @@ pub fn snapshot(db: &Connection, project: &str, name: &str) -> rusqlite::Result<
     Ok(Some(json!({ "status": s, "hostSessionId": host, "completedSections": completed })))
 }
 
+/// Announces a change of the loop's output (its replies, its count of changed files) on the
+/// feed: its status document shows them, its status notification does not
+/// ([`crate::changes::loop_output_key`]).
+pub fn output_changed(db: &Connection, project: &str, loop_name: &str, now: i64) -> rusqlite::Result<()> {
+    crate::changes::record(db, project, crate::changes::Kind::Loop, &crate::changes::loop_output_key(loop_name), now)
+}
+
 /// Announces a loop change on the feed, with a snapshot of its status notification taken
 /// in this transaction (so each announcement reflects its own change).
 pub fn touch(db: &Connection, project: &str, loop_name: &str, now: i64) -> rusqlite::Result<()> {

@@ -64,7 +64,7 @@ fn view(ctx: &ToolCtx, l: &LoopRow) -> Result<LoopView, ToolError> {
         busy: busy > 0,
         server_gone: server_gone(ctx, l)?,
         last_activity_at: activity,
-        usage: Some(usage_rows(ctx, l)?).filter(|r| !r.is_empty()).map(|r| forge_domain::usage::total(&r)),
+        usage: Some(usage_rows(ctx, l, true)?).filter(|r| !r.is_empty()).map(|r| forge_domain::usage::total(&r)),
         prompt: None,
         recent_replies: vec![],
         files_changed: None,
@@ -91,9 +91,13 @@ fn server_gone(ctx: &ToolCtx, l: &LoopRow) -> Result<Option<i64>, ToolError> {
 /// Usage rows of a loop for display: (model, role, totals), the stored rows with the live
 /// session's replaced by what its usage file reports now (seeds "Usage Tracking": merged
 /// without counting the active session twice).
-fn usage_rows(ctx: &ToolCtx, l: &LoopRow) -> Result<Vec<(String, String, forge_domain::usage::Totals)>, ToolError> {
+fn usage_rows(
+    ctx: &ToolCtx,
+    l: &LoopRow,
+    with_live: bool,
+) -> Result<Vec<(String, String, forge_domain::usage::Totals)>, ToolError> {
     let stored = stored_usage(ctx, &l.loop_name)?;
-    let live: Option<Vec<(String, String, forge_domain::usage::Totals)>> = (l.status == "running")
+    let live: Option<Vec<(String, String, forge_domain::usage::Totals)>> = (with_live && l.status == "running")
         .then(|| ctx.db.path().map(std::path::PathBuf::from))
         .flatten()
         .and_then(|db| db.parent().map(|d| forge_engine::host::usage_file(d, &l.current_session_id)))
@@ -185,18 +189,21 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                     None => serde_json::Value::Null,
                 },
             });
-            let (v, block) = with_prompt_and_usage(ctx, &row, v)?;
+            let (v, block) = with_prompt_and_usage(ctx, &row, v, true)?;
             ok(loop_status::render_detail(&v, &restart, &block, ctx.now), data)
         }
     }
 }
 
 /// The loop's status document (`forge://loop/<name>/status.md`, exactly `row`): the lines
-/// of its `loop-status` detail ([`loop_status::render_document`]).
+/// of its `loop-status` detail ([`loop_status::render_document`]), with what is stored
+/// only: the running turn's usage, which its agent reports to a file as it goes, is counted
+/// from its end on (an open document is refreshed when the store changes: a review found it
+/// showing costs that had grown since).
 pub fn document(ctx: &ToolCtx, row: &LoopRow) -> Result<String, ToolError> {
     let (v, _) = detail_view(ctx, row)?;
     let restart = restart_line(ctx, row);
-    let (v, block) = with_prompt_and_usage(ctx, row, v)?;
+    let (v, block) = with_prompt_and_usage(ctx, row, v, false)?;
     Ok(loop_status::render_document(&v, &restart, &block))
 }
 
@@ -217,15 +224,20 @@ fn restart_line(ctx: &ToolCtx, row: &LoopRow) -> String {
 }
 
 /// `v` with a running loop's `Prompt:` (the start of its plan), and the `Cumulative
-/// Usage:` block.
-fn with_prompt_and_usage(ctx: &ToolCtx, row: &LoopRow, mut v: LoopView) -> Result<(LoopView, String), ToolError> {
+/// Usage:` block (`with_live`: the running turn's usage too, as its file says now).
+fn with_prompt_and_usage(
+    ctx: &ToolCtx,
+    row: &LoopRow,
+    mut v: LoopView,
+    with_live: bool,
+) -> Result<(LoopView, String), ToolError> {
     if row.status == "running" {
         // The start of the plan: the `Prompt:` line shows at most 100 characters.
         v.prompt = forge_store::plans::loop_shared(ctx.db, ctx.project_id(), &row.loop_name)
             .db()?
             .map(|p| p.content.chars().take(101).collect());
     }
-    let usage = usage_rows(ctx, row)?;
+    let usage = usage_rows(ctx, row, with_live)?;
     Ok((v, forge_domain::usage::render(&usage)))
 }
 
