@@ -53,6 +53,7 @@ fi
 if [ -n "${FORGE_TEST_PATH_TOOL:-}" ]; then
   shell pathtool "{\"command\":\"$FORGE_TEST_PATH_TOOL\"}"
   "$SHELL" -c "$FORGE_TEST_PATH_TOOL" > "$d/shim-pathtool.txt" 2>&1
+  forge-lsp call box__Node '{}' > "$d/plugin-pathtool.txt" 2>&1
 fi
 # The server's socket directory is read-only inside: a sandboxed process cannot move the
 # socket away and listen on its path (it would receive other sessions' tokens), nor put

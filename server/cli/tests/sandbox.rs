@@ -231,7 +231,11 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
         std::iter::once(runtime.path().join("fnm_multishells/1_2/bin")).chain(std::env::split_paths(&path_with_bin())),
     )
     .unwrap();
-    let f = Fixture::start(true, |c| {
+    // A plugin's own `PATH` (its variables) through another such link.
+    std::os::unix::fs::symlink(install.path(), runtime.path().join("fnm_multishells/3_4")).unwrap();
+    let plugin_path = format!("{}:/usr/bin:/bin", runtime.path().join("fnm_multishells/3_4/bin").display());
+    let user_config = format!("[plugins.box.variables]\nPATH = {plugin_path:?}\n");
+    let f = Fixture::start_with(true, &user_config, "", |c| {
         c.env("XDG_RUNTIME_DIR", runtime.path())
             .env("FORGE_TEST_RUNTIME_SOCKET", &bus)
             .env("PATH", &path)
@@ -244,6 +248,7 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
         "#!/bin/sh\ncat > /dev/null\npwd\necho ${FORGE_SANDBOX:-host}\n(touch \"$FORGE_TEST_STATE/plugin-escaped\") 2>/dev/null && echo escaped || echo blocked\ntouch plugin-made && echo inside\n",
         "Where am I?",
     );
+    user_tool(&f.sb, "Node", "#!/bin/sh\ncat > /dev/null\nfakenode\n", "Node here?");
     // The repository commits a `forge-lsp` under `.forge/bin` (where the shims used to be,
     // first on the agent's PATH): it must never run, on the host or anywhere.
     f.repo.write(".forge/bin/forge-lsp", "#!/bin/sh\ntouch \"$FORGE_TEST_STATE/hijacked\"\nexit 1\n");
@@ -336,6 +341,7 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     let pathtool = result(&d, "pathtool");
     assert_eq!(pathtool["data"]["stdout"], json!("node-ran\n"), "forge.shell: {pathtool}");
     assert_eq!(read(&d, "shim-pathtool.txt"), "node-ran\n", "the agent's shell");
+    assert_eq!(read(&d, "plugin-pathtool.txt").trim(), "node-ran", "a plugin tool, by its own PATH");
     // The socket's directory is read-only inside (before: read-write, so a sandboxed
     // process could move the socket and listen on its path in the server's place).
     assert_eq!(read(&d, "socketdir.txt").lines().collect::<Vec<_>>(), ["kept", "refused"]);

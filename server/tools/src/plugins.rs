@@ -1038,10 +1038,19 @@ pub fn run(
             let bwrap = forge_engine::sandbox::find_bwrap()
                 .map_err(|e| ToolError::precondition(format!("{label} cannot run in the loop sandbox: {e}")))?;
             let argv = [tool.exe.display().to_string()];
-            // The program gets the server's `PATH`.
+            // The program's `PATH`: the plugin's own variable, else the server's (review XA:
+            // the server's was used when the plugin set its own).
+            let path = env
+                .config
+                .plugin_variables
+                .get(&tool.plugin)
+                .and_then(|vars| vars.get("PATH"))
+                .map(std::ffi::OsString::from)
+                .or_else(|| std::env::var_os("PATH"))
+                .unwrap_or_default();
             let mut sb = forge_engine::sandbox::Sandbox::for_loop(&p.worktree, p.network, None)
                 .with_secrets(forge_engine::sandbox::Secrets::from_config(&env.config))
-                .with_path_links(&std::env::var_os("PATH").unwrap_or_default());
+                .with_path_links(&path);
             sb.data_dir = p.data_dir.clone();
             // The plugin's folder, read-only (visible even when it is under /tmp).
             sb.ro_binds.push(tool.plugin_dir.clone());
