@@ -372,6 +372,25 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     assert!(!f.state.join("hijacked").exists(), "the repository's .forge/bin/forge-lsp ran");
 }
 
+/// A `PATH` folder that is a link loop, before the system's folders, does not fail the
+/// sandbox's start check (before: 1004, "bwrap: execvp true: Too many levels of symbolic
+/// links", said as missing user namespaces).
+#[test]
+fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
+    require_bwrap();
+    let base = tempfile::Builder::new().prefix("pathloop-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let looped = base.path().join("loop");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    let path =
+        std::env::join_paths(std::iter::once(looped.clone()).chain(std::env::split_paths(&path_with_bin()))).unwrap();
+    let f = Fixture::start(true, |c| {
+        c.env("PATH", &path);
+    });
+    let out = f.client.tool_ok("execute-plan", json!({ "title": "Path loop", "plan": PLAN }));
+    let name = out.data["loopName"].as_str().expect("loopName").to_string();
+    f.client.tool_ok("loop-cancel", json!({ "name": name }));
+}
+
 /// A runtime directory spelled through a link (`XDG_RUNTIME_DIR=/srv/rtlink`, a link to
 /// `/srv/rt`): the sandbox starts (before, bubblewrap could not mount its tmpfs on the link,
 /// nor bind the socket's folder through it, and every sandboxed command failed), the

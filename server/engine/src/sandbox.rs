@@ -192,9 +192,13 @@ pub(crate) fn is_executable(p: &Path) -> bool {
 pub fn probe() -> Result<PathBuf, String> {
     let bwrap = find_bwrap()?;
     let args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all"];
+    // By its path: bubblewrap's own `PATH` search stops at a folder it cannot search (a
+    // link loop on `PATH` failed the probe, said as missing user namespaces: a review).
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let truth = find_program("true", &path, Path::new("/")).unwrap_or_else(|| PathBuf::from("true"));
     let out = std::process::Command::new(&bwrap)
         .args(args)
-        .args(["--die-with-parent", "--", "true"])
+        .args(["--die-with-parent".as_ref(), "--".as_ref(), truth.as_os_str()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
