@@ -89,46 +89,6 @@ fn session_output_in(
     out
 }
 
-/// `text` with a code fence it leaves open closed at its end (a line of the opening's
-/// character, as long): a block cut to its first characters (`Last Audit:`) could stop
-/// inside one, and the rest of the status document then read as code (a review).
-/// CommonMark's fences: up to three spaces, then three or more backticks or tildes; a
-/// backtick fence's info string has no backtick; the closing one has at least as many and
-/// nothing else but spaces. `inline`: the text's first line follows a label on the same
-/// line (`Last Audit: `), where no fence can open.
-pub fn close_fences(text: String, inline: bool) -> String {
-    let mut open: Option<(char, usize)> = None;
-    for line in text.lines().skip(usize::from(inline)) {
-        let lead = line.len() - line.trim_start_matches(' ').len();
-        if lead > 3 {
-            continue;
-        }
-        let rest = &line[lead..];
-        let Some(c) = rest.chars().next().filter(|c| *c == '`' || *c == '~') else { continue };
-        let n = rest.len() - rest.trim_start_matches(c).len();
-        if n < 3 {
-            continue;
-        }
-        let after = &rest[n..];
-        match open {
-            None if c == '~' || !after.contains('`') => open = Some((c, n)),
-            Some((o, m)) if o == c && n >= m && after.trim().is_empty() => open = None,
-            _ => {}
-        }
-    }
-    match open {
-        Some((c, n)) => {
-            let mut text = text;
-            if !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&c.to_string().repeat(n));
-            text
-        }
-        None => text,
-    }
-}
-
 /// `s` on one line as a terminal shows it: each line break (`\r\n` as one), tab and other
 /// control character a space, terminal escape sequences left out (colours and cursor moves,
 /// `ESC [ …` or `U+009B …`; titles and links, `ESC ] …` or `U+009D …` up to `BEL`, `ESC \\`
@@ -324,8 +284,26 @@ pub fn render_document(l: &LoopView, restart_line: &str, usage_block: &str) -> S
     format!("# Loop {}\n\n{}", l.name, detail_body(l, restart_line, usage_block, None))
 }
 
-/// [`render_detail`] after its heading; `now` `None` for [`render_document`].
+/// [`render_detail`] after its heading; `now` `None` for [`render_document`], where every
+/// text an agent or a plan wrote is literal Markdown: a line escaped
+/// ([`crate::text::md_inline`]), a block (`Last Audit:`, the reports) in a code fence of its
+/// own ([`fenced`]). A review had an agent's text put images, a fake history link and a
+/// link definition for every `[assistant]` label in the rendered document, and a block cut
+/// inside a code fence turn the rest of it into code.
 fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<i64>) -> String {
+    let md = now.is_none();
+    let text = |s: &str| if md { crate::text::md_inline(s) } else { s.to_string() };
+    // A block: on the label's line (`same_line`) or under it as text; fenced under it in
+    // the document.
+    let block = |label: &str, body: &str, same_line: bool| -> String {
+        if md {
+            format!("\n{label}\n{}\n", fenced(body))
+        } else if same_line {
+            format!("\n{label} {body}\n")
+        } else {
+            format!("\n{label}\n{body}\n")
+        }
+    };
     let mut out = String::new();
     let running = l.status == "running";
     out.push_str(&format!("Name: {}\nSession: {}\nWorktree: {}\n", l.name, l.session, l.worktree));
@@ -341,7 +319,7 @@ fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<
     }
     out.push_str(&format!("Iteration: {}\n", iterations(l)));
     if let Some((k, n, title)) = &l.section {
-        out.push_str(&format!("Section: {}/{} {}\n", k + 1, n, title));
+        out.push_str(&format!("Section: {}/{} {}\n", k + 1, n, text(title)));
     }
     if let Some(end) = l.completed_at.or(now) {
         out.push_str(&format!("Duration: {}\n", duration(end - l.started_at)));
@@ -356,16 +334,16 @@ fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<
         }
     };
     let models = |out: &mut String| {
-        out.push_str(&format!("Model: {}\n", l.execution_model.as_deref().unwrap_or("default")));
-        out.push_str(&format!("Auditor model: {}\n", l.auditor_model.as_deref().unwrap_or("default")));
+        out.push_str(&format!("Model: {}\n", text(l.execution_model.as_deref().unwrap_or("default"))));
+        out.push_str(&format!("Auditor model: {}\n", text(l.auditor_model.as_deref().unwrap_or("default"))));
     };
     if running {
         if let Some(b) = &l.branch {
-            out.push_str(&format!("Branch: {b}\n"));
+            out.push_str(&format!("Branch: {}\n", text(b)));
         }
-        out.push_str(&session_output_in(&l.recent_replies, l.files_changed.as_ref(), now.is_none()));
+        out.push_str(&session_output_in(&l.recent_replies, l.files_changed.as_ref(), md));
         if let Some(a) = &l.last_audit {
-            out.push_str(&format!("\nLast Audit: {}\n", close_fences(cut(a, 300), true)));
+            out.push_str(&block("Last Audit:", &cut(a, 300), true));
         }
         out.push_str(&format!("\n{restart_line}\n"));
         out.push_str(usage_block);
@@ -380,15 +358,15 @@ fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<
         if let Some(p) = &l.prompt {
             let flat: String = p.chars().map(|c| if is_break(c) { ' ' } else { c }).collect();
             let shown = if flat.chars().count() > 100 { cut(&flat, 97) } else { flat };
-            out.push_str(&format!("\nPrompt: {shown}"));
+            out.push_str(&format!("\nPrompt: {}", text(&shown)));
         }
         return out.trim_end().to_string();
     }
     if let Some(r) = &l.termination_reason {
-        out.push_str(&format!("Reason: {r}\n"));
+        out.push_str(&format!("Reason: {}\n", text(r)));
     }
     if let Some(b) = &l.branch {
-        out.push_str(&format!("Branch: {b}\n"));
+        out.push_str(&format!("Branch: {}\n", text(b)));
     }
     out.push_str(&format!("Started: {}\n", iso_millis(l.started_at)));
     if let Some(c) = l.completed_at {
@@ -397,17 +375,25 @@ fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<
     counters(&mut out);
     models(&mut out);
     if let Some(r) = &l.post_action_report {
-        out.push_str(&format!("\nPost-Action Report:\n{}\n", close_fences(r.clone(), false)));
+        out.push_str(&block("Post-Action Report:", r.trim_end_matches('\n'), false));
     } else if let Some(s) = &l.completion_summary {
-        out.push_str(&format!("\nCompletion Summary (post-action):\n{}\n", close_fences(cut(s, 1000), false)));
+        out.push_str(&block("Completion Summary (post-action):", &cut(s, 1000), false));
     }
     if let Some(a) = &l.last_audit {
-        out.push_str(&format!("\nLast Audit: {}\n", close_fences(cut(a, 300), true)));
+        out.push_str(&block("Last Audit:", &cut(a, 300), true));
     }
-    out.push_str(&session_output_in(&l.recent_replies, l.files_changed.as_ref(), now.is_none()));
+    out.push_str(&session_output_in(&l.recent_replies, l.files_changed.as_ref(), md));
     out.push_str(&format!("\n{restart_line}\n"));
     out.push_str(usage_block);
     out.trim_end().to_string()
+}
+
+/// `body` as a fenced code block, literal whatever it holds: a fence of backticks longer
+/// than any run of them in it (at least three), with the info string `text`.
+fn fenced(body: &str) -> String {
+    let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat((longest + 1).max(3));
+    format!("{fence}text\n{}\n{fence}", body.trim_end_matches(['\n', '\r']))
 }
 
 /// What to tell the user of the stopped loops the TTL sweep took off the list while their
@@ -598,24 +584,11 @@ mod tests {
     }
 
     #[test]
-    fn fences_left_open_are_closed() {
-        let table: &[(&str, bool, &str)] = &[
-            ("plain", false, "plain"),
-            ("a\n```sh\ncargo test...", false, "a\n```sh\ncargo test...\n```"),
-            ("a\n```sh\nx\n```\nb", false, "a\n```sh\nx\n```\nb"),
-            ("a\n~~~~\nx\n~~~\n", false, "a\n~~~~\nx\n~~~\n~~~~"),
-            ("a\n````\n```\nstill code", false, "a\n````\n```\nstill code\n````"),
-            ("a\n    ```\nindented: no fence", false, "a\n    ```\nindented: no fence"),
-            ("a\n``` x`y\nno fence", false, "a\n``` x`y\nno fence"),
-            ("a\n```\nx\n``` not a close", false, "a\n```\nx\n``` not a close\n```"),
-            ("a ``` inline", false, "a ``` inline"),
-            // After a label on the same line, the first line opens nothing.
-            ("```sh\nx", true, "```sh\nx"),
-            ("v\n```sh\nx", true, "v\n```sh\nx\n```"),
-        ];
-        for (text, inline, want) in table {
-            assert_eq!(close_fences(text.to_string(), *inline), *want, "{text:?}");
-        }
+    fn a_block_is_fenced_longer_than_any_run_of_backticks_in_it() {
+        assert_eq!(fenced("plain"), "```text\nplain\n```");
+        assert_eq!(fenced("a\n```sh\nx\n"), "````text\na\n```sh\nx\n````");
+        assert_eq!(fenced("`````"), "``````text\n`````\n``````");
+        assert_eq!(fenced("~~~\n<img src=x>"), "```text\n~~~\n<img src=x>\n```");
     }
 
     /// The status document: the detail's lines under the loop's name, with no time said
@@ -643,10 +616,15 @@ mod tests {
         assert!(doc.contains("  [assistant] !\\[i\\](http://e/p.png) \\[x\\](http://e/) \\<img src=x\\>\n"), "{doc}");
         let detail = render_detail(&md, "", "", 1);
         assert!(detail.contains("  [assistant] ![i](http://e/p.png) [x](http://e/) <img src=x>\n"), "{detail}");
-        // A last audit cut inside a code fence has it closed: the rest is not code.
-        md.last_audit = Some(format!("clean\n```sh\n{}```\nAll good.", "cargo test -p crate\n".repeat(20)));
+        // A block is literal in a fence of its own: one cut inside a code fence leaves the
+        // rest of the document as it is, and a link definition in it defines nothing.
+        md.last_audit =
+            Some(format!("clean\n[assistant]: http://e/\n```sh\n{}```", "cargo test -p crate\n".repeat(20)));
         let doc = render_document(&md, "Restart: available with force=true", "");
-        assert!(doc.contains("\ncargo te...\n```\n\nRestart: available with force=true"), "{doc}");
+        assert!(doc.contains("\nLast Audit:\n````text\nclean\n[assistant]: http://e/\n```sh\n"), "{doc}");
+        assert!(doc.contains("\ncargo...\n````\n\nRestart: available with force=true"), "{doc}");
+        let detail = render_detail(&md, "Restart: available with force=true", "", 1);
+        assert!(detail.contains("\nLast Audit: clean\n[assistant]: http://e/\n```sh\n"), "{detail}");
         // A stopped loop's duration is fixed: both show it.
         let stopped = LoopView { status: "completed".into(), completed_at: Some(65_000), ..run };
         let doc = render_document(&stopped, "Restart: not available (completed)", "");

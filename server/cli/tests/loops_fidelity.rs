@@ -163,13 +163,16 @@ fn loop_status_renders_the_last_audit_and_usage_merged_without_double_counting()
     assert_eq!(detail.matches("\n  [assistant] ").count(), 2, "{detail}");
     assert_contains(&detail, "\n\nSession Output:\n  Recent Activity:\n  [assistant] Handoff recorded");
     assert_contains(&detail, "\n  Files changed: 1 (+1/-0 lines)\n\nRestart: not available (completed)");
-    // The document has the detail's lines (both read again until the loop's end has
-    // settled: its worktree goes, and its last count comes, after its status).
+    // The document has the detail's lines, its blocks fenced (both read again until the
+    // loop's end has settled: its worktree goes, and its last count comes, after its status).
     let same = common::wait_for(LOOP_WAIT, || {
         let detail = t.client.tool_ok("loop-status", json!({ "name": name })).text;
         let doc = t.client.content(&status_uri).expect("status document");
-        let body = detail.strip_prefix("Loop Status (Inactive)\n\n").expect("a stopped loop's detail").to_string();
-        doc.starts_with(&format!("# Loop {name}\n\n{body}\n\n[History: ")).then_some(())
+        let body = detail.strip_prefix("Loop Status (Inactive)\n\n").expect("a stopped loop's detail");
+        let (head, _) = body.split_once("\n\nLast Audit: ").unwrap_or_else(|| panic!("{body}"));
+        let (_, tail) = body.split_once("\n\nSession Output:\n").expect("session output");
+        let fenced = "\n\nLast Audit:\n```text\n**Audit verdict:** clean — no blocking findings remain.\n\n**Done**\n- work.txt updated\n\n**Follow-ups**\n- none\n```\n\nSession Output:\n";
+        (doc.starts_with(&format!("# Loop {name}\n\n{head}{fenced}{tail}\n\n[History: "))).then_some(())
     });
     assert!(same.is_some(), "the document is not the detail: {}", t.client.content(&status_uri).unwrap());
     let list = t.client.tool_ok("loop-status", json!({})).text;
