@@ -372,17 +372,26 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     assert!(!f.state.join("hijacked").exists(), "the repository's .forge/bin/forge-lsp ran");
 }
 
-/// A `PATH` folder that is a link loop, before the system's folders, does not fail the
-/// sandbox's start check (before: 1004, "bwrap: execvp true: Too many levels of symbolic
-/// links", said as missing user namespaces).
+/// A `PATH` folder that is a link loop, or one under /tmp with a `true`, before the
+/// system's folders, does not fail the sandbox's start check (before: 1004, "bwrap: execvp
+/// true: Too many levels of symbolic links", said as missing user namespaces).
 #[test]
 fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
     require_bwrap();
     let base = tempfile::Builder::new().prefix("pathloop-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let looped = base.path().join("loop");
     std::os::unix::fs::symlink(&looped, &looped).unwrap();
-    let path =
-        std::env::join_paths(std::iter::once(looped.clone()).chain(std::env::split_paths(&path_with_bin()))).unwrap();
+    // And a `true` under /tmp, which the check's sandbox hides (review XB).
+    let tmp_bin = tempfile::Builder::new().prefix("fl-tbin").tempdir().unwrap();
+    std::fs::write(tmp_bin.path().join("true"), "#!/bin/sh\nexit 0\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp_bin.path().join("true"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = std::env::join_paths(
+        [looped.clone(), tmp_bin.path().to_path_buf()].into_iter().chain(std::env::split_paths(&path_with_bin())),
+    )
+    .unwrap();
     let f = Fixture::start(true, |c| {
         c.env("PATH", &path);
     });
@@ -391,11 +400,11 @@ fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
     f.client.tool_ok("loop-cancel", json!({ "name": name }));
 }
 
-/// A runtime directory spelled through a link (`XDG_RUNTIME_DIR=/srv/rtlink`, a link to
-/// `/srv/rt`): the sandbox starts (before, bubblewrap could not mount its tmpfs on the link,
-/// nor bind the socket's folder through it, and every sandboxed command failed), the
-/// folder is hidden where it resolves, and the agent's calls reach the server's socket
-/// through the link.
+/// A runtime directory spelled through a link (`XDG_RUNTIME_DIR=/tmp/…/rtlink`, a link to
+/// a folder elsewhere): the sandbox starts (before, bubblewrap could not mount its tmpfs on
+/// the link, nor bind the socket's folder through it, and every sandboxed command failed),
+/// the folder is hidden where it resolves, and the agent's calls reach the server's socket,
+/// whose path the server resolved (the link is in the sandbox's own empty `/tmp`).
 #[test]
 fn a_runtime_directory_reached_through_a_link_is_hidden_and_the_sandbox_starts() {
     require_bwrap();
@@ -406,7 +415,10 @@ fn a_runtime_directory_reached_through_a_link_is_hidden_and_the_sandbox_starts()
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
-    let link = base.path().join("rtlink");
+    // The link in /tmp, which the sandbox hides: the socket's path handed in must not
+    // lead through it (review XB: "nothing is there" for every call from inside).
+    let links = tempfile::Builder::new().prefix("fl-rtlink").tempdir().unwrap();
+    let link = links.path().join("rtlink");
     std::os::unix::fs::symlink(&real, &link).unwrap();
     let bus = real.join("bus");
     let _bus = std::os::unix::net::UnixListener::bind(&bus).unwrap();

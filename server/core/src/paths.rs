@@ -181,8 +181,13 @@ pub fn private_socket_path() -> Result<PathBuf, Refused> {
     let pid = std::process::id();
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
+    // Where the folders resolve: the socket's path is handed to loop sandboxes, whose own
+    // `/tmp` and runtime folders are empty, so a link on its way there is missing inside (a
+    // runtime folder or `TMPDIR` reached through a link left every agent's call with
+    // "nothing is there": review XB).
+    let resolved = |d: PathBuf| d.canonicalize().unwrap_or(d);
     if let Some(runtime) = own_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), me) {
-        let base = runtime.join("forge-lsp");
+        let base = resolved(runtime).join("forge-lsp");
         ensure_private_dir(&base)?;
         let mine = base.join(pid.to_string());
         ensure_private_dir(&mine)?;
@@ -197,7 +202,7 @@ pub fn private_socket_path() -> Result<PathBuf, Refused> {
         }
         return Ok(sock);
     }
-    Ok(mkdtemp(&std::env::temp_dir(), "forge-lsp-")?.join(SOCKET_NAME))
+    Ok(mkdtemp(&resolved(std::env::temp_dir()), "forge-lsp-")?.join(SOCKET_NAME))
 }
 
 /// `XDG_RUNTIME_DIR` (`runtime`) when it is the user's own (`uid`, the effective one):

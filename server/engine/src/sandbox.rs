@@ -193,9 +193,14 @@ pub fn probe() -> Result<PathBuf, String> {
     let bwrap = find_bwrap()?;
     let args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all"];
     // By its path: bubblewrap's own `PATH` search stops at a folder it cannot search (a
-    // link loop on `PATH` failed the probe, said as missing user namespaces: a review).
+    // link loop on `PATH` failed the probe, said as missing user namespaces: review XA);
+    // not one under `/tmp`, which the probe hides (review XB).
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let truth = find_program("true", &path, Path::new("/")).unwrap_or_else(|| PathBuf::from("true"));
+    let truth = std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join("true"))
+        .find(|p| is_executable(p) && p.canonicalize().is_ok_and(|r| !r.starts_with("/tmp")))
+        .unwrap_or_else(|| PathBuf::from("true"));
     let out = std::process::Command::new(&bwrap)
         .args(args)
         .args(["--die-with-parent".as_ref(), "--".as_ref(), truth.as_os_str()])
