@@ -214,35 +214,50 @@ fn a_reply_alone_refreshes_the_status_document() {
 }
 
 /// A cancelled loop's `Files changed:` is counted as it ends: what the stopped turn left in
-/// the worktree (before, the count of its last finished turn stayed).
+/// the worktree (before, the count of its last finished turn stayed), or, with
+/// `loop.cleanupWorktree`, on the branch its work was committed to as the worktree went
+/// (before, that count raced the removal and was lost: review XB).
 #[test]
 fn a_cancelled_loop_counts_what_its_stopped_turn_left() {
-    let t = LoopTest::launch(&config(""), "block", &[]);
-    let name = t.execute("One step", ONE_SECTION);
-    t.wait_state_file("auditor.pid");
-    let counted = |files: u64| {
-        common::wait_for(LOOP_WAIT, || {
-            let r = t.client.tool_ok("loop-status", json!({ "name": name }));
-            (r.data["filesChanged"]["files"] == json!(files)).then_some(r)
-        })
-    };
-    let live = counted(1).unwrap_or_else(|| panic!("no count of the coder's turn{}", t.report()));
-    // What the auditor's turn writes before it is stopped.
-    let wt = std::path::PathBuf::from(live.data["worktreeDir"].as_str().expect("worktreeDir"));
-    std::fs::write(wt.join("left.txt"), "one\ntwo\nthree\n").unwrap();
-    t.client.tool_ok("loop-cancel", json!({ "name": name }));
-    let end = t.wait_end(&name);
-    assert_eq!(end["status"], json!("cancelled"), "{end}{}", t.report());
-    let r = counted(2).unwrap_or_else(|| {
-        panic!(
-            "the cancelled loop kept its last turn's count: {}{}",
-            t.client.tool_ok("loop-status", json!({ "name": name })).data,
-            t.report()
-        )
-    });
-    assert_eq!(r.data["filesChanged"], json!({ "files": 2, "added": 4, "deleted": 0 }), "{}", r.data);
-    assert_contains(&r.text, "  Files changed: 2 (+4/-0 lines)");
-    t.signal("release");
+    // The cleanup, and a cancel through another server process (this one's runner sees it
+    // on the change feed).
+    let cases = [("", false), ("[loop]\ncleanupWorktree = true\n", false), ("", true)];
+    for (extra, elsewhere) in cases {
+        let t = LoopTest::launch(&config(extra), "block", &[]);
+        let name = t.execute("One step", ONE_SECTION);
+        t.wait_state_file("auditor.pid");
+        let counted = |files: u64| {
+            common::wait_for(LOOP_WAIT, || {
+                let r = t.client.tool_ok("loop-status", json!({ "name": name }));
+                (r.data["filesChanged"]["files"] == json!(files)).then_some(r)
+            })
+        };
+        let live = counted(1).unwrap_or_else(|| panic!("no count of the coder's turn{}", t.report()));
+        // What the auditor's turn writes before it is stopped: many files, so that a count
+        // of the worktree takes long enough to meet its removal.
+        let wt = std::path::PathBuf::from(live.data["worktreeDir"].as_str().expect("worktreeDir"));
+        for k in 0..300 {
+            std::fs::write(wt.join(format!("left-{k}.txt")), "one\ntwo\n").unwrap();
+        }
+        if elsewhere {
+            t.other_server("block", &[]).tool_ok("loop-cancel", json!({ "name": name }));
+        } else {
+            t.client.tool_ok("loop-cancel", json!({ "name": name }));
+        }
+        let end = t.wait_end(&name);
+        assert_eq!(end["status"], json!("cancelled"), "{end}{}", t.report());
+        let r = counted(301).unwrap_or_else(|| {
+            panic!(
+                "{extra:?} (elsewhere: {elsewhere}): the cancelled loop's count: {}{}",
+                t.client.tool_ok("loop-status", json!({ "name": name })).data,
+                t.report()
+            )
+        });
+        assert_eq!(r.data["filesChanged"], json!({ "files": 301, "added": 601, "deleted": 0 }), "{}", r.data);
+        assert_contains(&r.text, "  Files changed: 301 (+601/-0 lines)");
+        assert_eq!(wt.is_dir(), extra.is_empty(), "{extra:?}: the worktree kept or removed");
+        t.signal("release");
+    }
 }
 
 /// A writable connection to the test's database (to plant rows the server must handle).

@@ -670,8 +670,11 @@ impl Runner {
         if let Some(h) = self.live.handle.take() {
             h.abort();
         }
-        if row.status == "cancelled" && self.config.cleanup_worktree {
-            self.remove_cancelled_worktree(PathBuf::from(&row.worktree_dir)).await;
+        if row.status == "cancelled" {
+            if self.config.cleanup_worktree {
+                self.remove_cancelled_worktree(PathBuf::from(&row.worktree_dir)).await;
+            }
+            self.count_at_end(&row);
         }
         true
     }
@@ -1191,18 +1194,7 @@ impl Runner {
         }
         let shutdown = matches!(event, Event::Shutdown);
         let t = next_transition(&self.facts(&row), &event);
-        let ended = (t.kind == TransitionKind::Terminate && !shutdown).then(|| row.clone());
         self.apply(row, t.clone(), None).await;
-        // `Files changed:` as the loop ends (a cancel): what the stopped turn left in the
-        // worktree, or on the branch when the worktree went with it (`loop.cleanupWorktree`).
-        // Before, a cancelled loop kept the count of its last finished turn.
-        if let Some(row) = ended.filter(|_| !self.gone) {
-            if Path::new(&row.worktree_dir).is_dir() {
-                self.count_changes(&row);
-            } else {
-                self.count_on_branch(&row);
-            }
-        }
         // The server exits once every runner answered its shutdown: the killed turn's end
         // (which kills what left its group, `setsid`) must come first, or nobody takes it.
         if let (true, Some(h)) = (shutdown, &turn) {
@@ -1404,7 +1396,21 @@ impl Runner {
         if self.config.cleanup_worktree {
             self.remove_cancelled_worktree(PathBuf::from(&row.worktree_dir)).await;
         }
+        self.count_at_end(&row);
         Some(Ok(cancelled_result(&row, iteration)))
+    }
+
+    /// `Files changed:` of a cancelled loop, once its worktree is kept or gone: what the
+    /// stopped turn left in the worktree, else what its branch holds (the worktree's work
+    /// committed there as it went, `loop.cleanupWorktree`). Before, a cancelled loop kept
+    /// the count of its last finished turn, and a count racing the worktree's removal was
+    /// lost (review XB).
+    fn count_at_end(&self, row: &LoopRow) {
+        if Path::new(&row.worktree_dir).is_dir() {
+            self.count_changes(row);
+        } else {
+            self.count_on_branch(row);
+        }
     }
 
     /// Carries out a transition; returns false when the loop stopped.
