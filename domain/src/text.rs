@@ -182,7 +182,7 @@ pub fn on_one_line(s: &str) -> std::borrow::Cow<'_, str> {
 /// could start markup there is backslash-escaped (so a stored name such as
 /// `x](http://e/)` is not a link, and `<b>` not HTML), and each line break (`\r\n`, `\n`,
 /// `\r`, U+0085, U+2028, U+2029) is shown as `\n` (so it cannot end a list item). An `_`
-/// between two letters or digits is left as it is (it cannot emphasize: `snake_case` stays
+/// between two ASCII letters or digits is left as it is (it cannot emphasize: `snake_case` stays
 /// readable in the source). For names and first lines the server puts into the documents
 /// it generates, which editors mostly show as source.
 pub fn md_inline(s: &str) -> String {
@@ -198,7 +198,12 @@ pub fn md_inline(s: &str) -> String {
                 }
                 out.push_str("\\\\n");
             }
-            '_' if i > 0 && chars[i - 1].is_alphanumeric() && chars.get(i + 1).is_some_and(|n| n.is_alphanumeric()) => {
+            // ASCII only: CommonMark counts some characters Rust calls alphanumeric (`Ⓐ`) as
+            // punctuation, around which `_` emphasizes (review XC).
+            '_' if i > 0
+                && chars[i - 1].is_ascii_alphanumeric()
+                && chars.get(i + 1).is_some_and(|n| n.is_ascii_alphanumeric()) =>
+            {
                 out.push('_');
             }
             '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '&' | '~' => {
@@ -383,6 +388,9 @@ mod tests {
             ("snake_case_1.rs", "snake_case_1.rs"),
             ("_private_.rs", "\\_private\\_.rs"),
             ("ü ok", "ü ok"),
+            // Between characters CommonMark counts as punctuation it could emphasize.
+            ("Ⓐ_em_Ⓐ", "Ⓐ\\_em\\_Ⓐ"),
+            ("é_x", "é\\_x"),
         ];
         for (given, want) in cases {
             assert_eq!(md_inline(given), *want, "{given:?}");

@@ -167,6 +167,22 @@ pub fn total(rows: &[(String, String, Totals)]) -> Totals {
 
 /// The usage block from rows `(model, role, totals)`; empty when there are none.
 pub fn render(rows: &[(String, String, Totals)]) -> String {
+    render_as(rows, false)
+}
+
+/// [`render`] for the status document: each model name as literal Markdown.
+pub fn render_markdown(rows: &[(String, String, Totals)]) -> String {
+    render_as(rows, true)
+}
+
+/// The longest model name shown (characters).
+const MODEL_CHARS: usize = 200;
+
+/// [`render`]; `markdown`: model names escaped ([`crate::text::md_inline`]). A model name is
+/// what the agent's usage file says, so it is shown on one line, without terminal escapes
+/// ([`crate::loop_status::one_line`]), at most 200 characters: a review had one fake the
+/// detail's lines and its Markdown take over the status document.
+fn render_as(rows: &[(String, String, Totals)], markdown: bool) -> String {
     if rows.is_empty() {
         return String::new();
     }
@@ -180,7 +196,9 @@ pub fn render(rows: &[(String, String, Totals)]) -> String {
     }
     let mut out = format!("\nCumulative Usage:\n  Total Cost: {}\n  Per-model usage:\n", line(&total));
     for (m, t) in &by_model {
-        out.push_str(&format!("    {m}: {}\n", line(t)));
+        let name: String = crate::loop_status::one_line(m).trim().chars().take(MODEL_CHARS).collect();
+        let name = if markdown { crate::text::md_inline(&name) } else { name };
+        out.push_str(&format!("    {name}: {}\n", line(t)));
     }
     out.push_str("  Per-role usage:\n");
     for role in ["code", "auditor", "unknown"] {
@@ -194,6 +212,21 @@ pub fn render(rows: &[(String, String, Totals)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model name is what an agent's usage file says: on one line, without terminal
+    /// escapes, and in the status document literal Markdown.
+    #[test]
+    fn model_names_are_shown_on_one_line_and_literal_in_markdown() {
+        let t = Totals { cost: 0.01, input: 10, messages: 1, ..Default::default() };
+        let hostile = "evil\n\n[assistant]: http://e/\n\u{1b}]0;title\u{7}\u{1b}[31m![p](http://e/p.png)";
+        let rows = vec![(hostile.to_string(), "code".to_string(), t), ("x".repeat(300), "code".to_string(), t)];
+        let text = render(&rows);
+        assert!(text.contains("\n    evil  [assistant]: http://e/ ![p](http://e/p.png): $0.0100"), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(text.contains(&format!("\n    {}: $0.0100", "x".repeat(200))), "{text}");
+        let md = render_markdown(&rows);
+        assert!(md.contains("\n    evil  \\[assistant\\]: http://e/ !\\[p\\](http://e/p.png): $0.0100"), "{md}");
+    }
 
     #[test]
     fn reuse_decisions() {

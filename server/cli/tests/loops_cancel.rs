@@ -443,10 +443,27 @@ fn a_restart_after_the_server_was_killed_ends_what_its_turn_left_running() {
 fn a_cancel_after_the_server_was_killed_ends_what_its_turn_left_running() {
     let (t, name, bg, esc) = server_killed_mid_turn();
     let other = t.other_server("orphan", &[]);
+    let wt = std::path::PathBuf::from(t.loop_row(&name)["worktreeDir"].as_str().unwrap().to_string());
+    std::fs::write(wt.join("wip.txt"), "one\ntwo\n").unwrap();
     other.tool_ok("loop-cancel", json!({ "name": name }));
     assert!(!pid_alive(bg), "the cancel left the dead server's background sleep {bg} running");
     assert!(!pid_alive(esc), "the cancel left the dead server's setsid sleep {esc} running");
     assert_eq!(t.loop_row(&name)["status"], json!("cancelled"));
+    // Its last count, of the worktree it keeps (review XC: none was taken).
+    let files = ended_count(&other, &name);
+    assert!(
+        files["files"].as_u64().is_some_and(|n| n >= 1) && files["added"].as_u64().is_some_and(|n| n >= 2),
+        "{files}"
+    );
+}
+
+/// The count of changed files of a loop cancelled after its server died, once taken.
+fn ended_count(c: &common::Client, name: &str) -> serde_json::Value {
+    wait_for(Duration::from_secs(30), || {
+        let d = c.tool_ok("loop-status", json!({ "name": name })).data;
+        (!d["filesChanged"].is_null()).then(|| d["filesChanged"].clone())
+    })
+    .unwrap_or_else(|| panic!("no count of the cancelled loop's changed files"))
 }
 
 /// The same cancel with `loop.cleanupWorktree`: what the dead server's agent wrote is
@@ -461,6 +478,9 @@ fn a_cancel_after_the_server_was_killed_commits_the_work_before_removing_the_wor
     other.tool_ok("loop-cancel", json!({ "name": name }));
     assert!(!wt.exists(), "loop.cleanupWorktree removes it once the work is on the branch");
     assert_branch_file(&t, &name, "wip.txt", "written before the crash\n");
+    // Its last count, of the branch the work went to.
+    let files = ended_count(&other, &name);
+    assert!(files["files"].as_u64().is_some_and(|n| n >= 1), "{files}");
 }
 
 /// `git show forge/<name>:<file>` is `want`, committed by the cancel's teardown.

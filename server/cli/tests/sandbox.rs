@@ -388,8 +388,14 @@ fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(tmp_bin.path().join("true"), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+    // And a link in /tmp to the system's folder: its `true` is run where it resolves
+    // (review XC).
+    let bin_link = tmp_bin.path().join("binlink");
+    std::os::unix::fs::symlink("/usr/bin", &bin_link).unwrap();
     let path = std::env::join_paths(
-        [looped.clone(), tmp_bin.path().to_path_buf()].into_iter().chain(std::env::split_paths(&path_with_bin())),
+        [looped.clone(), bin_link, tmp_bin.path().to_path_buf()]
+            .into_iter()
+            .chain(std::env::split_paths(&path_with_bin())),
     )
     .unwrap();
     let f = Fixture::start(true, |c| {

@@ -175,19 +175,34 @@ fn mkdtemp(base: &Path, prefix: &str) -> Result<PathBuf, Refused> {
     Ok(dir)
 }
 
+/// The folder `d` where it resolves, for a socket path that goes on by `tail` bytes: the
+/// socket's path is handed to loop sandboxes, whose own `/tmp` and runtime folders are
+/// empty, so a link on its way there is missing inside (a runtime folder or `TMPDIR`
+/// reached through a link left every agent's call with "nothing is there": review XB).
+/// As spelled when it does not resolve, or when that would make the socket's path too long
+/// for a Unix socket, where the spelling was fine (review XC: no loop could start then).
+fn socket_folder(d: PathBuf, tail: usize) -> PathBuf {
+    match d.canonicalize() {
+        Ok(r) if r.as_os_str().len() + tail <= MAX_SOCKET_PATH => r,
+        _ => d,
+    }
+}
+
+/// The longest Unix socket path a client can connect to (`sun_path` is 108 bytes with
+/// its terminating NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
 /// Creates (and checks) this process's private socket directory; returns the path of
 /// the socket inside it.
 pub fn private_socket_path() -> Result<PathBuf, Refused> {
     let pid = std::process::id();
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    // Where the folders resolve: the socket's path is handed to loop sandboxes, whose own
-    // `/tmp` and runtime folders are empty, so a link on its way there is missing inside (a
-    // runtime folder or `TMPDIR` reached through a link left every agent's call with
-    // "nothing is there": review XB).
-    let resolved = |d: PathBuf| d.canonicalize().unwrap_or(d);
+    let resolved = socket_folder;
+    let tail = |parts: &[&str]| parts.iter().map(|p| p.len() + 1).sum::<usize>();
     if let Some(runtime) = own_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), me) {
-        let base = resolved(runtime).join("forge-lsp");
+        let pid_s = pid.to_string();
+        let base = resolved(runtime, tail(&["forge-lsp", &pid_s, SOCKET_NAME])).join("forge-lsp");
         ensure_private_dir(&base)?;
         let mine = base.join(pid.to_string());
         ensure_private_dir(&mine)?;
@@ -202,7 +217,8 @@ pub fn private_socket_path() -> Result<PathBuf, Refused> {
         }
         return Ok(sock);
     }
-    Ok(mkdtemp(&resolved(std::env::temp_dir()), "forge-lsp-")?.join(SOCKET_NAME))
+    Ok(mkdtemp(&resolved(std::env::temp_dir(), tail(&["forge-lsp-XXXXXX", SOCKET_NAME])), "forge-lsp-")?
+        .join(SOCKET_NAME))
 }
 
 /// `XDG_RUNTIME_DIR` (`runtime`) when it is the user's own (`uid`, the effective one):
@@ -395,6 +411,23 @@ mod tests {
         for &(runtime, who, used) in table {
             assert_eq!(own_runtime_dir(runtime, who).is_some(), used, "{runtime:?} for uid {who}");
         }
+    }
+
+    /// The socket's folder where it resolves, unless the socket's path would be too long
+    /// there, or it does not resolve.
+    #[test]
+    fn the_socket_folder_is_resolved_when_its_path_stays_short_enough() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().canonicalize().unwrap().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(socket_folder(link.clone(), 10), real);
+        let room = MAX_SOCKET_PATH - real.as_os_str().len();
+        assert_eq!(socket_folder(link.clone(), room), real);
+        assert_eq!(socket_folder(link.clone(), room + 1), link, "too long resolved: as spelled");
+        let missing = d.path().join("missing");
+        assert_eq!(socket_folder(missing.clone(), 10), missing);
     }
 
     #[test]

@@ -233,6 +233,29 @@ async fn record_count(
     }
 }
 
+/// Counts the changed files of a loop that ended with no runner to count them (a cancel
+/// after its server died), beside the caller: its worktree when it is there, else its
+/// branch ([`Runner::count_at_end`] for a runner's own loop).
+fn count_ended(store: forge_store::Store, row: LoopRow) {
+    let Some(base) = row.base_commit.clone() else { return };
+    tokio::spawn(async move {
+        let at = now_ms();
+        let (wt, repo, branch) =
+            (PathBuf::from(&row.worktree_dir), PathBuf::from(&row.project_dir), row.worktree_branch.clone());
+        let counted = tokio::task::spawn_blocking(move || {
+            if wt.is_dir() {
+                Some(git::files_changed(&wt, &base).map_err(|e| e.to_string()))
+            } else {
+                branch.map(|b| git::files_changed_on_branch(&repo, &base, &b).map_err(|e| e.to_string()))
+            }
+        })
+        .await;
+        if let Ok(Some(counted)) = counted {
+            record_count(store, row.project_id.clone(), row.loop_name.clone(), counted, at).await;
+        }
+    });
+}
+
 /// How a [`Runner::guarded_write`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Guarded {
@@ -2301,6 +2324,11 @@ pub async fn cancel(engine: &Arc<Engine>, env: &ToolEnv, loop_name: &str) -> Res
             let commit = (cancel_message(&row), row.worktree_branch.clone());
             remove_worktree_logged(engine.data_dir.clone(), repo, wt, Some(commit)).await;
         }
+    }
+    if !owned_elsewhere {
+        // No runner counts it: its last count, as its worktree is kept or was removed
+        // (review XC: a loop cancelled after its server died kept none).
+        count_ended(engine.store.clone(), row.clone());
     }
     drop(locked);
     Ok(cancelled_result(&row, row.iteration))

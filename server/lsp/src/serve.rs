@@ -202,9 +202,7 @@ fn context(e: std::io::Error, addr: &str) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
 }
 
-/// The longest Unix socket path a client can connect to (`sun_path` is 108 bytes with
-/// its terminating NUL on Linux).
-const MAX_SOCKET_PATH: usize = 107;
+use forge_core::paths::MAX_SOCKET_PATH;
 
 /// Binds a Unix socket with mode 0600; a directory it creates gets mode 0700. Only a socket
 /// is ever replaced at `path` (a stale one, from a dead server); any other file there is

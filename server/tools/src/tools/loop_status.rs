@@ -189,7 +189,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
                     None => serde_json::Value::Null,
                 },
             });
-            let (v, block) = with_prompt_and_usage(ctx, &row, v, true)?;
+            let (v, block) = with_prompt_and_usage(ctx, &row, v, false)?;
             ok(loop_status::render_detail(&v, &restart, &block, ctx.now), data)
         }
     }
@@ -203,7 +203,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
 pub fn document(ctx: &ToolCtx, row: &LoopRow) -> Result<String, ToolError> {
     let (v, _) = detail_view(ctx, row)?;
     let restart = restart_line(ctx, row);
-    let (v, block) = with_prompt_and_usage(ctx, row, v, false)?;
+    let (v, block) = with_prompt_and_usage(ctx, row, v, true)?;
     Ok(loop_status::render_document(&v, &restart, &block))
 }
 
@@ -224,12 +224,13 @@ fn restart_line(ctx: &ToolCtx, row: &LoopRow) -> String {
 }
 
 /// `v` with a running loop's `Prompt:` (the start of its plan), and the `Cumulative
-/// Usage:` block (`with_live`: the running turn's usage too, as its file says now).
+/// Usage:` block: for the detail with the running turn's usage as its file says now, for
+/// the status document (`document`) what is stored, in Markdown.
 fn with_prompt_and_usage(
     ctx: &ToolCtx,
     row: &LoopRow,
     mut v: LoopView,
-    with_live: bool,
+    document: bool,
 ) -> Result<(LoopView, String), ToolError> {
     if row.status == "running" {
         // The start of the plan: the `Prompt:` line shows at most 100 characters.
@@ -237,8 +238,9 @@ fn with_prompt_and_usage(
             .db()?
             .map(|p| p.content.chars().take(101).collect());
     }
-    let usage = usage_rows(ctx, row, with_live)?;
-    Ok((v, forge_domain::usage::render(&usage)))
+    let usage = usage_rows(ctx, row, !document)?;
+    let block = if document { forge_domain::usage::render_markdown(&usage) } else { forge_domain::usage::render(&usage) };
+    Ok((v, block))
 }
 
 /// The loop's worktree folder as the detail shows it, marked when it is no longer there: a
