@@ -265,6 +265,66 @@ pub fn kmp_failure<T: PartialEq>(needle: &[T]) -> Vec<usize> {
 
 /// A fixed-seed xorshift: `next(n)` is a pseudo-random number below `n`, the same sequence
 /// every run (the property tests' inputs).
+/// `s` on one line as a terminal shows it: each line break (`\r\n` as one), tab and other
+/// control character a space, terminal escape sequences left out (colours and cursor moves,
+/// `ESC [ …` or `U+009B …`; titles and links, `ESC ] …` or `U+009D …` up to `BEL`, `ESC \\`
+/// or the line's end; character-set choices, `ESC ( B`; and `ESC` with one more character).
+pub fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    // Up to a final byte in @..~ (CSI's parameters and intermediates before it).
+    fn csi(it: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+        for x in it.by_ref() {
+            if ('@'..='~').contains(&x) {
+                break;
+            }
+        }
+    }
+    // Up to BEL or ESC \ (left out), or a line break (kept), at most 4,096 characters.
+    fn osc(it: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+        for _ in 0..4096 {
+            match it.peek() {
+                None | Some('\n' | '\r') => return,
+                Some('\u{7}') => {
+                    it.next();
+                    return;
+                }
+                Some('\u{1b}') => {
+                    it.next();
+                    it.next_if_eq(&'\\');
+                    return;
+                }
+                Some(_) => {
+                    it.next();
+                }
+            }
+        }
+    }
+    while let Some(c) = it.next() {
+        match c {
+            '\u{1b}' => match it.next() {
+                Some('[') => csi(&mut it),
+                Some(']') => osc(&mut it),
+                // Intermediates, then one final character (`ESC ( B`).
+                Some(' '..='/') => {
+                    while it.next_if(|x| (' '..='/').contains(x)).is_some() {}
+                    it.next();
+                }
+                _ => {}
+            },
+            '\u{9b}' => csi(&mut it),
+            '\u{9d}' => osc(&mut it),
+            '\r' => {
+                it.next_if_eq(&'\n');
+                out.push(' ');
+            }
+            _ if c.is_control() || LINE_BREAKS.contains(&c) => out.push(' '),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 pub(crate) fn test_rng() -> impl FnMut(usize) -> usize {
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;

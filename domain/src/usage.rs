@@ -180,7 +180,7 @@ const MODEL_CHARS: usize = 200;
 
 /// [`render`]; `markdown`: model names escaped ([`crate::text::md_inline`]). A model name is
 /// what the agent's usage file says, so it is shown on one line, without terminal escapes
-/// ([`crate::loop_status::one_line`]), at most 200 characters: a review had one fake the
+/// ([`crate::text::one_line`]), at most 200 characters: a review had one fake the
 /// detail's lines and its Markdown take over the status document.
 fn render_as(rows: &[(String, String, Totals)], markdown: bool) -> String {
     if rows.is_empty() {
@@ -196,7 +196,7 @@ fn render_as(rows: &[(String, String, Totals)], markdown: bool) -> String {
     }
     let mut out = format!("\nCumulative Usage:\n  Total Cost: {}\n  Per-model usage:\n", line(&total));
     for (m, t) in &by_model {
-        let name: String = crate::loop_status::one_line(m).trim().chars().take(MODEL_CHARS).collect();
+        let name: String = crate::text::one_line(m).trim().chars().take(MODEL_CHARS).collect();
         let name = if markdown { crate::text::md_inline(&name) } else { name };
         out.push_str(&format!("    {name}: {}\n", line(t)));
     }

@@ -398,7 +398,7 @@ enum StoredReply {
 
 /// Keeps `text`, a turn's reply, as the loop's latest, dropping the oldest past
 /// [`RECENT_REPLIES`]: on one line as a terminal shows it
-/// ([`forge_domain::loop_status::one_line`]), its first [`REPLY_CHARS`] characters, or its
+/// ([`forge_domain::text::one_line`]), its first [`REPLY_CHARS`] characters, or its
 /// last ones with `tail` (a command agent's output, whose end says how it ended). A reply
 /// with nothing to show (blank, or only escape sequences) is not kept.
 pub fn add_reply(
@@ -409,7 +409,7 @@ pub fn add_reply(
     text: &str,
     tail: bool,
 ) -> rusqlite::Result<()> {
-    let clean = forge_domain::loop_status::one_line(text);
+    let clean = forge_domain::text::one_line(text);
     let text = clean.trim();
     if text.is_empty() {
         return Ok(());
@@ -441,7 +441,7 @@ pub fn recent_replies(db: &Connection, project: &str, loop_name: &str) -> rusqli
         .into_iter()
         .map(|r| match r {
             StoredReply::Reply(r) => r,
-            StoredReply::Text(text) => Reply { role: String::new(), text: forge_domain::loop_status::one_line(&text) },
+            StoredReply::Text(text) => Reply { role: String::new(), text: forge_domain::text::one_line(&text) },
         })
         .collect())
 }
