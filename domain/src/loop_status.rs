@@ -89,7 +89,7 @@ fn session_output_in(
     out
 }
 
-pub use crate::text::one_line;
+use crate::text::one_line;
 
 /// loop-cancel's answer for a loop that is not running: Forge's sentence, then how it
 /// ended (its status and termination reason), and for a restartable end whose work is
