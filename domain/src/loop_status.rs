@@ -222,6 +222,8 @@ pub fn render_detail(l: &LoopView, restart_line: &str, usage_block: &str, now: i
 /// lines under a `# Loop <name>` heading, with no time said relative to now (a document
 /// stays open between its refreshes, which come with the loop's changes): a running
 /// loop's `Duration:` is left out (`Started:` is there) and its last activity is a time.
+/// What agents and plans wrote is literal Markdown ([`detail_body`]); `usage_block` comes
+/// escaped ([`crate::usage::render_markdown`]).
 pub fn render_document(l: &LoopView, restart_line: &str, usage_block: &str) -> String {
     format!("# Loop {}\n\n{}", l.name, detail_body(l, restart_line, usage_block, None))
 }
