@@ -151,7 +151,9 @@ pub fn render_list(loops: &[LoopView], now: i64) -> String {
                 "{}. {}\n   Status: {} | Iterations: {} | Duration: {} | Completed: {}\n\n",
                 i + 1,
                 l.name,
-                l.termination_reason.as_deref().unwrap_or("unknown"),
+                // On one line, without terminal escapes: an error's reason quotes the
+                // agent's output (a review had one set the terminal's title).
+                one_line(l.termination_reason.as_deref().unwrap_or("unknown")),
                 l.iteration,
                 duration(end - l.started_at),
                 l.completed_at.map(iso_millis).unwrap_or_else(|| "unknown".into())
@@ -236,10 +238,21 @@ pub fn render_document(l: &LoopView, restart_line: &str, usage_block: &str) -> S
 /// inside a code fence turn the rest of it into code.
 fn detail_body(l: &LoopView, restart_line: &str, usage_block: &str, now: Option<i64>) -> String {
     let md = now.is_none();
-    let text = |s: &str| if md { crate::text::md_inline(s) } else { s.to_string() };
+    // Each on one line without terminal escapes (a reason quotes the agent's output, a
+    // title is the plan's: a review had them set the terminal's title and clear it), and
+    // literal Markdown in the document.
+    let text = |s: &str| {
+        let line = one_line(s);
+        if md {
+            crate::text::md_inline(&line)
+        } else {
+            line
+        }
+    };
     // A block: on the label's line (`same_line`) or under it as text; fenced under it in
     // the document.
     let block = |label: &str, body: &str, same_line: bool| -> String {
+        let body = &crate::text::plain_lines(body);
         if md {
             format!("\n{label}\n{}\n", fenced(body))
         } else if same_line {
@@ -533,6 +546,27 @@ mod tests {
         assert_eq!(fenced("a\n```sh\nx\n"), "````text\na\n```sh\nx\n````");
         assert_eq!(fenced("`````"), "``````text\n`````\n``````");
         assert_eq!(fenced("~~~\n<img src=x>"), "```text\n~~~\n<img src=x>\n```");
+    }
+
+    /// What agents and plans wrote reaches a terminal without its escape sequences: a
+    /// reason, a section title, the prompt on one line; an audit's notes with their lines.
+    #[test]
+    fn agents_text_reaches_the_terminal_without_escapes() {
+        let esc = "\u{1b}]0;TITLE\u{7}\u{1b}[2J\u{1b}[31mRED\u{202e}x";
+        let mut done = v("old", "errored");
+        done.termination_reason = Some(format!("error: boom {esc}"));
+        done.completed_at = Some(1000);
+        done.section = Some((0, 1, format!("Sec {esc}")));
+        done.last_audit = Some(format!("notes {esc}\nsecond line"));
+        let list = render_list(std::slice::from_ref(&done), 2000);
+        assert!(list.contains("   Status: error: boom REDx | "), "{list}");
+        let d = render_detail(&done, "R", "", 2000);
+        assert!(d.contains("\nReason: error: boom REDx\n") && d.contains("\nSection: 1/1 Sec REDx\n"), "{d}");
+        assert!(d.contains("\nLast Audit: notes REDx\nsecond line\n"), "{d}");
+        assert!(!d.contains('\u{1b}') && !d.contains('\u{202e}'), "{d}");
+        let doc = render_document(&done, "R", "");
+        assert!(doc.contains("\nLast Audit:\n```text\nnotes REDx\nsecond line\n```\n"), "{doc}");
+        assert!(!doc.contains('\u{1b}'), "{doc}");
     }
 
     /// The status document: the detail's lines under the loop's name, with no time said

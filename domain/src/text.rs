@@ -263,13 +263,29 @@ pub fn kmp_failure<T: PartialEq>(needle: &[T]) -> Vec<usize> {
     fail
 }
 
-/// A fixed-seed xorshift: `next(n)` is a pseudo-random number below `n`, the same sequence
-/// every run (the property tests' inputs).
 /// `s` on one line as a terminal shows it: each line break (`\r\n` as one), tab and other
 /// control character a space, terminal escape sequences left out (colours and cursor moves,
 /// `ESC [ …` or `U+009B …`; titles and links, `ESC ] …` or `U+009D …` up to `BEL`, `ESC \\`
-/// or the line's end; character-set choices, `ESC ( B`; and `ESC` with one more character).
+/// or the line's end; character-set choices, `ESC ( B`; and `ESC` with one more character),
+/// and the bidirectional controls too (`U+202E` turns the rest of a line around).
 pub fn one_line(s: &str) -> String {
+    plain_text(s, false)
+}
+
+/// [`one_line`] keeping the line breaks (each as `\n`) and tabs: for blocks an agent wrote
+/// (an audit's notes, a report) shown in a terminal (a review had one set the window's
+/// title and clear the screen).
+pub fn plain_lines(s: &str) -> String {
+    plain_text(s, true)
+}
+
+/// The bidirectional formatting characters (embeddings, overrides, isolates, marks).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// [`one_line`] (`keep_breaks` false) or [`plain_lines`].
+fn plain_text(s: &str, keep_breaks: bool) -> String {
     let mut out = String::with_capacity(s.len());
     let mut it = s.chars().peekable();
     // Up to a final byte in @..~ (CSI's parameters and intermediates before it).
@@ -316,15 +332,19 @@ pub fn one_line(s: &str) -> String {
             '\u{9d}' => osc(&mut it),
             '\r' => {
                 it.next_if_eq(&'\n');
-                out.push(' ');
+                out.push(if keep_breaks { '\n' } else { ' ' });
             }
+            _ if keep_breaks && (c == '\t' || LINE_BREAKS.contains(&c)) => out.push(if c == '\t' { c } else { '\n' }),
             _ if c.is_control() || LINE_BREAKS.contains(&c) => out.push(' '),
+            _ if is_bidi_control(c) => {}
             _ => out.push(c),
         }
     }
     out
 }
 
+/// A fixed-seed xorshift: `next(n)` is a pseudo-random number below `n`, the same sequence
+/// every run (the property tests' inputs).
 #[cfg(test)]
 pub(crate) fn test_rng() -> impl FnMut(usize) -> usize {
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;

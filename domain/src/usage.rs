@@ -187,18 +187,21 @@ fn render_as(rows: &[(String, String, Totals)], markdown: bool) -> String {
         return String::new();
     }
     let mut total = Totals::default();
-    let mut by_model: BTreeMap<&str, Totals> = BTreeMap::new();
+    let mut by_model: BTreeMap<String, Totals> = BTreeMap::new();
     let mut by_role: BTreeMap<&str, Totals> = BTreeMap::new();
     for (model, role, t) in rows {
         total.add(t);
-        by_model.entry(model).or_default().add(t);
+        // Grouped as shown: a name that differs only by what is left out counts as the
+        // name it shows (a review had `x\e[0m` show as a second `x`).
+        let name: String = crate::text::one_line(model).trim().chars().take(MODEL_CHARS).collect();
+        let name = if name.is_empty() { "unknown".to_string() } else { name };
+        by_model.entry(name).or_default().add(t);
         by_role.entry(role).or_default().add(t);
     }
     let mut out = format!("\nCumulative Usage:\n  Total Cost: {}\n  Per-model usage:\n", line(&total));
-    for (m, t) in &by_model {
-        let name: String = crate::text::one_line(m).trim().chars().take(MODEL_CHARS).collect();
-        let name = if markdown { crate::text::md_inline(&name) } else { name };
-        out.push_str(&format!("    {name}: {}\n", line(t)));
+    for (name, t) in &by_model {
+        let shown = if markdown { crate::text::md_inline(name) } else { name.clone() };
+        out.push_str(&format!("    {shown}: {}\n", line(t)));
     }
     out.push_str("  Per-role usage:\n");
     for role in ["code", "auditor", "unknown"] {
@@ -224,6 +227,15 @@ mod tests {
         assert!(text.contains("\n    evil  [assistant]: http://e/ ![p](http://e/p.png): $0.0100"), "{text}");
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(text.contains(&format!("\n    {}: $0.0100", "x".repeat(200))), "{text}");
+        // Grouped as shown, a bidirectional override left out, an empty name `unknown`.
+        let rows = vec![
+            ("m".to_string(), "code".to_string(), t),
+            ("m\u{1b}[0m".to_string(), "code".to_string(), t),
+            ("\u{202e}".to_string(), "code".to_string(), t),
+        ];
+        let grouped = render(&rows);
+        assert!(grouped.contains("\n    m: $0.0200") && grouped.contains("\n    unknown: $0.0100"), "{grouped}");
+        let rows = vec![(hostile.to_string(), "code".to_string(), t)];
         let md = render_markdown(&rows);
         assert!(md.contains("\n    evil  \\[assistant\\]: http://e/ !\\[p\\](http://e/p.png): $0.0100"), "{md}");
     }

@@ -392,8 +392,18 @@ fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
     // (review XC).
     let bin_link = tmp_bin.path().join("binlink");
     std::os::unix::fs::symlink("/usr/bin", &bin_link).unwrap();
+    // And first a `true` that links to a multi-call program, which goes by the name it is
+    // started with (coreutils built as one: review XD).
+    let multi = base.path().join("multi");
+    std::fs::create_dir(&multi).unwrap();
+    std::fs::write(multi.join("coreutils"), "#!/bin/sh\n[ \"${0##*/}\" = true ] && exit 0\nexit 1\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(multi.join("coreutils"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::os::unix::fs::symlink("coreutils", multi.join("true")).unwrap();
     let path = std::env::join_paths(
-        [looped.clone(), bin_link, tmp_bin.path().to_path_buf()]
+        [looped.clone(), multi, bin_link, tmp_bin.path().to_path_buf()]
             .into_iter()
             .chain(std::env::split_paths(&path_with_bin())),
     )

@@ -196,14 +196,15 @@ pub fn probe() -> Result<PathBuf, String> {
     // link loop on `PATH` failed the probe, said as missing user namespaces: review XA);
     // not one under `/tmp`, which the probe hides (review XB).
     let path = std::env::var_os("PATH").unwrap_or_default();
-    // Run where it resolves: a `PATH` folder that is a link in `/tmp` is missing there too
-    // (review XC).
+    // In the folder where it resolves: a `PATH` folder that is a link in `/tmp` is missing
+    // there too (review XC). By its own name in it: a `true` that links to a multi-call
+    // binary (coreutils built as one, NixOS) goes by the name it is started with, and
+    // failed started as `coreutils` (review XD).
     let truth = std::env::split_paths(&path)
         .filter(|d| d.is_absolute())
+        .filter_map(|d| d.canonicalize().ok())
         .map(|d| d.join("true"))
-        .filter(|p| is_executable(p))
-        .filter_map(|p| p.canonicalize().ok())
-        .find(|r| !r.starts_with("/tmp"))
+        .find(|p| is_executable(p) && p.canonicalize().is_ok_and(|r| !r.starts_with("/tmp")) && !p.starts_with("/tmp"))
         .unwrap_or_else(|| PathBuf::from("true"));
     let out = std::process::Command::new(&bwrap)
         .args(args)
