@@ -97,7 +97,8 @@ use crate::text::one_line;
 /// "already completed" alone misled for a loop that errored or was cancelled.
 pub fn already_ended(name: &str, status: &str, reason: Option<&str>, recoverable: bool) -> String {
     let how = match reason.filter(|r| !r.is_empty() && *r != status) {
-        Some(r) => format!("{status}, {r}"),
+        // On one line without escapes: an error's reason quotes the agent's output (review XE).
+        Some(r) => format!("{status}, {}", one_line(r)),
         None => status.to_string(),
     };
     let resume = if recoverable && matches!(status, "cancelled" | "errored" | "stalled") {
@@ -552,6 +553,8 @@ mod tests {
     /// reason, a section title, the prompt on one line; an audit's notes with their lines.
     #[test]
     fn agents_text_reaches_the_terminal_without_escapes() {
+        let ended = already_ended("old", "errored", Some("boom \u{1b}]0;T\u{7}\u{202e}x"), false);
+        assert_eq!(ended, "Loop \"old\" has already completed. It ended errored, boom x.");
         let esc = "\u{1b}]0;TITLE\u{7}\u{1b}[2J\u{1b}[31mRED\u{202e}x";
         let mut done = v("old", "errored");
         done.termination_reason = Some(format!("error: boom {esc}"));

@@ -402,8 +402,13 @@ fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
         std::fs::set_permissions(multi.join("coreutils"), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::os::unix::fs::symlink("coreutils", multi.join("true")).unwrap();
+    // Before it, a `true` whose link goes through /tmp (review XE).
+    let hop = base.path().join("hop");
+    std::fs::create_dir(&hop).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/true", tmp_bin.path().join("hop-true")).unwrap();
+    std::os::unix::fs::symlink(tmp_bin.path().join("hop-true"), hop.join("true")).unwrap();
     let path = std::env::join_paths(
-        [looped.clone(), multi, bin_link, tmp_bin.path().to_path_buf()]
+        [looped.clone(), hop, multi, bin_link, tmp_bin.path().to_path_buf()]
             .into_iter()
             .chain(std::env::split_paths(&path_with_bin())),
     )

@@ -200,11 +200,17 @@ pub fn probe() -> Result<PathBuf, String> {
     // there too (review XC). By its own name in it: a `true` that links to a multi-call
     // binary (coreutils built as one, NixOS) goes by the name it is started with, and
     // failed started as `coreutils` (review XD).
+    // No step of its links under `/tmp` either (review XE: a link through `/tmp` was
+    // missing inside).
+    let outside_tmp = |p: &Path| {
+        let (met, real) = walk(p);
+        real.is_some_and(|r| !r.starts_with("/tmp")) && met.iter().all(|(l, _)| !l.starts_with("/tmp"))
+    };
     let truth = std::env::split_paths(&path)
         .filter(|d| d.is_absolute())
         .filter_map(|d| d.canonicalize().ok())
         .map(|d| d.join("true"))
-        .find(|p| is_executable(p) && p.canonicalize().is_ok_and(|r| !r.starts_with("/tmp")) && !p.starts_with("/tmp"))
+        .find(|p| is_executable(p) && outside_tmp(p))
         .unwrap_or_else(|| PathBuf::from("true"));
     let out = std::process::Command::new(&bwrap)
         .args(args)
