@@ -213,6 +213,21 @@ fn a_reply_alone_refreshes_the_status_document() {
     t.wait_end(&name);
 }
 
+/// The caller's title is echoed on one line without terminal escapes (review XE: it set
+/// the terminal's title).
+#[test]
+fn the_title_is_echoed_without_escapes() {
+    let t = LoopTest::start("block", "");
+    let out = t
+        .client
+        .tool_ok("execute-plan", json!({ "title": "Ti\u{1b}]0;X\u{7}tle\u{202e} two\nlines", "plan": ONE_SECTION }));
+    assert_contains(&out.text, "\nTitle: Loop: Title two lines\n");
+    assert!(!out.text.contains('\u{1b}') && !out.text.contains('\u{202e}'), "{}", out.text);
+    let name = out.data["loopName"].as_str().expect("loopName").to_string();
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+    t.signal("release");
+}
+
 /// A cancelled loop's `Files changed:` is counted as it ends: what the stopped turn left in
 /// the worktree (before, the count of its last finished turn stayed), or, with
 /// `loop.cleanupWorktree`, on the branch its work was committed to as the worktree went

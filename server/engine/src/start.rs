@@ -259,7 +259,8 @@ pub async fn start_loop(
     let status_link = env.link(&forge_protocol::uri::ForgeUri::LoopStatus(name.clone()));
     let mut text = format!(
         "Loop activated!\n\nSession: {session}\nTitle: {}\nLoop name: {name}\nWorktree: {}\nBranch: {branch}\nModel: {model}\nMax iterations: {max}\n\nThe loop runs on its own: each phase ends with a handoff and the next one starts.\n{}\nUse loop-status for details and loop-cancel to stop it.",
-        truncate(&format!("Loop: {title}"), 60),
+        // On one line without escapes: the caller's words, shown in a terminal (review XE).
+        truncate(&format!("Loop: {}", forge_domain::text::one_line(&title)), 60),
         wt.dir.display(),
         watch_line(&status_link)
     );
@@ -486,7 +487,8 @@ pub async fn new_session(
     let model = env.config.execution_model.clone().unwrap_or_else(|| "default".into());
     Ok(CommandResult {
         text: format!(
-            "New session started!\n\nSession: {session}\nTitle: {title}\nModel: {model}\n\nThe session runs the code agent with the plan in {}. It is not a loop: loop-status and loop-cancel do not track it.",
+            "New session started!\n\nSession: {session}\nTitle: {}\nModel: {model}\n\nThe session runs the code agent with the plan in {}. It is not a loop: loop-status and loop-cancel do not track it.",
+            forge_domain::text::one_line(&title),
             env.project.root.display()
         ),
         data: json!({ "sessionId": session, "title": title, "model": model }).into(),
