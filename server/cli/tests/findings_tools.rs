@@ -667,3 +667,41 @@ fn a_publication_that_would_pass_the_limit_leaves_findings_out_and_says_so() {
     assert_eq!(d.len() - 1 + left_out, 3001);
     c.shutdown_exit();
 }
+
+/// `forge-lsp call` shows a terminal the result without escape sequences or bidirectional
+/// controls (a finding's description set the terminal's title and cleared it: review XF);
+/// a pipe gets it as stored.
+#[test]
+fn call_shows_a_terminal_no_escape_sequences() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let hostile = "desc \u{1b}]0;PWNED\u{7}\u{1b}[2J\u{1b}[31mRED\u{202e}evil";
+    let out = sb
+        .call("review-write")
+        .input(json!({ "file": "src/x.rs", "line": 3, "severity": "bug", "description": hostile }))
+        .cwd(&repo.path)
+        .agent("user")
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    let piped = sb.call("review-read").input(json!({})).cwd(&repo.path).run();
+    assert_contains(&piped.stdout, hostile);
+    // The same call in a terminal (`script` gives it one).
+    let plain = sb.command();
+    let line = format!(
+        "{} --data-dir '{}' call review-read '{{}}'",
+        plain.get_program().to_string_lossy(),
+        sb.data_dir.display()
+    );
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"]).current_dir(&repo.path).env_clear();
+    for (k, v) in plain.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    let shown = run_process(cmd, None, std::time::Duration::from_secs(30));
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert_contains(&shown.stdout, "Description: desc RED");
+    assert!(!shown.stdout.contains('\u{1b}') && !shown.stdout.contains('\u{202e}'), "{:?}", shown.stdout);
+}

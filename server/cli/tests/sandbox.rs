@@ -407,8 +407,13 @@ fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
     std::fs::create_dir(&hop).unwrap();
     std::os::unix::fs::symlink("/usr/bin/true", tmp_bin.path().join("hop-true")).unwrap();
     std::os::unix::fs::symlink(tmp_bin.path().join("hop-true"), hop.join("true")).unwrap();
+    // And one whose target passes through a plain folder in /tmp (review XF).
+    let dots = base.path().join("dots");
+    std::fs::create_dir(&dots).unwrap();
+    let up = "../".repeat(tmp_bin.path().components().count());
+    std::os::unix::fs::symlink(format!("{}/{up}usr/bin/true", tmp_bin.path().display()), dots.join("true")).unwrap();
     let path = std::env::join_paths(
-        [looped.clone(), hop, multi, bin_link, tmp_bin.path().to_path_buf()]
+        [looped.clone(), dots, hop, multi, bin_link, tmp_bin.path().to_path_buf()]
             .into_iter()
             .chain(std::env::split_paths(&path_with_bin())),
     )

@@ -200,11 +200,14 @@ pub fn probe() -> Result<PathBuf, String> {
     // there too (review XC). By its own name in it: a `true` that links to a multi-call
     // binary (coreutils built as one, NixOS) goes by the name it is started with, and
     // failed started as `coreutils` (review XD).
-    // No step of its links under `/tmp` either (review XE: a link through `/tmp` was
-    // missing inside).
+    // No step of its links under `/tmp` or `/dev` either, which the check's sandbox has
+    // fresh (review XE: a link through `/tmp` was missing inside; review XF: a link's target
+    // passing through a folder there, `/tmp/d/../../usr/bin/true`).
+    let hidden = |p: &Path| p.starts_with("/tmp") || p.starts_with("/dev");
     let outside_tmp = |p: &Path| {
         let (met, real) = walk(p);
-        real.is_some_and(|r| !r.starts_with("/tmp")) && met.iter().all(|(l, _)| !l.starts_with("/tmp"))
+        real.is_some_and(|r| !hidden(&r))
+            && met.iter().all(|(link, target)| !hidden(link) && !lexical_steps(link, target).iter().any(|s| hidden(s)))
     };
     let truth = std::env::split_paths(&path)
         .filter(|d| d.is_absolute())
@@ -230,6 +233,31 @@ pub fn probe() -> Result<PathBuf, String> {
         ));
     }
     Ok(bwrap)
+}
+
+/// The folders a link's `target` (as written) passes through, read without following
+/// links, from the link's own folder when it is relative: what [`walk`] does not record
+/// (it records the links, and a target's `..` may pass through a plain folder).
+fn lexical_steps(link: &Path, target: &Path) -> Vec<PathBuf> {
+    use std::path::Component;
+    let mut cur = if target.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        link.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    let mut steps = vec![];
+    for c in target.components() {
+        match c {
+            Component::RootDir => cur = PathBuf::from("/"),
+            Component::ParentDir => {
+                cur.pop();
+            }
+            Component::Normal(x) => cur.push(x),
+            Component::CurDir | Component::Prefix(_) => {}
+        }
+        steps.push(cur.clone());
+    }
+    steps
 }
 
 /// The loop-start check: `Ok(None)` when the sandbox is disabled, the probed `bwrap` when

@@ -37,7 +37,13 @@ pub struct CallArgs {
 /// written: a full disk), 2 usage error, 141 a reader that stopped reading (a closed pipe:
 /// said by the code alone). Never panics on a closed stream.
 pub fn run(args: CallArgs) -> i32 {
-    use std::io::Write;
+    use std::io::{IsTerminal, Write};
+    // What a terminal shows: the results quote agents, repositories and web pages (a
+    // finding's description, a grep match, a plugin's output), whose escape sequences
+    // would act on the terminal (set its title, clear it) and whose bidirectional controls
+    // would reorder what is shown (review XF). Left out there, line breaks and tabs kept;
+    // a pipe (an agent, a script) gets the text as it is.
+    let shown = |text: String, terminal: bool| if terminal { forge_domain::text::plain_lines(&text) } else { text };
     match call_tool(&args) {
         Ok(r) => {
             let text = if args.json {
@@ -46,6 +52,7 @@ pub fn run(args: CallArgs) -> i32 {
             } else {
                 r.text
             };
+            let text = shown(text, std::io::stdout().is_terminal());
             let mut out = std::io::stdout().lock();
             match writeln!(out, "{text}").and_then(|_| out.flush()) {
                 Ok(()) => 0,
@@ -61,14 +68,12 @@ pub fn run(args: CallArgs) -> i32 {
             }
         }
         Err(e) => {
+            let terminal = std::io::stderr().is_terminal();
             let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "{}", e.message);
+            let _ = writeln!(err, "{}", shown(e.message.clone(), terminal));
             if args.json {
-                let _ = writeln!(
-                    err,
-                    "{}",
-                    json!({ "error": { "code": e.kind.code(), "message": e.message, "data": { "kind": e.kind.as_str() } } })
-                );
+                let line = json!({ "error": { "code": e.kind.code(), "message": e.message, "data": { "kind": e.kind.as_str() } } });
+                let _ = writeln!(err, "{}", shown(line.to_string(), terminal));
             }
             if matches!(e.kind, ErrorKind::InvalidParams) {
                 2
