@@ -233,9 +233,10 @@ async fn record_count(
     }
 }
 
-/// Counts the changed files of a loop that ended with no runner to count them (a cancel
-/// after its server died), beside the caller: its worktree when it is there, else its
-/// branch ([`Runner::count_at_end`] for a runner's own loop).
+/// Counts the changed files of an ended loop once, beside the caller: its worktree when it
+/// is there, else its branch, which needs no worktree. For a loop with no runner to count
+/// it (a cancel after its server died), and a runner's count on the branch
+/// ([`Runner::count_on_branch`], [`Runner::count_at_end`]).
 fn count_ended(store: forge_store::Store, row: LoopRow) {
     let Some(base) = row.base_commit.clone() else { return };
     tokio::spawn(async move {
@@ -1185,22 +1186,9 @@ impl Runner {
     /// is taken after every count of the worktree, so it is the one kept; a count of the
     /// worktree still running finds it gone and keeps nothing.
     fn count_on_branch(&self, row: &LoopRow) {
-        let (Some(base), Some(branch)) = (row.base_commit.clone(), row.worktree_branch.clone()) else { return };
-        if Path::new(&row.worktree_dir).is_dir() {
-            return;
+        if !Path::new(&row.worktree_dir).is_dir() {
+            count_ended(self.engine.store.clone(), row.clone());
         }
-        let (store, p, n) = (self.engine.store.clone(), self.project.clone(), self.loop_name.clone());
-        let repo = PathBuf::from(&row.project_dir);
-        tokio::spawn(async move {
-            let at = now_ms();
-            let counted = tokio::task::spawn_blocking(move || {
-                git::files_changed_on_branch(&repo, &base, &branch).map_err(|e| e.to_string())
-            })
-            .await;
-            if let Ok(counted) = counted {
-                record_count(store, p, n, counted, at).await;
-            }
-        });
     }
 
     /// An event from outside a turn (cancel, shutdown).
@@ -1432,7 +1420,7 @@ impl Runner {
         if Path::new(&row.worktree_dir).is_dir() {
             self.count_changes(row);
         } else {
-            self.count_on_branch(row);
+            count_ended(self.engine.store.clone(), row.clone());
         }
     }
 
