@@ -305,16 +305,7 @@ fn render_status(
         .db()?
         .ok_or_else(|| ToolError::not_found(format!("No loop found for loop \"{name}\".")))?;
     // The same lines as `loop-status name=<name>`, read in this read transaction.
-    let ctx = forge_tools::ToolCtx {
-        env,
-        db,
-        now: forge_store::now_ms(),
-        effect: None,
-        has_engine: false,
-        after: None,
-        cancel: None,
-    };
-    let mut out = forge_tools::loop_status_document(&ctx, &l)?;
+    let mut out = forge_tools::loop_status_document(env, db, &l)?;
     out.push_str(&format!(
         "\n\n[History: transitions and plan amendments]({})\n",
         link(&ForgeUri::LoopHistory(name.to_string()))

@@ -92,7 +92,12 @@ pub struct ToolCtx<'a> {
 /// Work a tool leaves for after its transaction (see [`ToolCtx::after`]).
 pub type After = Box<dyn FnOnce() -> Result<CommandResult, ToolError> + Send>;
 
-impl ToolCtx<'_> {
+impl<'a> ToolCtx<'a> {
+    /// A call's context now, on `db` (its open transaction), with nothing left for after it.
+    pub fn new(env: &'a ToolEnv, db: &'a Connection, has_engine: bool) -> ToolCtx<'a> {
+        ToolCtx { env, db, now: forge_store::now_ms(), effect: None, has_engine, after: None, cancel: None }
+    }
+
     /// The flag raised when the caller gives up on this call, for `after` work that can
     /// stop early (a read-only search: nothing is lost by stopping it).
     pub fn cancel_flag(&mut self) -> Arc<std::sync::atomic::AtomicBool> {
@@ -377,8 +382,7 @@ pub fn run_in(
     };
     forge_domain::permissions::check(tool.name, &env.caller.facts()).map_err(ToolError::denied)?;
     crate::loop_permissions::check(env, tool.name, &input)?;
-    let mut ctx =
-        ToolCtx { env, db: conn, now: forge_store::now_ms(), effect: None, has_engine, after: None, cancel: None };
+    let mut ctx = ToolCtx::new(env, conn, has_engine);
     let result = (tool.run)(input, &mut ctx);
     let (effect, after, cancel) = (ctx.effect.take(), ctx.after.take(), ctx.cancel.take());
     result.map(|result| Done { result, effect, after, cancel })

@@ -200,7 +200,8 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
 /// only: the running turn's usage, which its agent reports to a file as it goes, is counted
 /// from its end on (an open document is refreshed when the store changes: a review found it
 /// showing costs that had grown since).
-pub fn document(ctx: &ToolCtx, row: &LoopRow) -> Result<String, ToolError> {
+pub fn document(env: &super::ToolEnv, db: &rusqlite::Connection, row: &LoopRow) -> Result<String, ToolError> {
+    let ctx = &ToolCtx::new(env, db, false);
     let (v, _) = detail_view(ctx, row)?;
     let restart = restart_line(ctx, row);
     let (v, block) = with_prompt_and_usage(ctx, row, v, true)?;
