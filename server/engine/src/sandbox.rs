@@ -205,9 +205,9 @@ pub fn probe() -> Result<PathBuf, String> {
     // passing through a folder there, `/tmp/d/../../usr/bin/true`).
     let hidden = |p: &Path| p.starts_with("/tmp") || p.starts_with("/dev");
     let outside_tmp = |p: &Path| {
-        let (met, real) = walk(p);
-        real.is_some_and(|r| !hidden(&r))
-            && met.iter().all(|(link, target)| !hidden(link) && !lexical_steps(link, target).iter().any(|s| hidden(s)))
+        let mut through_hidden = false;
+        let (_, real) = walk_visiting(p, &mut |step| through_hidden |= hidden(step));
+        real.is_some() && !through_hidden
     };
     let truth = std::env::split_paths(&path)
         .filter(|d| d.is_absolute())
@@ -233,31 +233,6 @@ pub fn probe() -> Result<PathBuf, String> {
         ));
     }
     Ok(bwrap)
-}
-
-/// The folders a link's `target` (as written) passes through, read without following
-/// links, from the link's own folder when it is relative: what [`walk`] does not record
-/// (it records the links, and a target's `..` may pass through a plain folder).
-fn lexical_steps(link: &Path, target: &Path) -> Vec<PathBuf> {
-    use std::path::Component;
-    let mut cur = if target.is_absolute() {
-        PathBuf::from("/")
-    } else {
-        link.parent().map(Path::to_path_buf).unwrap_or_default()
-    };
-    let mut steps = vec![];
-    for c in target.components() {
-        match c {
-            Component::RootDir => cur = PathBuf::from("/"),
-            Component::ParentDir => {
-                cur.pop();
-            }
-            Component::Normal(x) => cur.push(x),
-            Component::CurDir | Component::Prefix(_) => {}
-        }
-        steps.push(cur.clone());
-    }
-    steps
 }
 
 /// The loop-start check: `Ok(None)` when the sandbox is disabled, the probed `bwrap` when
@@ -521,6 +496,13 @@ fn install_binds_in(argv: &[String], path: &OsStr, cwd: &Path, folders: &Folders
 /// The links met resolving `p` as `realpath` does, each (where, its target as written), and
 /// the path it resolves to (`None`: it does not resolve, or 40 links were met).
 fn walk(p: &Path) -> (Vec<(PathBuf, PathBuf)>, Option<PathBuf>) {
+    walk_visiting(p, &mut |_| {})
+}
+
+/// [`walk`], telling `visit` each path it passes on the way, in order: each name looked
+/// up (links included) and where each `..` leads back to (so a target's `..` through a
+/// plain folder is seen too).
+fn walk_visiting(p: &Path, visit: &mut dyn FnMut(&Path)) -> (Vec<(PathBuf, PathBuf)>, Option<PathBuf>) {
     let mut met = vec![];
     let mut done = PathBuf::from("/");
     let mut rest: std::collections::VecDeque<OsString> = p
@@ -537,9 +519,11 @@ fn walk(p: &Path) -> (Vec<(PathBuf, PathBuf)>, Option<PathBuf>) {
     while let Some(c) = rest.pop_front() {
         if c == ".." {
             done.pop();
+            visit(&done);
             continue;
         }
         let here = done.join(&c);
+        visit(&here);
         let Ok(m) = std::fs::symlink_metadata(&here) else { return (met, None) };
         if !m.file_type().is_symlink() {
             done = here;
