@@ -44,6 +44,13 @@ fn path_with_bin() -> std::ffi::OsString {
     .expect("PATH")
 }
 
+/// An executable file at `path` with `text`.
+fn write_program(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 fn require_bwrap() {
     let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join("bwrap").is_file());
     assert!(found, "these tests need bubblewrap: apt-get install bubblewrap (scripts/test-all installs it)");
@@ -220,11 +227,7 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     // directory (a folder outside here), whose programs the loop's shells must find.
     let install = tempfile::Builder::new().prefix("fnm-install-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::create_dir_all(install.path().join("bin")).unwrap();
-    std::fs::write(install.path().join("bin/fakenode"), "#!/bin/sh\necho node-ran\n").unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(install.path().join("bin/fakenode"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    write_program(&install.path().join("bin/fakenode"), "#!/bin/sh\necho node-ran\n");
     std::fs::create_dir_all(runtime.path().join("fnm_multishells")).unwrap();
     std::os::unix::fs::symlink(install.path(), runtime.path().join("fnm_multishells/1_2")).unwrap();
     let path = std::env::join_paths(
@@ -383,11 +386,7 @@ fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
     std::os::unix::fs::symlink(&looped, &looped).unwrap();
     // And a `true` under /tmp, which the check's sandbox hides (review XB).
     let tmp_bin = tempfile::Builder::new().prefix("fl-tbin").tempdir().unwrap();
-    std::fs::write(tmp_bin.path().join("true"), "#!/bin/sh\nexit 0\n").unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(tmp_bin.path().join("true"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    write_program(&tmp_bin.path().join("true"), "#!/bin/sh\nexit 0\n");
     // And a link in /tmp to the system's folder: its `true` is run where it resolves
     // (review XC).
     let bin_link = tmp_bin.path().join("binlink");
@@ -396,11 +395,7 @@ fn a_link_loop_on_path_does_not_fail_the_sandbox_check() {
     // started with (coreutils built as one: review XD).
     let multi = base.path().join("multi");
     std::fs::create_dir(&multi).unwrap();
-    std::fs::write(multi.join("coreutils"), "#!/bin/sh\n[ \"${0##*/}\" = true ] && exit 0\nexit 1\n").unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(multi.join("coreutils"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    write_program(&multi.join("coreutils"), "#!/bin/sh\n[ \"${0##*/}\" = true ] && exit 0\nexit 1\n");
     std::os::unix::fs::symlink("coreutils", multi.join("true")).unwrap();
     // Before it, a `true` whose link goes through /tmp (review XE).
     let hop = base.path().join("hop");

@@ -1693,9 +1693,7 @@ mod tests {
         let outside = tempfile::Builder::new().prefix("fl-fnm").tempdir_in(outside_tmp()).unwrap();
         let inst = outside.path().canonicalize().unwrap();
         std::fs::create_dir_all(inst.join("bin")).unwrap();
-        std::fs::write(inst.join("bin/fakenpm"), "#!/bin/sh\necho npm-ran\n").unwrap();
-        std::fs::set_permissions(inst.join("bin/fakenpm"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        write_program(&inst.join("bin/fakenpm"), "#!/bin/sh\necho npm-ran\n");
         let shell = prefix.parent().unwrap().join("multishell");
         std::os::unix::fs::symlink(&inst, &shell).unwrap();
         let path = format!("{}:{}:/usr/bin:/bin", prefix.join("bin").display(), shell.join("bin").display());
@@ -1723,9 +1721,7 @@ mod tests {
         let outside = tempfile::Builder::new().prefix("fl-fnm").tempdir_in(outside_tmp()).unwrap();
         let inst = outside.path().canonicalize().unwrap();
         std::fs::create_dir_all(inst.join("bin")).unwrap();
-        std::fs::write(inst.join("bin/fakenode"), "#!/bin/sh\necho node-ran\n").unwrap();
-        std::fs::set_permissions(inst.join("bin/fakenode"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        write_program(&inst.join("bin/fakenode"), "#!/bin/sh\necho node-ran\n");
         let hidden = tempfile::Builder::new().prefix("fl-multishells").tempdir().unwrap();
         let shell = hidden.path().join("1_2");
         std::os::unix::fs::symlink(&inst, &shell).unwrap();
@@ -1747,6 +1743,12 @@ mod tests {
 
     fn worktree() -> tempfile::TempDir {
         tempfile::Builder::new().prefix("fl-sbx").tempdir().expect("tempdir")
+    }
+
+    /// An executable file at `path` with `text`.
+    fn write_program(path: &Path, text: &str) {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
 
     async fn run_in(s: &Sandbox, script: &str) -> Captured {
