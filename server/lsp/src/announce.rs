@@ -280,7 +280,7 @@ pub async fn publish_plan_warnings_of(conn: &Conn, uri: &str, stored: Option<Str
     let text = conn.open_text(uri).or(stored);
     let digest = text.as_deref().map_or(0, crate::conn::digest);
     // Unchanged text: its warnings were published already.
-    if conn.warned(uri, digest) {
+    if conn.ask_warnings(uri, digest) {
         return;
     }
     publish_warnings_for(conn, uri, text.as_deref(), digest).await
@@ -292,7 +292,7 @@ pub async fn publish_plan_warnings_of(conn: &Conn, uri: &str, stored: Option<Str
 pub fn plan_warnings_after_read(conn: &Arc<Conn>, uri: String, stored: &documents::Rendered) {
     let open = conn.open_text(&uri);
     let digest = crate::conn::digest(open.as_deref().unwrap_or(stored.as_str()));
-    if conn.warned(&uri, digest) {
+    if conn.ask_warnings(&uri, digest) {
         return;
     }
     // The stored plan is shared with the store's plan cache, not copied.

@@ -143,8 +143,10 @@ pub struct Conn {
     /// Configuration warnings already shown to this client (each is shown once, whatever
     /// layer reloads it: PROTOCOL.md §9).
     config_shown: Mutex<HashSet<String>>,
-    /// Plan documents' warnings as last published: URI → digest of the text.
+    /// Plan documents' warnings as last asked for: URI → digest of the text.
     warned: Mutex<HashMap<String, u64>>,
+    /// Plan documents' warnings as last published: URI → digest of the text.
+    warnings_published: Mutex<HashMap<String, u64>>,
     /// The URIs whose plan warnings were last published empty.
     published_empty: Mutex<HashSet<String>>,
     /// Held while plan warnings are sent: a send checks, then records and sends, in turn.
@@ -212,6 +214,7 @@ impl Conn {
             silence: Arc::default(),
             plan_work: Arc::new(tokio::sync::Semaphore::new(1)),
             warned: Mutex::new(HashMap::new()),
+            warnings_published: Mutex::new(HashMap::new()),
             published_empty: Mutex::new(HashSet::new()),
             warnings_turn: tokio::sync::Mutex::new(()),
             views: Mutex::new(HashMap::new()),
@@ -246,10 +249,20 @@ impl Conn {
         self.known_plans.lock().map(|k| k.iter().cloned().collect()).unwrap_or_default()
     }
 
-    /// Records the digest of the text whose warnings are published for `uri`; true when
-    /// they were already published for this very text.
-    pub fn warned(&self, uri: &str, digest: u64) -> bool {
-        self.warned.lock().map(|mut w| w.insert(uri.to_string(), digest) == Some(digest)).unwrap_or(false)
+    /// Records `digest` under `key`; true when it was recorded there already (a thing told
+    /// once per connection).
+    pub fn warned(&self, key: &str, digest: u64) -> bool {
+        self.warned.lock().map(|mut w| w.insert(key.to_string(), digest) == Some(digest)).unwrap_or(false)
+    }
+
+    /// Records that the warnings of the text with digest `digest` are asked for on `uri`
+    /// (an older text's are then not sent); true when they were published for this very
+    /// text already. Published, not only asked: of two asks for one text, the first can be
+    /// dropped as outdated while an edit in between is the newest, and the second then found
+    /// it asked and sent nothing, leaving the client the edit's warnings (a CI run).
+    pub fn ask_warnings(&self, uri: &str, digest: u64) -> bool {
+        self.warned(uri, digest);
+        self.warnings_published.lock().is_ok_and(|p| p.get(uri) == Some(&digest))
     }
 
     /// Records the text just written to the read-only copy at `path`.
@@ -317,6 +330,9 @@ impl Conn {
         if let Ok(mut w) = self.warned.lock() {
             w.remove(uri);
         }
+        if let Ok(mut w) = self.warnings_published.lock() {
+            w.remove(uri);
+        }
         if let Ok(mut w) = self.published_empty.lock() {
             w.remove(uri);
         }
@@ -357,6 +373,9 @@ impl Conn {
             }
             Err(_) => false,
         };
+        if let Ok(mut p) = self.warnings_published.lock() {
+            p.insert(uri.to_string(), text);
+        }
         if again {
             return;
         }
