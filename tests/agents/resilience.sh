@@ -12,7 +12,8 @@
 #               summary in a sectioned loop)
 #     hang      every turn prints nothing and sleeps 60 s (its sleep's pid is appended to
 #               `sleepers`); once the file `behave` exists, turns act like clean (printing a
-#               line every 100 ms while they run)
+#               line every 100 ms while they run); while the file `hang-writes` exists, each
+#               turn first writes `hung-<turn>.txt` (one line) in the worktree
 #     starthang every turn prints one line at once (as agent CLIs print their start events)
 #               and then hangs as `hang` does
 #     listhang  every turn lists the Forge tools at once (as an agent CLI's MCP server does
@@ -165,6 +166,9 @@ case "$FORGE_ROLE:$scenario" in
     exit 0
     ;;
   *:hang)
+    if [ -e "$state/hang-writes" ]; then
+      echo "hung turn $turn" > "hung-$turn.txt"
+    fi
     sleep 60 &
     echo $! >> "$state/sleepers"
     wait $!

@@ -76,6 +76,24 @@ fn a_hanging_turn_is_aborted_and_nudged_until_the_fifth_stall_ends_the_loop() {
     assert_contains(&status.text, &format!("Restart: available with loop-status name={name} restart=true"));
 }
 
+/// A stalled loop's `Files changed:` counts what its hung turns left: no turn of it ever
+/// ended, so before, the loop ended with no count at all.
+#[test]
+fn a_stalled_loop_counts_what_its_hung_turns_left() {
+    let t = resilience_support::start("hang", STALLS, &[]);
+    t.signal("hang-writes");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("stalled"), "{end}{}", t.report());
+    let r = common::wait_for(LOOP_WAIT, || {
+        let r = t.client.tool_ok("loop-status", json!({ "name": name }));
+        r.data["filesChanged"].is_object().then_some(r)
+    })
+    .unwrap_or_else(|| panic!("no count of the stalled loop{}", t.report()));
+    assert_eq!(r.data["filesChanged"], json!({ "files": 5, "added": 5, "deleted": 0 }), "{}", r.data);
+    assert_contains(&r.text, "  Files changed: 5 (+5/-0 lines)");
+}
+
 /// Output at a turn's start is not progress: a coder that prints a line at once (as agent
 /// CLIs print their start events) and then hangs is nudged, and the 5th consecutive stall
 /// still ends the loop (output later in a turn, the model working, does reset the count). Before, each nudged turn's first line reset the count, and the loop

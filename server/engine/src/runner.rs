@@ -1204,8 +1204,14 @@ impl Runner {
             h.abort();
         }
         let shutdown = matches!(event, Event::Shutdown);
+        let cancel = matches!(event, Event::Cancel);
         let t = next_transition(&self.facts(&row), &event);
-        self.apply(row, t.clone(), None).await;
+        self.apply(row.clone(), t.clone(), None).await;
+        // What the stopped turn left (a stall's, a shutdown's): counted as the loop ends, as
+        // a turn end counts its own. A cancel counts once its worktree is kept or removed.
+        if t.kind == TransitionKind::Terminate && !cancel && !self.gone {
+            self.count_at_end(&row);
+        }
         // The server exits once every runner answered its shutdown: the killed turn's end
         // (which kills what left its group, `setsid`) must come first, or nobody takes it.
         if let (true, Some(h)) = (shutdown, &turn) {
