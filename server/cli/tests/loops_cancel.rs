@@ -811,3 +811,32 @@ fn assert_no_agent_of(t: &LoopTest, session: &str) {
     });
     assert!(gone.is_some(), "an agent of the restart's session still runs: {:?}", t.turns());
 }
+
+/// A server killed while it starts a loop, after creating the loop's branch and worktree and
+/// before writing the loop's rows: the next loop start (here through another server, of the
+/// same name) removes both, and gets the name. Before (FF 8), the branch and the worktree
+/// stayed, known to no tool, and the next loop of that name got a suffix.
+#[test]
+fn a_loop_start_killed_before_its_rows_is_undone_by_the_next_start() {
+    let mut t = LoopTest::start("block", "");
+    t.hold("start.created");
+    let _first = t.client.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
+    );
+    t.wait_held("start.created");
+    let wt = t.sb.data_dir.join("worktrees").join("two-halves");
+    assert!(t.has_branch("forge/two-halves") && wt.is_dir(), "the start made its branch and worktree");
+    assert_eq!(t.count("SELECT count(*) FROM loop_starts WHERE loop_name = ?1", "two-halves"), 1);
+    kill_server(&mut t);
+    assert!(t.has_branch("forge/two-halves") && wt.is_dir(), "left by the killed start");
+
+    let other = t.other_server("block", &[]);
+    let out = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+    assert_eq!(out.data["loopName"], json!("two-halves"), "{}", out.text);
+    assert_eq!(out.data["worktreeDir"], json!(wt), "{}", out.text);
+    assert!(!t.has_branch("forge/two-halves-1"));
+    assert_eq!(t.count("SELECT count(*) FROM loop_starts WHERE loop_name LIKE ?1", "two-halves%"), 0);
+    t.signal("release");
+    other.tool_ok("loop-cancel", json!({ "name": "two-halves" }));
+}

@@ -13,12 +13,18 @@ pub fn server_gone(db: &rusqlite::Connection, project: &str, l: &LoopRow) -> rus
         return Ok(None);
     }
     let Some(pid) = loops::owner_pid(db, project, &l.loop_name)? else { return Ok(None) };
+    Ok(process_gone(db, pid, l.started_at)?.then_some(pid))
+}
+
+/// Whether the server `pid`, recorded at `since_ms`, has ended: the pid names no process
+/// that may be it, and none of the sockets it registered accepts a connection
+/// ([`server_gone`]). Never this process.
+pub fn process_gone(db: &rusqlite::Connection, pid: i64, since_ms: i64) -> rusqlite::Result<bool> {
     if pid == i64::from(std::process::id())
-        || u32::try_from(pid).is_ok_and(|p| crate::process::may_be_owner(p, l.started_at))
+        || u32::try_from(pid).is_ok_and(|p| crate::process::may_be_owner(p, since_ms))
     {
-        return Ok(None);
+        return Ok(false);
     }
     let sockets = forge_store::servers::sockets_of_pid(db, pid)?;
-    let answers = sockets.iter().any(|s| !forge_core::paths::socket_is_dead(std::path::Path::new(s)));
-    Ok((!answers).then_some(pid))
+    Ok(!sockets.iter().any(|s| !forge_core::paths::socket_is_dead(std::path::Path::new(s))))
 }

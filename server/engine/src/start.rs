@@ -22,7 +22,7 @@ use super::sandbox::{self, Sandbox};
 use super::{git, Engine};
 use forge_core::ToolEnv;
 use forge_store::loop_db as db;
-use forge_store::{loops, now_ms, plans};
+use forge_store::{loop_starts, loops, now_ms, plans};
 
 fn internal(e: impl std::fmt::Display) -> ToolError {
     ToolError::internal(format!("loop start failed: {e}"))
@@ -98,12 +98,17 @@ pub async fn start_loop(
     }
     const ATTEMPTS: usize = 3;
     let mut attempt = 0;
-    let (name, branch, wt) = loop {
+    undo_killed_starts(engine).await;
+    let (name, branch, wt, start_key) = loop {
         attempt += 1;
         let (p, r2) = (project.clone(), repo.clone());
-        let taken: Vec<String> = engine
+        let (taken, starting): (Vec<String>, Vec<String>) = engine
             .store
-            .call(move |c| loops::list(c, &p).map(|v| v.into_iter().map(|l| l.loop_name).collect()))
+            .call(move |c| {
+                let names = loops::list(c, &p)?.into_iter().map(|l| l.loop_name).collect();
+                let dirs = loop_starts::all(c)?.into_iter().map(|s| s.worktree_dir).collect();
+                Ok::<_, rusqlite::Error>((names, dirs))
+            })
             .await
             .map_err(internal)?;
         let branches = tokio::task::spawn_blocking(move || git::local_branches(&r2))
@@ -124,6 +129,7 @@ pub async fn start_loop(
             taken.iter().any(|t| t == n)
                 || git::branch_clash(&branches, &git::branch_for(n)).is_some_and(|c| c != "forge")
                 || std::fs::symlink_metadata(worktrees.join(n)).is_ok()
+                || starting.iter().any(|d| Path::new(d) == worktrees.join(n))
         });
         // A caller-chosen branch replaces forge/<name> (the name is still reserved against
         // forge/<name> above); it must be a new branch that clashes with none.
@@ -151,12 +157,40 @@ pub async fn start_loop(
         // Servers on this data directory that chose the same name create its worktree one
         // after the other (the second then finds the directory taken and chooses again).
         let named_lock = engine.loop_lock(&project, &name, crate::loop_lock::WAIT).await.ok();
+        // Recorded before the branch and worktree exist, until the loop's rows do: a start
+        // killed in between is undone by a later one (`undo_killed_starts`).
+        let start_key = dir.display().to_string();
+        let record = loop_starts::LoopStart {
+            worktree_dir: start_key.clone(),
+            project_id: project.clone(),
+            loop_name: name.clone(),
+            repo_dir: repo.display().to_string(),
+            branch: branch.clone(),
+            owner_pid: i64::from(std::process::id()),
+            started_at: now_ms(),
+        };
+        let held = engine.store.call(move |c| loop_starts::begin(c, &record)).await.map_err(internal)?;
+        if !held {
+            // Another server's start holds the folder: choose again.
+            drop(named_lock);
+            if attempt < ATTEMPTS {
+                continue;
+            }
+            return Err(ToolError::conflict(format!(
+                "Failed to start loop: another loop start is creating {}; try again",
+                dir.display()
+            )));
+        }
         let (r3, d3, b3) = (repo.clone(), dir.clone(), branch.clone());
-        let created =
-            tokio::task::spawn_blocking(move || git::create_worktree(&r3, &d3, &b3)).await.map_err(internal)?;
+        let created = tokio::task::spawn_blocking(move || git::create_worktree(&r3, &d3, &b3)).await;
+        if !matches!(created, Ok(Ok(_))) {
+            end_start(engine, &start_key).await;
+        }
+        let created = created.map_err(internal)?;
         drop(named_lock);
+        crate::pause::at("start.created").await;
         match created {
-            Ok(wt) => break (name, branch, wt),
+            Ok(wt) => break (name, branch, wt, start_key),
             // Taken since the check, by another server's loop start.
             Err(git::GitError::BranchExists { .. } | git::GitError::DirNotEmpty { .. }) if attempt < ATTEMPTS => {
                 continue
@@ -173,6 +207,7 @@ pub async fn start_loop(
         if let Err(e) = sb.write_shim(b, &engine.data_dir) {
             let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
             rollback_git(&repo, &wt.dir, &branch).await;
+            end_start(engine, &start_key).await;
             return Err(internal(format!("cannot write the sandbox shims: {e}")));
         }
     }
@@ -182,6 +217,7 @@ pub async fn start_loop(
     if let Err(e) = probe_agent(env, &wt.dir) {
         let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
         rollback_git(&repo, &wt.dir, &branch).await;
+        end_start(engine, &start_key).await;
         return Err(ToolError::precondition(format!("Failed to start loop: {e}")));
     }
 
@@ -208,6 +244,7 @@ pub async fn start_loop(
     run_config.execution_variant = ev.clone();
     run_config.auditor_variant = av.clone();
     let run_model = em.clone();
+    let key = start_key.clone();
     let rows = engine
         .store
         .call(move |c| {
@@ -232,6 +269,7 @@ pub async fn start_loop(
                     db::start_section(tx, &p, &n, 0, now)?;
                 }
                 db::insert_session(tx, &p, &n, &s, "coder", &tk, (total > 0).then_some(0), now)?;
+                loop_starts::end(tx, &key)?;
                 forge_store::status::touch(tx, &p, &n, now)
             })
         })
@@ -239,6 +277,7 @@ pub async fn start_loop(
     if let Err(e) = rows {
         let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
         rollback_git(&repo, &wt.dir, &branch).await;
+        end_start(engine, &start_key).await;
         return Err(internal(e));
     }
     engine.store.wrote.wake();
@@ -410,6 +449,69 @@ async fn first_prompt(engine: &Arc<Engine>, project: &str, name: &str, env: &Too
         })
         .await
         .unwrap_or_default()
+}
+
+/// Forgets a loop start that was rolled back (or never created anything).
+async fn end_start(engine: &Arc<Engine>, key: &str) {
+    let k = key.to_string();
+    if let Err(e) = engine.store.call(move |c| loop_starts::end(c, &k)).await {
+        tracing::warn!("cannot forget the loop start of {key}: {e}");
+    }
+}
+
+/// Undoes the loop starts of servers that were killed after creating a loop's branch and
+/// worktree and before writing its rows (`forge_store::loop_starts`): the worktree is
+/// removed, then the branch, and the record with them. Before (FF 8), both stayed, unknown
+/// to every tool, and the next loop of that name got a suffix. A worktree folder that is
+/// gone (removed by hand) leaves its branch alone: a branch of that name may be the user's
+/// by now.
+async fn undo_killed_starts(engine: &Arc<Engine>) {
+    let dead = engine
+        .store
+        .call(|c| {
+            let mut dead = vec![];
+            for s in loop_starts::all(c)? {
+                if crate::owner::process_gone(c, s.owner_pid, s.started_at)? {
+                    dead.push(s);
+                }
+            }
+            Ok::<_, rusqlite::Error>(dead)
+        })
+        .await;
+    let dead = match dead {
+        Ok(d) => d,
+        Err(e) => return tracing::warn!("cannot read the loop starts in progress: {e}"),
+    };
+    for s in dead {
+        let (repo, dir, branch) = (PathBuf::from(&s.repo_dir), PathBuf::from(&s.worktree_dir), s.branch.clone());
+        let undone = tokio::task::spawn_blocking(move || {
+            if std::fs::symlink_metadata(&dir).is_err() {
+                return Ok(false);
+            }
+            git::remove_worktree(&repo, &dir)?;
+            git::delete_created_branch(&repo, &branch)?;
+            Ok::<_, git::GitError>(true)
+        })
+        .await;
+        match undone {
+            Ok(Ok(true)) => tracing::info!(
+                loop_name = %s.loop_name,
+                "undid a loop start killed before its loop was recorded (server pid {}): removed {} and branch {}",
+                s.owner_pid,
+                s.worktree_dir,
+                s.branch
+            ),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::warn!(
+                loop_name = %s.loop_name,
+                "a loop start killed before its loop was recorded left {} and branch {}; cannot remove them: {e}",
+                s.worktree_dir,
+                s.branch
+            ),
+            Err(_) => continue,
+        }
+        end_start(engine, &s.worktree_dir).await;
+    }
 }
 
 async fn rollback_git(repo: &Path, dir: &Path, branch: &str) {

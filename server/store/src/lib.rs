@@ -48,6 +48,7 @@ mod checkpoint;
 pub mod findings;
 pub mod interviews;
 pub mod loop_db;
+pub mod loop_starts;
 pub mod loops;
 pub mod plans;
 pub mod servers;
