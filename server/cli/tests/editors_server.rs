@@ -483,6 +483,50 @@ fn copies_another_server_process_wrote_are_not_taken_for_the_users() {
     assert!(kept.is_empty(), "{kept:?}");
 }
 
+/// A buffer of a copy reloaded after another server process rewrote the copy (two editors
+/// on the project, each with its own server) saves from the new text. Before, the process
+/// whose editor held the buffer found the copy already current and kept its record of the
+/// text before, so the save was refused as made from a stale buffer (review YC).
+#[test]
+fn a_copy_reloaded_after_another_server_rewrote_it_saves() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let (a, b) = (sb.listen_unix(&sb.root.join("a/s.sock")), sb.listen_unix(&sb.root.join("b/s.sock")));
+    let mut ca = a.connect();
+    ca.init(&Init::new(&repo.path).text_document_content(false));
+    let mut cb = b.connect();
+    cb.init(&Init::new(&repo.path).text_document_content(false));
+    ca.tool_ok("plan-write", json!({ "content": "# P\n\n## Objective\nv1\n" }));
+    let copy = repo.path.canonicalize().unwrap().join(format!(".forge/view/plan/session/{}.md", ca.session_id()));
+    let opened = wait_file(&copy, |t| t.contains("v1"));
+    let uri = file_uri(&copy);
+    ca.notify(
+        "textDocument/didOpen",
+        json!({ "textDocument": { "uri": uri, "languageId": "markdown", "version": 1, "text": opened } }),
+    );
+    // Written through the other server, which rewrites the copy at once; this one finds it
+    // current when its change feed shows the write.
+    cb.tool_ok("plan-write", json!({ "content": "# P\n\n## Objective\nv2\n", "session_id": ca.session_id() }));
+    let current = wait_file(&copy, |t| t.contains("v2"));
+    std::thread::sleep(Duration::from_millis(500));
+    ca.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": current }] }),
+    );
+    let edited = format!("{current}\nmy addition after reloading");
+    ca.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 3 }, "contentChanges": [{ "text": edited }] }),
+    );
+    ca.notify("textDocument/didSave", json!({ "textDocument": { "uri": uri }, "text": edited }));
+    let stored = wait_for(WAIT, || {
+        let out = ca.tool_ok("plan-read", json!({}));
+        out.text.contains("my addition after reloading").then_some(())
+    });
+    assert!(stored.is_some(), "a save after reloading is stored: {:?}", shown_messages(&ca));
+    assert!(!repo.path.join(".forge/rejected").exists(), "nothing kept as rejected");
+}
+
 /// A copy the user made writable and set back to an earlier text a server wrote (a revert)
 /// is the user's edit: kept under .forge/rejected with a warning when the document changes,
 /// never rewritten silently (a review found the shared record of written texts took it for
@@ -797,6 +841,57 @@ fn a_copy_changed_into_other_bytes_than_utf8_is_kept_when_rewritten() {
         .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
         .collect();
     assert_eq!(kept, vec![b"# Plan caf\xe9\n".to_vec()], "the user's bytes are kept as they were");
+}
+
+/// A copy changed on disk is kept whatever its document's name: the kept file's name is
+/// cut to fit (before, a session id of 250 characters made it too long, and the user's text
+/// was lost with the copy rewritten all the same: review YC); and where `.forge/rejected`
+/// cannot be written (here a committed link), it is kept in the data directory.
+#[test]
+fn a_copy_changed_on_disk_is_kept_whatever_its_name_and_wherever_it_can_be() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = view_client(&sb, &repo);
+    let root = repo.path.canonicalize().unwrap();
+    let session = "s".repeat(250);
+    let copy = root.join(format!(".forge/view/plan/session/{session}.md"));
+    let outside = sb.mkdir("outside");
+    for round in 0..2 {
+        c.tool_ok(
+            "plan-write",
+            json!({ "content": format!("# P\n\n## Objective\nx{round}\n"), "session_id": session }),
+        );
+        wait_file(&copy, |t| t.contains(&format!("x{round}")));
+        std::thread::sleep(Duration::from_millis(300));
+        let mine = format!("# P\n\nMY TEXT {round}\n");
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&copy, &mine).unwrap();
+        let before = shown_messages(&c).len();
+        c.tool_ok(
+            "plan-edit",
+            json!({ "oldString": format!("x{round}"), "newString": format!("z{round}"), "session_id": session }),
+        );
+        wait_file(&copy, |t| t.contains(&format!("z{round}")));
+        let message =
+            wait_for(WAIT, || shown_messages(&c).into_iter().skip(before).find(|m| m.contains("your text is in")))
+                .unwrap_or_else(|| panic!("round {round}: the user is told: {:?}", shown_messages(&c)));
+        let kept =
+            message.split("your text is in ").nth(1).and_then(|r| r.strip_suffix('.')).expect("where the text is");
+        assert_eq!(std::fs::read_to_string(kept).map_err(|e| format!("{e}: {message}")), Ok(mine), "round {round}");
+        let kept = std::path::Path::new(kept);
+        assert!(kept.file_name().unwrap().len() <= 255);
+        assert_eq!(std::fs::metadata(kept).unwrap().permissions().mode() & 0o777, 0o600);
+        if round == 0 {
+            assert!(kept.starts_with(root.join(".forge/rejected")), "{message}");
+            // Next round: the folder a link to outside the project.
+            std::fs::remove_dir_all(root.join(".forge/rejected")).unwrap();
+            std::os::unix::fs::symlink(&outside, root.join(".forge/rejected")).unwrap();
+        } else {
+            assert!(kept.starts_with(sb.data_dir.join("rejected")), "{message}");
+            assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing written through the link");
+        }
+    }
 }
 
 #[test]

@@ -496,6 +496,10 @@ pub async fn materialize(conn: &Conn, uri: &str) {
         // Unchanged and still as written (read-only): nothing to do; copies are rewritten
         // only when their text changes.
         if read_only && text.as_deref() == Some(on_disk.as_str()) && recorded == Some(crate::conn::digest(&on_disk)) {
+            // This connection's record says so too, when another server process wrote it:
+            // a buffer reloaded from it saves from this text (review YC: its save was
+            // refused as stale, the record still at the text before).
+            conn.wrote_view(&path, text.as_deref());
             return;
         }
         let user_changed =
@@ -567,7 +571,7 @@ async fn keep_and_tell(
     why: &str,
     what: &str,
 ) {
-    let kept = keep_rejected(conn, doc, content).await;
+    let kept = keep_rejected(conn, doc, content).await.unwrap_or_else(|e| format!("no file: keeping it failed ({e})"));
     conn.client
         .show_message(
             tower_lsp_server::gen_lsp_types::MessageType::Warning,
@@ -705,7 +709,11 @@ pub async fn adopt_view_edit(conn: &Conn, doc: &ForgeUri, path: &std::path::Path
         }
         _ => "it is a read-only view of a forge document (loop plans, sections, status and the index change only through the Forge tools)".to_string(),
     };
-    let kept = keep_rejected(conn, doc, &text).await;
+    let kept = match keep_rejected(conn, doc, &text).await {
+        Ok(file) => file,
+        Err(e) if how == Edit::OnDisk => format!("no file: keeping it failed ({e})"),
+        Err(e) => format!("no file (keeping it failed: {e}); it is still in your editor's buffer"),
+    };
     conn.client
         .show_message(
             MessageType::Warning,
@@ -714,24 +722,68 @@ pub async fn adopt_view_edit(conn: &Conn, doc: &ForgeUri, path: &std::path::Path
         .await;
 }
 
-/// Keeps a rejected edit under `<project>/.forge/rejected/` (directory 0700, file 0600);
-/// returns where.
-async fn keep_rejected(conn: &Conn, doc: &ForgeUri, text: &(impl AsRef<[u8]> + ?Sized)) -> String {
+/// Keeps a rejected edit under `<project>/.forge/rejected/` (directory 0700, file 0600),
+/// else, when that cannot be written (a committed link there, a full disk), under the data
+/// directory's `rejected/` (the same modes); returns where, or why neither worked.
+/// Before, a kept edit whose file name was too long (a long session id) was lost: its
+/// copy was rewritten all the same (review YC).
+async fn keep_rejected(conn: &Conn, doc: &ForgeUri, text: &(impl AsRef<[u8]> + ?Sized)) -> Result<String, String> {
     let root = conn.env().project.root.clone();
-    let rel = std::path::PathBuf::from(".forge/rejected").join(format!(
-        "{}-{}",
-        forge_core::now_ms(),
-        doc.view_path().replace('/', "_")
-    ));
-    let (r2, rel2, body) = (root.clone(), rel.clone(), text.as_ref().to_vec());
+    let data_dir = conn.ws.data_dir.clone();
+    let name = rejected_name(forge_core::now_ms(), &doc.view_path());
+    let body = text.as_ref().to_vec();
     let keep = move || {
+        let rel = std::path::Path::new(".forge/rejected").join(&name);
         // The directory is private too: the file names say which documents were edited.
-        forge_core::beneath::make_private_dir(&r2, std::path::Path::new(".forge/rejected"))?;
-        forge_core::beneath::write_file(&r2, &rel2, &body, 0o600)
+        let in_project = forge_core::beneath::make_private_dir(&root, std::path::Path::new(".forge/rejected"))
+            .and_then(|()| forge_core::beneath::write_file(&root, &rel, &body, 0o600));
+        let first = match in_project {
+            Ok(()) => return Ok(root.join(rel).display().to_string()),
+            Err(e) => e,
+        };
+        let rel = std::path::Path::new("rejected").join(&name);
+        match forge_core::paths::create_private_dirs(&data_dir.join("rejected"))
+            .and_then(|()| forge_core::beneath::write_file(&data_dir, &rel, &body, 0o600))
+        {
+            Ok(()) => Ok(data_dir.join(rel).display().to_string()),
+            Err(e) => Err(format!("{first} under .forge/rejected, {e} under {}", data_dir.join("rejected").display())),
+        }
     };
-    match tokio::task::spawn_blocking(keep).await {
-        Ok(Ok(())) => root.join(rel).display().to_string(),
-        Ok(Err(e)) => format!("no file (keeping it failed: {e}); it is still in your editor's buffer"),
-        Err(e) => format!("no file (keeping it failed: {e}); it is still in your editor's buffer"),
+    tokio::task::spawn_blocking(keep).await.unwrap_or_else(|e| Err(e.to_string()))
+}
+
+/// The file name a rejected edit of the document at `view_path` is kept under: the time,
+/// then the path with `/` as `_`, cut with a digest of the whole to stay within a file
+/// name's 255 bytes.
+fn rejected_name(now: i64, view_path: &str) -> String {
+    const MAX: usize = 200;
+    let flat = view_path.replace('/', "_");
+    let name = format!("{now}-{flat}");
+    if name.len() <= MAX {
+        return name;
+    }
+    let digest = crate::conn::digest_bytes(flat.as_bytes());
+    let mut cut = MAX - 24;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}-{digest:016x}.md", &name[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rejected_name;
+
+    #[test]
+    fn a_rejected_edit_is_kept_under_a_name_that_fits() {
+        assert_eq!(rejected_name(7, "plan/session/abc.md"), "7-plan_session_abc.md");
+        for id in ["s".repeat(250), "ü".repeat(125), "日本".repeat(40) + "x"] {
+            let name = rejected_name(1_796_670_871_520, &format!("plan/session/{id}.md"));
+            assert!(name.len() <= 200 && name.ends_with(".md"), "{name}");
+            assert!(name.starts_with("1796670871520-plan_session_"), "{name}");
+        }
+        // Two long names that differ only at their end are kept apart.
+        let (a, b) = (format!("plan/session/{}a.md", "s".repeat(240)), format!("plan/session/{}b.md", "s".repeat(240)));
+        assert_ne!(rejected_name(1, &a), rejected_name(1, &b));
     }
 }
