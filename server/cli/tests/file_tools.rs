@@ -570,6 +570,38 @@ fn apply_patch_keeps_the_file_mode_and_is_denied_to_auditors() {
     assert_eq!(read(&repo, "run.sh"), "#!/bin/sh\necho two\n");
 }
 
+/// The searches skip what git ignores, and nothing else: not what an ignore file in a
+/// folder above the repository names (git never reads one; a `~/.gitignore` of `*` hid
+/// every project in the home folder), nor what a `.ignore` file names (ripgrep's, not
+/// git's: a committed file was skipped). Review YB.
+#[test]
+fn searches_skip_what_git_ignores_and_nothing_more() {
+    let sb = Sandbox::new();
+    let outer = sb.mkdir("outer");
+    std::fs::write(outer.join(".gitignore"), "*\n").unwrap();
+    std::fs::write(outer.join(".ignore"), "*.rs\n").unwrap();
+    let root = outer.join("repo");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    common::git(&root, &["init", "-q"]);
+    std::fs::write(root.join("src/main.rs"), "fn main() { println!(\"needle\"); }\n").unwrap();
+    std::fs::write(root.join("src/kept.rs"), "fn kept() { println!(\"needle\"); }\n").unwrap();
+    std::fs::write(root.join(".ignore"), "src/kept.rs\n").unwrap();
+    std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
+    common::git(&root, &["add", "-A"]);
+    common::git(&root, &["commit", "-q", "-m", "one"]);
+    std::fs::create_dir_all(root.join("target")).unwrap();
+    std::fs::write(root.join("target/built.rs"), "fn built() { println!(\"needle\"); }\n").unwrap();
+    let mut c = sb.stdio();
+    c.init(&Init::new(&root));
+    let grep = c.tool_ok("grep", json!({ "pattern": "needle" }));
+    let glob = c.tool_ok("glob", json!({ "pattern": "**/*.rs" }));
+    let ast = c.tool_ok("ast-grep-search", json!({ "pattern": "println!($$$A)", "lang": "rust" }));
+    for (tool, out) in [("grep", &grep), ("glob", &glob), ("ast-grep-search", &ast)] {
+        assert!(out.text.contains("src/main.rs") && out.text.contains("src/kept.rs"), "{tool}: {}", out.text);
+        assert!(!out.text.contains("target/built.rs"), "{tool}: gitignored: {}", out.text);
+    }
+}
+
 #[test]
 fn grep_respects_gitignore_include_and_the_path_guard() {
     let sb = Sandbox::new();
@@ -583,6 +615,17 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
     assert!(out.text.contains("src/main.rs:2:     needle();"), "{}", out.text);
     assert!(out.text.contains("src/notes.md:1: needle in notes"), "{}", out.text);
     assert!(!out.text.contains("target/"), "gitignored files are skipped: {}", out.text);
+    // `$` at the end of a CRLF line, and of a last line without a line break (review YB).
+    repo.write("crlf.txt", "needle crlf\r\nand a last needle crlf");
+    let out = c.tool_ok("grep", json!({ "pattern": "needle crlf$" }));
+    assert_eq!(out.data["matches"].as_array().map(Vec::len), Some(2), "{}", out.text);
+    assert!(
+        out.text.contains("crlf.txt:1: needle crlf\n") || out.text.contains("crlf.txt:1: needle crlf"),
+        "{}",
+        out.text
+    );
+    assert!(!out.text.contains('\r'), "{:?}", out.text);
+    std::fs::remove_file(repo.path.join("crlf.txt")).unwrap();
     let only_rs = c.tool_ok("grep", json!({ "pattern": "NEEDLE", "include": "*.rs", "caseSensitive": false }));
     assert_eq!(only_rs.data["matches"].as_array().unwrap().len(), 1, "{}", only_rs.text);
     // The path guard: a missing directory and a file used as a directory are named.

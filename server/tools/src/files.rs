@@ -279,10 +279,15 @@ pub fn walk(root: &Path, start: &Path) -> ignore::Walk {
     // (`alias/meta`) names the same directory another way.
     let hidden: Vec<(u64, u64)> =
         git_dirs_within(root).iter().filter_map(|d| std::fs::metadata(d).ok()).map(|m| (m.dev(), m.ino())).collect();
+    // What git ignores, and nothing more: `.gitignore` files up to the repository's root
+    // and `.git/info/exclude` (not above the root, which git never reads: `require_git`;
+    // not ripgrep's `.ignore` files). Review YB: a `~/.gitignore` of `*` hid every project
+    // in the home folder, and a `.ignore` hid committed files.
     ignore::WalkBuilder::new(start)
         .hidden(false)
         .git_global(false)
-        .require_git(false)
+        .ignore(false)
+        .require_git(true)
         .filter_entry(move |e| {
             e.file_name() != ".git"
                 && (hidden.is_empty()

@@ -52,9 +52,12 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
         let build = |line_terminated: bool| {
             let mut b = RegexMatcherBuilder::new();
             b.case_insensitive(case_insensitive);
-            if line_terminated {
-                b.line_terminator(Some(b'\n'));
-            }
+            // `$` matches before `\r\n` too, as before `\n` (review YB: never at the end
+            // of a CRLF line). `crlf` sets the terminator to `\r\n`: set again after it.
+            // `multi_line`, as ripgrep sets it: the anchors are a line's, and CRLF mode only
+            // applies to them so.
+            b.multi_line(true).crlf(true);
+            b.line_terminator(line_terminated.then_some(b'\n'));
             b.build(&input.pattern)
         };
         let invalid = |e: grep_regex::Error| {
