@@ -449,9 +449,200 @@ pub fn replace_lone_surrogates(text: &str) -> Option<String> {
     Some(o)
 }
 
+/// A JSON-RPC request on one line that a JSON parser refuses although its `id` can be read
+/// (newline-delimited JSON-RPC: MCP's stdio transport): its id and why it cannot be
+/// served. `None` for a line that parses (the transport serves it), and for one whose id
+/// cannot be read or that has none (a notification, or no JSON at all: nothing to answer).
+/// What it finds: a lone UTF-16 surrogate escape (which JavaScript's `JSON.stringify`
+/// writes for half an emoji), bytes that are not UTF-8, nesting deeper than the parser's
+/// 128 levels, or JSON the parser refuses after a readable id (not a number out of range,
+/// which only a full parse finds).
+pub fn unreadable_request(line: &[u8]) -> Option<(serde_json::Value, String)> {
+    // Three passes a byte at a time at most, no value built: skipping values does not
+    // check their strings' bytes or escapes, so those are checked first.
+    let why = match std::str::from_utf8(line) {
+        Err(_) => "Invalid Request: the message is not valid UTF-8 text".to_string(),
+        Ok(text) if has_surrogate_escape(line) && replace_lone_surrogates(text).is_some() => {
+            "Invalid Request: the message holds a lone UTF-16 surrogate escape (such as \\ud800 without its pair), which denotes no Unicode character; JSON-RPC strings must be valid Unicode".to_string()
+        }
+        // Skipping values has no depth limit, parsing them has (128 levels): a deep line is
+        // parsed as the transport parses it.
+        Ok(_) if nesting_over(line, 100) => match serde_json::from_slice::<serde_json::Value>(line) {
+            Ok(_) => return None,
+            Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+                "Invalid Request: the message nests arrays and objects more than 128 levels deep".to_string()
+            }
+            Err(e) => format!("Invalid Request: the message cannot be read: {e}"),
+        },
+        Ok(_) => match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+            Ok(_) => return None,
+            Err(e) => format!("Invalid Request: the message cannot be read: {e}"),
+        },
+    };
+    let id = top_level_member(line, b"id")
+        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
+        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())?;
+    Some((id, why))
+}
+
+/// Whether arrays and objects nest more than `levels` deep in the JSON text `line` (outside
+/// its strings).
+fn nesting_over(line: &[u8], levels: usize) -> bool {
+    let (mut depth, mut in_string, mut i) = (0usize, false, 0);
+    while i < line.len() {
+        match line[i] {
+            b'\\' if in_string => i += 1,
+            b'"' => in_string = !in_string,
+            b'[' | b'{' if !in_string => {
+                depth += 1;
+                if depth > levels {
+                    return true;
+                }
+            }
+            b']' | b'}' if !in_string => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Whether `line` holds `\ud` or `\uD` anywhere (a surrogate escape may be there).
+fn has_surrogate_escape(line: &[u8]) -> bool {
+    line.windows(3).any(|w| w[0] == b'\\' && w[1] == b'u' && (w[2] | 0x20) == b'd')
+}
+
+/// The raw JSON value of member `key` of the object `line` holds at its top level, if it is
+/// an object and has one: found by skipping strings and nested values, so a line no parser
+/// takes (deep nesting, bad bytes or escapes inside its other members) still gives it.
+fn top_level_member<'a>(line: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let mut i = line.iter().position(|b| !ws(b))?;
+    if line[i] != b'{' {
+        return None;
+    }
+    i += 1;
+    // The end of the string starting at `at` (its closing quote's index + 1).
+    let string_end = |at: usize| -> Option<usize> {
+        let mut j = at + 1;
+        while j < line.len() {
+            match line[j] {
+                b'\\' => j += 2,
+                b'"' => return Some(j + 1),
+                _ => j += 1,
+            }
+        }
+        None
+    };
+    // The end of the value starting at `at`: a string, a nested array or object, or a
+    // scalar up to the next `,` or `}`.
+    let value_end = |at: usize| -> Option<usize> {
+        match line.get(at)? {
+            b'"' => string_end(at),
+            b'{' | b'[' => {
+                let (mut depth, mut j) = (0usize, at);
+                while j < line.len() {
+                    match line[j] {
+                        b'"' => {
+                            j = string_end(j)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return Some(j + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                None
+            }
+            _ => {
+                Some(at + line[at..].iter().position(|b| matches!(b, b',' | b'}') || ws(b)).unwrap_or(line.len() - at))
+            }
+        }
+    };
+    loop {
+        i += line[i..].iter().position(|b| !ws(b))?;
+        if line[i] != b'"' {
+            return None;
+        }
+        let k_end = string_end(i)?;
+        let name = &line[i + 1..k_end - 1];
+        i = k_end + line[k_end..].iter().position(|b| !ws(b))?;
+        if line[i] != b':' {
+            return None;
+        }
+        i += 1;
+        i += line[i..].iter().position(|b| !ws(b))?;
+        let v_end = value_end(i)?;
+        if name == key {
+            return Some(&line[i..v_end]);
+        }
+        i = v_end + line[v_end..].iter().position(|b| !ws(b))?;
+        if line[i] != b',' {
+            return None;
+        }
+        i += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreadable_request_is_found_with_its_id() {
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{{\"x\":{}{}}},\"id\":9}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        type Case = (Vec<u8>, Option<(serde_json::Value, &'static str)>);
+        let cases: Vec<Case> = vec![
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":"x \ud83d y"}}"#.to_vec(),
+                Some((serde_json::json!(1), "lone UTF-16 surrogate")),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","method":"m","params":{"a":"\udc00"},"id":"s-1"}"#.to_vec(),
+                Some((serde_json::json!("s-1"), "lone UTF-16 surrogate")),
+            ),
+            (
+                b"{\"id\":2,\"method\":\"m\",\"params\":{\"a\":\"\xff\xfe\"}}".to_vec(),
+                Some((serde_json::json!(2), "not valid UTF-8")),
+            ),
+            (deep.into_bytes(), Some((serde_json::json!(9), "128 levels"))),
+            (br#"{"id":3, "method":"m", "params":{"a":}}"#.to_vec(), Some((serde_json::json!(3), "cannot be read"))),
+            (
+                br#" { "a" : "}\"{" , "id" : 4 , "params": [1,"x"] "#.to_vec(),
+                Some((serde_json::json!(4), "cannot be read")),
+            ),
+            // Nothing to answer: parses, a notification, no JSON, an id of no JSON-RPC kind.
+            (br#"{"jsonrpc":"2.0","id":1,"method":"m"}"#.to_vec(), None),
+            (br#"{"jsonrpc":"2.0","method":"m","params":{"a":"\ud800"}}"#.to_vec(), None),
+            (b"{not json".to_vec(), None),
+            (b"\xff\xfe\xfd".to_vec(), None),
+            (br#"{"id":null,"params":"\ud800"}"#.to_vec(), None),
+            (br#"{"id":1.5,"params":"\ud800"}"#.to_vec(), None),
+            (br#"[{"id":1,"params":"\ud800"}]"#.to_vec(), None),
+            (br#"{"params":{"id":5},"x":"\ud800"}"#.to_vec(), None),
+        ];
+        for (line, want) in cases {
+            let got = unreadable_request(&line);
+            match (&got, &want) {
+                (Some((id, why)), Some((wid, needle))) => {
+                    assert_eq!(id, wid, "{}", String::from_utf8_lossy(&line));
+                    assert!(why.starts_with("Invalid Request: ") && why.contains(needle), "{why}");
+                }
+                (None, None) => {}
+                _ => panic!("{}: {got:?}", String::from_utf8_lossy(&line)),
+            }
+        }
+    }
 
     fn decode_all(chunks: &[&[u8]], limit: usize) -> Vec<String> {
         let mut d = Decoder::with_limit(limit);

@@ -963,3 +963,53 @@ fn running(proc_dir: &str) -> bool {
 fn written_pid(file: &Path) -> Option<String> {
     wait_for(WAIT, || std::fs::read_to_string(file).ok().filter(|s| !s.trim().is_empty()))
 }
+
+/// A request no JSON parser takes although its id can be read is answered -32600 with the
+/// reason, as the LSP side answers it, and the session goes on: a lone UTF-16 surrogate
+/// escape (JavaScript's `JSON.stringify` writes one for half an emoji), bytes that are not
+/// UTF-8, nesting over 128 levels. Before, the SDK dropped the line and its client waited
+/// for ever (review YA). A line that is not JSON at all is still dropped (docs/mcp.md).
+#[test]
+fn a_request_no_parser_takes_is_answered_and_the_session_goes_on() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    m.initialize();
+    let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+    let lines: Vec<(i64, Vec<u8>, &str)> = vec![
+        (
+            101,
+            br##"{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"plan-write","arguments":{"content":"# a \ud83d plan\n"}}}"##.to_vec(),
+            "lone UTF-16 surrogate",
+        ),
+        (
+            102,
+            b"{\"jsonrpc\":\"2.0\",\"id\":102,\"method\":\"tools/call\",\"params\":{\"name\":\"plan-write\",\"arguments\":{\"content\":\"\xff\xfe\"}}}".to_vec(),
+            "not valid UTF-8",
+        ),
+        (
+            103,
+            format!(r#"{{"jsonrpc":"2.0","id":103,"method":"tools/call","params":{{"name":"x","arguments":{{"a":{deep}}}}}}}"#).into_bytes(),
+            "128 levels",
+        ),
+    ];
+    for (id, line, needle) in lines {
+        let w = m.stdin.as_mut().expect("stdin open");
+        w.write_all(&line).unwrap();
+        w.write_all(b"\n{not json\n").unwrap();
+        w.flush().unwrap();
+        let answer = loop {
+            let line = m.lines.recv_timeout(REQUEST_TIMEOUT).unwrap_or_else(|e| panic!("no answer to {id}: {e}"));
+            let msg: Value = serde_json::from_str(&line).unwrap();
+            if msg["id"] == json!(id) {
+                break msg;
+            }
+        };
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap_or_default().contains(needle), "{answer}");
+        // Still serving.
+        assert_ok(&m.call("review-read", json!({})));
+    }
+    let (code, stderr) = m.finish();
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -10,6 +10,8 @@
 //! them. It knows nothing of the LSP front end or the command line, and nothing below it
 //! knows it exists.
 
+mod checked;
+
 use std::sync::Arc;
 
 use forge_engine::start::WATCH_IN_EDITOR;
@@ -75,6 +77,7 @@ pub fn run(args: McpArgs) -> i32 {
         let (stdin, stdout) = rmcp::transport::stdio();
         let stdin = Counted::new(stdin);
         let input = stdin.seen.clone();
+        let stdin = checked::Checked::new(stdin);
         let transport = BeforeInitialize::new(
             rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout)
                 .with_max_line_length(forge_protocol::framing::MAX_MESSAGE),
@@ -680,6 +683,10 @@ impl ServerHandler for ForgeMcp {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
+        if request.method == checked::INVALID_MESSAGE {
+            let message = request.params.as_ref().and_then(|p| p.get("message")).and_then(Value::as_str);
+            return Err(ErrorData::invalid_request(message.unwrap_or("Invalid Request").to_string(), None));
+        }
         if request.method == STATELESS_INITIALIZE {
             return Err(ErrorData::invalid_request(
                 "forge-lsp mcp: this connection started with stateless requests (each carries its protocol version and capabilities in _meta), so it takes no initialize; go on sending stateless requests, or start a new forge-lsp mcp for a handshake session",
