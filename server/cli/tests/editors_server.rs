@@ -894,6 +894,26 @@ fn a_copy_changed_on_disk_is_kept_whatever_its_name_and_wherever_it_can_be() {
     }
 }
 
+/// A save without its text over a copy that is a link (committed in the repository) to a
+/// file outside: the link is not read through. Before, the outside file's text was stored
+/// as that session's plan and copied into the project (review YC).
+#[test]
+fn a_save_without_text_does_not_read_through_a_link() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let outside = sb.mkdir("outside").join("secret.md");
+    std::fs::write(&outside, "# Outside\n\n## Objective\nsecret\n").unwrap();
+    let root = repo.path.canonicalize().unwrap();
+    std::fs::create_dir_all(root.join(".forge/view/plan/session")).unwrap();
+    let link = root.join(".forge/view/plan/session/ses_evil.md");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let c = view_client(&sb, &repo);
+    c.notify("textDocument/didSave", json!({ "textDocument": { "uri": file_uri(&link) } }));
+    std::thread::sleep(Duration::from_millis(500));
+    let e = c.tool_err("plan-read", json!({ "session_id": "ses_evil" }));
+    assert_eq!(e.code, 1002, "no plan was stored from the link's target: {e}");
+}
+
 #[test]
 fn log_lines_of_a_connection_carry_its_id() {
     let sb = Sandbox::new();

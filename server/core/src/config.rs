@@ -443,6 +443,16 @@ impl Loader {
                 return Ok(());
             }
             Ok(None) => return Ok(()),
+            // A file where a folder on the way should be (a repository's `.forge` a file): no
+            // configuration there, said once. Before, every `initialize` and `forge-lsp call`
+            // of the project failed on it (review YC).
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                self.warnings.push(format!(
+                    "configuration file {} cannot be there: a folder on its way is a file; skipped",
+                    path.display()
+                ));
+                return Ok(());
+            }
             Err(e) => return Err(ConfigError(format!("cannot read configuration file {}: {e}", path.display()))),
         };
         let table: toml::Table = toml::from_str(&text).map_err(|e| {
@@ -1144,6 +1154,15 @@ mod tests {
         let mut l = Loader::default();
         l.add_file(&d.path().join("absent.toml")).unwrap();
         assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        // A file where its folder should be (a repository's `.forge` a file): a warning.
+        std::fs::write(d.path().join(".forge"), "hi\n").unwrap();
+        let mut l = Loader::default();
+        l.add_file(&d.path().join(".forge/config.toml")).unwrap();
+        assert!(
+            l.warnings.iter().any(|w| w.contains(".forge/config.toml") && w.contains("is a file")),
+            "{:?}",
+            l.warnings
+        );
     }
 
     #[test]

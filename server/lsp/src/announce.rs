@@ -554,7 +554,7 @@ pub async fn materialize(conn: &Conn, uri: &str) {
         conn.client
             .show_message(
                 tower_lsp_server::gen_lsp_types::MessageType::Warning,
-                format!("forge-lsp: not writing the read-only copies under .forge/view: {err}"),
+                format!("forge-lsp: not writing the read-only copies under .forge/view ({}): {err}", path.display()),
             )
             .await;
     }

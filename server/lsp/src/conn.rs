@@ -407,6 +407,14 @@ impl Conn {
         self.known_plans.lock().expect("known").insert(uri.to_string());
     }
 
+    /// The client closed the document: its content and warnings are no longer refreshed
+    /// (until it is opened or fetched again).
+    pub fn forget_known(&self, uri: &str) {
+        if let Ok(mut k) = self.known_plans.lock() {
+            k.remove(uri);
+        }
+    }
+
     /// The text of an open document, if open.
     pub fn open_text(&self, uri: &str) -> Option<String> {
         self.docs.lock().expect("docs").get(uri).map(|d| d.text.clone())

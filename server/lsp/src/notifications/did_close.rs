@@ -14,6 +14,9 @@ pub fn did_close(backend: &Backend, params: DidCloseTextDocumentParams) {
     // saved): they are cleared, since not every client drops a closed document's
     // diagnostics (VS Code keeps them), and published again when it is reopened.
     conn.forget_warned(&uri);
+    // Nor published again by a later change of the plan (review YC: a closed document got
+    // its warnings back at the next plan-edit).
+    conn.forget_known(&uri);
     // Closed, its findings' ranges are read from the file on disk again (the buffer may
     // have held text never saved).
     conn.republish_findings_at(&uri);

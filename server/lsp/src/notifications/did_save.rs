@@ -15,7 +15,10 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
     }
     let Some(doc) = conn.document(&uri) else { return };
     let path = conn.view_path(&doc);
-    let disk = std::fs::read(&path).ok();
+    // Read beneath the project without following a link (review YC: a committed link there
+    // was read through, and its target stored as the plan of a save without its text).
+    let root = conn.env().project.root.clone();
+    let disk = path.strip_prefix(&root).ok().and_then(|rel| forge_core::beneath::read_file(&root, rel).ok());
     let text = match params.text {
         Some(t) => Some(t),
         None => disk.clone().and_then(|b| String::from_utf8(b).ok()),
