@@ -299,6 +299,30 @@ fn rewrites_sent_at_once_all_land() {
     assert_eq!(read(&repo, "many.py"), want);
 }
 
+/// A rewrite of many files is reported within bounds: a line per file only while its
+/// changes are shown, and the data's lists at most 1,000 long with their totals beside
+/// them. Before, 20,000 files with long paths made a reply over 64 MiB, and an applied
+/// rewrite came back as a failure (review YB).
+#[test]
+fn a_rewrite_of_many_files_is_reported_within_bounds() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    for k in 0..1500 {
+        repo.write(&format!("gen/f{k:04}.py"), "foo(1)\n");
+    }
+    let c = client(&sb, &repo);
+    let out = c.tool_ok(
+        "ast-grep-replace",
+        json!({ "pattern": "foo($A)", "rewrite": "bar($A)", "lang": "python", "dryRun": false }),
+    );
+    assert!(out.text.starts_with("[APPLIED] 1500 changes written to 1500 files."), "{:.300}", out.text);
+    assert_eq!(out.text.matches(": 1 change\n").count(), 200, "{:.300}", out.text);
+    assert!(out.text.contains("… (the first 200 of 1500 changes shown, in 200 of 1500 files)"), "{:.300}", out.text);
+    assert_eq!(out.data["files"].as_array().map(Vec::len), Some(1000));
+    assert_eq!(out.data["filesTotal"], json!(1500));
+    assert_eq!(read(&repo, "gen/f1499.py"), "bar(1)\n");
+}
+
 /// A rewrite whose files would hold more than 256 MiB is refused (dry run or not) as its
 /// replacements are made, not once they are all in memory: a short pattern's matches
 /// multiply a long rewrite.
@@ -327,7 +351,7 @@ fn a_rewrite_too_large_to_hold_is_refused() {
     // of this rewrite were a reply of 20 MB).
     let out = c.tool_ok("ast-grep-replace", json!({ "pattern": "1", "rewrite": "3".repeat(10_000), "lang": "python" }));
     assert!(out.text.len() < 300 << 10, "{} bytes", out.text.len());
-    assert!(out.text.contains("… (the first 27 of 3000 changes shown)"), "{:.300}", out.text);
+    assert!(out.text.contains("… (the first 27 of 3000 changes shown, in 1 of 1 files)"), "{:.300}", out.text);
     // One change alone is cut where the report is full (a `$A` → `$A$A` of a 1 MB match
     // was a 3.3 MB reply).
     repo.write("big.py", &format!("y = [{}]\n", "7,".repeat(100_000)));

@@ -380,6 +380,16 @@ pub fn some_of(names: &[String]) -> String {
     format!("{}{more}", shown.join(", "))
 }
 
+/// How many names a file tool's `data` lists at most in one list (files not searched,
+/// files changed); the count of all of them is beside it (`<list>Total`). One reply must
+/// stay far under the 64 MiB a message may hold: 20,000 long paths did not (review YB).
+pub const MAX_LISTED: usize = 1000;
+
+/// The first [`MAX_LISTED`] of `items`.
+pub fn listed<T>(items: &[T]) -> &[T] {
+    &items[..items.len().min(MAX_LISTED)]
+}
+
 /// A file's text, or why it cannot be read as UTF-8.
 ///
 /// Its links (a link inside the root named as the path included) are resolved once and

@@ -88,6 +88,7 @@ fn replace(
     let mut preview: Vec<String> = vec![];
     let mut shown_changes = 0usize;
     let mut preview_bytes = 0usize;
+    let mut shown_files = 0usize;
     let mut skipped = vec![];
     let mut budget = MAX_REWRITTEN_BYTES;
     for path in &files {
@@ -122,12 +123,20 @@ fn replace(
         // What the file keeps of its text is rewritten too.
         let kept = src.len() - hits.iter().map(|h| h.end - h.start).sum::<usize>();
         budget = budget.checked_sub(kept).ok_or_else(too_much)?;
-        preview.push(format!(
-            "{}: {} change{}",
-            forge_domain::text::on_one_line(&shown),
-            hits.len(),
-            if hits.len() == 1 { "" } else { "s" }
-        ));
+        // A file's line only while its changes are shown: 20,000 files made a reply over
+        // the 64 MiB a message may hold, and an applied rewrite came back as a failure
+        // (review YB).
+        if shown_changes < MAX_SHOWN && preview_bytes < MAX_SHOWN_BYTES {
+            let line = format!(
+                "{}: {} change{}",
+                forge_domain::text::on_one_line(&shown),
+                hits.len(),
+                if hits.len() == 1 { "" } else { "s" }
+            );
+            preview_bytes += line.len() + 1;
+            preview.push(line);
+            shown_files += 1;
+        }
         for h in &hits {
             if shown_changes == MAX_SHOWN || preview_bytes >= MAX_SHOWN_BYTES {
                 break;
@@ -140,8 +149,11 @@ fn replace(
         edits.push(FileEdit { path: path.clone(), shown, new, count: hits.len() });
     }
     let total: usize = edits.iter().map(|e| e.count).sum();
-    let truncated = total > shown_changes;
-    let files_json: Vec<_> = edits.iter().map(|e| json!({ "path": e.shown, "changes": e.count })).collect();
+    let truncated = total > shown_changes || edits.len() > shown_files;
+    let files_json: Vec<_> =
+        crate::files::listed(&edits).iter().map(|e| json!({ "path": e.shown, "changes": e.count })).collect();
+    let (files_total, skipped_total) = (edits.len(), skipped.len());
+    let skipped_json = crate::files::listed(&skipped);
     if edits.is_empty() {
         let mut text = format!(
             "No matches found in {} {} file(s); nothing to change.",
@@ -153,12 +165,16 @@ fn replace(
         }
         return Ok(CommandResult {
             text,
-            data: json!({ "dryRun": dry, "applied": false, "files": [], "total": 0, "skipped": skipped }).into(),
+            data: json!({ "dryRun": dry, "applied": false, "files": [], "filesTotal": 0, "total": 0,
+                "skipped": skipped_json, "skippedTotal": skipped_total })
+            .into(),
         });
     }
     let mut body = preview.join("\n");
     if truncated {
-        body.push_str(&format!("\n… (the first {shown_changes} of {total} changes shown)"));
+        body.push_str(&format!(
+            "\n… (the first {shown_changes} of {total} changes shown, in {shown_files} of {files_total} files)"
+        ));
     }
     if !skipped.is_empty() {
         body.push_str(&format!("\n\n{}", structural::not_searched(&skipped)));
@@ -172,7 +188,9 @@ fn replace(
         );
         return Ok(CommandResult {
             text,
-            data: json!({ "dryRun": true, "applied": false, "files": files_json, "total": total, "skipped": skipped }).into(),
+            data: json!({ "dryRun": true, "applied": false, "files": files_json, "filesTotal": files_total, "total": total,
+                "skipped": skipped_json, "skippedTotal": skipped_total })
+            .into(),
         });
     }
     write_all(root, &edits, config_places)?;
@@ -184,7 +202,9 @@ fn replace(
     );
     Ok(CommandResult {
         text,
-        data: json!({ "dryRun": false, "applied": true, "files": files_json, "total": total, "skipped": skipped }).into(),
+        data: json!({ "dryRun": false, "applied": true, "files": files_json, "filesTotal": files_total, "total": total,
+            "skipped": skipped_json, "skippedTotal": skipped_total })
+        .into(),
     })
 }
 

@@ -101,6 +101,7 @@ fn search(
     }
     Ok(CommandResult {
         text,
-        data: json!({ "matches": hits, "total": total, "filesSearched": searched, "truncated": total > lines.len(), "skipped": skipped }).into(),
+        data: json!({ "matches": hits, "total": total, "filesSearched": searched, "truncated": total > lines.len(),
+            "skipped": crate::files::listed(&skipped), "skippedTotal": skipped.len() }).into(),
     })
 }

@@ -212,7 +212,9 @@ fn search(
     }
     Ok(CommandResult {
         text,
-        data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files, "unreadable": unreadable, "longLines": long_lines })
+        data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files,
+            "unreadable": crate::files::listed(&unreadable), "unreadableTotal": unreadable.len(),
+            "longLines": crate::files::listed(&long_lines), "longLinesTotal": long_lines.len() })
             .into(),
     })
 }
