@@ -533,6 +533,10 @@ fn plugin_tools_are_listed_and_called() {
     assert_eq!(r["structuredContent"]["pong"], json!({ "x": 3 }), "{r}");
     let r = m.call("kit__Ping", json!({ "x": "three" }));
     assert_tool_error(&r, "invalid_params");
+    // Its name with the commands' prefix is no listed tool's (review YA: it ran).
+    let r = m.request("tools/call", json!({ "name": "forge.kit__Ping", "arguments": { "x": 3 } }));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("forge.kit__Ping"), "{r}");
     let (code, _) = m.finish();
     assert_eq!(code, 0);
 

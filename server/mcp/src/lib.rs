@@ -633,6 +633,12 @@ impl ServerHandler for ForgeMcp {
         // The MCP spec's rule: an unknown tool is a protocol error (-32602), a tool that ran
         // and failed is a result with isError.
         let Some(tool) = forge_tools::TOOLS.iter().find(|t| t.name == request.name) else {
+            // No listed tool's name has the commands' prefix: `forge.<plugin>__<name>` is
+            // unknown, not that plugin (review YA: it ran in-process and, through a server,
+            // failed naming `forge.forge.…`).
+            if request.name.starts_with(forge_protocol::COMMAND_PREFIX) {
+                return Err(unknown_tool(&request.name));
+            }
             // A plugin tool from files (PROTOCOL.md 10.4); inside a loop, whatever the loop's
             // server offers (it says when it has no such tool).
             let (route, name) = (self.route.clone(), request.name.to_string());
@@ -810,7 +816,9 @@ impl Seen {
         let n = self.bytes.load(std::sync::atomic::Ordering::Relaxed);
         match self.error.lock().ok().and_then(|e| e.clone()) {
             Some(e) => format!("{n} bytes read, then: {e}"),
-            None => format!("{n} bytes read, none of it a JSON-RPC message line"),
+            // Pings and requests before `initialize` are answered, and are no handshake
+            // (review YA: "none of it a JSON-RPC message line" after an answered ping).
+            None => format!("{n} bytes read, with no initialize request among them"),
         }
     }
 }
