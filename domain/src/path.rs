@@ -10,10 +10,10 @@ use std::path::{Component, Path, PathBuf};
 /// program the next loop runs, turn its sandbox off or add a tool of its own.
 pub fn is_forge_config(rel: &Path) -> bool {
     let parts: Vec<_> = rel.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
-    parts.windows(2).any(|w| {
-        matches!(w[0], std::path::Component::Normal(d) if d == ".forge")
-            && matches!(w[1], std::path::Component::Normal(n) if n == "config.toml" || n == "tools")
-    })
+    // Without regard to ASCII case: on a file system that ignores case (macOS's, a casefold
+    // folder) `.forge/Config.toml` is the configuration (review YB, from reading the code).
+    let is = |c: &std::path::Component, name: &str| matches!(c, std::path::Component::Normal(n) if n.as_encoded_bytes().eq_ignore_ascii_case(name.as_bytes()));
+    parts.windows(2).any(|w| is(&w[0], ".forge") && (is(&w[1], "config.toml") || is(&w[1], "tools")))
 }
 
 /// `path` with `.` dropped and each `..` taking back the name before it. A leading `..` of
@@ -92,6 +92,10 @@ mod tests {
             ("sub/.forge/config.toml", true),
             ("a/b/.forge/tools/x", true),
             (".forge", false),
+            // Any ASCII case (a file system that ignores case).
+            (".Forge/Config.toml", true),
+            (".FORGE/TOOLS/x", true),
+            (".forge/config.tomlx", false),
             ("forge/config.toml", false),
             (".forge/config.toml.bak", false),
         ] {

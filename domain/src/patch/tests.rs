@@ -562,6 +562,12 @@ fn paths_are_confined_to_the_root() {
         ("git's hooks", ".git/hooks/pre-commit", None, Err("inside a git directory")),
         ("a worktree's git link", ".git", None, Err("inside a git directory")),
         ("a nested repository's git", "vendor/x/.git/config", None, Err("inside a git directory")),
+        (
+            "git in another case (a file system that ignores case)",
+            ".GIT/hooks/pre-commit",
+            None,
+            Err("inside a git directory"),
+        ),
         ("git by an absolute path", "/work/p/.git/config", Some("/work/p"), Err("inside a git directory")),
         ("a name that only starts so", ".github/workflows/ci.yml", None, Ok(".github/workflows/ci.yml")),
         ("a name that only ends so", "x.git/a", None, Ok("x.git/a")),

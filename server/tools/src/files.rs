@@ -334,7 +334,8 @@ pub fn in_git_dir_of(root: &Path, rel: &Path, hidden: &[PathBuf]) -> bool {
 /// Whether `p` has a `.git` component: it is, or lies in, a git directory (the file tools
 /// never read or write git's own files).
 pub fn in_git_dir(p: &Path) -> bool {
-    p.components().any(|c| c.as_os_str() == ".git")
+    // Any case: `.GIT` is the git directory on a file system that ignores case.
+    p.components().any(|c| c.as_os_str().as_encoded_bytes().eq_ignore_ascii_case(b".git"))
 }
 
 /// Refuses a start path inside a git directory (`.git`, the project's or a nested
@@ -515,6 +516,15 @@ pub fn resolved_rel(root: &Path, path: &Path) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_git_directory_is_one_in_any_case() {
+        for (p, is) in
+            [(".git/config", true), ("a/.GIT/hooks/x", true), (".Git", true), ("x.git/a", false), ("a/b", false)]
+        {
+            assert_eq!(in_git_dir(Path::new(p)), is, "{p}");
+        }
+    }
 
     /// One edit lock of a root at a time: another waits for it, and past its wait is told
     /// the root is busy; another root's lock is its own.
