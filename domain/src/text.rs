@@ -72,13 +72,24 @@ pub fn replace_range(
     new: &str,
     enc: crate::diagnostics::PositionEncoding,
 ) -> String {
+    let mut out = text.to_string();
+    replace_range_in(&mut out, from, to, new, enc);
+    out
+}
+
+/// [`replace_range`] in place: no copy of the text beyond moving what follows the range
+/// (a notification of thousands of ranged changes to a large buffer made a new copy of it
+/// for each, and held the connection for minutes: review YC).
+pub fn replace_range_in(
+    text: &mut String,
+    from: (u32, u32),
+    to: (u32, u32),
+    new: &str,
+    enc: crate::diagnostics::PositionEncoding,
+) {
     let a = offset_at(text, from.0, from.1, enc);
     let b = offset_at(text, to.0, to.1, enc).max(a);
-    let mut out = String::with_capacity(text.len() - (b - a) + new.len());
-    out.push_str(&text[..a]);
-    out.push_str(new);
-    out.push_str(&text[b..]);
-    out
+    text.replace_range(a..b, new);
 }
 
 /// Longest part of a caller's input [`echo`] shows.

@@ -25,19 +25,19 @@ pub fn did_change(backend: &Backend, params: DidChangeTextDocumentParams) {
             Some(d) => {
                 d.version = version;
                 for change in params.content_changes {
-                    d.text = match change {
-                        Change::TextDocumentContentChangeWholeDocument(w) => w.text,
+                    match change {
+                        Change::TextDocumentContentChangeWholeDocument(w) => d.text = w.text,
                         Change::TextDocumentContentChangePartial(p) => {
                             let (a, b) = (p.range.start, p.range.end);
-                            forge_domain::text::replace_range(
-                                &d.text,
+                            forge_domain::text::replace_range_in(
+                                &mut d.text,
                                 (a.line, a.character),
                                 (b.line, b.character),
                                 &p.text,
                                 encoding,
                             )
                         }
-                    };
+                    }
                 }
                 true
             }
