@@ -912,6 +912,21 @@ fn a_save_without_text_does_not_read_through_a_link() {
     std::thread::sleep(Duration::from_millis(500));
     let e = c.tool_err("plan-read", json!({ "session_id": "ses_evil" }));
     assert_eq!(e.code, 1002, "no plan was stored from the link's target: {e}");
+    // A linked folder on the way: not read through when the copy is rewritten either
+    // (review YD: the outside file was kept under .forge/rejected as the user's text).
+    std::fs::remove_dir_all(root.join(".forge/view/plan")).unwrap();
+    let out_dir = sb.mkdir("outside-plan");
+    std::fs::create_dir_all(out_dir.join("session")).unwrap();
+    std::fs::write(out_dir.join("session/ses_evil.md"), "# Outside\n\n## Objective\nsecret\n").unwrap();
+    std::os::unix::fs::symlink(&out_dir, root.join(".forge/view/plan")).unwrap();
+    c.notify("textDocument/didSave", json!({ "textDocument": { "uri": file_uri(&link) } }));
+    std::thread::sleep(Duration::from_millis(700));
+    let kept: Vec<String> = std::fs::read_dir(root.join(".forge/rejected"))
+        .map(|d| d.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()).collect())
+        .unwrap_or_default();
+    assert!(!kept.iter().any(|k| k.contains("secret")), "{kept:?}");
+    assert!(!shown_messages(&c).iter().any(|m| m.contains("your text is in")), "{:?}", shown_messages(&c));
+    assert_eq!(c.tool_err("plan-read", json!({ "session_id": "ses_evil" })).code, 1002);
 }
 
 #[test]

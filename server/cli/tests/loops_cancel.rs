@@ -839,4 +839,69 @@ fn a_loop_start_killed_before_its_rows_is_undone_by_the_next_start() {
     assert_eq!(t.count("SELECT count(*) FROM loop_starts WHERE loop_name LIKE ?1", "two-halves%"), 0);
     t.signal("release");
     other.tool_ok("loop-cancel", json!({ "name": "two-halves" }));
+    drop(other);
+
+    // A killed start whose worktree someone worked in since is kept (review YD): the next
+    // loop of that name gets a suffix, and the record goes.
+    let mut t = LoopTest::start("block", "");
+    t.hold("start.created");
+    let _first = t.client.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
+    );
+    t.wait_held("start.created");
+    kill_server(&mut t);
+    let wt = t.sb.data_dir.join("worktrees").join("two-halves");
+    std::fs::write(wt.join("mine.txt"), "my work\n").unwrap();
+    let other = t.other_server("block", &[]);
+    let out = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+    assert_eq!(out.data["loopName"], json!("two-halves-1"), "{}", out.text);
+    assert_eq!(std::fs::read_to_string(wt.join("mine.txt")).unwrap(), "my work\n");
+    assert!(t.has_branch("forge/two-halves"), "kept with its worktree");
+    assert_eq!(t.count("SELECT count(*) FROM loop_starts WHERE loop_name LIKE ?1", "two-halves%"), 0);
+    t.signal("release");
+    other.tool_ok("loop-cancel", json!({ "name": "two-halves-1" }));
+}
+
+/// Two loop starts undoing one killed start: the one that read it as dead first, held
+/// there (a slow or descheduled process), finds it undone and taken by the other's new
+/// loop, and leaves that loop alone. Before, it removed the running loop's worktree and
+/// deleted its branch (review YD).
+#[test]
+fn an_undo_of_a_killed_start_never_removes_a_loop_started_since() {
+    let t = LoopTest::start("block", "");
+    // The killed start: a server held after creating the worktree, then killed.
+    let pauses = t.sb.mkdir("pauses-killed");
+    std::fs::write(pauses.join("start.created"), "").unwrap();
+    let mut killed = t.other_server("block", &[("FORGE_TEST_PAUSE_DIR", pauses.to_str().unwrap())]);
+    let _held = killed.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
+    );
+    wait_for(LOOP_WAIT, || pauses.join("start.created.reached").exists().then_some(()))
+        .unwrap_or_else(|| panic!("the start was not held{}", t.report()));
+    let pid = killed.pid().expect("a stdio server");
+    assert!(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+    assert!(wait_for(Duration::from_secs(10), || (!killed.is_alive()).then_some(())).is_some());
+    // This test's server reads the killed start as dead, and is held there.
+    t.hold("start.undo");
+    let slow = t.client.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Other", "plan": TWO_SECTIONS }] }),
+    );
+    t.wait_held("start.undo");
+    // Meanwhile another server undoes it and starts its loop in that folder.
+    let quick = t.other_server("block", &[]);
+    let out = quick.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+    assert_eq!(out.data["loopName"], json!("two-halves"), "{}", out.text);
+    t.unhold("start.undo");
+    let done = t.client.wait_response(slow, Duration::from_secs(60));
+    assert_eq!(done["result"]["data"]["loopName"], json!("other"), "{done}");
+    let wt = t.sb.data_dir.join("worktrees").join("two-halves");
+    assert!(wt.is_dir() && t.has_branch("forge/two-halves"), "the running loop keeps its worktree and branch");
+    let status = quick.tool_ok("loop-status", json!({ "name": "two-halves" }));
+    assert!(!status.text.contains("(missing)"), "{}", status.text);
+    t.signal("release");
+    quick.tool_ok("loop-cancel", json!({ "name": "two-halves" }));
+    t.client.tool_ok("loop-cancel", json!({ "name": "other" }));
 }

@@ -880,6 +880,16 @@ pub fn delete_refs(repo_dir: &Path, prefix: &str) -> Result<usize, GitError> {
     Ok(names.len())
 }
 
+/// Whether the local branch `branch` has never moved since it was made: its reflog holds
+/// its creation alone. `false` without a reflog (nothing says it did not move).
+pub fn branch_never_moved(repo_dir: &Path, branch: &str) -> Result<bool, GitError> {
+    let repo = discover(repo_dir)?;
+    let repo_path = repo_display_path(&repo);
+    let log =
+        repo.reflog(&format!("refs/heads/{branch}")).ctx(&format!("read the reflog of `{branch}`"), &repo_path)?;
+    Ok(log.len() == 1)
+}
+
 /// HEAD commit id of a worktree.
 pub fn head(worktree: &Path) -> Result<String, GitError> {
     let repo = open_worktree(worktree)?;

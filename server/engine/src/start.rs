@@ -462,9 +462,15 @@ async fn end_start(engine: &Arc<Engine>, key: &str) {
 /// Undoes the loop starts of servers that were killed after creating a loop's branch and
 /// worktree and before writing its rows (`forge_store::loop_starts`): the worktree is
 /// removed, then the branch, and the record with them. Before (FF 8), both stayed, unknown
-/// to every tool, and the next loop of that name got a suffix. A worktree folder that is
-/// gone (removed by hand) leaves its branch alone: a branch of that name may be the user's
-/// by now.
+/// to every tool, and the next loop of that name got a suffix.
+///
+/// Each record is claimed first (`loop_starts::claim`: it names this process from then
+/// on), so two processes never undo one record, and none undoes a folder a new start holds
+/// (review YD: an undo working from a list read before another server undid the same
+/// record and started a loop in that folder removed that running loop's worktree and
+/// branch). Left alone, with the record dropped: a folder a loop uses, a folder already
+/// gone (the branch may be the user's by now), a worktree with changes, a branch that
+/// moved since it was made (someone worked there).
 async fn undo_killed_starts(engine: &Arc<Engine>) {
     let dead = engine
         .store
@@ -482,36 +488,82 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
         Ok(d) => d,
         Err(e) => return tracing::warn!("cannot read the loop starts in progress: {e}"),
     };
+    let me = i64::from(std::process::id());
+    crate::pause::at("start.undo").await;
     for s in dead {
+        let at = now_ms();
+        let s2 = s.clone();
+        let claimed = engine
+            .store
+            .call(move |c| {
+                if !loop_starts::claim(c, &s2, me, at)? {
+                    return Ok(None);
+                }
+                loop_starts::folder_in_use(c, &s2.worktree_dir).map(Some)
+            })
+            .await;
+        let in_use = match claimed {
+            Ok(Some(in_use)) => in_use,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("cannot claim the loop start of {}: {e}", s.worktree_dir);
+                continue;
+            }
+        };
         let (repo, dir, branch) = (PathBuf::from(&s.repo_dir), PathBuf::from(&s.worktree_dir), s.branch.clone());
         let undone = tokio::task::spawn_blocking(move || {
-            if std::fs::symlink_metadata(&dir).is_err() {
-                return Ok(false);
+            if in_use || std::fs::symlink_metadata(&dir).is_err() {
+                return Ok(Undo::LeftAlone);
+            }
+            let clean =
+                git::head(&dir).and_then(|h| git::files_changed(&dir, &h)).is_ok_and(|(files, _, _)| files == 0);
+            if !clean || !git::branch_never_moved(&repo, &branch).unwrap_or(false) {
+                return Ok(Undo::Worked);
             }
             git::remove_worktree(&repo, &dir)?;
             git::delete_created_branch(&repo, &branch)?;
-            Ok::<_, git::GitError>(true)
+            Ok::<_, git::GitError>(Undo::Removed)
         })
         .await;
         match undone {
-            Ok(Ok(true)) => tracing::info!(
+            Ok(Ok(Undo::Removed)) => tracing::info!(
                 loop_name = %s.loop_name,
                 "undid a loop start killed before its loop was recorded (server pid {}): removed {} and branch {}",
                 s.owner_pid,
                 s.worktree_dir,
                 s.branch
             ),
-            Ok(Ok(false)) => {}
+            Ok(Ok(Undo::LeftAlone)) => {}
+            Ok(Ok(Undo::Worked)) => tracing::warn!(
+                loop_name = %s.loop_name,
+                "a loop start killed before its loop was recorded left {} and branch {}, and someone worked there since: kept (`forge-lsp cleanup loop {}` or git removes them)",
+                s.worktree_dir,
+                s.branch,
+                s.loop_name
+            ),
             Ok(Err(e)) => tracing::warn!(
                 loop_name = %s.loop_name,
                 "a loop start killed before its loop was recorded left {} and branch {}; cannot remove them: {e}",
                 s.worktree_dir,
                 s.branch
             ),
+            // The blocking task failed: the claim stays, and is undone when this process is gone.
             Err(_) => continue,
         }
-        end_start(engine, &s.worktree_dir).await;
+        let key = s.worktree_dir.clone();
+        if let Err(e) = engine.store.call(move |c| loop_starts::end_claimed(c, &key, me, at)).await {
+            tracing::warn!("cannot forget the loop start of {}: {e}", s.worktree_dir);
+        }
     }
+}
+
+/// What [`undo_killed_starts`] did with a killed start's worktree and branch.
+enum Undo {
+    Removed,
+    /// A loop uses the folder, or it is gone.
+    LeftAlone,
+    /// Changes in the worktree, or commits on the branch: kept.
+    Worked,
 }
 
 async fn rollback_git(repo: &Path, dir: &Path, branch: &str) {

@@ -446,7 +446,7 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     let mut text = documents::render_view(conn, &parsed).await.ok();
     // A copy the user changed on disk is never overwritten silently (PROTOCOL.md 10.2). A
     // copy that already shows the current text was written by another connection.
-    let mut on_disk_copy = read_view(&path).await;
+    let mut on_disk_copy = read_view(&conn.env().project.root, &path).await;
     if matches!(&on_disk_copy, Some((Err(bytes), _)) if was_handled(&path, bytes)) {
         // Kept already (by another connection of this server): only rewritten.
         on_disk_copy = None;
@@ -646,16 +646,22 @@ fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>
 }
 
 /// The text of a copy on disk (its bytes when they are not UTF-8) and whether it is still
-/// read-only, if it is a regular file (never through a link).
-async fn read_view(path: &std::path::Path) -> Option<(Result<String, Vec<u8>>, bool)> {
-    let path = path.to_path_buf();
+/// read-only, if it is a regular file beneath the project `root`, reached without following
+/// a link (review YD: a linked `.forge/view/plan` was read through, and an outside file
+/// kept under `.forge/rejected` as the user's text).
+async fn read_view(root: &std::path::Path, path: &std::path::Path) -> Option<(Result<String, Vec<u8>>, bool)> {
+    let (root, path) = (root.to_path_buf(), path.to_path_buf());
     tokio::task::spawn_blocking(move || {
-        let meta = std::fs::symlink_metadata(&path).ok()?;
+        use std::io::Read;
+        let rel = path.strip_prefix(&root).ok()?;
+        let mut file = forge_core::beneath::open_file(&root, rel).ok()?;
+        let meta = file.metadata().ok()?;
         if !meta.file_type().is_file() {
             return None;
         }
         let read_only = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o222 == 0;
-        let bytes = std::fs::read(&path).ok()?;
+        let mut bytes = vec![];
+        file.read_to_end(&mut bytes).ok()?;
         Some((String::from_utf8(bytes).map_err(|e| e.into_bytes()), read_only))
     })
     .await

@@ -37,6 +37,32 @@ pub fn end(conn: &Connection, worktree_dir: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Takes over the record of a start whose process is gone, to undo it: it names `pid` at
+/// `at` from now on, so no other process takes it for dead, nor starts a loop in its
+/// folder, while it is undone. `false` when the record is no longer `s` as read (another
+/// process took it over, undid it, or a new start holds the folder).
+pub fn claim(conn: &Connection, s: &LoopStart, pid: i64, at: i64) -> rusqlite::Result<bool> {
+    let n = conn.execute(
+        "UPDATE loop_starts SET owner_pid = ?4, started_at = ?5 WHERE worktree_dir = ?1 AND owner_pid = ?2 AND started_at = ?3",
+        params![s.worktree_dir, s.owner_pid, s.started_at, pid, at],
+    )?;
+    Ok(n == 1)
+}
+
+/// Forgets a claimed record ([`claim`]) once undone, if it is still that claim.
+pub fn end_claimed(conn: &Connection, worktree_dir: &str, pid: i64, at: i64) -> rusqlite::Result<()> {
+    conn.execute(
+        "DELETE FROM loop_starts WHERE worktree_dir = ?1 AND owner_pid = ?2 AND started_at = ?3",
+        params![worktree_dir, pid, at],
+    )?;
+    Ok(())
+}
+
+/// Whether a loop of any project has its worktree in `worktree_dir`.
+pub fn folder_in_use(conn: &Connection, worktree_dir: &str) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT EXISTS (SELECT 1 FROM loops WHERE worktree_dir = ?1)", [worktree_dir], |r| r.get(0))
+}
+
 /// Every recorded start of the data directory, oldest first.
 pub fn all(conn: &Connection) -> rusqlite::Result<Vec<LoopStart>> {
     let mut st = conn.prepare(
@@ -85,5 +111,13 @@ mod tests {
         );
         end(&c, "/w/a").unwrap();
         assert_eq!(all(&c).unwrap(), [start("/w/b", 2)]);
+        // A claim takes the record as read, once; a stale one changes nothing.
+        let b = start("/w/b", 2);
+        assert!(claim(&c, &b, 9, 50).unwrap());
+        assert!(!claim(&c, &b, 10, 60).unwrap(), "claimed already");
+        end_claimed(&c, "/w/b", 10, 60).unwrap();
+        assert_eq!(all(&c).unwrap().len(), 1, "not the other claim's");
+        end_claimed(&c, "/w/b", 9, 50).unwrap();
+        assert!(all(&c).unwrap().is_empty());
     }
 }
