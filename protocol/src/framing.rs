@@ -458,6 +458,8 @@ pub fn replace_lone_surrogates(text: &str) -> Option<String> {
 /// 128 levels, or JSON the parser refuses after a readable id (not a number out of range,
 /// which only a full parse finds).
 pub fn unreadable_request(line: &[u8]) -> Option<(serde_json::Value, String)> {
+    // A byte order mark before the JSON, as transports skip it.
+    let line = line.strip_prefix(b"\xef\xbb\xbf").unwrap_or(line);
     // Three passes a byte at a time at most, no value built: skipping values does not
     // check their strings' bytes or escapes, so those are checked first.
     let why = match std::str::from_utf8(line) {
@@ -470,7 +472,7 @@ pub fn unreadable_request(line: &[u8]) -> Option<(serde_json::Value, String)> {
         Ok(_) if nesting_over(line, 100) => match serde_json::from_slice::<serde_json::Value>(line) {
             Ok(_) => return None,
             Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
-                "Invalid Request: the message nests arrays and objects more than 128 levels deep".to_string()
+                "Invalid Request: the message nests arrays and objects 128 levels deep or more".to_string()
             }
             Err(e) => format!("Invalid Request: the message cannot be read: {e}"),
         },
@@ -479,9 +481,11 @@ pub fn unreadable_request(line: &[u8]) -> Option<(serde_json::Value, String)> {
             Err(e) => format!("Invalid Request: the message cannot be read: {e}"),
         },
     };
+    // A request: a response (no `method`) is never answered (review YE).
+    top_level_member(line, b"method")?;
     let id = top_level_member(line, b"id")
         .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
-        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())?;
+        .filter(|id| id.is_string() || id.is_i64())?;
     Some((id, why))
 }
 
@@ -618,7 +622,7 @@ mod tests {
             (deep.into_bytes(), Some((serde_json::json!(9), "128 levels"))),
             (br#"{"id":3, "method":"m", "params":{"a":}}"#.to_vec(), Some((serde_json::json!(3), "cannot be read"))),
             (
-                br#" { "a" : "}\"{" , "id" : 4 , "params": [1,"x"] "#.to_vec(),
+                br#" { "a" : "}\"{" , "id" : 4 , "method": "m", "params": [1,"x"] "#.to_vec(),
                 Some((serde_json::json!(4), "cannot be read")),
             ),
             // Nothing to answer: parses, a notification, no JSON, an id of no JSON-RPC kind.
@@ -629,6 +633,15 @@ mod tests {
             (br#"{"id":null,"params":"\ud800"}"#.to_vec(), None),
             (br#"{"id":1.5,"params":"\ud800"}"#.to_vec(), None),
             (br#"[{"id":1,"params":"\ud800"}]"#.to_vec(), None),
+            // Responses are never answered; an id beyond 64 signed bits is no id the
+            // transport reads.
+            (br#"{"jsonrpc":"2.0","id":5,"result":{"t":"\ud800"}}"#.to_vec(), None),
+            (br#"{"id":18446744073709551615,"method":"m","params":"\ud800"}"#.to_vec(), None),
+            // A byte order mark first.
+            (
+                b"\xef\xbb\xbf{\"id\":6,\"method\":\"m\",\"params\":\"\\ud800\"}".to_vec(),
+                Some((serde_json::json!(6), "surrogate")),
+            ),
             (br#"{"params":{"id":5},"x":"\ud800"}"#.to_vec(), None),
         ];
         for (line, want) in cases {

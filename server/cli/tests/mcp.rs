@@ -978,7 +978,27 @@ fn a_request_no_parser_takes_is_answered_and_the_session_goes_on() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let mut m = Mcp::start(&sb, &repo.path, &[], &[]);
+    // Before the handshake too, with its own reason (review YE: the stand-in's method was
+    // named instead).
+    {
+        let w = m.stdin.as_mut().expect("stdin open");
+        w.write_all(br#"{"jsonrpc":"2.0","id":100,"method":"initialize","params":{"x":"\ud800"}}"#).unwrap();
+        w.write_all(b"\n").unwrap();
+        w.flush().unwrap();
+        let answer: Value = serde_json::from_str(&m.lines.recv_timeout(REQUEST_TIMEOUT).unwrap()).unwrap();
+        assert_eq!(answer["id"], json!(100), "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap_or_default().contains("surrogate"), "{answer}");
+    }
     m.initialize();
+    // A response (no method) is never answered: the next message with its id is the ping's.
+    {
+        let w = m.stdin.as_mut().expect("stdin open");
+        w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"t\":\"\\ud800\"}}\n").unwrap();
+        w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\"}\n").unwrap();
+        w.flush().unwrap();
+        let answer: Value = serde_json::from_str(&m.lines.recv_timeout(REQUEST_TIMEOUT).unwrap()).unwrap();
+        assert_eq!(answer, json!({ "jsonrpc": "2.0", "id": 5, "result": {} }));
+    }
     let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
     let lines: Vec<(i64, Vec<u8>, &str)> = vec![
         (

@@ -22,8 +22,14 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// sends); its params carry `message`, the reason.
 pub const INVALID_MESSAGE: &str = "forge-lsp/invalid-message";
 
-/// The longest line checked (the transport's own limit).
+/// The longest line checked, its line break included (the transport's own limit: a longer
+/// one it drops).
 pub const MAX_LINE: usize = forge_protocol::framing::MAX_MESSAGE;
+
+/// The reason a stand-in carries.
+pub fn reason(params: Option<&serde_json::Value>) -> String {
+    params.and_then(|p| p.get("message")).and_then(serde_json::Value::as_str).unwrap_or("Invalid Request").to_string()
+}
 
 /// [`AsyncRead`] over `R` that checks each line (module docs).
 pub struct Checked<R> {
@@ -35,20 +41,26 @@ pub struct Checked<R> {
     out_at: usize,
     /// Inside a line over [`MAX_LINE`]: handed on unchecked up to its end.
     passing: bool,
+    /// How much of `pending` is known to hold no line break (each byte is looked at once:
+    /// searching from its start at every read made a long line's cost its length squared,
+    /// review YE).
+    scanned: usize,
     eof: bool,
 }
 
 impl<R> Checked<R> {
     pub fn new(inner: R) -> Self {
-        Checked { inner, pending: vec![], out: vec![], out_at: 0, passing: false, eof: false }
+        Checked { inner, pending: vec![], out: vec![], out_at: 0, passing: false, scanned: 0, eof: false }
     }
 
     /// Moves what `pending` holds of whole lines (all of it at the end of the input) to
     /// `out`, each checked.
     fn take_lines(&mut self) {
         let mut start = 0;
-        while let Some(n) = self.pending[start..].iter().position(|&b| b == b'\n') {
-            let end = start + n + 1;
+        let mut from = self.scanned;
+        while let Some(n) = self.pending[from..].iter().position(|&b| b == b'\n') {
+            let end = from + n + 1;
+            from = end;
             if self.passing {
                 self.out.extend_from_slice(&self.pending[start..end]);
                 self.passing = false;
@@ -58,19 +70,24 @@ impl<R> Checked<R> {
             start = end;
         }
         let rest = self.pending.len() - start;
-        if self.eof || self.passing || rest > MAX_LINE {
+        if self.eof || self.passing || rest >= MAX_LINE {
             // The end of the input, or a line too long to check: handed on as it is.
-            self.passing = self.passing || (!self.eof && rest > MAX_LINE);
+            self.passing = self.passing || (!self.eof && rest >= MAX_LINE);
             self.out.extend_from_slice(&self.pending[start..]);
             self.pending.clear();
         } else {
             self.pending.drain(..start);
         }
+        self.scanned = self.pending.len();
     }
 }
 
 /// Appends `line` to `out`, or the request that stands for it when no parser takes it.
 fn push_checked(out: &mut Vec<u8>, line: &[u8]) {
+    // One the transport drops for its length is left to it, as it is.
+    if line.len() > MAX_LINE {
+        return out.extend_from_slice(line);
+    }
     let body = line.strip_suffix(b"\n").unwrap_or(line);
     let body = body.strip_suffix(b"\r").unwrap_or(body);
     match forge_protocol::framing::unreadable_request(body) {

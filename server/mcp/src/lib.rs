@@ -336,6 +336,15 @@ impl<T: rmcp::transport::Transport<RoleServer>> BeforeInitialize<T> {
                         // is a handshake client's that skipped `initialize`: the SDK would
                         // answer it about missing request metadata, which misleads such a
                         // client. Say what is missing instead.
+                        // A request no parser took (`checked`): its own reason, not the
+                        // stand-in's method (review YE).
+                        if let ClientRequest::CustomRequest(c) = other {
+                            if c.method == checked::INVALID_MESSAGE {
+                                let error = ErrorData::invalid_request(checked::reason(c.params.as_ref()), None);
+                                let _ = self.inner.send(ServerJsonRpcMessage::error(error, Some(r.id.clone()))).await;
+                                continue;
+                            }
+                        }
                         if !handshake_free && meta.protocol_version().is_none() {
                             let error = ErrorData::invalid_request(
                                 format!(
@@ -690,8 +699,7 @@ impl ServerHandler for ForgeMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         if request.method == checked::INVALID_MESSAGE {
-            let message = request.params.as_ref().and_then(|p| p.get("message")).and_then(Value::as_str);
-            return Err(ErrorData::invalid_request(message.unwrap_or("Invalid Request").to_string(), None));
+            return Err(ErrorData::invalid_request(checked::reason(request.params.as_ref()), None));
         }
         if request.method == STATELESS_INITIALIZE {
             return Err(ErrorData::invalid_request(

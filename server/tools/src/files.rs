@@ -289,7 +289,7 @@ pub fn walk(root: &Path, start: &Path) -> ignore::Walk {
         .ignore(false)
         .require_git(true)
         .filter_entry(move |e| {
-            e.file_name() != ".git"
+            !e.file_name().as_encoded_bytes().eq_ignore_ascii_case(b".git")
                 && (hidden.is_empty()
                     || !e.file_type().is_some_and(|t| t.is_dir())
                     || !std::fs::metadata(e.path()).is_ok_and(|m| hidden.contains(&(m.dev(), m.ino()))))
