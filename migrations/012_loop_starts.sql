@@ -9,5 +9,7 @@ CREATE TABLE loop_starts (
     repo_dir TEXT NOT NULL,
     branch TEXT NOT NULL,
     owner_pid INTEGER NOT NULL,
-    started_at INTEGER NOT NULL
+    started_at INTEGER NOT NULL,
+    -- The commit the branch was made at, once the worktree exists (null before).
+    base_commit TEXT
 );

@@ -905,3 +905,49 @@ fn an_undo_of_a_killed_start_never_removes_a_loop_started_since() {
     quick.tool_ok("loop-cancel", json!({ "name": "two-halves" }));
     t.client.tool_ok("loop-cancel", json!({ "name": "other" }));
 }
+
+/// Holds the test's first server after a loop start ("Two halves") made its branch and
+/// worktree, kills it, and returns the worktree.
+fn killed_start(t: &mut LoopTest) -> std::path::PathBuf {
+    t.hold("start.created");
+    let _first = t.client.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
+    );
+    t.wait_held("start.created");
+    kill_server(t);
+    t.sb.data_dir.join("worktrees").join("two-halves")
+}
+
+/// A killed start is undone by its branch and worktree as they were made, not by its
+/// branch's reflog (review YF): commits made there after the reflog expired keep both,
+/// and a repository that keeps no reflog (`core.logAllRefUpdates = false`) still has its
+/// untouched leftovers undone.
+#[test]
+fn a_killed_start_is_undone_only_when_nobody_worked_there() {
+    // Commits, then the reflog expired, then one more: one reflog entry, not the creation.
+    let mut t = LoopTest::start("block", "");
+    let wt = killed_start(&mut t);
+    common::git(&wt, &["commit", "-q", "--allow-empty", "-m", "user work 1"]);
+    t.repo.git(&["reflog", "expire", "--expire=now", "--all"]);
+    common::git(&wt, &["commit", "-q", "--allow-empty", "-m", "user work 2"]);
+    let other = t.other_server("block", &[]);
+    let out = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+    assert_eq!(out.data["loopName"], json!("two-halves-1"), "{}", out.text);
+    assert!(t.has_branch("forge/two-halves") && wt.is_dir(), "the user's commits are kept");
+    assert!(t.repo.git(&["log", "--format=%s", "forge/two-halves"]).contains("user work 2"));
+    t.signal("release");
+    other.tool_ok("loop-cancel", json!({ "name": "two-halves-1" }));
+    drop(other);
+
+    // No reflog at all: untouched, so undone.
+    let mut t = LoopTest::start("block", "");
+    t.repo.git(&["config", "core.logAllRefUpdates", "false"]);
+    let wt = killed_start(&mut t);
+    assert!(wt.is_dir());
+    let other = t.other_server("block", &[]);
+    let out = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+    assert_eq!(out.data["loopName"], json!("two-halves"), "{}", out.text);
+    t.signal("release");
+    other.tool_ok("loop-cancel", json!({ "name": "two-halves" }));
+}

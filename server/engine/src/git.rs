@@ -880,14 +880,16 @@ pub fn delete_refs(repo_dir: &Path, prefix: &str) -> Result<usize, GitError> {
     Ok(names.len())
 }
 
-/// Whether the local branch `branch` has never moved since it was made: its reflog holds
-/// its creation alone. `false` without a reflog (nothing says it did not move).
-pub fn branch_never_moved(repo_dir: &Path, branch: &str) -> Result<bool, GitError> {
+/// The commit the local branch `branch` points at; `None` when there is no such branch.
+pub fn branch_tip(repo_dir: &Path, branch: &str) -> Result<Option<String>, GitError> {
     let repo = discover(repo_dir)?;
     let repo_path = repo_display_path(&repo);
-    let log =
-        repo.reflog(&format!("refs/heads/{branch}")).ctx(&format!("read the reflog of `{branch}`"), &repo_path)?;
-    Ok(log.len() == 1)
+    let tip = match repo.find_branch(branch, BranchType::Local) {
+        Ok(b) => Ok(b.get().target().map(|t| t.to_string())),
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e).ctx(&format!("look up branch `{branch}`"), &repo_path),
+    };
+    tip
 }
 
 /// HEAD commit id of a worktree.

@@ -168,6 +168,7 @@ pub async fn start_loop(
             branch: branch.clone(),
             owner_pid: i64::from(std::process::id()),
             started_at: now_ms(),
+            base_commit: None,
         };
         let held = engine.store.call(move |c| loop_starts::begin(c, &record)).await.map_err(internal)?;
         if !held {
@@ -188,6 +189,13 @@ pub async fn start_loop(
         }
         let created = created.map_err(internal)?;
         drop(named_lock);
+        if let Ok(wt) = &created {
+            // What the undo of a start killed from here on compares the branch with.
+            let (k, base) = (start_key.clone(), wt.base_commit.clone());
+            if let Err(e) = engine.store.call(move |c| loop_starts::created(c, &k, &base)).await {
+                tracing::warn!("cannot record the base commit of the loop start of {start_key}: {e}");
+            }
+        }
         crate::pause::at("start.created").await;
         match created {
             Ok(wt) => break (name, branch, wt, start_key),
@@ -499,11 +507,11 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
                 if !loop_starts::claim(c, &s2, me, at)? {
                     return Ok(None);
                 }
-                loop_starts::folder_in_use(c, &s2.worktree_dir).map(Some)
+                loop_starts::loop_folders(c).map(Some)
             })
             .await;
-        let in_use = match claimed {
-            Ok(Some(in_use)) => in_use,
+        let loop_folders = match claimed {
+            Ok(Some(folders)) => folders,
             Ok(None) => continue,
             Err(e) => {
                 tracing::warn!("cannot claim the loop start of {}: {e}", s.worktree_dir);
@@ -511,13 +519,22 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
             }
         };
         let (repo, dir, branch) = (PathBuf::from(&s.repo_dir), PathBuf::from(&s.worktree_dir), s.branch.clone());
+        let base = s.base_commit.clone();
         let undone = tokio::task::spawn_blocking(move || {
-            if in_use || std::fs::symlink_metadata(&dir).is_err() {
+            // A loop's folder, however either is spelled (review YF: another spelling of
+            // the data directory passed a comparison of the strings).
+            let same = |d: &String| same_folder(Path::new(d), &dir);
+            if std::fs::symlink_metadata(&dir).is_err() || loop_folders.iter().any(same) {
                 return Ok(Undo::LeftAlone);
             }
-            let clean =
-                git::head(&dir).and_then(|h| git::files_changed(&dir, &h)).is_ok_and(|(files, _, _)| files == 0);
-            if !clean || !git::branch_never_moved(&repo, &branch).unwrap_or(false) {
+            // Untouched since it was made: its HEAD and its branch still at the commit
+            // they were made at (review YF: a reflog's length told a branch with commits
+            // after its reflog expired from one never moved), and no change in the tree.
+            let Some(base) = base else { return Ok(Undo::Worked) };
+            let head = git::head(&dir).ok();
+            let tip = git::branch_tip(&repo, &branch).ok().flatten();
+            let clean = git::files_changed(&dir, &base).is_ok_and(|(files, _, _)| files == 0);
+            if head.as_deref() != Some(base.as_str()) || tip.as_deref() != Some(base.as_str()) || !clean {
                 return Ok(Undo::Worked);
             }
             git::remove_worktree(&repo, &dir)?;
@@ -557,12 +574,22 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
     }
 }
 
+/// Whether two paths name the same existing folder (device and inode).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
 /// What [`undo_killed_starts`] did with a killed start's worktree and branch.
 enum Undo {
     Removed,
     /// A loop uses the folder, or it is gone.
     LeftAlone,
-    /// Changes in the worktree, or commits on the branch: kept.
+    /// Changes in the worktree, commits on the branch or at its HEAD, or no base commit
+    /// recorded (killed while the worktree was made): kept.
     Worked,
 }
 

@@ -19,6 +19,8 @@ pub struct LoopStart {
     pub branch: String,
     pub owner_pid: i64,
     pub started_at: i64,
+    /// The commit the branch was made at, once its worktree exists ([`created`]).
+    pub base_commit: Option<String>,
 }
 
 /// Records a start; `false` when another start holds the same worktree folder.
@@ -29,6 +31,15 @@ pub fn begin(conn: &Connection, s: &LoopStart) -> rusqlite::Result<bool> {
         params![s.worktree_dir, s.project_id, s.loop_name, s.repo_dir, s.branch, s.owner_pid, s.started_at],
     )?;
     Ok(n == 1)
+}
+
+/// Records the commit the start's branch and worktree were made at.
+pub fn created(conn: &Connection, worktree_dir: &str, base_commit: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE loop_starts SET base_commit = ?2 WHERE worktree_dir = ?1",
+        params![worktree_dir, base_commit],
+    )?;
+    Ok(())
 }
 
 /// Forgets a start: its loop's rows are written, or it was rolled back.
@@ -58,15 +69,18 @@ pub fn end_claimed(conn: &Connection, worktree_dir: &str, pid: i64, at: i64) -> 
     Ok(())
 }
 
-/// Whether a loop of any project has its worktree in `worktree_dir`.
-pub fn folder_in_use(conn: &Connection, worktree_dir: &str) -> rusqlite::Result<bool> {
-    conn.query_row("SELECT EXISTS (SELECT 1 FROM loops WHERE worktree_dir = ?1)", [worktree_dir], |r| r.get(0))
+/// The worktree folders of every stored loop, of any project, as stored (a folder may be
+/// spelled another way than a start's record: compare them as files).
+pub fn loop_folders(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare("SELECT DISTINCT worktree_dir FROM loops")?;
+    let rows = st.query_map([], |r| r.get(0))?;
+    rows.collect()
 }
 
 /// Every recorded start of the data directory, oldest first.
 pub fn all(conn: &Connection) -> rusqlite::Result<Vec<LoopStart>> {
     let mut st = conn.prepare(
-        "SELECT worktree_dir, project_id, loop_name, repo_dir, branch, owner_pid, started_at FROM loop_starts ORDER BY started_at",
+        "SELECT worktree_dir, project_id, loop_name, repo_dir, branch, owner_pid, started_at, base_commit FROM loop_starts ORDER BY started_at",
     )?;
     let rows = st.query_map([], |r| {
         Ok(LoopStart {
@@ -77,6 +91,7 @@ pub fn all(conn: &Connection) -> rusqlite::Result<Vec<LoopStart>> {
             branch: r.get(4)?,
             owner_pid: r.get(5)?,
             started_at: r.get(6)?,
+            base_commit: r.get(7)?,
         })
     })?;
     rows.collect()
@@ -95,6 +110,7 @@ mod tests {
             branch: "forge/n".into(),
             owner_pid: pid,
             started_at: 5,
+            base_commit: None,
         }
     }
 
@@ -109,6 +125,8 @@ mod tests {
             all(&c).unwrap().iter().map(|s| (s.worktree_dir.as_str(), s.owner_pid)).collect::<Vec<_>>(),
             [("/w/a", 1), ("/w/b", 2)]
         );
+        created(&c, "/w/a", "abc").unwrap();
+        assert_eq!(all(&c).unwrap()[0].base_commit.as_deref(), Some("abc"));
         end(&c, "/w/a").unwrap();
         assert_eq!(all(&c).unwrap(), [start("/w/b", 2)]);
         // A claim takes the record as read, once; a stale one changes nothing.
