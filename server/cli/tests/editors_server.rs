@@ -509,21 +509,9 @@ fn a_copy_reloaded_after_another_server_rewrote_it_saves() {
     cb.tool_ok("plan-write", json!({ "content": "# P\n\n## Objective\nv2\n", "session_id": ca.session_id() }));
     let current = wait_file(&copy, |t| t.contains("v2"));
     std::thread::sleep(Duration::from_millis(500));
-    ca.notify(
-        "textDocument/didChange",
-        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": current }] }),
-    );
     let edited = format!("{current}\nmy addition after reloading");
-    ca.notify(
-        "textDocument/didChange",
-        json!({ "textDocument": { "uri": uri, "version": 3 }, "contentChanges": [{ "text": edited }] }),
-    );
-    ca.notify("textDocument/didSave", json!({ "textDocument": { "uri": uri }, "text": edited }));
-    let stored = wait_for(WAIT, || {
-        let out = ca.tool_ok("plan-read", json!({}));
-        out.text.contains("my addition after reloading").then_some(())
-    });
-    assert!(stored.is_some(), "a save after reloading is stored: {:?}", shown_messages(&ca));
+    let stored = reload_edit_and_save(&ca, &uri, 2, &current, &edited, "my addition after reloading");
+    assert!(stored, "a save after reloading is stored: {:?}", shown_messages(&ca));
     assert!(!repo.path.join(".forge/rejected").exists(), "nothing kept as rejected");
 }
 
@@ -637,21 +625,22 @@ fn saving_a_copy_opened_before_the_plan_changed_is_refused_not_stored() {
     // what it wrote just after the file appears.
     let current = wait_file(&copy, |t| t.contains("Two, newer."));
     std::thread::sleep(Duration::from_millis(200));
-    c.notify(
-        "textDocument/didChange",
-        json!({ "textDocument": { "uri": uri, "version": 3 }, "contentChanges": [{ "text": current }] }),
-    );
     let edited = current.replace("Two, newer.", "Three, after reloading.");
-    c.notify(
-        "textDocument/didChange",
-        json!({ "textDocument": { "uri": uri, "version": 4 }, "contentChanges": [{ "text": edited }] }),
-    );
+    let stored = reload_edit_and_save(&c, &uri, 3, &current, &edited, "Three, after reloading.");
+    assert!(stored, "a save after reloading is stored: {:?}", shown_messages(&c));
+}
+
+/// A buffer of the copy at `uri` reloaded to `reloaded` (version `version`), edited to
+/// `edited` and saved; whether the caller's plan then holds `marker`.
+fn reload_edit_and_save(c: &Client, uri: &str, version: i32, reloaded: &str, edited: &str, marker: &str) -> bool {
+    for (v, text) in [(version, reloaded), (version + 1, edited)] {
+        c.notify(
+            "textDocument/didChange",
+            json!({ "textDocument": { "uri": uri, "version": v }, "contentChanges": [{ "text": text }] }),
+        );
+    }
     c.notify("textDocument/didSave", json!({ "textDocument": { "uri": uri }, "text": edited }));
-    let stored = wait_for(WAIT, || {
-        let out = c.tool_ok("plan-read", json!({}));
-        out.text.contains("Three, after reloading.").then_some(())
-    });
-    assert!(stored.is_some(), "a save after reloading is stored: {:?}", shown_messages(&c));
+    wait_for(WAIT, || c.tool_ok("plan-read", json!({})).text.contains(marker).then_some(())).is_some()
 }
 
 /// Vim, Neovim and Helix add a final line break when they save: saving an unchanged copy

@@ -819,16 +819,7 @@ fn assert_no_agent_of(t: &LoopTest, session: &str) {
 #[test]
 fn a_loop_start_killed_before_its_rows_is_undone_by_the_next_start() {
     let mut t = LoopTest::start("block", "");
-    t.hold("start.created");
-    let _first = t.client.send_request(
-        "workspace/executeCommand",
-        json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
-    );
-    t.wait_held("start.created");
-    let wt = t.sb.data_dir.join("worktrees").join("two-halves");
-    assert!(t.has_branch("forge/two-halves") && wt.is_dir(), "the start made its branch and worktree");
-    assert_eq!(t.count("SELECT count(*) FROM loop_starts WHERE loop_name = ?1", "two-halves"), 1);
-    kill_server(&mut t);
+    let wt = killed_start(&mut t);
     assert!(t.has_branch("forge/two-halves") && wt.is_dir(), "left by the killed start");
 
     let other = t.other_server("block", &[]);
@@ -844,14 +835,7 @@ fn a_loop_start_killed_before_its_rows_is_undone_by_the_next_start() {
     // A killed start whose worktree someone worked in since is kept (review YD): the next
     // loop of that name gets a suffix, and the record goes.
     let mut t = LoopTest::start("block", "");
-    t.hold("start.created");
-    let _first = t.client.send_request(
-        "workspace/executeCommand",
-        json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
-    );
-    t.wait_held("start.created");
-    kill_server(&mut t);
-    let wt = t.sb.data_dir.join("worktrees").join("two-halves");
+    let wt = killed_start(&mut t);
     std::fs::write(wt.join("mine.txt"), "my work\n").unwrap();
     let other = t.other_server("block", &[]);
     let out = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
@@ -906,8 +890,8 @@ fn an_undo_of_a_killed_start_never_removes_a_loop_started_since() {
     t.client.tool_ok("loop-cancel", json!({ "name": "other" }));
 }
 
-/// Holds the test's first server after a loop start ("Two halves") made its branch and
-/// worktree, kills it, and returns the worktree.
+/// Holds the test's first server after a loop start ("Two halves") made its branch,
+/// worktree and record, kills it, and returns the worktree.
 fn killed_start(t: &mut LoopTest) -> std::path::PathBuf {
     t.hold("start.created");
     let _first = t.client.send_request(
@@ -915,8 +899,11 @@ fn killed_start(t: &mut LoopTest) -> std::path::PathBuf {
         json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
     );
     t.wait_held("start.created");
+    let wt = t.sb.data_dir.join("worktrees").join("two-halves");
+    assert!(t.has_branch("forge/two-halves") && wt.is_dir(), "the start made its branch and worktree");
+    assert_eq!(t.count("SELECT count(*) FROM loop_starts WHERE loop_name = ?1", "two-halves"), 1);
     kill_server(t);
-    t.sb.data_dir.join("worktrees").join("two-halves")
+    wt
 }
 
 /// A killed start is undone by its branch and worktree as they were made, not by its
