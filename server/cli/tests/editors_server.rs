@@ -458,11 +458,7 @@ fn every_link_of_a_fresh_index_points_at_a_copy_that_is_there() {
 fn copies_another_server_process_wrote_are_not_taken_for_the_users() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let (a, b) = (sb.listen_unix(&sb.root.join("a/s.sock")), sb.listen_unix(&sb.root.join("b/s.sock")));
-    let mut ca = a.connect();
-    ca.init(&Init::new(&repo.path).text_document_content(false));
-    let mut cb = b.connect();
-    cb.init(&Init::new(&repo.path).text_document_content(false));
+    let (a, _b, ca, cb) = two_servers_with_view_clients(&sb, &repo);
     // The writes go through one of the two servers (as `forge-lsp call` does): it writes
     // the copies at once, the other when its change feed shows the write.
     let mut writer = a.connect();
@@ -483,6 +479,17 @@ fn copies_another_server_process_wrote_are_not_taken_for_the_users() {
     assert!(kept.is_empty(), "{kept:?}");
 }
 
+/// Two `serve --listen` processes of one data directory, each with a connected editor of
+/// `repo` that reads the copies (no `workspace/textDocumentContent`).
+fn two_servers_with_view_clients(sb: &Sandbox, repo: &GitRepo) -> (ListenServer, ListenServer, Client, Client) {
+    let (a, b) = (sb.listen_unix(&sb.root.join("a/s.sock")), sb.listen_unix(&sb.root.join("b/s.sock")));
+    let mut ca = a.connect();
+    ca.init(&Init::new(&repo.path).text_document_content(false));
+    let mut cb = b.connect();
+    cb.init(&Init::new(&repo.path).text_document_content(false));
+    (a, b, ca, cb)
+}
+
 /// A buffer of a copy reloaded after another server process rewrote the copy (two editors
 /// on the project, each with its own server) saves from the new text. Before, the process
 /// whose editor held the buffer found the copy already current and kept its record of the
@@ -491,11 +498,7 @@ fn copies_another_server_process_wrote_are_not_taken_for_the_users() {
 fn a_copy_reloaded_after_another_server_rewrote_it_saves() {
     let sb = Sandbox::new();
     let repo = GitRepo::new();
-    let (a, b) = (sb.listen_unix(&sb.root.join("a/s.sock")), sb.listen_unix(&sb.root.join("b/s.sock")));
-    let mut ca = a.connect();
-    ca.init(&Init::new(&repo.path).text_document_content(false));
-    let mut cb = b.connect();
-    cb.init(&Init::new(&repo.path).text_document_content(false));
+    let (_a, _b, ca, cb) = two_servers_with_view_clients(&sb, &repo);
     ca.tool_ok("plan-write", json!({ "content": "# P\n\n## Objective\nv1\n" }));
     let copy = repo.path.canonicalize().unwrap().join(format!(".forge/view/plan/session/{}.md", ca.session_id()));
     let opened = wait_file(&copy, |t| t.contains("v1"));
