@@ -927,6 +927,26 @@ fn a_killed_start_is_undone_only_when_nobody_worked_there() {
     other.tool_ok("loop-cancel", json!({ "name": "two-halves-1" }));
     drop(other);
 
+    // Files git ignores, and a change hidden from `git status` (skip-worktree), are work
+    // too (review YG: both went with the worktree).
+    for (round, work) in ["ignored", "skip-worktree"].into_iter().enumerate() {
+        let mut t = LoopTest::start("block", "");
+        let wt = killed_start(&mut t);
+        if work == "ignored" {
+            std::fs::write(t.repo.path.join(".git/info/exclude"), "*.log\n").unwrap();
+            std::fs::write(wt.join("notes.log"), "precious\n").unwrap();
+        } else {
+            common::git(&wt, &["update-index", "--skip-worktree", "README.md"]);
+            std::fs::write(wt.join("README.md"), "my edit\n").unwrap();
+        }
+        let other = t.other_server("block", &[]);
+        let out = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+        assert_eq!(out.data["loopName"], json!("two-halves-1"), "round {round} ({work}): {}", out.text);
+        assert!(wt.is_dir() && t.has_branch("forge/two-halves"), "{work}: kept");
+        t.signal("release");
+        other.tool_ok("loop-cancel", json!({ "name": "two-halves-1" }));
+    }
+
     // No reflog at all: untouched, so undone.
     let mut t = LoopTest::start("block", "");
     t.repo.git(&["config", "core.logAllRefUpdates", "false"]);

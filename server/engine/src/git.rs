@@ -672,6 +672,33 @@ pub fn left_behind(worktree: &Path) -> Result<Vec<String>, GitError> {
     Ok(paths)
 }
 
+/// Whether a worktree holds nothing but what its checkout made: no entry in `git status`,
+/// ignored files and submodules included; no submodule git directory of its own; no index
+/// entry marked skip-worktree or assume-unchanged (their changes hide from `status`); and
+/// at most one entry in its HEAD's reflog (a commit on a detached HEAD, then a checkout
+/// back, leaves more). Stricter than [`left_behind`]: this decides whether a worktree that
+/// nobody asked to remove may go (review YG: the count of changed files ignored submodules
+/// and ignored files, and their work went with the worktree).
+pub fn untouched_since_checkout(worktree: &Path) -> Result<bool, GitError> {
+    let repo = open_worktree(worktree)?;
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(false).include_ignored(true).exclude_submodules(false);
+    let statuses = repo.statuses(Some(&mut opts)).ctx("list what is not committed", worktree)?;
+    if statuses.iter().any(|s| !s.status().is_empty()) {
+        return Ok(false);
+    }
+    if fs::symlink_metadata(repo.path().join("modules")).is_ok() {
+        return Ok(false);
+    }
+    let index = repo.index().ctx("read the index", worktree)?;
+    // VALID (assume-unchanged) in the flags, SKIP_WORKTREE in the extended flags.
+    if index.iter().any(|e| e.flags & 0x8000 != 0 || e.flags_extended & 0x4000 != 0) {
+        return Ok(false);
+    }
+    let head_log = repo.reflog("HEAD").ctx("read the reflog of HEAD", worktree)?;
+    Ok(head_log.len() <= 1)
+}
+
 /// The audit scope since `since`: tracked files changed between `since` and the working
 /// tree (committed, staged and unstaged: each as "M path", "A path", "D path",
 /// "R old -> new"; a type change is "M"), and untracked files (not ignored).

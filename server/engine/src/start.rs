@@ -533,13 +533,16 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
             let Some(base) = base else { return Ok(Undo::Worked) };
             let head = git::head(&dir).ok();
             let tip = git::branch_tip(&repo, &branch).ok().flatten();
-            let clean = git::files_changed(&dir, &base).is_ok_and(|(files, _, _)| files == 0);
+            let clean = git::untouched_since_checkout(&dir).unwrap_or(false);
             if head.as_deref() != Some(base.as_str()) || tip.as_deref() != Some(base.as_str()) || !clean {
                 return Ok(Undo::Worked);
             }
             git::remove_worktree(&repo, &dir)?;
-            git::delete_created_branch(&repo, &branch)?;
-            Ok::<_, git::GitError>(Undo::Removed)
+            // Checked out elsewhere (a worktree of the user's): the branch stays.
+            Ok::<_, git::GitError>(match git::delete_created_branch(&repo, &branch) {
+                Ok(()) => Undo::Removed,
+                Err(e) => Undo::BranchKept(e.to_string()),
+            })
         })
         .await;
         match undone {
@@ -551,6 +554,12 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
                 s.branch
             ),
             Ok(Ok(Undo::LeftAlone)) => {}
+            Ok(Ok(Undo::BranchKept(why))) => tracing::warn!(
+                loop_name = %s.loop_name,
+                "undid a loop start killed before its loop was recorded: removed {}; its branch {} stays: {why}",
+                s.worktree_dir,
+                s.branch
+            ),
             Ok(Ok(Undo::Worked)) => tracing::warn!(
                 loop_name = %s.loop_name,
                 "a loop start killed before its loop was recorded left {} and branch {}, and someone worked there since: kept (`forge-lsp cleanup loop {}` or git removes them)",
@@ -586,6 +595,8 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 /// What [`undo_killed_starts`] did with a killed start's worktree and branch.
 enum Undo {
     Removed,
+    /// The worktree removed; the branch could not be deleted (checked out elsewhere).
+    BranchKept(String),
     /// A loop uses the folder, or it is gone.
     LeftAlone,
     /// Changes in the worktree, commits on the branch or at its HEAD, or no base commit
