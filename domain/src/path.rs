@@ -16,6 +16,13 @@ pub fn is_forge_config(rel: &Path) -> bool {
     parts.windows(2).any(|w| is(&w[0], ".forge") && (is(&w[1], "config.toml") || is(&w[1], "tools")))
 }
 
+/// Whether a path component names a git directory: `.git` in any ASCII case (on a file
+/// system that ignores case, `.GIT` is the git directory). The file tools never read or
+/// write what lies there.
+pub fn is_git_dir_name(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b".git")
+}
+
 /// `path` with `.` dropped and each `..` taking back the name before it. A leading `..` of
 /// a relative path stays; `/..` is `/`. A trailing `/` is dropped.
 pub fn lexical(path: &Path) -> PathBuf {

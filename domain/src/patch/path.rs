@@ -42,8 +42,7 @@ pub fn normalize_path(raw: &str, root: Option<&str>) -> Result<String, String> {
     }
     // Git's own files (hooks, config, a worktree's `.git` link) are not the project's code:
     // a patch that wrote there could make git run a program of its choosing.
-    // Any case: `.GIT` is the git directory on a file system that ignores case.
-    if relative.split('/').any(|part| part.eq_ignore_ascii_case(".git")) {
+    if relative.split('/').any(|part| crate::path::is_git_dir_name(part.as_bytes())) {
         return Err("is inside a git directory (.git), which apply-patch does not change".to_string());
     }
     // The server trusts its uncommitted project configuration: a patch must not choose the

@@ -289,7 +289,7 @@ pub fn walk(root: &Path, start: &Path) -> ignore::Walk {
         .ignore(false)
         .require_git(true)
         .filter_entry(move |e| {
-            !e.file_name().as_encoded_bytes().eq_ignore_ascii_case(b".git")
+            !forge_domain::path::is_git_dir_name(e.file_name().as_encoded_bytes())
                 && (hidden.is_empty()
                     || !e.file_type().is_some_and(|t| t.is_dir())
                     || !std::fs::metadata(e.path()).is_ok_and(|m| hidden.contains(&(m.dev(), m.ino()))))
@@ -334,8 +334,7 @@ pub fn in_git_dir_of(root: &Path, rel: &Path, hidden: &[PathBuf]) -> bool {
 /// Whether `p` has a `.git` component: it is, or lies in, a git directory (the file tools
 /// never read or write git's own files).
 pub fn in_git_dir(p: &Path) -> bool {
-    // Any case: `.GIT` is the git directory on a file system that ignores case.
-    p.components().any(|c| c.as_os_str().as_encoded_bytes().eq_ignore_ascii_case(b".git"))
+    p.components().any(|c| forge_domain::path::is_git_dir_name(c.as_os_str().as_encoded_bytes()))
 }
 
 /// Refuses a start path inside a git directory (`.git`, the project's or a nested
