@@ -507,7 +507,7 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
                 if !loop_starts::claim(c, &s2, me, at)? {
                     return Ok(None);
                 }
-                loop_starts::loop_folders(c).map(Some)
+                loops::worktree_folders(c).map(Some)
             })
             .await;
         let loop_folders = match claimed {

@@ -69,14 +69,6 @@ pub fn end_claimed(conn: &Connection, worktree_dir: &str, pid: i64, at: i64) -> 
     Ok(())
 }
 
-/// The worktree folders of every stored loop, of any project, as stored (a folder may be
-/// spelled another way than a start's record: compare them as files).
-pub fn loop_folders(conn: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut st = conn.prepare("SELECT DISTINCT worktree_dir FROM loops")?;
-    let rows = st.query_map([], |r| r.get(0))?;
-    rows.collect()
-}
-
 /// Every recorded start of the data directory, oldest first.
 pub fn all(conn: &Connection) -> rusqlite::Result<Vec<LoopStart>> {
     let mut st = conn.prepare(

@@ -112,6 +112,14 @@ pub fn get(conn: &Connection, project: &str, name: &str) -> rusqlite::Result<Opt
         .optional()
 }
 
+/// The worktree folders of every stored loop, of any project, as stored (a folder may be
+/// spelled another way elsewhere: compare them as files).
+pub fn worktree_folders(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare("SELECT DISTINCT worktree_dir FROM loops")?;
+    let rows = st.query_map([], |r| r.get(0))?;
+    rows.collect()
+}
+
 /// The process id recorded as the loop's owner at its start or last restart, if any.
 pub fn owner_pid(conn: &Connection, project: &str, loop_name: &str) -> rusqlite::Result<Option<i64>> {
     conn.query_row(
