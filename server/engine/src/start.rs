@@ -213,9 +213,7 @@ pub async fn start_loop(
     if let Some(b) = &bwrap {
         let sb = shim_sandbox(engine, env, &wt.dir, env.config.sandbox_network);
         if let Err(e) = sb.write_shim(b, &engine.data_dir) {
-            let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
-            rollback_git(&repo, &wt.dir, &branch).await;
-            end_start(engine, &start_key).await;
+            abandon_start(engine, &repo, &wt.dir, &branch, &start_key).await;
             return Err(internal(format!("cannot write the sandbox shims: {e}")));
         }
     }
@@ -223,9 +221,7 @@ pub async fn start_loop(
     // The agent command, checked before any row exists: a loop that cannot start is never
     // announced as running.
     if let Err(e) = probe_agent(env, &wt.dir) {
-        let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
-        rollback_git(&repo, &wt.dir, &branch).await;
-        end_start(engine, &start_key).await;
+        abandon_start(engine, &repo, &wt.dir, &branch, &start_key).await;
         return Err(ToolError::precondition(format!("Failed to start loop: {e}")));
     }
 
@@ -283,9 +279,7 @@ pub async fn start_loop(
         })
         .await;
     if let Err(e) = rows {
-        let _ = sandbox::remove_shims(&engine.data_dir, &wt.dir);
-        rollback_git(&repo, &wt.dir, &branch).await;
-        end_start(engine, &start_key).await;
+        abandon_start(engine, &repo, &wt.dir, &branch, &start_key).await;
         return Err(internal(e));
     }
     engine.store.wrote.wake();
@@ -459,6 +453,14 @@ async fn first_prompt(engine: &Arc<Engine>, project: &str, name: &str, env: &Too
         .unwrap_or_default()
 }
 
+/// Rolls back a loop start that failed after its worktree was made: its sandbox shims,
+/// its worktree and branch, then its record.
+async fn abandon_start(engine: &Arc<Engine>, repo: &Path, worktree: &Path, branch: &str, key: &str) {
+    let _ = sandbox::remove_shims(&engine.data_dir, worktree);
+    rollback_git(repo, worktree, branch).await;
+    end_start(engine, key).await;
+}
+
 /// Forgets a loop start that was rolled back (or never created anything).
 async fn end_start(engine: &Arc<Engine>, key: &str) {
     let k = key.to_string();
@@ -477,8 +479,9 @@ async fn end_start(engine: &Arc<Engine>, key: &str) {
 /// (review YD: an undo working from a list read before another server undid the same
 /// record and started a loop in that folder removed that running loop's worktree and
 /// branch). Left alone, with the record dropped: a folder a loop uses, a folder already
-/// gone (the branch may be the user's by now), a worktree with changes, a branch that
-/// moved since it was made (someone worked there).
+/// gone (the branch may be the user's by now), and one someone worked in: its HEAD or
+/// branch not at the recorded base commit, anything beyond its checkout
+/// (`git::untouched_since_checkout`), or no base commit recorded.
 async fn undo_killed_starts(engine: &Arc<Engine>) {
     let dead = engine
         .store
