@@ -652,21 +652,24 @@ fn write_view(root: &std::path::Path, path: &std::path::Path, text: Option<&str>
 async fn read_view(root: &std::path::Path, path: &std::path::Path) -> Option<(Result<String, Vec<u8>>, bool)> {
     let (root, path) = (root.to_path_buf(), path.to_path_buf());
     tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let rel = path.strip_prefix(&root).ok()?;
-        let mut file = forge_core::beneath::open_file(&root, rel).ok()?;
-        let meta = file.metadata().ok()?;
-        if !meta.file_type().is_file() {
-            return None;
-        }
-        let read_only = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o222 == 0;
-        let mut bytes = vec![];
-        file.read_to_end(&mut bytes).ok()?;
+        let (bytes, read_only) = read_copy(&root, &path)?;
         Some((String::from_utf8(bytes).map_err(|e| e.into_bytes()), read_only))
     })
     .await
     .ok()
     .flatten()
+}
+
+/// The bytes of the copy at `path`, a regular file beneath the project `root` reached
+/// without following a link (`forge_core::beneath`), and whether it is still read-only.
+pub fn read_copy(root: &std::path::Path, path: &std::path::Path) -> Option<(Vec<u8>, bool)> {
+    use std::io::Read;
+    let rel = path.strip_prefix(root).ok()?;
+    let mut file = forge_core::beneath::open_file(root, rel).ok()?;
+    let read_only = std::os::unix::fs::PermissionsExt::mode(&file.metadata().ok()?.permissions()) & 0o222 == 0;
+    let mut bytes = vec![];
+    file.read_to_end(&mut bytes).ok()?;
+    Some((bytes, read_only))
 }
 
 /// How the user's text of a copy reached the server.

@@ -17,8 +17,7 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
     let path = conn.view_path(&doc);
     // Read beneath the project without following a link (review YC: a committed link there
     // was read through, and its target stored as the plan of a save without its text).
-    let root = conn.env().project.root.clone();
-    let disk = path.strip_prefix(&root).ok().and_then(|rel| forge_core::beneath::read_file(&root, rel).ok());
+    let disk = crate::announce::read_copy(&conn.env().project.root, &path).map(|(bytes, _)| bytes);
     let text = match params.text {
         Some(t) => Some(t),
         None => disk.clone().and_then(|b| String::from_utf8(b).ok()),
