@@ -62,24 +62,11 @@ pub fn offset_at(text: &str, line: u32, character: u32, enc: crate::diagnostics:
     end
 }
 
-/// `text` with the part from `from` to `to` (LSP positions, see [`offset_at`]) replaced
-/// by `new`: one ranged change of `textDocument/didChange`. A range whose end comes
-/// before its start replaces nothing at its start.
-pub fn replace_range(
-    text: &str,
-    from: (u32, u32),
-    to: (u32, u32),
-    new: &str,
-    enc: crate::diagnostics::PositionEncoding,
-) -> String {
-    let mut out = text.to_string();
-    replace_range_in(&mut out, from, to, new, enc);
-    out
-}
-
-/// [`replace_range`] in place: no copy of the text beyond moving what follows the range
-/// (a notification of thousands of ranged changes to a large buffer made a new copy of it
-/// for each, and held the connection for minutes: review YC).
+/// Replaces the part of `text` from `from` to `to` (LSP positions, see [`offset_at`]) by
+/// `new`: one ranged change of `textDocument/didChange`. A range whose end comes before
+/// its start replaces nothing at its start. In place: no copy of the text beyond moving what follows the range (a notification of
+/// thousands of ranged changes to a large buffer made a new copy of it for each, and held
+/// the connection for minutes: review YC).
 pub fn replace_range_in(
     text: &mut String,
     from: (u32, u32),
@@ -426,7 +413,9 @@ mod tests {
             ("abc", (0, 2), (0, 1), "-", Utf16, "ab-c"),
         ];
         for (text, from, to, new, enc, want) in table {
-            assert_eq!(replace_range(text, *from, *to, new, *enc), *want, "{text:?} {from:?}-{to:?}");
+            let mut out = text.to_string();
+            replace_range_in(&mut out, *from, *to, new, *enc);
+            assert_eq!(out, *want, "{text:?} {from:?}-{to:?}");
         }
     }
 
