@@ -152,8 +152,11 @@ fn replace(
     let truncated = total > shown_changes || edits.len() > shown_files;
     let files_json: Vec<_> =
         crate::files::listed(&edits).iter().map(|e| json!({ "path": e.shown, "changes": e.count })).collect();
-    let (files_total, skipped_total) = (edits.len(), skipped.len());
-    let skipped_json = crate::files::listed(&skipped);
+    let files_total = edits.len();
+    let data = |applied: bool| {
+        json!({ "dryRun": dry, "applied": applied, "files": files_json, "filesTotal": files_total, "total": total,
+            "skipped": crate::files::listed(&skipped), "skippedTotal": skipped.len() })
+    };
     if edits.is_empty() {
         let mut text = format!(
             "No matches found in {} {} file(s); nothing to change.",
@@ -165,9 +168,7 @@ fn replace(
         }
         return Ok(CommandResult {
             text,
-            data: json!({ "dryRun": dry, "applied": false, "files": [], "filesTotal": 0, "total": 0,
-                "skipped": skipped_json, "skippedTotal": skipped_total })
-            .into(),
+            data: data(false).into(),
         });
     }
     let mut body = preview.join("\n");
@@ -188,9 +189,7 @@ fn replace(
         );
         return Ok(CommandResult {
             text,
-            data: json!({ "dryRun": true, "applied": false, "files": files_json, "filesTotal": files_total, "total": total,
-                "skipped": skipped_json, "skippedTotal": skipped_total })
-            .into(),
+            data: data(false).into(),
         });
     }
     write_all(root, &edits, config_places)?;
@@ -202,9 +201,7 @@ fn replace(
     );
     Ok(CommandResult {
         text,
-        data: json!({ "dryRun": false, "applied": true, "files": files_json, "filesTotal": files_total, "total": total,
-            "skipped": skipped_json, "skippedTotal": skipped_total })
-        .into(),
+        data: data(true).into(),
     })
 }
 
