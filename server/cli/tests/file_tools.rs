@@ -771,6 +771,52 @@ fn grep_respects_gitignore_include_and_the_path_guard() {
 }
 
 /// A minified file's one long line is cut around the match, not returned whole (twice).
+/// Files are read on several threads (grep.rs): the answer is still the one of a search of
+/// one file after another, in the walk's order: a smaller `limit` gives the first matches
+/// of a larger one, and the count of files ends at the file where the limit was reached.
+#[test]
+fn grep_answers_in_one_stable_order_whatever_reads_the_files() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    for d in 0..20 {
+        for f in 0..20 {
+            let i = d * 20 + f;
+            // Some files are larger (more to read, so they finish later) and match twice.
+            let body = if i % 7 == 0 {
+                format!("zebra {i} a\n{}zebra {i} b\n", "filler line\n".repeat(20_000))
+            } else {
+                format!("zebra {i}\n")
+            };
+            repo.write(&format!("tree/d{d:02}/f{f:02}.txt"), &body);
+        }
+    }
+    let c = client(&sb, &repo);
+    let matches = |v: &serde_json::Value| -> Vec<(String, u64)> {
+        v["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["path"].as_str().unwrap().to_string(), m["line"].as_u64().unwrap()))
+            .collect()
+    };
+    let all = c.tool_ok("grep", json!({ "pattern": "zebra", "path": "tree", "limit": 5000 }));
+    let every = matches(&all.data);
+    assert_eq!(every.len(), 400 + 58, "{}", all.text);
+    assert_eq!(all.data["filesSearched"], 400, "{}", all.data["filesSearched"]);
+    assert_eq!(all.data["truncated"], false);
+    for limit in [1usize, 2, 37, 150, 399, 457, 458] {
+        let out = c.tool_ok("grep", json!({ "pattern": "zebra", "path": "tree", "limit": limit }));
+        let got = matches(&out.data);
+        assert_eq!(got, every[..limit.min(every.len())], "limit {limit}");
+        assert_eq!(out.data["truncated"], limit < every.len(), "limit {limit}");
+        // Every file matches: the files counted are those of the matches kept, and the
+        // one whose match did not fit.
+        let mut files: Vec<&str> = every[..(limit + 1).min(every.len())].iter().map(|m| m.0.as_str()).collect();
+        files.dedup();
+        assert_eq!(out.data["filesSearched"], files.len(), "limit {limit}");
+    }
+}
+
 #[test]
 fn grep_cuts_a_long_line_around_its_match() {
     let sb = Sandbox::new();
