@@ -847,6 +847,36 @@ fn a_loop_start_killed_before_its_rows_is_undone_by_the_next_start() {
     other.tool_ok("loop-cancel", json!({ "name": "two-halves-1" }));
 }
 
+/// A start killed after making its branch and before making its worktree: the next start
+/// deletes the branch, still at the commit recorded before it was made, and takes the name
+/// again. Before, the branch stayed and the next loop of that name got a suffix. A branch
+/// someone committed on since is kept.
+#[test]
+fn a_start_killed_before_its_worktree_has_its_branch_undone() {
+    let mut t = LoopTest::start("block", "");
+    let wt = killed_start_at(&mut t, "start.branch");
+    let other = t.other_server("block", &[]);
+    let out = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+    assert_eq!(out.data["loopName"], json!("two-halves"), "{}", out.text);
+    assert_eq!(out.data["worktreeDir"], json!(wt), "{}", out.text);
+    assert_eq!(t.count("SELECT count(*) FROM loop_starts WHERE loop_name LIKE ?1", "two-halves%"), 0);
+    t.signal("release");
+    other.tool_ok("loop-cancel", json!({ "name": "two-halves" }));
+    drop(other);
+
+    let mut t = LoopTest::start("block", "");
+    killed_start_at(&mut t, "start.branch");
+    let tree = t.repo.git(&["rev-parse", "forge/two-halves^{tree}"]);
+    let work = t.repo.git(&["commit-tree", tree.trim(), "-p", "forge/two-halves", "-m", "user work"]);
+    t.repo.git(&["update-ref", "refs/heads/forge/two-halves", work.trim()]);
+    let other = t.other_server("block", &[]);
+    let out = other.tool_ok("execute-plan", json!({ "title": "Two halves", "plan": TWO_SECTIONS }));
+    assert_eq!(out.data["loopName"], json!("two-halves-1"), "{}", out.text);
+    assert!(t.repo.git(&["log", "--format=%s", "forge/two-halves"]).contains("user work"), "kept");
+    t.signal("release");
+    other.tool_ok("loop-cancel", json!({ "name": "two-halves-1" }));
+}
+
 /// Two loop starts undoing one killed start: the one that read it as dead first, held
 /// there (a slow or descheduled process), finds it undone and taken by the other's new
 /// loop, and leaves that loop alone. Before, it removed the running loop's worktree and
@@ -893,14 +923,20 @@ fn an_undo_of_a_killed_start_never_removes_a_loop_started_since() {
 /// Holds the test's first server after a loop start ("Two halves") made its branch,
 /// worktree and record, kills it, and returns the worktree.
 fn killed_start(t: &mut LoopTest) -> std::path::PathBuf {
-    t.hold("start.created");
+    killed_start_at(t, "start.created")
+}
+
+/// A loop start of "Two halves" held at the test pause `pause`, then its server killed.
+fn killed_start_at(t: &mut LoopTest, pause: &str) -> std::path::PathBuf {
+    t.hold(pause);
     let _first = t.client.send_request(
         "workspace/executeCommand",
         json!({ "command": "forge.execute-plan", "arguments": [{ "title": "Two halves", "plan": TWO_SECTIONS }] }),
     );
-    t.wait_held("start.created");
+    t.wait_held(pause);
     let wt = t.sb.data_dir.join("worktrees").join("two-halves");
-    assert!(t.has_branch("forge/two-halves") && wt.is_dir(), "the start made its branch and worktree");
+    assert!(t.has_branch("forge/two-halves"), "the start made its branch");
+    assert_eq!(wt.is_dir(), pause == "start.created", "the start made its worktree at {pause} only");
     assert_eq!(t.count("SELECT count(*) FROM loop_starts WHERE loop_name = ?1", "two-halves"), 1);
     kill_server(t);
     wt

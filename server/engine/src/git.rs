@@ -231,12 +231,25 @@ pub fn branch_exists(repo_dir: &Path, branch: &str) -> Result<bool, GitError> {
 /// adds `.forge/` to the repository's (common) `info/exclude`. On failure nothing is left
 /// behind (no branch, no directory, no registration).
 pub fn create_worktree(repo_dir: &Path, dir: &Path, branch: &str) -> Result<Worktree, GitError> {
+    create_worktree_at(repo_dir, dir, branch, None)
+}
+
+/// [`create_worktree`] with the branch made at the commit `at` (a full id) instead of
+/// HEAD: a loop start records the commit before the branch exists (`forge_store::loop_starts`),
+/// so a start killed between the two is undone by it.
+pub fn create_worktree_at(repo_dir: &Path, dir: &Path, branch: &str, at: Option<&str>) -> Result<Worktree, GitError> {
     let repo = discover(repo_dir)?;
     let repo_path = repo_display_path(&repo);
     if !valid_branch_name(branch) {
         return Err(GitError::InvalidBranchName { branch: branch.to_string() });
     }
-    let head_commit = head_commit_of(&repo, &repo_path)?;
+    let head_commit = match at {
+        Some(id) => {
+            let found = Oid::from_str(id).and_then(|oid| repo.find_commit(oid));
+            found.map_err(|source| GitError::UnknownCommit { rev: id.to_string(), path: repo_path.clone(), source })?
+        }
+        None => head_commit_of(&repo, &repo_path)?,
+    };
     match repo.find_branch(branch, BranchType::Local) {
         Ok(_) => return Err(GitError::BranchExists { branch: branch.to_string(), repo: repo_path }),
         Err(e) if e.code() == ErrorCode::NotFound => {}
@@ -261,6 +274,8 @@ pub fn create_worktree(repo_dir: &Path, dir: &Path, branch: &str) -> Result<Work
             return Err(e);
         }
     };
+    // Tests kill a loop start here: its branch made, its worktree not.
+    crate::pause::at_blocking("start.branch");
     let added = add_worktree(&repo, &repo_path, &dir, &reference, branch);
     drop(reference);
     if let Err(e) = added {
@@ -917,6 +932,14 @@ pub fn branch_tip(repo_dir: &Path, branch: &str) -> Result<Option<String>, GitEr
         Err(e) => Err(e).ctx(&format!("look up branch `{branch}`"), &repo_path),
     };
     tip
+}
+
+/// The full id of the HEAD commit of the repository containing `repo_dir` (what
+/// [`create_worktree`] branches from).
+pub fn repo_head(repo_dir: &Path) -> Result<String, GitError> {
+    let repo = discover(repo_dir)?;
+    let commit = head_commit_of(&repo, &repo_display_path(&repo))?;
+    Ok(commit.id().to_string())
 }
 
 /// HEAD commit id of a worktree.

@@ -160,6 +160,10 @@ pub async fn start_loop(
         // Recorded before the branch and worktree exist, until the loop's rows do: a start
         // killed in between is undone by a later one (`undo_killed_starts`).
         let start_key = dir.display().to_string();
+        // The commit the branch is made at, read first and recorded with the start: a start
+        // killed after making its branch but before its worktree is undone by it too.
+        let r0 = repo.clone();
+        let base = tokio::task::spawn_blocking(move || git::repo_head(&r0).ok()).await.ok().flatten();
         let record = loop_starts::LoopStart {
             worktree_dir: start_key.clone(),
             project_id: project.clone(),
@@ -168,7 +172,7 @@ pub async fn start_loop(
             branch: branch.clone(),
             owner_pid: i64::from(std::process::id()),
             started_at: now_ms(),
-            base_commit: None,
+            base_commit: base.clone(),
         };
         let held = engine.store.call(move |c| loop_starts::begin(c, &record)).await.map_err(internal)?;
         if !held {
@@ -183,7 +187,8 @@ pub async fn start_loop(
             )));
         }
         let (r3, d3, b3) = (repo.clone(), dir.clone(), branch.clone());
-        let created = tokio::task::spawn_blocking(move || git::create_worktree(&r3, &d3, &b3)).await;
+        let created =
+            tokio::task::spawn_blocking(move || git::create_worktree_at(&r3, &d3, &b3, base.as_deref())).await;
         if !matches!(created, Ok(Ok(_))) {
             end_start(engine, &start_key).await;
         }
@@ -478,10 +483,12 @@ async fn end_start(engine: &Arc<Engine>, key: &str) {
 /// on), so two processes never undo one record, and none undoes a folder a new start holds
 /// (review YD: an undo working from a list read before another server undid the same
 /// record and started a loop in that folder removed that running loop's worktree and
-/// branch). Left alone, with the record dropped: a folder a loop uses, a folder already
-/// gone (the branch may be the user's by now), and one someone worked in: its HEAD or
-/// branch not at the recorded base commit, anything beyond its checkout
-/// (`git::untouched_since_checkout`), or no base commit recorded.
+/// branch). A start killed before its worktree was made has only its branch undone, when
+/// it is still at the recorded commit and checked out nowhere. Left alone, with the record
+/// dropped: a folder a loop uses, and one someone worked in: its HEAD or branch not at the
+/// recorded base commit, anything beyond its checkout (`git::untouched_since_checkout`),
+/// or no base commit recorded (a repository without commits, or a record of an older
+/// server).
 async fn undo_killed_starts(engine: &Arc<Engine>) {
     let dead = engine
         .store
@@ -527,8 +534,23 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
             // A loop's folder, however either is spelled (review YF: another spelling of
             // the data directory passed a comparison of the strings).
             let same = |d: &String| same_folder(Path::new(d), &dir);
-            if std::fs::symlink_metadata(&dir).is_err() || loop_folders.iter().any(same) {
+            if loop_folders.iter().any(same) {
                 return Ok(Undo::LeftAlone);
+            }
+            if std::fs::symlink_metadata(&dir).is_err() {
+                // Killed before its worktree was made (or the folder was removed since): its
+                // branch, if it was made and is still at the recorded commit, holds nothing
+                // but that commit (before, it stayed, and the next loop of that name got a
+                // suffix). Checked out somewhere since: it stays.
+                let tip = git::branch_tip(&repo, &branch).ok().flatten();
+                return Ok(match (tip, base) {
+                    (None, _) => Undo::LeftAlone,
+                    (Some(tip), Some(base)) if tip == base => match git::delete_created_branch(&repo, &branch) {
+                        Ok(()) => Undo::Removed,
+                        Err(e) => Undo::BranchKept(e.to_string()),
+                    },
+                    _ => Undo::Worked,
+                });
             }
             // Untouched since it was made: its HEAD and its branch still at the commit
             // they were made at (review YF: a reflog's length told a branch with commits

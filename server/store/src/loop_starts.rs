@@ -19,16 +19,17 @@ pub struct LoopStart {
     pub branch: String,
     pub owner_pid: i64,
     pub started_at: i64,
-    /// The commit the branch was made at, once its worktree exists ([`created`]).
+    /// The commit the branch is made at: read before the branch is made, recorded again
+    /// once its worktree exists ([`created`]).
     pub base_commit: Option<String>,
 }
 
 /// Records a start; `false` when another start holds the same worktree folder.
 pub fn begin(conn: &Connection, s: &LoopStart) -> rusqlite::Result<bool> {
     let n = conn.execute(
-        "INSERT INTO loop_starts (worktree_dir, project_id, loop_name, repo_dir, branch, owner_pid, started_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (worktree_dir) DO NOTHING",
-        params![s.worktree_dir, s.project_id, s.loop_name, s.repo_dir, s.branch, s.owner_pid, s.started_at],
+        "INSERT INTO loop_starts (worktree_dir, project_id, loop_name, repo_dir, branch, owner_pid, started_at, base_commit)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (worktree_dir) DO NOTHING",
+        params![s.worktree_dir, s.project_id, s.loop_name, s.repo_dir, s.branch, s.owner_pid, s.started_at, s.base_commit],
     )?;
     Ok(n == 1)
 }
