@@ -817,6 +817,40 @@ fn grep_answers_in_one_stable_order_whatever_reads_the_files() {
     }
 }
 
+/// A worker reads a file with more room than the answer has left for it: what it finds
+/// before a failure further on (a line over 16 MiB) is kept when a search of one file after
+/// another stopped at its limit before that line (review YH: the file's matches were
+/// dropped, the file named as not searched, and later files' matches taken instead).
+#[test]
+fn grep_stopped_at_its_limit_before_a_long_line_keeps_what_came_before() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    for i in 0..200 {
+        repo.write(&format!("t/f{i:03}.txt"), &format!("needle {i}\n"));
+    }
+    // The walk lists a folder's files in the directory's order: the 66th is the first of
+    // the second batch of 64.
+    let mut order: Vec<String> = std::fs::read_dir(repo.path.join("t"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let long = order.remove(65);
+    let mut body = b"needle x0\nneedle x1\nneedle x2\nneedle x3\nneedle x4\n".to_vec();
+    body.extend(std::iter::repeat_n(b'y', 17 << 20));
+    body.extend(b"\nneedle x5\n");
+    std::fs::write(repo.path.join("t").join(&long), body).unwrap();
+    let c = client(&sb, &repo);
+    let out = c.tool_ok("grep", json!({ "pattern": "needle", "path": "t", "limit": 67 }));
+    let paths: Vec<&str> =
+        out.data["matches"].as_array().unwrap().iter().map(|m| m["path"].as_str().unwrap()).collect();
+    let mut expected: Vec<String> = order[..65].iter().map(|n| format!("t/{n}")).collect();
+    expected.extend([format!("t/{long}"), format!("t/{long}")]);
+    assert_eq!(paths, expected, "{}", out.text);
+    assert_eq!(out.data["truncated"], true);
+    assert_eq!(out.data["filesSearched"], 66);
+    assert_eq!(out.data["longLinesTotal"], 0, "{}", out.text);
+}
+
 #[test]
 fn grep_cuts_a_long_line_around_its_match() {
     let sb = Sandbox::new();

@@ -110,8 +110,16 @@ const MAX_WORKERS: usize = 4;
 
 /// What searching one file gave.
 enum Searched {
+    /// Searched to its end, or to one match more than its room (`full`); a binary file's
+    /// matches are dropped.
     Done { hits: Vec<(u64, String)>, full: bool, binary: bool },
-    Failed(std::io::Error),
+    /// Failed: not opened, not read, a line over [`MAX_LINE_BUFFER`]; `hits` found before
+    /// that (a worker searches with more room than the answer may have left, so it can read
+    /// further than a search one file after another, which stopped at its limit before
+    /// the failure: review YH), with `binary` telling whether the file holds a NUL byte.
+    Failed { error: std::io::Error, hits: Vec<(u64, String)>, binary: bool },
+    /// The search of this file panicked (a bug): the call fails.
+    Panicked,
 }
 
 /// Walks on one thread and reads the files on up to [`MAX_WORKERS`] others, [`BATCH`]
@@ -200,35 +208,51 @@ fn search(
                     .heap_limit(Some(MAX_LINE_BUFFER))
                     .build();
                 let mut reader = forge_core::beneath::Reader::new(root);
+                // The answer is complete, or its caller gave up: the file being read is
+                // left at its next read, the batch's other files are not opened (review
+                // YH: a cancelled search read on through up to 64 files).
+                let halted = || stop.load(Ordering::Acquire) || crate::files::gave_up(cancel);
                 loop {
                     let job = job_rx.lock().map_err(|_| ()).and_then(|rx| rx.recv().map_err(|_| ()));
                     let Ok((seq, paths)) = job else { break };
-                    // The room left for this batch's files: the reply's, less what the
-                    // batch's earlier files keep (those before it may keep more, which
-                    // the answer's order settles).
-                    let mut left = room.load(Ordering::Acquire);
+                    // What the batch's files searched so far keep: the room of the next one
+                    // is the reply's, less that (the files of batches before it may keep
+                    // more, which the answer's order settles).
+                    let mut kept = 0;
                     let mut out = Vec::with_capacity(paths.len());
+                    let mut panicked = false;
                     for path in paths {
-                        if stop.load(Ordering::Acquire) {
+                        if halted() {
                             break;
                         }
                         let shown = path.strip_prefix(root).unwrap_or(&path).display().to_string();
-                        let searched = search_file(&mut searcher, &mut reader, matcher, left, start, start_rel, &path);
+                        let left = room.load(Ordering::Acquire).saturating_sub(kept);
+                        let searched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            search_file(&mut searcher, &mut reader, matcher, left, start, start_rel, &path, &halted)
+                        }))
+                        .unwrap_or(Searched::Panicked);
                         // A file with more matches than room ends the answer at the latest
                         // there: the batch's later files are not needed.
                         let over = match &searched {
                             Searched::Done { hits, full, binary: false } => {
-                                left -= hits.len();
+                                kept += hits.len();
                                 *full
                             }
-                            _ => false,
+                            Searched::Failed { hits, .. } => hits.len() > left,
+                            Searched::Panicked => {
+                                panicked = true;
+                                true
+                            }
+                            Searched::Done { .. } => false,
                         };
                         out.push((shown, searched));
                         if over {
                             break;
                         }
                     }
-                    if done_tx.send((seq, out)).is_err() {
+                    // After a panic this thread's searcher and reader are in no known state:
+                    // it ends (its batch is sent, and the call fails at that file).
+                    if done_tx.send((seq, out)).is_err() || panicked {
                         break;
                     }
                 }
@@ -248,9 +272,19 @@ fn search(
                         return None;
                     }
                     files += 1;
+                    let left = limit - lines.len();
                     let (found, full, binary) = match searched {
                         Searched::Done { hits, full, binary } => (hits, full, binary),
-                        Searched::Failed(e) => {
+                        // A search of one file after another stopped at its limit before the
+                        // failure, as full.
+                        Searched::Failed { hits, binary, .. } if hits.len() > left => (hits, true, binary),
+                        Searched::Panicked => {
+                            stop.store(true, Ordering::Release);
+                            return Some(ToolError::internal(format!(
+                                "grep failed while searching {shown} (an internal error; the server's log has it)"
+                            )));
+                        }
+                        Searched::Failed { error: e, .. } => {
                             // Out of descriptors is the server's state, not the file's: the
                             // whole search fails, rather than answering with files silently
                             // left out.
@@ -276,7 +310,6 @@ fn search(
                     if binary {
                         continue;
                     }
-                    let left = limit - lines.len();
                     // More matches than the reply has room for: this file's first ones, and
                     // the search ends.
                     let over = full || found.len() > left;
@@ -340,7 +373,9 @@ fn search(
 }
 
 /// Searches the file at `path` (below `start`, whose real place below `root` is
-/// `start_rel`), keeping at most `room` matches: with more, `full` is set.
+/// `start_rel`), keeping at most `room` matches: with more, `full` is set. Every read
+/// fails once `halted` says so.
+#[allow(clippy::too_many_arguments)]
 fn search_file(
     searcher: &mut Searcher,
     reader: &mut forge_core::beneath::Reader,
@@ -349,24 +384,60 @@ fn search_file(
     start: &Path,
     start_rel: &Path,
     path: &Path,
+    halted: &dyn Fn() -> bool,
 ) -> Searched {
     let mut found = FileHits { matcher, room, hits: vec![], binary: false, full: false };
     let opened = match path.strip_prefix(start) {
         Ok(below) => reader.open(&start_rel.join(below)),
         Err(_) => Err(std::io::Error::other("not below the search's start")),
     };
-    let searched = opened.and_then(|f| {
-        searcher.search_file(matcher, &f, &mut found)?;
+    let f = match opened {
+        Ok(f) => f,
+        Err(error) => return Searched::Failed { error, hits: vec![], binary: false },
+    };
+    let searched = searcher.search_reader(matcher, Halting { f: &f, halted }, &mut found).and_then(|()| {
         // Stopped at the limit before the end: the rest may still hold a NUL byte, which
         // makes the whole file binary (no matches from it).
         if found.full && !found.binary {
-            found.binary = holds_nul(&f)?;
+            found.binary = holds_nul(&f, halted)?;
         }
         Ok(())
     });
     match searched {
-        Ok(()) => Searched::Done { hits: found.hits, full: found.full, binary: found.binary },
-        Err(e) => Searched::Failed(e),
+        Ok(()) => {
+            // Dropped here, not kept until the answer takes the file (review YH: a batch of
+            // binary files held up to `limit` matches each).
+            if found.binary {
+                found.hits = vec![];
+            }
+            Searched::Done { hits: found.hits, full: found.full, binary: found.binary }
+        }
+        Err(error) if found.hits.is_empty() => Searched::Failed { error, hits: vec![], binary: false },
+        Err(error) => {
+            // What was read before the failure held no NUL byte (the search would have
+            // ended there, as binary); the rest may.
+            use std::io::Seek;
+            match (&f).seek(std::io::SeekFrom::Start(0)).and_then(|_| holds_nul(&f, halted)) {
+                Ok(true) => Searched::Failed { error, hits: vec![], binary: true },
+                Ok(false) => Searched::Failed { error, hits: found.hits, binary: false },
+                Err(error) => Searched::Failed { error, hits: vec![], binary: false },
+            }
+        }
+    }
+}
+
+/// A file read that fails once `halted` says so.
+struct Halting<'a> {
+    f: &'a std::fs::File,
+    halted: &'a dyn Fn() -> bool,
+}
+
+impl std::io::Read for Halting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if (self.halted)() {
+            return Err(std::io::Error::other("the search ended"));
+        }
+        (&mut &*self.f).read(buf)
     }
 }
 
@@ -380,7 +451,7 @@ const MAX_LINE_BUFFER: usize = 16 << 20;
 ///
 /// A file that starts with a UTF-16 byte order mark is text the searcher transcodes (its
 /// raw bytes are full of NULs): never binary.
-fn holds_nul(mut f: &std::fs::File) -> std::io::Result<bool> {
+fn holds_nul(mut f: &std::fs::File, halted: &dyn Fn() -> bool) -> std::io::Result<bool> {
     use std::io::Read;
     use std::os::unix::fs::FileExt;
     let mut bom = [0u8; 2];
@@ -389,6 +460,9 @@ fn holds_nul(mut f: &std::fs::File) -> std::io::Result<bool> {
     }
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
+        if halted() {
+            return Err(std::io::Error::other("the search ended"));
+        }
         match f.read(&mut chunk) {
             Ok(0) => return Ok(false),
             Ok(n) if memchr::memchr(0, &chunk[..n]).is_some() => return Ok(true),
