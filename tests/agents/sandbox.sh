@@ -26,6 +26,14 @@ shell incwd '{"command":"pwd","cwd":"sub/./dir"}'
 shell escape "{\"command\":\"touch '$state/escaped' && echo wrote\"}"
 shell timeout '{"command":"echo start; sleep 30","timeoutMs":300}'
 shell toolong '{"command":"true","timeoutMs":600001}'
+# A process that left the command's group (setsid): killed with it on the timeout.
+shell escaped "{\"command\":\"setsid sleep 31 >/dev/null 2>&1 </dev/null & echo \$! > '$d/escaped.pid'; sleep 30\",\"timeoutMs\":500}"
+shell nulbyte '{"command":"echo a\u0000b"}'
+# A command over one argument's 128 KiB, read from standard input (it is too long to be
+# an argument of forge-lsp call too).
+big=$(head -c 140000 /dev/zero | tr '\0' a)
+printf '{"command":"echo %s"}' "$big" | forge-lsp call shell - --json > "$d/huge.json" 2> "$d/huge.err"
+echo $? > "$d/huge.code"
 shell dotdot '{"command":"pwd","cwd":"../.."}'
 shell absolute '{"command":"pwd","cwd":"/etc"}'
 echo "${PATH%%:*}" > "$d/path-head"

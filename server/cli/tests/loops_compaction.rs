@@ -88,6 +88,13 @@ fn a_cancel_during_a_compaction_stops_it() {
     let name = t.execute("One step", ONE_SECTION);
     let pid: u32 = t.wait_state_file("compact.pid").trim().parse().expect("compaction pid");
     let turns_before = arg_turns(&t).len();
+    // A task control waits a bounded time for the compacting runner, and does nothing when
+    // it gave up (review YI: it answered after the whole compaction).
+    let asked = std::time::Instant::now();
+    let e = t.client.tool_err("task-message", json!({ "name": name, "message": "never queued" }));
+    assert_eq!(e.code, 1005, "{e}");
+    assert_contains(&e.message, "is busy (compacting a standby session, or ending a turn)");
+    assert!(asked.elapsed() < std::time::Duration::from_secs(20), "the task control waited {:?}", asked.elapsed());
     let asked = std::time::Instant::now();
     let out = t.client.tool_ok("loop-cancel", json!({ "name": name }));
     assert_contains(&out.text, &format!("Cancelled loop \"{name}\""));

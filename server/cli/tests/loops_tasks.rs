@@ -15,6 +15,22 @@ use common::*;
 use loop_support::*;
 use serde_json::json;
 
+/// At most 32 messages wait for one session: all of them go into its next prompt.
+#[test]
+fn a_sessions_queue_of_messages_is_bounded() {
+    let t = LoopTest::start("task", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    t.wait_status(&name, "running", |p| p["status"] == json!("running"));
+    for i in 1..=32 {
+        let m = t.client.tool_ok("task-message", json!({ "name": name, "message": format!("note {i}") }));
+        assert_eq!(m.data["queuedMessages"], json!(i), "{}", m.text);
+    }
+    let e = t.client.tool_err("task-message", json!({ "name": name, "message": "one too many" }));
+    assert_eq!(e.code, 1003, "{e}");
+    assert_contains(&e.message, "already has 32 messages waiting (at most 32)");
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+}
+
 #[test]
 fn status_message_cancel_and_revive_a_loop_session() {
     let t = LoopTest::start("task", "");

@@ -320,6 +320,13 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     let (code, err) = failure(&d, "toolong");
     assert_eq!(code, "2", "{err}");
     assert_contains(&err, "timeoutMs");
+    // What `sh -c` cannot be given is bad input too (review YI: 1007 from the spawn).
+    let (code, err) = failure(&d, "nulbyte");
+    assert_eq!(code, "2", "{err}");
+    assert_contains(&err, "must not contain a NUL byte");
+    let (code, err) = failure(&d, "huge");
+    assert_eq!(code, "2", "{err}");
+    assert_contains(&err, "140005 bytes, over the 131071 bytes");
     for bad in ["dotdot", "absolute"] {
         let (code, err) = failure(&d, bad);
         assert_eq!(code, "2", "{bad}: {err}");
@@ -361,8 +368,24 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     std::thread::sleep(Duration::from_millis(300));
     // The configuration is in effect: a new loop starts without a sandbox.
     let other = f.client.tool_ok("execute-plan", json!({ "title": "Other", "plan": PLAN }));
+    let other_session = other.data["sessionId"].as_str().expect("sessionId").to_string();
     let other = other.data["loopName"].as_str().expect("loopName").to_string();
     assert_eq!(f.loop_columns(&other), (0, 0));
+    // Without the sandbox, what a timed-out command started in a session of its own
+    // (`setsid`) is killed with it, by the call's mark (review YI: it ran on).
+    let d3 = f.wait_turn(&other_session);
+    assert_eq!(result(&d3, "escaped")["data"]["timedOut"], json!(true));
+    let escaped = read(&d3, "escaped.pid").trim().to_string();
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            // Gone, or a zombie nobody reaped yet.
+            let stat = std::fs::read_to_string(format!("/proc/{escaped}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            matches!(state, None | Some('Z')).then_some(())
+        })
+        .is_some(),
+        "the command's setsid child {escaped} outlived its timeout"
+    );
     f.client.tool_ok("loop-cancel", json!({ "name": other }));
     let r = f.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
     assert!(shims.join("sh").is_file(), "restart recreates the shims");

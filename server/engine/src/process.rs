@@ -166,7 +166,20 @@ pub fn kill_orphaned(leader: &Leader, session: &str) -> usize {
         }
         killed = members.len();
     }
-    killed + kill_marked("FORGE_SESSION_ID", session)
+    killed + kill_session_marked(session)
+}
+
+/// The variable that marks a `forge.shell` command with the session it ran for. Not
+/// `FORGE_SESSION_ID`: a `forge-lsp call` in the command would then claim to be that
+/// session (without its token).
+pub const SHELL_SESSION_ENV: &str = "FORGE_SHELL_SESSION";
+
+/// Kills what carries `session`'s marks: its agent's processes (`FORGE_SESSION_ID`) and
+/// the `forge.shell` commands run for it ([`SHELL_SESSION_ENV`]: without the sandbox, which
+/// dies with the server, a command outlived a server killed outright, and the next cancel
+/// or restart did not find it; review YI).
+pub fn kill_session_marked(session: &str) -> usize {
+    kill_marked("FORGE_SESSION_ID", session) + kill_marked(SHELL_SESSION_ENV, session)
 }
 
 /// Kills every process of this user whose environment holds `var=value`, however it left
@@ -462,6 +475,23 @@ mod tests {
         }
         assert_eq!(kill_orphaned(&leader, "ses_escaped"), 2);
         assert!(!alive(pids[0]) && !alive(escaped), "survived: {pids:?}, {escaped}");
+    }
+
+    /// A `forge.shell` command run for the session, which is no child of its agent and
+    /// carries no `FORGE_SESSION_ID`, goes too.
+    #[test]
+    fn an_orphaned_turns_shell_command_is_killed_with_it() {
+        let (leader, pids) = orphaned_group(Some("ses_shell"), 0);
+        let script = "env -u FORGE_SESSION_ID setsid sleep 60 >/dev/null 2>&1 & echo $!";
+        let command = pids_of(script, (SHELL_SESSION_ENV, "ses_shell"))[0];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::fs::read_to_string(format!("/proc/{command}/comm")).map(|c| c.trim() != "sleep").unwrap_or(false)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(kill_orphaned(&leader, "ses_shell"), 2);
+        assert!(!alive(pids[0]) && !alive(command), "survived: {pids:?}, {command}");
     }
 
     /// Processes that carry the marker are killed wherever they went (`setsid`, a

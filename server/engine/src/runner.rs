@@ -60,11 +60,45 @@ pub enum Msg {
         action: super::TaskAction,
         sender: String,
         reply: oneshot::Sender<Result<CommandResult, ToolError>>,
+        /// [`TASK_WAITING`], then [`TASK_TAKEN`] by the runner or [`TASK_GIVEN_UP`] by the
+        /// caller, whichever comes first: a request its caller gave up on is never acted on.
+        taken: Arc<std::sync::atomic::AtomicU8>,
     },
     Shutdown(oneshot::Sender<()>),
     /// Stops the runner without ending the loop: its turn is killed, nothing is written
     /// (a force restart takes the loop over; another process changed the loop's row).
     Stop(oneshot::Sender<()>),
+}
+
+/// The most messages that may wait for one session (review YI: nothing bounded them, and
+/// all of them go into its next prompt; 16 KiB each).
+const MAX_QUEUED_MESSAGES: i64 = 32;
+
+/// The states of a task control request ([`Msg::Task`]).
+const TASK_WAITING: u8 = 0;
+const TASK_TAKEN: u8 = 1;
+const TASK_GIVEN_UP: u8 = 2;
+
+/// How long a task control waits for the runner to take it. The runner takes its messages
+/// between steps; a standby's compaction is one step of up to 10 minutes (review YI:
+/// `task-status` answered after the whole compaction, and could not be cancelled).
+const TASK_WAIT: Duration = Duration::from_secs(5);
+
+/// Gives a task control request up when its caller stops waiting (a timeout, or the call
+/// cancelled and its future dropped), unless the runner took it already.
+struct GiveUp(Arc<std::sync::atomic::AtomicU8>);
+
+impl GiveUp {
+    fn now(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.0.compare_exchange(TASK_WAITING, TASK_GIVEN_UP, SeqCst, SeqCst).is_ok()
+    }
+}
+
+impl Drop for GiveUp {
+    fn drop(&mut self) {
+        self.now();
+    }
 }
 
 /// Set by a cancel, shutdown or stop sent to a runner: from then on it starts no turn, and a
@@ -108,13 +142,24 @@ impl Handle {
     }
     pub async fn task(
         &self,
+        loop_name: &str,
         session: Option<String>,
         action: super::TaskAction,
         sender: String,
     ) -> Option<Result<CommandResult, ToolError>> {
-        let (tx, rx) = oneshot::channel();
-        self.tx.send(Msg::Task { session, action, sender, reply: tx }).ok()?;
-        rx.await.ok()
+        let (tx, mut rx) = oneshot::channel();
+        let taken = Arc::new(std::sync::atomic::AtomicU8::new(TASK_WAITING));
+        let give_up = GiveUp(taken.clone());
+        self.tx.send(Msg::Task { session, action, sender, reply: tx, taken }).ok()?;
+        match tokio::time::timeout(TASK_WAIT, &mut rx).await {
+            Ok(r) => r.ok(),
+            Err(_) if give_up.now() => Some(Err(ToolError::busy(format!(
+                "Loop \"{loop_name}\" is busy (compacting a standby session, or ending a turn) and did not take the request within {} s; nothing was done: try again",
+                TASK_WAIT.as_secs()
+            )))),
+            // Taken meanwhile: its answer comes.
+            Err(_) => rx.await.ok(),
+        }
     }
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
@@ -419,7 +464,11 @@ async fn run(
                     let _ = reply.send(res);
                     break;
                 }
-                Some(Msg::Task { session, action, sender, reply }) => {
+                Some(Msg::Task { session, action, sender, reply, taken }) => {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    if taken.compare_exchange(TASK_WAITING, TASK_TAKEN, SeqCst, SeqCst).is_err() {
+                        continue;
+                    }
                     let res = r.task(session, action, &sender).await;
                     let _ = reply.send(res);
                 }
@@ -1337,10 +1386,21 @@ impl Runner {
             TaskAction::Message(message) => {
                 let (p, n, t2, who) =
                     (self.project.clone(), self.loop_name.clone(), target.clone(), sender.to_string());
-                let waiting = self
-                    .db(move |c| forge_store::task_messages::queue(c, &p, &n, &t2, &who, &message, now_ms()))
+                let queued = self
+                    .db(move |c| {
+                        let waiting = forge_store::task_messages::waiting(c, &t2)?;
+                        if waiting >= MAX_QUEUED_MESSAGES {
+                            return Ok(Err(waiting));
+                        }
+                        forge_store::task_messages::queue(c, &p, &n, &t2, &who, &message, now_ms()).map(Ok)
+                    })
                     .await
                     .map_err(|e| ToolError::internal(e.to_string()))?;
+                let waiting = queued.map_err(|waiting| {
+                    ToolError::conflict(format!(
+                        "Session {target} already has {waiting} messages waiting (at most {MAX_QUEUED_MESSAGES}); they go at the start of its next turn: revive it (forge.task-revive) or wait for that turn, then send more."
+                    ))
+                })?;
                 self.log_control(&row, Event::TaskMessage).await;
                 Ok(CommandResult {
                     text: format!(
@@ -2194,8 +2254,27 @@ pub async fn task(
         a => format!("agent {a} (session {})", env.caller.session_id),
     };
     if let Some(h) = engine.runner(&project, loop_name) {
-        if let Some(r) = h.task(session, action, sender).await {
+        if let Some(r) = h.task(loop_name, session, action, sender).await {
             return r;
+        }
+    }
+    // Run by another live server (two editors on the project, each with its own server):
+    // its runner takes task controls; say which, and how to reach it (review YI: the
+    // message said the loop's server may have died, and pointed at a takeover).
+    let (p, n) = (project.clone(), loop_name.to_string());
+    if let Ok(Some(pid)) = engine.store.call(move |c| loops::owner_pid(c, &p, &n)).await {
+        if pid != i64::from(std::process::id()) {
+            let sockets = engine.store.call(move |c| forge_store::servers::sockets_of_pid(c, pid)).await;
+            let live: Vec<String> = sockets
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|s| !forge_core::paths::socket_is_dead(Path::new(s)))
+                .collect();
+            if let Some(sock) = live.first() {
+                return Err(ToolError::precondition(format!(
+                    "Loop \"{loop_name}\" is run by another forge-lsp server (pid {pid}), which takes its task controls; call it there: `FORGE_LSP_SOCKET={sock} forge-lsp call <tool> …` (or from the editor connected to that server)."
+                )));
+            }
         }
     }
     Err(ToolError::precondition(format!(
@@ -2364,7 +2443,7 @@ pub(crate) async fn end_orphaned_turns(engine: &Arc<Engine>, project: &str, loop
                 Some(leader) => crate::process::kill_orphaned(&leader, session),
                 // A turn claimed whose server died before it recorded its agent: what runs
                 // with the session's mark (its agent, if it started) goes.
-                None if rec.starts_with(CLAIM_PREFIX) => crate::process::kill_marked("FORGE_SESSION_ID", session),
+                None if rec.starts_with(CLAIM_PREFIX) => crate::process::kill_session_marked(session),
                 None => 0,
             })
             .sum::<usize>()

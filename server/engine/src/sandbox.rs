@@ -1161,7 +1161,14 @@ pub async fn run_captured_while(
     };
     let (status, timed_out, stopped) = tokio::select! {
         s = tokio::time::timeout(timeout, child.wait()) => match s {
-            Ok(s) => (s?, false, false),
+            // Killed as its turn ended (the turn's end kills what it marked, this command
+            // with it): that, not a crash. Before, the kill won the race with the next
+            // "still wanted" check, and the reply said "Killed by signal 9" (review YI).
+            Ok(s) => {
+                let s = s?;
+                let turn_ended = !s.success() && wanted.as_ref().is_some_and(|w| !w());
+                (s, false, turn_ended)
+            }
             Err(_) => {
                 guard.kill();
                 (child.wait().await?, true, false)
@@ -1196,7 +1203,9 @@ pub async fn run_captured_while(
     let (o, ob) = o.and_then(Result::ok).unwrap_or_default();
     let (e, eb) = e.and_then(Result::ok).unwrap_or_default();
     Ok(Captured {
-        exit_code: if timed_out { None } else { status.code() },
+        // Killed: no exit code of its own (the sandbox's `bwrap` passes its command's
+        // SIGKILL on as 137).
+        exit_code: if timed_out || stopped { None } else { status.code() },
         signal: status.signal(),
         stdout: text_of(o, ob > OUTPUT_CAP),
         stderr: text_of(e, eb > OUTPUT_CAP),
@@ -1207,13 +1216,16 @@ pub async fn run_captured_while(
     })
 }
 
+/// The variable that marks the processes of one `forge.shell` call.
+const SHELL_CALL_ENV: &str = "FORGE_SHELL_CALL";
+
 /// The `forge.shell` result of a run.
 pub fn shell_result(c: &Captured, timeout_ms: u64, sandboxed: bool) -> CommandResult {
     let mut text = String::new();
     if c.timed_out {
         text.push_str(&format!("Timed out after {timeout_ms} ms: the command's process group was killed.\n"));
     } else if c.stopped {
-        text.push_str("Stopped: the turn it ran for ended (cancel, restart or the stall watchdog); the command's process group was killed.\n");
+        text.push_str("Stopped: the turn it ran for ended (it ended, or a cancel, restart or the stall watchdog stopped it); the command's process group was killed.\n");
     } else if let Some(code) = c.exit_code {
         text.push_str(&format!("Exit code: {code}\n"));
     } else {
@@ -1341,6 +1353,8 @@ pub async fn shell(
     // A session this server never ran a turn of (a client connected as the loop session
     // itself) runs its command unmarked, as before.
     let session = env.caller.session_id.clone();
+    // Found by the session's mark after a server killed outright (`process::kill_session_marked`).
+    cmd.env(crate::process::SHELL_SESSION_ENV, &session);
     let wanted: Option<Box<dyn Fn() -> bool + Send + Sync>> = match crate::process::running_turn(&session) {
         Some(turn) => {
             cmd.env(crate::process::TURN_ENV, &turn);
@@ -1353,9 +1367,19 @@ pub async fn shell(
         }
         None => None,
     };
+    // The call's own mark: what its command started that left its process group (`setsid`)
+    // is killed with it on a timeout or a stop, as a plugin tool call's is. Only without
+    // the sandbox: with it, the sandbox's process namespace ends with the command.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = format!("{}-{}", std::process::id(), CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    cmd.env(SHELL_CALL_ENV, &call);
     let captured = run_captured_while(cmd, Duration::from_millis(timeout_ms), wanted)
         .await
         .map_err(|e| ToolError::internal(format!("shell failed: cannot run the command: {e}")))?;
+    if !sandboxed && (captured.timed_out || captured.stopped) {
+        // Review YI: a `setsid` child outlived the timeout.
+        let _ = tokio::task::spawn_blocking(move || crate::process::kill_marked(SHELL_CALL_ENV, &call)).await;
+    }
     Ok(shell_result(&captured, timeout_ms, sandboxed))
 }
 
@@ -1647,6 +1671,33 @@ mod tests {
         assert_eq!(p("--unset FOO -- node"), Some("node".into()));
         assert_eq!(p("-u"), None);
         assert_eq!(p(""), None);
+    }
+
+    /// A command killed by its turn's end (which kills it before the next "still wanted"
+    /// check) is answered as stopped, not as killed by a signal (review YI).
+    #[tokio::test]
+    async fn a_command_killed_as_its_turn_ends_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let wanted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let w = wanted.clone();
+        let check: Box<dyn Fn() -> bool + Send + Sync> = Box::new(move || w.load(std::sync::atomic::Ordering::SeqCst));
+        let mut cmd = tokio::process::Command::new("/bin/sh");
+        cmd.args(["-c", &format!("echo $$ > {}; exec sleep 30", pid_file.display())]);
+        let run = tokio::spawn(run_captured_while(cmd, Duration::from_secs(60), Some(check)));
+        let pid = loop {
+            match std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+                Some(pid) => break pid,
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        // The turn's end: no longer wanted, and its processes killed at once.
+        wanted.store(false, std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: a process group this test started.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let c = run.await.unwrap().unwrap();
+        assert!(c.stopped && !c.timed_out && c.exit_code.is_none(), "{c:?}");
+        assert!(shell_result(&c, 60_000, true).text.starts_with("Stopped: "));
     }
 
     /// DD 6: a CLI installed under `/tmp` starts in the sandbox (its sibling package

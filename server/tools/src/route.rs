@@ -336,18 +336,18 @@ impl Route {
             }
             if let Some(why) = &unnameable {
                 return Err(ToolError::precondition(format!(
-                    "forge.{name} needs a running forge-lsp server (it controls loops), and {why}; use a data directory and a checkout whose paths are UTF-8"
+                    "forge.{name} needs a running forge-lsp server (it controls loops and runs their processes), and {why}; use a data directory and a checkout whose paths are UTF-8"
                 )));
             }
             if !foreign.is_empty() {
                 return Err(ToolError::precondition(format!(
-                    "forge.{name} needs a running forge-lsp server (it controls loops), and the only ones found for this project in the data directory {} run as another user: {}; start your own forge-lsp (your editor's, or `forge-lsp serve --listen unix:PATH` with the same data directory), then retry",
+                    "forge.{name} needs a running forge-lsp server (it controls loops and runs their processes), and the only ones found for this project in the data directory {} run as another user: {}; start your own forge-lsp (your editor's, or `forge-lsp serve --listen unix:PATH` with the same data directory), then retry",
                     self.data_dir.display(),
                     foreign_list(&foreign)
                 )));
             }
             return Err(ToolError::precondition(format!(
-                "forge.{} needs a running forge-lsp server (it controls loops) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
+                "forge.{} needs a running forge-lsp server (it controls loops and runs their processes) and none of this project is running with the data directory {}; start your editor's forge-lsp or `forge-lsp serve --listen unix:PATH` (same data directory), then retry",
                 name,
                 self.data_dir.display()
             )));

@@ -20,9 +20,24 @@ pub const DESCRIPTION: &str = "Run a shell command (sh -c) in your loop's worktr
 
 pub type Input = forge_protocol::inputs::ShellInput;
 
+/// Linux's limit on one argument of a program (`MAX_ARG_STRLEN`, 32 pages), with its NUL.
+const MAX_COMMAND_BYTES: usize = 128 * 1024;
+
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
     if input.command.trim().is_empty() {
         return Err(ToolError::invalid_params("invalid argument `command`: must not be empty"));
+    }
+    // What `sh -c` can be given (review YI: both were internal errors, 1007, from the
+    // spawn): no NUL byte, and one argument of at most the kernel's 128 KiB.
+    if input.command.contains('\0') {
+        return Err(ToolError::invalid_params("invalid argument `command`: must not contain a NUL byte (\\u0000)"));
+    }
+    if input.command.len() >= MAX_COMMAND_BYTES {
+        return Err(ToolError::invalid_params(format!(
+            "invalid argument `command`: {} bytes, over the {} bytes one argument of `sh -c` may have; write the script to a file in the worktree and run that",
+            input.command.len(),
+            MAX_COMMAND_BYTES - 1
+        )));
     }
     let timeout_ms = input.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
     if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
