@@ -203,12 +203,72 @@ fn normalize(s: &str) -> String {
 /// separated by `;`, `&`, `|`, newlines, parentheses or backticks outside quotes (so
 /// `true && git push` is caught by `git push *`). A pattern ending in ` *` also matches its
 /// prefix alone (`git push *` matches `git push`).
+///
+/// Each part is also matched without what may stand before its command and leaves the
+/// command itself unchanged (review YI: `FOO=1 rm a.txt`, `if true; then rm a.txt; fi`,
+/// `{ rm a.txt; }`, `! rm a.txt`, `command rm`, `\rm` all ran past `rm *`): reserved words
+/// (`then`, `do`, `else`, `if`, `while`, `until`, `elif`, `!`, `{`, `}`, `time`), variable
+/// assignments (`NAME=value`), the wrappers `command`, `builtin`, `exec`, `nohup` and `env`
+/// (with its options and assignments), and a backslash before the command's name. Not a
+/// sandbox: `sh -c 'rm …'`, `eval`, aliases and functions still get past a rule.
 pub fn command_matches(pattern: &str, command: &str) -> bool {
     let pattern = normalize(pattern);
     let whole = normalize(command);
-    std::iter::once(whole).chain(parts(command).iter().map(|p| normalize(p))).any(|c| {
+    let parts: Vec<String> = parts(command).iter().map(|p| normalize(p)).collect();
+    let bare: Vec<String> = parts.iter().map(|p| bare_command(p)).filter(|b| !parts.contains(b)).collect();
+    std::iter::once(whole).chain(parts).chain(bare).any(|c| {
         !c.is_empty() && (glob(&pattern, &c) || pattern.strip_suffix(" *").is_some_and(|prefix| glob(prefix, &c)))
     })
+}
+
+/// `part` (normalized) without the words before its command that leave the command
+/// unchanged ([`command_matches`]), and without a backslash before the command's name.
+fn bare_command(part: &str) -> String {
+    let words: Vec<&str> = part.split(' ').collect();
+    let mut i = 0;
+    let mut after_env = false;
+    while i < words.len() {
+        let w = words[i];
+        let assignment = w.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        });
+        let skip = matches!(
+            w,
+            "then"
+                | "do"
+                | "else"
+                | "if"
+                | "elif"
+                | "while"
+                | "until"
+                | "!"
+                | "{"
+                | "}"
+                | "time"
+                | "command"
+                | "builtin"
+                | "exec"
+                | "nohup"
+        ) || assignment
+            || (after_env && w.starts_with('-'));
+        if w == "env" {
+            after_env = true;
+        } else if !skip {
+            break;
+        }
+        // `env`'s options that take the next word (`-u NAME`, `-C DIR`).
+        if after_env && matches!(w, "-u" | "--unset" | "-C" | "--chdir") {
+            i += 1;
+        }
+        i += 1;
+    }
+    let rest = words[i..].join(" ");
+    match rest.strip_prefix('\\') {
+        Some(unescaped) => unescaped.to_string(),
+        None => rest,
+    }
 }
 
 /// The parts of a command between unquoted separators.
@@ -436,6 +496,45 @@ mod tests {
         }
         for cmd in ["echo 'a; git push origin'", "echo \"x && git push y\"", "echo \\; git push"] {
             assert!(denied(&rules, "shell", Some(cmd)).is_none(), "{cmd}");
+        }
+    }
+
+    /// Review YI: what may stand before a command, and leaves it the same command, does
+    /// not get it past a rule.
+    #[test]
+    fn words_before_a_command_do_not_hide_it() {
+        let rules = vec![rule("bash", Some("rm *"))];
+        for cmd in [
+            "FOO=1 rm a.txt",
+            "A=1 B=\"x\" rm -rf .",
+            "command rm a.txt",
+            "\\rm a.txt",
+            "if true; then rm a.txt; fi",
+            "for f in a; do rm $f; done",
+            "{ rm a.txt; }",
+            "! rm a.txt",
+            "time rm a.txt",
+            "env -i PATH=/bin rm a.txt",
+            "nohup rm a.txt",
+            "exec rm a.txt",
+            "while false; do :; done; until true; do rm x; done",
+        ] {
+            assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd}");
+        }
+        for cmd in ["echo rm a.txt", "FOO=rm ls", "cat rm.txt", "env", "trim x", "if_rm x"] {
+            assert!(denied(&rules, "shell", Some(cmd)).is_none(), "{cmd}");
+        }
+        // Table of what is taken off.
+        for (part, bare) in [
+            ("FOO=1 rm a", "rm a"),
+            ("env -u X Y=2 git push", "git push"),
+            ("\\git push", "git push"),
+            ("then git push", "git push"),
+            ("1X=2 rm", "1X=2 rm"),
+            ("rm", "rm"),
+            ("", ""),
+        ] {
+            assert_eq!(bare_command(part), bare, "{part:?}");
         }
     }
 
