@@ -97,9 +97,8 @@ pub fn line_lengths(text: &str, enc: PositionEncoding) -> Vec<u32> {
 /// when there is one; then a blank line and `loop <name>, section <k>` when the
 /// finding belongs to a loop (`, section <k>` only when it has a section).
 ///
-/// `k` is the 0-based `sectionIndex`, the same number `review-read` shows as
-/// `Section:` and `review-write` reports as `for section <k>`, so one finding is
-/// never named by two different numbers.
+/// `k` is the 1-based section number (the stored 0-based `sectionIndex` plus one), as
+/// progress, lenses and status count sections (review YK: this comment said 0-based).
 ///
 /// The description and the scenario are each cut at [`MESSAGE_PART_MAX`] bytes, saying so:
 /// a diagnostic is for reading in a hover or a list, and every finding of a file goes out in

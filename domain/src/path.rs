@@ -61,16 +61,14 @@ pub fn finding_file(file: &str, base: Option<&Path>, roots: &[&Path]) -> String 
         let best = roots
             .iter()
             .map(|r| lexical(r))
-            .filter_map(|r| {
-                p.strip_prefix(&r)
-                    .ok()
-                    .filter(|rel| !rel.as_os_str().is_empty())
-                    .map(|rel| (r.components().count(), rel.to_path_buf()))
-            })
+            .filter_map(|r| p.strip_prefix(&r).ok().map(|rel| (r.components().count(), rel.to_path_buf())))
             .max_by_key(|(depth, _)| *depth);
         if let Some((_, rel)) = best {
-            if let Some(s) = rel.to_str() {
-                return s.to_string();
+            // The root itself is `.`, however spelled (review YK: `/p` was a key of its own).
+            match rel.to_str() {
+                Some("") => return ".".to_string(),
+                Some(s) => return s.to_string(),
+                None => {}
             }
         }
     }
@@ -127,8 +125,9 @@ mod tests {
             ("/pp/b.txt", "/pp/b.txt"),
             // Without a base, a leading `..` stays.
             ("../up.txt", "../up.txt"),
-            // The root itself stays absolute (no empty key); `.` stays `.`.
-            ("/p", "/p"),
+            // The root itself is `.`, however spelled (review YK: `/p` was a key of its own).
+            ("/p", "."),
+            ("/real/p/", "."),
             (".", "."),
             // Every other spelling of the root is `.` too (review Z: `./` was a key of its own).
             ("./", "."),

@@ -34,11 +34,24 @@ pub fn local_path(uri: &str) -> Result<Option<String>, String> {
     if path.is_empty() {
         return Err(format!("{uri:?} names no path; a file URI is file:///path"));
     }
-    Ok(Some(percent_decode(path)))
+    // Exactly the bytes it names: a lossy decoding names another file (review YK: `%FF`
+    // and `%FE` were one key, a file that does not exist), and a NUL byte none.
+    let bytes = percent_decode_bytes(path);
+    if bytes.contains(&0) {
+        return Err(format!("{uri:?} names a path with a NUL byte (%00)"));
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| format!("{uri:?} names a path that is not UTF-8 (a %XX escape of a byte that is not); forge-lsp names files by UTF-8 paths"))
 }
 
-/// Decodes `%XX` escapes of a URI path.
+/// Decodes `%XX` escapes of a URI path; bytes that are not UTF-8 become U+FFFD.
 pub fn percent_decode(s: &str) -> String {
+    String::from_utf8_lossy(&percent_decode_bytes(s)).into_owned()
+}
+
+/// The bytes `s` names with its `%XX` escapes decoded.
+fn percent_decode_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(b.len());
@@ -54,7 +67,7 @@ pub fn percent_decode(s: &str) -> String {
         out.push(b[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 fn decode(s: &str) -> Option<String> {

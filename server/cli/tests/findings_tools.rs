@@ -222,6 +222,61 @@ fn a_finding_file_has_one_spelling() {
     assert_eq!(out.data["finding"]["file"], json!("/elsewhere/b.rs"));
 }
 
+/// Review YK: more spellings of one file, and what a spelling may decode to.
+#[test]
+fn every_spelling_of_a_file_is_one_key_through_every_front_end() {
+    let (sb, repo) = setup();
+    let c = connect(&sb, Init::new(&repo.path));
+    c.tool_ok("review-write", json!({ "file": "src/a.rs", "line": 3, "severity": "bug", "description": "d" }));
+    let abs = repo.path.join("src/a.rs").display().to_string();
+    let uri = format!("file://{}", abs.replace(' ', "%20"));
+    // `forge-lsp call` with a `file:` URI, from the root and from a subdirectory (it was
+    // joined to the working directory: `file:/…`, `src/file:/…`).
+    std::fs::create_dir_all(repo.path.join("src")).unwrap();
+    for cwd in [repo.path.clone(), repo.path.join("src")] {
+        let input = json!({ "file": uri, "line": 3, "severity": "bug", "description": "again" });
+        let out = sb.call("review-write").input(input).cwd(&cwd).run();
+        assert!(out.stderr.contains("already exists at src/a.rs:3"), "{out:?}");
+    }
+    // Through a link to the project (the editor opened it as `link/`): the same file.
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("link");
+    std::os::unix::fs::symlink(&repo.path, &link).unwrap();
+    for spelling in [link.join("src/a.rs").display().to_string(), format!("file://{}/src/a.rs", link.display())] {
+        let e =
+            c.tool_err("review-write", json!({ "file": spelling, "line": 3, "severity": "bug", "description": "x" }));
+        assert_error(&e, 1003, "conflict");
+    }
+    let read = c.tool_ok("review-read", json!({ "file": link.join("src/a.rs") }));
+    assert_eq!(listed(&read.data), [("src/a.rs".to_string(), 3, None)]);
+    // The root, however spelled, is `.`.
+    let out = c.tool_ok("review-write", json!({ "file": repo.path, "line": 1, "severity": "bug", "description": "r" }));
+    assert_eq!(out.data["finding"]["file"], json!("."), "{}", out.data);
+    let e = c.tool_err("review-write", json!({ "file": ".", "line": 1, "severity": "bug", "description": "r" }));
+    assert_error(&e, 1003, "conflict");
+    // A URI decodes to exactly its bytes: not UTF-8, or a NUL byte, is refused naming `file`.
+    for (bad, why) in [
+        (format!("file://{}/bad%FF.rs", repo.path.display()), "not UTF-8"),
+        (format!("file://{}/n%00ul.rs", repo.path.display()), "NUL"),
+    ] {
+        let e = c.tool_err("review-write", json!({ "file": bad, "line": 1, "severity": "bug", "description": "x" }));
+        assert_error(&e, -32602, "invalid_params");
+        assert!(e.message.contains("`file`") && e.message.contains(why), "{e}");
+    }
+    // The key is bounded, not only the input: `../` leads to a longer absolute path.
+    let long = format!("../{}", "x".repeat(4093));
+    let e = c.tool_err("review-write", json!({ "file": long, "line": 1, "severity": "bug", "description": "x" }));
+    assert_error(&e, -32602, "invalid_params");
+    assert!(e.message.contains("4096-byte limit"), "{e}");
+    // A blank `file` from a subdirectory is refused, as from the root.
+    let out = sb
+        .call("review-write")
+        .input(json!({ "file": "  ", "line": 1, "severity": "bug", "description": "x" }))
+        .cwd(&repo.path.join("src"))
+        .run();
+    assert!(out.stderr.contains("non-empty path"), "{out:?}");
+}
+
 #[test]
 fn review_delete_outside_a_loop_removes_every_section_at_that_line() {
     let (sb, repo) = setup();

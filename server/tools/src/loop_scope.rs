@@ -127,6 +127,15 @@ pub fn others_settled(ctx: &ToolCtx, row: &LoopRow, tool: &str) -> Result<(), To
 /// absolute path is made relative to, beside the project's work tree (each as given and as
 /// the file system resolves it), and the base of a relative path for the loop's session.
 pub fn finding_file(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<String, ToolError> {
+    let key = finding_key(ctx, file, row)?;
+    // The key, not the input, is stored (review YK: `../` + 4,093 bytes became 4,107), and
+    // a decoded URI may hold what its text did not.
+    forge_domain::review::validate_write(&key, 1, "-", None)
+        .map_err(|e| ToolError::invalid_params(format!("invalid argument `file`: {e}")))?;
+    Ok(key)
+}
+
+fn finding_key(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<String, ToolError> {
     use std::path::{Path, PathBuf};
     // A `file:` URI (an editor's spelling) is the path it names (review Z: it was stored
     // as a relative path `file:/…`).
@@ -157,5 +166,23 @@ pub fn finding_file(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<
     let resolved: Vec<PathBuf> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
     roots.extend(resolved);
     let roots: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
-    Ok(forge_domain::path::finding_file(file, Some(&base), &roots))
+    let mut key = forge_domain::path::finding_file(file, Some(&base), &roots);
+    if Path::new(&key).is_absolute() {
+        // Outside the roots by name: maybe inside them through a link (the editor opened the
+        // project through `~/link`, a shell's `$PWD` went through it). Its longest existing
+        // part resolved, the rest kept (review YK: the link's spelling was a second key of
+        // the file, whose diagnostics replaced the other's in the editor).
+        let abs = PathBuf::from(&key);
+        let resolved = abs.ancestors().find_map(|a| {
+            let real = a.canonicalize().ok()?;
+            Some(real.join(abs.strip_prefix(a).ok()?))
+        });
+        if let Some(resolved) = resolved.filter(|r| *r != abs).and_then(|r| r.to_str().map(str::to_string)) {
+            let inside = forge_domain::path::finding_file(&resolved, None, &roots);
+            if !Path::new(&inside).is_absolute() {
+                key = inside;
+            }
+        }
+    }
+    Ok(key)
 }

@@ -711,7 +711,10 @@ fn init_timeout() -> std::time::Duration {
 /// that leaves the project that way is named absolute too, never as `../x`.
 fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) -> Result<(), ToolError> {
     let Some(file) = input.get("file").and_then(Value::as_str) else { return Ok(()) };
-    if file.is_empty() || Path::new(file).is_absolute() {
+    // Blank (refused by the tool, as from the root: review YK had `src/  ` stored), absolute,
+    // or a `file:` URI (an editor's spelling: the tool decodes it; review YK: joined to the
+    // working directory, `file:///p/a.rs` became the relative `file:/p/a.rs`).
+    if file.trim().is_empty() || Path::new(file).is_absolute() || file.starts_with("file:") {
         return Ok(());
     }
     let rewritten = match cwd.strip_prefix(root) {
