@@ -28,6 +28,9 @@ shell timeout '{"command":"echo start; sleep 30","timeoutMs":300}'
 shell toolong '{"command":"true","timeoutMs":600001}'
 # A process that left the command's group (setsid): killed with it on the timeout.
 shell escaped "{\"command\":\"setsid sleep 31 >/dev/null 2>&1 </dev/null & echo \$! > '$d/escaped.pid'; sleep 30\",\"timeoutMs\":500}"
+# A call whose caller goes away (killed): what its command started in a session of its own
+# goes with it (review YJ).
+timeout -s KILL 2 forge-lsp call shell "{\"command\":\"setsid sleep 32 >/dev/null 2>&1 </dev/null & echo \$! > '$d/dropped.pid'; sleep 30\"}" > /dev/null 2>&1
 shell nulbyte '{"command":"echo a\u0000b"}'
 # A command over one argument's 128 KiB, read from standard input (it is too long to be
 # an argument of forge-lsp call too).

@@ -95,6 +95,17 @@ fn a_cancel_during_a_compaction_stops_it() {
     assert_eq!(e.code, 1005, "{e}");
     assert_contains(&e.message, "is busy (compacting a standby session, or ending a turn)");
     assert!(asked.elapsed() < std::time::Duration::from_secs(20), "the task control waited {:?}", asked.elapsed());
+    // One its caller cancels while it waits is answered cancelled at once, and never acted
+    // on (review YJ: shielded as writes are, it waited on and was queued).
+    let id = t.client.send_request(
+        "workspace/executeCommand",
+        json!({ "command": "forge.task-message", "arguments": [{ "name": name, "message": "called off" }] }),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.client.notify("$/cancelRequest", json!({ "id": id }));
+    let answer = t.client.wait_response(id, std::time::Duration::from_secs(4));
+    assert_eq!(answer["error"]["code"], json!(-32800), "{answer}");
+    assert_eq!(t.count("SELECT count(*) FROM task_messages WHERE loop_name = ?1", &name), 0);
     let asked = std::time::Instant::now();
     let out = t.client.tool_ok("loop-cancel", json!({ "name": name }));
     assert_contains(&out.text, &format!("Cancelled loop \"{name}\""));
@@ -106,6 +117,7 @@ fn a_cancel_during_a_compaction_stops_it() {
     assert_eq!(t.wait_end(&name)["status"], json!("cancelled"));
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(arg_turns(&t).len(), turns_before, "no turn started after the cancel{}", t.report());
+    assert_eq!(t.count("SELECT count(*) FROM task_messages WHERE loop_name = ?1", &name), 0, "nothing queued");
 }
 
 /// Another process force-restarts the loop while this one compacts its standby: the

@@ -375,17 +375,20 @@ fn forge_shell_runs_in_the_loop_sandbox_and_a_restart_keeps_the_loop_settings() 
     // (`setsid`) is killed with it, by the call's mark (review YI: it ran on).
     let d3 = f.wait_turn(&other_session);
     assert_eq!(result(&d3, "escaped")["data"]["timedOut"], json!(true));
-    let escaped = read(&d3, "escaped.pid").trim().to_string();
-    assert!(
-        wait_for(Duration::from_secs(5), || {
-            // Gone, or a zombie nobody reaped yet.
-            let stat = std::fs::read_to_string(format!("/proc/{escaped}/stat")).unwrap_or_default();
-            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
-            matches!(state, None | Some('Z')).then_some(())
-        })
-        .is_some(),
-        "the command's setsid child {escaped} outlived its timeout"
-    );
+    // And when its caller goes away (`forge-lsp call` killed) while it runs (review YJ).
+    for (file, when) in [("escaped.pid", "its timeout"), ("dropped.pid", "its caller")] {
+        let escaped = read(&d3, file).trim().to_string();
+        assert!(
+            wait_for(Duration::from_secs(5), || {
+                // Gone, or a zombie nobody reaped yet.
+                let stat = std::fs::read_to_string(format!("/proc/{escaped}/stat")).unwrap_or_default();
+                let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+                matches!(state, None | Some('Z')).then_some(())
+            })
+            .is_some(),
+            "the command's setsid child {escaped} outlived {when}"
+        );
+    }
     f.client.tool_ok("loop-cancel", json!({ "name": other }));
     let r = f.client.tool_ok("loop-status", json!({ "name": name, "restart": true }));
     assert!(shims.join("sh").is_file(), "restart recreates the shims");

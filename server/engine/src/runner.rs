@@ -1398,7 +1398,7 @@ impl Runner {
                     .map_err(|e| ToolError::internal(e.to_string()))?;
                 let waiting = queued.map_err(|waiting| {
                     ToolError::conflict(format!(
-                        "Session {target} already has {waiting} messages waiting (at most {MAX_QUEUED_MESSAGES}); they go at the start of its next turn: revive it (forge.task-revive) or wait for that turn, then send more."
+                        "Session {target} already has {waiting} messages waiting (at most {MAX_QUEUED_MESSAGES}); they go at the start of its next turn (the loop's next prompt to it, or task-revive after task-cancel): send more after that turn has started."
                     ))
                 })?;
                 self.log_control(&row, Event::TaskMessage).await;
@@ -2258,6 +2258,14 @@ pub async fn task(
             return r;
         }
     }
+    // The runner ended as the request reached it (the loop completed, was cancelled):
+    // said as for a loop that is not running (review YJ: "not run by this server process").
+    let (p, n) = (project.clone(), loop_name.to_string());
+    if let Ok(Some(row)) = engine.store.call(move |c| loops::get(c, &p, &n)).await {
+        if row.status != "running" {
+            return Err(ToolError::conflict(format!("Loop \"{loop_name}\" is not running ({}).", row.status)));
+        }
+    }
     // Run by another live server (two editors on the project, each with its own server):
     // its runner takes task controls; say which, and how to reach it (review YI: the
     // message said the loop's server may have died, and pointed at a takeover).
@@ -2265,14 +2273,24 @@ pub async fn task(
     if let Ok(Some(pid)) = engine.store.call(move |c| loops::owner_pid(c, &p, &n)).await {
         if pid != i64::from(std::process::id()) {
             let sockets = engine.store.call(move |c| forge_store::servers::sockets_of_pid(c, pid)).await;
+            // This user's sockets only: another user's server is not one to send a call to.
+            let mine = |s: &String| {
+                use std::os::unix::fs::MetadataExt;
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let me = unsafe { libc::geteuid() };
+                std::fs::symlink_metadata(s).is_ok_and(|m| m.uid() == me)
+            };
             let live: Vec<String> = sockets
                 .unwrap_or_default()
                 .into_iter()
-                .filter(|s| !forge_core::paths::socket_is_dead(Path::new(s)))
+                .filter(|s| mine(s) && !forge_core::paths::socket_is_dead(Path::new(s)))
                 .collect();
             if let Some(sock) = live.first() {
+                // The data directory too: the server opens the one each call names (review
+                // YJ: without it the suggestion found no loop in the default one).
                 return Err(ToolError::precondition(format!(
-                    "Loop \"{loop_name}\" is run by another forge-lsp server (pid {pid}), which takes its task controls; call it there: `FORGE_LSP_SOCKET={sock} forge-lsp call <tool> …` (or from the editor connected to that server)."
+                    "Loop \"{loop_name}\" is run by another forge-lsp server (pid {pid}), which takes its task controls; call it there, from the project: `FORGE_LSP_SOCKET={sock} forge-lsp call --data-dir {} <tool> …` (or from the editor connected to that server).",
+                    engine.data_dir.display()
                 )));
             }
         }

@@ -1219,13 +1219,25 @@ pub async fn run_captured_while(
 /// The variable that marks the processes of one `forge.shell` call.
 const SHELL_CALL_ENV: &str = "FORGE_SHELL_CALL";
 
+/// Kills the processes that carry a `forge.shell` call's mark when dropped holding it (on a
+/// thread of its own: a scan of every process's environment must not hold the runtime).
+struct KillCallOnDrop(Option<String>);
+
+impl Drop for KillCallOnDrop {
+    fn drop(&mut self) {
+        if let Some(call) = self.0.take() {
+            std::thread::spawn(move || crate::process::kill_marked(SHELL_CALL_ENV, &call));
+        }
+    }
+}
+
 /// The `forge.shell` result of a run.
 pub fn shell_result(c: &Captured, timeout_ms: u64, sandboxed: bool) -> CommandResult {
     let mut text = String::new();
     if c.timed_out {
         text.push_str(&format!("Timed out after {timeout_ms} ms: the command's process group was killed.\n"));
     } else if c.stopped {
-        text.push_str("Stopped: the turn it ran for ended (it ended, or a cancel, restart or the stall watchdog stopped it); the command's process group was killed.\n");
+        text.push_str("Stopped: the turn it ran for ended (it ended, or a cancel, a restart, the stall watchdog or the server's shutdown stopped it); the command's process group was killed.\n");
     } else if let Some(code) = c.exit_code {
         text.push_str(&format!("Exit code: {code}\n"));
     } else {
@@ -1373,9 +1385,13 @@ pub async fn shell(
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let call = format!("{}-{}", std::process::id(), CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     cmd.env(SHELL_CALL_ENV, &call);
-    let captured = run_captured_while(cmd, Duration::from_millis(timeout_ms), wanted)
-        .await
-        .map_err(|e| ToolError::internal(format!("shell failed: cannot run the command: {e}")))?;
+    // Dropped with the call (its caller gave up or went away) before the command ended:
+    // its marked processes go too (review YJ: a `setsid` child outlived the call, the turn
+    // and a loop-cancel).
+    let mut on_drop = KillCallOnDrop((!sandboxed).then(|| call.clone()));
+    let captured = run_captured_while(cmd, Duration::from_millis(timeout_ms), wanted).await;
+    on_drop.0 = None;
+    let captured = captured.map_err(|e| ToolError::internal(format!("shell failed: cannot run the command: {e}")))?;
     if !sandboxed && (captured.timed_out || captured.stopped) {
         // Review YI: a `setsid` child outlived the timeout.
         let _ = tokio::task::spawn_blocking(move || crate::process::kill_marked(SHELL_CALL_ENV, &call)).await;

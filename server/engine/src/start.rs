@@ -546,7 +546,7 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
                 return Ok(match (tip, base) {
                     (None, _) => Undo::LeftAlone,
                     (Some(tip), Some(base)) if tip == base => match git::delete_created_branch(&repo, &branch) {
-                        Ok(()) => Undo::Removed,
+                        Ok(()) => Undo::BranchRemoved,
                         Err(e) => Undo::BranchKept(e.to_string()),
                     },
                     _ => Undo::Worked,
@@ -577,6 +577,13 @@ async fn undo_killed_starts(engine: &Arc<Engine>) {
                 s.owner_pid,
                 s.worktree_dir,
                 s.branch
+            ),
+            Ok(Ok(Undo::BranchRemoved)) => tracing::info!(
+                loop_name = %s.loop_name,
+                "undid a loop start killed before its loop was recorded (server pid {}): deleted branch {} (its worktree {} was never made, or is gone)",
+                s.owner_pid,
+                s.branch,
+                s.worktree_dir
             ),
             Ok(Ok(Undo::LeftAlone)) => {}
             Ok(Ok(Undo::BranchKept(why))) => tracing::warn!(
@@ -620,6 +627,8 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 /// What [`undo_killed_starts`] did with a killed start's worktree and branch.
 enum Undo {
     Removed,
+    /// Only the branch: the worktree folder was not there.
+    BranchRemoved,
     /// The worktree removed; the branch could not be deleted (checked out elsewhere).
     BranchKept(String),
     /// A loop uses the folder, or it is gone.

@@ -490,8 +490,8 @@ pub async fn call_watched(
     // (a search over a large tree ran on for seconds after its cancel and then sent its
     // whole result, review BB) unless it leaves engine work (loop-status's restart: shielded
     // below, once that is known).
-    if !(matches!(&tool, Resolved::Plugin(_) | Resolved::Builtin(ToolEntry { name: "shell", .. })) || tool.read_only())
-    {
+    let stoppable = stops_with_its_caller(&tool);
+    if !(stoppable || tool.read_only()) {
         cancel::shield();
     }
     let name = tool.guard_name();
@@ -500,8 +500,7 @@ pub async fn call_watched(
     // A plugin tool's process and a shell command end with their caller's connection (a
     // `forge-lsp call` killed, an MCP client gone): nobody would read their result, and a
     // shell command would run on to its time limit (review AA).
-    let caller_gone = caller_gone
-        .filter(|_| matches!(tool, Resolved::Plugin(_) | Resolved::Builtin(ToolEntry { name: "shell", .. })));
+    let caller_gone = caller_gone.filter(|_| stoppable);
     let command = command.to_string();
     let env2 = env.clone();
     let guarded = move |conn: &Connection| {
@@ -526,8 +525,13 @@ pub async fn call_watched(
     };
     let outcome = async {
         let done = r?;
-        // Engine work (a restart, a loop start) runs to its end; a shell command may stop.
-        if done.effect.as_ref().is_some_and(|e| !matches!(e, forge_engine::Effect::Shell { .. })) {
+        // Engine work (a restart, a loop start) runs to its end; a shell command and a task
+        // control not yet taken by its loop's runner may stop.
+        if done
+            .effect
+            .as_ref()
+            .is_some_and(|e| !matches!(e, forge_engine::Effect::Shell { .. } | forge_engine::Effect::Task { .. }))
+        {
             cancel::shield();
         }
         // Dropped with the call's future (`$/cancelRequest`): kills a plugin tool's process.
@@ -552,6 +556,23 @@ pub async fn call_watched(
         },
     };
     guard::settle(ticket, outcome)
+}
+
+/// Whether a call of `tool` stops when its caller gives up (`$/cancelRequest`) or its
+/// connection closes: a plugin tool's process, a shell command (nobody would read their
+/// results, and a shell command would run on to its time limit: review AA), and a task
+/// control, which its loop's runner has not taken yet is then never acted on (review YJ: a
+/// cancelled task-cancel, shielded as every write is, stopped the next session's turn once
+/// the runner got to it).
+fn stops_with_its_caller(tool: &Resolved) -> bool {
+    matches!(
+        tool,
+        Resolved::Plugin(_)
+            | Resolved::Builtin(ToolEntry {
+                name: "shell" | "task-status" | "task-message" | "task-cancel" | "task-revive",
+                ..
+            })
+    )
 }
 
 #[cfg(test)]
