@@ -72,6 +72,10 @@ fn command_params_of_the_wrong_shape_name_the_field() {
         assert!(e.message.starts_with("workspace/executeCommand: ") && e.message.contains(want), "{params}: {e}");
         assert_eq!(e.data, Some(json!({ "kind": "invalid_params" })), "{params}: {e}");
     }
+    // A blank loop name is no name (review YM: it cancelled whichever loop ran).
+    let e = c.tool_err("loop-cancel", json!({ "name": "   " }));
+    assert_eq!(e.code, -32602, "{e}");
+    assert!(e.message.contains("`name`") && e.message.contains("blank"), "{e}");
     assert_serving(&mut c);
 }
 

@@ -396,6 +396,40 @@ fn a_body_is_decoded_in_its_declared_charset() {
     assert!(out.text.contains("naïve"), "{}", out.text);
 }
 
+/// Review YM: a compressed reply is refused (no encoding is asked for, none decoded); text
+/// keeps the space between inline elements and a `<pre>` block's lines; a `<meta>` that
+/// mentions a charset without declaring one does not end the scan; a UTF-8 body without a
+/// content type cut inside a character is still text; a raw UTF-8 `Location` is followed.
+#[test]
+fn bodies_as_sent_text_as_written() {
+    let mut meta =
+        b"<html><head><meta name=\"x-charset-note\" content=\"y\"><meta charset=\"iso-8859-1\"></head>".to_vec();
+    meta.extend(b"<body><main><p>caf\xe9</p></main></body></html>");
+    let server = Server::start(vec![
+        ("/gz", 200, "text/html; charset=utf-8", "Content-Encoding: gzip\r\n".to_string(), vec![0x1f, 0x8b, 8, 0, 1, 2]),
+        html("/words", "<main><p><b>Hello</b> <i>world</i> and <a href=\"/x\">a link</a> <code>x</code></p><pre>fn main() {\n    println!(\"hi\");\n}</pre></main>"),
+        ("/meta", 200, "text/html", String::new(), meta),
+        ("/cut", 200, "", String::new(), "é".repeat(2000).into_bytes()),
+        ("/moved", 302, "text/plain", "Location: /café\r\n".to_string(), vec![]),
+        ("/caf%C3%A9", 200, "text/plain", String::new(), b"arrived".to_vec()),
+    ]);
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let c = client(&sb, &repo, Some(json!({ "webfetch": { "maxBytes": 999 } })));
+    let e = c.tool_err("webfetch", json!({ "url": server.url("/gz") }));
+    assert!(e.message.contains("Content-Encoding: gzip"), "{e}");
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/words"), "format": "text" }));
+    assert!(out.text.contains("Hello world and a link x"), "{}", out.text);
+    assert!(out.text.contains("fn main() {\n    println!(\"hi\");\n}"), "{}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/meta"), "format": "text" }));
+    assert!(out.text.contains("café"), "{}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/cut") }));
+    assert_eq!(out.data["truncated"], true, "{}", out.text);
+    assert!(out.text.contains("éé"), "{}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/moved") }));
+    assert!(out.text.contains("arrived"), "{}", out.text);
+}
+
 /// A cancelled fetch stops reading its body: before, `$/cancelRequest` answered the call
 /// -32800 while the fetch read a slow body on to its timeout for nobody.
 #[test]

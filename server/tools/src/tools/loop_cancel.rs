@@ -19,6 +19,13 @@ pub const DESCRIPTION: &str = "Cancel an active loop. name is a loop name or a p
 pub type Input = forge_protocol::inputs::LoopCancelInput;
 
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
+    // A blank name is no name given: a script's empty variable would otherwise cancel
+    // whichever loop runs (review YM), as restart already refuses.
+    if input.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+        return Err(ToolError::invalid_params(
+            "invalid argument `name`: must not be blank; omit it to cancel the only active loop",
+        ));
+    }
     let name = match input.name.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => {
             let running: Vec<_> = loops::list(ctx.db, ctx.project_id()).db()?.into_iter().filter(|l| l.status == "running").collect();

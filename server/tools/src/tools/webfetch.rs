@@ -215,7 +215,11 @@ fn get(agent: &ureq::Agent, start: &Url, opts: &Opts, deadline: std::time::Insta
             .config()
             .timeout_global(Some(left))
             .build()
-            .header("Accept", "text/markdown, text/html;q=0.9, text/plain;q=0.8, */*;q=0.5");
+            .header("Accept", "text/markdown, text/html;q=0.9, text/plain;q=0.8, */*;q=0.5")
+            // The body as it is: no compression is decoded here (review YM: a server may
+            // compress a reply to a request that names no encoding, and its gzip bytes were
+            // answered as the page's text).
+            .header("Accept-Encoding", "identity");
         if let Some((c, _)) = &cached {
             if let Some(etag) = &c.etag {
                 req = req.header("If-None-Match", etag);
@@ -235,7 +239,10 @@ fn get(agent: &ureq::Agent, start: &Url, opts: &Opts, deadline: std::time::Insta
             }
         }
         if (300..400).contains(&status) && status != 304 {
-            let Some(loc) = resp.headers().get("location").and_then(|v| v.to_str().ok()) else {
+            // Raw UTF-8 is what servers send for a non-ASCII path (review YM: it was taken for
+            // no header at all); the URL parser escapes it.
+            let location = resp.headers().get("location").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            let Some(loc) = location.as_deref() else {
                 return Err(fail(format!("{url} answered {status} without a Location header")));
             };
             let next = url.join(loc).map_err(|e| fail(format!("{url} redirects to an invalid location {loc:?}: {e}")))?;
@@ -249,6 +256,12 @@ fn get(agent: &ureq::Agent, start: &Url, opts: &Opts, deadline: std::time::Insta
             }
             url = next;
             continue;
+        }
+        let encoding = resp.headers().get("content-encoding").map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string());
+        if let Some(enc) = encoding.filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity")) {
+            return Err(fail(format!(
+                "{url} answered with Content-Encoding: {enc}, although asked for none (Accept-Encoding: identity); webfetch does not decode compressed bodies"
+            )));
         }
         let content_type = resp
             .headers()
@@ -328,7 +341,10 @@ fn fetch(url: Url, opts: &Opts) -> Result<CommandResult, ToolError> {
     let deadline = std::time::Instant::now() + opts.timeout;
     if opts.format == Format::Markdown && url.path() == "/" && url.query().is_none() {
         let llms = url.join("/llms.txt").expect("a root URL joins /llms.txt");
-        match get(&agent, &llms, opts, deadline) {
+        // A third of the time at most (and 10 s): a slow or hanging llms.txt leaves the page
+        // its time (review YM: it used up the whole timeout, and the root failed).
+        let probe = (opts.timeout / 3).min(std::time::Duration::from_secs(10));
+        match get(&agent, &llms, opts, std::time::Instant::now() + probe) {
             Ok(f) if f.status == 200 && !is_html(&f.content_type, &f.body) && is_text(&f.content_type, &f.body) => {
                 let text = decode(&f.content_type, &f.body);
                 if !text.trim().is_empty() {
@@ -431,7 +447,10 @@ fn meta_charset(head: &[u8]) -> Option<&'static encoding_rs::Encoding> {
         let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
         rest = &rest[at + 5..];
         let Some(c) = tag.find("charset") else { continue };
-        let value = tag[c + "charset".len()..].trim_start().strip_prefix('=')?.trim_start();
+        // `charset` without `=` after it (`name="x-charset-note"`) is no declaration: the
+        // next `<meta>` may hold it (review YM: the scan ended there).
+        let Some(value) = tag[c + "charset".len()..].trim_start().strip_prefix('=') else { continue };
+        let value = value.trim_start();
         let value = value.trim_start_matches(['"', '\'']);
         let end = value.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))).unwrap_or(value.len());
         let encoding = encoding_rs::Encoding::for_label(&value.as_bytes()[..end])?;
@@ -460,7 +479,13 @@ fn is_html(content_type: &str, body: &[u8]) -> bool {
 fn is_text(content_type: &str, body: &[u8]) -> bool {
     let m = mime(content_type);
     if m.is_empty() {
-        return std::str::from_utf8(body).is_ok() && !body.contains(&0);
+        // UTF-8 but for at most an incomplete last character (a body cut at `maxBytes`
+        // inside one; review YM: it was taken for binary and refused).
+        let utf8 = match std::str::from_utf8(body) {
+            Ok(_) => true,
+            Err(e) => e.error_len().is_none() && body.len() - e.valid_up_to() < 4,
+        };
+        return utf8 && !body.contains(&0);
     }
     m.starts_with("text/")
         || m.ends_with("+json")
@@ -650,6 +675,19 @@ fn text_of(node: &Rc<Node>, drop: &[&str]) -> String {
     lines.join("\n")
 }
 
+/// The text under `node` exactly as written (every text node's contents, in order).
+fn raw_text(node: &Rc<Node>) -> String {
+    let mut out = String::new();
+    let mut stack = vec![node.clone()];
+    while let Some(n) = stack.pop() {
+        if let NodeData::Text { contents } = &n.data {
+            out.push_str(&contents.borrow());
+        }
+        stack.extend(n.children.borrow().iter().rev().cloned());
+    }
+    out
+}
+
 /// One step of the text walk: a node to enter, or the end of a block element.
 enum Step {
     Enter(Rc<Node>),
@@ -672,6 +710,11 @@ fn collect_text(node: &Rc<Node>, drop: &[&str], out: &mut String) {
             NodeData::Text { contents } => {
                 let t = contents.borrow();
                 let collapsed = t.split_whitespace().collect::<Vec<_>>().join(" ");
+                // Only white space: one space between what stands around it (review YM:
+                // `<b>Hello</b> <i>world</i>` was `Helloworld`).
+                if collapsed.is_empty() && !t.is_empty() && !out.is_empty() && !out.ends_with([' ', '\n']) {
+                    out.push(' ');
+                }
                 if !collapsed.is_empty() {
                     if t.starts_with(char::is_whitespace) && !out.ends_with([' ', '\n']) && !out.is_empty() {
                         out.push(' ');
@@ -686,6 +729,18 @@ fn collect_text(node: &Rc<Node>, drop: &[&str], out: &mut String) {
             NodeData::Element { name, .. } => {
                 let t: &str = &name.local;
                 if drop.contains(&t) || t == "head" {
+                    continue;
+                }
+                if t == "pre" {
+                    // Preformatted: its text as it is, line breaks and indentation kept
+                    // (review YM: code blocks came out on one line, words glued).
+                    if !out.ends_with('\n') && !out.is_empty() {
+                        out.push('\n');
+                    }
+                    out.push_str(&raw_text(&node));
+                    if !out.ends_with('\n') {
+                        out.push('\n');
+                    }
                     continue;
                 }
                 if forge_domain::html::BLOCKS.contains(&t) {
