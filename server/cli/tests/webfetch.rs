@@ -430,10 +430,9 @@ fn bodies_as_sent_text_as_written() {
     assert!(out.text.contains("arrived"), "{}", out.text);
 }
 
-/// A cancelled fetch stops reading its body: before, `$/cancelRequest` answered the call
-/// -32800 while the fetch read a slow body on to its timeout for nobody.
-#[test]
-fn a_cancelled_fetch_stops_reading_its_body() {
+/// A server on a free port answering one request with a body of a byte every 20 ms:
+/// (its port, a message once the body starts, a message once the reader hung up).
+fn slow_body() -> (u16, std::sync::mpsc::Receiver<()>, std::sync::mpsc::Receiver<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().unwrap().port();
     let (sending, sent) = std::sync::mpsc::channel();
@@ -457,6 +456,37 @@ fn a_cancelled_fetch_stops_reading_its_body() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     });
+    (port, sent, hung_up)
+}
+
+/// A fetch whose caller's connection closes (its `forge-lsp call` killed) stops reading
+/// too (review YM: it read on to its timeout).
+#[test]
+fn a_fetch_whose_caller_went_away_stops_reading_its_body() {
+    let (port, sent, hung_up) = slow_body();
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    let _server = client(&sb, &repo, None);
+    let data_dir = sb.db_path().parent().unwrap().to_path_buf();
+    let mut call = sb.command();
+    call.current_dir(&repo.path).arg("call").arg("--data-dir").arg(&data_dir).arg("-v").arg("webfetch");
+    call.arg(json!({ "url": format!("http://127.0.0.1:{port}/slow"), "timeout": 60 }).to_string());
+    call.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let mut child = call.spawn().expect("forge-lsp call");
+    sent.recv_timeout(WAIT).expect("the fetch never reached the server");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("through the running server"), "the call went through the server: {said}");
+    hung_up.recv_timeout(std::time::Duration::from_secs(10)).expect("the fetch read on after its caller went away");
+}
+
+/// A cancelled fetch stops reading its body: before, `$/cancelRequest` answered the call
+/// -32800 while the fetch read a slow body on to its timeout for nobody.
+#[test]
+fn a_cancelled_fetch_stops_reading_its_body() {
+    let (port, sent, hung_up) = slow_body();
     let sb = Sandbox::new();
     let repo = GitRepo::new();
     let c = client(&sb, &repo, None);

@@ -500,7 +500,10 @@ pub async fn call_watched(
     // A plugin tool's process and a shell command end with their caller's connection (a
     // `forge-lsp call` killed, an MCP client gone): nobody would read their result, and a
     // shell command would run on to its time limit (review AA).
-    let caller_gone = caller_gone.filter(|_| stoppable);
+    // And a read-only tool's search or fetch (review YM: a webfetch read a slow body on to
+    // its timeout after its `forge-lsp call` was killed), unless it started engine work.
+    let caller_gone = caller_gone.filter(|_| stoppable || read_only);
+    let engine_work = std::sync::atomic::AtomicBool::new(false);
     let command = command.to_string();
     let env2 = env.clone();
     let guarded = move |conn: &Connection| {
@@ -533,6 +536,7 @@ pub async fn call_watched(
             .is_some_and(|e| !matches!(e, forge_engine::Effect::Shell { .. } | forge_engine::Effect::Task { .. }))
         {
             cancel::shield();
+            engine_work.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         // Dropped with the call's future (`$/cancelRequest`): kills a plugin tool's process.
         let mut on_drop = CancelOnDrop(done.cancel);
@@ -551,8 +555,14 @@ pub async fn call_watched(
         None => outcome.await,
         Some(mut gone) => tokio::select! {
             r = outcome => r,
-            // Dropping the call above kills the plugin tool's process group.
-            _ = gone.wait_for(|g| *g) => Err(ToolError::internal(format!("forge.{name} was stopped: its caller's connection closed"))),
+            // Dropping the call above kills the plugin tool's process group, and tells a
+            // search or fetch to stop (`CancelOnDrop`). Engine work runs on to its end.
+            _ = async {
+                let _ = gone.wait_for(|g| *g).await;
+                if engine_work.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::future::pending::<()>().await;
+                }
+            } => Err(ToolError::internal(format!("forge.{name} was stopped: its caller's connection closed"))),
         },
     };
     guard::settle(ticket, outcome)
