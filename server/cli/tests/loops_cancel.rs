@@ -335,6 +335,31 @@ fn server_killed_mid_turn_with(extra_toml: &str) -> (LoopTest, String, u32, u32)
     (t, name, bg, esc)
 }
 
+/// `cleanup loop --force` of a running loop whose server was killed stops what its turns
+/// left running, as a cancel from a running server does (review YM: both sleeps outlived
+/// the cleanup, and the records that find them were gone with the loop's rows).
+#[test]
+fn a_forced_cleanup_of_a_loop_whose_server_died_ends_what_its_turn_left_running() {
+    let (t, name, bg, esc) = server_killed_mid_turn_with("");
+    // Without --force: refused, saying the server has ended.
+    let mut cmd = t.sb.command();
+    cmd.arg("--data-dir").arg(&t.sb.data_dir).args(["cleanup", "loop", &name]).current_dir(&t.repo.path);
+    let out = common::run_process(cmd, None, Duration::from_secs(60));
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("has ended"), "{out:?}");
+    let mut cmd = t.sb.command();
+    cmd.arg("--data-dir").arg(&t.sb.data_dir).args(["cleanup", "loop", &name, "--force"]).current_dir(&t.repo.path);
+    let out = common::run_process(cmd, None, Duration::from_secs(60));
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("process(es) the loop's turns left running"), "{out:?}");
+    for pid in [bg, esc] {
+        assert!(
+            wait_for(Duration::from_secs(10), || (!pid_alive(pid)).then_some(())).is_some(),
+            "{pid} outlived the forced cleanup"
+        );
+    }
+}
+
 /// SIGKILLs the test's first server and waits until it is gone.
 fn kill_server(t: &mut LoopTest) {
     let server = t.client.pid().expect("a stdio server");

@@ -380,6 +380,30 @@ fn cleanup_loop(
         return Ok(());
     }
 
+    // A running loop removed with --force whose server has ended: what its turns left
+    // running (the agent's children, forge.shell commands) is stopped first, as a cancel
+    // from a running server stops it; the records that find them go with the loop's rows
+    // (review YM: both `sleep`s outlived the cleanup, for good). A live server stops its own
+    // agent when it sees the row go.
+    if force {
+        if let Ok(Some(row)) = loops::get(&conn, &plan.project_id, &plan.name) {
+            if let Ok(Some(pid)) = forge_engine::owner::server_gone(&conn, &plan.project_id, &row) {
+                let recorded =
+                    forge_store::loop_db::agent_processes(&conn, &plan.project_id, &plan.name).unwrap_or_default();
+                let stopped: usize = recorded
+                    .iter()
+                    .map(|(session, rec)| match forge_engine::process::Leader::parse(rec) {
+                        Some(leader) => forge_engine::process::kill_orphaned(&leader, session),
+                        None => forge_engine::process::kill_session_marked(session),
+                    })
+                    .sum();
+                if stopped > 0 {
+                    say(format!("stopped {stopped} process(es) the loop's turns left running (its server, pid {pid}, has ended)"));
+                }
+            }
+        }
+    }
+
     let mut removed = 0usize;
     let stop = |removed: usize, what: String, e: &dyn fmt::Display| {
         failed(format!(
@@ -500,6 +524,14 @@ fn plan_loop(
     let (worktree_dir, branch, status) = match &row {
         Some(r) => {
             if r.status == "running" && !force {
+                // Its server known to have ended: said so, not "may be running".
+                if let Ok(Some(pid)) = forge_engine::owner::server_gone(conn, project_id, r) {
+                    return Err(failed(format!(
+                        "refusing to remove loop {name}: its status is running, and its server (pid {pid}) has ended. \
+                         Cancel it (forge-lsp call loop-cancel '{{\"name\": \"{name}\"}}' through a running server, or \
+                         loop-cancel in the editor), which also stops what its turns left running, or pass --force"
+                    )));
+                }
                 return Err(failed(format!(
                     "refusing to remove loop {name}: its status is running; {}.",
                     running_hint(name)
