@@ -207,10 +207,12 @@ fn normalize(s: &str) -> String {
 /// Each part is also matched without what may stand before its command and leaves the
 /// command itself unchanged (review YI: `FOO=1 rm a.txt`, `if true; then rm a.txt; fi`,
 /// `{ rm a.txt; }`, `! rm a.txt`, `command rm`, `\rm` all ran past `rm *`): reserved words
-/// (`then`, `do`, `else`, `if`, `while`, `until`, `elif`, `!`, `{`, `}`, `time`), variable
-/// assignments (`NAME=value`), the wrappers `command`, `builtin`, `exec`, `nohup` and `env`
-/// (with its options and assignments), and a backslash before the command's name. Not a
-/// sandbox: `sh -c 'rm …'`, `eval`, aliases and functions still get past a rule.
+/// (`then`, `do`, `else`, `if`, `while`, `until`, `elif`, `!`, `{`, `}`), variable
+/// assignments (`NAME=value`, a quoted value too), redirections, the wrappers `builtin`,
+/// `nohup`, and `env`, `time`, `command`, `exec` with their options; the command's name is
+/// taken unquoted and without its folder ([`bare_command`]). Not a sandbox: `sh -c 'rm …'`,
+/// `eval`, other wrappers (`nice`, `timeout`, `xargs`), aliases and functions still get
+/// past a rule.
 pub fn command_matches(pattern: &str, command: &str) -> bool {
     let pattern = normalize(pattern);
     let whole = normalize(command);
@@ -222,53 +224,113 @@ pub fn command_matches(pattern: &str, command: &str) -> bool {
 }
 
 /// `part` (normalized) without the words before its command that leave the command
-/// unchanged ([`command_matches`]), and without a backslash before the command's name.
+/// unchanged ([`command_matches`]), its command's name unquoted, unescaped and without its
+/// folder (`"rm"`, `r\m`, `/bin/rm` are `rm`). Words are split as the shell splits them,
+/// outside quotes (review YL: `MSG="please rm it" echo` was denied by `rm *`, and
+/// `A="x y" rm` was not).
 fn bare_command(part: &str) -> String {
-    let words: Vec<&str> = part.split(' ').collect();
+    let words = words_of(part);
     let mut i = 0;
-    let mut after_env = false;
+    // After `env`, `time`, `command`, `exec`: their options; the next word is an option's
+    // argument (`env -u NAME`, `exec -a NAME`).
+    let (mut options, mut argument) = (false, false);
+    let mut wrapper = "";
     while i < words.len() {
-        let w = words[i];
+        let w = &part[words[i].0..words[i].1];
+        i += 1;
+        if std::mem::take(&mut argument) {
+            continue;
+        }
+        if options && w.starts_with('-') && w.len() > 1 {
+            // `command -v rm` names `rm`, it does not run it.
+            if wrapper == "command" && matches!(w, "-v" | "-V") {
+                return String::new();
+            }
+            argument = matches!(w, "-u" | "--unset" | "-C" | "--chdir" | "-a");
+            continue;
+        }
         let assignment = w.split_once('=').is_some_and(|(name, _)| {
             !name.is_empty()
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 && !name.starts_with(|c: char| c.is_ascii_digit())
         });
-        let skip = matches!(
-            w,
-            "then"
-                | "do"
-                | "else"
-                | "if"
-                | "elif"
-                | "while"
-                | "until"
-                | "!"
-                | "{"
-                | "}"
-                | "time"
-                | "command"
-                | "builtin"
-                | "exec"
-                | "nohup"
-        ) || assignment
-            || (after_env && w.starts_with('-'));
-        if w == "env" {
-            after_env = true;
-        } else if !skip {
-            break;
+        // A redirection before the command (`2>/dev/null`, `>out`, `<in`); a bare operator
+        // (`2>`, `>`) takes the next word.
+        let digits = w.trim_start_matches(|c: char| c.is_ascii_digit());
+        if digits.starts_with(['>', '<']) {
+            argument = digits.trim_start_matches(['>', '<', '&', '|']).is_empty();
+            continue;
         }
-        // `env`'s options that take the next word (`-u NAME`, `-C DIR`).
-        if after_env && matches!(w, "-u" | "--unset" | "-C" | "--chdir") {
-            i += 1;
+        if matches!(w, "env" | "time" | "command" | "exec") {
+            options = true;
+            wrapper = w;
+            continue;
         }
-        i += 1;
+        if assignment
+            || matches!(
+                w,
+                "then" | "do" | "else" | "if" | "elif" | "while" | "until" | "!" | "{" | "}" | "builtin" | "nohup"
+            )
+        {
+            continue;
+        }
+        // The command.
+        let (start, end) = words[i - 1];
+        let name = unquoted(&part[start..end]);
+        let name = name.rsplit('/').next().unwrap_or(&name).to_string();
+        return format!("{name}{}", &part[end..]);
     }
-    let rest = words[i..].join(" ");
-    match rest.strip_prefix('\\') {
-        Some(unescaped) => unescaped.to_string(),
-        None => rest,
+    String::new()
+}
+
+/// The byte ranges of `s`'s words: runs of characters between white space outside quotes.
+fn words_of(s: &str) -> Vec<(usize, usize)> {
+    let mut out = vec![];
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    let mut start: Option<usize> = None;
+    for (i, c) in s.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if !single => escaped = true,
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            c if c.is_whitespace() && !single && !double => {
+                if let Some(b) = start.take() {
+                    out.push((b, i));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        start.get_or_insert(i);
     }
+    if let Some(b) = start {
+        out.push((b, s.len()));
+    }
+    out
+}
+
+/// A word with its quotes and escapes taken away, as the shell reads it.
+fn unquoted(w: &str) -> String {
+    let mut out = String::new();
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    for c in w.chars() {
+        if escaped {
+            escaped = false;
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\\' if !single => escaped = true,
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The parts of a command between unquoted separators.
@@ -518,10 +580,32 @@ mod tests {
             "nohup rm a.txt",
             "exec rm a.txt",
             "while false; do :; done; until true; do rm x; done",
+            // Review YL: quoted values, the wrappers' options, redirections, the name.
+            "A=\"x y\" rm -f zz",
+            "time -p rm x",
+            "command -p rm x",
+            "exec -a foo rm x",
+            "2>/dev/null rm -f zz",
+            "2> /dev/null rm -f zz",
+            "\"rm\" -f zz",
+            "r\\m -f zz",
+            "/bin/rm -f zz",
         ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd}");
         }
-        for cmd in ["echo rm a.txt", "FOO=rm ls", "cat rm.txt", "env", "trim x", "if_rm x"] {
+        for cmd in [
+            "echo rm a.txt",
+            "FOO=rm ls",
+            "cat rm.txt",
+            "env",
+            "trim x",
+            "if_rm x",
+            // Review YL: a quoted value is one word.
+            "MSG=\"please rm the old files\" echo hi",
+            "A=\"1 rm -f x\" true",
+            "NOTE=\"x; rm -f zz\" true",
+            "command -v rm",
+        ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_none(), "{cmd}");
         }
         // Table of what is taken off.
@@ -531,6 +615,8 @@ mod tests {
             ("\\git push", "git push"),
             ("then git push", "git push"),
             ("1X=2 rm", "1X=2 rm"),
+            ("GIT_SSH_COMMAND='ssh -i k' git push", "git push"),
+            ("'/usr/bin/git' push", "git push"),
             ("rm", "rm"),
             ("", ""),
         ] {

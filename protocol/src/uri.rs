@@ -26,7 +26,10 @@ pub enum ForgeUri {
 /// (RFC 8089: the same file). `None` for a URI of another scheme; an error naming the
 /// host for a `file:` URI of another host, which this machine cannot open.
 pub fn local_path(uri: &str) -> Result<Option<String>, String> {
-    let Some(rest) = uri.strip_prefix("file://") else { return Ok(None) };
+    // The scheme in any case (RFC 3986: `FILE://` is `file://`).
+    let Some(rest) = uri.get(..7).filter(|s| s.eq_ignore_ascii_case("file://")).map(|_| &uri[7..]) else {
+        return Ok(None);
+    };
     let (host, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
     if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) {
         return Err(format!("{uri:?} names a file on host {host:?}; forge-lsp opens local files only (file:///path)"));

@@ -114,6 +114,37 @@ fn two_spellings_of_one_path_share_a_uri_and_are_republished_together() {
     expect_count(&c, mark, &uri, 0);
 }
 
+/// An editor opened through a link to the project, with a finding stored under the link's
+/// spelling before keys were resolved: both of the file's findings arrive in one
+/// publication on the link's URI (review YL: two publications of one client URI, the
+/// second wiping the first).
+#[test]
+fn findings_under_two_spellings_of_one_client_uri_are_published_together() {
+    let (sb, repo) = setup();
+    repo.write("src/a.rs", "one\ntwo\nthree\n");
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("link");
+    std::os::unix::fs::symlink(&repo.path, &link).unwrap();
+    let old_key = link.join("src/a.rs").display().to_string();
+    // A first connection makes the database.
+    drop(connect(&sb, Init::new(&repo.path)));
+    let old = insert_finding(&sb.db(), &repo.root_commit, "", &old_key, 3, None, "bug", "old link key");
+    let c = connect(&sb, Init::new(&link));
+    let uri = uri_in(&link, "src/a.rs");
+    // The first publication (the old finding alone), then a step of its own for the write.
+    expect_count(&c, Mark::default(), &uri, 1);
+    let mark = c.mark();
+    let new = write_bug(&c, "src/a.rs", 1)["id"].as_i64().expect("id");
+    let d = expect_count(&c, mark, &uri, 2);
+    by_id(&d, old);
+    by_id(&d, new);
+    // Deleting one republishes the other, alone, on the same URI.
+    let mark = c.mark();
+    c.tool_ok("review-delete", json!({ "file": "src/a.rs", "line": 1 }));
+    let left = expect_count(&c, mark, &uri, 1);
+    assert_eq!(left[0]["code"], json!(old));
+}
+
 // --- 2. multi-byte lines -------------------------------------------------------------------------
 
 #[test]

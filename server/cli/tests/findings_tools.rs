@@ -275,6 +275,16 @@ fn every_spelling_of_a_file_is_one_key_through_every_front_end() {
         .cwd(&repo.path.join("src"))
         .run();
     assert!(out.stderr.contains("non-empty path"), "{out:?}");
+    // A folder without a commit (the shared project `global`), named through a link and
+    // directly: one key, its resolved path (review YL).
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::write(plain.path().join("a.rs"), "x\n").unwrap();
+    let plain_link = links.path().join("plain");
+    std::os::unix::fs::symlink(plain.path(), &plain_link).unwrap();
+    let input = json!({ "file": "a.rs", "line": 1, "severity": "bug", "description": "g" });
+    connect(&sb, Init::new(&plain_link)).tool_ok("review-write", input.clone());
+    let e = connect(&sb, Init::new(plain.path())).tool_err("review-write", input);
+    assert_error(&e, 1003, "conflict");
 }
 
 #[test]

@@ -459,29 +459,6 @@ fn slow_body() -> (u16, std::sync::mpsc::Receiver<()>, std::sync::mpsc::Receiver
     (port, sent, hung_up)
 }
 
-/// A fetch whose caller's connection closes (its `forge-lsp call` killed) stops reading
-/// too (review YM: it read on to its timeout).
-#[test]
-fn a_fetch_whose_caller_went_away_stops_reading_its_body() {
-    let (port, sent, hung_up) = slow_body();
-    let sb = Sandbox::new();
-    let repo = GitRepo::new();
-    let _server = client(&sb, &repo, None);
-    let data_dir = sb.db_path().parent().unwrap().to_path_buf();
-    let mut call = sb.command();
-    call.current_dir(&repo.path).arg("call").arg("--data-dir").arg(&data_dir).arg("-v").arg("webfetch");
-    call.arg(json!({ "url": format!("http://127.0.0.1:{port}/slow"), "timeout": 60 }).to_string());
-    call.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-    let mut child = call.spawn().expect("forge-lsp call");
-    sent.recv_timeout(WAIT).expect("the fetch never reached the server");
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    child.kill().unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("through the running server"), "the call went through the server: {said}");
-    hung_up.recv_timeout(std::time::Duration::from_secs(10)).expect("the fetch read on after its caller went away");
-}
-
 /// A cancelled fetch stops reading its body: before, `$/cancelRequest` answered the call
 /// -32800 while the fetch read a slow body on to its timeout for nobody.
 #[test]

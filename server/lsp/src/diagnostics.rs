@@ -260,19 +260,33 @@ async fn publish_step(
     mirror: bool,
     worktrees: &Worktrees,
     allowed: &[PathBuf],
-    files: Vec<String>,
+    mut files: Vec<String>,
 ) -> bool {
-    let (p2, q) = (project.to_string(), files.clone());
-    let rows = match conn.ws.store.read(move |db| findings::open(db, &p2, Some(&q))).await {
-        Ok(Ok(rows)) => rows,
-        Ok(Err(e)) => {
-            tracing::warn!("cannot read findings for diagnostics: {e}");
-            return true;
+    let rows = loop {
+        let (p2, q) = (project.to_string(), files.clone());
+        let rows = match conn.ws.store.read(move |db| findings::open(db, &p2, Some(&q))).await {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => {
+                tracing::warn!("cannot read findings for diagnostics: {e}");
+                return true;
+            }
+            Err(e) => {
+                tracing::warn!("cannot read findings for diagnostics: {e}");
+                return true;
+            }
+        };
+        // A client that named the project through a link sees two server spellings as one
+        // URI: the files published on the other spelling of a URI this step publishes are
+        // published with it, or this step's publication would replace theirs (review YL).
+        let extra = if conn.spelling.is_identity() {
+            vec![]
+        } else {
+            same_client_uri_files(conn, &rows, &files, root, worktrees, mirror)
+        };
+        if extra.is_empty() {
+            break rows;
         }
-        Err(e) => {
-            tracing::warn!("cannot read findings for diagnostics: {e}");
-            return true;
-        }
+        files.extend(extra);
     };
     // Group by target URI.
     let mut by_uri: HashMap<String, Vec<(&Finding, PathBuf)>> = HashMap::new();
@@ -296,12 +310,40 @@ async fn publish_step(
         }
     }
     uris.sort();
+    // Two server spellings the client sees as one URI (a finding key stored through a link
+    // before keys were resolved, a `global` project's folder opened through a link) are
+    // published once, together: two publications of one client URI replace each other, and
+    // the editor showed only the last (review YL). The first of them stands for the group;
+    // the others are forgotten as published, and sent nothing.
+    let mut groups: Vec<(String, Vec<String>)> = vec![];
+    {
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for uri in uris {
+            let client = conn.spelling.to_client(&uri).into_owned();
+            match index.get(&client) {
+                Some(&i) => groups[i].1.push(uri),
+                None => {
+                    index.insert(client, groups.len());
+                    groups.push((uri.clone(), vec![uri]));
+                }
+            }
+        }
+    }
     let enc = conn.caps.encoding;
     // Line lengths per file (or open buffer), computed once per step.
     let mut lengths: HashMap<PathBuf, Option<Vec<u32>>> = HashMap::new();
-    let mut messages: Vec<(String, Vec<u8>, HashSet<String>)> = Vec::with_capacity(uris.len());
-    for uri in uris {
-        let entries = by_uri.get(&uri).map(Vec::as_slice).unwrap_or(&[]);
+    let mut messages: Vec<(String, Option<Vec<u8>>, HashSet<String>)> = Vec::with_capacity(groups.len());
+    for (uri, members) in groups {
+        let merged: Vec<(&Finding, PathBuf)>;
+        let entries = if members.len() == 1 {
+            by_uri.get(&uri).map(Vec::as_slice).unwrap_or(&[])
+        } else {
+            merged = members.iter().flat_map(|m| by_uri.get(m).into_iter().flatten().cloned()).collect();
+            for other in &members[1..] {
+                messages.push((other.clone(), None, HashSet::new()));
+            }
+            merged.as_slice()
+        };
         let mut diags = Vec::with_capacity(entries.len());
         let mut contributing = HashSet::new();
         let open = if entries.is_empty() { None } else { conn.open_text(&uri).map(|t| dmap::line_lengths(&t, enc)) };
@@ -365,7 +407,7 @@ async fn publish_step(
         if left_out > 0 {
             diags.push(Entry::Note(note_left_out(left_out)));
         }
-        messages.push((uri.clone(), publish_diagnostics(&conn.spelling.to_client(&uri), &diags), contributing));
+        messages.push((uri.clone(), Some(publish_diagnostics(&conn.spelling.to_client(&uri), &diags)), contributing));
     }
     drop(by_uri);
     drop(rows);
@@ -389,11 +431,49 @@ async fn publish_step(
         p.file_uris.retain(|_, s| !s.is_empty());
     }
     for (_, body, _) in messages {
-        if !conn.outbox.send_body(&body).await {
-            return false;
+        if let Some(body) = body {
+            if !conn.outbox.send_body(&body).await {
+                return false;
+            }
         }
     }
     true
+}
+
+/// The files, other than `files`, last published on a server URI that the client sees as
+/// the same URI as one of `rows`' targets or of the URIs `files` were last published on.
+fn same_client_uri_files(
+    conn: &Conn,
+    rows: &[Finding],
+    files: &[String],
+    root: &Path,
+    worktrees: &Worktrees,
+    mirror: bool,
+) -> Vec<String> {
+    let mut mine: HashSet<String> = HashSet::new();
+    for f in rows {
+        for path in targets(&f.file, f.loop_name.as_deref(), root, worktrees, mirror) {
+            mine.insert(file_uri(&path));
+        }
+    }
+    let p = conn.published.lock().expect("published");
+    // And the URIs these files were last published on (a deleted finding's, to clear).
+    for f in files {
+        mine.extend(p.file_uris.get(f).into_iter().flatten().cloned());
+    }
+    let clients: HashSet<String> = mine.iter().map(|u| conn.spelling.to_client(u).into_owned()).collect();
+    let mut extra: Vec<String> = vec![];
+    for (uri, published) in &p.uri_files {
+        if mine.contains(uri) || !clients.contains(conn.spelling.to_client(uri).as_ref()) {
+            continue;
+        }
+        for f in published {
+            if !files.contains(f) && !extra.contains(f) {
+                extra.push(f.clone());
+            }
+        }
+    }
+    extra
 }
 
 /// One diagnostic of a file's publication: a finding's, or the note that says how many

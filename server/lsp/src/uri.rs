@@ -78,6 +78,11 @@ impl Spelling {
     }
 
     /// A URI the server built, in the client's spelling.
+    /// Whether the client names every folder as the server does.
+    pub fn is_identity(&self) -> bool {
+        self.0.is_none()
+    }
+
     pub fn to_client<'a>(&self, uri: &'a str) -> std::borrow::Cow<'a, str> {
         let Some((client, server)) = &self.0 else { return uri.into() };
         match local_path(uri) {

@@ -500,10 +500,12 @@ pub async fn call_watched(
     // A plugin tool's process and a shell command end with their caller's connection (a
     // `forge-lsp call` killed, an MCP client gone): nobody would read their result, and a
     // shell command would run on to its time limit (review AA).
-    // And a read-only tool's search or fetch (review YM: a webfetch read a slow body on to
-    // its timeout after its `forge-lsp call` was killed), unless it started engine work.
-    let caller_gone = caller_gone.filter(|_| stoppable || read_only);
-    let engine_work = std::sync::atomic::AtomicBool::new(false);
+    // Only those whose process would run on: the end of a connection's input is no sign its
+    // client stopped reading (a client may send its requests, close its side and read the
+    // answers; a read-only tool's or a task control's answer is then still wanted). A
+    // first try stopped read-only tools too, and dropped the answers owed after `exit`.
+    let caller_gone = caller_gone
+        .filter(|_| matches!(tool, Resolved::Plugin(_) | Resolved::Builtin(ToolEntry { name: "shell", .. })));
     let command = command.to_string();
     let env2 = env.clone();
     let guarded = move |conn: &Connection| {
@@ -536,7 +538,6 @@ pub async fn call_watched(
             .is_some_and(|e| !matches!(e, forge_engine::Effect::Shell { .. } | forge_engine::Effect::Task { .. }))
         {
             cancel::shield();
-            engine_work.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         // Dropped with the call's future (`$/cancelRequest`): kills a plugin tool's process.
         let mut on_drop = CancelOnDrop(done.cancel);
@@ -555,25 +556,19 @@ pub async fn call_watched(
         None => outcome.await,
         Some(mut gone) => tokio::select! {
             r = outcome => r,
-            // Dropping the call above kills the plugin tool's process group, and tells a
-            // search or fetch to stop (`CancelOnDrop`). Engine work runs on to its end.
-            _ = async {
-                let _ = gone.wait_for(|g| *g).await;
-                if engine_work.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::future::pending::<()>().await;
-                }
-            } => Err(ToolError::internal(format!("forge.{name} was stopped: its caller's connection closed"))),
+            // Dropping the call above kills the plugin tool's process group.
+            _ = gone.wait_for(|g| *g) => Err(ToolError::internal(format!("forge.{name} was stopped: its caller's connection closed"))),
         },
     };
     guard::settle(ticket, outcome)
 }
 
-/// Whether a call of `tool` stops when its caller gives up (`$/cancelRequest`) or its
-/// connection closes: a plugin tool's process, a shell command (nobody would read their
-/// results, and a shell command would run on to its time limit: review AA), and a task
-/// control, which its loop's runner has not taken yet is then never acted on (review YJ: a
-/// cancelled task-cancel, shielded as every write is, stopped the next session's turn once
-/// the runner got to it).
+/// Whether a call of `tool` stops when its caller gives up (`$/cancelRequest`): a plugin
+/// tool's process and a shell command (which also stop when the caller's connection closes:
+/// nobody would read their results, and a shell command would run on to its time limit:
+/// review AA), and a task control, which its loop's runner has not taken yet is then never
+/// acted on (review YJ: a cancelled task-cancel, shielded as every write is, stopped the
+/// next session's turn once the runner got to it).
 fn stops_with_its_caller(tool: &Resolved) -> bool {
     matches!(
         tool,

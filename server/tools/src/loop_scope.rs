@@ -135,6 +135,17 @@ pub fn finding_file(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<
     Ok(key)
 }
 
+/// `abs` with its longest existing part resolved (links followed), the rest as named;
+/// `None` when nothing of it exists.
+fn through_links(abs: &std::path::Path) -> Option<std::path::PathBuf> {
+    abs.ancestors().find_map(|a| {
+        let real = a.canonicalize().ok()?;
+        let rest = abs.strip_prefix(a).ok()?;
+        // `join("")` would add a trailing `/`.
+        Some(if rest.as_os_str().is_empty() { real } else { real.join(rest) })
+    })
+}
+
 fn finding_key(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<String, ToolError> {
     use std::path::{Path, PathBuf};
     // A `file:` URI (an editor's spelling) is the path it names (review Z: it was stored
@@ -148,7 +159,10 @@ fn finding_key(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<Strin
     // their absolute path, the file they are about.
     if ctx.env.project.is_global() {
         let base = ctx.env.project.findings_root();
-        return Ok(forge_domain::path::finding_file(&base.join(file).to_string_lossy(), None, &[]));
+        let key = forge_domain::path::finding_file(&base.join(file).to_string_lossy(), None, &[]);
+        // Through a link too, the file's one key: its resolved path (review YL: a folder
+        // opened through a link stored a second key, whose diagnostics replaced the other's).
+        return Ok(through_links(Path::new(&key)).and_then(|r| r.to_str().map(str::to_string)).unwrap_or(key));
     }
     // The common case: a relative path that stays inside its root needs no file-system call.
     let path = Path::new(file);
@@ -173,11 +187,7 @@ fn finding_key(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<Strin
         // part resolved, the rest kept (review YK: the link's spelling was a second key of
         // the file, whose diagnostics replaced the other's in the editor).
         let abs = PathBuf::from(&key);
-        let resolved = abs.ancestors().find_map(|a| {
-            let real = a.canonicalize().ok()?;
-            Some(real.join(abs.strip_prefix(a).ok()?))
-        });
-        if let Some(resolved) = resolved.filter(|r| *r != abs).and_then(|r| r.to_str().map(str::to_string)) {
+        if let Some(resolved) = through_links(&abs).filter(|r| *r != abs).and_then(|r| r.to_str().map(str::to_string)) {
             let inside = forge_domain::path::finding_file(&resolved, None, &roots);
             if !Path::new(&inside).is_absolute() {
                 key = inside;
