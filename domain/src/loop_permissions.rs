@@ -242,8 +242,8 @@ fn bare_command(part: &str) -> String {
             continue;
         }
         if options && w.starts_with('-') && w.len() > 1 {
-            // `command -v rm` names `rm`, it does not run it.
-            if wrapper == "command" && matches!(w, "-v" | "-V") {
+            // `command -v rm` (or `-pv`) names `rm`, it does not run it.
+            if wrapper == "command" && !w.starts_with("--") && w[1..].contains(['v', 'V']) {
                 return String::new();
             }
             argument = matches!(w, "-u" | "--unset" | "-C" | "--chdir" | "-a");
@@ -261,16 +261,17 @@ fn bare_command(part: &str) -> String {
             argument = digits.trim_start_matches(['>', '<', '&', '|']).is_empty();
             continue;
         }
-        if matches!(w, "env" | "time" | "command" | "exec") {
+        // A wrapper however its name is written (review YN: `/usr/bin/env rm`, `\command rm`).
+        let name = unquoted(w);
+        let name = name.rsplit('/').next().unwrap_or(&name);
+        if matches!(name, "env" | "time" | "command" | "exec" | "nohup") {
             options = true;
-            wrapper = w;
+            wrapper = if name == "command" { "command" } else { "" };
             continue;
         }
         if assignment
-            || matches!(
-                w,
-                "then" | "do" | "else" | "if" | "elif" | "while" | "until" | "!" | "{" | "}" | "builtin" | "nohup"
-            )
+            || name == "builtin"
+            || matches!(w, "then" | "do" | "else" | "if" | "elif" | "while" | "until" | "!" | "{" | "}")
         {
             continue;
         }
@@ -590,6 +591,13 @@ mod tests {
             "\"rm\" -f zz",
             "r\\m -f zz",
             "/bin/rm -f zz",
+            // Review YN: a wrapper named by its path, quoted or escaped.
+            "/usr/bin/env rm -f zz",
+            "\\command rm x",
+            "\"env\" rm x",
+            "'exec' rm x",
+            "\\nohup rm x",
+            "nohup -- rm x",
         ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd}");
         }
@@ -605,6 +613,7 @@ mod tests {
             "A=\"1 rm -f x\" true",
             "NOTE=\"x; rm -f zz\" true",
             "command -v rm",
+            "command -pv rm",
         ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_none(), "{cmd}");
         }

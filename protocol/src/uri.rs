@@ -26,9 +26,15 @@ pub enum ForgeUri {
 /// (RFC 8089: the same file). `None` for a URI of another scheme; an error naming the
 /// host for a `file:` URI of another host, which this machine cannot open.
 pub fn local_path(uri: &str) -> Result<Option<String>, String> {
-    // The scheme in any case (RFC 3986: `FILE://` is `file://`).
-    let Some(rest) = uri.get(..7).filter(|s| s.eq_ignore_ascii_case("file://")).map(|_| &uri[7..]) else {
+    // The scheme in any case (RFC 3986: `FILE://` is `file://`), and RFC 8089's form
+    // without an authority, `file:/path` (review YN: it became a relative path).
+    let Some(after) = uri.get(..5).filter(|s| s.eq_ignore_ascii_case("file:")).map(|_| &uri[5..]) else {
         return Ok(None);
+    };
+    let rest = match after.strip_prefix("//") {
+        Some(rest) => rest,
+        None if after.starts_with('/') => after,
+        None => return Ok(None),
     };
     let (host, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
     if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) {

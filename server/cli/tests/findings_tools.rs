@@ -233,10 +233,15 @@ fn every_spelling_of_a_file_is_one_key_through_every_front_end() {
     // `forge-lsp call` with a `file:` URI, from the root and from a subdirectory (it was
     // joined to the working directory: `file:/…`, `src/file:/…`).
     std::fs::create_dir_all(repo.path.join("src")).unwrap();
+    // RFC 8089's `file:/path` and an upper-case scheme too (reviews YL, YN).
+    let short = format!("file:{}", abs.replace(' ', "%20"));
+    let upper = uri.replacen("file://", "FILE://", 1);
     for cwd in [repo.path.clone(), repo.path.join("src")] {
-        let input = json!({ "file": uri, "line": 3, "severity": "bug", "description": "again" });
-        let out = sb.call("review-write").input(input).cwd(&cwd).run();
-        assert!(out.stderr.contains("already exists at src/a.rs:3"), "{out:?}");
+        for spelling in [&uri, &short, &upper] {
+            let input = json!({ "file": spelling, "line": 3, "severity": "bug", "description": "again" });
+            let out = sb.call("review-write").input(input).cwd(&cwd).run();
+            assert!(out.stderr.contains("already exists at src/a.rs:3"), "{spelling}: {out:?}");
+        }
     }
     // Through a link to the project (the editor opened it as `link/`): the same file.
     let links = tempfile::tempdir().unwrap();

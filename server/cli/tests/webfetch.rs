@@ -411,6 +411,8 @@ fn bodies_as_sent_text_as_written() {
         ("/meta", 200, "text/html", String::new(), meta),
         ("/cut", 200, "", String::new(), "é".repeat(2000).into_bytes()),
         ("/moved", 302, "text/plain", "Location: /café\r\n".to_string(), vec![]),
+        ("/none", 200, "text/html", "Content-Encoding: none\r\n".to_string(), b"<main><p>plain after all</p></main>".to_vec()),
+        html("/pre", "<main><pre>line1\n\n\n    indented\nx<br>y<script>NO</script></pre><p>after</p></main>"),
         ("/caf%C3%A9", 200, "text/plain", String::new(), b"arrived".to_vec()),
     ]);
     let sb = Sandbox::new();
@@ -428,6 +430,13 @@ fn bodies_as_sent_text_as_written() {
     assert!(out.text.contains("éé"), "{}", out.text);
     let out = c.tool_ok("webfetch", json!({ "url": server.url("/moved") }));
     assert!(out.text.contains("arrived"), "{}", out.text);
+    // Review YN: a coding that compresses nothing is no reason to refuse; a `<pre>` block
+    // keeps its blank lines and its `<br>`, and leaves out what is dropped elsewhere.
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/none"), "format": "text" }));
+    assert!(out.text.contains("plain after all"), "{}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/pre"), "format": "text" }));
+    assert!(out.text.contains("line1\n\n\n    indented\nx\ny\nafter"), "{:?}", out.text);
+    assert!(!out.text.contains("NO") && !out.text.contains('\u{E000}'), "{:?}", out.text);
 }
 
 /// A server on a free port answering one request with a body of a byte every 20 ms:

@@ -321,6 +321,12 @@ async fn publish_step(
         for uri in uris {
             let client = conn.spelling.to_client(&uri).into_owned();
             match index.get(&client) {
+                // The server's own spelling stands for the group (open buffers are found by
+                // it), not an old key's link spelling that happened to sort first (review YN).
+                Some(&i) if uri == conn.spelling.to_server(client.clone()) && groups[i].0 != uri => {
+                    groups[i].0 = uri.clone();
+                    groups[i].1.insert(0, uri);
+                }
                 Some(&i) => groups[i].1.push(uri),
                 None => {
                     index.insert(client, groups.len());
@@ -462,13 +468,19 @@ fn same_client_uri_files(
         mine.extend(p.file_uris.get(f).into_iter().flatten().cloned());
     }
     let clients: HashSet<String> = mine.iter().map(|u| conn.spelling.to_client(u).into_owned()).collect();
+    // Only a URI already in the client's spelling can be another spelling of one of these:
+    // a prefix test first, the exact mapping after (review YN: every published URI was
+    // mapped at every step).
+    let Some(prefix) = conn.spelling.client_uri_prefix() else { return vec![] };
+    let given: HashSet<&String> = files.iter().collect();
     let mut extra: Vec<String> = vec![];
+    let mut seen: HashSet<&String> = HashSet::new();
     for (uri, published) in &p.uri_files {
-        if mine.contains(uri) || !clients.contains(conn.spelling.to_client(uri).as_ref()) {
+        if !uri.starts_with(&prefix) || mine.contains(uri) || !clients.contains(conn.spelling.to_client(uri).as_ref()) {
             continue;
         }
         for f in published {
-            if !files.contains(f) && !extra.contains(f) {
+            if !given.contains(f) && seen.insert(f) {
                 extra.push(f.clone());
             }
         }

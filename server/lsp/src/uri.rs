@@ -83,6 +83,12 @@ impl Spelling {
         self.0.is_none()
     }
 
+    /// The start of every URI in the client's spelling of the folder it names another way
+    /// than the server (`None` for the identity): a cheap test before [`Spelling::to_client`].
+    pub fn client_uri_prefix(&self) -> Option<String> {
+        self.0.as_ref().map(|(client, _)| file_uri(client))
+    }
+
     pub fn to_client<'a>(&self, uri: &'a str) -> std::borrow::Cow<'a, str> {
         let Some((client, server)) = &self.0 else { return uri.into() };
         match local_path(uri) {

@@ -714,7 +714,7 @@ fn relative_file_from(input: &mut Value, cwd: &Path, root: &Path) -> Result<(), 
     // Blank (refused by the tool, as from the root: review YK had `src/  ` stored), absolute,
     // or a `file:` URI (an editor's spelling: the tool decodes it; review YK: joined to the
     // working directory, `file:///p/a.rs` became the relative `file:/p/a.rs`).
-    let uri = file.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("file://"));
+    let uri = file.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("file:/"));
     if file.trim().is_empty() || Path::new(file).is_absolute() || uri {
         return Ok(());
     }

@@ -258,7 +258,15 @@ fn get(agent: &ureq::Agent, start: &Url, opts: &Opts, deadline: std::time::Insta
             continue;
         }
         let encoding = resp.headers().get("content-encoding").map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string());
-        if let Some(enc) = encoding.filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity")) {
+        // Only the codings that compress: a server that sends `none` (or anything else it
+        // made up) for a plain body is read as it is (review YN: such pages were refused).
+        let compressed = |e: &String| {
+            e.split(',').any(|c| {
+                let c = c.trim().to_ascii_lowercase();
+                matches!(c.as_str(), "gzip" | "x-gzip" | "deflate" | "br" | "compress" | "x-compress" | "zstd")
+            })
+        };
+        if let Some(enc) = encoding.filter(compressed) {
             return Err(fail(format!(
                 "{url} answered with Content-Encoding: {enc}, although asked for none (Accept-Encoding: identity); webfetch does not decode compressed bodies"
             )));
@@ -664,29 +672,53 @@ fn plain_text(html: &str) -> String {
 fn text_of(node: &Rc<Node>, drop: &[&str]) -> String {
     let mut out = String::new();
     collect_text(node, drop, &mut out);
-    // Collapse runs of blank lines and trailing spaces.
+    // Collapse runs of blank lines and trailing spaces, except in a `<pre>` block.
     let mut lines: Vec<&str> = vec![];
-    for l in out.lines().map(str::trim_end) {
+    for l in out.lines() {
+        if let Some(pre) = l.strip_prefix(PRE_LINE) {
+            lines.push(pre);
+            continue;
+        }
+        let l = l.trim_end();
         if l.trim().is_empty() && lines.last().is_none_or(|p| p.trim().is_empty()) {
             continue;
         }
         lines.push(l);
     }
+    // A `<pre>` block's last line break is the block's end.
+    while lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
     lines.join("\n")
 }
 
-/// The text under `node` exactly as written (every text node's contents, in order).
-fn raw_text(node: &Rc<Node>) -> String {
+/// The text under `node` exactly as written (every text node's contents, in order; `<br>`
+/// a line break; the `drop` elements left out: review YN).
+fn raw_text(node: &Rc<Node>, drop: &[&str]) -> String {
     let mut out = String::new();
     let mut stack = vec![node.clone()];
     while let Some(n) = stack.pop() {
-        if let NodeData::Text { contents } = &n.data {
-            out.push_str(&contents.borrow());
+        match &n.data {
+            NodeData::Text { contents } => out.push_str(&contents.borrow()),
+            NodeData::Element { name, .. } => {
+                let t: &str = &name.local;
+                if t == "br" {
+                    out.push('\n');
+                }
+                if drop.contains(&t) {
+                    continue;
+                }
+            }
+            _ => {}
         }
         stack.extend(n.children.borrow().iter().rev().cloned());
     }
-    out
+    // The line break right after `<pre>` is not part of its text (HTML drops it).
+    out.strip_prefix('\n').map(str::to_string).unwrap_or(out)
 }
+
+/// Marks a line of a `<pre>` block in `collect_text`'s output (a private-use character).
+const PRE_LINE: char = '\u{E000}';
 
 /// One step of the text walk: a node to enter, or the end of a block element.
 enum Step {
@@ -733,12 +765,14 @@ fn collect_text(node: &Rc<Node>, drop: &[&str], out: &mut String) {
                 }
                 if t == "pre" {
                     // Preformatted: its text as it is, line breaks and indentation kept
-                    // (review YM: code blocks came out on one line, words glued).
+                    // (review YM: code blocks came out on one line, words glued). Each of
+                    // its lines is marked, so that `text_of` neither trims nor collapses it.
                     if !out.ends_with('\n') && !out.is_empty() {
                         out.push('\n');
                     }
-                    out.push_str(&raw_text(&node));
-                    if !out.ends_with('\n') {
+                    for line in raw_text(&node, drop).split('\n') {
+                        out.push(PRE_LINE);
+                        out.push_str(line);
                         out.push('\n');
                     }
                     continue;
