@@ -241,19 +241,23 @@ fn bare_command(part: &str) -> String {
         if std::mem::take(&mut argument) {
             continue;
         }
-        if options && w.starts_with('-') && w.len() > 1 {
+        // `env -` (an empty environment) is an option too (review YN).
+        if options && w.starts_with('-') && (w.len() > 1 || wrapper == "env") {
             // `command -v rm` (or `-pv`) names `rm`, it does not run it.
             if wrapper == "command" && !w.starts_with("--") && w[1..].contains(['v', 'V']) {
                 return String::new();
             }
-            argument = matches!(w, "-u" | "--unset" | "-C" | "--chdir" | "-a");
+            // `time -o FILE` too (GNU time).
+            argument = matches!(w, "-u" | "--unset" | "-C" | "--chdir" | "-a" | "-o" | "--output");
             continue;
         }
-        let assignment = w.split_once('=').is_some_and(|(name, _)| {
-            !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-        });
+        // `NAME=value`, and `NAME+=value` (review YN).
+        let assignment =
+            w.split_once('=').map(|(name, v)| (name.strip_suffix('+').unwrap_or(name), v)).is_some_and(|(name, _)| {
+                !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !name.starts_with(|c: char| c.is_ascii_digit())
+            });
         // A redirection before the command (`2>/dev/null`, `>out`, `<in`); a bare operator
         // (`2>`, `>`) takes the next word.
         let digits = w.trim_start_matches(|c: char| c.is_ascii_digit());
@@ -266,7 +270,11 @@ fn bare_command(part: &str) -> String {
         let name = name.rsplit('/').next().unwrap_or(&name);
         if matches!(name, "env" | "time" | "command" | "exec" | "nohup") {
             options = true;
-            wrapper = if name == "command" { "command" } else { "" };
+            wrapper = match name {
+                "command" => "command",
+                "env" => "env",
+                _ => "",
+            };
             continue;
         }
         if assignment
@@ -358,6 +366,9 @@ fn parts(command: &str) -> Vec<String> {
                 double = !double;
                 cur.push(c);
             }
+            // `>&`, `<&` and `>|` are redirections, not separators (review YN: `2>&1 rm`
+            // was split into `2>` and `1 rm`).
+            '&' | '|' if !single && !double && (cur.ends_with('>') || (c == '&' && cur.ends_with('<'))) => cur.push(c),
             ';' | '&' | '|' | '\n' | '(' | ')' | '`' if !single && !double => {
                 out.push(std::mem::take(&mut cur));
             }
@@ -598,6 +609,12 @@ mod tests {
             "'exec' rm x",
             "\\nohup rm x",
             "nohup -- rm x",
+            "2>&1 rm -f zz",
+            ">&2 rm x",
+            ">|out rm x",
+            "env - rm x",
+            "time -o log rm x",
+            "A+=x rm x",
         ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd}");
         }
