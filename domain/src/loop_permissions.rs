@@ -231,10 +231,10 @@ pub fn command_matches(pattern: &str, command: &str) -> bool {
 fn bare_command(part: &str) -> String {
     let words = words_of(part);
     let mut i = 0;
-    // After `env`, `time`, `command`, `exec`: their options; the next word is an option's
-    // argument (`env -u NAME`, `exec -a NAME`).
-    let (mut options, mut argument) = (false, false);
-    let mut wrapper = "";
+    // After a wrapper (`env`, `time`, `command`, `exec`, `nohup`): its options; the next
+    // word is an option's argument (`env -u NAME`, `exec -a NAME`).
+    let mut wrapper: Option<String> = None;
+    let mut argument = false;
     while i < words.len() {
         let w = &part[words[i].0..words[i].1];
         i += 1;
@@ -242,7 +242,7 @@ fn bare_command(part: &str) -> String {
             continue;
         }
         // `env -` (an empty environment) is an option too (review YN).
-        if options && w.starts_with('-') && (w.len() > 1 || wrapper == "env") {
+        if let Some(wrapper) = wrapper.as_deref().filter(|wr| w.starts_with('-') && (w.len() > 1 || *wr == "env")) {
             // `command -v rm` (or `-pv`) names `rm`, it does not run it.
             if wrapper == "command" && !w.starts_with("--") && w[1..].contains(['v', 'V']) {
                 return String::new();
@@ -269,12 +269,7 @@ fn bare_command(part: &str) -> String {
         let name = unquoted(w);
         let name = name.rsplit('/').next().unwrap_or(&name);
         if matches!(name, "env" | "time" | "command" | "exec" | "nohup") {
-            options = true;
-            wrapper = match name {
-                "command" => "command",
-                "env" => "env",
-                _ => "",
-            };
+            wrapper = Some(name.to_string());
             continue;
         }
         if assignment
@@ -292,29 +287,63 @@ fn bare_command(part: &str) -> String {
     String::new()
 }
 
+/// What a character of a command is to the shell ([`Quoting::read`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// A quote or an escaping backslash: syntax the shell takes away.
+    Syntax,
+    /// Inside quotes or escaped: only itself.
+    Quoted,
+    /// Outside quotes, not escaped: white space and separators count here.
+    Plain,
+}
+
+/// The shell's quoting, read a character at a time: the one scanner of [`parts`],
+/// [`words_of`] and [`unquoted`].
+#[derive(Default)]
+struct Quoting {
+    single: bool,
+    double: bool,
+    escaped: bool,
+}
+
+impl Quoting {
+    fn read(&mut self, c: char) -> Read {
+        if std::mem::take(&mut self.escaped) {
+            return Read::Quoted;
+        }
+        match c {
+            '\\' if !self.single => {
+                self.escaped = true;
+                Read::Syntax
+            }
+            '\'' if !self.double => {
+                self.single = !self.single;
+                Read::Syntax
+            }
+            '"' if !self.single => {
+                self.double = !self.double;
+                Read::Syntax
+            }
+            _ if self.single || self.double => Read::Quoted,
+            _ => Read::Plain,
+        }
+    }
+}
+
 /// The byte ranges of `s`'s words: runs of characters between white space outside quotes.
 fn words_of(s: &str) -> Vec<(usize, usize)> {
     let mut out = vec![];
-    let (mut single, mut double, mut escaped) = (false, false, false);
+    let mut quoting = Quoting::default();
     let mut start: Option<usize> = None;
     for (i, c) in s.char_indices() {
-        if escaped {
-            escaped = false;
-            continue;
-        }
-        match c {
-            '\\' if !single => escaped = true,
-            '\'' if !double => single = !single,
-            '"' if !single => double = !double,
-            c if c.is_whitespace() && !single && !double => {
-                if let Some(b) = start.take() {
-                    out.push((b, i));
-                }
-                continue;
+        if quoting.read(c) == Read::Plain && c.is_whitespace() {
+            if let Some(b) = start.take() {
+                out.push((b, i));
             }
-            _ => {}
+        } else {
+            start.get_or_insert(i);
         }
-        start.get_or_insert(i);
     }
     if let Some(b) = start {
         out.push((b, s.len()));
@@ -324,55 +353,24 @@ fn words_of(s: &str) -> Vec<(usize, usize)> {
 
 /// A word with its quotes and escapes taken away, as the shell reads it.
 fn unquoted(w: &str) -> String {
-    let mut out = String::new();
-    let (mut single, mut double, mut escaped) = (false, false, false);
-    for c in w.chars() {
-        if escaped {
-            escaped = false;
-            out.push(c);
-            continue;
-        }
-        match c {
-            '\\' if !single => escaped = true,
-            '\'' if !double => single = !single,
-            '"' if !single => double = !double,
-            c => out.push(c),
-        }
-    }
-    out
+    let mut quoting = Quoting::default();
+    w.chars().filter(|&c| quoting.read(c) != Read::Syntax).collect()
 }
 
 /// The parts of a command between unquoted separators.
 fn parts(command: &str) -> Vec<String> {
     let mut out = vec![];
     let mut cur = String::new();
-    let (mut single, mut double, mut escaped) = (false, false, false);
+    let mut quoting = Quoting::default();
     for c in command.chars() {
-        if escaped {
-            escaped = false;
+        let plain = quoting.read(c) == Read::Plain;
+        // `>&`, `<&` and `>|` are redirections, not separators (review YN: `2>&1 rm` was
+        // split into `2>` and `1 rm`).
+        let redirection = matches!(c, '&' | '|') && (cur.ends_with('>') || (c == '&' && cur.ends_with('<')));
+        if plain && !redirection && matches!(c, ';' | '&' | '|' | '\n' | '(' | ')' | '`') {
+            out.push(std::mem::take(&mut cur));
+        } else {
             cur.push(c);
-            continue;
-        }
-        match c {
-            '\\' if !single => {
-                escaped = true;
-                cur.push(c);
-            }
-            '\'' if !double => {
-                single = !single;
-                cur.push(c);
-            }
-            '"' if !single => {
-                double = !double;
-                cur.push(c);
-            }
-            // `>&`, `<&` and `>|` are redirections, not separators (review YN: `2>&1 rm`
-            // was split into `2>` and `1 rm`).
-            '&' | '|' if !single && !double && (cur.ends_with('>') || (c == '&' && cur.ends_with('<'))) => cur.push(c),
-            ';' | '&' | '|' | '\n' | '(' | ')' | '`' if !single && !double => {
-                out.push(std::mem::take(&mut cur));
-            }
-            _ => cur.push(c),
         }
     }
     out.push(cur);
