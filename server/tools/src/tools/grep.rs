@@ -138,12 +138,7 @@ fn search(
     holds_line_break: bool,
     cancel: &AtomicBool,
 ) -> Result<CommandResult, ToolError> {
-    let mut lines: Vec<String> = vec![];
-    let mut hits = vec![];
-    let mut truncated = false;
-    let mut files = 0usize;
-    let mut unreadable: Vec<String> = vec![];
-    let mut long_lines: Vec<String> = vec![];
+    let mut answer = Answer::new(limit);
     // Each file is opened relative to the root without following a link (as the other
     // file tools read): the walk follows none, so a walked path is the start's real place
     // (its links resolved once, inside the root) and the rest as listed; a directory or
@@ -167,7 +162,7 @@ fn search(
     for _ in 0..window {
         let _ = ticket_tx.send(());
     }
-    let failed = std::thread::scope(|scope| -> Option<ToolError> {
+    let taken = std::thread::scope(|scope| -> Result<(), ToolError> {
         let (stop, room, job_rx) = (&stop, &room, &job_rx);
         scope.spawn(move || {
             let mut seq = 0;
@@ -259,88 +254,119 @@ fn search(
             });
         }
         drop(done_tx);
-        let mut ticket_tx = Some(ticket_tx);
-        let mut waiting = std::collections::BTreeMap::new();
-        let mut next = 0;
-        for (seq, batch) in done_rx.iter() {
-            waiting.insert(seq, batch);
-            while let Some(batch) = waiting.remove(&next) {
-                next += 1;
-                for (shown, searched) in batch {
-                    if crate::files::gave_up(cancel) {
-                        stop.store(true, Ordering::Release);
-                        return None;
-                    }
-                    files += 1;
-                    let left = limit - lines.len();
-                    let (found, full, binary) = match searched {
-                        Searched::Done { hits, full, binary } => (hits, full, binary),
-                        // A search of one file after another stopped at its limit before the
-                        // failure, as full.
-                        Searched::Failed { hits, binary, .. } if hits.len() > left => (hits, true, binary),
-                        Searched::Panicked => {
-                            stop.store(true, Ordering::Release);
-                            return Some(ToolError::internal(format!(
-                                "grep failed while searching {shown} (an internal error; the server's log has it)"
-                            )));
+        // The answers in the walk's order, then the end for the walk and the workers.
+        let taken = (|| {
+            let mut ticket_tx = Some(ticket_tx);
+            let mut waiting = std::collections::BTreeMap::new();
+            let mut next = 0;
+            for (seq, batch) in done_rx.iter() {
+                waiting.insert(seq, batch);
+                while let Some(batch) = waiting.remove(&next) {
+                    next += 1;
+                    for (shown, searched) in batch {
+                        if crate::files::gave_up(cancel) || !answer.take(shown, searched)? {
+                            return Ok(());
                         }
-                        Searched::Failed { error: e, .. } => {
-                            // Out of descriptors is the server's state, not the file's: the
-                            // whole search fails, rather than answering with files silently
-                            // left out.
-                            if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
-                                stop.store(true, Ordering::Release);
-                                return Some(ToolError::internal(format!(
-                                    "grep stopped at {shown}: the server is out of file descriptors ({e}); try again when fewer searches run"
-                                )));
-                            }
-                            tracing::debug!("grep: cannot search {shown}: {e}");
-                            // The searcher's buffer limit (a line over MAX_LINE_BUFFER) is its
-                            // only error that is not the file's I/O.
-                            if e.to_string().contains("allocation limit") {
-                                long_lines.push(shown);
-                            } else {
-                                unreadable.push(shown);
-                            }
-                            continue;
-                        }
-                    };
-                    // A binary file (a NUL byte anywhere it was read) gives no matches, also
-                    // none found before the NUL byte.
-                    if binary {
-                        continue;
+                        room.store(answer.room(), Ordering::Release);
                     }
-                    // More matches than the reply has room for: this file's first ones, and
-                    // the search ends.
-                    let over = full || found.len() > left;
-                    for (line, text) in found.into_iter().take(left) {
-                        // The name on one line: a file name may hold a line break, which
-                        // split the match's line in two (the data keeps the name as it is).
-                        lines.push(format!("{}:{line}: {text}", forge_domain::text::on_one_line(&shown)));
-                        hits.push(json!({ "path": shown, "line": line, "text": text }));
-                    }
-                    room.store(limit - lines.len(), Ordering::Release);
-                    if over {
-                        truncated = true;
-                        stop.store(true, Ordering::Release);
-                        return None;
-                    }
-                }
-                if let Some(t) = &ticket_tx {
-                    if t.send(()).is_err() {
+                    if ticket_tx.as_ref().is_some_and(|t| t.send(()).is_err()) {
                         ticket_tx = None;
                     }
                 }
             }
-        }
-        None
+            Ok(())
+        })();
+        stop.store(true, Ordering::Release);
+        taken
     });
-    if let Some(e) = failed {
-        return Err(e);
-    }
+    taken?;
     if crate::files::gave_up(cancel) {
         return Err(crate::files::search_cancelled("grep"));
     }
+    Ok(answer.reply(holds_line_break))
+}
+
+/// The reply of a search, made of its files' answers taken in the walk's order.
+struct Answer {
+    limit: usize,
+    lines: Vec<String>,
+    hits: Vec<serde_json::Value>,
+    truncated: bool,
+    files: usize,
+    unreadable: Vec<String>,
+    long_lines: Vec<String>,
+}
+
+impl Answer {
+    fn new(limit: usize) -> Answer {
+        Answer {
+            limit,
+            lines: vec![],
+            hits: vec![],
+            truncated: false,
+            files: 0,
+            unreadable: vec![],
+            long_lines: vec![],
+        }
+    }
+
+    /// How many more matches the reply may take.
+    fn room(&self) -> usize {
+        self.limit - self.lines.len()
+    }
+
+    /// Takes the next file's answer; `false` once the reply is full (`truncated`). Running
+    /// out of file descriptors, or a panic, fails the whole search.
+    fn take(&mut self, shown: String, searched: Searched) -> Result<bool, ToolError> {
+        self.files += 1;
+        let left = self.room();
+        let (found, full, binary) = match searched {
+            Searched::Done { hits, full, binary } => (hits, full, binary),
+            // A search of one file after another stopped at its limit before the failure,
+            // as full.
+            Searched::Failed { hits, binary, .. } if hits.len() > left => (hits, true, binary),
+            Searched::Panicked => {
+                return Err(ToolError::internal(format!(
+                    "grep failed while searching {shown} (an internal error; the server's log has it)"
+                )));
+            }
+            Searched::Failed { error: e, .. } => {
+                // Out of descriptors is the server's state, not the file's: the whole search
+                // fails, rather than answering with files silently left out.
+                if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
+                    return Err(ToolError::internal(format!(
+                        "grep stopped at {shown}: the server is out of file descriptors ({e}); try again when fewer searches run"
+                    )));
+                }
+                tracing::debug!("grep: cannot search {shown}: {e}");
+                // The searcher's buffer limit (a line over MAX_LINE_BUFFER) is its only error
+                // that is not the file's I/O.
+                if e.to_string().contains("allocation limit") {
+                    self.long_lines.push(shown);
+                } else {
+                    self.unreadable.push(shown);
+                }
+                return Ok(true);
+            }
+        };
+        // A binary file (a NUL byte anywhere it was read) gives no matches, also none found
+        // before the NUL byte.
+        if binary {
+            return Ok(true);
+        }
+        for (line, text) in found.iter().take(left) {
+            // The name on one line: a file name may hold a line break, which split the
+            // match's line in two (the data keeps the name as it is).
+            self.lines.push(format!("{}:{line}: {text}", forge_domain::text::on_one_line(&shown)));
+            self.hits.push(json!({ "path": shown, "line": line, "text": text }));
+        }
+        // More matches than the reply has room for: this file's first ones, and the end.
+        self.truncated = full || found.len() > left;
+        Ok(!self.truncated)
+    }
+
+    fn reply(self, holds_line_break: bool) -> CommandResult {
+        let Answer { limit, lines, hits, truncated, files, unreadable, long_lines } = self;
     let mut text = lines.join("\n");
     if lines.is_empty() {
         text = "No matches found.".to_string();
@@ -363,13 +389,14 @@ fn search(
             text.push_str(&format!("\n{n} file{} {what}: {}", if n == 1 { "" } else { "s" }, crate::files::some_of(names)));
         }
     }
-    Ok(CommandResult {
+    CommandResult {
         text,
         data: json!({ "matches": hits, "truncated": truncated, "filesSearched": files,
             "unreadable": crate::files::listed(&unreadable), "unreadableTotal": unreadable.len(),
             "longLines": crate::files::listed(&long_lines), "longLinesTotal": long_lines.len() })
             .into(),
-    })
+    }
+    }
 }
 
 /// Searches the file at `path` (below `start`, whose real place below `root` is
