@@ -31,7 +31,7 @@ fn main() {
     for s in &stems {
         let name = s.replace('_', "-");
         code.push_str(&format!(
-            "    ToolEntry {{ name: {name:?}, description: {s}::DESCRIPTION, needs_server: {s}::NEEDS_SERVER, read_only: {s}::READ_ONLY, schema: || schema_of::<{s}::Input>(), validate: |v| parse_input::<{s}::Input>(v).map(|_| ()), run: |v, ctx| {{ let input = parse_input::<{s}::Input>(v)?; {s}::execute(input, ctx) }} }},\n"
+            "    ToolEntry {{ name: {name:?}, description: {s}::DESCRIPTION, needs_server: {s}::NEEDS_SERVER, read_only: {s}::READ_ONLY, when_abandoned: {s}::WHEN_ABANDONED, schema: || schema_of::<{s}::Input>(), validate: |v| parse_input::<{s}::Input>(v).map(|_| ()), run: |v, ctx| {{ let input = parse_input::<{s}::Input>(v)?; {s}::execute(input, ctx) }} }},\n"
         ));
     }
     code.push_str("];\n");

@@ -65,10 +65,28 @@ pub struct ToolEntry {
     pub needs_server: bool,
     /// Only reads the store (runs on a read connection).
     pub read_only: bool,
+    /// What a call does when its caller gives up on it (the tool's `WHEN_ABANDONED`).
+    pub when_abandoned: Abandoned,
     pub schema: fn() -> Value,
     /// Parses an input without running the tool (docs examples, clients).
     pub validate: fn(Value) -> Result<(), ToolError>,
     pub run: fn(Value, &mut ToolCtx) -> Result<CommandResult, ToolError>,
+}
+
+/// What a call does when its caller gives up on it: a `$/cancelRequest` (or an MCP
+/// cancel), or the end of the caller's connection.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Abandoned {
+    /// Runs to its end: its writes are committed whole and its effects must not stop
+    /// halfway. (A read-only tool without engine work stops on a cancel all the same: it
+    /// loses nothing.)
+    Finish,
+    /// Stops on a cancel, not when the connection's input ends (a client may close its
+    /// side and read on).
+    StopOnCancel,
+    /// Stops on a cancel and when the caller's connection closes: what it runs would run
+    /// on for nobody.
+    StopOnCancelOrClose,
 }
 
 /// The context of one call: the environment, the open transaction, the clock.
@@ -307,6 +325,15 @@ impl Resolved {
         }
     }
 
+    /// What the call does when its caller gives up (a plugin tool's process is killed on
+    /// a cancel and when its caller's connection closes).
+    pub fn when_abandoned(&self) -> Abandoned {
+        match self {
+            Resolved::Plugin(_) => Abandoned::StopOnCancelOrClose,
+            Resolved::Builtin(t) => t.when_abandoned,
+        }
+    }
+
     /// Whether the call only reads the store (plugin tools: their store part reads the
     /// loop row at most).
     pub fn read_only(&self) -> bool {
@@ -490,8 +517,8 @@ pub async fn call_watched(
     // (a search over a large tree ran on for seconds after its cancel and then sent its
     // whole result, review BB) unless it leaves engine work (loop-status's restart: shielded
     // below, once that is known).
-    let stoppable = stops_with_its_caller(&tool);
-    if !(stoppable || tool.read_only()) {
+    let abandoned = tool.when_abandoned();
+    if abandoned == Abandoned::Finish && !tool.read_only() {
         cancel::shield();
     }
     let name = tool.guard_name();
@@ -504,8 +531,7 @@ pub async fn call_watched(
     // client stopped reading (a client may send its requests, close its side and read the
     // answers; a read-only tool's or a task control's answer is then still wanted). A
     // first try stopped read-only tools too, and dropped the answers owed after `exit`.
-    let caller_gone = caller_gone
-        .filter(|_| matches!(tool, Resolved::Plugin(_) | Resolved::Builtin(ToolEntry { name: "shell", .. })));
+    let caller_gone = caller_gone.filter(|_| abandoned == Abandoned::StopOnCancelOrClose);
     let command = command.to_string();
     let env2 = env.clone();
     let guarded = move |conn: &Connection| {
@@ -532,11 +558,7 @@ pub async fn call_watched(
         let done = r?;
         // Engine work (a restart, a loop start) runs to its end; a shell command and a task
         // control not yet taken by its loop's runner may stop.
-        if done
-            .effect
-            .as_ref()
-            .is_some_and(|e| !matches!(e, forge_engine::Effect::Shell { .. } | forge_engine::Effect::Task { .. }))
-        {
+        if done.effect.is_some() && abandoned == Abandoned::Finish {
             cancel::shield();
         }
         // Dropped with the call's future (`$/cancelRequest`): kills a plugin tool's process.
@@ -561,23 +583,6 @@ pub async fn call_watched(
         },
     };
     guard::settle(ticket, outcome)
-}
-
-/// Whether a call of `tool` stops when its caller gives up (`$/cancelRequest`): a plugin
-/// tool's process and a shell command (which also stop when the caller's connection closes:
-/// nobody would read their results, and a shell command would run on to its time limit:
-/// review AA), and a task control, which its loop's runner has not taken yet is then never
-/// acted on (review YJ: a cancelled task-cancel, shielded as every write is, stopped the
-/// next session's turn once the runner got to it).
-fn stops_with_its_caller(tool: &Resolved) -> bool {
-    matches!(
-        tool,
-        Resolved::Plugin(_)
-            | Resolved::Builtin(ToolEntry {
-                name: "shell" | "task-status" | "task-message" | "task-cancel" | "task-revive",
-                ..
-            })
-    )
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ pub const NEEDS_SERVER: bool = false;
 /// only reads, and its file edits run after the commit (`ctx.after`).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Apply a patch to files under your root (the project, or your loop's worktree). Format: *** Begin Patch / *** Add File: <path> (+ lines) / *** Update File: <path> (optional *** Move to: <path>) with @@ hunks of ' ' context, '-' removed and '+' added lines / *** Delete File: <path> / *** End Patch. Stale context and whitespace or unicode drift (curly quotes, dashes, non-breaking spaces, trailing blanks) are matched tolerantly; your + lines are written exactly; each file keeps its line endings and final-newline state. A malformed patch, a path outside the root or an ambiguous hunk is refused before anything is written; all files are written or none.";
 
 pub type Input = forge_protocol::inputs::ApplyPatchInput;

@@ -25,6 +25,8 @@ pub const NEEDS_SERVER: bool = false;
 /// only reads, and its file edits run after the commit (`ctx.after`).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Structural rewrite (ast-grep) of code under your root (the project, or your loop's worktree), respecting .gitignore. pattern as in ast-grep-search ($NAME one node, $$$ARGS any number); rewrite is the replacement and may use the pattern's metavariables (e.g. pattern `console.log($MSG)`, rewrite `logger.info($MSG)`). lang is one of rust, python, typescript, tsx, javascript, go, java, c, cpp; path narrows it to a directory or file. dryRun defaults to true: the result previews every change ([DRY RUN]) and nothing is written. With dryRun false every changed file is written or none ([APPLIED] only after all writes succeeded); a file that cannot be written, including a read-only one, is an error.";
 
 pub type Input = forge_protocol::inputs::AstGrepReplaceInput;

@@ -18,6 +18,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Structural code search (ast-grep) under your root (the project, or your loop's worktree), respecting .gitignore. pattern is code of the language with metavariables: $NAME matches one node, $$$ARGS any number (e.g. `console.log($MSG)`, `fn $F($$$P) -> Result<$T> { $$$B }`). lang is one of rust, python, typescript, tsx, javascript, go, java, c, cpp. path narrows the search to a directory or file (it must exist). Output: one `path:line: matched text` line per match (first line of multi-line matches, at most 500 bytes), then a count.";
 
 pub type Input = forge_protocol::inputs::AstGrepSearchInput;

@@ -14,6 +14,8 @@ pub const NEEDS_SERVER: bool = true;
 /// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Start an iterative development loop for a plan in an isolated git worktree (branch forge/<name>): a coder agent implements each section and hands off, an auditor reviews it, and a clean audit advances to the next section. title is required; plan defaults to the session's stored plan; loopName is slugified and made unique. branch names a new git branch to use instead of forge/<name>. mode: \"new-session\" instead starts one untracked agent session with the plan (no worktree, no loop). Denied inside loop sessions.";
 
 pub type Input = forge_protocol::inputs::ExecutePlanInput;

@@ -16,6 +16,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "List files under your root (the project, or your loop's worktree) whose path, relative to the searched directory, matches a glob (e.g. **/*.rs, src/*.md), newest first, respecting .gitignore; at most 1000. path narrows the search to a directory (it must exist: a missing or non-directory component is an error naming it).";
 
 pub type Input = forge_protocol::inputs::GlobInput;

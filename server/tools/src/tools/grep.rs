@@ -21,6 +21,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Search file contents under your root (the project, or your loop's worktree) with a regular expression, respecting .gitignore. pattern is required; path narrows the search to a directory or file (it must exist: a missing or non-directory component is an error naming it); include keeps files whose root-relative path matches a glob (e.g. *.rs); caseSensitive defaults to true; limit (default 200, at most 5000) caps the lines returned. Output: one `path:line: text` line per match, then a count.";
 
 pub type Input = forge_protocol::inputs::GrepInput;

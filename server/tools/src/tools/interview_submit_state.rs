@@ -14,6 +14,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Store the current interview state of this session without printing it. Call once per interview turn: the first turn carries the full spec; later turns carry a one-line status, an optional unified diff against the stored spec (or a full replacement spec) and the open questions. The state is readable at forge://interview/<sessionId>.md.";
 
 pub type Input = forge_protocol::inputs::InterviewSubmitStateInput;

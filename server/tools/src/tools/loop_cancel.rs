@@ -14,6 +14,8 @@ pub const NEEDS_SERVER: bool = true;
 /// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Cancel an active loop. name is a loop name or a part of it; without it, cancels the only active loop.";
 
 pub type Input = forge_protocol::inputs::LoopCancelInput;

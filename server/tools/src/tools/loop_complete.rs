@@ -15,6 +15,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Record the post-action report of the loop (post_action phase only), then end your turn: outcome (completed, completed_with_issues, failed), steps [{name, status: done|skipped|failed, detail?}] (at least one), followUps, notes.";
 
 pub type Input = forge_protocol::inputs::LoopCompleteInput;

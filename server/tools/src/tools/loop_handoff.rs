@@ -15,6 +15,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Record the handoff of the current loop phase, then end your turn. Coder (coding phase): changes [{summary, reason}] (at least one), deviations [{planItem, actual, reason}], verification [{command, cwd, outcome: pass|fail|not-run, changedAfter}] (at least one), notes. Auditor (auditing phase): summary {done, deviations, followUps} when no blocking bug finding remains in a sectioned loop (forbidden otherwise), notes. Only the loop's current session may call it; the last call in a turn wins.";
 
 pub type Input = forge_protocol::inputs::LoopHandoffInput;

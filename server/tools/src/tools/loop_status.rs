@@ -15,6 +15,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "List loops, inspect one loop (name, or a part of it), or restart a loop that is not completed (restart: true; force: true is required for a running loop). A restart keeps the plan, section progress, findings and worktree, resets the iteration to 1 and starts a fresh session.";
 
 pub type Input = forge_protocol::inputs::LoopStatusInput;

@@ -15,6 +15,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 const CAP: usize = 24;
 
 pub const DESCRIPTION: &str = "Auditor only, during a section audit of a sectioned loop: revise the section under audit (currentSection {title, content}, edited in place) and/or replace the whole pending suffix after it (sections [{title, content}]: destructive, omitted milestones are deleted; an empty list removes them all). rationale is required. Completed sections cannot change; at most 24 sections in total. Never weaken acceptance criteria to get a clean audit.";

@@ -16,6 +16,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Edit the stored session plan by exact string replacement, like the Edit tool edits a file. oldString must match exactly once unless replaceAll is true; do not include plan-read's `N: ` line-number prefixes. An empty oldString creates the plan only when none exists. Returns `Replaced N occurrence(s).` and a structure report of the sections the edit touched.";
 
 pub type Input = forge_protocol::inputs::PlanEditInput;

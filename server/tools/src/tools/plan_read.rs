@@ -14,6 +14,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Read the current session or loop plan, or list/search recent project plans. Reads work like the Read tool on the stored plan: `offset` (1-indexed) and `limit` (default 2000 lines), each line prefixed `N: `, with a notice giving the next offset when the window does not reach the end. `pattern` searches the plan with a regex; `loop_name` or `session_id` pick another plan; `recent: true` lists (or with `pattern` searches) the project's recent plans (`count`, default 20, max 100).";
 
 pub type Input = forge_protocol::inputs::PlanReadInput;

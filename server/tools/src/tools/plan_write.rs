@@ -15,6 +15,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Create or overwrite the plan stored for the current session (the plan of record read by plan-read and execute-plan). Returns a structure report: line and char counts, the detected Loop Name, the section outline and any structural warnings. Use <!-- forge-section --> markers before each ## Phase heading; use plan-edit for small revisions. Denied inside loop sessions and while the session runs a loop.";
 
 pub type Input = forge_protocol::inputs::PlanWriteInput;

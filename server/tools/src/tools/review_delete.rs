@@ -14,6 +14,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Delete a review finding by file and line. Inside a sectioned loop the current section is searched unless sectionIndex names another or crossSection targets cross-section findings; elsewhere every finding at that file:line in the caller's scope is deleted. The user agent may pass loopName to delete in a specific loop: every finding at that file:line of the loop, unless sectionIndex or crossSection narrows it.";
 
 pub type Input = forge_protocol::inputs::ReviewDeleteInput;

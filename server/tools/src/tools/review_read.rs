@@ -14,6 +14,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Read review findings. Inside a sectioned loop the default scope is the current and earlier sections plus cross-section findings; allSections reads every section, crossSection only cross-section ones, loopName a specific loop (completed ones too). file filters by path and pattern searches descriptions and scenarios (regex). Findings come in pages, newest first: limit (default 100, at most 5000; a page also ends after 16 MiB of finding text) and beforeId (the reply's nextBeforeId) page back; the text says when there are more. attempts: true returns the durable audit-attempt history { attempts, nextBeforeId } instead (limit 1-100, beforeId to page back); it cannot be combined with file, pattern or crossSection.";
 
 pub type Input = forge_protocol::inputs::ReviewReadInput;

@@ -14,6 +14,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Writes the store: runs on the store's writer thread as one grouped write (crate docs).
 pub const READ_ONLY: bool = false;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Store a review finding: file, line, severity (bug or warning), description and an optional scenario. Inside a loop the finding belongs to the loop and, in a sectioned loop, to the current section (crossSection: true for a cross-section finding, sectionIndex to name another section). Findings are write-once: a second finding at the same file:line and section is refused; remove one with review-delete.";
 
 pub type Input = forge_protocol::inputs::ReviewWriteInput;

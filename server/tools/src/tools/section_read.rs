@@ -13,6 +13,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Read a section (milestone) of your loop's plan with its status: without arguments the lowest-index incomplete section; section_index (0-based) picks one; pending_suffix: true returns every pending section after the current one, in order. Titles are labels; the content is the requirement.";
 
 pub type Input = forge_protocol::inputs::SectionReadInput;

@@ -16,6 +16,10 @@ pub const NEEDS_SERVER: bool = true;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+/// Its command is killed when its caller gives up or goes away (nobody would read its
+/// result, and it would run on to its time limit: review AA).
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::StopOnCancelOrClose;
+
 pub const DESCRIPTION: &str = "Run a shell command (sh -c) in your loop's worktree, inside the loop's sandbox when it has one (worktree writable at its host path, the rest read-only, private /tmp, no network unless the loop enables it). command is required; cwd is relative to the worktree (default: its root); timeoutMs defaults to 120000, at most 600000 (the process group is killed on timeout). Returns the exit code, stdout and stderr (each capped at 1 MiB). Loop sessions only.";
 
 pub type Input = forge_protocol::inputs::ShellInput;

@@ -13,6 +13,10 @@ pub const NEEDS_SERVER: bool = true;
 /// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
+/// Given up on a cancel: one its loop's runner has not taken yet is never acted on
+/// (review YJ).
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::StopOnCancel;
+
 pub const DESCRIPTION: &str = "Stop the running turn of a loop's current phase session while keeping the session: its process group is killed, the loop keeps running and waits; task-revive resumes the session with an instruction. A no-op when no turn is running. For the loop's owner.";
 
 pub type Input = forge_protocol::inputs::TaskCancelInput;

@@ -13,6 +13,10 @@ pub const NEEDS_SERVER: bool = true;
 /// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
+/// Given up on a cancel: one its loop's runner has not taken yet is never acted on
+/// (review YJ).
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::StopOnCancel;
+
 pub const DESCRIPTION: &str = "Queue a message into a loop session's next turn (default: the current phase session) without starting or interrupting a turn; it is put before that session's next prompt and delivered once. For the loop's owner.";
 
 pub type Input = forge_protocol::inputs::TaskMessageInput;

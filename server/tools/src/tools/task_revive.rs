@@ -13,6 +13,10 @@ pub const NEEDS_SERVER: bool = true;
 /// only reads, and the engine carries out its effect after the commit (`ctx.effect`).
 pub const READ_ONLY: bool = false;
 
+/// Given up on a cancel: one its loop's runner has not taken yet is never acted on
+/// (review YJ).
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::StopOnCancel;
+
 pub const DESCRIPTION: &str = "Resume a loop's current phase session that is not running a turn (stopped with task-cancel) with an instruction: a new turn of the same session starts with the instruction as its prompt (queued messages first). For the loop's owner.";
 
 pub type Input = forge_protocol::inputs::TaskReviveInput;

@@ -12,6 +12,10 @@ pub const NEEDS_SERVER: bool = true;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+/// Given up on a cancel: one its loop's runner has not taken yet is never acted on
+/// (review YJ).
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::StopOnCancel;
+
 pub const DESCRIPTION: &str = "Status of a loop's agent session (default: the current phase session): running a turn, stopped, idle or standby; the last activity and its source (output, tool-call, turn-start, unknown); queued messages. For the loop's owner (the user or the session that started it).";
 
 pub type Input = forge_protocol::inputs::TaskStatusInput;

@@ -9,6 +9,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "List every Forge tool (built-in and plugin tools from files) with its command, description and input JSON Schema.";
 
 pub type Input = forge_protocol::inputs::NoInput;

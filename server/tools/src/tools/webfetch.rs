@@ -40,6 +40,8 @@ pub const NEEDS_SERVER: bool = false;
 /// Only reads the store: runs on a read connection, beside writes (crate docs).
 pub const READ_ONLY: bool = true;
 
+pub const WHEN_ABANDONED: crate::Abandoned = crate::Abandoned::Finish;
+
 pub const DESCRIPTION: &str = "Fetch an http(s) URL. format: markdown (default; the page's main content converted to markdown, and for a site root the site's /llms.txt when it has one), text (main content as plain text) or html (the body as sent). timeout: seconds (default 30, at most 120). Redirects within the same origin are followed; a redirect to another origin is refused with the target named unless the configuration allows it. Binary content (images, PDFs, archives) is saved to a file under forge's data directory and the result gives its path and size. A text body beyond webfetch.maxBytes (default 10 MiB) is cut, and the result says so; a longer binary body is an error and nothing is saved.";
 
 pub type Input = forge_protocol::inputs::WebfetchInput;
