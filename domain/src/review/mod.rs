@@ -26,7 +26,9 @@ pub use scope::{
     audit_is_clean, blocking, current_section_bugs, delete_filter, matches_filter, read_plan, write_section,
     DeleteFilter, LoopScope, ReadPlan, SectionFilter,
 };
-pub use validate::{attempts_exclusive, attempts_page, findings_page, validate_write, MAX_FILE_BYTES, MAX_TEXT_BYTES};
+pub use validate::{
+    attempts_exclusive, attempts_page, findings_page, validate_file, validate_write, MAX_FILE_BYTES, MAX_TEXT_BYTES,
+};
 
 use forge_protocol::inputs::Severity;
 use serde::{Deserialize, Serialize};

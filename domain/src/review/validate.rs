@@ -26,11 +26,9 @@ pub const DEFAULT_ATTEMPTS_LIMIT: i64 = 20;
 /// Largest attempt-history page size.
 pub const MAX_ATTEMPTS_LIMIT: i64 = 100;
 
-/// Validates a `review-write` beyond its JSON shape: `file` is non-empty after
-/// trimming, at most [`MAX_FILE_BYTES`] and free of NUL; `line` is 1 to [`MAX_LINE`];
-/// `description` is non-empty after trimming; `description` and `scenario` are at
-/// most [`MAX_TEXT_BYTES`]. The error names the field.
-pub fn validate_write(file: &str, line: i64, description: &str, scenario: Option<&str>) -> Result<(), String> {
+/// A finding's `file` (as given, or the key it is stored under): non-empty after trimming,
+/// at most [`MAX_FILE_BYTES`], free of NUL. The error names the field.
+pub fn validate_file(file: &str) -> Result<(), String> {
     if file.trim().is_empty() {
         return Err("Invalid file: must be a non-empty path.".to_string());
     }
@@ -40,6 +38,15 @@ pub fn validate_write(file: &str, line: i64, description: &str, scenario: Option
     if file.contains('\0') {
         return Err("Invalid file: must not contain NUL characters.".to_string());
     }
+    Ok(())
+}
+
+/// Validates a `review-write` beyond its JSON shape: `file` is non-empty after
+/// trimming, at most [`MAX_FILE_BYTES`] and free of NUL ([`validate_file`]); `line` is 1 to [`MAX_LINE`];
+/// `description` is non-empty after trimming; `description` and `scenario` are at
+/// most [`MAX_TEXT_BYTES`]. The error names the field.
+pub fn validate_write(file: &str, line: i64, description: &str, scenario: Option<&str>) -> Result<(), String> {
+    validate_file(file)?;
     if line < 1 {
         return Err(format!("Invalid line {line}: must be a positive integer (lines are 1-based)."));
     }

@@ -130,7 +130,7 @@ pub fn finding_file(ctx: &ToolCtx, file: &str, row: Option<&LoopRow>) -> Result<
     let key = finding_key(ctx, file, row)?;
     // The key, not the input, is stored (review YK: `../` + 4,093 bytes became 4,107), and
     // a decoded URI may hold what its text did not.
-    forge_domain::review::validate_write(&key, 1, "-", None)
+    forge_domain::review::validate_file(&key)
         .map_err(|e| ToolError::invalid_params(format!("invalid argument `file`: {e}")))?;
     Ok(key)
 }
