@@ -623,11 +623,10 @@ fn saving_a_copy_opened_before_the_plan_changed_is_refused_not_stored() {
     let kept = message.split("your text is in ").nth(1).and_then(|r| r.strip_suffix('.')).expect("where the text is");
     assert_eq!(std::fs::read_to_string(kept).unwrap(), mine, "{message}");
     assert!(!shown_messages(&c).iter().any(|m| m.contains("was saved as the plan")), "{:?}", shown_messages(&c));
-    // Reloaded (the buffer takes the copy's new text), edited and saved: stored. An editor
-    // reloads on its file watcher's event, some time after the write; the server records
-    // what it wrote just after the file appears.
+    // Reloaded (the buffer takes the copy's new text) as soon as the file appears, edited
+    // and saved: stored. The server records what it wrote just after the file appears; a
+    // reload before that was taken for a stale buffer and its save refused (a CI run).
     let current = wait_file(&copy, |t| t.contains("Two, newer."));
-    std::thread::sleep(Duration::from_millis(200));
     let edited = current.replace("Two, newer.", "Three, after reloading.");
     let stored = reload_edit_and_save(&c, &uri, 3, &current, &edited, "Three, after reloading.");
     assert!(stored, "a save after reloading is stored: {:?}", shown_messages(&c));

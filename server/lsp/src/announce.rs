@@ -526,6 +526,7 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     }
     let root = conn.env().project.root.clone();
     let (p2, t2, data_dir) = (path.clone(), text.clone(), conn.ws.data_dir.clone());
+    conn.writing_view(&path, text.as_deref());
     let r = tokio::task::spawn_blocking(move || {
         write_view(&root, &p2, t2.as_deref())?;
         if let Some(t) = &t2 {
@@ -534,11 +535,12 @@ pub async fn materialize(conn: &Conn, uri: &str) {
         Ok::<(), std::io::Error>(())
     })
     .await;
+    if matches!(r, Ok(Ok(()))) {
+        conn.wrote_view(&path, text.as_deref());
+    }
+    conn.writing_view(&path, None);
     let err = match r {
-        Ok(Ok(())) => {
-            conn.wrote_view(&path, text.as_deref());
-            return;
-        }
+        Ok(Ok(())) => return,
         Ok(Err(e)) => e.to_string(),
         Err(e) => e.to_string(),
     };

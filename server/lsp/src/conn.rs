@@ -111,6 +111,9 @@ pub struct ClientCaps {
     pub hierarchical_symbols: bool,
 }
 
+/// Digests of a copy's texts: (last written, being written now).
+type CopyTexts = (Option<u64>, Option<u64>);
+
 /// An open document (full sync).
 #[derive(Debug, Clone)]
 pub struct OpenDoc {
@@ -153,6 +156,10 @@ pub struct Conn {
     warnings_turn: tokio::sync::Mutex<()>,
     /// Read-only copies this connection wrote: path → digest of the text written.
     views: Mutex<HashMap<PathBuf, u64>>,
+    /// What the buffers of copies may start from ([`Conn::note_copy_base`]): path → the
+    /// digests of the text this connection last wrote there and of the text it is writing
+    /// now. Unlike `views`, not what it handled: a refused save is no text of the copy.
+    views_written: Mutex<HashMap<PathBuf, CopyTexts>>,
     /// A rewrite of the index copy is scheduled (`announce::materialize_index_soon`).
     pub index_pending: std::sync::atomic::AtomicBool,
     /// Held while a view copy is rendered and written (`announce::materialize`):
@@ -218,6 +225,7 @@ impl Conn {
             published_empty: Mutex::new(HashSet::new()),
             warnings_turn: tokio::sync::Mutex::new(()),
             views: Mutex::new(HashMap::new()),
+            views_written: Mutex::new(HashMap::new()),
             index_pending: std::sync::atomic::AtomicBool::new(false),
             materializing: tokio::sync::Mutex::new(()),
             announcing: tokio::sync::Mutex::new(()),
@@ -273,6 +281,13 @@ impl Conn {
                 None => v.remove(path),
             };
         }
+        if let Ok(mut w) = self.views_written.lock() {
+            let entry = w.entry(path.to_path_buf()).or_default();
+            entry.0 = text.map(digest);
+            if *entry == (None, None) {
+                w.remove(path);
+            }
+        }
     }
 
     /// The `.forge/view` copy a file URI names, if it names one.
@@ -286,14 +301,33 @@ impl Conn {
     /// Records that the open buffer at `uri` (a copy's) holds the copy this connection last
     /// wrote, when it does: the base a later save of it is checked against
     /// ([`OpenDoc::base`]).
+    /// Only a text this connection wrote there counts, not one it handled (a refused save),
+    /// and a copy being written counts as written: an editor reloads the file as soon as it
+    /// appears. Before, a buffer reloaded while a refused save's copy was rewritten kept its
+    /// old base, and its next save was refused as stale too (a CI run).
     pub fn note_copy_base(&self, uri: &str) {
         let Some(path) = self.copy_path(uri) else { return };
-        let Some(written) = self.view_digest(&path) else { return };
+        let Some((written, writing)) = self.views_written.lock().ok().and_then(|w| w.get(&path).copied()) else {
+            return;
+        };
         if let Ok(mut docs) = self.docs.lock() {
             if let Some(d) = docs.get_mut(uri) {
-                if digest(&d.text) == written {
-                    d.base = Some(written);
+                let held = digest(&d.text);
+                if written == Some(held) || writing == Some(held) {
+                    d.base = Some(held);
                 }
+            }
+        }
+    }
+
+    /// Records that `text` is being written to the copy at `path` (`None`: the write ended;
+    /// [`Conn::wrote_view`] records it when it succeeded).
+    pub fn writing_view(&self, path: &std::path::Path, text: Option<&str>) {
+        if let Ok(mut w) = self.views_written.lock() {
+            let entry = w.entry(path.to_path_buf()).or_default();
+            entry.1 = text.map(digest);
+            if *entry == (None, None) {
+                w.remove(path);
             }
         }
     }
