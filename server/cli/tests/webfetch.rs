@@ -414,6 +414,7 @@ fn bodies_as_sent_text_as_written() {
         ("/none", 200, "text/html", "Content-Encoding: none\r\n".to_string(), b"<main><p>plain after all</p></main>".to_vec()),
         html("/pre", "<main><pre>line1\n\n\n    indented\nx<br>y<script>NO</script></pre><p>after</p></main>"),
         ("/caf%C3%A9", 200, "text/plain", String::new(), b"arrived".to_vec()),
+        html("/ticks", "<main><pre>a ``` b</pre><pre><code>let x = 1;</code></pre></main>"),
     ]);
     let sb = Sandbox::new();
     let repo = GitRepo::new();
@@ -437,6 +438,15 @@ fn bodies_as_sent_text_as_written() {
     let out = c.tool_ok("webfetch", json!({ "url": server.url("/pre"), "format": "text" }));
     assert!(out.text.contains("line1\n\n\n    indented\nx\ny\nafter"), "{:?}", out.text);
     assert!(!out.text.contains("NO") && !out.text.contains('\u{E000}'), "{:?}", out.text);
+    // As markdown, a `<pre>` without `<code>` is a fenced block as written (it was its text
+    // between blank lines, joined and unindented by any Markdown reader); `<pre><code>`
+    // stays the converter's fenced block.
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/pre") }));
+    assert!(out.text.contains("```\nline1\n\n\n    indented\nx\ny\n```\n"), "{:?}", out.text);
+    assert!(!out.text.contains("NO"), "{:?}", out.text);
+    let out = c.tool_ok("webfetch", json!({ "url": server.url("/ticks") }));
+    assert!(out.text.contains("````\na ``` b\n````"), "{:?}", out.text);
+    assert!(out.text.contains("```\nlet x = 1;\n```"), "{:?}", out.text);
 }
 
 /// A server on a free port answering one request with a body of a byte every 20 ms:

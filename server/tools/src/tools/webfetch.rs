@@ -656,7 +656,46 @@ fn markdown(html: &str) -> String {
     }
     let mut skip = drop.clone();
     skip.push("head");
-    htmd::HtmlToMarkdown::builder().skip_tags(skip).build().tree_to_markdown(&node)
+    let pre_drop = drop.clone();
+    htmd::HtmlToMarkdown::builder()
+        .skip_tags(skip)
+        .add_handler(vec!["pre"], move |h: &dyn htmd::element_handler::Handlers, e: htmd::Element| {
+            pre_block(h, e, &pre_drop)
+        })
+        .build()
+        .tree_to_markdown(&node)
+}
+
+/// A `<pre>` block as a fenced code block. `<pre><code>` is left to the converter (a fenced
+/// block already, with the code's language); the converter gave any other `<pre>` as its
+/// text between blank lines, where Markdown joins its lines and drops its indentation
+/// (review YN). Its text is taken as written, in a fence longer than any run of backticks
+/// in it.
+fn pre_block(
+    h: &dyn htmd::element_handler::Handlers,
+    e: htmd::Element,
+    drop: &[&str],
+) -> Option<htmd::element_handler::HandlerResult> {
+    let only_code = {
+        let children = e.node.children.borrow();
+        let elements: Vec<_> = children.iter().filter(|c| matches!(c.data, NodeData::Element { .. })).collect();
+        let blank_text = children.iter().all(|c| match &c.data {
+            NodeData::Text { contents } => contents.borrow().trim().is_empty(),
+            _ => true,
+        });
+        elements.len() == 1 && tag(elements[0]).as_deref() == Some("code") && blank_text
+    };
+    if only_code {
+        return h.fallback(e);
+    }
+    let text = raw_text(e.node, drop);
+    let text = text.trim_end_matches('\n');
+    if text.trim().is_empty() {
+        return None;
+    }
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    Some(format!("\n\n{fence}\n{text}\n{fence}\n\n").into())
 }
 
 fn plain_text(html: &str) -> String {
