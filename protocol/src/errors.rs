@@ -64,11 +64,19 @@ impl ErrorKind {
 pub struct ToolError {
     pub kind: ErrorKind,
     pub message: String,
+    /// What a program may act on, beside `kind` in the JSON-RPC error's `data` (an object's
+    /// fields; docs/protocol.md, "Errors"): `runBy` of a loop run by another server.
+    pub data: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ToolError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
+        Self { kind, message: message.into(), data: None }
+    }
+    /// This error with `field` set to `value` in its data.
+    pub fn with_data(mut self, field: &str, value: serde_json::Value) -> Self {
+        self.data.get_or_insert_with(Default::default).insert(field.to_string(), value);
+        self
     }
     pub fn invalid_params(m: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidParams, m)

@@ -31,6 +31,38 @@ fn a_sessions_queue_of_messages_is_bounded() {
     t.client.tool_ok("loop-cancel", json!({ "name": name }));
 }
 
+/// Two servers on one project (two editors): a task control sent to the one that does not
+/// run the loop answers 1004 with `data.runBy`, and `forge-lsp call` sends it on to the
+/// loop's server itself (review YI's case; before, it printed the command to do so).
+#[test]
+fn a_task_control_through_another_server_is_sent_on_to_the_loops_server() {
+    let t = LoopTest::start("task", "");
+    let name = t.execute("Plain plan", UNSECTIONED);
+    t.wait_status(&name, "running", |p| p["status"] == json!("running"));
+    let other = t.other_server("task", &[]);
+    let e = other.tool_err("task-message", json!({ "name": name, "message": "through the other one" }));
+    assert_eq!(e.code, 1004, "{e}");
+    assert_contains(&e.message, "is run by another forge-lsp server");
+    let by = e.data.as_ref().map(|d| d["runBy"].clone()).unwrap_or_default();
+    assert_eq!(by["pid"], json!(t.client.pid().expect("pid")), "{e:?}");
+    let socket = by["socket"].as_str().unwrap_or_else(|| panic!("no runBy.socket: {e:?}")).to_string();
+    // The call reaches the other server first (the project's most recently started), and
+    // is sent on to the loop's.
+    let out =
+        t.sb.call("task-message")
+            .arg("--verbose")
+            .input(json!({ "name": name, "message": "sent on" }))
+            .cwd(&t.repo.path)
+            .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_contains(&out.stdout, "Message queued for session");
+    assert_contains(&out.stderr, &format!("the loop is run by the server at {socket}: sent on there"));
+    let st = t.client.tool_ok("task-status", json!({ "name": name }));
+    assert_eq!(st.data["queuedMessages"], json!(1), "{}", st.text);
+    drop(other);
+    t.client.tool_ok("loop-cancel", json!({ "name": name }));
+}
+
 #[test]
 fn status_message_cancel_and_revive_a_loop_session() {
     let t = LoopTest::start("task", "");

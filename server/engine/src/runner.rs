@@ -2288,10 +2288,12 @@ pub async fn task(
             if let Some(sock) = live.first() {
                 // The data directory too: the server opens the one each call names (review
                 // YJ: without it the suggestion found no loop in the default one).
+                // `runBy`: `forge-lsp call` and `forge-lsp mcp` send the call on there.
                 return Err(ToolError::precondition(format!(
                     "Loop \"{loop_name}\" is run by another forge-lsp server (pid {pid}), which takes its task controls; call it there, from the project: `FORGE_LSP_SOCKET={sock} forge-lsp call --data-dir {} <tool> …` (or from the editor connected to that server).",
                     engine.data_dir.display()
-                )));
+                ))
+                .with_data("runBy", serde_json::json!({ "pid": pid, "socket": sock })));
             }
         }
     }

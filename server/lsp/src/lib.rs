@@ -35,6 +35,10 @@ pub fn rpc_error(e: &forge_protocol::ToolError) -> tower_lsp_server::jsonrpc::Er
     tower_lsp_server::jsonrpc::Error {
         code: tower_lsp_server::jsonrpc::ErrorCode::from(e.kind.code()),
         message: e.message.clone().into(),
-        data: Some(serde_json::json!({ "kind": e.kind.as_str() })),
+        data: Some({
+            let mut data = e.data.clone().unwrap_or_default();
+            data.insert("kind".into(), e.kind.as_str().into());
+            serde_json::Value::Object(data)
+        }),
     }
 }

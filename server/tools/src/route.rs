@@ -529,12 +529,46 @@ impl Route {
 
     /// Runs the call through a server.
     /// Setting `cancel` while the call runs closes the connection (the server then stops a
-    /// plugin tool) and ends the call with an error saying so.
+    /// plugin tool) and ends the call with an error saying so. A task control of a loop that
+    /// another live server of this user runs (error `data.runBy.socket`: two editors on the
+    /// project) is sent on to that server, once; before, the caller was told to do it.
+    /// Not from a loop session, whose calls are its own loop server's.
     fn via_server(
         &self,
         sock: &Path,
         tool: &str,
         input: Value,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<CommandResult, NotThrough> {
+        let params = json!({ "command": forge_protocol::command_name(tool), "arguments": [input] });
+        match self.ask(sock, tool, &params, cancel) {
+            Err(NotThrough::Failed(e)) if self.socket.is_none() => {
+                let owner = e
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("runBy"))
+                    .and_then(|r| r.get("socket"))
+                    .and_then(Value::as_str)
+                    .map(PathBuf::from)
+                    .filter(|owner| owner != sock);
+                let Some(owner) = owner else { return Err(NotThrough::Failed(e)) };
+                self.say(format!("the loop is run by the server at {}: sent on there", owner.display()));
+                match self.ask(&owner, tool, &params, cancel) {
+                    // Not reachable, or not this user's: the first server's answer stands.
+                    Err(NotThrough::Unreachable | NotThrough::Foreign(_)) => Err(NotThrough::Failed(e)),
+                    r => r,
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// [`Route::via_server`] without sending the call on.
+    fn ask(
+        &self,
+        sock: &Path,
+        tool: &str,
+        params: &Value,
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<CommandResult, NotThrough> {
         use std::sync::atomic::{AtomicBool, Ordering};
@@ -551,7 +585,6 @@ impl Route {
         if asked() {
             return Err(cancelled());
         }
-        let params = json!({ "command": forge_protocol::command_name(tool), "arguments": [input] });
         let r = match cancel {
             None => c.request("workspace/executeCommand", params),
             Some(cancel) => {
@@ -765,7 +798,13 @@ fn running_servers(conn: &rusqlite::Connection, project: &str) -> Vec<(PathBuf, 
 fn rpc_to_tool_error(e: &Value) -> ToolError {
     let code = e.get("code").and_then(Value::as_i64).unwrap_or(1007);
     let message = e.get("message").and_then(Value::as_str).unwrap_or("unknown error").to_string();
-    ToolError::new(ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal), message)
+    let mut error = ToolError::new(ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal), message);
+    if let Some(data) = e.get("data").and_then(Value::as_object) {
+        let mut data = data.clone();
+        data.remove("kind");
+        error.data = Some(data).filter(|d| !d.is_empty());
+    }
+    error
 }
 
 #[cfg(test)]

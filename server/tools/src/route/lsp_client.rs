@@ -233,10 +233,20 @@ impl LspClient {
     }
 
     /// Sends a request and returns its `result` or `error` object.
-    pub fn request(&mut self, method: &str, params: Value) -> std::io::Result<Result<Value, Value>> {
+    /// `params` is written as it is, not copied into the message first (a plan-write's may
+    /// be megabytes, and a call sent on to another server sends it again).
+    pub fn request(&mut self, method: &str, params: impl serde::Serialize) -> std::io::Result<Result<Value, Value>> {
+        #[derive(serde::Serialize)]
+        struct Request<'a, P> {
+            jsonrpc: &'static str,
+            id: i64,
+            method: &'a str,
+            params: P,
+        }
         let id = self.next_id;
         self.next_id += 1;
-        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string();
+        let body = serde_json::to_string(&Request { jsonrpc: "2.0", id, method, params })
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         // The server skips a longer message and can only answer it without its id.
         if body.len() > framing::MAX_MESSAGE {
             return Ok(Err(json!({
