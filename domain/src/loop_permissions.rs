@@ -357,13 +357,62 @@ fn unquoted(w: &str) -> String {
     w.chars().filter(|&c| quoting.read(c) != Read::Syntax).collect()
 }
 
-/// The parts of a command between unquoted separators.
+/// The parts of a command between unquoted separators. A comment (an unquoted `#` starting
+/// a word) runs to the end of its line, and is no part: a quote in it opens nothing (review
+/// YN: `# don't` hid the next line's `rm` from `rm *`). A here-document's body is data, not
+/// commands: its lines, up to the delimiter's, are left out (they were each matched as a
+/// command, so a script written with `cat <<EOF` was denied for a line in it). `<<` in
+/// arithmetic (`$((1 << 2))`, `(( x << 1 ))`) starts none.
 fn parts(command: &str) -> Vec<String> {
     let mut out = vec![];
     let mut cur = String::new();
     let mut quoting = Quoting::default();
-    for c in command.chars() {
+    // Here-documents started on this line: (delimiter, `<<-`: leading tabs stripped).
+    let mut pending: Vec<(String, bool)> = vec![];
+    // Open `((` of arithmetic.
+    let mut arithmetic = 0usize;
+    let mut comment = false;
+    let mut prev_plain: Option<char> = None;
+    let mut chars = command.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if comment && c != '\n' {
+            continue;
+        }
+        comment = false;
         let plain = quoting.read(c) == Read::Plain;
+        if plain && c == '#' && cur.chars().last().is_none_or(char::is_whitespace) {
+            comment = true;
+            prev_plain = None;
+            continue;
+        }
+        if plain && c == '(' && prev_plain == Some('(') {
+            arithmetic += 1;
+        }
+        if plain && c == ')' && arithmetic > 0 && command[i + 1..].starts_with(')') {
+            arithmetic -= 1;
+        }
+        if plain && c == '<' && arithmetic == 0 && prev_plain != Some('<') && command[i..].starts_with("<<") {
+            if let Some(heredoc) = heredoc_delimiter(&command[i + 2..]) {
+                pending.push(heredoc);
+            }
+        }
+        prev_plain = plain.then_some(c);
+        if plain && c == '\n' && !pending.is_empty() {
+            out.push(std::mem::take(&mut cur));
+            let mut at = i + 1;
+            for (delimiter, tabs) in pending.drain(..) {
+                while at < command.len() {
+                    let end = command[at..].find('\n').map_or(command.len(), |e| at + e);
+                    let line = &command[at..end];
+                    at = end + 1;
+                    if (if tabs { line.trim_start_matches('\t') } else { line }) == delimiter {
+                        break;
+                    }
+                }
+            }
+            while chars.next_if(|&(j, _)| j < at).is_some() {}
+            continue;
+        }
         // `>&`, `<&` and `>|` are redirections, not separators (review YN: `2>&1 rm` was
         // split into `2>` and `1 rm`).
         let redirection = matches!(c, '&' | '|') && (cur.ends_with('>') || (c == '&' && cur.ends_with('<')));
@@ -375,6 +424,30 @@ fn parts(command: &str) -> Vec<String> {
     }
     out.push(cur);
     out
+}
+
+/// The delimiter of a here-document whose `<<` `rest` follows: `(word unquoted, <<-)`;
+/// `None` for a here-string (`<<<`) or no word.
+fn heredoc_delimiter(rest: &str) -> Option<(String, bool)> {
+    if rest.starts_with('<') {
+        return None;
+    }
+    let (tabs, rest) = match rest.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let rest = rest.trim_start_matches([' ', '\t']);
+    // The word: up to unquoted white space or an operator.
+    let mut quoting = Quoting::default();
+    let end = rest
+        .char_indices()
+        .find(|&(_, c)| {
+            quoting.read(c) == Read::Plain
+                && (c.is_whitespace() || matches!(c, ';' | '&' | '|' | '<' | '>' | '(' | ')'))
+        })
+        .map_or(rest.len(), |(e, _)| e);
+    let word = unquoted(&rest[..end]);
+    (!word.is_empty()).then_some((word, tabs))
 }
 
 /// Whole-string glob: `*` is any run of characters, `?` one character.
@@ -568,6 +641,34 @@ mod tests {
         }
         for cmd in ["echo 'a; git push origin'", "echo \"x && git push y\"", "echo \\; git push"] {
             assert!(denied(&rules, "shell", Some(cmd)).is_none(), "{cmd}");
+        }
+    }
+
+    /// Review YN: a quote in a comment opens nothing; a here-document's body is no command.
+    #[test]
+    fn comments_and_here_documents() {
+        let rules = vec![rule("bash", Some("git push *"))];
+        for cmd in [
+            "echo hi # don't\ngit push",
+            "echo hi #\"\ngit push origin",
+            "cat <<EOF > notes.txt\ngit push\nEOF\ngit push origin",
+            "cat <<-'END'\n\tgit push\n\tEND\ngit push",
+            "cat <<< 'x'\ngit push",
+            "echo $((1 << 2))\ngit push",
+            "(( x <<= 1 ))\ngit push",
+            "cat <<A <<B\nx\nA\ny\nB\ngit push",
+            "a#b; git push",
+        ] {
+            assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd:?}");
+        }
+        for cmd in [
+            "cat <<EOF > deploy.sh\ngit push origin main\nEOF",
+            "cat <<'EOF'\ngit push \"$1\"\nEOF\necho done",
+            "cat <<-EOF\n\tgit push\n\tEOF",
+            "echo ok # git push",
+            "# git push\necho ok",
+        ] {
+            assert!(denied(&rules, "shell", Some(cmd)).is_none(), "{cmd:?}");
         }
     }
 
