@@ -290,6 +290,10 @@ fn main() {
     if let Err(e) = sqlite {
         tracing::warn!("{e}");
     }
+    // A write staged over many folders holds one descriptor per folder (review YO).
+    if let Some((before, after)) = forge_core::limits::raise() {
+        tracing::debug!("open files limit raised from {before} to {after}");
+    }
     // `--data-dir ~name/…`, or `~/…` with no home directory, is refused: taken as written it
     // made a folder named `~` or `~name` in the project (a review).
     if let Some(d) = &cli.data_dir {

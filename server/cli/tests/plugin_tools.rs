@@ -564,3 +564,20 @@ fn an_override_of_no_built_in_is_called_by_its_own_name_from_the_command_line() 
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("unknown tool `no-such-tool`"), "{}", r.stderr);
 }
+
+/// The server raises its own soft limit on open files (review YO: a write over many folders
+/// ran out); a plugin tool it starts gets the limit the server started with.
+#[test]
+fn a_plugin_tool_gets_the_open_files_limit_the_server_started_with() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    tool(
+        &sb.config_home.join("forge-lsp/plugins/kit/tools"),
+        "Limit",
+        "#!/bin/sh\ncat > /dev/null\nulimit -n\n",
+        json!({ "description": "Prints its open-files limit.", "inputSchema": { "type": "object" } }),
+    );
+    let out = sb.call("kit__Limit").cwd(&repo.path).input(json!({})).soft_open_files(200).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), "200", "{out:?}");
+}

@@ -390,3 +390,32 @@ fn a_match_on_a_minified_line_is_shown_cut() {
     assert_eq!(m["text"].as_str().unwrap().len(), 8 * 1024, "{m}");
     assert_eq!(m["textCut"], json!(line.trim_end().len() - 1), "the whole match's length: {m}");
 }
+
+/// Review YO: a write holds one descriptor per folder of the files it stages, and a rewrite
+/// over more folders than the soft open-files limit failed ("Too many open files") however
+/// it was retried. The server raises its soft limit to the hard one; an apply-patch over as
+/// many folders works the same way.
+#[test]
+fn a_rewrite_over_more_folders_than_the_soft_open_files_limit_is_written() {
+    let sb = Sandbox::new();
+    let repo = GitRepo::new();
+    for i in 0..300 {
+        repo.write(&format!("d{i}/a.js"), "foo(1);\n");
+    }
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "folders"]);
+    let input = json!({ "pattern": "foo($A)", "rewrite": "bar($A)", "lang": "js", "dryRun": false });
+    let out = sb.call("ast-grep-replace").input(input).cwd(&repo.path).soft_open_files(128).run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(read(&repo, "d0/a.js"), "bar(1);\n");
+    assert_eq!(read(&repo, "d299/a.js"), "bar(1);\n");
+    let patch: String = (0..300).map(|i| format!("*** Update File: d{i}/a.js\n@@\n-bar(1);\n+baz(1);\n")).collect();
+    let out = sb
+        .call("apply-patch")
+        .input(json!({ "patch": format!("*** Begin Patch\n{patch}*** End Patch\n") }))
+        .cwd(&repo.path)
+        .soft_open_files(128)
+        .run();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(read(&repo, "d299/a.js"), "baz(1);\n");
+}

@@ -10,6 +10,7 @@
 pub mod beneath;
 pub mod caller;
 pub mod config;
+pub mod limits;
 pub mod paths;
 pub mod project;
 

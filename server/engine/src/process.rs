@@ -38,6 +38,8 @@ pub fn die_with_server(cmd: &mut tokio::process::Command) {
     // async-signal-safe functions (prctl, getppid), allocating nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // The open-files limit the server started with (forge_core::limits).
+            forge_core::limits::restore_in_child();
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }

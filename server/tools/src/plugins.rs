@@ -1080,6 +1080,7 @@ pub fn run(
     // `forge-lsp call` interrupted with Ctrl-C does not leave it running on its own.
     unsafe {
         cmd.pre_exec(|| {
+            forge_core::limits::restore_in_child();
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });

@@ -1382,6 +1382,25 @@ impl Call {
         self.cmd.current_dir(d);
         self
     }
+    /// Starts the call with a soft limit of `n` open files (the hard limit as it is).
+    pub fn soft_open_files(mut self, n: u64) -> Self {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only getrlimit and setrlimit between fork and exec.
+        unsafe {
+            self.cmd.pre_exec(move || {
+                let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                lim.rlim_cur = n.min(lim.rlim_max);
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self
+    }
     pub fn env(mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> Self {
         self.cmd.env(k, v);
         self
