@@ -54,6 +54,11 @@ pub fn normalize_plan(content: &str) -> Result<Cow<'_, str>, String> {
         // An end line with no start line.
         return Err(UNBALANCED.to_string());
     };
+    // The end before the start (FORGE-REFERENCE §2.2), even when a fenced end line follows
+    // the start (review YP: the body was cut there).
+    if ends.iter().any(|&e| e < start) {
+        return Err(UNBALANCED.to_string());
+    }
     // The pair is the unfenced start and the unfenced end after it. When no
     // unfenced end follows the start, an end line inside a fence still counts (the
     // search for it ignores fences), so a wrapped plan whose last code block was
@@ -102,6 +107,8 @@ mod tests {
             "<!-- forge-plan:start -->\n# Plan\n- no end marker",
             "# Plan\n<!-- forge-plan:end -->",
             "<!-- forge-plan:end -->\n# Plan\n<!-- forge-plan:start -->",
+            // Review YP: the end before the start, with a fenced end after it.
+            "<!-- forge-plan:end -->\n<!-- forge-plan:start -->\n# Plan\n```\n<!-- forge-plan:end -->\n```\ntail",
         ] {
             assert_eq!(normalize_plan(text).unwrap_err(), UNBALANCED, "{text}");
         }

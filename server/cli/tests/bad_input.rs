@@ -76,6 +76,19 @@ fn command_params_of_the_wrong_shape_name_the_field() {
     let e = c.tool_err("loop-cancel", json!({ "name": "   " }));
     assert_eq!(e.code, -32602, "{e}");
     assert!(e.message.contains("`name`") && e.message.contains("blank"), "{e}");
+    // Nor for loop-status and plan-read (review YP: the list of loops, and the caller's
+    // own plan, with success).
+    c.tool_ok("plan-write", json!({ "content": "# Mine\n\n## Objective\nx\n" }));
+    for (tool, input, field) in [
+        ("loop-status", json!({ "name": " ", "restart": true }), "`name`"),
+        ("loop-status", json!({ "name": "" }), "`name`"),
+        ("plan-read", json!({ "loop_name": "  " }), "`loop_name`"),
+        ("plan-read", json!({ "session_id": "" }), "`session_id`"),
+    ] {
+        let e = c.tool_err(tool, input.clone());
+        assert_eq!(e.code, -32602, "{tool} {input}: {e}");
+        assert!(e.message.contains(field) && e.message.contains("blank"), "{tool} {input}: {e}");
+    }
     assert_serving(&mut c);
 }
 

@@ -96,6 +96,16 @@ fn apply_patch_writes_every_file_or_none() {
     );
     assert!(e.message.contains("ro.txt") && e.message.contains("read-only"), "{e}");
     assert_eq!((read(&repo, "ro.txt"), read(&repo, "a.txt")), ("ro\n".to_string(), "alpha\n".to_string()));
+    // Nor changed on its way to a new name (review YO: it was, keeping 0444); moved as it
+    // is, it keeps its mode.
+    let e = c.tool_err("apply-patch", patch("*** Update File: ro.txt\n*** Move to: ro2.txt\n@@\n-ro\n+RW\n"));
+    assert!(e.message.contains("ro.txt") && e.message.contains("read-only"), "{e}");
+    assert_eq!(read(&repo, "ro.txt"), "ro\n");
+    assert!(!repo.path.join("ro2.txt").exists());
+    c.tool_ok("apply-patch", patch("*** Update File: ro.txt\n*** Move to: ro2.txt\n"));
+    assert_eq!(read(&repo, "ro2.txt"), "ro\n");
+    let mode = std::fs::metadata(repo.path.join("ro2.txt")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o444);
 }
 
 #[test]
@@ -600,6 +610,11 @@ fn searches_skip_what_git_ignores_and_nothing_more() {
         assert!(out.text.contains("src/main.rs") && out.text.contains("src/kept.rs"), "{tool}: {}", out.text);
         assert!(!out.text.contains("target/built.rs"), "{tool}: gitignored: {}", out.text);
     }
+    // Review YO: a leading `./` found nothing.
+    let dotted = c.tool_ok("glob", json!({ "pattern": "./src/*.rs" }));
+    assert!(dotted.text.contains("src/main.rs") && dotted.text.contains("src/kept.rs"), "{}", dotted.text);
+    let e = c.tool_err("glob", json!({ "pattern": "./" }));
+    assert_eq!(e.code, -32602, "{e}");
 }
 
 #[test]

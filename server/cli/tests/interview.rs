@@ -53,6 +53,7 @@ fn interview_state_is_stored_diffed_and_served_as_a_document() {
         json!({ "status": "delimiter decided", "diff": diff, "questions": ["Include drafts?"] }),
     );
     assert!(out.text.contains("turn 2"), "{}", out.text);
+    assert!(out.text.contains(", 1 open question)"), "review YP: one question: {}", out.text);
     assert!(!out.text.contains("semicolon"), "{}", out.text);
     let doc = c.content(&uri).unwrap();
     assert_contains(&doc, "- format: CSV\n- delimiter: semicolon\n- encoding: UTF-8");

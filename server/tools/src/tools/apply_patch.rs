@@ -112,6 +112,7 @@ fn apply(root: &Path, patch: &Patch, config_places: &[PathBuf]) -> Result<Comman
             }
             // A moved file keeps its mode (an executable stays one, a private file private).
             FileChange::Move { from, to, content } => mode_of(root, from)
+                .and_then(|mode| read_only_unchanged(root, from, mode, content).map(|()| mode))
                 .and_then(|mode| stage(&mut stager, root, to, content, mode))
                 .map(|s| staged.push(s))
                 .and_then(|()| removal(root, from).map(|r| removals.push(r))),
@@ -327,6 +328,25 @@ fn mode_of(root: &Path, rel: &str) -> Result<beneath::Mode, String> {
         return Err(format!("cannot read {}: not a regular file", path.display()));
     }
     Ok(beneath::Mode::Exact(st.st_mode & 0o777))
+}
+
+/// A read-only file (no write permission bit) may be moved, not changed on the way: its
+/// mode says not to write it, as an update of it is refused (review YO: `Move to` with hunks
+/// rewrote a 0444 file's content under its new name).
+fn read_only_unchanged(root: &Path, from: &str, mode: beneath::Mode, content: &str) -> Result<(), String> {
+    let beneath::Mode::Exact(bits) = mode else { return Ok(()) };
+    if bits & 0o222 != 0 {
+        return Ok(());
+    }
+    let path = within(root, from).map_err(|e| e.message)?;
+    let old = read_utf8_within(root, &path, MAX_FILE_BYTES)?;
+    if old == content {
+        return Ok(());
+    }
+    Err(format!(
+        "cannot write {}: it is read-only (no write permission bit); a read-only file may be moved, not changed",
+        path.display()
+    ))
 }
 
 /// A file to remove: (as shown, relative to the root with its directories resolved).

@@ -28,7 +28,19 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     if input.pattern.is_empty() {
         return Err(ToolError::invalid_params("invalid argument `pattern`: must not be empty"));
     }
-    let glob = globset::GlobBuilder::new(&input.pattern)
+    // Paths are matched as `src/a.rs`, never `./src/a.rs`: a leading `./` found nothing
+    // (review YO).
+    let mut pattern = input.pattern.as_str();
+    while let Some(rest) = pattern.strip_prefix("./") {
+        pattern = rest.trim_start_matches('/');
+    }
+    if pattern.is_empty() {
+        return Err(ToolError::invalid_params(format!(
+            "invalid argument `pattern`: {:?} names the searched directory itself, not files; use e.g. `**/*`",
+            input.pattern
+        )));
+    }
+    let glob = globset::GlobBuilder::new(pattern)
         .literal_separator(true)
         .build()
         .and_then(|g| globset::GlobSetBuilder::new().add(g).build())

@@ -103,11 +103,15 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     };
     let turn = interviews::put(ctx.db, ctx.project_id(), &session, status, &spec, &questions, ctx.now).db()?;
     let uri = ForgeUri::Interview(session.clone()).to_uri();
+    // Lines as `str::lines` counts them: a final line break ends the last line, it starts
+    // none (the plan tools number a final empty line, as Forge's plan-read does).
     let lines = spec.lines().count();
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     ok(
         format!(
-            "Interview state stored (session {session}, turn {turn}: spec {lines} lines, {} open questions). Read it at {uri}.",
-            questions.len()
+            "Interview state stored (session {session}, turn {turn}: spec {}, {}). Read it at {uri}.",
+            plural(lines, "line", "lines"),
+            plural(questions.len(), "open question", "open questions")
         ),
         json!({ "sessionId": session, "turn": turn, "uri": uri, "specLines": lines, "questions": questions.len() }),
     )

@@ -145,7 +145,14 @@ fn stored_usage(ctx: &ToolCtx, loop_name: &str) -> Result<Vec<(String, String, S
 }
 
 pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolError> {
-    let name = input.name.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    // A blank name is refused, not taken for none, as loop-cancel refuses one (review YP:
+    // `{"name": " ", "restart": true}` fell through to the list of loops).
+    if input.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+        return Err(ToolError::invalid_params(
+            "invalid argument `name`: must not be blank; omit it to list the loops",
+        ));
+    }
+    let name = input.name.as_deref().map(str::trim);
     if input.restart == Some(true) {
         let Some(q) = name else {
             return Err(ToolError::invalid_params("Specify a loop name to restart. Use loop-status to see available loops."));

@@ -51,8 +51,17 @@ pub fn execute(mut input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, Too
         };
     }
 
-    let loop_name = input.loop_name.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    let session_id = input.session_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    // A blank name is refused, not taken for none (review YP: a script's empty variable read
+    // the caller's own plan, with success), as plan-write's and plan-edit's `session_id` is.
+    for (field, value) in [("loop_name", &input.loop_name), ("session_id", &input.session_id)] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(ToolError::invalid_params(format!(
+                "invalid argument `{field}`: must not be blank; omit it to read your own session's plan"
+            )));
+        }
+    }
+    let loop_name = input.loop_name.as_deref().map(str::trim);
+    let session_id = input.session_id.as_deref().map(str::trim);
     // Shared with the plan cache: the text is paged from where it is, not copied.
     let plan = if let Some(name) = loop_name {
         plans::loop_shared(ctx.db, &project, name).db()?
