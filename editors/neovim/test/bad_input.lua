@@ -96,8 +96,21 @@ H.run(function()
     msgs()
   )
   check('missing binary: no stack trace', no_traceback(), msgs())
+  -- Each command says why it did nothing (review YQ: after the first message, every
+  -- command was silent).
+  H.messages = {}
   vim.cmd('Forge findings')
+  wait(1000, function()
+    return has(ERROR, 'not an executable')
+  end)
   check('missing binary: :Forge findings explains instead of hanging', has(ERROR, 'not an executable') and (vim.uv.hrtime() - t0) / 1e6 < 5000, msgs())
+  H.messages = {}
+  vim.cmd('Forge plans')
+  wait(1000, function()
+    return has(ERROR, 'not an executable')
+  end)
+  vim.wait(200)
+  check('missing binary: the next command explains too', count('not an executable') == 1, msgs())
 
   -- 2. A repository without commits.
   reset()

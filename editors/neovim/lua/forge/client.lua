@@ -109,7 +109,9 @@ function M.cwd_root()
 end
 
 --- Whether the server command can be run; says why not, once.
-function M.executable()
+--- Whether the configured command can be run; says why not, once (`always`: every time,
+--- for a command that then does nothing).
+function M.executable(always)
   local cmd = options.cmd()
   if vim.fn.executable(cmd[1]) == 1 then
     return true
@@ -124,12 +126,13 @@ function M.executable()
   else
     why = 'no such file'
   end
-  util.notify_once(
-    'exe:' .. cmd[1],
-    ("cannot start the server: '%s' is not an executable file (%s). "
-      .. "Install forge-lsp or set its path: require('forge').setup({ cmd = { '/path/to/forge-lsp' } })"):format(cmd[1], why),
-    ERROR
-  )
+  local msg = ("cannot start the server: '%s' is not an executable file (%s). "
+    .. "Install forge-lsp or set its path: require('forge').setup({ cmd = { '/path/to/forge-lsp' } })"):format(cmd[1], why)
+  if always then
+    util.error(msg)
+  else
+    util.notify_once('exe:' .. cmd[1], msg, ERROR)
+  end
   return false
 end
 
@@ -511,8 +514,12 @@ function M.ensure(bufnr)
       util.error('no forge-lsp server: open a file inside a git repository (or :cd into one) first.')
       return nil
     end
-    -- Said for every command, not once: the command did nothing.
-    if M.executable() and not M.has_commit(root, true) then
+    -- Said for every command, not once: the command did nothing (review YQ: a missing
+    -- binary was said once, and every later command was silent).
+    if not M.executable(true) then
+      return nil
+    end
+    if not M.has_commit(root, true) then
       util.error(('no forge-lsp server for %s: it has no commits yet (forge-lsp identifies a project by its '
         .. 'first commit). Commit something (git commit) first.'):format(root))
       return nil
