@@ -10,18 +10,24 @@ use std::fmt::Write as _;
 ///
 /// Errors: `Invalid regex pattern: <reason>`.
 pub fn filter_pattern(findings: Vec<Finding>, pattern: Option<&str>) -> Result<Vec<Finding>, String> {
-    let Some(pattern) = pattern.filter(|p| !p.is_empty()) else {
-        return Ok(findings);
+    let matches = pattern_matcher(pattern)?;
+    Ok(findings.into_iter().filter(|f| matches(f)).collect())
+}
+
+/// Whether a finding matches `pattern` (ECMAScript, as Forge reads it: `crate::ecma_regex`)
+/// in its description and scenario; every finding matches no pattern or an empty one. The
+/// pattern is compiled once, so a caller can test findings as it reads them.
+pub fn pattern_matcher(pattern: Option<&str>) -> Result<impl Fn(&Finding) -> bool, String> {
+    let re = match pattern.filter(|p| !p.is_empty()) {
+        Some(p) => Some(crate::ecma_regex::compile(p).map_err(|e| format!("Invalid regex pattern: {e}"))?),
+        None => None,
     };
-    // ECMAScript, as Forge reads it (`crate::ecma_regex`).
-    let re = crate::ecma_regex::compile(pattern).map_err(|e| format!("Invalid regex pattern: {e}"))?;
-    Ok(findings
-        .into_iter()
-        .filter(|f| {
+    Ok(move |f: &Finding| {
+        re.as_ref().is_none_or(|re| {
             let hay = format!("{} {}", f.description, f.scenario.as_deref().unwrap_or(""));
             re.is_match(&hay)
         })
-        .collect())
+    })
 }
 
 /// The `data` of a page of review-read, `{"findings": [...], "nextBeforeId": ...}`, as

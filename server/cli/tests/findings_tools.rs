@@ -659,6 +659,14 @@ fn a_page_of_large_findings_stays_under_the_message_limit() {
     let second = c.tool_ok("review-read", json!({ "beforeId": next }));
     assert_eq!(lines_of(&second.data), [1]);
     assert_eq!(second.data["nextBeforeId"], Value::Null);
+    // A pattern search pages the same way, newest first (review YK: it read every finding
+    // in scope before paging; now each is tested as it is read).
+    let hits = c.tool_ok("review-read", json!({ "pattern": "^(a|c)", "limit": 1 }));
+    assert_eq!(lines_of(&hits.data), [3]);
+    let next = hits.data["nextBeforeId"].as_i64().expect("a next page of hits");
+    let rest = c.tool_ok("review-read", json!({ "pattern": "^(a|c)", "limit": 1, "beforeId": next }));
+    assert_eq!(lines_of(&rest.data), [1]);
+    assert_eq!(rest.data["nextBeforeId"], Value::Null);
     // The diagnostics of the file carry each description cut, saying so.
     let uri = file_uri(&repo.path.join("big.rs"));
     let d = c

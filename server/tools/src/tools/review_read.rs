@@ -64,14 +64,20 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
             before,
         )
         .db()?,
-        Some(_) => {
-            let all = findings::query(ctx.db, ctx.project_id(), &plan.loop_bucket, &plan.section, file).db()?;
-            let mut hits = review::filter_pattern(all, input.pattern.as_deref()).map_err(ToolError::invalid)?;
-            hits.retain(|f| before.is_none_or(|b| f.id < b));
-            hits.sort_by_key(|f| std::cmp::Reverse(f.id));
-            let next = (hits.len() > limit).then(|| hits[limit - 1].id);
-            hits.truncate(limit);
-            (hits, next)
+        // Tested as read, newest first: only the page is held (review YK).
+        Some(pattern) => {
+            let matches = review::pattern_matcher(Some(pattern)).map_err(ToolError::invalid)?;
+            findings::query_page_where(
+                ctx.db,
+                ctx.project_id(),
+                &plan.loop_bucket,
+                &plan.section,
+                file,
+                limit,
+                before,
+                matches,
+            )
+            .db()?
         }
     };
     // A page also ends at PAGE_BYTES of finding text (each finding may hold 8 MiB): the reply
