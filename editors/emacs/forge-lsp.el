@@ -163,29 +163,77 @@ Arguments: (SERVER TYPE TEXT).")
 (defvar-local forge-lsp--buffer-server nil
   "The forge-lsp connection a `forge://' buffer was read from.")
 
+(defvar-local forge-lsp--buffer-root nil
+  "The project root of the server a `forge://' buffer was read from.
+A directory name.  It outlives that server: a later server of another
+project does not take the buffer (`forge-lsp--reattach-documents'), and
+commands in it name the project whose server is not running.")
+(put 'forge-lsp--buffer-root 'permanent-local t)
+
+(defvar-local forge-lsp--list-server nil
+  "The forge-lsp connection a loops or findings list was made from.")
+
+(defvar-local forge-lsp--was-managed nil
+  "Non-nil once a forge-lsp server managed this file buffer.
+A new server of its project (after the last one died) manages it again,
+whatever its major mode.")
+(put 'forge-lsp--was-managed 'permanent-local t)
+
 (defun forge-lsp--server-of-project (project)
   (cl-find-if #'forge-lsp--live-p (gethash project eglot--servers-by-project)))
 
-(defun forge-lsp-current-server (&optional noerror)
+(defun forge-lsp--server-root (server)
+  "The project root of SERVER, as an absolute directory name."
+  (file-name-as-directory (expand-file-name (project-root (eglot--project server)))))
+
+(defun forge-lsp--document-root ()
+  "The project root a `forge://' buffer belongs to, or nil.
+That is `forge-lsp--buffer-root', else its server's."
+  (or forge-lsp--buffer-root
+      (and forge-lsp--buffer-server (forge-lsp--server-root forge-lsp--buffer-server))))
+
+(defun forge-lsp--root-server (root)
+  "The live forge-lsp connection of the project rooted at ROOT, or nil."
+  (cl-find-if (lambda (s) (equal (forge-lsp--server-root s) root)) (forge-lsp--servers)))
+
+(defun forge-lsp-current-server (&optional noerror any)
   "The forge-lsp connection for the current buffer.
-Signal a `user-error' when there is none, unless NOERROR."
-  (let* ((project (and (not (forge-lsp--forge-name-p default-directory))
+That is the connection of a `forge://' buffer or of a loops or findings
+list, else the one of the buffer's project.  A buffer outside any
+project has none (a review found it used the last project's), unless
+ANY: then the last connection used (the mode line does so).  A
+`forge://' name being visited, not yet any project's, is read from the
+last connection used.  Signal a `user-error' saying why there is none,
+unless NOERROR."
+  (let* ((forge (or (forge-lsp--forge-name-p default-directory)
+                    (forge-lsp--forge-name-p buffer-file-name)))
+         (root (and forge (forge-lsp--document-root)))
+         (project (and (not (forge-lsp--forge-name-p default-directory))
                        (let ((eglot-lsp-context t)) (project-current nil))))
+         (last (or (and (forge-lsp--live-p forge-lsp--last-server) forge-lsp--last-server)
+                   (car (forge-lsp--servers))))
          (server
           (or (and (forge-lsp--live-p forge-lsp--buffer-server) forge-lsp--buffer-server)
+              (and (forge-lsp--live-p forge-lsp--list-server) forge-lsp--list-server)
               (let ((s (and project (eglot-current-server))))
                 (and (forge-lsp--live-p s) s))
               (and project (forge-lsp--server-of-project project))
-              ;; Buffers outside any project (lists, *scratch*): the last one used.
-              (and (not project) (forge-lsp--live-p forge-lsp--last-server) forge-lsp--last-server)
-              (and (not project) (car (forge-lsp--servers))))))
+              (and root (forge-lsp--root-server root))
+              ;; A forge:// name being visited (`C-x C-f'): no project of its own yet.
+              (and forge (not project) (not root) last)
+              (and any (not project) (not root) last))))
     (when server (setq forge-lsp--last-server server))
     (or server
         (unless noerror
-          (if project
-              (user-error "forge-lsp is not running for %s: run M-x forge-lsp-ensure in one of its files"
-                          (abbreviate-file-name (project-root project)))
-            (user-error "forge-lsp is not running: open a file of a git project and run M-x forge-lsp-ensure"))))))
+          (cond
+           ((or project root)
+            (user-error "forge-lsp is not running for %s: run M-x forge-lsp-ensure in one of its files"
+                        (abbreviate-file-name (if project (project-root project) root))))
+           (forge
+            (user-error "forge-lsp is not running: open a file of a git project and run M-x forge-lsp-ensure"))
+           (t
+            (user-error "forge-lsp: %s is not inside a git repository: Forge works on git projects"
+                        (abbreviate-file-name (or buffer-file-name default-directory)))))))))
 
 (defun forge-lsp-session-id (&optional server)
   "The session id of SERVER's connection.
@@ -564,11 +612,14 @@ a `user-error' carrying the server's message."
       ;; server is replaced (before, it was shown as this project's: a review), unless it
       ;; holds unsaved edits.
       (when-let ((old (get-file-buffer uri)))
-        (let ((old-server (buffer-local-value 'forge-lsp--buffer-server old)))
-          (when (and old-server (not (eq old-server server)))
+        (let ((old-server (buffer-local-value 'forge-lsp--buffer-server old))
+              (old-root (with-current-buffer old (forge-lsp--document-root))))
+          (when (or (and old-server (not (eq old-server server)))
+                    ;; A buffer left detached when its project's server ended.
+                    (and old-root (not (equal old-root (forge-lsp--server-root server)))))
             (if (buffer-modified-p old)
                 (user-error "forge-lsp: %s is open with unsaved edits from the project %s; save or kill that buffer first"
-                            uri (abbreviate-file-name (project-root (eglot--project old-server))))
+                            uri (abbreviate-file-name (or old-root (forge-lsp--server-root old-server))))
               (kill-buffer old)))))
       (let ((forge-lsp--opening-server server))
         (find-file uri)))))
@@ -615,17 +666,50 @@ a `user-error' carrying the server's message."
     (cons (match-string 1 buffer-file-name)
           (buffer-substring-no-properties (point-min) (point-max)))))
 
+(defun forge-lsp--plan-lines (text)
+  "The lines of TEXT outside fenced code blocks (``` or ~~~), in order.
+A fence closes at a line of only its character, at least as many of
+them as opened it (as the Neovim plugin's `plan_names' reads a plan)."
+  (let (fence lines)
+    (dolist (line (split-string (or text "") "\r?\n"))
+      (let ((f (and (string-match "\\`[ \t]*\\(```+\\|~~~+\\)" line) (match-string 1 line))))
+        (cond
+         (fence
+          (when (and f (eq (aref f 0) (aref fence 0)) (>= (length f) (length fence))
+                     (string-match-p "\\`[ \t]*[`~]+[ \t]*\\'" line))
+            (setq fence nil)))
+         (f (setq fence f))
+         (t (push line lines)))))
+    (nreverse lines)))
+
 (defun forge-lsp--plan-title (text)
-  (if (string-match "^#+[ \t]+\\(.+\\)$" text) (string-trim (match-string 1 text)) "Plan"))
+  "The first heading of the plan TEXT outside code fences, or \"Plan\"."
+  (or (cl-some (lambda (line)
+                 (and (string-match "\\`#+[ \t]+\\(.+\\)\\'" line) (string-trim (match-string 1 line))))
+               (forge-lsp--plan-lines text))
+      "Plan"))
 
 (defun forge-lsp--plan-loop-name (text)
-  (when (string-match "^Loop Name:[ \t]*\\(.+\\)$" text) (string-trim (match-string 1 text))))
+  "The first `Loop Name:' line of the plan TEXT outside code fences, or nil.
+A plan that shows an example `Loop Name:' in a code block is not named by
+it (a review; the Neovim plugin skips fences too)."
+  (cl-some (lambda (line)
+             (and (string-match "\\`Loop Name:[ \t]*\\(.+\\)\\'" line)
+                  (string-trim (match-string 1 line))))
+           (forge-lsp--plan-lines text)))
 
 ;;;###autoload
 (defun forge-lsp-execute-plan (title &optional plan loop-name mode)
   "Start a loop (MODE \"loop\") for PLAN with TITLE and LOOP-NAME.
 Interactively the plan is the session plan shown in the current
-buffer, else one chosen among the recent plans."
+buffer, else one chosen among the recent plans, and the loop name
+offered is the plan's `Loop Name:' line (outside code fences).
+From Lisp, each argument left nil is not sent, and the server chooses:
+PLAN nil runs this connection's stored session plan; LOOP-NAME nil
+names the loop after TITLE (its slug, made unique among the project's
+loops), not after the plan's `Loop Name:' line (pass
+\(forge-lsp--plan-loop-name PLAN) for that); MODE nil is \"loop\"
+\(\"new-session\" starts one agent session instead)."
   (interactive
    (let* ((here (forge-lsp--buffer-plan))
           (text (if here (cdr here)
@@ -639,7 +723,7 @@ buffer, else one chosen among the recent plans."
                     (let ((p (cdr (assoc (completing-read "Execute plan: " choices nil t) choices))))
                       (forge-lsp--fetch (forge-lsp-current-server) (plist-get p :uri))))))
           (title (read-string "Loop title: " (forge-lsp--plan-title text)))
-          (name (read-string "Loop name (empty: from the plan): " (forge-lsp--plan-loop-name text))))
+          (name (read-string "Loop name (empty: from the title): " (forge-lsp--plan-loop-name text))))
      (list title text (unless (string-empty-p name) name) "loop")))
   (let* ((input (list :title title)))
     (when plan (setq input (plist-put input :plan plan)))
@@ -694,8 +778,6 @@ RET status, p plan, c cancel, r restart, f findings, g refresh."
                                ("Section" 8 nil) ("Iter" 5 nil) ("Reason" 0 nil)])
   (add-hook 'tabulated-list-revert-hook #'forge-lsp--loops-refresh nil t)
   (tabulated-list-init-header))
-
-(defvar-local forge-lsp--list-server nil)
 
 (defun forge-lsp--loops-refresh ()
   (let ((loops (forge-lsp--loop-list forge-lsp--list-server)))
@@ -766,19 +848,33 @@ RET status, p plan, c cancel, r restart, f findings, g refresh."
 
 ;;;; Findings
 
+(defvar-local forge-lsp--findings-args nil
+  "The arguments `forge-lsp-findings' made a findings buffer with.")
+
 (defvar forge-lsp-findings-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map "d" #'forge-lsp-findings-delete)
+    ;; compilation-mode's `g' (and its menu's and tool bar's Recompile) ran `recompile',
+    ;; that is `make -k' in the project (a review): here they read the findings again.
+    (define-key map "g" #'revert-buffer)
+    (define-key map [remap recompile] #'revert-buffer)
     map))
 
 (define-compilation-mode forge-lsp-findings-mode "Forge findings"
   "Review findings, one per line as FILE:LINE: severity: description.
-RET or \\[next-error] visits a finding, d deletes it, g refreshes."
+RET or \\[next-error] visits a finding, d deletes it, g reads them again."
   (setq-local compilation-error-regexp-alist
               '(("^\\([^:\n]+\\):\\([0-9]+\\): \\(?:bug\\|\\(warning\\)\\):" 1 2 nil (3 . nil))))
-  (setq-local compilation-error-face 'error))
+  (setq-local compilation-error-face 'error)
+  ;; Not compilation-mode's `compilation-revert-buffer', which runs `recompile'.
+  (setq-local revert-buffer-function #'forge-lsp--findings-revert))
 
-(defvar-local forge-lsp--findings-args nil)
+(defun forge-lsp--findings-revert (&rest _)
+  "`revert-buffer-function' of a findings buffer: read the findings again."
+  (unless forge-lsp--list-server
+    (user-error "forge-lsp: this buffer was not made by M-x forge-lsp-findings"))
+  (let ((forge-lsp--last-server forge-lsp--list-server))
+    (apply #'forge-lsp-findings forge-lsp--findings-args)))
 
 (defun forge-lsp--unfinished-loops (server)
   "Names of SERVER's project loops that have not completed (none if unreadable)."
@@ -829,10 +925,6 @@ With a prefix argument, ask for the loop."
         (forge-lsp-findings-mode)
         (setq forge-lsp--list-server server
               forge-lsp--findings-args (list loop))
-        (setq-local revert-buffer-function
-                    (lambda (&rest _)
-                      (let ((forge-lsp--last-server forge-lsp--list-server))
-                        (apply #'forge-lsp-findings forge-lsp--findings-args))))
         (insert (format "Forge findings in %s%s: %d\n\n" (abbreviate-file-name root)
                         (if loop (format ", loop %s" loop) "") (length findings)))
         (dolist (f findings) (insert (forge-lsp--format-finding f)))
@@ -970,7 +1062,7 @@ This runs the server's `Delete finding' code action."
 
 (defun forge-lsp-loop-statuses (&optional server)
   "The last `forge/loopStatus' of each loop of SERVER, as plists."
-  (let ((server (or server (forge-lsp-current-server t))) all)
+  (let ((server (or server (forge-lsp-current-server t t))) all)
     (when server
       (maphash (lambda (_k v) (push v all)) (forge-lsp--loops server)))
     (sort all (lambda (a b) (string< (plist-get a :loopName) (plist-get b :loopName))))))
@@ -998,7 +1090,7 @@ This runs the server's `Delete finding' code action."
 
 (defun forge-lsp-mode-line-string ()
   "The mode line text for the loops of the current project's forge-lsp."
-  (let ((server (forge-lsp-current-server t)))
+  (let ((server (forge-lsp-current-server t t)))
     (if (not server) ""
       (let ((now (float-time)) parts)
         (dolist (l (forge-lsp-loop-statuses server))
@@ -1102,10 +1194,12 @@ This runs the server's `Delete finding' code action."
         (or text "")))))
 
 (defun forge-lsp--document-server ()
-  "The connection serving `forge://' names in the current context."
+  "The connection serving `forge://' names in the current context.
+Outside any project (`C-x C-f forge://...' from *scratch*), a name is read
+from the last connection used; a `forge://' buffer keeps its project's."
   (or (and (forge-lsp--live-p forge-lsp--opening-server) forge-lsp--opening-server)
       (and (forge-lsp--live-p forge-lsp--buffer-server) forge-lsp--buffer-server)
-      (forge-lsp-current-server t)))
+      (forge-lsp-current-server t t)))
 
 (defun forge-lsp--run-real (operation args)
   (let ((inhibit-file-name-handlers
@@ -1149,15 +1243,18 @@ Emacs passes directory names here without their last slash."
     (or (string-suffix-p "/" n) (null last) (not (string-match-p "\\." last)))))
 
 (defun forge-lsp--session-plan-p (name)
-  "Non-nil when NAME is a session plan's URI (the one kind of document that can be saved)."
+  "Non-nil when NAME is a session plan's URI.
+It is the one kind of document that can be saved."
   (and (stringp name)
        (string-match-p "\\`forge://plan/session/[^/]+\\.md\\'" (forge-lsp--normalize name))))
 
 (defvar-local forge-lsp--open-error nil
-  "Why the last visit of this `forge://' buffer's document failed (an error object).")
+  "Why the last visit of this `forge://' buffer's document failed.
+An error object.")
 
 (defvar-local forge-lsp--new-plan nil
-  "Non-nil in the buffer of a session plan that is not stored yet: it opens writable.")
+  "Non-nil in the buffer of a session plan that is not stored yet.
+Such a buffer opens writable.")
 (put 'forge-lsp--new-plan 'permanent-local t)
 
 (defvar-local forge-lsp--base-uri nil
@@ -1218,7 +1315,9 @@ writes them back as CRLF.")
         (save-excursion (insert text))))
     (when visit
       (setq buffer-file-name uri)
-      (when server (setq forge-lsp--buffer-server server))
+      (when server
+        (setq forge-lsp--buffer-server server
+              forge-lsp--buffer-root (forge-lsp--server-root server)))
       (unless (or beg end) (setq forge-lsp--base stored forge-lsp--base-uri uri forge-lsp--crlf crlf))
       ;; A visit whose modification time is left unknown counts as one of a missing file:
       ;; `insert-file-contents' then signals "Opening input file: Success" after this
@@ -1230,9 +1329,10 @@ writes them back as CRLF.")
 
 (defun forge-lsp--not-found ()
   "For `find-file-not-found-functions': a `forge://' name the server cannot serve.
-This connection's session plan, not written yet, opens as an empty, writable buffer that saving stores
-\(`forge.plan-write'); for anything else the buffer goes and the server's reason is the
-error (an unknown URI, no server)."
+This connection's session plan, not written yet, opens as an empty,
+writable buffer that saving stores (`forge.plan-write'); for anything
+else the buffer goes and the server's reason is the error (an unknown
+URI, no server)."
   ;; Emacs also signals here after a document was read: a visit whose modification time
   ;; is unknown counts as of a missing file. Only a failed read has `forge-lsp--open-error'.
   (when (and (forge-lsp--forge-name-p buffer-file-name) forge-lsp--open-error)
@@ -1253,12 +1353,37 @@ error (an unknown URI, no server)."
 
 (add-hook 'find-file-not-found-functions #'forge-lsp--not-found)
 
+(defun forge-lsp--ask (question)
+  "Ask QUESTION (yes or no); in batch Emacs the answer is no."
+  (and (not noninteractive) (yes-or-no-p question)))
+
+(defun forge-lsp--check-unchanged (uri now base content)
+  "Refuse to store CONTENT as the plan URI if it changed since it was read.
+NOW is the plan stored now (`none': none, nil: unknown), BASE what the
+buffer read (`forge-lsp--base'; `unknown' skips the check).  A plan an
+agent, a shell or another editor wrote meanwhile (perhaps while the
+server was down) would be undone without a word: ask first, and in
+batch Emacs or on no, signal a `file-error'; the buffer keeps its text."
+  (when (and now (not (eq base 'unknown)) (not (equal now base)) (not (equal now content))
+             (not (forge-lsp--ask (format "%s was changed since this buffer read it (from a shell, an agent or another editor); save over it? " uri))))
+    (signal 'file-error
+            (list (format "%s was changed since this buffer read it; not saved (M-x revert-buffer loads the stored plan, losing your edits)" uri) uri))))
+
 (defun forge-lsp--write-region (start end filename &optional append visit &rest _)
   (let* ((uri (forge-lsp--normalize filename))
          (server (forge-lsp--document-server)))
     (unless (string-match "\\`forge://plan/session/\\([^/]+\\)\\.md\\'" uri)
       (signal 'file-error (list "Forge documents are read-only (only session plans can be saved)" uri)))
     (when append (signal 'file-error (list "Cannot append to a Forge plan" uri)))
+    (unless (forge-lsp--live-p server)
+      ;; A buffer whose project's server ended stays that project's: it is not saved elsewhere.
+      (let ((root (forge-lsp--document-root)))
+        (signal 'file-error
+                (list (if root
+                          (format "forge-lsp is not running for %s: not saved (M-x forge-lsp-ensure in one of its files, then save again)"
+                                  (abbreviate-file-name root))
+                        "forge-lsp is not running: not saved (open a file of the project and run M-x forge-lsp-ensure)")
+                      uri))))
     (let* ((session (match-string 1 uri))
            (content (if (stringp start) start
                       (buffer-substring-no-properties (or start (point-min)) (or end (point-max)))))
@@ -1270,21 +1395,14 @@ error (an unknown URI, no server)."
            (own (equal forge-lsp--base-uri uri))
            (now (and server (or (not own) (not (eq forge-lsp--base 'unknown)))
                      (forge-lsp--stored-text server uri)))
-           (base (or forge-lsp--base 'none))
-           (ask (lambda (question)
-                  (and (not noninteractive) (yes-or-no-p question)))))
-      (cond
-       ;; The stored plan changed since this buffer read it (an agent or a shell wrote it,
-       ;; perhaps while the server was down): saving would undo that write without a word.
-       ((and own now (not (equal now base)) (not (equal now content))
-             (not (funcall ask (format "%s was changed since this buffer read it (from a shell, an agent or another editor); save over it? " uri))))
-        (signal 'file-error
-                (list (format "%s was changed since this buffer read it; not saved (M-x revert-buffer loads the stored plan, losing your edits)" uri) uri)))
-       ;; Another plan's name that holds a different plan: not replaced unasked, as a
-       ;; file is not (a review found it replaced without a word).
-       ((and (not own) (stringp now) (not (equal now content))
-             (not (funcall ask (format "%s holds another plan; write over it? " uri))))
-        (signal 'file-error (list (format "%s holds another plan; not written" uri) uri))))
+           (base (or forge-lsp--base 'none)))
+      (if own
+          (forge-lsp--check-unchanged uri now base content)
+        ;; Another plan's name that holds a different plan: not replaced unasked, as a
+        ;; file is not (a review found it replaced without a word).
+        (when (and (stringp now) (not (equal now content))
+                   (not (forge-lsp--ask (format "%s holds another plan; write over it? " uri))))
+          (signal 'file-error (list (format "%s holds another plan; not written" uri) uri))))
       (let ((result (forge-lsp-command "plan-write" (list :content content :session_id session) server)))
         (when (or (eq visit t) (stringp visit))
           (set-buffer-modified-p nil))
@@ -1447,6 +1565,7 @@ error (an unknown URI, no server)."
     (let ((server (forge-lsp--document-server)))
       (setq forge-lsp--buffer-server server)
       (when server
+        (setq forge-lsp--buffer-root (forge-lsp--server-root server))
         (setq default-directory (file-name-as-directory (project-root (eglot--project server)))))
       (setq buffer-read-only (not forge-lsp--new-plan))
       (setq-local backup-inhibited t)
@@ -1472,17 +1591,37 @@ error (an unknown URI, no server)."
 
 (defun forge-lsp--save-view ()
   "`write-contents-functions' of a materialized copy: save through the server.
-A session plan is stored with forge.plan-write; other documents are
-read-only, and the copy on disk is never overwritten."
+A session plan is stored with forge.plan-write, unless it changed since
+the buffer read it (`forge-lsp--check-unchanged', as for a `forge://'
+buffer); other documents are read-only, and the copy on disk is never
+overwritten."
   (let ((uri (forge-lsp--view-uri buffer-file-name)))
     (if (not (and uri (string-match "\\`forge://plan/session/\\([^/]+\\)\\.md\\'" uri)))
         (user-error "forge-lsp: %s is a read-only view of %s" (file-name-nondirectory buffer-file-name) uri)
-      (let ((result (forge-lsp-command "plan-write"
-                                       (list :content (buffer-substring-no-properties (point-min) (point-max))
-                                             :session_id (match-string 1 uri)))))
-        (set-buffer-modified-p nil)
-        (message "forge: %s" (car (split-string (or (plist-get result :text) "") "\n")))
-        t))))
+      (let* ((session (match-string 1 uri))
+             (server (forge-lsp-current-server))
+             (content (buffer-substring-no-properties (point-min) (point-max)))
+             ;; Before, the copy was stored at once: a copy read before an agent's
+             ;; plan-edit, saved after it, undid that edit (a review).
+             (base (if (equal forge-lsp--base-uri uri) (or forge-lsp--base 'unknown) 'unknown)))
+        (forge-lsp--check-unchanged uri (and (not (eq base 'unknown)) (forge-lsp--stored-text server uri))
+                                    base content)
+        (let ((result (forge-lsp-command "plan-write" (list :content content :session_id session) server)))
+          (setq forge-lsp--base (or (ignore-errors (forge-lsp--stored-text server uri)) 'unknown))
+          (set-buffer-modified-p nil)
+          (message "forge: %s" (car (split-string (or (plist-get result :text) "") "\n")))
+          t)))))
+
+(defun forge-lsp--note-view-base ()
+  "Remember the stored plan a session plan's copy was read with.
+That is `forge-lsp--base'.  Run whenever the copy is read: at the visit
+and at every revert."
+  (let ((uri (forge-lsp--view-uri buffer-file-name)))
+    (when (and uri (forge-lsp--session-plan-p uri))
+      (let ((server (forge-lsp-current-server t)))
+        (setq forge-lsp--base-uri uri
+              forge-lsp--base (or (and server (ignore-errors (forge-lsp--stored-text server uri)))
+                                  'unknown))))))
 
 (defun forge-lsp--setup-view-buffer ()
   "Set up a buffer visiting a materialized copy of a Forge document.
@@ -1492,6 +1631,7 @@ through the server."
     (setq buffer-read-only t)
     (setq-local backup-inhibited t)
     (add-hook 'write-contents-functions #'forge-lsp--save-view nil t)
+    (forge-lsp--note-view-base)
     (auto-revert-mode 1)
     (forge-lsp-document-mode 1)
     (forge-lsp--buttonize-links)
@@ -1504,7 +1644,10 @@ through the server."
   (dolist (buf (buffer-list))
     (with-current-buffer buf
       (when (and buffer-file-name (equal buffer-file-name uri)
-                 (or (null forge-lsp--buffer-server) (eq forge-lsp--buffer-server server)))
+                 (or (null forge-lsp--buffer-server) (eq forge-lsp--buffer-server server))
+                 ;; Not a buffer of another project whose server is gone.
+                 (let ((root (forge-lsp--document-root)))
+                   (or (null root) (equal root (forge-lsp--server-root server)))))
         ;; Asked even when the buffer holds unsaved edits: they are kept, and the message
         ;; is for a stored text that is not what the buffer read (the refresh after the
         ;; buffer's own save is not one; a review found it said so).
@@ -1548,12 +1691,6 @@ through the server."
   (run-at-time 0 nil #'forge-lsp--refresh-buffers server uri)
   nil)
 
-(defvar-local forge-lsp--was-managed nil
-  "Non-nil once a forge-lsp server managed this file buffer.
-A new server of its project (after the last one died) manages it again,
-whatever its major mode.")
-(put 'forge-lsp--was-managed 'permanent-local t)
-
 (defun forge-lsp--note-managed ()
   "Remember that forge-lsp manages the current file buffer."
   (when (and eglot--managed-mode buffer-file-name
@@ -1564,22 +1701,28 @@ whatever its major mode.")
 (add-hook 'eglot-managed-mode-hook #'forge-lsp--note-managed)
 
 (defun forge-lsp--reattach-documents (server)
-  "After (re)connecting SERVER, manage the open `forge://' buffers again.
-So are the project's file buffers an earlier forge-lsp server managed, of
-every major mode (before, only the mode of the buffer that started the new
-server was managed again: a review)."
+  "After (re)connecting SERVER, manage its project's open `forge://' buffers again.
+Only those read from an earlier server of the same project, by
+`forge-lsp--buffer-root': before, a server of any project took every
+detached one, and saving a plan buffer stored it in that project (a
+review).  A buffer of a project without a server stays detached; commands
+in it say so.  So are the project's file buffers an earlier forge-lsp
+server managed, of every major mode (before, only the mode of the buffer
+that started the new server was managed again: a review)."
   (when (cl-typep server 'forge-lsp-server)
     (run-at-time 0 nil #'forge-lsp--drain server)
     (setq forge-lsp--last-server server)
     (forge-lsp--install-mode-line)
-    (let ((project (eglot--project server)))
+    (let ((project (eglot--project server))
+          (root (forge-lsp--server-root server)))
       (dolist (buf (buffer-list))
         (with-current-buffer buf
           (cond
            ((and (forge-lsp--forge-name-p buffer-file-name)
                  (not eglot--managed-mode)
                  (or (null forge-lsp--buffer-server)
-                     (not (jsonrpc-running-p forge-lsp--buffer-server))))
+                     (not (jsonrpc-running-p forge-lsp--buffer-server)))
+                 (equal (forge-lsp--document-root) root))
             (setq forge-lsp--buffer-server server)
             (when (forge-lsp--virtual-p server)
               (setq eglot--cached-server server)

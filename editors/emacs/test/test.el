@@ -360,6 +360,23 @@ only when BODY returns (fail . DETAIL)."
 
 (defvar ft-loop "emacs-loop")
 
+;; Before: a `Loop Name:' inside a fenced code block (an example in the plan) named the
+;; loop offered by C-c C-x; the Neovim plugin skips fences. And the docstring did not say
+;; what a Lisp call without LOOP-NAME gets (the server names the loop after the title).
+(ft-check "the loop name offered comes from a Loop Name: line outside code fences"
+  (let* ((plan (concat "# Fenced plan\n\n## Objective\nShow an example.\n\n"
+                       "```md\nLoop Name: from-the-example\n```\n\n"
+                       "~~~~\nLoop Name: tilde-example\n~~~\n```\nLoop Name: still-inside\n~~~~\n\n"
+                       "Loop Name: real-name\n"))
+         (name (forge-lsp--plan-loop-name plan))
+         (doc (documentation 'forge-lsp-execute-plan)))
+    (cond ((not (equal name "real-name")) (ft-fail "loop name %S" name))
+          ((not (equal (forge-lsp--plan-loop-name "```\nLoop Name: only-fenced\n```\n") nil))
+           (ft-fail "a fenced-only name: %S" (forge-lsp--plan-loop-name "```\nLoop Name: only-fenced\n```\n")))
+          ((not (string-match-p "LOOP-NAME nil[ \t\n]+names the loop after TITLE" doc))
+           (ft-fail "the docstring does not say what a call without LOOP-NAME gets:\n%s" doc))
+          (t t))))
+
 (ft-check "forge-lsp-execute-plan starts a loop from the plan buffer"
   (with-current-buffer ft-plan-buffer
     (let ((r (forge-lsp-execute-plan "Emacs loop" (buffer-substring-no-properties (point-min) (point-max))
@@ -506,6 +523,28 @@ only when BODY returns (fail . DETAIL)."
           (or (and (equal (mapcar #'car d) '(3)) (= (length left) 1))
               (ft-fail "diagnostics %S, findings left %S" d left)))))))
 
+;; Before: `g' was compilation-mode's `recompile', which ran `make -k' in the project.
+(ft-check "g in the findings buffer reads the findings again (not recompile: make -k)"
+  (let ((b (get-buffer (format "*forge findings: %s*" (eglot-project-nickname ft-server)))))
+    (if (not b) (ft-fail "no findings buffer")
+      (with-current-buffer b
+        (let ((g (key-binding "g"))
+              (menu (key-binding [menu-bar compilation compilation-recompile])))
+          (cond
+           ((not (eq g 'revert-buffer)) (ft-fail "g runs %S" g))
+           ((not (eq menu 'revert-buffer)) (ft-fail "the menu's Recompile runs %S" menu))
+           (t
+            (let ((r (ft-shell "call" "review-write" "{\"file\":\"src/main.txt\",\"line\":4,\"severity\":\"warning\",\"description\":\"Line four is new.\"}")))
+              (unwind-protect
+                  (if (/= (car r) 0) (ft-fail "review-write: %s" (cdr r))
+                    (call-interactively g)
+                    (cond ((get-buffer "*compilation*") (ft-fail "a compilation ran"))
+                          ((not (string-match-p "^src/main\\.txt:4: warning: Line four is new\\." (buffer-string)))
+                           (ft-fail "buffer after g: %S" (buffer-string)))
+                          ((not (eq forge-lsp--list-server ft-server)) (ft-fail "list server %S" forge-lsp--list-server))
+                          (t t)))
+                (forge-lsp-command "review-delete" '(:file "src/main.txt" :line 4) ft-server))))))))))
+
 ;;;; 6. Materialized copies (forge-lsp-virtual-documents nil)
 
 (ft-check "without virtual documents: plans open as .forge/view/ copies, saved through the server"
@@ -558,6 +597,46 @@ only when BODY returns (fail . DETAIL)."
                       (ft-fail "error %S, copy %S, modes %o" err now (file-modes index))))))
           (with-current-buffer buf (set-buffer-modified-p nil))
           (kill-buffer buf))))))
+
+;; Before: the copy was stored at once, so a copy read before an agent's plan-edit and
+;; saved after it undid that edit (the forge:// buffers already checked).
+(ft-check "without virtual documents: a copy older than the stored plan is not saved over it"
+  (let* ((forge-lsp-virtual-documents nil)
+         (root (file-name-as-directory (expand-file-name "viewrepo" ft-tmp)))
+         (src (find-file-noselect (expand-file-name "a.txt" root)))
+         (server (with-current-buffer src (forge-lsp-ensure)))
+         (sid (and server (forge-lsp-session-id server)))
+         (view (and sid (expand-file-name (format ".forge/view/plan/session/%s.md" sid) root)))
+         (revert-without-query '(".")))
+    (if (not server) (ft-fail "no server: %s" (ft-last-message))
+      (forge-lsp-command "plan-write" '(:content "# View plan\n\n## Objective\nSee copies.\n\nBefore the agent.\n") server)
+      (if (not (ft-wait (lambda () (and (file-exists-p view) (string-match-p "Before the agent" (ft-read-file view))))
+                        5))
+          (ft-fail "the copy was not rewritten: %s" view)
+        (let ((buf (find-file-noselect view)))
+          (unless (fboundp 'userlock--check-content-unchanged) (load "userlock" nil t))
+          (with-current-buffer buf
+            (revert-buffer t t)
+            (let ((inhibit-read-only t)) (goto-char (point-max)) (insert "Stale copy edit.\n"))
+            ;; An agent edits the plan meanwhile; the server rewrites the copy.
+            (forge-lsp-command "plan-edit" '(:oldString "Before the agent." :newString "Edited by the agent.") server)
+            (ft-wait (lambda () (string-match-p "Edited by the agent" (ft-read-file view))) 5)
+            ;; Emacs asks whether to save over a file changed on disk: the user says yes.
+            (cl-letf (((symbol-function 'ask-user-about-supersession-threat) #'ignore)
+                      ((symbol-function 'userlock--ask-user-about-supersession-threat) #'ignore)
+                      ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
+              (let ((err (condition-case e (progn (save-buffer) nil) (error (error-message-string e))))
+                    (stored (plist-get (forge-lsp-command "plan-read" nil server) :text)))
+                (prog1
+                    (cond ((not (and err (string-match-p "was changed since this buffer read it" err)))
+                           (ft-fail "saved (error %S); stored %S" err stored))
+                          ((string-match-p "Stale copy edit" stored) (ft-fail "stored over: %S" stored))
+                          ((not (string-match-p "Edited by the agent" stored)) (ft-fail "stored %S" stored))
+                          ((not (and (buffer-modified-p) (string-match-p "Stale copy edit" (buffer-string))))
+                           (ft-fail "the buffer lost its text: %S" (buffer-string)))
+                          (t t))
+                  (set-buffer-modified-p nil)
+                  (kill-buffer buf))))))))))
 
 ;;;; 6b. Opened while another server runs a loop of the project
 
@@ -676,6 +755,28 @@ only when BODY returns (fail . DETAIL)."
       (user-error (or (string-match-p "is not inside a git repository" (cadr err))
                       (ft-fail "message %S" (cadr err)))))))
 
+;; Before: commands outside any project used the last project's server (here, the
+;; findings of the first project were listed).
+(ft-check "a command from a buffer outside git says so (not the last project's findings)"
+  (let ((plain (file-name-as-directory (expand-file-name "plain" ft-tmp))))
+    (if (not (forge-lsp--servers)) (ft-fail "no running server to fall back on")
+      (let ((from-file (with-current-buffer (find-file-noselect (expand-file-name "a.txt" plain))
+                         (condition-case err (format "listed %S" (forge-lsp-findings)) (user-error (cadr err)))))
+            (from-list (with-temp-buffer
+                         (setq default-directory plain)
+                         (condition-case err (progn (forge-lsp-loops) "listed loops") (user-error (cadr err))))))
+        (cond ((not (string-match-p "plain/a\\.txt is not inside a git repository" from-file))
+               (ft-fail "from a file: %S" from-file))
+              ((not (string-match-p "plain/ is not inside a git repository" from-list))
+               (ft-fail "from a buffer in the folder: %S" from-list))
+              ;; `C-x C-f forge://...' there still reads the name from the last server used.
+              ((not (with-current-buffer (find-file-noselect (expand-file-name "a.txt" plain))
+                      (let ((b (find-file-noselect "forge://index.md")))
+                        (prog1 (and b (with-current-buffer b (string-prefix-p "# Forge: project " (buffer-string))))
+                          (when b (kill-buffer b))))))
+               (ft-fail "C-x C-f forge://index.md from a file outside git did not open it"))
+              (t t))))))
+
 (ft-check "a server that crashes at start: a clear message with its output, no hang"
   (let ((forge-lsp-program (expand-file-name "crash.sh" ft-tmp)))
     (with-current-buffer (find-file-noselect (expand-file-name "other/a.txt" ft-tmp))
@@ -786,6 +887,79 @@ only when BODY returns (fail . DETAIL)."
     (let ((line (with-current-buffer ft-main-buffer (substring-no-properties (forge-lsp-mode-line-string)))))
       (prog1 (or (not (string-match-p "ended-an-hour-ago" line)) (ft-fail "mode line %S" line))
         (remhash "ended-an-hour-ago" (forge-lsp--loops server))))))
+
+;; Before: the server of whichever project connected next took every forge:// buffer whose
+;; server had ended, and saving a plan there stored it in that other project.
+(ft-check "a forge:// buffer whose server ended is not taken by another project's server"
+  (let ((ra (file-name-as-directory (expand-file-name "reattach-a" ft-tmp)))
+        (rb (file-name-as-directory (expand-file-name "reattach-b" ft-tmp)))
+        a sa sb sa2 plan sid)
+    (dolist (d (list ra rb))
+      (make-directory d t)
+      (with-temp-file (expand-file-name "a.txt" d) (insert "text\n"))
+      (call-process "git" nil nil nil "-C" d "init" "-q")
+      (call-process "git" nil nil nil "-C" d "add" ".")
+      (call-process "git" nil nil nil "-C" d "commit" "-qm" "init"))
+    (setq a (find-file-noselect (expand-file-name "a.txt" ra))
+          sa (with-current-buffer a (forge-lsp-ensure)))
+    (unwind-protect
+        (if (not sa) (ft-fail "no server for A: %s" (ft-last-message))
+          (setq sid (forge-lsp-session-id sa))
+          (forge-lsp-command "plan-write" '(:content "# Plan of A\n\nKept in A.\n") sa)
+          (with-current-buffer a (forge-lsp-open-plan ""))
+          (setq plan (get-file-buffer (format "forge://plan/session/%s.md" sid)))
+          (eglot-shutdown sa)
+          (ft-wait (lambda () (not (jsonrpc-running-p sa))) 5)
+          (setq sb (with-current-buffer (find-file-noselect (expand-file-name "a.txt" rb)) (forge-lsp-ensure)))
+          (ft-wait (lambda () nil) 0.3)
+          (cond
+           ((not plan) (ft-fail "no buffer of A's plan"))
+           ((not sb) (ft-fail "no server for B: %s" (ft-last-message)))
+           ((with-current-buffer plan (eq forge-lsp--buffer-server sb)) (ft-fail "B's server took A's plan buffer"))
+           (t
+            (let* ((cmd (with-current-buffer plan
+                          (condition-case e (progn (forge-lsp-command "plan-read") "ran") (user-error (cadr e)))))
+                   (save (with-current-buffer plan
+                           (setq buffer-read-only nil)
+                           (goto-char (point-max))
+                           (insert "Saved while A is down.\n")
+                           (condition-case e (progn (save-buffer) "saved") (error (error-message-string e)))))
+                   (in-b (condition-case nil
+                             (plist-get (forge-lsp-command "plan-read" (list :session_id sid) sb) :text)
+                           (user-error ""))))
+              (cond
+               ((not (string-match-p "not running for .*reattach-a" cmd)) (ft-fail "a command in the buffer: %S" cmd))
+               ((not (string-match-p "not running for .*reattach-a.*not saved" save)) (ft-fail "save: %S" save))
+               ((string-match-p "Saved while A is down" in-b) (ft-fail "stored in B: %S" in-b))
+               ((not (with-current-buffer plan (buffer-modified-p))) (ft-fail "the edit was dropped"))
+               (t
+                ;; A's server again: the buffer is A's again, and its save stores it in A.
+                (setq sa2 (with-current-buffer a (forge-lsp-ensure)))
+                (ft-wait (lambda () (with-current-buffer plan (eq forge-lsp--buffer-server sa2))) 3)
+                (if (not (and sa2 (with-current-buffer plan (eq forge-lsp--buffer-server sa2))))
+                    (ft-fail "not reattached to A's new server %S" sa2)
+                  (with-current-buffer plan (save-buffer))
+                  (let ((in-a (plist-get (forge-lsp-command "plan-read" (list :session_id sid) sa2) :text)))
+                    (or (string-match-p "Saved while A is down" in-a) (ft-fail "stored in A: %S" in-a))))))))))
+      (when (buffer-live-p plan) (with-current-buffer plan (set-buffer-modified-p nil)) (kill-buffer plan))
+      (dolist (s (list sa sa2 sb)) (when (and s (jsonrpc-running-p s)) (ignore-errors (eglot-shutdown s)))))))
+
+;;;; 9. The package file
+
+;; Before: `assignment to free variable forge-lsp--was-managed' (used before its defvar).
+(ft-check "forge-lsp.el byte-compiles without warnings (batch-byte-compile)"
+  (let* ((dir (expand-file-name "bytecomp/" ft-tmp))
+         (src (expand-file-name "forge-lsp.el" dir)))
+    (make-directory dir t)
+    (copy-file (expand-file-name "forge-lsp.el" (ft-env "FORGE_TEST_EL_DIR")) src t)
+    (with-temp-buffer
+      (let* ((rc (call-process (expand-file-name invocation-name invocation-directory) nil t nil
+                               "--batch" "-q" "-f" "batch-byte-compile" src))
+             (out (string-trim (replace-regexp-in-string "^Loading .*\n" "" (buffer-string)))))
+        (delete-directory dir t)
+        (if (and (eq rc 0) (not (string-match-p "Warning\\|Error" out)))
+            t
+          (ft-fail "exit %s:\n%s" rc out))))))
 
 ;;;; Done
 
