@@ -369,10 +369,18 @@ fn parts(command: &str) -> Vec<String> {
     let mut quoting = Quoting::default();
     // Here-documents started on this line: (delimiter, `<<-`: leading tabs stripped).
     let mut pending: Vec<(String, bool)> = vec![];
-    // Open `((` of arithmetic.
-    let mut arithmetic = 0usize;
+    // Open `${` (parameter expansions) and `$[` (bash's old arithmetic); plain parentheses
+    // open, and the depths at which an arithmetic `((` began (it ends when they close).
+    // Inside any of them neither `#` nor `<<` starts anything (review YR: `${x:- #}` hid
+    // the rest of its line, and `$(( (1+(2)) << 3 ))` the lines after it).
+    let (mut braces, mut brackets, mut parens) = (0usize, 0usize, 0usize);
+    let mut arithmetic: Vec<usize> = vec![];
     let mut comment = false;
     let mut prev_plain: Option<char> = None;
+    // A word starts here: at the start, or after an unquoted space, tab or newline (only
+    // these are blanks to the shell, not a carriage return or a no-break space) or
+    // separator; not after an escaped blank (`a\ #`) or a line continuation (review YR).
+    let mut word_start = true;
     let mut chars = command.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
         if comment && c != '\n' {
@@ -380,18 +388,34 @@ fn parts(command: &str) -> Vec<String> {
         }
         comment = false;
         let plain = quoting.read(c) == Read::Plain;
-        if plain && c == '#' && cur.chars().last().is_none_or(char::is_whitespace) {
+        let inside = braces > 0 || brackets > 0 || !arithmetic.is_empty();
+        if plain && c == '#' && word_start && !inside {
             comment = true;
             prev_plain = None;
             continue;
         }
-        if plain && c == '(' && prev_plain == Some('(') {
-            arithmetic += 1;
+        if plain {
+            match c {
+                '{' if prev_plain == Some('$') => braces += 1,
+                '}' if braces > 0 => braces -= 1,
+                '[' if prev_plain == Some('$') => brackets += 1,
+                ']' if brackets > 0 => brackets -= 1,
+                '(' => {
+                    parens += 1;
+                    if prev_plain == Some('(') {
+                        arithmetic.push(parens - 2);
+                    }
+                }
+                ')' => {
+                    parens = parens.saturating_sub(1);
+                    while arithmetic.last().is_some_and(|&floor| floor >= parens) {
+                        arithmetic.pop();
+                    }
+                }
+                _ => {}
+            }
         }
-        if plain && c == ')' && arithmetic > 0 && command[i + 1..].starts_with(')') {
-            arithmetic -= 1;
-        }
-        if plain && c == '<' && arithmetic == 0 && prev_plain != Some('<') && command[i..].starts_with("<<") {
+        if plain && c == '<' && !inside && prev_plain != Some('<') && command[i..].starts_with("<<") {
             if let Some(heredoc) = heredoc_delimiter(&command[i + 2..]) {
                 pending.push(heredoc);
             }
@@ -416,7 +440,9 @@ fn parts(command: &str) -> Vec<String> {
         // `>&`, `<&` and `>|` are redirections, not separators (review YN: `2>&1 rm` was
         // split into `2>` and `1 rm`).
         let redirection = matches!(c, '&' | '|') && (cur.ends_with('>') || (c == '&' && cur.ends_with('<')));
-        if plain && !redirection && matches!(c, ';' | '&' | '|' | '\n' | '(' | ')' | '`') {
+        let separator = plain && !redirection && matches!(c, ';' | '&' | '|' | '\n' | '(' | ')' | '`');
+        word_start = separator || (plain && matches!(c, ' ' | '\t'));
+        if separator {
             out.push(std::mem::take(&mut cur));
         } else {
             cur.push(c);
@@ -658,6 +684,16 @@ mod tests {
             "(( x <<= 1 ))\ngit push",
             "cat <<A <<B\nx\nA\ny\nB\ngit push",
             "a#b; git push",
+            // Review YR: none of these `#` starts a comment, nor `<<` a here-document.
+            "echo a\\ #; git push",
+            "echo a\\\n#; git push",
+            "echo a\r#; git push",
+            "echo ${x:- #}; git push",
+            "echo ${x:-a;#}; git push",
+            "echo $(( (1+(2)) << 3 ))\ngit push",
+            "echo $[1<<2]\ngit push",
+            "echo a\u{a0}#; git push",
+            "echo $((1<<2)) <<EOF\nx\nEOF\ngit push",
         ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd:?}");
         }

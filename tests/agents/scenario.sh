@@ -314,6 +314,7 @@ case "$FORGE_ROLE:$scenario" in
   :*)
     env | grep -E '^FORGE_(SESSION_ID|SESSION_TOKEN|LOOP|ROLE|AGENT|LSP_SOCKET)=' | sort > "$state/newsession.env"
     pwd > "$state/newsession.cwd"
+    ulimit -n > "$state/newsession.nofile"
     run newsession-write forge-lsp call plan-write '{"content":"# Mine\n"}'
     run newsession-read forge-lsp call section-read '{}'
     echo "done" > "$state/newsession.done"

@@ -613,8 +613,10 @@ fn searches_skip_what_git_ignores_and_nothing_more() {
     // Review YO: a leading `./` found nothing.
     let dotted = c.tool_ok("glob", json!({ "pattern": "./src/*.rs" }));
     assert!(dotted.text.contains("src/main.rs") && dotted.text.contains("src/kept.rs"), "{}", dotted.text);
-    let e = c.tool_err("glob", json!({ "pattern": "./" }));
-    assert_eq!(e.code, -32602, "{e}");
+    for pattern in ["./", "."] {
+        let e = c.tool_err("glob", json!({ "pattern": pattern }));
+        assert_eq!(e.code, -32602, "{pattern}: {e}");
+    }
 }
 
 #[test]

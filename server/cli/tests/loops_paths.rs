@@ -30,6 +30,8 @@ fn new_session_mode_runs_one_code_agent_turn_outside_any_loop() {
         assert!(vars.contains(&empty), "{empty} in {env}");
     }
     assert!(!env.contains("FORGE_LSP_SOCKET="), "no private socket: {env}");
+    // The open-files limit the server started with, not the one it raised to (review YR).
+    assert_eq!(t.state_file("newsession.nofile").unwrap().trim(), "1000");
     let cwd = t.state_file("newsession.cwd").unwrap();
     assert_eq!(
         std::fs::canonicalize(cwd.trim()).unwrap(),

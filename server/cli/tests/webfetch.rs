@@ -414,7 +414,7 @@ fn bodies_as_sent_text_as_written() {
         ("/none", 200, "text/html", "Content-Encoding: none\r\n".to_string(), b"<main><p>plain after all</p></main>".to_vec()),
         html("/pre", "<main><pre>line1\n\n\n    indented\nx<br>y<script>NO</script></pre><p>after</p></main>"),
         ("/caf%C3%A9", 200, "text/plain", String::new(), b"arrived".to_vec()),
-        html("/ticks", "<main><pre>a ``` b</pre><pre><code>let x = 1;</code></pre></main>"),
+        html("/ticks", "<main><pre>a ``` b</pre><pre><code>let x = 1;</code></pre><pre>\n\nblank first</pre></main>"),
     ]);
     let sb = Sandbox::new();
     let repo = GitRepo::new();
@@ -447,6 +447,8 @@ fn bodies_as_sent_text_as_written() {
     let out = c.tool_ok("webfetch", json!({ "url": server.url("/ticks") }));
     assert!(out.text.contains("````\na ``` b\n````"), "{:?}", out.text);
     assert!(out.text.contains("```\nlet x = 1;\n```"), "{:?}", out.text);
+    // HTML drops the line break right after `<pre>`, not the blank line after it.
+    assert!(out.text.contains("```\n\nblank first\n```"), "{:?}", out.text);
 }
 
 /// A server on a free port answering one request with a body of a byte every 20 ms:

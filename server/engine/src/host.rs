@@ -348,6 +348,8 @@ pub fn start_turn(req: TurnRequest, done: mpsc::UnboundedSender<(String, u32, Tu
     // A loop's turn: its runner is in this server (an untracked session is nobody's).
     if req.record.is_some() {
         crate::process::die_with_server(&mut cmd);
+    } else {
+        crate::process::original_limits(&mut cmd);
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,

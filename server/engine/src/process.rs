@@ -52,6 +52,19 @@ pub fn die_with_server(cmd: &mut tokio::process::Command) {
     }
 }
 
+/// Gives the process `cmd` starts the open-files limit this server started with
+/// (`forge_core::limits`); [`die_with_server`] does it too. For a child without that
+/// (an untracked session's agent: review YR found it with the raised limit).
+pub fn original_limits(cmd: &mut tokio::process::Command) {
+    // SAFETY: the closure runs between fork and exec and only calls getrlimit/setrlimit.
+    unsafe {
+        cmd.pre_exec(|| {
+            forge_core::limits::restore_in_child();
+            Ok(())
+        });
+    }
+}
+
 /// Which process led an agent turn's process group: its pid (the group's id) and the boot
 /// it ran in. Recorded in the store while the turn runs (`loop_sessions.agent_process`), so
 /// that a restart or cancel after the server that ran the turn died can end what the turn

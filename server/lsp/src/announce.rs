@@ -526,7 +526,15 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     }
     let root = conn.env().project.root.clone();
     let (p2, t2, data_dir) = (path.clone(), text.clone(), conn.ws.data_dir.clone());
+    // Ends the record of the write in flight however this ends (dropped at the await too).
+    struct Writing<'a>(&'a crate::conn::Conn, &'a std::path::Path);
+    impl Drop for Writing<'_> {
+        fn drop(&mut self) {
+            self.0.writing_view(self.1, None);
+        }
+    }
     conn.writing_view(&path, text.as_deref());
+    let writing = Writing(conn, &path);
     let r = tokio::task::spawn_blocking(move || {
         write_view(&root, &p2, t2.as_deref())?;
         if let Some(t) = &t2 {
@@ -538,7 +546,7 @@ pub async fn materialize(conn: &Conn, uri: &str) {
     if matches!(r, Ok(Ok(()))) {
         conn.wrote_view(&path, text.as_deref());
     }
-    conn.writing_view(&path, None);
+    drop(writing);
     let err = match r {
         Ok(Ok(())) => return,
         Ok(Err(e)) => e.to_string(),

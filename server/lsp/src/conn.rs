@@ -332,6 +332,18 @@ impl Conn {
         }
     }
 
+    /// Makes `document` (a digest of the document as it is now) the base of the open buffer
+    /// at `uri` ([`OpenDoc::base`]) when the buffer holds that text.
+    pub fn note_copy_base_held(&self, uri: &str, document: u64) {
+        if let Ok(mut docs) = self.docs.lock() {
+            if let Some(d) = docs.get_mut(uri) {
+                if digest(&d.text) == document {
+                    d.base = Some(document);
+                }
+            }
+        }
+    }
+
     /// The base of the open buffer at `uri` ([`OpenDoc::base`]).
     pub fn copy_base(&self, uri: &str) -> Option<u64> {
         self.docs.lock().ok().and_then(|d| d.get(uri).and_then(|d| d.base))

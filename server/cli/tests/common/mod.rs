@@ -1384,21 +1384,7 @@ impl Call {
     }
     /// Starts the call with a soft limit of `n` open files (the hard limit as it is).
     pub fn soft_open_files(mut self, n: u64) -> Self {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: only getrlimit and setrlimit between fork and exec.
-        unsafe {
-            self.cmd.pre_exec(move || {
-                let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                lim.rlim_cur = n.min(lim.rlim_max);
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        soft_open_files(&mut self.cmd, n);
         self
     }
     pub fn env(mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> Self {
@@ -1684,7 +1670,25 @@ pub fn sandbox_available() -> bool {
     })
 }
 
-/// The `[sandbox]` table of a loop test's project configuration: on where bubblewrap works.
+/// Starts `cmd`'s process with a soft limit of `n` open files (the hard limit as it is).
+pub fn soft_open_files(cmd: &mut Command, n: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only getrlimit and setrlimit between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            lim.rlim_cur = n.min(lim.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Limits the open files of the process `cmd` starts to `n` (soft and hard).
 pub fn limit_open_files(cmd: &mut Command, n: u64) {
     use std::os::unix::process::CommandExt;
@@ -1700,6 +1704,7 @@ pub fn limit_open_files(cmd: &mut Command, n: u64) {
     }
 }
 
+/// The `[sandbox]` table of a loop test's project configuration: on where bubblewrap works.
 pub fn sandbox_toml() -> String {
     format!("[sandbox]\nenabled = {}\n", sandbox_available())
 }

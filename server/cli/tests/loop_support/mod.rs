@@ -179,6 +179,9 @@ impl LoopTest {
             for (k, v) in env {
                 c.env(k, v);
             }
+            // Started with a soft limit of 1,000 open files, which it raises; its agents
+            // get 1,000 back (forge_core::limits; the agents record it).
+            crate::common::soft_open_files(c, 1000);
         });
         client.init(&Init::new(&repo.path));
         LoopTest { client, repo, sb, state, pauses }

@@ -23,6 +23,7 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
         None => disk.clone().and_then(|b| String::from_utf8(b).ok()),
     };
     let current = crate::documents::render(conn, &doc, forge_core::Links::View).await.ok();
+    let mut adopted = false;
     if let Some(text) = text {
         if current.as_deref().is_some_and(|c| c != text && same_but_final_line_breaks(c, &text)) {
             // The editor added (or took away) the final line break on save (Vim's and
@@ -44,11 +45,22 @@ pub async fn did_save(backend: &Backend, params: DidSaveTextDocumentParams) {
             crate::announce::note_handled_edit(&path, &seen);
             let how = if stale { crate::announce::Edit::SavedStale } else { crate::announce::Edit::Saved };
             crate::announce::adopt_view_edit(conn, &doc, &path, text, how).await;
+            adopted = !stale;
         }
     }
     crate::announce::materialize(conn, &doc.to_uri()).await;
     // The buffer holds the copy just written (the save adopted): its new base.
     conn.note_copy_base(&uri);
+    // A save adopted is the document's newest version, whatever became of the copy: when
+    // the buffer holds the document as it is now, its next edits start from it (review YR:
+    // when the copy could not be written, the base stayed at the copy before, and every
+    // later save was refused as stale). Not when another write came in between: that one
+    // the buffer has not seen.
+    if adopted {
+        if let Ok(now) = crate::documents::render(conn, &doc, forge_core::Links::View).await {
+            conn.note_copy_base_held(&uri, crate::conn::digest(&now));
+        }
+    }
 }
 
 /// Whether two texts differ at most in the line breaks they end with.

@@ -34,7 +34,7 @@ pub fn execute(input: Input, ctx: &mut ToolCtx) -> Result<CommandResult, ToolErr
     while let Some(rest) = pattern.strip_prefix("./") {
         pattern = rest.trim_start_matches('/');
     }
-    if pattern.is_empty() {
+    if pattern.is_empty() || pattern == "." {
         return Err(ToolError::invalid_params(format!(
             "invalid argument `pattern`: {:?} names the searched directory itself, not files; use e.g. `**/*`",
             input.pattern

@@ -754,8 +754,9 @@ fn raw_text(node: &Rc<Node>, drop: &[&str]) -> String {
         }
         stack.extend(n.children.borrow().iter().rev().cloned());
     }
-    // The line break right after `<pre>` is not part of its text (HTML drops it).
-    out.strip_prefix('\n').map(str::to_string).unwrap_or(out)
+    // The line break right after `<pre>` is not part of its text: the HTML parser drops it
+    // already (review YR: dropping another lost the author's blank first line).
+    out
 }
 
 /// Marks a line of a `<pre>` block in `collect_text`'s output (a private-use character).
