@@ -25,9 +25,19 @@ use git2::{
     StatusOptions, WorktreeAddOptions, WorktreePruneOptions,
 };
 
-/// The pattern added to the repository's `info/exclude` so forge's per-worktree files are
-/// never staged, committed or listed as untracked.
-const FORGE_EXCLUDE: &str = ".forge/";
+/// What `info/exclude` gets so forge-lsp's own files (the `.forge/view` copies, refused saves,
+/// a loop's sandbox shims, temporary files and usage reports) are never staged, committed or
+/// listed as untracked, and neither is a project's own `.forge/config.toml` (the user's
+/// configuration, trusted only while it is not committed). Only these: the rest of `.forge/`
+/// (a project's tools, files an agent makes there) is the project's. Before, all of
+/// `.forge/` was excluded, and a loop's new files under it were lost when it completed
+/// (review YU: `.forge/tools/newtool.sh` never reached the branch).
+const FORGE_EXCLUDES: [&str; 6] =
+    ["/.forge/view/", "/.forge/rejected/", "/.forge/bin/", "/.forge/tmp/", "/.forge/usage/", "/.forge/config.toml"];
+/// The comment line before [`FORGE_EXCLUDES`] in `info/exclude`.
+const FORGE_EXCLUDE_MARK: &str = "# forge-lsp: its own files, and the project's untracked .forge/config.toml";
+/// The one line earlier versions appended: replaced by [`FORGE_EXCLUDES`].
+const OLD_FORGE_EXCLUDE: &str = ".forge/";
 /// Identity used when the repository has none configured.
 const FALLBACK_NAME: &str = "forge-lsp";
 const FALLBACK_EMAIL: &str = "forge-lsp@localhost";
@@ -520,6 +530,13 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
         i32::from(is_dir_entry || (is_dir && full.join(".git").exists()))
     };
     index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_embedded)).ctx("stage changes", worktree)?;
+    // A `.forge/config.toml` in a loop's worktree is the agent's work (the user's own is in
+    // the main checkout), excluded only as the user's: committed like the rest (a committed
+    // one is not trusted).
+    let config = Path::new(".forge/config.toml");
+    if fs::symlink_metadata(worktree.join(config)).is_ok_and(|m| m.is_file()) {
+        index.add_path(config).ctx("stage .forge/config.toml", worktree)?;
+    }
     index.update_all(["*"], None).ctx("stage deletions", worktree)?;
     index.write().ctx("write the index", worktree)?;
     let tree_id = index.write_tree().ctx("write a tree from the index (resolve any merge conflict first)", worktree)?;
@@ -1359,7 +1376,8 @@ fn checked_out_at(repo: &Repository, refname: &str) -> Option<PathBuf> {
     None
 }
 
-/// Adds `.forge/` to `<commondir>/info/exclude` unless an equivalent line is there.
+/// Puts [`FORGE_EXCLUDES`] into `<commondir>/info/exclude` (appended once, after their
+/// mark), and takes out the line `.forge/` earlier versions appended. The user's lines stay.
 fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
     let info = repo.commondir().join("info");
     let file = info.join("exclude");
@@ -1369,19 +1387,42 @@ fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
         Err(e) => return Err(e).ctx("read info/exclude", &file),
     };
     let text = String::from_utf8_lossy(&existing);
-    let present = text.lines().map(str::trim).any(|l| matches!(l, ".forge/" | "/.forge/" | ".forge" | "/.forge"));
-    if present {
+    let marked = text.lines().any(|l| l.trim() == FORGE_EXCLUDE_MARK);
+    let old = text.lines().any(|l| l.trim() == OLD_FORGE_EXCLUDE);
+    if marked && !old {
         return Ok(());
     }
     fs::create_dir_all(&info).ctx("create the info directory", &info)?;
-    let mut out = fs::OpenOptions::new().create(true).append(true).open(&file).ctx("open info/exclude", &file)?;
-    let mut line = String::new();
-    if !existing.is_empty() && !existing.ends_with(b"\n") {
-        line.push('\n');
+    if old {
+        // Rewritten whole (a temporary file renamed over it): the old line goes, the block
+        // comes in its place when it is not there yet.
+        let mut out = String::new();
+        for line in text.lines() {
+            if line.trim() == OLD_FORGE_EXCLUDE {
+                if !marked {
+                    out.push_str(&forge_exclude_block());
+                }
+                continue;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        let tmp = info.join(format!("exclude.forge-lsp.{}", std::process::id()));
+        fs::write(&tmp, out.as_bytes()).ctx("write info/exclude", &tmp)?;
+        return fs::rename(&tmp, &file).ctx("replace info/exclude", &file);
     }
-    line.push_str(FORGE_EXCLUDE);
-    line.push('\n');
-    out.write_all(line.as_bytes()).ctx("append to info/exclude", &file)
+    let mut out = fs::OpenOptions::new().create(true).append(true).open(&file).ctx("open info/exclude", &file)?;
+    let mut block = String::new();
+    if !existing.is_empty() && !existing.ends_with(b"\n") {
+        block.push('\n');
+    }
+    block.push_str(&forge_exclude_block());
+    out.write_all(block.as_bytes()).ctx("append to info/exclude", &file)
+}
+
+/// The mark and [`FORGE_EXCLUDES`], a line each.
+fn forge_exclude_block() -> String {
+    std::iter::once(FORGE_EXCLUDE_MARK).chain(FORGE_EXCLUDES).map(|l| format!("{l}\n")).collect()
 }
 
 /// Removes a directory tree; when that fails (e.g. read-only directories such as a Go
@@ -1467,12 +1508,31 @@ pub fn exclude_forge_dir(root: &Path) {
         return;
     }
     let ignore = Path::new(".forge/.gitignore");
-    if fs::symlink_metadata(root.join(ignore)).is_ok() || git2::Repository::discover(root).is_err() {
+    if git2::Repository::discover(root).is_err() {
         return;
     }
-    if let Err(e) = forge_core::beneath::write_file(root, ignore, b"*\n", 0o644) {
+    // Written once; one earlier versions wrote (`*`: all of `.forge/`) is replaced.
+    match fs::read(root.join(ignore)) {
+        Ok(b) if b != b"*\n" => return,
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return,
+        _ if fs::symlink_metadata(root.join(ignore)).is_ok_and(|m| !m.is_file()) => return,
+        _ => {}
+    }
+    if let Err(e) = forge_core::beneath::write_file(root, ignore, forge_gitignore().as_bytes(), 0o644) {
         tracing::debug!("could not write {}: {e}", root.join(ignore).display());
     }
+}
+
+/// `.forge/.gitignore` of a project inside another repository: [`FORGE_EXCLUDES`] relative
+/// to `.forge/`, and the file itself.
+fn forge_gitignore() -> String {
+    let mut out = format!("{FORGE_EXCLUDE_MARK}\n");
+    for l in FORGE_EXCLUDES {
+        out.push_str(l.strip_prefix("/.forge").unwrap_or(l));
+        out.push('\n');
+    }
+    out.push_str("/.gitignore\n");
+    out
 }
 
 #[cfg(test)]
@@ -1530,13 +1590,31 @@ mod tests {
         exclude_forge_dir(&project);
         assert_eq!(fs::read_to_string(&exclude).unwrap(), "# mine\n*.log", "the enclosing repository is untouched");
         // The project's own `.forge/` keeps itself out of the enclosing repository.
-        assert_eq!(fs::read_to_string(project.join(".forge/.gitignore")).unwrap(), "*\n");
-        fs::write(project.join(".forge/view.md"), "copy").unwrap();
+        assert_eq!(fs::read_to_string(project.join(".forge/.gitignore")).unwrap(), forge_gitignore());
+        for own in ["view/plan.md", "rejected/x.md", "usage/u.json", "config.toml"] {
+            write(&project.join(".forge").join(own), "forge-lsp's");
+        }
         assert_eq!(git(&home, &["status", "--porcelain", "--untracked-files=all"]), "");
+        // The rest of `.forge/` is the project's (review YU: a loop's new files there were lost).
+        write(&project.join(".forge/tools/t.sh"), "#!/bin/sh\n");
+        assert_eq!(git(&home, &["status", "--porcelain", "--untracked-files=all"]), "?? notes/.forge/tools/t.sh");
+        // An earlier version's `*` is replaced; a file of the user's is left.
+        fs::write(project.join(".forge/.gitignore"), "*\n").unwrap();
+        exclude_forge_dir(&project);
+        assert_eq!(fs::read_to_string(project.join(".forge/.gitignore")).unwrap(), forge_gitignore());
+        fs::write(project.join(".forge/.gitignore"), "mine\n").unwrap();
+        exclude_forge_dir(&project);
+        assert_eq!(fs::read_to_string(project.join(".forge/.gitignore")).unwrap(), "mine\n");
         // The repository's own top level: appended once, the user's lines kept.
         exclude_forge_dir(&home);
         exclude_forge_dir(&home);
-        assert_eq!(fs::read_to_string(&exclude).unwrap(), format!("# mine\n*.log\n{FORGE_EXCLUDE}\n"));
+        assert_eq!(fs::read_to_string(&exclude).unwrap(), format!("# mine\n*.log\n{}", forge_exclude_block()));
+        // An earlier version's `.forge/` line is replaced by the block, in its place.
+        fs::write(&exclude, "# mine\n.forge/\n*.log\n").unwrap();
+        exclude_forge_dir(&home);
+        assert_eq!(fs::read_to_string(&exclude).unwrap(), format!("# mine\n{}*.log\n", forge_exclude_block()));
+        exclude_forge_dir(&home);
+        assert_eq!(fs::read_to_string(&exclude).unwrap(), format!("# mine\n{}*.log\n", forge_exclude_block()));
     }
 
     fn setup() -> (tempfile::TempDir, PathBuf, Worktree) {
@@ -1593,10 +1671,10 @@ mod tests {
         assert!(list.contains("branch refs/heads/forge/x"), "{list}");
         // The main checkout is untouched.
         assert_eq!(git(&repo, &["branch", "--show-current"]), "main");
-        // .forge/ excluded once, even after a second worktree.
+        // forge-lsp's files excluded once, even after a second worktree.
         create_worktree(&repo, &tmp.path().join("wts/y"), "forge/y").unwrap();
         let exclude = fs::read_to_string(repo.join(".git/info/exclude")).unwrap();
-        assert_eq!(exclude.lines().filter(|l| l.trim() == ".forge/").count(), 1, "{exclude}");
+        assert_eq!(exclude.lines().filter(|l| l.trim() == "/.forge/view/").count(), 1, "{exclude}");
         // Owned by the current user and writable.
         #[cfg(unix)]
         {
@@ -1752,10 +1830,19 @@ mod tests {
         write(&wt.dir.join("a.txt"), "a2\n");
         fs::remove_file(wt.dir.join("c.txt")).unwrap();
         write(&wt.dir.join("debug.log"), "ignored\n");
-        write(&wt.dir.join(".forge/state.json"), "{}\n");
+        // forge-lsp's own files are not committed; what the agent made under `.forge/` is
+        // (review YU: lost when the loop completed), its `.forge/config.toml` too.
+        write(&wt.dir.join(".forge/bin/sh"), "shim\n");
+        write(&wt.dir.join(".forge/tmp/t"), "tmp\n");
+        write(&wt.dir.join(".forge/usage/u.json"), "{}\n");
+        write(&wt.dir.join(".forge/tools/new.sh"), "#!/bin/sh\n");
+        write(&wt.dir.join(".forge/config.toml"), "[loop]\n");
         let id = checkpoint(&wt.dir, "section 1: first  \n\n").unwrap().expect("a commit");
         assert_eq!(head(&wt.dir).unwrap(), id);
-        assert_eq!(tree_files(&wt.dir, "HEAD"), vec![".gitignore", "a.txt", "dir/b.txt", "new/n.txt", "r.txt"]);
+        assert_eq!(
+            tree_files(&wt.dir, "HEAD"),
+            vec![".forge/config.toml", ".forge/tools/new.sh", ".gitignore", "a.txt", "dir/b.txt", "new/n.txt", "r.txt"]
+        );
         assert_eq!(git(&wt.dir, &["show", "HEAD:a.txt"]), "a2");
         assert_eq!(git(&wt.dir, &["log", "-1", "--format=%B"]), "section 1: first");
         assert_eq!(git(&wt.dir, &["rev-parse", "HEAD~1"]), wt.base_commit);
@@ -1952,11 +2039,13 @@ mod tests {
         write(&d.join("u.txt"), "u\n");
         write(&d.join("udir/deep/v.txt"), "v\n");
         write(&d.join("x.log"), "ignored\n");
-        write(&d.join(".forge/f.json"), "{}\n");
+        write(&d.join(".forge/usage/f.json"), "{}\n");
+        write(&d.join(".forge/tools/t.sh"), "t\n");
 
         let (tracked, untracked) = changes_since(d, &wt.base_commit).unwrap();
         assert_eq!(tracked, vec!["M a.txt", "D c.txt", "M dir/b.txt", "A n.txt", "R r.txt -> r2.txt"]);
-        assert_eq!(untracked, vec!["u.txt", "udir/deep/v.txt"]);
+        // forge-lsp's own files are left out; what the agent made under `.forge/` is not.
+        assert_eq!(untracked, vec![".forge/tools/t.sh", "u.txt", "udir/deep/v.txt"]);
 
         // Since the checkpoint, a.txt is no longer changed.
         let last = last_checkpoint(d, &wt.base_commit).unwrap().unwrap().0;
