@@ -519,6 +519,7 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
     if let Some(b) = branch {
         back_on_branch(&repo, worktree, b);
     }
+    remove_stale_index_lock(&repo);
     let mut index = repo.index().ctx("read the index", worktree)?;
     // libgit2 refuses to stage an embedded repository (a directory with its own `.git`,
     // e.g. a clone made by the agent) and would fail the whole checkpoint: skip those,
@@ -558,6 +559,9 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
     }
     let tree = repo.find_tree(tree_id).ctx("read the staged tree", worktree)?;
     let sig = signature(&repo).ctx("build the commit signature", worktree)?;
+    // A NUL byte cannot be in a commit message (review YU: a section title with one failed
+    // its checkpoint, and the section's work went into the next one's).
+    let message = message.replace('\0', "");
     let trimmed = message.trim_end();
     let message = if trimmed.trim().is_empty() { "checkpoint\n".to_string() } else { format!("{trimmed}\n") };
     let parents = parent.iter().collect::<Vec<_>>();
@@ -566,6 +570,27 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
         keep_detached(&repo, worktree, b);
     }
     Ok(Some(id.to_string()))
+}
+
+/// How old a worktree's `index.lock` must be to be taken for one a process left behind.
+const STALE_INDEX_LOCK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Removes the worktree's own `index.lock` (in its private git directory, never the common
+/// one) when it is older than [`STALE_INDEX_LOCK`]: checkpoints run after the agent's turn
+/// ended and its processes were killed, so such a lock is one a killed or careless `git`
+/// left, and every later checkpoint failed on it (review YU: the loop's work never reached
+/// its branch). A git command holds the lock for the moment it writes the index; a younger
+/// one is left to it.
+fn remove_stale_index_lock(repo: &Repository) {
+    let lock = repo.path().join("index.lock");
+    let Ok(meta) = fs::symlink_metadata(&lock) else { return };
+    let old = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age >= STALE_INDEX_LOCK);
+    if meta.is_file() && old {
+        match fs::remove_file(&lock) {
+            Ok(()) => tracing::warn!("removed a stale {} (left by a git command that did not finish)", lock.display()),
+            Err(e) => tracing::warn!("cannot remove the stale {}: {e}", lock.display()),
+        }
+    }
 }
 
 /// A detached HEAD left off the loop's branch (behind or beside it, see [`checkpoint_on`])
@@ -1906,6 +1931,23 @@ mod tests {
         // Three commits kept; no branch was made or moved.
         assert_eq!(git(&wt.dir, &["for-each-ref", "--format=%(refname)", "refs/forge-kept/"]).lines().count(), 3);
         assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-*"]), "");
+    }
+
+    /// Review YU: an `index.lock` the agent left, and a NUL byte in the message, failed
+    /// every checkpoint; a fresh lock (a git command writing the index now) is respected.
+    #[test]
+    fn checkpoint_survives_a_stale_index_lock_and_a_nul_in_its_message() {
+        let (_tmp, _repo, wt) = setup();
+        let lock = PathBuf::from(git(&wt.dir, &["rev-parse", "--git-dir"])).join("index.lock");
+        let lock = if lock.is_absolute() { lock } else { wt.dir.join(lock) };
+        write(&wt.dir.join("a.txt"), "locked\n");
+        fs::write(&lock, "").unwrap();
+        assert!(checkpoint(&wt.dir, "fresh lock").is_err(), "a lock in use is left to its owner");
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        fs::File::options().write(true).open(&lock).unwrap().set_modified(old).unwrap();
+        let id = checkpoint(&wt.dir, "section 1: a\0b").unwrap().expect("a commit");
+        assert!(!lock.exists());
+        assert_eq!(git(&wt.dir, &["log", "-1", "--format=%B", &id]), "section 1: ab");
     }
 
     #[test]
