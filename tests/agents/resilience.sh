@@ -18,6 +18,8 @@
 #               and then hangs as `hang` does
 #     listhang  every turn lists the Forge tools at once (as an agent CLI's MCP server does
 #               when it starts: `forge-lsp call tools`) and then hangs as `hang` does
+#     handhang  the coder's first turn hands off, then stays busy (prints nothing, sleeps
+#               60 s); later turns act like clean
 #     chatty    every turn prints a line every 100 ms while it runs; the coder works for
 #               ~1.5 s before it hands off
 #     fixonce   each section's (or the plan's) first audit writes a bug on work.txt:1 and
@@ -173,6 +175,17 @@ case "$FORGE_ROLE:$scenario" in
     echo $! >> "$state/sleepers"
     wait $!
     exit 0
+    ;;
+  coder:handhang)
+    if [ "$(bump coder-turns)" = 1 ]; then
+      echo "turn $turn" >> work.txt
+      coder_handoff "appended turn $turn to work.txt"
+      sleep 60 &
+      echo $! >> "$state/sleepers"
+      wait $!
+      exit 0
+    fi
+    code
     ;;
   *:chatty)
     start_ticker

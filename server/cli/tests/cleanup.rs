@@ -414,6 +414,10 @@ fn cleanup_usage_errors_exit_2() {
     let out = cleanup(&sb, &sb.root, &["loop", "x"]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(!sb.db_path().exists());
+    // A loop name may start with `-` (review YU: `-rf-force` was a usage error).
+    let out = cleanup(&sb, &sb.root, &["loop", "-rf-force", "--dry-run"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("no loop named `-rf-force`"), "{out:?}");
 }
 
 #[test]

@@ -16,6 +16,20 @@ use serde_json::json;
 /// The watchdog settings of the stall tests.
 const STALLS: &str = "[loop]\nbusyStallTimeoutMs = 300\nmaxConsecutiveStalls = 5\n";
 
+/// A turn that hands off and then stays busy is stopped and its handoff discarded (a turn
+/// ends after its handoff); its nudge says so (review YU: the plain continue nudge made the
+/// agent answer that it had handed off already, and the loop end as handoff_missing).
+#[test]
+fn a_turn_busy_after_its_handoff_is_told_the_handoff_was_discarded() {
+    let t = resilience_support::start("handhang", STALLS, &[]);
+    let name = t.execute("Plain plan", UNSECTIONED);
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+    let prompts = prompt_files(&t, &name);
+    assert_eq!(prompts[1].2, DISCARDED_HANDOFF_NUDGE, "{}", t.report());
+    assert_eq!(t.count("SELECT count(*) FROM loop_handoffs WHERE loop_name = ?1 AND status = 'discarded'", &name), 1);
+}
+
 /// Starts a non-sectioned loop whose agent hangs, and waits until the watchdog ends it.
 fn stalled_loop() -> (LoopTest, String) {
     let t = resilience_support::start("hang", STALLS, &[]);

@@ -994,9 +994,13 @@ pub fn head(worktree: &Path) -> Result<String, GitError> {
 // ----------------------------------------------------------------------------------------
 // Helpers.
 
-/// Whether `name` is a valid short branch name.
+/// Whether `name` is a valid short branch name, and one git's commands can name: not
+/// `HEAD`, nor `@` (which git reads as HEAD everywhere a branch is named: review YU).
 fn valid_branch_name(name: &str) -> bool {
-    !name.is_empty() && !name.starts_with('-') && name != "HEAD" && git2::Branch::name_is_valid(name).unwrap_or(false)
+    !name.is_empty()
+        && !name.starts_with('-')
+        && !matches!(name, "HEAD" | "@")
+        && git2::Branch::name_is_valid(name).unwrap_or(false)
 }
 
 fn discover(repo_dir: &Path) -> Result<Repository, GitError> {
@@ -1931,6 +1935,18 @@ mod tests {
         // Three commits kept; no branch was made or moved.
         assert_eq!(git(&wt.dir, &["for-each-ref", "--format=%(refname)", "refs/forge-kept/"]).lines().count(), 3);
         assert_eq!(git(&wt.dir, &["branch", "--list", "forge/x-*"]), "");
+    }
+
+    /// Names git's commands cannot use as a branch's are refused (review YU: `@` made a
+    /// branch that `git checkout @` and `git log @` read as HEAD).
+    #[test]
+    fn branch_names_git_reads_otherwise_are_refused() {
+        for bad in ["@", "HEAD", "-x", "a..b", "refs/heads/x", ""] {
+            assert!(branch_name_problem(bad).is_some(), "{bad:?}");
+        }
+        for good in ["feature/x", "@x", "a@b", "x-@"] {
+            assert_eq!(branch_name_problem(good), None, "{good:?}");
+        }
     }
 
     /// Review YU: an `index.lock` the agent left, and a NUL byte in the message, failed

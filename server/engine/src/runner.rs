@@ -42,6 +42,10 @@ const SHUTDOWN_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(5
 pub const CONTINUE_NUDGE: &str =
     "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
 
+/// The nudge of a busy turn the watchdog stopped after it had called the handoff tool:
+/// that handoff was discarded with the turn.
+pub const DISCARDED_HANDOFF_NUDGE: &str = "Your last turn was stopped because it kept working after calling the handoff tool, so that handoff was discarded. Finish the work, call the handoff tool again, and end your turn right after it.";
+
 /// How often a deferred turn end looks again whether the other loop sessions settled.
 const DEFER_POLL: Duration = Duration::from_millis(200);
 
@@ -1029,15 +1033,27 @@ impl Runner {
                 h.abort_and_wait(KILLED_TURN_WAIT).await;
             }
             let (p, n) = (self.project.clone(), self.loop_name.clone());
+            let discarded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let seen = discarded.clone();
             let written = self
                 .guarded_write("discarding the stalled turn's handoff", move |c| {
-                    db::discard_pending(c, &p, &n, now_ms())
+                    let k = db::discard_pending(c, &p, &n, now_ms())?;
+                    seen.store(k > 0, std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
                 })
                 .await;
             if written == Guarded::Lost {
                 return false;
             }
-            self.send(CONTINUE_NUDGE.to_string()).await;
+            // A handoff the turn recorded before it stayed busy is gone: say so, or the agent
+            // takes its handoff for done (review YU: "I already handed off", then three
+            // nudges and handoff_missing).
+            let nudge = if discarded.load(std::sync::atomic::Ordering::Relaxed) {
+                DISCARDED_HANDOFF_NUDGE
+            } else {
+                CONTINUE_NUDGE
+            };
+            self.send(nudge.to_string()).await;
         } else {
             let prompt = self.live.phase_prompt.clone();
             self.send(prompt).await;

@@ -299,12 +299,12 @@ pub fn apply_handoff(
     Ok((n == 1).then_some(p))
 }
 
-pub fn discard_pending(db: &Connection, project: &str, loop_name: &str, now: i64) -> rusqlite::Result<()> {
+/// Returns how many were discarded.
+pub fn discard_pending(db: &Connection, project: &str, loop_name: &str, now: i64) -> rusqlite::Result<usize> {
     db.execute(
         "UPDATE loop_handoffs SET status = 'discarded', resolved_at = ?3 WHERE project_id = ?1 AND loop_name = ?2 AND status = 'pending'",
         params![project, loop_name, now],
-    )?;
-    Ok(())
+    )
 }
 
 /// Appends the transition row of `t`.

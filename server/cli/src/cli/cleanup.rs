@@ -49,7 +49,9 @@ pub enum CleanupCmd {
     },
     /// Remove one loop: its worktree, its forge/ branch, its row and its loop plan.
     Loop {
-        /// The loop name (exact).
+        /// The loop name (exact). A name may start with `-` (a title such as `-rf --force`
+        /// makes the loop `-rf-force`): it is read as the name (review YU).
+        #[arg(allow_hyphen_values = true)]
         name: String,
         /// The loop's project: its directory, or its id (default: the working directory's).
         #[arg(long, value_name = "DIR|ID")]

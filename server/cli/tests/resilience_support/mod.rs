@@ -16,6 +16,9 @@ use crate::loop_support::{pid_alive, LoopTest, LOOP_WAIT};
 /// The one-line prompt of a busy turn the watchdog aborted (`runner::CONTINUE_NUDGE`).
 pub const CONTINUE_NUDGE: &str =
     "Continue where you left off: finish the work of this turn, then call the handoff tool and end your turn.";
+/// The prompt of a busy turn the watchdog aborted after it had handed off
+/// (`runner::DISCARDED_HANDOFF_NUDGE`).
+pub const DISCARDED_HANDOFF_NUDGE: &str = "Your last turn was stopped because it kept working after calling the handoff tool, so that handoff was discarded. Finish the work, call the handoff tool again, and end your turn right after it.";
 
 /// The scripted resilience agent.
 pub fn agent_script() -> PathBuf {
