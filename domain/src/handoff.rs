@@ -200,7 +200,38 @@ pub fn validate_handoff(role: Role, input: &LoopHandoffInput, ctx: &AuditContext
                 .to_string())
         }
     };
-    Ok(stored.to_value())
+    bounded(stored.to_value())
+}
+
+/// The most bytes a handoff (or a post-action report) may take as JSON: it goes into the
+/// next agent's prompt (review YU: a 30 MiB summary made 31 MB audit prompts, which no
+/// agent CLI could send).
+pub const MAX_HANDOFF_BYTES: usize = 1 << 20;
+
+/// `payload` when it is at most [`MAX_HANDOFF_BYTES`] as JSON and holds no NUL character
+/// (an agent CLI given its prompt as an argument cannot start with one).
+fn bounded(payload: Value) -> Result<Value, String> {
+    let text = serde_json::to_string(&payload).map_err(|e| e.to_string())?;
+    if text.len() > MAX_HANDOFF_BYTES {
+        return Err(format!(
+            "the handoff is {} bytes as JSON, over the {MAX_HANDOFF_BYTES} a handoff may have (it goes into the next agent's prompt): summarize it, and leave the detail in the worktree's files",
+            text.len()
+        ));
+    }
+    fn has_nul(v: &Value) -> bool {
+        match v {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(a) => a.iter().any(has_nul),
+            Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+            _ => false,
+        }
+    }
+    if has_nul(&payload) {
+        return Err(
+            "the handoff holds a NUL character (\\u0000), which an agent's prompt cannot carry: remove it".to_string()
+        );
+    }
+    Ok(payload)
 }
 
 /// Validates a `loop-complete` call made in `phase` and returns the normalized payload.
@@ -212,7 +243,7 @@ pub fn validate_complete(phase: Phase, input: &LoopCompleteInput) -> Result<Valu
         ));
     }
     let payload = normalize_post_action(input)?;
-    Ok(StoredHandoff::PostAction(payload).to_value())
+    bounded(StoredHandoff::PostAction(payload).to_value())
 }
 
 /// Parses a stored payload for `role`, re-validating it strictly against the role schema
@@ -969,6 +1000,26 @@ mod tests {
             v,
             json!({"summary": {"done": ["Endpoint added"], "deviations": ["Used a cache"], "followUps": []}})
         );
+    }
+
+    /// Review YU: a handoff is bounded (it goes into a prompt) and carries no NUL.
+    #[test]
+    fn a_handoff_is_bounded_and_without_nul() {
+        let ctx = AuditContext { sectioned: false, blocking_bug_count: 0 };
+        let with = |summary: String| -> LoopHandoffInput {
+            serde_json::from_value(serde_json::json!({
+                "changes": [{ "summary": summary, "reason": "r" }],
+                "verification": [{ "command": "true", "cwd": ".", "outcome": "pass", "changedAfter": false }]
+            }))
+            .unwrap()
+        };
+        assert!(validate_handoff(Role::Coder, &with("x".repeat(1000)), &ctx).is_ok());
+        let e = validate_handoff(Role::Coder, &with("x".repeat(MAX_HANDOFF_BYTES)), &ctx).unwrap_err();
+        assert!(e.contains("over the 1048576"), "{e}");
+        let e = validate_handoff(Role::Coder, &with("a\0b".into()), &ctx).unwrap_err();
+        assert!(e.contains("NUL"), "{e}");
+        // The text `\u0000` is no NUL.
+        assert!(validate_handoff(Role::Coder, &with("escaped as \\u0000".into()), &ctx).is_ok());
     }
 
     #[test]
