@@ -667,3 +667,16 @@ fn an_unknown_or_ambiguous_loop_name_is_said_as_forge_says_it() {
     let e = t.client.tool_err("loop-status", json!({ "name": "plain", "restart": true }));
     assert_eq!(e.message, format!("Multiple loops match \"plain\". Be more specific.\n\nMatches:\n{names}"));
 }
+
+/// Attempt snapshots (`refs/forge/<name>/…`) outlive a loop whose row the sweep removed; a
+/// new loop of that name would find them as its own (review YU), so the name is taken.
+#[test]
+fn a_name_whose_snapshot_refs_remain_is_not_reused() {
+    let t = LoopTest::start("clean", "");
+    let head = t.repo.git(&["rev-parse", "HEAD"]);
+    t.repo.git(&["update-ref", "refs/forge/plain-plan/attempts/section-0-1", head.trim()]);
+    let name = t.execute("Plain plan", UNSECTIONED);
+    assert_eq!(name, "plain-plan-1");
+    let end = t.wait_end(&name);
+    assert_eq!(end["status"], json!("completed"), "{end}{}", t.report());
+}

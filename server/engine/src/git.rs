@@ -411,6 +411,23 @@ pub fn local_branches(repo_dir: &Path) -> Result<Vec<String>, GitError> {
     Ok(names)
 }
 
+/// The loop names that have refs of forge-lsp's own in the repository
+/// (`refs/forge/<loop>/…`: attempt snapshots), which outlive a loop's row when the sweep
+/// removes it. A new loop of such a name would find the old loop's snapshots as its own
+/// (review YU), so names are made unique against these too. Unreadable refs are skipped.
+pub fn loop_ref_names(repo_dir: &Path) -> Vec<String> {
+    let Ok(repo) = discover(repo_dir) else { return vec![] };
+    let Ok(refs) = repo.references_glob("refs/forge/*") else { return vec![] };
+    let mut names: Vec<String> = refs
+        .flatten()
+        .filter_map(|r| r.name().and_then(|n| n.strip_prefix("refs/forge/")).map(str::to_string))
+        .filter_map(|rest| rest.split_once('/').map(|(loop_name, _)| loop_name.to_string()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// The existing branch that keeps `branch` from being created, if any: the same name, or
 /// one that is a `/`-separated prefix of it or has it as one (git keeps `main` as a file
 /// where `main/x` needs a directory, so the two cannot both exist).

@@ -111,10 +111,11 @@ pub async fn start_loop(
             })
             .await
             .map_err(internal)?;
-        let branches = tokio::task::spawn_blocking(move || git::local_branches(&r2))
-            .await
-            .map_err(internal)?
-            .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
+        let (branches, snapshot_names) =
+            tokio::task::spawn_blocking(move || git::local_branches(&r2).map(|b| (b, git::loop_ref_names(&r2))))
+                .await
+                .map_err(internal)?
+                .map_err(|e| ToolError::precondition(format!("Failed to start loop: {e}")))?;
         let worktrees = engine.data_dir.join("worktrees");
         if caller_branch.is_none() && branches.iter().any(|b| b == "forge") {
             // Every `forge/<name>` would clash with it (and no suffix would help).
@@ -129,6 +130,7 @@ pub async fn start_loop(
             taken.iter().any(|t| t == n)
                 || git::branch_clash(&branches, &git::branch_for(n)).is_some_and(|c| c != "forge")
                 || std::fs::symlink_metadata(worktrees.join(n)).is_ok()
+                || snapshot_names.iter().any(|s| s == n)
                 || starting.iter().any(|d| Path::new(d) == worktrees.join(n))
         });
         // A caller-chosen branch replaces forge/<name> (the name is still reserved against
