@@ -37,7 +37,7 @@ pub fn resolve(
     }
     if project.is_some_and(|p| p != row.project_id) {
         return Err(ToolError::denied(format!(
-            "session {session} belongs to a loop of another project: connect from its loop's worktree"
+            "session {session} belongs to a loop of another project: connect from its loop's worktree (from inside it, this means the worktree's `.git` file is missing or damaged, so git no longer sees it as the project's: `git worktree repair <worktree>` run in the project restores it)"
         )));
     }
     let agent = if row.role == "auditor" { "auditor-loop" } else { "code" }.to_string();
