@@ -92,7 +92,10 @@ impl Spelling {
     pub fn to_client<'a>(&self, uri: &'a str) -> std::borrow::Cow<'a, str> {
         let Some((client, server)) = &self.0 else { return uri.into() };
         match local_path(uri) {
+            // The folder itself is the client's folder, without the trailing slash an empty
+            // `join` adds (a finding on the project root was published to `…/link/`).
             Ok(Some(path)) => match Path::new(&path).strip_prefix(server) {
+                Ok(rest) if rest.as_os_str().is_empty() => file_uri(client).into(),
                 Ok(rest) => file_uri(&client.join(rest)).into(),
                 Err(_) => uri.into(),
             },
@@ -179,6 +182,7 @@ mod tests {
         assert_eq!(s.to_server("forge://index.md".into()), "forge://index.md");
         assert_eq!(s.to_client("file:///data/proj/.forge/view/index.md"), "file:///home/u/link/.forge/view/index.md");
         assert_eq!(s.to_client("file:///data/projx/a"), "file:///data/projx/a");
+        assert_eq!(s.to_client("file:///data/proj"), "file:///home/u/link", "the root: no trailing slash");
         assert_eq!(Spelling::between(Path::new("/p"), Path::new("/p"), resolve), Spelling::default());
         let none = Spelling::default();
         assert_eq!(none.to_server("file:///p/a%2Bb".into()), canonical("file:///p/a%2Bb".into()));
