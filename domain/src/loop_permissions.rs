@@ -305,20 +305,27 @@ struct Quoting {
     single: bool,
     double: bool,
     escaped: bool,
+    /// The single quotes are `$'…'` (ANSI-C quoting), in which a backslash escapes, `\'`
+    /// too (review YV: `$'\''` was taken for an open quote that hid the rest).
+    ansi: bool,
+    /// The last character was an unquoted `$`.
+    dollar: bool,
 }
 
 impl Quoting {
     fn read(&mut self, c: char) -> Read {
+        let dollar = std::mem::take(&mut self.dollar);
         if std::mem::take(&mut self.escaped) {
             return Read::Quoted;
         }
         match c {
-            '\\' if !self.single => {
+            '\\' if !self.single || self.ansi => {
                 self.escaped = true;
                 Read::Syntax
             }
             '\'' if !self.double => {
                 self.single = !self.single;
+                self.ansi = self.single && dollar;
                 Read::Syntax
             }
             '"' if !self.single => {
@@ -326,7 +333,10 @@ impl Quoting {
                 Read::Syntax
             }
             _ if self.single || self.double => Read::Quoted,
-            _ => Read::Plain,
+            _ => {
+                self.dollar = c == '$';
+                Read::Plain
+            }
         }
     }
 }
@@ -398,7 +408,8 @@ fn parts(command: &str) -> Vec<String> {
             match c {
                 '{' if prev_plain == Some('$') => braces += 1,
                 '}' if braces > 0 => braces -= 1,
-                '[' if prev_plain == Some('$') => brackets += 1,
+                // Nested brackets inside `$[…]` (`$[ a[1] << 2 ]`) count too (review YV).
+                '[' if prev_plain == Some('$') || brackets > 0 => brackets += 1,
                 ']' if brackets > 0 => brackets -= 1,
                 '(' => {
                     parens += 1;
@@ -422,26 +433,40 @@ fn parts(command: &str) -> Vec<String> {
         }
         prev_plain = plain.then_some(c);
         if plain && c == '\n' && !pending.is_empty() {
-            out.push(std::mem::take(&mut cur));
+            // Each body ends at the first line that starts with its delimiter (after blanks):
+            // bash ends it at that line exactly, or later, never earlier, so ending early
+            // only matches more lines. A delimiter never found skips nothing: the rest is
+            // matched as commands (review YV: a CR after `EOF`, `<<$'EOF'`, `EOF)` hid every
+            // line after them, though bash ran them).
             let mut at = i + 1;
-            for (delimiter, tabs) in pending.drain(..) {
+            let mut found = true;
+            for (delimiter, _) in pending.drain(..) {
+                let mut ended = false;
                 while at < command.len() {
                     let end = command[at..].find('\n').map_or(command.len(), |e| at + e);
                     let line = &command[at..end];
                     at = end + 1;
-                    if (if tabs { line.trim_start_matches('\t') } else { line }) == delimiter {
+                    if line.trim_start_matches([' ', '\t']).starts_with(delimiter.as_str()) {
+                        ended = true;
                         break;
                     }
                 }
+                found &= ended;
             }
-            while chars.next_if(|&(j, _)| j < at).is_some() {}
-            continue;
+            if found {
+                out.push(std::mem::take(&mut cur));
+                while chars.next_if(|&(j, _)| j < at).is_some() {}
+                word_start = true;
+                continue;
+            }
         }
         // `>&`, `<&` and `>|` are redirections, not separators (review YN: `2>&1 rm` was
         // split into `2>` and `1 rm`).
         let redirection = matches!(c, '&' | '|') && (cur.ends_with('>') || (c == '&' && cur.ends_with('<')));
         let separator = plain && !redirection && matches!(c, ';' | '&' | '|' | '\n' | '(' | ')' | '`');
-        word_start = separator || (plain && matches!(c, ' ' | '\t'));
+        // Not after `(`, `)` or a backquote: `$(…)#`, `` `…`# `` and `$((1))#` are one word
+        // to bash, whose `#` starts nothing (review YV); a `#` there is matched on.
+        word_start = plain && !redirection && matches!(c, ' ' | '\t' | '\n' | ';' | '&' | '|');
         if separator {
             out.push(std::mem::take(&mut cur));
         } else {
@@ -472,7 +497,9 @@ fn heredoc_delimiter(rest: &str) -> Option<(String, bool)> {
                 && (c.is_whitespace() || matches!(c, ';' | '&' | '|' | '<' | '>' | '(' | ')'))
         })
         .map_or(rest.len(), |(e, _)| e);
-    let word = unquoted(&rest[..end]);
+    // `$'EOF'` and `$"EOF"` delimit with `EOF`, as bash reads them (review YV): with the `$`
+    // kept, a later line `$EOF` could end the body after lines bash runs.
+    let word = unquoted(&rest[..end].replace("$'", "'").replace("$\"", "\""));
     (!word.is_empty()).then_some((word, tabs))
 }
 
@@ -694,6 +721,20 @@ mod tests {
             "echo $[1<<2]\ngit push",
             "echo a\u{a0}#; git push",
             "echo $((1<<2)) <<EOF\nx\nEOF\ngit push",
+            // Review YV: these too.
+            "echo $(echo a)#; git push",
+            "echo `echo a`#; git push",
+            "echo $((1))#; git push",
+            "cat <(echo a)#; git push",
+            "cat <<EOF\r\nx\r\nEOF\r\ngit push",
+            "cat <<EOF\u{a0}\nx\nEOF\u{a0}\ngit push",
+            "cat <<$'EOF'\nx\nEOF\ngit push",
+            "cat <<E\\\nOF\nx\nEOF\ngit push",
+            "x=$(cat <<EOF\nbody\nEOF)\ngit push",
+            "x=$(cat <<EOF\nbody\nEOF)\ngit push\nEOF",
+            "echo $[ a[1] << 2 ]\ngit push",
+            "echo $'\\''#; git push",
+            "cat <<$'EOF'\nx\nEOF\ngit push\n$EOF",
         ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd:?}");
         }

@@ -500,7 +500,7 @@ fn clients_without_virtual_documents_get_read_only_copies() {
     assert!(ok.is_some(), "index copy at {}", index.display());
 
     let exclude = std::fs::read_to_string(repo.path.join(".git/info/exclude")).unwrap();
-    assert!(exclude.lines().any(|l| l.trim() == "/.forge/view/"), "{exclude}");
+    assert!(exclude.lines().any(|l| l.trim() == "**/.forge/view/"), "{exclude}");
     assert_eq!(repo.git(&["status", "--porcelain"]), "", "the views do not dirty the repository");
 
     // The copy follows changes.

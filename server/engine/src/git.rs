@@ -25,18 +25,17 @@ use git2::{
     StatusOptions, WorktreeAddOptions, WorktreePruneOptions,
 };
 
-/// What `info/exclude` gets so forge-lsp's own files (the `.forge/view` copies, refused saves,
-/// a loop's sandbox shims, temporary files and usage reports) are never staged, committed or
-/// listed as untracked, and neither is a project's own `.forge/config.toml` (the user's
-/// configuration, trusted only while it is not committed). Only these: the rest of `.forge/`
-/// (a project's tools, files an agent makes there) is the project's. Before, all of
-/// `.forge/` was excluded, and a loop's new files under it were lost when it completed
-/// (review YU: `.forge/tools/newtool.sh` never reached the branch).
-const FORGE_EXCLUDES: [&str; 6] =
-    ["/.forge/view/", "/.forge/rejected/", "/.forge/bin/", "/.forge/tmp/", "/.forge/usage/", "/.forge/config.toml"];
-/// The comment line before [`FORGE_EXCLUDES`] in `info/exclude`.
+/// What `info/exclude` gets, at any depth (`**/.forge/…`: a monorepo's packages too), so
+/// forge-lsp's own files (the `.forge/view` copies, refused saves, a loop's sandbox shims,
+/// temporary files and usage reports) are never staged, committed or listed as untracked,
+/// and neither is a project's own `.forge/config.toml` (the user's configuration, trusted
+/// only while it is not committed). Only these: the rest of `.forge/` (a project's tools,
+/// files an agent makes there) is the project's. Before, all of `.forge/` was excluded, and a
+/// loop's new files under it were lost when it completed (review YU).
+const FORGE_OWN: [&str; 6] = ["view/", "rejected/", "bin/", "tmp/", "usage/", "config.toml"];
+/// The comment line before the [`FORGE_OWN`] lines in `info/exclude`.
 const FORGE_EXCLUDE_MARK: &str = "# forge-lsp: its own files, and the project's untracked .forge/config.toml";
-/// The one line earlier versions appended: replaced by [`FORGE_EXCLUDES`].
+/// The one line earlier versions appended: replaced by the [`FORGE_OWN`] lines.
 const OLD_FORGE_EXCLUDE: &str = ".forge/";
 /// Identity used when the repository has none configured.
 const FALLBACK_NAME: &str = "forge-lsp";
@@ -548,13 +547,6 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
         i32::from(is_dir_entry || (is_dir && full.join(".git").exists()))
     };
     index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_embedded)).ctx("stage changes", worktree)?;
-    // A `.forge/config.toml` in a loop's worktree is the agent's work (the user's own is in
-    // the main checkout), excluded only as the user's: committed like the rest (a committed
-    // one is not trusted).
-    let config = Path::new(".forge/config.toml");
-    if fs::symlink_metadata(worktree.join(config)).is_ok_and(|m| m.is_file()) {
-        index.add_path(config).ctx("stage .forge/config.toml", worktree)?;
-    }
     index.update_all(["*"], None).ctx("stage deletions", worktree)?;
     index.write().ctx("write the index", worktree)?;
     let tree_id = index.write_tree().ctx("write a tree from the index (resolve any merge conflict first)", worktree)?;
@@ -589,25 +581,45 @@ pub fn checkpoint_on(worktree: &Path, branch: Option<&str>, message: &str) -> Re
     Ok(Some(id.to_string()))
 }
 
-/// How old a worktree's `index.lock` must be to be taken for one a process left behind.
-const STALE_INDEX_LOCK: std::time::Duration = std::time::Duration::from_secs(5);
+/// How old a worktree's `index.lock` no process holds open must be to be taken for one left
+/// behind: git closes its lock a moment before it renames it into place.
+const STALE_INDEX_LOCK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Removes the worktree's own `index.lock` (in its private git directory, never the common
-/// one) when it is older than [`STALE_INDEX_LOCK`]: checkpoints run after the agent's turn
-/// ended and its processes were killed, so such a lock is one a killed or careless `git`
-/// left, and every later checkpoint failed on it (review YU: the loop's work never reached
-/// its branch). A git command holds the lock for the moment it writes the index; a younger
-/// one is left to it.
+/// one) when no process holds it open and it is older than [`STALE_INDEX_LOCK`] (or dated
+/// in the future): a killed or careless `git` left it, and every later checkpoint failed on
+/// it (review YU: the loop's work never reached its branch). A git command keeps its lock
+/// open from the moment it takes it until it writes it (review YV: an age alone took a long
+/// `git add`'s lock from under it); when the processes' open files cannot be read, the lock
+/// is left.
 fn remove_stale_index_lock(repo: &Repository) {
     let lock = repo.path().join("index.lock");
     let Ok(meta) = fs::symlink_metadata(&lock) else { return };
-    let old = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age >= STALE_INDEX_LOCK);
-    if meta.is_file() && old {
-        match fs::remove_file(&lock) {
-            Ok(()) => tracing::warn!("removed a stale {} (left by a git command that did not finish)", lock.display()),
-            Err(e) => tracing::warn!("cannot remove the stale {}: {e}", lock.display()),
+    let old = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_none_or(|age| age >= STALE_INDEX_LOCK);
+    if !meta.is_file() || !old || held_open(&lock) {
+        return;
+    }
+    match fs::remove_file(&lock) {
+        Ok(()) => tracing::warn!("removed a stale {} (left by a git command that did not finish)", lock.display()),
+        Err(e) => tracing::warn!("cannot remove the stale {}: {e}", lock.display()),
+    }
+}
+
+/// Whether a process holds `path` open (a link in `/proc/<pid>/fd` names it); true when
+/// that cannot be told.
+fn held_open(path: &Path) -> bool {
+    let Ok(path) = path.canonicalize() else { return true };
+    let Ok(procs) = fs::read_dir("/proc") else { return true };
+    for p in procs.flatten() {
+        if !p.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(p.path().join("fd")) else { continue };
+        if fds.flatten().any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t == path)) {
+            return true;
         }
     }
+    false
 }
 
 /// A detached HEAD left off the loop's branch (behind or beside it, see [`checkpoint_on`])
@@ -741,9 +753,20 @@ pub fn left_behind(worktree: &Path) -> Result<Vec<String>, GitError> {
     if fs::symlink_metadata(&modules).is_ok() {
         paths.push(format!("the git directories of its submodules ({})", modules.display()));
     }
+    // A `.forge/config.toml` the agent wrote is excluded as the user's own file, and is never
+    // committed: on a merge of the branch it would replace the user's own without a word
+    // (review YV). It keeps the worktree, so it is not lost with it.
+    if fs::symlink_metadata(worktree.join(".forge/config.toml")).is_ok() && !tracked(&repo, ".forge/config.toml") {
+        paths.push(".forge/config.toml (never committed: it would replace your own on a merge)".to_string());
+    }
     paths.sort();
     paths.dedup();
     Ok(paths)
+}
+
+/// Whether `rel` is in the index of `repo`.
+fn tracked(repo: &Repository, rel: &str) -> bool {
+    repo.index().is_ok_and(|i| i.get_path(Path::new(rel), 0).is_some())
 }
 
 /// Whether a worktree holds nothing but what its checkout made: no entry in `git status`,
@@ -1012,11 +1035,16 @@ pub fn head(worktree: &Path) -> Result<String, GitError> {
 // Helpers.
 
 /// Whether `name` is a valid short branch name, and one git's commands can name: not
-/// `HEAD`, nor `@` (which git reads as HEAD everywhere a branch is named: review YU).
+/// `HEAD`, nor `@` (which git reads as HEAD everywhere a branch is named: review YU), nor a
+/// pseudo-ref's name (`FETCH_HEAD`, `ORIG_HEAD`, `MERGE_HEAD`, … and `AUTO_MERGE`, which git
+/// finds in its own directory before any branch: review YV).
 fn valid_branch_name(name: &str) -> bool {
+    let pseudo =
+        name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') && (name.ends_with("HEAD") || name == "AUTO_MERGE");
     !name.is_empty()
         && !name.starts_with('-')
-        && !matches!(name, "HEAD" | "@")
+        && name != "@"
+        && !pseudo
         && git2::Branch::name_is_valid(name).unwrap_or(false)
 }
 
@@ -1422,8 +1450,11 @@ fn checked_out_at(repo: &Repository, refname: &str) -> Option<PathBuf> {
     None
 }
 
-/// Puts [`FORGE_EXCLUDES`] into `<commondir>/info/exclude` (appended once, after their
-/// mark), and takes out the line `.forge/` earlier versions appended. The user's lines stay.
+/// Puts the [`FORGE_OWN`] lines into `<commondir>/info/exclude` (appended once, after
+/// their mark), and takes out the line `.forge/` earlier versions appended (a user who wrote
+/// that line loses it: it cannot be told from ours). The file is read and written as bytes
+/// (a line that is not UTF-8 stays as it is), its mode kept; one that is a symbolic link is
+/// only appended to, through the link.
 fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
     let info = repo.commondir().join("info");
     let file = info.join("exclude");
@@ -1432,29 +1463,34 @@ fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e).ctx("read info/exclude", &file),
     };
-    let text = String::from_utf8_lossy(&existing);
-    let marked = text.lines().any(|l| l.trim() == FORGE_EXCLUDE_MARK);
-    let old = text.lines().any(|l| l.trim() == OLD_FORGE_EXCLUDE);
-    if marked && !old {
+    let trimmed = |l: &[u8]| -> Vec<u8> { l.trim_ascii().to_vec() };
+    let marked = existing.split(|&b| b == b'\n').any(|l| trimmed(l) == FORGE_EXCLUDE_MARK.as_bytes());
+    let old = existing.split(|&b| b == b'\n').any(|l| trimmed(l) == OLD_FORGE_EXCLUDE.as_bytes());
+    let linked = fs::symlink_metadata(&file).is_ok_and(|m| m.file_type().is_symlink());
+    if marked && (!old || linked) {
         return Ok(());
     }
     fs::create_dir_all(&info).ctx("create the info directory", &info)?;
-    if old {
-        // Rewritten whole (a temporary file renamed over it): the old line goes, the block
-        // comes in its place when it is not there yet.
-        let mut out = String::new();
-        for line in text.lines() {
-            if line.trim() == OLD_FORGE_EXCLUDE {
+    if old && !linked {
+        // Rewritten whole (a temporary file renamed over it, with its mode): the old line
+        // goes, the block comes in its place when it is not there yet.
+        let mut out = Vec::with_capacity(existing.len() + 256);
+        let body = existing.strip_suffix(b"\n").unwrap_or(&existing);
+        for line in body.split(|&b| b == b'\n') {
+            if trimmed(line) == OLD_FORGE_EXCLUDE.as_bytes() {
                 if !marked {
-                    out.push_str(&forge_exclude_block());
+                    out.extend_from_slice(forge_exclude_block().as_bytes());
                 }
                 continue;
             }
-            out.push_str(line);
-            out.push('\n');
+            out.extend_from_slice(line);
+            out.push(b'\n');
         }
         let tmp = info.join(format!("exclude.forge-lsp.{}", std::process::id()));
-        fs::write(&tmp, out.as_bytes()).ctx("write info/exclude", &tmp)?;
+        fs::write(&tmp, &out).ctx("write info/exclude", &tmp)?;
+        if let Ok(m) = fs::metadata(&file) {
+            let _ = fs::set_permissions(&tmp, m.permissions());
+        }
         return fs::rename(&tmp, &file).ctx("replace info/exclude", &file);
     }
     let mut out = fs::OpenOptions::new().create(true).append(true).open(&file).ctx("open info/exclude", &file)?;
@@ -1466,9 +1502,12 @@ fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
     out.write_all(block.as_bytes()).ctx("append to info/exclude", &file)
 }
 
-/// The mark and [`FORGE_EXCLUDES`], a line each.
+/// The mark and the [`FORGE_OWN`] lines (`**/.forge/<entry>`), a line each.
 fn forge_exclude_block() -> String {
-    std::iter::once(FORGE_EXCLUDE_MARK).chain(FORGE_EXCLUDES).map(|l| format!("{l}\n")).collect()
+    std::iter::once(FORGE_EXCLUDE_MARK.to_string())
+        .chain(FORGE_OWN.iter().map(|e| format!("**/.forge/{e}")))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// Removes a directory tree; when that fails (e.g. read-only directories such as a Go
@@ -1569,13 +1608,12 @@ pub fn exclude_forge_dir(root: &Path) {
     }
 }
 
-/// `.forge/.gitignore` of a project inside another repository: [`FORGE_EXCLUDES`] relative
-/// to `.forge/`, and the file itself.
+/// `.forge/.gitignore` of a project inside another repository: the [`FORGE_OWN`] entries
+/// relative to `.forge/`, and the file itself.
 fn forge_gitignore() -> String {
     let mut out = format!("{FORGE_EXCLUDE_MARK}\n");
-    for l in FORGE_EXCLUDES {
-        out.push_str(l.strip_prefix("/.forge").unwrap_or(l));
-        out.push('\n');
+    for e in FORGE_OWN {
+        out.push_str(&format!("/{e}\n"));
     }
     out.push_str("/.gitignore\n");
     out
@@ -1661,6 +1699,20 @@ mod tests {
         assert_eq!(fs::read_to_string(&exclude).unwrap(), format!("# mine\n{}*.log\n", forge_exclude_block()));
         exclude_forge_dir(&home);
         assert_eq!(fs::read_to_string(&exclude).unwrap(), format!("# mine\n{}*.log\n", forge_exclude_block()));
+        // At any depth (review YV: the old line covered a package's `.forge/` too).
+        write(&home.join("pkg/.forge/config.toml"), "[loop]\n");
+        write(&home.join("pkg/.forge/view/x.md"), "copy");
+        let status = git(&home, &["status", "--porcelain", "--untracked-files=all"]);
+        assert!(!status.contains("pkg/.forge"), "{status}");
+        // A line that is not UTF-8 stays as it is, and so does the file's mode.
+        use std::os::unix::fs::PermissionsExt;
+        fs::write(&exclude, b"caf\xe9\n.forge/\n").unwrap();
+        fs::set_permissions(&exclude, fs::Permissions::from_mode(0o600)).unwrap();
+        exclude_forge_dir(&home);
+        let mut want = b"caf\xe9\n".to_vec();
+        want.extend(forge_exclude_block().as_bytes());
+        assert_eq!(fs::read(&exclude).unwrap(), want);
+        assert_eq!(fs::metadata(&exclude).unwrap().permissions().mode() & 0o777, 0o600);
     }
 
     fn setup() -> (tempfile::TempDir, PathBuf, Worktree) {
@@ -1720,7 +1772,7 @@ mod tests {
         // forge-lsp's files excluded once, even after a second worktree.
         create_worktree(&repo, &tmp.path().join("wts/y"), "forge/y").unwrap();
         let exclude = fs::read_to_string(repo.join(".git/info/exclude")).unwrap();
-        assert_eq!(exclude.lines().filter(|l| l.trim() == "/.forge/view/").count(), 1, "{exclude}");
+        assert_eq!(exclude.lines().filter(|l| l.trim() == "**/.forge/view/").count(), 1, "{exclude}");
         // Owned by the current user and writable.
         #[cfg(unix)]
         {
@@ -1877,7 +1929,8 @@ mod tests {
         fs::remove_file(wt.dir.join("c.txt")).unwrap();
         write(&wt.dir.join("debug.log"), "ignored\n");
         // forge-lsp's own files are not committed; what the agent made under `.forge/` is
-        // (review YU: lost when the loop completed), its `.forge/config.toml` too.
+        // (review YU: lost when the loop completed), but not a `.forge/config.toml`, which a
+        // merge would put over the user's own (review YV): that one keeps the worktree.
         write(&wt.dir.join(".forge/bin/sh"), "shim\n");
         write(&wt.dir.join(".forge/tmp/t"), "tmp\n");
         write(&wt.dir.join(".forge/usage/u.json"), "{}\n");
@@ -1887,8 +1940,11 @@ mod tests {
         assert_eq!(head(&wt.dir).unwrap(), id);
         assert_eq!(
             tree_files(&wt.dir, "HEAD"),
-            vec![".forge/config.toml", ".forge/tools/new.sh", ".gitignore", "a.txt", "dir/b.txt", "new/n.txt", "r.txt"]
+            vec![".forge/tools/new.sh", ".gitignore", "a.txt", "dir/b.txt", "new/n.txt", "r.txt"]
         );
+        let left = left_behind(&wt.dir).unwrap();
+        assert!(left.len() == 1 && left[0].starts_with(".forge/config.toml"), "{left:?}");
+        fs::remove_file(wt.dir.join(".forge/config.toml")).unwrap();
         assert_eq!(git(&wt.dir, &["show", "HEAD:a.txt"]), "a2");
         assert_eq!(git(&wt.dir, &["log", "-1", "--format=%B"]), "section 1: first");
         assert_eq!(git(&wt.dir, &["rev-parse", "HEAD~1"]), wt.base_commit);
@@ -1958,10 +2014,10 @@ mod tests {
     /// branch that `git checkout @` and `git log @` read as HEAD).
     #[test]
     fn branch_names_git_reads_otherwise_are_refused() {
-        for bad in ["@", "HEAD", "-x", "a..b", "refs/heads/x", ""] {
+        for bad in ["@", "HEAD", "FETCH_HEAD", "ORIG_HEAD", "AUTO_MERGE", "-x", "a..b", "refs/heads/x", ""] {
             assert!(branch_name_problem(bad).is_some(), "{bad:?}");
         }
-        for good in ["feature/x", "@x", "a@b", "x-@"] {
+        for good in ["feature/x", "@x", "a@b", "x-@", "MAIN", "head", "fix/FETCH_HEAD"] {
             assert_eq!(branch_name_problem(good), None, "{good:?}");
         }
     }
@@ -1975,9 +2031,13 @@ mod tests {
         let lock = if lock.is_absolute() { lock } else { wt.dir.join(lock) };
         write(&wt.dir.join("a.txt"), "locked\n");
         fs::write(&lock, "").unwrap();
-        assert!(checkpoint(&wt.dir, "fresh lock").is_err(), "a lock in use is left to its owner");
+        assert!(checkpoint(&wt.dir, "fresh lock").is_err(), "a lock just taken is left to its owner");
         let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
         fs::File::options().write(true).open(&lock).unwrap().set_modified(old).unwrap();
+        // Held open by a process (a long `git add`): left, however old (review YV).
+        let held = fs::File::open(&lock).unwrap();
+        assert!(checkpoint(&wt.dir, "held lock").is_err(), "a lock a process holds is left");
+        drop(held);
         let id = checkpoint(&wt.dir, "section 1: a\0b").unwrap().expect("a commit");
         assert!(!lock.exists());
         assert_eq!(git(&wt.dir, &["log", "-1", "--format=%B", &id]), "section 1: ab");
