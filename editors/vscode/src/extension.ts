@@ -33,7 +33,48 @@ const STATE_NAMES: Record<number, string> = {
   [State.Starting]: 'starting',
   [State.Running]: 'running',
   [State.Stopped]: 'stopped',
+  [State.StartFailed]: 'start-failed',
 };
+
+/** The server's text of a live configuration change it rejected (did_change_configuration.rs). */
+const CONFIG_REJECTED = /;\s*the previous configuration stays in effect\.?$/;
+
+/**
+ * The language client, except that a failed start is told by the extension alone: the
+ * client's own "couldn't create connection to server" is forced on the user as a second
+ * pop-up after the extension's (which says what to do), so it only goes to the log; so does
+ * its "Restarting server failed" once the extension has told the failure.
+ */
+class ForgeClient extends LanguageClient {
+  constructor(
+    serverOptions: ServerOptions,
+    clientOptions: LanguageClientOptions,
+    private readonly told: () => boolean,
+  ) {
+    super('forge', 'Forge', serverOptions, clientOptions);
+  }
+
+  override error(message: string, data?: unknown, showNotification: boolean | 'force' = true): void {
+    if (
+      showNotification &&
+      (/couldn't create connection to server/.test(message) || (/^Restarting server failed/.test(message) && this.told()))
+    ) {
+      showNotification = false;
+    }
+    super.error(message, data, showNotification);
+  }
+}
+
+/** The setting to open for an `initialize` error: the one it names, else the server's. */
+function settingAtFault(message: string): string {
+  if (/initializationOptions\.forge\.config|\bforge\.config\b/.test(message)) {
+    return 'forge.config';
+  }
+  if (/initializationOptions\.forge\.dataDir|\bdataDir\b|data director/i.test(message)) {
+    return 'forge.dataDir';
+  }
+  return 'forge.server';
+}
 
 class Forge implements vscode.Disposable {
   readonly output = vscode.window.createOutputChannel('Forge', { log: true });
@@ -44,6 +85,12 @@ class Forge implements vscode.Disposable {
   readonly findings: FindingsProvider;
   private client: LanguageClient | undefined;
   private starting: Promise<void> | undefined;
+  private restarting: Promise<void> | undefined;
+  private restartQueued: Promise<void> | undefined;
+  /** What each language client's listeners hold: disposed with their client. */
+  private readonly clientSubscriptions = new Map<LanguageClient, vscode.Disposable[]>();
+  /** Told of the server's rejection of a live forge.config change (window/showMessage). */
+  private configVerdict: ((rejected: string | undefined, superseded?: boolean) => void) | undefined;
   private readonly disposables: vscode.Disposable[] = [];
   private plansView: vscode.TreeView<PlanEntry>;
   private pollTimer: NodeJS.Timeout | undefined;
@@ -68,9 +115,13 @@ class Forge implements vscode.Disposable {
       this.report.changed();
     };
     visibility();
+    let badged = 0;
     const badge = () => {
       const n = this.findings.count();
-      findingsView.badge = n > 0 ? { value: n, tooltip: `${n} review finding${n === 1 ? '' : 's'}` } : undefined;
+      if (n !== badged) {
+        badged = n;
+        findingsView.badge = n > 0 ? { value: n, tooltip: `${n} review finding${n === 1 ? '' : 's'}` } : undefined;
+      }
     };
     this.disposables.push(
       this.output,
@@ -105,7 +156,7 @@ class Forge implements vscode.Disposable {
       }),
       vscode.workspace.onDidChangeConfiguration((e) => this.onConfiguration(e)),
       vscode.workspace.onDidChangeWorkspaceFolders(() => {
-        if (!this.client) {
+        if (!this.client && !this.restarting) {
           void this.start();
         }
       }),
@@ -171,6 +222,8 @@ class Forge implements vscode.Disposable {
     if (settings.config && Object.keys(settings.config).length > 0) {
       forgeInit.config = settings.config;
     }
+    // Set when the extension told the user why this start failed (one message, not two).
+    let told = false;
     const clientOptions: LanguageClientOptions = {
       // Findings land on any file of the project; plans are forge:// documents.
       documentSelector: [{ scheme: 'file' }, { scheme: 'forge' }],
@@ -179,8 +232,18 @@ class Forge implements vscode.Disposable {
       outputChannel: this.output,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       initializationFailedHandler: (error) => {
-        const msg = error instanceof ResponseError || error instanceof Error ? error.message : String(error);
-        this.fail(`Forge: forge-lsp refused to start for ${folder.name}: ${msg}`);
+        const raw = error instanceof ResponseError || error instanceof Error ? error.message : String(error);
+        const setting = settingAtFault(raw);
+        const msg = raw
+          .replace(/initializationOptions\.forge\.config/g, 'the setting forge.config')
+          .replace(/initializationOptions\.forge\.dataDir/g, 'the setting forge.dataDir')
+          .replace(/[.\s]+$/, '');
+        const fix =
+          setting === 'forge.server'
+            ? 'Fix what it names, then run "Forge: Restart Server".'
+            : `Fix the setting ${setting} ("Open Settings"): the extension offers to restart forge-lsp when it changes (or run "Forge: Restart Server").`;
+        told = true;
+        this.fail(`Forge: forge-lsp refused to start for ${folder.name}: ${msg}. ${fix}`, setting);
         return false;
       },
       errorHandler: {
@@ -196,7 +259,7 @@ class Forge implements vscode.Disposable {
             const message = `Forge: forge-lsp exited ${this.crashes.length} times in 3 minutes and was not restarted. See "Forge: Show Server Log"; check the settings forge.server.path and forge.server.args, then run "Forge: Restart Server".`;
             this.report.error(message);
             this.setState('crashed');
-            void this.offerHelp(message);
+            void this.offerHelp(message, 'forge.server');
             return { action: CloseAction.DoNotRestart, handled: true };
           }
           this.report.error('forge-lsp exited; restarting it');
@@ -248,10 +311,21 @@ class Forge implements vscode.Disposable {
       },
     };
 
-    const client = new LanguageClient('forge', 'Forge', serverOptions, clientOptions);
-    client.onNotification('forge/loopStatus', (params: LoopStatus) => this.loops.onStatus(params));
+    const client = new ForgeClient(serverOptions, clientOptions, () => this.report.data.client.state === 'failed');
+    const subscriptions: vscode.Disposable[] = [];
+    this.clientSubscriptions.set(client, subscriptions);
+    this.report.data.client.clients += 1;
+    this.report.data.client.created += 1;
+    subscriptions.push(client.onNotification('forge/loopStatus', (params: LoopStatus) => this.loops.onStatus(params)));
     // Replaces the client's own showMessage handler (see loops.ts: loop ends are told once).
-    client.onNotification('window/showMessage', (params: { type: number; message: string }) => {
+    subscriptions.push(client.onNotification('window/showMessage', (params: { type: number; message: string }) => {
+      if (params.type === 1 && CONFIG_REJECTED.test(params.message) && this.configVerdict) {
+        // Told by onConfiguration, with what to do instead of a restart.
+        this.report.data.serverMessages.push({ at: Date.now(), type: params.type, text: params.message, handling: 'told' });
+        this.report.changed();
+        this.configVerdict(params.message);
+        return;
+      }
       if (!this.loops.onServerMessage(params.type, params.message)) {
         const show =
           params.type === 1
@@ -261,9 +335,15 @@ class Forge implements vscode.Disposable {
               : vscode.window.showInformationMessage;
         void show(params.message);
       }
-    });
-    this.disposables.push(
+    }));
+    subscriptions.push(
       client.onDidChangeState((e) => {
+        if (this.client !== client) {
+          return; // a client being disposed (a restart): its end is no news
+        }
+        if (e.newState === State.StartFailed && this.report.data.client.state === 'failed') {
+          return; // told already (initializationFailedHandler)
+        }
         this.setState(STATE_NAMES[e.newState] ?? String(e.newState));
         if (e.newState === State.Running) {
           this.onRunning(client);
@@ -275,15 +355,38 @@ class Forge implements vscode.Disposable {
     try {
       await client.start();
     } catch (e) {
-      if (this.report.data.client.state !== 'failed') {
+      if (!told) {
         this.fail(`Forge: forge-lsp failed to start: ${(e as Error).message}. See "Forge: Show Server Log". ${INSTALL_HINT}`);
       }
-      this.client = undefined;
-      try {
-        await client.dispose();
-      } catch {
-        // already stopped
+      if (this.client === client) {
+        this.client = undefined;
       }
+      await this.disposeClient(client, 2000, false);
+    }
+  }
+
+  /**
+   * Stops and disposes `client` and what listens to it. With `settle`, a start of it under
+   * way (the client's own restart after a crash) is let finish first: disposing a starting
+   * client fails, and the client then still reaches Running, unseen.
+   */
+  private async disposeClient(client: LanguageClient, timeout: number, settle: boolean): Promise<void> {
+    if (settle && client.state === State.Starting) {
+      await client.start().catch(() => undefined); // the start under way, not a new one
+    }
+    for (const d of this.clientSubscriptions.get(client) ?? []) {
+      d.dispose();
+    }
+    if (this.clientSubscriptions.delete(client)) {
+      this.report.data.client.clients -= 1;
+      this.report.changed();
+    }
+    try {
+      await client.dispose(timeout);
+    } catch (e) {
+      // A client that never ran (its start failed) cannot be stopped: the Node client ends
+      // its process all the same.
+      this.output.appendLine(`Stopping forge-lsp: ${e instanceof Error ? e.message : String(e)}`);
     }
   }
 
@@ -298,34 +401,83 @@ class Forge implements vscode.Disposable {
     void this.refreshAll();
   }
 
-  private fail(message: string): void {
+  private fail(message: string, setting = 'forge.server'): void {
     this.output.appendLine(message);
     this.report.error(message);
     this.setState('failed');
-    void this.offerHelp(message);
+    void this.offerHelp(message, setting);
   }
 
-  private async offerHelp(message: string): Promise<void> {
-    const choice = await vscode.window.showErrorMessage(message, 'Open Settings', 'Show Server Log');
+  /** Shows a notification and records it in the report (with the button chosen). */
+  private async notify(severity: 'info' | 'warning' | 'error', text: string, actions: string[]): Promise<string | undefined> {
+    const recorded = { at: Date.now(), severity, text, actions: [...actions] } as (typeof this.report.data.notifications)[number];
+    this.report.data.notifications.push(recorded);
+    this.report.changed();
+    const show =
+      severity === 'error'
+        ? vscode.window.showErrorMessage
+        : severity === 'warning'
+          ? vscode.window.showWarningMessage
+          : vscode.window.showInformationMessage;
+    const choice = await show(text, ...actions);
+    if (choice) {
+      recorded.chosen = choice;
+      this.report.changed();
+    }
+    return choice;
+  }
+
+  private async offerHelp(message: string, setting: string): Promise<void> {
+    const choice = await this.notify('error', message, ['Open Settings', 'Show Server Log']);
     if (choice === 'Open Settings') {
-      await vscode.commands.executeCommand('workbench.action.openSettings', 'forge.server');
+      await vscode.commands.executeCommand('workbench.action.openSettings', setting);
     } else if (choice === 'Show Server Log') {
       this.output.show(true);
     }
   }
 
-  async restart(): Promise<void> {
+  /**
+   * Stops forge-lsp and starts it again. Asked while a restart is under way, it restarts
+   * once more after that one (its start may have read the previous settings); further
+   * asks meanwhile share that second restart.
+   */
+  restart(): Promise<void> {
+    if (this.restartQueued) {
+      return this.restartQueued;
+    }
+    const previous = this.restarting;
+    const run = async () => {
+      if (previous) {
+        await previous;
+        this.restartQueued = undefined;
+      }
+      await this.doRestart();
+    };
+    const p: Promise<void> = run().finally(() => {
+      if (this.restarting === p) {
+        this.restarting = undefined;
+      }
+    });
+    if (previous) {
+      this.restartQueued = p;
+    }
+    this.restarting = p;
+    return p;
+  }
+
+  private async doRestart(): Promise<void> {
+    // A start under way ends first (running or failed): disposing a starting client fails,
+    // and the client would then run on unseen while a second one starts.
+    if (this.starting) {
+      await this.starting;
+    }
     const client = this.client;
     this.client = undefined;
     this.crashes = [];
     this.loops.clear();
     this.plans.clear();
     if (client) {
-      try {
-        await client.dispose(5000);
-      } catch (e) {
-        this.output.appendLine(`Stopping forge-lsp: ${(e as Error).message}`);
-      }
+      await this.disposeClient(client, 5000, true);
     }
     await this.start();
   }
@@ -334,29 +486,96 @@ class Forge implements vscode.Disposable {
     if (e.affectsConfiguration('forge.test.reportFile')) {
       this.report.configurationChanged();
     }
-    if (e.affectsConfiguration('forge.config') && this.client?.isRunning()) {
+    const config = e.affectsConfiguration('forge.config');
+    const server = e.affectsConfiguration('forge.server') || e.affectsConfiguration('forge.dataDir');
+    if (config || server) {
+      void this.offerRestart(config, server);
+    }
+  }
+
+  /**
+   * A change of forge.config, forge.server.* or forge.dataDir. A running server gets the new
+   * forge.config at once; a restart is offered whether or not the server runs (a server that
+   * refused to start with the old settings is started with the new ones), except after the
+   * server rejected the new forge.config: it keeps the previous one, and would refuse to
+   * start with the new one.
+   */
+  private async offerRestart(config: boolean, server: boolean): Promise<void> {
+    const client = this.client;
+    const running = !!client?.isRunning();
+    if (config && running && client) {
+      const verdict = await this.sendConfiguration(client);
+      if (verdict === 'superseded') {
+        return; // a later change is being sent: its answer decides
+      }
+      if (verdict !== undefined) {
+        const why = verdict
+          .replace(/^forge-lsp:\s*/, '')
+          .replace(CONFIG_REJECTED, '')
+          .replace(/workspace\/didChangeConfiguration \(section forge\)/g, 'forge.config');
+        const choice = await this.notify(
+          'error',
+          `Forge: forge.config was not applied: ${why}. forge-lsp keeps its previous configuration; a restart now would fail (forge-lsp refuses to start with this forge.config), so fix the setting first.`,
+          ['Open Settings'],
+        );
+        if (choice === 'Open Settings') {
+          await vscode.commands.executeCommand('workbench.action.openSettings', 'forge.config');
+        }
+        return;
+      }
+    }
+    let text: string;
+    if (running && !server) {
       // Most keys apply at once; the server takes trust, the agent program, the sandbox and
       // plugin variables only from the initialization options (an editor's later settings
       // may come from a project's files), so those need a restart.
-      void this.client.sendNotification('workspace/didChangeConfiguration', {
-        settings: { forge: readSettings().config },
-      });
-      void vscode.window
-        .showInformationMessage(
-          'Forge: forge.config changed. Trust, agent, sandbox and plugin settings take effect when forge-lsp restarts. Restart it now?',
-          'Restart',
-        )
-        .then((c) => (c === 'Restart' ? this.restart() : undefined));
+      text =
+        'Forge: forge.config changed. Trust, agent, sandbox and plugin settings take effect when forge-lsp restarts. Restart it now?';
+    } else {
+      const what = server ? 'the server settings changed' : 'forge.config changed';
+      text = running
+        ? `Forge: ${what}. Restart forge-lsp to use them?`
+        : this.starting || this.restarting
+          ? `Forge: ${what} while forge-lsp was starting with the previous ones. Restart it to use them?`
+          : `Forge: ${what}; forge-lsp is not running. Start it with the new settings?`;
     }
-    if (e.affectsConfiguration('forge.server') || e.affectsConfiguration('forge.dataDir')) {
-      void vscode.window
-        .showInformationMessage('Forge: the server settings changed. Restart forge-lsp to use them?', 'Restart')
-        .then((c) => (c === 'Restart' ? this.restart() : undefined));
+    const choice = await this.notify('info', text, ['Restart']);
+    if (choice === 'Restart') {
+      await this.restart();
     }
+  }
+
+  /**
+   * Sends forge.config to the running server: resolves with the server's message when it
+   * rejected it (it says so with window/showMessage), `superseded` when a later change was
+   * sent meanwhile, undefined when it was taken (no rejection within 1.5 s).
+   */
+  private sendConfiguration(client: LanguageClient): Promise<string | undefined> {
+    this.configVerdict?.(undefined, true);
+    return new Promise((resolve) => {
+      const verdict = (rejected: string | undefined, superseded = false) => {
+        clearTimeout(timer);
+        if (this.configVerdict === verdict) {
+          this.configVerdict = undefined;
+        }
+        resolve(superseded ? 'superseded' : rejected);
+      };
+      const timer = setTimeout(() => verdict(undefined), 1500);
+      this.configVerdict = verdict;
+      client
+        .sendNotification('workspace/didChangeConfiguration', { settings: { forge: readSettings().config } })
+        .catch((e: unknown) => {
+          this.output.appendLine(`Sending forge.config: ${e instanceof Error ? e.message : String(e)}`);
+          verdict(undefined);
+        });
+    });
   }
 
   /** Runs a server tool (`forge.<tool>`): its result, or throws an Error with the server's message. */
   async tool(tool: string, input?: Record<string, unknown>): Promise<ToolResult> {
+    if (this.restarting) {
+      await this.restarting;
+    }
     if (this.starting) {
       await this.starting;
     }
@@ -681,11 +900,12 @@ class Forge implements vscode.Disposable {
     }
   }
 
+  /** Stops the server (deactivation); never throws. */
   async stop(): Promise<void> {
     const client = this.client;
     this.client = undefined;
     if (client) {
-      await client.dispose(3000).catch(() => undefined);
+      await this.disposeClient(client, 3000, false);
     }
   }
 }

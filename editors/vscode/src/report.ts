@@ -39,6 +39,10 @@ export interface ReportData {
     sessionId?: string;
     protocolVersion?: number;
     startedAt?: number;
+    /** Language clients created and not yet disposed (one after any restart). */
+    clients: number;
+    /** Language clients created since activation. */
+    created: number;
   };
   errors: { at: number; text: string }[];
   diagnostics: Record<string, { finding: boolean; line: number; severity: string; message: string; code?: string; source?: string; data?: unknown }[]>;
@@ -51,6 +55,9 @@ export interface ReportData {
     plans: { label: string; description: string; uri: string; contextValue: string }[];
     loops: { label: string; description: string; contextValue: string }[];
     findings: { file: string; items: { label: string; line: number }[] }[];
+    /** Distinct findings (the Findings view's badge), and how often the tree was redrawn. */
+    findingsCount: number;
+    findingsDraws: number;
     visible: { plans: boolean; loops: boolean; findings: boolean };
   };
   editors: { uri: string; languageId: string; lineCount: number; head: string; active: boolean }[];
@@ -70,7 +77,7 @@ export class Report implements vscode.Disposable {
       version: 1,
       writtenAt: now,
       activatedAt: now,
-      client: { state: 'activating' },
+      client: { state: 'activating', clients: 0, created: 0 },
       errors: [],
       diagnostics: {},
       loopStatuses: [],
@@ -78,7 +85,7 @@ export class Report implements vscode.Disposable {
       statusBarHistory: [],
       notifications: [],
       serverMessages: [],
-      views: { plans: [], loops: [], findings: [], visible: { plans: false, loops: false, findings: false } },
+      views: { plans: [], loops: [], findings: [], findingsCount: 0, findingsDraws: 0, visible: { plans: false, loops: false, findings: false } },
       editors: [],
       commands: [],
       lenses: {},

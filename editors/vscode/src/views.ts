@@ -234,34 +234,87 @@ export function findingId(d: vscode.Diagnostic): string {
   return String(typeof code === 'object' ? code.value : code);
 }
 
+/**
+ * What identifies a finding: `data.findingId` (docs/protocol.md, "Notifications and
+ * documents"), else its code. A loop finding is published on the loop's worktree and, with
+ * `diagnostics.mirrorLoopFindings` (the default), again under the project root: two
+ * diagnostics, one finding.
+ */
+export function findingKey(d: vscode.Diagnostic): string {
+  const id = (d as { data?: { findingId?: unknown } }).data?.findingId;
+  return typeof id === 'number' || typeof id === 'string' ? String(id) : findingId(d);
+}
+
 /** The findings' diagnostics (source `forge`) published by the server, grouped by file. */
 export class FindingsProvider implements vscode.TreeDataProvider<FindingNode> {
   private readonly emitter = new vscode.EventEmitter<void>();
   readonly onDidChangeTreeData = this.emitter.event;
   private files: { uri: vscode.Uri; diagnostics: vscode.Diagnostic[] }[] = [];
+  /** What the tree last showed: it is redrawn only when that changes. */
+  private shown: string | undefined;
 
   constructor(private readonly report: Report) {
     this.reload();
   }
 
+  /**
+   * Reads the findings again; redraws the tree only when they changed (any extension's
+   * diagnostics change calls this, and a redraw closes a context menu open on the view).
+   * A finding published at two places (a loop finding and its mirror under the project
+   * root) is listed once: at its place inside the workspace when it has one.
+   */
   reload(): void {
-    const files: { uri: vscode.Uri; diagnostics: vscode.Diagnostic[] }[] = [];
+    const all: { uri: vscode.Uri; d: vscode.Diagnostic; inside: boolean }[] = [];
     for (const [uri, diagnostics] of vscode.languages.getDiagnostics()) {
-      const mine = diagnostics.filter(isFinding).sort((a, b) => a.range.start.line - b.range.start.line);
-      if (mine.length > 0) {
-        files.push({ uri, diagnostics: mine });
+      const inside = vscode.workspace.getWorkspaceFolder(uri) !== undefined;
+      for (const d of diagnostics) {
+        if (isFinding(d)) {
+          all.push({ uri, d, inside });
+        }
       }
+    }
+    const chosen = new Map<string, { uri: vscode.Uri; d: vscode.Diagnostic; inside: boolean }>();
+    for (const f of all) {
+      const key = findingKey(f.d);
+      const had = chosen.get(key);
+      if (!had || (f.inside && !had.inside)) {
+        chosen.set(key, f);
+      }
+    }
+    const byUri = new Map<string, { uri: vscode.Uri; diagnostics: vscode.Diagnostic[] }>();
+    for (const f of chosen.values()) {
+      const k = f.uri.toString();
+      const entry = byUri.get(k) ?? { uri: f.uri, diagnostics: [] };
+      entry.diagnostics.push(f.d);
+      byUri.set(k, entry);
+    }
+    const files = [...byUri.values()];
+    for (const f of files) {
+      f.diagnostics.sort((a, b) => a.range.start.line - b.range.start.line);
     }
     files.sort((a, b) => vscode.workspace.asRelativePath(a.uri).localeCompare(vscode.workspace.asRelativePath(b.uri)));
     this.files = files;
+    const shown = JSON.stringify(
+      files.map((f) => [
+        f.uri.toString(),
+        f.diagnostics.map((d) => [findingKey(d), d.range.start.line, d.severity, d.message]),
+      ]),
+    );
+    if (shown === this.shown) {
+      return;
+    }
+    this.shown = shown;
     this.emitter.fire();
     this.report.data.views.findings = files.map((f) => ({
       file: vscode.workspace.asRelativePath(f.uri),
       items: f.diagnostics.map((d) => ({ label: FindingsProvider.label(d), line: d.range.start.line + 1 })),
     }));
+    this.report.data.views.findingsCount = this.count();
+    this.report.data.views.findingsDraws += 1;
     this.report.changed();
   }
 
+  /** The number of distinct findings (the view's badge). */
   count(): number {
     return this.files.reduce((n, f) => n + f.diagnostics.length, 0);
   }

@@ -25,6 +25,8 @@ const OUT = env('FORGE_TEST_OUT_DIR');
 const PLAN_SESSION = env('FORGE_TEST_PLAN_SESSION');
 // Machine settings: where a remote window (code-server) keeps machine-scoped settings.
 const MACHINE_SETTINGS = env('FORGE_TEST_MACHINE_SETTINGS');
+// The user settings of test/run (forge.config with the scripted agent, the report file).
+const USER_SETTINGS = path.join(T, 'user-data', 'User', 'settings.json');
 const { chromium } = require(env('FORGE_TEST_PLAYWRIGHT'));
 
 const MAIN = path.join(REPO, 'src', 'main.txt');
@@ -189,6 +191,28 @@ async function setServerPath(value) {
 }
 
 /**
+ * Rewrites the machine settings file (as a person editing the Remote tab's settings.json
+ * would): in code-server the extension's machine-scoped settings are read from there.
+ */
+function editMachineSettings(fn) {
+  let settings = {};
+  try {
+    settings = JSON.parse(fs.readFileSync(MACHINE_SETTINGS, 'utf8'));
+  } catch {
+    // none yet
+  }
+  fn(settings);
+  fs.mkdirSync(path.dirname(MACHINE_SETTINGS), { recursive: true });
+  fs.writeFileSync(MACHINE_SETTINGS, JSON.stringify(settings, null, 2));
+}
+
+/** The text of the notification toasts on screen. */
+async function toastsText() {
+  return page.evaluate(() =>
+    Array.from(document.querySelectorAll('.notifications-toasts .notification-toast')).map((e) => e.textContent || '').join('\n'));
+}
+
+/**
  * Chooses `action` in the open context menu, once the menu has finished appearing (as a
  * person sees it before clicking): a click during its fade-in was lost in about one run in
  * two on this machine's Chromium (the menu closed and the command never ran), and never
@@ -297,6 +321,7 @@ async function main() {
     }, ['workspace']);
 
     await step('a plan opens from the Plans view and shows its text', 'plan', async () => {
+      const drawsBefore = readReport().views.findingsDraws;
       await page.keyboard.press('Escape');
       await page.locator('.activitybar [aria-label^="Forge"]').first().click();
       await until('the Plans view to list the session plan', (r) => r.views.plans.find((p) => p.uri === PLAN_URI));
@@ -314,12 +339,19 @@ async function main() {
       await until('the plan\'s structure warning', (r) =>
         (r.diagnostics[PLAN_URI] ?? []).find((d) => !d.finding && /Key Context/.test(d.message)),
       );
+      await sleep(500);
       const r = readReport();
       check(!r.views.findings.some((f) => /session/.test(f.file)), `Findings view ${JSON.stringify(r.views.findings)}`);
+      // Diagnostics that are no findings (this warning, any other extension's) leave the
+      // Findings tree alone: a redraw closes a context menu open on it.
+      check(r.views.findingsDraws === drawsBefore, `the Findings tree was redrawn ${r.views.findingsDraws - drawsBefore} times for no change of the findings`);
     }, ['workspace']);
 
     await step('Execute plan (code lens) starts a loop: the status bar and the Loops view follow it', 'loop-running', async () => {
       fs.writeFileSync(path.join(T, 'hold'), 'hold');
+      // Its first audit turn writes a loop finding and waits (test/run's agent.sh): see 'loop-finding'.
+      fs.writeFileSync(path.join(T, 'loop-finding'), '');
+      fs.writeFileSync(path.join(T, 'hold-audit'), '');
       const lens = page.locator('.monaco-editor .codelens-decoration a', { hasText: 'Execute plan' }).first();
       await lens.waitFor({ state: 'visible', timeout: 10000 });
       await lens.click();
@@ -357,8 +389,28 @@ async function main() {
         Array.from(document.querySelectorAll('.monaco-editor .codelens-decoration')).some((e) => /Section 1\/2 · in progress/.test(e.textContent || '')));
     }, ['loop-running']);
 
+    await step('a loop finding, published on the worktree and mirrored under the project root, is one finding', 'loop-finding', async () => {
+      const readme = path.join(REPO, 'README.md');
+      fs.rmSync(path.join(T, 'hold'), { force: true }); // the coder's turn, then the audit's
+      const r = await until('the loop finding on the worktree and under the project root', (r) => {
+        const root = (r.diagnostics[readme] ?? []).find((d) => d.finding && d.data && d.data.loopName === LOOP);
+        const wt = root && Object.entries(r.diagnostics).find(([file, list]) =>
+          file !== readme && file.endsWith(`${path.sep}README.md`) && list.some((d) => d.data && d.data.findingId === root.data.findingId));
+        return wt && r;
+      }, 20000);
+      const diagnostics = Object.values(r.diagnostics).flat().filter((d) => d.finding);
+      const distinct = new Set(diagnostics.map((d) => String(d.data && d.data.findingId)));
+      check(diagnostics.length === distinct.size + 1, `diagnostics ${diagnostics.length}, findings ${distinct.size}: expected one mirrored`);
+      await until(`the badge to count ${distinct.size} findings`, (r) => r.views.findingsCount === distinct.size, 5000);
+      const r2 = readReport();
+      const listed = r2.views.findings.flatMap((f) => f.items.map((i) => `${f.file}:${i.line}`));
+      check(listed.length === distinct.size && listed.includes('README.md:1'), `Findings view ${JSON.stringify(r2.views.findings)}`);
+      fs.rmSync(path.join(T, 'hold-audit'), { force: true });
+    }, ['loop-running']);
+
     await step('the loop ends: Loops view, status bar and one notification with Open Status', 'loop-completed', async () => {
       fs.rmSync(path.join(T, 'hold'), { force: true });
+      fs.rmSync(path.join(T, 'hold-audit'), { force: true });
       const r = await until('the loop to complete', (r) =>
         r.views.loops.find((l) => l.label === LOOP && /^completed/.test(l.description)) && r, 60000);
       check(/completed/.test(r.statusBar.text), `status bar ${r.statusBar.text}`);
@@ -485,6 +537,80 @@ async function main() {
       await setServerPath('');
       await palette('Forge: Restart Server');
       await until('the server to run again', (r) => r.client.state === 'running' && r.client.startedAt > r.errors[r.errors.length - 1].at);
+    }, ['workspace']);
+
+    await step('Restart Server pressed while forge-lsp is still starting leaves one client running', 'restart-starting', async () => {
+      // A server that takes 4 s to start (its `--version` is quick).
+      const slow = path.join(T, 'slow-forge-lsp');
+      fs.writeFileSync(slow, `#!/bin/bash\ncase " $* " in *" serve "*) sleep 4 ;; esac\nexec "${path.join(T, 'bin', 'forge-lsp')}" "$@"\n`);
+      fs.chmodSync(slow, 0o755);
+      await setServerPath(slow);
+      const created = readReport().client.created;
+      await palette('Forge: Restart Server');
+      await until('the slow server to be starting', (r) => r.client.state === 'starting' && r.client.created === created + 1, 10000);
+      await palette('Forge: Restart Server');
+      // The second restart waits for the first start, then restarts it: two clients made,
+      // one left, and the extension's own requests reach it (the Plans view lists plans).
+      const r = await until('the server to run after both restarts', (r) =>
+        r.client.state === 'running' && r.client.created === created + 2 && r, 30000);
+      check(r.client.clients === 1, `language clients alive: ${r.client.clients}`);
+      await until('the Plans view to list the session plan again', (r) => r.views.plans.find((p) => p.uri === PLAN_URI), 15000);
+      await sleep(500);
+      const r2 = readReport();
+      check(r2.client.state === 'running' && r2.client.clients === 1 && r2.client.created === created + 2, `client ${JSON.stringify(r2.client)}`);
+      await setServerPath('');
+      await palette('Forge: Restart Server');
+      await until('the server to run from PATH again', (r) =>
+        r.client.state === 'running' && r.client.created === created + 3 && r.client.serverPath === path.join(T, 'bin', 'forge-lsp'), 20000);
+    }, ['workspace']);
+
+    await step('a forge.config the server refuses: one error naming the setting; fixing it offers a restart', 'bad-config', async () => {
+      const original = JSON.parse(fs.readFileSync(USER_SETTINGS, 'utf8'))['forge.config'];
+      const bad = { ...original, loop: { defaultMaxIterations: 'ten' } };
+      await palette('Notifications: Clear All Notifications');
+      // A running server rejects it as a live change: no restart offered (it would not start).
+      let since = Date.now();
+      editMachineSettings((s) => { s['forge.config'] = bad; });
+      const rejected = await until('the rejection of the live change', (r) =>
+        r.notifications.find((n) => n.at >= since && /forge\.config was not applied/.test(n.text)));
+      check(/defaultMaxIterations/.test(rejected.text) && rejected.actions.join() === 'Open Settings', `notification ${JSON.stringify(rejected)}`);
+      await sleep(2000);
+      let r = readReport();
+      const offers = r.notifications.filter((n) => n.at >= since && n.actions.includes('Restart'));
+      check(offers.length === 0, `a restart was offered: ${JSON.stringify(offers)}`);
+      check(r.serverMessages.some((m) => m.at >= since && /previous configuration stays in effect/.test(m.text) && m.handling === 'told'),
+        `server messages ${JSON.stringify(r.serverMessages.slice(-3))}`);
+      // Restarted with it, forge-lsp refuses `initialize`: one error, naming the setting.
+      await palette('Notifications: Clear All Notifications');
+      since = Date.now();
+      await palette('Forge: Restart Server');
+      r = await until('the refusal', (r) => r.client.state === 'failed' && r.errors.some((e) => e.at >= since) && r, 20000);
+      const err = r.errors.filter((e) => e.at >= since).map((e) => e.text);
+      check(err.length === 1 && /the setting forge\.config/.test(err[0]) && /Restart Server/.test(err[0]), `errors ${JSON.stringify(err)}`);
+      const toast = page.locator('.notifications-toasts .notification-toast', { hasText: 'refused to start' }).first();
+      await toast.waitFor({ state: 'visible', timeout: 10000 });
+      await sleep(1500);
+      const shown = await toastsText();
+      const refusals = await page.locator('.notifications-toasts .notification-toast', { hasText: 'refused to start' }).count();
+      check(!/couldn't create connection/.test(shown) && refusals === 1, `${refusals} refusal toasts; toasts: ${shown}`);
+      await screenshot('bad-config');
+      await toast.locator('.monaco-button', { hasText: 'Open Settings' }).first().click();
+      await untilPage('the Settings editor on forge.config', () =>
+        Array.from(document.querySelectorAll('.settings-editor .settings-header .monaco-editor .view-lines')).some((v) =>
+          /forge\.config/.test(v.textContent || '')));
+      await screenshot('bad-config-settings');
+      await page.keyboard.press('Control+w');
+      // Fixed while the server is not running: a restart is offered, and starts it.
+      since = Date.now();
+      editMachineSettings((s) => { delete s['forge.config']; });
+      const offer = await until('the restart offer', (r) =>
+        r.notifications.find((n) => n.at >= since && n.actions.includes('Restart') && /not running/.test(n.text)));
+      const offerToast = page.locator('.notifications-toasts .notification-toast', { hasText: 'not running' }).first();
+      await offerToast.waitFor({ state: 'visible', timeout: 10000 });
+      await offerToast.locator('.monaco-button', { hasText: 'Restart' }).first().click();
+      r = await until('the server to run with the fixed setting', (r) =>
+        r.client.state === 'running' && r.client.startedAt > since && r, 20000);
+      check(r.client.clients === 1, `language clients alive: ${r.client.clients} (offer ${JSON.stringify(offer)})`);
     }, ['workspace']);
   } finally {
     fs.writeFileSync(path.join(OUT, 'console-errors.txt'), consoleErrors.join('\n'));
