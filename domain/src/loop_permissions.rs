@@ -216,7 +216,14 @@ fn normalize(s: &str) -> String {
 pub fn command_matches(pattern: &str, command: &str) -> bool {
     let pattern = normalize(pattern);
     let whole = normalize(command);
-    let parts: Vec<String> = parts(command).iter().map(|p| normalize(p)).collect();
+    let found = parts(command);
+    let mut parts: Vec<String> = found.parts.iter().map(|p| normalize(p)).collect();
+    if found.untrusted {
+        // Each line on its own too: a quote the scanner misread stays within its line.
+        for line in command.lines() {
+            parts.extend(self::parts(line).parts.iter().map(|p| normalize(p)));
+        }
+    }
     let bare: Vec<String> = parts.iter().map(|p| bare_command(p)).filter(|b| !parts.contains(b)).collect();
     std::iter::once(whole).chain(parts).chain(bare).any(|c| {
         !c.is_empty() && (glob(&pattern, &c) || pattern.strip_suffix(" *").is_some_and(|prefix| glob(prefix, &c)))
@@ -371,22 +378,29 @@ fn unquoted(w: &str) -> String {
 /// a word) runs to the end of its line, and is no part: a quote in it opens nothing (review
 /// YN: `# don't` hid the next line's `rm` from `rm *`). A here-document's body is data, not
 /// commands: its lines, up to the delimiter's, are left out (they were each matched as a
-/// command, so a script written with `cat <<EOF` was denied for a line in it). `<<` in
-/// arithmetic (`$((1 << 2))`, `(( x << 1 ))`) starts none.
-fn parts(command: &str) -> Vec<String> {
+/// command, so a script written with `cat <<EOF` was denied for a line in it), but only when
+/// the scanner reads the body as bash does ([`Parts::untrusted`] otherwise). `<<` in
+/// arithmetic (`$((1 << 2))`, `(( x << 1 ))`) starts none. `$(…)` and backquotes inside
+/// double quotes start a part too (review YW: `echo "$(git push)"` ran past `git push *`).
+fn parts(command: &str) -> Parts {
     let mut out = vec![];
     let mut cur = String::new();
     let mut quoting = Quoting::default();
     // Here-documents started on this line: (delimiter, `<<-`: leading tabs stripped).
     let mut pending: Vec<(String, bool)> = vec![];
+    let mut untrusted = false;
     // Open `${` (parameter expansions) and `$[` (bash's old arithmetic); plain parentheses
     // open, and the depths at which an arithmetic `((` began (it ends when they close).
     // Inside any of them neither `#` nor `<<` starts anything (review YR: `${x:- #}` hid
     // the rest of its line, and `$(( (1+(2)) << 3 ))` the lines after it).
     let (mut braces, mut brackets, mut parens) = (0usize, 0usize, 0usize);
     let mut arithmetic: Vec<usize> = vec![];
+    let mut backquoted = false;
+    // Open `$(` inside double quotes.
+    let mut in_quoted_substitution = 0usize;
     let mut comment = false;
     let mut prev_plain: Option<char> = None;
+    let mut prev: Option<char> = None;
     // A word starts here: at the start, or after an unquoted space, tab or newline (only
     // these are blanks to the shell, not a carriage return or a no-break space) or
     // separator; not after an escaped blank (`a\ #`) or a line continuation (review YR).
@@ -397,7 +411,9 @@ fn parts(command: &str) -> Vec<String> {
             continue;
         }
         comment = false;
-        let plain = quoting.read(c) == Read::Plain;
+        let before = prev.replace(c);
+        let read = quoting.read(c);
+        let plain = read == Read::Plain;
         let inside = braces > 0 || brackets > 0 || !arithmetic.is_empty();
         if plain && c == '#' && word_start && !inside {
             comment = true;
@@ -423,37 +439,42 @@ fn parts(command: &str) -> Vec<String> {
                         arithmetic.pop();
                     }
                 }
+                '`' => backquoted = !backquoted,
                 _ => {}
             }
         }
         if plain && c == '<' && !inside && prev_plain != Some('<') && command[i..].starts_with("<<") {
-            if let Some(heredoc) = heredoc_delimiter(&command[i + 2..]) {
-                pending.push(heredoc);
+            match heredoc_delimiter(&command[i + 2..]) {
+                Some(Delimiter::Plain(d, tabs)) if parens == 0 && !backquoted => pending.push((d, tabs)),
+                // A here-string (`<<<`).
+                Some(Delimiter::None) => {}
+                // Inside `$(…)`, a subshell or backquotes bash may end the body at `EOF)`;
+                // and a delimiter with expansions, escapes or quotes inside it is not read
+                // here as bash reads it (review YW: `<<$'E\x4fF'`, `<<'a$'"b"`).
+                _ => untrusted = true,
             }
         }
         prev_plain = plain.then_some(c);
-        if plain && c == '\n' && !pending.is_empty() {
-            // Each body ends at the first line that starts with its delimiter (after blanks):
-            // bash ends it at that line exactly, or later, never earlier, so ending early
-            // only matches more lines. A delimiter never found skips nothing: the rest is
-            // matched as commands (review YV: a CR after `EOF`, `<<$'EOF'`, `EOF)` hid every
-            // line after them, though bash ran them).
+        if plain && c == '\n' && !pending.is_empty() && !untrusted {
+            // Each body ends at the first line that is its delimiter (after tabs for `<<-`),
+            // as bash ends it. One never found: nothing is left out, and every line is
+            // matched on its own too (review YW: a quote in a body line, read as shell,
+            // hid the lines after it).
             let mut at = i + 1;
-            let mut found = true;
-            for (delimiter, _) in pending.drain(..) {
+            for (delimiter, tabs) in pending.drain(..) {
                 let mut ended = false;
                 while at < command.len() {
                     let end = command[at..].find('\n').map_or(command.len(), |e| at + e);
                     let line = &command[at..end];
                     at = end + 1;
-                    if line.trim_start_matches([' ', '\t']).starts_with(delimiter.as_str()) {
+                    if (if tabs { line.trim_start_matches('\t') } else { line }) == delimiter {
                         ended = true;
                         break;
                     }
                 }
-                found &= ended;
+                untrusted |= !ended;
             }
-            if found {
+            if !untrusted {
                 out.push(std::mem::take(&mut cur));
                 while chars.next_if(|&(j, _)| j < at).is_some() {}
                 word_start = true;
@@ -464,43 +485,81 @@ fn parts(command: &str) -> Vec<String> {
         // split into `2>` and `1 rm`).
         let redirection = matches!(c, '&' | '|') && (cur.ends_with('>') || (c == '&' && cur.ends_with('<')));
         let separator = plain && !redirection && matches!(c, ';' | '&' | '|' | '\n' | '(' | ')' | '`');
+        // A command substitution inside double quotes runs its command too: its start and
+        // its end end a part.
+        let opens = c == '(' && before == Some('$');
+        let closes = c == ')' && in_quoted_substitution > 0;
+        let substitution = quoting.double && read == Read::Quoted && (c == '`' || opens || closes);
+        if substitution && opens {
+            in_quoted_substitution += 1;
+        } else if substitution && closes {
+            in_quoted_substitution -= 1;
+        }
         // Not after `(`, `)` or a backquote: `$(…)#`, `` `…`# `` and `$((1))#` are one word
         // to bash, whose `#` starts nothing (review YV); a `#` there is matched on.
         word_start = plain && !redirection && matches!(c, ' ' | '\t' | '\n' | ';' | '&' | '|');
-        if separator {
+        if separator || substitution {
             out.push(std::mem::take(&mut cur));
         } else {
             cur.push(c);
         }
     }
     out.push(cur);
-    out
+    Parts { parts: out, untrusted }
 }
 
-/// The delimiter of a here-document whose `<<` `rest` follows: `(word unquoted, <<-)`;
-/// `None` for a here-string (`<<<`) or no word.
-fn heredoc_delimiter(rest: &str) -> Option<(String, bool)> {
+/// What [`parts`] found.
+struct Parts {
+    parts: Vec<String>,
+    /// A here-document the scanner may not read as bash does (its delimiter has quotes or
+    /// escapes inside, expansions, or it is never found; or it starts inside `$(…)`,
+    /// parentheses or backquotes): nothing was left out, and [`command_matches`] also
+    /// matches every line on its own, so that a quote in the body cannot hide a command.
+    untrusted: bool,
+}
+
+/// How a here-document's delimiter word reads.
+enum Delimiter {
+    /// A word of letters, digits and `_.-+/@%:,` (each part bare, quoted whole in `'…'` or
+    /// `"…"`, or escaped with `\`): bash's delimiter is that text. `bool`: `<<-`.
+    Plain(String, bool),
+    /// Anything else: the scanner does not read it for sure.
+    Unsure,
+    /// A here-string (`<<<`), no here-document.
+    None,
+}
+
+/// The delimiter of a here-document whose `<<` `rest` follows.
+fn heredoc_delimiter(rest: &str) -> Option<Delimiter> {
     if rest.starts_with('<') {
-        return None;
+        return Some(Delimiter::None);
     }
     let (tabs, rest) = match rest.strip_prefix('-') {
         Some(r) => (true, r),
         None => (false, rest),
     };
     let rest = rest.trim_start_matches([' ', '\t']);
-    // The word: up to unquoted white space or an operator.
+    // The word: up to unquoted space, tab, newline or an operator, as bash reads it.
     let mut quoting = Quoting::default();
     let end = rest
         .char_indices()
         .find(|&(_, c)| {
-            quoting.read(c) == Read::Plain
-                && (c.is_whitespace() || matches!(c, ';' | '&' | '|' | '<' | '>' | '(' | ')'))
+            quoting.read(c) == Read::Plain && matches!(c, ' ' | '\t' | '\n' | ';' | '&' | '|' | '<' | '>' | '(' | ')')
         })
         .map_or(rest.len(), |(e, _)| e);
-    // `$'EOF'` and `$"EOF"` delimit with `EOF`, as bash reads them (review YV): with the `$`
-    // kept, a later line `$EOF` could end the body after lines bash runs.
-    let word = unquoted(&rest[..end].replace("$'", "'").replace("$\"", "\""));
-    (!word.is_empty()).then_some((word, tabs))
+    let raw = &rest[..end];
+    if raw.is_empty() {
+        return None;
+    }
+    let simple = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "_.-+/@%:,".contains(c));
+    let word = if let Some(inner) = raw.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
+        inner
+    } else if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        inner
+    } else {
+        raw.strip_prefix('\\').unwrap_or(raw)
+    };
+    Some(if simple(word) { Delimiter::Plain(word.to_string(), tabs) } else { Delimiter::Unsure })
 }
 
 /// Whole-string glob: `*` is any run of characters, `?` one character.
@@ -735,6 +794,17 @@ mod tests {
             "echo $[ a[1] << 2 ]\ngit push",
             "echo $'\\''#; git push",
             "cat <<$'EOF'\nx\nEOF\ngit push\n$EOF",
+            // Review YW: a body line's quote, delimiters read otherwise than bash, and
+            // substitutions inside double quotes.
+            "cat <<M\nMy notes\nDon't panic\nM\ngit push",
+            "cat <<EOF\nEOFX\nit's\nEOF\ngit push",
+            "cat <<E\\\nOF\nit's\nEOF\ngit push",
+            "cat <<$'E\\x4fF'\nit's\nEOF\ngit push",
+            "cat <<'a$'\"b\"\nx\na$b\ngit push\nab=1",
+            "cat <<a\\$'b'\nx\na$b\ngit push\na'b'",
+            "echo \"$(git push)\"",
+            "echo \"`git push`\"",
+            "x=\"$(git push origin)\"",
         ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd:?}");
         }

@@ -753,20 +753,22 @@ pub fn left_behind(worktree: &Path) -> Result<Vec<String>, GitError> {
     if fs::symlink_metadata(&modules).is_ok() {
         paths.push(format!("the git directories of its submodules ({})", modules.display()));
     }
-    // A `.forge/config.toml` the agent wrote is excluded as the user's own file, and is never
-    // committed: on a merge of the branch it would replace the user's own without a word
-    // (review YV). It keeps the worktree, so it is not lost with it.
-    if fs::symlink_metadata(worktree.join(".forge/config.toml")).is_ok() && !tracked(&repo, ".forge/config.toml") {
-        paths.push(".forge/config.toml (never committed: it would replace your own on a merge)".to_string());
+    // A `.forge/config.toml` the agent wrote (at any depth: a package's too) is excluded as
+    // the user's own file, and is never committed: on a merge of the branch it would replace
+    // the user's own without a word (review YV). It keeps the worktree, so it is not lost
+    // with it (review YW: a package's one was).
+    let mut ignored = StatusOptions::new();
+    ignored.include_untracked(true).recurse_untracked_dirs(true).include_ignored(true).recurse_ignored_dirs(false);
+    let statuses = repo.statuses(Some(&mut ignored)).ctx("list what is ignored", worktree)?;
+    for s in statuses.iter().filter(|s| s.status().contains(git2::Status::IGNORED)) {
+        let path = String::from_utf8_lossy(s.path_bytes()).into_owned();
+        if path == ".forge/config.toml" || path.ends_with("/.forge/config.toml") {
+            paths.push(format!("{path} (never committed: it would replace your own on a merge)"));
+        }
     }
     paths.sort();
     paths.dedup();
     Ok(paths)
-}
-
-/// Whether `rel` is in the index of `repo`.
-fn tracked(repo: &Repository, rel: &str) -> bool {
-    repo.index().is_ok_and(|i| i.get_path(Path::new(rel), 0).is_some())
 }
 
 /// Whether a worktree holds nothing but what its checkout made: no entry in `git status`,
@@ -1036,11 +1038,11 @@ pub fn head(worktree: &Path) -> Result<String, GitError> {
 
 /// Whether `name` is a valid short branch name, and one git's commands can name: not
 /// `HEAD`, nor `@` (which git reads as HEAD everywhere a branch is named: review YU), nor a
-/// pseudo-ref's name (`FETCH_HEAD`, `ORIG_HEAD`, `MERGE_HEAD`, … and `AUTO_MERGE`, which git
-/// finds in its own directory before any branch: review YV).
+/// pseudo-ref's name (`FETCH_HEAD`, `ORIG_HEAD`, `AUTO_MERGE`, `BISECT_EXPECTED_REV`, …:
+/// every name of capitals and `_` only, which git finds in its own directory before any
+/// branch: reviews YV and YW).
 fn valid_branch_name(name: &str) -> bool {
-    let pseudo =
-        name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') && (name.ends_with("HEAD") || name == "AUTO_MERGE");
+    let pseudo = name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
     !name.is_empty()
         && !name.starts_with('-')
         && name != "@"
@@ -1454,7 +1456,7 @@ fn checked_out_at(repo: &Repository, refname: &str) -> Option<PathBuf> {
 /// their mark), and takes out the line `.forge/` earlier versions appended (a user who wrote
 /// that line loses it: it cannot be told from ours). The file is read and written as bytes
 /// (a line that is not UTF-8 stays as it is), its mode kept; one that is a symbolic link is
-/// only appended to, through the link.
+/// rewritten where it leads.
 fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
     let info = repo.commondir().join("info");
     let file = info.join("exclude");
@@ -1466,12 +1468,18 @@ fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
     let trimmed = |l: &[u8]| -> Vec<u8> { l.trim_ascii().to_vec() };
     let marked = existing.split(|&b| b == b'\n').any(|l| trimmed(l) == FORGE_EXCLUDE_MARK.as_bytes());
     let old = existing.split(|&b| b == b'\n').any(|l| trimmed(l) == OLD_FORGE_EXCLUDE.as_bytes());
-    let linked = fs::symlink_metadata(&file).is_ok_and(|m| m.file_type().is_symlink());
-    if marked && (!old || linked) {
+    if marked && !old {
         return Ok(());
     }
     fs::create_dir_all(&info).ctx("create the info directory", &info)?;
-    if old && !linked {
+    // A linked file is rewritten where it leads (review YW: its old line stayed).
+    let file = if fs::symlink_metadata(&file).is_ok_and(|m| m.file_type().is_symlink()) {
+        fs::canonicalize(&file).ctx("resolve info/exclude", &file)?
+    } else {
+        file
+    };
+    let dir = file.parent().map(Path::to_path_buf).unwrap_or_else(|| info.clone());
+    if old {
         // Rewritten whole (a temporary file renamed over it, with its mode): the old line
         // goes, the block comes in its place when it is not there yet.
         let mut out = Vec::with_capacity(existing.len() + 256);
@@ -1486,12 +1494,16 @@ fn ensure_forge_excluded(repo: &Repository) -> Result<(), GitError> {
             out.extend_from_slice(line);
             out.push(b'\n');
         }
-        let tmp = info.join(format!("exclude.forge-lsp.{}", std::process::id()));
+        let tmp = dir.join(format!(".exclude.forge-lsp.{}", std::process::id()));
         fs::write(&tmp, &out).ctx("write info/exclude", &tmp)?;
         if let Ok(m) = fs::metadata(&file) {
             let _ = fs::set_permissions(&tmp, m.permissions());
         }
-        return fs::rename(&tmp, &file).ctx("replace info/exclude", &file);
+        return fs::rename(&tmp, &file)
+            .inspect_err(|_| {
+                let _ = fs::remove_file(&tmp);
+            })
+            .ctx("replace info/exclude", &file);
     }
     let mut out = fs::OpenOptions::new().create(true).append(true).open(&file).ctx("open info/exclude", &file)?;
     let mut block = String::new();
@@ -1713,6 +1725,14 @@ mod tests {
         want.extend(forge_exclude_block().as_bytes());
         assert_eq!(fs::read(&exclude).unwrap(), want);
         assert_eq!(fs::metadata(&exclude).unwrap().permissions().mode() & 0o777, 0o600);
+        // A linked file is rewritten where it leads (review YW), the link kept.
+        let target = d.path().join("shared-exclude");
+        fs::write(&target, "mine\n.forge/\n").unwrap();
+        fs::remove_file(&exclude).unwrap();
+        std::os::unix::fs::symlink(&target, &exclude).unwrap();
+        exclude_forge_dir(&home);
+        assert!(fs::symlink_metadata(&exclude).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read_to_string(&target).unwrap(), format!("mine\n{}", forge_exclude_block()));
     }
 
     fn setup() -> (tempfile::TempDir, PathBuf, Worktree) {
@@ -1945,6 +1965,11 @@ mod tests {
         let left = left_behind(&wt.dir).unwrap();
         assert!(left.len() == 1 && left[0].starts_with(".forge/config.toml"), "{left:?}");
         fs::remove_file(wt.dir.join(".forge/config.toml")).unwrap();
+        // A package's one too (review YW: it was excluded, and went with the worktree).
+        write(&wt.dir.join("pkg/.forge/config.toml"), "[loop]\n");
+        let left = left_behind(&wt.dir).unwrap();
+        assert!(left.len() == 1 && left[0].starts_with("pkg/.forge/config.toml"), "{left:?}");
+        fs::remove_file(wt.dir.join("pkg/.forge/config.toml")).unwrap();
         assert_eq!(git(&wt.dir, &["show", "HEAD:a.txt"]), "a2");
         assert_eq!(git(&wt.dir, &["log", "-1", "--format=%B"]), "section 1: first");
         assert_eq!(git(&wt.dir, &["rev-parse", "HEAD~1"]), wt.base_commit);
@@ -2017,7 +2042,10 @@ mod tests {
         for bad in ["@", "HEAD", "FETCH_HEAD", "ORIG_HEAD", "AUTO_MERGE", "-x", "a..b", "refs/heads/x", ""] {
             assert!(branch_name_problem(bad).is_some(), "{bad:?}");
         }
-        for good in ["feature/x", "@x", "a@b", "x-@", "MAIN", "head", "fix/FETCH_HEAD"] {
+        for bad in ["MAIN", "BISECT_EXPECTED_REV", "MERGE_AUTOSTASH"] {
+            assert!(branch_name_problem(bad).is_some(), "{bad:?}");
+        }
+        for good in ["feature/x", "@x", "a@b", "x-@", "Main", "head", "fix/FETCH_HEAD", "V2"] {
             assert_eq!(branch_name_problem(good), None, "{good:?}");
         }
     }
