@@ -395,9 +395,11 @@ fn parts(command: &str) -> Parts {
     // the rest of its line, and `$(( (1+(2)) << 3 ))` the lines after it).
     let (mut braces, mut brackets, mut parens) = (0usize, 0usize, 0usize);
     let mut arithmetic: Vec<usize> = vec![];
-    let mut backquoted = false;
-    // Open `$(` inside double quotes.
+    // A `(` or backquote was seen (unquoted, or a substitution inside double quotes).
+    let mut nested = false;
+    // Open `$(` and backquotes inside double quotes.
     let mut in_quoted_substitution = 0usize;
+    let mut in_quoted_backquotes = false;
     let mut comment = false;
     let mut prev_plain: Option<char> = None;
     let mut prev: Option<char> = None;
@@ -428,6 +430,7 @@ fn parts(command: &str) -> Parts {
                 '[' if prev_plain == Some('$') || brackets > 0 => brackets += 1,
                 ']' if brackets > 0 => brackets -= 1,
                 '(' => {
+                    nested = true;
                     parens += 1;
                     if prev_plain == Some('(') {
                         arithmetic.push(parens - 2);
@@ -439,13 +442,15 @@ fn parts(command: &str) -> Parts {
                         arithmetic.pop();
                     }
                 }
-                '`' => backquoted = !backquoted,
+                '`' => nested = true,
                 _ => {}
             }
         }
         if plain && c == '<' && !inside && prev_plain != Some('<') && command[i..].starts_with("<<") {
             match heredoc_delimiter(&command[i + 2..]) {
-                Some(Delimiter::Plain(d, tabs)) if parens == 0 && !backquoted => pending.push((d, tabs)),
+                // Not after any `(` or backquote: a `case` pattern's `)` can make `$(…)` look
+                // closed (review YX).
+                Some(Delimiter::Plain(d, tabs)) if !nested => pending.push((d, tabs)),
                 // A here-string (`<<<`).
                 Some(Delimiter::None) => {}
                 // Inside `$(…)`, a subshell or backquotes bash may end the body at `EOF)`;
@@ -495,10 +500,18 @@ fn parts(command: &str) -> Parts {
         } else if substitution && closes {
             in_quoted_substitution -= 1;
         }
+        if substitution && c == '`' {
+            in_quoted_backquotes = !in_quoted_backquotes;
+        }
+        nested |= substitution;
+        // Inside it, a command list as anywhere (review YX: `"$(true; git push)"`).
+        let listed = (in_quoted_substitution > 0 || in_quoted_backquotes)
+            && read == Read::Quoted
+            && matches!(c, ';' | '&' | '|' | '\n');
         // Not after `(`, `)` or a backquote: `$(…)#`, `` `…`# `` and `$((1))#` are one word
         // to bash, whose `#` starts nothing (review YV); a `#` there is matched on.
         word_start = plain && !redirection && matches!(c, ' ' | '\t' | '\n' | ';' | '&' | '|');
-        if separator || substitution {
+        if separator || substitution || listed {
             out.push(std::mem::take(&mut cur));
         } else {
             cur.push(c);
@@ -805,6 +818,13 @@ mod tests {
             "echo \"$(git push)\"",
             "echo \"`git push`\"",
             "x=\"$(git push origin)\"",
+            // Review YX.
+            "echo \"$(true; git push)\"",
+            "echo \"$(true && git push)\"",
+            "echo \"`true; git push`\"",
+            "echo \"$(echo 'x'; git push)\"",
+            "echo \"$(echo \"x\"; git push)\"",
+            "x=$(case a in a) ;; esac; cat <<EOF\nits\nEOF)\ngit push\nEOF",
         ] {
             assert!(denied(&rules, "shell", Some(cmd)).is_some(), "{cmd:?}");
         }
