@@ -702,9 +702,14 @@ fn call_checks_its_flags_and_environment_as_given() {
 
     let sub = repo.path.join("sub");
     std::fs::create_dir_all(&sub).unwrap();
+    // The default under a home of the test's own: with the sandbox's commands' HOME (the real
+    // one), this call opened the user's own database (its `-shm` was written by every run).
+    let own_home = sb.root.join("relxdg-home");
+    std::fs::create_dir_all(&own_home).unwrap();
     let out = sb
         .call("plan-read")
         .no_data_dir()
+        .env("HOME", &own_home)
         .env("FORGE_DATA_DIR", "")
         .env("XDG_DATA_HOME", "relxdg")
         .input(json!({ "recent": true }))
@@ -712,6 +717,7 @@ fn call_checks_its_flags_and_environment_as_given() {
         .run();
     assert_eq!(out.code, 0, "{out:?}");
     assert!(!sub.join("relxdg").exists(), "a relative XDG_DATA_HOME was used");
+    assert!(own_home.join(".local/share/forge-lsp/forge.db").exists(), "the home's default: {out:?}");
 
     // `FORGE_DATA_DIR="~/…"` (quoted, so the shell left the `~`) is the home directory's, not
     // a folder named `~` in the working directory; another relative one is the working
