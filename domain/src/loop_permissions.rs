@@ -452,7 +452,7 @@ fn parts(command: &str) -> Parts {
                 // closed (review YX).
                 Some(Delimiter::Plain(d, tabs)) if !nested => pending.push((d, tabs)),
                 // A here-string (`<<<`).
-                Some(Delimiter::None) => {}
+                Some(Delimiter::HereString) => {}
                 // Inside `$(…)`, a subshell or backquotes bash may end the body at `EOF)`;
                 // and a delimiter with expansions, escapes or quotes inside it is not read
                 // here as bash reads it (review YW: `<<$'E\x4fF'`, `<<'a$'"b"`).
@@ -539,13 +539,13 @@ enum Delimiter {
     /// Anything else: the scanner does not read it for sure.
     Unsure,
     /// A here-string (`<<<`), no here-document.
-    None,
+    HereString,
 }
 
 /// The delimiter of a here-document whose `<<` `rest` follows.
 fn heredoc_delimiter(rest: &str) -> Option<Delimiter> {
     if rest.starts_with('<') {
-        return Some(Delimiter::None);
+        return Some(Delimiter::HereString);
     }
     let (tabs, rest) = match rest.strip_prefix('-') {
         Some(r) => (true, r),

@@ -5,18 +5,10 @@ use super::Finding;
 use forge_protocol::inputs::Severity;
 use std::fmt::Write as _;
 
-/// Keeps the findings whose `description + " " + scenario` (scenario or `""`)
-/// matches `pattern`. No pattern, or an empty one, keeps everything.
-///
-/// Errors: `Invalid regex pattern: <reason>`.
-pub fn filter_pattern(findings: Vec<Finding>, pattern: Option<&str>) -> Result<Vec<Finding>, String> {
-    let matches = pattern_matcher(pattern)?;
-    Ok(findings.into_iter().filter(|f| matches(f)).collect())
-}
-
 /// Whether a finding matches `pattern` (ECMAScript, as Forge reads it: `crate::ecma_regex`)
 /// in its description and scenario; every finding matches no pattern or an empty one. The
-/// pattern is compiled once, so a caller can test findings as it reads them.
+/// pattern is compiled once, so a caller can test findings as it reads them. Errors:
+/// `Invalid regex pattern: <reason>`.
 pub fn pattern_matcher(pattern: Option<&str>) -> Result<impl Fn(&Finding) -> bool, String> {
     let re = match pattern.filter(|p| !p.is_empty()) {
         Some(p) => Some(crate::ecma_regex::compile(p).map_err(|e| format!("Invalid regex pattern: {e}"))?),
@@ -206,6 +198,12 @@ pub fn deleted_message(file: &str, line: i64, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The findings `pattern` matches, in order (as review-read tests them).
+    fn filter_pattern(findings: Vec<Finding>, pattern: Option<&str>) -> Result<Vec<Finding>, String> {
+        let matches = pattern_matcher(pattern)?;
+        Ok(findings.into_iter().filter(|f| matches(f)).collect())
+    }
 
     /// `page_json` writes what serde_json writes for the page's struct: every field, `null`
     /// for absent ones, strings with quotes, backslashes, controls, non-ASCII and lengths

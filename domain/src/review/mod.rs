@@ -20,8 +20,7 @@ pub mod scope;
 pub mod validate;
 
 pub use format::{
-    deleted_message, duplicate_message, filter_pattern, page_json, pattern_matcher, render_findings, sort_findings,
-    stored_message,
+    deleted_message, duplicate_message, page_json, pattern_matcher, render_findings, sort_findings, stored_message,
 };
 pub use scope::{
     audit_is_clean, blocking, current_section_bugs, delete_filter, matches_filter, read_plan, write_section,
